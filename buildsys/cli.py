@@ -1,0 +1,130 @@
+"""``python -m buildsys``: the builder's command line.
+
+Subcommands: matrix, toolchain, hipify, build, merge. Each prints a table on a terminal, plain
+lines in CI and JSON with ``--json``; errors are one line with exit status 1 (work failed) or 2
+(bad input), through kernelpack's one error hierarchy.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kernelpack._console import print_json, print_table, run_cli
+
+from .matrix import load_matrix
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m buildsys",
+        description="Build kernelpack's device code: CUDA sources to code objects, bundles and index.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    matrix = commands.add_parser("matrix", help="validate arch_matrix.toml and list its targets")
+    matrix.add_argument("--matrix", type=Path, metavar="FILE", help="default: arch_matrix.toml")
+    matrix.add_argument("--json", action="store_true", help='print {"include": [...]} for CI')
+    matrix.set_defaults(handler=_matrix)
+
+    toolchain = commands.add_parser(
+        "toolchain", help="find (or provision) the compilers and say which targets each builds"
+    )
+    toolchain.add_argument("--matrix", type=Path, metavar="FILE", help="default: arch_matrix.toml")
+    toolchain.add_argument(
+        "--provision",
+        action="store_true",
+        help="make the AMD toolchain if none can build the matrix (downloads over 1 GB)",
+    )
+    toolchain.add_argument("--json", action="store_true", help="print JSON for tools")
+    toolchain.set_defaults(handler=_toolchain)
+    return parser
+
+
+def _matrix(args: argparse.Namespace) -> int:
+    matrix = load_matrix(args.matrix)
+    if args.json:
+        print_json(matrix.as_json())
+        return 0
+    rows = [
+        (t.vendor, t.target, t.kind, t.as_json().get("wavefront", ""), t.source)
+        for t in matrix.targets
+    ]
+    print_table(
+        f"{matrix.path}: {len(rows)} targets",
+        ("vendor", "target", "kind", "wavefront", "from"),
+        rows,
+    )
+    return 0
+
+
+def _toolchain(args: argparse.Namespace) -> int:
+    from . import toolchain as tc
+
+    matrix = load_matrix(args.matrix)
+    amd_targets = [t.target for t in matrix.amd]
+    nvidia_targets = [t.target for t in matrix.nvidia]
+    found: list[tc.Toolchain] = []
+    native = tc.find_native_hip()
+    if native is not None:
+        found.append(native)
+    provisioned = tc.provisioned_hip()
+    if provisioned is None and args.provision and (
+        native is None or not all(native.buildable(amd_targets).values())
+    ):
+        provisioned = tc.provision_hip()
+    if provisioned is not None:
+        found.append(provisioned)
+    cuda = tc.cuda_toolchain()
+    if cuda is not None:
+        found.append(cuda)
+
+    report = []
+    for chain in found:
+        wanted = amd_targets if chain.kind == "hip" else nvidia_targets
+        buildable = chain.buildable(wanted)
+        report.append(
+            {
+                "kind": chain.kind,
+                "name": chain.name,
+                "version": chain.version,
+                "runs": chain.runs,
+                "location": str(chain.rootfs or chain.bindir),
+                "buildable": sorted(t for t, ok in buildable.items() if ok),
+                "not_buildable": sorted(t for t, ok in buildable.items() if not ok),
+            }
+        )
+    covered = {t for entry in report for t in entry["buildable"]}
+    uncovered = [t for t in amd_targets + nvidia_targets if t not in covered]
+    if args.json:
+        print_json({"toolchains": report, "not_buildable": uncovered})
+    else:
+        print_table(
+            "toolchains",
+            ("kind", "name", "version", "runs", "builds", "cannot build"),
+            [
+                (
+                    e["kind"],
+                    e["name"],
+                    e["version"],
+                    e["runs"],
+                    ", ".join(e["buildable"]) or "-",
+                    ", ".join(e["not_buildable"]) or "-",
+                )
+                for e in report
+            ],
+        )
+        if uncovered:
+            hint = "" if args.provision else "; `--provision` makes an AMD toolchain"
+            print(f"not buildable by any toolchain found: {', '.join(uncovered)}{hint}")
+    return 1 if uncovered else 0
+
+
+def _main(argv: list[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    result: int = args.handler(args)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)

@@ -1,0 +1,178 @@
+"""arch_matrix.toml: which targets to build, validated once, in the order written.
+
+Every target the builder, the CI matrix and the wheels know of comes from here. Validation is
+strict because a typo in a target name would otherwise surface as a missing image on a user's GPU:
+unknown keys, wrong types, unknown targets and duplicates (after family expansion) are each one
+MatrixError line naming the file, the key and the value, with the nearest known target suggested.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from kernelpack.targets import (
+    AMD_BY_NAME,
+    AMD_FAMILIES,
+    NVIDIA_BY_NAME,
+    TargetId,
+    suggest,
+)
+from kernelpack.errors import UsageError
+
+from . import REPO_ROOT
+from .errors import MatrixError
+
+DEFAULT_MATRIX = REPO_ROOT / "arch_matrix.toml"
+
+Kind = Literal["code_object", "cubin", "ptx"]
+
+# The schema of arch_matrix.toml: table -> key -> what the key holds.
+_SCHEMA: dict[str, tuple[str, ...]] = {"amd": ("targets",), "nvidia": ("targets", "ptx")}
+_PTX_NAMES = {f"compute_{a.name[3:]}": a for a in NVIDIA_BY_NAME.values() if not a.arch_specific}
+
+
+@dataclass(frozen=True)
+class MatrixTarget:
+    """One target of the matrix: one build job, one CI shard."""
+
+    vendor: Literal["amd", "nvidia"]
+    target: str  # canonical: "gfx90a:xnack+", "sm_90", "compute_80"
+    kind: Kind
+    source: str  # what the file said ("gfx110X" for a target that came from a family)
+
+    @property
+    def shard(self) -> str:
+        """A name safe for files and CI artifact names."""
+        return self.target.replace(":", "_")
+
+    def as_json(self) -> dict[str, object]:
+        entry: dict[str, object] = {
+            "vendor": self.vendor,
+            "target": self.target,
+            "kind": self.kind,
+            "shard": self.shard,
+        }
+        if self.vendor == "amd":
+            entry["wavefront"] = TargetId.parse(self.target).info.wavefront
+        return entry
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: Path
+    targets: tuple[MatrixTarget, ...]
+
+    @property
+    def amd(self) -> tuple[MatrixTarget, ...]:
+        return tuple(t for t in self.targets if t.vendor == "amd")
+
+    @property
+    def nvidia(self) -> tuple[MatrixTarget, ...]:
+        return tuple(t for t in self.targets if t.vendor == "nvidia")
+
+    def select(self, names: Sequence[str]) -> Matrix:
+        """The targets named on a command line (``--targets gfx942,sm_90``), families expanded.
+
+        A name outside the matrix is still accepted when it is a valid target: a maintainer may
+        build one more target by hand without editing the file.
+        """
+        chosen: list[MatrixTarget] = []
+        for name in names:
+            for target in _expand("--targets", name.strip(), _vendor_of(name.strip())):
+                if target not in chosen:
+                    chosen.append(target)
+        if not chosen:
+            raise MatrixError("--targets: no target given")
+        return Matrix(self.path, tuple(chosen))
+
+    def as_json(self) -> dict[str, list[dict[str, object]]]:
+        return {"include": [t.as_json() for t in self.targets]}
+
+
+def load_matrix(path: Path | None = None) -> Matrix:
+    path = path or DEFAULT_MATRIX
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise MatrixError(f"{path}: cannot read: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise MatrixError(f"{path}: not valid TOML: {error}") from None
+    except UnicodeDecodeError:
+        raise MatrixError(f"{path}: not UTF-8 text") from None
+
+    for table, value in data.items():
+        if table not in _SCHEMA:
+            raise MatrixError(f"{path}: unknown table [{table}]; known: {', '.join(_SCHEMA)}")
+        if not isinstance(value, dict):
+            raise MatrixError(f"{path}: {table}: expected a table, got {type(value).__name__}")
+        for key in value:
+            if key not in _SCHEMA[table]:
+                raise MatrixError(
+                    f"{path}: unknown key {table}.{key}; known: "
+                    + ", ".join(f"{table}.{k}" for k in _SCHEMA[table])
+                )
+
+    targets: list[MatrixTarget] = []
+    seen: dict[str, str] = {}
+    for table, keys in _SCHEMA.items():
+        for key in keys:
+            where = f"{table}.{key}"
+            names = data.get(table, {}).get(key, [])
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise MatrixError(f"{path}: {where}: expected a list of strings, got {names!r}")
+            for position, name in enumerate(names):
+                location = f"{path}: {where}[{position}]"
+                expanded = _expand(location, name, "ptx" if key == "ptx" else table)
+                for target in expanded:
+                    if target.target in seen:
+                        raise MatrixError(
+                            f"{location}: duplicate target {target.target}"
+                            f" (also from {seen[target.target]}); list each target once"
+                        )
+                    seen[target.target] = name
+                    targets.append(target)
+    if not targets:
+        raise MatrixError(f"{path}: no targets; add amd.targets or nvidia.targets")
+    return Matrix(path, tuple(targets))
+
+
+def _vendor_of(name: str) -> str:
+    if name.startswith("sm_"):
+        return "nvidia"
+    if name.startswith("compute_"):
+        return "ptx"
+    return "amd"
+
+
+def _expand(location: str, name: str, vendor: str) -> Iterable[MatrixTarget]:
+    """One written name as targets: a family becomes its processors, others are canonicalised."""
+    if vendor == "amd":
+        if name in AMD_FAMILIES:
+            return [MatrixTarget("amd", p, "code_object", name) for p in AMD_FAMILIES[name]]
+        try:
+            target = TargetId.parse(name)
+        except UsageError as error:
+            known = {**AMD_BY_NAME, **AMD_FAMILIES}
+            processor = name.split(":")[0]
+            if processor in AMD_BY_NAME:
+                raise MatrixError(f"{location}: {error}") from None
+            raise MatrixError(
+                f"{location}: {processor}: unknown AMD target{suggest(processor, known)}"
+            ) from None
+        return [MatrixTarget("amd", str(target), "code_object", name)]
+    if vendor == "nvidia":
+        if name not in NVIDIA_BY_NAME:
+            raise MatrixError(
+                f"{location}: {name}: unknown NVIDIA target{suggest(name, NVIDIA_BY_NAME)}"
+            )
+        return [MatrixTarget("nvidia", name, "cubin", name)]
+    if name not in _PTX_NAMES:
+        raise MatrixError(
+            f"{location}: {name}: unknown PTX target (expected compute_XY)"
+            f"{suggest(name, _PTX_NAMES)}"
+        )
+    return [MatrixTarget("nvidia", name, "ptx", name)]

@@ -1,0 +1,383 @@
+"""Compilers: find them, provision the AMD one when none can build the matrix, and say what each builds.
+
+AMD: a native ROCm (``ROCM_PATH``, ``/opt/rocm``, ``hipcc`` on PATH) is used when it can build the
+requested targets. Otherwise the builder provisions its own: a Debian sid root file system made with
+debootstrap (minbase plus the packages ``hipcc`` and ``hipify-perl``: HIP 6.4, LLVM 21) in the user's
+cache folder, run through bubblewrap with the work tree bound at the same path. Debian bookworm's own
+hipcc (HIP 5.2, LLVM 15) lacks device libraries for gfx11xx and gfx942, which is why "found" is not
+"usable": each toolchain's buildable targets are measured by compiling a tiny kernel per target once,
+and the answer is cached per compiler identity.
+
+NVIDIA: nvcc from ``CUDA_HOME``, ``/usr/local/cuda`` or PATH; its targets come from
+``nvcc --list-gpu-code`` / ``--list-gpu-arch``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import REPO_ROOT
+from .errors import ToolchainError
+
+ROOTFS_SUITE = "sid"
+ROOTFS_MIRROR = "http://deb.debian.org/debian"
+ROOTFS_PACKAGES = ("hipcc", "hipify-perl")
+ROOTFS_NAME = "debian-sid-hip"
+_COMPLETE_MARKER = ".kernelpack-rootfs.json"
+_PROBE_SOURCE = (
+    "#include <hip/hip_runtime.h>\n"
+    'extern "C" __global__ void kernelpack_probe(float* x) { x[threadIdx.x] += 1.0f; }\n'
+)
+
+# Tools the builder and tests call by their plain LLVM names; a Debian root file system suffixes
+# them with the LLVM major version (clang-offload-bundler-21), ROCm keeps them in llvm/bin.
+LLVM_TOOLS = ("clang", "clang-offload-bundler", "llvm-readelf", "llvm-objdump")
+
+
+def cache_root() -> Path:
+    """The per-user cache folder for toolchains and probe results."""
+    base = os.environ.get("KERNELPACK_TOOLCHAIN_DIR")
+    if base:
+        return Path(base)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "kernelpack" / "toolchains"
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """One compiler installation and how to run its programs.
+
+    ``rootfs`` is set for a provisioned toolchain: its programs run inside that root file system
+    through bubblewrap, with the paths in ``binds`` visible at the same place.
+    """
+
+    kind: str  # "hip" or "cuda"
+    name: str
+    version: str
+    bindir: Path  # inside the rootfs when rootfs is set
+    rootfs: Path | None = None
+    binds: tuple[Path, ...] = field(default=())
+
+    @property
+    def runs(self) -> str:
+        return "rootfs" if self.rootfs else "native"
+
+    @property
+    def identity(self) -> str:
+        """What a build cache key must cover: a different compiler gives a different identity."""
+        return f"{self.kind}:{self.name}:{self.version}:{self.runs}"
+
+    def tool(self, name: str) -> str:
+        """The path (inside the rootfs, for a provisioned toolchain) of one of its programs."""
+        real_bindir = self.rootfs / self.bindir.relative_to("/") if self.rootfs else self.bindir
+        candidates = [real_bindir / name]
+        if name in LLVM_TOOLS:
+            candidates += sorted(real_bindir.glob(f"{name}-[0-9]*"), reverse=True)
+            candidates.append(real_bindir.parent / "llvm" / "bin" / name)
+        for candidate in candidates:
+            if candidate.exists():
+                if self.rootfs:
+                    return "/" + str(candidate.relative_to(self.rootfs))
+                return str(candidate)
+        raise ToolchainError(f"{self.name}: no program {name!r} in {real_bindir}")
+
+    def command(self, argv: Sequence[str], *, cwd: Path | None = None) -> list[str]:
+        """argv ready for subprocess: wrapped in bubblewrap for a provisioned toolchain."""
+        argv = list(argv)
+        if self.kind == "hip" and argv and "/" not in argv[0]:
+            argv[0] = self.tool(argv[0])
+        if self.rootfs is None:
+            return argv
+        binds = {REPO_ROOT, Path(tempfile.gettempdir()), Path.cwd(), *self.binds}
+        if cwd is not None:
+            binds.add(cwd)
+        wrapper = ["bwrap", "--bind", str(self.rootfs), "/", "--proc", "/proc", "--dev", "/dev"]
+        for path in sorted(_outermost(binds)):
+            wrapper += ["--bind", str(path), str(path)]
+        wrapper += ["--setenv", "HIP_PLATFORM", "amd", "--unshare-pid", "--die-with-parent"]
+        wrapper += ["--chdir", str(cwd or Path.cwd())]
+        return wrapper + argv
+
+    def run(
+        self, argv: Sequence[str], *, cwd: Path | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Run one of the toolchain's programs; with check, a failure is a ToolchainError."""
+        env = dict(os.environ, HIP_PLATFORM="amd") if self.kind == "hip" else None
+        result = subprocess.run(
+            self.command(argv, cwd=cwd), cwd=cwd, env=env, capture_output=True, text=True
+        )
+        if check and result.returncode != 0:
+            message = (result.stderr or result.stdout).strip().splitlines()[-5:]
+            raise ToolchainError(f"{' '.join(argv[:2])} failed: " + " | ".join(message))
+        return result
+
+    def buildable(self, targets: Iterable[str]) -> dict[str, bool]:
+        """Which of these targets this toolchain can build, measured once and cached on disk."""
+        if self.kind == "cuda":
+            return _nvcc_buildable(self, targets)
+        return _hip_buildable(self, targets)
+
+
+def _outermost(paths: Iterable[Path]) -> set[Path]:
+    """Drop paths inside other paths: bubblewrap binds the outer one once."""
+    resolved = {p.resolve() for p in paths if p.exists()}
+    return {p for p in resolved if not any(q != p and q in p.parents for q in resolved)}
+
+
+# ---------------------------------------------------------------------------------------------
+# AMD
+
+
+def amd_toolchain(*, provision: bool = False, targets: Sequence[str] = ()) -> Toolchain:
+    """The AMD toolchain that can build ``targets``: native first, else the provisioned one.
+
+    With ``provision`` a missing root file system is made (over a gigabyte of downloads);
+    without it, its absence is a ToolchainError that says how to provision.
+    """
+    native = find_native_hip()
+    if native is not None and (not targets or all(native.buildable(targets).values())):
+        return native
+    provisioned = provisioned_hip()
+    if provisioned is not None:
+        return provisioned
+    if provision:
+        return provision_hip()
+    why = (
+        f"{native.name} {native.version} cannot build {', '.join(t for t, ok in native.buildable(targets).items() if not ok)}"
+        if native
+        else "no AMD HIP compiler found (ROCM_PATH, /opt/rocm, hipcc on PATH)"
+    )
+    raise ToolchainError(
+        f"{why}; run `python -m buildsys toolchain --provision` (or `nox -s toolchain`) to provision one"
+    )
+
+
+def find_native_hip() -> Toolchain | None:
+    candidates = [os.environ.get("ROCM_PATH", ""), "/opt/rocm"]
+    for root in candidates:
+        if root and (Path(root) / "bin" / "hipcc").exists():
+            return _native_hip(Path(root) / "bin")
+    on_path = shutil.which("hipcc")
+    return _native_hip(Path(on_path).parent) if on_path else None
+
+
+def _native_hip(bindir: Path) -> Toolchain | None:
+    probe = Toolchain("hip", "hipcc", "unknown", bindir)
+    try:
+        result = probe.run(["hipcc", "--version"])
+    except (ToolchainError, OSError):
+        return None
+    return Toolchain("hip", "hipcc", _hip_version(result.stdout), bindir)
+
+
+def _hip_version(text: str) -> str:
+    """'HIP 6.4.43484 / clang 21.1.8' from hipcc --version."""
+    hip = clang = "?"
+    for line in text.splitlines():
+        if line.startswith("HIP version:"):
+            hip = line.split(":", 1)[1].strip()
+        elif "clang version" in line:
+            clang = line.split("clang version", 1)[1].split()[0]
+    return f"HIP {hip} / clang {clang}"
+
+
+def rootfs_dir() -> Path:
+    return cache_root() / ROOTFS_NAME
+
+
+def provisioned_hip() -> Toolchain | None:
+    """The provisioned toolchain, if a complete root file system is there."""
+    root = rootfs_dir()
+    marker = root / _COMPLETE_MARKER
+    if not marker.exists():
+        return None
+    facts = json.loads(marker.read_text())
+    return Toolchain(
+        "hip", f"hipcc ({ROOTFS_NAME})", facts["version"], Path("/usr/bin"), rootfs=root
+    )
+
+
+def _missing_host_tools() -> list[str]:
+    return [tool for tool in ("debootstrap", "bwrap") if shutil.which(tool) is None]
+
+
+def provision_hip(*, log: bool = True) -> Toolchain:
+    """Make the Debian sid root file system with hipcc: safe to interrupt and to run twice at once.
+
+    The root file system is built in a scratch folder beside its final place and renamed into
+    place only when complete, so an interrupted run leaves nothing that looks usable; a lock keeps
+    two concurrent runs from building it twice.
+    """
+    root = rootfs_dir()
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(root.parent / f"{ROOTFS_NAME}.lock"):
+        existing = provisioned_hip()
+        if existing is not None:
+            return existing
+        _ensure_host_tools(log=log)
+        scratch = root.parent / f"{ROOTFS_NAME}.partial"
+        if scratch.exists():
+            shutil.rmtree(scratch)
+        if root.exists():
+            shutil.rmtree(root)
+        _say(
+            log,
+            f"provisioning the AMD toolchain: Debian {ROOTFS_SUITE} + {', '.join(ROOTFS_PACKAGES)} "
+            f"into {root} (downloads over 1 GB, about a minute on a fast mirror)",
+        )
+        started = time.monotonic()
+        argv = [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(ROOTFS_PACKAGES)}",
+            ROOTFS_SUITE,
+            str(scratch),
+            os.environ.get("KERNELPACK_DEBIAN_MIRROR", ROOTFS_MIRROR),
+        ]
+        _run_with_progress(argv, log=log, logfile=root.parent / f"{ROOTFS_NAME}.log")
+        toolchain = Toolchain("hip", f"hipcc ({ROOTFS_NAME})", "?", Path("/usr/bin"), rootfs=scratch)
+        version = _hip_version(toolchain.run(["hipcc", "--version"]).stdout)
+        (scratch / _COMPLETE_MARKER).write_text(
+            json.dumps({"version": version, "suite": ROOTFS_SUITE, "packages": ROOTFS_PACKAGES})
+        )
+        scratch.rename(root)
+        _say(log, f"provisioned {version} in {time.monotonic() - started:.0f} s")
+    result = provisioned_hip()
+    assert result is not None
+    return result
+
+
+def _ensure_host_tools(*, log: bool) -> None:
+    missing = _missing_host_tools()
+    if not missing:
+        return
+    packages = ["bubblewrap" if tool == "bwrap" else tool for tool in missing]
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise ToolchainError(
+            f"provisioning needs {' and '.join(packages)}, and root for debootstrap: "
+            f"as root run `apt-get install {' '.join(packages)}`, or install ROCm and set ROCM_PATH"
+        )
+    _say(log, f"installing {' '.join(packages)} with apt-get")
+    for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
+        result = subprocess.run(
+            argv, capture_output=True, text=True, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        )
+        if result.returncode != 0:
+            raise ToolchainError(f"{' '.join(argv)} failed: {result.stderr.strip()[-300:]}")
+
+
+def _run_with_progress(argv: list[str], *, log: bool, logfile: Path) -> None:
+    """Run debootstrap, keeping its full output in a log and showing a package count."""
+    with logfile.open("w") as sink:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert process.stdout is not None
+        counts = {"Retrieving": 0, "Extracting": 0, "Unpacking": 0, "Configuring": 0}
+        last_report = 0.0
+        for line in process.stdout:
+            sink.write(line)
+            for word in counts:
+                if line.startswith(f"I: {word}"):
+                    counts[word] += 1
+            if log and time.monotonic() - last_report > 10:
+                last_report = time.monotonic()
+                done = ", ".join(f"{k.lower()} {v}" for k, v in counts.items() if v)
+                print(f"  debootstrap: {done or line.strip()}", flush=True)
+        if process.wait() != 0:
+            raise ToolchainError(
+                f"debootstrap failed (exit {process.returncode}); its log is {logfile}; "
+                "re-run to try again (nothing half-made is kept)"
+            )
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _say(log: bool, message: str) -> None:
+    if log:
+        print(message, file=sys.stderr, flush=True)
+
+
+def _probe_cache(toolchain: Toolchain) -> Path:
+    key = hashlib.sha256(toolchain.identity.encode()).hexdigest()[:16]
+    return cache_root() / f"probe-{key}.json"
+
+
+def _hip_buildable(toolchain: Toolchain, targets: Iterable[str]) -> dict[str, bool]:
+    cache_file = _probe_cache(toolchain)
+    known: dict[str, bool] = json.loads(cache_file.read_text()) if cache_file.exists() else {}
+    wanted = sorted(set(targets))
+    missing = [t for t in wanted if t not in known]
+    if missing:
+        with tempfile.TemporaryDirectory(prefix="kernelpack-probe-") as tmp:
+            source = Path(tmp) / "probe.hip"
+            source.write_text(_PROBE_SOURCE)
+
+            def probe(target: str) -> tuple[str, bool]:
+                out = Path(tmp) / f"{target.replace(':', '_')}.co"
+                argv = ["hipcc", "--genco", f"--offload-arch={target}", str(source), "-o", str(out)]
+                return target, toolchain.run(argv, check=False).returncode == 0
+
+            with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+                known.update(pool.map(probe, missing))
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(cache_file, json.dumps(known, sort_keys=True))
+    return {t: known[t] for t in wanted}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# NVIDIA
+
+
+def cuda_toolchain() -> Toolchain | None:
+    """nvcc, if installed."""
+    candidates = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
+    nvcc: str | None = None
+    for root in candidates:
+        if root and (Path(root) / "bin" / "nvcc").exists():
+            nvcc = str(Path(root) / "bin" / "nvcc")
+            break
+    nvcc = nvcc or shutil.which("nvcc")
+    if nvcc is None:
+        return None
+    result = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
+    version = next(
+        (line.split("release", 1)[1].strip() for line in result.stdout.splitlines() if "release" in line),
+        "?",
+    )
+    return Toolchain("cuda", "nvcc", f"CUDA {version}", Path(nvcc).parent)
+
+
+def _nvcc_buildable(toolchain: Toolchain, targets: Iterable[str]) -> dict[str, bool]:
+    nvcc = str(toolchain.bindir / "nvcc")
+    codes = set()
+    for flag in ("--list-gpu-code", "--list-gpu-arch"):
+        result = subprocess.run([nvcc, flag], capture_output=True, text=True)
+        codes.update(result.stdout.split())
+    return {t: t in codes for t in sorted(set(targets))}

@@ -1,0 +1,78 @@
+"""kernelpack's sessions: `nox -l` lists them; `nox -s wheels` is the main job.
+
+Dependencies come from pyproject.toml's dependency groups, never repeated here. Arguments after
+`--` pass through to the command each session runs (`nox -s build -- --targets gfx942`).
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["lint", "tests"]
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+
+
+def _install_groups(session: nox.Session, *groups: str) -> None:
+    requirements = [r for g in groups for r in nox.project.dependency_groups(PYPROJECT, g)]
+    session.install(*requirements)
+
+
+@nox.session
+def matrix(session: nox.Session) -> None:
+    """Print arch_matrix.toml as a CI strategy matrix (JSON)."""
+    _install_groups(session, "build")
+    session.run("python", "-m", "buildsys", "matrix", "--json", *session.posargs)
+
+
+@nox.session
+def toolchain(session: nox.Session) -> None:
+    """Find or provision the compilers and show which matrix targets each can build."""
+    _install_groups(session, "build")
+    session.run("python", "-m", "buildsys", "toolchain", "--provision", *session.posargs)
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build device code and the embedded index for the matrix (`-- --targets X` for one shard)."""
+    _install_groups(session, "build")
+    session.run("python", "-m", "buildsys", "build", *session.posargs)
+
+
+@nox.session
+def wheels(session: nox.Session) -> None:
+    """Build the fat wheel and the split host + device wheels into dist/ (the main job)."""
+    _install_groups(session, "build")
+    session.install("build>=1.2")
+    session.run("python", "-m", "buildsys", "wheels", *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the tests; compiler tests provision the toolchain, GPU tests skip without a GPU."""
+    _install_groups(session, "test")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy over buildsys and kernelpack."""
+    _install_groups(session, "lint")
+    session.run("ruff", "check", "buildsys", "wheels", "tests", "bench", "noxfile.py")
+    session.run("ruff", "format", "--check", "buildsys", "wheels", "tests", "bench", "noxfile.py")
+    session.run("mypy", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """CPU-side benchmarks (build speed, bundle sizes) writing their tables into docs/."""
+    _install_groups(session, "test")
+    session.run("python", "bench/bench_build.py", *session.posargs)
+
+
+@nox.session(python=False)
+def gpu(session: nox.Session) -> None:
+    """Everything GPU-side in one call (on the GPU machine): NVIDIA build, GPU tests, GPU benchmarks."""
+    session.run("bash", "bench/gpu_all.sh", *session.posargs)

@@ -1,0 +1,78 @@
+"""The provisioned AMD toolchain builds every default target; nvcc is found; errors are clear."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from buildsys import REPO_ROOT
+from buildsys.errors import ToolchainError
+from buildsys.matrix import load_matrix
+from buildsys.toolchain import Toolchain, amd_toolchain, cuda_toolchain
+
+
+@pytest.mark.toolchain
+def test_provisioned_toolchain_builds_every_default_amd_target(amd_toolchain: Toolchain) -> None:
+    targets = [t.target for t in load_matrix().amd]
+    buildable = amd_toolchain.buildable([*targets, "gfx11-generic"])
+    assert buildable == dict.fromkeys(sorted([*targets, "gfx11-generic"]), True)
+    for tool in ("clang-offload-bundler", "llvm-readelf", "llvm-objdump", "hipify-perl"):
+        assert amd_toolchain.tool(tool)
+
+
+@pytest.mark.toolchain
+def test_probe_rejects_a_target_the_compiler_lacks(amd_toolchain: Toolchain) -> None:
+    assert amd_toolchain.buildable(["gfx9999"]) == {"gfx9999": False}
+
+
+@pytest.mark.toolchain
+def test_toolchain_json_lists_targets(amd_toolchain: Toolchain) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "buildsys", "toolchain", "--json"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    report = json.loads(result.stdout)
+    hip = next(t for t in report["toolchains"] if t["kind"] == "hip")
+    assert {t.target for t in load_matrix().amd} <= set(hip["buildable"])
+    assert hip["version"].startswith("HIP ")
+
+
+@pytest.mark.toolchain
+def test_compiled_code_object_is_amdgpu_elf(amd_toolchain: Toolchain, tmp_path: Path) -> None:
+    source = tmp_path / "k.hip"
+    source.write_text(
+        '#include <hip/hip_runtime.h>\nextern "C" __global__ void k(int* x) { x[0] = 1; }\n'
+    )
+    out = tmp_path / "k.co"
+    amd_toolchain.run(
+        ["hipcc", "--genco", "--offload-arch=gfx1100", "--no-offload-compress", str(source), "-o", str(out)],
+        cwd=tmp_path,
+    )
+    assert out.read_bytes().startswith(b"__CLANG_OFFLOAD_BUNDLE__")
+
+
+def test_missing_toolchain_says_how_to_provision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNELPACK_TOOLCHAIN_DIR", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
+    with pytest.raises(ToolchainError, match="--provision"):
+        amd_toolchain(provision=False)
+
+
+def test_nvcc_targets() -> None:
+    cuda = cuda_toolchain()
+    if cuda is None:
+        pytest.skip("nvcc is not installed here")
+    assert cuda.buildable(["sm_90", "compute_80", "sm_1"]) == {
+        "compute_80": True,
+        "sm_1": False,
+        "sm_90": True,
+    }

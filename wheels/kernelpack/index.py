@@ -1,0 +1,67 @@
+"""The embedded index: what device code a package carries, and where.
+
+The builder writes ``kernelpack/_index.py`` (and each device wheel an index fragment of the same
+schema) as one plain Python literal named ``INDEX``, so that reading it costs an import and nothing
+else. These types are the schema; the builder produces it, the loader and ``kernelpack info`` read it.
+
+Paths in an image's ``file`` are relative to the package folder that holds the index (``kernelpack/``
+for the fat wheel, ``kernelpack_device_<target>/`` for a device wheel). ``offset``/``size`` locate the
+image inside the *uncompressed* bundle when ``compression`` is not "none"; ``sha256`` is of the image
+bytes themselves (the code object, cubin or PTX text), checked before every first load.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+SCHEMA_VERSION = 1
+
+
+class KernelParam(TypedDict):
+    name: str
+    type: str  # the C type as written in the source, e.g. "const float *", "long long"
+
+
+class KernelResources(TypedDict):
+    """Per kernel, read off the compiled object (0 where a vendor has no such figure)."""
+
+    registers: int  # VGPRs on AMD, registers per thread on NVIDIA
+    sgpr: int
+    agpr: int
+    lds: int  # static shared memory (LDS) bytes
+    scratch: int  # private (AMD) / local (NVIDIA) bytes per thread
+    spills: int  # SGPR + VGPR spill count on AMD; spill stores on NVIDIA
+    wavefront: int  # 64 or 32 on AMD, 32 on NVIDIA
+    max_workgroup: int  # largest block size the object allows
+
+
+class Image(TypedDict):
+    vendor: Literal["amd", "nvidia"]
+    target: str  # "gfx90a:xnack-", "gfx11-generic", "sm_90", "compute_80"
+    kind: Literal["code_object", "cubin", "ptx"]
+    file: str
+    offset: int
+    size: int
+    sha256: str
+    compression: Literal["none", "zlib", "zstd"]
+    kernels: dict[str, KernelResources]
+
+
+class Module(TypedDict):
+    kernels: dict[str, list[KernelParam]]  # kernel name -> C parameter list
+    source: str  # self-contained CUDA source inside the package, for run-time compilation
+    source_sha256: str
+    images: list[Image]
+
+
+class BuildFacts(TypedDict):
+    toolchains: dict[str, str]  # "hip" / "cuda" -> compiler name and version
+    flags: dict[str, list[str]]
+    sources: dict[str, str]  # module -> sha256 of its sources (hipified and CUDA)
+
+
+class Index(TypedDict):
+    schema: int
+    version: str
+    build: BuildFacts
+    modules: dict[str, Module]
