@@ -85,6 +85,9 @@ class Toolchain:
         real_bindir = self.rootfs / self.bindir.relative_to("/") if self.rootfs else self.bindir
         candidates = [real_bindir / name]
         if name in LLVM_TOOLS:
+            # Debian's own LLVM folder first: clang-offload-bundler run through the suffixed
+            # /usr/bin symlink looks for llvm-objcopy beside that path and does not find it.
+            candidates += sorted(real_bindir.parent.glob(f"lib/llvm-[0-9]*/bin/{name}"), reverse=True)
             candidates += sorted(real_bindir.glob(f"{name}-[0-9]*"), reverse=True)
             candidates.append(real_bindir.parent / "llvm" / "bin" / name)
         for candidate in candidates:

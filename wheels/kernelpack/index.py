@@ -60,7 +60,13 @@ class BuildFacts(TypedDict):
     sources: dict[str, str]  # module -> sha256 of its sources (hipified and CUDA)
 
 
-class Index(TypedDict):
+class _IndexOptional(TypedDict, total=False):
+    # target -> the extra of the device wheel that carries it ("gfx1100" -> "gfx110x"), in the
+    # host wheel of a split build, so that a missing image can name the pip command that fixes it.
+    device_wheels: dict[str, str]
+
+
+class Index(_IndexOptional):
     schema: int
     version: str
     build: BuildFacts

@@ -1,0 +1,186 @@
+"""The little of ELF64 that GPU code objects need: header, sections, symbols, notes.
+
+Both AMDGPU code objects and NVIDIA cubins are little-endian ELF64 files. This reader checks every
+offset and size against the file before it reads, so a truncated or hostile file ends in one
+FormatError that names the byte offset of the field at fault.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .errors import FormatError
+
+MAGIC = b"\x7fELF"
+ELFCLASS64 = 2
+ELFDATA2LSB = 1
+SHT_SYMTAB = 2
+SHT_NOTE = 7
+SHT_NOBITS = 8
+SHT_DYNSYM = 11
+STT_FUNC = 2
+STB_GLOBAL = 1
+
+_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
+_SECTION = struct.Struct("<IIQQQQIIQQ")
+_SYMBOL = struct.Struct("<IBBHQQ")
+_NOTE = struct.Struct("<III")
+
+
+@dataclass(frozen=True)
+class Section:
+    index: int
+    name: str
+    type: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+    info: int
+    header_offset: int  # where this section's header sits in the file, for error messages
+
+
+@dataclass(frozen=True)
+class Symbol:
+    index: int
+    name: str
+    value: int
+    size: int
+    type: int
+    bind: int
+    other: int
+    section: int
+
+
+@dataclass(frozen=True)
+class Note:
+    name: bytes
+    type: int
+    desc: bytes
+    desc_offset: int  # file offset of the descriptor
+
+
+class Elf:
+    """A parsed ELF64 little-endian file: header fields and section table."""
+
+    def __init__(self, data: bytes, path: str, *, machine: int, what: str) -> None:
+        self.data = data
+        self.path = path
+        if len(data) < _HEADER.size:
+            raise FormatError(path, len(data), f"a {_HEADER.size}-byte ELF header ({what})")
+        (ident, _type, e_machine, _version, _entry, _phoff, shoff, flags, _ehsize, _phentsize,
+         _phnum, shentsize, shnum, shstrndx) = _HEADER.unpack_from(data, 0)  # fmt: skip
+        if ident[:4] != MAGIC:
+            raise FormatError(path, 0, f"the ELF magic ({what})")
+        if ident[4] != ELFCLASS64 or ident[5] != ELFDATA2LSB:
+            raise FormatError(path, 4, f"a 64-bit little-endian ELF file ({what})")
+        if e_machine != machine:
+            raise FormatError(path, 18, f"ELF machine {machine} ({what}), not {e_machine}")
+        self.osabi: int = ident[7]
+        self.abi_version: int = ident[8]
+        self.flags: int = flags
+        self.sections = self._sections(shoff, shentsize, shnum, shstrndx)
+
+    def fail(self, offset: int, expected: str) -> FormatError:
+        return FormatError(self.path, offset, expected)
+
+    def _sections(self, shoff: int, shentsize: int, shnum: int, shstrndx: int) -> list[Section]:
+        if shnum == 0:
+            return []
+        if shentsize != _SECTION.size:
+            raise self.fail(58, f"section headers of {_SECTION.size} bytes, not {shentsize}")
+        if shoff > len(self.data) or shnum * _SECTION.size > len(self.data) - shoff:
+            raise self.fail(40, f"{shnum} section headers at offset {shoff} inside the file")
+        if shstrndx >= shnum:
+            raise self.fail(62, f"a section name table index below {shnum}, not {shstrndx}")
+        raw = [_SECTION.unpack_from(self.data, shoff + i * _SECTION.size) for i in range(shnum)]
+        for i, (_n, sh_type, _f, _a, offset, size, *_rest) in enumerate(raw):
+            if sh_type != SHT_NOBITS and (
+                offset > len(self.data) or size > len(self.data) - offset
+            ):
+                raise self.fail(
+                    shoff + i * _SECTION.size, f"section {i} ({size} bytes at {offset}) in the file"
+                )
+        names = raw[shstrndx]
+        names_offset, names_size = names[4], names[5]
+        sections = []
+        for i, (name, sh_type, _flags, addr, offset, size, link, info, _al, _es) in enumerate(raw):
+            header_offset = shoff + i * _SECTION.size
+            text = self._string(names_offset, names_size, name, header_offset)
+            sections.append(
+                Section(i, text, sh_type, addr, offset, size, link, info, header_offset)
+            )
+        return sections
+
+    def _string(self, table_offset: int, table_size: int, at: int, where: int) -> str:
+        if at >= table_size:
+            raise self.fail(where, f"a string table index below {table_size}, not {at}")
+        start = table_offset + at
+        end = self.data.find(b"\0", start, table_offset + table_size)
+        if end < 0:
+            raise self.fail(start, "a NUL-terminated string inside its string table")
+        try:
+            return self.data[start:end].decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.fail(start, "a UTF-8 name") from None
+
+    def contents(self, section: Section) -> bytes:
+        if section.type == SHT_NOBITS:
+            return b""
+        return self.data[section.offset : section.offset + section.size]
+
+    def section(self, name: str) -> Section | None:
+        return next((s for s in self.sections if s.name == name), None)
+
+    def symbols(self, table: Section) -> list[Symbol]:
+        """The symbols of a SHT_SYMTAB or SHT_DYNSYM section."""
+        if table.link >= len(self.sections):
+            raise self.fail(table.header_offset, f"symbol table {table.index} linked to a section")
+        strings = self.sections[table.link]
+        if strings.type == SHT_NOBITS:
+            raise self.fail(table.header_offset, "a symbol string table with contents")
+        symbols = []
+        for i in range(table.size // _SYMBOL.size):
+            at = table.offset + i * _SYMBOL.size
+            name, info, other, shndx, value, size = _SYMBOL.unpack_from(self.data, at)
+            text = self._string(strings.offset, strings.size, name, at) if name else ""
+            symbols.append(Symbol(i, text, value, size, info & 0xF, info >> 4, other, shndx))
+        return symbols
+
+    def notes(self) -> Iterator[Note]:
+        """Every note record of every SHT_NOTE section (4-byte aligned, as both vendors write)."""
+        for section in self.sections:
+            if section.type != SHT_NOTE:
+                continue
+            at, end = section.offset, section.offset + section.size
+            while at < end:
+                if end - at < _NOTE.size:
+                    raise self.fail(at, "a 12-byte note header")
+                name_size, desc_size, note_type = _NOTE.unpack_from(self.data, at)
+                name_at = at + _NOTE.size
+                desc_at = name_at + _align4(name_size)
+                next_at = desc_at + _align4(desc_size)
+                if next_at > end:
+                    raise self.fail(at, f"a note of {next_at - at} bytes inside its section")
+                name = self.data[name_at : name_at + name_size].rstrip(b"\0")
+                yield Note(name, note_type, self.data[desc_at : desc_at + desc_size], desc_at)
+                at = next_at
+
+    def symbol_bytes(self, symbol: Symbol, size: int) -> tuple[bytes, int]:
+        """``size`` bytes at a symbol's address in its section, and their file offset."""
+        if not 0 < symbol.section < len(self.sections):
+            raise self.fail(0, f"symbol {symbol.name} in a section of the file")
+        section = self.sections[symbol.section]
+        start = symbol.value - section.addr
+        if section.type == SHT_NOBITS or not 0 <= start <= section.size - size:
+            raise self.fail(
+                section.header_offset, f"{size} bytes of {symbol.name} inside {section.name}"
+            )
+        at = section.offset + start
+        return self.data[at : at + size], at
+
+
+def _align4(value: int) -> int:
+    return (value + 3) & ~3

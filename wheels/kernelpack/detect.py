@@ -1,0 +1,589 @@
+"""Which GPUs this machine has and the target each runs, without loading any AMD runtime.
+
+The list and its numbering are the ones the vendors' runtimes will use, so that ``Gpu.index`` is the
+device a kernel launches on and ``Gpu.target`` the code it can run. Resolved here, in this order:
+
+1. AMD GPUs from the KFD topology (``/sys/class/kfd/kfd/topology/nodes/<N>/properties``), read as
+   libhsakmt reads it: nodes numbered in sysfs order, skipping (on the live system) GPU nodes whose
+   render device is absent, as in a container given some of the GPUs; CPU nodes (``simd_count`` or
+   ``gfx_target_version`` 0) keep their number but are not GPUs.
+2. ``HSA_OVERRIDE_GFX_VERSION_<node>`` (that node number), else ``HSA_OVERRIDE_GFX_VERSION``,
+   replaces a GPU's version (libhsakmt); the hardware's own target stays in ``Gpu.hardware``.
+3. Features, as ROCR sets them where the processor has them: sramecc from the node's capability bit
+   HSA_CAP_SRAM_EDCSUPPORTED, xnack on with ``HSA_XNACK=1`` and off otherwise.
+4. ``ROCR_VISIBLE_DEVICES`` selects and orders GPUs by their position among the GPU nodes or by
+   UUID (ROCR); then ``HIP_VISIBLE_DEVICES``, or ``CUDA_VISIBLE_DEVICES`` when that is empty, selects
+   among what ROCR left, numbered again (HIP). An entry that names no GPU ends either list, as in
+   the runtimes.
+5. NVIDIA GPUs from NVML or the CUDA driver, in CUDA's numbering, with ``CUDA_VISIBLE_DEVICES``.
+6. ``KERNELPACK_TARGET`` replaces the target of every GPU of its vendor (``Gpu.override`` says so);
+   where no GPU of that vendor was found it stands for one, device 0.
+
+Everything that touches sysfs, the environment or a vendor library is one small function below; the
+rest is pure and tested against recorded topologies (tests/fixtures/sysfs).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from .errors import RuntimeLibraryError, UsageError
+from .targets import (
+    AMD_BY_NAME,
+    GpuTarget,
+    NvidiaTarget,
+    TargetId,
+    agent_target,
+    processor_name,
+    split_gfx_target_version,
+)
+
+# kfd_topology.h / hsakmttypes.h: the node can correct SRAM errors, which ROCR reports as sramecc+.
+# (0x00080000, the bit's first home, is reserved and always 0.)
+HSA_CAP_SRAM_EDCSUPPORTED = 0x04000000
+
+Vendor = Literal["amd", "nvidia"]
+KFD_NODES = Path("class/kfd/kfd/topology/nodes")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as the runtime will number it.
+
+    ``index``: the device ordinal of its vendor's runtime (HIP or CUDA), after the visible-devices
+    variables. ``target``: what code it runs (AMD: a TargetId with sramecc/xnack resolved; NVIDIA:
+    ``sm_XY``). ``hardware``: the target the hardware reports, before any override. ``source``: how
+    it was found ("kfd", "nvml", "cuda", or "KERNELPACK_TARGET" for a GPU the variable stands for).
+    ``override``: the variable and value that changed the target, "" when none did.
+    """
+
+    index: int
+    vendor: Vendor
+    target: GpuTarget
+    name: str
+    location: str  # PCI domain:bus:device.function, "" when unknown
+    uuid: str  # as the runtime spells it (ROCR: GPU-<16 hex>, CUDA: GPU-<8-4-4-4-12>), "" if none
+    node: int | None  # KFD topology node (AMD)
+    source: str
+    hardware: str
+    override: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "index": self.index,
+            "vendor": self.vendor,
+            "target": str(self.target),
+            "name": self.name,
+            "location": self.location,
+            "uuid": self.uuid,
+            "node": self.node,
+            "source": self.source,
+            "hardware": self.hardware,
+            "override": self.override,
+        }
+
+
+@dataclass(frozen=True)
+class KfdNode:
+    """One KFD topology node: its number as libhsakmt gives it, and its properties."""
+
+    node: int
+    path: str  # the properties file, for messages
+    properties: Mapping[str, int]
+    product_name: str  # from the DRM device, "" when the driver does not say
+
+
+@dataclass(frozen=True)
+class NvidiaDevice:
+    """One NVIDIA GPU as a probe lists it, before kernelpack numbers it."""
+
+    name: str
+    major: int
+    minor: int
+    location: str
+    uuid: str
+    source: str  # "nvml" or "cuda"
+
+
+NvidiaProbe = Callable[[Mapping[str, str]], list[NvidiaDevice]]
+
+
+def detect_gpus(
+    *,
+    sysfs_root: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    nvidia_probe: NvidiaProbe | None = None,
+) -> list[Gpu]:
+    """The machine's GPUs, AMD first, each with its own target (see the module docstring).
+
+    ``sysfs_root`` reads a recorded topology (DIR/class/kfd/kfd/topology/...) in place of /sys; it
+    then describes that machine only, so NVIDIA GPUs, which come from this machine's driver, are
+    not probed unless ``nvidia_probe`` is given. ``environ`` replaces os.environ for every variable
+    read here (the CUDA driver, when asked, still reads the process's own CUDA_VISIBLE_DEVICES).
+    ``nvidia_probe`` replaces the live NVML/CUDA probe (:func:`probe_nvidia`); tests pass a fake.
+    """
+    env = os.environ if environ is None else environ
+    live = sysfs_root is None
+    root = Path("/sys") if sysfs_root is None else Path(sysfs_root)
+    gpus = amd_gpus(read_kfd_nodes(root, live=live), env)
+    probe = nvidia_probe if nvidia_probe is not None else (probe_nvidia if live else None)
+    if probe is not None:
+        gpus += nvidia_gpus(probe(env))
+    forced = env.get("KERNELPACK_TARGET", "").strip()
+    if forced:
+        gpus = force_target(gpus, forced)
+    return gpus
+
+
+# --- AMD: the KFD topology -------------------------------------------------------------------------
+
+
+def amd_gpus(nodes: Sequence[KfdNode], environ: Mapping[str, str]) -> list[Gpu]:
+    """The AMD GPUs among ``nodes``, with overrides, features and visible-devices lists applied."""
+    xnack = _xnack_mode(environ)
+    gpus = [_amd_gpu(node, environ, xnack) for node in nodes if _is_gpu(node)]
+    if "ROCR_VISIBLE_DEVICES" in environ:
+        chosen = rocr_selection([gpu.uuid for gpu in gpus], environ["ROCR_VISIBLE_DEVICES"])
+        gpus = [gpus[i] for i in chosen]
+    hip_list = environ.get("HIP_VISIBLE_DEVICES", "") or environ.get("CUDA_VISIBLE_DEVICES", "")
+    if hip_list:
+        gpus = [gpus[i] for i in hip_selection([gpu.uuid for gpu in gpus], hip_list)]
+    return [replace(gpu, index=i) for i, gpu in enumerate(gpus)]
+
+
+def _is_gpu(node: KfdNode) -> bool:
+    return (
+        node.properties.get("simd_count", 0) > 0
+        and node.properties.get("gfx_target_version", 0) > 0
+    )
+
+
+def _amd_gpu(node: KfdNode, environ: Mapping[str, str], xnack: bool) -> Gpu:
+    props = node.properties
+    version = props["gfx_target_version"]
+    try:
+        hardware = processor_name(*split_gfx_target_version(version))
+    except ValueError:
+        raise UsageError(
+            f"{node.path}: gfx_target_version {version} is not MMmmss with minor and stepping "
+            "below 16"
+        ) from None
+    processor, override = hardware, ""
+    for variable in (f"HSA_OVERRIDE_GFX_VERSION_{node.node}", "HSA_OVERRIDE_GFX_VERSION"):
+        if variable in environ:
+            processor = _override_processor(variable, environ[variable])
+            override = f"{variable}={environ[variable]}"
+            break
+    sramecc = bool(props.get("capability", 0) & HSA_CAP_SRAM_EDCSUPPORTED)
+    target = agent_target(processor, sramecc=sramecc, xnack=xnack)
+    unique_id = props.get("unique_id", 0)
+    location = props.get("location_id", 0)
+    known = AMD_BY_NAME.get(hardware)
+    return Gpu(
+        index=-1,
+        vendor="amd",
+        target=target,
+        name=node.product_name or (known.description if known is not None else ""),
+        location=_pci_address(props.get("domain", 0), location >> 8, location & 0xFF),
+        uuid=f"GPU-{unique_id:016x}" if unique_id else "",
+        node=node.node,
+        source="kfd",
+        hardware=hardware,
+        override=override,
+    )
+
+
+def _pci_address(domain: int, bus: int, devfn: int) -> str:
+    return f"{domain:04x}:{bus:02x}:{devfn >> 3:02x}.{devfn & 7}"
+
+
+_OVERRIDE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def _override_processor(variable: str, value: str) -> str:
+    """The processor HSA_OVERRIDE_GFX_VERSION names; libhsakmt refuses the same values."""
+    match = _OVERRIDE.fullmatch(value)
+    if match is not None:
+        major, minor, step = (int(group) for group in match.groups())
+        if major <= 63:
+            try:
+                return processor_name(major, minor, step)
+            except ValueError:
+                pass
+    raise UsageError(
+        f"{variable}={value!r}: expected major.minor.stepping in decimal, e.g. 10.3.0 for gfx1030"
+    )
+
+
+def _xnack_mode(environ: Mapping[str, str]) -> bool:
+    value = environ.get("HSA_XNACK", "")
+    if value not in ("", "0", "1"):
+        raise UsageError(
+            f"HSA_XNACK={value!r}: ROCm reads 1 (xnack on) or 0 (off); unset it or use one"
+        )
+    return value == "1"
+
+
+def rocr_selection(uuids: Sequence[str], value: str) -> list[int]:
+    """Positions among the GPU nodes that ROCR_VISIBLE_DEVICES makes visible, in its order.
+
+    ROCR's RvdFilter: entries split at commas, trimmed and upper-cased; one starting with G is a
+    UUID, matched as a prefix (5 to 20 characters) of exactly one GPU's GPU-<16 hex digits>; any
+    other is an integer as C's strtol reads it (0x.. hex, 0.. octal). At most as many entries as
+    GPUs are read; the first that names no GPU, or one already chosen, ends the list. Set but empty
+    selects none. ``uuids`` are the GPUs' UUIDs, "" for a GPU without one.
+    """
+    keys = [uuid.upper() if uuid else "INVALID-UUID" for uuid in uuids]
+    chosen: list[int] = []
+    for entry in value.split(",")[: len(uuids)]:
+        token = entry.strip().upper()
+        index: int | None
+        if token.startswith("G"):
+            hits = [i for i, key in enumerate(keys) if key.startswith(token)]
+            index = hits[0] if 5 <= len(token) <= 20 and len(hits) == 1 else None
+        else:
+            index = _strtol(token)
+        if index is None or not 0 <= index < len(uuids) or index in chosen:
+            break
+        chosen.append(index)
+    return chosen
+
+
+_C_INTEGER = re.compile(r"([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+
+
+def _strtol(token: str) -> int | None:
+    """C ``strtol(token, &end, 0)`` when it reads the whole token, else None."""
+    match = _C_INTEGER.fullmatch(token)
+    if match is None:
+        return None
+    digits = match[2]
+    base = 16 if digits[:2].lower() == "0x" else 8 if digits.startswith("0") else 10
+    number = int(digits, base)
+    return -number if match[1] == "-" else number
+
+
+def hip_selection(uuids: Sequence[str], value: str) -> list[int]:
+    """Positions among ROCR's GPUs that HIP_VISIBLE_DEVICES makes visible, in its order.
+
+    HIP's reading (clr rocdevice.cpp): entries split at commas; one containing "GPU-" stands for the
+    first GPU whose UUID contains it; every entry must then be a plain decimal index (no sign,
+    space or leading zero) below the number of GPUs, and the first that is not ends the list; an
+    index already chosen is skipped. HIP spells a GPU without UUID "GPU-XX".
+    """
+    chosen: list[int] = []
+    for entry in value.split(","):
+        token = entry
+        if "GPU-" in token:
+            token = next(
+                (str(i) for i, uuid in enumerate(uuids) if token in (uuid or "GPU-XX")), token
+            )
+        if re.fullmatch(r"0|[1-9][0-9]*", token) is None or int(token) >= len(uuids):
+            break
+        if int(token) not in chosen:
+            chosen.append(int(token))
+    return chosen
+
+
+def _node_numbers(nodes_dir: Path) -> list[int]:
+    numbers = []
+    for entry in nodes_dir.iterdir():
+        if not entry.name.isdigit():
+            raise UsageError(f"{entry}: a KFD topology node folder is a number; this one is not")
+        numbers.append(int(entry.name))
+    return sorted(numbers)
+
+
+def read_kfd_nodes(sysfs_root: Path, *, live: bool) -> list[KfdNode]:
+    """The KFD topology nodes under ``sysfs_root``, numbered as libhsakmt numbers them.
+
+    On the live system a GPU node whose /dev/dri/renderD<minor> is absent is left out and later
+    nodes move up, as libhsakmt does (HSA_OVERRIDE_GFX_VERSION_<node> uses that number). A missing
+    topology is no AMD GPU on the live system, and a mistake in a recorded one.
+    """
+    nodes_dir = sysfs_root / KFD_NODES
+    if not nodes_dir.is_dir():
+        if live:
+            return []
+        raise UsageError(f"{nodes_dir}: no KFD topology here; give a folder laid out like /sys")
+    nodes: list[KfdNode] = []
+    for number in _node_numbers(nodes_dir):
+        path = nodes_dir / str(number) / "properties"
+        text = _read_text(path)
+        if text is None:
+            raise UsageError(f"{path}: missing or unreadable KFD node properties")
+        properties = parse_properties(text, str(path))
+        minor = properties.get("drm_render_minor", 0)
+        product = ""
+        if properties.get("simd_count", 0) > 0:
+            if live and not Path(f"/dev/dri/renderD{minor}").exists():
+                continue
+            drm = sysfs_root / f"class/drm/renderD{minor}/device/product_name"
+            product = (_read_text(drm) or "").strip()
+        nodes.append(KfdNode(len(nodes), str(path), properties, product))
+    return nodes
+
+
+def parse_properties(text: str, path: str) -> dict[str, int]:
+    """A KFD properties file: one ``name value`` line each, values unsigned decimal integers."""
+    properties: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 2 or not fields[1].isascii() or not fields[1].isdigit():
+            raise UsageError(f"{path}: line {number}: expected 'name value', got {line!r}")
+        properties[fields[0]] = int(fields[1])
+    return properties
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read: {error.strerror}") from None
+
+
+# --- NVIDIA ---------------------------------------------------------------------------------------
+
+
+def nvidia_gpus(devices: Sequence[NvidiaDevice]) -> list[Gpu]:
+    """Number the probe's devices (already in CUDA's order, visible ones only)."""
+    gpus = []
+    for index, device in enumerate(devices):
+        target = NvidiaTarget(device.major, device.minor)
+        gpus.append(
+            Gpu(
+                index=index,
+                vendor="nvidia",
+                target=target,
+                name=device.name,
+                location=device.location,
+                uuid=device.uuid,
+                node=None,
+                source=device.source,
+                hardware=str(target),
+            )
+        )
+    return gpus
+
+
+def cuda_selection(uuids: Sequence[str], value: str) -> list[int]:
+    """Positions among the GPUs (in CUDA's order) that CUDA_VISIBLE_DEVICES makes visible.
+
+    As the CUDA driver reads it: entries split at commas, each a decimal index or a GPU UUID
+    (GPU-..., a unique prefix suffices); the first entry that names no GPU, repeats one, or names a
+    MIG instance (which the GPU list here does not show) ends the list. Empty selects none.
+    """
+    chosen: list[int] = []
+    for entry in value.split(","):
+        token = entry.strip()
+        index: int | None = None
+        if re.fullmatch(r"[+-]?[0-9]+", token):
+            index = int(token)
+        elif token.upper().startswith("GPU-"):
+            hits = [i for i, uuid in enumerate(uuids) if uuid.lower().startswith(token.lower())]
+            index = hits[0] if len(hits) == 1 else None
+        if index is None or not 0 <= index < len(uuids) or index in chosen:
+            break
+        chosen.append(index)
+    return chosen
+
+
+def probe_nvidia(environ: Mapping[str, str]) -> list[NvidiaDevice]:
+    """NVIDIA GPUs in CUDA's numbering with CUDA_VISIBLE_DEVICES applied; [] without a driver.
+
+    NVML first: it answers without initialising CUDA (so a process that forks later can still use
+    CUDA in its children) and lists GPUs in PCI order, to which CUDA_VISIBLE_DEVICES is applied as
+    the driver applies it. CUDA numbers the fastest GPU first unless CUDA_DEVICE_ORDER=PCI_BUS_ID;
+    when the GPUs differ in compute capability and that order is not set, the two numberings can
+    differ, so the CUDA driver itself is asked (it reads this process's CUDA_VISIBLE_DEVICES). The
+    CUDA driver also stands in where NVML is missing or fails.
+    """
+    listed = _nvml_devices()
+    if listed is not None:
+        mixed = len({(device.major, device.minor) for device in listed}) > 1
+        if not mixed or environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
+            value = environ.get("CUDA_VISIBLE_DEVICES")
+            if value is None:
+                return listed
+            return [listed[i] for i in cuda_selection([d.uuid for d in listed], value)]
+    from_driver = _cuda_devices()
+    return from_driver if from_driver is not None else []
+
+
+def _load_library(name: str) -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None
+
+
+class _NvmlPciInfo(ctypes.Structure):
+    # nvml.h nvmlPciInfo_t (the layout nvmlDeviceGetPciInfo_v3 fills)
+    _fields_ = (
+        ("busIdLegacy", ctypes.c_char * 16),
+        ("domain", ctypes.c_uint),
+        ("bus", ctypes.c_uint),
+        ("device", ctypes.c_uint),
+        ("pciDeviceId", ctypes.c_uint),
+        ("pciSubSystemId", ctypes.c_uint),
+        ("busId", ctypes.c_char * 32),
+    )
+
+
+def _normalise_bus_id(bus_id: str) -> str:
+    """0000:19:00.0 from NVML's 00000000:19:00.0 or CUDA's 0000:19:00.0."""
+    text = bus_id.strip().lower()
+    domain, _, rest = text.partition(":")
+    try:
+        return f"{int(domain, 16):04x}:{rest}" if rest else text
+    except ValueError:
+        return text
+
+
+def _nvml_devices() -> list[NvidiaDevice] | None:
+    """Every NVIDIA GPU NVML sees, in its (PCI) order; None when NVML is absent or fails."""
+    nvml = _load_library("libnvidia-ml.so.1")
+    if nvml is None or nvml.nvmlInit_v2() != 0:
+        return None
+    try:
+        count = ctypes.c_uint(0)
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            return None
+        devices = []
+        for i in range(count.value):
+            handle = ctypes.c_void_p()
+            major, minor = ctypes.c_int(0), ctypes.c_int(0)
+            name = ctypes.create_string_buffer(96)
+            uuid = ctypes.create_string_buffer(96)
+            pci = _NvmlPciInfo()
+            statuses = (
+                nvml.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(handle)),
+                nvml.nvmlDeviceGetCudaComputeCapability(
+                    handle, ctypes.byref(major), ctypes.byref(minor)
+                ),
+                nvml.nvmlDeviceGetName(handle, name, ctypes.c_uint(len(name))),
+                nvml.nvmlDeviceGetUUID(handle, uuid, ctypes.c_uint(len(uuid))),
+                nvml.nvmlDeviceGetPciInfo_v3(handle, ctypes.byref(pci)),
+            )
+            if any(statuses):
+                return None
+            devices.append(
+                NvidiaDevice(
+                    name=name.value.decode(errors="replace"),
+                    major=major.value,
+                    minor=minor.value,
+                    location=_normalise_bus_id(pci.busId.decode(errors="replace")),
+                    uuid=uuid.value.decode(errors="replace"),
+                    source="nvml",
+                )
+            )
+        return devices
+    finally:
+        nvml.nvmlShutdown()
+
+
+_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+
+
+def _cuda_devices() -> list[NvidiaDevice] | None:
+    """The GPUs the CUDA driver numbers for this process; None without libcuda, [] when cuInit
+    fails (no device, no kernel driver, a stub library): the driver then runs nothing here."""
+    cuda = _load_library("libcuda.so.1")
+    if cuda is None:
+        return None
+    if cuda.cuInit(0) != 0:
+        return []
+
+    def check(status: int, call: str) -> None:
+        if status != 0:
+            text = ctypes.c_char_p()
+            cuda.cuGetErrorName(status, ctypes.byref(text))
+            name = text.value.decode() if text.value else f"error {status}"
+            raise RuntimeLibraryError(f"libcuda.so.1: {call} failed: {name}")
+
+    count = ctypes.c_int(0)
+    check(cuda.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
+    get_uuid = getattr(cuda, "cuDeviceGetUuid_v2", None) or cuda.cuDeviceGetUuid
+    devices = []
+    for i in range(count.value):
+        device = ctypes.c_int(0)
+        check(cuda.cuDeviceGet(ctypes.byref(device), i), "cuDeviceGet")
+        major, minor = ctypes.c_int(0), ctypes.c_int(0)
+        check(
+            cuda.cuDeviceGetAttribute(
+                ctypes.byref(major), _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device
+            ),
+            "cuDeviceGetAttribute",
+        )
+        check(
+            cuda.cuDeviceGetAttribute(
+                ctypes.byref(minor), _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device
+            ),
+            "cuDeviceGetAttribute",
+        )
+        name = ctypes.create_string_buffer(256)
+        check(cuda.cuDeviceGetName(name, len(name), device), "cuDeviceGetName")
+        bus_id = ctypes.create_string_buffer(64)
+        check(cuda.cuDeviceGetPCIBusId(bus_id, len(bus_id), device), "cuDeviceGetPCIBusId")
+        raw = (ctypes.c_ubyte * 16)()
+        check(get_uuid(raw, device), "cuDeviceGetUuid")
+        hex_uuid = bytes(raw).hex()
+        uuid = "GPU-" + "-".join(
+            hex_uuid[a:b] for a, b in ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32))
+        )
+        devices.append(
+            NvidiaDevice(
+                name=name.value.decode(errors="replace"),
+                major=major.value,
+                minor=minor.value,
+                location=_normalise_bus_id(bus_id.value.decode(errors="replace")),
+                uuid=uuid,
+                source="cuda",
+            )
+        )
+    return devices
+
+
+# --- KERNELPACK_TARGET ----------------------------------------------------------------------------
+
+
+def forced_target(value: str) -> GpuTarget:
+    """The target KERNELPACK_TARGET names: an AMD target id or an NVIDIA GPU ``sm_XY``."""
+    text = value.strip()
+    try:
+        if not text.startswith(("sm", "compute")):
+            return TargetId.parse(text)
+        target = NvidiaTarget.parse(text)
+    except UsageError as error:
+        raise UsageError(f"KERNELPACK_TARGET={value!r}: {error}") from None
+    if target.ptx or target.arch_specific:
+        raise UsageError(
+            f"KERNELPACK_TARGET={value!r}: name the GPU, sm_{target.major}{target.minor}; "
+            f"{target} is a code target"
+        )
+    return target
+
+
+def force_target(gpus: Sequence[Gpu], value: str) -> list[Gpu]:
+    """Every GPU of the forced target's vendor runs it; with none found, one stands for device 0."""
+    target = forced_target(value)
+    vendor: Vendor = "amd" if isinstance(target, TargetId) else "nvidia"
+    override = f"KERNELPACK_TARGET={value}"
+    if not any(gpu.vendor == vendor for gpu in gpus):
+        stand_in = Gpu(0, vendor, target, "", "", "", None, "KERNELPACK_TARGET", "", override)
+        return [*gpus, stand_in]
+    return [
+        replace(gpu, target=target, override=override) if gpu.vendor == vendor else gpu
+        for gpu in gpus
+    ]
