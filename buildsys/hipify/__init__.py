@@ -1,0 +1,35 @@
+"""CUDA -> HIP translation that knows about wavefronts.
+
+The build pipeline calls :func:`hipify_source` (pure: text in, text, diagnostics and statistics
+out); ``python -m buildsys hipify`` is the file-level front (:func:`add_parser`,
+:func:`main_hipify`). Mapping tables are data in :mod:`.tables`; the wave-size checks are in
+:mod:`.hazards`.
+"""
+
+from __future__ import annotations
+
+from .cli import add_parser, main_hipify
+from .diagnostics import CODES, WAVE_SIZE_CODES, Diagnostic, Severity
+from .translate import (
+    Conversion,
+    HipifyOptions,
+    HipifyResult,
+    HipifyStats,
+    generated_header,
+    hipify_source,
+)
+
+__all__ = [
+    "CODES",
+    "WAVE_SIZE_CODES",
+    "Conversion",
+    "Diagnostic",
+    "HipifyOptions",
+    "HipifyResult",
+    "HipifyStats",
+    "Severity",
+    "add_parser",
+    "generated_header",
+    "hipify_source",
+    "main_hipify",
+]

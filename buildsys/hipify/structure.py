@@ -1,0 +1,232 @@
+"""The shape of a token stream that translation and the hazard checks both need.
+
+Not a C++ parser: brackets matched, call arguments split at top-level commas, preprocessor lines
+found, and the bodies of ``__global__``/``__device__`` functions located. That is enough to rewrite
+calls argument by argument and to ask "is this device code?" without guessing from text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from .lexer import Kind, Token, is_directive_start, tokenize
+
+_OPEN = {"(": ")", "[": "]", "{": "}"}
+DEVICE_QUALIFIERS = frozenset({"__global__", "__device__"})
+
+
+@dataclass(frozen=True)
+class Directive:
+    start: int  # token index of '#'
+    end: int  # token index one past the directive's last token (its newline excluded)
+    name: str  # include, define, if, ifdef, ... ('' for a null directive)
+
+
+class SourceView:
+    """Tokens of one source with bracket matches, directive ranges and device-code ranges."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens: list[Token] = tokenize(text)
+        self.sig: list[int] = [
+            i for i, t in enumerate(self.tokens) if t.kind not in (Kind.SPACE, Kind.COMMENT)
+        ]
+        self._sig_pos = {index: n for n, index in enumerate(self.sig)}
+        self.match: dict[int, int] = self._match_brackets()
+
+    def _match_brackets(self) -> dict[int, int]:
+        match: dict[int, int] = {}
+        stack: list[int] = []
+        for index in self.sig:
+            text = self.tokens[index].text
+            if text in _OPEN:
+                stack.append(index)
+            elif text in (")", "]", "}"):
+                # An unbalanced closer (inside #if branches, say) is skipped, not fatal.
+                for depth in range(len(stack) - 1, -1, -1):
+                    if _OPEN[self.tokens[stack[depth]].text] == text:
+                        opener = stack[depth]
+                        del stack[depth:]
+                        match[opener] = index
+                        match[index] = opener
+                        break
+        return match
+
+    def next_sig(self, index: int) -> int | None:
+        """The first significant token after ``index`` (which may itself be insignificant)."""
+        k = index + 1
+        while k < len(self.tokens):
+            if self.tokens[k].kind not in (Kind.SPACE, Kind.COMMENT):
+                return k
+            k += 1
+        return None
+
+    def prev_sig(self, index: int) -> int | None:
+        k = index - 1
+        while k >= 0:
+            if self.tokens[k].kind not in (Kind.SPACE, Kind.COMMENT):
+                return k
+            k -= 1
+        return None
+
+    def text_of(self, index: int | None) -> str:
+        return "" if index is None else self.tokens[index].text
+
+    def call_parens(self, index: int) -> tuple[int, int] | None:
+        """For an identifier followed by '(', the indexes of that '(' and its ')'."""
+        open_index = self.next_sig(index)
+        if open_index is None or self.tokens[open_index].text != "(":
+            return None
+        close_index = self.match.get(open_index)
+        return None if close_index is None else (open_index, close_index)
+
+    def arguments(self, open_index: int, close_index: int) -> list[tuple[int, int]]:
+        """Top-level arguments between a '(' and its ')', each as a token range [start, end).
+
+        Ranges include surrounding space; an empty call gives no arguments.
+        """
+        args: list[tuple[int, int]] = []
+        start = open_index + 1
+        k = start
+        while k < close_index:
+            text = self.tokens[k].text
+            if text in _OPEN and k in self.match:
+                k = self.match[k] + 1
+                continue
+            if text == "," and self.tokens[k].kind is Kind.PUNCT:
+                args.append((start, k))
+                start = k + 1
+            k += 1
+        if args or any(
+            self.tokens[j].kind not in (Kind.SPACE, Kind.COMMENT) for j in range(start, close_index)
+        ):
+            args.append((start, close_index))
+        return args
+
+    def sig_in(self, start: int, end: int) -> list[int]:
+        """Significant token indexes within [start, end)."""
+        return [
+            i for i in range(start, end) if self.tokens[i].kind not in (Kind.SPACE, Kind.COMMENT)
+        ]
+
+    def range_text(self, start: int, end: int) -> str:
+        """The significant tokens of [start, end) joined by single spaces (for comparisons)."""
+        return " ".join(self.tokens[i].text for i in self.sig_in(start, end))
+
+    @cached_property
+    def directives(self) -> list[Directive]:
+        found: list[Directive] = []
+        for index, token in enumerate(self.tokens):
+            if token.text != "#" or not is_directive_start(self.tokens, index):
+                continue
+            end = index + 1
+            while end < len(self.tokens):
+                piece = self.tokens[end]
+                if piece.kind is Kind.SPACE and "\n" in _without_continuations(piece.text):
+                    break
+                end += 1
+            name_index = self.next_sig(index)
+            name = ""
+            if (
+                name_index is not None
+                and name_index < end
+                and self.tokens[name_index].kind is Kind.IDENT
+            ):
+                name = self.tokens[name_index].text
+            found.append(Directive(index, end, name))
+        return found
+
+    @cached_property
+    def directive_at(self) -> dict[int, Directive]:
+        """Directive by the token index of each token it contains."""
+        at: dict[int, Directive] = {}
+        for directive in self.directives:
+            for k in range(directive.start, directive.end):
+                at[k] = directive
+        return at
+
+    @cached_property
+    def device_ranges(self) -> list[tuple[int, int]]:
+        """Token ranges [open brace, close brace] of __global__ and __device__ function bodies.
+
+        From each qualifier outside a device body, the body is the first '{' after the closing ')'
+        of the parameter list; a ';' first means a declaration or a __device__ variable.
+        """
+        ranges: list[tuple[int, int]] = []
+        inside_until = -1
+        for index in self.sig:
+            if index <= inside_until or self.tokens[index].text not in DEVICE_QUALIFIERS:
+                continue
+            if index in self.directive_at:
+                continue
+            k = self.next_sig(index)
+            seen_params = False
+            while k is not None:
+                text = self.tokens[k].text
+                if text == "(" and k in self.match:
+                    seen_params = True
+                    k = self.match[k]
+                elif text == ";" or (text == "{" and not seen_params):
+                    break
+                elif text == "{" and k in self.match:
+                    ranges.append((k, self.match[k]))
+                    inside_until = self.match[k]
+                    break
+                k = self.next_sig(k)
+        return ranges
+
+    def in_device_code(self, index: int) -> bool:
+        return any(start < index < end for start, end in self.device_ranges)
+
+    def statement_bounds(self, index: int) -> tuple[int, int]:
+        """The token range of the statement (or directive line) around ``index``.
+
+        Bounded by ';', '{' or '}' at the same bracket depth, so a for-header's clauses count as
+        one statement with the loop head.
+        """
+        directive = self.directive_at.get(index)
+        if directive is not None:
+            return directive.start, directive.end
+        pos = self._sig_pos[index]
+        start = pos
+        depth = 0
+        while start > 0:
+            text = self.tokens[self.sig[start - 1]].text
+            if text in (")", "]"):
+                depth += 1
+            elif text in ("(", "["):
+                if depth == 0:
+                    start -= 1
+                    continue
+                depth -= 1
+            elif depth == 0 and text in (";", "{", "}"):
+                break
+            start -= 1
+        end = pos
+        depth = 0
+        while end < len(self.sig) - 1:
+            text = self.tokens[self.sig[end + 1]].text
+            if text in ("(", "["):
+                depth += 1
+            elif text in (")", "]"):
+                if depth == 0:
+                    end += 1
+                    continue
+                depth -= 1
+            elif depth == 0 and text in (";", "{", "}"):
+                break
+            end += 1
+        return self.sig[start], self.sig[end] + 1
+
+    def line_comments(self) -> dict[int, list[str]]:
+        """Comment texts by the line each starts on."""
+        comments: dict[int, list[str]] = {}
+        for token in self.tokens:
+            if token.kind is Kind.COMMENT:
+                comments.setdefault(token.line, []).append(token.text)
+        return comments
+
+
+def _without_continuations(text: str) -> str:
+    return text.replace("\\\r\n", "").replace("\\\n", "")

@@ -1,0 +1,714 @@
+"""CUDA-to-HIP mapping tables: data only, no translation logic.
+
+Each renaming table below is a block of lines, one CUDA name per line, optionally followed by its
+HIP name. A line with one name takes the HIP name by the prefix rule (``cuda``/``cu`` -> ``hip``,
+``CUDA_``/``CU_`` -> ``HIP_``), which is how most of HIP's API was named; a line with two names is an
+exception to the rule. The block's key is the kind the statistics count the reference under.
+
+Every HIP name in the tables whose header ships with HIP itself is checked against the provisioned
+HIP headers by tests/test_hipify_toolchain.py, so a misspelt or removed name fails a test rather
+than a user's compile. Library prefixes (cuBLAS -> hipBLAS, ...) name headers that are not part of
+the HIP toolchain; those are translated by name only.
+
+Warp-level intrinsics are not renamed here: their translation drops or checks arguments, so it
+lives in translate.py. This module only lists them (WARP_INTRINSICS) with the position of the mask
+argument, and explains the chosen translation where the data is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RUNTIME_BLOCKS: dict[str, str] = {
+    "error": """
+        cudaGetLastError
+        cudaPeekAtLastError
+        cudaGetErrorString
+        cudaGetErrorName
+        cudaError_t
+        cudaError hipError_t
+        cudaSuccess
+        cudaErrorInvalidValue
+        cudaErrorMemoryAllocation hipErrorOutOfMemory
+        cudaErrorInitializationError hipErrorNotInitialized
+        cudaErrorNotReady
+        cudaErrorInvalidDevice
+        cudaErrorInvalidDevicePointer
+        cudaErrorInvalidMemcpyDirection
+        cudaErrorInvalidConfiguration
+        cudaErrorInvalidSymbol
+        cudaErrorInvalidResourceHandle hipErrorInvalidHandle
+        cudaErrorLaunchFailure
+        cudaErrorLaunchOutOfResources
+        cudaErrorLaunchTimeOut hipErrorLaunchTimeOut
+        cudaErrorNoDevice
+        cudaErrorNotSupported
+        cudaErrorUnknown
+        cudaErrorIllegalAddress
+        cudaErrorInvalidKernelImage hipErrorInvalidImage
+        cudaErrorMissingConfiguration
+        cudaErrorInsufficientDriver
+        cudaErrorPeerAccessAlreadyEnabled
+        cudaErrorPeerAccessNotEnabled
+        cudaErrorHostMemoryAlreadyRegistered
+        cudaErrorHostMemoryNotRegistered
+        cudaErrorCooperativeLaunchTooLarge
+        cudaErrorAssert
+        cudaErrorNotFound
+        cudaErrorContextIsDestroyed
+        cudaErrorStreamCaptureUnsupported
+    """,
+    "device": """
+        cudaGetDeviceCount
+        cudaGetDevice
+        cudaSetDevice
+        cudaSetDeviceFlags
+        cudaGetDeviceFlags
+        cudaChooseDevice
+        cudaGetDeviceProperties
+        cudaDeviceProp hipDeviceProp_t
+        cudaDeviceGetAttribute
+        cudaDeviceAttr hipDeviceAttribute_t
+        cudaDevAttrMaxThreadsPerBlock hipDeviceAttributeMaxThreadsPerBlock
+        cudaDevAttrMaxBlockDimX hipDeviceAttributeMaxBlockDimX
+        cudaDevAttrMaxBlockDimY hipDeviceAttributeMaxBlockDimY
+        cudaDevAttrMaxBlockDimZ hipDeviceAttributeMaxBlockDimZ
+        cudaDevAttrMaxGridDimX hipDeviceAttributeMaxGridDimX
+        cudaDevAttrMaxGridDimY hipDeviceAttributeMaxGridDimY
+        cudaDevAttrMaxGridDimZ hipDeviceAttributeMaxGridDimZ
+        cudaDevAttrMaxSharedMemoryPerBlock hipDeviceAttributeMaxSharedMemoryPerBlock
+        cudaDevAttrMaxSharedMemoryPerBlockOptin hipDeviceAttributeSharedMemPerBlockOptin
+        cudaDevAttrTotalConstantMemory hipDeviceAttributeTotalConstantMemory
+        cudaDevAttrWarpSize hipDeviceAttributeWarpSize
+        cudaDevAttrMaxRegistersPerBlock hipDeviceAttributeMaxRegistersPerBlock
+        cudaDevAttrClockRate hipDeviceAttributeClockRate
+        cudaDevAttrMemoryClockRate hipDeviceAttributeMemoryClockRate
+        cudaDevAttrGlobalMemoryBusWidth hipDeviceAttributeMemoryBusWidth
+        cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
+        cudaDevAttrL2CacheSize hipDeviceAttributeL2CacheSize
+        cudaDevAttrMaxThreadsPerMultiProcessor hipDeviceAttributeMaxThreadsPerMultiProcessor
+        cudaDevAttrComputeCapabilityMajor hipDeviceAttributeComputeCapabilityMajor
+        cudaDevAttrComputeCapabilityMinor hipDeviceAttributeComputeCapabilityMinor
+        cudaDevAttrConcurrentKernels hipDeviceAttributeConcurrentKernels
+        cudaDevAttrPciBusId hipDeviceAttributePciBusId
+        cudaDevAttrPciDeviceId hipDeviceAttributePciDeviceId
+        cudaDevAttrIntegrated hipDeviceAttributeIntegrated
+        cudaDevAttrManagedMemory hipDeviceAttributeManagedMemory
+        cudaDevAttrCooperativeLaunch hipDeviceAttributeCooperativeLaunch
+        cudaDevAttrMaxSharedMemoryPerMultiprocessor hipDeviceAttributeMaxSharedMemoryPerMultiprocessor
+        cudaDeviceSynchronize
+        cudaThreadSynchronize hipDeviceSynchronize
+        cudaDeviceReset
+        cudaDeviceSetCacheConfig
+        cudaDeviceGetCacheConfig
+        cudaDeviceSetLimit
+        cudaDeviceGetLimit
+        cudaLimit hipLimit_t
+        cudaLimitStackSize
+        cudaLimitPrintfFifoSize
+        cudaLimitMallocHeapSize
+        cudaDeviceGetPCIBusId
+        cudaDeviceGetByPCIBusId
+        cudaDeviceGetStreamPriorityRange
+        cudaDeviceScheduleAuto
+        cudaDeviceScheduleSpin
+        cudaDeviceScheduleYield
+        cudaDeviceScheduleBlockingSync
+        cudaDeviceMapHost
+        cudaDeviceLmemResizeToMax
+        cudaFuncCache hipFuncCache_t
+        cudaFuncCachePreferNone
+        cudaFuncCachePreferShared
+        cudaFuncCachePreferL1
+        cudaFuncCachePreferEqual
+        cudaDriverGetVersion
+        cudaRuntimeGetVersion
+    """,
+    "peer": """
+        cudaDeviceCanAccessPeer
+        cudaDeviceEnablePeerAccess
+        cudaDeviceDisablePeerAccess
+        cudaMemcpyPeer
+        cudaMemcpyPeerAsync
+    """,
+    "memory": """
+        cudaMalloc
+        cudaFree
+        cudaMallocManaged
+        cudaMallocPitch
+        cudaMallocHost hipHostMalloc
+        cudaFreeHost hipHostFree
+        cudaHostAlloc hipHostMalloc
+        cudaHostAllocDefault hipHostMallocDefault
+        cudaHostAllocPortable hipHostMallocPortable
+        cudaHostAllocMapped hipHostMallocMapped
+        cudaHostAllocWriteCombined hipHostMallocWriteCombined
+        cudaHostRegister
+        cudaHostUnregister
+        cudaHostRegisterDefault
+        cudaHostRegisterPortable
+        cudaHostRegisterMapped
+        cudaHostGetDevicePointer
+        cudaMemcpy
+        cudaMemcpyAsync
+        cudaMemcpy2D
+        cudaMemcpy2DAsync
+        cudaMemcpyToSymbol
+        cudaMemcpyToSymbolAsync
+        cudaMemcpyFromSymbol
+        cudaMemcpyFromSymbolAsync
+        cudaGetSymbolAddress
+        cudaGetSymbolSize
+        cudaMemcpyKind hipMemcpyKind
+        cudaMemcpyHostToHost
+        cudaMemcpyHostToDevice
+        cudaMemcpyDeviceToHost
+        cudaMemcpyDeviceToDevice
+        cudaMemcpyDefault
+        cudaMemset
+        cudaMemsetAsync
+        cudaMemset2D
+        cudaMemGetInfo
+        cudaMemPrefetchAsync
+        cudaMemAdvise
+        cudaMemAdviseSetReadMostly
+        cudaMemAdviseSetPreferredLocation
+        cudaMemAdviseSetAccessedBy
+        cudaMemAttachGlobal
+        cudaMemAttachHost
+        cudaCpuDeviceId
+        cudaMallocAsync
+        cudaFreeAsync
+        cudaPointerGetAttributes
+        cudaPointerAttributes hipPointerAttribute_t
+        cudaMemoryType
+        cudaMemoryTypeHost
+        cudaMemoryTypeDevice
+        cudaMemoryTypeManaged
+    """,
+    "stream": """
+        cudaStream_t
+        cudaStreamCreate
+        cudaStreamCreateWithFlags
+        cudaStreamCreateWithPriority
+        cudaStreamDestroy
+        cudaStreamSynchronize
+        cudaStreamQuery
+        cudaStreamWaitEvent
+        cudaStreamAddCallback
+        cudaStreamCallback_t
+        cudaStreamGetFlags
+        cudaStreamGetPriority
+        cudaStreamDefault
+        cudaStreamNonBlocking
+        cudaStreamPerThread
+        cudaLaunchHostFn hipLaunchHostFunc
+        cudaHostFn_t
+    """,
+    "graph": """
+        cudaGraph_t
+        cudaGraphExec_t
+        cudaStreamBeginCapture
+        cudaStreamEndCapture
+        cudaStreamCaptureModeGlobal
+        cudaStreamCaptureModeThreadLocal
+        cudaStreamCaptureModeRelaxed
+        cudaGraphInstantiate
+        cudaGraphLaunch
+        cudaGraphDestroy
+        cudaGraphExecDestroy
+    """,
+    "event": """
+        cudaEvent_t
+        cudaEventCreate
+        cudaEventCreateWithFlags
+        cudaEventRecord
+        cudaEventSynchronize
+        cudaEventQuery
+        cudaEventElapsedTime
+        cudaEventDestroy
+        cudaEventDefault
+        cudaEventBlockingSync
+        cudaEventDisableTiming
+        cudaEventInterprocess
+    """,
+    "execution": """
+        cudaLaunchKernel
+        cudaLaunchCooperativeKernel
+        cudaFuncSetAttribute
+        cudaFuncGetAttributes
+        cudaFuncSetCacheConfig
+        cudaFuncAttributes
+        cudaFuncAttribute
+        cudaFuncAttributeMaxDynamicSharedMemorySize
+        cudaFuncAttributePreferredSharedMemoryCarveout
+    """,
+    "occupancy": """
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor
+        cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
+        cudaOccupancyMaxPotentialBlockSize
+    """,
+    "texture": """
+        cudaTextureObject_t
+        cudaSurfaceObject_t
+        cudaResourceDesc
+        cudaTextureDesc
+        cudaResourceViewDesc
+        cudaCreateTextureObject
+        cudaDestroyTextureObject
+        cudaCreateSurfaceObject
+        cudaDestroySurfaceObject
+        cudaChannelFormatDesc
+        cudaCreateChannelDesc
+        cudaChannelFormatKindFloat
+        cudaChannelFormatKindSigned
+        cudaChannelFormatKindUnsigned
+        cudaArray_t
+        cudaMallocArray
+        cudaFreeArray
+        cudaMemcpy2DToArray
+        cudaResourceTypeArray
+        cudaResourceTypeLinear
+        cudaResourceTypePitch2D
+        cudaAddressModeClamp
+        cudaAddressModeWrap
+        cudaAddressModeBorder
+        cudaAddressModeMirror
+        cudaFilterModePoint
+        cudaFilterModeLinear
+        cudaReadModeElementType
+        cudaReadModeNormalizedFloat
+    """,
+    "profiler": """
+        cudaProfilerStart
+        cudaProfilerStop
+    """,
+    "type": """
+        cudaDataType hipDataType
+        cudaDataType_t hipDataType
+        CUDA_R_16F
+        CUDA_R_16BF
+        CUDA_R_32F
+        CUDA_R_64F
+        CUDA_R_8I
+        CUDA_R_8U
+        CUDA_R_32I
+        CUDA_C_32F
+        CUDA_C_64F
+    """,
+    "driver": """
+        cuInit
+        cuDriverGetVersion
+        cuDeviceGet
+        cuDeviceGetCount hipGetDeviceCount
+        cuDeviceGetName
+        cuDeviceGetAttribute
+        cuDeviceComputeCapability
+        cuDeviceTotalMem
+        cuDevicePrimaryCtxRetain
+        cuDevicePrimaryCtxRelease
+        cuCtxCreate
+        cuCtxDestroy
+        cuCtxSetCurrent
+        cuCtxGetCurrent
+        cuCtxSynchronize
+        cuModuleLoad
+        cuModuleLoadData
+        cuModuleLoadDataEx
+        cuModuleGetFunction
+        cuModuleGetGlobal
+        cuModuleUnload
+        cuLaunchKernel hipModuleLaunchKernel
+        cuLaunchCooperativeKernel hipModuleLaunchCooperativeKernel
+        cuFuncGetAttribute
+        cuOccupancyMaxActiveBlocksPerMultiprocessor hipModuleOccupancyMaxActiveBlocksPerMultiprocessor
+        cuMemAlloc hipMalloc
+        cuMemFree hipFree
+        cuMemAllocHost hipHostMalloc
+        cuMemFreeHost hipHostFree
+        cuMemcpyHtoD
+        cuMemcpyDtoH
+        cuMemcpyDtoD
+        cuMemcpyHtoDAsync
+        cuMemcpyDtoHAsync
+        cuMemsetD8
+        cuMemsetD32
+        cuMemGetInfo hipMemGetInfo
+        cuStreamCreate hipStreamCreateWithFlags
+        cuStreamDestroy
+        cuStreamSynchronize
+        cuEventCreate
+        cuEventRecord
+        cuEventSynchronize
+        cuEventElapsedTime
+        cuEventDestroy
+        cuGetErrorString hipDrvGetErrorString
+        cuGetErrorName hipDrvGetErrorName
+        CUdevice hipDevice_t
+        CUcontext hipCtx_t
+        CUmodule hipModule_t
+        CUfunction hipFunction_t
+        CUdeviceptr hipDeviceptr_t
+        CUstream hipStream_t
+        CUevent hipEvent_t
+        CUresult hipError_t
+        CUdevice_attribute hipDeviceAttribute_t
+        CUfunction_attribute hipFunction_attribute
+        CUjit_option hipJitOption
+        CUDA_SUCCESS hipSuccess
+        CUDA_ERROR_INVALID_VALUE hipErrorInvalidValue
+        CUDA_ERROR_OUT_OF_MEMORY hipErrorOutOfMemory
+        CUDA_ERROR_NOT_INITIALIZED hipErrorNotInitialized
+        CUDA_ERROR_INVALID_HANDLE hipErrorInvalidHandle
+        CUDA_ERROR_NOT_FOUND hipErrorNotFound
+        CUDA_ERROR_FILE_NOT_FOUND hipErrorFileNotFound
+        CUDA_ERROR_INVALID_IMAGE hipErrorInvalidImage
+        CUDA_ERROR_NO_DEVICE hipErrorNoDevice
+        CUDA_ERROR_INVALID_DEVICE hipErrorInvalidDevice
+        CUDA_ERROR_LAUNCH_FAILED hipErrorLaunchFailure
+        CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK hipDeviceAttributeMaxThreadsPerBlock
+        CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT hipDeviceAttributeMultiprocessorCount
+        CU_DEVICE_ATTRIBUTE_WARP_SIZE hipDeviceAttributeWarpSize
+        CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK hipDeviceAttributeMaxSharedMemoryPerBlock
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR hipDeviceAttributeComputeCapabilityMajor
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR hipDeviceAttributeComputeCapabilityMinor
+        CU_DEVICE_ATTRIBUTE_CLOCK_RATE hipDeviceAttributeClockRate
+        CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+        CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+        CU_FUNC_ATTRIBUTE_NUM_REGS HIP_FUNC_ATTRIBUTE_NUM_REGS
+        CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES HIP_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        CU_STREAM_DEFAULT hipStreamDefault
+        CU_STREAM_NON_BLOCKING hipStreamNonBlocking
+        CU_EVENT_DEFAULT hipEventDefault
+        CU_EVENT_BLOCKING_SYNC hipEventBlockingSync
+        CU_EVENT_DISABLE_TIMING hipEventDisableTiming
+        CU_LAUNCH_PARAM_BUFFER_POINTER HIP_LAUNCH_PARAM_BUFFER_POINTER
+        CU_LAUNCH_PARAM_BUFFER_SIZE HIP_LAUNCH_PARAM_BUFFER_SIZE
+        CU_LAUNCH_PARAM_END HIP_LAUNCH_PARAM_END
+    """,
+    "device_type": """
+        __nv_bfloat16 __hip_bfloat16
+        __nv_bfloat162 __hip_bfloat162
+        nv_bfloat16 __hip_bfloat16
+        nv_bfloat162 __hip_bfloat162
+        __nv_fp8_e4m3 __hip_fp8_e4m3
+        __nv_fp8_e5m2 __hip_fp8_e5m2
+    """,
+    "define": """
+        __CUDACC__ __HIPCC__
+        CUDART_INF_F HIP_INF_F
+        CUDART_NAN_F HIP_NAN_F
+        CUDART_PI_F HIP_PI_F
+        CUDART_INF HIP_INF
+        CUDART_NAN HIP_NAN
+        CUDART_PI HIP_PI
+    """,
+}
+
+# Library prefixes: names that keep their shape and change vendor (cublasSgemm -> hipblasSgemm).
+# Checked in this order, longest first, so cublasLt goes to hipblasLt rather than hipblas + "Lt".
+LIBRARY_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("cublasLt", "hipblasLt"),
+    ("CUBLASLT_", "HIPBLASLT_"),
+    ("cublas", "hipblas"),
+    ("CUBLAS_", "HIPBLAS_"),
+    ("curand", "hiprand"),
+    ("CURAND_", "HIPRAND_"),
+    ("cufft", "hipfft"),
+    ("CUFFT_", "HIPFFT_"),
+    ("cusparse", "hipsparse"),
+    ("CUSPARSE_", "HIPSPARSE_"),
+    ("cusolverDn", "hipsolverDn"),
+    ("CUSOLVER_", "HIPSOLVER_"),
+    ("nvrtc", "hiprtc"),
+    ("NVRTC_", "HIPRTC_"),
+)
+
+# #include targets. None: the header has no HIP counterpart (the include is reported and left).
+HEADERS: dict[str, str | None] = {
+    "cuda_runtime.h": "hip/hip_runtime.h",
+    "cuda_runtime_api.h": "hip/hip_runtime_api.h",
+    "cuda.h": "hip/hip_runtime.h",
+    "device_launch_parameters.h": "hip/hip_runtime.h",
+    "device_functions.h": "hip/device_functions.h",
+    "driver_types.h": "hip/driver_types.h",
+    "vector_types.h": "hip/hip_vector_types.h",
+    "library_types.h": "hip/library_types.h",
+    "texture_types.h": "hip/texture_types.h",
+    "cuda_texture_types.h": "hip/hip_texture_types.h",
+    "surface_types.h": "hip/surface_types.h",
+    "cuda_fp16.h": "hip/hip_fp16.h",
+    "cuda_bf16.h": "hip/hip_bf16.h",
+    "cuda_fp8.h": "hip/hip_fp8.h",
+    "math_constants.h": "hip/hip_math_constants.h",
+    "cooperative_groups.h": "hip/hip_cooperative_groups.h",
+    "cuda_profiler_api.h": "hip/hip_runtime_api.h",
+    "nvrtc.h": "hip/hiprtc.h",
+    "curand.h": "hiprand/hiprand.h",
+    "curand_kernel.h": "hiprand/hiprand_kernel.h",
+    "cublas_v2.h": "hipblas/hipblas.h",
+    "cublas.h": "hipblas/hipblas.h",
+    "cublasLt.h": "hipblaslt/hipblaslt.h",
+    "cufft.h": "hipfft/hipfft.h",
+    "cusparse.h": "hipsparse/hipsparse.h",
+    "cusolverDn.h": "hipsolver/hipsolver.h",
+    "cub/cub.cuh": "hipcub/hipcub.hpp",
+    "cooperative_groups/reduce.h": None,
+    "cooperative_groups/memcpy_async.h": None,
+    "cuda_pipeline.h": None,
+    "cuda/pipeline": None,
+    "cuda/barrier": None,
+    "cuda/atomic": None,
+    "mma.h": None,
+}
+
+# Headers of HIP's own toolchain: the table entries checked against it, and the headers that
+# make a translated file self-sufficient (nvcc includes cuda_runtime.h implicitly; hipcc does not).
+HIP_RUNTIME_HEADER = "hip/hip_runtime.h"
+HIP_RUNTIME_HEADERS = frozenset({"hip/hip_runtime.h", "hip/hip_runtime_api.h"})
+
+# Inline PTX cannot be translated, but some of it only reads a special register that HIP offers as
+# a function: the inline-asm error names the replacement.
+ASM_HINTS: dict[str, str] = {
+    "%laneid": "__lane_id()",
+    "%lanemask_lt": "__lanemask_lt() (64-bit)",
+    "%lanemask_le": "__lanemask_le() (64-bit)",
+    "%lanemask_gt": "__lanemask_gt() (64-bit)",
+    "%lanemask_ge": "__lanemask_ge() (64-bit)",
+    "%warpid": "threadIdx.x / warpSize",
+    "%smid": "__smid()",
+    "%clock": "clock64()",
+    "%globaltimer": "wall_clock64()",
+}
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A CUDA facility with no HIP counterpart: translated code that uses it cannot compile."""
+
+    name: str
+    reason: str
+
+
+# Removed or unsupported APIs: reported as errors (code unsupported-api), never silently kept.
+UNSUPPORTED: tuple[Unsupported, ...] = (
+    Unsupported(
+        "cudaBindTexture",
+        "texture references were removed in CUDA 12 and HIP 7; use texture objects (cudaCreateTextureObject)",
+    ),
+    Unsupported(
+        "cudaBindTexture2D",
+        "texture references were removed in CUDA 12 and HIP 7; use texture objects (cudaCreateTextureObject)",
+    ),
+    Unsupported(
+        "cudaBindTextureToArray",
+        "texture references were removed in CUDA 12 and HIP 7; use texture objects (cudaCreateTextureObject)",
+    ),
+    Unsupported(
+        "cudaUnbindTexture",
+        "texture references were removed in CUDA 12 and HIP 7; use texture objects",
+    ),
+    Unsupported(
+        "cudaGetTextureReference",
+        "texture references were removed in CUDA 12 and HIP 7; use texture objects",
+    ),
+    Unsupported(
+        "cudaBindSurfaceToArray",
+        "surface references were removed in CUDA 12; use surface objects (cudaCreateSurfaceObject)",
+    ),
+    Unsupported(
+        "cudaConfigureCall",
+        "the pre-CUDA-7 launch API was removed; use <<<...>>> or cudaLaunchKernel",
+    ),
+    Unsupported(
+        "cudaSetupArgument",
+        "the pre-CUDA-7 launch API was removed; use <<<...>>> or cudaLaunchKernel",
+    ),
+    Unsupported(
+        "cudaLaunch", "the pre-CUDA-7 launch API was removed; use <<<...>>> or cudaLaunchKernel"
+    ),
+    Unsupported(
+        "__match_any_sync",
+        "HIP 6.4 offers __match_any_sync only behind HIP_ENABLE_WARP_SYNC_BUILTINS with a 64-bit mask; rewrite with __ballot",
+    ),
+    Unsupported(
+        "__match_all_sync",
+        "HIP 6.4 offers __match_all_sync only behind HIP_ENABLE_WARP_SYNC_BUILTINS with a 64-bit mask; rewrite with __ballot",
+    ),
+    Unsupported(
+        "__reduce_add_sync",
+        "HIP has no warp reduce intrinsics; write a __shfl_xor loop over warpSize",
+    ),
+    Unsupported(
+        "__reduce_min_sync",
+        "HIP has no warp reduce intrinsics; write a __shfl_xor loop over warpSize",
+    ),
+    Unsupported(
+        "__reduce_max_sync",
+        "HIP has no warp reduce intrinsics; write a __shfl_xor loop over warpSize",
+    ),
+    Unsupported("__reduce_and_sync", "HIP has no warp reduce intrinsics; use __all"),
+    Unsupported("__reduce_or_sync", "HIP has no warp reduce intrinsics; use __any"),
+    Unsupported(
+        "__reduce_xor_sync",
+        "HIP has no warp reduce intrinsics; write a __shfl_xor loop over warpSize",
+    ),
+    Unsupported("__cvta_generic_to_shared", "PTX address-space conversion has no HIP counterpart"),
+    Unsupported(
+        "__pipeline_memcpy_async", "cuda_pipeline's asynchronous copies have no HIP counterpart"
+    ),
+    Unsupported("__nanosleep", "HIP 6.4 has no __nanosleep; use __builtin_amdgcn_s_sleep"),
+    Unsupported(
+        "nvcuda",
+        "WMMA (nvcuda::wmma) has no HIP counterpart in the HIP runtime; rocWMMA's API differs",
+    ),
+)
+
+# Template names that declare texture or surface references (texture<float, 1> tex;).
+UNSUPPORTED_TEMPLATES: dict[str, str] = {
+    "texture": "texture references were removed in CUDA 12 and HIP 7; use cudaTextureObject_t",
+    "surface": "surface references were removed in CUDA 12; use cudaSurfaceObject_t",
+}
+
+
+@dataclass(frozen=True)
+class WarpIntrinsic:
+    """A CUDA warp intrinsic with an explicit lane mask, and the HIP form it becomes.
+
+    Translation, and why: HIP 6.4 declares the ``_sync`` forms only when HIP_ENABLE_WARP_SYNC_BUILTINS
+    is defined, and then static_asserts a 64-bit mask and runs a waterfall loop that checks the mask
+    against the active lanes. CUDA code passes 32-bit literal masks (0xffffffff), so the ``_sync``
+    forms cannot be kept as they are. An AMD wavefront executes its active lanes in lockstep: the
+    non-sync HIP forms (``__shfl_down(v, d, width)``, ``__ballot``, ``__any``, ``__all``) already
+    act on exactly the lanes that are active, which is what a full mask asks for. So a full mask
+    (0xffffffff, ~0, a name defined as one, or __activemask()) is dropped and the remaining
+    arguments are kept as written, including ``width``: its default is warpSize on both vendors, so
+    "the whole warp" stays "the whole wavefront" on wave32 (gfx1100) and wave64 (gfx90a) alike.
+    __ballot returns 64 bits (one per lane of a wave64); code that keeps it in 32 bits is reported
+    (ballot-32bit), and __popc/__ffs of a ballot become __popcll/__ffsll so they count all lanes.
+    A partial literal mask (0x0000ffff) cannot be expressed: the HIP form runs on every active
+    lane and the mask's lane numbering covers only half a wave64; it is reported (warp-mask). A
+    mask held in a variable is dropped with a note: in practice it is the set of active lanes.
+    """
+
+    cuda: str
+    hip: str
+    mask_arg: int  # position of the mask argument in the CUDA call
+
+
+WARP_INTRINSICS: tuple[WarpIntrinsic, ...] = (
+    WarpIntrinsic("__shfl_sync", "__shfl", 0),
+    WarpIntrinsic("__shfl_up_sync", "__shfl_up", 0),
+    WarpIntrinsic("__shfl_down_sync", "__shfl_down", 0),
+    WarpIntrinsic("__shfl_xor_sync", "__shfl_xor", 0),
+    WarpIntrinsic("__ballot_sync", "__ballot", 0),
+    WarpIntrinsic("__any_sync", "__any", 0),
+    WarpIntrinsic("__all_sync", "__all", 0),
+)
+
+# __activemask() is the ballot of a true predicate: 64 bits on HIP (HIP's own __activemask exists
+# only behind HIP_ENABLE_WARP_SYNC_BUILTINS).
+ACTIVEMASK_REPLACEMENT = "__ballot(1)"
+
+# __syncwarp orders memory among the lanes of a warp. HIP 6.4 has no __syncwarp; a wavefront runs in
+# lockstep, so what is left to do is keep the compiler from moving memory operations across it: a
+# wave barrier between a release and an acquire fence of wavefront scope. Written as one
+# parenthesized comma expression so it fits wherever the call did.
+SYNCWARP_REPLACEMENT = (
+    '(__builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront"), __builtin_amdgcn_wave_barrier(), '
+    '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront"))'
+)
+
+# 32-bit bit-counting intrinsics applied to a ballot become their 64-bit forms.
+BALLOT_WIDENING: dict[str, str] = {"__popc": "__popcll", "__ffs": "__ffsll"}
+
+# Names a ballot-like value comes from, in CUDA and in HIP spelling (the hazard checks read both, so
+# running on translated output finds the same things).
+BALLOT_NAMES = frozenset({"__ballot_sync", "__ballot", "__activemask", "__ballot64"})
+SHUFFLE_DELTA_ARG: dict[str, int] = {
+    "__shfl_down_sync": 2,
+    "__shfl_xor_sync": 2,
+    "__shfl_up_sync": 2,
+    "__shfl_down": 1,
+    "__shfl_xor": 1,
+    "__shfl_up": 1,
+}
+
+# HIP runtime functions that take the kernel as ``const void*`` with no template overload (CUDA
+# has one): the kernel argument at this position gets reinterpret_cast<const void*>.
+KERNEL_POINTER_ARG: dict[str, int] = {
+    "hipFuncSetAttribute": 0,
+    "hipFuncSetCacheConfig": 0,
+    "hipFuncGetAttributes": 1,
+    "hipLaunchKernel": 0,
+}
+
+# Calls whose HIP counterpart takes its arguments differently: the template gets the translated
+# arguments by position. HIP 6.4 lacks __floats2bfloat162_rn but has the float2 form.
+CALL_REWRITES: dict[str, str] = {
+    "__floats2bfloat162_rn": "__float22bfloat162_rn(make_float2({0}, {1}))",
+}
+
+# Version macros: as a value (printing what the code was built with) they become HIP's version; in
+# an #if they test for CUDA features, which HIP's numbering cannot answer, so they are reported.
+VERSION_MACROS: dict[str, str] = {"CUDART_VERSION": "HIP_VERSION", "CUDA_VERSION": "HIP_VERSION"}
+
+# Preprocessor tests of CUDA's compiler macros: `#ifdef __CUDA_ARCH__` asks "device pass?".
+CUDA_ARCH_MACRO = "__CUDA_ARCH__"
+HIP_DEVICE_PASS_MACRO = "__HIP_DEVICE_COMPILE__"
+
+# Cooperative-groups tile members that HIP 6.4 declares only behind HIP_ENABLE_WARP_SYNC_BUILTINS
+# (there they take 64-bit masks built by HIP itself, so defining the macro is correct).
+CG_SYNC_MEMBERS = frozenset({"ballot", "any", "all", "match_any", "match_all"})
+WARP_SYNC_MACRO = "HIP_ENABLE_WARP_SYNC_BUILTINS"
+
+# Identifiers that look like CUDA but are not left-over API: the untranslated check skips them.
+CUDA_LOOKALIKES = frozenset({"cudaDeviceId", "cudaDevice"})
+
+
+def _derived(name: str) -> str:
+    for cuda, hip in (("CUDA_", "HIP_"), ("CU_", "HIP_"), ("cuda", "hip"), ("cu", "hip")):
+        if name.startswith(cuda):
+            return hip + name[len(cuda) :]
+    raise ValueError(f"hipify tables: {name!r} needs an explicit HIP name (no prefix rule applies)")
+
+
+@dataclass(frozen=True)
+class Rename:
+    cuda: str
+    hip: str
+    kind: str
+
+
+def _build_renames() -> dict[str, Rename]:
+    renames: dict[str, Rename] = {}
+    for kind, block in RUNTIME_BLOCKS.items():
+        for line in block.strip().splitlines():
+            fields = line.split()
+            if len(fields) not in (1, 2):
+                raise ValueError(f"hipify tables: malformed line {line.strip()!r} in {kind}")
+            cuda = fields[0]
+            hip = fields[1] if len(fields) == 2 else _derived(cuda)
+            if cuda in renames:
+                raise ValueError(
+                    f"hipify tables: {cuda} listed twice ({renames[cuda].kind}, {kind})"
+                )
+            renames[cuda] = Rename(cuda, hip, kind)
+    for entry in UNSUPPORTED:
+        if entry.name in renames:
+            raise ValueError(f"hipify tables: {entry.name} is both renamed and unsupported")
+    return renames
+
+
+RENAMES: dict[str, Rename] = _build_renames()
+UNSUPPORTED_BY_NAME: dict[str, Unsupported] = {entry.name: entry for entry in UNSUPPORTED}
+WARP_BY_NAME: dict[str, WarpIntrinsic] = {entry.cuda: entry for entry in WARP_INTRINSICS}
+
+
+def library_rename(name: str) -> str | None:
+    """The hip library name for a CUDA library name (cublasSgemm -> hipblasSgemm), else None."""
+    for cuda, hip in LIBRARY_PREFIXES:
+        if name.startswith(cuda) and len(name) > len(cuda):
+            return hip + name[len(cuda) :]
+    return None

@@ -1,0 +1,373 @@
+"""hipify without a compiler: tokens, tables, warp intrinsics, hazards, diagnostics, CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from buildsys.cli import main as buildsys_main
+from buildsys.hipify import WAVE_SIZE_CODES, HipifyOptions, Severity, hipify_source
+from buildsys.hipify.compare import CORPUS_DIR, read_expectations
+from buildsys.hipify.diagnostics import CODES
+from buildsys.hipify.lexer import tokenize
+from buildsys.hipify.tables import HEADERS, RENAMES, WARP_INTRINSICS
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = sorted(CORPUS_DIR.glob("*.cu"))
+KERNEL_SOURCES = sorted(
+    p for p in (REPO / "kernel_sources").rglob("*") if p.suffix in (".cu", ".cuh") and p.is_file()
+)
+DIAGNOSTIC_RE = re.compile(
+    r"^(?P<file>[^:]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>error|warning|note)\[(?P<code>[\w-]+)\]: .+$"
+)
+
+
+def translate(text: str, **options: bool) -> str:
+    """The translated text without its generated-file header line."""
+    result = hipify_source(text, "t.cu", options=HipifyOptions(**options))
+    return result.text.split("\n", 1)[1]
+
+
+def codes(text: str) -> list[tuple[int, str]]:
+    return [(d.line, d.code) for d in hipify_source(text, "t.cu").diagnostics]
+
+
+KERNEL = "__global__ void k(float* o) {{\n{body}\n}}\n"
+
+
+# ---- tokens -------------------------------------------------------------------------------
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab_1 \n\t\\\"'/*#<>()R.xe+-;{}")), max_size=80))
+@settings(max_examples=300, deadline=None)
+def test_tokens_cover_the_text_exactly(text: str) -> None:
+    tokens = tokenize(text)
+    assert "".join(t.text for t in tokens) == text
+    for token in tokens:
+        before = text[: token.offset]
+        assert token.line == before.count("\n") + 1
+        assert token.col == token.offset - (before.rfind("\n") + 1) + 1
+
+
+def test_names_inside_comments_strings_and_longer_identifiers_stay() -> None:
+    text = (
+        '// cudaMalloc(&p, n)\n/* cudaFree(p) */\nconst char* s = "cudaMalloc";\n'
+        'int cudaMallocHostBuffer = 0; int my_cudaFree = 1; auto r = R"(cudaFree)";\n'
+        "char c = 'c'; cudaMalloc(&p, n);\n"
+    )
+    out = translate(text)
+    assert out.count("cudaMalloc") == 3 and out.count("cudaFree") == 3
+    assert "hipMalloc(&p, n);" in out and "cudaMallocHostBuffer" in out and "my_cudaFree" in out
+
+
+# ---- tables -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rename", RENAMES.values(), ids=lambda r: r.cuda)
+def test_every_table_name_translates(rename) -> None:  # type: ignore[no-untyped-def]
+    result = hipify_source(f"auto x = {rename.cuda};\n", "t.cu")
+    assert f"auto x = {rename.hip};" in result.text
+    assert [(c.kind, c.cuda, c.hip, c.count) for c in result.stats.conversions] == [
+        (rename.kind, rename.cuda, rename.hip, 1)
+    ]
+
+
+@pytest.mark.parametrize("header", sorted(HEADERS), ids=str)
+def test_every_header_maps_or_is_reported(header: str) -> None:
+    result = hipify_source(f'#include <{header}>\n#include "{header}" // local\n', "t.cu")
+    target = HEADERS[header]
+    if target is None:
+        assert [d.code for d in result.diagnostics] == ["unsupported-api", "unsupported-api"]
+        assert f"#include <{header}>" in result.text
+    else:
+        assert (
+            f"#include <{target}>\n" in result.text
+            and f'#include "{target}" // local' in result.text
+        )
+        assert not result.diagnostics
+
+
+def test_bf16_and_library_prefixes() -> None:
+    out = translate(
+        "#include <cuda_bf16.h>\n__nv_bfloat16 h; nv_bfloat162 p; cublasHandle_t b; curandState s;\n"
+    )
+    assert "#include <hip/hip_bf16.h>" in out
+    assert "__hip_bfloat16 h; __hip_bfloat162 p; hipblasHandle_t b; hiprandState s;" in out
+
+
+# ---- warp intrinsics ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("intrinsic", WARP_INTRINSICS, ids=lambda w: w.cuda)
+@pytest.mark.parametrize(
+    "mask",
+    [
+        "0xffffffff",
+        "0xFFFFFFFFu",
+        "~0u",
+        "FULL",
+        "kFull",
+        "__activemask()",
+        "0xffffffffffffffffull",
+    ],
+)
+def test_full_masks_are_dropped(intrinsic, mask: str) -> None:  # type: ignore[no-untyped-def]
+    text = "#define FULL 0xffffffff\nconstexpr unsigned kFull = 0xffffffffu;\n" + KERNEL.format(
+        body=f"  auto r = {intrinsic.cuda}({mask}, v, 3);"
+    )
+    result = hipify_source(text, "t.cu")
+    assert f"auto r = {intrinsic.hip}(v, 3);" in result.text
+    assert not result.diagnostics
+
+
+def test_width_argument_is_kept_and_nested_calls_translate() -> None:
+    out = translate(
+        KERNEL.format(
+            body="  v = __shfl_down_sync(0xffffffff, __shfl_xor_sync(0xffffffff, v, 1, 16), 2, 16);"
+        )
+    )
+    assert "v = __shfl_down(__shfl_xor(v, 1, 16), 2, 16);" in out
+
+
+def test_partial_and_variable_masks() -> None:
+    text = KERNEL.format(body="  v = __shfl_sync(0x0000ffff, v, 0);\n  v = __shfl_sync(m, v, 0);")
+    result = hipify_source(text, "t.cu")
+    assert "v = __shfl(v, 0);\n  v = __shfl(v, 0);" in result.text
+    assert [(d.line, d.code, d.severity) for d in result.diagnostics] == [
+        (2, "warp-mask", Severity.WARNING),
+        (3, "mask-dropped", Severity.NOTE),
+    ]
+
+
+def test_ballot_counting_widens_and_syncwarp_activemask_translate() -> None:
+    out = translate(
+        KERNEL.format(
+            body="  int n = __popc(__ballot_sync(~0u, v > 0)) + __ffs(__activemask());\n  __syncwarp();"
+        )
+    )
+    assert "int n = __popcll(__ballot(v > 0)) + __ffsll(__ballot(1));" in out
+    assert "__builtin_amdgcn_wave_barrier()" in out and "__syncwarp" not in out
+
+
+def test_kernel_pointer_arguments_are_cast_once() -> None:
+    text = "void f() { cudaFuncSetAttribute(k<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, 1 << 16); cudaFuncGetAttributes(&a, k); }\n"
+    out = translate(text)
+    assert (
+        "hipFuncSetAttribute(reinterpret_cast<const void*>(k<float>), hipFuncAttributeMaxDynamicSharedMemorySize, 1 << 16)"
+        in out
+    )
+    assert "hipFuncGetAttributes(&a, reinterpret_cast<const void*>(k))" in out
+    assert translate(out) == out
+
+
+def test_launch_macro() -> None:
+    text = "void f(cudaStream_t s) {\n  k<<<g, b>>>(x, y);\n  t<float, 4><<<dim3(g), 64, n, s>>>();\n  ns::k<<<1, 2>>>(z);\n}\n"
+    assert translate(text) == translate(text, launch_macro=False)
+    assert "k<<<g, b>>>(x, y);" in translate(text)
+    out = translate(text, launch_macro=True)
+    assert "hipLaunchKernelGGL(k, g, b, 0, 0, x, y);" in out
+    assert "hipLaunchKernelGGL(HIP_KERNEL_NAME(t<float, 4>), dim3(g), 64, n, s);" in out
+    assert "hipLaunchKernelGGL(ns::k, 1, 2, 0, 0, z);" in out
+    assert "<<<" not in out
+
+
+def test_runtime_include_is_inserted_once_after_pragma_once() -> None:
+    out = translate("#pragma once\n__device__ float f(float x) { return x; }\n")
+    assert out.startswith("#pragma once\n#include <hip/hip_runtime.h>\n__device__")
+    assert translate("int plain(int x) { return x; }\n") == "int plain(int x) { return x; }\n"
+    assert (
+        translate("#include <cuda_runtime.h>\n__global__ void k() {}\n").count("hip_runtime.h") == 1
+    )
+
+
+def test_tile_votes_enable_hips_warp_sync_builtins() -> None:
+    text = "#include <cooperative_groups.h>\nnamespace cg = cooperative_groups;\n" + KERNEL.format(
+        body="  auto t = cg::tiled_partition<8>(cg::this_thread_block());\n  if (t.any(o[0] > 0)) o[1] = 1;"
+    )
+    result = hipify_source(text, "t.cu")
+    body = result.text.split("\n", 1)[1]
+    assert body.startswith(
+        "#define HIP_ENABLE_WARP_SYNC_BUILTINS\n#include <hip/hip_runtime.h>\n#include <hip/hip_cooperative_groups.h>"
+    )
+    assert [(d.line, d.code) for d in result.diagnostics] == [(5, "warp-sync-builtins")]
+    assert hipify_source(result.text, "x").text == result.text
+    assert "HIP_ENABLE" not in translate(text.replace("t.any(o[0] > 0)", "bits.any()"))
+
+
+def test_cuda_arch_and_version_macros() -> None:
+    text = "#ifdef __CUDA_ARCH__\nA\n#endif\n#if defined(__CUDA_ARCH__)\nB\n#endif\n#if __CUDA_ARCH__ >= 800\nC\n#endif\nint v = CUDART_VERSION;\n#if CUDART_VERSION >= 12000\nD\n#endif\n"
+    result = hipify_source(text, "t.cu")
+    assert result.text.count("__HIP_DEVICE_COMPILE__") == 2
+    assert "int v = HIP_VERSION;" in result.text
+    assert [(d.line, d.code) for d in result.diagnostics] == [
+        (7, "untranslated"),
+        (11, "untranslated"),
+    ]
+
+
+# ---- hazards and diagnostics --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("  int lane = threadIdx.x % 32;", "warp-size"),
+        ("  int w = threadIdx.x >> 5;", "warp-size"),
+        ("  if ((tid & 0x1f) == 0) o[0] = 1;", "warp-size"),
+        ("  if (laneId == 31) o[0] = 1;", "warp-size"),
+        ("  int nwarps = blockDim.x / 32;", "warp-size"),
+        ("  v += __shfl_down(v, 16);", "shfl-offset16"),
+        (
+            "  for (int d = 16; d >= 1; d >>= 1) v += __shfl_xor_sync(0xffffffff, v, d);",
+            "shfl-offset16",
+        ),
+        ("  uint32_t b = __ballot_sync(0xffffffff, v > 0);", "ballot-32bit"),
+        ("  unsigned m; m = __ballot(v > 0);", "ballot-32bit"),
+        ("  auto t = cg::tiled_partition<32>(cg::this_thread_block());", "tile32"),
+        ("  if (__ballot_sync(~0u, v > 0) != 0xffffffff) o[0] = 1;", "warp-mask"),
+        ('  asm("mov.u32 %0, %%laneid;" : "=r"(l));', "inline-asm"),
+        ("  cudaFooBar(1);", "untranslated"),
+        ("  int r = __reduce_add_sync(0xffffffff, 1);", "unsupported-api"),
+    ],
+)
+def test_each_hazard_class(body: str, expected: str) -> None:
+    assert [code for _, code in codes(KERNEL.format(body=body))] == [expected]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "  for (int d = warpSize / 2; d > 0; d /= 2) v += __shfl_down_sync(0xffffffff, v, d);",
+        "  int lane = threadIdx.x % warpSize; int w = threadIdx.x / warpSize;",
+        "  unsigned hi = static_cast<unsigned>(t >> 32); unsigned long long low = x & 0xffffffffULL;",
+        "  unsigned long long b = __ballot_sync(0xffffffff, v > 0); int n = __popc(__ballot_sync(~0u, v > 0));",
+        "  int row = blockIdx.x * 32 + i; float s[32];",
+        "  auto t = cg::tiled_partition<16>(cg::this_thread_block());",
+    ],
+)
+def test_wave_generic_code_has_no_findings(body: str) -> None:
+    assert codes(KERNEL.format(body=body)) == []
+
+
+def test_host_code_literals_are_not_hazards() -> None:
+    assert (
+        codes('void f() { dim3 block(32, 8); int lanes = n % 32; asm volatile("pause"); }\n') == []
+    )
+
+
+def test_diagnostic_format_and_position() -> None:
+    text = KERNEL.format(body="  int lane = threadIdx.x % 32;")
+    (diagnostic,) = hipify_source(text, "dir/x.cu").diagnostics
+    line = diagnostic.format()
+    match = DIAGNOSTIC_RE.match(line)
+    assert match is not None, line
+    assert (
+        match["file"] == "dir/x.cu" and match["sev"] == "warning" and match["code"] == "warp-size"
+    )
+    assert (int(match["line"]), int(match["col"])) == (2, text.splitlines()[1].index("32") + 1)
+
+
+def test_allow_comments() -> None:
+    body = '  int lane = threadIdx.x % 32; asm("mov.u32 %0, %%laneid;" : "=r"(l)); // hipify: allow({})'
+    assert [c for _, c in codes(KERNEL.format(body=body.format("wave32")))] == ["inline-asm"]
+    assert codes(KERNEL.format(body=body.format("warp-size, inline-asm"))) == []
+    assert sorted(c for _, c in codes(KERNEL.format(body=body.format("wave-32")))) == [
+        "bad-allow",
+        "inline-asm",
+        "warp-size",
+    ]
+
+
+def test_every_code_has_a_test_above() -> None:
+    source = Path(__file__).read_text(encoding="utf-8")
+    untested = [c.name for c in CODES if f'"{c.name}"' not in source]
+    assert not untested
+
+
+# ---- the corpus and our own sources -------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_corpus_findings_match_the_marked_expectations(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    result = hipify_source(text, path.name)
+    found = Counter((d.line, d.code) for d in result.diagnostics if d.severity is not Severity.NOTE)
+    assert found == read_expectations(text)
+
+
+@pytest.mark.parametrize("path", CORPUS + KERNEL_SOURCES, ids=lambda p: p.name)
+def test_deterministic_and_idempotent(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    first = hipify_source(text, str(path))
+    assert hipify_source(text, str(path)) == first
+    assert hipify_source(first.text, "elsewhere.hip").text == first.text
+    launched = hipify_source(text, str(path), options=HipifyOptions(launch_macro=True)).text
+    assert hipify_source(launched, "x", options=HipifyOptions(launch_macro=True)).text == launched
+    header = first.text.split("\n", 1)[0]
+    assert (
+        header
+        == f"// hipify: generated from {path} sha256 {hashlib.sha256(text.encode()).hexdigest()}"
+    )
+
+
+@pytest.mark.parametrize("path", KERNEL_SOURCES, ids=lambda p: str(p.relative_to(REPO)))
+def test_kernel_sources_have_no_wave_size_finding(path: Path) -> None:
+    result = hipify_source(path.read_text(encoding="utf-8"), str(path.relative_to(REPO)))
+    assert [
+        d.format()
+        for d in result.diagnostics
+        if d.code in WAVE_SIZE_CODES or d.severity is Severity.ERROR
+    ] == []
+
+
+# ---- command line ------------------------------------------------------------------------
+
+
+def test_cli_writes_layout_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "src"
+    (src / "include").mkdir(parents=True)
+    (src / "mod").mkdir()
+    (src / "include" / "r.cuh").write_text(
+        "#pragma once\n__device__ int lane() { return threadIdx.x % 32; }\n"
+    )
+    (src / "mod" / "m.cu").write_text(
+        '#include "../include/r.cuh"\nint main() { cudaDeviceSynchronize(); }\n'
+    )
+    out = tmp_path / "out"
+    assert buildsys_main(["hipify", str(src), "-o", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert sorted(f["output"] for f in report["files"]) == [
+        str(out / "include" / "r.cuh"),
+        str(out / "mod" / "m.hip"),
+    ]
+    assert report["totals"]["warnings"] == 1 and report["totals"]["by_kind"] == {"device": 1}
+    assert DIAGNOSTIC_RE.match(captured.err.strip())
+    assert '#include "../include/r.cuh"' in (out / "mod" / "m.hip").read_text()
+    mtime = (out / "mod" / "m.hip").stat().st_mtime_ns
+    assert (
+        buildsys_main(
+            ["hipify", str(src / "mod" / "m.cu"), str(src / "include" / "r.cuh"), "-o", str(out)]
+        )
+        == 0
+    )
+    assert (out / "mod" / "m.hip").stat().st_mtime_ns == mtime
+    assert "references converted" in capsys.readouterr().out
+
+
+def test_cli_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "asm.cu"
+    bad.write_text('__global__ void k() { asm("bar.sync 0;"); }\n')
+    assert buildsys_main(["hipify", str(bad), "-o", str(tmp_path / "o")]) == 1
+    assert buildsys_main(["hipify", str(tmp_path / "missing.cu"), "-o", str(tmp_path / "o")]) == 2
+    (tmp_path / "latin1.cu").write_bytes(b"// caf\xe9\n")
+    assert buildsys_main(["hipify", str(tmp_path / "latin1.cu"), "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "missing.cu does not exist" in err and "not UTF-8" in err
