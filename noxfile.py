@@ -38,7 +38,7 @@ def toolchain(session: nox.Session) -> None:
 def build(session: nox.Session) -> None:
     """Build device code and the embedded index for the matrix (`-- --targets X` for one shard)."""
     _install_groups(session, "build")
-    session.run("python", "-m", "buildsys", "build", *session.posargs)
+    session.run("python", "-m", "buildsys", "build", "--provision", *session.posargs)
 
 
 @nox.session

@@ -38,6 +38,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     toolchain.add_argument("--json", action="store_true", help="print JSON for tools")
     toolchain.set_defaults(handler=_toolchain)
+
+    from . import build as build_step
+    from . import hipify as hipify_step
+    from . import merge as merge_step
+
+    build = commands.add_parser(
+        "build", help="compile the device code (cached, parallel) and write the embedded index"
+    )
+    build_step.add_arguments(build)
+    build.set_defaults(handler=build_step.main_build)
+    merge = commands.add_parser("merge", help="recombine per-target shards into one output")
+    merge_step.add_arguments(merge)
+    merge.set_defaults(handler=merge_step.main_merge)
+    hipify_step.add_parser(commands)
     return parser
 
 

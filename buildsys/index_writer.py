@@ -1,0 +1,257 @@
+"""The build's outputs: device files and the embedded index, byte for byte the same for the same inputs.
+
+Both ``build`` and ``merge`` end here: they hand over the compiled images and the module facts,
+and :func:`package_files` lays them out as the package carries them::
+
+    _index.py                   INDEX = {...}  (schema: kernelpack/index.py)
+    device/<module>.hsaco       one bundle of every AMD target, CCOB zstd unless uncompressed
+    device/<module>.<sm>.cubin  one per NVIDIA sm target
+    device/<module>.<cc>.ptx    one per PTX (compute_XY) target
+    device/<module>.cu          the module's self-contained CUDA source (run-time compilation)
+    device/<module>.hip         the same, hipified
+
+Determinism: modules, images (by vendor, kind, target) and bundle entries are sorted; the index is
+rendered with sorted keys; nothing names this machine's paths or the time. SOURCE_DATE_EPOCH,
+when set, becomes every written file's modification time.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+from kernelpack.errors import FormatError
+from kernelpack.formats import compress_bundle, read_bundle, write_bundle
+from kernelpack.index import SCHEMA_VERSION, BuildFacts, Image, Index, KernelParam, KernelResources
+
+from .cache import atomic_write, sha256_hex
+
+INDEX_FILE = "_index.py"
+DEVICE_DIR = "device"
+SHARD_FILE = "shard.json"  # beside the index of a build limited by --targets: what merge checks
+AMD_BUNDLE_ID_PREFIX = "hipv4-amdgcn-amd-amdhsa--"
+# Files of device/ that a build owns: a rebuild removes those it did not write this time, so a
+# target dropped from the matrix leaves no image behind.
+DEVICE_SUFFIXES = (".hsaco", ".cubin", ".ptx", ".cu", ".hip")
+_KIND_ORDER = {"code_object": 0, "cubin": 1, "ptx": 2}
+_SUFFIX = {"cubin": "cubin", "ptx": "ptx"}
+
+
+@dataclass(frozen=True)
+class ModuleSources:
+    """What a module contributes besides images: its kernels and self-contained sources."""
+
+    name: str
+    kernels: Mapping[str, list[KernelParam]]
+    cuda: str
+    hip: str
+
+    @property
+    def sources_sha256(self) -> str:
+        """The module's sources as one hash (CUDA and hipified): what shards must agree on."""
+        return sha256_hex(
+            f"{sha256_hex(self.cuda.encode())}\n{sha256_hex(self.hip.encode())}".encode()
+        )
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    """One compiled object of one module for one target, with what was read off it."""
+
+    module: str
+    vendor: str  # "amd" or "nvidia"
+    target: str
+    kind: str  # "code_object", "cubin" or "ptx"
+    data: bytes
+    kernels: Mapping[str, KernelResources]
+
+    @property
+    def order(self) -> tuple[int, str]:
+        return _KIND_ORDER[self.kind], self.target
+
+
+def package_files(
+    modules: Sequence[ModuleSources],
+    images: Iterable[BuiltImage],
+    *,
+    compress: bool,
+    version: str,
+    toolchains: Mapping[str, str],
+    flags: Mapping[str, Sequence[str]],
+) -> tuple[dict[str, bytes], Index]:
+    """The device files (by path relative to the output folder) and the index describing them."""
+    by_module: dict[str, list[BuiltImage]] = {m.name: [] for m in modules}
+    for image in images:
+        by_module[image.module].append(image)
+    files: dict[str, bytes] = {}
+    index: Index = {
+        "schema": SCHEMA_VERSION,
+        "version": version,
+        "build": BuildFacts(
+            toolchains=dict(sorted(toolchains.items())),
+            flags={kind: list(values) for kind, values in sorted(flags.items())},
+            sources={m.name: m.sources_sha256 for m in sorted(modules, key=lambda m: m.name)},
+        ),
+        "modules": {},
+    }
+    for module in sorted(modules, key=lambda m: m.name):
+        source_file = f"{DEVICE_DIR}/{module.name}.cu"
+        files[source_file] = module.cuda.encode()
+        files[f"{DEVICE_DIR}/{module.name}.hip"] = module.hip.encode()
+        built = sorted(by_module[module.name], key=lambda i: i.order)
+        index["modules"][module.name] = {
+            "kernels": {name: list(params) for name, params in sorted(module.kernels.items())},
+            "source": source_file,
+            "source_sha256": sha256_hex(files[source_file]),
+            "images": _place(module.name, built, files, compress=compress),
+        }
+    return files, index
+
+
+def _place(
+    module: str, images: list[BuiltImage], files: dict[str, bytes], *, compress: bool
+) -> list[Image]:
+    """Put a module's images into files: AMD ones into one bundle, the others one file each."""
+    placed: list[Image] = []
+    amd = [i for i in images if i.kind == "code_object"]
+    if amd:
+        name = f"{DEVICE_DIR}/{module}.hsaco"
+        raw = write_bundle([(AMD_BUNDLE_ID_PREFIX + i.target, i.data) for i in amd])
+        files[name] = compress_bundle(raw) if compress else raw
+        entries = {entry.target: entry for entry in read_bundle(raw, name)}
+        for image in amd:
+            entry = entries[image.target]
+            placed.append(
+                _image(image, name, entry.offset, entry.size, "zstd" if compress else "none")
+            )
+    for image in images:
+        if image.kind != "code_object":
+            name = f"{DEVICE_DIR}/{module}.{image.target}.{_SUFFIX[image.kind]}"
+            files[name] = image.data
+            placed.append(_image(image, name, 0, len(image.data), "none"))
+    return placed
+
+
+def _image(image: BuiltImage, file: str, offset: int, size: int, compression: str) -> Image:
+    return {
+        "vendor": image.vendor,  # type: ignore[typeddict-item]
+        "target": image.target,
+        "kind": image.kind,  # type: ignore[typeddict-item]
+        "file": file,
+        "offset": offset,
+        "size": size,
+        "sha256": sha256_hex(image.data),
+        "compression": compression,  # type: ignore[typeddict-item]
+        "kernels": {name: dict(r) for name, r in sorted(image.kernels.items())},  # type: ignore[misc]
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The index as a Python module
+
+_HEADER = '''"""kernelpack's embedded index: generated by `python -m buildsys build`; do not edit."""
+
+from kernelpack.index import Index
+
+INDEX: Index = '''
+
+
+def render_index(index: Index) -> str:
+    """The index module's text. JSON with sorted keys reads as the same Python literal (the index
+    holds only strings, integers, lists and dicts) and renders alike on every Python version."""
+    _check_literal(index, "INDEX")
+    return _HEADER + json.dumps(index, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
+
+
+def _check_literal(value: object, where: str) -> None:
+    """JSON's true, false and null are not Python: the index must not hold them."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_literal(item, f"{where}[{key!r}]")
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            _check_literal(item, f"{where}[{position}]")
+    elif isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise TypeError(f"{where}: {value!r} cannot be written into the index")
+
+
+def read_index(text: str, path: str = INDEX_FILE) -> Index:
+    """The INDEX literal of an index module, read without running it."""
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError as error:
+        raise FormatError(path, error.offset or 0, "a Python module") from None
+    for node in tree.body:
+        target: ast.expr
+        value: ast.expr | None
+        if isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        else:
+            continue
+        if not (isinstance(target, ast.Name) and target.id == "INDEX") or value is None:
+            continue
+        try:
+            index = ast.literal_eval(value)
+        except ValueError:
+            break
+        if isinstance(index, dict) and index.get("schema") == SCHEMA_VERSION:
+            return cast(Index, index)
+        raise FormatError(path, 0, f"an index of schema {SCHEMA_VERSION}")
+    raise FormatError(path, 0, "an assignment INDEX = {...} of a literal")
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing an output folder
+
+
+def shard_manifest(index: Index, targets: Sequence[str]) -> dict[str, object]:
+    """What merge compares between shards: their targets and everything that must agree."""
+    return {
+        "targets": sorted(targets),
+        "version": index["version"],
+        "sources": index["build"]["sources"],
+        "toolchains": index["build"]["toolchains"],
+        "flags": index["build"]["flags"],
+    }
+
+
+def write_output(
+    out: Path, files: Mapping[str, bytes], index: Index, *, shard: Mapping[str, object] | None
+) -> None:
+    """Write the device files, the index and (for a shard) its manifest into ``out``.
+
+    Each file is replaced atomically and only when its bytes change, so an unchanged rebuild leaves
+    timestamps alone; device files of earlier builds that this one did not make are removed, and so
+    is a shard manifest when this build is not a shard.
+    """
+    everything = dict(files)
+    everything[INDEX_FILE] = render_index(index).encode()
+    if shard is not None:
+        everything[SHARD_FILE] = (json.dumps(shard, indent=1, sort_keys=True) + "\n").encode()
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    paths: set[Path] = set()
+    for relative, data in sorted(everything.items()):
+        path = out / relative
+        try:
+            unchanged = path.read_bytes() == data
+        except OSError:
+            unchanged = False
+        if not unchanged:
+            atomic_write(path, data)
+        if epoch is not None:
+            os.utime(path, (int(epoch), int(epoch)))
+        paths.add(path)
+    device = out / DEVICE_DIR
+    stale = [p for p in device.iterdir() if p.suffix in DEVICE_SUFFIXES] if device.is_dir() else []
+    if shard is None:
+        stale.append(out / SHARD_FILE)
+    for path in stale:
+        if path not in paths:
+            path.unlink(missing_ok=True)

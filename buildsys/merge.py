@@ -1,0 +1,247 @@
+"""``python -m buildsys merge SHARD... --out DIR``: per-target CI shards into one package output.
+
+Each CI job builds one target (``python -m buildsys build --targets gfx942 --out shards/gfx942``);
+the merge job recombines their images into the fat bundles and one index, exactly as one build of
+all targets would have laid them out (buildsys.index_writer does both).
+
+Shards are checked before anything is written: every matrix target must come from exactly one
+shard, and all shards must come from the same sources, toolchains, flags and version. Each image
+is checked against its shard's index (sha256) on the way through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelpack._console import print_json, print_table
+from kernelpack.errors import FormatError, UsageError
+from kernelpack.formats import read_bundle
+from kernelpack.index import Index
+
+from . import REPO_ROOT
+from .cache import sha256_hex
+from .index_writer import (
+    INDEX_FILE,
+    SHARD_FILE,
+    BuiltImage,
+    ModuleSources,
+    package_files,
+    read_index,
+    write_output,
+)
+from .matrix import load_matrix
+
+
+@dataclass(frozen=True)
+class Shard:
+    path: Path
+    manifest: dict[str, Any]
+    index: Index
+
+    @property
+    def targets(self) -> list[str]:
+        targets: list[str] = self.manifest["targets"]
+        return targets
+
+
+def read_shard(path: Path) -> Shard:
+    """A shard folder's manifest and index; a folder that is not a shard is a UsageError."""
+    manifest_path = path / SHARD_FILE
+    if not manifest_path.is_file():
+        raise UsageError(
+            f"{path}: not a build shard (no {SHARD_FILE}); make one with "
+            "`python -m buildsys build --targets T --out DIR`"
+        )
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise UsageError(f"{manifest_path}: not valid JSON") from None
+    keys = ("targets", "version", "sources", "toolchains", "flags")
+    if not isinstance(manifest, dict) or any(key not in manifest for key in keys):
+        raise UsageError(f"{manifest_path}: expected the keys {', '.join(keys)}")
+    index_path = path / INDEX_FILE
+    try:
+        index = read_index(index_path.read_text(encoding="utf-8"), str(index_path))
+    except OSError:
+        raise UsageError(f"{index_path}: missing; the shard is incomplete") from None
+    return Shard(path, manifest, index)
+
+
+def check_shards(shards: Sequence[Shard], expected: Sequence[str]) -> None:
+    """Refuse duplicated, inconsistent or missing shards, naming them."""
+    seen_paths: dict[Path, Path] = {}
+    for shard in shards:
+        resolved = shard.path.resolve()
+        if resolved in seen_paths:
+            raise UsageError(
+                f"duplicated shard: {seen_paths[resolved]} and {shard.path} are one folder"
+            )
+        seen_paths[resolved] = shard.path
+    owner: dict[str, Path] = {}
+    for shard in shards:
+        for target in shard.targets:
+            if target in owner:
+                raise UsageError(
+                    f"duplicated target {target}: in shards {owner[target]} and {shard.path}; "
+                    "give each target's shard once"
+                )
+            owner[target] = shard.path
+    first = shards[0]
+    for shard in shards[1:]:
+        _check_consistent(first, shard)
+    missing = [t for t in expected if t not in owner]
+    if missing:
+        raise UsageError(
+            f"missing shards for {', '.join(missing)} (the matrix asks for them); build each with "
+            "`python -m buildsys build --targets T --out DIR`"
+        )
+
+
+def _check_consistent(first: Shard, other: Shard) -> None:
+    pair = f"{first.path} and {other.path}"
+    a, b = first.manifest, other.manifest
+    if a["version"] != b["version"]:
+        raise UsageError(f"inconsistent shards {pair}: versions {a['version']} and {b['version']}")
+    if a["sources"] != b["sources"]:
+        modules = sorted(
+            m for m in set(a["sources"]) | set(b["sources"])
+            if a["sources"].get(m) != b["sources"].get(m)
+        )  # fmt: skip
+        raise UsageError(
+            f"inconsistent shards {pair}: built from other sources (modules {', '.join(modules)}); "
+            "rebuild every shard from one commit"
+        )
+    for facts, what in (("toolchains", "toolchain"), ("flags", "flags")):
+        for kind in sorted(set(a[facts]) & set(b[facts])):
+            if a[facts][kind] != b[facts][kind]:
+                raise UsageError(
+                    f"inconsistent shards {pair}: {kind} {what} {a[facts][kind]!r} and "
+                    f"{b[facts][kind]!r}; build every shard with one toolchain"
+                )
+
+
+def merge(
+    shard_paths: Sequence[Path], out: Path, *, matrix: Path | None = None, compress: bool = True
+) -> list[Shard]:
+    """Check the shards against each other and the matrix, then write the merged output."""
+    shards = [read_shard(path) for path in shard_paths]
+    if not shards:
+        raise UsageError("merge: name at least one shard folder")
+    check_shards(shards, [t.target for t in load_matrix(matrix).targets])
+    first = shards[0]
+    modules: list[ModuleSources] = []
+    for name, module in sorted(first.index["modules"].items()):
+        cuda = _read_checked(first.path, module["source"], module["source_sha256"])
+        hip_file = module["source"].removesuffix(".cu") + ".hip"
+        modules.append(
+            ModuleSources(
+                name=name,
+                kernels=module["kernels"],
+                cuda=cuda.decode("utf-8"),
+                hip=(first.path / hip_file).read_text(encoding="utf-8"),
+            )
+        )
+    images: list[BuiltImage] = []
+    toolchains: dict[str, str] = {}
+    flags: dict[str, list[str]] = {}
+    for shard in shards:
+        toolchains.update(shard.manifest["toolchains"])
+        flags.update(shard.manifest["flags"])
+        for name, module in sorted(shard.index["modules"].items()):
+            bundles: dict[str, dict[str, bytes]] = {}
+            for image in module["images"]:
+                data = _image_bytes(shard.path, image["file"], image, bundles)
+                images.append(
+                    BuiltImage(
+                        name,
+                        image["vendor"],
+                        image["target"],
+                        image["kind"],
+                        data,
+                        image["kernels"],
+                    )
+                )
+    files, index = package_files(
+        modules,
+        images,
+        compress=compress,
+        version=first.manifest["version"],
+        toolchains=toolchains,
+        flags=flags,
+    )
+    if index["build"]["sources"] != first.manifest["sources"]:
+        raise UsageError(f"{first.path}: its device sources do not match its {SHARD_FILE}")
+    write_output(out, files, index, shard=None)
+    return shards
+
+
+def _read_checked(folder: Path, relative: str, digest: str) -> bytes:
+    path = folder / relative
+    try:
+        data = path.read_bytes()
+    except OSError:
+        raise UsageError(f"{path}: missing; the shard is incomplete") from None
+    if sha256_hex(data) != digest:
+        raise UsageError(f"{path}: does not match the sha256 in its shard's index")
+    return data
+
+
+def _image_bytes(
+    folder: Path, relative: str, image: Any, bundles: dict[str, dict[str, bytes]]
+) -> bytes:
+    """One image's bytes out of a shard, checked against the index's sha256."""
+    path = folder / relative
+    if image["kind"] == "code_object":
+        if relative not in bundles:
+            try:
+                entries = read_bundle(path.read_bytes(), str(path))
+            except OSError:
+                raise UsageError(f"{path}: missing; the shard is incomplete") from None
+            bundles[relative] = {entry.target: entry.data for entry in entries}
+        data = bundles[relative].get(image["target"])
+        if data is None:
+            raise FormatError(str(path), 0, f"a bundle entry for {image['target']}")
+    else:
+        data = path.read_bytes() if path.is_file() else b""
+        data = data[image["offset"] : image["offset"] + image["size"]]
+    if sha256_hex(data) != image["sha256"]:
+        raise UsageError(f"{path}: the {image['target']} image does not match its index's sha256")
+    return data
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("shards", nargs="+", type=Path, metavar="SHARD", help="shard folders")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO_ROOT / "wheels" / "kernelpack",
+        metavar="DIR",
+        help="output folder of _index.py and device/ (default: wheels/kernelpack)",
+    )
+    parser.add_argument("--matrix", type=Path, metavar="FILE", help="default: arch_matrix.toml")
+    parser.add_argument(
+        "--compress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="zstd-compress the AMD bundles (CCOB; the default)",
+    )
+    parser.add_argument("--json", action="store_true", help="print what was merged as JSON")
+
+
+def main_merge(args: argparse.Namespace) -> int:
+    shards = merge(args.shards, args.out, matrix=args.matrix, compress=args.compress)
+    report = [{"shard": str(s.path), "targets": s.targets} for s in shards]
+    if args.json:
+        print_json({"out": str(args.out), "shards": report})
+    else:
+        print_table(
+            f"merged {len(shards)} shards -> {args.out}",
+            ("shard", "targets"),
+            [(r["shard"], ", ".join(r["targets"])) for r in report],
+        )
+    return 0

@@ -1,0 +1,284 @@
+"""``python -m buildsys build`` with the real compilers: cache, failures, determinism, inspect.
+
+Most tests build the two-module tree of build_project for two AMD targets and start from a copy of
+one warm project, so each compiles only what it is about. One test builds the real kernel_sources
+for the real arch_matrix.toml.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from build_project import AMD_TARGETS, Project, compiled, make_project, snapshot
+from kernelpack.formats import read_bundle
+
+from buildsys import REPO_ROOT
+from buildsys.build import FLAGS, BuildSettings, build, failure_error
+from buildsys.errors import ToolchainError
+from buildsys.index_writer import read_index
+from buildsys.matrix import load_matrix
+from buildsys.modules import inline_includes, parse_kernels, read_tree
+from buildsys.toolchain import Toolchain, cuda_toolchain
+
+ALL_JOBS = {(m, t) for m in ("other", "tiny") for t in AMD_TARGETS}
+
+
+def expected_wavefront(target: str) -> int:
+    """AMD's rule, written out independently of kernelpack.targets: gfx9 is wave64, RDNA wave32."""
+    processor = target.split(":")[0]
+    return 64 if processor.startswith("gfx9") else 32
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``python -m`` of the tree's buildsys or kernelpack, as a user runs them."""
+    path = os.pathsep.join([str(REPO_ROOT / "wheels"), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", *argv], cwd=REPO_ROOT, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": path},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory, amd_toolchain: Toolchain) -> Project:
+    project = make_project(tmp_path_factory.mktemp("warm"))
+    result = project.build()
+    assert compiled(result) == ALL_JOBS
+    return project
+
+
+@pytest.fixture
+def project(warm: Project, tmp_path: Path) -> Project:
+    return warm.copy(tmp_path / "project")
+
+
+pytestmark = pytest.mark.toolchain
+
+
+def test_noop_rebuild_compiles_nothing_and_touches_nothing(project: Project) -> None:
+    before = {p: p.stat().st_mtime_ns for p in project.settings.out.rglob("*") if p.is_file()}
+    contents = snapshot(project.settings.out)
+    result = project.build()
+    assert compiled(result) == set()
+    assert result.count("cached") == len(ALL_JOBS)
+    assert snapshot(project.settings.out) == contents
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+
+
+def test_editing_one_source_recompiles_only_its_module(project: Project) -> None:
+    source = (project.settings.sources / "other/other.cu").read_text()
+    project.write("other/other.cu", source.replace("1.0f", "3.0f"))
+    result = project.build()
+    assert compiled(result) == {("other", t) for t in AMD_TARGETS}
+    index = read_index((project.settings.out / "_index.py").read_text())
+    assert "3.0f" in (project.settings.out / index["modules"]["other"]["source"]).read_text()
+
+
+def test_editing_a_header_recompiles_the_modules_that_include_it(project: Project) -> None:
+    project.write("include/common.cuh", "#pragma once\n#define SCALE 4.0f\n")
+    assert compiled(project.build()) == {("tiny", t) for t in AMD_TARGETS}
+    project.write("include/common.cuh", "#pragma once\n#define SCALE 2.0f\n")
+    assert compiled(project.build()) == set()  # the earlier objects are still in the cache
+
+
+def test_changed_flags_recompile(project: Project) -> None:
+    flags = {**FLAGS, "code_object": (*FLAGS["code_object"], "-DKERNELPACK_TEST=1")}
+    result = project.build(flags=flags, targets=("gfx1100",))  # one target keeps it short
+    assert compiled(result) == {("other", "gfx1100"), ("tiny", "gfx1100")}
+    index = read_index((project.settings.out / "_index.py").read_text())
+    assert "-DKERNELPACK_TEST=1" in index["build"]["flags"]["code_object"]
+
+
+def test_another_toolchain_recompiles(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiler of another version (here: the same compiler under another version string)
+    must not reuse objects made by the first."""
+    from buildsys.toolchain import amd_toolchain
+
+    def other_version(*, targets: list[str]) -> Toolchain:
+        toolchain = amd_toolchain(targets=targets)
+        return dataclasses.replace(toolchain, version=toolchain.version + " (patched)")
+
+    monkeypatch.setattr("buildsys.build.amd_toolchain", other_version)
+    result = project.build(targets=("gfx1100",))  # one target keeps it short
+    assert compiled(result) == {("other", "gfx1100"), ("tiny", "gfx1100")}
+
+
+BROKEN = 'extern "C" __global__ void broken(float* y) {\n  y[0] = undeclared_name;\n}\n'
+
+
+def test_a_compile_error_names_module_target_and_message(project: Project) -> None:
+    before = snapshot(project.settings.out)
+    project.write("broken/broken.cu", BROKEN)
+    result = project.build(jobs=1)
+    failed = [o for o in result.outcomes if o.status == "failed"]
+    assert failed and all(o.job.module.name == "broken" for o in failed)
+    assert result.count("not run") > 0  # stopped after the first failure
+    message = str(failure_error(result))
+    assert f"broken {failed[0].job.target.target}:" in message
+    assert "undeclared_name" in message
+    assert snapshot(project.settings.out) == before  # nothing written: no silent drop
+
+    cli = run_cli(
+        "buildsys", "build", "--sources", str(project.settings.sources), "--matrix",
+        str(project.settings.matrix), "--out", str(project.root / "cli-out"), "--cache-dir",
+        str(project.settings.cache_dir), "--jobs", "1",
+    )  # fmt: skip
+    assert cli.returncode == 1, cli.stderr
+    assert "error:" in cli.stderr and "undeclared_name" in cli.stderr
+    assert "broken gfx" in cli.stderr
+
+
+def test_keep_going_builds_the_rest_and_the_cache_keeps_it(project: Project) -> None:
+    project.write("broken/broken.cu", BROKEN)
+    project.write(
+        "other/other.cu", (project.settings.sources / "other/other.cu").read_text() + "\n"
+    )
+    result = project.build(keep_going=True)
+    assert result.count("not run") == 0
+    assert {o.job.module.name for o in result.outcomes if o.status == "failed"} == {"broken"}
+    assert compiled(result) == {("other", t) for t in AMD_TARGETS}
+    (project.settings.sources / "broken/broken.cu").unlink()
+    (project.settings.sources / "broken").rmdir()
+    assert compiled(project.build()) == set()
+
+
+def test_a_target_the_toolchain_cannot_build_is_an_error(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No AMD target of the table is unbuildable by LLVM 21, so one is declared unbuildable."""
+    real = Toolchain.buildable
+
+    def without_gfx1100(self: Toolchain, targets: list[str]) -> dict[str, bool]:
+        return {t: ok and t != "gfx1100" for t, ok in real(self, targets).items()}
+
+    monkeypatch.setattr(Toolchain, "buildable", without_gfx1100)
+    before = snapshot(project.settings.out)
+    with pytest.raises(ToolchainError, match=r"cannot build gfx1100"):
+        project.build()
+    assert snapshot(project.settings.out) == before
+
+
+def test_two_builds_from_two_places_are_byte_identical(
+    warm: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Other source folder, other cache, other output, one job at a time: the same bytes."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    other = make_project(tmp_path / "elsewhere" / "deeper")
+    other.build(jobs=1)
+    warm.build()  # cached: rewrites nothing, but applies SOURCE_DATE_EPOCH
+    assert snapshot(other.settings.out) == snapshot(warm.settings.out)
+    assert {p.stat().st_mtime for p in other.settings.out.rglob("*") if p.is_file()} == {1700000000}
+    index_text = (other.settings.out / "_index.py").read_text()
+    assert str(tmp_path) not in index_text and os.environ.get("USER", "@@") not in index_text
+
+
+def test_two_builds_at_once_on_one_cache(tmp_path: Path, amd_toolchain: Toolchain) -> None:
+    project = make_project(tmp_path, matrix='[amd]\ntargets = ["gfx90a"]\n')
+    argv = [
+        sys.executable, "-m", "buildsys", "build", "--sources", str(project.settings.sources),
+        "--matrix", str(project.settings.matrix), "--cache-dir", str(project.settings.cache_dir),
+        "--jobs", "1",
+    ]  # fmt: skip
+    runs = [
+        subprocess.Popen(
+            [*argv, "--out", str(tmp_path / f"out{i}")],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    for run in runs:
+        _, stderr = run.communicate()
+        assert run.returncode == 0, stderr
+    assert snapshot(tmp_path / "out0") == snapshot(tmp_path / "out1")
+    assert compiled(project.build(out=tmp_path / "out2")) == set()
+
+
+def inspect_json(path: Path) -> dict[str, object]:
+    result = run_cli("kernelpack", "inspect", "--json", str(path))
+    assert result.returncode == 0, result.stderr
+    report: dict[str, object] = json.loads(result.stdout)
+    return report
+
+
+def check_bundles(out: Path, amd_targets: list[str]) -> None:
+    """Each module's bundle, as `kernelpack inspect` reads it, holds every AMD target with the
+    module's kernels at the right wavefront, and the index locates each image in it."""
+    index = read_index((out / "_index.py").read_text())
+    for name, module in index["modules"].items():
+        report = inspect_json(out / "device" / f"{name}.hsaco")
+        entries = report["entries"]
+        assert isinstance(entries, list)
+        by_target = {e["image"]["target"]: e for e in entries if e["image"] is not None}
+        assert sorted(by_target) == sorted(amd_targets), name
+        plain = {
+            e.target: e for e in read_bundle((out / "device" / f"{name}.hsaco").read_bytes(), name)
+        }
+        for target, entry in by_target.items():
+            kernels = {k["name"]: k for k in entry["image"]["kernels"]}
+            assert sorted(kernels) == sorted(module["kernels"]), (name, target)
+            assert {k["wavefront"] for k in kernels.values()} == {expected_wavefront(target)}
+            image = next(i for i in module["images"] if i["target"] == target)
+            assert (image["offset"], image["size"]) == (entry["offset"], entry["size"])
+            data = plain[target].data
+            assert hashlib.sha256(data).hexdigest() == image["sha256"]
+
+
+def test_inspect_lists_every_target_with_its_wavefront(warm: Project) -> None:
+    check_bundles(warm.settings.out, list(AMD_TARGETS))
+
+
+def test_uncompressed_bundles_read_back_by_clang_offload_bundler(
+    project: Project, amd_toolchain: Toolchain
+) -> None:
+    out = project.root / "plain"
+    assert compiled(project.build(out=out, compress=False)) == set()
+    bundle = out / "device" / "tiny.hsaco"
+    assert bundle.read_bytes().startswith(b"__CLANG_OFFLOAD_BUNDLE__")
+    bundler = amd_toolchain.tool("clang-offload-bundler")
+    listed = amd_toolchain.run([bundler, "--list", "--type=o", f"--input={bundle}"], cwd=out)
+    ids = sorted(listed.stdout.split())
+    assert ids == sorted(
+        ["host-x86_64-unknown-linux-gnu-"] + [f"hipv4-amdgcn-amd-amdhsa--{t}" for t in AMD_TARGETS]
+    )
+    index = read_index((out / "_index.py").read_text())
+    for image in index["modules"]["tiny"]["images"]:
+        extracted = out / f"{image['target']}.co"
+        amd_toolchain.run(
+            [bundler, "--unbundle", "--type=o", f"--input={bundle}", f"--output={extracted}",
+             f"--targets=hipv4-amdgcn-amd-amdhsa--{image['target']}"],
+            cwd=out,
+        )  # fmt: skip
+        assert hashlib.sha256(extracted.read_bytes()).hexdigest() == image["sha256"]
+
+
+@pytest.mark.slow
+def test_real_sources_build_for_the_default_matrix(
+    tmp_path: Path, amd_toolchain: Toolchain
+) -> None:
+    """The project's own kernel_sources for arch_matrix.toml, from a cold cache (nvcc targets
+    too where nvcc is installed)."""
+    settings = BuildSettings(out=tmp_path / "out", cache_dir=tmp_path / "cache")
+    if cuda_toolchain() is None:
+        settings = dataclasses.replace(settings, vendor="amd")
+    result = build(settings, progress=False)
+    assert result.count("compiled") == len(result.outcomes), failure_error(result)
+    matrix = load_matrix()
+    tree, modules = read_tree(settings.sources)
+    index = read_index((settings.out / "_index.py").read_text())
+    assert sorted(index["modules"]) == sorted(m.name for m in modules)
+    for module in modules:
+        expected = parse_kernels(inline_includes(tree, module.main), module.main)
+        assert index["modules"][module.name]["kernels"] == expected
+        targets = sorted(i["target"] for i in index["modules"][module.name]["images"])
+        wanted = [t.target for t in matrix.targets if settings.vendor in (None, t.vendor)]
+        assert targets == sorted(wanted)
+    check_bundles(settings.out, [t.target for t in matrix.amd])
