@@ -44,8 +44,7 @@ def build(session: nox.Session) -> None:
 @nox.session
 def wheels(session: nox.Session) -> None:
     """Build the fat wheel and the split host + device wheels into dist/ (the main job)."""
-    _install_groups(session, "build")
-    session.install("build>=1.2")
+    _install_groups(session, "wheels")
     session.run("python", "-m", "buildsys", "wheels", *session.posargs)
 
 

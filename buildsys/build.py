@@ -24,13 +24,13 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
 from kernelpack._console import print_json, print_table, use_rich
 from kernelpack.errors import KernelpackError, UsageError
 from kernelpack.formats import read_code_object, read_cubin, read_ptx
@@ -62,10 +62,19 @@ SUFFIX = {"code_object": "co", "cubin": "cubin", "ptx": "ptx"}
 ENV_PREFIX = "KERNELPACK_BUILD_"
 
 
-def _pyproject_fallback_version() -> str:
-    """setuptools-scm's fallback version: what the index says when nobody names a version."""
+def package_version() -> str:
+    """The version the wheels will carry: setuptools-scm's (as scikit-build-core computes it),
+    else pyproject's fallback_version where there is no git checkout or no setuptools-scm."""
     data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    version: str = data["tool"]["setuptools_scm"]["fallback_version"]
+    fallback: str = data["tool"]["setuptools_scm"]["fallback_version"]
+    try:
+        from setuptools_scm import get_version
+    except ImportError:
+        return fallback
+    try:
+        version: str = get_version(root=str(REPO_ROOT), fallback_version=fallback)
+    except (LookupError, OSError):
+        return fallback
     return version
 
 
@@ -88,7 +97,7 @@ class BuildSettings:
     compress: bool = True
     keep_going: bool = False
     provision: bool = False
-    package_version: str = field(default_factory=_pyproject_fallback_version)
+    package_version: str = field(default_factory=package_version)
     flags: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(FLAGS))
 
     @property

@@ -52,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     merge_step.add_arguments(merge)
     merge.set_defaults(handler=merge_step.main_merge)
     hipify_step.add_parser(commands)
+
+    from . import wheels as wheels_step
+
+    wheels = commands.add_parser("wheels", help="build the fat and split wheels into dist/")
+    wheels_step.add_arguments(wheels)
+    wheels.set_defaults(handler=wheels_step.main_wheels)
     return parser
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from kernelpack.errors import FormatError
+from kernelpack.errors import FormatError, UsageError
 from kernelpack.formats import compress_bundle, read_bundle, write_bundle
 from kernelpack.index import SCHEMA_VERSION, BuildFacts, Image, Index, KernelParam, KernelResources
 
@@ -108,15 +108,18 @@ def package_files(
             "kernels": {name: list(params) for name, params in sorted(module.kernels.items())},
             "source": source_file,
             "source_sha256": sha256_hex(files[source_file]),
-            "images": _place(module.name, built, files, compress=compress),
+            "images": place_images(module.name, built, files, compress=compress),
         }
     return files, index
 
 
-def _place(
+def place_images(
     module: str, images: list[BuiltImage], files: dict[str, bytes], *, compress: bool
 ) -> list[Image]:
-    """Put a module's images into files: AMD ones into one bundle, the others one file each."""
+    """Put a module's images into files: AMD ones into one bundle, the others one file each.
+
+    The fat build, merge and each device wheel lay out their images through this one function.
+    """
     placed: list[Image] = []
     amd = [i for i in images if i.kind == "code_object"]
     if amd:
@@ -255,3 +258,27 @@ def write_output(
     for path in stale:
         if path not in paths:
             path.unlink(missing_ok=True)
+
+
+def read_image_bytes(
+    folder: Path, relative: str, image: Image, bundles: dict[str, dict[str, bytes]]
+) -> bytes:
+    """One image's bytes out of a built output folder (a build, a shard, a merge), checked against
+    the index's sha256; ``bundles`` caches each bundle's entries across calls."""
+    path = folder / relative
+    if image["kind"] == "code_object":
+        if relative not in bundles:
+            try:
+                entries = read_bundle(path.read_bytes(), str(path))
+            except OSError:
+                raise UsageError(f"{path}: missing; the shard is incomplete") from None
+            bundles[relative] = {entry.target: entry.data for entry in entries}
+        data = bundles[relative].get(image["target"])
+        if data is None:
+            raise FormatError(str(path), 0, f"a bundle entry for {image['target']}")
+    else:
+        data = path.read_bytes() if path.is_file() else b""
+        data = data[image["offset"] : image["offset"] + image["size"]]
+    if sha256_hex(data) != image["sha256"]:
+        raise UsageError(f"{path}: the {image['target']} image does not match its index's sha256")
+    return data

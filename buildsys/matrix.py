@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from kernelpack.errors import UsageError
 from kernelpack.targets import (
     AMD_BY_NAME,
     AMD_FAMILIES,
@@ -21,7 +22,6 @@ from kernelpack.targets import (
     TargetId,
     suggest,
 )
-from kernelpack.errors import UsageError
 
 from . import REPO_ROOT
 from .errors import MatrixError

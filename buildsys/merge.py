@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpack._console import print_json, print_table
-from kernelpack.errors import FormatError, UsageError
-from kernelpack.formats import read_bundle
+from kernelpack.errors import UsageError
 from kernelpack.index import Index
 
 from . import REPO_ROOT
@@ -31,6 +30,7 @@ from .index_writer import (
     BuiltImage,
     ModuleSources,
     package_files,
+    read_image_bytes,
     read_index,
     write_output,
 )
@@ -155,7 +155,7 @@ def merge(
         for name, module in sorted(shard.index["modules"].items()):
             bundles: dict[str, dict[str, bytes]] = {}
             for image in module["images"]:
-                data = _image_bytes(shard.path, image["file"], image, bundles)
+                data = read_image_bytes(shard.path, image["file"], image, bundles)
                 images.append(
                     BuiltImage(
                         name,
@@ -188,29 +188,6 @@ def _read_checked(folder: Path, relative: str, digest: str) -> bytes:
         raise UsageError(f"{path}: missing; the shard is incomplete") from None
     if sha256_hex(data) != digest:
         raise UsageError(f"{path}: does not match the sha256 in its shard's index")
-    return data
-
-
-def _image_bytes(
-    folder: Path, relative: str, image: Any, bundles: dict[str, dict[str, bytes]]
-) -> bytes:
-    """One image's bytes out of a shard, checked against the index's sha256."""
-    path = folder / relative
-    if image["kind"] == "code_object":
-        if relative not in bundles:
-            try:
-                entries = read_bundle(path.read_bytes(), str(path))
-            except OSError:
-                raise UsageError(f"{path}: missing; the shard is incomplete") from None
-            bundles[relative] = {entry.target: entry.data for entry in entries}
-        data = bundles[relative].get(image["target"])
-        if data is None:
-            raise FormatError(str(path), 0, f"a bundle entry for {image['target']}")
-    else:
-        data = path.read_bytes() if path.is_file() else b""
-        data = data[image["offset"] : image["offset"] + image["size"]]
-    if sha256_hex(data) != image["sha256"]:
-        raise UsageError(f"{path}: the {image['target']} image does not match its index's sha256")
     return data
 
 

@@ -100,8 +100,8 @@ def test_another_toolchain_recompiles(project: Project, monkeypatch: pytest.Monk
     must not reuse objects made by the first."""
     from buildsys.toolchain import amd_toolchain
 
-    def other_version(*, targets: list[str]) -> Toolchain:
-        toolchain = amd_toolchain(targets=targets)
+    def other_version(*, targets: list[str], provision: bool) -> Toolchain:
+        toolchain = amd_toolchain(targets=targets, provision=provision)
         return dataclasses.replace(toolchain, version=toolchain.version + " (patched)")
 
     monkeypatch.setattr("buildsys.build.amd_toolchain", other_version)

@@ -1,0 +1,371 @@
+"""Wheels: the fat wheel, the host wheel and one device wheel per target or family.
+
+The fat wheel is what ``pip wheel .`` makes through scikit-build-core (CMake places the built device
+code into the package). The split wheels are derived from it rather than built a second way, so both
+carry the same loader byte for byte:
+
+- the host wheel is the fat wheel without device images, with an index that lists no images but
+  says which device wheel carries each target, and one extra per device wheel
+  (``pip install kernelpack[gfx942]``);
+- each device wheel (``kernelpack-device-gfx110x``) is the package ``kernelpack_device_gfx110x`` with
+  its own images and index fragment, pinned to the host's exact version and found by the loader
+  through the ``kernelpack.device`` entry point (template: wheels/device/).
+
+Every wheel is written by :func:`write_wheel`: sorted entries, timestamps from SOURCE_DATE_EPOCH
+(default: the last commit's time), fixed permissions, so two builds of one commit are identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelpack._console import print_json, print_table
+from kernelpack.index import Index
+from kernelpack.targets import AMD_FAMILIES, TargetId
+
+from . import REPO_ROOT
+from .build import BuildSettings, build, failure_error, print_summary
+from .errors import BuildError
+from .index_writer import BuiltImage, place_images, read_image_bytes, read_index, render_index
+from .merge import merge
+
+DEVICE_TEMPLATE = REPO_ROOT / "wheels" / "device"
+# Vendor runtimes a wheel must never carry: the user's driver stack provides them.
+GPU_RUNTIME_LIBRARIES = re.compile(
+    r"lib(amdhip64|hsa-runtime64|hsakmt|amd_comgr|hiprtc|cuda|cudart|nvrtc|nvidia-ml|nvJitLink)\b"
+)
+
+
+@dataclass(frozen=True)
+class DeviceGroup:
+    """One device wheel: its extra's name and the targets whose images it carries."""
+
+    name: str  # "gfx110x", "gfx942", "sm90", "ptx"
+    targets: tuple[str, ...]
+
+    @property
+    def distribution(self) -> str:
+        return f"kernelpack-device-{self.name}"
+
+    @property
+    def package(self) -> str:
+        return "kernelpack_device_" + re.sub(r"[^a-z0-9]", "_", self.name)
+
+
+def device_groups(index: Index) -> list[DeviceGroup]:
+    """Group the built targets into device wheels.
+
+    An AMD family (AMD_FAMILIES) with two or more built processors becomes one wheel named after
+    the family (gfx1100 and gfx1101 -> gfx110x); any other AMD target gets its own wheel named
+    after its processor; each NVIDIA cubin target its own (sm_90 -> sm90); all PTX goes to "ptx".
+    """
+    built = sorted({image["target"] for m in index["modules"].values() for image in m["images"]})
+    groups: dict[str, list[str]] = {}
+    amd = [t for t in built if t.startswith("gfx")]
+    processors = {t: TargetId.parse(t).processor for t in amd}
+    for target in amd:
+        family = next(
+            (
+                name
+                for name, members in AMD_FAMILIES.items()
+                if processors[target] in members
+                and sum(p in members for p in set(processors.values())) > 1
+            ),
+            None,
+        )
+        groups.setdefault((family or processors[target]).lower(), []).append(target)
+    for target in built:
+        if target.startswith("sm_"):
+            groups.setdefault(target.replace("_", ""), []).append(target)
+        elif target.startswith("compute_"):
+            groups.setdefault("ptx", []).append(target)
+    return [DeviceGroup(name, tuple(targets)) for name, targets in sorted(groups.items())]
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing and reading wheels
+
+
+def source_date_epoch() -> int:
+    """SOURCE_DATE_EPOCH, else the last commit's time: what makes two builds of a commit equal."""
+    if "SOURCE_DATE_EPOCH" in os.environ:
+        return int(os.environ["SOURCE_DATE_EPOCH"])
+    result = subprocess.run(
+        ["git", "log", "-1", "--format=%ct"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    return (
+        int(result.stdout.strip())
+        if result.returncode == 0 and result.stdout.strip()
+        else 315532800
+    )
+
+
+def write_wheel(path: Path, files: Mapping[str, bytes], *, epoch: int) -> Path:
+    """Write a wheel deterministically; RECORD is computed here and goes last."""
+    dist_info = next(n.split("/")[0] for n in files if n.split("/")[0].endswith(".dist-info"))
+    record_name = f"{dist_info}/RECORD"
+    entries = {n: data for n, data in files.items() if n != record_name}
+    record = io.StringIO()
+    for name in sorted(entries):
+        digest = base64.urlsafe_b64encode(hashlib.sha256(entries[name]).digest()).rstrip(b"=")
+        record.write(f"{name},sha256={digest.decode()},{len(entries[name])}\n")
+    record.write(f"{record_name},,\n")
+    date_time = time.gmtime(max(epoch, 315532800))[:6]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as handle, zipfile.ZipFile(handle, "w") as archive:
+        for name in [*sorted(entries), record_name]:
+            data = entries.get(name, record.getvalue().encode())
+            info = zipfile.ZipInfo(name, date_time=date_time)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, data, compresslevel=9)
+    os.replace(tmp, path)
+    return path
+
+
+def read_wheel(path: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as archive:
+        return {name: archive.read(name) for name in archive.namelist() if not name.endswith("/")}
+
+
+# ---------------------------------------------------------------------------------------------
+# The three kinds of wheel
+
+
+def build_fat_wheel(device_dir: Path, out_dir: Path, *, epoch: int) -> Path:
+    """``pip wheel .`` through scikit-build-core with the device code already built in device_dir,
+    then rewritten by write_wheel for reproducibility."""
+    with tempfile.TemporaryDirectory(prefix="kernelpack-wheel-") as tmp:
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(REPO_ROOT),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            tmp,
+            f"--config-settings=cmake.define.KERNELPACK_DEVICE_DIR={device_dir}",
+        ]
+        env = dict(os.environ, SOURCE_DATE_EPOCH=str(epoch))
+        result = subprocess.run(argv, capture_output=True, text=True, env=env)
+        if result.returncode != 0:
+            raise BuildError(
+                f"pip wheel failed: {(result.stderr or result.stdout).strip()[-2000:]}"
+            )
+        (built,) = Path(tmp).glob("*.whl")
+        return write_wheel(out_dir / built.name, read_wheel(built), epoch=epoch)
+
+
+def split_wheels(fat: Path, device_dir: Path, out_dir: Path, *, epoch: int) -> list[Path]:
+    """The host wheel and the device wheels, derived from the fat wheel and the build it carries."""
+    files = read_wheel(fat)
+    index = read_index(files["kernelpack/_index.py"].decode())
+    groups = device_groups(index)
+    version = index["version"]
+
+    host_index: Index = {
+        **index,
+        "modules": {name: {**module, "images": []} for name, module in index["modules"].items()},
+        "device_wheels": {target: group.name for group in groups for target in group.targets},
+    }
+    host_files = {
+        name: data
+        for name, data in files.items()
+        if not (name.startswith("kernelpack/device/") and name.endswith(_IMAGE_SUFFIXES))
+    }
+    host_files["kernelpack/_index.py"] = render_index(host_index).encode()
+    dist_info = next(n.split("/")[0] for n in files if n.endswith(".dist-info/METADATA"))
+    host_files[f"{dist_info}/METADATA"] = _add_extras(
+        files[f"{dist_info}/METADATA"].decode(), groups, version
+    ).encode()
+    paths = [write_wheel(out_dir / fat.name, host_files, epoch=epoch)]
+    images = _built_images(device_dir, index)
+    for group in groups:
+        paths.append(_device_wheel(group, index, images, out_dir, epoch=epoch))
+    return paths
+
+
+_IMAGE_SUFFIXES = (".hsaco", ".cubin", ".ptx")
+
+
+def _built_images(device_dir: Path, index: Index) -> list[BuiltImage]:
+    """Every image of a build output folder, read back and checked against the index."""
+    images = []
+    for name, module in sorted(index["modules"].items()):
+        bundles: dict[str, dict[str, bytes]] = {}
+        for image in module["images"]:
+            data = read_image_bytes(device_dir, image["file"], image, bundles)
+            images.append(
+                BuiltImage(
+                    name, image["vendor"], image["target"], image["kind"], data, image["kernels"]
+                )
+            )
+    return images
+
+
+def _add_extras(metadata: str, groups: list[DeviceGroup], version: str) -> str:
+    """Provides-Extra per device wheel, pinned to the host's exact version, plus "all"."""
+    headers, _, body = metadata.partition("\n\n")
+    lines = [headers.rstrip("\n")]
+    for group in groups:
+        lines.append(f"Provides-Extra: {group.name}")
+        lines.append(f'Requires-Dist: {group.distribution}=={version}; extra == "{group.name}"')
+    lines.append("Provides-Extra: all")
+    lines += [f'Requires-Dist: {g.distribution}=={version}; extra == "all"' for g in groups]
+    return "\n".join(lines) + "\n\n" + body
+
+
+def _device_wheel(
+    group: DeviceGroup, index: Index, images: list[BuiltImage], out_dir: Path, *, epoch: int
+) -> Path:
+    """One device wheel: its images, its index fragment, metadata and the loader's entry point."""
+    version = index["version"]
+    package: dict[str, bytes] = {}
+    fragment: Index = {**index, "modules": {}}
+    for name, module in sorted(index["modules"].items()):
+        mine = [i for i in images if i.module == name and i.target in group.targets]
+        if mine:
+            placed = place_images(name, mine, package, compress=True)
+            fragment["modules"][name] = {
+                **module,
+                "source": "",
+                "source_sha256": "",
+                "images": placed,
+            }
+    files = {f"{group.package}/{path}": data for path, data in package.items()}
+    files[f"{group.package}/_index.py"] = render_index(fragment).encode()
+    fields = {
+        "group": group.name,
+        "targets": ", ".join(group.targets),
+        "requirement": f"kernelpack=={version}",
+        "name": group.distribution,
+        "version": version,
+        "extra": group.name,
+    }
+    template = {p.name: p.read_text() for p in DEVICE_TEMPLATE.glob("*.in")}
+    files[f"{group.package}/__init__.py"] = template["__init__.py.in"].format(**fields).encode()
+    dist_info = f"{group.package}-{version}.dist-info"
+    files[f"{dist_info}/METADATA"] = (
+        "Metadata-Version: 2.1\n"
+        f"Name: {group.distribution}\n"
+        f"Version: {version}\n"
+        f"Summary: kernelpack device code for {', '.join(group.targets)}\n"
+        f"Requires-Dist: kernelpack=={version}\n"
+        "Description-Content-Type: text/markdown\n\n"
+        + template["DESCRIPTION.md.in"].format(**fields)
+    ).encode()
+    files[f"{dist_info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: kernelpack-buildsys\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n"
+    )
+    files[f"{dist_info}/entry_points.txt"] = (
+        f"[kernelpack.device]\n{group.name} = {group.package}\n"
+    ).encode()
+    return write_wheel(out_dir / f"{group.package}-{version}-py3-none-any.whl", files, epoch=epoch)
+
+
+# ---------------------------------------------------------------------------------------------
+# auditwheel and sizes
+
+
+def audit(wheel: Path) -> str:
+    """auditwheel's verdict on a wheel, and our own checks of what auditwheel cannot judge.
+
+    No GPU runtime library may be inside; device images must come out of auditwheel untouched.
+    """
+    names = read_wheel(wheel)
+    bundled = sorted(n for n in names if GPU_RUNTIME_LIBRARIES.search(Path(n).name))
+    if bundled:
+        raise BuildError(f"{wheel.name}: carries GPU runtime libraries: {', '.join(bundled)}")
+    if shutil.which("auditwheel") is None:
+        return "auditwheel not installed"
+    result = subprocess.run(["auditwheel", "show", str(wheel)], capture_output=True, text=True)
+    return " ".join((result.stdout + result.stderr).split())
+
+
+def sizes(wheels: list[Path]) -> list[tuple[str, int, int]]:
+    """(wheel, compressed bytes, uncompressed bytes) per wheel."""
+    rows = []
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as archive:
+            rows.append(
+                (wheel.name, wheel.stat().st_size, sum(i.file_size for i in archive.infolist()))
+            )
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# The command: python -m buildsys wheels (nox -s wheels)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out", type=Path, default=REPO_ROOT / "dist", metavar="DIR",
+        help="where the wheels go: DIR/fat and DIR/split (default: dist)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--merge", nargs="+", type=Path, metavar="SHARD",
+        help="make the wheels from CI shards (build --targets X --out SHARD) instead of building",
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print the wheels and sizes as JSON")
+
+
+def main_wheels(args: argparse.Namespace) -> int:
+    epoch = source_date_epoch()
+    device_dir = REPO_ROOT / "build" / "wheel-device"
+    if args.merge:
+        merge(args.merge, device_dir)
+    else:
+        result = build(BuildSettings(out=device_dir, provision=True), progress=not args.json)
+        if result.count("failed") or result.count("not run"):
+            print_summary(result, as_json=False)
+            raise failure_error(result)
+    for folder in (args.out / "fat", args.out / "split"):
+        for stale in folder.glob("*.whl"):
+            stale.unlink()
+    fat = build_fat_wheel(device_dir, args.out / "fat", epoch=epoch)
+    split = split_wheels(fat, device_dir, args.out / "split", epoch=epoch)
+    verdicts = {wheel.name: audit(wheel) for wheel in (fat, split[0])}
+    rows = sizes([fat, *split])
+    if args.json:
+        print_json(
+            {
+                "wheels": [
+                    {"kind": kind, "file": str(path), "compressed": packed, "uncompressed": raw}
+                    for kind, path, (_, packed, raw) in zip(
+                        ["fat", "host"] + ["device"] * (len(split) - 1),
+                        [fat, *split],
+                        rows,
+                        strict=True,
+                    )
+                ],
+                "auditwheel": verdicts,
+            }
+        )
+        return 0
+    print_table(
+        f"wheels in {args.out}",
+        ("wheel", "compressed", "uncompressed"),
+        [(name, f"{packed:,}", f"{raw:,}") for name, packed, raw in rows],
+    )
+    for name, verdict in verdicts.items():
+        print(f"auditwheel {name}: {verdict}")
+    return 0
