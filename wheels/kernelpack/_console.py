@@ -7,10 +7,8 @@ are honoured by rich itself); in CI and in pipes the same tables come out as pla
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -59,6 +57,8 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[obje
 
 
 def print_json(value: Any) -> None:
+    import json  # imported here: the loader imports this module, and a launch needs no JSON
+
     print(json.dumps(value, indent=2, sort_keys=True))
 
 
@@ -68,6 +68,8 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
         return main(argv)
     except KernelpackError as error:
         if debug_enabled():
+            import traceback
+
             traceback.print_exc()
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code

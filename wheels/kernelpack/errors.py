@@ -40,3 +40,7 @@ class NoImageError(KernelpackError):
 
 class RuntimeLibraryError(KernelpackError):
     """The vendor runtime (libcuda, libamdhip64) is missing or reported an error."""
+
+
+class KernelpackWarning(UserWarning):
+    """Something worked, but slower or differently than it should: each is said once a process."""

@@ -1,0 +1,433 @@
+"""Launch overhead and first-load latency of kernelpack's loader (docs/loader.md has the results).
+
+    python bench/bench_launch.py --out DIR [--site DIR]    # everything this machine can run
+
+Sections, each skipped where its requirements are missing:
+
+- python: the Python-side cost of one launch, argument checks included, through each binding (the
+  C extension and ctypes) into a no-op C function with cuLaunchKernel's signature: no GPU needed.
+- gpu: the host cost of one launch of a tiny kernel (y += x, 4096 floats) on the GPU through
+  kernelpack (both bindings; torch tensors and raw addresses), raw ctypes with arguments packed
+  beforehand, cuda-bindings (packed beforehand and per call), CuPy's RawKernel, torch's ``add_``,
+  and a C loop calling cuLaunchKernel (the driver's own floor). Launches are timed in batches of
+  500 without synchronising inside a batch, so the figure is the CPU cost of a launch, not the
+  GPU's run time; the median batch is reported.
+- first load: fresh processes importing an installed kernelpack (``--site DIR``) and loading a
+  module: cubin, PTX and NVRTC paths, each with an empty and with a warm disk cache, split into
+  ``import kernelpack``, the driver's start (cuInit and the primary context, which every CUDA
+  user pays and is kept apart), ``kernelpack.load`` (detection, selection, reading, sha256,
+  decompression or compilation, cuModuleLoadData) and the kernel lookup; a profile of each warm
+  load says where its time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+BATCH = 500
+BATCHES = 40
+N = 4096
+BLOCK = 256
+
+NOOP_SOURCE = r"""
+int noop_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                unsigned bz, unsigned shared, void *stream, void **params, void **extra) {
+    return params == 0;
+}
+int noop_current(void **context) { *context = (void *)0xC0FFEE; return 0; }
+int noop_push(void *context) { return 0; }
+"""
+
+FLOOR_SOURCE = r"""
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+static int cmp(const void *a, const void *b) { double x = *(double *)a, y = *(double *)b; return (x > y) - (x < y); }
+int main(int argc, char **argv) {
+    CUdevice dev; CUcontext ctx; CUmodule mod; CUfunction fn; CUdeviceptr y, x;
+    int n = atoi(argv[2]);
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
+    if (cuModuleLoad(&mod, argv[1]) || cuModuleGetFunction(&fn, mod, "add")) return 2;
+    if (cuMemAlloc(&y, n * 4) || cuMemAlloc(&x, n * 4)) return 3;
+    void *params[] = {&y, &x, &n};
+    double batches[40];
+    for (int b = -5; b < 40; b++) {
+        double t0 = now();
+        for (int i = 0; i < 500; i++) cuLaunchKernel(fn, (n + 255) / 256, 1, 1, 256, 1, 1, 0, 0, params, 0);
+        double t1 = now();
+        cuCtxSynchronize();
+        if (b >= 0) batches[b] = (t1 - t0) / 500;
+    }
+    qsort(batches, 40, sizeof(double), cmp);
+    printf("%.4f\n", batches[20] * 1e6);
+    return 0;
+}
+"""
+
+
+def per_launch(launch: Callable[[], object], synchronize: Callable[[], object]) -> float:
+    """Median over batches of the host time of one launch, in microseconds."""
+    for _ in range(5):
+        for _ in range(BATCH):
+            launch()
+        synchronize()
+    times = []
+    for _ in range(BATCHES):
+        start = time.perf_counter()
+        for _ in range(BATCH):
+            launch()
+        times.append((time.perf_counter() - start) / BATCH)
+        synchronize()
+    return statistics.median(times) * 1e6
+
+
+def compile_shared(source: str, folder: Path, name: str, *, python: bool = False) -> Path:
+    out = folder / name
+    src = folder / (name + ".c")
+    src.write_text(source)
+    include = [f"-I{sysconfig.get_paths()['include']}"] if python else []
+    subprocess.run(
+        ["cc", "-O2", "-shared", "-fPIC", *include, str(src), "-o", str(out)], check=True
+    )
+    return out
+
+
+def native_module() -> Any:
+    try:
+        from kernelpack import _launcher
+    except ImportError:
+        return None
+    return _launcher
+
+
+# ---- the Python side alone ----------------------------------------------------------------------
+
+
+class ArrayInterface:
+    """A GPU array as libraries other than torch and CuPy hand it over."""
+
+    def __init__(self, pointer: int) -> None:
+        self._pointer = pointer
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {"data": (self._pointer, False), "shape": (N,), "typestr": "<f4", "version": 3}
+
+
+def python_side(folder: Path) -> dict[str, float]:
+    """Per-launch cost into a no-op C launch function through each binding, checks included."""
+    from kernelpack import args as kargs
+    from kernelpack import runtime
+
+    lib = ctypes.CDLL(str(compile_shared(NOOP_SOURCE, folder, "noop.so")))
+    lib.noop_launch.argtypes = runtime._CU_LAUNCH_TYPES
+    signature = kargs.Signature.from_index(
+        "add",
+        [
+            {"name": "y", "type": "float *"},
+            {"name": "x", "type": "const float *"},
+            {"name": "n", "type": "int"},
+        ],
+    )
+
+    def fail(*args: object) -> None:
+        raise AssertionError(f"launch failed: {args}")
+
+    def current() -> int:
+        value = ctypes.c_void_p()
+        lib.noop_current(ctypes.byref(value))
+        return value.value or 0
+
+    launchers = {
+        "ctypes": runtime._ctypes_launcher(
+            signature, lib.noop_launch, 1, fail, current, 0xC0FFEE, lambda: 0, lambda: 0
+        )
+    }
+    native = native_module()
+    if native is not None:
+        launchers["native"] = runtime._native_launch(
+            native.Launcher, lib.noop_launch, 1, signature, fail, binding=1, get_current=lib.noop_current,
+            enter=lib.noop_push, leave=lib.noop_current, context=0xC0FFEE,
+        )  # fmt: skip
+    results: dict[str, float] = {}
+    y, x = ArrayInterface(0x7F00_0000_0000), ArrayInterface(0x7F00_0001_0000)
+    for binding, launch in launchers.items():
+        results[f"{binding}, int pointers"] = per_launch(
+            lambda f=launch: f(16, BLOCK, 0x7F00_0000_0000, 0x7F00_0001_0000, N), lambda: None
+        )
+        results[f"{binding}, __cuda_array_interface__ objects"] = per_launch(
+            lambda f=launch: f(16, BLOCK, y, x, N), lambda: None
+        )
+    return results
+
+
+# ---- on the GPU ---------------------------------------------------------------------------------
+
+
+def gpu_launch(index: Any, root: Path, folder: Path) -> dict[str, Any]:
+    import torch
+
+    from kernelpack.cache import DiskCache
+    from kernelpack.loader import Loader
+    from kernelpack.runtime import CudaRuntime
+
+    results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    y = torch.randn(N, device="cuda")
+    x = torch.randn(N, device="cuda")
+    grid = (N + BLOCK - 1) // BLOCK
+    sync = torch.cuda.synchronize
+    results["torch add_"] = per_launch(lambda: y.add_(x), sync)
+
+    bindings = ["native", "ctypes"] if native_module() is not None else ["ctypes"]
+    for binding in bindings:
+        loader = Loader(index=index, root=root, runtimes=lambda v, b=binding: CudaRuntime(binding=b),
+                        cache=DiskCache(folder / "cache"), fragments=list)  # fmt: skip
+        kernel = loader.load("demo").kernel("add")
+        yp, xp = y.data_ptr(), x.data_ptr()
+        results[f"kernelpack {binding}, torch tensors"] = per_launch(
+            lambda k=kernel: k.launch(grid, BLOCK, y, x, N), sync
+        )
+        results[f"kernelpack {binding}, int pointers"] = per_launch(
+            lambda k=kernel, yp=yp, xp=xp: k.launch(grid, BLOCK, yp, xp, N), sync
+        )
+        results[f"kernelpack {binding}, tensors on a torch stream"] = _on_stream(
+            torch, kernel, grid, y, x
+        )
+        function = kernel.module._runtime.function(kernel.module._loaded, "add")
+    cuda = ctypes.CDLL("libcuda.so.1")
+    cuda.cuLaunchKernel.argtypes = [
+        ctypes.c_void_p,
+        *[ctypes.c_uint] * 7,
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.c_void_p,
+    ]
+    values = (ctypes.c_void_p(y.data_ptr()), ctypes.c_void_p(x.data_ptr()), ctypes.c_int(N))
+    params = (ctypes.c_void_p * 3)(*[ctypes.addressof(v) for v in values])
+    handle = ctypes.c_void_p(function)
+    results["ctypes cuLaunchKernel, packed beforehand (no checks)"] = per_launch(
+        lambda: cuda.cuLaunchKernel(handle, grid, 1, 1, BLOCK, 1, 1, 0, None, params, None), sync
+    )
+    try:
+        results.update(_cuda_bindings(function, grid, y, x, values, params, sync))
+    except Exception as error:  # reported, not fatal: the other rows still count
+        errors["cuda-bindings"] = f"{type(error).__name__}: {error}"
+    try:
+        import cupy
+
+        from tests.test_runtime_gpu import SOURCE
+
+        raw = cupy.RawKernel(SOURCE, "add")
+        yc, xc, n32 = cupy.asarray(y), cupy.asarray(x), cupy.int32(N)
+        results["CuPy RawKernel"] = per_launch(lambda: raw((grid,), (BLOCK,), (yc, xc, n32)), sync)
+    except Exception as error:
+        errors["cupy"] = f"{type(error).__name__}: {error}"
+    try:
+        results["C loop, cuLaunchKernel (driver floor)"] = _c_floor(index, root, folder)
+    except Exception as error:
+        errors["c floor"] = f"{type(error).__name__}: {error}"
+    results["errors"] = errors
+    return results
+
+
+def _on_stream(torch: Any, kernel: Any, grid: int, y: Any, x: Any) -> float:
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        return per_launch(
+            lambda: kernel.launch(grid, BLOCK, y, x, N, stream=stream), stream.synchronize
+        )
+
+
+def _cuda_bindings(
+    function: int, grid: int, y: Any, x: Any, values: Any, params: Any, sync: Callable[[], object]
+) -> dict[str, float]:
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        from cuda import cuda as driver  # cuda-python before 12.6
+    kernel = driver.CUfunction(function)
+    address = ctypes.addressof(params)
+    stream = driver.CUstream(0)
+    out = {
+        "cuda-bindings cuLaunchKernel, packed beforehand": per_launch(
+            lambda: driver.cuLaunchKernel(kernel, grid, 1, 1, BLOCK, 1, 1, 0, stream, address, 0),
+            sync,
+        )
+    }
+    types = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
+    out["cuda-bindings cuLaunchKernel, packed per call"] = per_launch(
+        lambda: driver.cuLaunchKernel(
+            kernel, grid, 1, 1, BLOCK, 1, 1, 0, stream, ((y.data_ptr(), x.data_ptr(), N), types), 0
+        ),
+        sync,
+    )
+    return out
+
+
+def _c_floor(index: Any, root: Path, folder: Path) -> float:
+    image = next(i for i in index["modules"]["demo"]["images"] if i["target"] == "sm_90")
+    src = folder / "floor.c"
+    src.write_text(FLOOR_SOURCE)
+    exe = folder / "floor"
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    subprocess.run([nvcc, "-O2", "-x", "cu", str(src), "-o", str(exe), "-lcuda"], check=True)
+    done = subprocess.run(
+        [str(exe), str(root / image["file"]), str(N)], capture_output=True, text=True, check=True
+    )
+    return float(done.stdout.strip())
+
+
+# ---- first load in a fresh process --------------------------------------------------------------
+
+
+CHILD = r"""
+import time
+start = time.perf_counter()
+import kernelpack
+from kernelpack import loader
+imported = time.perf_counter()
+import ctypes, json, sys
+# The driver's start (cuInit, the primary context) is what any CUDA user pays, torch and CuPy too;
+# it is taken here first so that the rest is kernelpack's own time.
+cuda = ctypes.CDLL("libcuda.so.1")
+context = ctypes.c_void_p()
+assert cuda.cuInit(0) == 0 and cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), 0) == 0
+driver = time.perf_counter()
+if sys.argv[2] == "profile":
+    import cProfile, io, pstats
+    profile = cProfile.Profile()
+    profile.enable()
+module = kernelpack.load(sys.argv[1])
+loaded = time.perf_counter()
+kernel = module.kernel("axpy")
+ready = time.perf_counter()
+if sys.argv[2] == "profile":
+    profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(30)
+    print(text.getvalue(), file=sys.stderr)
+again = time.perf_counter()
+for _ in range(1000):
+    kernelpack.load(sys.argv[1])
+already = (time.perf_counter() - again) / 1000
+report = {"import_ms": (imported - start) * 1e3, "driver_ms": (driver - imported) * 1e3,
+          "load_ms": (loaded - driver) * 1e3, "kernel_ms": (ready - loaded) * 1e3,
+          "already_loaded_us": already * 1e6, "image": module.image,
+          "binding": loader.shared_loader().runtime("nvidia").binding}
+import torch
+y, x = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+expected = y.double() + 2.0 * x.double()
+kernel.launch(4, 256, y, x, 2.0, 1000)
+torch.cuda.synchronize()
+report["ran_correctly"] = bool(((y.double() - expected).abs().max() < 1e-5).item())
+print(json.dumps(report))
+"""
+
+
+def child_run(
+    site: Path, module: str, cache: Path, mode: str = "time"
+) -> subprocess.CompletedProcess[str]:
+    """One fresh process over the installed package (the driver's own PTX cache turned off)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+               KERNELPACK_CACHE_DIR=str(cache), CUDA_CACHE_DISABLE="1", PYTHONWARNINGS="ignore")  # fmt: skip
+    return subprocess.run([sys.executable, "-c", CHILD, module, mode], capture_output=True, text=True,
+                          env=env, cwd=tempfile.gettempdir())  # fmt: skip
+
+
+def first_load(site: Path, folder: Path, repeats: int = 5) -> dict[str, Any]:
+    """Fresh processes over the installed package: each path cold (empty caches) and warm."""
+    results: dict[str, Any] = {}
+    for module, label in (("demo", "cubin"), ("demo_ptx", "PTX"), ("demo_src", "NVRTC")):
+        for state in ("cold", "warm"):
+            runs = []
+            for attempt in range(repeats):
+                cache = folder / f"cache-{module}-{attempt}"
+                if state == "cold":  # the warm runs reuse what the cold run of the attempt left
+                    shutil.rmtree(cache, ignore_errors=True)
+                done = child_run(site, module, cache)
+                if done.returncode != 0:
+                    runs.append({"error": done.stderr.strip()[-1500:]})
+                    break
+                runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            results[f"{label} {state}"] = runs
+        profile = child_run(site, module, folder / f"cache-{module}-0", "profile")
+        results[f"{label} warm profile"] = profile.stderr[-6000:]
+    return results
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return runs[0] if runs else {}
+    keys = [k for k, v in good[0].items() if isinstance(v, float)]
+    summary: dict[str, Any] = {k: round(statistics.median(r[k] for r in good), 3) for k in keys}
+    # import kernelpack + load + kernel lookup: the driver's start is kept apart (see CHILD)
+    ready = [r["import_ms"] + r["load_ms"] + r["kernel_ms"] for r in good]
+    summary["ready_ms"] = round(statistics.median(ready), 3)
+    summary["image"] = good[0]["image"]
+    summary["binding"] = good[0]["binding"]
+    summary["ran_correctly"] = all(r["ran_correctly"] for r in good)
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, help="write bench_launch.json here")
+    parser.add_argument(
+        "--site",
+        type=Path,
+        help="an installed kernelpack (pip install --target) for first-load runs",
+    )
+    args = parser.parse_args()
+    sys.path[:0] = [str(REPO / "wheels"), str(REPO)]
+    report: dict[str, Any] = {"python": sys.version.split()[0]}
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        if shutil.which("cc"):
+            report["python_side_us"] = python_side(folder)
+        try:
+            import torch
+
+            has_gpu = torch.cuda.is_available()
+        except ImportError:
+            has_gpu = False
+        if has_gpu:
+            from tests.test_runtime_gpu import build_package
+
+            index = build_package(folder / "package")
+            report["gpu"] = torch.cuda.get_device_name(0)
+            report["launch_us"] = gpu_launch(index, folder / "package", folder)
+            if args.site:
+                raw = first_load(args.site, folder)
+                report["first_load_runs"] = raw
+                report["first_load"] = {
+                    name: summarise(runs) for name, runs in raw.items() if isinstance(runs, list)
+                }
+    text = json.dumps(report, indent=2, sort_keys=True)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench_launch.json").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The disk cache: atomic, verified, private, bounded, and usable (in memory) when the folder is not."""
+
+from __future__ import annotations
+
+import os
+import stat
+import warnings
+from pathlib import Path
+
+import pytest
+
+from kernelpack.cache import DiskCache, cache_key, default_folder
+from kernelpack.errors import KernelpackWarning
+
+
+def key(n: int) -> str:
+    return cache_key("test", str(n))
+
+
+def test_round_trip_in_a_private_folder(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path / "a" / "cache")
+    data = os.urandom(5000)
+    cache.put(key(1), data)
+    assert cache.get(key(1)) == data
+    assert stat.S_IMODE(cache.folder.stat().st_mode) == 0o700
+    assert [p.name for p in cache.folder.iterdir()] == [key(1) + ".bin"]  # no temporary left over
+    assert cache.get(key(2)) is None
+
+
+def test_loose_folder_is_made_private(tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o755)
+    os.chmod(folder, 0o755)
+    DiskCache(folder).put(key(1), b"x")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b[:-1],  # truncated payload
+        lambda b: b[:20],  # truncated header
+        lambda b: b[:-1] + bytes([b[-1] ^ 1]),  # a flipped bit
+        lambda b: b"XX" + b[2:],  # not our magic
+        lambda b: b"",
+    ],
+    ids=["truncated", "short-header", "flipped", "magic", "empty"],
+)
+def test_damaged_entry_is_detected_and_removed(tmp_path: Path, damage: object) -> None:
+    cache = DiskCache(tmp_path)
+    cache.put(key(1), os.urandom(100))
+    path = tmp_path / (key(1) + ".bin")
+    path.write_bytes(damage(path.read_bytes()))  # type: ignore[operator]
+    assert cache.get(key(1)) is None
+    assert not path.exists()
+    assert cache.removed_bad == 1
+    cache.put(key(1), b"remade")
+    assert cache.get(key(1)) == b"remade"
+
+
+def test_least_recently_used_entries_go_first(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path, max_bytes=3 * 1100)
+    for n in range(3):
+        cache.put(key(n), bytes(1000))
+        os.utime(tmp_path / (key(n) + ".bin"), (1000 + n, 1000 + n))
+    assert cache.get(key(0)) is not None  # a read makes key 0 the most recently used
+    cache.put(key(3), bytes(1000))
+    remaining = {e.key for e in cache.entries()}
+    assert remaining == {key(0), key(2), key(3)}
+    assert cache.size() <= cache.max_bytes
+
+
+def test_an_entry_larger_than_the_bound_is_still_kept(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path, max_bytes=10)
+    cache.put(key(1), bytes(100))
+    assert cache.get(key(1)) == bytes(100)
+
+
+def test_verify_and_clear(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path)
+    for n in range(4):
+        cache.put(key(n), os.urandom(64))
+    (tmp_path / (key(2) + ".bin")).write_bytes(b"garbage")
+    (tmp_path / "unrelated.txt").write_text("not ours")
+    good, bad = cache.verify()
+    assert {e.key for e in good} == {key(0), key(1), key(3)}
+    assert [e.key for e in bad] == [key(2)]
+    assert cache.clear() == 3
+    assert cache.entries() == []
+    assert (tmp_path / "unrelated.txt").exists()
+
+
+def test_unwritable_folder_falls_back_to_memory_with_one_warning(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the folder should be")
+    cache = DiskCache(blocker / "cache")
+    with pytest.warns(KernelpackWarning, match="not usable") as caught:
+        cache.put(key(1), b"one")
+        cache.put(key(2), b"two")
+    assert len(caught) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cache.put(key(3), b"three")
+    assert cache.in_memory
+    assert [cache.get(key(n)) for n in (1, 2, 3)] == [b"one", b"two", b"three"]
+
+
+def test_keys_must_be_hex_digests(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="64 hex digits"):
+        DiskCache(tmp_path).get("../../etc/passwd")
+
+
+def test_default_folder_follows_the_environment(tmp_path: Path) -> None:
+    assert default_folder({"KERNELPACK_CACHE_DIR": str(tmp_path)}) == tmp_path
+    assert default_folder({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "kernelpack"
+    assert default_folder({}) == Path.home() / ".cache" / "kernelpack"
+
+
+def test_concurrent_writers_leave_a_whole_entry(tmp_path: Path) -> None:
+    import threading
+
+    cache = DiskCache(tmp_path)
+    payloads = [bytes([n]) * 100_000 for n in range(8)]
+    threads = [threading.Thread(target=cache.put, args=(key(0), p)) for p in payloads]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert cache.get(key(0)) in payloads
+    assert len(list(tmp_path.iterdir())) == 1

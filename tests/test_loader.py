@@ -1,0 +1,649 @@
+"""The loader without a GPU: selection per device from recorded topologies, the NoImageError,
+verification of every image, the disk cache in the loading path, device-wheel fragments, threads
+racing the first load, the missing vendor library, and run-time compilation with a real compiler.
+
+The vendor runtime cannot run here (no GPU), so :class:`RecordingRuntime` stands in for it and
+records the exact bytes the loader hands over; everything before that call is the real code. The
+same paths run against the real CUDA driver in tests/test_runtime_gpu.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernelpack import cli, loader
+from kernelpack.cache import DiskCache
+from kernelpack.detect import Gpu, NvidiaDevice, detect_gpus
+from kernelpack.errors import (
+    KernelpackError,
+    KernelpackWarning,
+    NoImageError,
+    RuntimeLibraryError,
+    UsageError,
+)
+from kernelpack.formats import compress_bundle, read_bundle, write_bundle
+from kernelpack.index import Image, Index
+from kernelpack.loader import Loader, OnceMap
+from kernelpack.runtime import LoadedModule, Runtime, open_library
+
+SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
+
+SOURCE = """extern "C" __global__ void axpy(float *y, const float *x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += a * x[i];
+}
+"""
+KERNELS: dict[str, Any] = {
+    "axpy": [
+        {"name": "y", "type": "float *"},
+        {"name": "x", "type": "const float *"},
+        {"name": "a", "type": "float"},
+        {"name": "n", "type": "int"},
+    ]
+}
+RESOURCES = {
+    "axpy": {
+        "registers": 8,
+        "sgpr": 0,
+        "agpr": 0,
+        "lds": 0,
+        "scratch": 0,
+        "spills": 0,
+        "wavefront": 32,
+        "max_workgroup": 1024,
+    }
+}
+H100 = NvidiaDevice("NVIDIA H100 80GB HBM3", 9, 0, "0000:19:00.0", "GPU-0", "nvml")
+
+
+def payload(target: str) -> bytes:
+    """Distinct bytes per target, so a test can tell which image reached the runtime."""
+    return f"image for {target}\n".encode() * 50
+
+
+def _image(vendor: str, target: str, kind: str, file: str, data: bytes, **extra: Any) -> Image:
+    image: dict[str, Any] = {
+        "vendor": vendor,
+        "target": target,
+        "kind": kind,
+        "file": file,
+        "offset": 0,
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "compression": "none",
+        "kernels": RESOURCES,
+    }
+    image.update(extra)
+    return image  # type: ignore[return-value]
+
+
+def make_package(
+    root: Path,
+    *,
+    amd: tuple[str, ...] = (),
+    nvidia: tuple[str, ...] = (),
+    source: str = SOURCE,
+    version: str = "1.0",
+) -> Index:
+    """A package folder like the builder's: one zstd bundle of AMD images, cubins and PTX files."""
+    (root / "device").mkdir(parents=True, exist_ok=True)
+    if source:
+        (root / "device" / "demo.cu").write_text(source)
+    images: list[Image] = []
+    if amd:
+        raw = write_bundle([(f"hipv4-amdgcn-amd-amdhsa--{t}", payload(t)) for t in amd])
+        (root / "device" / "demo.hsaco").write_bytes(compress_bundle(raw))
+        for entry in read_bundle(raw, "demo"):
+            if entry.kind != "host":
+                images.append(
+                    _image("amd", entry.target, "code_object", "device/demo.hsaco", entry.data,
+                           offset=entry.offset, compression="zstd")
+                )  # fmt: skip
+    for target in nvidia:
+        kind = "ptx" if target.startswith("compute_") else "cubin"
+        file = f"device/demo.{target}.{kind}"
+        (root / file).write_bytes(payload(target))
+        images.append(_image("nvidia", target, kind, file, payload(target)))
+    return {
+        "schema": 1,
+        "version": version,
+        "build": {"toolchains": {}, "flags": {}, "sources": {}},
+        "modules": {
+            "demo": {
+                "kernels": KERNELS,
+                "source": "device/demo.cu" if source else "",
+                "source_sha256": hashlib.sha256(source.encode()).hexdigest() if source else "",
+                "images": images,
+            }
+        },
+    }
+
+
+class RecordingRuntime(Runtime):
+    """Stands in for the vendor runtime, which needs a GPU: records what the loader hands it."""
+
+    def __init__(self, vendor: str, *, delay: float = 0.0) -> None:
+        self.vendor = vendor
+        self.library = "recording"
+        self.binding = "ctypes"
+        self.delay = delay
+        self.loads: list[tuple[int, bytes]] = []
+        self.jits = 0
+        self.launches: list[bytes] = []
+
+    def version(self) -> str:
+        return "1.0"
+
+    def device_count(self) -> int:
+        return 8
+
+    def pci_bus_id(self, ordinal: int) -> str:
+        return ""
+
+    def load(self, ordinal: int, image: bytes) -> LoadedModule:
+        time.sleep(self.delay)
+        self.loads.append((ordinal, image))
+        return LoadedModule(len(self.loads), ordinal)
+
+    def function(self, module: LoadedModule, name: str) -> int:
+        return 1000 + module.handle
+
+    def launcher(self, module: LoadedModule, function: int, signature: Any, fail: Any) -> Any:
+        def run(
+            grid: object, block: object, *args: object, shared_mem: int = 0, stream: object = None
+        ) -> None:
+            self.launches.append(signature.pack(args))
+
+        return run
+
+    def error_name(self, code: int) -> str:
+        return f"error {code}"
+
+    def jit_ptx(self, ordinal: int, ptx: bytes) -> bytes:
+        self.jits += 1
+        return b"compiled " + ptx
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> DiskCache:
+    return DiskCache(tmp_path / "cache")
+
+
+def mixed_machine(environ: dict[str, str] | None = None) -> list[Gpu]:
+    """A laptop's gfx1100 and gfx1151 (recorded topology) with an H100 beside them."""
+    return detect_gpus(
+        sysfs_root=SYSFS / "laptop-gfx1100-gfx1151",
+        environ=environ or {},
+        nvidia_probe=lambda env: [H100],
+    )
+
+
+def make_loader(
+    index: Index, root: Path, gpus: list[Gpu], cache: DiskCache, **kwargs: Any
+) -> tuple[Loader, dict[str, RecordingRuntime]]:
+    runtimes: dict[str, RecordingRuntime] = {}
+    delay = kwargs.pop("delay", 0.0)
+
+    def runtime(vendor: str) -> RecordingRuntime:
+        return runtimes.setdefault(vendor, RecordingRuntime(vendor, delay=delay))
+
+    kwargs.setdefault("fragments", list)
+    made = Loader(index=index, root=root, gpus=gpus, runtimes=runtime, cache=cache, **kwargs)
+    return made, runtimes
+
+
+ALL_AMD = ("gfx1100", "gfx11-generic", "gfx90a", "gfx1030")
+ALL_NVIDIA = ("sm_80", "sm_90", "compute_80")
+
+
+def test_each_device_gets_its_best_image(tmp_path: Path, cache: DiskCache) -> None:
+    index = make_package(tmp_path / "pkg", amd=ALL_AMD, nvidia=ALL_NVIDIA)
+    made, runtimes = make_loader(index, tmp_path / "pkg", mixed_machine(), cache)
+    expected = {0: ("gfx1100", "amd", 0), 1: ("gfx11-generic", "amd", 1), 2: ("sm_90", "nvidia", 0)}
+    for device, (target, vendor, ordinal) in expected.items():
+        module = made.load("demo", device)
+        assert module.image.startswith(f"{target} ")
+        assert runtimes[vendor].loads[-1] == (ordinal, payload(target))
+        assert module.kernel("axpy").info["max_workgroup"] == 1024
+    assert "generic" in made.load("demo", 1).why
+
+
+def test_ptx_compiled_by_the_driver_once_per_machine(tmp_path: Path, cache: DiskCache) -> None:
+    index = make_package(tmp_path / "pkg", nvidia=("sm_80", "compute_80"))
+    gpus = [g for g in mixed_machine() if g.vendor == "nvidia"]
+    first, runtimes = make_loader(index, tmp_path / "pkg", gpus, cache)
+    assert first.load("demo").image.startswith("compute_80 ptx")
+    assert runtimes["nvidia"].loads == [(0, b"compiled " + payload("compute_80"))]
+    assert runtimes["nvidia"].jits == 1
+    second, again = make_loader(index, tmp_path / "pkg", gpus, DiskCache(cache.folder))
+    second.load("demo")
+    assert again["nvidia"].jits == 0
+    assert again["nvidia"].loads == [(0, b"compiled " + payload("compute_80"))]
+
+
+def test_override_makes_a_gfx1031_run_gfx1030_code(tmp_path: Path, cache: DiskCache) -> None:
+    index = make_package(tmp_path / "pkg", amd=("gfx1030", "gfx1100"))
+    fixture = SYSFS / "rx6700-gfx1031"
+    plain = detect_gpus(sysfs_root=fixture, environ={})
+    made, _ = make_loader(index, tmp_path / "pkg", plain, cache)
+    with pytest.raises(NoImageError) as raised:
+        made.load("demo")
+    assert "HSA_OVERRIDE_GFX_VERSION=10.3.0" in str(raised.value)
+    overridden = detect_gpus(sysfs_root=fixture, environ={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"})
+    made, runtimes = make_loader(index, tmp_path / "pkg", overridden, cache)
+    made.load("demo")
+    assert runtimes["amd"].loads == [(0, payload("gfx1030"))]
+
+
+def test_no_image_error_says_what_to_do(tmp_path: Path, cache: DiskCache) -> None:
+    index = make_package(tmp_path / "pkg", amd=("gfx90a", "gfx1100"), source="")
+    index["device_wheels"] = {"gfx942": "gfx942", "gfx90a": "gfx90a"}
+    gpus = detect_gpus(sysfs_root=SYSFS / "mi300x-8gpu", environ={})
+    made, _ = make_loader(index, tmp_path / "pkg", gpus, cache)
+    with pytest.raises(NoImageError) as raised:
+        made.load("demo", 3)
+    message = str(raised.value)
+    assert "target gfx942" in message
+    assert "built for: gfx1100, gfx90a" in message
+    assert 'pip install "kernelpack[gfx942]"' in message
+    assert "python -m buildsys build --targets gfx942" in message
+    assert "KERNELPACK_TARGET" in message
+    assert "rejected: built for gfx90a, the GPU is gfx942" in message
+    assert "carries no source" in message
+    assert raised.value.exit_code == 1
+
+
+def test_debug_logs_every_decision(
+    tmp_path: Path,
+    cache: DiskCache,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("KERNELPACK_DEBUG", "1")
+    index = make_package(tmp_path / "pkg", amd=ALL_AMD, nvidia=ALL_NVIDIA)
+    made, _ = make_loader(index, tmp_path / "pkg", mixed_machine(), cache)
+    made.load("demo", 1)
+    err = capsys.readouterr().err
+    for target in (*ALL_AMD, *ALL_NVIDIA):
+        assert f"demo on gfx1151: {target} " in err
+    assert "selected: generic code for gfx1151" in err
+    assert "sha256 verified" in err
+    assert "loaded gfx11-generic" in err
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_damaged_package_image_is_refused(tmp_path: Path, cache: DiskCache, damage: str) -> None:
+    index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
+    file = tmp_path / "pkg" / "device" / "demo.sm_90.cubin"
+    data = bytearray(file.read_bytes())
+    if damage == "flip":
+        data[7] ^= 0x01
+    else:
+        del data[-10:]
+    file.write_bytes(bytes(data))
+    made, runtimes = make_loader(
+        index, tmp_path / "pkg", [g for g in mixed_machine() if g.vendor == "nvidia"], cache
+    )
+    with pytest.raises(KernelpackError, match="reinstall kernelpack") as raised:
+        made.load("demo")
+    assert ("sha256" if damage == "flip" else "truncated") in str(raised.value)
+    assert "nvidia" not in runtimes or runtimes["nvidia"].loads == []
+
+
+def test_compressed_image_comes_from_the_disk_cache(
+    tmp_path: Path, cache: DiskCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = make_package(tmp_path / "pkg", amd=ALL_AMD)
+    gpus = [g for g in mixed_machine() if g.vendor == "amd"]
+    made, _ = make_loader(index, tmp_path / "pkg", gpus, cache)
+    made.load("demo", 0)
+    key = hashlib.sha256(payload("gfx1100")).hexdigest()
+    assert cache.get(key) == payload("gfx1100")
+
+    import kernelpack.formats
+
+    def no_bundles(*args: object) -> None:
+        raise AssertionError("the bundle was read again despite the disk cache")
+
+    monkeypatch.setattr(kernelpack.formats, "read_bundle", no_bundles)
+    warm, runtimes = make_loader(index, tmp_path / "pkg", gpus, DiskCache(cache.folder))
+    warm.load("demo", 0)
+    assert runtimes["amd"].loads == [(0, payload("gfx1100"))]
+
+
+def test_tampered_cache_entry_is_removed_and_remade(tmp_path: Path, cache: DiskCache) -> None:
+    index = make_package(tmp_path / "pkg", amd=ALL_AMD)
+    gpus = [g for g in mixed_machine() if g.vendor == "amd"]
+    make_loader(index, tmp_path / "pkg", gpus, cache)[0].load("demo", 0)
+    (entry,) = cache.entries()
+    data = bytearray(entry.path.read_bytes())
+    data[-1] ^= 0xFF
+    entry.path.write_bytes(bytes(data))
+    again = DiskCache(cache.folder)
+    made, runtimes = make_loader(index, tmp_path / "pkg", gpus, again)
+    made.load("demo", 0)
+    assert again.removed_bad == 1
+    assert runtimes["amd"].loads == [(0, payload("gfx1100"))]
+    assert again.get(entry.key) == payload("gfx1100")
+
+
+def test_64_threads_cause_one_load(tmp_path: Path, cache: DiskCache) -> None:
+    index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
+    gpus = [g for g in mixed_machine() if g.vendor == "nvidia"]
+    made, runtimes = make_loader(index, tmp_path / "pkg", gpus, cache, delay=0.05)
+    start = threading.Barrier(64)
+    results: list[Any] = []
+
+    def worker() -> None:
+        start.wait()
+        results.append(made.load("demo"))
+
+    threads = [threading.Thread(target=worker) for _ in range(64)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 64
+    assert len({id(module) for module in results}) == 1
+    assert len(runtimes["nvidia"].loads) == 1
+
+
+def test_once_map_makes_each_value_once_and_retries_failures() -> None:
+    made: OnceMap[str, object] = OnceMap()
+    calls: list[str] = []
+    start = threading.Barrier(64)
+
+    def maker() -> object:
+        calls.append("made")
+        time.sleep(0.02)
+        return object()
+
+    def worker() -> None:
+        start.wait()
+        made.get_or_make("key", maker)
+
+    threads = [threading.Thread(target=worker) for _ in range(64)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert calls == ["made"]
+
+    def failing() -> object:
+        raise RuntimeError("first try fails")
+
+    with pytest.raises(RuntimeError):
+        made.get_or_make("other", failing)
+    value = made.get_or_make("other", maker)
+    assert made.get("other") is value
+
+
+def test_device_wheel_fragment_is_merged(tmp_path: Path, cache: DiskCache) -> None:
+    full = make_package(tmp_path / "device_sm90", nvidia=("sm_90",))
+    host = make_package(tmp_path / "host")
+    host["device_wheels"] = {"sm_90": "sm90"}
+    fragment = json.loads(json.dumps(full))
+    fragment["modules"]["demo"]["source"] = ""  # as the wheels builder writes device fragments
+    gpus = [g for g in mixed_machine() if g.vendor == "nvidia"]
+
+    def fragments() -> list[tuple[Index, Path, str]]:
+        return [(fragment, tmp_path / "device_sm90", "kernelpack_device_sm90")]
+
+    made, runtimes = make_loader(
+        index=host, root=tmp_path / "host", gpus=gpus, cache=cache, fragments=fragments
+    )
+    module = made.load("demo")
+    assert "kernelpack_device_sm90" in module.image
+    assert runtimes["nvidia"].loads == [(0, payload("sm_90"))]
+
+
+def test_device_wheel_of_another_version_is_skipped(tmp_path: Path, cache: DiskCache) -> None:
+    device = make_package(tmp_path / "device_sm90", nvidia=("sm_90",), version="0.9")
+    host = make_package(tmp_path / "host", source="")
+    host["device_wheels"] = {"sm_90": "sm90"}
+    gpus = [g for g in mixed_machine() if g.vendor == "nvidia"]
+    made, _ = make_loader(
+        index=host, root=tmp_path / "host", gpus=gpus, cache=cache,
+        fragments=lambda: [(device, tmp_path / "device_sm90", "kernelpack_device_sm90")],
+    )  # fmt: skip
+    with (
+        pytest.warns(KernelpackWarning, match="version 0.9"),
+        pytest.raises(NoImageError) as raised,
+    ):
+        made.load("demo")
+    assert 'pip install "kernelpack[sm90]"' in str(raised.value)
+
+
+@pytest.fixture
+def installed_device_wheel(tmp_path: Path) -> Iterator[Path]:
+    """A device wheel as pip installs it: its package and a dist-info with the entry point."""
+    site = tmp_path / "site"
+    package = site / "kernelpack_device_demo"
+    index = make_package(package, nvidia=("sm_90",))
+    (package / "__init__.py").write_text("")
+    (package / "_index.py").write_text(f"INDEX = {index!r}\n")
+    info = site / "kernelpack_device_demo-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: kernelpack-device-demo\nVersion: 1.0\n"
+    )
+    (info / "entry_points.txt").write_text("[kernelpack.device]\ndemo = kernelpack_device_demo\n")
+    sys.path.insert(0, str(site))
+    yield package
+    sys.path.remove(str(site))
+    for name in [m for m in sys.modules if m.startswith("kernelpack_device_demo")]:
+        del sys.modules[name]
+
+
+def test_device_wheels_found_through_entry_points(installed_device_wheel: Path) -> None:
+    found = loader.device_fragments()
+    mine = [(f, root, origin) for f, root, origin in found if origin == "kernelpack_device_demo"]
+    assert len(mine) == 1
+    fragment, root, _ = mine[0]
+    assert root == installed_device_wheel.resolve()
+    assert fragment["modules"]["demo"]["images"][0]["target"] == "sm_90"
+
+
+def test_missing_vendor_library_is_a_clear_error(tmp_path: Path, cache: DiskCache) -> None:
+    with pytest.raises(RuntimeLibraryError, match=r"tried libcuda-absent\.so\.1.*NVIDIA driver"):
+        open_library("cuda", ["libcuda-absent.so.1"])
+    index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
+
+    def runtime(vendor: str) -> Runtime:
+        open_library("cuda", ["libcuda-absent.so.1"])
+        raise AssertionError("unreachable")
+
+    made = Loader(index=index, root=tmp_path / "pkg", gpus=mixed_machine()[2:], runtimes=runtime,
+                  cache=cache, fragments=list)  # fmt: skip
+    with pytest.raises(RuntimeLibraryError) as raised:
+        made.load("demo")
+    assert raised.value.exit_code == 1
+
+
+def test_unknown_module_kernel_and_device(tmp_path: Path, cache: DiskCache) -> None:
+    index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
+    made, _ = make_loader(index, tmp_path / "pkg", mixed_machine(), cache)
+    with pytest.raises(UsageError, match="no kernel module 'dmeo'; modules: demo"):
+        made.load("dmeo", 2)
+    with pytest.raises(UsageError, match="3 visible GPU"):
+        made.load("demo", 5)
+    with pytest.raises(UsageError, match="no kernel 'axpb'; kernels: axpy"):
+        made.load("demo", 2).kernel("axpb")
+
+
+def test_launch_checks_arguments(tmp_path: Path, cache: DiskCache) -> None:
+    index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
+    made, runtimes = make_loader(index, tmp_path / "pkg", mixed_machine()[2:], cache)
+    axpy = made.load("demo").kernel("axpy")
+    axpy.launch(4, 256, 0x7000_0000, 0x7100_0000, 2.0, 1000)
+    assert len(runtimes["nvidia"].launches) == 1
+    with pytest.raises(UsageError, match="takes 4 arguments, got 3"):
+        axpy.signature.pack([1, 2, 3.0])
+    with pytest.raises(UsageError, match=r"argument 3 'n' \(int\): 4294967296 is out of range"):
+        axpy.signature.pack([1, 2, 3.0, 2**32])
+
+
+# ---- run-time compilation, with nvcc standing in for NVRTC (same compiler front end) ------------
+
+
+class NvccCompiler:
+    """NVRTC is not installed here; nvcc compiles the same source to the same kind of cubin."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.compiles = 0
+
+    def version(self) -> str:
+        line = subprocess.run(
+            ["nvcc", "--version"], capture_output=True, text=True
+        ).stdout.splitlines()[-1]
+        return f"nvcc {line}"
+
+    def compile(self, source: str, name: str, target: str) -> bytes:
+        self.compiles += 1
+        src = self.folder / f"{name}.cu"
+        src.write_text(source)
+        out = self.folder / f"{name}.cubin"
+        subprocess.run(["nvcc", "-cubin", f"-arch={target}", str(src), "-o", str(out)], check=True)
+        return out.read_bytes()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_no_prebuilt_image_compiles_the_source_once(tmp_path: Path, cache: DiskCache) -> None:
+    index = make_package(tmp_path / "pkg", amd=("gfx1100",), nvidia=("sm_80",))
+    gpus = mixed_machine()[2:]  # the H100: sm_80 cubins do not run on 9.0, and no PTX was built
+    compiler = NvccCompiler(tmp_path)
+    made = Loader(index=index, root=tmp_path / "pkg", gpus=gpus, runtimes=RecordingRuntime,
+                  compilers=lambda vendor: compiler, cache=cache, fragments=list)  # type: ignore[arg-type,return-value]  # fmt: skip
+    with pytest.warns(KernelpackWarning, match="compiled its source"):
+        module = made.load("demo")
+    assert module.image == f"sm_90 compiled by {compiler.version()}"
+    assert module.kernel("axpy").info["registers"] > 0
+    again = Loader(index=index, root=tmp_path / "pkg", gpus=gpus, runtimes=RecordingRuntime,
+                   compilers=lambda vendor: compiler, cache=DiskCache(cache.folder), fragments=list)  # type: ignore[arg-type,return-value]  # fmt: skip
+    with pytest.warns(KernelpackWarning):
+        again.load("demo")
+    assert compiler.compiles == 1
+
+
+# ---- the command line ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def packaged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """kernelpack's own index replaced by a test package; the cache in a temporary folder."""
+    root = tmp_path / "pkg"
+    index = make_package(root, amd=ALL_AMD, nvidia=ALL_NVIDIA)
+    monkeypatch.setattr(loader, "package_index", lambda: index)
+    monkeypatch.setattr(loader, "PACKAGE_DIR", root)
+    monkeypatch.setattr(loader, "device_fragments", list)
+    monkeypatch.setenv("KERNELPACK_CACHE_DIR", str(tmp_path / "cache"))
+    for variable in (
+        "KERNELPACK_TARGET",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+    ):
+        monkeypatch.delenv(variable, raising=False)
+    return root
+
+
+def test_info_json_names_the_image_per_gpu(
+    packaged: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = cli.main(["info", "--json", "--sysfs-root", str(SYSFS / "laptop-gfx1100-gfx1151")])
+    assert status == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [g["target"] for g in report["gpus"]] == ["gfx1100", "gfx1151"]
+    chosen = [(row["device"], row["image"]["target"]) for row in report["modules"]["demo"]]
+    assert chosen == [(0, "gfx1100"), (1, "gfx11-generic")]
+    assert set(report["runtimes"]) == {"cuda", "hip", "nvrtc", "hiprtc"}
+    assert report["cache"]["folder"] == os.environ["KERNELPACK_CACHE_DIR"]
+
+
+def test_info_table_says_why_none_fits(packaged: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["info", "--sysfs-root", str(SYSFS / "mi300x-8gpu")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("gfx942") >= 8
+    assert "none" in out
+
+
+def test_cache_commands(packaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = DiskCache(tmp_path / "cache")
+    store.put("a" * 64, b"good")
+    store.put("b" * 64, b"will be damaged")
+    damaged = store.folder / ("b" * 64 + ".bin")
+    damaged.write_bytes(damaged.read_bytes()[:-3])
+    assert cli.main(["cache", "path"]) == 0
+    assert capsys.readouterr().out.startswith(str(tmp_path / "cache"))
+    assert cli.main(["cache", "verify", "--json"]) == 0
+    verified = json.loads(capsys.readouterr().out)
+    assert verified["good"] == 1 and verified["removed"] == [str(damaged)]
+    assert cli.main(["cache", "clear", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["removed"] == 1
+    assert store.entries() == []
+
+
+class RecordingCompiler:
+    """hipRTC stand-in (it runs in tests/test_loader_rocm.py): records what it is asked to build
+    and answers with a real code object compiled for that target."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    def version(self) -> str:
+        return "hiprtc 6.4 (recording)"
+
+    def compile(self, source: str, name: str, target: str) -> bytes:
+        self.asked.append((source, target))
+        return (Path(__file__).parent / "fixtures" / "objects" / f"{target}.co").read_bytes()
+
+
+def test_amd_compiles_the_hipified_source(tmp_path: Path, cache: DiskCache) -> None:
+    index = make_package(tmp_path / "pkg", amd=("gfx90a",))
+    (tmp_path / "pkg" / "device" / "demo.hip").write_text("// hipified\n" + SOURCE)
+    compiler = RecordingCompiler()
+    made = Loader(index=index, root=tmp_path / "pkg", gpus=mixed_machine()[:1], runtimes=RecordingRuntime,
+                  compilers=lambda vendor: compiler, cache=cache, fragments=list)  # type: ignore[arg-type,return-value]  # fmt: skip
+    with pytest.warns(KernelpackWarning, match="no prebuilt image of module demo fits gfx1100"):
+        module = made.load("demo")
+    assert compiler.asked == [("// hipified\n" + SOURCE, "gfx1100")]
+    assert module.image == "gfx1100 compiled by hiprtc 6.4 (recording)"
+    assert module.kernel_names == ["axpy"]
+
+
+def test_damaged_source_is_refused(tmp_path: Path, cache: DiskCache) -> None:
+    index = make_package(tmp_path / "pkg", amd=("gfx90a",))
+    (tmp_path / "pkg" / "device" / "demo.cu").write_text(SOURCE + "// changed\n")
+    made = Loader(index=index, root=tmp_path / "pkg", gpus=mixed_machine()[:1], runtimes=RecordingRuntime,
+                  compilers=lambda vendor: RecordingCompiler(), cache=cache, fragments=list)  # type: ignore[arg-type,return-value]  # fmt: skip
+    with pytest.raises(KernelpackError, match="source's sha256 differs"):
+        made.load("demo")
+
+
+def test_device_numbers_follow_the_visible_devices_variables(
+    tmp_path: Path, cache: DiskCache
+) -> None:
+    index = make_package(tmp_path / "pkg", amd=("gfx90a",))
+    fixture = SYSFS / "two-mi210"
+    both = detect_gpus(sysfs_root=fixture, environ={})
+    second = detect_gpus(sysfs_root=fixture, environ={"HIP_VISIBLE_DEVICES": "1"})
+    assert [g.location for g in second] == [both[1].location]
+    made, runtimes = make_loader(index, tmp_path / "pkg", second, cache)
+    module = made.load("demo", 0)
+    assert module.gpu.location == both[1].location
+    assert runtimes["amd"].loads == [(0, payload("gfx90a"))]  # HIP numbers it 0 after the filter
+    with pytest.raises(UsageError, match="1 visible GPU"):
+        made.load("demo", 1)

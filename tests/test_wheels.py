@@ -1,0 +1,163 @@
+"""Wheels: grouping, deterministic writing, and the real `buildsys wheels` run (twice, identical)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from buildsys import REPO_ROOT
+from buildsys.index_writer import read_index
+from buildsys.matrix import load_matrix
+from buildsys.wheels import GPU_RUNTIME_LIBRARIES, device_groups, read_wheel, write_wheel
+from kernelpack.formats import read_bundle
+from kernelpack.index import Index
+
+
+def _index_with(targets: list[str]) -> Index:
+    images = [
+        {
+            "vendor": "amd" if t.startswith("gfx") else "nvidia",
+            "target": t,
+            "kind": "code_object" if t.startswith("gfx") else ("ptx" if "compute" in t else "cubin"),
+            "file": "",
+            "offset": 0,
+            "size": 0,
+            "sha256": "",
+            "compression": "none",
+            "kernels": {},
+        }
+        for t in targets
+    ]
+    return {
+        "schema": 1,
+        "version": "1.0",
+        "build": {"toolchains": {}, "flags": {}, "sources": {}},
+        "modules": {"m": {"kernels": {}, "source": "", "source_sha256": "", "images": images}},  # type: ignore[typeddict-item]
+    }
+
+
+def test_device_groups_follow_families() -> None:
+    targets = [t.target for t in load_matrix().targets]
+    groups = {g.name: g.targets for g in device_groups(_index_with(targets))}
+    assert groups == {
+        "gfx1030": ("gfx1030",),
+        "gfx110x": ("gfx1100", "gfx1101"),
+        "gfx120x": ("gfx1200", "gfx1201"),
+        "gfx90a": ("gfx90a",),
+        "gfx942": ("gfx942",),
+        "gfx950": ("gfx950",),
+        "ptx": ("compute_80",),
+        "sm120": ("sm_120",),
+        "sm80": ("sm_80",),
+        "sm90": ("sm_90",),
+    }
+
+
+def test_a_lone_family_member_keeps_its_own_name() -> None:
+    groups = device_groups(_index_with(["gfx1100", "gfx90a:xnack+", "gfx90a:xnack-"]))
+    assert {g.name: g.targets for g in groups} == {
+        "gfx1100": ("gfx1100",),
+        "gfx90a": ("gfx90a:xnack+", "gfx90a:xnack-"),
+    }
+    assert groups[0].distribution == "kernelpack-device-gfx1100"
+    assert groups[0].package == "kernelpack_device_gfx1100"
+
+
+def test_write_wheel_is_deterministic_and_records_hashes(tmp_path: Path) -> None:
+    files = {
+        "pkg/b.py": b"b = 2\n",
+        "pkg/a.py": b"a = 1\n",
+        "pkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n",
+    }
+    one = write_wheel(tmp_path / "one" / "pkg-1.0-py3-none-any.whl", files, epoch=1700000000)
+    two = write_wheel(
+        tmp_path / "two" / "pkg-1.0-py3-none-any.whl", dict(reversed(files.items())), epoch=1700000000
+    )
+    assert one.read_bytes() == two.read_bytes()
+    with zipfile.ZipFile(one) as archive:
+        names = archive.namelist()
+        record = archive.read("pkg-1.0.dist-info/RECORD").decode()
+        assert names[-1] == "pkg-1.0.dist-info/RECORD"
+        assert names[:-1] == sorted(names[:-1])
+        assert {i.date_time for i in archive.infolist()} == {(2023, 11, 14, 22, 13, 20)}
+    assert "pkg/a.py,sha256=" in record and ",6\n" in record
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def built_wheels(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """`python -m buildsys wheels` run twice into two folders (the main job, as nox runs it)."""
+    outs = []
+    for name in ("first", "second"):
+        out = tmp_path_factory.mktemp(name)
+        result = subprocess.run(
+            [sys.executable, "-m", "buildsys", "wheels", "--out", str(out)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        outs.append(out)
+    return outs[0], outs[1]
+
+
+@pytest.mark.toolchain
+def test_two_builds_are_byte_identical(built_wheels: tuple[Path, Path]) -> None:
+    first, second = built_wheels
+    names = sorted(p.relative_to(first) for p in first.rglob("*.whl"))
+    assert names == sorted(p.relative_to(second) for p in second.rglob("*.whl"))
+    assert len(names) == 1 + 1 + 10  # fat, host, one device wheel per group of the matrix
+    for name in names:
+        assert _sha(first / name) == _sha(second / name), name
+
+
+@pytest.mark.toolchain
+def test_wheel_contents(built_wheels: tuple[Path, Path]) -> None:
+    dist = built_wheels[0]
+    (fat,) = (dist / "fat").glob("kernelpack-*.whl")
+    (host,) = (dist / "split").glob("kernelpack-*.whl")
+    fat_files, host_files = read_wheel(fat), read_wheel(host)
+    for files in (fat_files, host_files):
+        assert not [n for n in files if GPU_RUNTIME_LIBRARIES.search(Path(n).name)]
+
+    fat_index = read_index(fat_files["kernelpack/_index.py"].decode())
+    fat_targets = {i["target"] for m in fat_index["modules"].values() for i in m["images"]}
+    assert fat_targets == {t.target for t in load_matrix().targets}
+    bundle = fat_files["kernelpack/device/mlp.hsaco"]
+    assert sorted(e.target for e in read_bundle(bundle, "mlp.hsaco") if e.target) == sorted(
+        t.target for t in load_matrix().amd
+    )
+
+    host_index = read_index(host_files["kernelpack/_index.py"].decode())
+    assert all(not m["images"] for m in host_index["modules"].values())
+    assert host_index["device_wheels"]["gfx1101"] == "gfx110x"
+    assert not [n for n in host_files if n.endswith((".hsaco", ".cubin", ".ptx"))]
+    metadata = next(v for k, v in host_files.items() if k.endswith("METADATA")).decode()
+    version = host_index["version"]
+    assert f'Requires-Dist: kernelpack-device-gfx942=={version}; extra == "gfx942"' in metadata
+
+    (device,) = (dist / "split").glob("kernelpack_device_gfx110x-*.whl")
+    device_files = read_wheel(device)
+    fragment = read_index(device_files["kernelpack_device_gfx110x/_index.py"].decode())
+    images = [i for m in fragment["modules"].values() for i in m["images"]]
+    assert {i["target"] for i in images} == {"gfx1100", "gfx1101"}
+    fat_images = {
+        (name, i["target"]): i["sha256"]
+        for name, m in fat_index["modules"].items()
+        for i in m["images"]
+    }
+    for name, module in fragment["modules"].items():
+        for image in module["images"]:
+            assert fat_images[(name, image["target"])] == image["sha256"]
+    entry_points = next(v for k, v in device_files.items() if k.endswith("entry_points.txt"))
+    assert b"[kernelpack.device]\ngfx110x = kernelpack_device_gfx110x" in entry_points
+    device_metadata = next(v for k, v in device_files.items() if k.endswith("METADATA")).decode()
+    assert f"Requires-Dist: kernelpack=={version}" in device_metadata

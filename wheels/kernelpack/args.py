@@ -1,0 +1,358 @@
+"""Kernel arguments: checked against the C signature in the index, packed for the vendor runtime.
+
+A launch passes each argument by address (``kernelParams``), so every parameter gets its own 8-byte
+slot and one ``struct`` format packs them all at once; ``struct`` also enforces the integer range of
+each C type, so the common case costs one call. When packing fails, :meth:`Signature.explain` walks
+the arguments again to name the one at fault.
+
+Pointer arguments may be raw device addresses (``int``), objects with ``__cuda_array_interface__``
+or DLPack producers. How to get the address out of an object is decided once per Python type and
+remembered (torch tensors and CuPy arrays get their cheap accessors; anything else goes through the
+generic protocols), because the protocols themselves cost microseconds per call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from .errors import KernelpackError, UsageError
+from .index import KernelParam
+
+SLOT = 8  # bytes per parameter slot; every supported C type fits and is aligned in 8
+
+
+class CType(NamedTuple):
+    """How a C parameter type travels: its ``struct`` code, size and what Python values fit."""
+
+    code: str  # struct format character; "P" marks a pointer (packed as "Q")
+    size: int
+    kind: str  # "pointer", "int", "float" or "bool"
+
+
+_POINTER = CType("P", 8, "pointer")
+
+# C type spelling (after dropping qualifiers) -> how it is passed. LP64 Linux: long is 64-bit.
+C_TYPES: dict[str, CType] = {
+    "bool": CType("?", 1, "bool"),
+    "_Bool": CType("?", 1, "bool"),
+    "char": CType("b", 1, "int"),
+    "signed char": CType("b", 1, "int"),
+    "unsigned char": CType("B", 1, "int"),
+    "int8_t": CType("b", 1, "int"),
+    "uint8_t": CType("B", 1, "int"),
+    "short": CType("h", 2, "int"),
+    "short int": CType("h", 2, "int"),
+    "unsigned short": CType("H", 2, "int"),
+    "unsigned short int": CType("H", 2, "int"),
+    "int16_t": CType("h", 2, "int"),
+    "uint16_t": CType("H", 2, "int"),
+    "int": CType("i", 4, "int"),
+    "signed": CType("i", 4, "int"),
+    "signed int": CType("i", 4, "int"),
+    "unsigned": CType("I", 4, "int"),
+    "unsigned int": CType("I", 4, "int"),
+    "int32_t": CType("i", 4, "int"),
+    "uint32_t": CType("I", 4, "int"),
+    "long": CType("q", 8, "int"),
+    "long int": CType("q", 8, "int"),
+    "long long": CType("q", 8, "int"),
+    "long long int": CType("q", 8, "int"),
+    "int64_t": CType("q", 8, "int"),
+    "ptrdiff_t": CType("q", 8, "int"),
+    "ssize_t": CType("q", 8, "int"),
+    "unsigned long": CType("Q", 8, "int"),
+    "unsigned long int": CType("Q", 8, "int"),
+    "unsigned long long": CType("Q", 8, "int"),
+    "unsigned long long int": CType("Q", 8, "int"),
+    "uint64_t": CType("Q", 8, "int"),
+    "size_t": CType("Q", 8, "int"),
+    "float": CType("f", 4, "float"),
+    "double": CType("d", 8, "float"),
+}
+
+_QUALIFIERS = frozenset({"const", "volatile", "__restrict__", "__restrict", "restrict"})
+
+# struct code -> the integer range it accepts (for the error message; struct enforces it)
+_INT_RANGES: dict[str, tuple[int, int]] = {
+    "b": (-(2**7), 2**7 - 1),
+    "B": (0, 2**8 - 1),
+    "h": (-(2**15), 2**15 - 1),
+    "H": (0, 2**16 - 1),
+    "i": (-(2**31), 2**31 - 1),
+    "I": (0, 2**32 - 1),
+    "q": (-(2**63), 2**63 - 1),
+    "Q": (0, 2**64 - 1),
+    "P": (0, 2**64 - 1),
+}
+
+
+def c_type(spelling: str) -> CType:
+    """The passing rule for a C parameter type as written in the source."""
+    if "*" in spelling or "[" in spelling:
+        return _POINTER
+    words = [w for w in spelling.replace("\t", " ").split(" ") if w and w not in _QUALIFIERS]
+    found = C_TYPES.get(" ".join(words))
+    if found is None:
+        raise KernelpackError(
+            f"C parameter type {spelling!r} cannot be passed from Python; "
+            f"kernel parameters must be pointers or one of: {', '.join(sorted(C_TYPES))}"
+        )
+    return found
+
+
+class Signature(NamedTuple):
+    """A kernel's parameters as the index lists them, with the packing derived from them."""
+
+    kernel: str
+    names: tuple[str, ...]
+    spellings: tuple[str, ...]
+    types: tuple[CType, ...]
+
+    @classmethod
+    def from_index(cls, kernel: str, params: Sequence[KernelParam]) -> Signature:
+        return cls(
+            kernel,
+            tuple(p["name"] for p in params),
+            tuple(p["type"] for p in params),
+            tuple(c_type(p["type"]) for p in params),
+        )
+
+    @property
+    def codes(self) -> str:
+        """One struct code per parameter ("P" for pointers): what the native launcher reads."""
+        return "".join(t.code for t in self.types)
+
+    @property
+    def struct_format(self) -> str:
+        """Little-endian format with every parameter padded to its 8-byte slot."""
+        parts = []
+        for t in self.types:
+            code = "Q" if t.code == "P" else t.code
+            pad = SLOT - t.size
+            parts.append(code + (f"{pad}x" if pad else ""))
+        return "<" + "".join(parts)
+
+    @property
+    def pointer_positions(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.types) if t.kind == "pointer")
+
+    @property
+    def bool_positions(self) -> tuple[int, ...]:
+        """Where ``struct`` would take any object's truth value; only ints and bools are let in."""
+        return tuple(i for i, t in enumerate(self.types) if t.kind == "bool")
+
+    def describe(self) -> str:
+        return f"{self.kernel}({', '.join(f'{s} {n}' for s, n in zip(self.spellings, self.names, strict=True))})"
+
+    def explain(self, args: Sequence[object]) -> UsageError:
+        """The error for arguments that did not pack: which one, its C type and what fits."""
+        if len(args) != len(self.types):
+            return UsageError(
+                f"kernel {self.describe()} takes {len(self.types)} arguments, got {len(args)}"
+            )
+        for position, (value, ctype) in enumerate(zip(args, self.types, strict=True)):
+            problem = _problem(value, ctype)
+            if problem:
+                return UsageError(
+                    f"kernel {self.kernel}: argument {position} {self.names[position]!r} "
+                    f"({self.spellings[position]}): {problem}"
+                )
+        return UsageError(f"kernel {self.describe()}: arguments {args!r} cannot be packed")
+
+    def pack(self, args: Sequence[object]) -> bytes:
+        """All arguments in their slots (the pure-Python path and the tests)."""
+        if len(args) != len(self.types):
+            raise self.explain(args)
+        values = list(args)
+        for position in self.pointer_positions:
+            if type(values[position]) is not int:
+                values[position] = pointer_of(values[position])
+        if any(not isinstance(values[p], int) for p in self.bool_positions):
+            raise self.explain(values)
+        try:
+            return struct.pack(self.struct_format, *values)
+        except (struct.error, TypeError, OverflowError):
+            raise self.explain(values) from None
+
+
+def _problem(value: object, ctype: CType) -> str:
+    """Why one value does not fit its parameter, or '' when it does."""
+    if ctype.kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            try:
+                float(value)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                return f"expected a number, got {type(value).__name__}"
+        try:
+            struct.pack("<" + ctype.code, value)
+        except (struct.error, OverflowError):
+            return f"{value!r} is out of range for {'float' if ctype.code == 'f' else 'double'}"
+        return ""
+    if ctype.kind == "bool":
+        return "" if isinstance(value, int) else f"expected a bool, got {type(value).__name__}"
+    try:
+        if ctype.kind == "pointer" and type(value) is not int:
+            number = pointer_of(value)
+        else:
+            number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return f"expected an integer, got {type(value).__name__}"
+    except UsageError as error:
+        return str(error)
+    low, high = _INT_RANGES[ctype.code]
+    if not low <= number <= high:
+        return f"{number} is out of range [{low}, {high}]"
+    return ""
+
+
+# ---- pointers from Python objects -------------------------------------------------------------
+
+# DLPack device types whose memory a kernel can address (CUDA, CUDA host, ROCm, ROCm host, managed)
+_DLPACK_GPU_DEVICES = frozenset({2, 3, 10, 11, 13})
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = (("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32))
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = (
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", ctypes.c_uint32),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("byte_offset", ctypes.c_uint64),
+    )
+
+
+def _capsule_pointer(capsule: object) -> int:
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = (ctypes.py_object, ctypes.c_char_p)
+    address = get(capsule, b"dltensor")
+    if not address:
+        raise UsageError("__dlpack__() returned a capsule that is not an unconsumed 'dltensor'")
+    return int(address)
+
+
+def _dlpack_pointer(obj: Any) -> int:
+    """The device address of a DLPack producer, taken from the DLTensor inside its capsule.
+
+    The capsule is not consumed: when it is dropped, the producer's deleter runs as DLPack intends,
+    while ``obj`` itself keeps the memory alive.
+    """
+    device_type, _ = obj.__dlpack_device__()
+    if int(device_type) not in _DLPACK_GPU_DEVICES:
+        raise UsageError(
+            f"{type(obj).__name__} lives on DLPack device type {int(device_type)}, not a GPU; "
+            "move it to the GPU first"
+        )
+    capsule = obj.__dlpack__()
+    tensor = _DLTensor.from_address(_capsule_pointer(capsule))
+    return int(tensor.data or 0) + int(tensor.byte_offset)
+
+
+def _cai_pointer(obj: Any) -> int:
+    return int(obj.__cuda_array_interface__["data"][0])
+
+
+def torch_pointer(tensor: Any) -> int:
+    """A torch tensor's address (the C launcher does the same without a Python frame)."""
+    if tensor.is_cuda:
+        return int(tensor.data_ptr())
+    raise UsageError(f"a torch tensor on {tensor.device} is not GPU memory; move it with .cuda()")
+
+
+def _index_pointer(obj: Any) -> int:
+    return operator.index(obj)
+
+
+def _getter_for(obj: object) -> Callable[[Any], int]:
+    """How to read a device address out of objects of this one's type (decided once per type:
+    the protocols are looked up on the first object seen, since some set them per instance)."""
+    kind = type(obj)
+    module = kind.__module__.split(".")[0]
+    if module == "torch" and hasattr(kind, "data_ptr") and hasattr(kind, "is_cuda"):
+        return torch_pointer
+    if module == "cupy" and hasattr(kind, "data") and hasattr(kind, "__cuda_array_interface__"):
+        return operator.attrgetter("data.ptr")
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _cai_pointer
+    if hasattr(obj, "__array_interface__"):
+        raise UsageError(
+            f"a {kind.__name__} lives in host memory; pass a GPU array (torch, CuPy) or an address"
+        )
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        return _dlpack_pointer
+    if hasattr(kind, "__index__") and kind is not bool:
+        return _index_pointer
+    raise UsageError(
+        f"cannot pass a {kind.__name__} as a pointer; pass an int device address, an object with "
+        "__cuda_array_interface__, or a DLPack producer (torch, CuPy)"
+    )
+
+
+POINTER_GETTERS: dict[type, Callable[[Any], int]] = {}
+
+
+def pointer_of(obj: object) -> int:
+    """The device address an argument stands for (the native launcher calls this on a miss)."""
+    getter = POINTER_GETTERS.get(type(obj))
+    if getter is None:
+        getter = _getter_for(obj)
+        POINTER_GETTERS[type(obj)] = getter
+    return getter(obj)
+
+
+# ---- streams and launch dimensions ------------------------------------------------------------
+
+
+def _stream_getter_for(kind: type) -> Callable[[Any], int]:
+    if hasattr(kind, "__cuda_stream__"):
+        return lambda stream: int(stream.__cuda_stream__()[1])
+    if hasattr(kind, "cuda_stream"):  # torch.cuda.Stream
+        return lambda stream: int(stream.cuda_stream)
+    if hasattr(kind, "ptr") and kind.__module__.split(".")[0] == "cupy":
+        return lambda stream: int(stream.ptr)
+    if hasattr(kind, "__int__") or hasattr(kind, "__index__"):  # cuda-bindings CUstream
+        return lambda stream: int(stream)
+    raise UsageError(
+        f"cannot use a {kind.__name__} as a stream; pass None, an int handle, a torch or CuPy "
+        "stream, or an object with __cuda_stream__"
+    )
+
+
+STREAM_GETTERS: dict[type, Callable[[Any], int]] = {}
+
+
+def stream_of(stream: object) -> int:
+    """The raw stream handle for the caller's stream object (None: the default stream)."""
+    if stream is None:
+        return 0
+    if type(stream) is int:
+        return stream
+    getter = STREAM_GETTERS.get(type(stream))
+    if getter is None:
+        getter = _stream_getter_for(type(stream))
+        STREAM_GETTERS[type(stream)] = getter
+    return getter(stream)
+
+
+def dims(value: object, what: str) -> tuple[int, int, int]:
+    """A grid or block given as an int or 1 to 3 ints, as the three sizes the runtime takes."""
+    if type(value) is int:
+        sizes: tuple[int, ...] = (value,)
+    elif isinstance(value, (tuple, list)) and 1 <= len(value) <= 3:
+        sizes = tuple(value)
+    else:
+        raise UsageError(f"{what} must be an int or 1 to 3 ints, got {value!r}")
+    if not all(type(s) is int and 1 <= s < 2**32 for s in sizes):
+        raise UsageError(f"{what} sizes must be ints from 1 to 2**32-1, got {value!r}")
+    padded = (*sizes, 1, 1)
+    return padded[0], padded[1], padded[2]
