@@ -1,0 +1,409 @@
+// The MLP kernels of LLaMA-style transformer blocks: SwiGLU and RMSNorm.
+//
+// Every kernel exists for float32, float16 and bfloat16 (suffix _f32, _f16, _bf16); arithmetic is
+// in float32 whatever the storage type. All of them are bound by memory bandwidth, so the work is
+// in moving 16-byte vectors: a kernel checks the alignment of its pointers (and of the row
+// stride) itself and takes the vector path when they allow it, the scalar path otherwise, so a
+// misaligned view is slower but never wrong. Indices are 64-bit (32-bit inside one row of
+// RMSNorm, whose rows are at most 2**30 elements).
+//
+// Launch geometry (chosen by kernelpack.mlp; any grid gives the right answer, the loops stride):
+//   swiglu_*                 1-D grid over the elements, blocks of kElementwiseBlockThreads.
+//   silu_and_mul_*           grid.x over the columns of the output, grid.y over the rows; blocks
+//                            of at most kElementwiseBlockThreads.
+//   rms_norm_*, fused_add_*  one block per row (grid-stride over rows); blockDim.x a power of two
+//                            from 64 to kRowBlockThreads (a multiple of every wavefront width).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kp_reduce.cuh"
+
+namespace {
+
+// Storage of one element as raw bits, with its conversions to and from float.
+template <typename T>
+struct Elem;
+
+template <>
+struct Elem<float> {
+  using Bits = unsigned int;
+  static __device__ __forceinline__ float to_float(Bits bits) { return __uint_as_float(bits); }
+  static __device__ __forceinline__ Bits from_float(float value) { return __float_as_uint(value); }
+};
+
+template <>
+struct Elem<__half> {
+  using Bits = unsigned short;
+  static __device__ __forceinline__ float to_float(Bits bits) {
+    return __half2float(__ushort_as_half(bits));
+  }
+  static __device__ __forceinline__ Bits from_float(float value) {
+    return __half_as_ushort(__float2half_rn(value));
+  }
+};
+
+template <>
+struct Elem<__nv_bfloat16> {
+  using Bits = unsigned short;
+  // A bfloat16 is the high half of a float32, so widening is a shift.
+  static __device__ __forceinline__ float to_float(Bits bits) {
+    return __uint_as_float(static_cast<unsigned int>(bits) << 16);
+  }
+  static __device__ __forceinline__ Bits from_float(float value) {
+    return __bfloat16_as_ushort(__float2bfloat16(value));
+  }
+};
+
+constexpr int kVectorBytes = 16;
+
+__device__ __forceinline__ bool vector_aligned(const void* pointer) {
+  return reinterpret_cast<unsigned long long>(pointer) % kVectorBytes == 0;
+}
+
+// Access to chunk i of an array: one 16-byte vector of kWidth elements ...
+template <typename T>
+struct VectorAccess {
+  using Bits = typename Elem<T>::Bits;
+  using Raw = uint4;
+  static constexpr int kWidth = kVectorBytes / static_cast<int>(sizeof(Bits));
+
+  static __device__ __forceinline__ Raw load(const T* base, long long i) {
+    return reinterpret_cast<const uint4*>(base)[i];
+  }
+  static __device__ __forceinline__ void store(T* base, long long i, Raw raw) {
+    reinterpret_cast<uint4*>(base)[i] = raw;
+  }
+  static __device__ __forceinline__ void unpack(Raw raw, float (&out)[kWidth]) {
+    const unsigned int words[4] = {raw.x, raw.y, raw.z, raw.w};
+    constexpr int kPerWord = kWidth / 4;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+#pragma unroll
+      for (int k = 0; k < kPerWord; ++k) {
+        const unsigned int bits = words[w] >> (k * 8 * sizeof(Bits));
+        out[w * kPerWord + k] = Elem<T>::to_float(static_cast<Bits>(bits));
+      }
+    }
+  }
+  static __device__ __forceinline__ Raw pack(const float (&in)[kWidth]) {
+    unsigned int words[4];
+    constexpr int kPerWord = kWidth / 4;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      words[w] = 0;
+#pragma unroll
+      for (int k = 0; k < kPerWord; ++k) {
+        const unsigned int bits = Elem<T>::from_float(in[w * kPerWord + k]);
+        words[w] |= bits << (k * 8 * sizeof(Bits));
+      }
+    }
+    return make_uint4(words[0], words[1], words[2], words[3]);
+  }
+};
+
+// ... or one element, for misaligned arrays and the tails past the last whole vector.
+template <typename T>
+struct ScalarAccess {
+  using Bits = typename Elem<T>::Bits;
+  using Raw = Bits;
+  static constexpr int kWidth = 1;
+
+  static __device__ __forceinline__ Raw load(const T* base, long long i) {
+    return reinterpret_cast<const Bits*>(base)[i];
+  }
+  static __device__ __forceinline__ void store(T* base, long long i, Raw raw) {
+    reinterpret_cast<Bits*>(base)[i] = raw;
+  }
+  static __device__ __forceinline__ void unpack(Raw raw, float (&out)[1]) {
+    out[0] = Elem<T>::to_float(raw);
+  }
+  static __device__ __forceinline__ Raw pack(const float (&in)[1]) {
+    return Elem<T>::from_float(in[0]);
+  }
+};
+
+// silu(g) * u = g * sigmoid(g) * u. The fast reciprocal (2 ulp) avoids the slow path of the IEEE
+// division, which costs a stack frame; for g below about -87 it gives 0, the limit of sigmoid, so
+// the result is a signed zero and never inf * 0.
+__device__ __forceinline__ float silu_mul(float gate, float up) {
+  const float sigmoid = __fdividef(1.0f, 1.0f + __expf(-gate));
+  return gate * sigmoid * up;
+}
+
+// The block size of the elementwise kernels, also their __launch_bounds__.
+constexpr int kElementwiseBlockThreads = 256;
+
+// out[i] = silu(gate[i]) * up[i] for the chunks [0, end), the threads of grid.x striding over
+// them one chunk at a time. (Measured on the H100: one 16-byte vector per thread and step beats
+// two, whose larger tiles leave fewer threads in flight at mid sizes.)
+template <typename Access, typename T>
+__device__ __forceinline__ void silu_mul_chunks(const T* gate, const T* up, T* out, long long end) {
+  constexpr int kWidth = Access::kWidth;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < end;
+       i += stride) {
+    float g[kWidth];
+    float u[kWidth];
+    Access::unpack(Access::load(gate, i), g);
+    Access::unpack(Access::load(up, i), u);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      g[k] = silu_mul(g[k], u[k]);
+    }
+    Access::store(out, i, Access::pack(g));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void swiglu(const T* gate, const T* up, T* out, long long n) {
+  long long done = 0;
+  if (vector_aligned(gate) && vector_aligned(up) && vector_aligned(out)) {
+    constexpr int kWidth = VectorAccess<T>::kWidth;
+    silu_mul_chunks<VectorAccess<T>>(gate, up, out, n / kWidth);
+    done = n / kWidth * kWidth;
+  }
+  // The misaligned arrays, or the tail past the last whole vector.
+  silu_mul_chunks<ScalarAccess<T>>(gate + done, up + done, out + done, n - done);
+}
+
+// x is [rows, 2 * cols] (gate then up in each row), out is [rows, cols].
+template <typename Access, typename T>
+__device__ __forceinline__ void silu_and_mul_rows(const T* x, T* out, long long rows,
+                                                  long long cols) {
+  const long long chunks = cols / Access::kWidth;
+  for (long long row = blockIdx.y; row < rows; row += gridDim.y) {
+    const T* gate = x + row * 2 * cols;
+    silu_mul_chunks<Access>(gate, gate + cols, out + row * cols, chunks);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void silu_and_mul(const T* x, T* out, long long rows, long long cols) {
+  // Every row start is aligned when the base is and the row of the output is a whole number of
+  // vectors (the input row is twice as long).
+  if (vector_aligned(x) && vector_aligned(out) && cols % VectorAccess<T>::kWidth == 0) {
+    silu_and_mul_rows<VectorAccess<T>>(x, out, rows, cols);
+  } else {
+    silu_and_mul_rows<ScalarAccess<T>>(x, out, rows, cols);
+  }
+}
+
+// Chunks of a row each thread keeps in registers between the two passes of RMSNorm. The host
+// sizes blocks so that rows up to kCachedChunks * kRowBlockThreads vectors (8192 float32, 16384
+// float16) stay in registers; longer rows read the rest of the row again (from cache) in the
+// second pass. The block bound leaves 128 registers a thread on NVIDIA; at 1024 threads (64
+// registers) sm_120 spills.
+constexpr int kCachedChunks = 4;
+constexpr int kRowBlockThreads = 512;
+
+// One row of RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight. With kAddResidual, x first becomes
+// x + residual, rounded to T and stored to residual; the norm is taken of that stored value and
+// written over x (out == x). Every thread of the block takes part.
+template <typename Access, bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm_row(const T* x, T* residual, const T* weight, T* out,
+                                             long long cols, float eps, float* slots) {
+  using Raw = typename Access::Raw;
+  constexpr int kWidth = Access::kWidth;
+  // Indices inside a row are 32-bit (the host refuses rows longer than 2**30 elements, so i +
+  // stride cannot overflow): fewer registers than 64-bit ones, which buys occupancy.
+  const int chunks = static_cast<int>(cols / kWidth);
+  const int stride = static_cast<int>(blockDim.x);
+  // Weights loaded with x in pass 1 take one memory round trip off the short rows' latency; in
+  // pass 2 each weight load waits behind the previous chunk's store (which may alias it). The
+  // cost is registers: float32 RMSNorm would need 80 a thread and fit one 512-thread block per
+  // SM, so it loads its weights in pass 2 and keeps two blocks resident (measured on the H100,
+  // 4096 x 8192 float32: 108 against 94 us).
+  constexpr bool kWeightsFirst = kAddResidual || sizeof(typename Access::Bits) == 2;
+
+  // Pass 1. The cached chunks are all loaded before anything is stored, so that the loads
+  // overlap (the compiler keeps a load behind a store that may alias it).
+  Raw values[kCachedChunks];
+  Raw residuals[kAddResidual ? kCachedChunks : 1];
+  Raw weights[kWeightsFirst ? kCachedChunks : 1];
+#pragma unroll
+  for (int c = 0; c < kCachedChunks; ++c) {
+    const int i = static_cast<int>(threadIdx.x) + c * stride;
+    if (i < chunks) {
+      values[c] = Access::load(x, i);
+      if constexpr (kAddResidual) {
+        residuals[c] = Access::load(residual, i);
+      }
+      if constexpr (kWeightsFirst) {
+        weights[c] = Access::load(weight, i);
+      }
+    }
+  }
+  float sum_squares = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kCachedChunks; ++c) {
+    const int i = static_cast<int>(threadIdx.x) + c * stride;
+    if (i < chunks) {
+      float v[kWidth];
+      Access::unpack(values[c], v);
+      if constexpr (kAddResidual) {
+        float r[kWidth];
+        Access::unpack(residuals[c], r);
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) {
+          v[k] += r[k];
+        }
+        values[c] = Access::pack(v);
+        Access::store(residual, i, values[c]);
+        Access::unpack(values[c], v);  // the sum as stored, rounded to T
+      }
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        sum_squares += v[k] * v[k];
+      }
+    }
+  }
+  // Rows longer than the cache: the rest, chunk by chunk.
+  for (int i = static_cast<int>(threadIdx.x) + kCachedChunks * stride; i < chunks; i += stride) {
+    float v[kWidth];
+    Raw raw = Access::load(x, i);
+    Access::unpack(raw, v);
+    if constexpr (kAddResidual) {
+      float r[kWidth];
+      Access::unpack(Access::load(residual, i), r);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        v[k] += r[k];
+      }
+      raw = Access::pack(v);
+      Access::store(residual, i, raw);
+      Access::unpack(raw, v);
+    }
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      sum_squares += v[k] * v[k];
+    }
+  }
+
+  sum_squares = kp::block_sum(sum_squares, slots);
+  const float scale = rsqrtf(sum_squares / static_cast<float>(cols) + eps);
+
+  // Pass 2: scale, weight, store. The rest of a long row is read again from what this same thread
+  // read (or wrote to residual) in pass 1, so no barrier is needed.
+#pragma unroll
+  for (int c = 0; c < kCachedChunks; ++c) {
+    const int i = static_cast<int>(threadIdx.x) + c * stride;
+    if (i < chunks) {
+      float v[kWidth];
+      float w[kWidth];
+      Access::unpack(values[c], v);
+      if constexpr (kWeightsFirst) {
+        Access::unpack(weights[c], w);
+      } else {
+        Access::unpack(Access::load(weight, i), w);
+      }
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        v[k] = v[k] * scale * w[k];
+      }
+      Access::store(out, i, Access::pack(v));
+    }
+  }
+  const T* source = kAddResidual ? residual : x;
+  for (int i = static_cast<int>(threadIdx.x) + kCachedChunks * stride; i < chunks; i += stride) {
+    float v[kWidth];
+    float w[kWidth];
+    Access::unpack(Access::load(source, i), v);
+    Access::unpack(Access::load(weight, i), w);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      v[k] = v[k] * scale * w[k];
+    }
+    Access::store(out, i, Access::pack(v));
+  }
+}
+
+template <bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm(const T* x, T* residual, const T* weight, T* out,
+                                         long long rows, long long cols, float eps) {
+  __shared__ float slots[kp::kMaxBlockThreads];
+  constexpr int kWidth = VectorAccess<T>::kWidth;
+  const bool vectors = vector_aligned(x) && vector_aligned(weight) && vector_aligned(out) &&
+                       (!kAddResidual || vector_aligned(residual)) && cols % kWidth == 0;
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const long long offset = row * cols;
+    T* residual_row = kAddResidual ? residual + offset : nullptr;
+    if (vectors) {
+      rms_norm_row<VectorAccess<T>, kAddResidual>(x + offset, residual_row, weight, out + offset,
+                                                  cols, eps, slots);
+    } else {
+      rms_norm_row<ScalarAccess<T>, kAddResidual>(x + offset, residual_row, weight, out + offset,
+                                                  cols, eps, slots);
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu_f32(const float* gate, const float* up, float* out, long long n) {
+  swiglu(gate, up, out, n);
+}
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu_f16(const __half* gate, const __half* up, __half* out, long long n) {
+  swiglu(gate, up, out, n);
+}
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu_bf16(const __nv_bfloat16* gate, const __nv_bfloat16* up, __nv_bfloat16* out,
+                long long n) {
+  swiglu(gate, up, out, n);
+}
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_f32(const float* x, float* out, long long rows, long long cols) {
+  silu_and_mul(x, out, rows, cols);
+}
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_f16(const __half* x, __half* out, long long rows, long long cols) {
+  silu_and_mul(x, out, rows, cols);
+}
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_bf16(const __nv_bfloat16* x, __nv_bfloat16* out, long long rows,
+                      long long cols) {
+  silu_and_mul(x, out, rows, cols);
+}
+
+extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
+    rms_norm_f32(const float* x, const float* weight, float* out, long long rows, long long cols,
+                 float eps) {
+  rms_norm<false>(x, static_cast<float*>(nullptr), weight, out, rows, cols, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
+    rms_norm_f16(const __half* x, const __half* weight, __half* out, long long rows,
+                 long long cols, float eps) {
+  rms_norm<false>(x, static_cast<__half*>(nullptr), weight, out, rows, cols, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
+    rms_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight, __nv_bfloat16* out,
+                  long long rows, long long cols, float eps) {
+  rms_norm<false>(x, static_cast<__nv_bfloat16*>(nullptr), weight, out, rows, cols, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
+    fused_add_rms_norm_f32(float* x, float* residual, const float* weight, long long rows,
+                           long long cols, float eps) {
+  rms_norm<true>(x, residual, weight, x, rows, cols, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
+    fused_add_rms_norm_f16(__half* x, __half* residual, const __half* weight, long long rows,
+                           long long cols, float eps) {
+  rms_norm<true>(x, residual, weight, x, rows, cols, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
+    fused_add_rms_norm_bf16(__nv_bfloat16* x, __nv_bfloat16* residual,
+                            const __nv_bfloat16* weight, long long rows, long long cols,
+                            float eps) {
+  rms_norm<true>(x, residual, weight, x, rows, cols, eps);
+}

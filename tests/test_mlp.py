@@ -1,0 +1,502 @@
+"""kernelpack.mlp: every kernel against float64 references on fresh random data, and the checks.
+
+The GPU tests make their inputs with torch on the GPU from a new seed each run (printed with any
+failure), compute the reference in float64 with torch's own operations, and poison every output
+(NaN) before the launch; outputs live inside NaN guard zones, so a write out of range or a missed
+element shows. Sizes cover the vector width's edges, misaligned views (offset by one element, which
+sends a kernel down its scalar path), long rows past the register cache, grids that have to
+stride, and arrays past 2**31 elements.
+
+The argument checks run on numpy arrays and need no GPU: they fail before anything is copied.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kernelpack import mlp
+
+DTYPES = ["float32", "float16", "bfloat16"]
+# Largest relative error allowed. float32 is computed with the fast exp and reciprocal (a few ulp);
+# float16 and bfloat16 are dominated by the final rounding, half an ulp (2**-11 and 2**-8).
+RTOL = {"float32": 4e-6, "float16": 1.5e-3, "bfloat16": 8e-3}
+# Absolute slack where float16 is subnormal (below 6.1e-5 its spacing is 2**-24).
+ATOL = {"float32": 1e-30, "float16": 2.0**-24, "bfloat16": 1e-30}
+GUARD = 64  # NaN elements after each output view
+EPS = 1e-6
+
+# (rows, cols): row lengths at and around the vector widths (4 and 8), block sizes from 64 to
+# 512 threads, rows past the register cache (65536), and row counts whose grids stride.
+ROW_CASES = [
+    (1, 1),
+    (3, 2),
+    (5, 3),
+    (2, 7),
+    (3, 8),
+    (2, 9),
+    (4, 31),
+    (7, 64),
+    (3, 100),
+    (2, 1000),
+    (2, 2047),
+    (3, 4096),
+    (2, 4099),
+    (2, 8192),
+    (1, 16384),
+    (2, 32776),
+    (2, 65536),
+    (100_003, 8),
+    (70_001, 1),
+]
+SWIGLU_SIZES = [1, 2, 7, 8, 9, 15, 17, 4095, 4099, 65536, 1_000_003]
+
+
+# ---- argument checks: numpy arrays, no GPU needed ---------------------------------------------
+
+
+def f32(*shape: int) -> np.ndarray:
+    return np.zeros(shape, np.float32)
+
+
+def rows_of(cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """A [1, cols] x and its weight that take no memory (broadcast views)."""
+    zero = np.float32(0.0)
+    return np.broadcast_to(zero, (1, cols)), np.broadcast_to(zero, (cols,))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "argument"),
+    [
+        (lambda: mlp.swiglu([1.0], f32(1)), TypeError, "gate"),
+        (lambda: mlp.swiglu(f32(4), np.zeros(4, np.int32)), TypeError, "up"),
+        (lambda: mlp.swiglu(np.zeros(4), f32(4)), TypeError, "gate"),
+        (lambda: mlp.swiglu(f32(4), np.zeros(4, np.float16)), TypeError, "up"),
+        (lambda: mlp.swiglu(f32(4), f32(5)), ValueError, "up"),
+        (lambda: mlp.swiglu(f32(4), f32(4), out=f32(4, 1)), ValueError, "out"),
+        (lambda: mlp.swiglu(f32(4), f32(4), out=np.zeros(4, np.float16)), TypeError, "out"),
+        (lambda: mlp.swiglu(f32(4), f32(4), out="out"), TypeError, "out"),
+        (lambda: mlp.silu_and_mul(f32(3, 5)), ValueError, "x"),
+        (lambda: mlp.silu_and_mul(np.float32(1.0)), TypeError, "x"),
+        (lambda: mlp.silu_and_mul(f32(3, 4), out=f32(3, 4)), ValueError, "out"),
+        (lambda: mlp.rms_norm(f32(2, 8), f32(7)), ValueError, "weight"),
+        (lambda: mlp.rms_norm(f32(2, 8), f32(2, 8)), ValueError, "weight"),
+        (lambda: mlp.rms_norm(f32(2, 8), np.zeros(8, np.float16)), TypeError, "weight"),
+        (lambda: mlp.rms_norm(np.zeros((), np.float32), f32(1)), ValueError, "x"),
+        (lambda: mlp.rms_norm(*rows_of(2**30 + 1)), ValueError, "x"),
+        (
+            lambda: mlp.fused_add_rms_norm(*rows_of(2**30 + 1), rows_of(2**30 + 1)[1]),
+            ValueError,
+            "x",
+        ),
+        (lambda: mlp.rms_norm(f32(2, 8), f32(8), eps=-1.0), ValueError, "eps"),
+        (lambda: mlp.rms_norm(f32(2, 8), f32(8), eps=math.nan), ValueError, "eps"),
+        (lambda: mlp.rms_norm(f32(2, 8), f32(8), eps="1e-6"), TypeError, "eps"),
+        (lambda: mlp.rms_norm(f32(2, 8), f32(8), out=f32(2, 9)), ValueError, "out"),
+        (lambda: mlp.fused_add_rms_norm(f32(2, 8), f32(2, 9), f32(8)), ValueError, "residual"),
+        (lambda: mlp.fused_add_rms_norm(f32(2, 8), f32(2, 8), f32(9)), ValueError, "weight"),
+        (
+            lambda: mlp.fused_add_rms_norm(f32(2, 8), np.zeros((2, 8), np.float16), f32(8)),
+            TypeError,
+            "residual",
+        ),
+        (lambda: mlp.fused_add_rms_norm(f32(2, 8), f32(2, 8), f32(8), eps=True), TypeError, "eps"),
+    ],
+)
+def test_bad_arguments_name_the_argument(
+    call: Callable[[], object], error: type[Exception], argument: str
+) -> None:
+    with pytest.raises(error) as caught:
+        call()
+    assert str(caught.value).startswith(f"{argument}:"), str(caught.value)
+
+
+def test_in_place_op_refuses_read_only_numpy_arrays() -> None:
+    x = f32(2, 8)
+    x.flags.writeable = False
+    with pytest.raises(ValueError, match=r"^x: .*read-only"):
+        mlp.fused_add_rms_norm(x, f32(2, 8), f32(8))
+    out = f32(4)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match=r"^out: .*read-only"):
+        mlp.swiglu(f32(4), f32(4), out=out)
+
+
+# ---- GPU: torch inputs, float64 references ----------------------------------------------------
+
+
+@pytest.fixture
+def torch_rng() -> tuple[Any, Any, int]:
+    """torch, a CUDA generator with a fresh seed, and the seed (for the failure message)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    seed = secrets.randbits(62)
+    generator = torch.Generator(device="cuda")
+    generator.manual_seed(seed)
+    return torch, generator, seed
+
+
+def torch_dtype(torch: Any, dtype: str) -> Any:
+    return getattr(torch, dtype)
+
+
+def randn(rng: tuple[Any, Any, int], shape: tuple[int, ...], dtype: str, *, offset: int = 0) -> Any:
+    """Random normal values of ``dtype``, as a view starting ``offset`` elements into its buffer."""
+    torch, generator, _ = rng
+    n = math.prod(shape)
+    buffer = torch.randn(offset + n, generator=generator, device="cuda", dtype=torch.float32)
+    return buffer.to(torch_dtype(torch, dtype))[offset:].view(shape)
+
+
+def poisoned(
+    rng: tuple[Any, Any, int], shape: tuple[int, ...], dtype: str, *, offset: int = 0
+) -> Any:
+    """A NaN-filled buffer and a view of ``shape`` inside it, ``offset`` elements in and GUARD
+    elements before its end."""
+    torch = rng[0]
+    n = math.prod(shape)
+    buffer = torch.full(
+        (offset + n + GUARD,), math.nan, device="cuda", dtype=torch_dtype(torch, dtype)
+    )
+    return buffer, buffer[offset : offset + n].view(shape)
+
+
+def assert_guards_intact(buffer: Any, offset: int, n: int) -> None:
+    outside = [buffer[:offset], buffer[offset + n :]]
+    for part in outside:
+        assert bool(part.isnan().all()), "a kernel wrote outside its output"
+
+
+def assert_close(
+    rng: tuple[Any, Any, int], out: Any, reference: Any, dtype: str, what: str
+) -> None:
+    seed = rng[2]
+    got = out.double()
+    error = (got - reference).abs()
+    bound = RTOL[dtype] * reference.abs() + ATOL[dtype]
+    bad = ~(error <= bound)  # NaN counts as bad
+    if bool(bad.any()):
+        index = int(bad.reshape(-1).nonzero()[0])
+        relative = (error / reference.abs().clamp_min(ATOL[dtype])).max().item()
+        raise AssertionError(
+            f"{what} {dtype} (seed {seed}): {int(bad.sum())} of {bad.numel()} elements off; "
+            f"first at flat index {index}: got {got.reshape(-1)[index].item()!r}, "
+            f"expected {reference.reshape(-1)[index].item()!r}; max relative error {relative:.3g}"
+        )
+
+
+def ref_swiglu(gate: Any, up: Any) -> Any:
+    g = gate.double()
+    return g * g.sigmoid() * up.double()
+
+
+def ref_rms_norm(torch: Any, x: Any, weight: Any, eps: float) -> Any:
+    x = x.double()
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * weight.double()
+
+
+MISALIGNED = {"aligned": (0, 0, 0), "all+1": (1, 1, 1), "first+1": (1, 0, 0), "last+1": (0, 0, 1)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", MISALIGNED)
+@pytest.mark.parametrize("n", SWIGLU_SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_swiglu(torch_rng: Any, dtype: str, n: int, layout: str) -> None:
+    gate_at, up_at, out_at = MISALIGNED[layout]
+    gate = randn(torch_rng, (n,), dtype, offset=gate_at)
+    up = randn(torch_rng, (n,), dtype, offset=up_at)
+    buffer, out = poisoned(torch_rng, (n,), dtype, offset=out_at)
+    assert mlp.swiglu(gate, up, out=out) is out
+    assert_close(torch_rng, out, ref_swiglu(gate, up), dtype, f"swiglu n={n} {layout}")
+    assert_guards_intact(buffer, out_at, n)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_swiglu_allocates_its_output_like_gate(torch_rng: Any, dtype: str) -> None:
+    torch = torch_rng[0]
+    gate = randn(torch_rng, (3, 5, 7), dtype)
+    up = randn(torch_rng, (3, 5, 7), dtype)
+    out = mlp.swiglu(gate, up)
+    assert isinstance(out, torch.Tensor)
+    assert (out.shape, out.dtype, out.device) == (gate.shape, gate.dtype, gate.device)
+    assert_close(torch_rng, out, ref_swiglu(gate, up), dtype, "swiglu 3-D")
+    empty = mlp.swiglu(gate[:0], up[:0])
+    assert empty.shape == (0, 5, 7)
+
+
+ROW_LAYOUTS = {"aligned": (0, 0, 0), "all+1": (1, 1, 1), "second+1": (0, 1, 0)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["aligned", "all+1", "last+1"])
+@pytest.mark.parametrize(
+    ("rows", "cols"),
+    [(1, 1), (3, 3), (2, 8), (5, 9), (1, 4096), (3, 4099), (2, 11008), (70_001, 8)],
+)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_and_mul(torch_rng: Any, dtype: str, rows: int, cols: int, layout: str) -> None:
+    x_at, _, out_at = MISALIGNED[layout]
+    x = randn(torch_rng, (rows, 2 * cols), dtype, offset=x_at)
+    buffer, out = poisoned(torch_rng, (rows, cols), dtype, offset=out_at)
+    assert mlp.silu_and_mul(x, out=out) is out
+    reference = ref_swiglu(x[:, :cols], x[:, cols:])
+    assert_close(torch_rng, out, reference, dtype, f"silu_and_mul {rows}x{cols} {layout}")
+    assert_guards_intact(buffer, out_at, rows * cols)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ROW_LAYOUTS)
+@pytest.mark.parametrize(("rows", "cols"), ROW_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm(torch_rng: Any, dtype: str, rows: int, cols: int, layout: str) -> None:
+    torch = torch_rng[0]
+    x_at, weight_at, out_at = ROW_LAYOUTS[layout]
+    x = randn(torch_rng, (rows, cols), dtype, offset=x_at)
+    weight = randn(torch_rng, (cols,), dtype, offset=weight_at)
+    buffer, out = poisoned(torch_rng, (rows, cols), dtype, offset=out_at)
+    assert mlp.rms_norm(x, weight, eps=EPS, out=out) is out
+    reference = ref_rms_norm(torch, x, weight, EPS)
+    assert_close(torch_rng, out, reference, dtype, f"rms_norm {rows}x{cols} {layout}")
+    assert_guards_intact(buffer, out_at, rows * cols)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ROW_LAYOUTS)
+@pytest.mark.parametrize(("rows", "cols"), ROW_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_add_rms_norm(torch_rng: Any, dtype: str, rows: int, cols: int, layout: str) -> None:
+    torch = torch_rng[0]
+    x_at, residual_at, _ = ROW_LAYOUTS[layout]
+    n = rows * cols
+    x_buffer, x = poisoned(torch_rng, (rows, cols), dtype, offset=x_at)
+    residual_buffer, residual = poisoned(torch_rng, (rows, cols), dtype, offset=residual_at)
+    x.copy_(randn(torch_rng, (rows, cols), dtype))
+    residual.copy_(randn(torch_rng, (rows, cols), dtype))
+    weight = randn(torch_rng, (cols,), dtype)
+    stored_sum = (x.double() + residual.double()).to(x.dtype)
+    expected_x = ref_rms_norm(torch, stored_sum, weight, EPS)
+    assert mlp.fused_add_rms_norm(x, residual, weight, eps=EPS) is None
+    what = f"fused_add_rms_norm {rows}x{cols} {layout}"
+    assert_close(torch_rng, residual, stored_sum.double(), dtype, what + " residual")
+    assert_close(torch_rng, x, expected_x, dtype, what + " x")
+    assert_guards_intact(x_buffer, x_at, n)
+    assert_guards_intact(residual_buffer, residual_at, n)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_of_many_short_rows_strides_the_grid(torch_rng: Any, dtype: str) -> None:
+    """2**25 + 3 rows of one element: more rows than the grid of 64-thread blocks holds."""
+    torch = torch_rng[0]
+    rows = 2**25 + 3
+    x = randn(torch_rng, (rows, 1), dtype)
+    weight = randn(torch_rng, (1,), dtype)
+    out = mlp.rms_norm(x, weight, eps=EPS)
+    assert_close(
+        torch_rng, out, ref_rms_norm(torch, x, weight, EPS), dtype, "rms_norm rows=2**25+3"
+    )
+
+
+@pytest.mark.gpu
+def test_runs_on_the_callers_current_stream(torch_rng: Any) -> None:
+    """On a stream held back by a long sleep, the op must see a copy queued before it there."""
+    torch = torch_rng[0]
+    n = 1 << 20
+    gate = randn(torch_rng, (n,), "float32")
+    up = randn(torch_rng, (n,), "float32")
+    new_gate = randn(torch_rng, (n,), "float32")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(100_000_000)
+        gate.copy_(new_gate)
+        out = mlp.swiglu(gate, up)
+    stream.synchronize()
+    assert_close(torch_rng, out, ref_swiglu(new_gate, up), "float32", "swiglu on a side stream")
+
+
+@pytest.mark.gpu
+def test_gpu_argument_checks(torch_rng: Any) -> None:
+    torch = torch_rng[0]
+    x = randn(torch_rng, (4, 8), "float32")
+    with pytest.raises(ValueError, match=r"^x: must be C-contiguous"):
+        mlp.rms_norm(x.t(), randn(torch_rng, (4,), "float32"))
+    with pytest.raises(ValueError, match=r"^weight: a torch tensor on cpu"):
+        mlp.rms_norm(x, torch.ones(8))
+    with pytest.raises(TypeError, match=r"^up: gate is a GPU array"):
+        mlp.swiglu(x, np.zeros((4, 8), np.float32))
+
+
+class ArrayInterfaceOnly:
+    """A foreign GPU array that offers nothing but __cuda_array_interface__."""
+
+    def __init__(self, tensor: Any) -> None:
+        self.__cuda_array_interface__ = tensor.__cuda_array_interface__
+
+
+class DLPackOnly:
+    """A foreign GPU array that offers nothing but DLPack."""
+
+    def __init__(self, tensor: Any) -> None:
+        self._tensor = tensor
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._tensor.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return self._tensor.__dlpack_device__()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wrapper", [ArrayInterfaceOnly, DLPackOnly])
+def test_foreign_gpu_arrays(torch_rng: Any, wrapper: type) -> None:
+    torch = torch_rng[0]
+    x = randn(torch_rng, (6, 4099), "float16")
+    weight = randn(torch_rng, (4099,), "float16")
+    out = mlp.rms_norm(wrapper(x), wrapper(weight), eps=EPS)
+    assert_close(torch_rng, out, ref_rms_norm(torch, x, weight, EPS), "float16", wrapper.__name__)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_cupy_arrays(torch_rng: Any, dtype: str) -> None:
+    cupy = pytest.importorskip("cupy")
+    rng = np.random.default_rng(torch_rng[2])
+    host = rng.standard_normal((3, 2 * 1003)).astype(dtype)
+    weight = rng.standard_normal(2 * 1003).astype(dtype)
+    x = cupy.asarray(host)
+    assert isinstance(mlp.silu_and_mul(x), cupy.ndarray)
+    checks = {
+        "silu_and_mul": (mlp.silu_and_mul(x), np_swiglu(host[:, :1003], host[:, 1003:])),
+        "swiglu": (mlp.swiglu(x, x), np_swiglu(host, host)),
+        "rms_norm": (mlp.rms_norm(x, cupy.asarray(weight), EPS), np_rms_norm(host, weight, EPS)),
+    }
+    for what, (out, reference) in checks.items():
+        np_assert_close(cupy.asnumpy(out), reference, dtype, f"cupy {what}", torch_rng[2])
+
+
+# ---- GPU: numpy in, numpy out -----------------------------------------------------------------
+
+
+def np_swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    g = gate.astype(np.float64)
+    return g / (1.0 + np.exp(-g)) * up.astype(np.float64)
+
+
+def np_rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    x = x.astype(np.float64)
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight.astype(np.float64)
+
+
+def np_assert_close(
+    out: np.ndarray, reference: np.ndarray, dtype: str, what: str, seed: int
+) -> None:
+    got = out.astype(np.float64)
+    bound = RTOL[dtype] * np.abs(reference) + ATOL[dtype]
+    bad = ~(np.abs(got - reference) <= bound)
+    assert not bad.any(), (
+        f"{what} {dtype} (seed {seed}): {int(bad.sum())} of {bad.size} elements off; "
+        f"first {got[bad][0]!r} expected {reference[bad][0]!r}"
+    )
+
+
+def numpy_dtype(dtype: str) -> Any:
+    if dtype == "bfloat16":
+        return pytest.importorskip("ml_dtypes").bfloat16
+    return np.dtype(dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_numpy_arrays_are_copied_in_and_out(torch_rng: Any, dtype: str) -> None:
+    seed = torch_rng[2]
+    rng = np.random.default_rng(seed)
+    kind = numpy_dtype(dtype)
+    x = rng.standard_normal((5, 2 * 517)).astype(kind)
+    weight = rng.standard_normal(2 * 517).astype(kind)
+    residual = rng.standard_normal((5, 2 * 517)).astype(kind)
+
+    out = np.full((5, 517), np.nan, dtype=kind)
+    assert mlp.silu_and_mul(x, out=out) is out
+    np_assert_close(out, np_swiglu(x[:, :517], x[:, 517:]), dtype, "numpy silu_and_mul", seed)
+    np_assert_close(mlp.swiglu(x, residual), np_swiglu(x, residual), dtype, "numpy swiglu", seed)
+    np_assert_close(
+        mlp.rms_norm(x, weight, EPS), np_rms_norm(x, weight, EPS), dtype, "numpy rms_norm", seed
+    )
+    stored_sum = (x.astype(np.float64) + residual.astype(np.float64)).astype(kind)
+    x_view = x[:, ::-1]  # any layout works for numpy: the copies are contiguous
+    expected_x = np_rms_norm(stored_sum[:, ::-1], weight, EPS)
+    residual_view = residual[:, ::-1]
+    mlp.fused_add_rms_norm(x_view, residual_view, weight, EPS)
+    np_assert_close(residual_view, stored_sum[:, ::-1].astype(np.float64), dtype, "residual", seed)
+    np_assert_close(x_view, expected_x, dtype, "numpy fused_add_rms_norm", seed)
+
+
+# ---- GPU: past 2**31 elements (64-bit indexing) -----------------------------------------------
+
+
+@pytest.mark.gpu
+def test_huge_swiglu_past_2_31_elements(torch_rng: Any) -> None:
+    torch = torch_rng[0]
+    n = 2**31 + 4099
+    tail = 1 << 16
+    gate = torch.zeros(n, dtype=torch.float16, device="cuda")
+    up = torch.zeros(n, dtype=torch.float16, device="cuda")
+    gate[-tail:] = randn(torch_rng, (tail,), "float16")
+    up[-tail:] = randn(torch_rng, (tail,), "float16")
+    out = torch.full((n,), math.nan, dtype=torch.float16, device="cuda")
+    mlp.swiglu(gate, up, out=out)
+    assert not bool(out.isnan().any())
+    reference = ref_swiglu(gate[-tail:], up[-tail:])
+    assert_close(torch_rng, out[-tail:], reference, "float16", "swiglu past 2**31")
+    del gate, up, out
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.gpu
+def test_huge_rows_past_2_31_elements(torch_rng: Any) -> None:
+    """rms_norm and fused_add_rms_norm on 32769 rows of 65536 (bfloat16)."""
+    torch = torch_rng[0]
+    rows, cols, tail = 2**15 + 1, 2**16, 3
+    x = torch.zeros((rows, cols), dtype=torch.bfloat16, device="cuda")
+    x[-tail:] = randn(torch_rng, (tail, cols), "bfloat16")
+    weight = randn(torch_rng, (cols,), "bfloat16")
+    out = torch.full((rows, cols), math.nan, dtype=torch.bfloat16, device="cuda")
+    mlp.rms_norm(x, weight, EPS, out=out)
+    assert not bool(out.isnan().any())
+    expected = ref_rms_norm(torch, x[-tail:], weight, EPS)
+    assert_close(torch_rng, out[-tail:], expected, "bfloat16", "rms_norm past 2**31")
+
+    residual = out.zero_()
+    residual[-tail:] = randn(torch_rng, (tail, cols), "bfloat16")
+    stored_sum = (x[-tail:].double() + residual[-tail:].double()).to(torch.bfloat16)
+    mlp.fused_add_rms_norm(x, residual, weight, EPS)
+    assert_close(torch_rng, residual[-tail:], stored_sum.double(), "bfloat16", "fused residual")
+    expected = ref_rms_norm(torch, stored_sum, weight, EPS)
+    assert_close(torch_rng, x[-tail:], expected, "bfloat16", "fused_add_rms_norm past 2**31")
+    del x, out, residual
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.gpu
+def test_huge_silu_and_mul_past_2_31_elements(torch_rng: Any) -> None:
+    """32769 rows of 2 x 65536 in (2**32 + 2**17 elements), 2**31 + 2**16 out (bfloat16)."""
+    torch = torch_rng[0]
+    rows, cols, tail = 2**15 + 1, 2**16, 2
+    x = torch.zeros((rows, 2 * cols), dtype=torch.bfloat16, device="cuda")
+    x[-tail:] = randn(torch_rng, (tail, 2 * cols), "bfloat16")
+    out = torch.full((rows, cols), math.nan, dtype=torch.bfloat16, device="cuda")
+    mlp.silu_and_mul(x, out=out)
+    assert not bool(out.isnan().any())
+    expected = ref_swiglu(x[-tail:, :cols], x[-tail:, cols:])
+    assert_close(torch_rng, out[-tail:], expected, "bfloat16", "silu_and_mul past 2**31")
+    del x, out
+    torch.cuda.empty_cache()
