@@ -23,7 +23,6 @@ import hashlib
 import io
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -147,23 +146,18 @@ def read_wheel(path: Path) -> dict[str, bytes]:
 # The three kinds of wheel
 
 
-def build_fat_wheel(device_dir: Path, out_dir: Path, *, epoch: int) -> Path:
+def build_fat_wheel(device_dir: Path, out_dir: Path, *, epoch: int) -> tuple[Path, str]:
     """``pip wheel .`` through scikit-build-core with the device code already built in device_dir,
-    then rewritten by write_wheel for reproducibility."""
+    repaired by auditwheel for a manylinux tag, then rewritten by write_wheel for reproducibility.
+
+    Returns the wheel and auditwheel's verdict.
+    """
     with tempfile.TemporaryDirectory(prefix="kernelpack-wheel-") as tmp:
         argv = [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            str(REPO_ROOT),
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            tmp,
+            sys.executable, "-m", "pip", "wheel", str(REPO_ROOT), "--no-deps",
+            "--no-build-isolation", "-q", "-w", tmp,
             f"--config-settings=cmake.define.KERNELPACK_DEVICE_DIR={device_dir}",
-        ]
+        ]  # fmt: skip
         env = dict(os.environ, SOURCE_DATE_EPOCH=str(epoch))
         result = subprocess.run(argv, capture_output=True, text=True, env=env)
         if result.returncode != 0:
@@ -171,7 +165,40 @@ def build_fat_wheel(device_dir: Path, out_dir: Path, *, epoch: int) -> Path:
                 f"pip wheel failed: {(result.stderr or result.stdout).strip()[-2000:]}"
             )
         (built,) = Path(tmp).glob("*.whl")
-        return write_wheel(out_dir / built.name, read_wheel(built), epoch=epoch)
+        repaired, verdict = _auditwheel_repair(built, Path(tmp) / "repaired")
+        return write_wheel(out_dir / repaired.name, read_wheel(repaired), epoch=epoch), verdict
+
+
+def _auditwheel_repair(wheel: Path, out_dir: Path) -> tuple[Path, str]:
+    """auditwheel repair, and our own checks of what auditwheel cannot judge.
+
+    auditwheel reads every ELF file in a wheel; the AMDGPU and CUDA images must come through its
+    repair untouched, and no GPU runtime library may be grafted in: the user's driver stack
+    provides those.
+    """
+    result = subprocess.run(
+        [sys.executable, "-m", "auditwheel", "repair", "-w", str(out_dir), str(wheel)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise BuildError(f"auditwheel repair {wheel.name} failed: {result.stderr.strip()[-1000:]}")
+    (repaired,) = out_dir.glob("*.whl")
+    before, after = read_wheel(wheel), read_wheel(repaired)
+    changed = [
+        name
+        for name, data in before.items()
+        if name.endswith(_IMAGE_SUFFIXES) and after.get(name) != data
+    ]
+    if changed:
+        raise BuildError(f"auditwheel repair changed device images: {', '.join(changed)}")
+    grafted = sorted(n for n in after if GPU_RUNTIME_LIBRARIES.search(Path(n).name))
+    if grafted:
+        raise BuildError(f"{repaired.name}: auditwheel grafted GPU runtime libraries: {grafted}")
+    show = subprocess.run(
+        [sys.executable, "-m", "auditwheel", "show", str(repaired)], capture_output=True, text=True
+    )
+    return repaired, " ".join((show.stdout + show.stderr).split())
 
 
 def split_wheels(fat: Path, device_dir: Path, out_dir: Path, *, epoch: int) -> list[Path]:
@@ -283,22 +310,7 @@ def _device_wheel(
 
 
 # ---------------------------------------------------------------------------------------------
-# auditwheel and sizes
-
-
-def audit(wheel: Path) -> str:
-    """auditwheel's verdict on a wheel, and our own checks of what auditwheel cannot judge.
-
-    No GPU runtime library may be inside; device images must come out of auditwheel untouched.
-    """
-    names = read_wheel(wheel)
-    bundled = sorted(n for n in names if GPU_RUNTIME_LIBRARIES.search(Path(n).name))
-    if bundled:
-        raise BuildError(f"{wheel.name}: carries GPU runtime libraries: {', '.join(bundled)}")
-    if shutil.which("auditwheel") is None:
-        return "auditwheel not installed"
-    result = subprocess.run(["auditwheel", "show", str(wheel)], capture_output=True, text=True)
-    return " ".join((result.stdout + result.stderr).split())
+# Sizes
 
 
 def sizes(wheels: list[Path]) -> list[tuple[str, int, int]]:
@@ -341,9 +353,9 @@ def main_wheels(args: argparse.Namespace) -> int:
     for folder in (args.out / "fat", args.out / "split"):
         for stale in folder.glob("*.whl"):
             stale.unlink()
-    fat = build_fat_wheel(device_dir, args.out / "fat", epoch=epoch)
+    fat, verdict = build_fat_wheel(device_dir, args.out / "fat", epoch=epoch)
     split = split_wheels(fat, device_dir, args.out / "split", epoch=epoch)
-    verdicts = {wheel.name: audit(wheel) for wheel in (fat, split[0])}
+    verdicts = {fat.name: verdict}
     rows = sizes([fat, *split])
     if args.json:
         print_json(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 import zipfile
@@ -161,3 +162,109 @@ def test_wheel_contents(built_wheels: tuple[Path, Path]) -> None:
     assert b"[kernelpack.device]\ngfx110x = kernelpack_device_gfx110x" in entry_points
     device_metadata = next(v for k, v in device_files.items() if k.endswith("METADATA")).decode()
     assert f"Requires-Dist: kernelpack=={version}" in device_metadata
+
+
+MI300X = REPO_ROOT / "tests" / "fixtures" / "sysfs" / "mi300x-8gpu"
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """kernelpack's own dependencies as wheels, so the installs below need no index."""
+    folder = tmp_path_factory.mktemp("wheelhouse")
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "-d", str(folder), "numpy", "zstandard"],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot download kernelpack's dependencies: {result.stderr.strip()[-300:]}")
+    return folder
+
+
+def _fresh_install(venv: Path, *requirements: str, find_links: list[Path]) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    links = [arg for folder in find_links for arg in ("--find-links", str(folder))]
+    result = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-index", *links, *requirements],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return python
+
+
+def _info(python: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(python), "-m", "kernelpack", "info", "--json", "--sysfs-root", str(MI300X)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,  # not the source tree: the installed package must be what runs
+        env={"PATH": "/usr/bin:/bin", "KERNELPACK_CACHE_DIR": str(tmp_path / "cache")},
+    )
+
+
+def _chosen(report: dict[str, object], module: str) -> list[tuple[str, str]]:
+    rows = report["modules"][module]  # type: ignore[index]
+    return [(r["image"]["package"], r["image"]["target"]) for r in rows]  # type: ignore[index]
+
+
+@pytest.mark.toolchain
+def test_fat_wheel_installs_and_selects_the_gfx942_image(
+    built_wheels: tuple[Path, Path], wheelhouse: Path, tmp_path: Path
+) -> None:
+    dist = built_wheels[0]
+    python = _fresh_install(tmp_path / "venv", "kernelpack", find_links=[dist / "fat", wheelhouse])
+    result = _info(python, tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert len(report["gpus"]) == 8
+    for module in ("mlp", "walk"):
+        assert _chosen(report, module) == [("kernelpack", "gfx942")] * 8
+
+
+@pytest.mark.toolchain
+def test_split_wheels_install_through_the_extra(
+    built_wheels: tuple[Path, Path], wheelhouse: Path, tmp_path: Path
+) -> None:
+    dist = built_wheels[0]
+    python = _fresh_install(
+        tmp_path / "venv", "kernelpack[gfx942]", find_links=[dist / "split", wheelhouse]
+    )
+    listed = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format=json"], capture_output=True, text=True
+    )
+    names = {p["name"] for p in json.loads(listed.stdout)}
+    assert {"kernelpack", "kernelpack-device-gfx942"} <= names
+    assert not any(n.startswith("kernelpack-device-") and n != "kernelpack-device-gfx942" for n in names)
+    result = _info(python, tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    for module in ("mlp", "walk"):
+        assert _chosen(report, module) == [("kernelpack_device_gfx942", "gfx942")] * 8
+
+
+@pytest.mark.toolchain
+def test_host_wheel_alone_names_the_pip_command(
+    built_wheels: tuple[Path, Path], wheelhouse: Path, tmp_path: Path
+) -> None:
+    dist = built_wheels[0]
+    python = _fresh_install(tmp_path / "venv", "kernelpack", find_links=[dist / "split", wheelhouse])
+    result = _info(python, tmp_path)
+    report = json.loads(result.stdout)
+    for row in report["modules"]["mlp"]:
+        assert row["image"] is None
+        assert 'pip install "kernelpack[gfx942]"' in row["instead"]
+    load = subprocess.run(
+        [str(python), "-c", "import kernelpack; kernelpack.load('mlp')"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "KERNELPACK_TARGET": "gfx942",
+            "KERNELPACK_CACHE_DIR": str(tmp_path / "cache"),
+        },
+    )
+    assert load.returncode != 0
+    assert 'pip install "kernelpack[gfx942]"' in load.stderr

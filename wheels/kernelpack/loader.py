@@ -716,7 +716,7 @@ def _kind_of(target: str) -> str:
 def override_hint(gpu: Gpu, built: Sequence[str]) -> str:
     """KERNELPACK_TARGET with a built target of the GPU's vendor, and for AMD the
     HSA_OVERRIDE_GFX_VERSION that makes the runtime treat the GPU as a built processor."""
-    from .targets import TargetId, gfx_target_version, split_gfx_target_version
+    from .targets import AMD_BY_NAME, TargetId, gfx_target_version, split_gfx_target_version
 
     if gpu.vendor == "nvidia":
         same = [t for t in built if t.startswith("sm_")]
@@ -725,9 +725,13 @@ def override_hint(gpu: Gpu, built: Sequence[str]) -> str:
     processors = sorted({TargetId.parse(t).processor for t in built if t.startswith("gfx")})
     assert isinstance(gpu.target, TargetId)
     own = gpu.target.processor
-    family = [p for p in processors if "generic" not in p and p[:-1] == own[:-1]]
-    if not family:
-        family = [p for p in processors if "generic" not in p]
+    specific = [p for p in processors if not AMD_BY_NAME[p].is_generic]
+    # Closest first: the same generic family (gfx1151 -> gfx1100), the same generation, any.
+    family = (
+        [p for p in specific if AMD_BY_NAME[p].generic == AMD_BY_NAME[own].generic is not None]
+        or [p for p in specific if p[:-2] == own[:-2]]
+        or specific
+    )
     if not family:
         return "KERNELPACK_TARGET=<a built target> or HSA_OVERRIDE_GFX_VERSION=<major.minor.step>"
     version = ".".join(str(v) for v in split_gfx_target_version(gfx_target_version(family[0])))
