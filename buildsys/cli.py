@@ -89,8 +89,10 @@ def _toolchain(args: argparse.Namespace) -> int:
     if native is not None:
         found.append(native)
     provisioned = tc.provisioned_hip()
-    if provisioned is None and args.provision and (
-        native is None or not all(native.buildable(amd_targets).values())
+    if (
+        provisioned is None
+        and args.provision
+        and (native is None or not all(native.buildable(amd_targets).values()))
     ):
         provisioned = tc.provision_hip()
     if provisioned is not None:

@@ -87,7 +87,9 @@ class Toolchain:
         if name in LLVM_TOOLS:
             # Debian's own LLVM folder first: clang-offload-bundler run through the suffixed
             # /usr/bin symlink looks for llvm-objcopy beside that path and does not find it.
-            candidates += sorted(real_bindir.parent.glob(f"lib/llvm-[0-9]*/bin/{name}"), reverse=True)
+            candidates += sorted(
+                real_bindir.parent.glob(f"lib/llvm-[0-9]*/bin/{name}"), reverse=True
+            )
             candidates += sorted(real_bindir.glob(f"{name}-[0-9]*"), reverse=True)
             candidates.append(real_bindir.parent / "llvm" / "bin" / name)
         for candidate in candidates:
@@ -251,7 +253,9 @@ def provision_hip(*, log: bool = True) -> Toolchain:
             os.environ.get("KERNELPACK_DEBIAN_MIRROR", ROOTFS_MIRROR),
         ]
         _run_with_progress(argv, log=log, logfile=root.parent / f"{ROOTFS_NAME}.log")
-        toolchain = Toolchain("hip", f"hipcc ({ROOTFS_NAME})", "?", Path("/usr/bin"), rootfs=scratch)
+        toolchain = Toolchain(
+            "hip", f"hipcc ({ROOTFS_NAME})", "?", Path("/usr/bin"), rootfs=scratch
+        )
         version = _hip_version(toolchain.run(["hipcc", "--version"]).stdout)
         (scratch / _COMPLETE_MARKER).write_text(
             json.dumps({"version": version, "suite": ROOTFS_SUITE, "packages": ROOTFS_PACKAGES})
@@ -276,7 +280,10 @@ def _ensure_host_tools(*, log: bool) -> None:
     _say(log, f"installing {' '.join(packages)} with apt-get")
     for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
         result = subprocess.run(
-            argv, capture_output=True, text=True, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+            argv,
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
         )
         if result.returncode != 0:
             raise ToolchainError(f"{' '.join(argv)} failed: {result.stderr.strip()[-300:]}")
@@ -285,7 +292,9 @@ def _ensure_host_tools(*, log: bool) -> None:
 def _run_with_progress(argv: list[str], *, log: bool, logfile: Path) -> None:
     """Run debootstrap, keeping its full output in a log and showing a package count."""
     with logfile.open("w") as sink:
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         assert process.stdout is not None
         counts = {"Retrieving": 0, "Extracting": 0, "Unpacking": 0, "Configuring": 0}
         last_report = 0.0
@@ -360,7 +369,11 @@ def _atomic_write(path: Path, text: str) -> None:
 
 def cuda_toolchain() -> Toolchain | None:
     """nvcc, if installed."""
-    candidates = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
+    candidates = [
+        os.environ.get("CUDA_HOME", ""),
+        os.environ.get("CUDA_PATH", ""),
+        "/usr/local/cuda",
+    ]
     nvcc: str | None = None
     for root in candidates:
         if root and (Path(root) / "bin" / "nvcc").exists():
@@ -371,7 +384,11 @@ def cuda_toolchain() -> Toolchain | None:
         return None
     result = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
     version = next(
-        (line.split("release", 1)[1].strip() for line in result.stdout.splitlines() if "release" in line),
+        (
+            line.split("release", 1)[1].strip()
+            for line in result.stdout.splitlines()
+            if "release" in line
+        ),
         "?",
     )
     return Toolchain("cuda", "nvcc", f"CUDA {version}", Path(nvcc).parent)

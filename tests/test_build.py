@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 from build_project import AMD_TARGETS, Project, compiled, make_project, snapshot
-from kernelpack.formats import read_bundle
 
 from buildsys import REPO_ROOT
 from buildsys.build import FLAGS, BuildSettings, build, failure_error
@@ -26,6 +25,7 @@ from buildsys.index_writer import read_index
 from buildsys.matrix import load_matrix
 from buildsys.modules import inline_includes, parse_kernels, read_tree
 from buildsys.toolchain import Toolchain, cuda_toolchain
+from kernelpack.formats import read_bundle
 
 ALL_JOBS = {(m, t) for m in ("other", "tiny") for t in AMD_TARGETS}
 

@@ -9,9 +9,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from kernelpack.errors import FormatError, UsageError
-from kernelpack.formats import read_bundle
-from kernelpack.index import KernelResources
 
 from buildsys.build import FLAGS, BuildSettings, add_arguments, resolve_settings
 from buildsys.cache import BuildCache
@@ -23,6 +20,9 @@ from buildsys.index_writer import (
     render_index,
     write_output,
 )
+from kernelpack.errors import FormatError, UsageError
+from kernelpack.formats import read_bundle
+from kernelpack.index import KernelResources
 
 
 def digest(text: str) -> str:

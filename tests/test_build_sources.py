@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from kernelpack.errors import UsageError
 
 from buildsys.build import read_depfile
 from buildsys.modules import SourceTree, inline_includes, parse_kernels, read_tree
+from kernelpack.errors import UsageError
 
 
 def params(kernels: dict[str, list[dict[str, str]]] | object, name: str) -> list[tuple[str, str]]:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+
 from kernelpack import cli, detect
 from kernelpack.detect import (
     Gpu,

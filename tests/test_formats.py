@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
 from kernelpack import _msgpack, formats
 from kernelpack._elf import SHT_DYNSYM, Elf
 from kernelpack.errors import FormatError, UsageError

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from kernelpack import _msgpack
 from kernelpack._elf import SHT_NOTE, Elf
 from kernelpack.errors import FormatError

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
 from kernelpack.cli import main
 
 if TYPE_CHECKING:

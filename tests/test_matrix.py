@@ -67,16 +67,25 @@ def test_features_and_generic_targets(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('[amd]\ntargets = ["gfx1110"]\n', "amd.targets[0]: gfx1110: unknown AMD target; did you mean gfx1100?"),
+        (
+            '[amd]\ntargets = ["gfx1110"]\n',
+            "amd.targets[0]: gfx1110: unknown AMD target; did you mean gfx1100?",
+        ),
         ('[amd]\ntargets = ["gfx1100", "gfx1100"]\n', "amd.targets[1]: duplicate target gfx1100"),
-        ('[amd]\ntargets = ["gfx110X", "gfx1101"]\n', "duplicate target gfx1101 (also from gfx110X)"),
+        (
+            '[amd]\ntargets = ["gfx110X", "gfx1101"]\n',
+            "duplicate target gfx1101 (also from gfx110X)",
+        ),
         ('[amd]\ntarget = ["gfx1100"]\n', "unknown key amd.target; known: amd.targets"),
         ('[intel]\ntargets = ["xe"]\n', "unknown table [intel]"),
         ('[amd]\ntargets = "gfx1100"\n', "amd.targets: expected a list of strings, got 'gfx1100'"),
-        ('[amd]\ntargets = [1100]\n', "amd.targets: expected a list of strings"),
+        ("[amd]\ntargets = [1100]\n", "amd.targets: expected a list of strings"),
         ('[amd]\ntargets = ["gfx1100:xnack+"]\n', "gfx1100 has no xnack feature"),
         ('[amd]\ntargets = ["gfx90a:xnack"]\n', "bad feature 'xnack'"),
-        ('[nvidia]\ntargets = ["sm_91"]\n', "nvidia.targets[0]: sm_91: unknown NVIDIA target; did you mean sm_90?"),
+        (
+            '[nvidia]\ntargets = ["sm_91"]\n',
+            "nvidia.targets[0]: sm_91: unknown NVIDIA target; did you mean sm_90?",
+        ),
         ('[nvidia]\nptx = ["sm_80"]\n', "nvidia.ptx[0]: sm_80: unknown PTX target"),
         ("[amd\ntargets = []\n", "not valid TOML"),
         ("[amd]\ntargets = []\n", "no targets"),

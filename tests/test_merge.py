@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 from build_project import AMD_TARGETS, Project, compiled, make_project, snapshot
-from kernelpack.errors import UsageError
-from kernelpack.index import KernelResources
 
 from buildsys.index_writer import (
     BuiltImage,
@@ -26,6 +24,8 @@ from buildsys.index_writer import (
 )
 from buildsys.merge import merge
 from buildsys.toolchain import Toolchain
+from kernelpack.errors import UsageError
+from kernelpack.index import KernelResources
 
 MATRIX = '[amd]\ntargets = ["gfx90a", "gfx1100"]\n[nvidia]\ntargets = ["sm_90"]\n'
 KIND = {"gfx90a": "code_object", "gfx1100": "code_object", "sm_90": "cubin"}

@@ -11,6 +11,7 @@ import itertools
 from typing import cast
 
 import pytest
+
 from kernelpack.errors import UsageError
 from kernelpack.index import Image
 from kernelpack.targets import (

@@ -51,7 +51,15 @@ def test_compiled_code_object_is_amdgpu_elf(amd_toolchain: Toolchain, tmp_path: 
     )
     out = tmp_path / "k.co"
     amd_toolchain.run(
-        ["hipcc", "--genco", "--offload-arch=gfx1100", "--no-offload-compress", str(source), "-o", str(out)],
+        [
+            "hipcc",
+            "--genco",
+            "--offload-arch=gfx1100",
+            "--no-offload-compress",
+            str(source),
+            "-o",
+            str(out),
+        ],
         cwd=tmp_path,
     )
     assert out.read_bytes().startswith(b"__CLANG_OFFLOAD_BUNDLE__")

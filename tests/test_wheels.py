@@ -24,7 +24,9 @@ def _index_with(targets: list[str]) -> Index:
         {
             "vendor": "amd" if t.startswith("gfx") else "nvidia",
             "target": t,
-            "kind": "code_object" if t.startswith("gfx") else ("ptx" if "compute" in t else "cubin"),
+            "kind": "code_object"
+            if t.startswith("gfx")
+            else ("ptx" if "compute" in t else "cubin"),
             "file": "",
             "offset": 0,
             "size": 0,
@@ -77,7 +79,9 @@ def test_write_wheel_is_deterministic_and_records_hashes(tmp_path: Path) -> None
     }
     one = write_wheel(tmp_path / "one" / "pkg-1.0-py3-none-any.whl", files, epoch=1700000000)
     two = write_wheel(
-        tmp_path / "two" / "pkg-1.0-py3-none-any.whl", dict(reversed(files.items())), epoch=1700000000
+        tmp_path / "two" / "pkg-1.0-py3-none-any.whl",
+        dict(reversed(files.items())),
+        epoch=1700000000,
     )
     assert one.read_bytes() == two.read_bytes()
     with zipfile.ZipFile(one) as archive:
@@ -236,7 +240,9 @@ def test_split_wheels_install_through_the_extra(
     )
     names = {p["name"] for p in json.loads(listed.stdout)}
     assert {"kernelpack", "kernelpack-device-gfx942"} <= names
-    assert not any(n.startswith("kernelpack-device-") and n != "kernelpack-device-gfx942" for n in names)
+    assert not any(
+        n.startswith("kernelpack-device-") and n != "kernelpack-device-gfx942" for n in names
+    )
     result = _info(python, tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -249,7 +255,9 @@ def test_host_wheel_alone_names_the_pip_command(
     built_wheels: tuple[Path, Path], wheelhouse: Path, tmp_path: Path
 ) -> None:
     dist = built_wheels[0]
-    python = _fresh_install(tmp_path / "venv", "kernelpack", find_links=[dist / "split", wheelhouse])
+    python = _fresh_install(
+        tmp_path / "venv", "kernelpack", find_links=[dist / "split", wheelhouse]
+    )
     result = _info(python, tmp_path)
     report = json.loads(result.stdout)
     for row in report["modules"]["mlp"]:

@@ -42,7 +42,7 @@ from .errors import (
     RuntimeLibraryError,
     UsageError,
 )
-from .index import Image, Index, KernelParam, KernelResources
+from .index import SCHEMA_VERSION, Image, Index, KernelParam, KernelResources
 from .index import Module as IndexModule
 
 if TYPE_CHECKING:
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 DEVICE_ENTRY_POINTS = "kernelpack.device"
-SCHEMA_VERSION = 1
 
 
 def _debug(message: str) -> None:
