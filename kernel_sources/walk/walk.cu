@@ -1,0 +1,604 @@
+// Batched walks of a matrix field in residue-number-system arithmetic (shared/reference/WALK.md).
+//
+// Each walk multiplies P_{n+1} = P_n * M(n), n = 0 .. depth-1, where the entries of M(n) are
+// integer polynomials of the position x(n) = shift + n * dir. Two kernels per matrix size m:
+//
+// walk_residues_m{2,3,4}: one thread per (walk, prime); blockIdx.y is the prime, so that the
+//   prime and its Montgomery constants are the same for the whole block. P stays in registers
+//   in plain residue form; M(n) is held in Montgomery form (value * 2^32 mod p), so that one
+//   Montgomery reduction of a row-times-column sum gives the plain residue of the product.
+// walk_float_m{2,3,4}: one thread per walk; the same walk in float64 with P rescaled by a power
+//   of two after every step (the exponent kept apart), for the estimates and delta.
+//
+// The step program arrives as straight-line code written by kernelpack.walk.lower: rows of four
+// 32-bit words (op, dst, a, b) where dst, a and b are byte offsets of "slots" in this block's
+// dynamic shared memory. Slot s of thread t lives at s * blockDim.x * slot_bytes + t * slot_bytes,
+// so a row means the same for every thread and a warp's accesses fall into distinct banks. The
+// host lays the slots out (lower.py), builds the code for the block size it launches with, and
+// sizes the shared memory.
+//
+// The residue kernel runs `setup` once, then per step `step` (the code evaluating M(n), possibly
+// empty), the product, and the advance of its polynomial tables: a table of degree D is D + 1
+// consecutive slots T[0..D] holding the forward differences of a polynomial in n, moved to n + 1
+// by T[k] += T[k+1] for k = 0 .. D-1. The host uses tables for the axes (x_j and dir_j, degree 1)
+// when the program is evaluated every step, and for the entries of M themselves when their
+// degrees are low enough that the tables cost fewer operations than the program (no
+// multiplication at all then).
+//
+// Residue slot layout: slot 2j holds axis x_j(n) and slot 2j+1 dir_j (a table of degree 1),
+// slots [2 dim, 2 dim + n_consts) the program's constants, all in Montgomery form; then the
+// host's temporaries and tables. Float slot layout (8 bytes each): [0, dim) axes as double,
+// [dim, 2 dim) positions as int64, [2 dim, 3 dim) dirs as int64, [3 dim, 3 dim + n_consts)
+// constants as double, then temporaries.
+//
+// Nothing here depends on the wavefront width: threads never cooperate, and the block size is
+// the host's choice (a power of two up to kWalkMaxBlock).
+
+namespace walk {
+
+constexpr int kWalkMaxBlock = 256;
+// Asking for two resident blocks lets ptxas use up to 128 registers: left to its own target it
+// held walk_residues_m4 to 64 and spilled on sm_80. (On AMD this reads as two waves per SIMD.)
+constexpr int kWalkMinBlocks = 2;
+
+// Operations of the slot code (kernelpack.walk.lower writes these numbers).
+enum Op : unsigned { kAdd = 0, kSub = 1, kMul = 2 };
+
+// ---------------------------------------------------------------------------------------------
+// Arithmetic modulo an odd prime p < 2^31 with R = 2^32. pinv = -p^-1 mod 2^32.
+
+struct Modulus {
+  unsigned p;
+  unsigned pinv;
+};
+
+// The selects below are unsigned minima: for x in [0, 2p), min(x, x - p) is x mod p, because
+// x - p wraps past every residue when x < p. No lane mask stays alive (a compare would hold a
+// pair of scalar registers per entry on a 64-lane AMD wavefront).
+
+// t * 2^-32 mod p for t < p * 2^32, in [0, p). With q = lo(t) * pinv, t + q p is a multiple of
+// 2^32 below 2p * 2^32, and its high word is the result before the last subtraction.
+__device__ __forceinline__ unsigned reduce(unsigned long long t, Modulus mod) {
+  const unsigned q = static_cast<unsigned>(t) * mod.pinv;
+  const unsigned r = static_cast<unsigned>((static_cast<unsigned long long>(q) * mod.p + t) >> 32);
+  return min(r, r - mod.p);
+}
+
+// A sum of up to four products of residues is below 4 p^2 < 2^64 but may exceed p * 2^32 when
+// it has three or more terms; its high word is then below 2p, and taking it mod p subtracts
+// p * 2^32, which leaves the residue alone.
+template <int Terms>
+__device__ __forceinline__ unsigned reduce_sum(unsigned long long t, Modulus mod) {
+  if (Terms > 2) {
+    const unsigned hi = static_cast<unsigned>(t >> 32);
+    t = (static_cast<unsigned long long>(min(hi, hi - mod.p)) << 32) | static_cast<unsigned>(t);
+  }
+  return reduce(t, mod);
+}
+
+__device__ __forceinline__ unsigned mont_mul(unsigned a, unsigned b, Modulus mod) {
+  return reduce(static_cast<unsigned long long>(a) * b, mod);
+}
+
+// a + b or a - b for a, b in [0, p): x = a +- b and y = x -+ p, one of which is the residue and
+// the smaller of the two as unsigned numbers.
+__device__ __forceinline__ unsigned add_sub(unsigned op, unsigned a, unsigned b, Modulus mod) {
+  const bool sub = op == kSub;
+  const unsigned x = a + (sub ? 0u - b : b);
+  const unsigned y = x + (sub ? mod.p : 0u - mod.p);
+  return min(x, y);
+}
+
+// value * 2^32 mod p (Montgomery form) for any int64, without a 64-bit division: with
+// u = hi * 2^32 + lo the two's-complement bits, u * 2^32 = hi * 2^64 + lo * 2^32, each term one
+// reduction of a product below p * 2^32; a negative value is u - 2^64, which takes away 2^96.
+// r2 = 2^64 mod p, r3 = 2^96 mod p.
+__device__ __forceinline__ unsigned to_montgomery(long long value, Modulus mod, unsigned r2,
+                                                  unsigned r3) {
+  const unsigned long long bits = static_cast<unsigned long long>(value);
+  const unsigned low_word = static_cast<unsigned>(bits);
+  const unsigned lo = reduce(static_cast<unsigned long long>(low_word) * r2, mod);
+  const unsigned hi = reduce((bits >> 32) * r3, mod);
+  const unsigned sum = add_sub(kAdd, lo, hi, mod);
+  return value < 0 ? add_sub(kSub, sum, r3, mod) : sum;
+}
+
+template <class T>
+__device__ __forceinline__ T& slot(char* slots, unsigned offset, unsigned lane) {
+  return *reinterpret_cast<T*>(slots + offset + lane);
+}
+
+// Run one list of slot code for this thread. The code row index is the same for every thread,
+// so the rows come from memory that all lanes read at once (scalar loads on AMD), and the branch
+// on the operation is uniform. Not unrolled: unrolled, the compiler predicates both arms of the
+// branch, and an addition pays for the multiplication's instructions.
+__device__ __forceinline__ void run_residue_code(const uint4* __restrict__ row,
+                                                 const uint4* end, char* slots, unsigned lane,
+                                                 Modulus mod) {
+#pragma unroll 1
+  for (; row != end; ++row) {
+    const uint4 code = *row;
+    const unsigned a = slot<unsigned>(slots, code.z, lane);
+    const unsigned b = slot<unsigned>(slots, code.w, lane);
+    unsigned r;
+    if (code.x == kMul) {
+      r = mont_mul(a, b, mod);
+    } else {
+      r = add_sub(code.x, a, b, mod);
+    }
+    slot<unsigned>(slots, code.y, lane) = r;
+  }
+}
+
+// Move every table from n to n + 1. tables holds (byte offset of T[0], degree) pairs.
+__device__ __forceinline__ void advance_tables(const uint2* __restrict__ table, const uint2* end,
+                                               char* slots, unsigned lane, unsigned stride,
+                                               Modulus mod) {
+#pragma unroll 1
+  for (; table != end; ++table) {
+    const uint2 t = *table;
+    unsigned address = t.x + lane;
+    unsigned current = slot<unsigned>(slots, address, 0);
+    // Degrees are small (1 to 3 in the usual fields): a plain loop beats an unrolled one's tails.
+#pragma unroll 1
+    for (unsigned k = 0; k < t.y; ++k) {
+      const unsigned next = slot<unsigned>(slots, address + stride, 0);
+      slot<unsigned>(slots, address, 0) = add_sub(kAdd, current, next, mod);
+      current = next;
+      address += stride;
+    }
+  }
+}
+
+__device__ __forceinline__ void run_float_code(const uint4* __restrict__ row, const uint4* end,
+                                               char* slots, unsigned lane) {
+#pragma unroll 1
+  for (; row != end; ++row) {
+    const uint4 code = *row;
+    const double a = slot<double>(slots, code.z, lane);
+    const double b = slot<double>(slots, code.w, lane);
+    double r;
+    if (code.x == kMul) {
+      r = a * b;
+    } else if (code.x == kSub) {
+      r = a - b;
+    } else {
+      r = a + b;
+    }
+    slot<double>(slots, code.y, lane) = r;
+  }
+}
+
+// What every residue thread starts with: its walk and prime, the modulus, and its slots filled
+// from the inputs (axes and dirs in Montgomery form, the prime's constants), setup code run.
+struct ResidueThread {
+  int walk;
+  int prime;
+  Modulus mod;
+  unsigned stride;  // bytes from one slot to the next
+  unsigned lane;    // this thread's byte offset inside a slot
+  char* slots;
+};
+
+__device__ __forceinline__ bool begin_residues(ResidueThread& thread,
+                                               const long long* __restrict__ shifts,
+                                               const long long* __restrict__ dirs, int n_walks,
+                                               int dim, const uint4* __restrict__ setup,
+                                               int n_setup, const unsigned* __restrict__ consts,
+                                               int n_consts, const unsigned* __restrict__ moduli) {
+  extern __shared__ char walk_shared[];
+  thread.walk = blockIdx.x * blockDim.x + threadIdx.x;
+  if (thread.walk >= n_walks) return false;
+  thread.prime = blockIdx.y;
+  thread.mod = Modulus{moduli[4 * thread.prime], moduli[4 * thread.prime + 1]};
+  const unsigned r2 = moduli[4 * thread.prime + 2];
+  const unsigned r3 = moduli[4 * thread.prime + 3];
+  thread.stride = blockDim.x * 4u;
+  thread.lane = threadIdx.x * 4u;
+  thread.slots = walk_shared;
+  for (int j = 0; j < dim; ++j) {
+    const long long at = static_cast<long long>(thread.walk) * dim + j;
+    slot<unsigned>(thread.slots, 2 * j * thread.stride, thread.lane) =
+        to_montgomery(shifts[at], thread.mod, r2, r3);
+    slot<unsigned>(thread.slots, (2 * j + 1) * thread.stride, thread.lane) =
+        to_montgomery(dirs[at], thread.mod, r2, r3);
+  }
+  for (int c = 0; c < n_consts; ++c) {
+    slot<unsigned>(thread.slots, (2 * dim + c) * thread.stride, thread.lane) =
+        consts[thread.prime * n_consts + c];
+  }
+  run_residue_code(setup, setup + n_setup, thread.slots, thread.lane, thread.mod);
+  return true;
+}
+
+// P = P * M for P in plain residues and M in Montgomery form: each entry one Montgomery
+// reduction of a row-times-column sum, so P stays plain.
+template <int M>
+__device__ __forceinline__ void multiply(unsigned (&p)[M * M], const unsigned (&step)[M * M],
+                                         Modulus mod) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    unsigned row[M];
+#pragma unroll
+    for (int j = 0; j < M; ++j) {
+      unsigned long long t = 0;
+#pragma unroll
+      for (int k = 0; k < M; ++k) {
+        t += static_cast<unsigned long long>(p[i * M + k]) * step[k * M + j];
+      }
+      row[j] = reduce_sum<M>(t, mod);
+    }
+#pragma unroll
+    for (int j = 0; j < M; ++j) p[i * M + j] = row[j];
+  }
+}
+
+template <int M>
+__device__ __forceinline__ void identity(unsigned (&p)[M * M]) {
+#pragma unroll
+  for (int e = 0; e < M * M; ++e) p[e] = (e / M == e % M) ? 1u : 0u;
+}
+
+template <int M>
+__device__ __forceinline__ void finish_residues(const ResidueThread& thread,
+                                                const unsigned (&p)[M * M], bool q_nonzero,
+                                                unsigned* __restrict__ p_final,
+                                                unsigned* __restrict__ alive) {
+  const long long pair = static_cast<long long>(thread.walk) * gridDim.y + thread.prime;
+  unsigned* out = p_final + pair * (M * M);
+#pragma unroll
+  for (int e = 0; e < M * M; ++e) out[e] = p[e];
+  // Every thread that writes stores the same value, so no atomic is needed; the host zeroes alive.
+  if (q_nonzero) alive[thread.walk] = 1u;
+}
+
+// The general residue walk: per step the step code (the program, when it is evaluated), then
+// the product with M read from the slots at out_offsets, then the tables advance.
+template <int M>
+__device__ __forceinline__ void walk_residues(
+    const long long* __restrict__ shifts, const long long* __restrict__ dirs, int n_walks, int dim,
+    const unsigned* __restrict__ code, int n_setup, int n_step, const unsigned* __restrict__ tables,
+    int n_tables, const unsigned* __restrict__ out_offsets, const unsigned* __restrict__ consts,
+    int n_consts, const unsigned* __restrict__ moduli, int depth, int depth2,
+    unsigned* __restrict__ p_final, unsigned* __restrict__ alive) {
+  const uint4* setup = reinterpret_cast<const uint4*>(code);
+  ResidueThread thread;
+  if (!begin_residues(thread, shifts, dirs, n_walks, dim, setup, n_setup, consts, n_consts,
+                      moduli)) {
+    return;
+  }
+  const uint4* step_code = setup + n_setup;
+  const uint2* table_begin = reinterpret_cast<const uint2*>(tables);
+  // Where this thread reads the entries of M: per-thread addresses, so that they live in vector
+  // registers (as uniform offsets, m*m of them ran AMD's scalar registers out on gfx9 for m = 4).
+  unsigned out[M * M];
+#pragma unroll
+  for (int e = 0; e < M * M; ++e) out[e] = out_offsets[e] + thread.lane;
+
+  unsigned p[M * M];
+  identity<M>(p);
+  bool q_nonzero = false;
+  for (int n = 0; n < depth; ++n) {
+    run_residue_code(step_code, step_code + n_step, thread.slots, thread.lane, thread.mod);
+    unsigned step[M * M];
+#pragma unroll
+    for (int e = 0; e < M * M; ++e) step[e] = slot<unsigned>(thread.slots, out[e], 0);
+    multiply<M>(p, step, thread.mod);
+    advance_tables(table_begin, table_begin + n_tables, thread.slots, thread.lane, thread.stride,
+                   thread.mod);
+    if (n + 1 == depth2) q_nonzero = p[1 * M + (M - 1)] != 0u;
+  }
+  finish_residues<M>(thread, p, q_nonzero, p_final, alive);
+}
+
+// The walk of a field whose entries are polynomials of degree at most D in n: the setup code
+// leaves the forward differences of entry e at slots table_slot + e * (D + 1) + k, k = 0..D;
+// they move into registers, and a step is the product and m*m*D modular additions, with no
+// memory access and no code to interpret.
+template <int M, int D>
+__device__ __forceinline__ void walk_residue_registers(
+    const long long* __restrict__ shifts, const long long* __restrict__ dirs, int n_walks, int dim,
+    const unsigned* __restrict__ code, int n_setup, int table_slot,
+    const unsigned* __restrict__ consts, int n_consts, const unsigned* __restrict__ moduli,
+    int depth, int depth2, unsigned* __restrict__ p_final, unsigned* __restrict__ alive) {
+  ResidueThread thread;
+  if (!begin_residues(thread, shifts, dirs, n_walks, dim, reinterpret_cast<const uint4*>(code),
+                      n_setup, consts, n_consts, moduli)) {
+    return;
+  }
+  unsigned table[M * M][D + 1];
+#pragma unroll
+  for (int e = 0; e < M * M; ++e) {
+#pragma unroll
+    for (int k = 0; k <= D; ++k) {
+      const unsigned at = static_cast<unsigned>(table_slot + e * (D + 1) + k) * thread.stride;
+      table[e][k] = slot<unsigned>(thread.slots, at, thread.lane);
+    }
+  }
+  unsigned p[M * M];
+  identity<M>(p);
+  bool q_nonzero = false;
+  for (int n = 0; n < depth; ++n) {
+    unsigned step[M * M];
+#pragma unroll
+    for (int e = 0; e < M * M; ++e) step[e] = table[e][0];
+    multiply<M>(p, step, thread.mod);
+#pragma unroll
+    for (int e = 0; e < M * M; ++e) {
+#pragma unroll
+      for (int k = 0; k < D; ++k) {
+        table[e][k] = add_sub(kAdd, table[e][k], table[e][k + 1], thread.mod);
+      }
+    }
+    if (n + 1 == depth2) q_nonzero = p[1 * M + (M - 1)] != 0u;
+  }
+  finish_residues<M>(thread, p, q_nonzero, p_final, alive);
+}
+
+// p_d and q_d of the float product, each times 2^exponent.
+struct Snapshot {
+  double p;
+  double q;
+  long long exponent;
+};
+
+// est = p_d / q_d and delta = -1 - ln|est - target| / ln|q_d|, with ln|q_d| taken from the
+// mantissa and the exponent apart, so that it stays exact to rounding however large q_d grows.
+// Out of line: inlined twice, the slow paths of log and the division made ptxas spill (sm_90).
+__device__ __noinline__ void write_estimate(Snapshot at, double target, double* est,
+                                           double* delta) {
+  const double value = at.p / at.q;
+  const double ln_q = log(fabs(at.q)) + static_cast<double>(at.exponent) * 0.69314718055994530942;
+  *est = value;
+  *delta = -1.0 - log(fabs(value - target)) / ln_q;
+}
+
+template <int M>
+__device__ __forceinline__ void walk_float(
+    const long long* __restrict__ shifts, const long long* __restrict__ dirs, int n_walks, int dim,
+    const unsigned* __restrict__ code, int n_code, const unsigned* __restrict__ out_offsets,
+    const double* __restrict__ consts, int n_consts, int depth, int depth1, int depth2,
+    double target, double* __restrict__ est1, double* __restrict__ est2,
+    double* __restrict__ delta1, double* __restrict__ delta2) {
+  extern __shared__ char walk_shared[];
+  const int walk = blockIdx.x * blockDim.x + threadIdx.x;
+  if (walk >= n_walks) return;
+  const unsigned stride = blockDim.x * 8u;
+  const unsigned lane = threadIdx.x * 8u;
+  char* slots = walk_shared;
+
+  for (int j = 0; j < dim; ++j) {
+    const long long at = static_cast<long long>(walk) * dim + j;
+    slot<long long>(slots, (dim + j) * stride, lane) = shifts[at];
+    slot<long long>(slots, (2 * dim + j) * stride, lane) = dirs[at];
+  }
+  for (int c = 0; c < n_consts; ++c) slot<double>(slots, (3 * dim + c) * stride, lane) = consts[c];
+
+  const uint4* rows = reinterpret_cast<const uint4*>(code);
+  unsigned out[M * M];
+#pragma unroll
+  for (int e = 0; e < M * M; ++e) out[e] = out_offsets[e] + lane;
+
+  double f[M * M];
+#pragma unroll
+  for (int e = 0; e < M * M; ++e) f[e] = (e / M == e % M) ? 1.0 : 0.0;
+  long long exponent = 0;  // the product is f * 2^exponent
+  Snapshot at1{0.0, 0.0, 0};
+  Snapshot at2{0.0, 0.0, 0};
+
+  for (int n = 0; n < depth; ++n) {
+    for (int j = 0; j < dim; ++j) {
+      slot<double>(slots, j * stride, lane) =
+          static_cast<double>(slot<long long>(slots, (dim + j) * stride, lane));
+    }
+    run_float_code(rows, rows + n_code, slots, lane);
+    double step[M * M];
+#pragma unroll
+    for (int e = 0; e < M * M; ++e) step[e] = slot<double>(slots, out[e], 0);
+    double largest = 0.0;
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      double row[M];
+#pragma unroll
+      for (int j = 0; j < M; ++j) {
+        double t = f[i * M] * step[j];
+#pragma unroll
+        for (int k = 1; k < M; ++k) t = fma(f[i * M + k], step[k * M + j], t);
+        row[j] = t;
+        largest = fmax(largest, fabs(t));
+      }
+#pragma unroll
+      for (int j = 0; j < M; ++j) f[i * M + j] = row[j];
+    }
+    // Bring the largest entry into [1, 2) by an exact power-of-two scaling. The exponent is read
+    // off the bits; a largest entry that is subnormal or at least 2^1023 is left as it is.
+    const int biased = static_cast<int>(__double_as_longlong(largest) >> 52);
+    if (biased >= 1 && biased <= 2045) {
+      const double scale = __longlong_as_double(static_cast<long long>(2046 - biased) << 52);
+#pragma unroll
+      for (int k = 0; k < M * M; ++k) f[k] *= scale;
+      exponent += biased - 1023;
+    }
+    // Positions advance in two's complement: the host checked every position that is read,
+    // and the one past the end is never read.
+    for (int j = 0; j < dim; ++j) {
+      long long& position = slot<long long>(slots, (dim + j) * stride, lane);
+      position = static_cast<long long>(static_cast<unsigned long long>(position) +
+                                         static_cast<unsigned long long>(
+                                             slot<long long>(slots, (2 * dim + j) * stride, lane)));
+    }
+    if (n + 1 == depth1) at1 = Snapshot{f[M - 1], f[1 * M + (M - 1)], exponent};
+    if (n + 1 == depth2) at2 = Snapshot{f[M - 1], f[1 * M + (M - 1)], exponent};
+  }
+  write_estimate(at1, target, est1 + walk, delta1 + walk);
+  write_estimate(at2, target, est2 + walk, delta2 + walk);
+}
+
+}  // namespace walk
+
+// The kernels, written out (the builder reads their parameter lists off the source, so no macro
+// makes them): per matrix size the general residue walk and the float walk, and the register
+// walks for the degrees whose tables fit in registers (D <= 4, and D <= 2 for m = 4).
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_residues_m2(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int n_step, const unsigned int* tables, int n_tables,
+    const unsigned int* out_offsets, const unsigned int* consts, int n_consts,
+    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
+    unsigned int* alive) {
+  walk::walk_residues<2>(shifts, dirs, n_walks, dim, code, n_setup, n_step, tables, n_tables,
+                         out_offsets, consts, n_consts, moduli, depth, depth2, p_final, alive);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_float_m2(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_code, const unsigned int* out_offsets, const double* consts, int n_consts, int depth,
+    int depth1, int depth2, double target, double* est1, double* est2, double* delta1,
+    double* delta2) {
+  walk::walk_float<2>(shifts, dirs, n_walks, dim, code, n_code, out_offsets, consts, n_consts,
+                      depth, depth1, depth2, target, est1, est2, delta1, delta2);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_residues_m3(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int n_step, const unsigned int* tables, int n_tables,
+    const unsigned int* out_offsets, const unsigned int* consts, int n_consts,
+    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
+    unsigned int* alive) {
+  walk::walk_residues<3>(shifts, dirs, n_walks, dim, code, n_setup, n_step, tables, n_tables,
+                         out_offsets, consts, n_consts, moduli, depth, depth2, p_final, alive);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_float_m3(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_code, const unsigned int* out_offsets, const double* consts, int n_consts, int depth,
+    int depth1, int depth2, double target, double* est1, double* est2, double* delta1,
+    double* delta2) {
+  walk::walk_float<3>(shifts, dirs, n_walks, dim, code, n_code, out_offsets, consts, n_consts,
+                      depth, depth1, depth2, target, est1, est2, delta1, delta2);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_residues_m4(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int n_step, const unsigned int* tables, int n_tables,
+    const unsigned int* out_offsets, const unsigned int* consts, int n_consts,
+    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
+    unsigned int* alive) {
+  walk::walk_residues<4>(shifts, dirs, n_walks, dim, code, n_setup, n_step, tables, n_tables,
+                         out_offsets, consts, n_consts, moduli, depth, depth2, p_final, alive);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_float_m4(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_code, const unsigned int* out_offsets, const double* consts, int n_consts, int depth,
+    int depth1, int depth2, double target, double* est1, double* est2, double* delta1,
+    double* delta2) {
+  walk::walk_float<4>(shifts, dirs, n_walks, dim, code, n_code, out_offsets, consts, n_consts,
+                      depth, depth1, depth2, target, est1, est2, delta1, delta2);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_registers_m2_d1(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
+    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
+    unsigned int* alive) {
+  walk::walk_residue_registers<2, 1>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
+                                     n_consts, moduli, depth, depth2, p_final, alive);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_registers_m2_d2(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
+    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
+    unsigned int* alive) {
+  walk::walk_residue_registers<2, 2>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
+                                     n_consts, moduli, depth, depth2, p_final, alive);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_registers_m2_d3(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
+    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
+    unsigned int* alive) {
+  walk::walk_residue_registers<2, 3>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
+                                     n_consts, moduli, depth, depth2, p_final, alive);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_registers_m2_d4(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
+    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
+    unsigned int* alive) {
+  walk::walk_residue_registers<2, 4>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
+                                     n_consts, moduli, depth, depth2, p_final, alive);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_registers_m3_d1(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
+    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
+    unsigned int* alive) {
+  walk::walk_residue_registers<3, 1>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
+                                     n_consts, moduli, depth, depth2, p_final, alive);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_registers_m3_d2(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
+    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
+    unsigned int* alive) {
+  walk::walk_residue_registers<3, 2>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
+                                     n_consts, moduli, depth, depth2, p_final, alive);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_registers_m3_d3(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
+    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
+    unsigned int* alive) {
+  walk::walk_residue_registers<3, 3>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
+                                     n_consts, moduli, depth, depth2, p_final, alive);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_registers_m3_d4(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
+    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
+    unsigned int* alive) {
+  walk::walk_residue_registers<3, 4>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
+                                     n_consts, moduli, depth, depth2, p_final, alive);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_registers_m4_d1(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
+    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
+    unsigned int* alive) {
+  walk::walk_residue_registers<4, 1>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
+                                     n_consts, moduli, depth, depth2, p_final, alive);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_registers_m4_d2(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
+    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
+    unsigned int* alive) {
+  walk::walk_residue_registers<4, 2>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
+                                     n_consts, moduli, depth, depth2, p_final, alive);
+}

@@ -1,0 +1,150 @@
+"""kernelpack.walk.run on a GPU: the kernels of kernel_sources/walk/walk.cu against the exact
+reference (P_final and alive exactly, est and delta within the float walk's error bound) and the
+numpy walker (at sizes the reference is too slow for). Skipped where no GPU is present.
+
+The comparisons and random inputs are test_walk.py's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_walk import (
+    CONTINUED_FRACTIONS,
+    EDGE_PRIMES,
+    FORMS,
+    assert_walks_agree,
+    check_random_programs,
+    fresh_rng,
+    largest_primes,
+    random_walks,
+)
+
+from kernelpack.walk import compile_program, gpu, reference, run, run_numpy
+from kernelpack.walk.lower import REGISTER_DEGREES, lower
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3])
+@pytest.mark.parametrize("m", [2, 3, 4])
+def test_gpu_matches_reference_on_random_programs(m: int, dim: int) -> None:
+    # 37 walks: a partial block; random primes include 3 and the largest below 2^31
+    check_random_programs(run, m, dim, programs=10, walks=37)
+
+
+@pytest.mark.parametrize("name", sorted(CONTINUED_FRACTIONS))
+def test_gpu_continued_fractions_converge(name: str) -> None:
+    matrix, constant = CONTINUED_FRACTIONS[name]
+    program = compile_program(matrix, ["n"])
+    shifts, dirs = np.zeros((5, 1), dtype=np.int64), np.ones((5, 1), dtype=np.int64)
+    arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": 60,
+                 "depth1": 6, "depth2": 50, "target": constant}  # fmt: skip
+    result = run(program, **arguments)  # type: ignore[arg-type]
+    expected = reference(program, **arguments)  # type: ignore[arg-type]
+    assert assert_walks_agree(result, expected, program, shifts, dirs, (6, 50), constant) > 0
+    assert np.all(np.abs(result.est2 - constant) <= 1e-12 * constant)
+    assert np.all(np.abs(result.est1 - constant) > np.abs(result.est2 - constant))
+
+
+@pytest.mark.parametrize(("matrix", "depth", "form"), FORMS)
+def test_gpu_residue_forms(matrix: list[list[str]], depth: int, form: str) -> None:
+    rng, seed = fresh_rng()
+    program = compile_program(matrix, ["x", "y"])
+    assert lower(program, 2, depth, registers=True).residue.form == form
+    shifts, dirs = random_walks(rng, 300, 2, depth)
+    arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": depth,
+                 "depth1": 1, "depth2": depth, "target": 0.0}  # fmt: skip
+    result = run(program, **arguments)  # type: ignore[arg-type]
+    expected = reference(program, **arguments)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
+    np.testing.assert_array_equal(result.alive, expected.alive)
+
+
+@pytest.mark.parametrize(
+    ("m", "degree"), [(m, d) for m, top in REGISTER_DEGREES.items() for d in range(1, top + 1)]
+)
+def test_gpu_every_register_kernel(m: int, degree: int) -> None:
+    """One field per register kernel walk_registers_m{m}_d{degree}: the diagonal x**degree,
+    the rest of the first row 1, the rest 0."""
+    rng, seed = fresh_rng()
+    matrix = [["0"] * m for _ in range(m)]
+    for i in range(m):
+        matrix[i][i] = f"x**{degree} + {i}*y"
+    matrix[0][1:] = ["1"] * (m - 1)
+    program = compile_program(matrix, ["x", "y"])
+    low = lower(program, 2, 20, registers=True)
+    assert (low.residue.form, low.residue.degree) == ("registers", degree)
+    shifts, dirs = random_walks(rng, 100, 2, 20)
+    arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": 20,
+                 "depth1": 5, "depth2": 17, "target": 0.0}  # fmt: skip
+    result = run(program, **arguments)  # type: ignore[arg-type]
+    expected = reference(program, **arguments)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
+    np.testing.assert_array_equal(result.alive, expected.alive)
+
+
+def _field(m: int) -> list[list[str]]:
+    return {
+        2: [["2*x + y + 1", "-(x + 1)**2 * (x + y + 1)"], ["1", "0"]],
+        3: [["0", "0", "x**3 + 2*y"], ["1", "0", "-(x*y + 2)"], ["0", "1", "3*x + 2*y + 1"]],
+        4: [["x", "1", "0", "y"], ["0", "x*y", "1", "0"], ["1", "0", "y**2", "-x"], ["0", "1", "0", "x + y"]],
+    }[m]  # fmt: skip
+
+
+@pytest.mark.parametrize("m", [2, 3, 4])
+def test_gpu_matches_numpy_walker_at_scale(m: int) -> None:
+    """Thousands of walks, 32 primes: the numpy walker is the exact check here (it equals the
+    reference in test_walk.py); the estimates of these fields (all entries positive along the
+    walk, no cancellation) agree to float accuracy."""
+    rng, seed = fresh_rng()
+    program = compile_program(_field(m), ["x", "y"])
+    walks = 3000
+    arguments = {"shifts": rng.integers(1, 50, (walks, 2)), "dirs": rng.integers(1, 4, (walks, 2)),
+                 "primes": [*largest_primes(31), 3], "depth": 120, "depth1": 60, "depth2": 120,
+                 "target": 0.0}  # fmt: skip
+    result = run(program, **arguments)  # type: ignore[arg-type]
+    expected = run_numpy(program, **arguments)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
+    np.testing.assert_array_equal(result.alive, expected.alive)
+    for ours, theirs in ((result.est1, expected.est1), (result.est2, expected.est2),
+                         (result.delta1, expected.delta1), (result.delta2, expected.delta2)):  # fmt: skip
+        np.testing.assert_allclose(ours, theirs, rtol=1e-9, err_msg=f"seed {seed}")
+
+
+def test_gpu_batch_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch larger than one piece (here: 1000 walks) runs piece by piece, each into its own
+    part of the result."""
+    rng, seed = fresh_rng()
+    monkeypatch.setattr(gpu, "piece_walks", lambda inputs, free: 1000)
+    program = compile_program(_field(2), ["x", "y"])
+    arguments = {"shifts": rng.integers(-40, 50, (2500, 2)), "dirs": rng.integers(-3, 4, (2500, 2)),
+                 "primes": EDGE_PRIMES, "depth": 50, "depth1": 20, "depth2": 50,
+                 "target": 1.0}  # fmt: skip
+    result = run(program, **arguments)  # type: ignore[arg-type]
+    expected = run_numpy(program, **arguments)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
+    np.testing.assert_array_equal(result.alive, expected.alive)
+    finite = np.isfinite(expected.est2)
+    np.testing.assert_array_equal(np.isfinite(result.est2), finite)
+
+
+def test_gpu_many_constants_take_small_blocks() -> None:
+    """200 distinct constants: each thread's float slots take 1.7 KiB, so the float kernel runs
+    in blocks of 16 threads; the residue kernel in blocks of 32."""
+    rng, seed = fresh_rng()
+    constants = [int(c) for c in rng.choice(np.arange(-(10**6), 10**6), 200, replace=False)]
+    terms = " + ".join(f"({c})*x" for c in constants[:100])
+    others = " - ".join(f"({c})" for c in constants[100:])
+    program = compile_program([[terms, "1"], [others + " + y", "x*y"]], ["x", "y"])
+    low = lower(program, 2, 30, registers=True)
+    assert gpu.block_size(low.float.n_slots, 8) <= 32
+    shifts, dirs = random_walks(rng, 70, 2, 30)
+    arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": 30,
+                 "depth1": 10, "depth2": 30, "target": 0.5}  # fmt: skip
+    result = run(program, **arguments)  # type: ignore[arg-type]
+    expected = reference(program, **arguments)  # type: ignore[arg-type]
+    try:
+        assert_walks_agree(result, expected, program, shifts, dirs, (10, 30), 0.5)
+    except AssertionError as error:
+        raise AssertionError(f"seed {seed}: {error}") from None

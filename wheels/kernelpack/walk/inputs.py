@@ -1,0 +1,173 @@
+"""The walk arguments every walker takes, checked once (WALK.md's host checks) and the result type.
+
+Each check raises a ValueError whose message starts with the argument it is about, so that a
+caller can tell at once which of eight arguments to fix.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .program import INT64_MAX, INT64_MIN, MAX_AXES, Program, integer_array
+
+MAX_PRIMES = 256
+PRIME_LIMIT = 2**31
+MAX_DEPTH = 2**31 - 1  # the kernels count steps in int
+# Bases that decide primality of every n < 3,215,031,751 (Miller-Rabin, Jaeschke 1993).
+_WITNESSES = (2, 3, 5, 7)
+
+
+@dataclass(frozen=True, eq=False)
+class WalkResult:
+    """What a walker returns for B walks and K primes (WALK.md)."""
+
+    P_final: npt.NDArray[np.uint32]  # (B, K, m, m): P_depth mod each prime
+    alive: npt.NDArray[np.bool_]  # (B,): P_depth2[1][m-1] != 0 mod at least one prime
+    est1: npt.NDArray[np.float64]  # (B,): p_d / q_d at d = depth1
+    est2: npt.NDArray[np.float64]
+    delta1: npt.NDArray[np.float64]  # (B,): -1 - ln|est_d - target| / ln|q_d|
+    delta2: npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, eq=False)
+class WalkInputs:
+    """Checked arguments: int64 (B, dim) shifts and dirs, uint32 (K,) primes."""
+
+    program: Program
+    shifts: npt.NDArray[np.int64]
+    dirs: npt.NDArray[np.int64]
+    primes: npt.NDArray[np.uint32]
+    depth: int
+    depth1: int
+    depth2: int
+    target: float
+
+    @property
+    def walks(self) -> int:
+        return int(self.shifts.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.shifts.shape[1])
+
+
+def is_prime(n: int) -> bool:
+    """Deterministic for n < 2^31 (and well beyond): trial by the witnesses, then Miller-Rabin."""
+    if n < 2:
+        return False
+    for small in _WITNESSES:
+        if n % small == 0:
+            return n == small
+    odd, twos = n - 1, 0
+    while odd % 2 == 0:
+        odd, twos = odd // 2, twos + 1
+    for witness in _WITNESSES:
+        x = pow(witness, odd, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(twos - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def _count(value: object, name: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: expected an integer, got {value!r}")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"{name}: expected an integer, got {value!r}") from None
+
+
+def _check_positions(
+    shifts: npt.NDArray[np.int64], dirs: npt.NDArray[np.int64], depth: int
+) -> None:
+    """Every position shift + n*dir, n < depth, must be an int64: x(n) is linear in n, so the
+    two ends decide. The arithmetic below never overflows itself."""
+    last = depth - 1
+    if last == 0:
+        return
+    bound = INT64_MAX // last
+    bad = (dirs > bound) | (dirs < -bound)
+    travel = np.where(bad, 0, dirs) * last
+    bad |= shifts > INT64_MAX - np.maximum(travel, 0)
+    bad |= shifts < INT64_MIN - np.minimum(travel, 0)
+    if bad.any():
+        walk, axis = (int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"shifts, dirs: walk {walk}, axis {axis}: the position {int(shifts[walk, axis])} + "
+            f"n * {int(dirs[walk, axis])} leaves the int64 range before n = {last}"
+        )
+
+
+def _check_primes(value: object) -> npt.NDArray[np.uint32]:
+    primes = integer_array(value, "primes", 1)
+    if not 1 <= len(primes) <= MAX_PRIMES:
+        raise ValueError(f"primes: expected 1..{MAX_PRIMES} primes, got {len(primes)}")
+    seen: set[int] = set()
+    for index, p in enumerate(int(v) for v in primes):
+        if not 3 <= p < PRIME_LIMIT or p % 2 == 0 or not is_prime(p):
+            raise ValueError(f"primes[{index}] = {p}: expected an odd prime below 2^31")
+        if p in seen:
+            raise ValueError(f"primes[{index}] = {p}: repeats an earlier prime")
+        seen.add(p)
+    return primes.astype(np.uint32)
+
+
+def check_inputs(
+    program: Program,
+    shifts: object,
+    dirs: object,
+    primes: object,
+    depth: object,
+    depth1: object,
+    depth2: object,
+    target: object,
+) -> WalkInputs:
+    """The arguments of run, run_numpy and reference, checked and converted (WALK.md)."""
+    if not isinstance(program, Program):
+        raise ValueError(
+            f"program: expected a Program (see compile_program), got {type(program).__name__}"
+        )
+    shift_array = integer_array(shifts, "shifts", 2)
+    dir_array = integer_array(dirs, "dirs", 2)
+    if shift_array.shape != dir_array.shape:
+        raise ValueError(f"shifts, dirs: shapes differ ({shift_array.shape} and {dir_array.shape})")
+    walks, dim = shift_array.shape
+    if walks < 1:
+        raise ValueError("shifts: no walks (expected shape (B, dim) with B >= 1)")
+    if not 1 <= dim <= MAX_AXES:
+        raise ValueError(f"shifts: expected 1..{MAX_AXES} axes (columns), got {dim}")
+    program.check_axes(dim)
+    prime_array = _check_primes(primes)
+    depth_n, depth1_n, depth2_n = (
+        _count(depth, "depth"),
+        _count(depth1, "depth1"),
+        _count(depth2, "depth2"),
+    )
+    if not 1 <= depth_n <= MAX_DEPTH:
+        raise ValueError(f"depth: expected 1..{MAX_DEPTH}, got {depth_n}")
+    if not 1 <= depth1_n <= depth2_n <= depth_n:
+        raise ValueError(
+            f"depth1, depth2: expected 1 <= depth1 <= depth2 <= depth ({depth_n}), "
+            f"got {depth1_n} and {depth2_n}"
+        )
+    try:
+        target_value = float(target)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"target: expected a real number, got {target!r}") from None
+    if not math.isfinite(target_value):
+        raise ValueError(f"target: expected a finite number, got {target_value}")
+    _check_positions(shift_array, dir_array, depth_n)
+    return WalkInputs(
+        program, shift_array, dir_array, prime_array, depth_n, depth1_n, depth2_n, target_value
+    )

@@ -1,0 +1,102 @@
+"""The definition of a walk in exact Python integers (WALK.md), for tests.
+
+Nothing here shares code with the walkers beyond the argument checks: the program runs as the
+register machine it is, on unbounded integers, and the estimates come from the exact p_d and q_d.
+It is slow (every step a product of big integers) and meant for small batches.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .inputs import WalkResult, check_inputs
+from .program import Op, Program
+
+Matrix = list[list[int]]
+
+
+def step_matrix(program: Program, position: list[int]) -> Matrix:
+    """M at a position: the register machine run on Python integers."""
+    registers: list[int] = [0] * 64
+    for row in program.instrs:
+        op, dst, a, b = (int(v) for v in row)
+        name = Op(op)
+        if name is Op.LOAD_AXIS:
+            registers[dst] = position[a]
+        elif name is Op.LOAD_CONST:
+            registers[dst] = int(program.consts[a])
+        elif name is Op.ADD:
+            registers[dst] = registers[a] + registers[b]
+        elif name is Op.SUB:
+            registers[dst] = registers[a] - registers[b]
+        elif name is Op.MUL:
+            registers[dst] = registers[a] * registers[b]
+        elif name is Op.NEG:
+            registers[dst] = -registers[a]
+        else:
+            registers[dst] = registers[a]
+    m = program.m
+    return [[registers[int(program.out_reg[i * m + j])] for j in range(m)] for i in range(m)]
+
+
+def _product(left: Matrix, right: Matrix) -> Matrix:
+    size = len(left)
+    return [
+        [sum(left[i][k] * right[k][j] for k in range(size)) for j in range(size)]
+        for i in range(size)
+    ]
+
+
+def estimate(p: int, q: int, target: float) -> tuple[float, float]:
+    """(est, delta) from the exact p_d and q_d: est = p/q correctly rounded, and
+    delta = -1 - ln|est - target| / ln|q| in float64 (IEEE results where q is 0 or +-1)."""
+    if q == 0:
+        return (math.nan if p == 0 else math.inf if p > 0 else -math.inf), math.nan
+    try:
+        est = p / q  # Python rounds the exact quotient of two integers correctly
+    except OverflowError:
+        est = math.inf if (p > 0) == (q > 0) else -math.inf
+    with np.errstate(all="ignore"):
+        distance = np.log(np.abs(np.float64(est) - np.float64(target)))
+        delta = np.float64(-1.0) - distance / np.float64(math.log(abs(q)))
+    return est, float(delta)
+
+
+def reference(
+    program: Program,
+    shifts: object,
+    dirs: object,
+    primes: object,
+    depth: object,
+    depth1: object,
+    depth2: object,
+    target: object,
+) -> WalkResult:
+    """The walks of WALK.md computed exactly; the same arguments and result as run()."""
+    inputs = check_inputs(program, shifts, dirs, primes, depth, depth1, depth2, target)
+    m = program.m
+    moduli = [int(p) for p in inputs.primes]
+    walks = inputs.walks
+    p_final = np.zeros((walks, len(moduli), m, m), dtype=np.uint32)
+    alive = np.zeros(walks, dtype=bool)
+    est = np.zeros((2, walks))
+    delta = np.zeros((2, walks))
+    for walk in range(walks):
+        shift = [int(v) for v in inputs.shifts[walk]]
+        direction = [int(v) for v in inputs.dirs[walk]]
+        product: Matrix = [[int(i == j) for j in range(m)] for i in range(m)]
+        for n in range(inputs.depth):
+            position = [s + n * d for s, d in zip(shift, direction, strict=True)]
+            product = _product(product, step_matrix(program, position))
+            for which, at in enumerate((inputs.depth1, inputs.depth2)):
+                if n + 1 == at:
+                    est[which, walk], delta[which, walk] = estimate(
+                        product[0][m - 1], product[1][m - 1], inputs.target
+                    )
+            if n + 1 == inputs.depth2:
+                alive[walk] = any(product[1][m - 1] % p != 0 for p in moduli)
+        for k, p in enumerate(moduli):
+            p_final[walk, k] = [[value % p for value in row] for row in product]
+    return WalkResult(p_final, alive, est[0], est[1], delta[0], delta[1])
