@@ -276,3 +276,71 @@ def test_host_wheel_alone_names_the_pip_command(
     )
     assert load.returncode != 0
     assert 'pip install "kernelpack[gfx942]"' in load.stderr
+
+
+@pytest.mark.toolchain
+def test_wheels_from_ci_shards_equal_the_direct_build(
+    built_wheels: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The CI flow: one `build --targets X` job per matrix target, then `wheels --merge`."""
+    shards = []
+    for target in load_matrix().targets:
+        shard = tmp_path / "shards" / target.shard
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "buildsys",
+                "build",
+                "--targets",
+                target.target,
+                "--out",
+                str(shard),
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        shards.append(str(shard))
+    out = tmp_path / "dist"
+    result = subprocess.run(
+        [sys.executable, "-m", "buildsys", "wheels", "--out", str(out), "--merge", *shards],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    direct = built_wheels[0]
+    names = sorted(p.relative_to(direct) for p in direct.rglob("*.whl"))
+    assert names == sorted(p.relative_to(out) for p in out.rglob("*.whl"))
+    for name in names:
+        assert _sha(direct / name) == _sha(out / name), name
+
+
+@pytest.mark.toolchain
+def test_merge_refuses_a_missing_shard(tmp_path: Path) -> None:
+    shard = tmp_path / "gfx942"
+    subprocess.run(
+        [sys.executable, "-m", "buildsys", "build", "--targets", "gfx942", "--out", str(shard)],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "buildsys",
+            "wheels",
+            "--out",
+            str(tmp_path / "d"),
+            "--merge",
+            str(shard),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "gfx90a" in result.stderr and "Traceback" not in result.stderr
