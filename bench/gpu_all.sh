@@ -3,7 +3,8 @@
 #   1. the NVIDIA device code with the real builder, and the C launcher, in place;
 #   2. every test marked `gpu` (loader, detection, MLP, walk);
 #   3. compute-sanitizer memcheck and racecheck over the MLP and walk kernels;
-#   4. the loader's session: launch overhead and first-load latency over installed wheels.
+#   4. the loader's session: launch overhead and first-load latency over installed wheels;
+#   5. with KERNELPACK_GPU_BENCH=1, the MLP and walk benchmarks, which rewrite docs/bench-*.md.
 # Logs and results go to $OUT (default build/gpu-out); a summary is printed last.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -56,5 +57,12 @@ if [ "$left" -gt 60 ]; then
   rm -rf "$OUT/loader"
 else
   note "loader session skipped: $left s left"
+fi
+if [ "${KERNELPACK_GPU_BENCH:-0}" = 1 ]; then
+  for bench in mlp walk; do
+    timeout 400 python3 "bench/bench_$bench.py" > "$OUT/bench-$bench.log" 2>&1
+    note "bench $bench rc=$? ($(elapsed) s)"
+    cp "docs/bench-$bench.md" "$OUT/"
+  done
 fi
 cat "$OUT/summary.txt"
