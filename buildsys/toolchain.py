@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import REPO_ROOT
+from .cache import atomic_write
 from .errors import ToolchainError
 
 ROOTFS_SUITE = "sid"
@@ -352,15 +353,8 @@ def _hip_buildable(toolchain: Toolchain, targets: Iterable[str]) -> dict[str, bo
             with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
                 known.update(pool.map(probe, missing))
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(cache_file, json.dumps(known, sort_keys=True))
+        atomic_write(cache_file, json.dumps(known, sort_keys=True).encode())
     return {t: known[t] for t in wanted}
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from kernelpack.targets import AMD_FAMILIES, TargetId
 
 from . import REPO_ROOT
 from .build import BuildSettings, build, failure_error, print_summary
+from .cache import atomic_write
 from .errors import BuildError
 from .index_writer import BuiltImage, place_images, read_image_bytes, read_index, render_index
 from .merge import merge
@@ -124,16 +125,15 @@ def write_wheel(path: Path, files: Mapping[str, bytes], *, epoch: int) -> Path:
         record.write(f"{name},sha256={digest.decode()},{len(entries[name])}\n")
     record.write(f"{record_name},,\n")
     date_time = time.gmtime(max(epoch, 315532800))[:6]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as handle, zipfile.ZipFile(handle, "w") as archive:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
         for name in [*sorted(entries), record_name]:
             data = entries.get(name, record.getvalue().encode())
             info = zipfile.ZipInfo(name, date_time=date_time)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(info, data, compresslevel=9)
-    os.replace(tmp, path)
+    atomic_write(path, buffer.getvalue())
     return path
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from kernelpack._console import print_json, print_table
 from kernelpack.errors import UsageError
 
+from ..cache import atomic_write
 from .diagnostics import Severity
 from .translate import HipifyOptions, HipifyResult, hipify_source, source_sha256
 
@@ -131,15 +131,7 @@ def write_if_changed(target: Path, text: str) -> None:
     data = text.encode("utf-8")
     if target.is_file() and target.read_bytes() == data:
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    atomic_write(target, data)
 
 
 def report_json(results: list[FileResult]) -> dict[str, object]:
