@@ -137,9 +137,21 @@ class Toolchain:
         return _hip_buildable(self, targets)
 
 
+# Folders of the root file system itself: binding a host folder over one of them would hide the
+# toolchain's own files (a work tree under /usr/src, or a build run from /).
+_ROOTFS_SYSTEM = tuple(Path(p) for p in ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc"))
+
+
 def _outermost(paths: Iterable[Path]) -> set[Path]:
     """Drop paths inside other paths: bubblewrap binds the outer one once."""
     resolved = {p.resolve() for p in paths if p.exists()}
+    for path in resolved:
+        top = Path(*path.parts[:2])
+        if path == Path("/") or top in _ROOTFS_SYSTEM:
+            raise ToolchainError(
+                f"{path}: the provisioned toolchain cannot see it without hiding its own {top}; "
+                "run the build from a folder outside /usr, /lib, /lib64, /bin, /sbin and /etc"
+            )
     return {p for p in resolved if not any(q != p and q in p.parents for q in resolved)}
 
 

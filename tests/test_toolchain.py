@@ -84,3 +84,10 @@ def test_nvcc_targets() -> None:
         "sm_1": False,
         "sm_90": True,
     }
+
+
+def test_a_folder_that_would_hide_the_rootfs_is_refused(tmp_path: Path) -> None:
+    rootfs = Toolchain("hip", "hipcc", "HIP test", Path("/usr/bin"), rootfs=tmp_path)
+    with pytest.raises(ToolchainError, match="/usr/share: the provisioned toolchain cannot see it"):
+        rootfs.command(["/usr/bin/hipcc", "--version"], cwd=Path("/usr/share"))
+    assert rootfs.command(["/usr/bin/hipcc"], cwd=tmp_path)[:2] == ["bwrap", "--bind"]
