@@ -43,6 +43,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "wheels"))
 
 from kernelpack.walk import Program, WalkResult, compile_program, run, run_numpy  # noqa: E402
+from kernelpack.walk.gpu import float_registers_exact  # noqa: E402
+from kernelpack.walk.inputs import check_inputs  # noqa: E402
 from kernelpack.walk.lower import lower  # noqa: E402
 
 DEFAULT_OUTPUT = REPO / "docs" / "bench-walk.md"
@@ -293,9 +295,11 @@ def render(rows: list[Row], facts: dict[str, object] | None, depth: int, command
         )
     lines += [
         "",
-        "Reading the table: the residue kernel runs one thread per (walk, prime), B K threads; "
-        "the float pass one per walk, B threads through all the steps. At B = 10^4 neither fills "
-        "the GPU (132 SMs x 2048 threads), and the float pass's share of the time grows as K "
+        "Reading the table: the residue kernel runs one thread per (walk, prime), B K threads, "
+        "in blocks of at most 128; the float pass one per walk, B threads through all the steps, "
+        "here in its register form (the entries advanced by finite differences in float64, "
+        "exact below 2^52, which the host checks for the batch). At B = 10^4 neither fills the "
+        "GPU (132 SMs x 2048 threads), and the float pass's share of the time grows as K "
         "falls. End to end adds the transfers (P_final alone is B K m^2 4 bytes) and numpy's "
         "copies.",
         "",
@@ -304,10 +308,17 @@ def render(rows: list[Row], facts: dict[str, object] | None, depth: int, command
     ]
     for m, matrix in MATRICES.items():
         program = compile_program(matrix, AXES)
-        gpu = lower(program, len(AXES), depth, registers=True).residue
+        residue = lower(program, len(AXES), depth, registers=True).residue
         cpu_form = lower(program, len(AXES), depth, registers=False).residue.form
+        _, arguments = walk_arguments(Case(m, 8, 1000), depth)
+        exact = residue.form == "registers" and float_registers_exact(
+            check_inputs(program, **arguments),  # type: ignore[arg-type]
+            residue.degree,
+        )
+        floats = "the float pass too" if exact else "the float pass evaluates"
         lines.append(
-            f"- m = {m}: `{matrix}` (GPU: {gpu.form} of degree {gpu.degree}; numpy: {cpu_form})"
+            f"- m = {m}: `{matrix}` (GPU: {residue.form} of degree {residue.degree}, {floats}; "
+            f"numpy: {cpu_form})"
         )
     return "\n".join(lines) + "\n"
 

@@ -21,7 +21,7 @@ import pytest
 from kernelpack.walk import Op, Program, WalkResult, compile_program, reference, run_numpy
 from kernelpack.walk.cpu import walk_lowered
 from kernelpack.walk.inputs import check_inputs, is_prime
-from kernelpack.walk.lower import lower
+from kernelpack.walk.lower import ADD, FLOAT_REGISTER_DEGREES, MUL, SUB, Lowered, lower
 from kernelpack.walk.reference import step_matrix
 
 INT64_MAX = 2**63 - 1
@@ -397,6 +397,92 @@ def test_residue_forms_agree_with_reference(matrix: list[list[str]], depth: int,
         np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
         np.testing.assert_array_equal(result.alive, expected.alive)
     assert lower(program, 2, depth, registers=False).residue.form != "registers"
+
+
+# ---- the float walk's register form ---------------------------------------------------------
+
+
+def _float_register_entries(
+    lowered: Lowered, shift: list[int], direction: list[int], depth: int
+) -> list[list[float]]:
+    """M(n), n = 0..depth-1, as walk_float_registers computes it for one walk: the residue
+    setup code run on Python floats over the residue slot layout, then each entry's table of
+    differences advanced by float additions."""
+    residue = lowered.residue
+    slots = [0.0] * residue.n_slots
+    for j, (x, d) in enumerate(zip(shift, direction, strict=True)):
+        slots[2 * j], slots[2 * j + 1] = float(x), float(d)
+    for c, value in enumerate(lowered.consts):
+        slots[2 * lowered.dim + c] = float(value)
+    operate = {ADD: lambda a, b: a + b, SUB: lambda a, b: a - b, MUL: lambda a, b: a * b}
+    for op, dst, a, b in residue.setup.tolist():
+        slots[dst] = operate[op](slots[a], slots[b])
+    degree = residue.degree
+    tables = [slots[base : base + degree + 1] for base in residue.out.tolist()]
+    entries: list[list[float]] = []
+    for _ in range(depth):
+        entries.append([table[0] for table in tables])
+        for table in tables:
+            for k in range(degree):
+                table[k] += table[k + 1]
+    return entries
+
+
+@pytest.mark.parametrize(
+    ("m", "degree"),
+    [(m, d) for m, top in FLOAT_REGISTER_DEGREES.items() for d in range(1, top + 1)],
+)
+def test_float_register_form_steps_exact_entries(m: int, degree: int) -> None:
+    """Where float_registers_exact accepts the walks, the float register kernel's algorithm
+    gives every step exactly the integer entries of M: each float equals the exact value."""
+    from kernelpack.walk.gpu import float_registers_exact
+
+    rng, seed = fresh_rng()
+    matrix = [[f"{int(rng.integers(-9, 10))}*y" for _ in range(m)] for _ in range(m)]
+    matrix[0][m - 1] = f"x**{degree} - 3*x*y" if degree > 1 else "x - 3*y"
+    program = compile_program(matrix, ["x", "y"])
+    depth = 25
+    lowered = lower(program, 2, depth, registers=True)
+    assert (lowered.residue.form, lowered.residue.degree) == ("registers", degree)
+    shifts = rng.integers(-(10**3), 10**3, (6, 2))
+    dirs = rng.integers(-40, 40, (6, 2))
+    inputs = check_inputs(program, shifts, dirs, EDGE_PRIMES, depth, 1, depth, 0.0)
+    assert float_registers_exact(inputs, degree)
+    for shift, direction in zip(shifts.tolist(), dirs.tolist(), strict=True):
+        walked = _float_register_entries(lowered, shift, direction, depth)
+        for n, entries in enumerate(walked):
+            position = [x + n * d for x, d in zip(shift, direction, strict=True)]
+            exact = [v for row in step_matrix(program, position) for v in row]
+            assert entries == [float(v) for v in exact], f"seed {seed}, step {n}"
+            assert all(float(v) == v for v in exact)
+
+
+def test_float_registers_exact_bounds_the_tables() -> None:
+    """The bound covers every value the program computes from step 0 to depth + D and the
+    entries times 2^D (their differences), against 2^52: x**2 (D = 2) passes while |x| < 2^25 up
+    to depth + 2, and fails when the tables reach 2^25 though the steps read stay below it; a
+    large intermediate value fails even where the entry is small."""
+    from kernelpack.walk.gpu import float_registers_exact
+
+    def exact(matrix: list[list[str]], shift: int, depth: int) -> bool:
+        program = compile_program(matrix, ["x"])
+        inputs = check_inputs(program, [[shift]], [[1]], EDGE_PRIMES, depth, 1, depth, 0.0)
+        return float_registers_exact(inputs, 2)
+
+    square = [["x**2", "1"], ["1", "0"]]
+    assert exact(square, 2**25 - 10, 5)  # positions up to 2^25 - 3
+    assert not exact(square, 2**25 - 10, 10)  # steps read up to 2^25 - 1, tables to 2^25 + 2
+    assert exact(square, -(2**25) + 1, 5)
+    assert not exact(square, -(2**25), 5)
+    # x**4 - x**4 + x**2 (compile_program would fold it), with x**4 above 2^52 on the way
+    instrs = [(Op.LOAD_AXIS, 0, 0, 0), (Op.MUL, 1, 0, 0), (Op.MUL, 2, 1, 1), (Op.SUB, 3, 2, 2),
+              (Op.ADD, 4, 3, 1), (Op.LOAD_CONST, 5, 0, 0), (Op.LOAD_CONST, 6, 1, 0)]  # fmt: skip
+    cancelling = Program(
+        np.array(instrs, dtype=np.uint8), np.array([1, 0]), np.array([4, 5, 5, 6]), 2
+    )
+    for shift, expected in ((2**12, True), (2**14, False)):
+        inputs = check_inputs(cancelling, [[shift]], [[1]], EDGE_PRIMES, 5, 1, 5, 0.0)
+        assert float_registers_exact(inputs, 2) is expected
 
 
 # ---- compile_program -----------------------------------------------------------------------

@@ -21,7 +21,8 @@ from test_walk import (
 )
 
 from kernelpack.walk import compile_program, gpu, reference, run, run_numpy
-from kernelpack.walk.lower import REGISTER_DEGREES, lower
+from kernelpack.walk.inputs import check_inputs
+from kernelpack.walk.lower import FLOAT_REGISTER_DEGREES, REGISTER_DEGREES, lower
 
 pytestmark = pytest.mark.gpu
 
@@ -82,6 +83,43 @@ def test_gpu_every_register_kernel(m: int, degree: int) -> None:
     expected = reference(program, **arguments)  # type: ignore[arg-type]
     np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
     np.testing.assert_array_equal(result.alive, expected.alive)
+
+
+@pytest.mark.parametrize(
+    ("m", "degree"),
+    [(m, d) for m, top in FLOAT_REGISTER_DEGREES.items() for d in range(1, top + 1)],
+)
+def test_gpu_float_register_kernels_match_evaluation(
+    m: int, degree: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each walk_float_registers_m{m}_d{degree} gives bit for bit the estimates of walk_float_m{m}
+    (both multiply exact integer entries in the same order), and both agree with the reference."""
+    rng, seed = fresh_rng()
+    matrix = [[f"{int(rng.integers(1, 9))} + {int(rng.integers(0, 3))}*y" for _ in range(m)]
+              for _ in range(m)]  # fmt: skip
+    matrix[1][m - 1] = f"x**{degree} + y" if degree > 1 else "2*x + y"
+    program = compile_program(matrix, ["x", "y"])
+    shifts, dirs = rng.integers(1, 60, (150, 2)), rng.integers(1, 5, (150, 2))
+    arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": 40,
+                 "depth1": 13, "depth2": 40, "target": 0.25}  # fmt: skip
+    inputs = check_inputs(program, **arguments)  # type: ignore[arg-type]
+    low = lower(program, 2, 40, registers=True)
+    assert (low.residue.form, low.residue.degree) == ("registers", degree)
+    assert gpu._Launch.build(low, inputs).float_registers
+    result = run(program, **arguments)  # type: ignore[arg-type]
+    monkeypatch.setattr(gpu, "float_registers_exact", lambda inputs, degree: False)
+    assert not gpu._Launch.build(low, inputs).float_registers
+    evaluated = run(program, **arguments)  # type: ignore[arg-type]
+    for name in ("est1", "est2", "delta1", "delta2"):
+        np.testing.assert_array_equal(
+            getattr(result, name), getattr(evaluated, name), err_msg=f"{name}, seed {seed}"
+        )
+    expected = reference(program, **arguments)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
+    try:
+        assert_walks_agree(result, expected, program, shifts, dirs, (13, 40), 0.25)
+    except AssertionError as error:
+        raise AssertionError(f"seed {seed}: {error}") from None
 
 
 def _field(m: int) -> list[list[str]]:

@@ -9,6 +9,8 @@
 //   Montgomery reduction of a row-times-column sum gives the plain residue of the product.
 // walk_float_m{2,3,4}: one thread per walk; the same walk in float64 with P rescaled by a power
 //   of two after every step (the exponent kept apart), for the estimates and delta.
+// walk_registers_m*_d* and walk_float_registers_m*_d*: the same two walks for fields whose
+//   entries are polynomials of low degree in n, advanced by finite differences in registers.
 //
 // The step program arrives as straight-line code written by kernelpack.walk.lower: rows of four
 // 32-bit words (op, dst, a, b) where dst, a and b are byte offsets of "slots" in this block's
@@ -353,6 +355,71 @@ __device__ __noinline__ void write_estimate(Snapshot at, double target, double* 
   *delta = -1.0 - log(fabs(value - target)) / ln_q;
 }
 
+// The float product's running state: f * 2^exponent is P_n, and the snapshots at depth1 and
+// depth2.
+template <int M>
+struct FloatProduct {
+  double f[M * M];
+  long long exponent;
+  Snapshot at1;
+  Snapshot at2;
+
+  __device__ __forceinline__ FloatProduct() : exponent(0), at1{0.0, 0.0, 0}, at2{0.0, 0.0, 0} {
+#pragma unroll
+    for (int e = 0; e < M * M; ++e) f[e] = (e / M == e % M) ? 1.0 : 0.0;
+  }
+
+  // f = f * step, then the largest entry brought into [1, 2) by an exact power-of-two scaling.
+  // The exponent is read off the bits; a largest entry that is subnormal or at least 2^1023 is
+  // left as it is (as is a product of NaNs alone). n is the step just taken.
+  __device__ __forceinline__ void advance(const double (&step)[M * M], int n, int depth1,
+                                          int depth2) {
+    double product[M * M];
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+#pragma unroll
+      for (int j = 0; j < M; ++j) {
+        double t = f[i * M] * step[j];
+#pragma unroll
+        for (int k = 1; k < M; ++k) t = fma(f[i * M + k], step[k * M + j], t);
+        product[i * M + j] = t;
+      }
+    }
+    // The largest magnitude by a tree of maxima, log2(m*m) deep rather than a chain of m*m:
+    // it lies on the float walk's loop-carried path. Maxima are exact, so the order is free.
+    double magnitude[M * M];
+#pragma unroll
+    for (int e = 0; e < M * M; ++e) {
+      f[e] = product[e];
+      magnitude[e] = fabs(product[e]);
+    }
+#pragma unroll
+    for (int width = 1; width < M * M; width *= 2) {
+#pragma unroll
+      for (int e = 0; e + width < M * M; e += 2 * width) {
+        magnitude[e] = fmax(magnitude[e], magnitude[e + width]);
+      }
+    }
+    const double largest = magnitude[0];
+    const int biased = static_cast<int>(__double_as_longlong(largest) >> 52);
+    if (biased >= 1 && biased <= 2045) {
+      const double scale = __longlong_as_double(static_cast<long long>(2046 - biased) << 52);
+#pragma unroll
+      for (int k = 0; k < M * M; ++k) f[k] *= scale;
+      exponent += biased - 1023;
+    }
+    if (n + 1 == depth1) at1 = Snapshot{f[M - 1], f[1 * M + (M - 1)], exponent};
+    if (n + 1 == depth2) at2 = Snapshot{f[M - 1], f[1 * M + (M - 1)], exponent};
+  }
+
+  __device__ __forceinline__ void finish(int walk, double target, double* __restrict__ est1,
+                                         double* __restrict__ est2, double* __restrict__ delta1,
+                                         double* __restrict__ delta2) const {
+    write_estimate(at1, target, est1 + walk, delta1 + walk);
+    write_estimate(at2, target, est2 + walk, delta2 + walk);
+  }
+};
+
 template <int M>
 __device__ __forceinline__ void walk_float(
     const long long* __restrict__ shifts, const long long* __restrict__ dirs, int n_walks, int dim,
@@ -379,13 +446,7 @@ __device__ __forceinline__ void walk_float(
 #pragma unroll
   for (int e = 0; e < M * M; ++e) out[e] = out_offsets[e] + lane;
 
-  double f[M * M];
-#pragma unroll
-  for (int e = 0; e < M * M; ++e) f[e] = (e / M == e % M) ? 1.0 : 0.0;
-  long long exponent = 0;  // the product is f * 2^exponent
-  Snapshot at1{0.0, 0.0, 0};
-  Snapshot at2{0.0, 0.0, 0};
-
+  FloatProduct<M> product;
   for (int n = 0; n < depth; ++n) {
     for (int j = 0; j < dim; ++j) {
       slot<double>(slots, j * stride, lane) =
@@ -395,30 +456,7 @@ __device__ __forceinline__ void walk_float(
     double step[M * M];
 #pragma unroll
     for (int e = 0; e < M * M; ++e) step[e] = slot<double>(slots, out[e], 0);
-    double largest = 0.0;
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      double row[M];
-#pragma unroll
-      for (int j = 0; j < M; ++j) {
-        double t = f[i * M] * step[j];
-#pragma unroll
-        for (int k = 1; k < M; ++k) t = fma(f[i * M + k], step[k * M + j], t);
-        row[j] = t;
-        largest = fmax(largest, fabs(t));
-      }
-#pragma unroll
-      for (int j = 0; j < M; ++j) f[i * M + j] = row[j];
-    }
-    // Bring the largest entry into [1, 2) by an exact power-of-two scaling. The exponent is read
-    // off the bits; a largest entry that is subnormal or at least 2^1023 is left as it is.
-    const int biased = static_cast<int>(__double_as_longlong(largest) >> 52);
-    if (biased >= 1 && biased <= 2045) {
-      const double scale = __longlong_as_double(static_cast<long long>(2046 - biased) << 52);
-#pragma unroll
-      for (int k = 0; k < M * M; ++k) f[k] *= scale;
-      exponent += biased - 1023;
-    }
+    product.advance(step, n, depth1, depth2);
     // Positions advance in two's complement: the host checked every position that is read,
     // and the one past the end is never read.
     for (int j = 0; j < dim; ++j) {
@@ -427,18 +465,70 @@ __device__ __forceinline__ void walk_float(
                                          static_cast<unsigned long long>(
                                              slot<long long>(slots, (2 * dim + j) * stride, lane)));
     }
-    if (n + 1 == depth1) at1 = Snapshot{f[M - 1], f[1 * M + (M - 1)], exponent};
-    if (n + 1 == depth2) at2 = Snapshot{f[M - 1], f[1 * M + (M - 1)], exponent};
   }
-  write_estimate(at1, target, est1 + walk, delta1 + walk);
-  write_estimate(at2, target, est2 + walk, delta2 + walk);
+  product.finish(walk, target, est1, est2, delta1, delta2);
+}
+
+// The float walk of a field in the register form: the residue register kernel's setup code and
+// slot layout (slot 2j axis j, 2j+1 its dir, then the constants), run once in float64 with
+// 8-byte slots, leave each entry's forward differences at table_slot + e * (D + 1) + k; a step
+// is then the product and m*m*D additions in registers. The host picks this kernel only where
+// it bounded every value the setup computes, and every difference along the walk, below 2^52:
+// each is then an exact integer in float64, and the steps multiply the very entries that the
+// program evaluated in float64 would give.
+template <int M, int D>
+__device__ __forceinline__ void walk_float_registers(
+    const long long* __restrict__ shifts, const long long* __restrict__ dirs, int n_walks, int dim,
+    const unsigned* __restrict__ code, int n_setup, int table_slot,
+    const double* __restrict__ consts, int n_consts, int depth, int depth1, int depth2,
+    double target, double* __restrict__ est1, double* __restrict__ est2,
+    double* __restrict__ delta1, double* __restrict__ delta2) {
+  extern __shared__ char walk_shared[];
+  const int walk = blockIdx.x * blockDim.x + threadIdx.x;
+  if (walk >= n_walks) return;
+  const unsigned stride = blockDim.x * 8u;
+  const unsigned lane = threadIdx.x * 8u;
+  char* slots = walk_shared;
+
+  for (int j = 0; j < dim; ++j) {
+    const long long at = static_cast<long long>(walk) * dim + j;
+    slot<double>(slots, 2 * j * stride, lane) = static_cast<double>(shifts[at]);
+    slot<double>(slots, (2 * j + 1) * stride, lane) = static_cast<double>(dirs[at]);
+  }
+  for (int c = 0; c < n_consts; ++c) slot<double>(slots, (2 * dim + c) * stride, lane) = consts[c];
+  const uint4* setup = reinterpret_cast<const uint4*>(code);
+  run_float_code(setup, setup + n_setup, slots, lane);
+
+  double table[M * M][D + 1];
+#pragma unroll
+  for (int e = 0; e < M * M; ++e) {
+#pragma unroll
+    for (int k = 0; k <= D; ++k) {
+      const unsigned at = static_cast<unsigned>(table_slot + e * (D + 1) + k) * stride;
+      table[e][k] = slot<double>(slots, at, lane);
+    }
+  }
+  FloatProduct<M> product;
+  for (int n = 0; n < depth; ++n) {
+    double step[M * M];
+#pragma unroll
+    for (int e = 0; e < M * M; ++e) step[e] = table[e][0];
+    product.advance(step, n, depth1, depth2);
+#pragma unroll
+    for (int e = 0; e < M * M; ++e) {
+#pragma unroll
+      for (int k = 0; k < D; ++k) table[e][k] += table[e][k + 1];
+    }
+  }
+  product.finish(walk, target, est1, est2, delta1, delta2);
 }
 
 }  // namespace walk
 
 // The kernels, written out (the builder reads their parameter lists off the source, so no macro
 // makes them): per matrix size the general residue walk and the float walk, and the register
-// walks for the degrees whose tables fit in registers (D <= 4, and D <= 2 for m = 4).
+// walks for the degrees whose tables fit in registers: residues D <= 4 (D <= 2 for m = 4),
+// float64 D <= 4 for m = 2, D <= 3 for m = 3, D = 1 for m = 4 (lower.py's REGISTER_DEGREES).
 
 extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
     walk_residues_m2(
@@ -601,4 +691,84 @@ extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMin
     unsigned int* alive) {
   walk::walk_residue_registers<4, 2>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
                                      n_consts, moduli, depth, depth2, p_final, alive);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_float_registers_m2_d1(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
+    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
+  walk::walk_float_registers<2, 1>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
+                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
+                                       delta1, delta2);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_float_registers_m2_d2(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
+    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
+  walk::walk_float_registers<2, 2>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
+                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
+                                       delta1, delta2);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_float_registers_m2_d3(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
+    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
+  walk::walk_float_registers<2, 3>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
+                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
+                                       delta1, delta2);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_float_registers_m2_d4(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
+    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
+  walk::walk_float_registers<2, 4>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
+                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
+                                       delta1, delta2);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_float_registers_m3_d1(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
+    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
+  walk::walk_float_registers<3, 1>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
+                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
+                                       delta1, delta2);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_float_registers_m3_d2(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
+    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
+  walk::walk_float_registers<3, 2>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
+                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
+                                       delta1, delta2);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_float_registers_m3_d3(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
+    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
+  walk::walk_float_registers<3, 3>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
+                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
+                                       delta1, delta2);
+}
+
+extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_float_registers_m4_d1(
+    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
+    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
+    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
+  walk::walk_float_registers<4, 1>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
+                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
+                                       delta1, delta2);
 }

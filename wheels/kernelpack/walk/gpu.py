@@ -16,17 +16,24 @@ import numpy.typing as npt
 
 from ..errors import RuntimeLibraryError
 from .inputs import WalkInputs, WalkResult, check_inputs
-from .lower import Lowered, lower
-from .program import Program
+from .lower import FLOAT_REGISTER_DEGREES, Lowered, lower
+from .program import Op, Program
 
 MODULE = "walk"
 # Block sizes tried, largest first, until the block's slots fit SHARED_LIMIT; every target runs
 # 48 KiB of dynamic shared memory without asking for more. The kernels' __launch_bounds__ is 256.
 BLOCK_SIZES = (256, 128, 64, 32, 16)
+# The residue kernel's blocks stop at 128 threads: at 10^4 walks, blocks of 256 left the SMs
+# unevenly loaded (2 or 3 blocks each on an H100), and 128 ran 4-26% faster there and the same
+# at 10^5 and 10^6 walks.
+RESIDUE_MAX_BLOCK = 128
 SHARED_LIMIT = 48 * 1024
 MEMORY_FRACTION = 0.5  # of the device's free memory that one piece of a batch may take
 MAX_PIECE_WALKS = 1 << 24  # keeps every grid's thread count far below 2^31
 POISON = 0xFF  # outputs are filled with this byte before a launch (NaN for the floats)
+# Below 2^53 every integer is a float64; the margin of one bit covers the rounding of the
+# float64 interval arithmetic that bounds the values (float_registers_exact).
+FLOAT_EXACT_BOUND = 2.0**52
 
 
 def montgomery_constants(primes: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
@@ -45,15 +52,56 @@ def montgomery_consts(
     return np.array(table, dtype=np.uint32).reshape(len(primes), len(consts))
 
 
-def block_size(slots: int, slot_bytes: int) -> int:
-    """The largest block whose threads' slots fit the shared-memory limit."""
+def block_size(slots: int, slot_bytes: int, largest: int = BLOCK_SIZES[0]) -> int:
+    """The largest block, up to ``largest``, whose threads' slots fit the shared-memory limit."""
     for size in BLOCK_SIZES:
-        if slots * slot_bytes * size <= SHARED_LIMIT:
+        if size <= largest and slots * slot_bytes * size <= SHARED_LIMIT:
             return size
     raise ValueError(
         f"program: needs {slots} slots of {slot_bytes} bytes per thread, more than "
         f"{SHARED_LIMIT} bytes of shared memory hold for {BLOCK_SIZES[-1]} threads"
     )
+
+
+def _interval(op: Op, a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    if op is Op.ADD:
+        return a[0] + b[0], a[1] + b[1]
+    if op is Op.SUB:
+        return a[0] - b[1], a[1] - b[0]
+    if op is Op.MUL:
+        products = [x * y for x in a for y in b]
+        return min(products), max(products)
+    if op is Op.NEG:
+        return -a[1], -a[0]
+    return a  # COPY
+
+
+def float_registers_exact(inputs: WalkInputs, degree: int) -> bool:
+    """Whether the float register kernel of ``degree`` steps these walks exactly as evaluating the
+    program in float64 would: every value the program computes at a position from step 0 to
+    depth + degree (the setup evaluates steps 0..degree, the tables hold differences of the
+    entries up to that far), and 2^degree times every entry (a bound on its differences), below
+    FLOAT_EXACT_BOUND. Interval arithmetic over all walks at once, in float64; an overflow gives
+    inf or NaN, which fails the bound."""
+    program = inputs.program
+    shifts = inputs.shifts.astype(np.float64)
+    far = shifts + float(inputs.depth + degree) * inputs.dirs.astype(np.float64)
+    lows, highs = np.minimum(shifts, far).min(axis=0), np.maximum(shifts, far).max(axis=0)
+    register: dict[int, tuple[float, float]] = {}
+    bounds: list[float] = []
+    for row in program.instrs:
+        op, dst, a, b = (int(v) for v in row)
+        name = Op(op)
+        if name is Op.LOAD_AXIS:
+            value = float(lows[a]), float(highs[a])
+        elif name is Op.LOAD_CONST:
+            value = (float(program.consts[a]),) * 2
+        else:
+            value = _interval(name, register[a], register.get(b, (0.0, 0.0)))
+        register[dst] = value
+        bounds.extend(abs(v) for v in value)
+    bounds.extend(abs(v) * 2.0**degree for r in program.out_reg for v in register[int(r)])
+    return all(bound < FLOAT_EXACT_BOUND for bound in bounds)
 
 
 def _offsets(slots: npt.NDArray[np.int64], stride: int) -> npt.NDArray[np.uint32]:
@@ -73,6 +121,7 @@ class _Launch:
 
     residue_block: int
     float_block: int
+    float_registers: bool  # the float walk takes the register form (residue setup code, tables)
     code: npt.NDArray[np.uint32]  # setup rows, then step rows
     n_setup: int
     n_step: int
@@ -80,7 +129,7 @@ class _Launch:
     out: npt.NDArray[np.uint32]
     consts: npt.NDArray[np.uint32]  # (K, n_consts), Montgomery form
     moduli: npt.NDArray[np.uint32]
-    float_code: npt.NDArray[np.uint32]
+    float_code: npt.NDArray[np.uint32]  # step rows, or in the register form setup rows
     float_out: npt.NDArray[np.uint32]
     float_consts: npt.NDArray[np.float64]
     depth: int
@@ -89,15 +138,24 @@ class _Launch:
     @classmethod
     def build(cls, lowered: Lowered, inputs: WalkInputs) -> _Launch:
         residue, floats = lowered.residue, lowered.float
-        block = block_size(residue.n_slots, 4)
+        block = block_size(residue.n_slots, 4, RESIDUE_MAX_BLOCK)
         stride = block * 4
-        float_block = block_size(floats.n_slots, 8)
+        float_registers = (
+            residue.form == "registers"
+            and residue.degree <= FLOAT_REGISTER_DEGREES[lowered.m]
+            and float_registers_exact(inputs, residue.degree)
+        )
+        float_rows, float_out = (
+            (residue.setup, residue.out) if float_registers else (floats.step, floats.out)
+        )
+        float_block = block_size(residue.n_slots if float_registers else floats.n_slots, 8)
         float_stride = float_block * 8
         tables = _offsets(residue.tables, stride)
         tables[:, 1] = residue.tables[:, 1]
         return cls(
             residue_block=block,
             float_block=float_block,
+            float_registers=float_registers,
             code=np.concatenate(
                 [_code_rows(residue.setup, stride), _code_rows(residue.step, stride)]
             ),
@@ -107,8 +165,8 @@ class _Launch:
             out=_offsets(residue.out, stride),
             consts=montgomery_consts(lowered.consts, inputs.primes),
             moduli=montgomery_constants(inputs.primes),
-            float_code=_code_rows(floats.step, float_stride),
-            float_out=_offsets(floats.out, float_stride),
+            float_code=_code_rows(float_rows, float_stride),
+            float_out=_offsets(float_out, float_stride),
             float_consts=np.array([float(c) for c in lowered.consts], dtype=np.float64),
             depth=inputs.depth,
             depth2=inputs.depth2,
@@ -241,7 +299,15 @@ def run(
     }  # fmt: skip
     ptr = {name: buffers.pointer(buffer) for name, buffer in constant.items()}
     residue_kernel, residue_arguments = _residue_launch(module, lowered, launch, ptr)
-    float_kernel = module.kernel(f"walk_float_m{m}")
+    if launch.float_registers:
+        float_kernel = module.kernel(f"walk_float_registers_m{m}_d{lowered.residue.degree}")
+        float_program: tuple[object, ...] = (ptr["float_code"], len(launch.float_code),
+                                             int(lowered.residue.out[0]))  # fmt: skip
+        float_slots = lowered.residue.n_slots
+    else:
+        float_kernel = module.kernel(f"walk_float_m{m}")
+        float_program = (ptr["float_code"], len(launch.float_code), ptr["float_out"])
+        float_slots = lowered.float.n_slots
     walks, primes_count = inputs.walks, len(inputs.primes)
     p_final = np.empty((walks, primes_count, m, m), dtype=np.uint32)
     alive = np.empty(walks, dtype=bool)
@@ -277,9 +343,7 @@ def run(
             buffers.pointer(dirs_d),
             count,
             inputs.dim,
-            ptr["float_code"],
-            len(launch.float_code),
-            ptr["float_out"],
+            *float_program,
             ptr["float_consts"],
             len(lowered.consts),
             launch.depth,
@@ -290,7 +354,7 @@ def run(
             est + 8 * count,
             est + 16 * count,
             est + 24 * count,
-            shared_mem=lowered.float.n_slots * 8 * launch.float_block,
+            shared_mem=float_slots * 8 * launch.float_block,
             stream=stream,
         )
         p_final[part] = buffers.download(p_final_d, np.uint32, (count, primes_count, m, m))

@@ -21,7 +21,11 @@ The residue walk advances in one of three forms:
 
 Between the last two, the one that costs fewer kernel instructions over the walk (:data:`COSTS`).
 
-The float walk always evaluates: float64 differences would drift from the exact values.
+The float walk evaluates the program every step, or, when the residue walk takes the register
+form and the degree has a float register kernel (:data:`FLOAT_REGISTER_DEGREES`), runs the
+residue setup code in float64 and advances the same differences in registers. Float64
+differences drift from the exact values once they pass 2^53, so the GPU walker takes that kernel
+only for walks whose values it has bounded (kernelpack.walk.gpu.float_registers_exact).
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ ADD, SUB, MUL = 0, 1, 2
 
 # The register kernels of walk.cu (walk_registers_m{m}_d{D}): every D from 1 to this, per m.
 REGISTER_DEGREES = {2: 4, 3: 4, 4: 2}
+# The float register kernels (walk_float_registers_m{m}_d{D}): m*m*(D + 1) doubles of tables,
+# at most 36, beside the float product, keep ptxas within 128 registers without spilling.
+FLOAT_REGISTER_DEGREES = {2: 4, 3: 3, 4: 1}
 # Beyond this degree an entry is not advanced by tables (D + 1 slots, D additions a step).
 MAX_TABLE_DEGREE = 32
 # Tables are not used when they would give a thread more slots than this: the residue kernel's
