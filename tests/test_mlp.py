@@ -31,8 +31,8 @@ ATOL = {"float32": 1e-30, "float16": 2.0**-24, "bfloat16": 1e-30}
 GUARD = 64  # NaN elements after each output view
 EPS = 1e-6
 
-# (rows, cols): row lengths at and around the vector widths (4 and 8), block sizes from 64 to
-# 512 threads, rows past the register cache (65536), and row counts whose grids stride.
+# (rows, cols): row lengths at and around the vector widths (4 and 8), from 1 to 512 threads a
+# row, one row a block and several, and rows past the register cache (65536).
 ROW_CASES = [
     (1, 1),
     (3, 2),
@@ -291,18 +291,43 @@ def test_fused_add_rms_norm(torch_rng: Any, dtype: str, rows: int, cols: int, la
     assert_guards_intact(residual_buffer, residual_at, n)
 
 
+# (grid, threads per row, rows per block) the ops never pick for 1001 rows: grids that stride over
+# the rows, rows narrower than, as wide as and wider than a wavefront, last blocks past the end.
+ROW_GEOMETRIES = [(1, 1, 64), (3, 8, 16), (2, 32, 4), (5, 64, 2), (3, 512, 1), (7, 2, 256)]
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize(("grid", "threads", "per_block"), ROW_GEOMETRIES)
+@pytest.mark.parametrize("cols", [264, 263])  # the vector path, and the scalar one
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rms_norm_of_many_short_rows_strides_the_grid(torch_rng: Any, dtype: str) -> None:
-    """2**25 + 3 rows of one element: more rows than the grid of 64-thread blocks holds."""
+def test_row_kernels_are_right_on_any_geometry(
+    torch_rng: Any, dtype: str, cols: int, grid: int, threads: int, per_block: int
+) -> None:
+    """The row kernels launched directly: any grid and block shape they allow is right."""
     torch = torch_rng[0]
-    rows = 2**25 + 3
-    x = randn(torch_rng, (rows, 1), dtype)
-    weight = randn(torch_rng, (1,), dtype)
-    out = mlp.rms_norm(x, weight, eps=EPS)
-    assert_close(
-        torch_rng, out, ref_rms_norm(torch, x, weight, EPS), dtype, "rms_norm rows=2**25+3"
-    )
+    rows = 1001
+    suffix = mlp.KERNEL_SUFFIX[dtype]
+    stream = torch.cuda.current_stream().cuda_stream
+    x = randn(torch_rng, (rows, cols), dtype)
+    weight = randn(torch_rng, (cols,), dtype)
+    buffer, out = poisoned(torch_rng, (rows, cols), dtype)
+    mlp._kernel(0, f"rms_norm_{suffix}").launch(
+        grid, (threads, per_block), x.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, cols,
+        EPS, stream=stream,
+    )  # fmt: skip
+    what = f"rms_norm {rows}x{cols} grid {grid} block {threads}x{per_block}"
+    assert_close(torch_rng, out, ref_rms_norm(torch, x, weight, EPS), dtype, what)
+    assert_guards_intact(buffer, 0, rows * cols)
+
+    residual = randn(torch_rng, (rows, cols), dtype)
+    stored_sum = (x.double() + residual.double()).to(x.dtype)
+    mlp._kernel(0, f"fused_add_rms_norm_{suffix}").launch(
+        grid, (threads, per_block), x.data_ptr(), residual.data_ptr(), weight.data_ptr(), rows,
+        cols, EPS, stream=stream,
+    )  # fmt: skip
+    what = f"fused_add_rms_norm {rows}x{cols} grid {grid} block {threads}x{per_block}"
+    assert_close(torch_rng, residual, stored_sum.double(), dtype, what + " residual")
+    assert_close(torch_rng, x, ref_rms_norm(torch, stored_sum, weight, EPS), dtype, what + " x")
 
 
 @pytest.mark.gpu

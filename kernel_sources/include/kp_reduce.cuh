@@ -2,13 +2,13 @@
 // 64 on AMD CDNA).
 //
 // Nothing here names a lane count: the warp step walks offsets from warpSize / 2 down to 1, so
-// every lane of a 32- or 64-lane wavefront is summed, and the block step gives each wavefront one
+// every lane of a 32- or 64-lane wavefront is summed, and the row step gives each wavefront one
 // slot in shared memory. The shuffles use the full mask of the CUDA spelling; hipify turns it into
 // the full mask of the target's wavefront.
 //
-// Contract for callers: blockDim.x is a multiple of the wavefront width (a multiple of 64 holds on
-// every target) and at most kMaxBlockThreads, every thread of the block calls the reduction, and
-// `slots` points to shared memory of kMaxBlockThreads floats.
+// Contract for callers: blockDim.x is a power of two (so a row wider than a wavefront is whole
+// wavefronts on every target), blockDim.x * blockDim.y is at most kMaxBlockThreads, every thread
+// of the block calls the reduction, and `slots` points to shared memory of kMaxBlockThreads floats.
 #pragma once
 
 namespace kp {
@@ -27,20 +27,30 @@ __device__ __forceinline__ float warp_sum(float value) {
   return value;
 }
 
-// Sum over every thread of the block; every thread receives the total. Each wavefront reduces
-// its own lanes, writes one slot, and then every wavefront reduces the slots itself, which saves
-// the broadcast round trip through shared memory. The closing barrier lets the caller reuse
-// `slots` at once (a loop over rows).
-__device__ __forceinline__ float block_sum(float value, float* slots) {
-  const int lane = threadIdx.x % warpSize;
-  const int wave = threadIdx.x / warpSize;
-  const int waves = blockDim.x / warpSize;
+// Sum over the blockDim.x threads of each row of the block (threadIdx.y names the row); each
+// thread receives its row's total. A row no wider than a wavefront shares the wavefront with other
+// rows: the butterfly's offsets stay below blockDim.x, so its lanes are summed among themselves.
+// A wider row spans whole wavefronts: each reduces its own lanes and writes one slot, then every
+// wavefront reduces its row's slots itself, which saves the broadcast round trip through shared
+// memory. The closing barrier lets the caller reuse `slots` at once (a loop over rows). The
+// branch is uniform over the block, so every thread meets the same barriers.
+__device__ __forceinline__ float row_sum(float value, float* slots) {
+  const int width = static_cast<int>(blockDim.x);
+  if (width <= warpSize) {
+    for (int offset = width / 2; offset > 0; offset /= 2) {
+      value += __shfl_xor_sync(0xffffffff, value, offset);
+    }
+    return value;
+  }
+  const int thread = static_cast<int>(threadIdx.y) * width + static_cast<int>(threadIdx.x);
+  const int lane = thread % warpSize;
+  const int waves = width / warpSize;
   value = warp_sum(value);
   if (lane == 0) {
-    slots[wave] = value;
+    slots[thread / warpSize] = value;
   }
   __syncthreads();
-  value = warp_sum(lane < waves ? slots[lane] : 0.0f);
+  value = warp_sum(lane < waves ? slots[static_cast<int>(threadIdx.y) * waves + lane] : 0.0f);
   __syncthreads();
   return value;
 }
