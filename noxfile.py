@@ -66,9 +66,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """CPU-side benchmarks (build speed, bundle sizes) writing their tables into docs/."""
+    """CPU-side benchmarks (build speed, bundle and wheel sizes) writing their tables into docs/."""
     _install_groups(session, "test")
     session.run("python", "bench/bench_build.py", *session.posargs)
+    session.run("python", "bench/bench_wheels.py")
 
 
 @nox.session(python=False)
