@@ -3,7 +3,8 @@
 #   1. the NVIDIA device code with the real builder, and the C launcher, in place;
 #   2. every test marked `gpu` (loader, detection, MLP, walk);
 #   3. compute-sanitizer memcheck and racecheck over the MLP and walk kernels;
-#   4. the loader's session: launch overhead and first-load latency over installed wheels;
+#   4. the loader's session: launch overhead and first-load latency over installed wheels
+#      (KERNELPACK_GPU_LOADER=0 leaves it out);
 #   5. with KERNELPACK_GPU_BENCH=1, the MLP and walk benchmarks, which rewrite docs/bench-*.md.
 # Logs and results go to $OUT (default build/gpu-out); a summary is printed last.
 set -uo pipefail
@@ -47,7 +48,9 @@ done
 unset PYTORCH_NO_CUDA_MEMORY_CACHING
 
 left=$(( 560 - $(elapsed) ))
-if [ "$left" -gt 60 ]; then
+if [ "${KERNELPACK_GPU_LOADER:-1}" = 0 ]; then
+  note "loader session left out (KERNELPACK_GPU_LOADER=0)"
+elif [ "$left" -gt 60 ]; then
   mkdir -p "$OUT/loader"
   timeout "$left" python3 bench/gpu_loader.py --out "$OUT/loader" > "$OUT/loader.log" 2>&1
   note "loader session rc=$? ($(elapsed) s)"
