@@ -424,7 +424,7 @@ def test_python_m_kernelpack_detect_exits_2_with_one_line_on_bad_input() -> None
 @pytest.mark.gpu
 def test_nvml_and_the_cuda_driver_agree_on_this_machines_gpus() -> None:
     through_nvml = detect._nvml_devices()
-    through_cuda = detect._cuda_devices()
+    through_cuda = detect.cuda_driver_devices()
     assert through_nvml is not None and through_cuda is not None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:

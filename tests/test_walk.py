@@ -746,15 +746,17 @@ def test_is_prime_matches_trial_division() -> None:
 
 
 def test_montgomery_constants() -> None:
-    from kernelpack.walk.gpu import montgomery_constants, montgomery_consts
+    from kernelpack.walk.gpu import constants_in_montgomery_form, montgomery_moduli
 
     primes = np.array(EDGE_PRIMES, dtype=np.uint32)
-    table = montgomery_constants(primes)
+    table = montgomery_moduli(primes)
     for (p, pinv, r2, r3), prime in zip(table.tolist(), EDGE_PRIMES, strict=True):
         assert p == prime and p * pinv % 2**32 == 2**32 - 1
         assert r2 == 2**64 % p and r3 == 2**96 % p
     consts = (0, 1, -1, INT64_MAX, INT64_MIN)
-    for row, prime in zip(montgomery_consts(consts, primes).tolist(), EDGE_PRIMES, strict=True):
+    for row, prime in zip(
+        constants_in_montgomery_form(consts, primes).tolist(), EDGE_PRIMES, strict=True
+    ):
         assert [v * pow(2**32, -1, prime) % prime for v in row] == [c % prime for c in consts]
 
 

@@ -167,7 +167,9 @@ def _info(args: argparse.Namespace) -> int:
                 else row["instead"].splitlines()[0]
             )
             rows.append((module, row["device"], row["target"], chosen, why))
-    packages = ", ".join(report["packages"]) or "no index installed"
+    packages = ", ".join(report["packages"]) or (
+        "no index installed: `python -m buildsys build` makes one in a source tree"
+    )
     print()
     print_table(
         f"Modules (kernelpack {report['version'] or '?'}; {packages})",

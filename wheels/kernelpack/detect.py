@@ -416,7 +416,7 @@ def probe_nvidia(environ: Mapping[str, str]) -> list[NvidiaDevice]:
             if value is None:
                 return listed
             return [listed[i] for i in cuda_selection([d.uuid for d in listed], value)]
-    from_driver = _cuda_devices()
+    from_driver = cuda_driver_devices()
     return from_driver if from_driver is not None else []
 
 
@@ -496,7 +496,7 @@ _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 
 
-def _cuda_devices() -> list[NvidiaDevice] | None:
+def cuda_driver_devices() -> list[NvidiaDevice] | None:
     """The GPUs the CUDA driver numbers for this process; None without libcuda, [] when cuInit
     fails (no device, no kernel driver, a stub library): the driver then runs nothing here."""
     cuda = _load_library("libcuda.so.1")

@@ -445,7 +445,9 @@ class Loader:
         if module not in catalog.modules:
             catalog = self.catalog(with_device_wheels=True)
         if module not in catalog.modules:
-            known = ", ".join(sorted(catalog.modules)) or "none (no index installed)"
+            known = ", ".join(sorted(catalog.modules)) or (
+                "none (no index installed: `python -m buildsys build` makes one in a source tree)"
+            )
             raise UsageError(f"no kernel module {module!r}; modules: {known}")
         located = catalog.images[module]
         best, reasons = select_image([entry.image for entry in located], gpu.target)
@@ -655,9 +657,9 @@ def _driver_probe(environ: Mapping[str, str]) -> list[NvidiaDevice]:
     more, where starting NVML, detection's first choice, took 30 to 40 ms on the H100
     (docs/loader.md).
     """
-    from .detect import _cuda_devices
+    from .detect import cuda_driver_devices
 
-    return _cuda_devices() or []
+    return cuda_driver_devices() or []
 
 
 def _read_range(path: Path, offset: int, size: int | None) -> bytes:

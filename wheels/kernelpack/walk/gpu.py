@@ -36,7 +36,7 @@ POISON = 0xFF  # outputs are filled with this byte before a launch (NaN for the 
 FLOAT_EXACT_BOUND = 2.0**52
 
 
-def montgomery_constants(primes: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
+def montgomery_moduli(primes: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
     """(K, 4): p, -p^-1 mod 2^32, 2^64 mod p, 2^96 mod p for each prime (walk.cu's moduli)."""
     rows = [
         (p, (-pow(p, -1, 2**32)) % 2**32, 2**64 % p, 2**96 % p) for p in (int(v) for v in primes)
@@ -44,7 +44,7 @@ def montgomery_constants(primes: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint3
     return np.array(rows, dtype=np.uint32).reshape(-1, 4)
 
 
-def montgomery_consts(
+def constants_in_montgomery_form(
     consts: tuple[int, ...], primes: npt.NDArray[np.uint32]
 ) -> npt.NDArray[np.uint32]:
     """(K, n): each constant times 2^32 mod each prime, the form the residue kernel holds."""
@@ -163,8 +163,8 @@ class _Launch:
             n_step=len(residue.step),
             tables=tables,
             out=_offsets(residue.out, stride),
-            consts=montgomery_consts(lowered.consts, inputs.primes),
-            moduli=montgomery_constants(inputs.primes),
+            consts=constants_in_montgomery_form(lowered.consts, inputs.primes),
+            moduli=montgomery_moduli(inputs.primes),
             float_code=_code_rows(float_rows, float_stride),
             float_out=_offsets(float_out, float_stride),
             float_consts=np.array([float(c) for c in lowered.consts], dtype=np.float64),
