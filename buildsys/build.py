@@ -458,6 +458,9 @@ def hipify_tree(
             record = json.loads(stored)
         hipified[hip_main(path) if path in mains else path] = record["text"]
         diagnostics += record["diagnostics"]
+    from .hipify import compat_headers  # the HIP compatibility layer, in the include folder
+
+    hipified.update(compat_headers(INCLUDE_DIR))
     return SourceTree(hipified), diagnostics
 
 
