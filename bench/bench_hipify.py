@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
 import shutil
@@ -57,7 +58,6 @@ class Project:
     commit: str
     folder: str
     root: str
-    extra_roots: tuple[str, ...]
     flags: tuple[str, ...]
     files: tuple[str, ...]
 
@@ -94,7 +94,6 @@ def read_manifest(path: Path = MANIFEST) -> list[Project]:
             commit=p["commit"],
             folder=p["folder"],
             root=p["root"],
-            extra_roots=tuple(p.get("extra_roots", [])),
             flags=tuple(p.get("flags", [])),
             files=tuple(p["files"]),
         )
@@ -102,13 +101,29 @@ def read_manifest(path: Path = MANIFEST) -> list[Project]:
     ]
 
 
+_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
+
+
 def _sources(base: Path, project: Project) -> list[Path]:
-    """Every translatable source of the project, relative to its folder."""
+    """The listed files and every project file they include, transitively (relative to the
+    project folder): what must be translated for them to compile."""
+    include_dirs = [Path(project.root)] + [
+        Path(project.flags[i + 1]) for i, flag in enumerate(project.flags[:-1]) if flag == "-I"
+    ]
+    pending = [Path(project.root) / f for f in project.files]
     found: set[Path] = set()
-    for root in (project.root, *project.extra_roots):
-        for path in (base / root).rglob("*"):
-            if path.is_file() and path.suffix in SOURCE_SUFFIXES:
-                found.add(path.relative_to(base))
+    while pending:
+        relative = pending.pop()
+        if relative in found or not (base / relative).is_file():
+            continue
+        found.add(relative)
+        text = (base / relative).read_text(encoding="utf-8", errors="replace")
+        for name in _INCLUDE_RE.findall(text):
+            for folder in (relative.parent, *include_dirs):
+                candidate = Path(os.path.normpath(folder / name))
+                if (base / candidate).is_file() and candidate.parts[0] != "..":
+                    pending.append(candidate)
+                    break
     return sorted(found)
 
 
@@ -203,6 +218,7 @@ def hip_file(
     outcome.host_ok = host.returncode == 0
     if not outcome.host_ok:
         outcome.first_error = "host: " + _first_error(host)
+        return outcome  # compiles for no target: the device passes are not needed
 
     def device(group: Sequence[str], folder: Path) -> subprocess.CompletedProcess[str]:
         folder.mkdir(parents=True, exist_ok=True)
@@ -269,6 +285,10 @@ def run_bench(
             scratch.mkdir(parents=True, exist_ok=True)
             started = time.monotonic()
             nvcc_ok, nvcc_error, nvcc_kernels = nvcc_file(base, project, path, scratch)
+            if not nvcc_ok:  # not counted: the NVIDIA reference itself does not build
+                return FileResult(
+                    project.name, path, False, nvcc_error, [], ToolOutcome(), ToolOutcome()
+                )
             ours = hip_file(
                 toolchain, ours_tree, project, path, targets, scratch / "ours",
                 ["-I", str(COMPAT_DIR)], kernels,
@@ -365,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", default=",".join(DEFAULT_TARGETS))
     parser.add_argument("--projects", default="", help="comma-separated project names (all)")
     parser.add_argument("--only", default="", help="only files whose path contains this")
+    parser.add_argument(
+        "--exclude", action="append", default=[], help="leave out files containing this"
+    )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--kernels", action="store_true", help="compare kernel lists")
     parser.add_argument("--json", type=Path, metavar="OUT")
@@ -376,6 +399,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         projects = [
             Project(**{**asdict(p), "files": tuple(f for f in p.files if args.only in f)})
+            for p in projects
+        ]
+    if args.exclude:
+        projects = [
+            Project(
+                **{
+                    **asdict(p),
+                    "files": tuple(f for f in p.files if not any(x in f for x in args.exclude)),
+                }
+            )
             for p in projects
         ]
     missing = [p.folder for p in projects if not (args.corpus / p.folder).is_dir()]

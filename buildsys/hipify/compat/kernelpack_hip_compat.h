@@ -26,16 +26,20 @@
 #endif
 
 // ---- architecture guards ------------------------------------------------------------------
-// KERNELPACK_CUDA_ARCH: what `__CUDA_ARCH__` compares as in the device pass of each AMD target
-// (the translator rewrites value uses of __CUDA_ARCH__ to it). A guard asks "does this GPU have
-// the feature?"; the value is the newest NVIDIA architecture whose guarded features every listed
-// target provides through HIP:
+// KERNELPACK_CUDA_ARCH: what `__CUDA_ARCH__` compares as (the translator rewrites value uses of
+// __CUDA_ARCH__ to it). A guard asks "does this GPU have the feature?"; the value is the newest
+// NVIDIA architecture whose guarded features the AMD target provides through HIP:
 //   530 half arithmetic, 600 double atomicAdd, 700 16-bit atomicCAS and half atomicAdd,
 //   800 bf16, 890 fp8 types (hip_fp8.h converts in software where the GPU has no fp8 unit).
 // 900 (Hopper) is not claimed: code behind >= 900 is wgmma/TMA/cluster PTX, which AMD lacks.
-// Outside the device pass the macro stays undefined, as __CUDA_ARCH__ is in nvcc's host pass.
-#if defined(__HIP_DEVICE_COMPILE__) && !defined(KERNELPACK_CUDA_ARCH)
-#if defined(__GFX9__) || defined(__GFX10__) || defined(__GFX11__) || defined(__GFX12__)
+// Every gfx9, gfx10, gfx11 and gfx12 target is 890. The host pass gets the same value, unlike
+// nvcc's (where __CUDA_ARCH__ is undefined there): HIP declares its device functions in both
+// passes, so a `#if __CUDA_ARCH__ < 600` fallback defined in the host pass would redefine
+// HIP's atomicAdd. With one value for all targets, both passes agree.
+#if !defined(KERNELPACK_CUDA_ARCH)
+#if !defined(__HIP_DEVICE_COMPILE__)
+#define KERNELPACK_CUDA_ARCH 890
+#elif defined(__GFX9__) || defined(__GFX10__) || defined(__GFX11__) || defined(__GFX12__)
 #define KERNELPACK_CUDA_ARCH 890
 #else
 #error "kernelpack_hip_compat.h: no CUDA architecture for this AMD target; define KERNELPACK_CUDA_ARCH"
