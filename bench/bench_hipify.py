@@ -23,6 +23,7 @@ stderr; ``--json`` keeps every result.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -144,14 +145,25 @@ PEER_TIMEOUT_S = 60
 
 
 def translate_peer(
-    toolchain: Toolchain, base: Path, out: Path, sources: Sequence[Path], jobs: int
+    toolchain: Toolchain,
+    base: Path,
+    out: Path,
+    sources: Sequence[Path],
+    jobs: int,
+    cache: Path | None,
 ) -> list[str]:
     """hipify-perl's translation of every source into out (same layout), ``jobs`` at a time; a
-    file it fails on or takes over PEER_TIMEOUT_S for is copied untranslated (and listed)."""
+    file it fails on or takes over PEER_TIMEOUT_S for is copied untranslated (and listed).
+    hipify-perl takes seconds per file; ``cache`` keeps its outputs by source content."""
 
     def one(relative: Path) -> str | None:
         target = out / relative
         target.parent.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256((base / relative).read_bytes()).hexdigest()
+        cached = cache / digest if cache is not None else None
+        if cached is not None and cached.exists():
+            shutil.copyfile(cached, target)
+            return None
         argv = toolchain.command(["hipify-perl", str(base / relative), f"-o={target}"], cwd=base)
         try:
             result = subprocess.run(
@@ -163,6 +175,9 @@ def translate_peer(
         if failed:
             shutil.copyfile(base / relative, target)
             return str(relative)
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(target, cached)
         return None
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -257,6 +272,8 @@ def run_bench(
     jobs: int,
     kernels: bool,
     log: Callable[[str], None],
+    peer_cache: Path | None = None,
+    results_file: Path | None = None,
 ) -> list[FileResult]:
     toolchain = amd_toolchain(provision=True)
     results: list[FileResult] = []
@@ -269,7 +286,7 @@ def run_bench(
             ours_tree, peer_tree = work / "ours" / project.folder, work / "peer" / project.folder
             started = time.monotonic()
             errors = translate_ours(base, ours_tree, sources)
-            untranslated = translate_peer(toolchain, base, peer_tree, sources, jobs)
+            untranslated = translate_peer(toolchain, base, peer_tree, sources, jobs, peer_cache)
             log(
                 f"{project.name}: {len(sources)} sources translated by both tools in "
                 f"{time.monotonic() - started:.0f} s; hipify-perl failed or timed out on "
@@ -303,11 +320,26 @@ def run_bench(
                 f"{sum(map(peer.compiles, targets))}/{len(targets)} "
                 f"({time.monotonic() - started:.0f} s)"
             )
-            return FileResult(project.name, path, nvcc_ok, nvcc_error, nvcc_kernels, ours, peer)
+            result = FileResult(project.name, path, nvcc_ok, nvcc_error, nvcc_kernels, ours, peer)
+            if results_file is not None:  # one JSON line per file, as it completes
+                with results_file.open("a", encoding="utf-8") as stream:
+                    stream.write(json.dumps(asdict(result)) + "\n")
+            return result
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             results = list(pool.map(one, tasks))
     return results
+
+
+def read_results(path: Path) -> list[FileResult]:
+    """The results a run appended to ``--results`` (also a run that did not finish)."""
+    results = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        data = json.loads(line)
+        data["ours"] = ToolOutcome(**data["ours"])
+        data["peer"] = ToolOutcome(**data["peer"])
+        results.append(FileResult(**data))
+    return sorted(results, key=lambda r: (r.project, r.path))
 
 
 def missing_kernels(result: FileResult, target: str) -> list[str]:
@@ -391,6 +423,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--kernels", action="store_true", help="compare kernel lists")
     parser.add_argument("--json", type=Path, metavar="OUT")
+    parser.add_argument("--peer-cache", type=Path, metavar="DIR", help="keep hipify-perl outputs")
+    parser.add_argument("--results", type=Path, metavar="JSONL", help="append each file's result")
+    parser.add_argument(
+        "--report-from", type=Path, metavar="JSONL", help="only print the table of saved results"
+    )
     args = parser.parse_args(argv)
     projects = read_manifest()
     if args.projects:
@@ -420,10 +457,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     targets = tuple(args.targets.split(","))
+    if args.report_from is not None:
+        saved = read_results(args.report_from)
+        note = f"Saved results of {len(saved)} files ({args.report_from.name})."
+        sys.stdout.write(markdown(saved, targets, [note], args.kernels))
+        return 0
     started = time.monotonic()
     results = run_bench(
         args.corpus, projects, targets, jobs=args.jobs, kernels=args.kernels,
         log=lambda line: print(line, file=sys.stderr, flush=True),
+        peer_cache=args.peer_cache, results_file=args.results,
     )  # fmt: skip
     toolchain = amd_toolchain()
     nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout

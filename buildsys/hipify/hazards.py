@@ -179,8 +179,8 @@ HARDWARE_WAVE_NAMES = frozenset(
 def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
     """All wave-size findings of one source, at most one per token, in source order.
 
-    A literal 32 as lane count, lane id, warp id or reduction start (codes warp-size and
-    shfl-offset16) defines 32-lane "virtual warps". On a wave64 these stay correct: shuffles by 16
+    A literal 32 as lane count, lane id, warp id, reduction start or tile size (codes warp-size,
+    shfl-offset16, tile32) defines 32-lane "virtual warps". On a wave64 these stay correct: shuffles by 16
     or less, xor butterflies and width-32 shuffles never leave their half of the wavefront, so a
     reduction still ends in lane 0 of each 32-lane group, which is where ``tid % 32 == 0`` looks.
     They are reported only where the same function (or, at file scope, the file) also uses the
@@ -207,7 +207,9 @@ def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
     return [findings[k] for k in sorted(findings)]
 
 
-VIRTUAL_WARP_CODES = frozenset({"warp-size", "shfl-offset16"})
+# A 32-thread tile is 32 threads on every GPU (HIP builds it inside a wave64), so it joins the
+# classes that are only reported where the hardware wavefront is used too.
+VIRTUAL_WARP_CODES = frozenset({"warp-size", "shfl-offset16", "tile32"})
 
 
 def _mixing_ranges(view: SourceView) -> set[tuple[int, int]]:
@@ -325,6 +327,7 @@ def _shuffles_by(view: SourceView, start: int, end: int, variable: str) -> bool:
 
 
 def _tiles(view: SourceView) -> Iterator[Finding]:
+    reported: set[tuple[int, int]] = set()
     for index in view.sig:
         name = view.tokens[index].text
         if name not in ("thread_block_tile", "tiled_partition"):
@@ -339,6 +342,10 @@ def _tiles(view: SourceView) -> Iterator[Finding]:
                 sig = view.sig_in(*args[1])
                 literal = sig[0] if len(sig) == 1 else None
         if literal is not None and literal_value(view.tokens[literal].text) == 32:
+            statement = view.statement_bounds(index)
+            if statement in reported:
+                continue  # thread_block_tile<32> t = tiled_partition<32>(...): one finding
+            reported.add(statement)
             yield Finding(
                 literal,
                 "tile32",

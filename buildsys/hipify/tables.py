@@ -40,7 +40,7 @@ RUNTIME_BLOCKS: dict[str, str] = {
         cudaErrorInvalidResourceHandle hipErrorInvalidHandle
         cudaErrorLaunchFailure
         cudaErrorLaunchOutOfResources
-        cudaErrorLaunchTimeOut hipErrorLaunchTimeOut
+        cudaErrorLaunchTimeout hipErrorLaunchTimeOut
         cudaErrorNoDevice
         cudaErrorNotSupported
         cudaErrorUnknown
@@ -54,7 +54,7 @@ RUNTIME_BLOCKS: dict[str, str] = {
         cudaErrorHostMemoryNotRegistered
         cudaErrorCooperativeLaunchTooLarge
         cudaErrorAssert
-        cudaErrorNotFound
+        cudaErrorSymbolNotFound hipErrorNotFound
         cudaErrorContextIsDestroyed
         cudaErrorStreamCaptureUnsupported
     """,
@@ -202,7 +202,7 @@ RUNTIME_BLOCKS: dict[str, str] = {
         cudaStreamDefault
         cudaStreamNonBlocking
         cudaStreamPerThread
-        cudaLaunchHostFn hipLaunchHostFunc
+        cudaLaunchHostFunc hipLaunchHostFunc
         cudaHostFn_t
     """,
     "graph": """
