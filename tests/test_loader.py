@@ -27,7 +27,7 @@ from kernelpack import cli, loader
 from kernelpack.cache import DiskCache
 from kernelpack.detect import Gpu, NvidiaDevice, detect_gpus
 from kernelpack.errors import (
-    KernelpackError,
+    IntegrityError,
     KernelpackWarning,
     NoImageError,
     RuntimeLibraryError,
@@ -296,9 +296,18 @@ def test_damaged_package_image_is_refused(tmp_path: Path, cache: DiskCache, dama
     made, runtimes = make_loader(
         index, tmp_path / "pkg", [g for g in mixed_machine() if g.vendor == "nvidia"], cache
     )
-    with pytest.raises(KernelpackError, match="reinstall kernelpack") as raised:
+    with pytest.raises(IntegrityError, match="reinstall kernelpack") as raised:
         made.load("demo")
-    assert ("sha256" if damage == "flip" else "truncated") in str(raised.value)
+    message = str(raised.value)
+    if damage == "flip":  # both digests whole: the one of the bytes found and the index's
+        recorded = index["modules"]["demo"]["images"][0]["sha256"]
+        assert (
+            f"sha256 {hashlib.sha256(bytes(data)).hexdigest()}, the index says {recorded}"
+            in message
+        )
+    else:
+        assert f"{len(data)} bytes at offset 0, the index says {len(data) + 10}" in message
+    assert raised.value.exit_code == 1
     assert "nvidia" not in runtimes or runtimes["nvidia"].loads == []
 
 
@@ -629,8 +638,11 @@ def test_damaged_source_is_refused(tmp_path: Path, cache: DiskCache) -> None:
     (tmp_path / "pkg" / "device" / "demo.cu").write_text(SOURCE + "// changed\n")
     made = Loader(index=index, root=tmp_path / "pkg", gpus=mixed_machine()[:1], runtimes=RecordingRuntime,
                   compilers=lambda vendor: RecordingCompiler(), cache=cache, fragments=list)  # type: ignore[arg-type,return-value]  # fmt: skip
-    with pytest.raises(KernelpackError, match="source's sha256 differs"):
+    with pytest.raises(IntegrityError) as raised:
         made.load("demo")
+    changed = hashlib.sha256((SOURCE + "// changed\n").encode()).hexdigest()
+    recorded = index["modules"]["demo"]["source_sha256"]
+    assert f"the source's sha256 is {changed}, the index says {recorded}" in str(raised.value)
 
 
 def test_device_numbers_follow_the_visible_devices_variables(

@@ -351,7 +351,7 @@ def test_dlpack_capsule_address_is_read() -> None:
 
 
 def test_unsupported_parameter_type_is_named() -> None:
-    with pytest.raises(Exception, match=r"'struct params' cannot be passed from Python"):
+    with pytest.raises(UsageError, match=r"'struct params' cannot be passed from Python"):
         kargs.Signature.from_index("k", [{"name": "p", "type": "struct params"}])
 
 

@@ -36,12 +36,13 @@ from . import args as kargs
 from ._console import debug_enabled
 from .cache import DiskCache, cache_key
 from .errors import (
-    KernelpackError,
+    IntegrityError,
     KernelpackWarning,
     NoImageError,
     RuntimeLibraryError,
     UsageError,
 )
+from .images import read_image
 from .index import SCHEMA_VERSION, Image, Index, KernelParam, KernelResources
 from .index import Module as IndexModule
 
@@ -90,7 +91,7 @@ class Catalog:
 
     def add(self, index: Index, root: Path, origin: str) -> None:
         if index.get("schema") != SCHEMA_VERSION:
-            raise KernelpackError(
+            raise UsageError(
                 f"{root / '_index.py'}: index schema {index.get('schema')}, this kernelpack reads "
                 f"{SCHEMA_VERSION}; install matching versions of kernelpack and its device wheels"
             )
@@ -359,7 +360,6 @@ class Loader:
         self._lock = threading.RLock()
         self._runtimes: OnceMap[str, Runtime] = OnceMap()
         self._modules: OnceMap[tuple[int, str], Module] = OnceMap()
-        self._verified: set[str] = set()
         self._said: set[tuple[str, str]] = set()
 
     # -- what is installed and what is present
@@ -511,37 +511,16 @@ class Loader:
         disk cache, so each is decompressed once per machine)."""
         image = located.image
         if image["compression"] == "none":
-            data = _read_range(located.path, image["offset"], image["size"])
-            return self._verified_image(located, data)
+            data = read_image(located.root, image)
+            _debug(f"{located.label}: sha256 verified")
+            return data
         cached = self.cache.get(image["sha256"])
         if cached is not None and hashlib.sha256(cached).hexdigest() == image["sha256"]:
             _debug(f"{located.label}: from the disk cache")
-            self._verified.add(image["sha256"])
             return cached
-        from .formats import read_bundle
-
-        bundle = _read_range(located.path, 0, None)
-        entries = read_bundle(bundle, str(located.path))
-        data = next(
-            (e.data for e in entries if e.offset == image["offset"] and e.size == image["size"]),
-            b"",
-        )
-        data = self._verified_image(located, data)
-        self.cache.put(image["sha256"], data)
-        return data
-
-    def _verified_image(self, located: Located, data: bytes) -> bytes:
-        image = located.image
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != image["sha256"]:
-            raise KernelpackError(
-                f"{located.path}: the {image['target']} image (offset {image['offset']}, "
-                f"{image['size']} bytes) has sha256 {digest[:16]}..., the index says "
-                f"{image['sha256'][:16]}...; the installed file was changed or damaged: "
-                "reinstall kernelpack"
-            )
-        self._verified.add(digest)
+        data = read_image(located.root, image)
         _debug(f"{located.label}: sha256 verified")
+        self.cache.put(image["sha256"], data)
         return data
 
     def _driver_compiled(self, runtime: Runtime, ordinal: int, located: Located, gpu: Gpu) -> bytes:
@@ -605,13 +584,15 @@ class Loader:
         try:
             cuda = path.read_bytes()
         except OSError as error:
-            raise KernelpackError(
+            raise IntegrityError(
                 f"{path}: cannot read the module's source: {error.strerror}; reinstall kernelpack"
             ) from None
-        if hashlib.sha256(cuda).hexdigest() != entry["source_sha256"]:
-            raise KernelpackError(
-                f"{path}: the source's sha256 differs from the index's; the installed file was "
-                "changed or damaged: reinstall kernelpack"
+        digest = hashlib.sha256(cuda).hexdigest()
+        if digest != entry["source_sha256"]:
+            raise IntegrityError(
+                f"{path}: the source's sha256 is {digest}, the index says "
+                f"{entry['source_sha256']}; the installed file was changed or damaged: "
+                "reinstall kernelpack"
             )
         hip = path.with_suffix(".hip")
         if vendor == "amd" and hip.is_file():
@@ -660,23 +641,6 @@ def _driver_probe(environ: Mapping[str, str]) -> list[NvidiaDevice]:
     from .detect import cuda_driver_devices
 
     return cuda_driver_devices() or []
-
-
-def _read_range(path: Path, offset: int, size: int | None) -> bytes:
-    try:
-        with open(path, "rb") as file:
-            file.seek(offset)
-            data = file.read() if size is None else file.read(size)
-    except OSError as error:
-        raise KernelpackError(
-            f"{path}: cannot read the image: {error.strerror}; reinstall kernelpack"
-        ) from None
-    if size is not None and len(data) != size:
-        raise KernelpackError(
-            f"{path}: {len(data)} bytes at offset {offset}, the index says {size}; the file is "
-            "truncated: reinstall kernelpack"
-        )
-    return data
 
 
 def _compile_target(gpu: Gpu) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from . import args as kargs
-from .errors import KernelpackError, RuntimeLibraryError
+from .errors import CompileError, KernelpackError, RuntimeLibraryError
 
 # Where each library is looked for, in order: sonames first (the dynamic linker's search: ldconfig,
 # LD_LIBRARY_PATH), then the folders the vendors install to. HIP's soname carries the ROCm major.
@@ -614,7 +614,7 @@ class SourceCompiler:
         if code != 0:
             message = _c_string(self._fn("GetErrorString")(code))
             detail = f":\n{log.strip()}" if log.strip() else ""
-            raise KernelpackError(f"{self.kind} {call} failed: {message} ({code}){detail}")
+            raise CompileError(f"{self.kind} {call} failed: {message} ({code}){detail}")
 
     def version(self) -> str:
         """ "nvrtc 13.0 (libnvrtc.so.13.0.88)": part of the disk cache's key for compiled images."""
