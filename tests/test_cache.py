@@ -82,10 +82,12 @@ def test_verify_and_clear(tmp_path: Path) -> None:
         cache.put(key(n), os.urandom(64))
     (tmp_path / (key(2) + ".bin")).write_bytes(b"garbage")
     (tmp_path / "unrelated.txt").write_text("not ours")
-    good, bad = cache.verify()
-    assert {e.key for e in good} == {key(0), key(1), key(3)}
-    assert [e.key for e in bad] == [key(2)]
-    assert cache.clear() == 3
+    verified = cache.verify()
+    assert {e.key for e in verified.good} == {key(0), key(1), key(3)}
+    assert [e.key for e in verified.removed] == [key(2)]
+    assert verified.failed == []
+    cleared = cache.clear()
+    assert len(cleared.removed) == 3 and cleared.failed == []
     assert cache.entries() == []
     assert (tmp_path / "unrelated.txt").exists()
 

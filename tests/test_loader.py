@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from kernelpack import cli, loader
+from kernelpack import catalog, cli
 from kernelpack.cache import DiskCache
 from kernelpack.detect import Gpu, NvidiaDevice, detect_gpus
 from kernelpack.errors import (
@@ -35,8 +35,10 @@ from kernelpack.errors import (
 )
 from kernelpack.formats import compress_bundle, read_bundle, write_bundle
 from kernelpack.index import Image, Index
-from kernelpack.loader import Loader, OnceMap
-from kernelpack.runtime import LoadedModule, Runtime, open_library
+from kernelpack.libraries import open_library
+from kernelpack.loader import Loader
+from kernelpack.oncemap import OnceMap
+from kernelpack.runtime import LoadedModule, Runtime
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
 
@@ -211,13 +213,18 @@ ALL_NVIDIA = ("sm_80", "sm_90", "compute_80")
 def test_each_device_gets_its_best_image(tmp_path: Path, cache: DiskCache) -> None:
     index = make_package(tmp_path / "pkg", amd=ALL_AMD, nvidia=ALL_NVIDIA)
     made, runtimes = make_loader(index, tmp_path / "pkg", mixed_machine(), cache)
-    expected = {0: ("gfx1100", "amd", 0), 1: ("gfx11-generic", "amd", 1), 2: ("sm_90", "nvidia", 0)}
+    expected = {
+        "hip:0": ("gfx1100", "amd", 0),
+        "hip:1": ("gfx11-generic", "amd", 1),
+        "cuda:0": ("sm_90", "nvidia", 0),
+    }
     for device, (target, vendor, ordinal) in expected.items():
         module = made.load("demo", device)
+        assert module.device == device
         assert module.image.startswith(f"{target} ")
         assert runtimes[vendor].loads[-1] == (ordinal, payload(target))
         assert module.kernel("axpy").info["max_workgroup"] == 1024
-    assert "generic" in made.load("demo", 1).why
+    assert "generic" in made.load("demo", "hip:1").why
 
 
 def test_ptx_compiled_by_the_driver_once_per_machine(tmp_path: Path, cache: DiskCache) -> None:
@@ -274,7 +281,7 @@ def test_debug_logs_every_decision(
     monkeypatch.setenv("KERNELPACK_DEBUG", "1")
     index = make_package(tmp_path / "pkg", amd=ALL_AMD, nvidia=ALL_NVIDIA)
     made, _ = make_loader(index, tmp_path / "pkg", mixed_machine(), cache)
-    made.load("demo", 1)
+    made.load("demo", "hip:1")
     err = capsys.readouterr().err
     for target in (*ALL_AMD, *ALL_NVIDIA):
         assert f"demo on gfx1151: {target} " in err
@@ -457,7 +464,7 @@ def installed_device_wheel(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_device_wheels_found_through_entry_points(installed_device_wheel: Path) -> None:
-    found = loader.device_fragments()
+    found = catalog.device_fragments()
     mine = [(f, root, origin) for f, root, origin in found if origin == "kernelpack_device_demo"]
     assert len(mine) == 1
     fragment, root, _ = mine[0]
@@ -485,11 +492,13 @@ def test_unknown_module_kernel_and_device(tmp_path: Path, cache: DiskCache) -> N
     index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
     made, _ = make_loader(index, tmp_path / "pkg", mixed_machine(), cache)
     with pytest.raises(UsageError, match="no kernel module 'dmeo'; modules: demo"):
-        made.load("dmeo", 2)
-    with pytest.raises(UsageError, match="3 visible GPU"):
-        made.load("demo", 5)
+        made.load("dmeo", "cuda:0")
+    with pytest.raises(UsageError, match=r"1 cuda device\(s\) visible, cuda:0 to cuda:0"):
+        made.load("demo", "cuda:5")
+    with pytest.raises(UsageError, match="pass device='cuda:0' or 'hip:0'"):
+        made.load("demo", 0)  # AMD and NVIDIA GPUs here: a bare number could mean either
     with pytest.raises(UsageError, match="no kernel 'axpb'; kernels: axpy"):
-        made.load("demo", 2).kernel("axpb")
+        made.load("demo", "cuda:0").kernel("axpb")
 
 
 def test_launch_checks_arguments(tmp_path: Path, cache: DiskCache) -> None:
@@ -555,9 +564,9 @@ def packaged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """kernelpack's own index replaced by a test package; the cache in a temporary folder."""
     root = tmp_path / "pkg"
     index = make_package(root, amd=ALL_AMD, nvidia=ALL_NVIDIA)
-    monkeypatch.setattr(loader, "package_index", lambda: index)
-    monkeypatch.setattr(loader, "PACKAGE_DIR", root)
-    monkeypatch.setattr(loader, "device_fragments", list)
+    monkeypatch.setattr(catalog, "package_index", lambda: index)
+    monkeypatch.setattr(catalog, "PACKAGE_DIR", root)
+    monkeypatch.setattr(catalog, "device_fragments", list)
     monkeypatch.setenv("KERNELPACK_CACHE_DIR", str(tmp_path / "cache"))
     for variable in (
         "KERNELPACK_TARGET",
@@ -577,7 +586,9 @@ def test_info_json_names_the_image_per_gpu(
     report = json.loads(capsys.readouterr().out)
     assert [g["target"] for g in report["gpus"]] == ["gfx1100", "gfx1151"]
     chosen = [(row["device"], row["image"]["target"]) for row in report["modules"]["demo"]]
-    assert chosen == [(0, "gfx1100"), (1, "gfx11-generic")]
+    assert chosen == [("hip:0", "gfx1100"), ("hip:1", "gfx11-generic")]
+    assert all(row["image"]["verified"] for row in report["modules"]["demo"])
+    assert report["problems"] == []
     assert set(report["runtimes"]) == {"cuda", "hip", "nvrtc", "hiprtc"}
     assert report["cache"]["folder"] == os.environ["KERNELPACK_CACHE_DIR"]
 
@@ -657,5 +668,5 @@ def test_device_numbers_follow_the_visible_devices_variables(
     module = made.load("demo", 0)
     assert module.gpu.location == both[1].location
     assert runtimes["amd"].loads == [(0, payload("gfx90a"))]  # HIP numbers it 0 after the filter
-    with pytest.raises(UsageError, match="1 visible GPU"):
+    with pytest.raises(UsageError, match=r"1 hip device\(s\) visible, hip:0 to hip:0"):
         made.load("demo", 1)
