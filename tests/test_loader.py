@@ -593,11 +593,86 @@ def test_info_json_names_the_image_per_gpu(
     assert report["cache"]["folder"] == os.environ["KERNELPACK_CACHE_DIR"]
 
 
-def test_info_table_says_why_none_fits(packaged: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_info_table_says_why_none_fits_and_what_to_do(
+    packaged: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(["info", "--sysfs-root", str(SYSFS / "mi300x-8gpu")]) == 0
     out = capsys.readouterr().out
     assert out.count("gfx942") >= 8
     assert "none" in out
+    # The advice the NoImageError gives, once for the eight identical GPUs (issue 15 item 14).
+    devices = ", ".join(f"hip:{n}" for n in range(8))
+    assert f"demo on gfx942:sramecc+:xnack- ({devices}): no prebuilt image fits" in out
+    assert out.count("what to do:") == 1
+    assert 'pip install "kernelpack[gfx942]"' in out
+    assert "python -m buildsys build --targets gfx942" in out
+    assert "HSA_OVERRIDE_GFX_VERSION=9.0.10 (runs gfx90a code" in out
+
+
+def test_info_verifies_each_chosen_image(
+    packaged: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A damaged installed image is reported with both digests whole, and info exits 1."""
+    monkeypatch.setenv("KERNELPACK_TARGET", "sm_90")  # stands for an NVIDIA GPU: cuda:0
+    file = packaged / "device" / "demo.sm_90.cubin"
+    data = bytearray(file.read_bytes())
+    data[3] ^= 0x20
+    file.write_bytes(bytes(data))
+    recorded = hashlib.sha256(payload("sm_90")).hexdigest()
+    found = hashlib.sha256(bytes(data)).hexdigest()
+    laptop = str(SYSFS / "laptop-gfx1100-gfx1151")
+    assert cli.main(["info", "--sysfs-root", laptop]) == 1
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("demo") and "cuda:0" in line)
+    assert "DAMAGED" in row
+    assert f"has sha256 {found}, the index says {recorded}" in out
+    assert out.count("sha256 ok") == 2  # the two AMD GPUs' images were read and are whole
+    assert cli.main(["info", "--json", "--sysfs-root", laptop]) == 1
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    verdicts = {row["device"]: row["image"]["verified"] for row in report["modules"]["demo"]}
+    assert verdicts == {"hip:0": True, "hip:1": True, "cuda:0": False}
+    assert report["modules"]["demo"][2]["image"]["sha256"] == recorded
+    assert found in captured.err
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("INDEX = {'schema': 1, 'version': '1.0', 'modu", "SyntaxError"),
+        ("INDEX = {'schema': 1, 'version': '1.0', 'build': {}, 'modules': {'demo': 7}}",
+         "module 'demo': expected a dict, found int"),
+        ("INDEX = {'schema': 1, 'version': 1, 'build': {}, 'modules': {}}",
+         "'version' is a int, not str"),
+        ("INDEX = {'schema': 1, 'version': '1.0', 'build': {}, 'modules': {'demo': {'kernels': {},"
+         " 'source': '', 'source_sha256': '', 'images': [{'vendor': 'amd'}]}}}",
+         "module 'demo' image 0: no key 'target'"),
+        ("OTHER = 1", "it defines no INDEX"),
+    ],
+)  # fmt: skip
+def test_a_damaged_installed_index_is_one_line_and_exit_2(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    says: str,
+) -> None:
+    """A truncated or wrong-typed _index.py (issue 15 item 10), in a real package on sys.path."""
+    package = tmp_path / "site" / "damagedpkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "_index.py").write_text(text)
+    for name in ("damagedpkg", "damagedpkg._index"):  # each case imports its own file
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(catalog, "INDEX_MODULE", "damagedpkg._index")
+    monkeypatch.setattr(catalog, "PACKAGE_DIR", package)
+    monkeypatch.setattr(catalog, "device_fragments", list)
+    monkeypatch.setenv("KERNELPACK_CACHE_DIR", str(tmp_path / "cache"))
+    assert cli.main(["info", "--sysfs-root", str(SYSFS / "two-mi210")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {package / '_index.py'}: ")
+    assert says in err and "reinstall kernelpack" in err
 
 
 def test_cache_commands(packaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

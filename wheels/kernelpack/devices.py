@@ -31,6 +31,7 @@ _VISIBLE = {
     "nvidia": "CUDA_VISIBLE_DEVICES",
     "amd": "ROCR_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES",
 }
+_VENDOR_NAME = {"nvidia": "NVIDIA", "amd": "AMD"}
 _DEVICE_STRING = re.compile(r"(cuda|hip):(0|[1-9][0-9]*)")
 
 Device = int | str | None
@@ -91,8 +92,7 @@ def _of_vendor(device: str, vendor: str, number: int, gpus: Sequence[Gpu]) -> Gp
     runtime = RUNTIME_OF_VENDOR[vendor]
     if not mine:
         raise UsageError(
-            f"device={device!r}: no {vendor.upper() if vendor == 'amd' else 'NVIDIA'} GPU is "
-            f"visible here (after {_VISIBLE[vendor]}); GPUs here: {_listing(gpus)}"
+            f"device={device!r}: no {_VENDOR_NAME[vendor]} GPU is visible here (after {_VISIBLE[vendor]}); GPUs here: {_listing(gpus)}"
         )
     raise UsageError(
         f"device={device!r}: {len(mine)} {runtime} device(s) visible, {runtime}:0 to "

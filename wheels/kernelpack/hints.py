@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .devices import device_name
+
 if TYPE_CHECKING:
     from .catalog import Catalog, Choice
     from .detect import Gpu
@@ -21,7 +23,7 @@ def no_image_message(choice: Choice, catalog: Catalog, compile_problem: str) -> 
     gpu = choice.gpu
     built = sorted({e.image["target"] for e in catalog.images.get(choice.module, [])})
     lines = [
-        f"no image of module {choice.module} fits GPU {gpu.index} "
+        f"no image of module {choice.module} fits GPU {device_name(gpu)} "
         f"({gpu.vendor}{' ' + gpu.name if gpu.name else ''}, target {gpu.target}); built for: "
         f"{', '.join(built) or 'no targets'}",
         *[f"  {reason}" for reason in choice.reasons],

@@ -120,6 +120,16 @@ def found_by(gpu: Mapping[str, Any]) -> str:
     return f"{found}; {gpu['override']} (hardware {gpu['hardware']})"
 
 
+def _stand_in(instead: str) -> str:
+    """What runs where no image fits: the run-time compiler, or why there is none."""
+    if instead.startswith("run-time compile with"):
+        return instead
+    problem = next(
+        (line.strip() for line in instead.splitlines() if "run-time compilation:" in line), ""
+    )
+    return problem.replace("run-time compilation:", "no run-time compilation:", 1) or instead
+
+
 def print_info(report: Mapping[str, Any]) -> int:
     """The report as tables and lines; the exit status (1 when a chosen file is damaged)."""
     gpu_rows = [
@@ -142,9 +152,10 @@ def print_info(report: Mapping[str, Any]) -> int:
                 check = check or "sha256 ok"
             else:
                 chosen = "none"
-                why = row["instead"].splitlines()[0]
+                stand_in = _stand_in(row["instead"])
+                why = "no prebuilt image fits (below: what to do)"
                 devices, _, _ = advice.setdefault(
-                    (module, row["target"]), ([], row["instead"].splitlines()[0], row["advice"])
+                    (module, row["target"]), ([], stand_in, row["advice"])
                 )
                 devices.append(row["device"])
             rows.append((module, row["device"], row["target"], chosen, check, why))
