@@ -1,0 +1,91 @@
+"""``python -m kernelpack inspect``: what a GPU code file holds, as JSON or as tables.
+
+:func:`describe` is the JSON report (the file as :func:`kernelpack.formats.read_image` reads it,
+and each bundle entry's own image); :func:`print_report` renders the same report as tables for a
+person. Both take the report's strings from the file, so they are data: JSON keeps them exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._console import print_table
+from .bundles import Bundle
+from .formats import read_image
+
+
+def describe(data: bytes, path: str) -> dict[str, Any]:
+    """What ``kernelpack inspect --json`` prints: the file as read_image reads it, and for a
+    bundle each entry's image as well (null for the host entry and for entries that are not ELF,
+    such as the bitcode of an -fgpu-rdc bundle)."""
+    image = read_image(data, path)
+    report = image.to_json()
+    if isinstance(image, Bundle):
+        for entry, row in zip(image.entries, report["entries"], strict=True):
+            inner = None
+            if entry.data.startswith(b"\x7fELF"):
+                inner = read_image(entry.data, f"{path}: entry {entry.id}").to_json()
+            row["image"] = inner
+    return report
+
+
+def print_report(path: str, report: dict[str, Any]) -> None:
+    """The report of :func:`describe` as tables: a bundle's entries, then each image's kernels."""
+    if report["format"] == "bundle":
+        packing = "".join(
+            f", CCOB v{c['version']} {c['method']} ({c['size']} -> {c['uncompressed_size']} bytes)"
+            for c in report["compression"]
+        )
+        entries = report["entries"]
+        layout = [(entry["id"], entry["offset"], entry["size"]) for entry in entries]
+        print_table(f"{path}: offload bundle{packing}", ("entry", "offset", "size"), layout)
+        for entry in entries:
+            if entry["image"] is not None:
+                print()
+                _print_code_object(entry["id"], entry["image"])
+    elif report["format"] == "code_object":
+        _print_code_object(path, report)
+    elif report["format"] == "cubin":
+        kernels = [
+            (k["name"], k["registers"], k["shared"], k["local"], k["max_threads"])
+            for k in report["kernels"]
+        ]
+        title = f"{path}: cubin {report['target']} (CUDA ELF ABI {report['elf_abi_version']})"
+        print_table(title, ("kernel", "registers", "shared", "local", "max threads"), kernels)
+    else:
+        title = f"{path}: PTX {report['version']}, .target {report['target']}"
+        print_table(title, ("entry",), [(name,) for name in report["entries"]])
+
+
+_CODE_OBJECT_COLUMNS = (
+    "kernel",
+    "VGPR",
+    "SGPR",
+    "AGPR",
+    "LDS",
+    "scratch",
+    "spills",
+    "wavefront",
+    "max workgroup",
+)
+
+
+def _print_code_object(title: str, image: dict[str, Any]) -> None:
+    heading = f"{title}: {image['target']}, code object v{image['code_object_version']}"
+    if image["generic_version"]:
+        heading += f", generic version {image['generic_version']}"
+    rows = [
+        (
+            k["name"],
+            k["vgpr"],
+            k["sgpr"],
+            k["agpr"],
+            k["lds"],
+            k["scratch"],
+            k["sgpr_spills"] + k["vgpr_spills"],
+            k["wavefront"],
+            k["max_workgroup"],
+        )
+        for k in image["kernels"]
+    ]
+    print_table(heading, _CODE_OBJECT_COLUMNS, rows)
