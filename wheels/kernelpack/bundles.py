@@ -6,7 +6,10 @@ compressed bundle is one or more CCOB blocks, each a zlib or zstd stream of a pl
 size and an MD5 hash. Layouts are in shared/reference/FORMATS.md.
 
 Anything truncated, corrupt or hostile ends in one :class:`~kernelpack.errors.FormatError` naming
-the path, the byte offset and what was expected there.
+the path, the byte offset and what was expected there. Memory stays proportional to the file:
+entries are read-only views of the file's (or the decompressed bundle's) bytes, so entries that
+alias one region cost nothing each, and all CCOB blocks of a file together decompress to at most
+:func:`decompression_budget` bytes, refused from their headers before anything is inflated.
 """
 
 from __future__ import annotations
@@ -19,13 +22,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._elf import Buffer
 from .errors import FormatError, UsageError
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 CCOB_MAGIC = b"CCOB"
 HIP_BUNDLE_ALIGNMENT = 4096  # what hipcc --genco uses (the bundler's own default is 1)
 HOST_ENTRY_ID = "host-x86_64-unknown-linux-gnu-"  # the empty host entry hipcc --genco writes
-MAX_UNCOMPRESSED_BYTES = 1 << 32  # a sane bound: a bundle of GPU code is far below 4 GiB
+# The decompression budget of one file, all its CCOB blocks together (decompression_budget):
+# hipcc's zstd bundles are 5 to 10 times smaller than what they hold (the fixtures: 5.4, 6.2);
+# 128 times leaves room for bundles of near-identical targets, the floor for small files.
+DECOMPRESSED_PER_FILE_BYTE = 128
+DECOMPRESSED_FLOOR_BYTES = 16 << 20
+MAX_DECOMPRESSED_BYTES = 1 << 30  # the hard cap, whatever the file's size
 DEFAULT_CCOB_VERSION = 2  # what clang-offload-bundler 21 (Debian, ROCm 7) writes by default
 ZSTD_LEVEL = 3  # LLVM's level for zstd
 ZLIB_LEVEL = 6  # zlib's default, which LLVM uses
@@ -48,11 +57,13 @@ class BundleEntry:
     """One image of a bundle: ``<kind>-<triple>-<target>`` and its bytes.
 
     ``offset`` is where the bytes sit in the uncompressed bundle (for a compressed bundle, in the
-    bundle its CCOB decompresses to): the builder stores it in the index.
+    bundle its CCOB decompresses to): the builder stores it in the index. ``view`` is a read-only
+    view of the bytes where they lie, never a copy: a hostile bundle may point thousands of
+    entries at one region, and ``data`` copies one entry only when it is asked for.
     """
 
     id: str
-    data: bytes = field(repr=False)
+    view: memoryview = field(repr=False)
     offset: int
     kind: str  # "host", "hip", "hipv4", "openmp"
     triple: str  # "amdgcn-amd-amdhsa-" (empty environment), "x86_64-unknown-linux-gnu"
@@ -60,7 +71,12 @@ class BundleEntry:
 
     @property
     def size(self) -> int:
-        return len(self.data)
+        return self.view.nbytes
+
+    @property
+    def data(self) -> bytes:
+        """A copy of the entry's bytes (each call copies; ``view`` does not)."""
+        return self.view.tobytes()
 
 
 @dataclass(frozen=True)
@@ -124,24 +140,34 @@ def split_bundle_id(text: str) -> tuple[str, str, str]:
     return parts[0], "-".join(parts[1:5]), target
 
 
-def read_bundle(data: bytes, path: str) -> list[BundleEntry]:
+def decompression_budget(file_size: int) -> int:
+    """How many bytes all CCOB blocks of a ``file_size``-byte file may decompress to, together:
+    proportional to the file, at least the floor, never more than the hard cap."""
+    proportional = max(DECOMPRESSED_FLOOR_BYTES, DECOMPRESSED_PER_FILE_BYTE * file_size)
+    return min(MAX_DECOMPRESSED_BYTES, proportional)
+
+
+def read_bundle(data: Buffer, path: str) -> list[BundleEntry]:
     """The entries of a bundle, plain or compressed (one CCOB or several in a row)."""
     return list(parse_bundle(data, path).entries)
 
 
-def parse_bundle(data: bytes, path: str) -> Bundle:
-    if data.startswith(CCOB_MAGIC):
+def parse_bundle(data: Buffer, path: str) -> Bundle:
+    """A bundle, plain or compressed, with the CCOB headers it was compressed under."""
+    view = memoryview(data).toreadonly().cast("B")
+    if view[: len(CCOB_MAGIC)] == CCOB_MAGIC:
         headers: list[CompressedHeader] = []
         entries: list[BundleEntry] = []
-        for header, plain in _decompress_all(data, path):
+        for header, plain in _decompress_all(view, path):
             headers.append(header)
-            entries += _read_plain_bundle(plain, f"{path} (bundle of the CCOB at {header.offset})")
+            where = f"{path} (bundle of the CCOB at {header.offset})"
+            entries += _read_plain_bundle(memoryview(plain).toreadonly(), where)
         return Bundle(tuple(entries), tuple(headers))
-    return Bundle(tuple(_read_plain_bundle(data, path)))
+    return Bundle(tuple(_read_plain_bundle(view, path)))
 
 
-def _read_plain_bundle(data: bytes, path: str) -> list[BundleEntry]:
-    if not data.startswith(BUNDLE_MAGIC):
+def _read_plain_bundle(data: memoryview, path: str) -> list[BundleEntry]:
+    if data[: len(BUNDLE_MAGIC)] != BUNDLE_MAGIC:
         raise FormatError(path, 0, f"the offload bundle magic {BUNDLE_MAGIC.decode()}")
     at = len(BUNDLE_MAGIC)
     if len(data) < at + 8:
@@ -160,7 +186,7 @@ def _read_plain_bundle(data: bytes, path: str) -> list[BundleEntry]:
             raise FormatError(path, at + 16, f"an entry id length inside the file, not {id_size}")
         id_at = at + _ENTRY_HEADER.size
         try:
-            text = data[id_at : id_at + id_size].decode("ascii")
+            text = bytes(data[id_at : id_at + id_size]).decode("ascii")
             kind, triple, target = split_bundle_id(text)
         except (UnicodeDecodeError, ValueError):
             raise FormatError(
@@ -247,18 +273,36 @@ def compress_bundle(
     return common + layout.pack(*sizes, digest) + payload
 
 
-def _md5_low64(data: bytes) -> int:
+def _md5_low64(data: Buffer) -> int:
     """LLVM's MD5Result::low(): the first 8 bytes of the digest as a little-endian integer."""
     low: int = struct.unpack("<Q", hashlib.md5(data, usedforsecurity=False).digest()[:8])[0]
     return low
 
 
-def _decompress_all(data: bytes, path: str) -> list[tuple[CompressedHeader, bytes]]:
-    """Each CCOB of a file and the bundle it holds; CCOBs may follow each other directly."""
-    results = []
+def _decompress_all(data: memoryview, path: str) -> list[tuple[CompressedHeader, Buffer]]:
+    """Each CCOB of a file and the bundle it holds; CCOBs may follow each other directly.
+
+    Each block's claimed size is charged to the file's budget before it is inflated, and inflating
+    stops one byte past the claim: the blocks together never allocate more than the budget.
+    """
+    results: list[tuple[CompressedHeader, Buffer]] = []
+    budget = decompression_budget(len(data))
+    left = budget
     at = 0
     while at < len(data):
         header = _ccob_header(data, at, path)
+        if header.uncompressed_size > left:
+            size_at = at + (8 if header.version == 1 else 12 if header.version == 2 else 16)
+            spent = f"{budget - left} spent by the CCOBs before; " if left < budget else ""
+            raise FormatError(
+                path,
+                size_at,
+                f"an uncompressed size within the decompression budget of the {len(data)}-byte "
+                f"file ({budget} bytes for all its CCOBs together: {DECOMPRESSED_PER_FILE_BYTE} "
+                f"times the file, at least {DECOMPRESSED_FLOOR_BYTES}, at most "
+                f"{MAX_DECOMPRESSED_BYTES}; {spent}{left} left), not {header.uncompressed_size}",
+            )
+        left -= header.uncompressed_size
         payload_at = at + _CCOB_COMMON.size + _CCOB_HEADERS[header.version].size
         plain = _decompress(header, data[payload_at : at + header.size], path, payload_at)
         if _md5_low64(plain) != header.hash:
@@ -272,7 +316,7 @@ def _decompress_all(data: bytes, path: str) -> list[tuple[CompressedHeader, byte
     return results
 
 
-def _ccob_header(data: bytes, at: int, path: str) -> CompressedHeader:
+def _ccob_header(data: memoryview, at: int, path: str) -> CompressedHeader:
     if len(data) - at < _CCOB_COMMON.size:
         raise FormatError(path, at, "an 8-byte CCOB header")
     magic, version, method_id = _CCOB_COMMON.unpack_from(data, at)
@@ -297,17 +341,10 @@ def _ccob_header(data: bytes, at: int, path: str) -> CompressedHeader:
             raise FormatError(
                 path, at + 8, f"a CCOB size between {header_size} and {len(data) - at}, not {total}"
             )
-    if uncompressed > MAX_UNCOMPRESSED_BYTES:
-        size_at = at + (8 if version == 1 else 12 if version == 2 else 16)
-        raise FormatError(
-            path,
-            size_at,
-            f"an uncompressed size of at most {MAX_UNCOMPRESSED_BYTES}, not {uncompressed}",
-        )
     return CompressedHeader(at, version, method, total, uncompressed, digest)
 
 
-def _decompress(header: CompressedHeader, payload: bytes, path: str, at: int) -> bytes:
+def _decompress(header: CompressedHeader, payload: memoryview, path: str, at: int) -> Buffer:
     """The payload decompressed, never producing more than the header's size plus one byte."""
     size = header.uncompressed_size
     expected = f"a {header.method} stream of exactly {size} bytes"
@@ -337,30 +374,31 @@ def _zstd_compress(data: bytes) -> bytes:
     return compressed
 
 
-def _zstd_decompress(payload: bytes, size: int) -> bytes | None:
+def _zstd_decompress(payload: memoryview, size: int) -> bytearray | None:
     """zstd frames decompressed up to ``size + 1`` bytes; None if the stream is corrupt.
 
     Reading in chunks bounds memory by what the stream really yields, whatever a frame header
     claims; a stream that yields more than ``size`` is cut short and then refused by the caller.
+    The chunks go straight into one buffer, so the peak is the output, not twice it.
     """
-    chunks: list[bytes] = []
+    out = bytearray()
     produced = 0
     if sys.version_info >= (3, 14):
         from compression import zstd
 
-        rest = payload
+        rest: Buffer = payload
         try:
             while rest and produced <= size:
                 decompressor = zstd.ZstdDecompressor()
                 chunk = decompressor.decompress(rest, max_length=size + 1 - produced)
-                chunks.append(chunk)
+                out += chunk
                 produced += len(chunk)
                 if not decompressor.eof:
                     break
                 rest = decompressor.unused_data
         except zstd.ZstdError:
             return None
-        return b"".join(chunks) if not rest or produced > size else None
+        return out if not rest or produced > size else None
     import zstandard
 
     reader = zstandard.ZstdDecompressor().stream_reader(payload, read_across_frames=True)
@@ -369,8 +407,8 @@ def _zstd_decompress(payload: bytes, size: int) -> bytes | None:
             chunk = reader.read(min(_DECOMPRESS_CHUNK, size + 1 - produced))
             if not chunk:
                 break
-            chunks.append(chunk)
+            out += chunk
             produced += len(chunk)
     except zstandard.ZstdError:
         return None
-    return b"".join(chunks)
+    return out

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _msgpack
-from ._elf import SHT_DYNSYM, SHT_SYMTAB, Elf
+from ._elf import SHT_DYNSYM, SHT_SYMTAB, Buffer, Elf
 from .errors import FormatError
 from .index import KernelResources
 from .targets import AMD_BY_MACH, TargetId
@@ -124,7 +124,7 @@ class CodeObject:
         }
 
 
-def read_code_object(data: bytes, path: str) -> CodeObject:
+def read_code_object(data: Buffer, path: str) -> CodeObject:
     """An AMDGPU code object's target (from e_flags) and kernels (from the metadata note).
 
     The metadata's own target string and each kernel descriptor's wave32 bit are checked against

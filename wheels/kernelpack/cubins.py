@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from ._elf import SHT_SYMTAB, STB_GLOBAL, STT_FUNC, Elf, Section
+from ._elf import SHT_SYMTAB, STB_GLOBAL, STT_FUNC, Buffer, Elf, Section
 from .errors import FormatError
 from .index import KernelResources
 
@@ -95,7 +95,7 @@ class Cubin:
         }
 
 
-def read_cubin(data: bytes, path: str) -> Cubin:
+def read_cubin(data: Buffer, path: str) -> Cubin:
     """A cubin's SM (e_flags, and .nv.compat for 'a' targets) and its kernels' resources."""
     elf = Elf(data, path, machine=EM_CUDA, what="an NVIDIA cubin")
     if elf.abi_version == 8:
@@ -114,6 +114,7 @@ def read_cubin(data: bytes, path: str) -> Cubin:
     symbols = elf.symbols(symtab)
     per_symbol = _per_symbol_attributes(elf, len(symbols))
     kernels = []
+    threads_of: dict[str, int] = {}  # per name: symbols may repeat one, its records are read once
     for symbol in symbols:
         if not (
             symbol.type == STT_FUNC and symbol.bind == STB_GLOBAL and symbol.other & _STO_CUDA_ENTRY
@@ -121,13 +122,15 @@ def read_cubin(data: bytes, path: str) -> Cubin:
             continue
         attributes = per_symbol.get(symbol.index, {})
         shared = elf.section(f".nv.shared.{symbol.name}")
+        if symbol.name not in threads_of:
+            threads_of[symbol.name] = _max_threads(elf, symbol.name)
         kernels.append(
             CudaKernel(
                 name=symbol.name,
                 registers=attributes.get(EIATTR_REGCOUNT, 0),
                 shared=shared.size if shared else 0,
                 local=attributes.get(EIATTR_MIN_STACK_SIZE, 0),
-                max_threads=_max_threads(elf, symbol.name),
+                max_threads=threads_of[symbol.name],
             )
         )
     return Cubin(sm, arch_specific, elf.abi_version, tuple(kernels))
@@ -200,7 +203,9 @@ _PTX_VERSION = re.compile(r"^[ \t]*\.version[ \t]+(\d+\.\d+)[ \t]*$", re.M)
 _PTX_TARGET = re.compile(r"^[ \t]*\.target[ \t]+(\w+)", re.M)
 _PTX_ADDRESS_SIZE = re.compile(r"^[ \t]*\.address_size[ \t]+(\d+)", re.M)
 _PTX_ENTRY = re.compile(r"\.entry[ \t\r\n]+([A-Za-z_$%][\w$]*)")
-_PTX_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+# An unclosed /* runs to the end of the text: one match, where requiring */ would rescan the rest
+# of the text from every /* (quadratic on a file of "/*/*/*...").
+_PTX_COMMENT = re.compile(r"//[^\n]*|/\*.*?(?:\*/|\Z)", re.S)
 _PTX_SM = re.compile(r"sm_(\d+)[af]?")
 
 
@@ -226,9 +231,9 @@ class Ptx:
         }
 
 
-def read_ptx(data: bytes, path: str) -> Ptx:
+def read_ptx(data: Buffer, path: str) -> Ptx:
     """PTX text: its ISA version, target and kernel entry names."""
-    body = data.rstrip(b"\0")  # PTX taken from a fat binary ends in NULs
+    body = bytes(data).rstrip(b"\0")  # PTX taken from a fat binary ends in NULs
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 from typing import TypeAlias
 
+from ._elf import Buffer
 from .bundles import (
     BUNDLE_MAGIC,
     CCOB_MAGIC,
@@ -71,14 +72,15 @@ __all__ = [
 ImageFile: TypeAlias = Bundle | CodeObject | Cubin | Ptx
 
 
-def read_image(data: bytes, path: str) -> ImageFile:
+def read_image(data: Buffer, path: str) -> ImageFile:
     """Whatever GPU code file this is: a bundle (plain or CCOB), a code object, a cubin or PTX."""
-    if data.startswith((BUNDLE_MAGIC, CCOB_MAGIC)):
+    head = bytes(data[:65536])  # what tells the formats apart, copied once from a view
+    if head.startswith((BUNDLE_MAGIC, CCOB_MAGIC)):
         return parse_bundle(data, path)
-    if data.startswith(b"\x7fELF"):
-        if len(data) < 20:
-            raise FormatError(path, len(data), "an ELF header")
-        (machine,) = struct.unpack_from("<H", data, 18)
+    if head.startswith(b"\x7fELF"):
+        if len(head) < 20:
+            raise FormatError(path, len(head), "an ELF header")
+        (machine,) = struct.unpack_from("<H", head, 18)
         if machine == EM_AMDGPU:
             return read_code_object(data, path)
         if machine == EM_CUDA:
@@ -86,7 +88,7 @@ def read_image(data: bytes, path: str) -> ImageFile:
         raise FormatError(
             path, 18, f"ELF machine {EM_AMDGPU} (AMDGPU) or {EM_CUDA} (CUDA), not {machine}"
         )
-    if b".version" in data[:65536] and b".target" in data[:65536]:
+    if b".version" in head and b".target" in head:
         return read_ptx(data, path)
     raise FormatError(
         path, 0, "an offload bundle, a CCOB, an AMDGPU code object, a cubin or PTX text"

@@ -10,23 +10,53 @@ from __future__ import annotations
 from typing import Any
 
 from ._console import print_table
+from ._elf import Buffer
 from .bundles import Bundle
+from .errors import FormatError
 from .formats import read_image
 
 
-def describe(data: bytes, path: str) -> dict[str, Any]:
+def describe(data: Buffer, path: str) -> dict[str, Any]:
     """What ``kernelpack inspect --json`` prints: the file as read_image reads it, and for a
     bundle each entry's image as well (null for the host entry and for entries that are not ELF,
-    such as the bitcode of an -fgpu-rdc bundle)."""
+    such as the bitcode of an -fgpu-rdc bundle).
+
+    An entry whose bytes are an earlier entry's (the same place and size: hipcc never writes
+    that, a hostile file may write it thousands of times) is read once: its row says
+    ``same_bytes_as`` that entry and carries no image of its own. Entries read as images may
+    together cover no more bytes than the bundle holds, so entries that overlap otherwise are
+    refused: time and output stay proportional to the file.
+    """
     image = read_image(data, path)
     report = image.to_json()
     if isinstance(image, Bundle):
-        for entry, row in zip(image.entries, report["entries"], strict=True):
-            inner = None
-            if entry.data.startswith(b"\x7fELF"):
-                inner = read_image(entry.data, f"{path}: entry {entry.id}").to_json()
-            row["image"] = inner
+        _describe_entries(image, report["entries"], path, len(data))
     return report
+
+
+def _describe_entries(bundle: Bundle, rows: list[dict[str, Any]], path: str, size: int) -> None:
+    holds = size + sum(header.uncompressed_size for header in bundle.compression)
+    first_with: dict[tuple[int, int, int], str] = {}
+    read = 0
+    for entry, row in zip(bundle.entries, rows, strict=True):
+        row["image"] = row["same_bytes_as"] = None
+        if bytes(entry.view[:4]) != b"\x7fELF":
+            continue
+        place = (id(entry.view.obj), entry.offset, entry.size)
+        if place in first_with:
+            row["same_bytes_as"] = first_with[place]
+            continue
+        first_with[place] = entry.id
+        read += entry.size
+        if read > holds:
+            raise FormatError(
+                path,
+                entry.offset,
+                f"bundle entries that do not overlap: entry {entry.id} ({entry.size} bytes at "
+                f"{entry.offset}) brings the bytes read as images beyond the {holds} the file "
+                "and its decompressed bundles hold",
+            )
+        row["image"] = read_image(entry.view, f"{path}: entry {entry.id}").to_json()
 
 
 def print_report(path: str, report: dict[str, Any]) -> None:
