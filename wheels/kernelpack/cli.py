@@ -14,7 +14,7 @@ from typing import Any
 from ._console import print_json, print_table, run_cli
 from .detect import detect_gpus
 from .errors import UsageError
-from .formats import describe
+from .inspection import describe, print_report
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,45 +67,8 @@ def _inspect(args: argparse.Namespace) -> int:
     report = describe(data, path)
     if args.json:
         print_json(report)
-        return 0
-
-    def code_object(title: str, image: dict[str, Any]) -> None:
-        heading = f"{title}: {image['target']}, code object v{image['code_object_version']}"
-        if image["generic_version"]:
-            heading += f", generic version {image['generic_version']}"
-        columns = ("kernel", "VGPR", "SGPR", "AGPR", "LDS", "scratch", "spills", "wavefront",
-                   "max workgroup")  # fmt: skip
-        rows = [
-            (k["name"], k["vgpr"], k["sgpr"], k["agpr"], k["lds"], k["scratch"],
-             k["sgpr_spills"] + k["vgpr_spills"], k["wavefront"], k["max_workgroup"])
-            for k in image["kernels"]
-        ]  # fmt: skip
-        print_table(heading, columns, rows)
-
-    if report["format"] == "bundle":
-        packing = "".join(
-            f", CCOB v{c['version']} {c['method']} ({c['size']} -> {c['uncompressed_size']} bytes)"
-            for c in report["compression"]
-        )
-        entries = report["entries"]
-        layout = [(entry["id"], entry["offset"], entry["size"]) for entry in entries]
-        print_table(f"{path}: offload bundle{packing}", ("entry", "offset", "size"), layout)
-        for entry in entries:
-            if entry["image"] is not None:
-                print()
-                code_object(entry["id"], entry["image"])
-    elif report["format"] == "code_object":
-        code_object(path, report)
-    elif report["format"] == "cubin":
-        kernels = [
-            (k["name"], k["registers"], k["shared"], k["local"], k["max_threads"])
-            for k in report["kernels"]
-        ]
-        title = f"{path}: cubin {report['target']} (CUDA ELF ABI {report['elf_abi_version']})"
-        print_table(title, ("kernel", "registers", "shared", "local", "max threads"), kernels)
     else:
-        title = f"{path}: PTX {report['version']}, .target {report['target']}"
-        print_table(title, ("entry",), [(name,) for name in report["entries"]])
+        print_report(path, report)
     return 0
 
 
