@@ -1,12 +1,14 @@
 """Shared fixtures: the provisioned AMD toolchain and the GPU gate.
 
 Tests marked ``toolchain`` get the AMD compiler through the same provisioning a user gets
-(buildsys.toolchain); tests marked ``gpu`` are skipped where no GPU can be used.
+(buildsys.toolchain); tests marked ``gpu`` are skipped where no GPU can be used, and those marked
+``nvcc`` where NVIDIA's compiler is not on PATH.
 """
 
 from __future__ import annotations
 
 import functools
+import shutil
 from typing import TYPE_CHECKING
 
 import pytest
@@ -25,12 +27,18 @@ def gpu_available() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if gpu_available():
-        return
-    skip = pytest.mark.skip(reason="no GPU on this machine (libcuda absent or no device)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    """Skip, with the reason, what this machine cannot run: ``gpu`` tests without a GPU, ``nvcc``
+    tests without nvcc on PATH. Nothing else is ever skipped on the quiet."""
+    missing = {
+        "gpu": None if gpu_available() else "no GPU on this machine (libcuda absent or no device)",
+        "nvcc": None if shutil.which("nvcc") else "no nvcc on PATH (NVIDIA's CUDA toolkit)",
+    }
+    for marker, reason in missing.items():
+        if reason is None:
+            continue
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")
