@@ -15,7 +15,7 @@ class KernelpackError(Exception):
     exit_code: int = 1
 
 
-class UsageError(KernelpackError):
+class UsageError(KernelpackError, ValueError):
     """Bad input: an argument, a file or a key that cannot be used as given."""
 
     exit_code = 2
@@ -40,6 +40,14 @@ class NoImageError(KernelpackError):
 
 class RuntimeLibraryError(KernelpackError):
     """The vendor runtime (libcuda, libamdhip64) is missing or reported an error."""
+
+
+class IntegrityError(KernelpackError):
+    """An image whose sha256 does not match its index: never loaded."""
+
+
+class CompileError(KernelpackError):
+    """Device code could not be compiled (by the builder, or at run time by NVRTC/hipRTC)."""
 
 
 class KernelpackWarning(UserWarning):
