@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import cast
 
 from kernelpack.atomic import atomic_folder, atomic_write
-from kernelpack.errors import FormatError, UsageError
+from kernelpack.errors import FormatError
 from kernelpack.formats import compress_bundle, read_bundle, write_bundle
+from kernelpack.images import IMAGE_FILE_SUFFIXES, IMAGE_KINDS, KINDS_BY_NAME
 from kernelpack.index import SCHEMA_VERSION, BuildFacts, Image, Index, KernelParam, KernelResources
 
 from .cache import sha256_hex
@@ -40,9 +41,7 @@ SHARD_FILE = "shard.json"  # beside the index of a build limited by --targets: w
 AMD_BUNDLE_ID_PREFIX = "hipv4-amdgcn-amd-amdhsa--"
 # Files of device/ that a build owns: a rebuild removes those it did not write this time, so a
 # target dropped from the matrix leaves no image behind.
-DEVICE_SUFFIXES = (".hsaco", ".cubin", ".ptx", ".cu", ".hip")
-_KIND_ORDER = {"code_object": 0, "cubin": 1, "ptx": 2}
-_SUFFIX = {"cubin": "cubin", "ptx": "ptx"}
+DEVICE_SUFFIXES = (*IMAGE_FILE_SUFFIXES, ".cu", ".hip")
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ class BuiltImage:
 
     @property
     def order(self) -> tuple[int, str]:
-        return _KIND_ORDER[self.kind], self.target
+        return KINDS_BY_NAME[self.kind].order, self.target
 
 
 def package_files(
@@ -124,9 +123,11 @@ def place_images(
     The fat build, merge and each device wheel lay out their images through this one function.
     """
     placed: list[Image] = []
-    amd = [i for i in images if i.kind == "code_object"]
+    bundled = [k for k in IMAGE_KINDS if k.bundled]
+    (bundle_kind,) = bundled  # one bundle per module, of the one bundled kind (AMD code objects)
+    amd = [i for i in images if i.kind == bundle_kind.name]
     if amd:
-        name = f"{DEVICE_DIR}/{module}.hsaco"
+        name = f"{DEVICE_DIR}/{module}{bundle_kind.file_suffix}"
         raw = write_bundle([(AMD_BUNDLE_ID_PREFIX + i.target, i.data) for i in amd])
         files[name] = compress_bundle(raw) if compress else raw
         entries = {entry.target: entry for entry in read_bundle(raw, name)}
@@ -136,8 +137,8 @@ def place_images(
                 _image(image, name, entry.offset, entry.size, "zstd" if compress else "none")
             )
     for image in images:
-        if image.kind != "code_object":
-            name = f"{DEVICE_DIR}/{module}.{image.target}.{_SUFFIX[image.kind]}"
+        if image.kind != bundle_kind.name:
+            name = f"{DEVICE_DIR}/{module}.{image.target}{KINDS_BY_NAME[image.kind].file_suffix}"
             files[name] = image.data
             placed.append(_image(image, name, 0, len(image.data), "none"))
     return placed
@@ -322,27 +323,3 @@ def _fill(staging: Path, out: Path, files: Mapping[str, bytes], *, prefix: str =
                 destination = staging / f"{DEVICE_DIR}/{path.name}".removeprefix(prefix)
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, destination)
-
-
-def read_image_bytes(
-    folder: Path, relative: str, image: Image, bundles: dict[str, dict[str, bytes]]
-) -> bytes:
-    """One image's bytes out of a built output folder (a build, a shard, a merge), checked against
-    the index's sha256; ``bundles`` caches each bundle's entries across calls."""
-    path = folder / relative
-    if image["kind"] == "code_object":
-        if relative not in bundles:
-            try:
-                entries = read_bundle(path.read_bytes(), str(path))
-            except OSError:
-                raise UsageError(f"{path}: missing; the shard is incomplete") from None
-            bundles[relative] = {entry.target: entry.data for entry in entries}
-        data = bundles[relative].get(image["target"])
-        if data is None:
-            raise FormatError(str(path), 0, f"a bundle entry for {image['target']}")
-    else:
-        data = path.read_bytes() if path.is_file() else b""
-        data = data[image["offset"] : image["offset"] + image["size"]]
-    if sha256_hex(data) != image["sha256"]:
-        raise UsageError(f"{path}: the {image['target']} image does not match its index's sha256")
-    return data

@@ -15,13 +15,12 @@ from pathlib import Path
 
 from kernelpack.errors import KernelpackError
 from kernelpack.formats import read_code_object, read_cubin, read_ptx
+from kernelpack.images import KINDS_BY_NAME
 from kernelpack.index import KernelResources
 
 from .index_writer import BuiltImage
 from .matrix import MatrixTarget
 from .modules import KernelModule
-
-SUFFIX = {"code_object": "co", "cubin": "cubin", "ptx": "ptx"}
 
 
 @dataclass(frozen=True)
@@ -36,7 +35,7 @@ class Job:
     @property
     def tree_name(self) -> str:
         """Which source tree the job compiles: the hipified one for AMD, CUDA for NVIDIA."""
-        return "hip" if self.kind == "code_object" else "cuda"
+        return KINDS_BY_NAME[self.kind].compiler
 
     @property
     def source(self) -> str:
@@ -45,7 +44,7 @@ class Job:
 
     @property
     def output(self) -> str:
-        return f"{self.module.name}.{self.target.shard}.{SUFFIX[self.kind]}"
+        return f"{self.module.name}.{self.target.shard}{KINDS_BY_NAME[self.kind].object_suffix}"
 
     @property
     def label(self) -> str:
@@ -89,7 +88,7 @@ def compile_argv(
     the machine's folders: compiled anywhere, the same source gives the same bytes.
     """
     source = job.source.rsplit("/", 1)[-1]
-    if job.kind == "code_object":
+    if job.tree_name == "hip":
         # -cuid: clang otherwise derives the translation unit's id from the output path, which
         # would make the object depend on where it was built.
         return [
@@ -111,7 +110,7 @@ def read_kernels(kind: str, data: bytes, name: str) -> tuple[str, dict[str, Kern
     PTX carries no resource figures before the driver compiles it: its kernels get zeros, and the
     warp size every NVIDIA GPU has.
     """
-    if kind == "code_object":
+    if KINDS_BY_NAME[kind].vendor == "amd":
         code_object = read_code_object(data, name)
         return str(code_object.target), code_object.resources()
     if kind == "cubin":

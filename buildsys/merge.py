@@ -20,6 +20,8 @@ from typing import Any
 
 from kernelpack._console import print_json, print_table
 from kernelpack.errors import UsageError
+from kernelpack.formats import BundleEntry
+from kernelpack.images import read_image
 from kernelpack.index import Index
 
 from .cache import sha256_hex
@@ -29,13 +31,15 @@ from .index_writer import (
     BuiltImage,
     ModuleSources,
     package_files,
-    read_image_bytes,
     read_index,
     write_output,
 )
 from .matrix import load_matrix
 from .settings import add_arguments as add_settings_arguments
 from .settings import check_writable_folder, resolve_settings
+
+# What restores a shard whose image does not match its index.
+REBUILD_SHARD = "rebuild the shard (python -m buildsys build --targets T --out DIR)"
 
 
 @dataclass(frozen=True)
@@ -154,9 +158,9 @@ def merge(
         toolchains.update(shard.manifest["toolchains"])
         flags.update(shard.manifest["flags"])
         for name, module in sorted(shard.index["modules"].items()):
-            bundles: dict[str, dict[str, bytes]] = {}
+            bundles: dict[Path, list[BundleEntry]] = {}
             for image in module["images"]:
-                data = read_image_bytes(shard.path, image["file"], image, bundles)
+                data = read_image(shard.path, image, remedy=REBUILD_SHARD, bundles=bundles)
                 images.append(
                     BuiltImage(
                         name,

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpack.errors import UsageError
+from kernelpack.images import IMAGE_KINDS
 from kernelpack.paths import user_cache_folder
 
 from . import REPO_ROOT
@@ -37,13 +38,9 @@ from . import REPO_ROOT
 ENV_PREFIX = "KERNELPACK_BUILD_"
 CONFIG_TABLE = "tool.kernelpack"
 
-# The compile flags of each kind of image (recorded in the index); jobs.compile_argv adds the
-# per-job parts: target, defines, include folders, dependency file, output.
-FLAGS: dict[str, tuple[str, ...]] = {
-    "code_object": ("--genco", "-O3", "--no-gpu-bundle-output"),
-    "cubin": ("-cubin", "-O3"),
-    "ptx": ("-ptx", "-O3"),
-}
+# The compile flags of each kind of image, from kernelpack's image-kind table (recorded in the
+# index); jobs.compile_argv adds the per-job parts: target, defines, include folders, output.
+FLAGS: dict[str, tuple[str, ...]] = {kind.name: kind.compile_flags for kind in IMAGE_KINDS}
 
 
 def package_version(project: Path = REPO_ROOT) -> str:

@@ -34,13 +34,15 @@ from pathlib import Path
 
 from kernelpack._console import print_json, print_table
 from kernelpack.atomic import atomic_write
+from kernelpack.formats import BundleEntry
+from kernelpack.images import IMAGE_FILE_SUFFIXES, read_image
 from kernelpack.index import Index
 from kernelpack.targets import AMD_FAMILIES, TargetId
 
 from . import REPO_ROOT
 from .build import build
 from .errors import BuildError
-from .index_writer import BuiltImage, place_images, read_image_bytes, read_index, render_index
+from .index_writer import BuiltImage, place_images, read_index, render_index
 from .merge import merge
 from .report import failure_error, print_summary
 from .settings import add_arguments as add_settings_arguments
@@ -193,7 +195,7 @@ def _auditwheel_repair(wheel: Path, out_dir: Path) -> tuple[Path, str]:
     changed = [
         name
         for name, data in before.items()
-        if name.endswith(_IMAGE_SUFFIXES) and after.get(name) != data
+        if name.endswith(IMAGE_FILE_SUFFIXES) and after.get(name) != data
     ]
     if changed:
         raise BuildError(f"auditwheel repair changed device images: {', '.join(changed)}")
@@ -221,7 +223,7 @@ def split_wheels(fat: Path, device_dir: Path, out_dir: Path, *, epoch: int) -> l
     host_files = {
         name: data
         for name, data in files.items()
-        if not (name.startswith("kernelpack/device/") and name.endswith(_IMAGE_SUFFIXES))
+        if not (name.startswith("kernelpack/device/") and name.endswith(IMAGE_FILE_SUFFIXES))
     }
     host_files["kernelpack/_index.py"] = render_index(host_index).encode()
     dist_info = next(n.split("/")[0] for n in files if n.endswith(".dist-info/METADATA"))
@@ -235,16 +237,13 @@ def split_wheels(fat: Path, device_dir: Path, out_dir: Path, *, epoch: int) -> l
     return paths
 
 
-_IMAGE_SUFFIXES = (".hsaco", ".cubin", ".ptx")
-
-
 def _built_images(device_dir: Path, index: Index) -> list[BuiltImage]:
     """Every image of a build output folder, read back and checked against the index."""
     images = []
     for name, module in sorted(index["modules"].items()):
-        bundles: dict[str, dict[str, bytes]] = {}
+        bundles: dict[Path, list[BundleEntry]] = {}
         for image in module["images"]:
-            data = read_image_bytes(device_dir, image["file"], image, bundles)
+            data = read_image(device_dir, image, remedy="rebuild it", bundles=bundles)
             images.append(
                 BuiltImage(
                     name, image["vendor"], image["target"], image["kind"], data, image["kernels"]
