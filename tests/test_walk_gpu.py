@@ -17,6 +17,7 @@ from test_walk import (
     check_random_programs,
     fresh_rng,
     largest_primes,
+    random_case,
     random_walks,
 )
 
@@ -154,7 +155,7 @@ def test_gpu_batch_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch larger than one piece (here: 1000 walks) runs piece by piece, each into its own
     part of the result."""
     rng, seed = fresh_rng()
-    monkeypatch.setattr(gpu, "piece_walks", lambda inputs, free: 1000)
+    monkeypatch.setattr(gpu, "piece_walks", lambda inputs, free, p_final=True: 1000)
     program = compile_program(_field(2), ["x", "y"])
     arguments = {"shifts": rng.integers(-40, 50, (2500, 2)), "dirs": rng.integers(-3, 4, (2500, 2)),
                  "primes": EDGE_PRIMES, "depth": 50, "depth1": 20, "depth2": 50,
@@ -186,3 +187,80 @@ def test_gpu_many_constants_take_small_blocks() -> None:
         assert_walks_agree(result, expected, program, shifts, dirs, (10, 30), 0.5)
     except AssertionError as error:
         raise AssertionError(f"seed {seed}: {error}") from None
+
+
+# ---- selection on the GPU and device-resident I/O ------------------------------------------
+
+
+@pytest.mark.parametrize("m", [2, 3, 4])
+def test_gpu_selection_follows_the_rule_on_random_programs(
+    m: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The selection kernels' hits and top k are the rule's over the GPU's own alive and delta2
+    (ties planted, dead and NaN walks from random programs), in pieces of 23 walks too."""
+    from test_walk_select import check_selection, planted_walks
+
+    rng, seed = fresh_rng()
+    for index in range(6):
+        program, arguments = random_case(rng, m, 2, 70, max_depth=25)
+        arguments["shifts"], arguments["dirs"] = planted_walks(rng, 70, 2)
+        full = run(program, **arguments)  # type: ignore[arg-type]
+        finite = full.delta2[np.isfinite(full.delta2)]
+        min_delta = float(np.median(finite)) if len(finite) else 0.0
+        top_k = int(rng.integers(0, 90))
+        if index % 2:
+            monkeypatch.setattr(gpu, "piece_walks", lambda inputs, free, p_final=True: 23)
+        chosen = run(program, **arguments, outputs=(), min_delta=min_delta, top_k=top_k)  # type: ignore[arg-type]
+        monkeypatch.undo()
+        assert chosen.P_final is None and chosen.est2 is None
+        try:
+            check_selection(chosen, full.alive, full.est2, full.delta2, arguments["shifts"],  # type: ignore[arg-type]
+                            arguments["dirs"], min_delta, top_k)  # type: ignore[arg-type]  # fmt: skip
+        except AssertionError as error:
+            raise AssertionError(f"seed {seed}, program {index}: {error}") from None
+
+
+def test_gpu_selection_at_scale_equals_the_host_rule() -> None:
+    """10^5 walks, 1000 kept: every digit pass of the radix selection has work to do."""
+    from kernelpack.walk.select import select
+
+    rng, seed = fresh_rng()
+    program = compile_program(_field(2), ["x", "y"])
+    walks = 100_000
+    shifts, dirs = rng.integers(1, 60, (walks, 2)), rng.integers(1, 4, (walks, 2))
+    arguments = {"shifts": shifts, "dirs": dirs, "primes": largest_primes(4), "depth": 80,
+                 "depth1": 40, "depth2": 80, "target": 0.3}  # fmt: skip
+    chosen = run(program, **arguments, min_delta=0.05, top_k=1000)  # type: ignore[arg-type]
+    hits, top = select(chosen.alive, chosen.est2, chosen.delta2, shifts, dirs, 0.05, 1000)
+    assert chosen.top is not None and chosen.hits is not None and hits is not None
+    np.testing.assert_array_equal(chosen.top.walk, top.walk, err_msg=f"seed {seed}")
+    np.testing.assert_array_equal(chosen.hits.walk, hits.walk, err_msg=f"seed {seed}")
+    np.testing.assert_array_equal(chosen.top.dirs, top.dirs)
+
+
+def test_gpu_device_resident_inputs_and_outputs() -> None:
+    """torch tensors in: the outputs are torch tensors on that GPU, equal to the numpy call's;
+    P_final only when asked; the selection the same."""
+    torch = pytest.importorskip("torch")
+    rng, seed = fresh_rng()
+    program = compile_program(_field(3), ["x", "y"])
+    shifts, dirs = rng.integers(-20, 50, (3000, 2)), rng.integers(-3, 4, (3000, 2))
+    arguments = {"primes": EDGE_PRIMES, "depth": 60, "depth1": 30, "depth2": 60, "target": 0.5}
+    expected = run(program, shifts, dirs, **arguments, min_delta=0.0, top_k=50)  # type: ignore[arg-type]
+    on_gpu = run(program, torch.from_numpy(shifts).cuda(), torch.from_numpy(dirs).cuda(),
+                 **arguments, min_delta=0.0, top_k=50)  # type: ignore[arg-type]  # fmt: skip
+    assert on_gpu.P_final.is_cuda and on_gpu.alive.dtype == torch.bool
+    np.testing.assert_array_equal(
+        on_gpu.P_final.cpu().numpy(), expected.P_final, err_msg=f"seed {seed}"
+    )
+    np.testing.assert_array_equal(on_gpu.alive.cpu().numpy(), expected.alive)
+    np.testing.assert_array_equal(on_gpu.delta2.cpu().numpy(), expected.delta2)
+    assert on_gpu.top is not None and expected.top is not None
+    np.testing.assert_array_equal(on_gpu.top.walk, expected.top.walk)
+    lean = run(program, torch.from_numpy(shifts).cuda(), torch.from_numpy(dirs).cuda(),
+               **arguments, outputs=("delta2",))  # type: ignore[arg-type]  # fmt: skip
+    assert lean.P_final is None and lean.alive is None
+    np.testing.assert_array_equal(lean.delta2.cpu().numpy(), expected.delta2)
+    with pytest.raises(ValueError, match="shifts: expected a C-contiguous int64"):
+        run(program, torch.from_numpy(shifts).cuda().int(), torch.from_numpy(dirs).cuda(),
+            **arguments)  # type: ignore[arg-type]  # fmt: skip
