@@ -7,6 +7,12 @@ The comparisons and random inputs are test_walk.py's.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from test_walk import (
@@ -26,6 +32,7 @@ from kernelpack.walk.inputs import check_inputs
 from kernelpack.walk.lower import FLOAT_REGISTER_DEGREES, REGISTER_DEGREES, lower
 
 pytestmark = pytest.mark.gpu
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("dim", [1, 2, 3])
@@ -264,3 +271,43 @@ def test_gpu_device_resident_inputs_and_outputs() -> None:
     with pytest.raises(ValueError, match="shifts: expected a C-contiguous int64"):
         run(program, torch.from_numpy(shifts).cuda().int(), torch.from_numpy(dirs).cuda(),
             **arguments)  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_gpu_sweep_finds_aperys_walk(tmp_path: Path) -> None:
+    """A sweep over Apery's field (shifts 1..12, dirs 1..4) aimed at 6/zeta(3) - 5: the best walk
+    is the one that starts at shift 1 with direction 1, Apery's continued fraction itself."""
+    spec = tmp_path / "apery.toml"
+    spec.write_text(
+        'matrix = [["0", "-n**6"], ["1", "34*n**3 + 51*n**2 + 27*n + 5"]]\naxes = ["n"]\n'
+        f"target = {6 / 1.2020569031595942 - 5!r}\ndepth = 30\ndepth1 = 15\nprimes = 8\n"
+        "shifts = [[1, 12]]\ndirs = [[1, 4]]\ntop_k = 5\nshard_walks = 16\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "wheels"), *sys.path])}
+    base = [sys.executable, "-m", "kernelpack", "sweep"]
+    done = subprocess.run([*base, "run", str(spec), "--out", str(tmp_path / "out"), "--workers",
+                           "1"], env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    best = subprocess.run([*base, "top", str(tmp_path / "out"), "--json", "-k", "3"], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    top = json.loads(best.stdout)["top"]
+    assert (top[0]["shift"], top[0]["dir"]) == ([1], [1]), top
+    assert abs(top[0]["est"] - (6 / 1.2020569031595942 - 5)) < 1e-14
+
+
+def test_gpu_pipelined_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With pipelining from 500 walks, 3000 walks run in 4 pieces whose copies to the host
+    overlap the next piece: every output equals the numpy walker's (outputs are poisoned on the
+    device, so a missed copy shows)."""
+    rng, seed = fresh_rng()
+    monkeypatch.setattr(gpu, "PIPELINE_MIN_WALKS", 500)
+    program = compile_program(_field(3), ["x", "y"])
+    arguments = {"shifts": rng.integers(-40, 50, (3000, 2)), "dirs": rng.integers(-3, 4, (3000, 2)),
+                 "primes": EDGE_PRIMES, "depth": 40, "depth1": 20, "depth2": 40,
+                 "target": 1.0}  # fmt: skip
+    result = run(program, **arguments)  # type: ignore[arg-type]
+    expected = run_numpy(program, **arguments)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
+    np.testing.assert_array_equal(result.alive, expected.alive)
+    for name in ("est1", "est2", "delta1", "delta2"):
+        ours, theirs = getattr(result, name), getattr(expected, name)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-9, err_msg=f"{name}, seed {seed}")

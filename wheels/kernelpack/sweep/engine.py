@@ -183,6 +183,7 @@ def run_sweep(spec: Spec, store: Store, options: EngineOptions,
     failures: list[str] = []
     started = time.perf_counter()
     computed = 0
+    commits: list[tuple[float, int]] = []  # (time, walks) of each shard committed by this run
     if todo:
         client = _client(options)
         try:
@@ -202,6 +203,7 @@ def run_sweep(spec: Spec, store: Store, options: EngineOptions,
                     result: ShardResult = payload
                     if store.commit(result, attempts[result.shard]):
                         computed += result.walks
+                        commits.append((time.perf_counter(), result.walks))
                         progress.add(result.walks)
                         if on_commit is not None:
                             on_commit(result.shard)
@@ -233,5 +235,15 @@ def run_sweep(spec: Spec, store: Store, options: EngineOptions,
         "shards": spec.shards, "shards_done": shards_done, "walks": spec.walks,
         "walks_done": walks_done, "walks_this_run": computed, "seconds": seconds,
         "triples_per_second": computed * len(spec.primes) * spec.depth / seconds if seconds else 0.0,
+        "steady_triples_per_second": _steady(commits, len(spec.primes) * spec.depth),
         "failures": failures,
     }  # fmt: skip
+
+
+def _steady(commits: list[tuple[float, int]], triples_per_walk: int) -> float | None:
+    """Triples per second from the first commit to the last (the walks after the first): the
+    throughput without the cluster's start and the workers' first module load."""
+    if len(commits) < 2 or commits[-1][0] <= commits[0][0]:
+        return None
+    walks = sum(w for _, w in commits[1:])
+    return walks * triples_per_walk / (commits[-1][0] - commits[0][0])

@@ -50,6 +50,10 @@ SELECT_MAX_BLOCKS = 2048
 SELECT_STATE_WORDS = 8
 SELECT_DIGITS = 12
 SELECT_BINS = 256
+# Numpy results come back piece by piece on a second stream while the next piece computes: a
+# batch of at least 2 * PIPELINE_MIN_WALKS walks runs in at least PIPELINE_PIECES pieces.
+PIPELINE_PIECES = 4
+PIPELINE_MIN_WALKS = 65536
 POISON = 0xFF  # outputs are filled with this byte before a launch (NaN for the floats)
 # Below 2^53 every integer is a float64; the margin of one bit covers the rounding of the
 # float64 interval arithmetic that bounds the values (float_registers_exact).
@@ -320,6 +324,55 @@ class _Buffers:
     def pointer(self, buffer: Any) -> int:
         return int(buffer.data_ptr()) if self.framework == "torch" else int(buffer.data.ptr)
 
+    # Copies to the host that overlap the next piece's kernels: page-locked host memory, a
+    # second stream that waits for the launching stream's work so far, events to wait on.
+
+    def pinned(self, nbytes: int) -> tuple[Any, npt.NDArray[np.uint8]]:
+        """Page-locked host memory of ``nbytes`` (its owner, and the bytes as numpy)."""
+        if self.framework == "torch":
+            owner = self._xp.empty(max(nbytes, 1), dtype=self._xp.uint8, pin_memory=True)
+            return owner, owner.numpy()[:nbytes]
+        owner = self._xp.cuda.alloc_pinned_memory(max(nbytes, 1))
+        return owner, np.frombuffer(owner, np.uint8, nbytes)
+
+    def side_stream(self) -> Any:
+        if self.framework == "torch":
+            return self._xp.cuda.Stream(device=self.device)
+        with self._xp.cuda.Device(self.device):
+            return self._xp.cuda.Stream(non_blocking=True)
+
+    def side_waits(self, side: Any) -> None:
+        """``side`` runs what is queued on it next only after the launching stream's work so
+        far."""
+        event = self._xp.cuda.Event()
+        if self.framework == "torch":
+            event.record(self._xp.cuda.current_stream(self.device))
+        else:
+            with self._xp.cuda.Device(self.device):
+                event.record(self._xp.cuda.get_current_stream())
+        side.wait_event(event)
+
+    def copy_to_host(
+        self, host: npt.NDArray[np.uint8], offset: int, buffer: Any, nbytes: int, side: Any
+    ) -> None:
+        """Queue a copy of ``nbytes`` of ``buffer`` to ``host[offset:]`` (pinned) on ``side``."""
+        if self.framework == "torch":
+            torch = self._xp
+            target = torch.from_numpy(host[offset : offset + nbytes])
+            with torch.cuda.stream(side):
+                target.copy_(buffer[:nbytes], non_blocking=True)
+            buffer.record_stream(side)  # the allocator keeps it until the copy has run
+            return
+        runtime = self._xp.cuda.runtime
+        runtime.memcpyAsync(host.ctypes.data + offset, self.pointer(buffer), nbytes,
+                            runtime.memcpyDeviceToHost, side.ptr)  # fmt: skip
+
+    def mark(self, side: Any) -> Any:
+        """An event after the work queued on ``side`` so far (wait on it with .synchronize())."""
+        event = self._xp.cuda.Event()
+        event.record(side)
+        return event
+
     def stream(self) -> int:
         if self.framework == "torch":
             return int(self._xp.cuda.current_stream(self.device).cuda_stream)
@@ -576,13 +629,19 @@ def _walk(
         whole["est"] = buffers.filled(4 * walks * 8, POISON)
         if "P_final" in wanted:
             whole["P_final"] = buffers.filled(walks * p_final_bytes, POISON)
-    host: dict[str, npt.NDArray[Any]] = {}
+    host: dict[str, tuple[Any, npt.NDArray[np.uint8]]] = {}
     if not on_gpu:
+        host["alive"] = buffers.pinned(4 * walks)
+        host["est"] = buffers.pinned(4 * 8 * walks)
         if "P_final" in wanted:
-            host["P_final"] = np.empty((walks, primes_count, m, m), dtype=np.uint32)
-        host["alive"] = np.empty(walks, dtype=bool)
-        host["est"] = np.empty((4, walks))
+            host["P_final"] = buffers.pinned(walks * p_final_bytes)
+    side = buffers.side_stream() if not on_gpu else None
+    # pieces whose copies may still be running: (event after its copies, its device buffers)
+    in_flight: list[tuple[Any, list[Any]]] = []
     piece = piece_walks(inputs, buffers.free_bytes(), "P_final" in wanted)
+    if not on_gpu and walks >= 2 * PIPELINE_MIN_WALKS:
+        # at least PIPELINE_PIECES pieces, so that copies overlap the next piece's kernels
+        piece = min(piece // 2, max(PIPELINE_MIN_WALKS, -(-walks // PIPELINE_PIECES)))
     for start in range(0, walks, piece):
         count = min(walks, start + piece) - start
         if isinstance(inputs, DeviceInputs):
@@ -593,7 +652,10 @@ def _walk(
             est_ptr = buffers.pointer(est_d) + 8 * start
             p_final_ptr = (buffers.pointer(whole["P_final"]) + p_final_bytes * start
                            if "P_final" in whole else 0)  # fmt: skip
+            p_final_d = None
         else:
+            while len(in_flight) >= 2:  # at most two pieces' buffers held
+                in_flight.pop(0)[0].synchronize()
             part = slice(start, start + count)
             shifts_d = buffers.upload(inputs.shifts[part])
             dirs_d = buffers.upload(inputs.dirs[part])
@@ -629,6 +691,16 @@ def _walk(
             shared_mem=float_slots * 8 * launch.float_block,
             stream=stream,
         )
+        if side is not None:
+            buffers.side_waits(side)
+            if p_final_d is not None:
+                buffers.copy_to_host(host["P_final"][1], p_final_bytes * start, p_final_d,
+                                     p_final_bytes * count, side)  # fmt: skip
+            buffers.copy_to_host(host["alive"][1], 4 * start, alive_d, 4 * count, side)
+            for row in range(4):
+                buffers.copy_to_host(host["est"][1], 8 * (row * walks + start),
+                                     est_d[8 * row * count :], 8 * count, side)  # fmt: skip
+            in_flight.append((buffers.mark(side), [shifts_d, dirs_d, alive_d, est_d, p_final_d]))
         if selector is not None:
             selector.piece(
                 {"est2": est_rows[1], "delta2": est_rows[3], "alive": alive_ptr,
@@ -636,16 +708,8 @@ def _walk(
                 count,
                 start,
             )  # fmt: skip
-        if not on_gpu:
-            part = slice(start, start + count)
-            if p_final_d is not None:
-                host["P_final"][part] = buffers.download(
-                    p_final_d, np.uint32, (count, primes_count, m, m)
-                )
-            if wanted & {"alive"}:
-                host["alive"][part] = buffers.download(alive_d, np.uint32, (count,)) != 0
-            if wanted & {"est1", "est2", "delta1", "delta2"}:
-                host["est"][:, part] = buffers.download(est_d, np.float64, (4, count))
+    for event, _ in in_flight:
+        event.synchronize()
     hits, top = selector.result() if selector is not None else (None, None)
     if on_gpu:
         estimates = buffers.typed(whole["est"], "float64", (4, walks))
@@ -653,7 +717,10 @@ def _walk(
         p_final = (buffers.typed(whole["P_final"], "uint32", (walks, primes_count, m, m))
                    if "P_final" in whole else None)  # fmt: skip
     else:
-        estimates, alive, p_final = host["est"], host["alive"], host.get("P_final")
+        estimates = host["est"][1].view(np.float64).reshape(4, walks)
+        alive = host["alive"][1].view(np.uint32) != 0
+        p_final = (host["P_final"][1].view(np.uint32).reshape(walks, primes_count, m, m)
+                   if "P_final" in host else None)  # fmt: skip
     values = {"P_final": p_final, "alive": alive, "est1": estimates[0], "est2": estimates[1],
               "delta1": estimates[2], "delta2": estimates[3]}  # fmt: skip
     kept = {name: values[name] if name in wanted else None for name in OUTPUTS}
