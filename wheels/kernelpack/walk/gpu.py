@@ -353,18 +353,23 @@ class _Buffers:
         side.wait_event(event)
 
     def copy_to_host(
-        self, host: npt.NDArray[np.uint8], offset: int, buffer: Any, nbytes: int, side: Any
+        self,
+        host: tuple[Any, npt.NDArray[np.uint8]],
+        offset: int,
+        buffer: Any,
+        nbytes: int,
+        side: Any,
     ) -> None:
-        """Queue a copy of ``nbytes`` of ``buffer`` to ``host[offset:]`` (pinned) on ``side``."""
+        """Queue a copy of ``nbytes`` of ``buffer`` to pinned ``host`` (from pinned(), at
+        ``offset``) on ``side``."""
+        owner, view = host
         if self.framework == "torch":
-            torch = self._xp
-            target = torch.from_numpy(host[offset : offset + nbytes])
-            with torch.cuda.stream(side):
-                target.copy_(buffer[:nbytes], non_blocking=True)
+            with self._xp.cuda.stream(side):
+                owner[offset : offset + nbytes].copy_(buffer[:nbytes], non_blocking=True)
             buffer.record_stream(side)  # the allocator keeps it until the copy has run
             return
         runtime = self._xp.cuda.runtime
-        runtime.memcpyAsync(host.ctypes.data + offset, self.pointer(buffer), nbytes,
+        runtime.memcpyAsync(view.ctypes.data + offset, self.pointer(buffer), nbytes,
                             runtime.memcpyDeviceToHost, side.ptr)  # fmt: skip
 
     def mark(self, side: Any) -> Any:
@@ -641,7 +646,7 @@ def _walk(
     piece = piece_walks(inputs, buffers.free_bytes(), "P_final" in wanted)
     if not on_gpu and walks >= 2 * PIPELINE_MIN_WALKS:
         # at least PIPELINE_PIECES pieces, so that copies overlap the next piece's kernels
-        piece = min(piece // 2, max(PIPELINE_MIN_WALKS, -(-walks // PIPELINE_PIECES)))
+        piece = max(1, min(piece // 2, max(PIPELINE_MIN_WALKS, -(-walks // PIPELINE_PIECES))))
     for start in range(0, walks, piece):
         count = min(walks, start + piece) - start
         if isinstance(inputs, DeviceInputs):
@@ -694,11 +699,11 @@ def _walk(
         if side is not None:
             buffers.side_waits(side)
             if p_final_d is not None:
-                buffers.copy_to_host(host["P_final"][1], p_final_bytes * start, p_final_d,
+                buffers.copy_to_host(host["P_final"], p_final_bytes * start, p_final_d,
                                      p_final_bytes * count, side)  # fmt: skip
-            buffers.copy_to_host(host["alive"][1], 4 * start, alive_d, 4 * count, side)
+            buffers.copy_to_host(host["alive"], 4 * start, alive_d, 4 * count, side)
             for row in range(4):
-                buffers.copy_to_host(host["est"][1], 8 * (row * walks + start),
+                buffers.copy_to_host(host["est"], 8 * (row * walks + start),
                                      est_d[8 * row * count :], 8 * count, side)  # fmt: skip
             in_flight.append((buffers.mark(side), [shifts_d, dirs_d, alive_d, est_d, p_final_d]))
         if selector is not None:
@@ -713,7 +718,7 @@ def _walk(
     hits, top = selector.result() if selector is not None else (None, None)
     if on_gpu:
         estimates = buffers.typed(whole["est"], "float64", (4, walks))
-        alive = buffers.typed(whole["alive"], "uint32", (walks,)) != 0
+        alive = buffers.typed(whole["alive"], "int32", (walks,)) != 0  # 0 or 1
         p_final = (buffers.typed(whole["P_final"], "uint32", (walks, primes_count, m, m))
                    if "P_final" in whole else None)  # fmt: skip
     else:
