@@ -31,7 +31,6 @@ depth1 = 1000
 primes = 32
 shifts = [[1, 250], [1, {high}]]
 dirs = [[1, 20], [1, 20]]
-min_delta = 0.5
 top_k = 100
 shard_walks = 1000000
 """

@@ -296,18 +296,19 @@ def test_gpu_sweep_finds_aperys_walk(tmp_path: Path) -> None:
 
 def test_gpu_pipelined_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """With pipelining from 500 walks, 3000 walks run in 4 pieces whose copies to the host
-    overlap the next piece: every output equals the numpy walker's (outputs are poisoned on the
-    device, so a missed copy shows)."""
+    overlap the next piece: P_final and alive equal the numpy walker's, and the estimates are
+    bit for bit those of one piece (outputs are poisoned on the device, so a missed copy shows)."""
     rng, seed = fresh_rng()
-    monkeypatch.setattr(gpu, "PIPELINE_MIN_WALKS", 500)
     program = compile_program(_field(3), ["x", "y"])
     arguments = {"shifts": rng.integers(-40, 50, (3000, 2)), "dirs": rng.integers(-3, 4, (3000, 2)),
                  "primes": EDGE_PRIMES, "depth": 40, "depth1": 20, "depth2": 40,
                  "target": 1.0}  # fmt: skip
+    whole = run(program, **arguments)  # type: ignore[arg-type]
+    monkeypatch.setattr(gpu, "PIPELINE_MIN_WALKS", 500)
     result = run(program, **arguments)  # type: ignore[arg-type]
     expected = run_numpy(program, **arguments)  # type: ignore[arg-type]
     np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
     np.testing.assert_array_equal(result.alive, expected.alive)
     for name in ("est1", "est2", "delta1", "delta2"):
-        ours, theirs = getattr(result, name), getattr(expected, name)
-        np.testing.assert_allclose(ours, theirs, rtol=1e-9, err_msg=f"{name}, seed {seed}")
+        ours, theirs = getattr(result, name), getattr(whole, name)
+        np.testing.assert_array_equal(ours, theirs, err_msg=f"{name}, seed {seed}")

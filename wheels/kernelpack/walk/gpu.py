@@ -28,6 +28,7 @@ from .inputs import (
     check_scalars,
     check_shape,
     positions_fit,
+    ranges_from_bounds,
 )
 from .lower import FLOAT_REGISTER_DEGREES, Lowered, lower
 from .program import INT64_MAX, INT64_MIN, Op, Program
@@ -223,14 +224,7 @@ class DeviceInputs:
         return self.shape[1]
 
     def axis_ranges(self, steps: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        """Per axis bounds on the positions from step 0 to ``steps`` (wider than the exact range
-        when the walk with the extreme shift is not the one with the extreme dir)."""
-        low_shift, high_shift, low_dir, high_dir = self.bounds.astype(np.float64)
-        reach = float(steps)
-        return (
-            low_shift + np.minimum(0.0, reach * low_dir),
-            high_shift + np.maximum(0.0, reach * high_dir),
-        )
+        return ranges_from_bounds(self.bounds, steps)
 
 
 def on_device(value: object) -> bool:
@@ -636,8 +630,10 @@ def _walk(
             whole["P_final"] = buffers.filled(walks * p_final_bytes, POISON)
     host: dict[str, tuple[Any, npt.NDArray[np.uint8]]] = {}
     if not on_gpu:
-        host["alive"] = buffers.pinned(4 * walks)
-        host["est"] = buffers.pinned(4 * 8 * walks)
+        if "alive" in wanted:
+            host["alive"] = buffers.pinned(4 * walks)
+        if wanted & {"est1", "est2", "delta1", "delta2"}:
+            host["est"] = buffers.pinned(4 * 8 * walks)
         if "P_final" in wanted:
             host["P_final"] = buffers.pinned(walks * p_final_bytes)
     side = buffers.side_stream() if not on_gpu else None
@@ -701,8 +697,9 @@ def _walk(
             if p_final_d is not None:
                 buffers.copy_to_host(host["P_final"], p_final_bytes * start, p_final_d,
                                      p_final_bytes * count, side)  # fmt: skip
-            buffers.copy_to_host(host["alive"], 4 * start, alive_d, 4 * count, side)
-            for row in range(4):
+            if "alive" in host:
+                buffers.copy_to_host(host["alive"], 4 * start, alive_d, 4 * count, side)
+            for row in range(4 if "est" in host else 0):
                 buffers.copy_to_host(host["est"], 8 * (row * walks + start),
                                      est_d[8 * row * count :], 8 * count, side)  # fmt: skip
             in_flight.append((buffers.mark(side), [shifts_d, dirs_d, alive_d, est_d, p_final_d]))
@@ -722,8 +719,9 @@ def _walk(
         p_final = (buffers.typed(whole["P_final"], "uint32", (walks, primes_count, m, m))
                    if "P_final" in whole else None)  # fmt: skip
     else:
-        estimates = host["est"][1].view(np.float64).reshape(4, walks)
-        alive = host["alive"][1].view(np.uint32) != 0
+        estimates = (host["est"][1].view(np.float64).reshape(4, walks) if "est" in host
+                     else [None] * 4)  # fmt: skip
+        alive = host["alive"][1].view(np.uint32) != 0 if "alive" in host else None
         p_final = (host["P_final"][1].view(np.uint32).reshape(walks, primes_count, m, m)
                    if "P_final" in host else None)  # fmt: skip
     values = {"P_final": p_final, "alive": alive, "est1": estimates[0], "est2": estimates[1],

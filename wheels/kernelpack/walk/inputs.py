@@ -6,6 +6,7 @@ caller can tell at once which of eight arguments to fix.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Iterable
@@ -106,11 +107,37 @@ class WalkInputs:
     def dim(self) -> int:
         return int(self.shifts.shape[1])
 
+    @functools.cached_property
+    def bounds(self) -> npt.NDArray[np.int64]:
+        """(4, dim): per axis the smallest and largest shift, the smallest and largest dir."""
+        return axis_bounds(self.shifts, self.dirs)
+
     def axis_ranges(self, steps: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        """Per axis the lowest and highest position from step 0 to ``steps``, in float64."""
-        shifts = self.shifts.astype(np.float64)
-        far = shifts + float(steps) * self.dirs.astype(np.float64)
-        return np.minimum(shifts, far).min(axis=0), np.maximum(shifts, far).max(axis=0)
+        """Per axis bounds on the positions from step 0 to ``steps``, in float64."""
+        return ranges_from_bounds(self.bounds, steps)
+
+
+def axis_bounds(
+    shifts: npt.NDArray[np.int64], dirs: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """Rows: min shift, max shift, min dir, max dir, per axis (walk.cu's walk_bounds on the
+    host). One column at a time: numpy reduces a (B, 2) array over B several times slower."""
+    rows = [[getattr(a[:, j], f)() for j in range(a.shape[1])]
+            for a in (shifts, dirs) for f in ("min", "max")]  # fmt: skip
+    return np.array(rows, dtype=np.int64).reshape(4, shifts.shape[1])
+
+
+def ranges_from_bounds(
+    bounds: npt.NDArray[np.int64], steps: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Per axis the lowest and highest position any walk can reach from step 0 to ``steps``
+    (wider than the exact range when the extreme shift and the extreme dir are different
+    walks' ), in float64."""
+    low_shift, high_shift, low_dir, high_dir = bounds.astype(np.float64)
+    reach = float(steps)
+    return low_shift + np.minimum(0.0, reach * low_dir), high_shift + np.maximum(
+        0.0, reach * high_dir
+    )
 
 
 def is_prime(n: int) -> bool:
@@ -260,8 +287,10 @@ def check_inputs(
     shift_array = integer_array(shifts, "shifts", 2)
     dir_array = integer_array(dirs, "dirs", 2)
     check_shape(program, shift_array.shape, dir_array.shape)
-    check_positions(shift_array, dir_array, scalars.depth)
-    return WalkInputs(
+    inputs = WalkInputs(
         program, shift_array, dir_array, scalars.primes, scalars.depth, scalars.depth1,
         scalars.depth2, scalars.target,
     )  # fmt: skip
+    if not positions_fit(inputs.bounds, scalars.depth):  # else no walk can leave int64
+        check_positions(shift_array, dir_array, scalars.depth)
+    return inputs
