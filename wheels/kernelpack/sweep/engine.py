@@ -42,16 +42,20 @@ def _spec(spec_json: str) -> tuple[Spec, Any]:
     return spec, spec.program()
 
 
-def _worker_gpu() -> int:
-    """This worker's GPU: its position among the local workers (LocalCluster names them 0..n-1),
-    modulo the GPUs kernelpack sees."""
+def _worker_gpu() -> str:
+    """This worker's GPU, vendor-qualified ("cuda:1"): its position among the local workers
+    (LocalCluster names them 0..n-1) in kernelpack's GPU list, modulo the GPUs there are."""
     from distributed import get_worker
 
     from .. import detect
+    from ..devices import device_name
 
     name = get_worker().name
-    gpus = max(1, len(detect.detect_gpus()))
-    return int(name) % gpus if isinstance(name, int) or str(name).isdigit() else 0
+    gpus = detect.detect_gpus()
+    if not gpus:
+        raise RuntimeError("no GPU found on this worker")
+    position = int(name) if isinstance(name, int) or str(name).isdigit() else 0
+    return device_name(gpus[position % len(gpus)])
 
 
 def run_shard(spec_json: str, shard: int, backend: str) -> tuple[str, object, str]:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..devices import Device
 from ..errors import RuntimeLibraryError
 from .inputs import (
     OUTPUTS,
@@ -240,6 +241,17 @@ def framework_of(value: object) -> str:
             f"shifts: arrays on the GPU are taken from torch or CuPy, got {type(value).__name__}"
         )
     return module
+
+
+def _vendor_of(value: Any) -> str:
+    """ "hip" for an array of a ROCm build of torch or CuPy, else "cuda"."""
+    if framework_of(value) == "torch":
+        import torch
+
+        return "hip" if torch.version.hip else "cuda"
+    import cupy
+
+    return "hip" if cupy.cuda.runtime.is_hip else "cuda"
 
 
 def _device_index(value: Any) -> int:
@@ -550,13 +562,14 @@ def run(
     depth1: object,
     depth2: object,
     target: object,
-    device: int | None = None,
+    device: Device = None,
     *,
     outputs: Collection[str] = OUTPUTS,
     min_delta: float | None = None,
     top_k: int = 0,
 ) -> WalkResult:
-    """The walks of WALK.md on the GPU ``device`` (a position in kernelpack's GPU list).
+    """The walks of WALK.md on the GPU ``device`` (None: the first; "cuda:N", "hip:N"; an int on
+    a machine of one vendor).
 
     shifts and dirs may be numpy (or anything array-like) or int64 arrays on the GPU (torch or
     CuPy; the walks then run on their device, and the outputs are arrays of that framework
@@ -576,18 +589,19 @@ def run(
         index = _device_index(shifts)
         if _device_index(dirs) != index:
             raise ValueError(f"shifts, dirs: on different GPUs ({index} and {_device_index(dirs)})")
-        if device is not None and device != index:
-            raise ValueError(f"device: {device}, but shifts and dirs are on GPU {index}")
+        name = f"{_vendor_of(shifts)}:{index}"
+        if device is not None and device not in (name, index):
+            raise ValueError(f"device: {device!r}, but shifts and dirs are on {name}")
         scalars = check_scalars(program, primes, depth, depth1, depth2, target)
-        module = loader.load(MODULE, device=index)
-        buffers = _Buffers(module.device, framework_of(shifts))
+        module = loader.load(MODULE, device=name)
+        buffers = _Buffers(module.gpu.index, framework_of(shifts))
         inputs: WalkInputs | DeviceInputs = _check_device_inputs(
             program, shifts, dirs, scalars, module, buffers
         )
     else:
         inputs = check_inputs(program, shifts, dirs, primes, depth, depth1, depth2, target)
         module = loader.load(MODULE, device=device)
-        buffers = _Buffers(module.device)
+        buffers = _Buffers(module.gpu.index)  # the vendor runtime's number, as torch/CuPy count
     return _walk(inputs, request, module, buffers)
 
 
