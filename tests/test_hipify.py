@@ -500,3 +500,19 @@ def test_cli_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert buildsys_main(["hipify", str(tmp_path / "latin1.cu"), "-o", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "missing.cu does not exist" in err and "not UTF-8" in err
+
+
+def test_builder_tree_carries_the_compat_header(tmp_path: Path) -> None:
+    """The builder's hipified tree has the compat header in its include folder, where the
+    translated include finds it with the tree's own -I."""
+    from buildsys.cache import BuildCache
+    from buildsys.hipify import COMPAT_DIR
+    from buildsys.modules import INCLUDE_DIR, KernelModule, SourceTree
+    from buildsys.trees import hipify_tree
+
+    source = "__global__ void k(unsigned* o) { o[0] = __vadd4(o[1], o[2]); }\n"
+    tree = SourceTree({"m/m.cu": source})
+    hip_tree, _ = hipify_tree(tree, [KernelModule("m", "m/m.cu")], BuildCache(tmp_path))
+    assert "#include <kernelpack_hip_compat.h>" in hip_tree["m/m.hip"]
+    header = (COMPAT_DIR / "kernelpack_hip_compat.h").read_text(encoding="utf-8")
+    assert hip_tree[f"{INCLUDE_DIR}/kernelpack_hip_compat.h"] == header

@@ -85,6 +85,10 @@ RUNTIME_BLOCKS: dict[str, str] = {
         cudaDevAttrMemoryClockRate hipDeviceAttributeMemoryClockRate
         cudaDevAttrGlobalMemoryBusWidth hipDeviceAttributeMemoryBusWidth
         cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
+        cudaDevAttrComputeMode hipDeviceAttributeComputeMode
+        cudaDevAttrMemoryPoolsSupported hipDeviceAttributeMemoryPoolsSupported
+        cudaComputeModeProhibited
+        cudaComputeModeDefault
         cudaDevAttrL2CacheSize hipDeviceAttributeL2CacheSize
         cudaDevAttrMaxThreadsPerMultiProcessor hipDeviceAttributeMaxThreadsPerMultiProcessor
         cudaDevAttrComputeCapabilityMajor hipDeviceAttributeComputeCapabilityMajor
@@ -179,6 +183,11 @@ RUNTIME_BLOCKS: dict[str, str] = {
         cudaCpuDeviceId
         cudaMallocAsync
         cudaFreeAsync
+        cudaMemPool_t
+        cudaDeviceGetDefaultMemPool
+        cudaMemPoolSetAttribute
+        cudaMemPoolGetAttribute
+        cudaMemPoolAttrReleaseThreshold
         cudaPointerGetAttributes
         cudaPointerAttributes hipPointerAttribute_t
         cudaMemoryType
@@ -264,6 +273,7 @@ RUNTIME_BLOCKS: dict[str, str] = {
         cudaChannelFormatKindSigned
         cudaChannelFormatKindUnsigned
         cudaArray_t
+        cudaArray hipArray
         cudaMallocArray
         cudaFreeArray
         cudaMemcpy2DToArray
