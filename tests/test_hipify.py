@@ -262,6 +262,15 @@ def test_cuda_arch_values_use_the_compat_macro_and_header() -> None:
     assert "kernelpack_hip_compat" not in translate("__global__ void k(int* o) { o[0] = 1; }\n")
 
 
+def test_cuda_std_becomes_std() -> None:
+    text = "#include <cuda/std/limits>\n__device__ long f() { return ::cuda::std::numeric_limits<long>::lowest(); }\nauto g = cuda::atomic_ref<int>(x);\n"
+    result = hipify_source(text, "t.cu")
+    assert "#include <limits>\n" in result.text
+    assert "return ::std::numeric_limits<long>::lowest();" in result.text
+    assert [(d.line, d.code) for d in result.diagnostics] == [(3, "unsupported-api")]
+    assert hipify_source(result.text, "t.hip").text == result.text
+
+
 def test_cooperative_groups_reduce_uses_the_compat_header() -> None:
     text = (
         "#include <cooperative_groups.h>\n#include <cooperative_groups/reduce.h>\n"

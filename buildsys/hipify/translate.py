@@ -248,6 +248,12 @@ class _Translator:
         if before_text in (".", "->"):
             self._note_group_member(k, before)
             return None
+        if name == "cuda" and self._is_cuda_std(k) and not self._in_user_scope(before):
+            # libcu++'s cuda::std mirrors the standard library, whose constexpr parts
+            # (numeric_limits, ...) HIP compiles in device code.
+            std = view.next_sig(view.next_sig(k) or k)
+            self._count("namespace", "cuda::std", "std")
+            return "std", (std or k) + 1
         if before_text == "::" and before is not None:
             scope = view.prev_sig(before)
             if scope is not None and view.tokens[scope].kind is Kind.IDENT:
@@ -344,6 +350,24 @@ class _Translator:
     def _has_ballot(self, open_index: int, close_index: int) -> bool:
         tokens = self.view.tokens
         return any(tokens[i].text in BALLOT_NAMES for i in range(open_index, close_index))
+
+    def _in_user_scope(self, before: int | None) -> bool:
+        """Whether the token before a name is the '::' of ``scope::`` (a user's namespace)."""
+        if self.view.text_of(before) != "::" or before is None:
+            return False
+        scope = self.view.prev_sig(before)
+        return (
+            scope is not None
+            and self.view.tokens[scope].kind is Kind.IDENT
+            and self.view.tokens[scope].text not in _NOT_TYPES
+        )
+
+    def _is_cuda_std(self, k: int) -> bool:
+        """Whether tokens[k] ('cuda') starts ``cuda::std``."""
+        colons = self.view.next_sig(k)
+        if self.view.text_of(colons) != "::" or colons is None:
+            return False
+        return self.view.text_of(self.view.next_sig(colons)) == "std"
 
     def _is_cg_scope(self, scope: str) -> bool:
         """Whether ``scope`` names cooperative_groups (itself or a namespace alias of it)."""
@@ -571,7 +595,7 @@ class _Translator:
                         k, "unsupported-api", f"{name}<...>: {UNSUPPORTED_TEMPLATES[name]}", name
                     )
                 )
-            elif name == "cuda" and after_text == "::":
+            elif name == "cuda" and after_text == "::" and not self._is_cuda_std(k):
                 found.append(
                     Finding(
                         k,
