@@ -223,6 +223,7 @@ def hip_file(
 ) -> ToolOutcome:
     """Host pass once, device pass for all targets in one call (per target on failure)."""
     outcome = ToolOutcome()
+    scratch.mkdir(parents=True, exist_ok=True)
     source = str(Path(relative))
     flags = [*COMMON_FLAGS, "-x", "hip", "-DUSE_ROCM", *extra, *project.flags]
     host = toolchain.run(
