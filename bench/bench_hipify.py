@@ -161,9 +161,13 @@ def translate_peer(
         target.parent.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256((base / relative).read_bytes()).hexdigest()
         cached = cache / digest if cache is not None else None
+        failed_mark = cache / f"{digest}.failed" if cache is not None else None
         if cached is not None and cached.exists():
             shutil.copyfile(cached, target)
             return None
+        if failed_mark is not None and failed_mark.exists():
+            shutil.copyfile(base / relative, target)
+            return str(relative)
         argv = toolchain.command(["hipify-perl", str(base / relative), f"-o={target}"], cwd=base)
         try:
             result = subprocess.run(
@@ -174,6 +178,9 @@ def translate_peer(
             failed = True
         if failed:
             shutil.copyfile(base / relative, target)
+            if failed_mark is not None:
+                failed_mark.parent.mkdir(parents=True, exist_ok=True)
+                failed_mark.write_text("failed or timed out\n", encoding="utf-8")
             return str(relative)
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)

@@ -404,6 +404,22 @@ RUNTIME_BLOCKS: dict[str, str] = {
         nv_bfloat162 __hip_bfloat162
         __nv_fp8_e4m3 __hip_fp8_e4m3
         __nv_fp8_e5m2 __hip_fp8_e5m2
+        __nv_fp8_storage_t __hip_fp8_storage_t
+        __nv_fp8x2_storage_t __hip_fp8x2_storage_t
+        __NV_E4M3 __HIP_E4M3
+        __NV_E5M2 __HIP_E5M2
+        __NV_SATFINITE __HIP_SATFINITE
+        __NV_NOSAT __HIP_NOSAT
+        __nv_cvt_float_to_fp8 __hip_cvt_float_to_fp8
+        __nv_cvt_double_to_fp8 __hip_cvt_double_to_fp8
+        __nv_cvt_float2_to_fp8x2 __hip_cvt_float2_to_fp8x2
+        __nv_cvt_double2_to_fp8x2 __hip_cvt_double2_to_fp8x2
+        __nv_cvt_halfraw_to_fp8 __hip_cvt_halfraw_to_fp8
+        __nv_cvt_halfraw2_to_fp8x2 __hip_cvt_halfraw2_to_fp8x2
+        __nv_cvt_bfloat16raw_to_fp8 __hip_cvt_bfloat16raw_to_fp8
+        __nv_cvt_bfloat16raw2_to_fp8x2 __hip_cvt_bfloat16raw2_to_fp8x2
+        __nv_cvt_fp8_to_halfraw __hip_cvt_fp8_to_halfraw
+        __nv_cvt_fp8x2_to_halfraw2 __hip_cvt_fp8x2_to_halfraw2
     """,
     "define": """
         __CUDACC__ __HIPCC__
