@@ -161,3 +161,45 @@ def test_a_changed_spec_is_refused_for_an_existing_folder(tmp_path: Path) -> Non
     assert "holds a sweep of another spec" in done.stderr
     missing = sweep("top", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "no sweep results here" in missing.stderr
+
+
+def test_a_failed_shard_is_retried_on_another_worker_and_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard whose first attempt fails (as a GPU error would) is reported, submitted again
+    away from the worker where it failed, and recorded once with its two attempts."""
+    distributed = pytest.importorskip("distributed")
+    from kernelpack.sweep import engine
+    from kernelpack.sweep.store import Store
+
+    real = engine.run_shard
+    attempts_file = tmp_path / "shard-1-workers"  # a file: Dask may copy the task's closure
+
+    def flaky(spec_json: str, shard: int, backend: str) -> tuple[str, object, str]:
+        status, payload, worker = real(spec_json, shard, backend)
+        if shard == 1:
+            first = not attempts_file.exists()
+            with attempts_file.open("a") as record:
+                record.write(worker + "\n")
+            if first:
+                return "failed", "CUDA_ERROR_ILLEGAL_ADDRESS (injected)", worker
+        return status, payload, worker
+
+    monkeypatch.setattr(engine, "run_shard", flaky)
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(SPEC.replace("shard_walks = 96", "shard_walks = 300"))
+    spec = load_spec(spec_path)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:  # fmt: skip
+        store = Store.open(tmp_path / "out", spec)
+        options = engine.EngineOptions("numpy", scheduler=cluster.scheduler_address)
+        summary = engine.run_sweep(spec, store, options)
+        attempts = dict(store.db.execute("SELECT shard, attempts FROM shards").fetchall())
+        store.close()
+    ran_on = attempts_file.read_text().split()
+    assert summary["shards_done"] == spec.shards == 5
+    assert summary["failures"] == [
+        f"shard 1 failed on {ran_on[0]}: CUDA_ERROR_ILLEGAL_ADDRESS (injected)"
+    ]
+    assert len(ran_on) == 2 and ran_on[1] != ran_on[0]
+    assert attempts == {0: 1, 1: 2, 2: 1, 3: 1, 4: 1}

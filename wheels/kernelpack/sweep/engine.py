@@ -28,6 +28,12 @@ from .spec import Spec
 from .store import ShardResult, Store
 
 
+class ShardError(KernelpackError):
+    """A shard failed on every attempt (exit 1; a rerun resumes the sweep)."""
+
+    exit_code = 1
+
+
 @dataclass(frozen=True)
 class EngineOptions:
     backend: str = "gpu"  # "gpu" or "numpy"
@@ -216,7 +222,7 @@ def run_sweep(spec: Spec, store: Store, options: EngineOptions,
                 failures.append(f"shard {shard} failed on {worker}: {payload}")
                 progress.note(failures[-1])
                 if attempts[shard] > options.retries:
-                    raise KernelpackError(
+                    raise ShardError(
                         f"sweep: shard {shard} failed {attempts[shard]} times, last: {payload}; "
                         "rerun the same command to resume once the cause is fixed"
                     )
