@@ -1,8 +1,17 @@
 """The walks on the GPU: the kernels of kernel_sources/walk/walk.cu through kernelpack's loader.
 
-Host arrays go to the device and back through torch or CuPy, whichever is installed (torch
-first), as raw bytes on that framework's current stream; the kernels take plain addresses. A
-batch whose buffers would take more than half of the device's free memory runs in pieces.
+Memory comes from torch or CuPy (the framework of the caller's arrays, else whichever is
+installed, torch first), as raw bytes on that framework's current stream; the kernels take plain
+addresses. Two ways in and out:
+
+- shifts and dirs already on the GPU (torch, CuPy) are read in place and checked there
+  (walk_bounds); the outputs are whole-batch arrays of that framework on that device;
+- numpy in: each piece of the batch is uploaded, and the outputs asked for come back on a second
+  stream into page-locked memory while the next piece computes (PIPELINE_PIECES).
+
+Only the outputs asked for are kept (P_final is not even written otherwise), and the search's
+selection (hits, top k) runs on the device per piece; the pieces' few records merge on the host.
+A batch whose buffers would take more than half of the device's free memory runs in pieces.
 """
 
 from __future__ import annotations
