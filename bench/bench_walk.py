@@ -30,7 +30,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "wheels"))
 
+from kernelpack.atomic import atomic_write  # noqa: E402
 from kernelpack.walk import Program, WalkResult, compile_program, run, run_numpy  # noqa: E402
 from kernelpack.walk.gpu import float_registers_exact  # noqa: E402
 from kernelpack.walk.inputs import check_inputs  # noqa: E402
@@ -354,14 +354,6 @@ def render(rows: list[Row], facts: dict[str, object] | None, depth: int, command
     return "\n".join(lines) + "\n"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w") as stream:
-        stream.write(text)
-    os.replace(name, path)
-
-
 def integers(text: str) -> list[int]:
     return [int(float(part)) for part in text.split(",")]
 
@@ -393,7 +385,7 @@ def main() -> None:
                 print(rows[-1], flush=True)
     command = "python bench/bench_walk.py " + " ".join(sys.argv[1:])
     text = render(rows, facts, options.depth, command.strip())
-    write_atomic(options.output, text)
+    atomic_write(options.output, text)
     print(text)
 
 
