@@ -203,3 +203,19 @@ def test_a_failed_shard_is_retried_on_another_worker_and_reported(
     ]
     assert len(ran_on) == 2 and ran_on[1] != ran_on[0]
     assert attempts == {0: 1, 1: 2, 2: 1, 3: 1, 4: 1}
+
+
+def test_walks_are_the_product_of_the_ranges_in_order(tmp_path: Path) -> None:
+    """walk_arrays numbers the walks as itertools.product of the ranges does, shard by shard."""
+    import itertools
+
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(SPEC.replace("shifts = [[1, 12], [1, 10]]", "shifts = [[-2, 1], [3, 5]]")
+                         .replace("dirs = [[1, 3], [1, 4]]", "dirs = [[1, 2], [-3, -1]]"))  # fmt: skip
+    spec = load_spec(spec_path)
+    rows = list(itertools.product(range(-2, 2), range(3, 6), range(1, 3), range(-3, 0)))
+    assert spec.walks == len(rows) == 72 and spec.shards == 1
+    for start, stop in ((0, 72), (7, 19), (71, 72)):
+        shifts, dirs = spec.walk_arrays(start, stop)
+        assert shifts.flags.c_contiguous and dirs.flags.c_contiguous
+        assert np.hstack([shifts, dirs]).tolist() == [list(r) for r in rows[start:stop]]
