@@ -208,7 +208,10 @@ def run_sweep(spec: Spec, store: Store, options: EngineOptions,
             ])  # fmt: skip
             tasks = {}
             for future in futures:
-                status, payload, worker = future.result()
+                try:
+                    status, payload, worker = future.result()
+                except Exception as error:  # the worker died (Dask's KilledWorker) or was lost
+                    status, payload, worker = "failed", f"{type(error).__name__}: {error}", "?"
                 if status == "ok":
                     result: ShardResult = payload
                     if store.commit(result, attempts[result.shard]):
