@@ -359,11 +359,12 @@ class _Buffers:
     def side_waits(self, side: Any) -> None:
         """``side`` runs what is queued on it next only after the launching stream's work so
         far."""
-        event = self._xp.cuda.Event()
         if self.framework == "torch":
+            event = self._xp.cuda.Event()
             event.record(self._xp.cuda.current_stream(self.device))
         else:
-            with self._xp.cuda.Device(self.device):
+            with self._xp.cuda.Device(self.device):  # CuPy makes the event on this device
+                event = self._xp.cuda.Event()
                 event.record(self._xp.cuda.get_current_stream())
         side.wait_event(event)
 
@@ -389,8 +390,13 @@ class _Buffers:
 
     def mark(self, side: Any) -> Any:
         """An event after the work queued on ``side`` so far (wait on it with .synchronize())."""
-        event = self._xp.cuda.Event()
-        event.record(side)
+        if self.framework == "torch":
+            event = self._xp.cuda.Event()
+            event.record(side)
+            return event
+        with self._xp.cuda.Device(self.device):
+            event = self._xp.cuda.Event()
+            event.record(side)
         return event
 
     def stream(self) -> int:
