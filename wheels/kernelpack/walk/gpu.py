@@ -502,7 +502,8 @@ class _Selector:
         state_ptr = self.buffers.pointer(state)
         self.kernels["hits"].launch(blocks, SELECT_BLOCK, *walks, threshold, state_ptr,
                                     *hit_columns, **launch)  # fmt: skip
-        top, top_columns = self._records(max(1, request.top_k))
+        top_capacity = max(1, min(request.top_k, count))  # at most the piece's walks are kept
+        top, top_columns = self._records(top_capacity)
         if request.top_k:
             histogram_ptr = self.buffers.pointer(histogram)
             for digit in range(SELECT_DIGITS):
@@ -525,7 +526,7 @@ class _Selector:
                     f"walk_select_top wrote {written} walks, expected {expected}: the selection "
                     "kernels disagree; report this with KERNELPACK_DEBUG=1 output"
                 )
-            self.top.append(self._read(top, max(1, request.top_k), written).offset(first))
+            self.top.append(self._read(top, top_capacity, written).offset(first))
 
     def result(self) -> tuple[Selection | None, Selection | None]:
         hits = merge_hits(self.hits, self.dim) if self.request.min_delta is not None else None
