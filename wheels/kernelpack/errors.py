@@ -15,8 +15,9 @@ class KernelpackError(Exception):
     exit_code: int = 1
 
 
-class UsageError(KernelpackError):
-    """Bad input: an argument, a file or a key that cannot be used as given."""
+class UsageError(KernelpackError, ValueError):
+    """Bad input: an argument, a file or a key that cannot be used as given (also a ValueError,
+    what Python code expects of a bad argument)."""
 
     exit_code = 2
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from . import args as kargs
+from . import arrays
 from ._console import debug_enabled
 from .cache import DiskCache, cache_key
 from .errors import (
@@ -251,7 +252,7 @@ class Kernel:
         kargs.dims(block, "block")
         if type(shared_mem) is not int or not 0 <= shared_mem < 2**32:
             raise UsageError(f"shared_mem must be an int from 0 to 2**32-1, got {shared_mem!r}")
-        kargs.stream_of(stream)
+        arrays.stream_of(stream)
         raise self.signature.explain(args)
 
     def __repr__(self) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from . import args as kargs
+from . import arrays
 from .errors import KernelpackError, RuntimeLibraryError
 
 # Where each library is looked for, in order: sonames first (the dynamic linker's search: ldconfig,
@@ -398,10 +399,10 @@ def _native_launch(
         enter=_address(enter),
         leave=_address(leave),
         context=context,
-        pointer_getters=kargs.POINTER_GETTERS,
-        pointer_of=kargs.pointer_of,
-        torch_getter=kargs.torch_pointer,
-        stream_of=kargs.stream_of,
+        pointer_getters=arrays.POINTER_GETTERS,
+        pointer_of=arrays.pointer_of,
+        torch_getter=arrays.torch_pointer,
+        stream_of=arrays.stream_of,
         fail=fail,
     )
     return launcher.launch  # type: ignore[no-any-return]
@@ -426,7 +427,7 @@ def _ctypes_launcher(
     count = len(signature.types)
     pointers = signature.pointer_positions
     bools = signature.bool_positions
-    pointer_of, stream_of, dims = kargs.pointer_of, kargs.stream_of, kargs.dims
+    pointer_of, stream_of, dims = arrays.pointer_of, arrays.stream_of, kargs.dims
     local = threading.local()
     function_handle = ctypes.c_void_p(function)
 
