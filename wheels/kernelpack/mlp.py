@@ -299,9 +299,9 @@ def launch_rms_norm_backward(
         )  # fmt: skip
     else:
         grid = 0
-    blocks, block = swiglu_geometry(cols, "float32")
+    columns = min(-(-cols // ELEMENTWISE_BLOCK), _grid_cap(ELEMENTWISE_BLOCK))  # one a thread
     _kernel(device, f"rms_norm_weight_grad_{suffix}").launch(
-        blocks, block, partial, grad_weight, grid, cols, stream=stream
+        columns, ELEMENTWISE_BLOCK, partial, grad_weight, grid, cols, stream=stream
     )
 
 
