@@ -318,6 +318,19 @@ def host_rows(liger: Any) -> dict[str, dict[str, float]]:
         "fused_add_rms_norm": lambda x, r, w: mlp.fused_add_rms_norm(x, r, w, EPS),
     }
     table: dict[str, dict[str, float]] = {}
+    gate, up = _randn(1, 4096, dtype=torch.bfloat16), _randn(1, 4096, dtype=torch.bfloat16)
+    out = torch.empty_like(gate)
+    kernel = mlp._kernel("cuda:0", "swiglu_bf16")
+    grid, block = mlp.swiglu_geometry(4096, "bfloat16")
+    addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
+    stream = int(torch.cuda.current_stream().cuda_stream)
+    table["floor"] = {
+        "bare launch": host_us_per_call(
+            lambda: kernel.launch(grid, block, *addresses, 4096, stream=stream)
+        ),
+        "torch.empty_like": host_us_per_call(lambda: torch.empty_like(gate)),
+    }
+    print(f"host µs/call floor: {table['floor']}", flush=True)
     torch._dynamo.reset()  # the host cost of compile without the guards of other shapes
     for op in OP_LIST:
         single = op.inputs(1, 4096, torch.bfloat16)
@@ -441,14 +454,27 @@ def render(
         "",
         "kernelpack.mlp is the framework-neutral API on torch tensors (its hot path);",
         "torch.ops.kernelpack goes through torch's dispatcher (what torch.compile and autograd use).",
+    ]
+    floor = host.get("floor", {})
+    if floor:
+        lines += [
+            "The floor on this machine: one launch of the swiglu kernel through kernelpack's",
+            "launcher with int addresses and an int stream, nothing else, "
+            f"{floor['bare launch']:.2f} µs; `torch.empty_like` of the output "
+            f"{floor['torch.empty_like']:.2f} µs.",
+        ]
+    lines += [
         "",
         "| op | " + " | ".join(HOST_COLUMNS) + " |",
         "| --- |" + " ---: |" * len(HOST_COLUMNS),
     ]
     for name, cells in host.items():
-        lines.append(
-            f"| {name} | " + " | ".join(_us(cells.get(column)) for column in HOST_COLUMNS) + " |"
-        )
+        if name != "floor":
+            lines.append(
+                f"| {name} | "
+                + " | ".join(_us(cells.get(column)) for column in HOST_COLUMNS)
+                + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -466,9 +492,14 @@ def main() -> None:
     parser.add_argument(
         "--ops", default=",".join(op.name for op in OP_LIST), help="comma-separated ops to time"
     )
-    parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated dtypes")
     parser.add_argument(
-        "--budget", type=float, default=1e9, help="seconds after which no new row is started"
+        "--dtypes", default="bfloat16,float16,float32", help="comma-separated dtypes, in order"
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=330,
+        help="seconds after which no new row is started (bench/gpu_all.sh stops it at 400)",
     )
     parser.add_argument("--host-only", action="store_true", help="only the host cost per call")
     args = parser.parse_args()

@@ -21,7 +21,12 @@ import pytest
 from kernelpack import mlp
 
 torch = pytest.importorskip("torch", reason="torch is in the test dependency group")
-pytestmark = [pytest.mark.gpu, pytest.mark.torch]
+# Importing torch's inductor (torch 2.11) warns through torch.jit's deprecated script_method.
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.torch,
+    pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
+]
 
 from kernelpack import torch_ops  # noqa: E402,F401  (registers torch.ops.kernelpack)
 
@@ -274,7 +279,8 @@ def reference(name: str) -> Callable[..., Any]:
 
 
 def relative(got: Any, expected: Any) -> float:
-    return float((got.double() - expected).norm() / expected.norm().clamp_min(1e-300))
+    got, expected = got.detach().double(), expected.detach().double()
+    return float((got - expected).norm() / expected.norm().clamp_min(1e-300))
 
 
 @pytest.mark.parametrize(

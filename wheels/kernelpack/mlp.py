@@ -19,8 +19,10 @@ call costs little more than the launch. Tensors that need autograd go through th
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any
 
 from . import arrays
 from .arrays import Array
@@ -309,27 +311,62 @@ def launch_rms_norm_backward(
 
 _TORCH_TYPES: set[type] = set()  # torch.Tensor and its subclasses seen so far (nn.Parameter)
 
-
-class _TorchPlan(NamedTuple):
-    """What a torch call on one (dtype, device) needs, found once: the device's name, the dtype's
-    name and the raw current-stream accessor."""
-
-    device: str
-    dtype: str
-    stream: Any  # torch._C._cuda_getCurrentRawStream
-
-
-_TORCH_PLANS: dict[tuple[Any, int], _TorchPlan] = {}  # (torch dtype, device index) -> plan
+# op -> its launch geometry from (rows, cols, dtype); swiglu counts its elements as rows
+_GEOMETRY: dict[str, Callable[[int, int, str], tuple[Any, Any]]] = {
+    "swiglu": lambda rows, cols, dtype: swiglu_geometry(rows * cols, dtype),
+    "silu_and_mul": silu_and_mul_geometry,
+    "rms_norm": row_geometry,
+    "add_rms_norm": row_geometry,
+}
+_LAUNCHES_KEPT = 4096  # sizes remembered per (dtype, device) before the memo starts over
 
 
-def _torch_plan(array: Array) -> _TorchPlan:
+class TorchPlan:
+    """What torch calls on one (dtype, device) need, found once: the device's and dtype's
+    names, the raw current-stream accessor and torch.empty_like, and per (op, size) the kernel's
+    launch with its grid and block already bound (a functools.partial of the C launcher), so a
+    call spends its time in the launch rather than in Python."""
+
+    __slots__ = ("device", "dtype", "empty_like", "index", "launches", "stream")
+
+    def __init__(self, device: str, dtype: str, index: int, stream: Any, empty_like: Any) -> None:
+        self.device = device
+        self.dtype = dtype
+        self.index = index
+        self.stream = stream  # torch._C._cuda_getCurrentRawStream
+        self.empty_like = empty_like
+        self.launches: dict[tuple[str, int, int], Any] = {}
+
+    def launcher(self, op: str, rows: int, cols: int) -> Any:
+        """``op``'s kernel.launch for this size, grid and block bound; rows * cols > 0."""
+        key = (op, rows, cols)
+        launch = self.launches.get(key)
+        if launch is None:
+            if len(self.launches) >= _LAUNCHES_KEPT:
+                self.launches.clear()
+            grid, block = _GEOMETRY[op](rows, cols, self.dtype)
+            kernel = _kernel(self.device, f"{op}_{KERNEL_SUFFIX[self.dtype]}")
+            launch = self.launches[key] = functools.partial(kernel.launch, grid, block)
+        return launch
+
+
+_TORCH_PLANS: dict[tuple[Any, int], TorchPlan] = {}  # (torch dtype, device index) -> plan
+
+
+def torch_plan(tensor: Any) -> TorchPlan:
+    """The plan for a CUDA (or ROCm) torch tensor of a supported dtype."""
     import torch
 
-    key = (array.value.dtype, array.device)
+    index = tensor.get_device()
+    key = (tensor.dtype, index)
     plan = _TORCH_PLANS.get(key)
     if plan is None:
-        plan = _TORCH_PLANS[key] = _TorchPlan(
-            array.device_name, array.dtype, torch._C._cuda_getCurrentRawStream
+        vendor = "hip" if torch.version.hip else "cuda"
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        if dtype not in KERNEL_SUFFIX or index < 0:
+            raise UsageError(f"no kernel for a {dtype} tensor on {tensor.device}")
+        plan = _TORCH_PLANS[key] = TorchPlan(
+            f"{vendor}:{index}", dtype, index, torch._C._cuda_getCurrentRawStream, torch.empty_like
         )
     return plan
 
@@ -384,18 +421,17 @@ def swiglu(gate: Any, up: Any, out: Any = None) -> Any:
             and up.is_contiguous()
             and not ((gate.requires_grad or up.requires_grad) and _grad_enabled())
         ):
-            result = gate.new_empty(gate.shape)
+            result = plan.empty_like(gate)
             n = gate.numel()
-            launch_swiglu(
-                plan.device, plan.dtype, gate, up, result, n, plan.stream(gate.get_device())
-            )
+            if n:
+                plan.launcher("swiglu", n, 1)(gate, up, result, n, stream=plan.stream(plan.index))
             return result
     g = _array("gate", gate)
     u = _array("up", up)
     _check_same(g, u)
     _check_shape(u, g.shape, "gate's")
-    if out is None and g.framework == "torch" and _needs_autograd(gate, up):
-        return _torch_ops().swiglu(gate, up)
+    if out is None and g.framework == "torch" and _needs_autograd(g.value, u.value):
+        return _torch_ops().swiglu(g.value, u.value)
     result = _output(out, g, g.shape) or arrays.empty(g, g.shape)
     n = math.prod(g.shape)
     if not g.on_gpu:
@@ -408,7 +444,7 @@ def swiglu(gate: Any, up: Any, out: Any = None) -> Any:
         arrays.to_host(device_out, result)
     else:
         if g.framework == "torch":
-            _torch_plan(g)
+            torch_plan(g.value)
         launch_swiglu(
             g.device_name, g.dtype, g.pointer, u.pointer, result.pointer, n,
             arrays.current_stream(g),
@@ -431,18 +467,18 @@ def silu_and_mul(x: Any, out: Any = None) -> Any:
         ):
             cols = shape[-1] // 2
             result = x.new_empty((*shape[:-1], cols))
-            launch_silu_and_mul(
-                plan.device, plan.dtype, x, result, x.numel() // shape[-1], cols,
-                plan.stream(x.get_device()),
-            )  # fmt: skip
+            rows = x.numel() // shape[-1] if cols else 0
+            if rows:
+                launch = plan.launcher("silu_and_mul", rows, cols)
+                launch(x, result, rows, cols, stream=plan.stream(plan.index))
             return result
     a = _array("x", x)
     if not a.shape or a.shape[-1] % 2:
         raise UsageError(f"x: shape {a.shape}: the last dimension must be even (gate and up)")
     shape = (*a.shape[:-1], a.shape[-1] // 2)
     _check_same(a)
-    if out is None and a.framework == "torch" and _needs_autograd(x):
-        return _torch_ops().silu_and_mul(x)
+    if out is None and a.framework == "torch" and _needs_autograd(a.value):
+        return _torch_ops().silu_and_mul(a.value)
     result = _output(out, a, shape) or arrays.empty(a, shape)
     rows, cols = math.prod(shape[:-1]), shape[-1]
     if not a.on_gpu:
@@ -455,7 +491,7 @@ def silu_and_mul(x: Any, out: Any = None) -> Any:
         arrays.to_host(device_out, result)
     else:
         if a.framework == "torch":
-            _torch_plan(a)
+            torch_plan(a.value)
         launch_silu_and_mul(
             a.device_name, a.dtype, a.pointer, result.pointer, rows, cols, arrays.current_stream(a)
         )
@@ -493,19 +529,19 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Any = None) -> Any:
             and weight.is_contiguous()
             and not ((x.requires_grad or weight.requires_grad) and _grad_enabled())
         ):
-            result = x.new_empty(shape)
+            result = plan.empty_like(x)
             cols = shape[-1]
-            launch_rms_norm(
-                plan.device, plan.dtype, x, weight, result, x.numel() // cols if cols else 0,
-                cols, eps, plan.stream(x.get_device()),
-            )  # fmt: skip
+            rows = x.numel() // cols if cols else 0
+            if rows:
+                launch = plan.launcher("rms_norm", rows, cols)
+                launch(x, weight, result, rows, cols, eps, stream=plan.stream(plan.index))
             return result
     a = _array("x", x)
     w = _array("weight", weight)
     _check_norm_args(a, w)
     eps_value = check_eps(eps)
-    if out is None and a.framework == "torch" and _needs_autograd(x, weight):
-        return _torch_ops().rms_norm(x, weight, eps_value)
+    if out is None and a.framework == "torch" and _needs_autograd(a.value, w.value):
+        return _torch_ops().rms_norm(a.value, w.value, eps_value)
     result = _output(out, a, a.shape) or arrays.empty(a, a.shape)
     rows, cols = math.prod(a.shape[:-1]), a.shape[-1]
     if not a.on_gpu:
@@ -518,7 +554,7 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Any = None) -> Any:
         arrays.to_host(device_out, result)
     else:
         if a.framework == "torch":
-            _torch_plan(a)
+            torch_plan(a.value)
         launch_rms_norm(
             a.device_name, a.dtype, a.pointer, w.pointer, result.pointer, rows, cols, eps_value,
             arrays.current_stream(a),
@@ -554,10 +590,20 @@ def fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) ->
             and not (x.requires_grad or residual.requires_grad or weight.requires_grad)
         ):
             cols = shape[-1]
-            launch_add_rms_norm(
-                plan.device, plan.dtype, x, residual, weight, x, residual,
-                x.numel() // cols if cols else 0, cols, eps, plan.stream(x.get_device()),
-            )  # fmt: skip
+            rows = x.numel() // cols if cols else 0
+            if rows:
+                launch = plan.launcher("add_rms_norm", rows, cols)
+                launch(
+                    x,
+                    residual,
+                    weight,
+                    x,
+                    residual,
+                    rows,
+                    cols,
+                    eps,
+                    stream=plan.stream(plan.index),
+                )
             return
     a = _array("x", x)
     r = _array("residual", residual)
@@ -566,7 +612,7 @@ def fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) ->
     _check_same(a, r)
     _check_shape(r, a.shape, "x's")
     eps_value = check_eps(eps)
-    if a.framework == "torch" and _needs_autograd(x, residual, weight):
+    if a.framework == "torch" and _needs_autograd(a.value, r.value, w.value):
         raise UsageError(
             "x: fused_add_rms_norm updates x and residual in place, which autograd cannot "
             "differentiate; use torch.ops.kernelpack.add_rms_norm (new tensors) for training"
@@ -586,7 +632,7 @@ def fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) ->
         arrays.to_host(device_residual, r)
         return
     if a.framework == "torch":
-        _torch_plan(a)
+        torch_plan(a.value)
     launch_add_rms_norm(
         a.device_name, a.dtype, a.pointer, r.pointer, w.pointer, a.pointer, r.pointer, rows, cols,
         eps_value, arrays.current_stream(a),

@@ -151,65 +151,71 @@ def _device(tensor: torch.Tensor) -> tuple[str, int]:
 
 
 def _swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    dtype = _check_swiglu(gate, up)
+    _check_swiglu(gate, up)
     gate, up = gate.contiguous(), up.contiguous()
     out = torch.empty_like(gate)
-    device, stream = _device(gate)
-    mlp.launch_swiglu(device, dtype, gate, up, out, gate.numel(), stream)
+    n = gate.numel()
+    if n:
+        plan = mlp.torch_plan(gate)
+        plan.launcher("swiglu", n, 1)(gate, up, out, n, stream=plan.stream(plan.index))
     return out
 
 
 def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    dtype = _check_silu_and_mul(x)
+    _check_silu_and_mul(x)
     x = x.contiguous()
     rows, cols = _rows(x)
     out = x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
-    device, stream = _device(x)
-    mlp.launch_silu_and_mul(device, dtype, x, out, rows, cols // 2, stream)
+    if rows and cols:
+        plan = mlp.torch_plan(x)
+        launch = plan.launcher("silu_and_mul", rows, cols // 2)
+        launch(x, out, rows, cols // 2, stream=plan.stream(plan.index))
     return out
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    dtype = _check_norm(x, weight, eps)
+    _check_norm(x, weight, eps)
     x, weight = x.contiguous(), weight.contiguous()
     out = torch.empty_like(x)
     rows, cols = _rows(x)
-    device, stream = _device(x)
-    mlp.launch_rms_norm(device, dtype, x, weight, out, rows, cols, eps, stream)
+    if rows and cols:
+        plan = mlp.torch_plan(x)
+        launch = plan.launcher("rms_norm", rows, cols)
+        launch(x, weight, out, rows, cols, eps, stream=plan.stream(plan.index))
     return out
 
 
 def _add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    dtype = _check_norm(x, weight, eps)
+    _check_norm(x, weight, eps)
     _same(("x", x), ("residual", residual))
     _shape("residual", residual, x.shape, "x's")
     x, residual, weight = x.contiguous(), residual.contiguous(), weight.contiguous()
     out = torch.empty_like(x)
     summed = torch.empty_like(x)
     rows, cols = _rows(x)
-    device, stream = _device(x)
-    mlp.launch_add_rms_norm(
-        device, dtype, x, residual, weight, out, summed, rows, cols, eps, stream
-    )
+    if rows and cols:
+        plan = mlp.torch_plan(x)
+        launch = plan.launcher("add_rms_norm", rows, cols)
+        launch(x, residual, weight, out, summed, rows, cols, eps, stream=plan.stream(plan.index))
     return out, summed
 
 
 def _fused_add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
 ) -> None:
-    dtype = _check_norm(x, weight, eps)
+    _check_norm(x, weight, eps)
     _same(("x", x), ("residual", residual))
     _shape("residual", residual, x.shape, "x's")
     if not (x.is_contiguous() and residual.is_contiguous()):
         raise UsageError("x: x and residual are updated in place and must be contiguous")
     weight = weight.contiguous()
     rows, cols = _rows(x)
-    device, stream = _device(x)
-    mlp.launch_add_rms_norm(
-        device, dtype, x, residual, weight, x, residual, rows, cols, eps, stream
-    )
+    if rows and cols:
+        plan = mlp.torch_plan(x)
+        launch = plan.launcher("add_rms_norm", rows, cols)
+        launch(x, residual, weight, x, residual, rows, cols, eps, stream=plan.stream(plan.index))
 
 
 def _swiglu_backward(
