@@ -304,10 +304,12 @@ def _ensure_host_tools(*, log: bool) -> None:
 
 def _run_with_progress(argv: list[str], *, log: bool, logfile: Path) -> None:
     """Run debootstrap, keeping its full output in a log and showing a package count."""
-    with logfile.open("w") as sink:
-        process = subprocess.Popen(
+    with (
+        logfile.open("w") as sink,
+        subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+        ) as process,
+    ):
         assert process.stdout is not None
         counts = {"Retrieving": 0, "Extracting": 0, "Unpacking": 0, "Configuring": 0}
         last_report = 0.0

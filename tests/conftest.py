@@ -6,7 +6,6 @@ Tests marked ``toolchain`` get the AMD compiler through the same provisioning a 
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from typing import TYPE_CHECKING
 
@@ -18,15 +17,11 @@ if TYPE_CHECKING:
 
 @functools.cache
 def gpu_available() -> bool:
-    """True when the CUDA driver loads and reports a device (the GPU tests run on an H100)."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    count = ctypes.c_int(0)
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return False
-    return count.value > 0
+    """True when the CUDA driver loads and reports a device (the GPU tests run on an NVIDIA GPU),
+    asked through kernelpack's own binding of libcuda."""
+    from kernelpack.cuda import cuda_driver_devices
+
+    return bool(cuda_driver_devices())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

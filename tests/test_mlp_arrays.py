@@ -37,25 +37,25 @@ def test_non_arrays_are_refused_naming_the_argument(value: object) -> None:
     ("given", "expected"), [("cuda:0", "cuda:0"), ("hip:3", "hip:3"), ("cuda:12", "cuda:12")]
 )
 def test_vendor_qualified_names(given: str, expected: str) -> None:
-    assert arrays.resolve_device(given) == expected
+    assert arrays.device_string(given) == expected
     assert arrays.parse_device(expected) == (expected.split(":")[0], int(expected.split(":")[1]))
 
 
-@pytest.mark.parametrize("given", ["cuda", "gpu:0", "cuda:-1", "cuda:0 ", "rocm:0", ""])
+@pytest.mark.parametrize("given", ["cuda", "gpu:0", "cuda:-1", "cuda:01", "cuda:0 ", "rocm:0", ""])
 def test_malformed_names_are_refused(given: str) -> None:
     with pytest.raises(UsageError, match=r"^device: .*expected 'cuda:N' or 'hip:N'"):
-        arrays.resolve_device(given)
+        arrays.device_string(given)
 
 
 @pytest.mark.parametrize("given", [0, 1, True])
 def test_bare_ints_are_refused_as_ambiguous(given: int) -> None:
     with pytest.raises(UsageError, match=r"does not say which vendor"):
-        arrays.resolve_device(given)
+        arrays.device_string(given)
 
 
 def test_other_objects_are_refused() -> None:
     with pytest.raises(UsageError, match=r"^device: cannot use a float"):
-        arrays.resolve_device(0.0)
+        arrays.device_string(0.0)
 
 
 @pytest.fixture
@@ -66,18 +66,18 @@ def torch() -> Any:
 def test_torch_devices_name_their_vendor(torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     device = torch.device("cuda", 1)
     monkeypatch.setattr(torch.version, "hip", None)
-    assert arrays.resolve_device(device) == "cuda:1"
+    assert arrays.device_string(device) == "cuda:1"
     # torch on ROCm calls its GPUs "cuda" too: torch.version.hip says they are AMD's.
     monkeypatch.setattr(torch.version, "hip", "6.4.43484")
-    assert arrays.resolve_device(device) == "hip:1"
+    assert arrays.device_string(device) == "hip:1"
 
 
 def test_torch_cpu_devices_and_tensors_are_refused(torch: Any) -> None:
     with pytest.raises(UsageError, match=r"^device: torch device cpu is not a GPU"):
-        arrays.resolve_device(torch.device("cpu"))
+        arrays.device_string(torch.device("cpu"))
     with pytest.raises(UsageError, match=r"^x: a torch tensor on cpu is not on a GPU"):
         arrays.wrap("x", torch.zeros(3))
     with pytest.raises(UsageError, match=r"^device: a torch tensor on cpu"):
-        arrays.resolve_device(torch.zeros(3))
+        arrays.device_string(torch.zeros(3))
     with pytest.raises(UsageError, match=r"not GPU memory"):
         arrays.pointer_of(torch.zeros(3))

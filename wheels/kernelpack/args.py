@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from .arrays import pointer_of
-from .errors import KernelpackError, UsageError
+from .errors import UsageError
 from .index import KernelParam
 
 SLOT = 8  # bytes per parameter slot; every supported C type fits and is aligned in 8
@@ -95,7 +95,7 @@ def c_type(spelling: str) -> CType:
     words = [w for w in spelling.replace("\t", " ").split(" ") if w and w not in _QUALIFIERS]
     found = C_TYPES.get(" ".join(words))
     if found is None:
-        raise KernelpackError(
+        raise UsageError(
             f"C parameter type {spelling!r} cannot be passed from Python; "
             f"kernel parameters must be pointers or one of: {', '.join(sorted(C_TYPES))}"
         )

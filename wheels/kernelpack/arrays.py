@@ -12,10 +12,11 @@ ops and the launcher see plain numbers (addresses, shapes, dtype names, stream h
 - :func:`upload`, :func:`download`, :func:`to_gpu`, :func:`to_host` move numpy data through
   whichever of torch and CuPy is installed (as raw bytes: numpy's bfloat16 comes from ml_dtypes,
   which torch reads only as bytes and CuPy not at all);
-- :func:`resolve_device` turns a device argument into a vendor-qualified ``"cuda:N"`` or
+- :func:`device_string` turns a device argument into a vendor-qualified ``"cuda:N"`` or
   ``"hip:N"``: a torch or CuPy device (or an array on it) names the vendor it belongs to, so on a
   machine with both AMD and NVIDIA GPUs it cannot pick the other vendor's GPU. A bare int cannot
-  say which vendor it means and is refused here.
+  say which vendor it means and is refused here (:func:`kernelpack.load` itself takes one where
+  all GPUs are of one vendor; :mod:`kernelpack.devices` resolves the strings to GPUs).
 
 One error convention: bad input raises :class:`~kernelpack.errors.UsageError` (a ValueError)
 whose message starts with the argument's name; a missing framework raises RuntimeLibraryError.
@@ -25,17 +26,14 @@ from __future__ import annotations
 
 import ctypes
 import operator
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .devices import DEVICE_STRING
 from .errors import RuntimeLibraryError, UsageError
 
-VENDORS = ("cuda", "hip")  # the prefixes of a vendor-qualified device: "cuda:0", "hip:1"
 if TYPE_CHECKING:
     import numpy as np
-
-_DEVICE_NAME = re.compile(r"(cuda|hip):(\d+)")
 
 
 class Array(NamedTuple):
@@ -326,7 +324,7 @@ def to_host(device_array: Array, host: Array) -> None:
 
 def parse_device(device: str) -> tuple[str, int]:
     """("cuda", 0) for "cuda:0"; a UsageError naming the accepted forms otherwise."""
-    match = _DEVICE_NAME.fullmatch(device)
+    match = DEVICE_STRING.fullmatch(device)
     if match is None:
         raise UsageError(
             f"device: {device!r} is not a vendor-qualified GPU; expected 'cuda:N' or 'hip:N', "
@@ -335,7 +333,7 @@ def parse_device(device: str) -> tuple[str, int]:
     return match.group(1), int(match.group(2))
 
 
-def resolve_device(device: object) -> str:
+def device_string(device: object) -> str:
     """The vendor-qualified GPU ("cuda:N" or "hip:N") that ``device`` names.
 
     Takes such a string, a torch.device (its index, or torch's current device when it has none),

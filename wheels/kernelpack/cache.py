@@ -55,6 +55,14 @@ class Entry(NamedTuple):
     mtime: float
 
 
+class Sweep(NamedTuple):
+    """What ``verify`` or ``clear`` did, entry by entry, as ``kernelpack cache`` reports it."""
+
+    good: list[Entry]  # whole entries left in place (verify)
+    removed: list[Entry]  # damaged (verify) or all (clear) entries that are gone now
+    failed: list[tuple[Path, str]]  # files that should have gone and are still there, and why
+
+
 def _frame(payload: bytes) -> bytes:
     return MAGIC + hashlib.sha256(payload).digest() + payload
 
@@ -117,11 +125,13 @@ class DiskCache:
             os.utime(path)
         return payload
 
-    def _discard(self, path: Path) -> None:
-        with contextlib.suppress(OSError):
-            path.unlink()
-        with self._lock:
-            self.removed_bad += 1
+    def _discard(self, path: Path) -> str | None:
+        """Remove a damaged entry; the OS's reason when it stays."""
+        problem = _unlink(path)
+        if problem is None:
+            with self._lock:
+                self.removed_bad += 1
+        return problem
 
     def put(self, key: str, payload: bytes) -> None:
         """Store an entry atomically; an unusable folder switches to memory with one warning."""
@@ -187,32 +197,58 @@ class DiskCache:
                 entry.path.unlink()
                 total -= entry.size
 
-    def verify(self) -> tuple[list[Entry], list[Entry]]:
-        """(good entries, damaged entries removed): what ``kernelpack cache verify`` reports."""
-        good: list[Entry] = []
-        bad: list[Entry] = []
+    def _start_sweep(self) -> Sweep:
+        """An empty sweep, or one that says the folder itself cannot be listed (where
+        :meth:`entries` sees nothing, which must not read as "nothing to do")."""
+        try:
+            os.scandir(self.folder).close()
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            return Sweep([], [], [(self.folder, error.strerror or str(error))])
+        return Sweep([], [], [])
+
+    def verify(self) -> Sweep:
+        """Check every entry, removing damaged ones: what ``kernelpack cache verify`` reports."""
+        sweep = self._start_sweep()
         for entry in self.entries():
             try:
                 whole = _unframe(entry.path.read_bytes()) is not None
             except OSError:
                 whole = False
             if whole:
-                good.append(entry)
+                sweep.good.append(entry)
+                continue
+            problem = self._discard(entry.path)
+            if problem is None:
+                sweep.removed.append(entry)
             else:
-                self._discard(entry.path)
-                bad.append(entry)
-        return good, bad
+                sweep.failed.append((entry.path, problem))
+        return sweep
 
-    def clear(self) -> int:
-        """Remove every entry (and stray temporary files); the number of entries removed."""
-        removed = 0
+    def clear(self) -> Sweep:
+        """Remove every entry and stray temporary file: what ``kernelpack cache clear`` reports."""
+        sweep = self._start_sweep()
         for entry in self.entries():
-            with contextlib.suppress(OSError):
-                entry.path.unlink()
-                removed += 1
-        with contextlib.suppress(OSError):
+            problem = _unlink(entry.path)
+            if problem is None:
+                sweep.removed.append(entry)
+            else:
+                sweep.failed.append((entry.path, problem))
+        with contextlib.suppress(OSError):  # a folder that cannot be listed has no strays to see
             for stray in self.folder.glob(".tmp-*" + SUFFIX):
-                stray.unlink()
+                problem = _unlink(stray)
+                if problem is not None:
+                    sweep.failed.append((stray, problem))
         if self._memory is not None:
             self._memory.clear()
-        return removed
+        return sweep
+
+
+def _unlink(path: Path) -> str | None:
+    """Remove a file; None when it is gone (or was already), else the OS's reason."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as error:
+        return error.strerror or str(error)
+    return None

@@ -59,19 +59,6 @@ _MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
 _KERNELS: dict[tuple[str, str], Any] = {}  # ("cuda:0", kernel name) -> Kernel
 
 
-def _loader_position(device: str) -> int:
-    """The position of a vendor-qualified GPU in the loader's list (AMD first, then NVIDIA),
-    matched by vendor and runtime ordinal."""
-    from . import loader
-
-    vendor, index = arrays.parse_device(device)
-    wanted = "nvidia" if vendor == "cuda" else "amd"
-    for position, gpu in enumerate(loader.shared_loader().gpus()):
-        if gpu.vendor == wanted and gpu.index == index:
-            return position
-    raise UsageError(f"device: {device} is not among the GPUs kernelpack detected")
-
-
 def _kernel(device: str, name: str) -> Any:
     """The kernel ``name`` on ``device`` ("cuda:0"), loaded once per process."""
     kernel = _KERNELS.get((device, name))
@@ -80,7 +67,7 @@ def _kernel(device: str, name: str) -> Any:
         if module is None:
             from . import loader
 
-            module = _MODULES[device] = loader.load(MODULE, device=_loader_position(device))
+            module = _MODULES[device] = loader.load(MODULE, device=device)
         kernel = _KERNELS[(device, name)] = module.kernel(name)
     return kernel
 

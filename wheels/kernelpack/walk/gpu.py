@@ -290,7 +290,7 @@ def run(
     from .. import loader
 
     module = loader.load(MODULE, device=device)
-    buffers = _Buffers(module.device)
+    buffers = _Buffers(module.gpu.index)  # the vendor runtime's number, as torch/CuPy count
     m = program.m
     constant = {
         name: buffers.upload(getattr(launch, name))
