@@ -23,13 +23,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
-import os
 import platform
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from kernelpack import mlp, torch_ops
+from kernelpack.atomic import atomic_write
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "docs" / "bench-mlp.md"
@@ -478,13 +477,6 @@ def render(
     return "\n".join(lines) + "\n"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
-        handle.write(text)
-    os.replace(handle.name, path)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
@@ -534,7 +526,7 @@ def main() -> None:
                         flush=True,
                     )
                 torch._dynamo.reset()  # keeps compile's guard lists short
-    write_atomic(args.output, render(rows, copy_gbps, host, left_out))
+    atomic_write(args.output, render(rows, copy_gbps, host, left_out))
     print(f"wrote {args.output} ({time.monotonic() - began:.0f} s)")
 
 

@@ -1,7 +1,8 @@
 """Shared fixtures: the provisioned AMD toolchain and the GPU gate.
 
 Tests marked ``toolchain`` get the AMD compiler through the same provisioning a user gets
-(buildsys.toolchain); tests marked ``gpu`` are skipped where no GPU can be used.
+(buildsys.toolchain); tests marked ``gpu`` are skipped where no GPU can be used, and those marked
+``nvcc`` where NVIDIA's compiler is not on PATH.
 """
 
 from __future__ import annotations
@@ -24,13 +25,24 @@ def gpu_available() -> bool:
     return bool(cuda_driver_devices())
 
 
+@functools.cache
+def nvcc_available() -> bool:
+    """True when the CUDA toolkit's nvcc is installed (tests marked ``nvcc`` compile with it)."""
+    from buildsys.toolchain import cuda_toolchain
+
+    return cuda_toolchain() is not None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if gpu_available():
-        return
-    skip = pytest.mark.skip(reason="no GPU on this machine (libcuda absent or no device)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    gates = {
+        "gpu": (gpu_available, "no GPU on this machine (libcuda absent or no device)"),
+        "nvcc": (nvcc_available, "no nvcc on this machine (install the CUDA toolkit)"),
+    }
+    for marker, (available, reason) in gates.items():
+        marked = [item for item in items if marker in item.keywords]
+        if marked and not available():
+            for item in marked:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")
