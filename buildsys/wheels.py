@@ -34,7 +34,7 @@ from pathlib import Path
 
 from kernelpack._console import print_json, print_table
 from kernelpack.index import Index
-from kernelpack.targets import AMD_FAMILIES, TargetId
+from kernelpack.targets import AMD_FAMILIES, parse_target
 
 from . import REPO_ROOT
 from .build import BuildSettings, build, failure_error, print_summary
@@ -70,13 +70,15 @@ def device_groups(index: Index) -> list[DeviceGroup]:
     """Group the built targets into device wheels.
 
     An AMD family (AMD_FAMILIES) with two or more built processors becomes one wheel named after
-    the family (gfx1100 and gfx1101 -> gfx110x); any other AMD target gets its own wheel named
-    after its processor; each NVIDIA cubin target its own (sm_90 -> sm90); all PTX goes to "ptx".
+    the family (gfx1100 and gfx1101 -> gfx110x); any other AMD target, generic ones included, gets
+    its own wheel named after its processor (gfx11-generic); each NVIDIA cubin target its own
+    (sm_90 -> sm90); all PTX goes to "ptx".
     """
     built = sorted({image["target"] for m in index["modules"].values() for image in m["images"]})
+    parsed = {target: parse_target(target) for target in built}
     groups: dict[str, list[str]] = {}
-    amd = [t for t in built if t.startswith("gfx")]
-    processors = {t: TargetId.parse(t).processor for t in amd}
+    amd = [t for t in built if parsed[t].vendor == "amd"]
+    processors = {t: parsed[t].amd.processor for t in amd}
     for target in amd:
         family = next(
             (
@@ -89,9 +91,9 @@ def device_groups(index: Index) -> list[DeviceGroup]:
         )
         groups.setdefault((family or processors[target]).lower(), []).append(target)
     for target in built:
-        if target.startswith("sm_"):
+        if parsed[target].kind == "sm":
             groups.setdefault(target.replace("_", ""), []).append(target)
-        elif target.startswith("compute_"):
+        elif parsed[target].kind == "compute":
             groups.setdefault("ptx", []).append(target)
     return [DeviceGroup(name, tuple(targets)) for name, targets in sorted(groups.items())]
 

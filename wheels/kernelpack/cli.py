@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ._console import print_json, print_table, run_cli
+from .coverage import run_targets
 from .detect import Gpu, detect_gpus
 from .errors import UsageError
 from .formats import describe
@@ -42,6 +43,15 @@ def _parser() -> argparse.ArgumentParser:
         "--sysfs-root", metavar="DIR", help="read DIR in place of /sys (diagnosis and tests)"
     )
     info.set_defaults(handler=_info)
+
+    targets = commands.add_parser(
+        "targets", help="every AMD processor LLVM knows: the image it would load and why"
+    )
+    targets.add_argument("--json", action="store_true", help="print JSON for tools")
+    targets.add_argument(
+        "--targets", metavar="LIST", help="judge these built targets (a,b,...), not the installed"
+    )
+    targets.set_defaults(handler=lambda args: run_targets(args.json, args.targets))
 
     cache = commands.add_parser("cache", help="the disk cache of extracted and compiled images")
     cache.add_argument(
