@@ -333,7 +333,8 @@ def sizes(wheels: list[Path]) -> list[tuple[str, int, int]]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, default=REPO_ROOT / "dist", metavar="DIR",
-        help="where the wheels go: DIR/fat and DIR/split (default: dist)",
+        help="where the wheels, the variants JSON and the simple index (DIR/simple) go "
+        "(default: dist)",
     )  # fmt: skip
     parser.add_argument(
         "--merge", nargs="+", type=Path, metavar="SHARD",
@@ -343,6 +344,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main_wheels(args: argparse.Namespace) -> int:
+    from .simple_index import write_simple_index  # both import this module
+    from .variants import write_variants
+
     epoch = source_date_epoch()
     device_dir = REPO_ROOT / "build" / "wheel-device"
     if args.merge:
@@ -352,24 +356,25 @@ def main_wheels(args: argparse.Namespace) -> int:
         if result.count("failed") or result.count("not run"):
             print_summary(result, as_json=False)
             raise failure_error(result)
-    for folder in (args.out / "fat", args.out / "split"):
-        for stale in folder.glob("*.whl"):
-            stale.unlink()
-    fat, verdict = build_fat_wheel(device_dir, args.out / "fat", epoch=epoch)
-    split = split_wheels(fat, device_dir, args.out / "split", epoch=epoch)
+    for stale in [*args.out.glob("*.whl"), *args.out.glob("*-variants.json")]:
+        stale.unlink()
+    with tempfile.TemporaryDirectory(prefix="kernelpack-fat-") as staging:
+        built, verdict = build_fat_wheel(device_dir, Path(staging), epoch=epoch)
+        split = split_wheels(built, device_dir, args.out, epoch=epoch)
+        variants = write_variants(built, split[0], args.out, epoch=epoch)
+    write_simple_index(args.out, [*split, *variants])
+    fat = variants[0]  # the null variant: the fat wheel under a name of its own
+    wheels = [fat, *split, *(v for v in variants[1:] if v.suffix == ".whl")]
+    kinds = ["fat", "host"] + ["device"] * (len(split) - 1)
+    kinds += ["variant"] * (len(wheels) - len(kinds) - 1) + ["provider"]
     verdicts = {fat.name: verdict}
-    rows = sizes([fat, *split])
+    rows = sizes(wheels)
     if args.json:
         print_json(
             {
                 "wheels": [
                     {"kind": kind, "file": str(path), "compressed": packed, "uncompressed": raw}
-                    for kind, path, (_, packed, raw) in zip(
-                        ["fat", "host"] + ["device"] * (len(split) - 1),
-                        [fat, *split],
-                        rows,
-                        strict=True,
-                    )
+                    for kind, path, (_, packed, raw) in zip(kinds, wheels, rows, strict=True)
                 ],
                 "auditwheel": verdicts,
             }

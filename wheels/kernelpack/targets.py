@@ -590,3 +590,26 @@ def select_image(
         f"{label} for {gpu}: {verdict}" for label, verdict in zip(labels, verdicts, strict=True)
     ]
     return (images[best[1]] if best is not None else None), reasons
+
+
+def known_code_targets() -> list[str]:
+    """Every code target name the tables know (AMD processors and generic targets, NVIDIA cubin
+    and PTX targets), the universe an installer's variant provider chooses from."""
+    nvidia = [a.name for a in NVIDIA_ARCHS]
+    return (
+        [p.name for p in AMD_PROCESSORS] + nvidia + [n.replace("sm_", "compute_") for n in nvidia]
+    )
+
+
+def supported_targets(gpu: GpuTarget, *, runtime_code_object_v6: bool | None = None) -> list[str]:
+    """The known code targets whose images run on ``gpu``, best first by :func:`select_image`'s
+    rule: what kernelpack's variant provider reports, so that an installer picks the wheel the
+    loader would pick."""
+    ranked = []
+    for position, name in enumerate(known_code_targets()):
+        parsed = parse_target(name)
+        image = {"vendor": parsed.vendor, "target": name, "kind": parsed.image_kind}
+        outcome = _image_fit(image, gpu, runtime_code_object_v6)
+        if not isinstance(outcome, str):
+            ranked.append((outcome[0], position, name))
+    return [name for _, _, name in sorted(ranked)]
