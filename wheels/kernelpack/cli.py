@@ -53,6 +53,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     targets.set_defaults(handler=lambda args: run_targets(args.json, args.targets))
 
+    doctor = commands.add_parser(
+        "doctor", help="per GPU: image installed or the pip command; runtimes; known problems"
+    )
+    doctor.add_argument("--json", action="store_true", help="print JSON for tools")
+    doctor.add_argument(
+        "--sysfs-root", metavar="DIR", help="read DIR in place of /sys (diagnosis and tests)"
+    )
+    doctor.set_defaults(handler=_doctor)
+
     cache = commands.add_parser("cache", help="the disk cache of extracted and compiled images")
     cache.add_argument(
         "action",
@@ -201,6 +210,12 @@ def _info(args: argparse.Namespace) -> int:
 def _found_by_json(gpu: dict[str, Any]) -> str:
     found = f"kfd node {gpu['node']}" if gpu["node"] is not None else str(gpu["source"])
     return f"{found}; {gpu['override']}" if gpu["override"] else found
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import run_doctor
+
+    return run_doctor(args.json, args.sysfs_root)
 
 
 def _cache(args: argparse.Namespace) -> int:
