@@ -150,6 +150,10 @@ def test_apu_and_discrete_each_get_a_native_image_and_generic_needs_rocm_6_2() -
     assert "HIP 6.1.40091 cannot load code object v6" in old["findings"][0]["message"]
     assert "devices 1" in old["findings"][0]["message"]
 
+    none = doctor("laptop-gfx1100-gfx1151", index(DEFAULT_AMD), runtimes={"hip": "not found"})
+    assert codes(none) == [("runtime", "error", None)]
+    assert none["findings"][0]["message"] == "no hip runtime library found for the amd GPUs"
+
 
 def test_a_gpu_hidden_by_hip_visible_devices_is_named() -> None:
     report = doctor("laptop-gfx1100-gfx1151", index(DEFAULT_AMD), {"HIP_VISIBLE_DEVICES": "0"})

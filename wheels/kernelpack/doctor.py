@@ -318,13 +318,12 @@ def _requirements(
             need = (
                 f"HIP from ROCm {rocm} (code object v{GENERIC_CODE_OBJECT_VERSION}: generic images)"
             )
-        ok: bool | None = have != "not found" and not have.startswith("error")
-        if vendor == "amd" and needs_v6 and ok:
-            ok = v6
+        found = have != "not found" and not have.startswith("error")
+        ok: bool | None = v6 if found and vendor == "amd" and needs_v6 else found
         rows.append({"vendor": vendor, "library": library, "needs": need, "found": have, "ok": ok})
-        if ok or not runtimes_apply:
+        if ok is not False or not runtimes_apply:
             continue
-        if ok is False and vendor == "amd" and needs_v6:
+        if found:
             message = (
                 f"HIP {hip_version} cannot load code object v{GENERIC_CODE_OBJECT_VERSION}, the "
                 f"generic images devices {', '.join(map(str, sorted(set(needs_v6))))} need"
