@@ -365,6 +365,16 @@ def test_the_null_variant_is_the_fat_wheel_and_serves_every_recorded_gpu_nativel
             assert _chosen(report, module) == [("kernelpack", target)] * len(report["gpus"])
     laptop = json.loads(_info(python, tmp_path, SYSFS / "laptop-gfx1100-gfx1151").stdout)
     assert _chosen(laptop, "mlp") == [("kernelpack", "gfx1100"), ("kernelpack", "gfx11-generic")]
+    targets = subprocess.run(
+        [str(python), "-m", "kernelpack", "targets", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert targets.returncode == 0, targets.stderr
+    rows = json.loads(targets.stdout)["processors"]
+    assert [r["processor"] for r in rows if not r["native"]] == ["gfx1250"]
 
 
 @pytest.mark.toolchain
