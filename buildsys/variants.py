@@ -29,12 +29,12 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from kernelpack.atomic import atomic_write
 from kernelpack.index import Index
 from kernelpack.targets import parse_target
 from kernelpack.variant_plugin import FEATURES, NAMESPACE, property_value
 
 from . import REPO_ROOT
-from .cache import atomic_write
 from .errors import BuildError
 from .index_writer import read_index
 from .wheels import DeviceGroup, device_groups, read_wheel, write_wheel

@@ -23,13 +23,13 @@ from kernelpack.formats import (
     EM_AMDGPU,
     EM_CUDA,
     compress_bundle,
-    describe,
     read_bundle,
     read_code_object,
     read_cubin,
     read_ptx,
     write_bundle,
 )
+from kernelpack.inspection import describe
 
 OBJECTS = Path(__file__).parent / "fixtures" / "objects"
 NAMES = (

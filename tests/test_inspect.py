@@ -230,3 +230,97 @@ def test_bundle_entries_agree_with_llvm_readelf(
         assert entry["image"]["target"] == target == entry["target"]
         assert ours(entry["image"]) == kernels
         assert out.stat().st_size == entry["size"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Names from a file are data on the terminal; a closed pipe ends the command quietly
+
+TERMINAL_CONTROL = ("\x1b", "\x07", "\r", "\u202e")
+
+
+@pytest.mark.parametrize("name", ["names.cubin", "names.co"])
+@pytest.mark.parametrize("rich", [False, True], ids=["plain", "rich"])
+def test_hostile_names_are_shown_as_text(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    name: str,
+    rich: bool,
+) -> None:
+    from hostile_files import HOSTILE_FILES, HOSTILE_NAMES
+
+    from kernelpack import _console
+
+    path = tmp_path / name
+    path.write_bytes(HOSTILE_FILES[name].make())
+    monkeypatch.setattr(_console, "use_rich", lambda: rich)
+    monkeypatch.setenv("COLUMNS", "400")  # rich's width off a terminal: no name is wrapped
+    monkeypatch.setenv("NO_COLOR", "1")
+    status, out, err = inspect(capsys, str(path))
+    assert (status, err) == (0, "")
+    assert not any(control in out for control in TERMINAL_CONTROL)
+    for hostile in HOSTILE_NAMES:  # each name shown as written, control characters escaped
+        shown = "".join(repr(c)[1:-1] if not c.isprintable() else c for c in hostile)
+        assert shown in out, shown
+
+
+@pytest.mark.parametrize("name", ["names.cubin", "names.co"])
+def test_hostile_names_stay_exact_in_json(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
+) -> None:
+    from hostile_files import HOSTILE_FILES, HOSTILE_NAMES
+
+    path = tmp_path / name
+    path.write_bytes(HOSTILE_FILES[name].make())
+    report = inspect_json(capsys, path)
+    assert tuple(k["name"] for k in report["kernels"]) == HOSTILE_NAMES
+
+
+def test_hostile_name_in_an_error_line_is_escaped(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from hostile_files import code_object
+
+    data = bytearray(code_object(["clear\x1b[2J"]))
+    at = data.rindex(b"clear\x1b[2J.kd")  # the symbol's name; the metadata's comes first
+    data[at : at + 5] = b"other"
+    path = tmp_path / "missing-descriptor.co"
+    path.write_bytes(data)
+    status, out, err = inspect(capsys, str(path))
+    assert (status, out) == (2, "")
+    assert "\x1b" not in err and "clear\\x1b[2J" in err
+
+
+def test_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`inspect --json | head -1`: a reader that stops early is no error and prints nothing."""
+    from hostile_files import HOSTILE_FILES
+
+    path = tmp_path / "kernels.co"  # 1 MB of JSON: more than a pipe holds
+    path.write_bytes(HOSTILE_FILES["kernels.co"].make())
+    result = subprocess.run(
+        f"{sys.executable} -m kernelpack inspect {path} --json | head -c 1",
+        shell=True,
+        executable="/bin/bash",
+        env={"PYTHONPATH": str(Path(__file__).parents[1] / "wheels"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (result.stdout, result.stderr) == ("{", "")
+
+
+def test_closed_pipe_status_is_sigpipes(tmp_path: Path) -> None:
+    from hostile_files import HOSTILE_FILES
+
+    path = tmp_path / "kernels.co"
+    path.write_bytes(HOSTILE_FILES["kernels.co"].make())
+    result = subprocess.run(
+        f"set -o pipefail; {sys.executable} -m kernelpack inspect {path} --json | head -c 1 >/dev/null",
+        shell=True,
+        executable="/bin/bash",
+        env={"PYTHONPATH": str(Path(__file__).parents[1] / "wheels"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (141, "")

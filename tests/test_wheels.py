@@ -122,7 +122,7 @@ def built_wheels(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     outs = []
     for name in ("first", "second"):
         out = tmp_path_factory.mktemp(name)
-        result = _buildsys("wheels", "--out", str(out))
+        result = _buildsys("wheels", "--provision", "--out", str(out))
         assert result.returncode == 0, result.stderr[-3000:]
         outs.append(out)
     return outs[0], outs[1]
@@ -288,7 +288,8 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         text=True,
     )
-    assert result.returncode == 0, f"network test: pip download failed: {result.stderr[-300:]}"
+    # a test marked network fails offline rather than skipping: deselect it with -m "not network"
+    assert result.returncode == 0, f"cannot download numpy, zstandard: {result.stderr[-300:]}"
     return folder
 
 

@@ -3,6 +3,11 @@
 Both AMDGPU code objects and NVIDIA cubins are little-endian ELF64 files. This reader checks every
 offset and size against the file before it reads, so a truncated or hostile file ends in one
 FormatError that names the byte offset of the field at fault.
+
+Work stays linear in the file: sections are found by name through one dict, and names are read
+once per place in their string table, all of them together within :data:`NAMES_PER_FILE_BYTE`
+times the file (names in a string table may overlap, so a small hostile file could otherwise name
+each of thousands of symbols with the same megabyte of text).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from .errors import FormatError
 
@@ -22,6 +28,12 @@ SHT_NOBITS = 8
 SHT_DYNSYM = 11
 STT_FUNC = 2
 STB_GLOBAL = 1
+
+# What the readers accept: a file's bytes, or a view of part of them (a bundle entry).
+Buffer: TypeAlias = bytes | bytearray | memoryview
+
+NAMES_PER_FILE_BYTE = 4  # distinct names read, in bytes, per byte of the file
+NAMES_FLOOR_BYTES = 1 << 20
 
 _HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
 _SECTION = struct.Struct("<IIQQQQIIQQ")
@@ -65,8 +77,10 @@ class Note:
 class Elf:
     """A parsed ELF64 little-endian file: header fields and section table."""
 
-    def __init__(self, data: bytes, path: str, *, machine: int, what: str) -> None:
-        self.data = data
+    def __init__(self, data: Buffer, path: str, *, machine: int, what: str) -> None:
+        # one copy of a view (a bundle entry) to read from: bytes have find and decode
+        self.data = data if isinstance(data, bytes) else bytes(data)
+        data = self.data
         self.path = path
         if len(data) < _HEADER.size:
             raise FormatError(path, len(data), f"a {_HEADER.size}-byte ELF header ({what})")
@@ -81,7 +95,12 @@ class Elf:
         self.osabi: int = ident[7]
         self.abi_version: int = ident[8]
         self.flags: int = flags
+        self._names: dict[tuple[int, int, int], str] = {}
+        self._names_left = max(NAMES_FLOOR_BYTES, NAMES_PER_FILE_BYTE * len(data))
         self.sections = self._sections(shoff, shentsize, shnum, shstrndx)
+        self._by_name: dict[str, Section] = {}
+        for section in self.sections:
+            self._by_name.setdefault(section.name, section)
 
     def fail(self, offset: int, expected: str) -> FormatError:
         return FormatError(self.path, offset, expected)
@@ -117,14 +136,28 @@ class Elf:
     def _string(self, table_offset: int, table_size: int, at: int, where: int) -> str:
         if at >= table_size:
             raise self.fail(where, f"a string table index below {table_size}, not {at}")
+        key = (table_offset, table_size, at)
+        known = self._names.get(key)
+        if known is not None:
+            return known
         start = table_offset + at
         end = self.data.find(b"\0", start, table_offset + table_size)
         if end < 0:
             raise self.fail(start, "a NUL-terminated string inside its string table")
+        self._names_left -= end - start
+        if self._names_left < 0:
+            limit = max(NAMES_FLOOR_BYTES, NAMES_PER_FILE_BYTE * len(self.data))
+            raise self.fail(
+                start,
+                f"names of at most {limit} bytes in all ({NAMES_PER_FILE_BYTE} times the file; "
+                "the string tables name things with overlapping text)",
+            )
         try:
-            return self.data[start:end].decode("utf-8")
+            text = self.data[start:end].decode("utf-8")
         except UnicodeDecodeError:
             raise self.fail(start, "a UTF-8 name") from None
+        self._names[key] = text
+        return text
 
     def contents(self, section: Section) -> bytes:
         if section.type == SHT_NOBITS:
@@ -132,7 +165,8 @@ class Elf:
         return self.data[section.offset : section.offset + section.size]
 
     def section(self, name: str) -> Section | None:
-        return next((s for s in self.sections if s.name == name), None)
+        """The first section of that name, if any."""
+        return self._by_name.get(name)
 
     def symbols(self, table: Section) -> list[Symbol]:
         """The symbols of a SHT_SYMTAB or SHT_DYNSYM section."""

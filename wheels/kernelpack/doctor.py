@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from .detect import Gpu
-from .loader import Loader, install_hint
+from .hints import install_hint
+from .loader import Loader
 from .targets import (
     AMD_BY_NAME,
     GENERIC_CODE_OBJECT_VERSION,
@@ -90,7 +91,7 @@ def diagnose(
 
     ``loader`` gives the GPUs this process sees and the installed indexes; ``hidden_from`` is the
     machine's GPUs read without the visible-devices variables; ``runtimes`` the vendor libraries'
-    versions (kernelpack.runtime.library_versions); ``runtimes_apply`` False when the GPUs come
+    versions (kernelpack.libraries.library_versions); ``runtimes_apply`` False when the GPUs come
     from a recorded topology, whose runtimes are not this machine's.
     """
     catalog = loader.catalog(with_device_wheels=True)

@@ -16,8 +16,8 @@ from .targets import runs_code_object_v6
 @functools.cache
 def runtime_versions() -> dict[str, str]:
     """Each vendor library's version text ("6.4.43484 (/opt/rocm/lib/libamdhip64.so.6)", or
-    "not found"), read once: kernelpack.runtime.library_versions opens the libraries."""
-    from .runtime import library_versions
+    "not found"), read once: kernelpack.libraries.library_versions opens the libraries."""
+    from .libraries import library_versions
 
     return library_versions()
 

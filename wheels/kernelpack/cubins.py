@@ -1,0 +1,253 @@
+"""NVIDIA cubins and PTX: the SM target and each kernel's registers, shared and local memory.
+
+A cubin is an ELF64 file (machine EM_CUDA) whose e_flags (and, for arch-specific targets with
+nvcc 13, the .nv.compat section) name the SM; .nv.info records give per-kernel figures. PTX is
+text: its .version, .target and .entry directives. Anything else ends in one
+:class:`~kernelpack.errors.FormatError`.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from ._elf import SHT_SYMTAB, STB_GLOBAL, STT_FUNC, Buffer, Elf, Section
+from .errors import FormatError
+from .index import KernelResources
+
+EM_CUDA = 190
+# Attributes of .nv.info / .nv.compat records (format byte, attribute byte, 16-bit value or size).
+EIATTR_MAX_THREADS = 0x05  # per kernel: __launch_bounds__ / .maxntid x, y, z
+EIATTR_REQNTID = 0x10  # per kernel: .reqntid x, y, z
+EIATTR_MIN_STACK_SIZE = 0x12  # per symbol: local memory bytes per thread, callees included
+EIATTR_REGCOUNT = 0x2F  # per symbol: registers per thread
+_EIFMT_SIZED = 4  # EIFMT_SVAL: a 16-bit size, then that many bytes
+_EIFMT_INLINE = (1, 2, 3)  # EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL: the value in the 16-bit field
+# Seen with nvcc 13.0 (ELF ABI version 8): e_flags are the same for sm_90 and sm_90a (and for
+# sm_100/sm_100a, sm_120/sm_120a); the arch-specific target is told by .nv.compat attribute 0x09
+# set to 1 (0 for sm_90, sm_100, sm_100f, sm_120, sm_120f). sm_80 cubins have no .nv.compat.
+NV_COMPAT_ARCH_SPECIFIC = 0x09
+# ELF ABI version 7 (CUDA 12 and older), from LLVM's ELF.h: SM in the low byte, 'a' at 0x800.
+_V7_ARCH_SPECIFIC_FLAG = 0x800
+# st_other of a kernel's symbol (seen: set for kernels, not for device functions).
+_STO_CUDA_ENTRY = 0x10
+CUDA_MAX_BLOCK = 1024  # the block size limit of every SM since sm_20
+
+
+@dataclass(frozen=True)
+class CudaKernel:
+    name: str
+    registers: int  # per thread (EIATTR_REGCOUNT)
+    # static shared bytes: the size of .nv.shared.<kernel>, which on sm_90 (nvcc 13.0) is 1 KiB
+    # more than ptxas -v reports (2048 for a 1024-byte array; 1024 on sm_80)
+    shared: int
+    local: int  # local (stack) bytes per thread (EIATTR_MIN_STACK_SIZE)
+    max_threads: int  # __launch_bounds__ / reqntid, else CUDA_MAX_BLOCK
+
+    def resources(self) -> KernelResources:
+        """Cubins record no spill counts (ptxas prints them only), so spills is 0."""
+        return KernelResources(
+            registers=self.registers,
+            sgpr=0,
+            agpr=0,
+            lds=self.shared,
+            scratch=self.local,
+            spills=0,
+            wavefront=32,
+            max_workgroup=self.max_threads,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "registers": self.registers,
+            "shared": self.shared,
+            "local": self.local,
+            "max_threads": self.max_threads,
+        }
+
+
+@dataclass(frozen=True)
+class Cubin:
+    sm: int  # 90 for sm_90 and sm_90a
+    arch_specific: bool
+    elf_abi_version: int
+    kernels: tuple[CudaKernel, ...]
+
+    @property
+    def target(self) -> str:
+        return f"sm_{self.sm}{'a' if self.arch_specific else ''}"
+
+    def resources(self) -> dict[str, KernelResources]:
+        """Per kernel name, the figures the index records (see kernelpack.index)."""
+        return {kernel.name: kernel.resources() for kernel in self.kernels}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": "cubin",
+            "target": self.target,
+            "sm": self.sm,
+            "arch_specific": self.arch_specific,
+            "elf_abi_version": self.elf_abi_version,
+            "kernels": [kernel.to_json() for kernel in self.kernels],
+        }
+
+
+def read_cubin(data: Buffer, path: str) -> Cubin:
+    """A cubin's SM (e_flags, and .nv.compat for 'a' targets) and its kernels' resources."""
+    elf = Elf(data, path, machine=EM_CUDA, what="an NVIDIA cubin")
+    if elf.abi_version == 8:
+        sm = (elf.flags >> 8) & 0xFF
+        arch_specific = _nv_compat_arch_specific(elf)
+    elif elf.abi_version == 7:
+        sm = elf.flags & 0xFF
+        arch_specific = bool(elf.flags & _V7_ARCH_SPECIFIC_FLAG)
+    else:
+        raise FormatError(path, 8, f"CUDA ELF ABI version 7 or 8, not {elf.abi_version}")
+    if sm < 10:
+        raise FormatError(path, 48, f"an SM number in e_flags, not {sm}")
+    symtab = next((s for s in elf.sections if s.type == SHT_SYMTAB), None)
+    if symtab is None:
+        raise FormatError(path, 0, "a symbol table (.symtab) naming the kernels")
+    symbols = elf.symbols(symtab)
+    per_symbol = _per_symbol_attributes(elf, len(symbols))
+    kernels = []
+    threads_of: dict[str, int] = {}  # per name: symbols may repeat one, its records are read once
+    for symbol in symbols:
+        if not (
+            symbol.type == STT_FUNC and symbol.bind == STB_GLOBAL and symbol.other & _STO_CUDA_ENTRY
+        ):
+            continue
+        attributes = per_symbol.get(symbol.index, {})
+        shared = elf.section(f".nv.shared.{symbol.name}")
+        if symbol.name not in threads_of:
+            threads_of[symbol.name] = _max_threads(elf, symbol.name)
+        kernels.append(
+            CudaKernel(
+                name=symbol.name,
+                registers=attributes.get(EIATTR_REGCOUNT, 0),
+                shared=shared.size if shared else 0,
+                local=attributes.get(EIATTR_MIN_STACK_SIZE, 0),
+                max_threads=threads_of[symbol.name],
+            )
+        )
+    return Cubin(sm, arch_specific, elf.abi_version, tuple(kernels))
+
+
+def _records(elf: Elf, section: Section) -> list[tuple[int, int, bytes | int, int]]:
+    """(format, attribute, value, file offset) of each record of an .nv.info-style section."""
+    records: list[tuple[int, int, bytes | int, int]] = []
+    at, end = section.offset, section.offset + section.size
+    while at < end:
+        if end - at < 4:
+            raise elf.fail(at, f"a 4-byte attribute record in {section.name}")
+        fmt, attribute, word = struct.unpack_from("<BBH", elf.data, at)
+        if fmt == _EIFMT_SIZED:
+            if word > end - at - 4:
+                raise elf.fail(at + 2, f"an attribute of {word} bytes inside {section.name}")
+            records.append((fmt, attribute, elf.data[at + 4 : at + 4 + word], at))
+            at += 4 + word
+        elif fmt in _EIFMT_INLINE:
+            records.append((fmt, attribute, word, at))
+            at += 4
+        else:
+            raise elf.fail(at, f"an attribute format 1 to 4 in {section.name}, not {fmt}")
+    return records
+
+
+def _nv_compat_arch_specific(elf: Elf) -> bool:
+    compat = elf.section(".nv.compat")
+    if compat is None:
+        return False
+    return any(
+        attribute == NV_COMPAT_ARCH_SPECIFIC and fmt in _EIFMT_INLINE and value == 1
+        for fmt, attribute, value, _ in _records(elf, compat)
+    )
+
+
+def _per_symbol_attributes(elf: Elf, symbol_count: int) -> dict[int, dict[int, int]]:
+    """Symbol index -> {attribute: value} from the module-wide .nv.info section."""
+    info = elf.section(".nv.info")
+    result: dict[int, dict[int, int]] = {}
+    if info is None:
+        return result
+    for fmt, attribute, value, at in _records(elf, info):
+        if attribute not in (EIATTR_REGCOUNT, EIATTR_MIN_STACK_SIZE):
+            continue
+        if fmt != _EIFMT_SIZED or not isinstance(value, bytes) or len(value) != 8:
+            raise elf.fail(at, f"an 8-byte symbol attribute 0x{attribute:02x} in .nv.info")
+        index, number = struct.unpack("<II", value)
+        if index >= symbol_count:
+            raise elf.fail(at + 4, f"a symbol index below {symbol_count}, not {index}")
+        result.setdefault(index, {})[attribute] = number
+    return result
+
+
+def _max_threads(elf: Elf, kernel: str) -> int:
+    info = elf.section(f".nv.info.{kernel}")
+    if info is None:
+        return CUDA_MAX_BLOCK
+    for fmt, attribute, value, at in _records(elf, info):
+        if attribute in (EIATTR_MAX_THREADS, EIATTR_REQNTID):
+            if fmt != _EIFMT_SIZED or not isinstance(value, bytes) or len(value) != 12:
+                raise elf.fail(at, f"three block dimensions in attribute 0x{attribute:02x}")
+            x, y, z = struct.unpack("<III", value)
+            threads: int = x * y * z
+            return threads
+    return CUDA_MAX_BLOCK
+
+
+_PTX_VERSION = re.compile(r"^[ \t]*\.version[ \t]+(\d+\.\d+)[ \t]*$", re.M)
+_PTX_TARGET = re.compile(r"^[ \t]*\.target[ \t]+(\w+)", re.M)
+_PTX_ADDRESS_SIZE = re.compile(r"^[ \t]*\.address_size[ \t]+(\d+)", re.M)
+_PTX_ENTRY = re.compile(r"\.entry[ \t\r\n]+([A-Za-z_$%][\w$]*)")
+# An unclosed /* runs to the end of the text: one match, where requiring */ would rescan the rest
+# of the text from every /* (quadratic on a file of "/*/*/*...").
+_PTX_COMMENT = re.compile(r"//[^\n]*|/\*.*?(?:\*/|\Z)", re.S)
+_PTX_SM = re.compile(r"sm_(\d+)[af]?")
+
+
+@dataclass(frozen=True)
+class Ptx:
+    version: str  # the PTX ISA version, "9.0"
+    target: str  # as .target names it: "sm_80", "sm_90a"
+    address_size: int  # 64 or 32 (32 when the directive is absent)
+    entries: tuple[str, ...]
+
+    @property
+    def compute_target(self) -> str:
+        """The virtual architecture the PTX is for, as the index names it: "compute_80"."""
+        return "compute_" + self.target.removeprefix("sm_")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": "ptx",
+            "version": self.version,
+            "target": self.target,
+            "address_size": self.address_size,
+            "entries": list(self.entries),
+        }
+
+
+def read_ptx(data: Buffer, path: str) -> Ptx:
+    """PTX text: its ISA version, target and kernel entry names."""
+    body = bytes(data).rstrip(b"\0")  # PTX taken from a fat binary ends in NULs
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise FormatError(path, error.start, "PTX text in UTF-8") from None
+    code = _PTX_COMMENT.sub(" ", text)
+    version = _PTX_VERSION.search(code)
+    target = _PTX_TARGET.search(code)
+    if version is None or target is None:
+        raise FormatError(path, 0, "PTX text with .version and .target directives")
+    if _PTX_SM.fullmatch(target.group(1)) is None:
+        raise FormatError(path, 0, f"a PTX .target sm_XX, not {target.group(1)}")
+    address = _PTX_ADDRESS_SIZE.search(code)
+    address_size = int(address.group(1)) if address else 32
+    if address_size not in (32, 64):
+        raise FormatError(path, 0, f"a PTX .address_size of 32 or 64, not {address_size}")
+    entries = tuple(match.group(1) for match in _PTX_ENTRY.finditer(code))
+    return Ptx(version.group(1), target.group(1), address_size, entries)
