@@ -244,3 +244,13 @@ def test_doctor_refuses_a_folder_that_is_no_sysfs(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "no KFD topology here" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_no_override_advice_across_generations() -> None:
+    """An RX 6700 with only MI300 code installed is not told to pretend to be an MI300."""
+    from kernelpack.hints import override_hint
+
+    (gpu,) = detect_gpus(sysfs_root=SYSFS / "rx6700-gfx1031", environ={})
+    advice = override_hint(gpu, ["gfx942", "sm_90"])
+    assert "HSA_OVERRIDE_GFX_VERSION=9" not in advice and "gfx942" not in advice
+    assert "HSA_OVERRIDE_GFX_VERSION=10.3.0" in override_hint(gpu, ["gfx942", "gfx1030"])

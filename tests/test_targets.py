@@ -466,11 +466,11 @@ def test_a_family_parses_to_its_processors() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("gfx1110", "gfx1110: unknown target; did you mean gfx1100?"),
+        ("gfx1110", "gfx1110: unknown AMD target; did you mean gfx1100?"),
         ("sm_9", "not an NVIDIA target"),
         ("gfx1100:xnack+", "gfx1100 has no xnack"),
-        ("", "unknown target"),
-        ("cuda", "unknown target"),
+        ("", "unknown AMD target"),
+        ("sm90", "not an NVIDIA target"),
     ],
 )
 def test_parse_target_refuses_unknown_names_with_the_nearest(text: str, message: str) -> None:
@@ -619,4 +619,4 @@ def test_the_targets_command_refuses_an_unknown_target(capsys: pytest.CaptureFix
 
     assert cli.main(["targets", "--targets", "gfx1110"]) == 2
     err = capsys.readouterr().err
-    assert "gfx1110: unknown target; did you mean gfx1100?" in err and "Traceback" not in err
+    assert "gfx1110: unknown AMD target; did you mean gfx1100?" in err and "Traceback" not in err

@@ -493,14 +493,14 @@ def parse_target(text: str) -> ParsedTarget:
     name = text.strip()
     if name in AMD_FAMILIES:
         return ParsedTarget(name, "amd", "family", members=AMD_FAMILIES[name])
-    if name.startswith(("sm_", "compute_")):
+    if name.startswith(("sm", "compute")):
         nvidia = NvidiaTarget.parse(name)
         kind: TargetKind = "compute" if nvidia.ptx else "sm"
         return ParsedTarget(str(nvidia), "nvidia", kind, arch_specific=nvidia.arch_specific)
     processor = name.split(":")[0]
     if processor not in AMD_BY_NAME:
-        known = [*AMD_BY_NAME, *AMD_FAMILIES, *NVIDIA_BY_NAME]
-        raise UsageError(f"{name}: unknown target{suggest(processor, tuple(known))}")
+        known = [*AMD_BY_NAME, *AMD_FAMILIES]
+        raise UsageError(f"{name}: unknown AMD target{suggest(processor, tuple(known))}")
     amd = TargetId.parse(name)
     kind = "generic" if amd.info.is_generic else "specific"
     return ParsedTarget(str(amd), "amd", kind, features=amd.features)
