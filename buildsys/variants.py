@@ -14,7 +14,8 @@ Every file ``python -m buildsys wheels`` writes into dist/ has its own name:
   ``kernelpack :: nvidia_target :: V`` properties.
 - ``kernelpack_device_GROUP-V-py3-none-any.whl``: the device wheels;
   ``kernelpack_variant_provider-V-py3-none-any.whl``: the provider plugin installers run to learn
-  which properties this machine supports (:mod:`kernelpack.variant_plugin`);
+  which properties this machine supports (:mod:`kernelpack.variant_plugin` and the kernelpack
+  modules it imports, :func:`provider_modules`);
   ``kernelpack-V-variants.json``: every variant's properties, for the index.
 
 The property names are kernelpack's own (docs/wheels.md says why the vendors' providers do not fit).
@@ -24,6 +25,7 @@ in the tests.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Sequence
@@ -45,8 +47,6 @@ NULL_LABEL = "null"
 PROVIDER_DISTRIBUTION = "kernelpack-variant-provider"
 PROVIDER_PACKAGE = "kernelpack_variant_provider"
 PROVIDER_API = f"{PROVIDER_PACKAGE}.variant_plugin:KernelpackVariantPlugin"
-# What the provider wheel carries: the plugin and the modules it imports, copied from kernelpack.
-PROVIDER_MODULES = ("variant_plugin.py", "detect.py", "targets.py", "errors.py")
 KERNELPACK_SOURCE = REPO_ROOT / "wheels" / "kernelpack"
 
 
@@ -134,12 +134,34 @@ def write_variants(fat: Path, host: Path, out_dir: Path, *, epoch: int) -> list[
     return written
 
 
+def provider_modules(root: str = "variant_plugin") -> list[str]:
+    """The kernelpack modules the plugin imports, directly or not, at module level or inside
+    functions (detect.py asks the CUDA driver through cuda.py where NVML is missing): the files the
+    provider wheel copies. Compiled and generated modules (_launcher, _index) are not followed;
+    the code that imports them stays unused in the provider."""
+    found: list[str] = []
+    pending = [root]
+    while pending:
+        name = pending.pop()
+        path = KERNELPACK_SOURCE / f"{name}.py"
+        if name in found or not path.is_file():
+            continue
+        found.append(name)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    pending.append(node.module.split(".")[0])
+                else:
+                    pending += [alias.name for alias in node.names]
+    return sorted(found)
+
+
 def provider_wheel(version: str, out_dir: Path, *, epoch: int) -> Path:
     """kernelpack-variant-provider: the plugin and the modules it imports, copied from kernelpack
     so that installer and loader detect GPUs with the same code."""
     files = {
-        f"{PROVIDER_PACKAGE}/{name}": (KERNELPACK_SOURCE / name).read_bytes()
-        for name in PROVIDER_MODULES
+        f"{PROVIDER_PACKAGE}/{name}.py": (KERNELPACK_SOURCE / f"{name}.py").read_bytes()
+        for name in provider_modules()
     }
     files[f"{PROVIDER_PACKAGE}/__init__.py"] = (
         b'"""kernelpack\'s wheel-variant provider plugin; see variant_plugin.py."""\n'

@@ -45,6 +45,16 @@ def _index_with(targets: list[str]) -> Index:
     }
 
 
+def test_the_provider_carries_every_module_the_plugin_imports() -> None:
+    from buildsys.variants import provider_modules
+
+    modules = set(provider_modules())
+    # detect.py reads the CUDA driver through cuda.py where NVML is missing (an import inside a
+    # function); the loader and the build never run in an installer's provider environment
+    assert {"variant_plugin", "detect", "targets", "errors", "cuda"} <= modules
+    assert not {"loader", "catalog", "mlp", "formats"} & modules
+
+
 def test_device_groups_follow_families() -> None:
     targets = [t.target for t in load_matrix().targets]
     groups = {g.name: g.targets for g in device_groups(_index_with(targets))}
@@ -457,6 +467,15 @@ def test_a_variant_aware_installer_picks_the_variant_the_loader_would_use(
     (variants_path,) = dist.glob("kernelpack-*-variants.json")
     plugins = _venv(tmp_path / "plugins")
     _pip_install(plugins, *_from_index(dist, wheelhouse), "kernelpack-variant-provider")
+    every_module = subprocess.run(
+        [str(plugins), "-c", "import kernelpack_variant_provider.cuda, "
+         "kernelpack_variant_provider.variant_plugin as p; "
+         "print(p.KernelpackVariantPlugin.get_supported_configs())"],
+        capture_output=True, text=True, cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "KERNELPACK_TARGET": "gfx1102"},
+    )  # fmt: skip
+    assert every_module.returncode == 0, every_module.stderr[-2000:]
+    assert "['gfx1102', 'gfx11_generic']" in every_module.stdout
     document = json.loads(variants_path.read_text())
     for target, ranking in INSTALLER_CHOICES:
         with pytest.MonkeyPatch.context() as patch:
