@@ -51,7 +51,7 @@ def main() -> int:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     with tempfile.TemporaryDirectory(prefix="kernelpack-sizes-") as tmp:
         result = subprocess.run(
-            [sys.executable, "-m", "buildsys", "wheels", "--json", "--out", tmp],
+            [sys.executable, "-m", "buildsys", "wheels", "--provision", "--json", "--out", tmp],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -88,7 +88,7 @@ def main() -> int:
     split_total = host["compressed"] + sum(d["compressed"] for d in devices)
     text = f"""# Wheel sizes
 
-Command: `python bench/bench_wheels.py` (runs `python -m buildsys wheels --json`; one run).
+Command: `python bench/bench_wheels.py` (runs `python -m buildsys wheels --provision --json`; one run).
 Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}, {time.strftime("%Y-%m-%d")}.
 Matrix: arch_matrix.toml (9 AMD processors, 6 generic AMD targets, sm_80, sm_90, sm_120, compute_80
 PTX); modules mlp, walk. Kinds: fat = the null variant (every image), host = the plain wheel (no
