@@ -263,8 +263,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("vendor", VENDOR, _BUILD, "only this vendor's targets: amd or nvidia"),
     Option("jobs", JOBS, _BUILD, "parallel compile jobs (default: the number of cores)"),
     Option("out", PATH, _OUTPUT, "output folder of _index.py and device/ (default: build/device)"),
-    Option("dist", PATH, frozenset({"wheels"}), "where the wheels go: DIR/fat and DIR/split "
-           "(default: dist)", flag="--out"),
+    Option("dist", PATH, frozenset({"wheels"}), "where the wheels, the variants JSON and the "
+           "simple index (DIR/simple) go (default: dist)", flag="--out"),
     Option("cache_dir", PATH, _BUILD, "compile cache (default: ~/.cache/kernelpack/build)"),
     Option("sources", PATH, _BUILD, "kernel sources (default: kernel_sources)"),
     Option("matrix", PATH, frozenset({"build", "merge", "matrix", "toolchain", "wheels"}),

@@ -14,7 +14,11 @@ from buildsys.errors import MatrixError
 from buildsys.matrix import load_matrix
 from kernelpack.targets import AMD_FAMILIES
 
-DEFAULT_AMD = ["gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "gfx1200", "gfx1201"]
+DEFAULT_AMD = [
+    *("gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "gfx1200"),
+    *("gfx1201", "gfx9-generic", "gfx9-4-generic", "gfx10-1-generic", "gfx10-3-generic"),
+    *("gfx11-generic", "gfx12-generic"),
+]
 
 
 def _write(tmp_path: Path, text: str) -> Path:

@@ -52,13 +52,13 @@ def _build_target(gpu: Gpu) -> str:
 def install_hint(gpu: Gpu, catalog: Catalog) -> str:
     """The pip command for the device wheel that would fit ``gpu``: from the host index's map of
     targets to extras where it names one that fits, else the name the wheels are given."""
-    from .targets import select_image
+    from .targets import parse_target, select_image
 
-    vendor = gpu.vendor
+    parsed = [parse_target(t) for t in sorted(catalog.device_wheels)]
     candidates: list[dict[str, Any]] = [
-        {"vendor": vendor, "target": t, "kind": _kind_of(t)}
-        for t in sorted(catalog.device_wheels)
-        if t.startswith("gfx") == (vendor == "amd")
+        {"vendor": t.vendor, "target": t.text, "kind": t.image_kind}
+        for t in parsed
+        if t.vendor == gpu.vendor
     ]
     best, _ = select_image(candidates, gpu.target)
     if best is not None:
@@ -67,31 +67,31 @@ def install_hint(gpu: Gpu, catalog: Catalog) -> str:
     return f'pip install "kernelpack[{extra}]" (if a device wheel for {_build_target(gpu)} is published)'
 
 
-def _kind_of(target: str) -> str:
-    if target.startswith("gfx"):
-        return "code_object"
-    return "ptx" if target.startswith("compute_") else "cubin"
-
-
 def override_hint(gpu: Gpu, built: Sequence[str]) -> str:
     """KERNELPACK_TARGET with a built target of the GPU's vendor, and for AMD the
     HSA_OVERRIDE_GFX_VERSION that makes the runtime treat the GPU as a built processor."""
-    from .targets import AMD_BY_NAME, TargetId, gfx_target_version, split_gfx_target_version
+    from .targets import (
+        AMD_BY_NAME,
+        TargetId,
+        gfx_target_version,
+        parse_target,
+        split_gfx_target_version,
+    )
 
     if gpu.vendor == "nvidia":
-        same = [t for t in built if t.startswith("sm_")]
+        same = [t for t in built if parse_target(t).kind == "sm"]
         pick = same[0] if same else "sm_XY"
         return f"KERNELPACK_TARGET={pick} (only if this GPU can run it)"
-    processors = sorted({TargetId.parse(t).processor for t in built if t.startswith("gfx")})
+    amd = [parse_target(t) for t in built if parse_target(t).vendor == "amd"]
+    processors = sorted({t.amd.processor for t in amd})
     assert isinstance(gpu.target, TargetId)
     own = gpu.target.processor
     specific = [p for p in processors if not AMD_BY_NAME[p].is_generic]
-    # Closest first: the same generic family (gfx1151 -> gfx1100), the same generation, any.
-    family = (
-        [p for p in specific if AMD_BY_NAME[p].generic == AMD_BY_NAME[own].generic is not None]
-        or [p for p in specific if p[:-2] == own[:-2]]
-        or specific
-    )
+    # Closest first: the same generic family (gfx1151 -> gfx1100), then the same generation; never
+    # another generation (an RX 6700 told to run gfx942 code would only crash).
+    family = [
+        p for p in specific if AMD_BY_NAME[p].generic == AMD_BY_NAME[own].generic is not None
+    ] or [p for p in specific if p[:-2] == own[:-2]]
     if not family:
         return "KERNELPACK_TARGET=<a built target> or HSA_OVERRIDE_GFX_VERSION=<major.minor.step>"
     version = ".".join(str(v) for v in split_gfx_target_version(gfx_target_version(family[0])))
