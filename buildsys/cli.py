@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from kernelpack._console import print_json, print_table, run_cli
+from kernelpack.formats import require_zstd
 
 from .matrix import load_matrix
 
@@ -144,6 +145,11 @@ def _toolchain(args: argparse.Namespace) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
+    if (
+        args.command in ("build", "merge", "wheels")
+        and getattr(args, "compress", None) is not False
+    ):
+        require_zstd()  # before compiling anything: a missing zstandard used to fail at the end
     result: int = args.handler(args)
     return result
 
