@@ -133,10 +133,10 @@ class ArrayInterface:
 def python_side(folder: Path) -> dict[str, float]:
     """Per-launch cost into a no-op C launch function through each binding, checks included."""
     from kernelpack import args as kargs
-    from kernelpack import runtime
+    from kernelpack import launching
 
     lib = ctypes.CDLL(str(compile_shared(NOOP_SOURCE, folder, "noop.so")))
-    lib.noop_launch.argtypes = runtime._CU_LAUNCH_TYPES
+    lib.noop_launch.argtypes = launching.LAUNCH_ARGTYPES
     signature = kargs.Signature.from_index(
         "add",
         [
@@ -155,13 +155,13 @@ def python_side(folder: Path) -> dict[str, float]:
         return value.value or 0
 
     launchers = {
-        "ctypes": runtime._ctypes_launcher(
+        "ctypes": launching.ctypes_launcher(
             signature, lib.noop_launch, 1, fail, current, 0xC0FFEE, lambda: 0, lambda: 0
         )
     }
     native = native_module()
     if native is not None:
-        launchers["native"] = runtime._native_launch(
+        launchers["native"] = launching.native_launch(
             native.Launcher, lib.noop_launch, 1, signature, fail, binding=1, get_current=lib.noop_current,
             enter=lib.noop_push, leave=lib.noop_current, context=0xC0FFEE,
         )  # fmt: skip
@@ -184,8 +184,8 @@ def gpu_launch(index: Any, root: Path, folder: Path) -> dict[str, Any]:
     import torch
 
     from kernelpack.cache import DiskCache
+    from kernelpack.cuda import CudaRuntime
     from kernelpack.loader import Loader
-    from kernelpack.runtime import CudaRuntime
 
     results: dict[str, Any] = {}
     errors: dict[str, str] = {}

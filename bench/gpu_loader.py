@@ -287,7 +287,7 @@ def _detection() -> dict[str, Any]:
     gpus = detect_gpus()
     found["detect_ms"] = (time.perf_counter() - start) * 1e3
     found["gpus"] = [gpu.to_json() for gpu in gpus]
-    from kernelpack.runtime import library_versions
+    from kernelpack.libraries import library_versions
 
     found["libraries"] = library_versions()
     return found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import warnings
@@ -82,10 +83,12 @@ def test_verify_and_clear(tmp_path: Path) -> None:
         cache.put(key(n), os.urandom(64))
     (tmp_path / (key(2) + ".bin")).write_bytes(b"garbage")
     (tmp_path / "unrelated.txt").write_text("not ours")
-    good, bad = cache.verify()
-    assert {e.key for e in good} == {key(0), key(1), key(3)}
-    assert [e.key for e in bad] == [key(2)]
-    assert cache.clear() == 3
+    verified = cache.verify()
+    assert {e.key for e in verified.good} == {key(0), key(1), key(3)}
+    assert [e.key for e in verified.removed] == [key(2)]
+    assert verified.failed == []
+    cleared = cache.clear()
+    assert len(cleared.removed) == 3 and cleared.failed == []
     assert cache.entries() == []
     assert (tmp_path / "unrelated.txt").exists()
 
@@ -128,3 +131,63 @@ def test_concurrent_writers_leave_a_whole_entry(tmp_path: Path) -> None:
         thread.join()
     assert cache.get(key(0)) in payloads
     assert len(list(tmp_path.iterdir())) == 1
+
+
+@pytest.fixture
+def undeletable(monkeypatch: pytest.MonkeyPatch) -> set[Path]:
+    """Files whose removal fails as in a read-only folder (EACCES); root ignores chmod, so the
+    refusal is injected at Path.unlink, which is what the cache calls."""
+    refused: set[Path] = set()
+    unlink = Path.unlink
+
+    def refusing(self: Path, missing_ok: bool = False) -> None:
+        if self in refused:
+            raise PermissionError(13, "Permission denied", str(self))
+        unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", refusing)
+    return refused
+
+
+def test_cache_commands_report_files_they_could_not_remove(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    undeletable: set[Path],
+) -> None:
+    """Issue 15 item 11: "1 damaged and removed" while the file stayed, and "removed 0" with exit 0."""
+    from kernelpack import cli
+
+    monkeypatch.setenv("KERNELPACK_CACHE_DIR", str(tmp_path))
+    cache = DiskCache(tmp_path)
+    for n in range(4):
+        cache.put(key(n), os.urandom(64))
+    damaged = tmp_path / (key(2) + ".bin")
+    damaged.write_bytes(b"garbage")
+    undeletable.add(damaged)
+    assert cli.main(["cache", "verify"]) == 1
+    captured = capsys.readouterr()
+    assert "3 entries good, 0 damaged and removed, 1 could not be removed" in captured.out
+    assert f"could not remove {damaged}: Permission denied" in captured.err
+    assert damaged.exists()
+
+    undeletable.update(tmp_path / (key(n) + ".bin") for n in (0, 1))
+    assert cli.main(["cache", "clear", "--json"]) == 1
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["removed"] == 1  # key(3): the only one that could go
+    assert sorted(e["path"] for e in report["not_removed"]) == sorted(
+        str(tmp_path / (key(n) + ".bin")) for n in (0, 1, 2)
+    )
+    assert captured.err.count("could not remove") == 3
+    assert len(list(tmp_path.glob("*.bin"))) == 3
+
+
+def test_get_counts_only_entries_it_did_remove(tmp_path: Path, undeletable: set[Path]) -> None:
+    cache = DiskCache(tmp_path)
+    cache.put(key(1), b"payload")
+    path = tmp_path / (key(1) + ".bin")
+    path.write_bytes(b"garbage")
+    undeletable.add(path)
+    assert cache.get(key(1)) is None
+    assert cache.removed_bad == 0 and path.exists()

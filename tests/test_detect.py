@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack import cli, detect
+from kernelpack import cli, cuda, detect
 from kernelpack.detect import (
     Gpu,
     NvidiaDevice,
@@ -395,10 +395,10 @@ def test_detect_table_names_each_gpu_and_the_override(
     monkeypatch.setenv("HSA_OVERRIDE_GFX_VERSION", "10.3.0")
     assert cli.main(["detect", "--sysfs-root", str(RX6700)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("index"))
-    assert lines[header].split() == ["index", "vendor", "target", "name", "location", "source"]
+    header = next(i for i, line in enumerate(lines) if line.startswith("device"))
+    assert lines[header].split() == ["device", "vendor", "target", "name", "location", "source"]
     row = lines[header + 1]
-    assert row.startswith("0 ") and "gfx1030" in row and "0000:0a:00.0" in row
+    assert row.startswith("hip:0 ") and "gfx1030" in row and "0000:0a:00.0" in row
     assert "HSA_OVERRIDE_GFX_VERSION=10.3.0 (hardware gfx1031)" in row
 
 
@@ -424,7 +424,7 @@ def test_python_m_kernelpack_detect_exits_2_with_one_line_on_bad_input() -> None
 @pytest.mark.gpu
 def test_nvml_and_the_cuda_driver_agree_on_this_machines_gpus() -> None:
     through_nvml = detect._nvml_devices()
-    through_cuda = detect.cuda_driver_devices()
+    through_cuda = cuda.cuda_driver_devices()
     assert through_nvml is not None and through_cuda is not None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -23,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from kernelpack import cli, loader
+from kernelpack import catalog, cli
 from kernelpack.cache import DiskCache
 from kernelpack.detect import Gpu, NvidiaDevice, detect_gpus
 from kernelpack.errors import (
-    KernelpackError,
+    IntegrityError,
     KernelpackWarning,
     NoImageError,
     RuntimeLibraryError,
@@ -35,8 +34,10 @@ from kernelpack.errors import (
 )
 from kernelpack.formats import compress_bundle, read_bundle, write_bundle
 from kernelpack.index import Image, Index
-from kernelpack.loader import Loader, OnceMap
-from kernelpack.runtime import LoadedModule, Runtime, open_library
+from kernelpack.libraries import open_library
+from kernelpack.loader import Loader
+from kernelpack.oncemap import OnceMap
+from kernelpack.runtime import LoadedModule, Runtime
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
 
@@ -211,13 +212,18 @@ ALL_NVIDIA = ("sm_80", "sm_90", "compute_80")
 def test_each_device_gets_its_best_image(tmp_path: Path, cache: DiskCache) -> None:
     index = make_package(tmp_path / "pkg", amd=ALL_AMD, nvidia=ALL_NVIDIA)
     made, runtimes = make_loader(index, tmp_path / "pkg", mixed_machine(), cache)
-    expected = {0: ("gfx1100", "amd", 0), 1: ("gfx11-generic", "amd", 1), 2: ("sm_90", "nvidia", 0)}
+    expected = {
+        "hip:0": ("gfx1100", "amd", 0),
+        "hip:1": ("gfx11-generic", "amd", 1),
+        "cuda:0": ("sm_90", "nvidia", 0),
+    }
     for device, (target, vendor, ordinal) in expected.items():
         module = made.load("demo", device)
+        assert module.device == device
         assert module.image.startswith(f"{target} ")
         assert runtimes[vendor].loads[-1] == (ordinal, payload(target))
         assert module.kernel("axpy").info["max_workgroup"] == 1024
-    assert "generic" in made.load("demo", 1).why
+    assert "generic" in made.load("demo", "hip:1").why
 
 
 def test_ptx_compiled_by_the_driver_once_per_machine(tmp_path: Path, cache: DiskCache) -> None:
@@ -274,7 +280,7 @@ def test_debug_logs_every_decision(
     monkeypatch.setenv("KERNELPACK_DEBUG", "1")
     index = make_package(tmp_path / "pkg", amd=ALL_AMD, nvidia=ALL_NVIDIA)
     made, _ = make_loader(index, tmp_path / "pkg", mixed_machine(), cache)
-    made.load("demo", 1)
+    made.load("demo", "hip:1")
     err = capsys.readouterr().err
     for target in (*ALL_AMD, *ALL_NVIDIA):
         assert f"demo on gfx1151: {target} " in err
@@ -296,9 +302,18 @@ def test_damaged_package_image_is_refused(tmp_path: Path, cache: DiskCache, dama
     made, runtimes = make_loader(
         index, tmp_path / "pkg", [g for g in mixed_machine() if g.vendor == "nvidia"], cache
     )
-    with pytest.raises(KernelpackError, match="reinstall kernelpack") as raised:
+    with pytest.raises(IntegrityError, match="reinstall kernelpack") as raised:
         made.load("demo")
-    assert ("sha256" if damage == "flip" else "truncated") in str(raised.value)
+    message = str(raised.value)
+    if damage == "flip":  # both digests whole: the one of the bytes found and the index's
+        recorded = index["modules"]["demo"]["images"][0]["sha256"]
+        assert (
+            f"sha256 {hashlib.sha256(bytes(data)).hexdigest()}, the index says {recorded}"
+            in message
+        )
+    else:
+        assert f"{len(data)} bytes at offset 0, the index says {len(data) + 10}" in message
+    assert raised.value.exit_code == 1
     assert "nvidia" not in runtimes or runtimes["nvidia"].loads == []
 
 
@@ -448,7 +463,7 @@ def installed_device_wheel(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_device_wheels_found_through_entry_points(installed_device_wheel: Path) -> None:
-    found = loader.device_fragments()
+    found = catalog.device_fragments()
     mine = [(f, root, origin) for f, root, origin in found if origin == "kernelpack_device_demo"]
     assert len(mine) == 1
     fragment, root, _ = mine[0]
@@ -476,11 +491,13 @@ def test_unknown_module_kernel_and_device(tmp_path: Path, cache: DiskCache) -> N
     index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
     made, _ = make_loader(index, tmp_path / "pkg", mixed_machine(), cache)
     with pytest.raises(UsageError, match="no kernel module 'dmeo'; modules: demo"):
-        made.load("dmeo", 2)
-    with pytest.raises(UsageError, match="3 visible GPU"):
-        made.load("demo", 5)
+        made.load("dmeo", "cuda:0")
+    with pytest.raises(UsageError, match=r"1 cuda device\(s\) visible, cuda:0 to cuda:0"):
+        made.load("demo", "cuda:5")
+    with pytest.raises(UsageError, match="pass device='cuda:0' or 'hip:0'"):
+        made.load("demo", 0)  # AMD and NVIDIA GPUs here: a bare number could mean either
     with pytest.raises(UsageError, match="no kernel 'axpb'; kernels: axpy"):
-        made.load("demo", 2).kernel("axpb")
+        made.load("demo", "cuda:0").kernel("axpb")
 
 
 def test_launch_checks_arguments(tmp_path: Path, cache: DiskCache) -> None:
@@ -520,7 +537,7 @@ class NvccCompiler:
         return out.read_bytes()
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.nvcc
 def test_no_prebuilt_image_compiles_the_source_once(tmp_path: Path, cache: DiskCache) -> None:
     index = make_package(tmp_path / "pkg", amd=("gfx1100",), nvidia=("sm_80",))
     gpus = mixed_machine()[2:]  # the H100: sm_80 cubins do not run on 9.0, and no PTX was built
@@ -546,9 +563,9 @@ def packaged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """kernelpack's own index replaced by a test package; the cache in a temporary folder."""
     root = tmp_path / "pkg"
     index = make_package(root, amd=ALL_AMD, nvidia=ALL_NVIDIA)
-    monkeypatch.setattr(loader, "package_index", lambda: index)
-    monkeypatch.setattr(loader, "PACKAGE_DIR", root)
-    monkeypatch.setattr(loader, "device_fragments", list)
+    monkeypatch.setattr(catalog, "package_index", lambda: index)
+    monkeypatch.setattr(catalog, "PACKAGE_DIR", root)
+    monkeypatch.setattr(catalog, "device_fragments", list)
     monkeypatch.setenv("KERNELPACK_CACHE_DIR", str(tmp_path / "cache"))
     for variable in (
         "KERNELPACK_TARGET",
@@ -568,16 +585,93 @@ def test_info_json_names_the_image_per_gpu(
     report = json.loads(capsys.readouterr().out)
     assert [g["target"] for g in report["gpus"]] == ["gfx1100", "gfx1151"]
     chosen = [(row["device"], row["image"]["target"]) for row in report["modules"]["demo"]]
-    assert chosen == [(0, "gfx1100"), (1, "gfx11-generic")]
+    assert chosen == [("hip:0", "gfx1100"), ("hip:1", "gfx11-generic")]
+    assert all(row["image"]["verified"] for row in report["modules"]["demo"])
+    assert report["problems"] == []
     assert set(report["runtimes"]) == {"cuda", "hip", "nvrtc", "hiprtc"}
     assert report["cache"]["folder"] == os.environ["KERNELPACK_CACHE_DIR"]
 
 
-def test_info_table_says_why_none_fits(packaged: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_info_table_says_why_none_fits_and_what_to_do(
+    packaged: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(["info", "--sysfs-root", str(SYSFS / "mi300x-8gpu")]) == 0
     out = capsys.readouterr().out
     assert out.count("gfx942") >= 8
     assert "none" in out
+    # The advice the NoImageError gives, once for the eight identical GPUs (issue 15 item 14).
+    devices = ", ".join(f"hip:{n}" for n in range(8))
+    assert f"demo on gfx942:sramecc+:xnack- ({devices}): no prebuilt image fits" in out
+    assert out.count("what to do:") == 1
+    assert 'pip install "kernelpack[gfx942]"' in out
+    assert "python -m buildsys build --targets gfx942" in out
+    assert "HSA_OVERRIDE_GFX_VERSION=9.0.10 (runs gfx90a code" in out
+
+
+def test_info_verifies_each_chosen_image(
+    packaged: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A damaged installed image is reported with both digests whole, and info exits 1."""
+    monkeypatch.setenv("KERNELPACK_TARGET", "sm_90")  # stands for an NVIDIA GPU: cuda:0
+    file = packaged / "device" / "demo.sm_90.cubin"
+    data = bytearray(file.read_bytes())
+    data[3] ^= 0x20
+    file.write_bytes(bytes(data))
+    recorded = hashlib.sha256(payload("sm_90")).hexdigest()
+    found = hashlib.sha256(bytes(data)).hexdigest()
+    laptop = str(SYSFS / "laptop-gfx1100-gfx1151")
+    assert cli.main(["info", "--sysfs-root", laptop]) == 1
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("demo") and "cuda:0" in line)
+    assert "DAMAGED" in row
+    assert f"has sha256 {found}, the index says {recorded}" in out
+    assert out.count("sha256 ok") == 2  # the two AMD GPUs' images were read and are whole
+    assert cli.main(["info", "--json", "--sysfs-root", laptop]) == 1
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    verdicts = {row["device"]: row["image"]["verified"] for row in report["modules"]["demo"]}
+    assert verdicts == {"hip:0": True, "hip:1": True, "cuda:0": False}
+    assert report["modules"]["demo"][2]["image"]["sha256"] == recorded
+    assert found in captured.err
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("INDEX = {'schema': 1, 'version': '1.0', 'modu", "SyntaxError"),
+        ("INDEX = {'schema': 1, 'version': '1.0', 'build': {}, 'modules': {'demo': 7}}",
+         "module 'demo': expected a dict, found int"),
+        ("INDEX = {'schema': 1, 'version': 1, 'build': {}, 'modules': {}}",
+         "'version' is a int, not str"),
+        ("INDEX = {'schema': 1, 'version': '1.0', 'build': {}, 'modules': {'demo': {'kernels': {},"
+         " 'source': '', 'source_sha256': '', 'images': [{'vendor': 'amd'}]}}}",
+         "module 'demo' image 0: no key 'target'"),
+        ("OTHER = 1", "it defines no INDEX"),
+    ],
+)  # fmt: skip
+def test_a_damaged_installed_index_is_one_line_and_exit_2(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    says: str,
+) -> None:
+    """A truncated or wrong-typed _index.py (issue 15 item 10), in a real package on sys.path."""
+    package = tmp_path / "site" / "damagedpkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "_index.py").write_text(text)
+    for name in ("damagedpkg", "damagedpkg._index"):  # each case imports its own file
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(catalog, "INDEX_MODULE", "damagedpkg._index")
+    monkeypatch.setattr(catalog, "PACKAGE_DIR", package)
+    monkeypatch.setattr(catalog, "device_fragments", list)
+    monkeypatch.setenv("KERNELPACK_CACHE_DIR", str(tmp_path / "cache"))
+    assert cli.main(["info", "--sysfs-root", str(SYSFS / "two-mi210")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {package / '_index.py'}: ")
+    assert says in err and "reinstall kernelpack" in err
 
 
 def test_cache_commands(packaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -629,8 +723,11 @@ def test_damaged_source_is_refused(tmp_path: Path, cache: DiskCache) -> None:
     (tmp_path / "pkg" / "device" / "demo.cu").write_text(SOURCE + "// changed\n")
     made = Loader(index=index, root=tmp_path / "pkg", gpus=mixed_machine()[:1], runtimes=RecordingRuntime,
                   compilers=lambda vendor: RecordingCompiler(), cache=cache, fragments=list)  # type: ignore[arg-type,return-value]  # fmt: skip
-    with pytest.raises(KernelpackError, match="source's sha256 differs"):
+    with pytest.raises(IntegrityError) as raised:
         made.load("demo")
+    changed = hashlib.sha256((SOURCE + "// changed\n").encode()).hexdigest()
+    recorded = index["modules"]["demo"]["source_sha256"]
+    assert f"the source's sha256 is {changed}, the index says {recorded}" in str(raised.value)
 
 
 def test_device_numbers_follow_the_visible_devices_variables(
@@ -645,5 +742,5 @@ def test_device_numbers_follow_the_visible_devices_variables(
     module = made.load("demo", 0)
     assert module.gpu.location == both[1].location
     assert runtimes["amd"].loads == [(0, payload("gfx90a"))]  # HIP numbers it 0 after the filter
-    with pytest.raises(UsageError, match="1 visible GPU"):
+    with pytest.raises(UsageError, match=r"1 hip device\(s\) visible, hip:0 to hip:0"):
         made.load("demo", 1)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from kernelpack import args as kargs
-from kernelpack import runtime
+from kernelpack import launching
 from kernelpack.errors import UsageError
 
 NATIVE_SOURCE = Path(__file__).parent.parent / "wheels" / "kernelpack" / "_native" / "launcher.c"
@@ -140,7 +140,7 @@ LauncherFactory = Callable[[Recorder, kargs.Signature], Callable[..., None]]
 
 def native_path(native: Any) -> LauncherFactory:
     def make(recorder: Recorder, signature: kargs.Signature) -> Callable[..., None]:
-        return runtime._native_launch(  # type: ignore[no-any-return]
+        return launching.native_launch(  # type: ignore[no-any-return]
             native.Launcher, recorder.launch, 0x1234, signature, fail, binding=1,
             get_current=recorder.get_current, enter=recorder.push, leave=recorder.pop,
             context=CONTEXT,
@@ -155,7 +155,7 @@ def ctypes_path(recorder: Recorder, signature: kargs.Signature) -> Callable[...,
         recorder.get_current(ctypes.byref(value))
         return value.value or 0
 
-    return runtime._ctypes_launcher(
+    return launching.ctypes_launcher(
         signature, recorder.launch, 0x1234, fail, current, CONTEXT,
         lambda: recorder.push(CONTEXT), lambda: recorder.pop(ctypes.byref(ctypes.c_void_p())),
     )  # fmt: skip
@@ -351,7 +351,7 @@ def test_dlpack_capsule_address_is_read() -> None:
 
 
 def test_unsupported_parameter_type_is_named() -> None:
-    with pytest.raises(Exception, match=r"'struct params' cannot be passed from Python"):
+    with pytest.raises(UsageError, match=r"'struct params' cannot be passed from Python"):
         kargs.Signature.from_index("k", [{"name": "p", "type": "struct params"}])
 
 

@@ -145,8 +145,8 @@ def make_loader(
     wrap: Callable[[Any], Any] = lambda r: r,
     compilers: Any = None,
 ) -> Any:
+    from kernelpack.cuda import CudaRuntime
     from kernelpack.loader import Loader
-    from kernelpack.runtime import CudaRuntime
 
     index, root = package
     return Loader(index=index, root=root, runtimes=lambda vendor: wrap(CudaRuntime(binding=binding)),
@@ -293,7 +293,7 @@ def test_ptx_path_compiles_once_per_machine(
 
 
 def nvrtc_or_skip() -> Any:
-    from kernelpack.runtime import open_compiler
+    from kernelpack.rtc import open_compiler
 
     try:
         return open_compiler("nvidia")

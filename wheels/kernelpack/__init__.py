@@ -1,20 +1,33 @@
 """kernelpack: GPU kernels written once in CUDA, shipped for AMD and NVIDIA GPUs.
 
 ``import kernelpack`` stays cheap: it loads no vendor library and reads no device file until a
-module is asked for.
+module is asked for. ``kernelpack.load(module, device=None)`` gives a :class:`Module`, whose
+``kernel(name)`` gives a :class:`Kernel` to launch; every failure is a :class:`KernelpackError`
+subclass (kernelpack.errors).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import FormatError, KernelpackError, NoImageError, RuntimeLibraryError, UsageError
+from .errors import (
+    CompileError,
+    FormatError,
+    IntegrityError,
+    KernelpackError,
+    NoImageError,
+    RuntimeLibraryError,
+    UsageError,
+)
 
 if TYPE_CHECKING:
-    from .loader import Kernel, Module, load
+    from .loaded import Kernel, Module
+    from .loader import load
 
 __all__ = [
+    "CompileError",
     "FormatError",
+    "IntegrityError",
     "Kernel",
     "KernelpackError",
     "Module",
@@ -24,12 +37,13 @@ __all__ = [
     "load",
 ]
 
-_LAZY = {"load", "Module", "Kernel"}  # from .loader, imported on first use
+# Imported on first use, so that `import kernelpack` does not import the loader.
+_LAZY = {"load": "loader", "Module": "loaded", "Kernel": "loaded"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from . import loader
+        import importlib
 
-        return getattr(loader, name)
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'kernelpack' has no attribute {name!r}")

@@ -19,7 +19,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from .errors import KernelpackError, UsageError
+from .errors import UsageError
 from .index import KernelParam
 
 SLOT = 8  # bytes per parameter slot; every supported C type fits and is aligned in 8
@@ -97,7 +97,7 @@ def c_type(spelling: str) -> CType:
     words = [w for w in spelling.replace("\t", " ").split(" ") if w and w not in _QUALIFIERS]
     found = C_TYPES.get(" ".join(words))
     if found is None:
-        raise KernelpackError(
+        raise UsageError(
             f"C parameter type {spelling!r} cannot be passed from Python; "
             f"kernel parameters must be pointers or one of: {', '.join(sorted(C_TYPES))}"
         )

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .errors import KernelpackWarning
+from .paths import cache_folder
 
 MAGIC = b"KPCACHE1"
 _HEADER = len(MAGIC) + 32
@@ -34,13 +35,7 @@ DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB: every image of the default matrix many tim
 
 def default_folder(environ: dict[str, str] | None = None) -> Path:
     """Where the cache lives: KERNELPACK_CACHE_DIR, else the XDG user cache folder."""
-    env = os.environ if environ is None else environ
-    chosen = env.get("KERNELPACK_CACHE_DIR")
-    if chosen:
-        return Path(chosen).expanduser()
-    xdg = env.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "kernelpack"
+    return cache_folder("KERNELPACK_CACHE_DIR", "", environ)
 
 
 def cache_key(*parts: str) -> str:
@@ -53,6 +48,14 @@ class Entry(NamedTuple):
     path: Path
     size: int
     mtime: float
+
+
+class Sweep(NamedTuple):
+    """What ``verify`` or ``clear`` did, entry by entry, as ``kernelpack cache`` reports it."""
+
+    good: list[Entry]  # whole entries left in place (verify)
+    removed: list[Entry]  # damaged (verify) or all (clear) entries that are gone now
+    failed: list[tuple[Path, str]]  # files that should have gone and are still there, and why
 
 
 def _frame(payload: bytes) -> bytes:
@@ -117,11 +120,13 @@ class DiskCache:
             os.utime(path)
         return payload
 
-    def _discard(self, path: Path) -> None:
-        with contextlib.suppress(OSError):
-            path.unlink()
-        with self._lock:
-            self.removed_bad += 1
+    def _discard(self, path: Path) -> str | None:
+        """Remove a damaged entry; the OS's reason when it stays."""
+        problem = _unlink(path)
+        if problem is None:
+            with self._lock:
+                self.removed_bad += 1
+        return problem
 
     def put(self, key: str, payload: bytes) -> None:
         """Store an entry atomically; an unusable folder switches to memory with one warning."""
@@ -138,20 +143,12 @@ class DiskCache:
         self._memory[key] = payload
 
     def _write(self, path: Path, data: bytes) -> None:
-        import tempfile  # only writers need it; reading a warm cache should not pay its import
+        from .atomic import atomic_write  # only writers need it (and its tempfile import)
 
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.folder.stat().st_mode & 0o077:
             os.chmod(self.folder, 0o700)
-        handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=SUFFIX)
-        try:
-            with os.fdopen(handle, "wb") as file:
-                file.write(data)
-            os.replace(temporary, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+        atomic_write(path, data, private=True)
 
     def entries(self) -> list[Entry]:
         """Every entry file in the folder, oldest use first (stray temporary files excluded)."""
@@ -187,32 +184,58 @@ class DiskCache:
                 entry.path.unlink()
                 total -= entry.size
 
-    def verify(self) -> tuple[list[Entry], list[Entry]]:
-        """(good entries, damaged entries removed): what ``kernelpack cache verify`` reports."""
-        good: list[Entry] = []
-        bad: list[Entry] = []
+    def _start_sweep(self) -> Sweep:
+        """An empty sweep, or one that says the folder itself cannot be listed (where
+        :meth:`entries` sees nothing, which must not read as "nothing to do")."""
+        try:
+            os.scandir(self.folder).close()
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            return Sweep([], [], [(self.folder, error.strerror or str(error))])
+        return Sweep([], [], [])
+
+    def verify(self) -> Sweep:
+        """Check every entry, removing damaged ones: what ``kernelpack cache verify`` reports."""
+        sweep = self._start_sweep()
         for entry in self.entries():
             try:
                 whole = _unframe(entry.path.read_bytes()) is not None
             except OSError:
                 whole = False
             if whole:
-                good.append(entry)
+                sweep.good.append(entry)
+                continue
+            problem = self._discard(entry.path)
+            if problem is None:
+                sweep.removed.append(entry)
             else:
-                self._discard(entry.path)
-                bad.append(entry)
-        return good, bad
+                sweep.failed.append((entry.path, problem))
+        return sweep
 
-    def clear(self) -> int:
-        """Remove every entry (and stray temporary files); the number of entries removed."""
-        removed = 0
+    def clear(self) -> Sweep:
+        """Remove every entry and stray temporary file: what ``kernelpack cache clear`` reports."""
+        sweep = self._start_sweep()
         for entry in self.entries():
-            with contextlib.suppress(OSError):
-                entry.path.unlink()
-                removed += 1
-        with contextlib.suppress(OSError):
-            for stray in self.folder.glob(".tmp-*" + SUFFIX):
-                stray.unlink()
+            problem = _unlink(entry.path)
+            if problem is None:
+                sweep.removed.append(entry)
+            else:
+                sweep.failed.append((entry.path, problem))
+        with contextlib.suppress(OSError):  # a folder that cannot be listed has no strays to see
+            for stray in self.folder.glob(f".*{SUFFIX}.*.tmp"):  # atomic_write's temporary names
+                problem = _unlink(stray)
+                if problem is not None:
+                    sweep.failed.append((stray, problem))
         if self._memory is not None:
             self._memory.clear()
-        return removed
+        return sweep
+
+
+def _unlink(path: Path) -> str | None:
+    """Remove a file; None when it is gone (or was already), else the OS's reason."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as error:
+        return error.strerror or str(error)
+    return None

@@ -7,11 +7,12 @@ Errors come out as one line with the exit status of kernelpack.errors.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from ._console import print_json, print_table, run_cli
-from .detect import Gpu, detect_gpus
+from .detect import detect_gpus
 from .errors import UsageError
 from .inspection import describe, print_report
 
@@ -52,6 +53,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     cache.add_argument("--json", action="store_true", help="print JSON for tools")
     cache.set_defaults(handler=_cache)
+
+    from .sweep import add_parser as add_sweep
+
+    add_sweep(commands)
     return parser
 
 
@@ -72,6 +77,9 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _detect(args: argparse.Namespace) -> int:
+    from .devices import device_name
+    from .info import found_by
+
     gpus = detect_gpus(sysfs_root=args.sysfs_root)
     notes = []
     if args.sysfs_root is not None:
@@ -81,9 +89,10 @@ def _detect(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"gpus": [gpu.to_json() for gpu in gpus], "notes": notes})
         return 0
-    columns = ("index", "vendor", "target", "name", "location", "source")
+    columns = ("device", "vendor", "target", "name", "location", "source")
     rows = [
-        (gpu.index, gpu.vendor, gpu.target, gpu.name, gpu.location, _found_by(gpu)) for gpu in gpus
+        (device_name(gpu), gpu.vendor, gpu.target, gpu.name, gpu.location, found_by(gpu.to_json()))
+        for gpu in gpus
     ]
     print_table("GPUs", columns, rows)
     for note in notes:
@@ -91,69 +100,17 @@ def _detect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _found_by(gpu: Gpu) -> str:
-    """How a GPU was found and what changed its target, in a few words."""
-    found = f"kfd node {gpu.node}" if gpu.node is not None else gpu.source
-    if not gpu.override or gpu.source == "KERNELPACK_TARGET":
-        return found
-    return f"{found}; {gpu.override} (hardware {gpu.hardware})"
-
-
 def _info(args: argparse.Namespace) -> int:
-    from .loader import Loader, info_report
+    from .info import info_report, print_info
+    from .loader import Loader
 
     report = info_report(Loader(gpus=detect_gpus(sysfs_root=args.sysfs_root)))
     if args.json:
         print_json(report)
-        return 0
-    gpu_rows = [
-        (g["device"], g["vendor"], g["target"], g["name"], _found_by_json(g))
-        for g in report["gpus"]
-    ]
-    print_table(
-        "GPUs",
-        ("device", "vendor", "target", "name", "found by"),
-        gpu_rows or [("-", "no GPU found", "", "", "")],
-    )
-    rows = []
-    for module, choices in report["modules"].items():
-        for row in choices:
-            image = row["image"]
-            chosen = (
-                f"{image['target']} {image['kind']} ({image['package']}/{image['file']})"
-                if image
-                else "none"
-            )
-            why = (
-                next((r for r in row["reasons"] if "selected" in r), "")
-                if image
-                else row["instead"].splitlines()[0]
-            )
-            rows.append((module, row["device"], row["target"], chosen, why))
-    packages = ", ".join(report["packages"]) or (
-        "no index installed: `python -m buildsys build` makes one in a source tree"
-    )
-    print()
-    print_table(
-        f"Modules (kernelpack {report['version'] or '?'}; {packages})",
-        ("module", "device", "target", "image", "why"),
-        rows,
-    )
-    cache = report["cache"]
-    print()
-    print(
-        f"cache: {cache['folder']}: {cache['entries']} entries, {cache['bytes']} bytes (bound {cache['max_bytes']})"
-    )
-    print(
-        "runtimes: "
-        + ", ".join(f"{kind} {version}" for kind, version in report["runtimes"].items())
-    )
-    return 0
-
-
-def _found_by_json(gpu: dict[str, Any]) -> str:
-    found = f"kfd node {gpu['node']}" if gpu["node"] is not None else str(gpu["source"])
-    return f"{found}; {gpu['override']}" if gpu["override"] else found
+        for problem in report["problems"]:
+            print(f"damaged: {problem}", file=sys.stderr)
+        return 1 if report["problems"] else 0
+    return print_info(report)
 
 
 def _cache(args: argparse.Namespace) -> int:
@@ -161,22 +118,39 @@ def _cache(args: argparse.Namespace) -> int:
 
     cache = DiskCache()
     result: dict[str, Any] = {"folder": str(cache.folder)}
+    failed: list[tuple[Path, str]] = []
     if args.action == "verify":
-        good, bad = cache.verify()
-        result.update(good=len(good), removed=[str(e.path) for e in bad])
-        message = f"{cache.folder}: {len(good)} entries good, {len(bad)} damaged and removed"
+        sweep = cache.verify()
+        failed = sweep.failed
+        result.update(good=len(sweep.good), removed=[str(e.path) for e in sweep.removed])
+        message = (
+            f"{cache.folder}: {len(sweep.good)} entries good, {len(sweep.removed)} damaged and "
+            f"removed"
+        )
     elif args.action == "clear":
-        result["removed"] = cache.clear()
-        message = f"{cache.folder}: removed {result['removed']} entries"
+        sweep = cache.clear()
+        failed = sweep.failed
+        result["removed"] = len(sweep.removed)
+        message = f"{cache.folder}: removed {len(sweep.removed)} entries"
     else:
         entries = cache.entries()
         result.update(entries=len(entries), bytes=sum(e.size for e in entries))
         message = f"{cache.folder} ({len(entries)} entries, {result['bytes']} bytes)"
+    if args.action != "path":
+        result["not_removed"] = [{"path": str(path), "error": why} for path, why in failed]
+        if failed:
+            message += f", {len(failed)} could not be removed"
     if args.json:
         print_json(result)
     else:
         print(message)
-    return 0
+    for path, why in failed:
+        print(
+            f"could not remove {path}: {why}; make {cache.folder} writable by this user, or set "
+            "KERNELPACK_CACHE_DIR to another folder",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0
 
 
 def _main(argv: list[str] | None) -> int:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from .errors import RuntimeLibraryError, UsageError
+from .errors import UsageError
 from .targets import (
     AMD_BY_NAME,
     GpuTarget,
@@ -416,6 +416,8 @@ def probe_nvidia(environ: Mapping[str, str]) -> list[NvidiaDevice]:
             if value is None:
                 return listed
             return [listed[i] for i in cuda_selection([d.uuid for d in listed], value)]
+    from .cuda import cuda_driver_devices
+
     from_driver = cuda_driver_devices()
     return from_driver if from_driver is not None else []
 
@@ -440,7 +442,7 @@ class _NvmlPciInfo(ctypes.Structure):
     )
 
 
-def _normalise_bus_id(bus_id: str) -> str:
+def normalise_bus_id(bus_id: str) -> str:
     """0000:19:00.0 from NVML's 00000000:19:00.0 or CUDA's 0000:19:00.0."""
     text = bus_id.strip().lower()
     domain, _, rest = text.partition(":")
@@ -482,7 +484,7 @@ def _nvml_devices() -> list[NvidiaDevice] | None:
                     name=name.value.decode(errors="replace"),
                     major=major.value,
                     minor=minor.value,
-                    location=_normalise_bus_id(pci.busId.decode(errors="replace")),
+                    location=normalise_bus_id(pci.busId.decode(errors="replace")),
                     uuid=uuid.value.decode(errors="replace"),
                     source="nvml",
                 )
@@ -490,69 +492,6 @@ def _nvml_devices() -> list[NvidiaDevice] | None:
         return devices
     finally:
         nvml.nvmlShutdown()
-
-
-_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
-_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
-
-
-def cuda_driver_devices() -> list[NvidiaDevice] | None:
-    """The GPUs the CUDA driver numbers for this process; None without libcuda, [] when cuInit
-    fails (no device, no kernel driver, a stub library): the driver then runs nothing here."""
-    cuda = _load_library("libcuda.so.1")
-    if cuda is None:
-        return None
-    if cuda.cuInit(0) != 0:
-        return []
-
-    def check(status: int, call: str) -> None:
-        if status != 0:
-            text = ctypes.c_char_p()
-            cuda.cuGetErrorName(status, ctypes.byref(text))
-            name = text.value.decode() if text.value else f"error {status}"
-            raise RuntimeLibraryError(f"libcuda.so.1: {call} failed: {name}")
-
-    count = ctypes.c_int(0)
-    check(cuda.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
-    get_uuid = getattr(cuda, "cuDeviceGetUuid_v2", None) or cuda.cuDeviceGetUuid
-    devices = []
-    for i in range(count.value):
-        device = ctypes.c_int(0)
-        check(cuda.cuDeviceGet(ctypes.byref(device), i), "cuDeviceGet")
-        major, minor = ctypes.c_int(0), ctypes.c_int(0)
-        check(
-            cuda.cuDeviceGetAttribute(
-                ctypes.byref(major), _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device
-            ),
-            "cuDeviceGetAttribute",
-        )
-        check(
-            cuda.cuDeviceGetAttribute(
-                ctypes.byref(minor), _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device
-            ),
-            "cuDeviceGetAttribute",
-        )
-        name = ctypes.create_string_buffer(256)
-        check(cuda.cuDeviceGetName(name, len(name), device), "cuDeviceGetName")
-        bus_id = ctypes.create_string_buffer(64)
-        check(cuda.cuDeviceGetPCIBusId(bus_id, len(bus_id), device), "cuDeviceGetPCIBusId")
-        raw = (ctypes.c_ubyte * 16)()
-        check(get_uuid(raw, device), "cuDeviceGetUuid")
-        hex_uuid = bytes(raw).hex()
-        uuid = "GPU-" + "-".join(
-            hex_uuid[a:b] for a, b in ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32))
-        )
-        devices.append(
-            NvidiaDevice(
-                name=name.value.decode(errors="replace"),
-                major=major.value,
-                minor=minor.value,
-                location=_normalise_bus_id(bus_id.value.decode(errors="replace")),
-                uuid=uuid,
-                source="cuda",
-            )
-        )
-    return devices
 
 
 # --- KERNELPACK_TARGET ----------------------------------------------------------------------------

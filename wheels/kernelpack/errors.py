@@ -4,19 +4,51 @@ Every error a user can meet is a subclass of :class:`KernelpackError` and carrie
 that the command lines return for it (0 success, 1 a failure of the work, 2 bad input). The command
 lines catch the hierarchy in one place (:func:`kernelpack._console.run_cli`) and print one line;
 ``KERNELPACK_DEBUG=1`` adds the traceback.
+
+Each class stands for one kind of failure a user acts on differently, and its message names the
+file, argument or library at fault and what to do next:
+
+============================  ====  =============================================================
+class                         exit  raised when
+============================  ====  =============================================================
+:class:`UsageError`           2     an argument, a file or a key cannot be used as given (also a
+                                    ValueError, so ``except ValueError`` in a caller still works)
+:class:`FormatError`          2     a file is not what it claims to be (truncated, corrupt, hostile)
+:class:`IntegrityError`       1     installed or built bytes disagree with their index (sha256,
+                                    size): the install or the build output was damaged
+:class:`NoImageError`         1     no image of a module fits the GPU and nothing can stand in
+:class:`RuntimeLibraryError`  1     the vendor runtime (libcuda, libamdhip64) is missing or failed
+:class:`CompileError`         1     a compiler (NVRTC, hipRTC, and the builder's) rejected a source
+============================  ====  =============================================================
+
+The base class is never raised itself: constructing it raises TypeError, so every failure has to
+say which of these it is.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class KernelpackError(Exception):
-    """A failure of the work: a compile error, no fitting image, a missing runtime."""
+    """The base of every kernelpack failure; catch it, raise a subclass."""
 
     exit_code: int = 1
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> KernelpackError:
+        if cls is KernelpackError:
+            raise TypeError(
+                "KernelpackError is the base class; raise the subclass that says what failed "
+                "(UsageError, IntegrityError, NoImageError, RuntimeLibraryError, CompileError)"
+            )
+        return super().__new__(cls, *args, **kwargs)
 
-class UsageError(KernelpackError):
-    """Bad input: an argument, a file or a key that cannot be used as given."""
+
+class UsageError(KernelpackError, ValueError):
+    """Bad input: an argument, a file or a key that cannot be used as given.
+
+    The message names it, the value given and what would have worked.
+    """
 
     exit_code = 2
 
@@ -34,12 +66,23 @@ class FormatError(UsageError):
         super().__init__(f"{path}: at offset {offset}: expected {expected}")
 
 
+class IntegrityError(KernelpackError):
+    """Bytes that disagree with the index that describes them: a sha256 or a size that differs.
+
+    The message names the file, both values in full and what restores it (reinstall, rebuild).
+    """
+
+
 class NoImageError(KernelpackError):
     """No image of a module fits the GPU: says which target was looked for and what to do."""
 
 
 class RuntimeLibraryError(KernelpackError):
     """The vendor runtime (libcuda, libamdhip64) is missing or reported an error."""
+
+
+class CompileError(KernelpackError):
+    """A compiler rejected a source: names the module, the target and the compiler's log."""
 
 
 class KernelpackWarning(UserWarning):

@@ -47,7 +47,9 @@ class Image(TypedDict):
     kernels: dict[str, KernelResources]
 
 
-class Module(TypedDict):
+class ModuleEntry(TypedDict):
+    """One module in an index (not :class:`kernelpack.Module`, a module loaded on a GPU)."""
+
     kernels: dict[str, list[KernelParam]]  # kernel name -> C parameter list
     source: str  # self-contained CUDA source inside the package, for run-time compilation
     source_sha256: str
@@ -70,4 +72,4 @@ class Index(_IndexOptional):
     schema: int
     version: str
     build: BuildFacts
-    modules: dict[str, Module]
+    modules: dict[str, ModuleEntry]

@@ -1,0 +1,283 @@
+"""CUDA's driver API (libcuda.so.1), bound once: the GPUs it numbers, and the runtime the loader uses.
+
+:class:`CudaDriver` is the ctypes binding of libcuda itself (argument types, error names, device
+queries); detection lists NVIDIA GPUs through it (:func:`cuda_driver_devices`), the test suite asks
+it whether a GPU is there, and :class:`CudaRuntime` loads modules and launches kernels through it.
+Modules live in each device's primary context, where PyTorch and CuPy put their memory and streams.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import RuntimeLibraryError
+from .launching import LAUNCH_ARGTYPES, ctypes_launcher, native_launch, native_launcher_class
+from .libraries import cuda_version_text, open_library
+from .runtime import FailFn, LaunchFn, LoadedModule, Runtime, c_string
+
+if TYPE_CHECKING:
+    from . import args as kargs
+    from .detect import NvidiaDevice
+
+_CU_JIT_INPUT_PTX = 1
+_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+
+
+class CudaDriver:
+    """libcuda.so.1 through ctypes: every call kernelpack makes into it is declared here.
+
+    Opening it does not initialise CUDA; :meth:`init` does (cuInit), and device queries need it.
+    """
+
+    def __init__(self, lib: ctypes.CDLL | None = None) -> None:
+        self.lib: Any = lib if lib is not None else open_library("cuda")
+        lib_ = self.lib
+        lib_.cuGetErrorName.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p))
+        lib_.cuLaunchKernel.argtypes = LAUNCH_ARGTYPES
+        lib_.cuCtxPushCurrent_v2.argtypes = (ctypes.c_void_p,)
+        lib_.cuModuleLoadData.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p)
+        lib_.cuModuleGetFunction.argtypes = (
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.c_void_p,
+            ctypes.c_char_p,
+        )
+
+    def error_name(self, code: int) -> str:
+        name = ctypes.c_char_p()
+        if self.lib.cuGetErrorName(code, ctypes.byref(name)) != 0:
+            return f"CUDA error {code}"
+        return f"{c_string(name.value)} ({code})"
+
+    def check(self, code: int, call: str) -> None:
+        if code != 0:
+            raise RuntimeLibraryError(f"{call} failed: {self.error_name(code)}")
+
+    def init(self) -> int:
+        """cuInit's status: 0, or why this process cannot use CUDA (no device, no kernel driver)."""
+        return int(self.lib.cuInit(0))
+
+    def version(self) -> str:
+        """The driver's CUDA version, "13.0" (needs no cuInit)."""
+        value = ctypes.c_int()
+        self.check(self.lib.cuDriverGetVersion(ctypes.byref(value)), "cuDriverGetVersion")
+        return cuda_version_text(value.value)
+
+    def device_count(self) -> int:
+        count = ctypes.c_int()
+        self.check(self.lib.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
+        return count.value
+
+    def device(self, ordinal: int) -> int:
+        device = ctypes.c_int()
+        self.check(self.lib.cuDeviceGet(ctypes.byref(device), ordinal), f"cuDeviceGet({ordinal})")
+        return device.value
+
+    def pci_bus_id(self, ordinal: int) -> str:
+        text = ctypes.create_string_buffer(64)
+        self.check(
+            self.lib.cuDeviceGetPCIBusId(text, len(text), self.device(ordinal)),
+            "cuDeviceGetPCIBusId",
+        )
+        return c_string(text.value)
+
+    def compute_capability(self, ordinal: int) -> tuple[int, int]:
+        device, major, minor = self.device(ordinal), ctypes.c_int(), ctypes.c_int()
+        for value, attribute in (
+            (major, _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+            (minor, _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+        ):
+            self.check(
+                self.lib.cuDeviceGetAttribute(ctypes.byref(value), attribute, device),
+                "cuDeviceGetAttribute",
+            )
+        return major.value, minor.value
+
+    def name(self, ordinal: int) -> str:
+        text = ctypes.create_string_buffer(256)
+        self.check(
+            self.lib.cuDeviceGetName(text, len(text), self.device(ordinal)), "cuDeviceGetName"
+        )
+        return c_string(text.value)
+
+    def uuid(self, ordinal: int) -> str:
+        """GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, as nvidia-smi and NVML spell it."""
+        get_uuid = getattr(self.lib, "cuDeviceGetUuid_v2", None) or self.lib.cuDeviceGetUuid
+        raw = (ctypes.c_ubyte * 16)()
+        self.check(get_uuid(raw, self.device(ordinal)), "cuDeviceGetUuid")
+        digits = bytes(raw).hex()
+        spans = ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32))
+        return "GPU-" + "-".join(digits[a:b] for a, b in spans)
+
+
+def cuda_driver_devices() -> list[NvidiaDevice] | None:
+    """The GPUs the CUDA driver numbers for this process; None without libcuda, [] when cuInit
+    fails (no device, no kernel driver, a stub library): the driver then runs nothing here."""
+    from .detect import NvidiaDevice, normalise_bus_id
+
+    try:
+        driver = CudaDriver()
+    except RuntimeLibraryError:
+        return None
+    if driver.init() != 0:
+        return []
+    devices = []
+    for ordinal in range(driver.device_count()):
+        major, minor = driver.compute_capability(ordinal)
+        devices.append(
+            NvidiaDevice(
+                name=driver.name(ordinal),
+                major=major,
+                minor=minor,
+                location=normalise_bus_id(driver.pci_bus_id(ordinal)),
+                uuid=driver.uuid(ordinal),
+                source="cuda",
+            )
+        )
+    return devices
+
+
+class CudaRuntime(Runtime):
+    """CUDA's driver API from libcuda.so.1, modules in each device's primary context."""
+
+    vendor = "nvidia"
+
+    def __init__(self, lib: ctypes.CDLL | None = None, *, binding: str | None = None) -> None:
+        self.driver = CudaDriver(lib)
+        self._lib = self.driver.lib
+        self.library = str(getattr(self._lib, "_name", "libcuda.so.1"))
+        native = native_launcher_class() if binding in (None, "native") else None
+        if binding == "native" and native is None:
+            raise RuntimeLibraryError("the C launcher kernelpack._launcher was not built")
+        self._native = native
+        self.binding = "native" if native is not None else "ctypes"
+        self._lock = threading.Lock()
+        self._contexts: dict[int, int] = {}
+        self.driver.check(self.driver.init(), "cuInit")
+
+    def error_name(self, code: int) -> str:
+        return self.driver.error_name(code)
+
+    def version(self) -> str:
+        return self.driver.version()
+
+    def device_count(self) -> int:
+        return self.driver.device_count()
+
+    def pci_bus_id(self, ordinal: int) -> str:
+        return self.driver.pci_bus_id(ordinal)
+
+    def compute_capability(self, ordinal: int) -> tuple[int, int]:
+        return self.driver.compute_capability(ordinal)
+
+    def context(self, ordinal: int) -> int:
+        """The device's primary context, retained once for the life of the process."""
+        with self._lock:
+            found = self._contexts.get(ordinal)
+            if found is None:
+                context = ctypes.c_void_p()
+                self.driver.check(
+                    self._lib.cuDevicePrimaryCtxRetain(
+                        ctypes.byref(context), self.driver.device(ordinal)
+                    ),
+                    f"cuDevicePrimaryCtxRetain({ordinal})",
+                )
+                found = self._contexts[ordinal] = int(context.value or 0)
+            return found
+
+    def _in_context(self, ordinal: int, work: Callable[[], int], call: str) -> None:
+        """Run ``work`` with the device's context pushed, leaving the caller's current one as it was."""
+        self.driver.check(self._lib.cuCtxPushCurrent_v2(self.context(ordinal)), "cuCtxPushCurrent")
+        try:
+            self.driver.check(work(), call)
+        finally:
+            popped = ctypes.c_void_p()
+            self._lib.cuCtxPopCurrent_v2(ctypes.byref(popped))
+
+    def load(self, ordinal: int, image: bytes) -> LoadedModule:
+        handle = ctypes.c_void_p()
+        self._in_context(
+            ordinal,
+            lambda: self._lib.cuModuleLoadData(ctypes.byref(handle), image),
+            "cuModuleLoadData",
+        )
+        return LoadedModule(int(handle.value or 0), ordinal)
+
+    def function(self, module: LoadedModule, name: str) -> int:
+        handle = ctypes.c_void_p()
+        self.driver.check(
+            self._lib.cuModuleGetFunction(ctypes.byref(handle), module.handle, name.encode()),
+            f"cuModuleGetFunction({name})",
+        )
+        return int(handle.value or 0)
+
+    def jit_ptx(self, ordinal: int, ptx: bytes) -> bytes:
+        """PTX compiled by the driver into a cubin for this device (then cached on disk by the
+        loader, so the 100+ ms driver compile happens once per machine, not once per process)."""
+        lib, state = self._lib, ctypes.c_void_p()
+        cubin, size = ctypes.c_void_p(), ctypes.c_size_t()
+        log = ctypes.create_string_buffer(8192)
+        options = (ctypes.c_int * 2)(5, 6)  # CU_JIT_ERROR_LOG_BUFFER, its size in bytes
+        values = (ctypes.c_void_p * 2)(ctypes.addressof(log), len(log))
+        data = ptx if ptx.endswith(b"\0") else ptx + b"\0"
+        result: list[bytes] = []
+
+        def link() -> int:
+            code: int = lib.cuLinkCreate_v2(2, options, values, ctypes.byref(state))
+            if code != 0:
+                return code
+            try:
+                code = lib.cuLinkAddData_v2(
+                    state,
+                    _CU_JIT_INPUT_PTX,
+                    data,
+                    ctypes.c_size_t(len(data)),
+                    b"module.ptx",
+                    0,
+                    None,
+                    None,
+                )
+                if code == 0:
+                    code = lib.cuLinkComplete(state, ctypes.byref(cubin), ctypes.byref(size))
+                if code == 0:
+                    result.append(ctypes.string_at(cubin.value or 0, size.value))
+                return code
+            finally:
+                lib.cuLinkDestroy(state)
+
+        try:
+            self._in_context(ordinal, link, "PTX compile (cuLink)")
+        except RuntimeLibraryError as error:
+            raise RuntimeLibraryError(f"{error}: {c_string(log.value)}") from None
+        return result[0]
+
+    def launcher(
+        self, module: LoadedModule, function: int, signature: kargs.Signature, fail: FailFn
+    ) -> LaunchFn:
+        context = self.context(module.ordinal)
+        lib = self._lib
+        if self._native is not None:
+            return native_launch(
+                self._native, lib.cuLaunchKernel, function, signature, fail, binding=1,
+                get_current=lib.cuCtxGetCurrent, enter=lib.cuCtxPushCurrent_v2,
+                leave=lib.cuCtxPopCurrent_v2, context=context,
+            )  # fmt: skip
+        return ctypes_launcher(
+            signature,
+            lib.cuLaunchKernel,
+            function,
+            fail,
+            lambda: _current_context(lib),
+            context,
+            lambda: lib.cuCtxPushCurrent_v2(context),
+            lambda: lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())),
+        )
+
+
+def _current_context(lib: ctypes.CDLL) -> int:
+    current = ctypes.c_void_p()
+    lib.cuCtxGetCurrent(ctypes.byref(current))
+    return current.value or 0

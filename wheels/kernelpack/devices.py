@@ -1,0 +1,100 @@
+"""The ``device`` argument of :func:`kernelpack.load`: which GPU, never guessed across vendors.
+
+A machine can have AMD and NVIDIA GPUs at once, each vendor's runtime numbering its own from 0, so
+a bare number does not say which GPU is meant. What is accepted:
+
+- ``None``: the first GPU detection lists (its AMD GPUs come first: ``hip:0`` where there is one,
+  else ``cuda:0``);
+- ``"cuda:N"`` / ``"hip:N"``: device N of that vendor's runtime, numbered as it numbers them after
+  ``CUDA_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES`` and ``HIP_VISIBLE_DEVICES`` (what
+  ``torch.device("cuda:N")`` and ``cupy.cuda.Device(N)`` mean on that vendor's build);
+- a plain ``int`` N: only where every GPU is of one vendor, where it can mean one thing.
+
+A torch or CuPy device object becomes such a string through :mod:`kernelpack.arrays`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .errors import NoImageError, UsageError
+
+if TYPE_CHECKING:
+    from .detect import Gpu
+
+# The runtime's name in a device string, by vendor (as torch and CuPy spell CUDA's; HIP for AMD).
+RUNTIME_OF_VENDOR = {"nvidia": "cuda", "amd": "hip"}
+VENDOR_OF_RUNTIME = {runtime: vendor for vendor, runtime in RUNTIME_OF_VENDOR.items()}
+_VISIBLE = {
+    "nvidia": "CUDA_VISIBLE_DEVICES",
+    "amd": "ROCR_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES",
+}
+_VENDOR_NAME = {"nvidia": "NVIDIA", "amd": "AMD"}
+_DEVICE_STRING = re.compile(r"(cuda|hip):(0|[1-9][0-9]*)")
+
+Device = int | str | None
+
+
+def device_name(gpu: Gpu) -> str:
+    """The string that names ``gpu`` as a ``device`` argument: "cuda:0", "hip:1"."""
+    return f"{RUNTIME_OF_VENDOR[gpu.vendor]}:{gpu.index}"
+
+
+def _listing(gpus: Sequence[Gpu]) -> str:
+    return ", ".join(f"{device_name(gpu)} ({gpu.target})" for gpu in gpus)
+
+
+def resolve_device(device: object, gpus: Sequence[Gpu]) -> Gpu:
+    """The GPU ``device`` names among ``gpus`` (detection's list), or the error that says why not.
+
+    No GPU at all is a NoImageError (nothing can load anywhere); an argument that names no GPU
+    here is a UsageError listing the ones there are.
+    """
+    if not gpus:
+        raise NoImageError(
+            "no GPU found: no AMD GPU in the KFD topology and no NVIDIA GPU through NVML or "
+            "libcuda; set KERNELPACK_TARGET to name one, or check the driver"
+        )
+    if device is None:
+        return gpus[0]
+    if isinstance(device, str):
+        match = _DEVICE_STRING.fullmatch(device)
+        if match is None:
+            raise UsageError(
+                f"device={device!r}: expected 'cuda:N' or 'hip:N' (N the vendor runtime's device "
+                f"number); GPUs here: {_listing(gpus)}"
+            )
+        vendor, number = VENDOR_OF_RUNTIME[match[1]], int(match[2])
+        return _of_vendor(device, vendor, number, gpus)
+    if type(device) is not int:
+        raise UsageError(
+            f"device={device!r}: expected None, 'cuda:N', 'hip:N' or an int, not a "
+            f"{type(device).__name__}; kernelpack.arrays turns a torch or CuPy device into "
+            f"'cuda:N' / 'hip:N'. GPUs here: {_listing(gpus)}"
+        )
+    vendors = sorted({gpu.vendor for gpu in gpus})
+    if len(vendors) > 1:
+        raise UsageError(
+            f"device={device}: this machine has AMD and NVIDIA GPUs, each numbered from 0, so a "
+            f"number alone does not say which; pass device='cuda:{device}' or 'hip:{device}'. "
+            f"GPUs here: {_listing(gpus)}"
+        )
+    return _of_vendor(str(device), vendors[0], device, gpus)
+
+
+def _of_vendor(device: str, vendor: str, number: int, gpus: Sequence[Gpu]) -> Gpu:
+    mine = [gpu for gpu in gpus if gpu.vendor == vendor]
+    found = next((gpu for gpu in mine if gpu.index == number), None)
+    if found is not None:
+        return found
+    runtime = RUNTIME_OF_VENDOR[vendor]
+    if not mine:
+        raise UsageError(
+            f"device={device!r}: no {_VENDOR_NAME[vendor]} GPU is visible here (after {_VISIBLE[vendor]}); GPUs here: {_listing(gpus)}"
+        )
+    raise UsageError(
+        f"device={device!r}: {len(mine)} {runtime} device(s) visible, {runtime}:0 to "
+        f"{runtime}:{len(mine) - 1} (after {_VISIBLE[vendor]}); GPUs here: {_listing(gpus)}"
+    )

@@ -1,0 +1,101 @@
+"""What to say when no image of a module fits a GPU: the NoImageError's text and its three fixes.
+
+The same advice reaches the user three ways (the exception from :func:`kernelpack.load`, and
+``kernelpack info`` as a table or as JSON), so it is written here once: install the device wheel
+that carries the GPU's target, rebuild with that target, or run a compatible build through an
+override.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .devices import device_name
+
+if TYPE_CHECKING:
+    from .catalog import Catalog, Choice
+    from .detect import Gpu
+
+
+def no_image_message(choice: Choice, catalog: Catalog, compile_problem: str) -> str:
+    """The NoImageError's text: what was looked for, each image's verdict, and what to do."""
+    gpu = choice.gpu
+    built = sorted({e.image["target"] for e in catalog.images.get(choice.module, [])})
+    lines = [
+        f"no image of module {choice.module} fits GPU {device_name(gpu)} "
+        f"({gpu.vendor}{' ' + gpu.name if gpu.name else ''}, target {gpu.target}); built for: "
+        f"{', '.join(built) or 'no targets'}",
+        *[f"  {reason}" for reason in choice.reasons],
+        f"  run-time compilation: {compile_problem}",
+        "what to do:",
+        *[f"  - {fix}" for fix in fixes(gpu, catalog, built)],
+    ]
+    return "\n".join(lines)
+
+
+def fixes(gpu: Gpu, catalog: Catalog, built: Sequence[str]) -> list[str]:
+    """The three ways to get an image for ``gpu``, one line each."""
+    return [
+        f"install the device wheel for it: {install_hint(gpu, catalog)}",
+        f"or rebuild with the target: python -m buildsys build --targets {_build_target(gpu)}",
+        f"or run a compatible build: {override_hint(gpu, built)}",
+    ]
+
+
+def _build_target(gpu: Gpu) -> str:
+    from .targets import TargetId
+
+    return gpu.target.processor if isinstance(gpu.target, TargetId) else str(gpu.target)
+
+
+def install_hint(gpu: Gpu, catalog: Catalog) -> str:
+    """The pip command for the device wheel that would fit ``gpu``: from the host index's map of
+    targets to extras where it names one that fits, else the name the wheels are given."""
+    from .targets import select_image
+
+    vendor = gpu.vendor
+    candidates: list[dict[str, Any]] = [
+        {"vendor": vendor, "target": t, "kind": _kind_of(t)}
+        for t in sorted(catalog.device_wheels)
+        if t.startswith("gfx") == (vendor == "amd")
+    ]
+    best, _ = select_image(candidates, gpu.target)
+    if best is not None:
+        return f'pip install "kernelpack[{catalog.device_wheels[best["target"]]}]"'
+    extra = _build_target(gpu).replace("_", "").lower()
+    return f'pip install "kernelpack[{extra}]" (if a device wheel for {_build_target(gpu)} is published)'
+
+
+def _kind_of(target: str) -> str:
+    if target.startswith("gfx"):
+        return "code_object"
+    return "ptx" if target.startswith("compute_") else "cubin"
+
+
+def override_hint(gpu: Gpu, built: Sequence[str]) -> str:
+    """KERNELPACK_TARGET with a built target of the GPU's vendor, and for AMD the
+    HSA_OVERRIDE_GFX_VERSION that makes the runtime treat the GPU as a built processor."""
+    from .targets import AMD_BY_NAME, TargetId, gfx_target_version, split_gfx_target_version
+
+    if gpu.vendor == "nvidia":
+        same = [t for t in built if t.startswith("sm_")]
+        pick = same[0] if same else "sm_XY"
+        return f"KERNELPACK_TARGET={pick} (only if this GPU can run it)"
+    processors = sorted({TargetId.parse(t).processor for t in built if t.startswith("gfx")})
+    assert isinstance(gpu.target, TargetId)
+    own = gpu.target.processor
+    specific = [p for p in processors if not AMD_BY_NAME[p].is_generic]
+    # Closest first: the same generic family (gfx1151 -> gfx1100), the same generation, any.
+    family = (
+        [p for p in specific if AMD_BY_NAME[p].generic == AMD_BY_NAME[own].generic is not None]
+        or [p for p in specific if p[:-2] == own[:-2]]
+        or specific
+    )
+    if not family:
+        return "KERNELPACK_TARGET=<a built target> or HSA_OVERRIDE_GFX_VERSION=<major.minor.step>"
+    version = ".".join(str(v) for v in split_gfx_target_version(gfx_target_version(family[0])))
+    return (
+        f"HSA_OVERRIDE_GFX_VERSION={version} (runs {family[0]} code; only if the GPU is close "
+        f"enough) or KERNELPACK_TARGET={family[0]}"
+    )

@@ -1,0 +1,187 @@
+"""``python -m kernelpack info``: GPUs, the image each module would load on each and why, checked.
+
+For every module and GPU the report says which image the loader would take (or what stands in,
+and what to do when nothing does), and it reads each chosen image and checks its sha256 against
+the index as a load would: an image that would be refused is reported damaged, with both digests
+whole, and the command exits 1. The same facts come out as a table or as ``--json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._console import print_table
+from .devices import device_name
+from .errors import IntegrityError, NoImageError
+from .hints import fixes
+from .images import read_image
+
+if TYPE_CHECKING:
+    from .catalog import Catalog, Choice
+    from .formats import BundleEntry
+    from .loader import Loader
+
+
+def info_report(loader: Loader) -> dict[str, Any]:
+    """What ``python -m kernelpack info`` shows: GPUs, per module and GPU the image chosen (its
+    sha256 checked) and why, or why none and what to do, the cache and the runtime libraries."""
+    from .libraries import library_versions
+
+    catalog = loader.catalog(with_device_wheels=True)
+    gpus = loader.gpus()
+    checks = _Checks()
+    modules: dict[str, list[dict[str, Any]]] = {}
+    for name in sorted(catalog.modules):
+        modules[name] = [_row(loader, catalog, checks, loader.choose(name, gpu)) for gpu in gpus]
+    cache = loader.cache
+    entries = cache.entries()
+    return {
+        "version": catalog.version,
+        "packages": catalog.origins,
+        "gpus": [{"device": device_name(gpu), **gpu.to_json()} for gpu in gpus],
+        "modules": modules,
+        "problems": list(dict.fromkeys(checks.problems.values())),
+        "cache": {
+            "folder": str(cache.folder),
+            "entries": len(entries),
+            "bytes": sum(e.size for e in entries),
+            "max_bytes": cache.max_bytes,
+        },
+        "runtimes": library_versions(),
+    }
+
+
+class _Checks:
+    """Each file's verdict, read once however many GPUs would load it."""
+
+    def __init__(self) -> None:
+        self.problems: dict[tuple[Path, str], str] = {}  # (file, sha256) -> what is wrong
+        self.done: set[tuple[Path, str]] = set()
+        self.bundles: dict[Path, list[BundleEntry]] = {}
+
+
+def _row(loader: Loader, catalog: Catalog, checks: _Checks, choice: Choice) -> dict[str, Any]:
+    gpu = choice.gpu
+    row: dict[str, Any] = {
+        "device": device_name(gpu),
+        "target": str(gpu.target),
+        "image": None,
+        "reasons": choice.reasons,
+        "instead": None,
+        "advice": [],
+        "problem": None,
+    }
+    if choice.located is not None:
+        image, root = choice.located.image, choice.located.root
+        key = (choice.located.path, image["sha256"])
+        if key not in checks.done:
+            checks.done.add(key)
+            try:
+                read_image(root, image, bundles=checks.bundles)
+            except IntegrityError as error:
+                checks.problems[key] = str(error)
+        row["problem"] = checks.problems.get(key)
+        row["image"] = {
+            "target": image["target"],
+            "kind": image["kind"],
+            "file": image["file"],
+            "package": choice.located.origin,
+            "compression": image["compression"],
+            "sha256": image["sha256"],
+            "verified": row["problem"] is None,
+        }
+        return row
+    built = sorted({e.image["target"] for e in catalog.images.get(choice.module, [])})
+    row["advice"] = fixes(gpu, catalog, built)
+    try:
+        compiler = loader.compiler_for(choice.module, gpu, choice)
+    except NoImageError as error:
+        row["instead"] = str(error)
+        return row
+    row["instead"] = f"run-time compile with {compiler.version()}"
+    key = (catalog.sources[choice.module], catalog.modules[choice.module]["source_sha256"])
+    if key not in checks.done:
+        checks.done.add(key)
+        try:
+            loader.source_text(choice.module, catalog.modules[choice.module], gpu.vendor)
+        except IntegrityError as error:
+            checks.problems[key] = str(error)
+    row["problem"] = checks.problems.get(key)
+    return row
+
+
+def found_by(gpu: Mapping[str, Any]) -> str:
+    """How a GPU (:meth:`kernelpack.detect.Gpu.to_json`) was found and what changed its target."""
+    found = f"kfd node {gpu['node']}" if gpu["node"] is not None else str(gpu["source"])
+    if not gpu["override"] or gpu["source"] == "KERNELPACK_TARGET":
+        return found
+    return f"{found}; {gpu['override']} (hardware {gpu['hardware']})"
+
+
+def _stand_in(instead: str) -> str:
+    """What runs where no image fits: the run-time compiler, or why there is none."""
+    if instead.startswith("run-time compile with"):
+        return instead
+    problem = next(
+        (line.strip() for line in instead.splitlines() if "run-time compilation:" in line), ""
+    )
+    return problem.replace("run-time compilation:", "no run-time compilation:", 1) or instead
+
+
+def print_info(report: Mapping[str, Any]) -> int:
+    """The report as tables and lines; the exit status (1 when a chosen file is damaged)."""
+    gpu_rows = [
+        (g["device"], g["vendor"], g["target"], g["name"], found_by(g)) for g in report["gpus"]
+    ]
+    print_table(
+        "GPUs",
+        ("device", "vendor", "target", "name", "found by"),
+        gpu_rows or [("-", "no GPU found", "", "", "")],
+    )
+    rows = []
+    advice: dict[tuple[str, str], tuple[list[str], str, list[str]]] = {}
+    for module, choices in report["modules"].items():
+        for row in choices:
+            image = row["image"]
+            check = "" if row["problem"] is None else "DAMAGED"
+            if image is not None:
+                chosen = f"{image['target']} {image['kind']} ({image['package']}/{image['file']})"
+                why = next((r for r in row["reasons"] if "selected" in r), "")
+                check = check or "sha256 ok"
+            else:
+                chosen = "none"
+                stand_in = _stand_in(row["instead"])
+                why = "no prebuilt image fits (below: what to do)"
+                devices, _, _ = advice.setdefault(
+                    (module, row["target"]), ([], stand_in, row["advice"])
+                )
+                devices.append(row["device"])
+            rows.append((module, row["device"], row["target"], chosen, check, why))
+    packages = ", ".join(report["packages"]) or (
+        "no index installed: `python -m buildsys build` makes one in a source tree"
+    )
+    print()
+    print_table(
+        f"Modules (kernelpack {report['version'] or '?'}; {packages})",
+        ("module", "device", "target", "image", "check", "why"),
+        rows,
+    )
+    for (module, target), (devices, instead, fixes_) in advice.items():
+        print()
+        print(f"{module} on {target} ({', '.join(devices)}): no prebuilt image fits; {instead}")
+        print("what to do:")
+        for line in fixes_:
+            print(f"  - {line}")
+    for problem in report["problems"]:
+        print()
+        print(f"damaged: {problem}")
+    cache = report["cache"]
+    print()
+    print(
+        f"cache: {cache['folder']}: {cache['entries']} entries, {cache['bytes']} bytes "
+        f"(bound {cache['max_bytes']})"
+    )
+    print("runtimes: " + ", ".join(f"{kind} {text}" for kind, text in report["runtimes"].items()))
+    return 1 if report["problems"] else 0
