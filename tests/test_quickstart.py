@@ -108,3 +108,14 @@ def test_kernelpack_runs_from_a_checkout_as_documented(tmp_path: Path) -> None:
     )
     assert (result.returncode, result.stderr) == (0, "")
     assert "gfx90a, code object v6" in result.stdout
+
+
+def test_wheel_time_without_git_is_the_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tree without git (a tarball, a minimal Debian) gets the fixed time, not a traceback."""
+    from buildsys.wheels import source_date_epoch
+
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git on it
+    assert source_date_epoch() == 315532800  # 1980-01-01, the earliest time a zip holds
