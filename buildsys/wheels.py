@@ -113,9 +113,12 @@ def source_date_epoch() -> int:
     epoch = environment_epoch()
     if epoch is not None:
         return epoch
-    result = subprocess.run(
-        ["git", "log", "-1", "--format=%ct"], cwd=REPO_ROOT, capture_output=True, text=True
-    )
+    try:
+        result = subprocess.run(
+            ["git", "log", "-1", "--format=%ct"], cwd=REPO_ROOT, capture_output=True, text=True
+        )
+    except FileNotFoundError:  # no git installed (a tree from a tarball): the fixed fallback
+        return 315532800
     return (
         int(result.stdout.strip())
         if result.returncode == 0 and result.stdout.strip()
