@@ -105,7 +105,13 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
         flags={kind: settings.flags[kind] for kind in used_kinds},
     )
     shard = shard_manifest(index, [t.target for t in targets]) if settings.is_shard else None
-    write_output(settings.out, files, index, shard=shard)
+    try:
+        write_output(settings.out, files, index, shard=shard)
+    except OSError as error:
+        raise UsageError(
+            f"{settings.out} (--out): cannot write the output ({error.strerror or error}); "
+            "name a writable folder with --out DIR"
+        ) from None
     return result
 
 
