@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernelpack.errors import UsageError
+from kernelpack.images import KINDS_OF_VENDOR
 
 from .cache import BuildCache
 from .errors import HipifyError, ToolchainError
@@ -211,7 +212,7 @@ def select_toolchains(targets: Sequence[MatrixTarget], *, provision: bool) -> di
     if amd:
         hip = amd_toolchain(targets=amd, provision=provision)
         _check_buildable(hip, amd)
-        chosen["code_object"] = hip
+        chosen.update(dict.fromkeys(KINDS_OF_VENDOR["amd"], hip))
     if nvidia:
         cuda = cuda_toolchain()
         if cuda is None:
@@ -220,7 +221,7 @@ def select_toolchains(targets: Sequence[MatrixTarget], *, provision: bool) -> di
                 "install the CUDA toolkit or build with --vendor amd"
             )
         _check_buildable(cuda, nvidia)
-        chosen["cubin"] = chosen["ptx"] = cuda
+        chosen.update(dict.fromkeys(KINDS_OF_VENDOR["nvidia"], cuda))
     return chosen
 
 
