@@ -1,7 +1,8 @@
 """Shared fixtures: the provisioned AMD toolchain and the GPU gate.
 
 Tests marked ``toolchain`` get the AMD compiler through the same provisioning a user gets
-(buildsys.toolchain); tests marked ``gpu`` are skipped where no GPU can be used.
+(buildsys.toolchain); tests marked ``gpu`` are skipped where no GPU can be used, and those marked
+``nvcc`` where NVIDIA's compiler is not on PATH.
 """
 
 from __future__ import annotations

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import MutableMapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from .errors import FormatError, IntegrityError, UsageError
 from .index import Image
@@ -28,9 +27,9 @@ KindName = Literal["code_object", "cubin", "ptx"]
 Vendor = Literal["amd", "nvidia"]
 
 
-@dataclass(frozen=True)
-class ImageKind:
-    """One kind of image and how it is made, packed and listed."""
+class ImageKind(NamedTuple):
+    """One kind of image and how it is made, packed and listed (a NamedTuple, not a dataclass:
+    the loader imports this module, and creating a dataclass costs a first load about 1 ms)."""
 
     name: KindName
     vendor: Vendor
