@@ -47,8 +47,8 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
     """Build what the settings ask. The result lists every job's outcome; outputs are written only
     when every job succeeded (main_build turns a failure into BuildError after the summary)."""
     targets = select_targets(settings)
-    check_writable_folder(settings.cache_dir, "--cache-dir")
-    check_writable_folder(settings.out.parent, "--out")
+    check_writable_folder(settings.cache_dir, "cache_dir")
+    check_writable_folder(settings.out.parent, "out")
     if settings.out.exists() and not settings.out.is_dir():
         raise UsageError(
             f"{settings.out} (--out): exists and is not a folder; name one with --out DIR"

@@ -344,8 +344,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main_wheels(args: argparse.Namespace) -> int:
     settings = resolve_settings(args, command="wheels")
-    check_writable_folder(settings.dist, "--out")
-    check_writable_folder(settings.cache_dir, "--cache-dir")
+    check_writable_folder(settings.dist, "dist")
+    check_writable_folder(settings.cache_dir, "cache_dir")
     epoch = source_date_epoch()
     with scratch_folder(settings.cache_dir) as scratch:
         device_dir = scratch / "device"
