@@ -354,7 +354,7 @@ def main_wheels(args: argparse.Namespace) -> int:
         else:
             result = build(replace(settings, out=device_dir), progress=not args.json)
             if result.count("failed") or result.count("not run"):
-                print_summary(result, as_json=False)
+                print_summary(result, as_json=args.json)
                 raise failure_error(result)
         return _make_wheels(device_dir, settings.dist, epoch=epoch, as_json=args.json)
 

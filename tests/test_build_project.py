@@ -4,6 +4,7 @@ and the compiler itself checks that each reached the command (an ``#error`` othe
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -65,6 +66,8 @@ def test_a_project_builds_with_its_own_config(tmp_path: Path, amd_toolchain: obj
         | {"PYTHONPATH": str(REPO_ROOT)},  # the builder from this checkout, run from elsewhere
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)  # --json: nothing but the JSON on stdout
+    assert summary["compiled"] == 2 and summary["failed"] == 0
     out = project / "build" / "device"  # the default output, inside the project
     index = read_index((out / "_index.py").read_text())
     assert index["version"] == "0.3.0"
