@@ -349,8 +349,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main_wheels(args: argparse.Namespace) -> int:
     settings = resolve_settings(args, command="wheels")
-    check_writable_folder(settings.dist, "--out")
-    check_writable_folder(settings.cache_dir, "--cache-dir")
+    check_writable_folder(settings.dist, "dist")
+    check_writable_folder(settings.cache_dir, "cache_dir")
     epoch = source_date_epoch()
     with scratch_folder(settings.cache_dir) as scratch:
         device_dir = scratch / "device"
@@ -359,7 +359,7 @@ def main_wheels(args: argparse.Namespace) -> int:
         else:
             result = build(replace(settings, out=device_dir), progress=not args.json)
             if result.count("failed") or result.count("not run"):
-                print_summary(result, as_json=False)
+                print_summary(result, as_json=args.json)
                 raise failure_error(result)
         return _make_wheels(device_dir, settings.dist, epoch=epoch, as_json=args.json)
 
