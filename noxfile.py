@@ -45,7 +45,8 @@ def build(session: nox.Session) -> None:
 def wheels(session: nox.Session) -> None:
     """Build the fat wheel and the split host + device wheels into dist/ (the main job)."""
     _install_groups(session, "wheels")
-    session.run("python", "-m", "buildsys", "wheels", *session.posargs)
+    # Settings as for `pip wheel .`: [tool.kernelpack], then KERNELPACK_BUILD_*, then these.
+    session.run("python", "-m", "buildsys", "wheels", "--provision", *session.posargs)
 
 
 @nox.session

@@ -30,8 +30,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from buildsys.build import BuildResult, BuildSettings, build  # noqa: E402
+from buildsys.build import build  # noqa: E402
+from buildsys.jobs import BuildResult  # noqa: E402
 from buildsys.matrix import load_matrix  # noqa: E402
+from buildsys.settings import BuildSettings  # noqa: E402
 from buildsys.toolchain import Toolchain, amd_toolchain, cuda_toolchain  # noqa: E402
 
 

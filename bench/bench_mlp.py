@@ -19,13 +19,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
-import os
 import platform
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from kernelpack import mlp
+from kernelpack.atomic import atomic_write
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "docs" / "bench-mlp.md"
@@ -333,13 +332,6 @@ def render(rows: list[Row], copy_gbps: float, host: dict[str, tuple[float, float
     return "\n".join(lines) + "\n"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
-        handle.write(text)
-    os.replace(handle.name, path)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
@@ -382,7 +374,7 @@ def main() -> None:
             host_us_per_call(lambda compiled=compiled, single=single: compiled(*single)),
         )
         print(f"host µs/call {op.name}: {host[op.name]}", flush=True)
-    write_atomic(args.output, render(rows, copy_gbps, host))
+    atomic_write(args.output, render(rows, copy_gbps, host))
     print(f"wrote {args.output}")
 
 

@@ -30,7 +30,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "wheels"))
 
+from kernelpack.atomic import atomic_write  # noqa: E402
 from kernelpack.walk import Program, WalkResult, compile_program, run, run_numpy  # noqa: E402
 from kernelpack.walk.gpu import float_registers_exact  # noqa: E402
 from kernelpack.walk.inputs import check_inputs  # noqa: E402
@@ -88,6 +88,8 @@ class Row:
     case: Case
     gpu_kernel: float | None  # triples per second
     gpu_end_to_end: float | None
+    gpu_top_numpy: float | None  # end to end, outputs=(), top_k=100, numpy shifts/dirs in
+    gpu_top_torch: float | None  # the same with torch shifts/dirs already on the GPU
     float_share: float | None  # of the kernel time, the float pass's
     cpu: float | None
     cpu_steps: int
@@ -160,6 +162,23 @@ class LaunchTimer:
             total[name] = total.get(name, 0.0) + start.elapsed_time(end) / 1e3
         self.events.clear()
         return total
+
+
+def measure_selection(case: Case, depth: int) -> tuple[float, float]:
+    """End-to-end triples/s of a search call (no array back, the top 100 selected on the GPU):
+    numpy shifts and dirs in, and torch ones already on the GPU. Best of REPEATS."""
+    import torch
+
+    program, arguments = walk_arguments(case, depth)
+    search = {**arguments, "outputs": (), "top_k": 100}
+    on_gpu = {**search, "shifts": torch.from_numpy(arguments["shifts"]).cuda(),  # type: ignore[arg-type]
+              "dirs": torch.from_numpy(arguments["dirs"]).cuda()}  # type: ignore[arg-type]  # fmt: skip
+    rates = []
+    for call in (search, on_gpu):
+        run(program, **call)  # type: ignore[arg-type]  # warm-up
+        seconds = best_seconds(lambda call=call: run(program, **call), REPEATS)  # type: ignore[arg-type, misc]
+        rates.append(case.walks * case.primes * depth / seconds)
+    return rates[0], rates[1]
 
 
 def measure_gpu(case: Case, depth: int) -> tuple[float, float, float]:
@@ -277,9 +296,14 @@ def render(rows: list[Row], facts: dict[str, object] | None, depth: int, command
         "of M cost no multiplication: both fields advance them by finite differences in "
         "registers.",
         "",
-        "| m | K | B | GPU kernel (float pass) | GPU end to end | CPU numpy (steps timed) "
+        "Search end to end: `run(..., outputs=(), top_k=100)`, the whole call with the selection "
+        "on the GPU and only the top 100 back; numpy shifts/dirs in, or torch tensors already on "
+        "the GPU; the share is of the kernel rate.",
+        "",
+        "| m | K | B | GPU kernel (float pass) | GPU end to end, all outputs | search end to end, "
+        "numpy in (of kernel) | search end to end, torch in (of kernel) | CPU numpy (steps timed) "
         "| kernel / CPU | limit | limit / kernel |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
         case = row.case
@@ -288,9 +312,16 @@ def render(rows: list[Row], facts: dict[str, object] | None, depth: int, command
         ratio = None if limit is None or row.gpu_kernel is None else limit / row.gpu_kernel
         cpu = "—" if row.cpu is None else f"{row.cpu:.3g} ({row.cpu_steps})"
         share = "" if row.float_share is None else f" ({row.float_share:.0%})"
+        searches = [
+            "—"
+            if rate is None or row.gpu_kernel is None
+            else f"{rate:.3g} ({rate / row.gpu_kernel:.0%})"
+            for rate in (row.gpu_top_numpy, row.gpu_top_torch)
+        ]
         lines.append(
             f"| {case.m} | {case.primes} | {case.walks:,} | {short(row.gpu_kernel)}{share} | "
-            f"{short(row.gpu_end_to_end)} | {cpu} | {short(speedup)} | {short(limit)} | "
+            f"{short(row.gpu_end_to_end)} | {searches[0]} | {searches[1]} | {cpu} | "
+            f"{short(speedup)} | {short(limit)} | "
             f"{'—' if ratio is None else f'{ratio:.2f}x'} |"
         )
     lines += [
@@ -323,14 +354,6 @@ def render(rows: list[Row], facts: dict[str, object] | None, depth: int, command
     return "\n".join(lines) + "\n"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w") as stream:
-        stream.write(text)
-    os.replace(name, path)
-
-
 def integers(text: str) -> list[int]:
     return [int(float(part)) for part in text.split(",")]
 
@@ -351,17 +374,18 @@ def main() -> None:
         for primes in options.primes:
             for walks in options.walks:
                 case = Case(m, primes, walks)
-                kernel = end_to_end = share = cpu = None
+                kernel = end_to_end = share = cpu = top_numpy = top_torch = None
                 steps = 0
                 if not options.no_gpu:
                     kernel, end_to_end, share = measure_gpu(case, options.depth)
+                    top_numpy, top_torch = measure_selection(case, options.depth)
                 if not options.no_cpu:
                     cpu, steps = measure_cpu(case, options.depth)
-                rows.append(Row(case, kernel, end_to_end, share, cpu, steps))
+                rows.append(Row(case, kernel, end_to_end, top_numpy, top_torch, share, cpu, steps))
                 print(rows[-1], flush=True)
     command = "python bench/bench_walk.py " + " ".join(sys.argv[1:])
     text = render(rows, facts, options.depth, command.strip())
-    write_atomic(options.output, text)
+    atomic_write(options.output, text)
     print(text)
 
 

@@ -5,7 +5,8 @@
 #   3. compute-sanitizer memcheck and racecheck over the MLP and walk kernels;
 #   4. the loader's session: launch overhead and first-load latency over installed wheels
 #      (KERNELPACK_GPU_LOADER=0 leaves it out);
-#   5. with KERNELPACK_GPU_BENCH=1, the MLP and walk benchmarks, which rewrite docs/bench-*.md.
+#   5. with KERNELPACK_GPU_BENCH=1, the MLP and walk benchmarks, which rewrite docs/bench-*.md
+#      (and on 2+ GPUs the sweep's scaling, bench/bench_sweep.py).
 # Logs and results go to $OUT (default build/gpu-out); a summary is printed last.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -40,7 +41,7 @@ for tool in memcheck racecheck; do
   note "sanitizer $tool mlp rc=$? ($(elapsed) s): $(tail -1 "$OUT/sanitize-mlp-$tool.log")"
   cat "$OUT/sanitize-mlp-$tool.log" >> "$OUT/sanitize.log"; rm "$OUT/sanitize-mlp-$tool.log"
   timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m pytest -q -x \
-    -p no:cacheprovider -o addopts="" tests/test_walk_gpu.py -k "not scale" \
+    -p no:cacheprovider -o addopts="" tests/test_walk_gpu.py -k "not scale and not sweep" \
     > "$OUT/sanitize-walk-$tool.log" 2>&1
   note "sanitizer $tool walk rc=$? ($(elapsed) s): $(grep -E 'passed|failed|SUMMARY' "$OUT/sanitize-walk-$tool.log" | tail -2 | tr '\n' ' ')"
   cat "$OUT/sanitize-walk-$tool.log" >> "$OUT/sanitize.log"; rm "$OUT/sanitize-walk-$tool.log"
@@ -67,5 +68,9 @@ if [ "${KERNELPACK_GPU_BENCH:-0}" = 1 ]; then
     note "bench $bench rc=$? ($(elapsed) s)"
     cp "docs/bench-$bench.md" "$OUT/"
   done
+  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then  # sweep scaling, 1 GPU against all of them
+    timeout 300 python3 bench/bench_sweep.py --gpus "$(nvidia-smi -L | wc -l)" > "$OUT/bench-sweep.log" 2>&1
+    note "bench sweep rc=$? ($(elapsed) s): $(tail -1 "$OUT/bench-sweep.log")"
+  fi
 fi
 cat "$OUT/summary.txt"

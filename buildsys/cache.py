@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+# atomic_write is re-exported: buildsys.hipify.cli imports it from here.
+from kernelpack.atomic import atomic_write as atomic_write
 
 # A manifest keeps the newest entries for one job key: enough to switch between a few branches
 # without recompiling, small enough to read in microseconds.
@@ -42,33 +43,6 @@ def key_of(value: object) -> str:
     return sha256_hex(text.encode())
 
 
-def _read_umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-# Read once at import (setting it is the only way to read it, and not safe once threads run).
-_UMASK = _read_umask()
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half.
-
-    The file gets the permissions an ordinary write would give (mkstemp's are owner-only).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            os.fchmod(handle.fileno(), 0o666 & ~_UMASK)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 @dataclass(frozen=True)
 class CachedObject:
     data: bytes
@@ -76,7 +50,8 @@ class CachedObject:
 
 
 class BuildCache:
-    """The content-addressed store under one root folder (``build/cache`` unless told)."""
+    """The content-addressed store under one root folder (the settings' cache_dir: by default
+    ``~/.cache/kernelpack/build``)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -8,11 +8,13 @@ lines in CI and JSON with ``--json``; errors are one line with exit status 1 (wo
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import os
+import sys
 
 from kernelpack._console import print_json, print_table, run_cli
 
 from .matrix import load_matrix
+from .settings import add_arguments, resolve_settings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,20 +25,13 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     matrix = commands.add_parser("matrix", help="validate arch_matrix.toml and list its targets")
-    matrix.add_argument("--matrix", type=Path, metavar="FILE", help="default: arch_matrix.toml")
-    matrix.add_argument("--json", action="store_true", help='print {"include": [...]} for CI')
+    add_arguments(matrix, "matrix")
     matrix.set_defaults(handler=_matrix)
 
     toolchain = commands.add_parser(
         "toolchain", help="find (or provision) the compilers and say which targets each builds"
     )
-    toolchain.add_argument("--matrix", type=Path, metavar="FILE", help="default: arch_matrix.toml")
-    toolchain.add_argument(
-        "--provision",
-        action="store_true",
-        help="make the AMD toolchain if none can build the matrix (downloads over 1 GB)",
-    )
-    toolchain.add_argument("--json", action="store_true", help="print JSON for tools")
+    add_arguments(toolchain, "toolchain")
     toolchain.set_defaults(handler=_toolchain)
 
     from . import build as build_step
@@ -46,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     build = commands.add_parser(
         "build", help="compile the device code (cached, parallel) and write the embedded index"
     )
-    build_step.add_arguments(build)
+    add_arguments(build, "build")
     build.set_defaults(handler=build_step.main_build)
     merge = commands.add_parser("merge", help="recombine per-target shards into one output")
     merge_step.add_arguments(merge)
@@ -62,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    matrix = load_matrix(args.matrix)
+    matrix = load_matrix(resolve_settings(args, command="matrix").matrix)
     if args.json:
         print_json(matrix.as_json())
         return 0
@@ -81,7 +76,8 @@ def _matrix(args: argparse.Namespace) -> int:
 def _toolchain(args: argparse.Namespace) -> int:
     from . import toolchain as tc
 
-    matrix = load_matrix(args.matrix)
+    settings = resolve_settings(args, command="toolchain")
+    matrix = load_matrix(settings.matrix)
     amd_targets = [t.target for t in matrix.amd]
     nvidia_targets = [t.target for t in matrix.nvidia]
     found: list[tc.Toolchain] = []
@@ -91,7 +87,7 @@ def _toolchain(args: argparse.Namespace) -> int:
     provisioned = tc.provisioned_hip()
     if (
         provisioned is None
-        and args.provision
+        and settings.provision
         and (native is None or not all(native.buildable(amd_targets).values()))
     ):
         provisioned = tc.provision_hip()
@@ -137,7 +133,7 @@ def _toolchain(args: argparse.Namespace) -> int:
             ],
         )
         if uncovered:
-            hint = "" if args.provision else "; `--provision` makes an AMD toolchain"
+            hint = "" if settings.provision else "; `--provision` makes an AMD toolchain"
             print(f"not buildable by any toolchain found: {', '.join(uncovered)}{hint}")
     return 1 if uncovered else 0
 
@@ -149,4 +145,13 @@ def _main(argv: list[str] | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(_main, argv)
+    try:
+        status = run_cli(_main, argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader left (`... --json | head -1`): what it wanted is out; no traceback. Python
+        # flushes stdout again at exit, so point it at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    return status

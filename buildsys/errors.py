@@ -1,18 +1,18 @@
-"""The builder's errors: subclasses of kernelpack's one hierarchy, so both command lines report
-them the same way."""
+"""The builder's errors: subclasses of kernelpack's one hierarchy (kernelpack.errors), so both
+command lines report them the same way and callers can catch the contract classes."""
 
 from __future__ import annotations
 
-from kernelpack.errors import KernelpackError, UsageError
+from kernelpack.errors import CompileError, UsageError
 
 
 class MatrixError(UsageError):
     """arch_matrix.toml (or --targets) names something that cannot be built: exit status 2."""
 
 
-class ToolchainError(KernelpackError):
-    """No compiler can build what was asked, or provisioning one failed."""
+class ToolchainError(CompileError):
+    """No compiler can build what was asked, or provisioning one failed: exit status 1."""
 
 
-class BuildError(KernelpackError):
-    """A compile job failed: names the module, the target and the compiler's message."""
+class BuildError(CompileError):
+    """Compile jobs failed: names each module, target and the compiler's message (exit 1)."""

@@ -20,16 +20,20 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from kernelpack.errors import FormatError, UsageError
+from kernelpack.atomic import atomic_folder, atomic_write
+from kernelpack.errors import FormatError
 from kernelpack.formats import compress_bundle, read_bundle, write_bundle
+from kernelpack.images import IMAGE_FILE_SUFFIXES, IMAGE_KINDS, KINDS_BY_NAME
 from kernelpack.index import SCHEMA_VERSION, BuildFacts, Image, Index, KernelParam, KernelResources
 
-from .cache import atomic_write, sha256_hex
+from .cache import sha256_hex
+from .settings import environment_epoch
 
 INDEX_FILE = "_index.py"
 DEVICE_DIR = "device"
@@ -37,9 +41,7 @@ SHARD_FILE = "shard.json"  # beside the index of a build limited by --targets: w
 AMD_BUNDLE_ID_PREFIX = "hipv4-amdgcn-amd-amdhsa--"
 # Files of device/ that a build owns: a rebuild removes those it did not write this time, so a
 # target dropped from the matrix leaves no image behind.
-DEVICE_SUFFIXES = (".hsaco", ".cubin", ".ptx", ".cu", ".hip")
-_KIND_ORDER = {"code_object": 0, "cubin": 1, "ptx": 2}
-_SUFFIX = {"cubin": "cubin", "ptx": "ptx"}
+DEVICE_SUFFIXES = (*IMAGE_FILE_SUFFIXES, ".cu", ".hip")
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class BuiltImage:
 
     @property
     def order(self) -> tuple[int, str]:
-        return _KIND_ORDER[self.kind], self.target
+        return KINDS_BY_NAME[self.kind].order, self.target
 
 
 def package_files(
@@ -121,9 +123,11 @@ def place_images(
     The fat build, merge and each device wheel lay out their images through this one function.
     """
     placed: list[Image] = []
-    amd = [i for i in images if i.kind == "code_object"]
+    bundled = [k for k in IMAGE_KINDS if k.bundled]
+    (bundle_kind,) = bundled  # one bundle per module, of the one bundled kind (AMD code objects)
+    amd = [i for i in images if i.kind == bundle_kind.name]
     if amd:
-        name = f"{DEVICE_DIR}/{module}.hsaco"
+        name = f"{DEVICE_DIR}/{module}{bundle_kind.file_suffix}"
         raw = write_bundle([(AMD_BUNDLE_ID_PREFIX + i.target, i.data) for i in amd])
         files[name] = compress_bundle(raw) if compress else raw
         entries = {entry.target: entry for entry in read_bundle(raw, name)}
@@ -133,8 +137,8 @@ def place_images(
                 _image(image, name, entry.offset, entry.size, "zstd" if compress else "none")
             )
     for image in images:
-        if image.kind != "code_object":
-            name = f"{DEVICE_DIR}/{module}.{image.target}.{_SUFFIX[image.kind]}"
+        if image.kind != bundle_kind.name:
+            name = f"{DEVICE_DIR}/{module}.{image.target}{KINDS_BY_NAME[image.kind].file_suffix}"
             files[name] = image.data
             placed.append(_image(image, name, 0, len(image.data), "none"))
     return placed
@@ -228,57 +232,94 @@ def shard_manifest(index: Index, targets: Sequence[str]) -> dict[str, object]:
 def write_output(
     out: Path, files: Mapping[str, bytes], index: Index, *, shard: Mapping[str, object] | None
 ) -> None:
-    """Write the device files, the index and (for a shard) its manifest into ``out``.
+    """Write the device files, the index and (for a shard) its manifest into ``out``, so that a
+    reader sees the whole old output or the whole new one, never an index that disagrees with its
+    images or a stale shard.json.
 
-    Each file is replaced atomically and only when its bytes change, so an unchanged rebuild leaves
-    timestamps alone; device files of earlier builds that this one did not make are removed, and so
-    is a shard manifest when this build is not a shard.
+    The new output is made complete in a staging folder beside its place and swapped in
+    (kernelpack.atomic.atomic_folder); files whose bytes did not change are hard-linked across, so
+    an unchanged file keeps its timestamp, and an unchanged output is not touched at all. Device
+    files of earlier builds that this one did not make are gone with the old folder; files the
+    builder does not own in device/ are carried over.
+
+    ``out`` may also be a package folder with other files (kernelpack's own wheels/kernelpack):
+    then device/ is swapped in one step and the index replaced right after it, so a reader can
+    only meet the mismatch in the instant between those two renames (and the loader's sha256 check
+    refuses it then).
     """
     everything = dict(files)
     everything[INDEX_FILE] = render_index(index).encode()
     if shard is not None:
         everything[SHARD_FILE] = (json.dumps(shard, indent=1, sort_keys=True) + "\n").encode()
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    paths: set[Path] = set()
-    for relative, data in sorted(everything.items()):
-        path = out / relative
-        try:
-            unchanged = path.read_bytes() == data
-        except OSError:
-            unchanged = False
-        if not unchanged:
-            atomic_write(path, data)
-        if epoch is not None:
-            os.utime(path, (int(epoch), int(epoch)))
-        paths.add(path)
+    epoch = environment_epoch()
+    if not _same_output(out, everything):
+        if _owned(out):
+            with atomic_folder(out) as staging:
+                _fill(staging, out, everything)
+        else:
+            device = {k: v for k, v in everything.items() if k.startswith(f"{DEVICE_DIR}/")}
+            with atomic_folder(out / DEVICE_DIR) as staging:
+                _fill(staging, out, device, prefix=f"{DEVICE_DIR}/")
+            for name in (INDEX_FILE, SHARD_FILE):
+                if name in everything:
+                    atomic_write(out / name, everything[name])
+                else:
+                    (out / name).unlink(missing_ok=True)
+    if epoch is not None:
+        for relative in everything:
+            os.utime(out / relative, (epoch, epoch))
+
+
+_OWNED = {INDEX_FILE, DEVICE_DIR, SHARD_FILE}
+
+
+def _owned(out: Path) -> bool:
+    """Whether ``out`` holds nothing but a build's output (or does not exist yet)."""
+    try:
+        return {p.name for p in out.iterdir()} <= _OWNED
+    except FileNotFoundError:
+        return True
+
+
+def _device_files(out: Path) -> set[str]:
     device = out / DEVICE_DIR
-    stale = [p for p in device.iterdir() if p.suffix in DEVICE_SUFFIXES] if device.is_dir() else []
-    if shard is None:
-        stale.append(out / SHARD_FILE)
-    for path in stale:
-        if path not in paths:
-            path.unlink(missing_ok=True)
+    if not device.is_dir():
+        return set()
+    return {f"{DEVICE_DIR}/{p.name}" for p in device.iterdir() if p.suffix in DEVICE_SUFFIXES}
 
 
-def read_image_bytes(
-    folder: Path, relative: str, image: Image, bundles: dict[str, dict[str, bytes]]
-) -> bytes:
-    """One image's bytes out of a built output folder (a build, a shard, a merge), checked against
-    the index's sha256; ``bundles`` caches each bundle's entries across calls."""
-    path = folder / relative
-    if image["kind"] == "code_object":
-        if relative not in bundles:
-            try:
-                entries = read_bundle(path.read_bytes(), str(path))
-            except OSError:
-                raise UsageError(f"{path}: missing; the shard is incomplete") from None
-            bundles[relative] = {entry.target: entry.data for entry in entries}
-        data = bundles[relative].get(image["target"])
-        if data is None:
-            raise FormatError(str(path), 0, f"a bundle entry for {image['target']}")
-    else:
-        data = path.read_bytes() if path.is_file() else b""
-        data = data[image["offset"] : image["offset"] + image["size"]]
-    if sha256_hex(data) != image["sha256"]:
-        raise UsageError(f"{path}: the {image['target']} image does not match its index's sha256")
-    return data
+def _same_output(out: Path, everything: Mapping[str, bytes]) -> bool:
+    """Whether ``out`` already holds exactly these files (builder-owned ones) with these bytes."""
+    present = _device_files(out) | {n for n in (INDEX_FILE, SHARD_FILE) if (out / n).is_file()}
+    if present != set(everything):
+        return False
+    for relative, data in everything.items():
+        try:
+            if (out / relative).read_bytes() != data:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _fill(staging: Path, out: Path, files: Mapping[str, bytes], *, prefix: str = "") -> None:
+    """Write ``files`` (paths relative to ``out``, under ``prefix``) into ``staging``, linking
+    unchanged ones from ``out``; carry over the files of out's device/ the builder does not own."""
+    for relative, data in sorted(files.items()):
+        target = staging / relative.removeprefix(prefix)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        old = out / relative
+        try:
+            if old.read_bytes() == data:
+                os.link(old, target)
+                continue
+        except OSError:
+            pass
+        atomic_write(target, data)
+    device = out / DEVICE_DIR
+    if device.is_dir():
+        for path in device.iterdir():
+            if path.is_file() and path.suffix not in DEVICE_SUFFIXES:
+                destination = staging / f"{DEVICE_DIR}/{path.name}".removeprefix(prefix)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, destination)

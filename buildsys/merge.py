@@ -20,9 +20,10 @@ from typing import Any
 
 from kernelpack._console import print_json, print_table
 from kernelpack.errors import UsageError
+from kernelpack.formats import BundleEntry
+from kernelpack.images import read_image
 from kernelpack.index import Index
 
-from . import REPO_ROOT
 from .cache import sha256_hex
 from .index_writer import (
     INDEX_FILE,
@@ -30,11 +31,15 @@ from .index_writer import (
     BuiltImage,
     ModuleSources,
     package_files,
-    read_image_bytes,
     read_index,
     write_output,
 )
 from .matrix import load_matrix
+from .settings import add_arguments as add_settings_arguments
+from .settings import check_writable_folder, resolve_settings
+
+# What restores a shard whose image does not match its index.
+REBUILD_SHARD = "rebuild the shard (python -m buildsys build --targets T --out DIR)"
 
 
 @dataclass(frozen=True)
@@ -153,9 +158,9 @@ def merge(
         toolchains.update(shard.manifest["toolchains"])
         flags.update(shard.manifest["flags"])
         for name, module in sorted(shard.index["modules"].items()):
-            bundles: dict[str, dict[str, bytes]] = {}
+            bundles: dict[Path, list[BundleEntry]] = {}
             for image in module["images"]:
-                data = read_image_bytes(shard.path, image["file"], image, bundles)
+                data = read_image(shard.path, image, remedy=REBUILD_SHARD, bundles=bundles)
                 images.append(
                     BuiltImage(
                         name,
@@ -192,32 +197,21 @@ def _read_checked(folder: Path, relative: str, digest: str) -> bytes:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The shard folders, then the settings merge shares with build (buildsys.settings)."""
     parser.add_argument("shards", nargs="+", type=Path, metavar="SHARD", help="shard folders")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=REPO_ROOT / "wheels" / "kernelpack",
-        metavar="DIR",
-        help="output folder of _index.py and device/ (default: wheels/kernelpack)",
-    )
-    parser.add_argument("--matrix", type=Path, metavar="FILE", help="default: arch_matrix.toml")
-    parser.add_argument(
-        "--compress",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="zstd-compress the AMD bundles (CCOB; the default)",
-    )
-    parser.add_argument("--json", action="store_true", help="print what was merged as JSON")
+    add_settings_arguments(parser, "merge")
 
 
 def main_merge(args: argparse.Namespace) -> int:
-    shards = merge(args.shards, args.out, matrix=args.matrix, compress=args.compress)
+    settings = resolve_settings(args, command="merge")
+    check_writable_folder(settings.out.parent, "--out")
+    shards = merge(args.shards, settings.out, matrix=settings.matrix, compress=settings.compress)
     report = [{"shard": str(s.path), "targets": s.targets} for s in shards]
     if args.json:
-        print_json({"out": str(args.out), "shards": report})
+        print_json({"out": str(settings.out), "shards": report})
     else:
         print_table(
-            f"merged {len(shards)} shards -> {args.out}",
+            f"merged {len(shards)} shards -> {settings.out}",
             ("shard", "targets"),
             [(r["shard"], ", ".join(r["targets"])) for r in report],
         )

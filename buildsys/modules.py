@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +25,10 @@ from kernelpack.errors import UsageError
 from kernelpack.index import KernelParam
 
 INCLUDE_DIR = "include"
+# Tree folder of the project's extra include folders (settings include_dirs): the n-th one's files
+# are read into ".include/<n>/" of the tree, so they are hashed, hipified and written with the rest
+# and every command names them by a relative path.
+EXTRA_INCLUDE_DIR = ".include"
 # Files of a module folder or include/ that the builder reads (and hipifies): CUDA sources and
 # headers. Anything else in a module folder (a README, notes) is not part of its code.
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".inc", ".inl")
@@ -35,6 +39,8 @@ class SourceTree:
     """Source files by root-relative POSIX path ("mlp/mlp.cu", "include/common.cuh")."""
 
     files: Mapping[str, str]
+    # Tree folders searched for quoted includes after the including file's own folder, in order.
+    include_dirs: tuple[str, ...] = (INCLUDE_DIR,)
 
     def __getitem__(self, path: str) -> str:
         return self.files[path]
@@ -54,8 +60,11 @@ class KernelModule:
     main: str  # root-relative path of the module's one .cu file
 
 
-def read_tree(root: Path) -> tuple[SourceTree, list[KernelModule]]:
-    """Read every source file under ``root`` and name its modules, sorted by name.
+def read_tree(
+    root: Path, extra_includes: Sequence[Path] = ()
+) -> tuple[SourceTree, list[KernelModule]]:
+    """Read every source file under ``root`` and name its modules, sorted by name; the files of
+    each extra include folder go into the tree as ``.include/<n>/`` (:func:`extra_include_dir`).
 
     A module folder without exactly one ``.cu`` file is a UsageError: the builder compiles one
     translation unit per module into one code object per target.
@@ -85,7 +94,23 @@ def read_tree(root: Path) -> tuple[SourceTree, list[KernelModule]]:
         modules.append(KernelModule(folder.name, mains[0]))
     if not modules:
         raise UsageError(f"{root}: no kernel modules (folders with a .cu file)")
-    return SourceTree(files), modules
+    for number, folder in enumerate(extra_includes):
+        if not folder.is_dir():
+            raise UsageError(f"{folder}: no such include folder (include-dirs)")
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and path.suffix in SOURCE_SUFFIXES:
+                relative = f"{extra_include_dir(number)}/{path.relative_to(folder).as_posix()}"
+                try:
+                    files[relative] = path.read_text(encoding="utf-8")
+                except UnicodeDecodeError:
+                    raise UsageError(f"{path}: not UTF-8 text") from None
+    searched = (INCLUDE_DIR, *(extra_include_dir(n) for n in range(len(extra_includes))))
+    return SourceTree(files, searched), modules
+
+
+def extra_include_dir(number: int) -> str:
+    """The tree folder of the ``number``-th extra include folder."""
+    return f"{EXTRA_INCLUDE_DIR}/{number}"
 
 
 _QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"[^\n]*$', re.MULTILINE)
@@ -93,10 +118,11 @@ _PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[ \t]*$", re.MULTILINE
 
 
 def resolve_include(tree: SourceTree, including: str, name: str) -> str | None:
-    """The tree path a quoted ``#include`` names, searched as the compiler does with ``-I include``:
-    beside the including file first, then in include/. None for a file outside the tree (a
-    toolkit header written with quotes), which stays an #include."""
-    for folder in (posixpath.dirname(including), INCLUDE_DIR):
+    """The tree path a quoted ``#include`` names, searched as the compiler does with ``-I include``
+    (and ``-I`` for each extra include folder): beside the including file first, then in the
+    tree's include folders. None for a file outside the tree (a toolkit header written with
+    quotes), which stays an #include."""
+    for folder in (posixpath.dirname(including), *tree.include_dirs):
         candidate = posixpath.normpath(posixpath.join(folder, name))
         if candidate in tree:
             return candidate

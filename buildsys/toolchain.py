@@ -29,8 +29,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelpack.atomic import atomic_write
+from kernelpack.paths import cache_folder
+
 from . import REPO_ROOT
-from .cache import atomic_write
 from .errors import ToolchainError
 
 ROOTFS_SUITE = "sid"
@@ -49,12 +51,9 @@ LLVM_TOOLS = ("clang", "clang-offload-bundler", "llvm-readelf", "llvm-objdump")
 
 
 def cache_root() -> Path:
-    """The per-user cache folder for toolchains and probe results."""
-    base = os.environ.get("KERNELPACK_TOOLCHAIN_DIR")
-    if base:
-        return Path(base)
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "kernelpack" / "toolchains"
+    """The folder for toolchains and probe results: KERNELPACK_TOOLCHAIN_DIR, else ``toolchains``
+    in the user cache folder (kernelpack.paths)."""
+    return cache_folder("KERNELPACK_TOOLCHAIN_DIR", "toolchains")
 
 
 @dataclass(frozen=True)
@@ -321,7 +320,7 @@ def _run_with_progress(argv: list[str], *, log: bool, logfile: Path) -> None:
             if log and time.monotonic() - last_report > 10:
                 last_report = time.monotonic()
                 done = ", ".join(f"{k.lower()} {v}" for k, v in counts.items() if v)
-                print(f"  debootstrap: {done or line.strip()}", flush=True)
+                print(f"  debootstrap: {done or line.strip()}", file=sys.stderr, flush=True)
         if process.wait() != 0:
             raise ToolchainError(
                 f"debootstrap failed (exit {process.returncode}); its log is {logfile}; "

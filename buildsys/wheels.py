@@ -29,19 +29,25 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernelpack._console import print_json, print_table
+from kernelpack.atomic import atomic_write
+from kernelpack.formats import BundleEntry
+from kernelpack.images import IMAGE_FILE_SUFFIXES, read_image
 from kernelpack.index import Index
 from kernelpack.targets import AMD_FAMILIES, TargetId
 
 from . import REPO_ROOT
-from .build import BuildSettings, build, failure_error, print_summary
-from .cache import atomic_write
+from .build import build
 from .errors import BuildError
-from .index_writer import BuiltImage, place_images, read_image_bytes, read_index, render_index
+from .index_writer import BuiltImage, place_images, read_index, render_index
 from .merge import merge
+from .report import failure_error, print_summary
+from .settings import add_arguments as add_settings_arguments
+from .settings import check_writable_folder, environment_epoch, resolve_settings
+from .trees import scratch_folder
 
 DEVICE_TEMPLATE = REPO_ROOT / "wheels" / "device"
 # Vendor runtimes a wheel must never carry: the user's driver stack provides them.
@@ -102,8 +108,9 @@ def device_groups(index: Index) -> list[DeviceGroup]:
 
 def source_date_epoch() -> int:
     """SOURCE_DATE_EPOCH, else the last commit's time: what makes two builds of a commit equal."""
-    if "SOURCE_DATE_EPOCH" in os.environ:
-        return int(os.environ["SOURCE_DATE_EPOCH"])
+    epoch = environment_epoch()
+    if epoch is not None:
+        return epoch
     result = subprocess.run(
         ["git", "log", "-1", "--format=%ct"], cwd=REPO_ROOT, capture_output=True, text=True
     )
@@ -188,7 +195,7 @@ def _auditwheel_repair(wheel: Path, out_dir: Path) -> tuple[Path, str]:
     changed = [
         name
         for name, data in before.items()
-        if name.endswith(_IMAGE_SUFFIXES) and after.get(name) != data
+        if name.endswith(IMAGE_FILE_SUFFIXES) and after.get(name) != data
     ]
     if changed:
         raise BuildError(f"auditwheel repair changed device images: {', '.join(changed)}")
@@ -216,7 +223,7 @@ def split_wheels(fat: Path, device_dir: Path, out_dir: Path, *, epoch: int) -> l
     host_files = {
         name: data
         for name, data in files.items()
-        if not (name.startswith("kernelpack/device/") and name.endswith(_IMAGE_SUFFIXES))
+        if not (name.startswith("kernelpack/device/") and name.endswith(IMAGE_FILE_SUFFIXES))
     }
     host_files["kernelpack/_index.py"] = render_index(host_index).encode()
     dist_info = next(n.split("/")[0] for n in files if n.endswith(".dist-info/METADATA"))
@@ -230,16 +237,13 @@ def split_wheels(fat: Path, device_dir: Path, out_dir: Path, *, epoch: int) -> l
     return paths
 
 
-_IMAGE_SUFFIXES = (".hsaco", ".cubin", ".ptx")
-
-
 def _built_images(device_dir: Path, index: Index) -> list[BuiltImage]:
     """Every image of a build output folder, read back and checked against the index."""
     images = []
     for name, module in sorted(index["modules"].items()):
-        bundles: dict[str, dict[str, bytes]] = {}
+        bundles: dict[Path, list[BundleEntry]] = {}
         for image in module["images"]:
-            data = read_image_bytes(device_dir, image["file"], image, bundles)
+            data = read_image(device_dir, image, remedy="rebuild it", bundles=bundles)
             images.append(
                 BuiltImage(
                     name, image["vendor"], image["target"], image["kind"], data, image["kernels"]
@@ -329,35 +333,42 @@ def sizes(wheels: list[Path]) -> list[tuple[str, int, int]]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--out", type=Path, default=REPO_ROOT / "dist", metavar="DIR",
-        help="where the wheels go: DIR/fat and DIR/split (default: dist)",
-    )  # fmt: skip
+    """The build's settings (buildsys.settings: KERNELPACK_BUILD_* apply as for ``pip wheel``),
+    --out for the wheels, and --merge."""
+    add_settings_arguments(parser, "wheels")
     parser.add_argument(
         "--merge", nargs="+", type=Path, metavar="SHARD",
         help="make the wheels from CI shards (build --targets X --out SHARD) instead of building",
     )  # fmt: skip
-    parser.add_argument("--json", action="store_true", help="print the wheels and sizes as JSON")
 
 
 def main_wheels(args: argparse.Namespace) -> int:
+    settings = resolve_settings(args, command="wheels")
+    check_writable_folder(settings.dist, "--out")
+    check_writable_folder(settings.cache_dir, "--cache-dir")
     epoch = source_date_epoch()
-    device_dir = REPO_ROOT / "build" / "wheel-device"
-    if args.merge:
-        merge(args.merge, device_dir)
-    else:
-        result = build(BuildSettings(out=device_dir, provision=True), progress=not args.json)
-        if result.count("failed") or result.count("not run"):
-            print_summary(result, as_json=False)
-            raise failure_error(result)
-    for folder in (args.out / "fat", args.out / "split"):
+    with scratch_folder(settings.cache_dir) as scratch:
+        device_dir = scratch / "device"
+        if args.merge:
+            merge(args.merge, device_dir, matrix=settings.matrix, compress=settings.compress)
+        else:
+            result = build(replace(settings, out=device_dir), progress=not args.json)
+            if result.count("failed") or result.count("not run"):
+                print_summary(result, as_json=False)
+                raise failure_error(result)
+        return _make_wheels(device_dir, settings.dist, epoch=epoch, as_json=args.json)
+
+
+def _make_wheels(device_dir: Path, dist: Path, *, epoch: int, as_json: bool) -> int:
+    """The fat wheel and the split wheels from a built output folder, into dist/fat and dist/split."""
+    for folder in (dist / "fat", dist / "split"):
         for stale in folder.glob("*.whl"):
             stale.unlink()
-    fat, verdict = build_fat_wheel(device_dir, args.out / "fat", epoch=epoch)
-    split = split_wheels(fat, device_dir, args.out / "split", epoch=epoch)
+    fat, verdict = build_fat_wheel(device_dir, dist / "fat", epoch=epoch)
+    split = split_wheels(fat, device_dir, dist / "split", epoch=epoch)
     verdicts = {fat.name: verdict}
     rows = sizes([fat, *split])
-    if args.json:
+    if as_json:
         print_json(
             {
                 "wheels": [
@@ -374,7 +385,7 @@ def main_wheels(args: argparse.Namespace) -> int:
         )
         return 0
     print_table(
-        f"wheels in {args.out}",
+        f"wheels in {dist}",
         ("wheel", "compressed", "uncompressed"),
         [(name, f"{packed:,}", f"{raw:,}") for name, packed, raw in rows],
     )

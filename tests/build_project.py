@@ -12,7 +12,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from buildsys.build import BuildResult, BuildSettings, build
+from buildsys.build import build
+from buildsys.jobs import BuildResult
+from buildsys.settings import BuildSettings
 
 TINY_SOURCES = {
     "include/common.cuh": "#pragma once\n#define SCALE 2.0f\n",

@@ -8,7 +8,6 @@ Tests marked ``toolchain`` get the AMD compiler through the same provisioning a 
 from __future__ import annotations
 
 import functools
-import shutil
 from typing import TYPE_CHECKING
 
 import pytest
@@ -26,18 +25,23 @@ def gpu_available() -> bool:
     return bool(cuda_driver_devices())
 
 
+@functools.cache
+def nvcc_available() -> bool:
+    """True when the CUDA toolkit's nvcc is installed (tests marked ``nvcc`` compile with it)."""
+    from buildsys.toolchain import cuda_toolchain
+
+    return cuda_toolchain() is not None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip, with the reason, what this machine cannot run: ``gpu`` tests without a GPU, ``nvcc``
-    tests without nvcc on PATH. Nothing else is ever skipped on the quiet."""
-    missing = {
-        "gpu": None if gpu_available() else "no GPU on this machine (libcuda absent or no device)",
-        "nvcc": None if shutil.which("nvcc") else "no nvcc on PATH (NVIDIA's CUDA toolkit)",
+    gates = {
+        "gpu": (gpu_available, "no GPU on this machine (libcuda absent or no device)"),
+        "nvcc": (nvcc_available, "no nvcc on this machine (install the CUDA toolkit)"),
     }
-    for marker, reason in missing.items():
-        if reason is None:
-            continue
-        for item in items:
-            if marker in item.keywords:
+    for marker, (available, reason) in gates.items():
+        marked = [item for item in items if marker in item.keywords]
+        if marked and not available():
+            for item in marked:
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 

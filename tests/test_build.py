@@ -19,11 +19,13 @@ import pytest
 from build_project import AMD_TARGETS, Project, compiled, make_project, snapshot
 
 from buildsys import REPO_ROOT
-from buildsys.build import FLAGS, BuildSettings, build, failure_error
+from buildsys.build import build
 from buildsys.errors import ToolchainError
 from buildsys.index_writer import read_index
 from buildsys.matrix import load_matrix
 from buildsys.modules import inline_includes, parse_kernels, read_tree
+from buildsys.report import failure_error
+from buildsys.settings import FLAGS, BuildSettings
 from buildsys.toolchain import Toolchain, cuda_toolchain
 from kernelpack.formats import read_bundle
 
@@ -260,7 +262,6 @@ def test_uncompressed_bundles_read_back_by_clang_offload_bundler(
         assert hashlib.sha256(extracted.read_bytes()).hexdigest() == image["sha256"]
 
 
-@pytest.mark.slow
 def test_real_sources_build_for_the_default_matrix(
     tmp_path: Path, amd_toolchain: Toolchain
 ) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import random
 import threading
@@ -10,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from buildsys.build import FLAGS, BuildSettings, add_arguments, resolve_settings
 from buildsys.cache import BuildCache
 from buildsys.index_writer import (
     BuiltImage,
@@ -20,7 +18,7 @@ from buildsys.index_writer import (
     render_index,
     write_output,
 )
-from kernelpack.errors import FormatError, UsageError
+from kernelpack.errors import FormatError
 from kernelpack.formats import read_bundle
 from kernelpack.index import KernelResources
 
@@ -160,42 +158,3 @@ def test_output_folder_keeps_unchanged_files_and_drops_stale_ones(tmp_path: Path
     assert not stale.exists() and keep.exists() and not (tmp_path / "shard.json").exists()
     mode = (tmp_path / "_index.py").stat().st_mode & 0o777
     assert mode & 0o044 == 0o044, oct(mode)  # readable by all, like any installed file
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return parser.parse_args(argv)
-
-
-def test_settings_come_from_defaults_then_environment_then_command_line(tmp_path: Path) -> None:
-    defaults = resolve_settings(parse([]), {})
-    assert defaults == BuildSettings()
-    assert defaults.flags == FLAGS and not defaults.is_shard
-    environ = {
-        "KERNELPACK_BUILD_TARGETS": "gfx942, sm_90",
-        "KERNELPACK_BUILD_JOBS": "3",
-        "KERNELPACK_BUILD_COMPRESS": "0",
-        "KERNELPACK_BUILD_OUT": str(tmp_path),
-    }
-    from_env = resolve_settings(parse([]), environ)
-    assert from_env.targets == ("gfx942", "sm_90") and from_env.jobs == 3
-    assert from_env.compress is False and from_env.out == tmp_path and from_env.is_shard
-    both = resolve_settings(parse(["--targets", "gfx90a", "--jobs", "5", "--compress"]), environ)
-    assert both.targets == ("gfx90a",) and both.jobs == 5 and both.compress is True
-
-
-@pytest.mark.parametrize(
-    ("argv", "environ", "message"),
-    [
-        (["--jobs", "0"], {}, "--jobs: '0': expected a positive number"),
-        (["--vendor", "intel"], {}, "--vendor: 'intel': expected amd or nvidia"),
-        (["--targets", " , "], {}, "--targets: no target given"),
-        ([], {"KERNELPACK_BUILD_KEEP_GOING": "maybe"}, "KERNELPACK_BUILD_KEEP_GOING: 'maybe'"),
-    ],
-)
-def test_bad_settings_are_one_clear_line(
-    argv: list[str], environ: dict[str, str], message: str
-) -> None:
-    with pytest.raises(UsageError, match=message):
-        resolve_settings(parse(argv), environ)

@@ -17,6 +17,8 @@ from buildsys import REPO_ROOT
 from buildsys.index_writer import read_index
 from buildsys.toolchain import cuda_toolchain
 
+pytestmark = pytest.mark.nvcc
+
 
 def run_cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -28,9 +30,6 @@ def run_cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
 @pytest.fixture
 def no_amd_toolchain(tmp_path: Path) -> Iterator[dict[str, str]]:
     """An environment where no AMD compiler can be found: no ROCm, no provisioned root fs."""
-    cuda = cuda_toolchain()
-    if cuda is None:
-        pytest.skip("no nvcc on this machine")
     env = {
         key: value
         for key, value in os.environ.items()
@@ -40,6 +39,8 @@ def no_amd_toolchain(tmp_path: Path) -> Iterator[dict[str, str]]:
     env["PATH"] = os.pathsep.join(
         p for p in env.get("PATH", "").split(os.pathsep) if not (Path(p) / "hipcc").exists()
     )
+    cuda = cuda_toolchain()
+    assert cuda is not None  # the nvcc marker's gate found it
     env["CUDA_HOME"] = str(cuda.bindir.parent)
     yield env
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from buildsys.build import read_depfile
 from buildsys.modules import SourceTree, inline_includes, parse_kernels, read_tree
+from buildsys.trees import read_depfile
 from kernelpack.errors import UsageError
 
 

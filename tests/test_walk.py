@@ -765,6 +765,9 @@ def test_batches_split_to_fit_device_memory() -> None:
     from kernelpack.walk.inputs import check_inputs
 
     inputs = check_inputs(PROGRAM, **VALID)  # type: ignore[arg-type]
-    per_walk = 16 * 2 + 4 * 2 * 4 + 4 + 32
+    # shifts and dirs, P_final (2 primes, m = 2), alive, 4 estimates, a hit record with 2 axes
+    per_walk = 16 * 2 + 4 * 2 * 4 + 4 + 32 + (4 + 8 + 8 + 32)
     assert piece_walks(inputs, 10**6) == int(10**6 * MEMORY_FRACTION) // per_walk
+    lean = per_walk - 4 * 2 * 4
+    assert piece_walks(inputs, 10**6, p_final=False) == int(10**6 * MEMORY_FRACTION) // lean
     assert piece_walks(inputs, 0) == 1

@@ -7,6 +7,12 @@ The comparisons and random inputs are test_walk.py's.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from test_walk import (
@@ -17,6 +23,7 @@ from test_walk import (
     check_random_programs,
     fresh_rng,
     largest_primes,
+    random_case,
     random_walks,
 )
 
@@ -25,6 +32,7 @@ from kernelpack.walk.inputs import check_inputs
 from kernelpack.walk.lower import FLOAT_REGISTER_DEGREES, REGISTER_DEGREES, lower
 
 pytestmark = pytest.mark.gpu
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("dim", [1, 2, 3])
@@ -154,7 +162,7 @@ def test_gpu_batch_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch larger than one piece (here: 1000 walks) runs piece by piece, each into its own
     part of the result."""
     rng, seed = fresh_rng()
-    monkeypatch.setattr(gpu, "piece_walks", lambda inputs, free: 1000)
+    monkeypatch.setattr(gpu, "piece_walks", lambda inputs, free, p_final=True: 1000)
     program = compile_program(_field(2), ["x", "y"])
     arguments = {"shifts": rng.integers(-40, 50, (2500, 2)), "dirs": rng.integers(-3, 4, (2500, 2)),
                  "primes": EDGE_PRIMES, "depth": 50, "depth1": 20, "depth2": 50,
@@ -186,3 +194,121 @@ def test_gpu_many_constants_take_small_blocks() -> None:
         assert_walks_agree(result, expected, program, shifts, dirs, (10, 30), 0.5)
     except AssertionError as error:
         raise AssertionError(f"seed {seed}: {error}") from None
+
+
+# ---- selection on the GPU and device-resident I/O ------------------------------------------
+
+
+@pytest.mark.parametrize("m", [2, 3, 4])
+def test_gpu_selection_follows_the_rule_on_random_programs(
+    m: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The selection kernels' hits and top k are the rule's over the GPU's own alive and delta2
+    (ties planted, dead and NaN walks from random programs), in pieces of 23 walks too."""
+    from test_walk_select import check_selection, planted_walks
+
+    rng, seed = fresh_rng()
+    for index in range(6):
+        program, arguments = random_case(rng, m, 2, 70, max_depth=25)
+        arguments["shifts"], arguments["dirs"] = planted_walks(rng, 70, 2)
+        full = run(program, **arguments)  # type: ignore[arg-type]
+        finite = full.delta2[np.isfinite(full.delta2)]
+        min_delta = float(np.median(finite)) if len(finite) else 0.0
+        top_k = int(rng.integers(0, 90))
+        if index % 2:
+            monkeypatch.setattr(gpu, "piece_walks", lambda inputs, free, p_final=True: 23)
+        chosen = run(program, **arguments, outputs=(), min_delta=min_delta, top_k=top_k)  # type: ignore[arg-type]
+        monkeypatch.undo()
+        assert chosen.P_final is None and chosen.est2 is None
+        try:
+            check_selection(chosen, full.alive, full.est2, full.delta2, arguments["shifts"],  # type: ignore[arg-type]
+                            arguments["dirs"], min_delta, top_k)  # type: ignore[arg-type]  # fmt: skip
+        except AssertionError as error:
+            raise AssertionError(f"seed {seed}, program {index}: {error}") from None
+
+
+def test_gpu_selection_at_scale_equals_the_host_rule() -> None:
+    """10^5 walks, 1000 kept: every digit pass of the radix selection has work to do."""
+    from kernelpack.walk.select import select
+
+    rng, seed = fresh_rng()
+    program = compile_program(_field(2), ["x", "y"])
+    walks = 100_000
+    shifts, dirs = rng.integers(1, 60, (walks, 2)), rng.integers(1, 4, (walks, 2))
+    arguments = {"shifts": shifts, "dirs": dirs, "primes": largest_primes(4), "depth": 80,
+                 "depth1": 40, "depth2": 80, "target": 0.3}  # fmt: skip
+    chosen = run(program, **arguments, min_delta=0.05, top_k=1000)  # type: ignore[arg-type]
+    hits, top = select(chosen.alive, chosen.est2, chosen.delta2, shifts, dirs, 0.05, 1000)
+    assert chosen.top is not None and chosen.hits is not None and hits is not None
+    np.testing.assert_array_equal(chosen.top.walk, top.walk, err_msg=f"seed {seed}")
+    np.testing.assert_array_equal(chosen.hits.walk, hits.walk, err_msg=f"seed {seed}")
+    np.testing.assert_array_equal(chosen.top.dirs, top.dirs)
+
+
+def test_gpu_device_resident_inputs_and_outputs() -> None:
+    """torch tensors in: the outputs are torch tensors on that GPU, equal to the numpy call's;
+    P_final only when asked; the selection the same."""
+    torch = pytest.importorskip("torch")
+    rng, seed = fresh_rng()
+    program = compile_program(_field(3), ["x", "y"])
+    shifts, dirs = rng.integers(-20, 50, (3000, 2)), rng.integers(-3, 4, (3000, 2))
+    arguments = {"primes": EDGE_PRIMES, "depth": 60, "depth1": 30, "depth2": 60, "target": 0.5}
+    expected = run(program, shifts, dirs, **arguments, min_delta=0.0, top_k=50)  # type: ignore[arg-type]
+    on_gpu = run(program, torch.from_numpy(shifts).cuda(), torch.from_numpy(dirs).cuda(),
+                 **arguments, min_delta=0.0, top_k=50)  # type: ignore[arg-type]  # fmt: skip
+    assert on_gpu.P_final.is_cuda and on_gpu.alive.dtype == torch.bool
+    np.testing.assert_array_equal(
+        on_gpu.P_final.cpu().numpy(), expected.P_final, err_msg=f"seed {seed}"
+    )
+    np.testing.assert_array_equal(on_gpu.alive.cpu().numpy(), expected.alive)
+    np.testing.assert_array_equal(on_gpu.delta2.cpu().numpy(), expected.delta2)
+    assert on_gpu.top is not None and expected.top is not None
+    np.testing.assert_array_equal(on_gpu.top.walk, expected.top.walk)
+    lean = run(program, torch.from_numpy(shifts).cuda(), torch.from_numpy(dirs).cuda(),
+               **arguments, outputs=("delta2",))  # type: ignore[arg-type]  # fmt: skip
+    assert lean.P_final is None and lean.alive is None
+    np.testing.assert_array_equal(lean.delta2.cpu().numpy(), expected.delta2)
+    with pytest.raises(ValueError, match="shifts: expected a C-contiguous int64"):
+        run(program, torch.from_numpy(shifts).cuda().int(), torch.from_numpy(dirs).cuda(),
+            **arguments)  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_gpu_sweep_finds_aperys_walk(tmp_path: Path) -> None:
+    """A sweep over Apery's field (shifts 1..12, dirs 1..4) aimed at 6/zeta(3) - 5: the best walk
+    is the one that starts at shift 1 with direction 1, Apery's continued fraction itself."""
+    spec = tmp_path / "apery.toml"
+    spec.write_text(
+        'matrix = [["0", "-n**6"], ["1", "34*n**3 + 51*n**2 + 27*n + 5"]]\naxes = ["n"]\n'
+        f"target = {6 / 1.2020569031595942 - 5!r}\ndepth = 30\ndepth1 = 15\nprimes = 8\n"
+        "shifts = [[1, 12]]\ndirs = [[1, 4]]\ntop_k = 5\nshard_walks = 16\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "wheels"), *sys.path])}
+    base = [sys.executable, "-m", "kernelpack", "sweep"]
+    done = subprocess.run([*base, "run", str(spec), "--out", str(tmp_path / "out"), "--workers",
+                           "1"], env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    best = subprocess.run([*base, "top", str(tmp_path / "out"), "--json", "-k", "3"], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    top = json.loads(best.stdout)["top"]
+    assert (top[0]["shift"], top[0]["dir"]) == ([1], [1]), top
+    assert abs(top[0]["est"] - (6 / 1.2020569031595942 - 5)) < 1e-14
+
+
+def test_gpu_pipelined_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With pipelining from 500 walks, 3000 walks run in 4 pieces whose copies to the host
+    overlap the next piece: P_final and alive equal the numpy walker's, and the estimates are
+    bit for bit those of one piece (outputs are poisoned on the device, so a missed copy shows)."""
+    rng, seed = fresh_rng()
+    program = compile_program(_field(3), ["x", "y"])
+    arguments = {"shifts": rng.integers(-40, 50, (3000, 2)), "dirs": rng.integers(-3, 4, (3000, 2)),
+                 "primes": EDGE_PRIMES, "depth": 40, "depth1": 20, "depth2": 40,
+                 "target": 1.0}  # fmt: skip
+    whole = run(program, **arguments)  # type: ignore[arg-type]
+    monkeypatch.setattr(gpu, "PIPELINE_MIN_WALKS", 500)
+    result = run(program, **arguments)  # type: ignore[arg-type]
+    expected = run_numpy(program, **arguments)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
+    np.testing.assert_array_equal(result.alive, expected.alive)
+    for name in ("est1", "est2", "delta1", "delta2"):
+        ours, theirs = getattr(result, name), getattr(whole, name)
+        np.testing.assert_array_equal(ours, theirs, err_msg=f"{name}, seed {seed}")

@@ -247,9 +247,13 @@ __device__ __forceinline__ void finish_residues(const ResidueThread& thread,
                                                 unsigned* __restrict__ p_final,
                                                 unsigned* __restrict__ alive) {
   const long long pair = static_cast<long long>(thread.walk) * gridDim.y + thread.prime;
-  unsigned* out = p_final + pair * (M * M);
+  // P_final is written only when the caller asked for it (the host passes a null pointer else):
+  // at B = 10^6, K = 32 it is half a gigabyte that a search does not read.
+  if (p_final != nullptr) {
+    unsigned* out = p_final + pair * (M * M);
 #pragma unroll
-  for (int e = 0; e < M * M; ++e) out[e] = p[e];
+    for (int e = 0; e < M * M; ++e) out[e] = p[e];
+  }
   // Every thread that writes stores the same value, so no atomic is needed; the host zeroes alive.
   if (q_nonzero) alive[thread.walk] = 1u;
 }
@@ -523,6 +527,130 @@ __device__ __forceinline__ void walk_float_registers(
   product.finish(walk, target, est1, est2, delta1, delta2);
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Selection on the device: the hits (alive walks with delta >= a threshold) and the top k walks
+// by delta, written out as compact records (walk, est, delta, shift, dir) so that the host never
+// reads every walk. The host passes est2/delta2 (the deeper estimate).
+//
+// A walk is a candidate when it is alive and its delta is not NaN. Candidates rank by a 96-bit
+// key: the delta's bits turned into an unsigned integer of the same order (the sign bit set for a
+// positive number, every bit flipped for a negative one), then the complement of the walk's
+// index, so that of two equal deltas the smaller index ranks first and no two keys are equal.
+// The top k is a radix selection of the k-th largest key, one 8-bit digit a pass from the most
+// significant: walk_select_histogram counts the candidates whose earlier digits match the ones
+// picked so far, by their next digit; walk_select_pick (one thread) picks the digit that holds the
+// k-th key; walk_select_top then writes every candidate whose key is at or above it, exactly
+// min(k, candidates) walks in no particular order (kernelpack.walk.select sorts them by the same
+// key). The blocks cooperate through atomics and __syncthreads_count only, never through the
+// wavefront width.
+
+constexpr int kSelectBlock = 256;
+constexpr int kSelectDigits = 12;  // one pass per byte of the key
+static_assert(kSelectDigits == (64 + 32) / 8, "a digit is a byte of the 96-bit key");
+constexpr int kSelectBins = 256;
+// Words of the selection state (unsigned long long), zeroed by the host before the first pass.
+enum SelectState : int {
+  kCandidates = 0,  // alive walks whose delta is not NaN
+  kHits = 1,        // hits written
+  kRank = 2,        // the rank of the k-th key among the candidates that match the prefix
+  kPrefixHigh = 3,  // the digits of the k-th key picked so far
+  kPrefixLow = 4,
+  kTopWritten = 5,
+  kTopEmpty = 6,  // 1 when k or the number of candidates is 0
+};
+
+struct Key {
+  unsigned long long high;
+  unsigned low;
+};
+
+__device__ __forceinline__ bool is_candidate(const double* __restrict__ delta,
+                                             const unsigned* __restrict__ alive, int walk) {
+  return alive[walk] != 0u && !isnan(delta[walk]);
+}
+
+__device__ __forceinline__ Key key_of(double delta, int walk) {
+  const unsigned long long bits = static_cast<unsigned long long>(__double_as_longlong(delta));
+  return Key{(bits >> 63) != 0 ? ~bits : bits | 0x8000000000000000ull,
+             ~static_cast<unsigned>(walk)};
+}
+
+__device__ __forceinline__ unsigned key_digit(Key key, int digit) {
+  return digit < 8 ? static_cast<unsigned>(key.high >> (56 - 8 * digit)) & 0xFFu
+                   : (key.low >> (24 - 8 * (digit - 8))) & 0xFFu;
+}
+
+// Whether the digits of key before `digit` are the prefix's.
+__device__ __forceinline__ bool key_matches(Key key, Key prefix, int digit) {
+  if (digit <= 8) {
+    return digit == 0 || (key.high >> (64 - 8 * digit)) == (prefix.high >> (64 - 8 * digit));
+  }
+  const int shift = 32 - 8 * (digit - 8);
+  return key.high == prefix.high && (key.low >> shift) == (prefix.low >> shift);
+}
+
+__device__ __forceinline__ bool key_at_least(Key key, Key bound) {
+  return key.high > bound.high || (key.high == bound.high && key.low >= bound.low);
+}
+
+// One record of a selection: the walk's index in the batch, its estimate and delta, its shift
+// and direction (dim each).
+__device__ __forceinline__ void write_record(unsigned long long at, int walk, int dim,
+                                             const double* __restrict__ est,
+                                             const double* __restrict__ delta,
+                                             const long long* __restrict__ shifts,
+                                             const long long* __restrict__ dirs, int* out_walk,
+                                             double* out_est, double* out_delta,
+                                             long long* out_shift, long long* out_dir) {
+  out_walk[at] = walk;
+  out_est[at] = est[walk];
+  out_delta[at] = delta[walk];
+  for (int j = 0; j < dim; ++j) {
+    out_shift[at * dim + j] = shifts[static_cast<long long>(walk) * dim + j];
+    out_dir[at * dim + j] = dirs[static_cast<long long>(walk) * dim + j];
+  }
+}
+
+// The smallest and largest shift and direction per axis (bounds: 4 rows of dim: min shift, max
+// shift, min dir, max dir; the host fills the minima with INT64_MAX and the maxima with
+// INT64_MIN): what the host checks of inputs that stay on the device.
+__device__ __forceinline__ void walk_bounds(const long long* __restrict__ shifts,
+                                            const long long* __restrict__ dirs, int n_walks,
+                                            int dim, long long* bounds) {
+  __shared__ long long block_bounds[4];
+  for (int j = 0; j < dim; ++j) {
+    if (threadIdx.x == 0) {
+      block_bounds[0] = block_bounds[2] = 0x7FFFFFFFFFFFFFFFll;
+      block_bounds[1] = block_bounds[3] = -0x7FFFFFFFFFFFFFFFll - 1;
+    }
+    __syncthreads();
+    long long low_shift = 0x7FFFFFFFFFFFFFFFll, low_dir = 0x7FFFFFFFFFFFFFFFll;
+    long long high_shift = -0x7FFFFFFFFFFFFFFFll - 1, high_dir = -0x7FFFFFFFFFFFFFFFll - 1;
+    for (int walk = blockIdx.x * blockDim.x + threadIdx.x; walk < n_walks;
+         walk += gridDim.x * blockDim.x) {
+      const long long shift = shifts[static_cast<long long>(walk) * dim + j];
+      const long long dir = dirs[static_cast<long long>(walk) * dim + j];
+      low_shift = min(low_shift, shift);
+      high_shift = max(high_shift, shift);
+      low_dir = min(low_dir, dir);
+      high_dir = max(high_dir, dir);
+    }
+    atomicMin(&block_bounds[0], low_shift);
+    atomicMax(&block_bounds[1], high_shift);
+    atomicMin(&block_bounds[2], low_dir);
+    atomicMax(&block_bounds[3], high_dir);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      atomicMin(&bounds[j], block_bounds[0]);
+      atomicMax(&bounds[dim + j], block_bounds[1]);
+      atomicMin(&bounds[2 * dim + j], block_bounds[2]);
+      atomicMax(&bounds[3 * dim + j], block_bounds[3]);
+    }
+    __syncthreads();
+  }
+}
+
 }  // namespace walk
 
 // The kernels, written out (the builder reads their parameter lists off the source, so no macro
@@ -771,4 +899,106 @@ extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMin
   walk::walk_float_registers<4, 1>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
                                        consts, n_consts, depth, depth1, depth2, target, est1, est2,
                                        delta1, delta2);
+}
+
+// The selection kernels (see "Selection on the device" above); blocks of kSelectBlock threads,
+// any number of blocks (each strides over the walks).
+
+extern "C" __global__ void __launch_bounds__(walk::kSelectBlock)
+    walk_bounds(const long long* shifts, const long long* dirs, int n_walks, int dim,
+                long long* bounds) {
+  walk::walk_bounds(shifts, dirs, n_walks, dim, bounds);
+}
+
+// Counts the candidates and writes the hits (capacity: n_walks records).
+extern "C" __global__ void __launch_bounds__(walk::kSelectBlock)
+    walk_select_hits(const double* est, const double* delta, const unsigned int* alive,
+                     const long long* shifts, const long long* dirs, int n_walks, int dim,
+                     double min_delta, unsigned long long* state, int* hit_walk,
+                     double* hit_est, double* hit_delta, long long* hit_shift,
+                     long long* hit_dir) {
+  const int stride = gridDim.x * blockDim.x;
+  // The loop bound is the same for every thread of the block, so all reach __syncthreads_count.
+  for (int base = blockIdx.x * blockDim.x; base < n_walks; base += stride) {
+    const int walk = base + static_cast<int>(threadIdx.x);
+    const bool candidate = walk < n_walks && walk::is_candidate(delta, alive, walk);
+    const int block_candidates = __syncthreads_count(candidate);
+    if (threadIdx.x == 0 && block_candidates > 0) {
+      atomicAdd(&state[walk::kCandidates], static_cast<unsigned long long>(block_candidates));
+    }
+    if (candidate && delta[walk] >= min_delta) {
+      const unsigned long long at = atomicAdd(&state[walk::kHits], 1ull);
+      walk::write_record(at, walk, dim, est, delta, shifts, dirs, hit_walk, hit_est, hit_delta,
+                         hit_shift, hit_dir);
+    }
+  }
+}
+
+// Counts the candidates matching the prefix by their digit `digit` into histogram[digit][256].
+extern "C" __global__ void __launch_bounds__(walk::kSelectBlock)
+    walk_select_histogram(const double* delta, const unsigned int* alive, int n_walks, int digit,
+                          const unsigned long long* state, unsigned int* histogram) {
+  if (state[walk::kTopEmpty] != 0) return;
+  __shared__ unsigned bins[walk::kSelectBins];
+  for (int bin = threadIdx.x; bin < walk::kSelectBins; bin += blockDim.x) bins[bin] = 0;
+  __syncthreads();
+  const walk::Key prefix{state[walk::kPrefixHigh],
+                         static_cast<unsigned>(state[walk::kPrefixLow])};
+  for (int walk = blockIdx.x * blockDim.x + threadIdx.x; walk < n_walks;
+       walk += gridDim.x * blockDim.x) {
+    if (!walk::is_candidate(delta, alive, walk)) continue;
+    const walk::Key key = walk::key_of(delta[walk], walk);
+    if (walk::key_matches(key, prefix, digit)) atomicAdd(&bins[walk::key_digit(key, digit)], 1u);
+  }
+  __syncthreads();
+  for (int bin = threadIdx.x; bin < walk::kSelectBins; bin += blockDim.x) {
+    if (bins[bin] != 0) atomicAdd(&histogram[digit * walk::kSelectBins + bin], bins[bin]);
+  }
+}
+
+// One thread: picks digit `digit` of the k-th largest key (top_k: k). Digit 0 starts the
+// selection: k becomes min(top_k, candidates).
+extern "C" __global__ void walk_select_pick(int digit, int top_k, unsigned long long* state,
+                                            const unsigned int* histogram) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  if (digit == 0) {
+    const unsigned long long k = min(static_cast<unsigned long long>(top_k),
+                                     state[walk::kCandidates]);
+    state[walk::kRank] = k;
+    state[walk::kTopEmpty] = k == 0 ? 1ull : 0ull;
+  }
+  if (state[walk::kTopEmpty] != 0) return;
+  const unsigned long long rank = state[walk::kRank];
+  const unsigned* bins = histogram + digit * walk::kSelectBins;
+  unsigned long long above = 0;
+  for (int bin = walk::kSelectBins - 1; bin >= 0; --bin) {
+    if (above + bins[bin] >= rank) {
+      if (digit < 8) {
+        state[walk::kPrefixHigh] |= static_cast<unsigned long long>(bin) << (56 - 8 * digit);
+      } else {
+        state[walk::kPrefixLow] |= static_cast<unsigned long long>(bin) << (24 - 8 * (digit - 8));
+      }
+      state[walk::kRank] = rank - above;
+      return;
+    }
+    above += bins[bin];
+  }
+}
+
+// Writes the candidates whose key is at or above the selected one (capacity: top_k records).
+extern "C" __global__ void __launch_bounds__(walk::kSelectBlock)
+    walk_select_top(const double* est, const double* delta, const unsigned int* alive,
+                    const long long* shifts, const long long* dirs, int n_walks, int dim,
+                    unsigned long long* state, int* top_walk, double* top_est, double* top_delta,
+                    long long* top_shift, long long* top_dir) {
+  if (state[walk::kTopEmpty] != 0) return;
+  const walk::Key bound{state[walk::kPrefixHigh], static_cast<unsigned>(state[walk::kPrefixLow])};
+  for (int walk = blockIdx.x * blockDim.x + threadIdx.x; walk < n_walks;
+       walk += gridDim.x * blockDim.x) {
+    if (!walk::is_candidate(delta, alive, walk)) continue;
+    if (!walk::key_at_least(walk::key_of(delta[walk], walk), bound)) continue;
+    const unsigned long long at = atomicAdd(&state[walk::kTopWritten], 1ull);
+    walk::write_record(at, walk, dim, est, delta, shifts, dirs, top_walk, top_est, top_delta,
+                       top_shift, top_dir);
+  }
 }

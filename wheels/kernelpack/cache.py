@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .errors import KernelpackWarning
+from .paths import cache_folder
 
 MAGIC = b"KPCACHE1"
 _HEADER = len(MAGIC) + 32
@@ -34,13 +35,7 @@ DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB: every image of the default matrix many tim
 
 def default_folder(environ: dict[str, str] | None = None) -> Path:
     """Where the cache lives: KERNELPACK_CACHE_DIR, else the XDG user cache folder."""
-    env = os.environ if environ is None else environ
-    chosen = env.get("KERNELPACK_CACHE_DIR")
-    if chosen:
-        return Path(chosen).expanduser()
-    xdg = env.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "kernelpack"
+    return cache_folder("KERNELPACK_CACHE_DIR", "", environ)
 
 
 def cache_key(*parts: str) -> str:
@@ -148,20 +143,12 @@ class DiskCache:
         self._memory[key] = payload
 
     def _write(self, path: Path, data: bytes) -> None:
-        import tempfile  # only writers need it; reading a warm cache should not pay its import
+        from .atomic import atomic_write  # only writers need it (and its tempfile import)
 
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.folder.stat().st_mode & 0o077:
             os.chmod(self.folder, 0o700)
-        handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=SUFFIX)
-        try:
-            with os.fdopen(handle, "wb") as file:
-                file.write(data)
-            os.replace(temporary, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+        atomic_write(path, data, private=True)
 
     def entries(self) -> list[Entry]:
         """Every entry file in the folder, oldest use first (stray temporary files excluded)."""
@@ -236,7 +223,7 @@ class DiskCache:
             else:
                 sweep.failed.append((entry.path, problem))
         with contextlib.suppress(OSError):  # a folder that cannot be listed has no strays to see
-            for stray in self.folder.glob(".tmp-*" + SUFFIX):
+            for stray in self.folder.glob(f".*{SUFFIX}.*.tmp"):  # atomic_write's temporary names
                 problem = _unlink(stray)
                 if problem is not None:
                     sweep.failed.append((stray, problem))

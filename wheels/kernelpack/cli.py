@@ -53,6 +53,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     cache.add_argument("--json", action="store_true", help="print JSON for tools")
     cache.set_defaults(handler=_cache)
+
+    from .sweep import add_parser as add_sweep
+
+    add_sweep(commands)
     return parser
 
 

@@ -10,7 +10,9 @@
  * described here: a driver error or arguments that do not fit (-1) go to the Python `fail`
  * callable, which re-checks the arguments, names the one at fault and raises.
  */
-#define Py_LIMITED_API 0x030a0000
+#ifndef Py_LIMITED_API /* CMake's USE_SABI defines it from pyproject's wheel.py-api */
+#define Py_LIMITED_API 0x030b0000
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 

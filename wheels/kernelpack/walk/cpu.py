@@ -12,13 +12,15 @@ kept apart.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 import numpy as np
 import numpy.typing as npt
 
-from .inputs import WalkInputs, WalkResult, check_inputs
+from .inputs import OUTPUTS, WalkInputs, WalkResult, check_inputs, check_request
 from .lower import ADD, MUL, FloatCode, Lowered, ResidueCode, lower
 from .program import Program
+from .select import select
 
 # (walk, prime) pairs per block: 16384 uint64 = 128 KiB per slot, so that a block's slots stay in
 # a core's L2 cache for programs of a dozen slots.
@@ -188,10 +190,24 @@ def run_numpy(
     depth1: object,
     depth2: object,
     target: object,
+    *,
+    outputs: Collection[str] = OUTPUTS,
+    min_delta: float | None = None,
+    top_k: int = 0,
 ) -> WalkResult:
-    """The walks on the CPU with numpy; the same arguments and result as run()."""
+    """The walks on the CPU with numpy; the same arguments and result as run(), and the same
+    selection (kernelpack.walk.select) when min_delta or top_k is given."""
+    request = check_request(outputs, min_delta, top_k)
     inputs = check_inputs(program, shifts, dirs, primes, depth, depth1, depth2, target)
-    return walk_lowered(lower(program, inputs.dim, inputs.depth, registers=False), inputs)
+    full = walk_lowered(lower(program, inputs.dim, inputs.depth, registers=False), inputs)
+    hits = top = None
+    if request.selects:
+        hits, top = select(
+            full.alive, full.est2, full.delta2, inputs.shifts, inputs.dirs, request.min_delta,
+            request.top_k,
+        )  # fmt: skip
+    kept = {name: getattr(full, name) if name in request.outputs else None for name in OUTPUTS}
+    return WalkResult(**kept, hits=hits, top=top if request.top_k else None)
 
 
 def walk_lowered(lowered: Lowered, inputs: WalkInputs) -> WalkResult:

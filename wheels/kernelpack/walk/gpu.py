@@ -7,17 +7,33 @@ batch whose buffers would take more than half of the device's free memory runs i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from ..devices import Device
 from ..errors import RuntimeLibraryError
-from .inputs import WalkInputs, WalkResult, check_inputs
+from .inputs import (
+    OUTPUTS,
+    Request,
+    Scalars,
+    WalkInputs,
+    WalkResult,
+    check_inputs,
+    check_positions,
+    check_request,
+    check_scalars,
+    check_shape,
+    positions_fit,
+    ranges_from_bounds,
+)
 from .lower import FLOAT_REGISTER_DEGREES, Lowered, lower
-from .program import Op, Program
+from .program import INT64_MAX, INT64_MIN, Op, Program
+from .select import Selection, merge_hits, merge_top
 
 MODULE = "walk"
 # Block sizes tried, largest first, until the block's slots fit SHARED_LIMIT; every target runs
@@ -30,6 +46,16 @@ RESIDUE_MAX_BLOCK = 128
 SHARED_LIMIT = 48 * 1024
 MEMORY_FRACTION = 0.5  # of the device's free memory that one piece of a batch may take
 MAX_PIECE_WALKS = 1 << 24  # keeps every grid's thread count far below 2^31
+# The selection kernels (walk.cu): blocks, the state words, one pass per byte of a 96-bit key.
+SELECT_BLOCK = 256
+SELECT_MAX_BLOCKS = 2048
+SELECT_STATE_WORDS = 8
+SELECT_DIGITS = 12
+SELECT_BINS = 256
+# Numpy results come back piece by piece on a second stream while the next piece computes: a
+# batch of at least 2 * PIPELINE_MIN_WALKS walks runs in at least PIPELINE_PIECES pieces.
+PIPELINE_PIECES = 4
+PIPELINE_MIN_WALKS = 65536
 POISON = 0xFF  # outputs are filled with this byte before a launch (NaN for the floats)
 # Below 2^53 every integer is a float64; the margin of one bit covers the rounding of the
 # float64 interval arithmetic that bounds the values (float_registers_exact).
@@ -76,7 +102,7 @@ def _interval(op: Op, a: tuple[float, float], b: tuple[float, float]) -> tuple[f
     return a  # COPY
 
 
-def float_registers_exact(inputs: WalkInputs, degree: int) -> bool:
+def float_registers_exact(inputs: WalkInputs | DeviceInputs, degree: int) -> bool:
     """Whether the float register kernel of ``degree`` steps these walks exactly as evaluating the
     program in float64 would: every value the program computes at a position from step 0 to
     depth + degree (the setup evaluates steps 0..degree, the tables hold differences of the
@@ -84,9 +110,7 @@ def float_registers_exact(inputs: WalkInputs, degree: int) -> bool:
     FLOAT_EXACT_BOUND. Interval arithmetic over all walks at once, in float64; an overflow gives
     inf or NaN, which fails the bound."""
     program = inputs.program
-    shifts = inputs.shifts.astype(np.float64)
-    far = shifts + float(inputs.depth + degree) * inputs.dirs.astype(np.float64)
-    lows, highs = np.minimum(shifts, far).min(axis=0), np.maximum(shifts, far).max(axis=0)
+    lows, highs = inputs.axis_ranges(inputs.depth + degree)
     register: dict[int, tuple[float, float]] = {}
     bounds: list[float] = []
     for row in program.instrs:
@@ -136,7 +160,7 @@ class _Launch:
     depth2: int
 
     @classmethod
-    def build(cls, lowered: Lowered, inputs: WalkInputs) -> _Launch:
+    def build(cls, lowered: Lowered, inputs: WalkInputs | DeviceInputs) -> _Launch:
         residue, floats = lowered.residue, lowered.float
         block = block_size(residue.n_slots, 4, RESIDUE_MAX_BLOCK)
         stride = block * 4
@@ -173,35 +197,104 @@ class _Launch:
         )
 
 
+@dataclass(frozen=True, eq=False)
+class DeviceInputs:
+    """Checked arguments whose shifts and dirs are int64 (B, dim) arrays on the GPU, read in
+    place: ``shifts_ptr``/``dirs_ptr`` their addresses, ``bounds`` (4, dim) the smallest and
+    largest shift and dir per axis (walk.cu's walk_bounds)."""
+
+    program: Program
+    shifts: Any
+    dirs: Any
+    shifts_ptr: int
+    dirs_ptr: int
+    shape: tuple[int, int]
+    bounds: npt.NDArray[np.int64]
+    primes: npt.NDArray[np.uint32]
+    depth: int
+    depth1: int
+    depth2: int
+    target: float
+
+    @property
+    def walks(self) -> int:
+        return self.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.shape[1]
+
+    def axis_ranges(self, steps: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        return ranges_from_bounds(self.bounds, steps)
+
+
+def on_device(value: object) -> bool:
+    """Whether ``value`` is an array on a CUDA/HIP device (torch, CuPy: the CUDA array
+    interface)."""
+    return hasattr(value, "__cuda_array_interface__")
+
+
+def framework_of(value: object) -> str:
+    module = type(value).__module__.split(".")[0]
+    if module not in ("torch", "cupy"):
+        raise ValueError(
+            f"shifts: arrays on the GPU are taken from torch or CuPy, got {type(value).__name__}"
+        )
+    return module
+
+
+def _vendor_of(value: Any) -> str:
+    """ "hip" for an array of a ROCm build of torch or CuPy, else "cuda"."""
+    if framework_of(value) == "torch":
+        import torch
+
+        return "hip" if torch.version.hip else "cuda"
+    import cupy
+
+    return "hip" if cupy.cuda.runtime.is_hip else "cuda"
+
+
+def _device_index(value: Any) -> int:
+    device = value.device
+    return int(device.index if hasattr(device, "index") else device.id)
+
+
+def _device_array(value: Any, name: str) -> tuple[int, tuple[int, ...]]:
+    """Address and shape of a C-contiguous int64 device array, or a ValueError naming it."""
+    interface = value.__cuda_array_interface__
+    shape = tuple(int(n) for n in interface["shape"])
+    contiguous = interface.get("strides") in (None, (8 * shape[1], 8) if len(shape) == 2 else ())
+    if interface["typestr"] != "<i8" or not contiguous:
+        raise ValueError(
+            f"{name}: expected a C-contiguous int64 array on the GPU, got typestr "
+            f"{interface['typestr']} strides {interface.get('strides')}; convert it on the device "
+            "first (torch: .to(torch.int64).contiguous())"
+        )
+    return int(interface["data"][0]), shape
+
+
 class _Buffers:
     """Device buffers through torch or CuPy on one device, as raw bytes."""
 
-    def __init__(self, device: int) -> None:
+    def __init__(self, device: int, framework: str | None = None) -> None:
         self.device = device
-        try:
-            import torch
-
-            self.framework = "torch"
-            self._torch: Any = torch
-            return
-        except ImportError:
-            pass
-        try:
-            import cupy
-
-            self.framework = "cupy"
-            self._cupy: Any = cupy
-        except ImportError:
-            raise RuntimeLibraryError(
-                "kernelpack.walk.run moves arrays to the GPU through torch or CuPy, and neither is "
-                "installed; install one of them (or use run_numpy on the CPU)"
-            ) from None
+        for name in (framework,) if framework else ("torch", "cupy"):
+            try:
+                self.framework = name
+                self._xp: Any = __import__(name)
+                return
+            except ImportError:
+                continue
+        raise RuntimeLibraryError(
+            "kernelpack.walk.run moves arrays to the GPU through torch or CuPy, and neither is "
+            "installed; install one of them (or use run_numpy on the CPU)"
+        )
 
     def free_bytes(self) -> int:
         if self.framework == "torch":
-            return int(self._torch.cuda.mem_get_info(self.device)[0])
-        with self._cupy.cuda.Device(self.device):
-            return int(self._cupy.cuda.runtime.memGetInfo()[0])
+            return int(self._xp.cuda.mem_get_info(self.device)[0])
+        with self._xp.cuda.Device(self.device):
+            return int(self._xp.cuda.runtime.memGetInfo()[0])
 
     def upload(self, array: npt.NDArray[Any]) -> Any:
         raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
@@ -210,37 +303,102 @@ class _Buffers:
         if not raw.flags.writeable:  # torch warns on read-only numpy memory
             raw = raw.copy()
         if self.framework == "torch":
-            return self._torch.from_numpy(raw).to(f"cuda:{self.device}")
-        with self._cupy.cuda.Device(self.device):
-            return self._cupy.asarray(raw)
+            return self._xp.from_numpy(raw).to(f"cuda:{self.device}")
+        with self._xp.cuda.Device(self.device):
+            return self._xp.asarray(raw)
 
     def filled(self, nbytes: int, byte: int) -> Any:
+        nbytes = max(nbytes, 16)
         if self.framework == "torch":
-            torch = self._torch
-            return torch.full((nbytes,), byte, dtype=torch.uint8, device=f"cuda:{self.device}")
-        with self._cupy.cuda.Device(self.device):
-            return self._cupy.full(nbytes, byte, dtype=self._cupy.uint8)
+            xp = self._xp
+            return xp.full((nbytes,), byte, dtype=xp.uint8, device=f"cuda:{self.device}")
+        with self._xp.cuda.Device(self.device):
+            return self._xp.full(nbytes, byte, dtype=self._xp.uint8)
 
     def download(self, buffer: Any, dtype: type[Any], shape: tuple[int, ...]) -> npt.NDArray[Any]:
-        raw = buffer.cpu().numpy() if self.framework == "torch" else buffer.get()
+        count = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        part = buffer[:count]
+        raw = part.cpu().numpy() if self.framework == "torch" else part.get()
         host: npt.NDArray[Any] = np.asarray(raw).view(dtype).reshape(shape)
         return host
+
+    def typed(self, buffer: Any, dtype: str, shape: tuple[int, ...]) -> Any:
+        """The bytes of ``buffer`` as a device array of ``dtype`` (a numpy name) and ``shape``."""
+        count = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return buffer[:count].view(getattr(self._xp, dtype)).reshape(shape)
 
     def pointer(self, buffer: Any) -> int:
         return int(buffer.data_ptr()) if self.framework == "torch" else int(buffer.data.ptr)
 
+    # Copies to the host that overlap the next piece's kernels: page-locked host memory, a
+    # second stream that waits for the launching stream's work so far, events to wait on.
+
+    def pinned(self, nbytes: int) -> tuple[Any, npt.NDArray[np.uint8]]:
+        """Page-locked host memory of ``nbytes`` (its owner, and the bytes as numpy)."""
+        if self.framework == "torch":
+            owner = self._xp.empty(max(nbytes, 1), dtype=self._xp.uint8, pin_memory=True)
+            return owner, owner.numpy()[:nbytes]
+        owner = self._xp.cuda.alloc_pinned_memory(max(nbytes, 1))
+        return owner, np.frombuffer(owner, np.uint8, nbytes)
+
+    def side_stream(self) -> Any:
+        if self.framework == "torch":
+            return self._xp.cuda.Stream(device=self.device)
+        with self._xp.cuda.Device(self.device):
+            return self._xp.cuda.Stream(non_blocking=True)
+
+    def side_waits(self, side: Any) -> None:
+        """``side`` runs what is queued on it next only after the launching stream's work so
+        far."""
+        event = self._xp.cuda.Event()
+        if self.framework == "torch":
+            event.record(self._xp.cuda.current_stream(self.device))
+        else:
+            with self._xp.cuda.Device(self.device):
+                event.record(self._xp.cuda.get_current_stream())
+        side.wait_event(event)
+
+    def copy_to_host(
+        self,
+        host: tuple[Any, npt.NDArray[np.uint8]],
+        offset: int,
+        buffer: Any,
+        nbytes: int,
+        side: Any,
+    ) -> None:
+        """Queue a copy of ``nbytes`` of ``buffer`` to pinned ``host`` (from pinned(), at
+        ``offset``) on ``side``."""
+        owner, view = host
+        if self.framework == "torch":
+            with self._xp.cuda.stream(side):
+                owner[offset : offset + nbytes].copy_(buffer[:nbytes], non_blocking=True)
+            buffer.record_stream(side)  # the allocator keeps it until the copy has run
+            return
+        runtime = self._xp.cuda.runtime
+        runtime.memcpyAsync(view.ctypes.data + offset, self.pointer(buffer), nbytes,
+                            runtime.memcpyDeviceToHost, side.ptr)  # fmt: skip
+
+    def mark(self, side: Any) -> Any:
+        """An event after the work queued on ``side`` so far (wait on it with .synchronize())."""
+        event = self._xp.cuda.Event()
+        event.record(side)
+        return event
+
     def stream(self) -> int:
         if self.framework == "torch":
-            return int(self._torch.cuda.current_stream(self.device).cuda_stream)
-        with self._cupy.cuda.Device(self.device):
-            return int(self._cupy.cuda.get_current_stream().ptr)
+            return int(self._xp.cuda.current_stream(self.device).cuda_stream)
+        with self._xp.cuda.Device(self.device):
+            return int(self._xp.cuda.get_current_stream().ptr)
 
 
-def piece_walks(inputs: WalkInputs, free_bytes: int) -> int:
+def piece_walks(inputs: WalkInputs | DeviceInputs, free_bytes: int, p_final: bool = True) -> int:
     """How many walks one piece of the batch takes: its buffers within MEMORY_FRACTION of the
-    free memory (at least one walk, at most MAX_PIECE_WALKS)."""
+    free memory (at least one walk, at most MAX_PIECE_WALKS). Per walk: shifts and dirs, P_final
+    when asked for, alive and the four estimates, and room for it as a hit (a record with its
+    shift and dir)."""
     m, primes = inputs.program.m, len(inputs.primes)
-    per_walk = 16 * inputs.dim + 4 * primes * m * m + 4 + 4 * 8
+    record = 4 + 8 + 8 + 16 * inputs.dim
+    per_walk = 16 * inputs.dim + (4 * primes * m * m if p_final else 0) + 4 + 4 * 8 + record
     return max(1, min(MAX_PIECE_WALKS, int(free_bytes * MEMORY_FRACTION) // per_walk))
 
 
@@ -272,6 +430,129 @@ def _residue_launch(
     return kernel, general
 
 
+class _Selector:
+    """The selection kernels over each piece of a batch, and the merge of the pieces' records
+    on the host (kernelpack.walk.select's rule; walk.cu's "Selection on the device")."""
+
+    def __init__(
+        self, module: Any, buffers: _Buffers, request: Request, dim: int, stream: int
+    ) -> None:
+        self.kernels = {name: module.kernel(f"walk_select_{name}")
+                        for name in ("hits", "histogram", "pick", "top")}  # fmt: skip
+        self.buffers, self.request, self.dim, self.stream = buffers, request, dim, stream
+        self.hits: list[Selection] = []
+        self.top: list[Selection] = []
+
+    def _records(self, capacity: int) -> tuple[Any, list[int]]:
+        """A poisoned buffer for ``capacity`` records and the addresses of its five columns
+        (walk int32, est, delta, shift and dir rows), 8-byte columns first."""
+        sizes = [8 * capacity, 8 * capacity, 8 * capacity * self.dim, 8 * capacity * self.dim,
+                 4 * capacity]  # fmt: skip
+        buffer = self.buffers.filled(sum(sizes), POISON)
+        base, addresses = self.buffers.pointer(buffer), []
+        for size in sizes:
+            addresses.append(base)
+            base += size
+        est, delta, shift, direction, walk = addresses
+        return buffer, [walk, est, delta, shift, direction]
+
+    def _read(self, buffer: Any, capacity: int, count: int) -> Selection:
+        dim, at = self.dim, 0
+        columns: list[npt.NDArray[Any]] = []
+        for dtype, width in ((np.float64, 1), (np.float64, 1), (np.int64, dim), (np.int64, dim),
+                             (np.int32, 1)):  # fmt: skip
+            size = np.dtype(dtype).itemsize * capacity * width
+            if count:
+                part = buffer[at : at + size]
+                columns.append(self.buffers.download(part, dtype, (count, width)))
+            else:
+                columns.append(np.zeros((0, width), dtype=dtype))
+            at += size
+        est, delta, shifts, dirs, walk = columns
+        return Selection(walk[:, 0].astype(np.int64), est[:, 0], delta[:, 0], shifts, dirs)
+
+    def piece(self, pointers: dict[str, int], count: int, first: int) -> None:
+        """Select among ``count`` walks (pointers: est2, delta2, alive, shifts, dirs) whose first
+        is walk ``first`` of the batch."""
+        request, launch = self.request, {"stream": self.stream}
+        blocks = min(SELECT_MAX_BLOCKS, -(-count // SELECT_BLOCK))
+        state = self.buffers.filled(8 * SELECT_STATE_WORDS, 0)
+        histogram = self.buffers.filled(4 * SELECT_DIGITS * SELECT_BINS, 0)
+        walks = (pointers["est2"], pointers["delta2"], pointers["alive"], pointers["shifts"],
+                 pointers["dirs"], count, self.dim)  # fmt: skip
+        hit_capacity = count if request.min_delta is not None else 1
+        hits, hit_columns = self._records(hit_capacity)
+        # NaN compares false: with no threshold the kernel only counts the candidates
+        threshold = math.nan if request.min_delta is None else request.min_delta
+        state_ptr = self.buffers.pointer(state)
+        self.kernels["hits"].launch(blocks, SELECT_BLOCK, *walks, threshold, state_ptr,
+                                    *hit_columns, **launch)  # fmt: skip
+        top, top_columns = self._records(max(1, request.top_k))
+        if request.top_k:
+            histogram_ptr = self.buffers.pointer(histogram)
+            for digit in range(SELECT_DIGITS):
+                self.kernels["histogram"].launch(
+                    blocks, SELECT_BLOCK, pointers["delta2"], pointers["alive"], count, digit,
+                    state_ptr, histogram_ptr, **launch,
+                )  # fmt: skip
+                self.kernels["pick"].launch(1, 1, digit, request.top_k, state_ptr, histogram_ptr,
+                                            **launch)  # fmt: skip
+            self.kernels["top"].launch(blocks, SELECT_BLOCK, *walks, state_ptr, *top_columns,
+                                       **launch)  # fmt: skip
+        counts = self.buffers.download(state, np.uint64, (SELECT_STATE_WORDS,))
+        if request.min_delta is not None:
+            self.hits.append(self._read(hits, hit_capacity, int(counts[1])).offset(first))
+        if request.top_k:
+            written = int(counts[5])
+            expected = min(request.top_k, int(counts[0]))
+            if written != expected:
+                raise RuntimeLibraryError(
+                    f"walk_select_top wrote {written} walks, expected {expected}: the selection "
+                    "kernels disagree; report this with KERNELPACK_DEBUG=1 output"
+                )
+            self.top.append(self._read(top, max(1, request.top_k), written).offset(first))
+
+    def result(self) -> tuple[Selection | None, Selection | None]:
+        hits = merge_hits(self.hits, self.dim) if self.request.min_delta is not None else None
+        top = merge_top(self.top, self.request.top_k, self.dim) if self.request.top_k else None
+        return hits, top
+
+
+def _check_device_inputs(
+    program: Program,
+    shifts: Any,
+    dirs: Any,
+    scalars: Scalars,
+    module: Any,
+    buffers: _Buffers,
+) -> DeviceInputs:
+    """Shifts and dirs on the GPU, checked there: their shape here, their positions from the
+    per-axis bounds that walk_bounds computes (the exact walk-by-walk check, on the host, only
+    when the bounds alone cannot rule out an overflow)."""
+    shifts_ptr, shape = _device_array(shifts, "shifts")
+    dirs_ptr, dir_shape = _device_array(dirs, "dirs")
+    check_shape(program, shape, dir_shape)
+    walks, dim = shape
+    start = np.array([[INT64_MAX] * dim, [INT64_MIN] * dim] * 2, dtype=np.int64)
+    bounds_d = buffers.upload(start)
+    blocks = min(SELECT_MAX_BLOCKS, -(-walks // SELECT_BLOCK))
+    module.kernel("walk_bounds").launch(
+        blocks, SELECT_BLOCK, shifts_ptr, dirs_ptr, walks, dim, buffers.pointer(bounds_d),
+        stream=buffers.stream(),
+    )  # fmt: skip
+    bounds = buffers.download(bounds_d, np.int64, (4, dim))
+    if not positions_fit(bounds, scalars.depth):
+        check_positions(_to_host(shifts), _to_host(dirs), scalars.depth)
+    return DeviceInputs(program, shifts, dirs, shifts_ptr, dirs_ptr, (walks, dim), bounds,
+                        scalars.primes, scalars.depth, scalars.depth1, scalars.depth2,
+                        scalars.target)  # fmt: skip
+
+
+def _to_host(array: Any) -> npt.NDArray[np.int64]:
+    host = array.cpu().numpy() if hasattr(array, "cpu") else array.get()
+    return np.asarray(host, dtype=np.int64)
+
+
 def run(
     program: Program,
     shifts: object,
@@ -281,17 +562,56 @@ def run(
     depth1: object,
     depth2: object,
     target: object,
-    device: int | None = None,
+    device: Device = None,
+    *,
+    outputs: Collection[str] = OUTPUTS,
+    min_delta: float | None = None,
+    top_k: int = 0,
 ) -> WalkResult:
-    """The walks of WALK.md on the GPU ``device`` (a position in kernelpack's GPU list)."""
-    inputs = check_inputs(program, shifts, dirs, primes, depth, depth1, depth2, target)
-    lowered = lower(program, inputs.dim, inputs.depth, registers=True)
-    launch = _Launch.build(lowered, inputs)
+    """The walks of WALK.md on the GPU ``device`` (None: the first; "cuda:N", "hip:N"; an int on
+    a machine of one vendor).
+
+    shifts and dirs may be numpy (or anything array-like) or int64 arrays on the GPU (torch or
+    CuPy; the walks then run on their device, and the outputs are arrays of that framework
+    there). ``outputs`` names the WalkResult arrays wanted (the others are None: P_final, half a
+    gigabyte at B = 10^6 and K = 32, is then never written). With ``min_delta`` and/or
+    ``top_k`` the selection runs on the GPU (kernelpack.walk.select): only the kept walks come
+    back to the host.
+    """
+    request = check_request(outputs, min_delta, top_k)
     from .. import loader
 
-    module = loader.load(MODULE, device=device)
-    buffers = _Buffers(module.gpu.index)  # the vendor runtime's number, as torch/CuPy count
-    m = program.m
+    if on_device(shifts) or on_device(dirs):
+        if not (on_device(shifts) and on_device(dirs)):
+            raise ValueError(
+                "shifts, dirs: one is on the GPU and the other is not; pass both there"
+            )
+        index = _device_index(shifts)
+        if _device_index(dirs) != index:
+            raise ValueError(f"shifts, dirs: on different GPUs ({index} and {_device_index(dirs)})")
+        name = f"{_vendor_of(shifts)}:{index}"
+        if device is not None and device not in (name, index):
+            raise ValueError(f"device: {device!r}, but shifts and dirs are on {name}")
+        scalars = check_scalars(program, primes, depth, depth1, depth2, target)
+        module = loader.load(MODULE, device=name)
+        buffers = _Buffers(module.gpu.index, framework_of(shifts))
+        inputs: WalkInputs | DeviceInputs = _check_device_inputs(
+            program, shifts, dirs, scalars, module, buffers
+        )
+    else:
+        inputs = check_inputs(program, shifts, dirs, primes, depth, depth1, depth2, target)
+        module = loader.load(MODULE, device=device)
+        buffers = _Buffers(module.gpu.index)  # the vendor runtime's number, as torch/CuPy count
+    return _walk(inputs, request, module, buffers)
+
+
+def _walk(
+    inputs: WalkInputs | DeviceInputs, request: Request, module: Any, buffers: _Buffers
+) -> WalkResult:
+    program = inputs.program
+    lowered = lower(program, inputs.dim, inputs.depth, registers=True)
+    launch = _Launch.build(lowered, inputs)
+    m, dim = program.m, inputs.dim
     constant = {
         name: buffers.upload(getattr(launch, name))
         for name in ("code", "tables", "out", "consts", "moduli", "float_code", "float_out",
@@ -309,40 +629,72 @@ def run(
         float_program = (ptr["float_code"], len(launch.float_code), ptr["float_out"])
         float_slots = lowered.float.n_slots
     walks, primes_count = inputs.walks, len(inputs.primes)
-    p_final = np.empty((walks, primes_count, m, m), dtype=np.uint32)
-    alive = np.empty(walks, dtype=bool)
-    estimates = np.empty((4, walks))
-    piece = piece_walks(inputs, buffers.free_bytes())
+    wanted = request.outputs
+    on_gpu = isinstance(inputs, DeviceInputs)
     stream = buffers.stream()
+    selector = _Selector(module, buffers, request, dim, stream) if request.selects else None
+    p_final_bytes = primes_count * m * m * 4
+    # On the GPU, the outputs are whole-batch arrays that each piece writes its part of; for
+    # numpy, each piece's part comes back to the host.
+    whole: dict[str, Any] = {}
+    if on_gpu:
+        whole["alive"] = buffers.filled(walks * 4, 0)
+        whole["est"] = buffers.filled(4 * walks * 8, POISON)
+        if "P_final" in wanted:
+            whole["P_final"] = buffers.filled(walks * p_final_bytes, POISON)
+    host: dict[str, tuple[Any, npt.NDArray[np.uint8]]] = {}
+    if not on_gpu:
+        if "alive" in wanted:
+            host["alive"] = buffers.pinned(4 * walks)
+        if wanted & {"est1", "est2", "delta1", "delta2"}:
+            host["est"] = buffers.pinned(4 * 8 * walks)
+        if "P_final" in wanted:
+            host["P_final"] = buffers.pinned(walks * p_final_bytes)
+    side = buffers.side_stream() if not on_gpu else None
+    # pieces whose copies may still be running: (event after its copies, its device buffers)
+    in_flight: list[tuple[Any, list[Any]]] = []
+    piece = piece_walks(inputs, buffers.free_bytes(), "P_final" in wanted)
+    if not on_gpu and walks >= 2 * PIPELINE_MIN_WALKS:
+        # at least PIPELINE_PIECES pieces, so that copies overlap the next piece's kernels
+        piece = max(1, min(piece // 2, max(PIPELINE_MIN_WALKS, -(-walks // PIPELINE_PIECES))))
     for start in range(0, walks, piece):
-        part = slice(start, min(walks, start + piece))
-        count = part.stop - part.start
-        shifts_d = buffers.upload(inputs.shifts[part])
-        dirs_d = buffers.upload(inputs.dirs[part])
-        p_final_d = buffers.filled(count * primes_count * m * m * 4, POISON)
-        alive_d = buffers.filled(count * 4, 0)
-        estimates_d = buffers.filled(4 * count * 8, POISON)
-        est = buffers.pointer(estimates_d)
+        count = min(walks, start + piece) - start
+        if isinstance(inputs, DeviceInputs):
+            shifts_ptr = inputs.shifts_ptr + 8 * dim * start
+            dirs_ptr = inputs.dirs_ptr + 8 * dim * start
+            alive_d, est_d, rows = whole["alive"], whole["est"], walks
+            alive_ptr = buffers.pointer(alive_d) + 4 * start
+            est_ptr = buffers.pointer(est_d) + 8 * start
+            p_final_ptr = (buffers.pointer(whole["P_final"]) + p_final_bytes * start
+                           if "P_final" in whole else 0)  # fmt: skip
+            p_final_d = None
+        else:
+            while len(in_flight) >= 2:  # at most two pieces' buffers held
+                in_flight.pop(0)[0].synchronize()
+            part = slice(start, start + count)
+            shifts_d = buffers.upload(inputs.shifts[part])
+            dirs_d = buffers.upload(inputs.dirs[part])
+            shifts_ptr, dirs_ptr = buffers.pointer(shifts_d), buffers.pointer(dirs_d)
+            alive_d = buffers.filled(count * 4, 0)
+            est_d = buffers.filled(4 * count * 8, POISON)
+            alive_ptr, est_ptr, rows = buffers.pointer(alive_d), buffers.pointer(est_d), count
+            p_final_d = buffers.filled(count * p_final_bytes, POISON) if "P_final" in host else None
+            p_final_ptr = 0 if p_final_d is None else buffers.pointer(p_final_d)
         residue_kernel.launch(
             (-(-count // launch.residue_block), primes_count),
             launch.residue_block,
-            *residue_arguments(
-                buffers.pointer(shifts_d),
-                buffers.pointer(dirs_d),
-                count,
-                buffers.pointer(p_final_d),
-                buffers.pointer(alive_d),
-            ),
+            *residue_arguments(shifts_ptr, dirs_ptr, count, p_final_ptr, alive_ptr),
             shared_mem=lowered.residue.n_slots * 4 * launch.residue_block,
             stream=stream,
         )
+        est_rows = [est_ptr + 8 * rows * row for row in range(4)]
         float_kernel.launch(
             -(-count // launch.float_block),
             launch.float_block,
-            buffers.pointer(shifts_d),
-            buffers.pointer(dirs_d),
+            shifts_ptr,
+            dirs_ptr,
             count,
-            inputs.dim,
+            dim,
             *float_program,
             ptr["float_consts"],
             len(lowered.consts),
@@ -350,14 +702,43 @@ def run(
             inputs.depth1,
             launch.depth2,
             inputs.target,
-            est,
-            est + 8 * count,
-            est + 16 * count,
-            est + 24 * count,
+            *est_rows,
             shared_mem=float_slots * 8 * launch.float_block,
             stream=stream,
         )
-        p_final[part] = buffers.download(p_final_d, np.uint32, (count, primes_count, m, m))
-        alive[part] = buffers.download(alive_d, np.uint32, (count,)) != 0
-        estimates[:, part] = buffers.download(estimates_d, np.float64, (4, count))
-    return WalkResult(p_final, alive, estimates[0], estimates[1], estimates[2], estimates[3])
+        if side is not None:
+            buffers.side_waits(side)
+            if p_final_d is not None:
+                buffers.copy_to_host(host["P_final"], p_final_bytes * start, p_final_d,
+                                     p_final_bytes * count, side)  # fmt: skip
+            if "alive" in host:
+                buffers.copy_to_host(host["alive"], 4 * start, alive_d, 4 * count, side)
+            for row in range(4 if "est" in host else 0):
+                buffers.copy_to_host(host["est"], 8 * (row * walks + start),
+                                     est_d[8 * row * count :], 8 * count, side)  # fmt: skip
+            in_flight.append((buffers.mark(side), [shifts_d, dirs_d, alive_d, est_d, p_final_d]))
+        if selector is not None:
+            selector.piece(
+                {"est2": est_rows[1], "delta2": est_rows[3], "alive": alive_ptr,
+                 "shifts": shifts_ptr, "dirs": dirs_ptr},
+                count,
+                start,
+            )  # fmt: skip
+    for event, _ in in_flight:
+        event.synchronize()
+    hits, top = selector.result() if selector is not None else (None, None)
+    if on_gpu:
+        estimates = buffers.typed(whole["est"], "float64", (4, walks))
+        alive = buffers.typed(whole["alive"], "int32", (walks,)) != 0  # 0 or 1
+        p_final = (buffers.typed(whole["P_final"], "uint32", (walks, primes_count, m, m))
+                   if "P_final" in whole else None)  # fmt: skip
+    else:
+        estimates = (host["est"][1].view(np.float64).reshape(4, walks) if "est" in host
+                     else [None] * 4)  # fmt: skip
+        alive = host["alive"][1].view(np.uint32) != 0 if "alive" in host else None
+        p_final = (host["P_final"][1].view(np.uint32).reshape(walks, primes_count, m, m)
+                   if "P_final" in host else None)  # fmt: skip
+    values = {"P_final": p_final, "alive": alive, "est1": estimates[0], "est2": estimates[1],
+              "delta1": estimates[2], "delta2": estimates[3]}  # fmt: skip
+    kept = {name: values[name] if name in wanted else None for name in OUTPUTS}
+    return WalkResult(**kept, hits=hits, top=top)

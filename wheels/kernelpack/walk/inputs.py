@@ -6,14 +6,18 @@ caller can tell at once which of eight arguments to fix.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from .program import INT64_MAX, INT64_MIN, MAX_AXES, Program, integer_array
+from .select import Selection
 
 MAX_PRIMES = 256
 PRIME_LIMIT = 2**31
@@ -22,16 +26,64 @@ MAX_DEPTH = 2**31 - 1  # the kernels count steps in int
 _WITNESSES = (2, 3, 5, 7)
 
 
+# What a walker can return, in WalkResult's order; callers name the ones they want.
+OUTPUTS = ("P_final", "alive", "est1", "est2", "delta1", "delta2")
+
+
 @dataclass(frozen=True, eq=False)
 class WalkResult:
-    """What a walker returns for B walks and K primes (WALK.md)."""
+    """What a walker returns for B walks and K primes (WALK.md), plus the search's selection.
 
-    P_final: npt.NDArray[np.uint32]  # (B, K, m, m): P_depth mod each prime
-    alive: npt.NDArray[np.bool_]  # (B,): P_depth2[1][m-1] != 0 mod at least one prime
-    est1: npt.NDArray[np.float64]  # (B,): p_d / q_d at d = depth1
-    est2: npt.NDArray[np.float64]
-    delta1: npt.NDArray[np.float64]  # (B,): -1 - ln|est_d - target| / ln|q_d|
-    delta2: npt.NDArray[np.float64]
+    Arrays are numpy arrays, or for inputs that live on the GPU arrays of the same framework
+    on the same device; an output the caller did not ask for is None. ``hits`` and ``top``
+    (kernelpack.walk.select) are None unless a threshold or a k was given.
+    """
+
+    P_final: Any  # (B, K, m, m) uint32: P_depth mod each prime
+    alive: Any  # (B,) bool: P_depth2[1][m-1] != 0 mod at least one prime
+    est1: Any  # (B,) float64: p_d / q_d at d = depth1
+    est2: Any
+    delta1: Any  # (B,) float64: -1 - ln|est_d - target| / ln|q_d|
+    delta2: Any
+    hits: Selection | None = None
+    top: Selection | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the caller asked a walker for: outputs by name, the hit threshold, the top k."""
+
+    outputs: frozenset[str]
+    min_delta: float | None
+    top_k: int
+
+    @property
+    def selects(self) -> bool:
+        return self.min_delta is not None or self.top_k > 0
+
+
+def check_request(outputs: object, min_delta: object, top_k: object) -> Request:
+    """outputs (names from OUTPUTS), min_delta (a float or None) and top_k (>= 0), checked."""
+    if isinstance(outputs, str) or not isinstance(outputs, Iterable):
+        raise ValueError(f"outputs: expected a collection of names from {OUTPUTS}, got {outputs!r}")
+    names = frozenset(outputs)
+    unknown = sorted(str(n) for n in names - set(OUTPUTS))
+    if unknown:
+        raise ValueError(f"outputs: unknown {', '.join(unknown)}; known: {', '.join(OUTPUTS)}")
+    threshold: float | None = None
+    if min_delta is not None:
+        try:
+            threshold = float(min_delta)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"min_delta: expected a real number or None, got {min_delta!r}"
+            ) from None
+        if math.isnan(threshold):
+            raise ValueError("min_delta: expected a number, got NaN")
+    k = _count(top_k, "top_k")
+    if not 0 <= k < 2**31:
+        raise ValueError(f"top_k: expected 0 .. 2^31 - 1, got {k}")
+    return Request(names, threshold, k)
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,6 +106,38 @@ class WalkInputs:
     @property
     def dim(self) -> int:
         return int(self.shifts.shape[1])
+
+    @functools.cached_property
+    def bounds(self) -> npt.NDArray[np.int64]:
+        """(4, dim): per axis the smallest and largest shift, the smallest and largest dir."""
+        return axis_bounds(self.shifts, self.dirs)
+
+    def axis_ranges(self, steps: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Per axis bounds on the positions from step 0 to ``steps``, in float64."""
+        return ranges_from_bounds(self.bounds, steps)
+
+
+def axis_bounds(
+    shifts: npt.NDArray[np.int64], dirs: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """Rows: min shift, max shift, min dir, max dir, per axis (walk.cu's walk_bounds on the
+    host). One column at a time: numpy reduces a (B, 2) array over B several times slower."""
+    rows = [[getattr(a[:, j], f)() for j in range(a.shape[1])]
+            for a in (shifts, dirs) for f in ("min", "max")]  # fmt: skip
+    return np.array(rows, dtype=np.int64).reshape(4, shifts.shape[1])
+
+
+def ranges_from_bounds(
+    bounds: npt.NDArray[np.int64], steps: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Per axis the lowest and highest position any walk can reach from step 0 to ``steps``
+    (wider than the exact range when the extreme shift and the extreme dir are different
+    walks' ), in float64."""
+    low_shift, high_shift, low_dir, high_dir = bounds.astype(np.float64)
+    reach = float(steps)
+    return low_shift + np.minimum(0.0, reach * low_dir), high_shift + np.maximum(
+        0.0, reach * high_dir
+    )
 
 
 def is_prime(n: int) -> bool:
@@ -88,9 +172,7 @@ def _count(value: object, name: str) -> int:
         raise ValueError(f"{name}: expected an integer, got {value!r}") from None
 
 
-def _check_positions(
-    shifts: npt.NDArray[np.int64], dirs: npt.NDArray[np.int64], depth: int
-) -> None:
+def check_positions(shifts: npt.NDArray[np.int64], dirs: npt.NDArray[np.int64], depth: int) -> None:
     """Every position shift + n*dir, n < depth, must be an int64: x(n) is linear in n, so the
     two ends decide. The arithmetic below never overflows itself."""
     last = depth - 1
@@ -123,31 +205,25 @@ def _check_primes(value: object) -> npt.NDArray[np.uint32]:
     return primes.astype(np.uint32)
 
 
-def check_inputs(
-    program: Program,
-    shifts: object,
-    dirs: object,
-    primes: object,
-    depth: object,
-    depth1: object,
-    depth2: object,
-    target: object,
-) -> WalkInputs:
-    """The arguments of run, run_numpy and reference, checked and converted (WALK.md)."""
+@dataclass(frozen=True)
+class Scalars:
+    """The checked arguments besides shifts and dirs."""
+
+    primes: npt.NDArray[np.uint32]
+    depth: int
+    depth1: int
+    depth2: int
+    target: float
+
+
+def check_scalars(
+    program: Program, primes: object, depth: object, depth1: object, depth2: object, target: object
+) -> Scalars:
+    """program, primes, depths and target, checked (WALK.md)."""
     if not isinstance(program, Program):
         raise ValueError(
             f"program: expected a Program (see compile_program), got {type(program).__name__}"
         )
-    shift_array = integer_array(shifts, "shifts", 2)
-    dir_array = integer_array(dirs, "dirs", 2)
-    if shift_array.shape != dir_array.shape:
-        raise ValueError(f"shifts, dirs: shapes differ ({shift_array.shape} and {dir_array.shape})")
-    walks, dim = shift_array.shape
-    if walks < 1:
-        raise ValueError("shifts: no walks (expected shape (B, dim) with B >= 1)")
-    if not 1 <= dim <= MAX_AXES:
-        raise ValueError(f"shifts: expected 1..{MAX_AXES} axes (columns), got {dim}")
-    program.check_axes(dim)
     prime_array = _check_primes(primes)
     depth_n, depth1_n, depth2_n = (
         _count(depth, "depth"),
@@ -167,7 +243,54 @@ def check_inputs(
         raise ValueError(f"target: expected a real number, got {target!r}") from None
     if not math.isfinite(target_value):
         raise ValueError(f"target: expected a finite number, got {target_value}")
-    _check_positions(shift_array, dir_array, depth_n)
-    return WalkInputs(
-        program, shift_array, dir_array, prime_array, depth_n, depth1_n, depth2_n, target_value
-    )
+    return Scalars(prime_array, depth_n, depth1_n, depth2_n, target_value)
+
+
+def check_shape(program: Program, shape: tuple[int, ...], dir_shape: tuple[int, ...]) -> None:
+    """shifts and dirs: the same (B, dim) shape, B >= 1, dim axes the program can read."""
+    if len(shape) != 2 or len(dir_shape) != 2:
+        raise ValueError(f"shifts, dirs: expected shape (B, dim), got {shape} and {dir_shape}")
+    if shape != dir_shape:
+        raise ValueError(f"shifts, dirs: shapes differ ({shape} and {dir_shape})")
+    walks, dim = shape
+    if walks < 1:
+        raise ValueError("shifts: no walks (expected shape (B, dim) with B >= 1)")
+    if not 1 <= dim <= MAX_AXES:
+        raise ValueError(f"shifts: expected 1..{MAX_AXES} axes (columns), got {dim}")
+    program.check_axes(dim)
+
+
+def positions_fit(bounds: npt.NDArray[np.int64], depth: int) -> bool:
+    """Whether every position of every walk stays in int64, judged from per-axis bounds alone
+    (rows: min shift, max shift, min dir, max dir): sufficient, not necessary."""
+    last = depth - 1
+    for low_shift, high_shift, low_dir, high_dir in bounds.T.tolist():
+        if high_shift + max(0, high_dir) * last > INT64_MAX:
+            return False
+        if low_shift + min(0, low_dir) * last < INT64_MIN:
+            return False
+    return True
+
+
+def check_inputs(
+    program: Program,
+    shifts: object,
+    dirs: object,
+    primes: object,
+    depth: object,
+    depth1: object,
+    depth2: object,
+    target: object,
+) -> WalkInputs:
+    """The arguments of run, run_numpy and reference, checked and converted (WALK.md)."""
+    scalars = check_scalars(program, primes, depth, depth1, depth2, target)
+    shift_array = integer_array(shifts, "shifts", 2)
+    dir_array = integer_array(dirs, "dirs", 2)
+    check_shape(program, shift_array.shape, dir_array.shape)
+    inputs = WalkInputs(
+        program, shift_array, dir_array, scalars.primes, scalars.depth, scalars.depth1,
+        scalars.depth2, scalars.target,
+    )  # fmt: skip
+    if not positions_fit(inputs.bounds, scalars.depth):  # else no walk can leave int64
+        check_positions(shift_array, dir_array, scalars.depth)
+    return inputs

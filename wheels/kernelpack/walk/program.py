@@ -91,7 +91,7 @@ def integer_array(value: object, name: str, ndim: int) -> npt.NDArray[np.int64]:
         raise ValueError(f"{name}: expected integers, got dtype {array.dtype}")
     if array.dtype.kind == "u" and array.size and int(array.max()) > INT64_MAX:
         raise ValueError(f"{name}: integers must lie in the int64 range")
-    return array.astype(np.int64)
+    return array.astype(np.int64, copy=False)
 
 
 @dataclass(frozen=True, eq=False)

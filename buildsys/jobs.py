@@ -1,0 +1,156 @@
+"""One compile job: a module for a target, its compiler command, and what its object must hold.
+
+A job compiles one module's one translation unit for one target: hipcc per AMD target (device code
+only, one code object), nvcc per NVIDIA sm target (a cubin) and per PTX target. Its command names
+only paths inside the source tree, relative to the module's folder, so neither the command (part
+of the cache key) nor the object depends on where the tree was written; the object is then read
+back with kernelpack.formats and checked against the module's source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelpack.errors import KernelpackError
+from kernelpack.formats import read_code_object, read_cubin, read_ptx
+from kernelpack.images import KINDS_BY_NAME
+from kernelpack.index import KernelResources
+
+from .index_writer import BuiltImage
+from .matrix import MatrixTarget
+from .modules import KernelModule
+
+
+@dataclass(frozen=True)
+class Job:
+    module: KernelModule
+    target: MatrixTarget
+
+    @property
+    def kind(self) -> str:
+        return self.target.kind
+
+    @property
+    def tree_name(self) -> str:
+        """Which source tree the job compiles: the hipified one for AMD, CUDA for NVIDIA."""
+        return KINDS_BY_NAME[self.kind].compiler
+
+    @property
+    def source(self) -> str:
+        """The tree path of the file the job compiles."""
+        return hip_main(self.module.main) if self.tree_name == "hip" else self.module.main
+
+    @property
+    def output(self) -> str:
+        return f"{self.module.name}.{self.target.shard}{KINDS_BY_NAME[self.kind].object_suffix}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.module.name} {self.target.target}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    job: Job
+    status: str  # "compiled", "cached", "failed" or "not run"
+    seconds: float = 0.0
+    image: BuiltImage | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    outcomes: list[Outcome]
+    out: Path
+
+    def count(self, status: str) -> int:
+        return sum(o.status == status for o in self.outcomes)
+
+
+def hip_main(main: str) -> str:
+    """The hipified file's tree path: the module's .cu becomes .hip (headers keep their names)."""
+    return main[: -len(".cu")] + ".hip"
+
+
+def compile_argv(
+    job: Job,
+    flags: Sequence[str],
+    extra: Sequence[str],
+    output: str,
+    depfile: str,
+) -> list[str]:
+    """The compiler command of one job, run in the module's folder of its source tree.
+
+    ``extra`` holds the project's and the module's defines, include folders (tree paths relative to
+    the module's folder) and flags. Paths are relative, so neither the command nor the object names
+    the machine's folders: compiled anywhere, the same source gives the same bytes.
+    """
+    source = job.source.rsplit("/", 1)[-1]
+    if job.tree_name == "hip":
+        # -cuid: clang otherwise derives the translation unit's id from the output path, which
+        # would make the object depend on where it was built.
+        return [
+            "hipcc", *flags, f"-cuid={job.module.name}", f"--offload-arch={job.target.target}",
+            *extra, "-Xclang", "-dependency-file", "-Xclang", depfile, "-Xclang", "-MT",
+            "-Xclang", output, source, "-o", output,
+        ]  # fmt: skip
+    # cicc names internal-linkage symbols (_INTERNAL_<hash>, __nv_static_<hash>) after a hash of
+    # the source's absolute path: the tree path in its place makes cold builds byte-identical.
+    return [
+        "nvcc", *flags, f"-arch={job.target.target}", *extra,
+        f"-Xcicc=--orig_src_path_name={job.source}", "-MMD", "-MF", depfile, source, "-o", output,
+    ]  # fmt: skip
+
+
+def read_kernels(kind: str, data: bytes, name: str) -> tuple[str, dict[str, KernelResources]]:
+    """An object's target, as the matrix names it, and its kernels' resources (kernelpack.formats).
+
+    PTX carries no resource figures before the driver compiles it: its kernels get zeros, and the
+    warp size every NVIDIA GPU has.
+    """
+    if KINDS_BY_NAME[kind].vendor == "amd":
+        code_object = read_code_object(data, name)
+        return str(code_object.target), code_object.resources()
+    if kind == "cubin":
+        cubin = read_cubin(data, name)
+        return cubin.target, cubin.resources()
+    ptx = read_ptx(data, name)
+    unknown = KernelResources(
+        registers=0, sgpr=0, agpr=0, lds=0, scratch=0, spills=0, wavefront=32, max_workgroup=0
+    )
+    return ptx.compute_target, {entry: unknown.copy() for entry in ptx.entries}
+
+
+def finish(
+    job: Job,
+    status: str,
+    seconds: float,
+    data: bytes,
+    kernels: Mapping[str, Mapping[str, object]],
+) -> Outcome:
+    """Read the object's kernels and check them against the module's source."""
+    try:
+        target, resources = read_kernels(job.kind, data, job.output)
+    except KernelpackError as error:
+        return Outcome(
+            job, "failed", seconds, message=f"the compiler's output is unreadable: {error}"
+        )
+    if target != job.target.target:
+        return Outcome(
+            job, "failed", seconds, message=f"the object is for {target}, not {job.target.target}"
+        )
+    missing = sorted(set(kernels[job.module.name]) - set(resources))
+    if missing:
+        return Outcome(
+            job,
+            "failed",
+            seconds,
+            message=f"kernels {', '.join(missing)} of the source are not in the {job.target.target} "
+            "object (left out by a preprocessor condition?)",
+        )
+    image = BuiltImage(
+        job.module.name, job.target.vendor, job.target.target, job.kind, data, resources
+    )
+    return Outcome(job, status, seconds, image)

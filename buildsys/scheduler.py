@@ -1,0 +1,116 @@
+"""Running the compile jobs: every job looked up in the cache first, the misses compiled in
+parallel, stopping at the first failure unless asked to keep going.
+
+A job's cache key covers the compiler's identity, its whole command and its main source; the
+headers it read are checked by the cache from the compiler's dependency output (buildsys.cache).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from .cache import BuildCache, key_of
+from .jobs import Job, Outcome, compile_argv, finish
+from .report import Reporter
+from .toolchain import Toolchain
+from .trees import SourceTrees, read_depfile
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What the scheduler needs to know of the build besides the jobs themselves."""
+
+    flags: Mapping[str, Sequence[str]]  # per image kind
+    extra: Callable[[Job], Sequence[str]]  # a job's defines, include folders and module flags
+    toolchains: Mapping[str, Toolchain]  # per image kind
+    kernels: Mapping[str, Mapping[str, object]]  # per module: what its object must define
+    jobs: int
+    keep_going: bool
+
+
+def run_jobs(
+    jobs: Sequence[Job],
+    plan: JobPlan,
+    cache: BuildCache,
+    trees: SourceTrees,
+    *,
+    progress: bool,
+) -> list[Outcome]:
+    """Every job's outcome, in the order given (jobs already running when one fails finish, and
+    their objects are cached)."""
+    outcomes: dict[Job, Outcome] = {}
+    misses: list[tuple[Job, str]] = []
+    for job in jobs:
+        key = job_key(job, plan, trees)
+        found = cache.lookup(key, functools.partial(trees.dependency_hash, job.tree_name))
+        if found is None:
+            misses.append((job, key))
+        else:
+            seconds = float(found.info.get("seconds", 0.0))
+            outcomes[job] = finish(job, "cached", seconds, found.data, plan.kernels)
+    reporter = Reporter(len(jobs), len(misses), enabled=progress)
+    if misses:
+        with ThreadPoolExecutor(max_workers=plan.jobs) as pool:
+            pending: dict[Future[Outcome], Job] = {}
+            queue = list(misses)
+            failed = False
+            while queue or pending:
+                while queue and len(pending) < plan.jobs and not (failed and not plan.keep_going):
+                    job, key = queue.pop(0)
+                    pending[pool.submit(_compile, job, key, plan, cache, trees)] = job
+                if not pending:
+                    break
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    outcome = future.result()
+                    del pending[future]
+                    outcomes[outcome.job] = outcome
+                    reporter.finished(outcome)
+                    failed = failed or outcome.status == "failed"
+            for job, _ in queue:
+                outcomes[job] = Outcome(job, "not run", message="stopped after a failure")
+    reporter.close()
+    return [outcomes[job] for job in jobs]
+
+
+def _argv(job: Job, plan: JobPlan, output: str, depfile: str) -> list[str]:
+    return compile_argv(job, plan.flags[job.kind], plan.extra(job), output, depfile)
+
+
+def job_key(job: Job, plan: JobPlan, trees: SourceTrees) -> str:
+    return key_of(
+        {
+            "compiler": plan.toolchains[job.kind].identity,
+            "argv": _argv(job, plan, "OUT", "DEPS"),
+            "source": job.source,
+            "source_sha256": trees.dependency_hash(job.tree_name, job.source),
+        }
+    )
+
+
+def _compile(job: Job, key: str, plan: JobPlan, cache: BuildCache, trees: SourceTrees) -> Outcome:
+    toolchain = plan.toolchains[job.kind]
+    folder = trees.folder(job.tree_name) / job.module.name
+    argv = _argv(job, plan, job.output, f"{job.output}.d")
+    if toolchain.kind == "cuda":
+        argv[0] = toolchain.tool("nvcc")
+    started = time.monotonic()
+    try:
+        result = toolchain.run(argv, cwd=folder, check=False)
+    except OSError as error:
+        return Outcome(job, "failed", message=f"{argv[0]}: {error.strerror}")
+    seconds = time.monotonic() - started
+    if result.returncode != 0:
+        message = (result.stderr + result.stdout).strip() or f"exit status {result.returncode}"
+        return Outcome(job, "failed", seconds, message=message)
+    data = (folder / job.output).read_bytes()
+    dependencies = read_depfile((folder / f"{job.output}.d").read_text(), job.module.name)
+    hashes = {p: h for p in dependencies if (h := trees.dependency_hash(job.tree_name, p))}
+    outcome = finish(job, "compiled", seconds, data, plan.kernels)
+    if outcome.status == "compiled":
+        cache.store(key, hashes, data, {"seconds": round(seconds, 3)})
+    return outcome

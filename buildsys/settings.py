@@ -1,0 +1,417 @@
+"""The builder's settings: one object for build, merge and wheels, resolved in one place.
+
+Precedence, later wins:
+
+1. the defaults written in :class:`BuildSettings`;
+2. the project's config: the ``[tool.kernelpack]`` table of ``<project>/pyproject.toml`` (keys are
+   the option names with dashes, ``cache-dir = "..."``; paths there are relative to the project);
+   per-module flags in ``[tool.kernelpack.modules.<module>]`` (``flags``, ``defines``,
+   ``include-dirs``);
+3. the environment: ``KERNELPACK_BUILD_<OPTION>`` for each option (``KERNELPACK_BUILD_TARGETS=
+   gfx942,sm_90``, ``KERNELPACK_BUILD_COMPRESS=0``), which is how CMake (``pip wheel``), nox and CI
+   pass settings through tools that do not forward arguments;
+4. the command line.
+
+Each option is declared once, in :data:`OPTIONS`: its command-line flag, environment variable and
+config key are derived from its name, and it says which commands take it. An unknown key in the
+config, or a value of the wrong type anywhere, is a UsageError (exit 2) naming where it came from.
+The project folder (``--project``, default: this checkout) comes from the command line or the
+environment only, since it says where the config is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from kernelpack.errors import UsageError
+from kernelpack.images import IMAGE_KINDS
+from kernelpack.paths import user_cache_folder
+
+from . import REPO_ROOT
+
+ENV_PREFIX = "KERNELPACK_BUILD_"
+CONFIG_TABLE = "tool.kernelpack"
+
+# The compile flags of each kind of image, from kernelpack's image-kind table (recorded in the
+# index); jobs.compile_argv adds the per-job parts: target, defines, include folders, output.
+FLAGS: dict[str, tuple[str, ...]] = {kind.name: kind.compile_flags for kind in IMAGE_KINDS}
+
+
+def package_version(project: Path = REPO_ROOT) -> str:
+    """The version the wheels will carry: setuptools-scm's (as scikit-build-core computes it),
+    else pyproject's fallback_version where there is no git checkout or no setuptools-scm."""
+    data = _read_pyproject(project)
+    static = data.get("project", {}).get("version")
+    if isinstance(static, str):
+        return static
+    fallback = str(data.get("tool", {}).get("setuptools_scm", {}).get("fallback_version", "0.0.0"))
+    try:
+        from setuptools_scm import get_version
+    except ImportError:
+        return fallback
+    try:
+        version: str = get_version(root=str(project), fallback_version=fallback)
+    except (LookupError, OSError):
+        return fallback
+    return version
+
+
+def environment_epoch(environ: Mapping[str, str] | None = None) -> int | None:
+    """SOURCE_DATE_EPOCH (reproducible-builds.org) as seconds, None when unset: the one reader.
+
+    A value that is not a whole number of seconds since 1970 is a UsageError naming it.
+    """
+    env = os.environ if environ is None else environ
+    text = env.get("SOURCE_DATE_EPOCH", "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise UsageError(
+            f"SOURCE_DATE_EPOCH={text[:40]!r}: expected whole seconds since 1970 "
+            "(e.g. `git log -1 --format=%ct`), or leave it unset"
+        )
+    return int(text)
+
+
+@dataclass(frozen=True)
+class ModuleFlags:
+    """Extra compile flags of one kernel module, from ``[tool.kernelpack.modules.<module>]``."""
+
+    flags: tuple[str, ...] = ()
+    defines: tuple[str, ...] = ()
+    include_dirs: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """Everything a build, a merge or a wheels run needs (see the module's docstring for where
+    each value comes from)."""
+
+    project: Path = REPO_ROOT
+    targets: tuple[str, ...] = ()  # empty: the whole matrix
+    vendor: str | None = None  # "amd" or "nvidia": only that vendor's targets
+    jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+    out: Path = REPO_ROOT / "build" / "device"
+    dist: Path = REPO_ROOT / "dist"
+    cache_dir: Path = field(default_factory=lambda: user_cache_folder() / "build")
+    sources: Path = REPO_ROOT / "kernel_sources"
+    matrix: Path = REPO_ROOT / "arch_matrix.toml"
+    compress: bool = True
+    keep_going: bool = False
+    provision: bool = False
+    package_version: str = ""  # empty: package_version(project), computed when needed
+    defines: tuple[str, ...] = ()  # NAME or NAME=VALUE, for every target
+    amd_defines: tuple[str, ...] = ("USE_ROCM",)  # for AMD targets only (the USE_ROCM convention)
+    include_dirs: tuple[Path, ...] = ()
+    modules: Mapping[str, ModuleFlags] = field(default_factory=dict)
+    flags: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(FLAGS))
+
+    @property
+    def is_shard(self) -> bool:
+        return bool(self.targets) or self.vendor is not None
+
+    @property
+    def version(self) -> str:
+        return self.package_version or package_version(self.project)
+
+
+# ---------------------------------------------------------------------------------------------
+# Value types: each reads a text (command line, environment) and a TOML value (config).
+
+
+def _text_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+@dataclass(frozen=True)
+class _Type:
+    """How an option's value is read: ``parse(value, where, base)``, where value is a text from
+    the command line or the environment (base: the current folder) or a TOML value from the
+    config (base: the project folder)."""
+
+    metavar: str | None  # None: an on/off switch (--x / --no-x)
+    parse: Callable[[object, str, Path], object]
+
+
+def _expect(value: object, kind: type, where: str, expected: str) -> None:
+    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
+        raise UsageError(f"{where}: {value!r}: expected {expected}")
+
+
+def _as_text(value: object, where: str, base: Path) -> str:
+    _expect(value, str, where, "a string")
+    assert isinstance(value, str)
+    return value
+
+
+def _as_path(value: object, where: str, base: Path) -> Path:
+    text = _as_text(value, where, base)
+    if not text:
+        raise UsageError(f"{where}: an empty path; name a folder or file")
+    return base / Path(text).expanduser()
+
+
+def _as_list(value: object, where: str, base: Path) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(_text_list(value))
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"{where}: {value!r}: expected a list of strings")
+    return tuple(value)
+
+
+def _as_targets(value: object, where: str, base: Path) -> tuple[str, ...]:
+    targets = _as_list(value, where, base)
+    if not targets:
+        raise UsageError(f"{where}: no target given; name targets like gfx942,sm_90")
+    return targets
+
+
+def _as_paths(value: object, where: str, base: Path) -> tuple[Path, ...]:
+    return tuple(_as_path(text, where, base) for text in _as_list(value, where, base))
+
+
+def _as_defines(value: object, where: str, base: Path) -> tuple[str, ...]:
+    defines = _as_list(value, where, base)
+    for define in defines:
+        name = define.partition("=")[0]
+        if not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise UsageError(f"{where}: {define!r}: expected NAME or NAME=VALUE (a C identifier)")
+    return defines
+
+
+def _as_vendor(value: object, where: str, base: Path) -> str:
+    text = _as_text(value, where, base)
+    if text not in ("amd", "nvidia"):
+        raise UsageError(f"{where}: {text!r}: expected amd or nvidia")
+    return text
+
+
+def _as_jobs(value: object, where: str, base: Path) -> int:
+    number = int(value) if isinstance(value, str) and value.isdigit() else value
+    if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+        raise UsageError(f"{where}: {value!r}: expected a positive number of jobs")
+    return number
+
+
+_SWITCH_WORDS = {"1": True, "true": True, "yes": True, "on": True}
+_SWITCH_WORDS |= {"0": False, "false": False, "no": False, "off": False}
+
+
+def _as_switch(value: object, where: str, base: Path) -> bool:
+    if isinstance(value, str):
+        if value.lower() not in _SWITCH_WORDS:
+            raise UsageError(f"{where}: {value!r}: expected 1 or 0")
+        return _SWITCH_WORDS[value.lower()]
+    _expect(value, bool, where, "true or false")
+    assert isinstance(value, bool)
+    return value
+
+
+TEXT = _Type("TEXT", _as_text)
+PATH = _Type("PATH", _as_path)
+TARGETS = _Type("T,...", _as_targets)
+DEFINES = _Type("NAME[=VALUE],...", _as_defines)
+PATHS = _Type("DIR,...", _as_paths)
+VENDOR = _Type("VENDOR", _as_vendor)
+JOBS = _Type("N", _as_jobs)
+SWITCH = _Type(None, _as_switch)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its BuildSettings field, how it is read, which commands take it, its help.
+
+    Its command-line flag is ``--<name with dashes>`` unless ``flag`` says otherwise, its
+    environment variable ``KERNELPACK_BUILD_<NAME>``, its config key the name with dashes.
+    """
+
+    name: str
+    type: _Type
+    commands: frozenset[str]
+    help: str
+    flag: str = ""
+    in_config: bool = True
+
+    @property
+    def option_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def environment(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def config_key(self) -> str:
+        return self.name.replace("_", "-")
+
+
+_BUILD = frozenset({"build", "wheels"})
+_OUTPUT = frozenset({"build", "merge"})
+
+# One option per entry reads as a table (ruff would spread each over six lines, hence fmt: skip).
+OPTIONS: tuple[Option, ...] = (
+    Option("project", PATH, frozenset({"build", "merge", "matrix", "toolchain", "wheels"}),
+           "the kernel project: a folder with pyproject.toml (default: this checkout)",
+           in_config=False),
+    Option("targets", TARGETS, _BUILD, "targets or families, comma-separated (default: the matrix)"),
+    Option("vendor", VENDOR, _BUILD, "only this vendor's targets: amd or nvidia"),
+    Option("jobs", JOBS, _BUILD, "parallel compile jobs (default: the number of cores)"),
+    Option("out", PATH, _OUTPUT, "output folder of _index.py and device/ (default: build/device)"),
+    Option("dist", PATH, frozenset({"wheels"}), "where the wheels go: DIR/fat and DIR/split "
+           "(default: dist)", flag="--out"),
+    Option("cache_dir", PATH, _BUILD, "compile cache (default: ~/.cache/kernelpack/build)"),
+    Option("sources", PATH, _BUILD, "kernel sources (default: kernel_sources)"),
+    Option("matrix", PATH, frozenset({"build", "merge", "matrix", "toolchain", "wheels"}),
+           "target matrix (default: arch_matrix.toml)"),
+    Option("compress", SWITCH, frozenset({"build", "merge", "wheels"}),
+           "zstd-compress the AMD bundles (CCOB; the default)"),
+    Option("keep_going", SWITCH, _BUILD, "after a failed job, build the others anyway"),
+    Option("provision", SWITCH, frozenset({"build", "toolchain", "wheels"}),
+           "provision the AMD toolchain if none can build the targets (downloads over 1 GB)"),
+    Option("package_version", TEXT, _BUILD, "the version the index records"),
+    Option("defines", DEFINES, _BUILD, "preprocessor defines for every target"),
+    Option("amd_defines", DEFINES, _BUILD, "preprocessor defines for AMD targets (default: "
+           "USE_ROCM)"),
+    Option("include_dirs", PATHS, _BUILD, "extra include folders, searched after include/"),
+)  # fmt: skip
+OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
+_MODULE_KEYS = {"flags": _as_list, "defines": _as_defines, "include-dirs": _as_paths}
+_FIELDS = {f.name for f in fields(BuildSettings)}
+assert all(option.name in _FIELDS for option in OPTIONS), "an option without a settings field"
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    """The options ``command`` takes (each also read from its environment variable), and --json."""
+    for option in OPTIONS:
+        if command not in option.commands:
+            continue
+        help_text = f"{option.help} [{option.environment}]"
+        if option.type.metavar is None:
+            parser.add_argument(option.option_flag, dest=option.name, help=help_text,
+                                action=argparse.BooleanOptionalAction)  # fmt: skip
+        else:
+            parser.add_argument(option.option_flag, dest=option.name, help=help_text,
+                                metavar=option.type.metavar)  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _read_pyproject(project: Path) -> dict[str, Any]:
+    path = project / "pyproject.toml"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(
+            f"{project}: not a kernel project (no pyproject.toml); name one with --project DIR"
+        ) from None
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"{path}: not valid TOML: {error}") from None
+
+
+def project_config(project: Path) -> dict[str, Any]:
+    """The values of the project's ``[tool.kernelpack]``, checked and with paths made absolute."""
+    path = project / "pyproject.toml"
+    table = _read_pyproject(project).get("tool", {}).get("kernelpack", {})
+    if not isinstance(table, dict):
+        raise UsageError(f"{path}: [{CONFIG_TABLE}] must be a table")
+    by_key = {o.config_key: o for o in OPTIONS if o.in_config}
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        where = f"{path}: {CONFIG_TABLE}.{key}"
+        if key == "modules":
+            values["modules"] = _module_flags(value, where, project)
+            continue
+        option = by_key.get(key)
+        if option is None:
+            known = ", ".join(sorted([*by_key, "modules"]))
+            raise UsageError(f"{path}: unknown key {CONFIG_TABLE}.{key}; known: {known}")
+        values[option.name] = option.type.parse(value, where, project)
+    return values
+
+
+def _module_flags(value: object, where: str, project: Path) -> dict[str, ModuleFlags]:
+    if not isinstance(value, dict):
+        raise UsageError(f"{where}: expected a table of modules ([{CONFIG_TABLE}.modules.NAME])")
+    modules: dict[str, ModuleFlags] = {}
+    for module, table in sorted(value.items()):
+        if not isinstance(table, dict):
+            raise UsageError(f"{where}.{module}: expected a table")
+        parts: dict[str, Any] = {}
+        for key, item in table.items():
+            if key not in _MODULE_KEYS:
+                raise UsageError(
+                    f"{where}.{module}: unknown key {key}; known: {', '.join(sorted(_MODULE_KEYS))}"
+                )
+            parts[key.replace("-", "_")] = _MODULE_KEYS[key](
+                item, f"{where}.{module}.{key}", project
+            )
+        modules[module] = ModuleFlags(**parts)
+    return modules
+
+
+def resolve_settings(
+    args: argparse.Namespace | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    command: str = "build",
+) -> BuildSettings:
+    """BuildSettings for ``command`` from the defaults, the project's config, the environment and
+    the parsed arguments, in that order (the module's docstring)."""
+    environ = os.environ if environ is None else environ
+    cwd = Path.cwd()
+    given: dict[str, object] = {}
+    for option in OPTIONS:
+        if command not in option.commands:
+            continue
+        value = getattr(args, option.name, None) if args is not None else None
+        if value is not None:
+            given[option.name] = value if isinstance(value, bool) else (
+                option.type.parse(value, option.option_flag, cwd)
+            )  # fmt: skip
+        elif option.environment in environ:
+            given[option.name] = option.type.parse(
+                environ[option.environment], option.environment, cwd
+            )
+    project = Path(str(given.get("project", REPO_ROOT))).resolve()
+    values: dict[str, Any] = {"project": project, **_project_defaults(project)}
+    values.update(project_config(project))
+    values.update(given)
+    values["project"] = project
+    return BuildSettings(**values)
+
+
+def check_writable_folder(path: Path, option: str) -> None:
+    """Make sure ``path`` is a folder this process can write (made if missing), before any work:
+    an unusable one is one UsageError line naming it and the option that moves it."""
+    where = f"{path} ({option} / {ENV_PREFIX}{option[2:].replace('-', '_').upper()})"
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{where}: exists and is not a folder; name a folder with {option} DIR")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(
+            f"{where}: cannot be made ({error.strerror}); name a writable folder with {option} DIR"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"{where}: not writable; name a writable folder with {option} DIR")
+
+
+def _project_defaults(project: Path) -> dict[str, Path]:
+    """The defaults that live inside the project folder."""
+    return {
+        "out": project / "build" / "device",
+        "dist": project / "dist",
+        "sources": project / "kernel_sources",
+        "matrix": project / "arch_matrix.toml",
+    }

@@ -1,0 +1,163 @@
+"""The sweep contract on the CPU: `python -m kernelpack sweep run|top` with the numpy backend and
+Dask's local cluster. A sweep killed with SIGKILL part-way and resumed holds every shard once and
+the same walks as an uninterrupted sweep; those walks are the rule's (test_walk_select.rule) over
+an independent numpy walk of every walk; spec errors and a changed spec are refused with exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_walk_select import rule
+
+from kernelpack.sweep.spec import load_spec
+from kernelpack.walk import run_numpy
+
+REPO = Path(__file__).resolve().parent.parent
+SPEC = """\
+matrix = [["2*x + y + 1", "-(x + 1)**2 * y"], ["1", "0"]]
+axes = ["x", "y"]
+target = 0.6
+depth = 150
+depth1 = 60
+primes = [2147483647, 2147483629, 65537]
+shifts = [[1, 12], [1, 10]]
+dirs = [[1, 3], [1, 4]]
+min_delta = 0.02
+top_k = 15
+shard_walks = 96
+"""
+
+
+def sweep(*args: str, **options: object) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{REPO / 'wheels'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    return subprocess.run([sys.executable, "-m", "kernelpack", "sweep", *args], env=env,
+                          capture_output=True, text=True, timeout=240, **options)  # type: ignore[call-overload]  # fmt: skip
+
+
+def rows(folder: Path) -> list[tuple[object, ...]]:
+    with sqlite3.connect(folder / "sweep.sqlite") as db:
+        return db.execute("SELECT walk, shard, hit, top, est, delta, shifts, dirs FROM walks ORDER BY walk").fetchall()  # fmt: skip
+
+
+def shards(folder: Path) -> list[int]:
+    with sqlite3.connect(folder / "sweep.sqlite") as db:
+        return [r[0] for r in db.execute("SELECT shard FROM shards ORDER BY shard")]
+
+
+def test_sweep_killed_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) -> None:
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(SPEC)
+    spec = load_spec(spec_path)
+    assert spec.walks == 12 * 10 * 3 * 4 and spec.shards == 15
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    done = sweep("run", str(spec_path), "--out", str(whole), "--backend", "numpy", "--workers", "2")
+    assert done.returncode == 0, done.stderr
+    assert shards(whole) == list(range(spec.shards))
+    assert "walks" in done.stderr and "triples/s" in done.stderr  # plain progress lines
+
+    env = {**os.environ, "PYTHONPATH": str(REPO / "wheels")}
+    command = [sys.executable, "-m", "kernelpack", "sweep", "run", str(spec_path), "--out",
+               str(killed), "--backend", "numpy", "--workers", "2"]  # fmt: skip
+    process = subprocess.Popen(command, env=env, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    database = killed / "sweep.sqlite"
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            try:
+                if database.exists() and len(shards(killed)) >= 2:
+                    break
+            except sqlite3.OperationalError:  # the schema is not written yet
+                pass
+            time.sleep(0.01)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the driver, its scheduler and workers
+        process.wait()
+    partial = shards(killed)
+    assert 2 <= len(partial) < spec.shards, f"killed after {len(partial)} shards"
+    resumed = sweep("run", str(spec_path), "--out", str(killed), "--backend", "numpy",
+                    "--workers", "2", "--json")  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads(resumed.stdout)
+    assert summary["walks_done"] == spec.walks
+    assert summary["walks_this_run"] == spec.walks - sum(
+        min(spec.walks, (s + 1) * 96) - s * 96 for s in partial
+    )
+    assert shards(killed) == list(range(spec.shards))
+    # the same rows except the wall-clock columns; every walk once (walk is the primary key)
+    assert rows(killed) == rows(whole)
+
+    # what was kept is the rule over every walk, walked independently in one numpy call
+    shifts, dirs = spec.walk_arrays(0, spec.walks)
+    full = run_numpy(spec.program(), shifts, dirs, spec.primes, spec.depth, spec.depth1,
+                     spec.depth, spec.target)  # fmt: skip
+    kept = rows(whole)
+    hits = [r[0] for r in kept if r[2]]
+    expected_hits, _ = rule(full.alive, full.delta2, spec.min_delta, 0)
+    assert sorted(hits) == sorted(expected_hits or [])
+    for shard in range(spec.shards):
+        start, stop = spec.shard_range(shard)
+        _, top = rule(full.alive[start:stop], full.delta2[start:stop], None, spec.top_k)
+        assert sorted(r[0] for r in kept if r[3] and r[1] == shard) == [
+            start + i for i in sorted(top)
+        ]
+    assert all(json.loads(str(r[6])) == shifts[int(str(r[0]))].tolist() for r in kept)
+
+    best = sweep("top", str(whole), "--json", "-k", "5")
+    assert best.returncode == 0, best.stderr
+    listed = json.loads(best.stdout)["top"]
+    _, overall = rule(full.alive, full.delta2, None, 5)
+    assert [w["walk"] for w in listed] == overall
+    assert [w["dir"] for w in listed] == [dirs[i].tolist() for i in overall]
+    np.testing.assert_array_equal([w["delta"] for w in listed], full.delta2[overall])
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ("colour = 3\n", "unknown key 'colour'"),
+        ("", "missing key 'axes'"),
+        ("shifts = [[5, 1], [1, 2]]\n", "shifts = [[5, 1], [1, 2]]: expected 2 inclusive"),
+        ("primes = [4]\n", "primes"),
+        ("depth = 0\n", "depth = 0: expected an integer >= 1"),
+        ('matrix = [["x +", "1"], ["1", "0"]]\n', "matrix"),
+    ],
+)
+def test_spec_errors_are_one_line_with_exit_2(tmp_path: Path, edit: str, message: str) -> None:
+    lines = [line for line in SPEC.splitlines(keepends=True)
+             if not (edit and line.split("=")[0] == edit.split("=")[0])]  # fmt: skip
+    if not edit:
+        lines = [line for line in lines if not line.startswith("axes")]
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text("".join(lines) + edit)
+    done = sweep("run", str(spec_path), "--out", str(tmp_path / "out"), "--backend", "numpy")
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and str(spec_path) in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_a_changed_spec_is_refused_for_an_existing_folder(tmp_path: Path) -> None:
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(SPEC.replace("shifts = [[1, 12], [1, 10]]", "shifts = [[1, 2], [1, 2]]"))
+    out = tmp_path / "out"
+    assert sweep("run", str(spec_path), "--out", str(out), "--backend", "numpy",
+                 "--workers", "1").returncode == 0  # fmt: skip
+    spec_path.write_text(SPEC.replace("shifts = [[1, 12], [1, 10]]", "shifts = [[1, 3], [1, 2]]"))
+    done = sweep("run", str(spec_path), "--out", str(out), "--backend", "numpy")
+    assert done.returncode == 2
+    assert "holds a sweep of another spec" in done.stderr
+    missing = sweep("top", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "no sweep results here" in missing.stderr

@@ -1,0 +1,79 @@
+"""Walk sweeps: a spec file, shards over every GPU (or CPU core, or a Dask cluster), results in
+SQLite, resumable (``python -m kernelpack sweep run|top``; docs/sweeps.md).
+
+- :mod:`.spec`: SPEC.toml, the walks it names and their shards;
+- :mod:`.store`: DIR/sweep.sqlite, one transaction per shard;
+- :mod:`.engine`: the shards through Dask distributed, progress, retries.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .._console import print_json, print_table
+from .engine import EngineOptions, run_sweep
+from .spec import Spec, load_spec
+from .store import Store
+
+__all__ = ["EngineOptions", "Spec", "Store", "add_parser", "load_spec", "run_sweep"]
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """The ``sweep`` subcommand and its two actions, for kernelpack's CLI."""
+    sweep = commands.add_parser("sweep", help="walk sweeps: run a spec (resumable), list the best")
+    actions = sweep.add_subparsers(dest="action", required=True, metavar="ACTION")
+    run = actions.add_parser("run", help="run SPEC.toml's walks into DIR; rerun to resume")
+    run.add_argument("spec", type=Path, metavar="SPEC.toml")
+    run.add_argument("--out", type=Path, required=True, metavar="DIR")
+    run.add_argument("--backend", choices=("gpu", "numpy"), default="gpu")
+    run.add_argument("--workers", type=int, help="local workers (default: one per GPU or core)")
+    run.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler to use")
+    run.add_argument("--retries", type=int, default=2, help="times a failed shard is retried")
+    run.add_argument("--json", action="store_true", help="print the summary as JSON")
+    run.set_defaults(handler=_run)
+    top = actions.add_parser("top", help="the best walks of DIR by delta, best first")
+    top.add_argument("dir", type=Path, metavar="DIR")
+    top.add_argument("-k", type=int, default=10, help="how many (default 10)")
+    top.add_argument("--json", action="store_true", help="print JSON for tools")
+    top.set_defaults(handler=_top)
+
+
+def _run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    store = Store.open(args.out, spec)
+    try:
+        options = EngineOptions(args.backend, args.workers, args.scheduler, args.retries)
+        summary = run_sweep(spec, store, options)
+    finally:
+        store.close()
+    if args.json:
+        print_json(summary)
+    else:
+        print(
+            f"{args.out}: {summary['shards_done']}/{summary['shards']} shards, "
+            f"{summary['walks_done']:,}/{summary['walks']:,} walks; this run "
+            f"{summary['walks_this_run']:,} walks in {summary['seconds']:.1f} s "
+            f"({summary['triples_per_second']:.3g} triples/s), {len(summary['failures'])} failures"
+        )
+    return 0
+
+
+def _top(args: argparse.Namespace) -> int:
+    store, spec = Store.read(args.dir)
+    try:
+        rows = store.top(max(0, args.k))
+        walks_done = store.progress()[1]
+    finally:
+        store.close()
+    if args.json:
+        print_json({
+            "walks_done": walks_done, "walks": spec.walks,
+            "top": [{"walk": w, "delta": d, "est": e, "shift": s, "dir": r}
+                    for w, d, e, s, r in rows],
+        })  # fmt: skip
+        return 0
+    title = f"{args.dir}: best {len(rows)} of {walks_done:,}/{spec.walks:,} walks by delta"
+    print_table(title, ("walk", "delta", "estimate", "shift", "dir"),
+                [(w, f"{d:.6g}", f"{e:.15g}", s, r) for w, d, e, s, r in rows])  # fmt: skip
+    return 0

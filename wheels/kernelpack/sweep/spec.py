@@ -1,0 +1,209 @@
+"""A sweep's spec file (SPEC.toml): the field, the walks (a product of ranges) and what to keep.
+
+Keys (all required but ``depth1``, ``min_delta``, ``top_k`` and ``shard_walks``)::
+
+    matrix = [["2*x + y + 1", "-(x + 1)**2"], ["1", "0"]]   # rows of expressions
+    axes = ["x", "y"]
+    target = 1.2020569031595942
+    depth = 1000          # steps; estimates at depth1 and depth2 = depth
+    depth1 = 500
+    primes = 8            # the 8 largest primes below 2^31, or an explicit list
+    shifts = [[1, 50], [1, 50]]   # per axis an inclusive [low, high] range
+    dirs = [[1, 3], [1, 3]]
+    min_delta = 0.0       # walks with delta >= it are kept (hits)
+    top_k = 100           # the best k are kept in any case
+    shard_walks = 100000  # walks per unit of work
+
+The walks are the product of the shift ranges and the dir ranges, numbered in C order over
+(shift_0, ..., shift_{dim-1}, dir_0, ..., dir_{dim-1}); shard s is walks
+[s * shard_walks, (s + 1) * shard_walks). The spec's hash (sha256 of its canonical JSON, primes
+resolved) ties a results folder to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import UsageError
+from ..walk import Program, compile_program
+from ..walk.inputs import PRIME_LIMIT, check_scalars, is_prime
+
+KEYS = ("matrix", "axes", "target", "depth", "depth1", "primes", "shifts", "dirs", "min_delta",
+        "top_k", "shard_walks")  # fmt: skip
+REQUIRED = ("matrix", "axes", "target", "depth", "primes", "shifts", "dirs")
+DEFAULT_SHARD_WALKS = 100_000
+DEFAULT_TOP_K = 100
+
+
+def largest_primes(count: int) -> list[int]:
+    """The ``count`` largest primes below 2^31, largest first."""
+    found: list[int] = []
+    candidate = PRIME_LIMIT - 1
+    while len(found) < count:
+        if is_prime(candidate):
+            found.append(candidate)
+        candidate -= 2
+    return found
+
+
+@dataclass(frozen=True)
+class Spec:
+    matrix: list[list[str]]
+    axes: list[str]
+    target: float
+    depth: int
+    depth1: int
+    primes: list[int]
+    shifts: list[list[int]]
+    dirs: list[list[int]]
+    min_delta: float | None
+    top_k: int
+    shard_walks: int
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Spec:
+        return cls(**json.loads(text))
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+    @property
+    def dim(self) -> int:
+        return len(self.axes)
+
+    @property
+    def sizes(self) -> list[int]:
+        return [high - low + 1 for low, high in (*self.shifts, *self.dirs)]
+
+    @property
+    def walks(self) -> int:
+        return math.prod(self.sizes)
+
+    @property
+    def shards(self) -> int:
+        return -(-self.walks // self.shard_walks)
+
+    def shard_range(self, shard: int) -> tuple[int, int]:
+        start = shard * self.shard_walks
+        return start, min(self.walks, start + self.shard_walks)
+
+    def walk_arrays(
+        self, start: int, stop: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Shifts and dirs (n, dim) of walks start .. stop - 1."""
+        index = np.unravel_index(np.arange(start, stop, dtype=np.int64), self.sizes)
+        lows = [low for low, _ in (*self.shifts, *self.dirs)]
+        columns = np.stack([i + low for i, low in zip(index, lows, strict=True)], axis=1)
+        columns = columns.astype(np.int64).reshape(-1, 2 * self.dim)
+        return np.ascontiguousarray(columns[:, : self.dim]), np.ascontiguousarray(
+            columns[:, self.dim :]
+        )
+
+    def program(self) -> Program:
+        return compile_program(self.matrix, self.axes)
+
+
+def _fail(path: Path, key: str, value: object, what: str) -> UsageError:
+    return UsageError(f"{path}: {key} = {value!r}: {what}")
+
+
+def _ranges(path: Path, key: str, value: object, dim: int) -> list[list[int]]:
+    ok = (
+        isinstance(value, list)
+        and len(value) == dim
+        and all(
+            isinstance(r, list)
+            and len(r) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in r)
+            and r[0] <= r[1]
+            for r in value
+        )
+    )
+    if not ok:
+        raise _fail(
+            path, key, value, f"expected {dim} inclusive [low, high] integer ranges, one per axis"
+        )
+    assert isinstance(value, list)
+    return [[int(low), int(high)] for low, high in value]
+
+
+def _integer(path: Path, key: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise _fail(path, key, value, f"expected an integer >= {low}")
+    return value
+
+
+def load_spec(path: Path) -> Spec:
+    """SPEC.toml read and checked; every problem is a UsageError naming the file and key."""
+    try:
+        raw: dict[str, Any] = tomllib.loads(path.read_text())
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read it ({error.strerror})") from None
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"{path}: not TOML ({error})") from None
+    unknown = sorted(set(raw) - set(KEYS))
+    if unknown:
+        raise UsageError(f"{path}: unknown key {unknown[0]!r}; known: {', '.join(KEYS)}")
+    missing = [key for key in REQUIRED if key not in raw]
+    if missing:
+        raise UsageError(f"{path}: missing key {missing[0]!r} (required: {', '.join(REQUIRED)})")
+    axes = raw["axes"]
+    if not isinstance(axes, list) or not axes or not all(isinstance(a, str) for a in axes):
+        raise _fail(path, "axes", axes, "expected a list of axis names")
+    matrix = raw["matrix"]
+    if not isinstance(matrix, list) or not all(isinstance(row, list) for row in matrix):
+        raise _fail(path, "matrix", matrix, "expected rows of expressions")
+    matrix = [[str(e) for e in row] for row in matrix]
+    try:
+        program = compile_program(matrix, axes)
+    except ValueError as error:
+        raise _fail(path, "matrix", raw["matrix"], str(error)) from None
+    depth = _integer(path, "depth", raw["depth"], 1)
+    depth1 = _integer(path, "depth1", raw.get("depth1", max(1, depth // 2)), 1)
+    primes = raw["primes"]
+    if isinstance(primes, int) and not isinstance(primes, bool):
+        prime_list = largest_primes(_integer(path, "primes", primes, 1))
+    elif isinstance(primes, list):
+        prime_list = list(primes)
+    else:
+        raise _fail(path, "primes", primes, "expected a count or a list of primes")
+    target = raw["target"]
+    if isinstance(target, bool) or not isinstance(target, (int, float)):
+        raise _fail(path, "target", target, "expected a number")
+    try:
+        scalars = check_scalars(program, prime_list, depth, depth1, depth, target)
+    except ValueError as error:
+        key = str(error).split(":")[0].split("[")[0].split(",")[0]
+        raise _fail(path, key, raw.get(key), str(error)) from None
+    min_delta = raw.get("min_delta")
+    if min_delta is not None and (
+        isinstance(min_delta, bool) or not isinstance(min_delta, (int, float))
+    ):
+        raise _fail(path, "min_delta", min_delta, "expected a number")
+    spec = Spec(
+        matrix=matrix,
+        axes=list(axes),
+        target=scalars.target,
+        depth=depth,
+        depth1=depth1,
+        primes=[int(p) for p in scalars.primes],
+        shifts=_ranges(path, "shifts", raw["shifts"], len(axes)),
+        dirs=_ranges(path, "dirs", raw["dirs"], len(axes)),
+        min_delta=None if min_delta is None else float(min_delta),
+        top_k=_integer(path, "top_k", raw.get("top_k", DEFAULT_TOP_K), 0),
+        shard_walks=_integer(path, "shard_walks", raw.get("shard_walks", DEFAULT_SHARD_WALKS), 1),
+    )
+    return spec
