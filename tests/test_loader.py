@@ -519,21 +519,26 @@ class NvccCompiler:
     """NVRTC is not installed here; nvcc compiles the same source to the same kind of cubin."""
 
     def __init__(self, folder: Path) -> None:
+        from buildsys.toolchain import cuda_toolchain
+
+        toolchain = cuda_toolchain()  # the nvcc the ``nvcc`` marker found
+        assert toolchain is not None
+        self.nvcc = str(toolchain.bindir / "nvcc")
         self.folder = folder
         self.compiles = 0
 
     def version(self) -> str:
-        line = subprocess.run(
-            ["nvcc", "--version"], capture_output=True, text=True
-        ).stdout.splitlines()[-1]
-        return f"nvcc {line}"
+        done = subprocess.run([self.nvcc, "--version"], capture_output=True, text=True)
+        return f"nvcc {done.stdout.splitlines()[-1]}"
 
     def compile(self, source: str, name: str, target: str) -> bytes:
         self.compiles += 1
         src = self.folder / f"{name}.cu"
         src.write_text(source)
         out = self.folder / f"{name}.cubin"
-        subprocess.run(["nvcc", "-cubin", f"-arch={target}", str(src), "-o", str(out)], check=True)
+        subprocess.run(
+            [self.nvcc, "-cubin", f"-arch={target}", str(src), "-o", str(out)], check=True
+        )
         return out.read_bytes()
 
 
