@@ -271,6 +271,24 @@ def test_no_image_error_says_what_to_do(tmp_path: Path, cache: DiskCache) -> Non
     assert raised.value.exit_code == 1
 
 
+def test_no_image_on_nvidia_suggests_ptx_not_another_cubin(
+    tmp_path: Path, cache: DiskCache
+) -> None:
+    """An sm_80 cubin cannot run on the H100 (9.0), whatever is set; PTX for 9.0 can."""
+    index = make_package(tmp_path / "pkg", nvidia=("sm_80",), source="")
+    made, _ = make_loader(index, tmp_path / "pkg", mixed_machine(), cache)
+    with pytest.raises(NoImageError) as raised:
+        made.load("demo", "cuda:0")
+    message = str(raised.value)
+    assert "fits GPU cuda:0 (nvidia NVIDIA H100 80GB HBM3, target sm_90)" in message
+    assert "python -m buildsys build --targets sm_90" in message
+    assert (
+        "instead: build PTX the driver compiles for it and newer GPUs: python -m buildsys build --targets compute_90"
+        in message
+    )
+    assert "KERNELPACK_TARGET" not in message
+
+
 def test_debug_logs_every_decision(
     tmp_path: Path,
     cache: DiskCache,

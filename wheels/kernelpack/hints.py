@@ -39,7 +39,8 @@ def fixes(gpu: Gpu, catalog: Catalog, built: Sequence[str]) -> list[str]:
     return [
         f"install the device wheel for it: {install_hint(gpu, catalog)}",
         f"or rebuild with the target: python -m buildsys build --targets {_build_target(gpu)}",
-        f"or run a compatible build: {override_hint(gpu, built)}",
+        f"or {'run a compatible build' if gpu.vendor == 'amd' else 'instead'}: "
+        f"{override_hint(gpu, built)}",
     ]
 
 
@@ -74,14 +75,24 @@ def _kind_of(target: str) -> str:
 
 
 def override_hint(gpu: Gpu, built: Sequence[str]) -> str:
-    """KERNELPACK_TARGET with a built target of the GPU's vendor, and for AMD the
-    HSA_OVERRIDE_GFX_VERSION that makes the runtime treat the GPU as a built processor."""
-    from .targets import AMD_BY_NAME, TargetId, gfx_target_version, split_gfx_target_version
+    """For AMD, HSA_OVERRIDE_GFX_VERSION (which makes the runtime treat the GPU as a built
+    processor of its family) or KERNELPACK_TARGET; for NVIDIA, where no override makes another
+    major's cubin run, the PTX build that runs on this GPU."""
+    from .targets import (
+        AMD_BY_NAME,
+        NvidiaTarget,
+        TargetId,
+        gfx_target_version,
+        split_gfx_target_version,
+    )
 
-    if gpu.vendor == "nvidia":
-        same = [t for t in built if t.startswith("sm_")]
-        pick = same[0] if same else "sm_XY"
-        return f"KERNELPACK_TARGET={pick} (only if this GPU can run it)"
+    if isinstance(gpu.target, NvidiaTarget):
+        # A cubin runs only on its own major version, so no built cubin can stand in; PTX for
+        # this GPU's compute capability is what the driver compiles for it and for later GPUs.
+        return (
+            f"build PTX the driver compiles for it and newer GPUs: python -m buildsys build "
+            f"--targets compute_{gpu.target.major}{gpu.target.minor}"
+        )
     processors = sorted({TargetId.parse(t).processor for t in built if t.startswith("gfx")})
     assert isinstance(gpu.target, TargetId)
     own = gpu.target.processor
