@@ -55,11 +55,8 @@ def install_hint(gpu: Gpu, catalog: Catalog) -> str:
     targets to extras where it names one that fits, else the name the wheels are given."""
     from .targets import select_image
 
-    vendor = gpu.vendor
-    candidates: list[dict[str, Any]] = [
-        {"vendor": vendor, "target": t, "kind": _kind_of(t)}
-        for t in sorted(catalog.device_wheels)
-        if t.startswith("gfx") == (vendor == "amd")
+    candidates = [
+        image for image in map(_as_image, sorted(catalog.device_wheels)) if image is not None
     ]
     best, _ = select_image(candidates, gpu.target)
     if best is not None:
@@ -68,10 +65,26 @@ def install_hint(gpu: Gpu, catalog: Catalog) -> str:
     return f'pip install "kernelpack[{extra}]" (if a device wheel for {_build_target(gpu)} is published)'
 
 
-def _kind_of(target: str) -> str:
-    if target.startswith("gfx"):
-        return "code_object"
-    return "ptx" if target.startswith("compute_") else "cubin"
+def _as_image(target: str) -> dict[str, Any] | None:
+    """What select_image needs of an image built for ``target``; None for a name this kernelpack
+    does not know (a device wheel from a newer one)."""
+    from .errors import UsageError
+    from .targets import NvidiaTarget, TargetId
+
+    try:
+        return {
+            "vendor": "amd",
+            "target": target,
+            "kind": "code_object",
+            "id": TargetId.parse(target),
+        }
+    except UsageError:
+        pass
+    try:
+        nvidia = NvidiaTarget.parse(target)
+    except UsageError:
+        return None
+    return {"vendor": "nvidia", "target": target, "kind": "ptx" if nvidia.ptx else "cubin"}
 
 
 def override_hint(gpu: Gpu, built: Sequence[str]) -> str:
@@ -93,7 +106,9 @@ def override_hint(gpu: Gpu, built: Sequence[str]) -> str:
             f"build PTX the driver compiles for it and newer GPUs: python -m buildsys build "
             f"--targets compute_{gpu.target.major}{gpu.target.minor}"
         )
-    processors = sorted({TargetId.parse(t).processor for t in built if t.startswith("gfx")})
+    processors = sorted(
+        {image["id"].processor for image in map(_as_image, built) if image and "id" in image}
+    )
     assert isinstance(gpu.target, TargetId)
     own = gpu.target.processor
     specific = [p for p in processors if not AMD_BY_NAME[p].is_generic]
