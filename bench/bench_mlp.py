@@ -1,17 +1,21 @@
-"""kernelpack.mlp against torch eager and torch.compile on one GPU; writes docs/bench-mlp.md.
+"""kernelpack's MLP ops against Liger-Kernel and torch.compile on one GPU; writes docs/bench-mlp.md.
 
-    python bench/bench_mlp.py [--output docs/bench-mlp.md] [--batches N]
+    python bench/bench_mlp.py [--output docs/bench-mlp.md] [--batches N] [--budget S] [--host-only]
 
 First the device's copy bandwidth (a 1 GiB device-to-device copy, bytes read plus written), then
-per op, dtype and size the GPU time of kernelpack, torch eager and torch.compile (static shapes).
+the host cost per call at 1x4096, then per op, dtype, size and pass (forward; forward and backward)
+the GPU time of kernelpack (torch.ops.kernelpack), Liger-Kernel and torch.compile (static shapes)
+of the same function written with torch's operations, all in this one run.
 
-How times are taken: a batch of back-to-back calls is queued behind a GPU sleep long enough that the
-whole batch is queued before the GPU reaches it, between two CUDA events; time per call = event
-time / calls, median over the batches, after a warm-up. So the times are GPU times (kernels and the
-gaps between them), free of Python's per-call cost, which is reported apart (host µs per call in a
-loop at the smallest size). Inputs rotate over enough buffer sets to move ~200 MB per round, so
-mid-size calls read from memory rather than from the 50 MB L2. GB/s counts the bytes each op must
-move at least (inputs read once, outputs written once).
+How GPU times are taken: a batch of back-to-back calls is queued behind a GPU sleep long enough
+that the whole batch is queued before the GPU reaches it, between two CUDA events; time per call =
+event time / calls, median over the batches, after a warm-up. So the times are GPU times (kernels
+and the gaps between them), free of Python's per-call cost, which is measured apart (wall time per
+call of a loop at 1x4096). Inputs rotate over enough buffer sets to move ~200 MB per round, so
+mid-size calls read from memory rather than from the L2. GB/s counts the bytes each pass must move
+at least (inputs read once, outputs written once; the backward reads the saved inputs and the
+incoming gradients and writes the input gradients). Forward and backward: one forward, then
+torch.autograd.grad of its outputs with fixed random output gradients (no .grad accumulation).
 """
 
 from __future__ import annotations
@@ -28,42 +32,52 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from kernelpack import mlp
+from kernelpack import mlp, torch_ops
 from kernelpack.atomic import atomic_write
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "docs" / "bench-mlp.md"
 EPS = 1e-6
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-# (rows, cols) of the op's output: one row of 4096 up to 16384 x 8192.
-SIZES = [(1, 4096), (64, 4096), (512, 4096), (4096, 8192), (16384, 8192)]
-LARGE = {(4096, 8192), (16384, 8192)}  # where the bandwidth goal applies
+# (rows, cols) of each op's output at LLaMA sizes: the norms over the hidden size (4096 for
+# LLaMA-7B/8B, 8192 for 70B), SwiGLU over the intermediate size (11008 for 7B, 14336 for 8B/70B);
+# one row (decode) to 16384 (a training batch).
+NORM_SIZES = [(1, 4096), (64, 4096), (4096, 8192), (16384, 8192)]
+SWIGLU_SIZES = [(1, 11008), (64, 11008), (4096, 14336), (16384, 14336)]
 ROTATE_BYTES = 200 * 2**20
 MAX_SETS = 64
 CALLS_PER_BATCH = 25
-WARMUP_CALLS = 10
+WARMUP_CALLS = 5
 SLEEP_CYCLES = 16_000_000  # ~8 ms at 2 GHz: longer than queueing a batch takes
 COPY_BYTES = 2**30
-
-
-@dataclass(frozen=True)
-class Op:
-    """One op: how to make a set of inputs, its three implementations, and its traffic."""
-
-    name: str
-    inputs: Callable[[int, int, torch.dtype], tuple[torch.Tensor, ...]]
-    ours: Callable[..., object]
-    eager: Callable[..., object]
-    bytes_moved: Callable[[int, int, int], int]  # rows, cols, item size
-    out_of_place: Callable[..., object] | None = None  # compiled too, for a table of its own
+OPS = torch.ops.kernelpack
 
 
 def _randn(*shape: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(shape, device="cuda", dtype=torch.float32).to(dtype)
+
+
+def _liger() -> Any:
+    """Liger-Kernel's autograd functions (None where it is not installed)."""
+    try:
+        from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        from liger_kernel.ops.swiglu import LigerFusedGateUpSiLUMulFunction, LigerSiLUMulFunction
+    except ImportError as error:
+        print(f"Liger-Kernel not available: {error}", flush=True)
+        return None
+    return {
+        "swiglu": LigerSiLUMulFunction.apply,
+        "silu_and_mul": LigerFusedGateUpSiLUMulFunction.apply,
+        # casting_mode "llama" (float32 statistics, as LLaMA); in_place=False keeps dY intact
+        "rms_norm": lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False),
+        "add_rms_norm": lambda x, r, w: LigerFusedAddRMSNormFunction.apply(x, r, w, EPS),
+    }
 
 
 def _silu_and_mul_eager(x: torch.Tensor) -> torch.Tensor:
@@ -71,8 +85,11 @@ def _silu_and_mul_eager(x: torch.Tensor) -> torch.Tensor:
     return F.silu(x[..., :cols]) * x[..., cols:]
 
 
-def _rms_norm_eager(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return F.rms_norm(x, weight.shape, weight, EPS)
+def _add_rms_norm_eager(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    summed = x + residual
+    return F.rms_norm(summed, weight.shape, weight, EPS), summed
 
 
 def _fused_eager(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> None:
@@ -81,45 +98,64 @@ def _fused_eager(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) 
     x.copy_(F.rms_norm(residual, weight.shape, weight, EPS))
 
 
-def _fused_out_of_place(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same values as new tensors. Each call writes them to the buffers the last call's
-    results freed, which stay in L2 up to its size, so at mid sizes it skips the memory writes
-    that an in-place update pays: a different operation, timed apart."""
-    summed = x + residual
-    return F.rms_norm(summed, weight.shape, weight, EPS), summed
+@dataclass(frozen=True)
+class Op:
+    """One op: its inputs, the three implementations, its sizes and its traffic per pass."""
+
+    name: str
+    inputs: Callable[[int, int, torch.dtype], tuple[torch.Tensor, ...]]
+    ours: Callable[..., Any]
+    eager: Callable[..., Any]
+    sizes: list[tuple[int, int]]
+    forward_bytes: Callable[[int, int, int], int]  # rows, cols, item size
+    backward_bytes: Callable[[int, int, int], int] | None  # None: forward only (in place)
 
 
-OPS = [
+OP_LIST = [
     Op(
         "swiglu",
         lambda r, c, t: (_randn(r, c, dtype=t), _randn(r, c, dtype=t)),
-        mlp.swiglu,
+        OPS.swiglu,
         lambda g, u: F.silu(g) * u,
+        SWIGLU_SIZES,
         lambda r, c, s: 3 * r * c * s,
+        lambda r, c, s: 5 * r * c * s,
     ),
     Op(
         "silu_and_mul",
         lambda r, c, t: (_randn(r, 2 * c, dtype=t),),
-        mlp.silu_and_mul,
+        OPS.silu_and_mul,
         _silu_and_mul_eager,
+        SWIGLU_SIZES,
         lambda r, c, s: 3 * r * c * s,
+        lambda r, c, s: 5 * r * c * s,
     ),
     Op(
         "rms_norm",
         lambda r, c, t: (_randn(r, c, dtype=t), _randn(c, dtype=t)),
-        lambda x, w: mlp.rms_norm(x, w, EPS),
-        _rms_norm_eager,
+        lambda x, w: OPS.rms_norm(x, w, EPS),
+        lambda x, w: F.rms_norm(x, w.shape, w, EPS),
+        NORM_SIZES,
         lambda r, c, s: (2 * r * c + c) * s,
+        lambda r, c, s: (3 * r * c + 2 * c) * s,
+    ),
+    Op(
+        "add_rms_norm",
+        lambda r, c, t: (_randn(r, c, dtype=t), _randn(r, c, dtype=t), _randn(c, dtype=t)),
+        lambda x, res, w: OPS.add_rms_norm(x, res, w, EPS),
+        _add_rms_norm_eager,
+        NORM_SIZES,
+        lambda r, c, s: (4 * r * c + c) * s,
+        lambda r, c, s: (5 * r * c + 2 * c) * s,
     ),
     Op(
         "fused_add_rms_norm",
         lambda r, c, t: (_randn(r, c, dtype=t), _randn(r, c, dtype=t), _randn(c, dtype=t)),
-        lambda x, res, w: mlp.fused_add_rms_norm(x, res, w, EPS),
+        lambda x, res, w: OPS.fused_add_rms_norm(x, res, w, EPS),
         _fused_eager,
+        NORM_SIZES,
         lambda r, c, s: (4 * r * c + c) * s,
-        _fused_out_of_place,
+        None,
     ),
 ]
 
@@ -145,16 +181,20 @@ def gpu_time_us(call: Callable[[int], object], sets: int, batches: int) -> tuple
     return statistics.median(samples), all_ahead
 
 
-def host_us_per_call(call: Callable[[], object], calls: int = 2000) -> float:
-    """Wall time per call of a loop of calls (launch-bound at small sizes: Python's cost)."""
-    for _ in range(WARMUP_CALLS):
+def host_us_per_call(call: Callable[[], object], calls: int = 3000) -> float:
+    """Wall time per call of a loop of calls (launch-bound at 1x4096: the host's cost), median
+    of five loops."""
+    for _ in range(100):
         call()
     torch.cuda.synchronize()
-    began = time.perf_counter()
-    for _ in range(calls):
-        call()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - began) * 1e6 / calls
+    samples = []
+    for _ in range(5):
+        began = time.perf_counter()
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - began) * 1e6 / calls)
+    return statistics.median(samples)
 
 
 def copy_bandwidth(batches: int) -> float:
@@ -165,54 +205,149 @@ def copy_bandwidth(batches: int) -> float:
     return 2 * COPY_BYTES / microseconds / 1e3
 
 
-@dataclass(frozen=True)
+def _tensors(values: Any) -> tuple[torch.Tensor, ...]:
+    if values is None:
+        return ()
+    return tuple(values) if isinstance(values, tuple) else (values,)
+
+
+def forward_backward(function: Callable[..., Any]) -> Callable[..., None]:
+    """function's forward, then the gradients of all its inputs for given output gradients."""
+
+    def run(inputs: tuple[torch.Tensor, ...], grads: tuple[torch.Tensor, ...]) -> None:
+        torch.autograd.grad(_tensors(function(*inputs)), inputs, grads)
+
+    return run
+
+
+@dataclass
 class Row:
     op: str
     dtype: str
     rows: int
     cols: int
+    passes: str  # "forward" or "forward+backward"
     ours_us: float
-    eager_us: float
+    liger_us: float | None
     compiled_us: float
     gbps: float
     queued_ahead: bool
-    out_of_place_us: float | None
 
 
-def measure(op: Op, dtype: str, rows: int, cols: int, batches: int) -> Row:
+def _check(op: Op, ours: Any, reference: Any, what: str) -> None:
+    for got, expected in zip(_tensors(ours), _tensors(reference), strict=True):
+        if not torch.allclose(got.float(), expected.float(), rtol=3e-2, atol=3e-2):
+            raise SystemExit(f"{op.name} {what}: kernelpack disagrees with torch")
+
+
+def measure(op: Op, liger: Any, dtype: str, rows: int, cols: int, batches: int) -> list[Row]:
+    passes = ["forward"] + (["forward+backward"] if op.backward_bytes else [])
+    return [measure_pass(op, liger, dtype, rows, cols, batches, which) for which in passes]
+
+
+def measure_pass(
+    op: Op, liger: Any, dtype: str, rows: int, cols: int, batches: int, which: str
+) -> Row:
     torch_dtype = DTYPES[dtype]
     item = torch.finfo(torch_dtype).bits // 8
-    moved = op.bytes_moved(rows, cols, item)
+    grad = which != "forward"
+    moved = op.forward_bytes(rows, cols, item)
+    if grad:
+        assert op.backward_bytes is not None
+        moved += op.backward_bytes(rows, cols, item)
     sets = max(1, min(MAX_SETS, math.ceil(ROTATE_BYTES / moved)))
-    inputs = [op.inputs(rows, cols, torch_dtype) for _ in range(sets)]
-    compiled = torch.compile(op.eager, dynamic=False)
-    check = [tensor.clone() for tensor in inputs[0]]
-    reference = [tensor.clone() for tensor in inputs[0]]
-    got = op.ours(*check)
-    expected = op.eager(*reference)
-    produced = check[0] if got is None else got
-    wanted = reference[0] if expected is None else expected
-    if not torch.allclose(produced.float(), wanted.float(), rtol=2e-2, atol=2e-2):
-        raise SystemExit(f"{op.name} {dtype} {rows}x{cols}: kernelpack disagrees with torch")
-    ours, ahead_ours = gpu_time_us(lambda i: op.ours(*inputs[i]), sets, batches)
-    eager, ahead_eager = gpu_time_us(lambda i: op.eager(*inputs[i]), sets, batches)
-    compiled_time, ahead_compiled = gpu_time_us(lambda i: compiled(*inputs[i]), sets, batches)
-    out_of_place = None
-    if op.out_of_place is not None:
-        separate = torch.compile(op.out_of_place, dynamic=False)
-        out_of_place, _ = gpu_time_us(lambda i: separate(*inputs[i]), sets, batches)
+    inputs = [
+        tuple(t.requires_grad_(grad) for t in op.inputs(rows, cols, torch_dtype))
+        for _ in range(sets)
+    ]
+    liger_fn = liger.get(op.name) if liger else None
+    functions = {
+        "ours": op.ours,
+        "liger": liger_fn,
+        "compiled": torch.compile(op.eager, dynamic=False),
+    }
+    implementations: dict[str, Callable[[int], object]] = {}
+    if grad:
+        outs = _tensors(op.eager(*inputs[0]))
+        grads = [tuple(torch.randn_like(o) for o in outs) for _ in range(sets)]
+        for name, function in functions.items():
+            if function is not None:
+                run = forward_backward(function)
+                implementations[name] = lambda i, run=run: run(inputs[i], grads[i])
+        check_in = tuple(t.detach().clone().requires_grad_() for t in inputs[0])
+        expected = torch.autograd.grad(_tensors(op.eager(*check_in)), check_in, grads[0])
+        got = torch.autograd.grad(_tensors(op.ours(*check_in)), check_in, grads[0])
+        _check(op, got, expected, f"{dtype} {rows}x{cols} gradients")
+    else:
+        for name, function in functions.items():
+            if function is not None:
+                implementations[name] = lambda i, function=function: function(*inputs[i])
+        check_ours = [t.clone() for t in inputs[0]]
+        check_eager = [t.clone() for t in inputs[0]]
+        got = op.ours(*check_ours)
+        expected = op.eager(*check_eager)
+        _check(
+            op,
+            check_ours[0] if got is None else got,
+            check_eager[0] if expected is None else expected,
+            f"{dtype} {rows}x{cols}",
+        )
+    with torch.enable_grad() if grad else torch.no_grad():
+        times = {name: gpu_time_us(call, sets, batches) for name, call in implementations.items()}
     return Row(
         op.name,
         dtype,
         rows,
         cols,
-        ours,
-        eager,
-        compiled_time,
-        moved / ours / 1e3,
-        ahead_ours and ahead_eager and ahead_compiled,
-        out_of_place,
+        which,
+        times["ours"][0],
+        times["liger"][0] if "liger" in times else None,
+        times["compiled"][0],
+        moved / times["ours"][0] / 1e3,
+        all(ahead for _, ahead in times.values()),
     )
+
+
+def host_rows(liger: Any) -> dict[str, dict[str, float]]:
+    """Host µs per call at 1x4096 bfloat16 (silu_and_mul: 1x8192 in, 1x4096 out), forward."""
+    framework = {
+        "swiglu": mlp.swiglu,
+        "silu_and_mul": mlp.silu_and_mul,
+        "rms_norm": lambda x, w: mlp.rms_norm(x, w, EPS),
+        "fused_add_rms_norm": lambda x, r, w: mlp.fused_add_rms_norm(x, r, w, EPS),
+    }
+    table: dict[str, dict[str, float]] = {}
+    gate, up = _randn(1, 4096, dtype=torch.bfloat16), _randn(1, 4096, dtype=torch.bfloat16)
+    out = torch.empty_like(gate)
+    kernel = mlp._kernel("cuda:0", "swiglu_bf16")
+    grid, block = mlp.swiglu_geometry(4096, "bfloat16")
+    addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
+    stream = int(torch.cuda.current_stream().cuda_stream)
+    table["floor"] = {
+        "bare launch": host_us_per_call(
+            lambda: kernel.launch(grid, block, *addresses, 4096, stream=stream)
+        ),
+        "torch.empty_like": host_us_per_call(lambda: torch.empty_like(gate)),
+    }
+    print(f"host µs/call floor: {table['floor']}", flush=True)
+    torch._dynamo.reset()  # the host cost of compile without the guards of other shapes
+    for op in OP_LIST:
+        single = op.inputs(1, 4096, torch.bfloat16)
+        compiled = torch.compile(op.eager, dynamic=False)
+        calls: dict[str, Callable[[], object]] = {
+            "torch.ops.kernelpack": lambda op=op, s=single: op.ours(*s),
+            "eager": lambda op=op, s=single: op.eager(*s),
+            "compile": lambda c=compiled, s=single: c(*s),
+        }
+        if op.name in framework:
+            calls["kernelpack.mlp"] = lambda f=framework[op.name], s=single: f(*s)
+        liger_fn = liger.get(op.name) if liger else None
+        if liger_fn is not None:
+            calls["Liger"] = lambda f=liger_fn, s=single: f(*s)
+        with torch.no_grad():
+            table[op.name] = {name: host_us_per_call(call) for name, call in calls.items()}
+        print(f"host µs/call {op.name}: {table[op.name]}", flush=True)
+    return table
 
 
 def machine() -> str:
@@ -222,112 +357,122 @@ def machine() -> str:
         query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
         result = subprocess.run(query, capture_output=True, text=True, check=False)
         driver = f", driver {result.stdout.strip().splitlines()[0]}" if result.stdout else ""
+    try:
+        from importlib.metadata import version
+
+        import liger_kernel  # noqa: F401
+
+        liger = f"; Liger-Kernel {version('liger-kernel')}"
+    except ImportError:
+        liger = "; Liger-Kernel not installed"
+    import triton
+
     return (
         f"{props.name} ({props.multi_processor_count} SMs){driver}; CUDA {torch.version.cuda}; "
-        f"torch {torch.__version__}; Python {platform.python_version()}"
+        f"torch {torch.__version__}; triton {triton.__version__}{liger}; "
+        f"Python {platform.python_version()}"
     )
 
 
-def loaded_through() -> str:
-    """Which loader produced the kernels (the real one, or a development stand-in)."""
-    return type(mlp._kernel(0, "swiglu_f32")).__module__
+def _ratio(theirs: float | None, ours: float) -> str:
+    return "-" if theirs is None else f"{theirs / ours:.2f}x"
 
 
-def verdict(met: bool) -> str:
-    return "**met**" if met else "**not met**"
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
-def render(rows: list[Row], copy_gbps: float, host: dict[str, tuple[float, float, float]]) -> str:
-    large = [r for r in rows if (r.rows, r.cols) in LARGE]
-    worst_large = min(large, key=lambda r: r.gbps) if large else None
-    slower_eager = [r for r in rows if r.ours_us >= r.eager_us]
-    slower_compiled = [r for r in rows if r.ours_us > r.compiled_us]
+HOST_COLUMNS = ["kernelpack.mlp", "torch.ops.kernelpack", "Liger", "eager", "compile"]
+
+
+def render(
+    rows: list[Row],
+    copy_gbps: float,
+    host: dict[str, dict[str, float]],
+    left_out: list[str],
+) -> str:
     lines = [
-        "# kernelpack.mlp on the GPU: bandwidth against torch eager and torch.compile",
+        "# kernelpack's MLP ops on the GPU: against Liger-Kernel and torch.compile",
         "",
         f"Command: `{' '.join(['python', 'bench/bench_mlp.py', *sys.argv[1:]])}`  ",
         f"Machine: {machine()}  ",
-        f"Kernels loaded through: `{loaded_through()}`  ",
         f"Date: {datetime.date.today().isoformat()}",
         "",
         f"Device copy bandwidth (1 GiB device-to-device, read + written): **{copy_gbps:.0f} GB/s**.",
         "",
-        "Times are GPU µs per call: batches of calls queued behind a GPU sleep, between CUDA",
-        "events, median over batches, inputs rotated over ~200 MB of buffers. GB/s counts the bytes",
-        "each op must move (inputs read once, outputs written once). torch eager: `F.silu(g) * u`,",
-        "`F.silu(x[..., :d]) * x[..., d:]`, `F.rms_norm`, and in place as kernelpack's",
-        "fused_add_rms_norm `residual.add_(x)` then `x.copy_(F.rms_norm(residual))`; torch.compile",
-        "of the same functions (static shapes, default mode).",
-        "",
-        "## Goals",
+        "GPU µs per call: batches of calls queued behind a GPU sleep, between CUDA events, median",
+        "over batches, inputs rotated over ~200 MB of buffers. GB/s counts the bytes each pass must",
+        "move (forward: inputs read once, outputs written once; backward: saved inputs and incoming",
+        "gradients read once, input gradients written once). kernelpack: `torch.ops.kernelpack.*`;",
+        "Liger-Kernel: `LigerSiLUMulFunction`, `LigerFusedGateUpSiLUMulFunction`,",
+        '`LigerRMSNormFunction` (casting mode "llama", not in place), `LigerFusedAddRMSNormFunction`;',
+        "torch.compile (default mode, static shapes) of `F.silu(g) * u`,",
+        "`F.silu(x[..., :d]) * x[..., d:]`, `F.rms_norm`, `(F.rms_norm(x + r), x + r)` and, for",
+        "the in-place fused_add_rms_norm, `r.add_(x); x.copy_(F.rms_norm(r))`. Forward and",
+        "backward: the forward, then `torch.autograd.grad` of all inputs. Sizes are LLaMA's: norms",
+        "over the hidden size (4096, 8192), SwiGLU over the intermediate size (11008, 14336).",
         "",
     ]
-    if worst_large is not None:
-        fraction = worst_large.gbps / copy_gbps
-        lines.append(
-            f"- At least 90% of copy bandwidth at large sizes (4096x8192, 16384x8192): "
-            f"{verdict(fraction >= 0.9)} (lowest {fraction:.0%}: {worst_large.op} "
-            f"{worst_large.dtype} {worst_large.rows}x{worst_large.cols})"
-        )
-    lines.append(
-        f"- Faster than torch eager at every size: {verdict(not slower_eager)} "
-        f"({len(rows) - len(slower_eager)} of {len(rows)} rows)"
-    )
-    lines.append(
-        f"- At least as fast as torch.compile: {verdict(not slower_compiled)} "
-        f"({len(rows) - len(slower_compiled)} of {len(rows)} rows)"
-    )
-    not_ahead = [r for r in rows if not r.queued_ahead]
-    if not_ahead:
-        lines.append(
-            f"- Note: in {len(not_ahead)} rows (marked *) a batch was not fully queued ahead of "
-            "the GPU (host-bound); those times include host gaps."
-        )
-    lines += [
-        "",
-        "## Results",
-        "",
-        "| op | dtype | rows x cols | kernelpack µs | GB/s | of copy | eager µs | compile µs "
-        "| vs eager | vs compile |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r.op} | {r.dtype} | {r.rows}x{r.cols}{'' if r.queued_ahead else ' *'} | "
-            f"{r.ours_us:.2f} | {r.gbps:.0f} | "
-            f"{r.gbps / copy_gbps:.0%} | {r.eager_us:.2f} | {r.compiled_us:.2f} | "
-            f"{r.eager_us / r.ours_us:.2f}x | {r.compiled_us / r.ours_us:.2f}x |"
-        )
-    lines += [
-        "",
-        "## Host cost per call (µs, a loop of calls at 1x4096 bfloat16, wall time)",
-        "",
-        "| op | kernelpack | eager | compile |",
-        "| --- | ---: | ---: | ---: |",
-    ]
-    for name, (ours, eager, compiled) in host.items():
-        lines.append(f"| {name} | {ours:.1f} | {eager:.1f} | {compiled:.1f} |")
-    separate = [r for r in rows if r.out_of_place_us is not None]
-    if separate:
+    if not rows:
+        lines.append("No GPU rows were measured (--host-only).")
+    else:
+        beat_liger = [r for r in rows if r.liger_us is None or r.ours_us <= r.liger_us]
+        beat_compile = [r for r in rows if r.ours_us <= r.compiled_us]
+        lines += [
+            "## Goals",
+            "",
+            f"- At least as fast as Liger-Kernel: {len(beat_liger)} of {len(rows)} rows",
+            f"- At least as fast as torch.compile: {len(beat_compile)} of {len(rows)} rows",
+        ]
+        not_ahead = [r for r in rows if not r.queued_ahead]
+        if not_ahead:
+            lines.append(
+                f"- In {len(not_ahead)} rows (marked *) a batch was not fully queued ahead of the "
+                "GPU (host-bound); those times include host gaps."
+            )
+        if left_out:
+            lines.append(f"- Not measured (time budget): {', '.join(left_out)}")
         lines += [
             "",
-            "## fused_add_rms_norm against torch.compile returning new tensors",
+            "## Results",
             "",
-            "torch.compile of `x + residual` then `F.rms_norm`, both returned as new tensors (out "
-            "of place).",
-            "Each call writes them to the buffers the previous call's results freed, which stay "
-            "in the",
-            "50 MB L2, so up to that size it skips the memory writes that an in-place update pays.",
-            "",
-            "| dtype | rows x cols | kernelpack µs (in place) | compile µs (new tensors) "
-            "| vs compile |",
-            "| --- | --- | ---: | ---: | ---: |",
+            "| op | dtype | rows x cols | pass | kernelpack µs | GB/s | of copy | Liger µs "
+            "| compile µs | vs Liger | vs compile |",
+            "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
-        for r in separate:
-            assert r.out_of_place_us is not None
+        for r in rows:
             lines.append(
-                f"| {r.dtype} | {r.rows}x{r.cols} | {r.ours_us:.2f} | {r.out_of_place_us:.2f} | "
-                f"{r.out_of_place_us / r.ours_us:.2f}x |"
+                f"| {r.op} | {r.dtype} | {r.rows}x{r.cols}{'' if r.queued_ahead else ' *'} | "
+                f"{r.passes} | {r.ours_us:.2f} | {r.gbps:.0f} | {r.gbps / copy_gbps:.0%} | "
+                f"{_us(r.liger_us)} | {r.compiled_us:.2f} | {_ratio(r.liger_us, r.ours_us)} | "
+                f"{_ratio(r.compiled_us, r.ours_us)} |"
+            )
+    lines += [
+        "",
+        "## Host cost per call (µs, forward, a loop of calls at 1x4096 bfloat16, wall time)",
+        "",
+        "kernelpack.mlp is the framework-neutral API on torch tensors (its hot path);",
+        "torch.ops.kernelpack goes through torch's dispatcher (what torch.compile and autograd use).",
+    ]
+    floor = host.get("floor", {})
+    if floor:
+        lines += [
+            "The floor on this machine: one launch of the swiglu kernel through kernelpack's",
+            "launcher with int addresses and an int stream, nothing else, "
+            f"{floor['bare launch']:.2f} µs; `torch.empty_like` of the output "
+            f"{floor['torch.empty_like']:.2f} µs.",
+        ]
+    lines += [
+        "",
+        "| op | " + " | ".join(HOST_COLUMNS) + " |",
+        "| --- |" + " ---: |" * len(HOST_COLUMNS),
+    ]
+    for name, cells in host.items():
+        if name != "floor":
+            lines.append(
+                f"| {name} | "
+                + " | ".join(_us(cells.get(column)) for column in HOST_COLUMNS)
+                + " |"
             )
     return "\n".join(lines) + "\n"
 
@@ -335,47 +480,54 @@ def render(rows: list[Row], copy_gbps: float, host: dict[str, tuple[float, float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    parser.add_argument("--batches", type=int, default=11, help="timed batches per measurement")
+    parser.add_argument("--batches", type=int, default=9, help="timed batches per measurement")
     parser.add_argument(
-        "--ops", default=",".join(op.name for op in OPS), help="comma-separated ops to time"
+        "--ops", default=",".join(op.name for op in OP_LIST), help="comma-separated ops to time"
     )
+    parser.add_argument(
+        "--dtypes", default="bfloat16,float16,float32", help="comma-separated dtypes, in order"
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=330,
+        help="seconds after which no new row is started (bench/gpu_all.sh stops it at 400)",
+    )
+    parser.add_argument("--host-only", action="store_true", help="only the host cost per call")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_mlp: torch sees no CUDA device")
+    began = time.monotonic()
+    torch_ops.register()
     for name, value in (("cache_size_limit", 1024), ("recompile_limit", 1024)):
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, value)
     torch._dynamo.config.automatic_dynamic_shapes = False
+    liger = _liger()
 
     copy_gbps = copy_bandwidth(args.batches)
     print(f"copy bandwidth: {copy_gbps:.0f} GB/s", flush=True)
-    ops = [op for op in OPS if op.name in args.ops.split(",")]
-    rows = []
-    for op in ops:
-        for dtype in DTYPES:
-            for r, c in SIZES:
-                row = measure(op, dtype, r, c, args.batches)
-                rows.append(row)
-                print(
-                    f"{op.name:20s} {dtype:9s} {r:6d}x{c:<5d} ours {row.ours_us:9.2f} µs "
-                    f"{row.gbps:6.0f} GB/s ({row.gbps / copy_gbps:4.0%}) eager {row.eager_us:9.2f} "
-                    f"compile {row.compiled_us:9.2f}"
-                    + ("" if row.queued_ahead else " (host-bound)"),
-                    flush=True,
-                )
-    torch._dynamo.reset()  # the host cost of compile without the guards of 15 other shapes
-    host = {}
-    for op in ops:
-        single = op.inputs(1, 4096, torch.bfloat16)
-        compiled = torch.compile(op.eager, dynamic=False)
-        host[op.name] = (
-            host_us_per_call(lambda op=op, single=single: op.ours(*single)),
-            host_us_per_call(lambda op=op, single=single: op.eager(*single)),
-            host_us_per_call(lambda compiled=compiled, single=single: compiled(*single)),
-        )
-        print(f"host µs/call {op.name}: {host[op.name]}", flush=True)
-    atomic_write(args.output, render(rows, copy_gbps, host))
-    print(f"wrote {args.output}")
+    host = host_rows(liger)
+    rows: list[Row] = []
+    left_out: list[str] = []
+    ops = [op for op in OP_LIST if op.name in args.ops.split(",")]
+    for dtype in [] if args.host_only else args.dtypes.split(","):
+        for op in ops:
+            for r, c in op.sizes:
+                if time.monotonic() - began > args.budget:
+                    left_out.append(f"{op.name} {dtype} {r}x{c}")
+                    continue
+                for row in measure(op, liger, dtype, r, c, args.batches):
+                    rows.append(row)
+                    print(
+                        f"{row.op:18s} {dtype:8s} {r:5d}x{c:<5d} {row.passes:16s} ours "
+                        f"{row.ours_us:9.2f} µs {row.gbps:5.0f} GB/s liger {_us(row.liger_us):>9s} "
+                        f"compile {row.compiled_us:9.2f}" + ("" if row.queued_ahead else " (host)"),
+                        flush=True,
+                    )
+                torch._dynamo.reset()  # keeps compile's guard lists short
+    atomic_write(args.output, render(rows, copy_gbps, host, left_out))
+    print(f"wrote {args.output} ({time.monotonic() - began:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ of primes K and number of walks B; both columns come from one run on one machine
 How times are taken. GPU: kernelpack.walk.run (numpy in, numpy out), best of REPEATS after a
 warm-up; "kernel" is the GPU time of its launches (CUDA events around each launch, on the stream
 the call runs on: the residue kernel and the float pass, which is given apart as a share),
-"end to end" the whole call, transfers included. CPU: kernelpack.walk.run_numpy on one core
+"end to end" the whole call, transfers included; "search end to end" a call that asks for no
+array and the top 100 (selected on the GPU), with numpy shifts/dirs and with torch tensors
+already on the GPU. CPU: kernelpack.walk.run_numpy on one core
 (numpy does not thread these operations), timed at ``steps`` steps and at 1 and scaled: the
 steps per call are chosen to take about CPU_SECONDS, which at B = 10^6 is a handful of steps out
 of the 1000 (the table says how many).

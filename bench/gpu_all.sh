@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything GPU-side in one call, for the lent GPU machine (`nox -s gpu` runs it too):
 #   1. the NVIDIA device code with the real builder, and the C launcher, in place;
-#   2. every test marked `gpu` (loader, detection, MLP, walk);
+#   2. every test marked `gpu` (loader, detection, MLP and its torch ops and model test, walk);
 #   3. compute-sanitizer memcheck and racecheck over the MLP and walk kernels;
 #   4. the loader's session: launch overhead and first-load latency over installed wheels
 #      (KERNELPACK_GPU_LOADER=0 leaves it out);
@@ -31,7 +31,7 @@ cc -O2 -shared -fPIC -Wall -I"$include" \
   wheels/kernelpack/_native/launcher.c -o wheels/kernelpack/_launcher.abi3.so > "$OUT/launcher.log" 2>&1
 note "launcher rc=$? ($(elapsed) s)"
 
-timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" > "$OUT/pytest-gpu.log" 2>&1
+timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" > "$OUT/pytest-gpu.log" 2>&1
 note "gpu tests rc=$? ($(elapsed) s): $(tail -1 "$OUT/pytest-gpu.log")"
 
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1

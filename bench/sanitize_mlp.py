@@ -5,7 +5,9 @@ import sys
 
 import torch
 
-from kernelpack import mlp
+from kernelpack import mlp, torch_ops  # noqa: F401  (torch_ops registers torch.ops.kernelpack)
+
+OPS = torch.ops.kernelpack
 
 EPS = 1e-6
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
@@ -48,5 +50,34 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
             ref = s * torch.rsqrt(s.square().mean(-1, keepdim=True) + EPS) * w.double()
             mlp.fused_add_rms_norm(x, r, w, EPS)
             check(x, ref, dtype, f"fused {rows}x{cols} {off}")
+        # The backward kernels, through autograd: every input's gradient against float64.
+        for rows, cols in ((3, 9), (2, 4096), (1, 12), (300, 264), (2, 8200)):
+            args = [view(rows * cols, dtype, off).view(rows, cols) for _ in range(2)]
+            w = view(cols, dtype, off)
+            cases = {
+                "swiglu": (OPS.swiglu, (args[0], args[1]), lambda g, u: g * g.sigmoid() * u),
+                "rms_norm": (
+                    lambda x, w: OPS.rms_norm(x, w, EPS),
+                    (args[0], w),
+                    lambda x, w: x * torch.rsqrt(x.square().mean(-1, keepdim=True) + EPS) * w,
+                ),
+                "add_rms_norm": (
+                    lambda x, r, w: OPS.add_rms_norm(x, r, w, EPS)[0],
+                    (args[0], args[1], w),
+                    lambda x, r, w: (
+                        (x + r) * torch.rsqrt((x + r).square().mean(-1, keepdim=True) + EPS) * w
+                    ),
+                ),
+            }
+            for name, (op, inputs, reference) in cases.items():
+                leaves = [t.detach().clone().requires_grad_() for t in inputs]
+                grads = torch.autograd.grad(op(*leaves).float().sum(), leaves)
+                wide = [t.detach().double().requires_grad_() for t in inputs]
+                expected = torch.autograd.grad(reference(*wide).sum(), wide)
+                for got, want in zip(grads, expected, strict=True):
+                    err = ((got.double() - want).norm() / want.norm().clamp_min(1e-30)).item()
+                    if not err <= TOL[dtype] * 10:
+                        print("FAIL", name, "backward", rows, cols, off, err)
+                        sys.exit(1)
 torch.cuda.synchronize()
 print("sanitize driver: all kernels ran and matched")

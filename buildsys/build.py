@@ -20,13 +20,22 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernelpack.errors import UsageError
+from kernelpack.images import KINDS_OF_VENDOR
 
 from .cache import BuildCache
-from .errors import ToolchainError
+from .errors import HipifyError, ToolchainError
+from .findings import Finding, blocking, explaining, files_of, parse_findings
 from .index_writer import ModuleSources, package_files, shard_manifest, write_output
-from .jobs import BuildResult, Job, hip_main
+from .jobs import BuildResult, Job, Outcome, hip_main
 from .matrix import Matrix, MatrixTarget, load_matrix
-from .modules import INCLUDE_DIR, extra_include_dir, inline_includes, parse_kernels, read_tree
+from .modules import (
+    INCLUDE_DIR,
+    KernelModule,
+    extra_include_dir,
+    inline_includes,
+    parse_kernels,
+    read_tree,
+)
 from .report import failure_error, print_summary
 from .scheduler import JobPlan, run_jobs
 from .settings import BuildSettings, check_writable_folder, resolve_settings
@@ -38,8 +47,8 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
     """Build what the settings ask. The result lists every job's outcome; outputs are written only
     when every job succeeded (main_build turns a failure into BuildError after the summary)."""
     targets = select_targets(settings)
-    check_writable_folder(settings.cache_dir, "--cache-dir")
-    check_writable_folder(settings.out.parent, "--out")
+    check_writable_folder(settings.cache_dir, "cache_dir")
+    check_writable_folder(settings.out.parent, "out")
     if settings.out.exists() and not settings.out.is_dir():
         raise UsageError(
             f"{settings.out} (--out): exists and is not a folder; name one with --out DIR"
@@ -62,6 +71,9 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
                 hip=inline_includes(hip_tree, hip_main(module.main)),
             )
         )
+    findings = parse_findings(hipify_diagnostics)
+    if any(t.vendor == "amd" for t in targets):
+        _stop_on_hipify_errors(sources, modules, findings)
     toolchains = select_toolchains(targets, provision=settings.provision)
     # The provisioned AMD toolchain sees the scratch folders through one bind of their root.
     toolchains = {
@@ -80,6 +92,7 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
     with scratch_folder(settings.cache_dir) as scratch:
         trees = SourceTrees({"cuda": tree, "hip": hip_tree}, scratch)
         outcomes = run_jobs(jobs, plan, cache, trees, progress=progress)
+    outcomes = [_with_hint(o, findings) for o in outcomes]
     result = BuildResult(outcomes, settings.out)
     if result.count("failed") or result.count("not run"):
         return result
@@ -93,8 +106,47 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
         flags={kind: settings.flags[kind] for kind in used_kinds},
     )
     shard = shard_manifest(index, [t.target for t in targets]) if settings.is_shard else None
-    write_output(settings.out, files, index, shard=shard)
+    try:
+        write_output(settings.out, files, index, shard=shard)
+    except OSError as error:
+        raise UsageError(
+            f"{settings.out} (--out): cannot write the output ({error.strerror or error}); "
+            "name a writable folder with --out DIR"
+        ) from None
     return result
+
+
+def _stop_on_hipify_errors(
+    sources: Sequence[ModuleSources], modules: Sequence[KernelModule], findings: Sequence[Finding]
+) -> None:
+    """A HipifyError naming every error finding in the files the modules compile, if any: those
+    files would not compile for AMD, or would not mean the same, so no compiler is started."""
+    stop: list[Finding] = []
+    for source, module in zip(sources, modules, strict=True):
+        for finding in blocking(findings, files_of(source.hip, hip_main(module.main))):
+            if finding not in stop:
+                stop.append(finding)
+    if stop:
+        shown = "; ".join(f.text for f in stop[:8])
+        more = f"; and {len(stop) - 8} more" if len(stop) > 8 else ""
+        raise HipifyError(
+            f"hipify reported {len(stop)} error(s) in sources the AMD targets compile, nothing "
+            f"compiled: {shown}{more}. Change those lines (the message says what to use "
+            "instead; docs/hipify.md), build for NVIDIA only with --vendor nvidia, or mark a "
+            "reviewed line with // hipify: allow(<code>)"
+        )
+
+
+def _with_hint(outcome: Outcome, findings: Sequence[Finding]) -> Outcome:
+    """A failed AMD compile, pointed at the hipify findings where the compiler complained."""
+    if outcome.status != "failed" or outcome.job.tree_name != "hip":
+        return outcome
+    explained = explaining(outcome.message, outcome.job.module.name, findings)
+    if not explained:
+        return outcome
+    return dataclasses.replace(
+        outcome, hint="hipify reported there: " + "; ".join(f.text for f in explained)
+    )
 
 
 def _include_folders(settings: BuildSettings) -> list[Path]:
@@ -160,7 +212,7 @@ def select_toolchains(targets: Sequence[MatrixTarget], *, provision: bool) -> di
     if amd:
         hip = amd_toolchain(targets=amd, provision=provision)
         _check_buildable(hip, amd)
-        chosen["code_object"] = hip
+        chosen.update(dict.fromkeys(KINDS_OF_VENDOR["amd"], hip))
     if nvidia:
         cuda = cuda_toolchain()
         if cuda is None:
@@ -169,7 +221,7 @@ def select_toolchains(targets: Sequence[MatrixTarget], *, provision: bool) -> di
                 "install the CUDA toolkit or build with --vendor amd"
             )
         _check_buildable(cuda, nvidia)
-        chosen["cubin"] = chosen["ptx"] = cuda
+        chosen.update(dict.fromkeys(KINDS_OF_VENDOR["nvidia"], cuda))
     return chosen
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 # atomic_write is re-exported: buildsys.hipify.cli imports it from here.
 from kernelpack.atomic import atomic_write as atomic_write
+from kernelpack.errors import UsageError
 
 # A manifest keeps the newest entries for one job key: enough to switch between a few branches
 # without recompiling, small enough to read in microseconds.
@@ -85,8 +86,8 @@ class BuildCache:
         object_key = key_of({"job": job_key, "dependencies": dict(dependencies)})
         path = self._object_path(object_key)
         record = {**info, "sha256": sha256_hex(data)}
-        atomic_write(path, data)
-        atomic_write(
+        self._write(path, data)
+        self._write(
             path.with_name(f"{object_key}.json"), json.dumps(record, sort_keys=True).encode()
         )
         entries = [e for e in self._entries(job_key) if e["object"] != object_key]
@@ -94,7 +95,7 @@ class BuildCache:
             0, {"dependencies": dict(sorted(dependencies.items())), "object": object_key}
         )
         manifest = json.dumps({"entries": entries[:MANIFEST_ENTRIES]}, sort_keys=True)
-        atomic_write(self._manifest_path(job_key), manifest.encode())
+        self._write(self._manifest_path(job_key), manifest.encode())
 
     def _entries(self, job_key: str) -> list[dict[str, Any]]:
         try:
@@ -125,4 +126,16 @@ class BuildCache:
             return None
 
     def put_text(self, namespace: str, key: str, text: str) -> None:
-        atomic_write(self.root / namespace / key[:2] / key, text.encode("utf-8"))
+        self._write(self.root / namespace / key[:2] / key, text.encode("utf-8"))
+
+    def _write(self, path: Path, data: bytes) -> None:
+        """One file of the cache, atomically; a folder that cannot take it is a UsageError that
+        says how to name another (a read-only or full cache is not a failure of the build)."""
+        try:
+            atomic_write(path, data)
+        except OSError as error:
+            raise UsageError(
+                f"{self.root} (--cache-dir / KERNELPACK_BUILD_CACHE_DIR): cannot write "
+                f"{path.relative_to(self.root)} ({error.strerror or error}); name a writable "
+                "folder with --cache-dir DIR"
+            ) from None

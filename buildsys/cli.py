@@ -12,6 +12,7 @@ import os
 import sys
 
 from kernelpack._console import print_json, print_table, run_cli
+from kernelpack.formats import require_zstd
 
 from .matrix import load_matrix
 from .settings import add_arguments, resolve_settings
@@ -140,6 +141,11 @@ def _toolchain(args: argparse.Namespace) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
+    if (
+        args.command in ("build", "merge", "wheels")
+        and getattr(args, "compress", None) is not False
+    ):
+        require_zstd()  # before compiling anything: a missing zstandard used to fail at the end
     result: int = args.handler(args)
     return result
 

@@ -16,3 +16,7 @@ class ToolchainError(CompileError):
 
 class BuildError(CompileError):
     """Compile jobs failed: names each module, target and the compiler's message (exit 1)."""
+
+
+class HipifyError(BuildError):
+    """hipify reported errors in sources an AMD target compiles: nothing was compiled (exit 1)."""

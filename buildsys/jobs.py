@@ -58,6 +58,7 @@ class Outcome:
     seconds: float = 0.0
     image: BuiltImage | None = None
     message: str = ""
+    hint: str = ""  # for a failed AMD compile: the hipify findings at the places it names
 
 
 @dataclass(frozen=True)

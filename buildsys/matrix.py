@@ -4,10 +4,15 @@ Every target the builder, the CI matrix and the wheels know of comes from here. 
 strict because a typo in a target name would otherwise surface as a missing image on a user's GPU:
 unknown keys, wrong types, unknown targets and duplicates (after family expansion) are each one
 MatrixError line naming the file, the key and the value, with the nearest known target suggested.
+The file may be anything a user or a tool wrote, so the line stays one short line: values are
+echoed shortened, a name longer than any target is refused before the nearest one is looked for
+(that search costs the name's length times every known name), and arrays nested too deeply for
+the TOML reader are one error, not a RecursionError.
 """
 
 from __future__ import annotations
 
+import reprlib
 import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,7 +37,22 @@ Kind = Literal["code_object", "cubin", "ptx"]
 
 # The schema of arch_matrix.toml: table -> key -> what the key holds.
 _SCHEMA: dict[str, tuple[str, ...]] = {"amd": ("targets",), "nvidia": ("targets", "ptx")}
+MAX_TARGET_NAME = 64  # the longest target id, "gfx908:sramecc+:xnack-", has 22 characters
 _PTX_NAMES = {f"compute_{a.name[3:]}": a for a in NVIDIA_BY_NAME.values() if not a.arch_specific}
+
+
+_ECHO = reprlib.Repr()
+_ECHO.maxlevel, _ECHO.maxlist, _ECHO.maxstring, _ECHO.maxother = 2, 4, 40, 40
+
+
+def _echo(value: object) -> str:
+    """A value of the file as an error line shows it: repr, shortened, never nested deeply."""
+    return _ECHO.repr(value)
+
+
+def _short(text: str) -> str:
+    """A name of the file as an error line shows it: at most 40 characters and the length."""
+    return text if len(text) <= 40 else f"{text[:37]}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True)
@@ -103,16 +123,23 @@ def load_matrix(path: Path | None = None) -> Matrix:
         raise MatrixError(f"{path}: not valid TOML: {error}") from None
     except UnicodeDecodeError:
         raise MatrixError(f"{path}: not UTF-8 text") from None
+    except RecursionError:
+        raise MatrixError(
+            f"{path}: values nested too deeply to read; amd.targets, nvidia.targets and "
+            "nvidia.ptx are flat lists of strings"
+        ) from None
 
     for table, value in data.items():
         if table not in _SCHEMA:
-            raise MatrixError(f"{path}: unknown table [{table}]; known: {', '.join(_SCHEMA)}")
+            raise MatrixError(
+                f"{path}: unknown table [{_short(table)}]; known: {', '.join(_SCHEMA)}"
+            )
         if not isinstance(value, dict):
             raise MatrixError(f"{path}: {table}: expected a table, got {type(value).__name__}")
         for key in value:
             if key not in _SCHEMA[table]:
                 raise MatrixError(
-                    f"{path}: unknown key {table}.{key}; known: "
+                    f"{path}: unknown key {table}.{_short(key)}; known: "
                     + ", ".join(f"{table}.{k}" for k in _SCHEMA[table])
                 )
 
@@ -123,7 +150,9 @@ def load_matrix(path: Path | None = None) -> Matrix:
             where = f"{table}.{key}"
             names = data.get(table, {}).get(key, [])
             if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                raise MatrixError(f"{path}: {where}: expected a list of strings, got {names!r}")
+                raise MatrixError(
+                    f"{path}: {where}: expected a list of strings, got {_echo(names)}"
+                )
             for position, name in enumerate(names):
                 location = f"{path}: {where}[{position}]"
                 expanded = _expand(location, name, "ptx" if key == "ptx" else table)
@@ -150,6 +179,11 @@ def _vendor_of(name: str) -> str:
 
 def _expand(location: str, name: str, vendor: str) -> Iterable[MatrixTarget]:
     """One written name as targets: a family becomes its processors, others are canonicalised."""
+    if len(name) > MAX_TARGET_NAME:
+        raise MatrixError(
+            f"{location}: {_short(name)}: not a target name (target names have at most "
+            f"{MAX_TARGET_NAME} characters, such as gfx90a:xnack+, sm_90 or compute_80)"
+        )
     if vendor == "amd":
         if name in AMD_FAMILIES:
             return [MatrixTarget("amd", p, "code_object", name) for p in AMD_FAMILIES[name]]

@@ -204,7 +204,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main_merge(args: argparse.Namespace) -> int:
     settings = resolve_settings(args, command="merge")
-    check_writable_folder(settings.out.parent, "--out")
+    check_writable_folder(settings.out.parent, "out")
     shards = merge(args.shards, settings.out, matrix=settings.matrix, compress=settings.compress)
     report = [{"shard": str(s.path), "targets": s.targets} for s in shards]
     if args.json:

@@ -97,6 +97,8 @@ def summary_rows(result: BuildResult) -> list[dict[str, Any]]:
             )
         if outcome.message:
             row["message"] = outcome.message
+        if outcome.hint:
+            row["hint"] = outcome.hint
         rows.append(row)
     return rows
 
@@ -140,7 +142,8 @@ def failure_error(result: BuildResult) -> BuildError:
     for outcome in failed:
         lines = outcome.message.splitlines() or [""]
         first = next((line for line in lines if "error" in line), lines[0])
-        parts.append(f"{outcome.job.label}: {first}")
+        hint = f" ({outcome.hint})" if outcome.hint else ""
+        parts.append(f"{outcome.job.label}: {first}{hint}")
     not_run = result.count("not run")
     tail = f"; {not_run} jobs not run (--keep-going builds them)" if not_run else ""
     return BuildError(

@@ -43,6 +43,15 @@ CONFIG_TABLE = "tool.kernelpack"
 FLAGS: dict[str, tuple[str, ...]] = {kind.name: kind.compile_flags for kind in IMAGE_KINDS}
 
 
+# The defaults that live inside a project folder, relative to it.
+PROJECT_LAYOUT = {
+    "out": "build/device",
+    "dist": "dist",
+    "sources": "kernel_sources",
+    "matrix": "arch_matrix.toml",
+}
+
+
 def package_version(project: Path = REPO_ROOT) -> str:
     """The version the wheels will carry: setuptools-scm's (as scikit-build-core computes it),
     else pyproject's fallback_version where there is no git checkout or no setuptools-scm."""
@@ -97,11 +106,11 @@ class BuildSettings:
     targets: tuple[str, ...] = ()  # empty: the whole matrix
     vendor: str | None = None  # "amd" or "nvidia": only that vendor's targets
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
-    out: Path = REPO_ROOT / "build" / "device"
-    dist: Path = REPO_ROOT / "dist"
+    out: Path = REPO_ROOT / PROJECT_LAYOUT["out"]
+    dist: Path = REPO_ROOT / PROJECT_LAYOUT["dist"]
     cache_dir: Path = field(default_factory=lambda: user_cache_folder() / "build")
-    sources: Path = REPO_ROOT / "kernel_sources"
-    matrix: Path = REPO_ROOT / "arch_matrix.toml"
+    sources: Path = REPO_ROOT / PROJECT_LAYOUT["sources"]
+    matrix: Path = REPO_ROOT / PROJECT_LAYOUT["matrix"]
     compress: bool = True
     keep_going: bool = False
     provision: bool = False
@@ -263,8 +272,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("vendor", VENDOR, _BUILD, "only this vendor's targets: amd or nvidia"),
     Option("jobs", JOBS, _BUILD, "parallel compile jobs (default: the number of cores)"),
     Option("out", PATH, _OUTPUT, "output folder of _index.py and device/ (default: build/device)"),
-    Option("dist", PATH, frozenset({"wheels"}), "where the wheels go: DIR/fat and DIR/split "
-           "(default: dist)", flag="--out"),
+    Option("dist", PATH, frozenset({"wheels"}), "where the wheels, the variants JSON and the "
+           "simple index (DIR/simple) go (default: dist)", flag="--out"),
     Option("cache_dir", PATH, _BUILD, "compile cache (default: ~/.cache/kernelpack/build)"),
     Option("sources", PATH, _BUILD, "kernel sources (default: kernel_sources)"),
     Option("matrix", PATH, frozenset({"build", "merge", "matrix", "toolchain", "wheels"}),
@@ -384,17 +393,18 @@ def resolve_settings(
                 environ[option.environment], option.environment, cwd
             )
     project = Path(str(given.get("project", REPO_ROOT))).resolve()
-    values: dict[str, Any] = {"project": project, **_project_defaults(project)}
+    values: dict[str, Any] = {name: project / path for name, path in PROJECT_LAYOUT.items()}
     values.update(project_config(project))
     values.update(given)
     values["project"] = project
     return BuildSettings(**values)
 
 
-def check_writable_folder(path: Path, option: str) -> None:
+def check_writable_folder(path: Path, name: str) -> None:
     """Make sure ``path`` is a folder this process can write (made if missing), before any work:
-    an unusable one is one UsageError line naming it and the option that moves it."""
-    where = f"{path} ({option} / {ENV_PREFIX}{option[2:].replace('-', '_').upper()})"
+    an unusable one is one UsageError line naming it and the option ``name`` that moves it."""
+    option = OPTIONS_BY_NAME[name].option_flag
+    where = f"{path} ({option} / {OPTIONS_BY_NAME[name].environment})"
     if path.exists() and not path.is_dir():
         raise UsageError(f"{where}: exists and is not a folder; name a folder with {option} DIR")
     try:
@@ -405,13 +415,3 @@ def check_writable_folder(path: Path, option: str) -> None:
         ) from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise UsageError(f"{where}: not writable; name a writable folder with {option} DIR")
-
-
-def _project_defaults(project: Path) -> dict[str, Path]:
-    """The defaults that live inside the project folder."""
-    return {
-        "out": project / "build" / "device",
-        "dist": project / "dist",
-        "sources": project / "kernel_sources",
-        "matrix": project / "arch_matrix.toml",
-    }

@@ -37,7 +37,7 @@ from kernelpack.atomic import atomic_write
 from kernelpack.formats import BundleEntry
 from kernelpack.images import IMAGE_FILE_SUFFIXES, read_image
 from kernelpack.index import Index
-from kernelpack.targets import AMD_FAMILIES, TargetId
+from kernelpack.targets import AMD_FAMILIES, parse_target
 
 from . import REPO_ROOT
 from .build import build
@@ -76,13 +76,15 @@ def device_groups(index: Index) -> list[DeviceGroup]:
     """Group the built targets into device wheels.
 
     An AMD family (AMD_FAMILIES) with two or more built processors becomes one wheel named after
-    the family (gfx1100 and gfx1101 -> gfx110x); any other AMD target gets its own wheel named
-    after its processor; each NVIDIA cubin target its own (sm_90 -> sm90); all PTX goes to "ptx".
+    the family (gfx1100 and gfx1101 -> gfx110x); any other AMD target, generic ones included, gets
+    its own wheel named after its processor (gfx11-generic); each NVIDIA cubin target its own
+    (sm_90 -> sm90); all PTX goes to "ptx".
     """
     built = sorted({image["target"] for m in index["modules"].values() for image in m["images"]})
+    parsed = {target: parse_target(target) for target in built}
     groups: dict[str, list[str]] = {}
-    amd = [t for t in built if t.startswith("gfx")]
-    processors = {t: TargetId.parse(t).processor for t in amd}
+    amd = [t for t in built if parsed[t].vendor == "amd"]
+    processors = {t: parsed[t].amd.processor for t in amd}
     for target in amd:
         family = next(
             (
@@ -95,9 +97,9 @@ def device_groups(index: Index) -> list[DeviceGroup]:
         )
         groups.setdefault((family or processors[target]).lower(), []).append(target)
     for target in built:
-        if target.startswith("sm_"):
+        if parsed[target].kind == "sm":
             groups.setdefault(target.replace("_", ""), []).append(target)
-        elif target.startswith("compute_"):
+        elif parsed[target].kind == "compute":
             groups.setdefault("ptx", []).append(target)
     return [DeviceGroup(name, tuple(targets)) for name, targets in sorted(groups.items())]
 
@@ -111,9 +113,12 @@ def source_date_epoch() -> int:
     epoch = environment_epoch()
     if epoch is not None:
         return epoch
-    result = subprocess.run(
-        ["git", "log", "-1", "--format=%ct"], cwd=REPO_ROOT, capture_output=True, text=True
-    )
+    try:
+        result = subprocess.run(
+            ["git", "log", "-1", "--format=%ct"], cwd=REPO_ROOT, capture_output=True, text=True
+        )
+    except FileNotFoundError:  # no git installed (a tree from a tarball): the fixed fallback
+        return 315532800
     return (
         int(result.stdout.strip())
         if result.returncode == 0 and result.stdout.strip()
@@ -344,8 +349,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main_wheels(args: argparse.Namespace) -> int:
     settings = resolve_settings(args, command="wheels")
-    check_writable_folder(settings.dist, "--out")
-    check_writable_folder(settings.cache_dir, "--cache-dir")
+    check_writable_folder(settings.dist, "dist")
+    check_writable_folder(settings.cache_dir, "cache_dir")
     epoch = source_date_epoch()
     with scratch_folder(settings.cache_dir) as scratch:
         device_dir = scratch / "device"
@@ -354,31 +359,37 @@ def main_wheels(args: argparse.Namespace) -> int:
         else:
             result = build(replace(settings, out=device_dir), progress=not args.json)
             if result.count("failed") or result.count("not run"):
-                print_summary(result, as_json=False)
+                print_summary(result, as_json=args.json)
                 raise failure_error(result)
         return _make_wheels(device_dir, settings.dist, epoch=epoch, as_json=args.json)
 
 
 def _make_wheels(device_dir: Path, dist: Path, *, epoch: int, as_json: bool) -> int:
-    """The fat wheel and the split wheels from a built output folder, into dist/fat and dist/split."""
-    for folder in (dist / "fat", dist / "split"):
-        for stale in folder.glob("*.whl"):
-            stale.unlink()
-    fat, verdict = build_fat_wheel(device_dir, dist / "fat", epoch=epoch)
-    split = split_wheels(fat, device_dir, dist / "split", epoch=epoch)
+    """Every file of dist/ from a built output folder: the host and device wheels, the fat wheel as
+    the null variant, the variant wheels, the variants JSON, the provider and dist/simple
+    (buildsys.variants says why each has the name it has)."""
+    from .simple_index import write_simple_index  # both import this module
+    from .variants import write_variants
+
+    for stale in [*dist.glob("*.whl"), *dist.glob("*-variants.json")]:
+        stale.unlink()
+    with tempfile.TemporaryDirectory(prefix="kernelpack-fat-") as staging:
+        built, verdict = build_fat_wheel(device_dir, Path(staging), epoch=epoch)
+        split = split_wheels(built, device_dir, dist, epoch=epoch)
+        variants = write_variants(built, split[0], dist, epoch=epoch)
+    write_simple_index(dist, [*split, *variants])
+    fat = variants[0]  # the null variant: the fat wheel under a name of its own
+    wheels = [fat, *split, *(v for v in variants[1:] if v.suffix == ".whl")]
+    kinds = ["fat", "host"] + ["device"] * (len(split) - 1)
+    kinds += ["variant"] * (len(wheels) - len(kinds) - 1) + ["provider"]
     verdicts = {fat.name: verdict}
-    rows = sizes([fat, *split])
+    rows = sizes(wheels)
     if as_json:
         print_json(
             {
                 "wheels": [
                     {"kind": kind, "file": str(path), "compressed": packed, "uncompressed": raw}
-                    for kind, path, (_, packed, raw) in zip(
-                        ["fat", "host"] + ["device"] * (len(split) - 1),
-                        [fat, *split],
-                        rows,
-                        strict=True,
-                    )
+                    for kind, path, (_, packed, raw) in zip(kinds, wheels, rows, strict=True)
                 ],
                 "auditwheel": verdicts,
             }

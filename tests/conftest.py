@@ -2,7 +2,7 @@
 
 Tests marked ``toolchain`` get the AMD compiler through the same provisioning a user gets
 (buildsys.toolchain); tests marked ``gpu`` are skipped where no GPU can be used, and those marked
-``nvcc`` where NVIDIA's compiler is not on PATH.
+``nvcc`` where NVIDIA's compiler is not installed.
 """
 
 from __future__ import annotations

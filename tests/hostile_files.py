@@ -150,8 +150,13 @@ def _sized(fix: int, wide16: int, wide32: int, count: int, *, fix_limit: int) ->
 # Cubins and code objects of chosen kernel names
 
 
-def cubin(names: Sequence[str], *, info_sections: bool = False, strtab: bytes | None = None,
-          name_offsets: Sequence[int] | None = None) -> bytes:  # fmt: skip
+def cubin(
+    names: Sequence[str],
+    *,
+    info_sections: bool = False,
+    strtab: bytes | None = None,
+    name_offsets: Sequence[int] | None = None,
+) -> bytes:
     """An sm_90 cubin (CUDA ELF ABI 8) whose kernels have these names, each with 32 registers.
 
     ``info_sections`` adds a ``.nv.info.<name>`` (a 128-thread launch bound) and a
@@ -266,8 +271,9 @@ def zstd_frame(prefix: bytes, zeros: int) -> bytes:
     return bytes(frame)
 
 
-def ccob(payload: bytes, uncompressed: int, *, version: int = 2, method: int = 1,
-         digest: int = 0) -> bytes:  # fmt: skip
+def ccob(
+    payload: bytes, uncompressed: int, *, version: int = 2, method: int = 1, digest: int = 0
+) -> bytes:
     """A CCOB header claiming ``uncompressed`` bytes and ``digest``, then ``payload``."""
     common = b"CCOB" + struct.pack("<HH", version, method)
     if version == 1:

@@ -18,7 +18,7 @@ from buildsys.index_writer import (
     render_index,
     write_output,
 )
-from kernelpack.errors import FormatError
+from kernelpack.errors import FormatError, UsageError
 from kernelpack.formats import read_bundle
 from kernelpack.index import KernelResources
 
@@ -158,3 +158,13 @@ def test_output_folder_keeps_unchanged_files_and_drops_stale_ones(tmp_path: Path
     assert not stale.exists() and keep.exists() and not (tmp_path / "shard.json").exists()
     mode = (tmp_path / "_index.py").stat().st_mode & 0o777
     assert mode & 0o044 == 0o044, oct(mode)  # readable by all, like any installed file
+
+
+def test_a_cache_that_cannot_be_written_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    cache = BuildCache(blocker)  # every write below it fails: a file where a folder must be
+    with pytest.raises(UsageError, match=r"file \(--cache-dir / KERNELPACK_BUILD_CACHE_DIR\)"):
+        cache.put_text("hipify", "ab" * 32, "text")
+    with pytest.raises(UsageError, match="name a writable folder with --cache-dir DIR"):
+        cache.store("job", {}, b"object", {})

@@ -187,3 +187,17 @@ def test_json_into_a_closed_pipe_is_no_traceback() -> None:
         shell=True, cwd=REPO_ROOT, capture_output=True, text=True,
     )  # fmt: skip
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
+
+
+def test_provisioning_progress_goes_to_stderr_never_into_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`toolchain --provision --json` prints only JSON on stdout: debootstrap's progress is
+    reported on stderr (here a stand-in command that prints as debootstrap does)."""
+    from buildsys.toolchain import _run_with_progress
+
+    fake = [sys.executable, "-c", "print('I: Retrieving libc6'); print('I: Extracting libc6')"]
+    _run_with_progress(fake, log=True, logfile=tmp_path / "debootstrap.log")
+    captured = capsys.readouterr()
+    assert captured.out == "" and "debootstrap: retrieving 1" in captured.err
+    assert "I: Extracting libc6" in (tmp_path / "debootstrap.log").read_text()

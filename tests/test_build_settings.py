@@ -147,3 +147,14 @@ def test_a_bad_source_date_epoch_is_a_usage_error(value: str) -> None:
         environment_epoch({"SOURCE_DATE_EPOCH": value})
     assert environment_epoch({"SOURCE_DATE_EPOCH": "1700000000"}) == 1700000000
     assert environment_epoch({}) is None
+
+
+def test_wheels_reads_the_build_settings_from_the_environment_as_pip_wheel_does() -> None:
+    """`nox -s wheels` (python -m buildsys wheels) and `pip wheel .` (CMake running
+    python -m buildsys build) resolve KERNELPACK_BUILD_* through the same table."""
+    environ = {"KERNELPACK_BUILD_TARGETS": "gfx90a", "KERNELPACK_BUILD_COMPRESS": "0"}
+    for command in ("wheels", "build"):
+        settings = resolve_settings(parse([], command), environ, command=command)
+        assert settings.targets == ("gfx90a",) and settings.compress is False
+    wheels = resolve_settings(parse(["--out", "d"], "wheels"), {}, command="wheels")
+    assert wheels.dist == Path.cwd() / "d"  # wheels' --out is where the wheels go

@@ -363,9 +363,9 @@ def test_a_version_with_no_processor_name_is_refused(tmp_path: Path) -> None:
 def test_a_gpu_newer_than_the_table_is_listed_with_its_name(tmp_path: Path) -> None:
     root = copy_of(RX6700, tmp_path)
     properties = root / "class/kfd/kfd/topology/nodes/1/properties"
-    properties.write_text(properties.read_text().replace("100301", "120500"))
+    properties.write_text(properties.read_text().replace("100301", "130100"))
     [gpu] = gpus(root)
-    assert gpu.target == TargetId("gfx1250") and gpu.name == ""
+    assert gpu.target == TargetId("gfx1310") and gpu.name == ""
 
 
 def test_stray_node_folders_and_missing_topologies_are_refused(tmp_path: Path) -> None:

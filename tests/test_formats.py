@@ -597,7 +597,7 @@ def _nvcc() -> str | None:
     return str(cuda.bindir / "nvcc") if cuda else shutil.which("nvcc")
 
 
-needs_nvcc = pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed")
+needs_nvcc = pytest.mark.nvcc
 
 
 @needs_nvcc
@@ -648,3 +648,82 @@ def test_cubin_figures_agree_with_ptxas(tmp_path: Path) -> None:
                 reported[current]["local"] = int(stack.group(1))
     image = read_cubin(out.read_bytes(), str(out))
     assert {k.name: {"registers": k.registers, "local": k.local} for k in image.kernels} == reported
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameter layouts, against the C signatures of objects/src/kernels.hip (x86-64 / GPU C ABI:
+# a pointer is 8 bytes, each parameter at the next multiple of its own size)
+
+# kernel -> (offset, size, pointer) of each parameter, written from the source by hand
+SOURCE_PARAMS = {
+    "axpy": [(0, 4, False), (8, 8, True), (16, 8, True), (24, 4, False)],  # float, 2 ptrs, int
+    "tile_sum": [(0, 8, True), (8, 8, True)],
+    "walk": [(0, 8, True), (8, 8, True)],
+    "spill": [(0, 8, True), (8, 8, True)],
+    "mfma": [(0, 8, True), (8, 8, True), (16, 8, True)],
+}
+
+
+@pytest.mark.parametrize("name", ["sm_90.cubin", "sm_90a.cubin"])
+def test_cubin_parameter_layouts_match_the_source(name: str) -> None:
+    image = read_cubin(fixture(name), name)
+    layouts = {
+        k.name: [(p.ordinal, p.offset, p.size, p.pointer) for p in k.params] for k in image.kernels
+    }
+    assert layouts == {
+        kernel: [(i, offset, size, None) for i, (offset, size, _) in enumerate(params)]
+        for kernel, params in SOURCE_PARAMS.items()
+    }
+
+
+@pytest.mark.parametrize("name", ["gfx90a.co", "gfx1100.co"])
+def test_code_object_parameter_layouts_match_the_source(name: str) -> None:
+    image = read_code_object(fixture(name), name)
+    layouts = {
+        k.name: [(p.ordinal, p.offset, p.size, p.pointer) for p in k.params] for k in image.kernels
+    }
+    assert layouts == {
+        kernel: [(i, *param) for i, param in enumerate(params)]
+        for kernel, params in SOURCE_PARAMS.items()
+    }
+
+
+def test_inspect_json_carries_the_parameters() -> None:
+    from kernelpack.inspection import describe
+
+    report = describe(fixture("sm_90.cubin"), "sm_90.cubin")
+    axpy = next(k for k in report["kernels"] if k["name"] == "axpy")
+    assert [(p["offset"], p["size"]) for p in axpy["params"]] == [(0, 4), (8, 8), (16, 8), (24, 4)]
+
+
+def test_repeated_parameter_ordinal_is_refused() -> None:
+    data = bytearray(fixture("sm_90.cubin"))
+    record = bytes([4, 0x17, 12, 0, 0, 0, 0, 0, 3, 0, 24, 0])  # axpy's fourth parameter
+    at = data.index(record)
+    data[at + 8] = 2  # now the third parameter twice
+    with pytest.raises(FormatError, match="ordinal once") as caught:
+        read_cubin(bytes(data), "twice.cubin")
+    assert caught.value.offset == at + 16 + 8  # the next record's (the real third's) ordinal
+
+
+MIXED_SOURCE = """
+struct Triple { float x, y, z; };
+extern "C" __global__ void mixed(char c, double d, const int* p, short s, Triple t, int* out) {
+  if (out) out[0] = c + (int)d + p[0] + s + (int)t.x;
+}
+"""
+# by hand: char at 0; double at 8; pointer at 16; short at 24; a 12-byte struct of floats aligned
+# to 4 at 28; a pointer at 40
+MIXED_PARAMS = [(0, 0, 1), (1, 8, 8), (2, 16, 8), (3, 24, 2), (4, 28, 12), (5, 40, 8)]
+
+
+@needs_nvcc
+def test_nvcc_parameter_records_of_mixed_types(tmp_path: Path) -> None:
+    source = tmp_path / "mixed.cu"
+    source.write_text(MIXED_SOURCE)
+    out = tmp_path / "mixed.cubin"
+    subprocess.run(
+        [_nvcc() or "nvcc", "-cubin", "-arch=sm_80", str(source), "-o", str(out)], check=True
+    )
+    (kernel,) = read_cubin(out.read_bytes(), str(out)).kernels
+    assert [(p.ordinal, p.offset, p.size) for p in kernel.params] == MIXED_PARAMS

@@ -271,6 +271,24 @@ def test_no_image_error_says_what_to_do(tmp_path: Path, cache: DiskCache) -> Non
     assert raised.value.exit_code == 1
 
 
+def test_no_image_on_nvidia_suggests_ptx_not_another_cubin(
+    tmp_path: Path, cache: DiskCache
+) -> None:
+    """An sm_80 cubin cannot run on the H100 (9.0), whatever is set; PTX for 9.0 can."""
+    index = make_package(tmp_path / "pkg", nvidia=("sm_80",), source="")
+    made, _ = make_loader(index, tmp_path / "pkg", mixed_machine(), cache)
+    with pytest.raises(NoImageError) as raised:
+        made.load("demo", "cuda:0")
+    message = str(raised.value)
+    assert "fits GPU cuda:0 (nvidia NVIDIA H100 80GB HBM3, target sm_90)" in message
+    assert "python -m buildsys build --targets sm_90" in message
+    assert (
+        "instead: build PTX the driver compiles for it and newer GPUs: python -m buildsys build --targets compute_90"
+        in message
+    )
+    assert "KERNELPACK_TARGET" not in message
+
+
 def test_debug_logs_every_decision(
     tmp_path: Path,
     cache: DiskCache,
@@ -519,21 +537,26 @@ class NvccCompiler:
     """NVRTC is not installed here; nvcc compiles the same source to the same kind of cubin."""
 
     def __init__(self, folder: Path) -> None:
+        from buildsys.toolchain import cuda_toolchain
+
+        toolchain = cuda_toolchain()  # the nvcc the ``nvcc`` marker found
+        assert toolchain is not None
+        self.nvcc = str(toolchain.bindir / "nvcc")
         self.folder = folder
         self.compiles = 0
 
     def version(self) -> str:
-        line = subprocess.run(
-            ["nvcc", "--version"], capture_output=True, text=True
-        ).stdout.splitlines()[-1]
-        return f"nvcc {line}"
+        done = subprocess.run([self.nvcc, "--version"], capture_output=True, text=True)
+        return f"nvcc {done.stdout.splitlines()[-1]}"
 
     def compile(self, source: str, name: str, target: str) -> bytes:
         self.compiles += 1
         src = self.folder / f"{name}.cu"
         src.write_text(source)
         out = self.folder / f"{name}.cubin"
-        subprocess.run(["nvcc", "-cubin", f"-arch={target}", str(src), "-o", str(out)], check=True)
+        subprocess.run(
+            [self.nvcc, "-cubin", f"-arch={target}", str(src), "-o", str(out)], check=True
+        )
         return out.read_bytes()
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from kernelpack import args as kargs
-from kernelpack import launching
+from kernelpack import arrays, launching
 from kernelpack.errors import UsageError
 
 NATIVE_SOURCE = Path(__file__).parent.parent / "wheels" / "kernelpack" / "_native" / "launcher.c"
@@ -331,7 +331,7 @@ def test_dlpack_producer_on_the_cpu_is_refused() -> None:
             return (1, 0)
 
     with pytest.raises(UsageError, match="DLPack device type 1"):
-        kargs.pointer_of(CpuDLPack())
+        arrays.pointer_of(CpuDLPack())
 
 
 def test_dlpack_capsule_address_is_read() -> None:
@@ -347,7 +347,7 @@ def test_dlpack_capsule_address_is_read() -> None:
         def __dlpack_device__(self) -> tuple[int, int]:
             return (2, 0)
 
-    assert kargs.pointer_of(Relabelled()) == array.ctypes.data
+    assert arrays.pointer_of(Relabelled()) == array.ctypes.data
 
 
 def test_unsupported_parameter_type_is_named() -> None:

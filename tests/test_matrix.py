@@ -14,7 +14,11 @@ from buildsys.errors import MatrixError
 from buildsys.matrix import load_matrix
 from kernelpack.targets import AMD_FAMILIES
 
-DEFAULT_AMD = ["gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "gfx1200", "gfx1201"]
+DEFAULT_AMD = [
+    *("gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "gfx1200"),
+    *("gfx1201", "gfx9-generic", "gfx9-4-generic", "gfx10-1-generic", "gfx10-3-generic"),
+    *("gfx11-generic", "gfx12-generic"),
+]
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -114,3 +118,39 @@ def test_select_targets_for_a_shard() -> None:
     assert [t.target for t in matrix.targets] == ["gfx942", "gfx1200", "gfx1201"]
     with pytest.raises(MatrixError, match="gfx943: unknown AMD target; did you mean gfx942"):
         load_matrix().select(["gfx943"])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[amd]\ntargets = " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
+        ("[amd]\ntargets = " + "[" * 300 + '"gfx90a"' + "]" * 300 + "\n", "got [[[...]]]"),
+        (f'[amd]\ntargets = ["gfx{"1" * 1_000_000}"]\n', "(1000003 characters): not a target"),
+        (f'[nvidia]\ntargets = ["sm_{"9" * 1_000_000}"]\n', "(1000003 characters): not a target"),
+        (
+            f'[amd]\ntargets = [["{"x" * 1_000_000}"], 1, 2, 3, 4, 5, 6]\n',
+            "x'], 1, 2, 3, ...]",
+        ),
+        (f"[{'t' * 1_000_000}]\n", "unknown table [ttttt"),
+    ],
+    ids=[
+        "nested 100,000 deep",
+        "nested 300 deep",
+        "1 MB AMD name",
+        "1 MB NVIDIA name",
+        "1 MB value in a list",
+        "1 MB table name",
+    ],
+)
+def test_hostile_matrix_is_one_short_line(tmp_path: Path, text: str, message: str) -> None:
+    """Refused before the did-you-mean search (108 s for a 1 MB name), echoed shortened."""
+    path = _write(tmp_path, text)
+    result = _buildsys("matrix", "--matrix", str(path))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+    assert len(result.stderr) < len(str(path)) + 250
+
+
+def test_long_target_on_the_command_line_is_refused() -> None:
+    with pytest.raises(MatrixError, match=r"--targets: gfx11111.*not a target name"):
+        load_matrix().select(["gfx" + "1" * 100_000])

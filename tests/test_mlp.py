@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from kernelpack import mlp
+from kernelpack.errors import UsageError
 
 DTYPES = ["float32", "float16", "bfloat16"]
 # Largest relative error allowed. float32 is computed with the fast exp and reciprocal (a few ulp);
@@ -73,39 +74,39 @@ def rows_of(cols: int) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize(
     ("call", "error", "argument"),
     [
-        (lambda: mlp.swiglu([1.0], f32(1)), TypeError, "gate"),
-        (lambda: mlp.swiglu(f32(4), np.zeros(4, np.int32)), TypeError, "up"),
-        (lambda: mlp.swiglu(np.zeros(4), f32(4)), TypeError, "gate"),
-        (lambda: mlp.swiglu(f32(4), np.zeros(4, np.float16)), TypeError, "up"),
-        (lambda: mlp.swiglu(f32(4), f32(5)), ValueError, "up"),
-        (lambda: mlp.swiglu(f32(4), f32(4), out=f32(4, 1)), ValueError, "out"),
-        (lambda: mlp.swiglu(f32(4), f32(4), out=np.zeros(4, np.float16)), TypeError, "out"),
-        (lambda: mlp.swiglu(f32(4), f32(4), out="out"), TypeError, "out"),
-        (lambda: mlp.silu_and_mul(f32(3, 5)), ValueError, "x"),
-        (lambda: mlp.silu_and_mul(np.float32(1.0)), TypeError, "x"),
-        (lambda: mlp.silu_and_mul(f32(3, 4), out=f32(3, 4)), ValueError, "out"),
-        (lambda: mlp.rms_norm(f32(2, 8), f32(7)), ValueError, "weight"),
-        (lambda: mlp.rms_norm(f32(2, 8), f32(2, 8)), ValueError, "weight"),
-        (lambda: mlp.rms_norm(f32(2, 8), np.zeros(8, np.float16)), TypeError, "weight"),
-        (lambda: mlp.rms_norm(np.zeros((), np.float32), f32(1)), ValueError, "x"),
-        (lambda: mlp.rms_norm(*rows_of(2**30 + 1)), ValueError, "x"),
+        (lambda: mlp.swiglu([1.0], f32(1)), UsageError, "gate"),
+        (lambda: mlp.swiglu(f32(4), np.zeros(4, np.int32)), UsageError, "up"),
+        (lambda: mlp.swiglu(np.zeros(4), f32(4)), UsageError, "gate"),
+        (lambda: mlp.swiglu(f32(4), np.zeros(4, np.float16)), UsageError, "up"),
+        (lambda: mlp.swiglu(f32(4), f32(5)), UsageError, "up"),
+        (lambda: mlp.swiglu(f32(4), f32(4), out=f32(4, 1)), UsageError, "out"),
+        (lambda: mlp.swiglu(f32(4), f32(4), out=np.zeros(4, np.float16)), UsageError, "out"),
+        (lambda: mlp.swiglu(f32(4), f32(4), out="out"), UsageError, "out"),
+        (lambda: mlp.silu_and_mul(f32(3, 5)), UsageError, "x"),
+        (lambda: mlp.silu_and_mul(np.float32(1.0)), UsageError, "x"),
+        (lambda: mlp.silu_and_mul(f32(3, 4), out=f32(3, 4)), UsageError, "out"),
+        (lambda: mlp.rms_norm(f32(2, 8), f32(7)), UsageError, "weight"),
+        (lambda: mlp.rms_norm(f32(2, 8), f32(2, 8)), UsageError, "weight"),
+        (lambda: mlp.rms_norm(f32(2, 8), np.zeros(8, np.float16)), UsageError, "weight"),
+        (lambda: mlp.rms_norm(np.zeros((), np.float32), f32(1)), UsageError, "x"),
+        (lambda: mlp.rms_norm(*rows_of(2**30 + 1)), UsageError, "x"),
         (
             lambda: mlp.fused_add_rms_norm(*rows_of(2**30 + 1), rows_of(2**30 + 1)[1]),
-            ValueError,
+            UsageError,
             "x",
         ),
-        (lambda: mlp.rms_norm(f32(2, 8), f32(8), eps=-1.0), ValueError, "eps"),
-        (lambda: mlp.rms_norm(f32(2, 8), f32(8), eps=math.nan), ValueError, "eps"),
-        (lambda: mlp.rms_norm(f32(2, 8), f32(8), eps="1e-6"), TypeError, "eps"),
-        (lambda: mlp.rms_norm(f32(2, 8), f32(8), out=f32(2, 9)), ValueError, "out"),
-        (lambda: mlp.fused_add_rms_norm(f32(2, 8), f32(2, 9), f32(8)), ValueError, "residual"),
-        (lambda: mlp.fused_add_rms_norm(f32(2, 8), f32(2, 8), f32(9)), ValueError, "weight"),
+        (lambda: mlp.rms_norm(f32(2, 8), f32(8), eps=-1.0), UsageError, "eps"),
+        (lambda: mlp.rms_norm(f32(2, 8), f32(8), eps=math.nan), UsageError, "eps"),
+        (lambda: mlp.rms_norm(f32(2, 8), f32(8), eps="1e-6"), UsageError, "eps"),
+        (lambda: mlp.rms_norm(f32(2, 8), f32(8), out=f32(2, 9)), UsageError, "out"),
+        (lambda: mlp.fused_add_rms_norm(f32(2, 8), f32(2, 9), f32(8)), UsageError, "residual"),
+        (lambda: mlp.fused_add_rms_norm(f32(2, 8), f32(2, 8), f32(9)), UsageError, "weight"),
         (
             lambda: mlp.fused_add_rms_norm(f32(2, 8), np.zeros((2, 8), np.float16), f32(8)),
-            TypeError,
+            UsageError,
             "residual",
         ),
-        (lambda: mlp.fused_add_rms_norm(f32(2, 8), f32(2, 8), f32(8), eps=True), TypeError, "eps"),
+        (lambda: mlp.fused_add_rms_norm(f32(2, 8), f32(2, 8), f32(8), eps=True), UsageError, "eps"),
     ],
 )
 def test_bad_arguments_name_the_argument(
@@ -119,11 +120,11 @@ def test_bad_arguments_name_the_argument(
 def test_in_place_op_refuses_read_only_numpy_arrays() -> None:
     x = f32(2, 8)
     x.flags.writeable = False
-    with pytest.raises(ValueError, match=r"^x: .*read-only"):
+    with pytest.raises(UsageError, match=r"^x: .*read-only"):
         mlp.fused_add_rms_norm(x, f32(2, 8), f32(8))
     out = f32(4)
     out.flags.writeable = False
-    with pytest.raises(ValueError, match=r"^out: .*read-only"):
+    with pytest.raises(UsageError, match=r"^out: .*read-only"):
         mlp.swiglu(f32(4), f32(4), out=out)
 
 
@@ -311,7 +312,7 @@ def test_row_kernels_are_right_on_any_geometry(
     x = randn(torch_rng, (rows, cols), dtype)
     weight = randn(torch_rng, (cols,), dtype)
     buffer, out = poisoned(torch_rng, (rows, cols), dtype)
-    mlp._kernel(0, f"rms_norm_{suffix}").launch(
+    mlp._kernel("cuda:0", f"rms_norm_{suffix}").launch(
         grid, (threads, per_block), x.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, cols,
         EPS, stream=stream,
     )  # fmt: skip
@@ -321,9 +322,9 @@ def test_row_kernels_are_right_on_any_geometry(
 
     residual = randn(torch_rng, (rows, cols), dtype)
     stored_sum = (x.double() + residual.double()).to(x.dtype)
-    mlp._kernel(0, f"fused_add_rms_norm_{suffix}").launch(
-        grid, (threads, per_block), x.data_ptr(), residual.data_ptr(), weight.data_ptr(), rows,
-        cols, EPS, stream=stream,
+    mlp._kernel("cuda:0", f"add_rms_norm_{suffix}").launch(
+        grid, (threads, per_block), x.data_ptr(), residual.data_ptr(), weight.data_ptr(),
+        x.data_ptr(), residual.data_ptr(), rows, cols, EPS, stream=stream,
     )  # fmt: skip
     what = f"fused_add_rms_norm {rows}x{cols} grid {grid} block {threads}x{per_block}"
     assert_close(torch_rng, residual, stored_sum.double(), dtype, what + " residual")
@@ -352,11 +353,11 @@ def test_runs_on_the_callers_current_stream(torch_rng: Any) -> None:
 def test_gpu_argument_checks(torch_rng: Any) -> None:
     torch = torch_rng[0]
     x = randn(torch_rng, (4, 8), "float32")
-    with pytest.raises(ValueError, match=r"^x: must be C-contiguous"):
+    with pytest.raises(UsageError, match=r"^x: must be C-contiguous"):
         mlp.rms_norm(x.t(), randn(torch_rng, (4,), "float32"))
-    with pytest.raises(ValueError, match=r"^weight: a torch tensor on cpu"):
+    with pytest.raises(UsageError, match=r"^weight: a torch tensor on cpu"):
         mlp.rms_norm(x, torch.ones(8))
-    with pytest.raises(TypeError, match=r"^up: gate is a GPU array"):
+    with pytest.raises(UsageError, match=r"^up: gate is a GPU array"):
         mlp.swiglu(x, np.zeros((4, 8), np.float32))
 
 

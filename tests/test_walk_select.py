@@ -150,3 +150,38 @@ def test_request_is_checked(change: dict[str, object], message: str) -> None:
                                     "depth1": 1, "depth2": 3, "target": 0.0, **change}  # fmt: skip
     with pytest.raises(ValueError, match=message):
         run_numpy(program, **arguments)  # type: ignore[arg-type]
+
+
+def test_bounds_decide_positions_only_when_safe() -> None:
+    """positions_fit (the GPU's check of inputs that stay on the device, and the host's fast
+    path) never passes a batch that the walk-by-walk check refuses; axis_bounds and
+    ranges_from_bounds agree with plain minima and maxima."""
+    from kernelpack.walk.inputs import (
+        axis_bounds,
+        check_positions,
+        positions_fit,
+        ranges_from_bounds,
+    )
+
+    rng, seed = fresh_rng()
+    checked = fits = 0
+    for _ in range(300):
+        scale = 2 ** int(rng.integers(1, 63))
+        shifts = rng.integers(-scale, scale, (int(rng.integers(1, 6)), 2))
+        reach = 2 ** int(rng.integers(1, 50))
+        dirs = rng.integers(-reach, reach, shifts.shape)
+        depth = int(rng.integers(1, 2**22))
+        bounds = axis_bounds(shifts, dirs)
+        assert bounds.tolist() == [shifts.min(0).tolist(), shifts.max(0).tolist(),
+                                   dirs.min(0).tolist(), dirs.max(0).tolist()]  # fmt: skip
+        if positions_fit(bounds, depth):
+            fits += 1
+            check_positions(shifts, dirs, depth)  # must not raise
+            # the ranges matter below 2^52 (float_registers_exact), where float64 is exact
+            far = shifts + (depth - 1) * dirs
+            if np.abs(np.concatenate([shifts, far])).max() < 2**52:
+                low, high = ranges_from_bounds(bounds, depth - 1)
+                assert np.all(low <= np.minimum(shifts, far).min(0))
+                assert np.all(high >= np.maximum(shifts, far).max(0))
+        checked += 1
+    assert 0 < fits < checked, f"seed {seed}: {fits} of {checked} fit"

@@ -161,3 +161,61 @@ def test_a_changed_spec_is_refused_for_an_existing_folder(tmp_path: Path) -> Non
     assert "holds a sweep of another spec" in done.stderr
     missing = sweep("top", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "no sweep results here" in missing.stderr
+
+
+def test_a_failed_shard_is_retried_on_another_worker_and_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard whose first attempt fails (as a GPU error would) is reported, submitted again
+    away from the worker where it failed, and recorded once with its two attempts."""
+    distributed = pytest.importorskip("distributed")
+    from kernelpack.sweep import engine
+    from kernelpack.sweep.store import Store
+
+    real = engine.run_shard
+    attempts_file = tmp_path / "shard-1-workers"  # a file: Dask may copy the task's closure
+
+    def flaky(spec_json: str, shard: int, backend: str) -> tuple[str, object, str]:
+        status, payload, worker = real(spec_json, shard, backend)
+        if shard == 1:
+            first = not attempts_file.exists()
+            with attempts_file.open("a") as record:
+                record.write(worker + "\n")
+            if first:
+                return "failed", "CUDA_ERROR_ILLEGAL_ADDRESS (injected)", worker
+        return status, payload, worker
+
+    monkeypatch.setattr(engine, "run_shard", flaky)
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(SPEC.replace("shard_walks = 96", "shard_walks = 300"))
+    spec = load_spec(spec_path)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:  # fmt: skip
+        store = Store.open(tmp_path / "out", spec)
+        options = engine.EngineOptions("numpy", scheduler=cluster.scheduler_address)
+        summary = engine.run_sweep(spec, store, options)
+        attempts = dict(store.db.execute("SELECT shard, attempts FROM shards").fetchall())
+        store.close()
+    ran_on = attempts_file.read_text().split()
+    assert summary["shards_done"] == spec.shards == 5
+    assert summary["failures"] == [
+        f"shard 1 failed on {ran_on[0]}: CUDA_ERROR_ILLEGAL_ADDRESS (injected)"
+    ]
+    assert len(ran_on) == 2 and ran_on[1] != ran_on[0]
+    assert attempts == {0: 1, 1: 2, 2: 1, 3: 1, 4: 1}
+
+
+def test_walks_are_the_product_of_the_ranges_in_order(tmp_path: Path) -> None:
+    """walk_arrays numbers the walks as itertools.product of the ranges does, shard by shard."""
+    import itertools
+
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(SPEC.replace("shifts = [[1, 12], [1, 10]]", "shifts = [[-2, 1], [3, 5]]")
+                         .replace("dirs = [[1, 3], [1, 4]]", "dirs = [[1, 2], [-3, -1]]"))  # fmt: skip
+    spec = load_spec(spec_path)
+    rows = list(itertools.product(range(-2, 2), range(3, 6), range(1, 3), range(-3, 0)))
+    assert spec.walks == len(rows) == 72 and spec.shards == 1
+    for start, stop in ((0, 72), (7, 19), (71, 72)):
+        shifts, dirs = spec.walk_arrays(start, stop)
+        assert shifts.flags.c_contiguous and dirs.flags.c_contiguous
+        assert np.hstack([shifts, dirs]).tolist() == [list(r) for r in rows[start:stop]]

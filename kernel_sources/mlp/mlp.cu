@@ -1,4 +1,4 @@
-// The MLP kernels of LLaMA-style transformer blocks: SwiGLU and RMSNorm.
+// The MLP kernels of LLaMA-style transformer blocks: SwiGLU and RMSNorm, forward and backward.
 //
 // Every kernel exists for float32, float16 and bfloat16 (suffix _f32, _f16, _bf16); arithmetic is
 // in float32 whatever the storage type. All of them are bound by memory bandwidth, so the work is
@@ -8,11 +8,19 @@
 // RMSNorm, whose rows are at most 2**30 elements).
 //
 // Launch geometry (chosen by kernelpack.mlp; any grid gives the right answer, the loops stride):
-//   swiglu_*                 1-D grid over the elements, blocks of kElementwiseBlockThreads.
-//   silu_and_mul_*           grid.x over the columns of the output, grid.y over the rows; blocks
+//   swiglu_*, swiglu_backward_*, rms_norm_weight_grad_*
+//                            1-D grid over the elements, blocks of kElementwiseBlockThreads.
+//   silu_and_mul_*, silu_and_mul_backward_*
+//                            grid.x over the columns of the output, grid.y over the rows; blocks
 //                            of at most kElementwiseBlockThreads.
-//   rms_norm_*, fused_add_*  blockDim.x threads per row (a power of two), blockDim.y rows per
+//   rms_norm_*, add_rms_norm_*
+//                            blockDim.x threads per row (a power of two), blockDim.y rows per
 //                            block, at most kRowBlockThreads threads; grid-stride over the rows.
+//   rms_norm_backward_*      blockDim.x threads per row (a power of two, at least a wavefront),
+//                            one row a block at a time; the grid sets the rows of `partial`.
+//
+// Backward kernels: the gradients of each forward op, in float32 arithmetic; the weight gradient
+// of RMSNorm is reduced deterministically (per-block partial sums, then a fixed-order sum).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -200,13 +208,14 @@ constexpr int kCachedChunks = 4;
 constexpr int kRowBlockThreads = 512;
 
 // One row of RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight. With kAddResidual, x first becomes
-// x + residual, rounded to T and stored to residual; the norm is taken of that stored value and
-// written over x (out == x). Every thread of the block takes part: a thread past the last row
+// x + residual, rounded to T and stored to residual_out; the norm is taken of that stored value.
+// In place (fused_add_rms_norm) out is x and residual_out is residual: each element is read by
+// the thread that later writes it, so the aliasing is safe. Every thread of the block takes part: a thread past the last row
 // passes chunks = 0, loads and stores nothing, and only joins the reduction.
 template <typename Access, bool kAddResidual, typename T>
-__device__ __forceinline__ void rms_norm_row(const T* x, T* residual, const T* weight, T* out,
-                                             int chunks, long long cols, float eps,
-                                             float* slots) {
+__device__ __forceinline__ void rms_norm_row(const T* x, const T* residual, T* residual_out,
+                                             const T* weight, T* out, int chunks, long long cols,
+                                             float eps, float* slots) {
   using Raw = typename Access::Raw;
   constexpr int kWidth = Access::kWidth;
   // Indices inside a row are 32-bit (the host refuses rows longer than 2**30 elements, so i +
@@ -246,7 +255,7 @@ __device__ __forceinline__ void rms_norm_row(const T* x, T* residual, const T* w
           v[k] += r[k];
         }
         values[c] = Access::pack(v);
-        Access::store(residual, i, values[c]);
+        Access::store(residual_out, i, values[c]);
         Access::unpack(values[c], v);  // the sum as stored, rounded to T
       }
 #pragma unroll
@@ -268,7 +277,7 @@ __device__ __forceinline__ void rms_norm_row(const T* x, T* residual, const T* w
         v[k] += r[k];
       }
       raw = Access::pack(v);
-      Access::store(residual, i, raw);
+      Access::store(residual_out, i, raw);
       Access::unpack(raw, v);
     }
 #pragma unroll
@@ -297,7 +306,7 @@ __device__ __forceinline__ void rms_norm_row(const T* x, T* residual, const T* w
       Access::store(out, i, Access::pack(v));
     }
   }
-  const T* source = kAddResidual ? residual : x;
+  const T* source = kAddResidual ? residual_out : x;
   for (int i = static_cast<int>(threadIdx.x) + kCachedChunks * stride; i < chunks; i += stride) {
     float v[kWidth];
     float w[kWidth];
@@ -312,12 +321,15 @@ __device__ __forceinline__ void rms_norm_row(const T* x, T* residual, const T* w
 }
 
 template <bool kAddResidual, typename T>
-__device__ __forceinline__ void rms_norm(const T* x, T* residual, const T* weight, T* out,
-                                         long long rows, long long cols, float eps) {
+__device__ __forceinline__ void rms_norm(const T* x, const T* residual, T* residual_out,
+                                         const T* weight, T* out, long long rows, long long cols,
+                                         float eps) {
   __shared__ float slots[kp::kMaxBlockThreads];
   constexpr int kWidth = VectorAccess<T>::kWidth;
-  const bool vectors = vector_aligned(x) && vector_aligned(weight) && vector_aligned(out) &&
-                       (!kAddResidual || vector_aligned(residual)) && cols % kWidth == 0;
+  const bool vectors =
+      vector_aligned(x) && vector_aligned(weight) && vector_aligned(out) &&
+      (!kAddResidual || (vector_aligned(residual) && vector_aligned(residual_out))) &&
+      cols % kWidth == 0;
   const long long step = static_cast<long long>(gridDim.x) * blockDim.y;
   // The loop bound is the block's first row, the same for all its threads, so the whole block
   // meets every barrier of the reduction even where its last rows lie past the end.
@@ -326,16 +338,301 @@ __device__ __forceinline__ void rms_norm(const T* x, T* residual, const T* weigh
     const long long row = first + threadIdx.y;
     const bool here = row < rows;
     const long long offset = here ? row * cols : 0;
-    T* residual_row = kAddResidual ? residual + offset : nullptr;
+    const T* residual_row = kAddResidual ? residual + offset : nullptr;
+    T* residual_out_row = kAddResidual ? residual_out + offset : nullptr;
     if (vectors) {
-      rms_norm_row<VectorAccess<T>, kAddResidual>(x + offset, residual_row, weight, out + offset,
-                                                  here ? static_cast<int>(cols / kWidth) : 0,
-                                                  cols, eps, slots);
+      rms_norm_row<VectorAccess<T>, kAddResidual>(
+          x + offset, residual_row, residual_out_row, weight, out + offset,
+          here ? static_cast<int>(cols / kWidth) : 0, cols, eps, slots);
     } else {
-      rms_norm_row<ScalarAccess<T>, kAddResidual>(x + offset, residual_row, weight, out + offset,
+      rms_norm_row<ScalarAccess<T>, kAddResidual>(x + offset, residual_row, residual_out_row,
+                                                  weight, out + offset,
                                                   here ? static_cast<int>(cols) : 0, cols, eps,
                                                   slots);
     }
+  }
+}
+
+// ---- backward ---------------------------------------------------------------------------------
+
+// d/dg and d/du of silu(g) * u, times the incoming gradient dy: with s = sigmoid(g),
+// d_up = dy * g * s and d_gate = dy * u * s * (1 + g * (1 - s)). The same fast reciprocal as the
+// forward; for g below about -87 it gives s = 0 and both gradients are signed zeros.
+__device__ __forceinline__ void silu_mul_grads(float gate, float up, float dy, float& d_gate,
+                                               float& d_up) {
+  const float sigmoid = __fdividef(1.0f, 1.0f + __expf(-gate));
+  d_up = dy * gate * sigmoid;
+  d_gate = dy * up * sigmoid * (1.0f + gate * (1.0f - sigmoid));
+}
+
+template <typename Access, typename T>
+__device__ __forceinline__ void silu_mul_backward_chunks(const T* gate, const T* up, const T* grad,
+                                                         T* grad_gate, T* grad_up,
+                                                         long long end) {
+  constexpr int kWidth = Access::kWidth;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < end;
+       i += stride) {
+    float g[kWidth];
+    float u[kWidth];
+    float dy[kWidth];
+    Access::unpack(Access::load(gate, i), g);
+    Access::unpack(Access::load(up, i), u);
+    Access::unpack(Access::load(grad, i), dy);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      float d_gate;
+      float d_up;
+      silu_mul_grads(g[k], u[k], dy[k], d_gate, d_up);
+      g[k] = d_gate;
+      u[k] = d_up;
+    }
+    Access::store(grad_gate, i, Access::pack(g));
+    Access::store(grad_up, i, Access::pack(u));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void swiglu_backward(const T* gate, const T* up, const T* grad,
+                                                T* grad_gate, T* grad_up, long long n) {
+  long long done = 0;
+  if (vector_aligned(gate) && vector_aligned(up) && vector_aligned(grad) &&
+      vector_aligned(grad_gate) && vector_aligned(grad_up)) {
+    constexpr int kWidth = VectorAccess<T>::kWidth;
+    silu_mul_backward_chunks<VectorAccess<T>>(gate, up, grad, grad_gate, grad_up, n / kWidth);
+    done = n / kWidth * kWidth;
+  }
+  silu_mul_backward_chunks<ScalarAccess<T>>(gate + done, up + done, grad + done,
+                                            grad_gate + done, grad_up + done, n - done);
+}
+
+// x and grad_x are [rows, 2 * cols] (gate then up), grad is [rows, cols].
+template <typename Access, typename T>
+__device__ __forceinline__ void silu_and_mul_backward_rows(const T* x, const T* grad, T* grad_x,
+                                                           long long rows, long long cols) {
+  const long long chunks = cols / Access::kWidth;
+  for (long long row = blockIdx.y; row < rows; row += gridDim.y) {
+    const T* gate = x + row * 2 * cols;
+    T* grad_gate = grad_x + row * 2 * cols;
+    silu_mul_backward_chunks<Access>(gate, gate + cols, grad + row * cols, grad_gate,
+                                     grad_gate + cols, chunks);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void silu_and_mul_backward(const T* x, const T* grad, T* grad_x,
+                                                      long long rows, long long cols) {
+  if (vector_aligned(x) && vector_aligned(grad) && vector_aligned(grad_x) &&
+      cols % VectorAccess<T>::kWidth == 0) {
+    silu_and_mul_backward_rows<VectorAccess<T>>(x, grad, grad_x, rows, cols);
+  } else {
+    silu_and_mul_backward_rows<ScalarAccess<T>>(x, grad, grad_x, rows, cols);
+  }
+}
+
+// RMSNorm backward, y = x * r * w with r = 1 / sqrt(mean(x^2) + eps):
+//   grad_x = r * w * dy - x * r^3 * mean(dy * w * x)   (+ grad_extra, the gradient that reaches
+//            the same input another way: the residual stream of add_rms_norm)
+//   grad_w = sum over rows of dy * x * r
+// One row at a time per block (blockDim.x threads, blockDim.y == 1), the blocks striding over the
+// rows in a fixed order. The weight gradient is deterministic: each block sums its rows into
+// registers (the cached chunks) or into its own row of `partial` (the rest of a long row, which
+// only this thread touches), then writes that row of float32 partial sums; a second kernel adds
+// the rows of `partial` in order. No atomics, so every run gives the same bits.
+// Elements of a row each thread of the backward kernel keeps in registers (x, dy, the weight and
+// the weight gradient's running sums): 16 whatever the dtype, which fits 128 registers without
+// spills (measured with ptxas for sm_90: 32 16-bit elements spill). The host gives a row enough
+// threads for rows up to 16 * kRowBlockThreads = 8192 elements; longer rows go through memory.
+constexpr int kBackwardCachedElements = 16;
+
+template <typename Access, bool kExtra, typename T>
+__device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weight, const T* grad,
+                                                       const T* grad_extra, T* grad_x,
+                                                       T* grad_x_copy, float* partial,
+                                                       long long rows, long long cols,
+                                                       float eps, float* slots) {
+  using Raw = typename Access::Raw;
+  constexpr int kWidth = Access::kWidth;
+  // The scalar path (misaligned arrays) caches 4 elements: more spill, and it is the slow path.
+  constexpr int kCached = kWidth == 1 ? 4 : kBackwardCachedElements / kWidth;
+  const int stride = static_cast<int>(blockDim.x);
+  const int chunks = static_cast<int>(cols / kWidth);
+  float* partial_row = partial + static_cast<long long>(blockIdx.x) * cols;
+  // The weights of the cached chunks are the same for every row: loaded once.
+  Raw weights[kCached];
+  float sums[kCached][kWidth];
+#pragma unroll
+  for (int c = 0; c < kCached; ++c) {
+    const int i = static_cast<int>(threadIdx.x) + c * stride;
+    if (i < chunks) {
+      weights[c] = Access::load(weight, i);
+    }
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      sums[c][k] = 0.0f;
+    }
+  }
+  const float inverse_cols = 1.0f / static_cast<float>(cols);
+  bool first_row = true;
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const long long offset = row * cols;
+    const T* x_row = x + offset;
+    const T* grad_row = grad + offset;
+    Raw values[kCached];
+    Raw grads[kCached];
+#pragma unroll
+    for (int c = 0; c < kCached; ++c) {
+      const int i = static_cast<int>(threadIdx.x) + c * stride;
+      if (i < chunks) {
+        values[c] = Access::load(x_row, i);
+        grads[c] = Access::load(grad_row, i);
+      }
+    }
+    float sum_squares = 0.0f;
+    float sum_dot = 0.0f;  // sum of dy * w * x
+#pragma unroll
+    for (int c = 0; c < kCached; ++c) {
+      const int i = static_cast<int>(threadIdx.x) + c * stride;
+      if (i < chunks) {
+        float v[kWidth];
+        float g[kWidth];
+        float w[kWidth];
+        Access::unpack(values[c], v);
+        Access::unpack(grads[c], g);
+        Access::unpack(weights[c], w);
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) {
+          sum_squares += v[k] * v[k];
+          sum_dot += g[k] * w[k] * v[k];
+        }
+      }
+    }
+    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks;
+         i += stride) {
+      float v[kWidth];
+      float g[kWidth];
+      float w[kWidth];
+      Access::unpack(Access::load(x_row, i), v);
+      Access::unpack(Access::load(grad_row, i), g);
+      Access::unpack(Access::load(weight, i), w);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        sum_squares += v[k] * v[k];
+        sum_dot += g[k] * w[k] * v[k];
+      }
+    }
+    sum_squares = kp::row_sum(sum_squares, slots);
+    sum_dot = kp::row_sum(sum_dot, slots);
+    const float scale = rsqrtf(sum_squares * inverse_cols + eps);
+    const float correction = sum_dot * scale * scale * scale * inverse_cols;
+
+#pragma unroll
+    for (int c = 0; c < kCached; ++c) {
+      const int i = static_cast<int>(threadIdx.x) + c * stride;
+      if (i < chunks) {
+        float v[kWidth];
+        float g[kWidth];
+        float w[kWidth];
+        float e[kWidth];
+        Access::unpack(values[c], v);
+        Access::unpack(grads[c], g);
+        Access::unpack(weights[c], w);
+        if constexpr (kExtra) {
+          Access::unpack(Access::load(grad_extra + offset, i), e);
+        }
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) {
+          sums[c][k] += g[k] * v[k] * scale;
+          const float d = scale * w[k] * g[k] - v[k] * correction;
+          v[k] = kExtra ? d + e[k] : d;
+        }
+        const Raw out = Access::pack(v);
+        Access::store(grad_x + offset, i, out);
+        if (grad_x_copy != nullptr) {
+          Access::store(grad_x_copy + offset, i, out);
+        }
+      }
+    }
+    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks;
+         i += stride) {
+      float v[kWidth];
+      float g[kWidth];
+      float w[kWidth];
+      float e[kWidth];
+      Access::unpack(Access::load(x_row, i), v);
+      Access::unpack(Access::load(grad_row, i), g);
+      Access::unpack(Access::load(weight, i), w);
+      if constexpr (kExtra) {
+        Access::unpack(Access::load(grad_extra + offset, i), e);
+      }
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        const float contribution = g[k] * v[k] * scale;
+        float& slot = partial_row[static_cast<long long>(i) * kWidth + k];
+        slot = first_row ? contribution : slot + contribution;
+        const float d = scale * w[k] * g[k] - v[k] * correction;
+        v[k] = kExtra ? d + e[k] : d;
+      }
+      const Raw out = Access::pack(v);
+      Access::store(grad_x + offset, i, out);
+      if (grad_x_copy != nullptr) {
+        Access::store(grad_x_copy + offset, i, out);
+      }
+    }
+    first_row = false;
+  }
+#pragma unroll
+  for (int c = 0; c < kCached; ++c) {
+    const int i = static_cast<int>(threadIdx.x) + c * stride;
+    if (i < chunks) {
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        partial_row[static_cast<long long>(i) * kWidth + k] = sums[c][k];
+      }
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void rms_norm_backward(const T* x, const T* weight, const T* grad,
+                                                  const T* grad_extra, T* grad_x, T* grad_x_copy,
+                                                  float* partial, long long rows, long long cols,
+                                                  float eps) {
+  __shared__ float slots[kp::kMaxBlockThreads];
+  constexpr int kWidth = VectorAccess<T>::kWidth;
+  const bool vectors = vector_aligned(x) && vector_aligned(weight) && vector_aligned(grad) &&
+                       vector_aligned(grad_extra) && vector_aligned(grad_x) &&
+                       vector_aligned(grad_x_copy) && cols % kWidth == 0;
+  if (vectors) {
+    if (grad_extra != nullptr) {
+      rms_norm_backward_rows<VectorAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
+                                                    grad_x_copy, partial, rows, cols, eps, slots);
+    } else {
+      rms_norm_backward_rows<VectorAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
+                                                     grad_x_copy, partial, rows, cols, eps, slots);
+    }
+  } else if (grad_extra != nullptr) {
+    rms_norm_backward_rows<ScalarAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
+                                                  grad_x_copy, partial, rows, cols, eps, slots);
+  } else {
+    rms_norm_backward_rows<ScalarAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
+                                                   grad_x_copy, partial, rows, cols, eps, slots);
+  }
+}
+
+// grad_weight[j] = the sum over b of partial[b][j], b in order: the same bits every run.
+template <typename T>
+__device__ __forceinline__ void rms_norm_weight_grad(const float* partial, T* grad_weight,
+                                                     long long blocks, long long cols) {
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
+       j += stride) {
+    float sum = 0.0f;
+    for (long long b = 0; b < blocks; ++b) {
+      sum += partial[b * cols + j];
+    }
+    const float in[1] = {sum};
+    ScalarAccess<T>::store(grad_weight, j, ScalarAccess<T>::pack(in));
   }
 }
 
@@ -376,36 +673,122 @@ extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
 extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
     rms_norm_f32(const float* x, const float* weight, float* out, long long rows, long long cols,
                  float eps) {
-  rms_norm<false>(x, static_cast<float*>(nullptr), weight, out, rows, cols, eps);
+  rms_norm<false>(x, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), weight, out,
+                  rows, cols, eps);
 }
 
 extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
-    rms_norm_f16(const __half* x, const __half* weight, __half* out, long long rows,
-                 long long cols, float eps) {
-  rms_norm<false>(x, static_cast<__half*>(nullptr), weight, out, rows, cols, eps);
+    rms_norm_f16(const __half* x, const __half* weight, __half* out, long long rows, long long cols,
+                 float eps) {
+  rms_norm<false>(x, static_cast<const __half*>(nullptr), static_cast<__half*>(nullptr), weight, out,
+                  rows, cols, eps);
 }
 
 extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
-    rms_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight, __nv_bfloat16* out,
-                  long long rows, long long cols, float eps) {
-  rms_norm<false>(x, static_cast<__nv_bfloat16*>(nullptr), weight, out, rows, cols, eps);
+    rms_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight, __nv_bfloat16* out, long long rows, long long cols,
+                 float eps) {
+  rms_norm<false>(x, static_cast<const __nv_bfloat16*>(nullptr), static_cast<__nv_bfloat16*>(nullptr), weight, out,
+                  rows, cols, eps);
 }
 
+// residual_out = x + residual, out = rms_norm(residual_out); fused_add_rms_norm passes out = x
+// and residual_out = residual (in place).
 extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
-    fused_add_rms_norm_f32(float* x, float* residual, const float* weight, long long rows,
-                           long long cols, float eps) {
-  rms_norm<true>(x, residual, weight, x, rows, cols, eps);
+    add_rms_norm_f32(const float* x, const float* residual, const float* weight, float* out,
+                     float* residual_out, long long rows, long long cols, float eps) {
+  rms_norm<true>(x, residual, residual_out, weight, out, rows, cols, eps);
 }
 
+// residual_out = x + residual, out = rms_norm(residual_out); fused_add_rms_norm passes out = x
+// and residual_out = residual (in place).
 extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
-    fused_add_rms_norm_f16(__half* x, __half* residual, const __half* weight, long long rows,
-                           long long cols, float eps) {
-  rms_norm<true>(x, residual, weight, x, rows, cols, eps);
+    add_rms_norm_f16(const __half* x, const __half* residual, const __half* weight, __half* out,
+                     __half* residual_out, long long rows, long long cols, float eps) {
+  rms_norm<true>(x, residual, residual_out, weight, out, rows, cols, eps);
 }
 
+// residual_out = x + residual, out = rms_norm(residual_out); fused_add_rms_norm passes out = x
+// and residual_out = residual (in place).
 extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
-    fused_add_rms_norm_bf16(__nv_bfloat16* x, __nv_bfloat16* residual,
-                            const __nv_bfloat16* weight, long long rows, long long cols,
-                            float eps) {
-  rms_norm<true>(x, residual, weight, x, rows, cols, eps);
+    add_rms_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* residual, const __nv_bfloat16* weight, __nv_bfloat16* out,
+                     __nv_bfloat16* residual_out, long long rows, long long cols, float eps) {
+  rms_norm<true>(x, residual, residual_out, weight, out, rows, cols, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu_backward_f32(const float* gate, const float* up, const float* grad, float* grad_gate,
+                        float* grad_up, long long n) {
+  swiglu_backward(gate, up, grad, grad_gate, grad_up, n);
+}
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu_backward_f16(const __half* gate, const __half* up, const __half* grad, __half* grad_gate,
+                        __half* grad_up, long long n) {
+  swiglu_backward(gate, up, grad, grad_gate, grad_up, n);
+}
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu_backward_bf16(const __nv_bfloat16* gate, const __nv_bfloat16* up, const __nv_bfloat16* grad, __nv_bfloat16* grad_gate,
+                        __nv_bfloat16* grad_up, long long n) {
+  swiglu_backward(gate, up, grad, grad_gate, grad_up, n);
+}
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_backward_f32(const float* x, const float* grad, float* grad_x, long long rows,
+                              long long cols) {
+  silu_and_mul_backward(x, grad, grad_x, rows, cols);
+}
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_backward_f16(const __half* x, const __half* grad, __half* grad_x, long long rows,
+                              long long cols) {
+  silu_and_mul_backward(x, grad, grad_x, rows, cols);
+}
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_backward_bf16(const __nv_bfloat16* x, const __nv_bfloat16* grad, __nv_bfloat16* grad_x, long long rows,
+                              long long cols) {
+  silu_and_mul_backward(x, grad, grad_x, rows, cols);
+}
+
+// grad_extra and grad_x_copy may be null; partial is float32 [gridDim.x, cols].
+extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
+    rms_norm_backward_f32(const float* x, const float* weight, const float* grad,
+                          const float* grad_extra, float* grad_x, float* grad_x_copy, float* partial,
+                          long long rows, long long cols, float eps) {
+  rms_norm_backward(x, weight, grad, grad_extra, grad_x, grad_x_copy, partial, rows, cols, eps);
+}
+
+// grad_extra and grad_x_copy may be null; partial is float32 [gridDim.x, cols].
+extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
+    rms_norm_backward_f16(const __half* x, const __half* weight, const __half* grad,
+                          const __half* grad_extra, __half* grad_x, __half* grad_x_copy, float* partial,
+                          long long rows, long long cols, float eps) {
+  rms_norm_backward(x, weight, grad, grad_extra, grad_x, grad_x_copy, partial, rows, cols, eps);
+}
+
+// grad_extra and grad_x_copy may be null; partial is float32 [gridDim.x, cols].
+extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
+    rms_norm_backward_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* grad,
+                          const __nv_bfloat16* grad_extra, __nv_bfloat16* grad_x, __nv_bfloat16* grad_x_copy, float* partial,
+                          long long rows, long long cols, float eps) {
+  rms_norm_backward(x, weight, grad, grad_extra, grad_x, grad_x_copy, partial, rows, cols, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    rms_norm_weight_grad_f32(const float* partial, float* grad_weight, long long blocks,
+                             long long cols) {
+  rms_norm_weight_grad(partial, grad_weight, blocks, cols);
+}
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    rms_norm_weight_grad_f16(const float* partial, __half* grad_weight, long long blocks,
+                             long long cols) {
+  rms_norm_weight_grad(partial, grad_weight, blocks, cols);
+}
+
+extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
+    rms_norm_weight_grad_bf16(const float* partial, __nv_bfloat16* grad_weight, long long blocks,
+                             long long cols) {
+  rms_norm_weight_grad(partial, grad_weight, blocks, cols);
 }

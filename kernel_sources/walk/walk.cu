@@ -11,6 +11,8 @@
 //   of two after every step (the exponent kept apart), for the estimates and delta.
 // walk_registers_m*_d* and walk_float_registers_m*_d*: the same two walks for fields whose
 //   entries are polynomials of low degree in n, advanced by finite differences in registers.
+// walk_select_* and walk_bounds: the search's selection (hits and top k by delta, see "Selection
+//   on the device" below) and the per-axis bounds of inputs that stay on the device.
 //
 // The step program arrives as straight-line code written by kernelpack.walk.lower: rows of four
 // 32-bit words (op, dst, a, b) where dst, a and b are byte offsets of "slots" in this block's

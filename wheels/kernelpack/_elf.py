@@ -84,8 +84,9 @@ class Elf:
         self.path = path
         if len(data) < _HEADER.size:
             raise FormatError(path, len(data), f"a {_HEADER.size}-byte ELF header ({what})")
-        (ident, _type, e_machine, _version, _entry, _phoff, shoff, flags, _ehsize, _phentsize,
-         _phnum, shentsize, shnum, shstrndx) = _HEADER.unpack_from(data, 0)  # fmt: skip
+        header = _HEADER.unpack_from(data, 0)
+        ident, e_machine, shoff, flags = header[0], header[2], header[6], header[7]
+        shentsize, shnum, shstrndx = header[11:14]
         if ident[:4] != MAGIC:
             raise FormatError(path, 0, f"the ELF magic ({what})")
         if ident[4] != ELFCLASS64 or ident[5] != ELFDATA2LSB:

@@ -20,6 +20,7 @@ import sys
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Literal
 
 from ._elf import Buffer
@@ -363,13 +364,33 @@ def _decompress(header: CompressedHeader, payload: memoryview, path: str, at: in
     return unpacked
 
 
+def require_zstd() -> None:
+    """Refuse at once where zstd is missing, so that a command needing it (a build that
+    compresses its bundles) fails before its work and not after: Python 3.14 has it built in,
+    older ones need the zstandard package."""
+    if sys.version_info < (3, 14):
+        _zstandard()
+
+
+def _zstandard() -> ModuleType:
+    try:
+        import zstandard
+    except ImportError:
+        raise UsageError(
+            f"the zstandard package is not installed for {sys.executable}, and zstd bundles need "
+            "it before Python 3.14: install it into a virtual environment "
+            "(python3 -m venv .venv && .venv/bin/pip install zstandard) or run the builder "
+            "through nox, which installs it"
+        ) from None
+    return zstandard
+
+
 def _zstd_compress(data: bytes) -> bytes:
     if sys.version_info >= (3, 14):
         from compression import zstd
 
         return zstd.compress(data, level=ZSTD_LEVEL)
-    import zstandard
-
+    zstandard = _zstandard()
     compressed: bytes = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data)
     return compressed
 
@@ -399,8 +420,7 @@ def _zstd_decompress(payload: memoryview, size: int) -> bytearray | None:
         except zstd.ZstdError:
             return None
         return out if not rest or produced > size else None
-    import zstandard
-
+    zstandard = _zstandard()
     reader = zstandard.ZstdDecompressor().stream_reader(payload, read_across_frames=True)
     try:
         while produced <= size:

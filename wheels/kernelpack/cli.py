@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ._console import print_json, print_table, run_cli
+from .coverage import run_targets
 from .detect import detect_gpus
 from .errors import UsageError
 from .inspection import describe, print_report
@@ -43,6 +44,24 @@ def _parser() -> argparse.ArgumentParser:
         "--sysfs-root", metavar="DIR", help="read DIR in place of /sys (diagnosis and tests)"
     )
     info.set_defaults(handler=_info)
+
+    targets = commands.add_parser(
+        "targets", help="every AMD processor LLVM knows: the image it would load and why"
+    )
+    targets.add_argument("--json", action="store_true", help="print JSON for tools")
+    targets.add_argument(
+        "--targets", metavar="LIST", help="judge these built targets (a,b,...), not the installed"
+    )
+    targets.set_defaults(handler=lambda args: run_targets(args.json, args.targets))
+
+    doctor = commands.add_parser(
+        "doctor", help="per GPU: image installed or the pip command; runtimes; known problems"
+    )
+    doctor.add_argument("--json", action="store_true", help="print JSON for tools")
+    doctor.add_argument(
+        "--sysfs-root", metavar="DIR", help="read DIR in place of /sys (diagnosis and tests)"
+    )
+    doctor.set_defaults(handler=_doctor)
 
     cache = commands.add_parser("cache", help="the disk cache of extracted and compiled images")
     cache.add_argument(
@@ -111,6 +130,12 @@ def _info(args: argparse.Namespace) -> int:
             print(f"damaged: {problem}", file=sys.stderr)
         return 1 if report["problems"] else 0
     return print_info(report)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import run_doctor
+
+    return run_doctor(args.json, args.sysfs_root)
 
 
 def _cache(args: argparse.Namespace) -> int:

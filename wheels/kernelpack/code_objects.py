@@ -17,6 +17,7 @@ from . import _msgpack
 from ._elf import SHT_DYNSYM, SHT_SYMTAB, Buffer, Elf
 from .errors import FormatError
 from .index import KernelResources
+from .kernel_params import KernelParam
 from .targets import AMD_BY_MACH, TargetId
 
 EM_AMDGPU = 224
@@ -35,6 +36,10 @@ _KERNEL_DESCRIPTOR_SIZE = 64
 _KD_CODE_PROPERTIES = 56  # u16 kernel_code_properties
 _KD_WAVE32_BIT = 1 << 10  # ENABLE_WAVEFRONT_SIZE32
 _METADATA_INT_LIMIT = 1 << 32
+# .value_kind of the arguments the C source declares: pointers, and values (AMDGPUUsage.rst); the
+# others (hidden_*) are added by the compiler
+_POINTER_KINDS = frozenset({"global_buffer", "dynamic_shared_pointer"})
+_VALUE_KINDS = frozenset({"by_value"})
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,15 @@ class AmdKernel:
     wavefront: int
     max_workgroup: int  # .max_flat_workgroup_size
 
+    @property
+    def params(self) -> tuple[KernelParam, ...]:
+        """The parameters the source declares, in order: the arguments that are not hidden."""
+        declared = [a for a in self.args if not a.value_kind.startswith("hidden_")]
+        return tuple(
+            KernelParam(ordinal, arg.offset, arg.size, _is_pointer(arg.value_kind))
+            for ordinal, arg in enumerate(declared)
+        )
+
     def resources(self) -> KernelResources:
         return KernelResources(
             registers=self.vgpr,
@@ -100,7 +114,15 @@ class AmdKernel:
             "max_workgroup": self.max_workgroup,
             "kernarg_size": self.kernarg_size,
             "args": [arg.to_json() for arg in self.args],
+            "params": [param.to_json() for param in self.params],
         }
+
+
+def _is_pointer(value_kind: str) -> bool | None:
+    """True for a pointer, False for a value, None for a kind that is neither (an image)."""
+    if value_kind in _POINTER_KINDS:
+        return True
+    return False if value_kind in _VALUE_KINDS else None
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,16 @@ from typing import Any
 from ._elf import SHT_SYMTAB, STB_GLOBAL, STT_FUNC, Buffer, Elf, Section
 from .errors import FormatError
 from .index import KernelResources
+from .kernel_params import KernelParam
 
 EM_CUDA = 190
 # Attributes of .nv.info / .nv.compat records (format byte, attribute byte, 16-bit value or size).
 EIATTR_MAX_THREADS = 0x05  # per kernel: __launch_bounds__ / .maxntid x, y, z
 EIATTR_REQNTID = 0x10  # per kernel: .reqntid x, y, z
+# per kernel, one per parameter: u32 index (0), u16 ordinal, u16 offset, u32 flags whose bits 18-31
+# are the size in bytes (bits 12-16 the constant bank, 0x1f: the parameter bank)
+EIATTR_KPARAM_INFO = 0x17
+_KPARAM_SIZE_SHIFT = 18
 EIATTR_MIN_STACK_SIZE = 0x12  # per symbol: local memory bytes per thread, callees included
 EIATTR_REGCOUNT = 0x2F  # per symbol: registers per thread
 _EIFMT_SIZED = 4  # EIFMT_SVAL: a 16-bit size, then that many bytes
@@ -45,6 +50,7 @@ class CudaKernel:
     shared: int
     local: int  # local (stack) bytes per thread (EIATTR_MIN_STACK_SIZE)
     max_threads: int  # __launch_bounds__ / reqntid, else CUDA_MAX_BLOCK
+    params: tuple[KernelParam, ...] = ()  # by ordinal (EIATTR_KPARAM_INFO); pointer unknown
 
     def resources(self) -> KernelResources:
         """Cubins record no spill counts (ptxas prints them only), so spills is 0."""
@@ -66,6 +72,7 @@ class CudaKernel:
             "shared": self.shared,
             "local": self.local,
             "max_threads": self.max_threads,
+            "params": [param.to_json() for param in self.params],
         }
 
 
@@ -114,7 +121,8 @@ def read_cubin(data: Buffer, path: str) -> Cubin:
     symbols = elf.symbols(symtab)
     per_symbol = _per_symbol_attributes(elf, len(symbols))
     kernels = []
-    threads_of: dict[str, int] = {}  # per name: symbols may repeat one, its records are read once
+    # per name: symbols may repeat one, its .nv.info.<name> records are read once
+    info_of: dict[str, tuple[int, tuple[KernelParam, ...]]] = {}
     for symbol in symbols:
         if not (
             symbol.type == STT_FUNC and symbol.bind == STB_GLOBAL and symbol.other & _STO_CUDA_ENTRY
@@ -122,15 +130,17 @@ def read_cubin(data: Buffer, path: str) -> Cubin:
             continue
         attributes = per_symbol.get(symbol.index, {})
         shared = elf.section(f".nv.shared.{symbol.name}")
-        if symbol.name not in threads_of:
-            threads_of[symbol.name] = _max_threads(elf, symbol.name)
+        if symbol.name not in info_of:
+            info_of[symbol.name] = _kernel_info(elf, symbol.name)
+        max_threads, params = info_of[symbol.name]
         kernels.append(
             CudaKernel(
                 name=symbol.name,
                 registers=attributes.get(EIATTR_REGCOUNT, 0),
                 shared=shared.size if shared else 0,
                 local=attributes.get(EIATTR_MIN_STACK_SIZE, 0),
-                max_threads=threads_of[symbol.name],
+                max_threads=max_threads,
+                params=params,
             )
         )
     return Cubin(sm, arch_specific, elf.abi_version, tuple(kernels))
@@ -185,18 +195,29 @@ def _per_symbol_attributes(elf: Elf, symbol_count: int) -> dict[int, dict[int, i
     return result
 
 
-def _max_threads(elf: Elf, kernel: str) -> int:
+def _kernel_info(elf: Elf, kernel: str) -> tuple[int, tuple[KernelParam, ...]]:
+    """A kernel's block size limit and parameters, from its own .nv.info.<kernel> section."""
     info = elf.section(f".nv.info.{kernel}")
     if info is None:
-        return CUDA_MAX_BLOCK
+        return CUDA_MAX_BLOCK, ()
+    threads: int | None = None
+    params: dict[int, KernelParam] = {}
     for fmt, attribute, value, at in _records(elf, info):
-        if attribute in (EIATTR_MAX_THREADS, EIATTR_REQNTID):
+        if attribute in (EIATTR_MAX_THREADS, EIATTR_REQNTID) and threads is None:
             if fmt != _EIFMT_SIZED or not isinstance(value, bytes) or len(value) != 12:
                 raise elf.fail(at, f"three block dimensions in attribute 0x{attribute:02x}")
             x, y, z = struct.unpack("<III", value)
-            threads: int = x * y * z
-            return threads
-    return CUDA_MAX_BLOCK
+            threads = x * y * z
+        elif attribute == EIATTR_KPARAM_INFO:
+            if fmt != _EIFMT_SIZED or not isinstance(value, bytes) or len(value) != 12:
+                raise elf.fail(at, f"a 12-byte parameter record (attribute 0x{attribute:02x})")
+            _, ordinal, offset, flags = struct.unpack("<IHHI", value)
+            if ordinal in params:
+                raise elf.fail(at + 8, f"each parameter ordinal once ({ordinal} repeats)")
+            size = flags >> _KPARAM_SIZE_SHIFT
+            params[ordinal] = KernelParam(ordinal, offset, size, None)
+    ordered = tuple(params[ordinal] for ordinal in sorted(params))
+    return (CUDA_MAX_BLOCK if threads is None else threads), ordered
 
 
 _PTX_VERSION = re.compile(r"^[ \t]*\.version[ \t]+(\d+\.\d+)[ \t]*$", re.M)

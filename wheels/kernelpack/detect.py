@@ -40,6 +40,7 @@ from .targets import (
     NvidiaTarget,
     TargetId,
     agent_target,
+    parse_target,
     processor_name,
     split_gfx_target_version,
 )
@@ -499,11 +500,15 @@ def _nvml_devices() -> list[NvidiaDevice] | None:
 
 def forced_target(value: str) -> GpuTarget:
     """The target KERNELPACK_TARGET names: an AMD target id or an NVIDIA GPU ``sm_XY``."""
-    text = value.strip()
     try:
-        if not text.startswith(("sm", "compute")):
-            return TargetId.parse(text)
-        target = NvidiaTarget.parse(text)
+        parsed = parse_target(value)
+        if parsed.kind == "family":
+            raise UsageError(
+                f"{value.strip()} is a family; name one of {', '.join(parsed.members)}"
+            )
+        if parsed.vendor == "amd":
+            return parsed.amd
+        target = parsed.nvidia
     except UsageError as error:
         raise UsageError(f"KERNELPACK_TARGET={value!r}: {error}") from None
     if target.ptx or target.arch_specific:

@@ -32,7 +32,8 @@ _VISIBLE = {
     "amd": "ROCR_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES",
 }
 _VENDOR_NAME = {"nvidia": "NVIDIA", "amd": "AMD"}
-_DEVICE_STRING = re.compile(r"(cuda|hip):(0|[1-9][0-9]*)")
+# "cuda:N" or "hip:N" (N without leading zeros); kernelpack.arrays parses with it too.
+DEVICE_STRING = re.compile(r"(cuda|hip):(0|[1-9][0-9]*)")
 
 Device = int | str | None
 
@@ -60,7 +61,7 @@ def resolve_device(device: object, gpus: Sequence[Gpu]) -> Gpu:
     if device is None:
         return gpus[0]
     if isinstance(device, str):
-        match = _DEVICE_STRING.fullmatch(device)
+        match = DEVICE_STRING.fullmatch(device)
         if match is None:
             raise UsageError(
                 f"device={device!r}: expected 'cuda:N' or 'hip:N' (N the vendor runtime's device "

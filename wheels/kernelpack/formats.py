@@ -33,6 +33,7 @@ from .bundles import (
     compress_bundle,
     parse_bundle,
     read_bundle,
+    require_zstd,
     split_bundle_id,
     write_bundle,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "read_cubin",
     "read_image",
     "read_ptx",
+    "require_zstd",
     "split_bundle_id",
     "write_bundle",
 ]

@@ -8,7 +8,7 @@ override.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .devices import device_name
@@ -16,6 +16,7 @@ from .devices import device_name
 if TYPE_CHECKING:
     from .catalog import Catalog, Choice
     from .detect import Gpu
+    from .targets import ParsedTarget
 
 
 def no_image_message(choice: Choice, catalog: Catalog, compile_problem: str) -> str:
@@ -39,7 +40,8 @@ def fixes(gpu: Gpu, catalog: Catalog, built: Sequence[str]) -> list[str]:
     return [
         f"install the device wheel for it: {install_hint(gpu, catalog)}",
         f"or rebuild with the target: python -m buildsys build --targets {_build_target(gpu)}",
-        f"or run a compatible build: {override_hint(gpu, built)}",
+        f"or {'run a compatible build' if gpu.vendor == 'amd' else 'instead'}: "
+        f"{override_hint(gpu, built)}",
     ]
 
 
@@ -54,11 +56,10 @@ def install_hint(gpu: Gpu, catalog: Catalog) -> str:
     targets to extras where it names one that fits, else the name the wheels are given."""
     from .targets import select_image
 
-    vendor = gpu.vendor
     candidates: list[dict[str, Any]] = [
-        {"vendor": vendor, "target": t, "kind": _kind_of(t)}
-        for t in sorted(catalog.device_wheels)
-        if t.startswith("gfx") == (vendor == "amd")
+        {"vendor": t.vendor, "target": t.text, "kind": t.image_kind}
+        for t in _known_targets(sorted(catalog.device_wheels))
+        if t.vendor == gpu.vendor
     ]
     best, _ = select_image(candidates, gpu.target)
     if best is not None:
@@ -67,31 +68,51 @@ def install_hint(gpu: Gpu, catalog: Catalog) -> str:
     return f'pip install "kernelpack[{extra}]" (if a device wheel for {_build_target(gpu)} is published)'
 
 
-def _kind_of(target: str) -> str:
-    if target.startswith("gfx"):
-        return "code_object"
-    return "ptx" if target.startswith("compute_") else "cubin"
+def _known_targets(targets: Iterable[str]) -> list[ParsedTarget]:
+    """The targets this kernelpack knows, parsed; a device wheel from a newer kernelpack may name
+    one it does not, which no hint can use."""
+    from .errors import UsageError
+    from .targets import parse_target
+
+    known = []
+    for target in targets:
+        try:
+            known.append(parse_target(target))
+        except UsageError:
+            continue
+    return known
 
 
 def override_hint(gpu: Gpu, built: Sequence[str]) -> str:
-    """KERNELPACK_TARGET with a built target of the GPU's vendor, and for AMD the
-    HSA_OVERRIDE_GFX_VERSION that makes the runtime treat the GPU as a built processor."""
-    from .targets import AMD_BY_NAME, TargetId, gfx_target_version, split_gfx_target_version
+    """For AMD, HSA_OVERRIDE_GFX_VERSION (which makes the runtime treat the GPU as a built
+    processor of its family) or KERNELPACK_TARGET; for NVIDIA, where no override makes another
+    major's cubin run, the PTX build that runs on this GPU."""
+    from .targets import (
+        AMD_BY_NAME,
+        NvidiaTarget,
+        TargetId,
+        gfx_target_version,
+        split_gfx_target_version,
+    )
 
-    if gpu.vendor == "nvidia":
-        same = [t for t in built if t.startswith("sm_")]
-        pick = same[0] if same else "sm_XY"
-        return f"KERNELPACK_TARGET={pick} (only if this GPU can run it)"
-    processors = sorted({TargetId.parse(t).processor for t in built if t.startswith("gfx")})
+    if isinstance(gpu.target, NvidiaTarget):
+        # A cubin runs only on its own major version, so no built cubin can stand in; PTX for
+        # this GPU's compute capability is what the driver compiles for it and for later GPUs.
+        return (
+            f"build PTX the driver compiles for it and newer GPUs: python -m buildsys build "
+            f"--targets compute_{gpu.target.major}{gpu.target.minor}"
+        )
+    processors = sorted(
+        {t.amd.processor for t in _known_targets(built) if t.vendor == "amd" and t.kind != "family"}
+    )
     assert isinstance(gpu.target, TargetId)
     own = gpu.target.processor
     specific = [p for p in processors if not AMD_BY_NAME[p].is_generic]
-    # Closest first: the same generic family (gfx1151 -> gfx1100), the same generation, any.
-    family = (
-        [p for p in specific if AMD_BY_NAME[p].generic == AMD_BY_NAME[own].generic is not None]
-        or [p for p in specific if p[:-2] == own[:-2]]
-        or specific
-    )
+    # Closest first: the same generic family (gfx1151 -> gfx1100), then the same generation; never
+    # another generation (an RX 6700 told to run gfx942 code would only crash).
+    family = [
+        p for p in specific if AMD_BY_NAME[p].generic == AMD_BY_NAME[own].generic is not None
+    ] or [p for p in specific if p[:-2] == own[:-2]]
     if not family:
         return "KERNELPACK_TARGET=<a built target> or HSA_OVERRIDE_GFX_VERSION=<major.minor.step>"
     version = ".".join(str(v) for v in split_gfx_target_version(gfx_target_version(family[0])))

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import args as kargs
+from . import arrays
 from .errors import KernelpackError
 from .runtime import FailFn, LaunchFn
 
@@ -66,10 +67,10 @@ def native_launch(
         enter=address(enter),
         leave=address(leave),
         context=context,
-        pointer_getters=kargs.POINTER_GETTERS,
-        pointer_of=kargs.pointer_of,
-        torch_getter=kargs.torch_pointer,
-        stream_of=kargs.stream_of,
+        pointer_getters=arrays.POINTER_GETTERS,
+        pointer_of=arrays.pointer_of,
+        torch_getter=arrays.torch_pointer,
+        stream_of=arrays.stream_of,
         fail=fail,
     )
     return launcher.launch  # type: ignore[no-any-return]
@@ -94,7 +95,7 @@ def ctypes_launcher(
     count = len(signature.types)
     pointers = signature.pointer_positions
     bools = signature.bool_positions
-    pointer_of, stream_of, dims = kargs.pointer_of, kargs.stream_of, kargs.dims
+    pointer_of, stream_of, dims = arrays.pointer_of, arrays.stream_of, kargs.dims
     local = threading.local()
     function_handle = ctypes.c_void_p(function)
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from . import args as kargs
+from . import arrays
 from .devices import device_name
 from .errors import RuntimeLibraryError, UsageError
 from .index import KernelParam, KernelResources
@@ -83,7 +84,7 @@ class Kernel:
         kargs.dims(block, "block")
         if type(shared_mem) is not int or not 0 <= shared_mem < 2**32:
             raise UsageError(f"shared_mem must be an int from 0 to 2**32-1, got {shared_mem!r}")
-        kargs.stream_of(stream)
+        arrays.stream_of(stream)
         raise self.signature.explain(args)
 
     def __repr__(self) -> str:

@@ -156,6 +156,7 @@ class Loader:
     def choose(self, module: str, gpu: Gpu) -> Choice:
         """The best image of ``module`` for ``gpu``, looking in device wheels when the package has
         none that fits (a split install), with one reason line per image considered."""
+        from .runtime_support import amd_code_object_v6
         from .targets import select_image
 
         catalog = self.catalog()
@@ -167,10 +168,15 @@ class Loader:
             )
             raise UsageError(f"no kernel module {module!r}; modules: {known}")
         located = catalog.images[module]
-        best, reasons = select_image([entry.image for entry in located], gpu.target)
+        v6 = amd_code_object_v6() if gpu.vendor == "amd" else None
+        best, reasons = select_image(
+            [entry.image for entry in located], gpu.target, runtime_code_object_v6=v6
+        )
         if best is None and not self._merged:
             located = self.catalog(with_device_wheels=True).images[module]
-            best, reasons = select_image([entry.image for entry in located], gpu.target)
+            best, reasons = select_image(
+                [entry.image for entry in located], gpu.target, runtime_code_object_v6=v6
+            )
         chosen = next((entry for entry in located if entry.image is best), None)
         reasons = [
             f"{reason} [{entry.origin}]" for reason, entry in zip(reasons, located, strict=True)

@@ -8,16 +8,25 @@ unless ``out=`` is given, and the kernel runs on that framework's current stream
 the caller's own work like any of the framework's ops.
 
 Arguments are checked before anything touches a GPU, so a wrong dtype, shape, layout or device fails
-with a TypeError or ValueError naming the argument on any machine. Arithmetic is in float32 for
+with a UsageError (a ValueError) naming the argument on any machine. Arithmetic is in float32 for
 every storage type (float32, float16, bfloat16).
+
+Torch tensors take a hot path once one call of a (dtype, device) went through the checks: the
+same checks read straight off the tensors, and the kernel handle and stream accessor cached, so a
+call costs little more than the launch. Tensors that need autograd go through the custom ops of
+:mod:`kernelpack.torch_ops` (``torch.ops.kernelpack.*``), which also serve torch.compile.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any
 
-import numpy as np
+from . import arrays
+from .arrays import Array
+from .errors import UsageError
 
 __all__ = ["fused_add_rms_norm", "rms_norm", "silu_and_mul", "swiglu"]
 
@@ -34,143 +43,93 @@ ELEMENTWISE_BLOCK = 128  # kElementwiseBlockThreads, the elementwise kernels' __
 BLOCK_MIN = 64  # the smallest block: a multiple of every wavefront width (32 and 64)
 ROW_BLOCK_MAX = 512  # kRowBlockThreads, the row kernels' __launch_bounds__
 CACHED_CHUNKS = 4  # kCachedChunks: vectors per thread kept in registers across RMSNorm's two passes
+BACKWARD_CACHED_ELEMENTS = 16  # kBackwardCachedElements: the same for the backward kernel
 MAX_GRID_Y = 65535
 MAX_ROW = 2**30  # the row kernels index inside a row in 32 bits
 # A grid's total thread count stays below 2**31: HIP counts work-items in 32 bits, and the
 # kernels' loops stride over whatever the grid does not cover.
 MAX_GRID_THREADS = 2**31
+# Blocks of the RMSNorm backward kernel at most: each writes one row of float32 partial weight
+# gradients (deterministic: summed in a fixed order by a second kernel, no atomics); two blocks
+# of 512 threads per SM of an H100/H200 (132 SMs).
+BACKWARD_BLOCKS = 264
 
 
-class _Array(NamedTuple):
-    """One array argument as the ops see it, read once from its framework (a NamedTuple: the ops
-    build several per call, and this is the cheapest record to build)."""
-
-    name: str  # the argument's name, for messages
-    value: Any  # the torch tensor, CuPy array or numpy array itself
-    framework: str  # "torch", "cupy" or "numpy"
-    dtype: str
-    shape: tuple[int, ...]
-    device: int  # the GPU's number; -1 for numpy arrays
-
-    @property
-    def on_gpu(self) -> bool:
-        return self.device >= 0
+_MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
+_KERNELS: dict[tuple[str, str], Any] = {}  # ("cuda:0", kernel name) -> Kernel
 
 
-def _framework(value: object) -> str:
-    module = type(value).__module__.split(".")[0]
-    if module == "torch" and hasattr(value, "data_ptr"):
-        return "torch"
-    if module == "cupy" and hasattr(value, "data"):
-        return "cupy"
-    if isinstance(value, np.ndarray):
-        return "numpy"
-    return ""
+def _kernel(device: str, name: str) -> Any:
+    """The kernel ``name`` on ``device`` ("cuda:0"), loaded once per process."""
+    kernel = _KERNELS.get((device, name))
+    if kernel is None:
+        module = _MODULES.get(device)
+        if module is None:
+            from . import loader
+
+            module = _MODULES[device] = loader.load(MODULE, device=device)
+        kernel = _KERNELS[(device, name)] = module.kernel(name)
+    return kernel
 
 
-def _import_gpu_view(name: str, value: object) -> Any:
-    """A zero-copy torch (or CuPy) view of a foreign GPU array, for its pointer and allocation."""
-    has_cai = hasattr(value, "__cuda_array_interface__")
-    has_dlpack = hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__")
-    if not (has_cai or has_dlpack):
-        raise TypeError(
-            f"{name}: expected a GPU array (torch, CuPy, __cuda_array_interface__ or DLPack) or a "
-            f"numpy array, got {type(value).__name__}"
+def _check_dtype(array: Array) -> None:
+    if array.dtype not in KERNEL_SUFFIX:
+        raise UsageError(
+            f"{array.name}: dtype {array.dtype} is not supported; expected one of {SUPPORTED}"
         )
-    try:
-        import torch
-
-        return torch.as_tensor(value, device="cuda") if has_cai else torch.from_dlpack(value)
-    except ImportError:
-        pass
-    try:
-        import cupy
-
-        return cupy.asarray(value) if has_cai else cupy.from_dlpack(value)
-    except ImportError:
-        raise TypeError(
-            f"{name}: a {type(value).__name__} is used through torch or CuPy, and neither is "
-            "installed; install one, or pass a numpy array"
-        ) from None
 
 
-def _array(name: str, value: object) -> _Array:
-    framework = _framework(value)
-    if not framework:
-        value = _import_gpu_view(name, value)
-        framework = _framework(value)
-    v: Any = value
-    if framework == "torch":
-        dtype = str(v.dtype).removeprefix("torch.")
-        where = v.device
-        if where.type != "cuda":
-            raise ValueError(
-                f"{name}: a torch tensor on {where} is not on a GPU; move it with .cuda() "
-                "or pass a numpy array"
-            )
-        device = where.index or 0
-    else:
-        dtype = v.dtype.name
-        device = -1 if framework == "numpy" else v.device.id
-    if dtype not in KERNEL_SUFFIX:
-        raise TypeError(f"{name}: dtype {dtype} is not supported; expected one of {SUPPORTED}")
-    return _Array(name, v, framework, dtype, tuple(v.shape), device)
-
-
-def _contiguous(array: _Array) -> bool:
+def _array(name: str, value: object) -> Array:
+    array = arrays.wrap(name, value)
+    _check_dtype(array)
     if array.framework == "torch":
-        return bool(array.value.is_contiguous())
-    return bool(array.value.flags.c_contiguous)
+        _TORCH_TYPES.add(type(array.value))
+    return array
 
 
-def _pointer(array: _Array) -> int:
-    if array.framework == "torch":
-        return int(array.value.data_ptr())
-    return int(array.value.data.ptr)
-
-
-def _check_same(first: _Array, *others: _Array) -> None:
+def _check_same(first: Array, *others: Array) -> None:
     """Every array has the first's dtype and the same kind of memory, and device arrays are
     C-contiguous and on one device."""
     for other in others:
         if other.dtype != first.dtype:
-            raise TypeError(
+            raise UsageError(
                 f"{other.name}: dtype {other.dtype} differs from {first.name}'s {first.dtype}"
             )
         if other.on_gpu != first.on_gpu:
             where = "GPU" if first.on_gpu else "host (numpy)"
-            raise TypeError(
+            raise UsageError(
                 f"{other.name}: {first.name} is a {where} array, so {other.name} must be one too"
             )
     if not first.on_gpu:
         return
     for array in (first, *others):
-        if not _contiguous(array):
-            raise ValueError(
+        if not array.contiguous:
+            raise UsageError(
                 f"{array.name}: must be C-contiguous (call .contiguous() or "
                 "ascontiguousarray first)"
             )
-        if array.device != first.device:
-            raise ValueError(
-                f"{array.name}: on GPU {array.device}, but {first.name} is on GPU {first.device}"
+        if array.device_name != first.device_name:
+            raise UsageError(
+                f"{array.name}: on {array.device_name}, but {first.name} is on {first.device_name}"
             )
 
 
-def _check_shape(array: _Array, shape: tuple[int, ...], what: str) -> None:
+def _check_shape(array: Array, shape: tuple[int, ...], what: str) -> None:
     if array.shape != shape:
-        raise ValueError(f"{array.name}: shape {array.shape} does not match {what} {shape}")
+        raise UsageError(f"{array.name}: shape {array.shape} does not match {what} {shape}")
 
 
-def _check_eps(eps: object) -> float:
+def check_eps(eps: object) -> float:
+    """eps as a float, or a UsageError: a finite number >= 0."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"eps: expected a float, got {type(eps).__name__}")
+        raise UsageError(f"eps: expected a float, got {type(eps).__name__}")
     value = float(eps)
     if not (math.isfinite(value) and value >= 0.0):
-        raise ValueError(f"eps: must be a finite number >= 0, got {eps!r}")
+        raise UsageError(f"eps: must be a finite number >= 0, got {eps!r}")
     return value
 
 
-def _output(out: object, like: _Array, shape: tuple[int, ...]) -> _Array | None:
+def _output(out: object, like: Array, shape: tuple[int, ...]) -> Array | None:
     """The checked ``out=`` array, or None when the op allocates its own."""
     if out is None:
         return None
@@ -178,107 +137,11 @@ def _output(out: object, like: _Array, shape: tuple[int, ...]) -> _Array | None:
     _check_same(like, array)
     _check_shape(array, shape, "the result's")
     if not array.on_gpu and not array.value.flags.writeable:
-        raise ValueError("out: is read-only")
+        raise UsageError("out: is read-only")
     return array
 
 
-def _empty(like: _Array, shape: tuple[int, ...]) -> _Array:
-    """An uninitialised array of like's framework, dtype and device."""
-    v = like.value
-    if like.framework == "torch":
-        value: Any = v.new_empty(shape)
-    elif like.framework == "cupy":
-        import cupy
-
-        with v.device:
-            value = cupy.empty(shape, dtype=v.dtype)
-    else:
-        value = np.empty(shape, dtype=v.dtype)
-    return _Array("out", value, like.framework, like.dtype, shape, like.device)
-
-
-def _stream(array: _Array) -> int:
-    """The raw handle of the current stream of the array's framework on its device."""
-    if array.framework == "torch":
-        import torch
-
-        # The raw accessor (what Triton and torch.compile's launchers call) skips building a
-        # torch.cuda.Stream object, a few µs on every launch.
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        if raw is not None:
-            return int(raw(array.device))
-        return int(torch.cuda.current_stream(array.device).cuda_stream)
-    import cupy
-
-    with cupy.cuda.Device(array.device):
-        return int(cupy.cuda.get_current_stream().ptr)
-
-
-_KERNELS: dict[tuple[int, str], Any] = {}
-
-
-def _kernel(device: int, name: str) -> Any:
-    kernel = _KERNELS.get((device, name))
-    if kernel is None:
-        from . import loader
-
-        kernel = loader.load(MODULE, device=device).kernel(name)
-        _KERNELS[(device, name)] = kernel
-    return kernel
-
-
-# ---- numpy: through a GPU framework, copies in and out -----------------------------------------
-
-
-def _host_framework() -> str:
-    for name in ("torch", "cupy"):
-        try:
-            __import__(name)
-        except ImportError:
-            continue
-        return name
-    raise TypeError(
-        "numpy arrays are copied to the GPU through torch or CuPy, and neither is installed; "
-        "install one of them"
-    )
-
-
-def _to_gpu(array: _Array, framework: str) -> _Array:
-    """A device copy of a numpy array, moved as raw bytes: numpy's bfloat16 comes from ml_dtypes,
-    which torch reads only as bytes and CuPy not at all (there the copy keeps the bits as unsigned
-    integers of the same size; the kernels take only the address)."""
-    host = np.ascontiguousarray(array.value)
-    raw = host.reshape(-1).view(np.uint8)
-    if not raw.flags.writeable:  # torch warns on read-only numpy memory
-        raw = raw.copy()
-    if framework == "torch":
-        import torch
-
-        device_raw: Any = torch.from_numpy(raw).cuda()
-        value: Any = device_raw.view(getattr(torch, array.dtype)).reshape(array.shape)
-        device = int(value.device.index or 0)
-    else:
-        import cupy
-
-        storage = np.dtype(f"u{ITEM_SIZE[array.dtype]}")
-        value = cupy.asarray(raw).view(storage).reshape(array.shape)
-        device = int(value.device.id)
-    return _Array(array.name, value, framework, array.dtype, array.shape, device)
-
-
-def _to_host(device_array: _Array, host: _Array) -> None:
-    """Copy a device result into the numpy array ``host`` (any layout), after the kernel ran."""
-    v = device_array.value
-    if device_array.framework == "torch":
-        import torch
-
-        raw = v.reshape(-1).view(torch.uint8).cpu().numpy()
-    else:
-        raw = v.reshape(-1).view(np.uint8).get()
-    host.value[...] = raw.view(host.value.dtype).reshape(host.shape)
-
-
-# ---- launches ---------------------------------------------------------------------------------
+# ---- launch geometry: pure integer functions of the shape -------------------------------------
 
 
 def _grid_cap(threads_per_block: int) -> int:
@@ -289,93 +152,240 @@ def _vector_width(dtype: str) -> int:
     return VECTOR_BYTES // ITEM_SIZE[dtype]
 
 
-def _launch_swiglu(gate: _Array, up: _Array, out: _Array) -> None:
-    n = math.prod(gate.shape)
-    if n == 0:
-        return
-    chunks = -(-n // _vector_width(gate.dtype))  # one 16-byte vector per thread
-    grid = min(-(-chunks // ELEMENTWISE_BLOCK), _grid_cap(ELEMENTWISE_BLOCK))
-    _kernel(gate.device, f"swiglu_{KERNEL_SUFFIX[gate.dtype]}").launch(
-        grid,
-        ELEMENTWISE_BLOCK,
-        _pointer(gate),
-        _pointer(up),
-        _pointer(out),
-        n,
-        stream=_stream(gate),
-    )
+def swiglu_geometry(n: int, dtype: str) -> tuple[int, int]:
+    """(grid, block) of the elementwise kernels over n elements: one 16-byte vector a thread."""
+    chunks = -(-n // _vector_width(dtype))
+    return min(-(-chunks // ELEMENTWISE_BLOCK), _grid_cap(ELEMENTWISE_BLOCK)), ELEMENTWISE_BLOCK
 
 
-def _launch_silu_and_mul(x: _Array, out: _Array) -> None:
-    cols = x.shape[-1] // 2
-    rows = math.prod(x.shape[:-1])
-    if rows * cols == 0:
-        return
-    chunks = -(-cols // _vector_width(x.dtype))  # one 16-byte vector per thread
+def silu_and_mul_geometry(rows: int, cols: int, dtype: str) -> tuple[tuple[int, int], int]:
+    """((grid x over the columns, grid y over the rows), block) of silu_and_mul and its backward."""
+    chunks = -(-cols // _vector_width(dtype))  # one 16-byte vector per thread
     block = min(max(BLOCK_MIN, 1 << (chunks - 1).bit_length()), ELEMENTWISE_BLOCK)
     grid_y = min(rows, MAX_GRID_Y)
     grid_x = min(-(-chunks // block), _grid_cap(block * grid_y))
-    _kernel(x.device, f"silu_and_mul_{KERNEL_SUFFIX[x.dtype]}").launch(
-        (grid_x, grid_y),
-        block,
-        _pointer(x),
-        _pointer(out),
-        rows,
-        cols,
-        stream=_stream(x),
-    )
+    return (grid_x, grid_y), block
 
 
-def _row_launch(rows: int, cols: int, dtype: str) -> tuple[int, tuple[int, int]]:
-    """The grid, and the block as (threads per row, rows per block). A row gets a power of two of
-    threads, enough that each keeps at most CACHED_CHUNKS vectors in registers; rows that need
-    fewer than BLOCK_MIN threads share a block of BLOCK_MIN. (Measured on the H100 from 1 x 4096
-    to 16384 x 8192: several rows of 64 or more threads to a block were slower everywhere, and
-    twice the threads to a row were at best 2% faster and up to 20% slower at 512 rows.)"""
+def _row_threads(cols: int, dtype: str) -> int:
+    """Threads a row gets: a power of two, enough that each keeps at most CACHED_CHUNKS vectors
+    in registers."""
     chunks = -(-cols // _vector_width(dtype))
     per_thread = -(-chunks // CACHED_CHUNKS)
-    threads = min(1 << (per_thread - 1).bit_length(), ROW_BLOCK_MAX)
+    return min(1 << (per_thread - 1).bit_length(), ROW_BLOCK_MAX)
+
+
+def row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, tuple[int, int]]:
+    """The grid, and the block as (threads per row, rows per block), of the RMSNorm forward
+    kernels. Rows that need fewer than BLOCK_MIN threads share a block of BLOCK_MIN. (Measured on
+    the H100 from 1 x 4096 to 16384 x 8192: several rows of 64 or more threads to a block were
+    slower everywhere, and twice the threads to a row were at best 2% faster and up to 20% slower
+    at 512 rows.)"""
+    threads = _row_threads(cols, dtype)
     per_block = max(1, BLOCK_MIN // threads)
     grid = min(-(-rows // per_block), _grid_cap(threads * per_block))
     return grid, (threads, per_block)
 
 
-def _launch_rms_norm(x: _Array, weight: _Array, out: _Array, eps: float) -> None:
-    cols = x.shape[-1]
-    rows = math.prod(x.shape[:-1])
-    if rows * cols == 0:
+def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
+    """(grid, threads per row) of the RMSNorm backward kernel: one row a block at a time, at
+    least BLOCK_MIN threads, and at most BACKWARD_BLOCKS blocks, each of which writes one row of
+    float32 partial weight gradients that the second pass sums in a fixed order."""
+    per_thread = -(-cols // BACKWARD_CACHED_ELEMENTS)
+    threads = min(1 << (per_thread - 1).bit_length(), ROW_BLOCK_MAX)
+    return min(rows, BACKWARD_BLOCKS), max(BLOCK_MIN, threads)
+
+
+# ---- launches: addresses (ints or tensors, which the launcher reads) and sizes ----------------
+
+
+def launch_swiglu(
+    device: str, dtype: str, gate: Any, up: Any, out: Any, n: int, stream: int
+) -> None:
+    if n == 0:
         return
-    grid, block = _row_launch(rows, cols, x.dtype)
-    _kernel(x.device, f"rms_norm_{KERNEL_SUFFIX[x.dtype]}").launch(
-        grid,
-        block,
-        _pointer(x),
-        _pointer(weight),
-        _pointer(out),
-        rows,
-        cols,
-        eps,
-        stream=_stream(x),
+    grid, block = swiglu_geometry(n, dtype)
+    _kernel(device, f"swiglu_{KERNEL_SUFFIX[dtype]}").launch(
+        grid, block, gate, up, out, n, stream=stream
     )
 
 
-def _launch_fused_add_rms_norm(x: _Array, residual: _Array, weight: _Array, eps: float) -> None:
-    cols = x.shape[-1]
-    rows = math.prod(x.shape[:-1])
+def launch_silu_and_mul(
+    device: str, dtype: str, x: Any, out: Any, rows: int, cols: int, stream: int
+) -> None:
     if rows * cols == 0:
         return
-    grid, block = _row_launch(rows, cols, x.dtype)
-    _kernel(x.device, f"fused_add_rms_norm_{KERNEL_SUFFIX[x.dtype]}").launch(
-        grid,
-        block,
-        _pointer(x),
-        _pointer(residual),
-        _pointer(weight),
-        rows,
-        cols,
-        eps,
-        stream=_stream(x),
+    grid, block = silu_and_mul_geometry(rows, cols, dtype)
+    _kernel(device, f"silu_and_mul_{KERNEL_SUFFIX[dtype]}").launch(
+        grid, block, x, out, rows, cols, stream=stream
     )
+
+
+def launch_rms_norm(
+    device: str, dtype: str, x: Any, weight: Any, out: Any, rows: int, cols: int, eps: float,
+    stream: int,
+) -> None:  # fmt: skip
+    if rows * cols == 0:
+        return
+    grid, block = row_geometry(rows, cols, dtype)
+    _kernel(device, f"rms_norm_{KERNEL_SUFFIX[dtype]}").launch(
+        grid, block, x, weight, out, rows, cols, eps, stream=stream
+    )
+
+
+def launch_add_rms_norm(
+    device: str, dtype: str, x: Any, residual: Any, weight: Any, out: Any, residual_out: Any,
+    rows: int, cols: int, eps: float, stream: int,
+) -> None:  # fmt: skip
+    """residual_out = x + residual (rounded to the dtype), out = rms_norm(residual_out); in place
+    when out is x and residual_out is residual (fused_add_rms_norm)."""
+    if rows * cols == 0:
+        return
+    grid, block = row_geometry(rows, cols, dtype)
+    _kernel(device, f"add_rms_norm_{KERNEL_SUFFIX[dtype]}").launch(
+        grid, block, x, residual, weight, out, residual_out, rows, cols, eps, stream=stream
+    )
+
+
+def launch_swiglu_backward(
+    device: str, dtype: str, gate: Any, up: Any, grad: Any, grad_gate: Any, grad_up: Any, n: int,
+    stream: int,
+) -> None:  # fmt: skip
+    if n == 0:
+        return
+    grid, block = swiglu_geometry(n, dtype)
+    _kernel(device, f"swiglu_backward_{KERNEL_SUFFIX[dtype]}").launch(
+        grid, block, gate, up, grad, grad_gate, grad_up, n, stream=stream
+    )
+
+
+def launch_silu_and_mul_backward(
+    device: str, dtype: str, x: Any, grad: Any, grad_x: Any, rows: int, cols: int, stream: int
+) -> None:
+    if rows * cols == 0:
+        return
+    grid, block = silu_and_mul_geometry(rows, cols, dtype)
+    _kernel(device, f"silu_and_mul_backward_{KERNEL_SUFFIX[dtype]}").launch(
+        grid, block, x, grad, grad_x, rows, cols, stream=stream
+    )
+
+
+def launch_rms_norm_backward(
+    device: str, dtype: str, x: Any, weight: Any, grad: Any, grad_extra: Any, grad_x: Any,
+    grad_x_copy: Any, partial: Any, grad_weight: Any, rows: int, cols: int, eps: float,
+    stream: int,
+) -> None:  # fmt: skip
+    """grad_x (and grad_x_copy unless 0) = the input gradient of RMSNorm plus grad_extra (unless
+    0); grad_weight from ``partial``, float32 scratch of backward_row_geometry's grid x cols."""
+    if cols == 0:
+        return
+    suffix = KERNEL_SUFFIX[dtype]
+    if rows:
+        grid, threads = backward_row_geometry(rows, cols, dtype)
+        _kernel(device, f"rms_norm_backward_{suffix}").launch(
+            grid, threads, x, weight, grad, grad_extra, grad_x, grad_x_copy, partial, rows, cols,
+            eps, stream=stream,
+        )  # fmt: skip
+    else:
+        grid = 0
+    columns = min(-(-cols // ELEMENTWISE_BLOCK), _grid_cap(ELEMENTWISE_BLOCK))  # one a thread
+    _kernel(device, f"rms_norm_weight_grad_{suffix}").launch(
+        columns, ELEMENTWISE_BLOCK, partial, grad_weight, grid, cols, stream=stream
+    )
+
+
+# ---- the torch hot path -----------------------------------------------------------------------
+
+_TORCH_TYPES: set[type] = set()  # torch.Tensor and its subclasses seen so far (nn.Parameter)
+
+# op -> its launch geometry from (rows, cols, dtype); swiglu counts its elements as rows
+_GEOMETRY: dict[str, Callable[[int, int, str], tuple[Any, Any]]] = {
+    "swiglu": lambda rows, cols, dtype: swiglu_geometry(rows * cols, dtype),
+    "silu_and_mul": silu_and_mul_geometry,
+    "rms_norm": row_geometry,
+    "add_rms_norm": row_geometry,
+}
+_LAUNCHES_KEPT = 4096  # sizes remembered per (dtype, device) before the memo starts over
+
+
+class TorchPlan:
+    """What torch calls on one (dtype, device) need, found once: the device's and dtype's
+    names, the raw current-stream accessor and torch.empty_like, and per (op, size) the kernel's
+    launch with its grid and block already bound (a functools.partial of the C launcher), so a
+    call spends its time in the launch rather than in Python."""
+
+    __slots__ = ("device", "dtype", "empty_like", "index", "launches", "stream")
+
+    def __init__(self, device: str, dtype: str, index: int, stream: Any, empty_like: Any) -> None:
+        self.device = device
+        self.dtype = dtype
+        self.index = index
+        self.stream = stream  # torch._C._cuda_getCurrentRawStream
+        self.empty_like = empty_like
+        self.launches: dict[tuple[str, int, int], Any] = {}
+
+    def launcher(self, op: str, rows: int, cols: int) -> Any:
+        """``op``'s kernel.launch for this size, grid and block bound; rows * cols > 0."""
+        key = (op, rows, cols)
+        launch = self.launches.get(key)
+        if launch is None:
+            if len(self.launches) >= _LAUNCHES_KEPT:
+                self.launches.clear()
+            grid, block = _GEOMETRY[op](rows, cols, self.dtype)
+            kernel = _kernel(self.device, f"{op}_{KERNEL_SUFFIX[self.dtype]}")
+            launch = self.launches[key] = functools.partial(kernel.launch, grid, block)
+        return launch
+
+
+_TORCH_PLANS: dict[tuple[Any, int], TorchPlan] = {}  # (torch dtype, device index) -> plan
+
+
+def torch_plan(tensor: Any) -> TorchPlan:
+    """The plan for a CUDA (or ROCm) torch tensor of a supported dtype."""
+    import torch
+
+    index = tensor.get_device()
+    key = (tensor.dtype, index)
+    plan = _TORCH_PLANS.get(key)
+    if plan is None:
+        vendor = "hip" if torch.version.hip else "cuda"
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        if dtype not in KERNEL_SUFFIX or index < 0:
+            raise UsageError(f"no kernel for a {dtype} tensor on {tensor.device}")
+        plan = _TORCH_PLANS[key] = TorchPlan(
+            f"{vendor}:{index}", dtype, index, torch._C._cuda_getCurrentRawStream, torch.empty_like
+        )
+    return plan
+
+
+def _grad_enabled() -> bool:
+    import torch
+
+    return torch.is_grad_enabled()
+
+
+def _needs_autograd(*tensors: Any) -> bool:
+    import torch
+
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _torch_ops() -> Any:
+    """torch.ops.kernelpack, registered on first use (autograd goes through the custom ops)."""
+    import torch
+
+    from . import torch_ops
+
+    torch_ops.register()
+    return torch.ops.kernelpack
+
+
+# ---- numpy: through a GPU framework, copies in and out -----------------------------------------
+
+
+def _on_gpu(*hosts: Array) -> list[Array]:
+    framework = arrays.gpu_framework()
+    return [arrays.to_gpu(host, framework) for host in hosts]
 
 
 # ---- the ops ----------------------------------------------------------------------------------
@@ -386,46 +396,100 @@ def swiglu(gate: Any, up: Any, out: Any = None) -> Any:
 
     Returns ``out``, or a new array of gate's framework.
     """
+    kind = type(gate)
+    if out is None and kind in _TORCH_TYPES and type(up) in _TORCH_TYPES:
+        plan = _TORCH_PLANS.get((gate.dtype, gate.get_device()))
+        if (
+            plan is not None
+            and up.dtype is gate.dtype
+            and up.get_device() == gate.get_device()
+            and up.shape == gate.shape
+            and gate.is_contiguous()
+            and up.is_contiguous()
+            and not ((gate.requires_grad or up.requires_grad) and _grad_enabled())
+        ):
+            result = plan.empty_like(gate)
+            n = gate.numel()
+            if n:
+                plan.launcher("swiglu", n, 1)(gate, up, result, n, stream=plan.stream(plan.index))
+            return result
     g = _array("gate", gate)
     u = _array("up", up)
     _check_same(g, u)
     _check_shape(u, g.shape, "gate's")
-    result = _output(out, g, g.shape) or _empty(g, g.shape)
+    if out is None and g.framework == "torch" and _needs_autograd(g.value, u.value):
+        return _torch_ops().swiglu(g.value, u.value)
+    result = _output(out, g, g.shape) or arrays.empty(g, g.shape)
+    n = math.prod(g.shape)
     if not g.on_gpu:
-        framework = _host_framework()
-        device_gate = _to_gpu(g, framework)
-        device_out = _empty(device_gate, g.shape)
-        _launch_swiglu(device_gate, _to_gpu(u, framework), device_out)
-        _to_host(device_out, result)
+        device_gate, device_up = _on_gpu(g, u)
+        device_out = arrays.empty(device_gate, g.shape)
+        launch_swiglu(
+            device_gate.device_name, g.dtype, device_gate.pointer, device_up.pointer,
+            device_out.pointer, n, arrays.current_stream(device_gate),
+        )  # fmt: skip
+        arrays.to_host(device_out, result)
     else:
-        _launch_swiglu(g, u, result)
+        if g.framework == "torch":
+            torch_plan(g.value)
+        launch_swiglu(
+            g.device_name, g.dtype, g.pointer, u.pointer, result.pointer, n,
+            arrays.current_stream(g),
+        )  # fmt: skip
     return result.value
 
 
 def silu_and_mul(x: Any, out: Any = None) -> Any:
     """silu(gate) * up where x is [..., 2d] holding gate (first half) and up (second half) in
     each row, the layout inference servers use; the result is [..., d]."""
+    if out is None and type(x) in _TORCH_TYPES:
+        plan = _TORCH_PLANS.get((x.dtype, x.get_device()))
+        shape = x.shape
+        if (
+            plan is not None
+            and shape
+            and not shape[-1] % 2
+            and x.is_contiguous()
+            and not (x.requires_grad and _grad_enabled())
+        ):
+            cols = shape[-1] // 2
+            result = x.new_empty((*shape[:-1], cols))
+            rows = x.numel() // shape[-1] if cols else 0
+            if rows:
+                launch = plan.launcher("silu_and_mul", rows, cols)
+                launch(x, result, rows, cols, stream=plan.stream(plan.index))
+            return result
     a = _array("x", x)
     if not a.shape or a.shape[-1] % 2:
-        raise ValueError(f"x: shape {a.shape}: the last dimension must be even (gate and up)")
+        raise UsageError(f"x: shape {a.shape}: the last dimension must be even (gate and up)")
     shape = (*a.shape[:-1], a.shape[-1] // 2)
     _check_same(a)
-    result = _output(out, a, shape) or _empty(a, shape)
+    if out is None and a.framework == "torch" and _needs_autograd(a.value):
+        return _torch_ops().silu_and_mul(a.value)
+    result = _output(out, a, shape) or arrays.empty(a, shape)
+    rows, cols = math.prod(shape[:-1]), shape[-1]
     if not a.on_gpu:
-        device_x = _to_gpu(a, _host_framework())
-        device_out = _empty(device_x, shape)
-        _launch_silu_and_mul(device_x, device_out)
-        _to_host(device_out, result)
+        (device_x,) = _on_gpu(a)
+        device_out = arrays.empty(device_x, shape)
+        launch_silu_and_mul(
+            device_x.device_name, a.dtype, device_x.pointer, device_out.pointer, rows, cols,
+            arrays.current_stream(device_x),
+        )  # fmt: skip
+        arrays.to_host(device_out, result)
     else:
-        _launch_silu_and_mul(a, result)
+        if a.framework == "torch":
+            torch_plan(a.value)
+        launch_silu_and_mul(
+            a.device_name, a.dtype, a.pointer, result.pointer, rows, cols, arrays.current_stream(a)
+        )
     return result.value
 
 
-def _check_norm_args(x: _Array, weight: _Array) -> None:
+def _check_norm_args(x: Array, weight: Array) -> None:
     if not x.shape:
-        raise ValueError("x: must have at least one dimension (the normalised one)")
+        raise UsageError("x: must have at least one dimension (the normalised one)")
     if x.shape[-1] > MAX_ROW:
-        raise ValueError(f"x: rows of {x.shape[-1]} elements; at most 2**30 are supported")
+        raise UsageError(f"x: rows of {x.shape[-1]} elements; at most 2**30 are supported")
     _check_same(x, weight)
     _check_shape(weight, x.shape[-1:], "x's last dimension")
 
@@ -435,19 +499,53 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Any = None) -> Any:
 
     Returns ``out``, or a new array of x's framework.
     """
+    if out is None and type(x) in _TORCH_TYPES and type(weight) in _TORCH_TYPES:
+        plan = _TORCH_PLANS.get((x.dtype, x.get_device()))
+        shape = x.shape
+        if (
+            plan is not None
+            and type(eps) is float
+            and eps >= 0.0
+            and eps != math.inf
+            and weight.dtype is x.dtype
+            and weight.get_device() == x.get_device()
+            and shape
+            and weight.shape == shape[-1:]
+            and shape[-1] <= MAX_ROW
+            and x.is_contiguous()
+            and weight.is_contiguous()
+            and not ((x.requires_grad or weight.requires_grad) and _grad_enabled())
+        ):
+            result = plan.empty_like(x)
+            cols = shape[-1]
+            rows = x.numel() // cols if cols else 0
+            if rows:
+                launch = plan.launcher("rms_norm", rows, cols)
+                launch(x, weight, result, rows, cols, eps, stream=plan.stream(plan.index))
+            return result
     a = _array("x", x)
     w = _array("weight", weight)
     _check_norm_args(a, w)
-    eps_value = _check_eps(eps)
-    result = _output(out, a, a.shape) or _empty(a, a.shape)
+    eps_value = check_eps(eps)
+    if out is None and a.framework == "torch" and _needs_autograd(a.value, w.value):
+        return _torch_ops().rms_norm(a.value, w.value, eps_value)
+    result = _output(out, a, a.shape) or arrays.empty(a, a.shape)
+    rows, cols = math.prod(a.shape[:-1]), a.shape[-1]
     if not a.on_gpu:
-        framework = _host_framework()
-        device_x = _to_gpu(a, framework)
-        device_out = _empty(device_x, a.shape)
-        _launch_rms_norm(device_x, _to_gpu(w, framework), device_out, eps_value)
-        _to_host(device_out, result)
+        device_x, device_weight = _on_gpu(a, w)
+        device_out = arrays.empty(device_x, a.shape)
+        launch_rms_norm(
+            device_x.device_name, a.dtype, device_x.pointer, device_weight.pointer,
+            device_out.pointer, rows, cols, eps_value, arrays.current_stream(device_x),
+        )  # fmt: skip
+        arrays.to_host(device_out, result)
     else:
-        _launch_rms_norm(a, w, result, eps_value)
+        if a.framework == "torch":
+            torch_plan(a.value)
+        launch_rms_norm(
+            a.device_name, a.dtype, a.pointer, w.pointer, result.pointer, rows, cols, eps_value,
+            arrays.current_stream(a),
+        )  # fmt: skip
     return result.value
 
 
@@ -455,24 +553,74 @@ def fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) ->
     """In place, in one pass: residual += x, then x = rms_norm(residual, weight, eps).
 
     The sum is rounded to the storage dtype when stored, and the norm is taken of the stored
-    value, exactly as the two steps done one after the other.
+    value, exactly as the two steps done one after the other. (In place, so no autograd: for
+    training, torch.ops.kernelpack.add_rms_norm returns both results as new tensors.)
     """
+    if type(x) in _TORCH_TYPES and type(residual) in _TORCH_TYPES and type(weight) in _TORCH_TYPES:
+        plan = _TORCH_PLANS.get((x.dtype, x.get_device()))
+        shape = x.shape
+        if (
+            plan is not None
+            and type(eps) is float
+            and eps >= 0.0
+            and eps != math.inf
+            and residual.dtype is x.dtype
+            and weight.dtype is x.dtype
+            and residual.get_device() == weight.get_device() == x.get_device()
+            and shape
+            and residual.shape == shape
+            and weight.shape == shape[-1:]
+            and shape[-1] <= MAX_ROW
+            and x.is_contiguous()
+            and residual.is_contiguous()
+            and weight.is_contiguous()
+            and not (x.requires_grad or residual.requires_grad or weight.requires_grad)
+        ):
+            cols = shape[-1]
+            rows = x.numel() // cols if cols else 0
+            if rows:
+                launch = plan.launcher("add_rms_norm", rows, cols)
+                launch(
+                    x,
+                    residual,
+                    weight,
+                    x,
+                    residual,
+                    rows,
+                    cols,
+                    eps,
+                    stream=plan.stream(plan.index),
+                )
+            return
     a = _array("x", x)
     r = _array("residual", residual)
     w = _array("weight", weight)
     _check_norm_args(a, w)
     _check_same(a, r)
     _check_shape(r, a.shape, "x's")
-    eps_value = _check_eps(eps)
+    eps_value = check_eps(eps)
+    if a.framework == "torch" and _needs_autograd(a.value, r.value, w.value):
+        raise UsageError(
+            "x: fused_add_rms_norm updates x and residual in place, which autograd cannot "
+            "differentiate; use torch.ops.kernelpack.add_rms_norm (new tensors) for training"
+        )
+    rows, cols = math.prod(a.shape[:-1]), a.shape[-1]
     if not a.on_gpu:
         for host in (a, r):
             if not host.value.flags.writeable:
-                raise ValueError(f"{host.name}: is read-only; it is updated in place")
-        framework = _host_framework()
-        device_x = _to_gpu(a, framework)
-        device_residual = _to_gpu(r, framework)
-        _launch_fused_add_rms_norm(device_x, device_residual, _to_gpu(w, framework), eps_value)
-        _to_host(device_x, a)
-        _to_host(device_residual, r)
+                raise UsageError(f"{host.name}: is read-only; it is updated in place")
+        device_x, device_residual, device_weight = _on_gpu(a, r, w)
+        launch_add_rms_norm(
+            device_x.device_name, a.dtype, device_x.pointer, device_residual.pointer,
+            device_weight.pointer, device_x.pointer, device_residual.pointer, rows, cols,
+            eps_value, arrays.current_stream(device_x),
+        )  # fmt: skip
+        arrays.to_host(device_x, a)
+        arrays.to_host(device_residual, r)
         return
-    _launch_fused_add_rms_norm(a, r, w, eps_value)
+    if a.framework == "torch":
+        torch_plan(a.value)
+    launch_add_rms_norm(
+        a.device_name, a.dtype, a.pointer, r.pointer, w.pointer, a.pointer, r.pointer, rows, cols,
+        eps_value, arrays.current_stream(a),
+    )  # fmt: skip

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from .errors import UsageError
 
@@ -87,6 +87,7 @@ AMD_PROCESSORS: tuple[AmdProcessor, ...] = (
     AmdProcessor("gfx1153", 0x058, 32, _G11, description="RDNA3.5 APU"),
     AmdProcessor("gfx1200", 0x048, 32, _G12, description="RDNA4, RX 9060"),
     AmdProcessor("gfx1201", 0x04E, 32, _G12, description="RDNA4, RX 9070"),
+    AmdProcessor("gfx1250", 0x049, 32, None, description="gfx12.5 (LLVM 21; no ROCm 6 support)"),
     AmdProcessor(_G9, 0x051, 64, xnack=True, description="generic: gfx900-gfx90c but gfx908/90a"),
     AmdProcessor(_G94, 0x05F, 64, xnack=True, sramecc=True, description="generic: gfx942, gfx950"),
     AmdProcessor(_G101, 0x052, 32, xnack=True, description="generic: gfx1010-gfx1013"),
@@ -155,6 +156,11 @@ if len(AMD_BY_MACH) != len(AMD_PROCESSORS):
     raise AssertionError("duplicate EF_AMDGPU_MACH value in AMD_PROCESSORS")
 
 FEATURES: tuple[str, ...] = ("sramecc", "xnack")  # canonical order: alphabetical
+
+# Generic code objects are code object v6, which ROCm loads from 6.2 on (AMDGPUUsage.rst: "Generic
+# processors are only available on code object V6 and above"; ROCm 6.2 release notes).
+GENERIC_CODE_OBJECT_VERSION = 6
+GENERIC_MIN_ROCM = (6, 2)
 
 
 @dataclass(frozen=True)
@@ -338,7 +344,11 @@ def amd_rank(code: TargetId, agent: TargetId) -> tuple[int, int]:
 
 def _amd_fit_description(code: TargetId, agent: TargetId) -> str:
     if code.processor != agent.processor:
-        return f"generic code for {agent.processor}"
+        rocm = ".".join(map(str, GENERIC_MIN_ROCM))
+        return (
+            f"generic code for {agent.processor} ({code.processor}: "
+            f"code object v{GENERIC_CODE_OBJECT_VERSION}, ROCm {rocm} or later)"
+        )
     left_any = [name for name, _ in agent.features if code.feature(name) is None]
     if left_any:
         return f"built for {agent.processor}, {' and '.join(left_any)} any"
@@ -427,6 +437,75 @@ def _nvidia_fit_description(code: NvidiaTarget, gpu: NvidiaTarget) -> str:
     return f"cubin for {code.capability}, binary compatible with {gpu.capability}"
 
 
+# --- One parser for every target name ---------------------------------------------------------------
+
+TargetKind = Literal["specific", "generic", "family", "sm", "compute"]
+ImageKind = Literal["code_object", "cubin", "ptx"]
+
+
+@dataclass(frozen=True)
+class ParsedTarget:
+    """What a target name is: the one classification the builder, the loader and the CLI use.
+
+    ``kind``: "specific" (an AMD processor, gfx942), "generic" (an AMD generic target,
+    gfx11-generic), "family" (a group of AMD processors a matrix may name, gfx110X), "sm" (an
+    NVIDIA GPU or cubin, sm_90, sm_90a) or "compute" (NVIDIA PTX, compute_80). ``text`` is the
+    canonical spelling; ``features`` the AMD features it fixes (sramecc/xnack, True for +);
+    ``arch_specific`` the NVIDIA 'a' suffix; ``members`` a family's processors.
+    """
+
+    text: str
+    vendor: Literal["amd", "nvidia"]
+    kind: TargetKind
+    features: tuple[tuple[str, bool], ...] = ()
+    arch_specific: bool = False
+    members: tuple[str, ...] = ()
+
+    @property
+    def image_kind(self) -> ImageKind:
+        """The kind of image built for it: AMD code objects, NVIDIA cubins or PTX."""
+        if self.vendor == "amd":
+            return "code_object"
+        return "ptx" if self.kind == "compute" else "cubin"
+
+    @property
+    def amd(self) -> TargetId:
+        """The AMD target id (UsageError for a family or an NVIDIA name)."""
+        if self.vendor != "amd" or self.kind == "family":
+            raise UsageError(f"{self.text}: not one AMD target id")
+        return TargetId.parse(self.text)
+
+    @property
+    def nvidia(self) -> NvidiaTarget:
+        """The NVIDIA target (UsageError for an AMD name)."""
+        if self.vendor != "nvidia":
+            raise UsageError(f"{self.text}: not an NVIDIA target")
+        return NvidiaTarget.parse(self.text)
+
+
+def parse_target(text: str) -> ParsedTarget:
+    """Classify and canonicalise any target name kernelpack accepts; UsageError if unknown.
+
+    AMD names are checked against the processor table (features included, gfx90a:xnack+) or
+    AMD_FAMILIES; NVIDIA names by their form (sm_XY[a], compute_XY[a]), so that GPUs newer than
+    the table still parse. The error names the nearest known name.
+    """
+    name = text.strip()
+    if name in AMD_FAMILIES:
+        return ParsedTarget(name, "amd", "family", members=AMD_FAMILIES[name])
+    if name.startswith(("sm", "compute")):
+        nvidia = NvidiaTarget.parse(name)
+        kind: TargetKind = "compute" if nvidia.ptx else "sm"
+        return ParsedTarget(str(nvidia), "nvidia", kind, arch_specific=nvidia.arch_specific)
+    processor = name.split(":")[0]
+    if processor not in AMD_BY_NAME:
+        known = [*AMD_BY_NAME, *AMD_FAMILIES]
+        raise UsageError(f"{name}: unknown AMD target{suggest(processor, tuple(known))}")
+    amd = TargetId.parse(name)
+    kind = "generic" if amd.info.is_generic else "specific"
+    return ParsedTarget(str(amd), "amd", kind, features=amd.features)
+
+
 # --- Image selection (the loader's entry point) ----------------------------------------------------
 
 GpuTarget = TargetId | NvidiaTarget
@@ -435,7 +514,9 @@ ImageT = TypeVar("ImageT", bound=Mapping[str, object])
 _KINDS = {"amd": ("code_object",), "nvidia": ("cubin", "ptx")}
 
 
-def _image_fit(image: Mapping[str, object], gpu: GpuTarget) -> tuple[tuple[int, ...], str] | str:
+def _image_fit(
+    image: Mapping[str, object], gpu: GpuTarget, code_object_v6: bool | None
+) -> tuple[tuple[int, ...], str] | str:
     """(rank key, why it fits) for an image that runs on ``gpu``, or the reason it does not."""
     vendor, target, kind = image.get("vendor"), str(image.get("target")), image.get("kind")
     gpu_vendor = "amd" if isinstance(gpu, TargetId) else "nvidia"
@@ -449,6 +530,11 @@ def _image_fit(image: Mapping[str, object], gpu: GpuTarget) -> tuple[tuple[int, 
             why_not = amd_mismatch(code, gpu)
             if why_not is not None:
                 return why_not
+            if code.info.is_generic and code_object_v6 is False:
+                return (
+                    f"generic code is code object v{GENERIC_CODE_OBJECT_VERSION}, which this HIP "
+                    f"runtime cannot load (ROCm {'.'.join(map(str, GENERIC_MIN_ROCM))} or later can)"
+                )
             return amd_rank(code, gpu), _amd_fit_description(code, gpu)
         nvidia_code = NvidiaTarget.parse(target)
     except UsageError as error:
@@ -461,20 +547,34 @@ def _image_fit(image: Mapping[str, object], gpu: GpuTarget) -> tuple[tuple[int, 
     return nvidia_rank(nvidia_code, gpu), _nvidia_fit_description(nvidia_code, gpu)
 
 
-def select_image(images: Sequence[ImageT], gpu: GpuTarget) -> tuple[ImageT | None, list[str]]:
+def runs_code_object_v6(hip_version: str) -> bool | None:
+    """Whether a HIP runtime of this version ("6.4.43484", as hipRuntimeGetVersion spells it)
+    loads code object v6, which generic targets need; None when the version does not parse."""
+    match = re.match(r"(\d+)\.(\d+)", hip_version.strip())
+    if match is None:
+        return None
+    return (int(match[1]), int(match[2])) >= GENERIC_MIN_ROCM
+
+
+def select_image(
+    images: Sequence[ImageT], gpu: GpuTarget, *, runtime_code_object_v6: bool | None = None
+) -> tuple[ImageT | None, list[str]]:
     """The image of a module to load on a GPU of target ``gpu``, and why, candidate by candidate.
 
     ``images`` are the module's index entries (kernelpack.index.Image: "vendor", "target", "kind"
     are read); ``gpu`` is kernelpack.detect.Gpu.target. Among the images that fit (same vendor,
     compatible by the runtime's rules), the best by :func:`amd_rank` / :func:`nvidia_rank` wins;
-    ties go to the earlier image. The reasons are one line per image, in the order given, saying
+    ties go to the earlier image: an image for the GPU's own processor before its generic
+    target's. ``runtime_code_object_v6`` is what the installed HIP runtime can load
+    (:func:`runs_code_object_v6`): False rejects generic images, which are code object v6; None
+    (not known, e.g. a recorded topology) lets them fit and their reason says what they need. The reasons are one line per image, in the order given, saying
     "selected", "fits" or "rejected" and why: what KERNELPACK_DEBUG=1 and ``kernelpack info``
     print, and what a NoImageError should quote. An empty ``images`` gives (None, []).
     """
     fits: list[tuple[tuple[int, ...], int, str]] = []
     verdicts: list[str] = []
     for position, image in enumerate(images):
-        outcome = _image_fit(image, gpu)
+        outcome = _image_fit(image, gpu, runtime_code_object_v6)
         if isinstance(outcome, str):
             verdicts.append(f"rejected: {outcome}")
         else:
@@ -490,3 +590,26 @@ def select_image(images: Sequence[ImageT], gpu: GpuTarget) -> tuple[ImageT | Non
         f"{label} for {gpu}: {verdict}" for label, verdict in zip(labels, verdicts, strict=True)
     ]
     return (images[best[1]] if best is not None else None), reasons
+
+
+def known_code_targets() -> list[str]:
+    """Every code target name the tables know (AMD processors and generic targets, NVIDIA cubin
+    and PTX targets), the universe an installer's variant provider chooses from."""
+    nvidia = [a.name for a in NVIDIA_ARCHS]
+    return (
+        [p.name for p in AMD_PROCESSORS] + nvidia + [n.replace("sm_", "compute_") for n in nvidia]
+    )
+
+
+def supported_targets(gpu: GpuTarget, *, runtime_code_object_v6: bool | None = None) -> list[str]:
+    """The known code targets whose images run on ``gpu``, best first by :func:`select_image`'s
+    rule: what kernelpack's variant provider reports, so that an installer picks the wheel the
+    loader would pick."""
+    ranked = []
+    for position, name in enumerate(known_code_targets()):
+        parsed = parse_target(name)
+        image = {"vendor": parsed.vendor, "target": name, "kind": parsed.image_kind}
+        outcome = _image_fit(image, gpu, runtime_code_object_v6)
+        if not isinstance(outcome, str):
+            ranked.append((outcome[0], position, name))
+    return [name for _, _, name in sorted(ranked)]

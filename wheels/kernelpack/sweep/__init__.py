@@ -9,6 +9,7 @@ SQLite, resumable (``python -m kernelpack sweep run|top``; docs/sweeps.md).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from .._console import print_json, print_table
@@ -66,6 +67,12 @@ def _top(args: argparse.Namespace) -> int:
         walks_done = store.progress()[1]
     finally:
         store.close()
+    if args.k > spec.top_k:
+        print(
+            f"note: every shard keeps its best {spec.top_k} (the spec's top_k) and its hits; past "
+            f"{spec.top_k} this list holds only walks that were kept",
+            file=sys.stderr,
+        )
     if args.json:
         print_json({
             "walks_done": walks_done, "walks": spec.walks,

@@ -28,6 +28,12 @@ from .spec import Spec
 from .store import ShardResult, Store
 
 
+class ShardError(KernelpackError):
+    """A shard failed on every attempt (exit 1; a rerun resumes the sweep)."""
+
+    exit_code = 1
+
+
 @dataclass(frozen=True)
 class EngineOptions:
     backend: str = "gpu"  # "gpu" or "numpy"
@@ -202,7 +208,10 @@ def run_sweep(spec: Spec, store: Store, options: EngineOptions,
             ])  # fmt: skip
             tasks = {}
             for future in futures:
-                status, payload, worker = future.result()
+                try:
+                    status, payload, worker = future.result()
+                except Exception as error:  # the worker died (Dask's KilledWorker) or was lost
+                    status, payload, worker = "failed", f"{type(error).__name__}: {error}", "?"
                 if status == "ok":
                     result: ShardResult = payload
                     if store.commit(result, attempts[result.shard]):
@@ -216,7 +225,7 @@ def run_sweep(spec: Spec, store: Store, options: EngineOptions,
                 failures.append(f"shard {shard} failed on {worker}: {payload}")
                 progress.note(failures[-1])
                 if attempts[shard] > options.retries:
-                    raise KernelpackError(
+                    raise ShardError(
                         f"sweep: shard {shard} failed {attempts[shard]} times, last: {payload}; "
                         "rerun the same command to resume once the cause is fixed"
                     )

@@ -103,14 +103,19 @@ class Spec:
     def walk_arrays(
         self, start: int, stop: int
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """Shifts and dirs (n, dim) of walks start .. stop - 1."""
-        index = np.unravel_index(np.arange(start, stop, dtype=np.int64), self.sizes)
-        lows = [low for low, _ in (*self.shifts, *self.dirs)]
-        columns = np.stack([i + low for i, low in zip(index, lows, strict=True)], axis=1)
-        columns = columns.astype(np.int64).reshape(-1, 2 * self.dim)
-        return np.ascontiguousarray(columns[:, : self.dim]), np.ascontiguousarray(
-            columns[:, self.dim :]
-        )
+        """Shifts and dirs (n, dim) of walks start .. stop - 1: digit j of the walk's number in
+        the mixed radix of the range sizes (C order), plus the range's low end. Integer
+        division and remainder per column (np.unravel_index takes several times longer)."""
+        number = np.arange(start, stop, dtype=np.int64)
+        columns = [np.empty((stop - start, self.dim), dtype=np.int64) for _ in range(2)]
+        ranges = [*self.shifts, *self.dirs]
+        stride = self.walks
+        for column, ((low, _), size) in enumerate(zip(ranges, self.sizes, strict=True)):
+            stride //= size
+            digit = number // stride if stride > 1 else number.copy()
+            np.remainder(digit, size, out=digit)
+            columns[column // self.dim][:, column % self.dim] = digit + low
+        return columns[0], columns[1]
 
     def program(self) -> Program:
         return compile_program(self.matrix, self.axes)

@@ -9,6 +9,12 @@ the walk is alive, and a float64 estimate of its limit p_d / q_d with how fast i
 - :func:`run_numpy`: numpy on the CPU, all walks and primes at once;
 - :func:`reference`: exact Python integers, the definition the other two are tested against.
 
+Searches ask a walker for less: ``outputs`` names the arrays wanted (P_final only when asked
+for), and ``min_delta`` / ``top_k`` select the hits and the best walks (kernelpack.walk.select's
+rule, on the GPU for :func:`run`), returned as :class:`Selection` records with each walk's shift,
+direction, estimate and delta. :func:`run` also takes shifts and dirs already on the GPU (torch,
+CuPy) and then leaves its outputs there. Sweeps over many GPUs: kernelpack.sweep.
+
 The step matrix is a :class:`Program` (WALK.md's register machine), written by hand or by
 :func:`compile_program` from expressions such as ``[["0", "-n**2"], ["1", "2*n + 1"]]``.
 """
@@ -20,5 +26,15 @@ from .gpu import run
 from .inputs import WalkResult
 from .program import Op, Program, compile_program
 from .reference import reference
+from .select import Selection
 
-__all__ = ["Op", "Program", "WalkResult", "compile_program", "reference", "run", "run_numpy"]
+__all__ = [
+    "Op",
+    "Program",
+    "Selection",
+    "WalkResult",
+    "compile_program",
+    "reference",
+    "run",
+    "run_numpy",
+]

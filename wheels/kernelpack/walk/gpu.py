@@ -1,8 +1,17 @@
 """The walks on the GPU: the kernels of kernel_sources/walk/walk.cu through kernelpack's loader.
 
-Host arrays go to the device and back through torch or CuPy, whichever is installed (torch
-first), as raw bytes on that framework's current stream; the kernels take plain addresses. A
-batch whose buffers would take more than half of the device's free memory runs in pieces.
+Memory comes from torch or CuPy (the framework of the caller's arrays, else whichever is
+installed, torch first), as raw bytes on that framework's current stream; the kernels take plain
+addresses. Two ways in and out:
+
+- shifts and dirs already on the GPU (torch, CuPy) are read in place and checked there
+  (walk_bounds); the outputs are whole-batch arrays of that framework on that device;
+- numpy in: each piece of the batch is uploaded, and the outputs asked for come back on a second
+  stream into page-locked memory while the next piece computes (PIPELINE_PIECES).
+
+Only the outputs asked for are kept (P_final is not even written otherwise), and the search's
+selection (hits, top k) runs on the device per piece; the pieces' few records merge on the host.
+A batch whose buffers would take more than half of the device's free memory runs in pieces.
 """
 
 from __future__ import annotations
@@ -350,11 +359,12 @@ class _Buffers:
     def side_waits(self, side: Any) -> None:
         """``side`` runs what is queued on it next only after the launching stream's work so
         far."""
-        event = self._xp.cuda.Event()
         if self.framework == "torch":
+            event = self._xp.cuda.Event()
             event.record(self._xp.cuda.current_stream(self.device))
         else:
-            with self._xp.cuda.Device(self.device):
+            with self._xp.cuda.Device(self.device):  # CuPy makes the event on this device
+                event = self._xp.cuda.Event()
                 event.record(self._xp.cuda.get_current_stream())
         side.wait_event(event)
 
@@ -380,8 +390,13 @@ class _Buffers:
 
     def mark(self, side: Any) -> Any:
         """An event after the work queued on ``side`` so far (wait on it with .synchronize())."""
-        event = self._xp.cuda.Event()
-        event.record(side)
+        if self.framework == "torch":
+            event = self._xp.cuda.Event()
+            event.record(side)
+            return event
+        with self._xp.cuda.Device(self.device):
+            event = self._xp.cuda.Event()
+            event.record(side)
         return event
 
     def stream(self) -> int:
@@ -487,7 +502,8 @@ class _Selector:
         state_ptr = self.buffers.pointer(state)
         self.kernels["hits"].launch(blocks, SELECT_BLOCK, *walks, threshold, state_ptr,
                                     *hit_columns, **launch)  # fmt: skip
-        top, top_columns = self._records(max(1, request.top_k))
+        top_capacity = max(1, min(request.top_k, count))  # at most the piece's walks are kept
+        top, top_columns = self._records(top_capacity)
         if request.top_k:
             histogram_ptr = self.buffers.pointer(histogram)
             for digit in range(SELECT_DIGITS):
@@ -510,7 +526,7 @@ class _Selector:
                     f"walk_select_top wrote {written} walks, expected {expected}: the selection "
                     "kernels disagree; report this with KERNELPACK_DEBUG=1 output"
                 )
-            self.top.append(self._read(top, max(1, request.top_k), written).offset(first))
+            self.top.append(self._read(top, top_capacity, written).offset(first))
 
     def result(self) -> tuple[Selection | None, Selection | None]:
         hits = merge_hits(self.hits, self.dim) if self.request.min_delta is not None else None

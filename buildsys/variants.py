@@ -1,0 +1,198 @@
+"""The distribution layout: names an index can hold, and PEP 825 variant wheels.
+
+Every file ``python -m buildsys wheels`` writes into dist/ has its own name:
+
+- ``kernelpack-V-cp311-abi3-PLAT.whl``: the host wheel (no images), with one extra per device wheel.
+  What today's pip installs: ``pip install "kernelpack[gfx942]"`` adds that device wheel;
+  ``pip install kernelpack`` alone compiles at run time or names the extra to install.
+- ``kernelpack-V-cp311-abi3-PLAT-null.whl``: the fat wheel (every image) as the null variant, what a
+  variant-aware installer takes when no variant fits the machine. Today's pip skips variant
+  wheels: their file names do not parse as wheel names for it.
+- ``kernelpack-V-cp311-abi3-PLAT-LABEL.whl``: one variant per device wheel (label gfx942,
+  gfx110x, gfx11_generic, sm90, ptx): the host wheel that also requires that device wheel, with
+  ``*.dist-info/variant.json`` naming the targets it serves as ``kernelpack :: amd_target :: V`` or
+  ``kernelpack :: nvidia_target :: V`` properties.
+- ``kernelpack_device_GROUP-V-py3-none-any.whl``: the device wheels;
+  ``kernelpack_variant_provider-V-py3-none-any.whl``: the provider plugin installers run to learn
+  which properties this machine supports (:mod:`kernelpack.variant_plugin` and the kernelpack
+  modules it imports, :func:`provider_modules`);
+  ``kernelpack-V-variants.json``: every variant's properties, for the index.
+
+The property names are kernelpack's own (docs/wheels.md says why the vendors' providers do not fit).
+The JSON layout is variantlib 0.2.2's (PEP 825's reference library), checked by its analyze-wheel
+in the tests.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from kernelpack.atomic import atomic_write
+from kernelpack.index import Index
+from kernelpack.targets import parse_target
+from kernelpack.variant_plugin import FEATURES, NAMESPACE, property_value
+
+from . import REPO_ROOT
+from .errors import BuildError
+from .index_writer import read_index
+from .wheels import DeviceGroup, device_groups, read_wheel, write_wheel
+
+# variantlib 0.2.2's VARIANT_INFO_SCHEMA_URL: the schema version of variant.json it reads.
+VARIANT_SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
+NULL_LABEL = "null"
+PROVIDER_DISTRIBUTION = "kernelpack-variant-provider"
+PROVIDER_PACKAGE = "kernelpack_variant_provider"
+PROVIDER_API = f"{PROVIDER_PACKAGE}.variant_plugin:KernelpackVariantPlugin"
+KERNELPACK_SOURCE = REPO_ROOT / "wheels" / "kernelpack"
+
+
+def variant_label(group: DeviceGroup) -> str:
+    """A device group's variant label ([0-9a-z._]+): gfx11-generic -> gfx11_generic."""
+    return group.name.replace("-", "_").lower()
+
+
+def variant_properties(group: DeviceGroup) -> dict[str, dict[str, list[str]]]:
+    """The group's targets as properties: {"kernelpack": {"amd_target": ["gfx1100", ...]}}."""
+    features: dict[str, list[str]] = {}
+    for target in group.targets:
+        values = features.setdefault(FEATURES[parse_target(target).vendor], [])
+        if property_value(target) not in values:
+            values.append(property_value(target))
+    return {NAMESPACE: features}
+
+
+def variant_info(version: str, variants: dict[str, dict[str, dict[str, list[str]]]]) -> str:
+    """variant.json (one variant) or {name}-{version}-variants.json (all of them)."""
+    document = {
+        "$schema": VARIANT_SCHEMA,
+        "default-priorities": {"namespace": [NAMESPACE]},
+        "providers": {
+            NAMESPACE: {
+                "requires": [f"{PROVIDER_DISTRIBUTION}=={version}"],
+                "plugin-api": PROVIDER_API,
+            }
+        },
+        "variants": variants,
+    }
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+def variant_wheel_name(plain: str, label: str) -> str:
+    """kernelpack-1.0-cp311-abi3-manylinux_2_17_x86_64.whl + gfx942 -> ...x86_64-gfx942.whl."""
+    return re.sub(r"\.whl$", f"-{label}.whl", plain)
+
+
+def _dist_info(files: dict[str, bytes]) -> str:
+    return next(n.split("/")[0] for n in files if n.endswith(".dist-info/METADATA"))
+
+
+def _with_requirement(metadata: str, requirement: str) -> str:
+    headers, _, body = metadata.partition("\n\n")
+    return f"{headers.rstrip(chr(10))}\nRequires-Dist: {requirement}\n\n{body}"
+
+
+def write_variants(fat: Path, host: Path, out_dir: Path, *, epoch: int) -> list[Path]:
+    """The null variant (the fat wheel), one variant per device group (the host wheel requiring
+    that group's device wheel), the variants JSON and the provider wheel, into out_dir."""
+    fat_files, host_files = read_wheel(fat), read_wheel(host)
+    index: Index = read_index(fat_files["kernelpack/_index.py"].decode())
+    version = index["version"]
+    if fat.name != host.name:
+        raise BuildError(f"the fat wheel {fat.name} and the host wheel {host.name} differ in tags")
+    written: list[Path] = []
+    all_variants: dict[str, dict[str, dict[str, list[str]]]] = {}
+
+    null_files = dict(fat_files)
+    null_files[f"{_dist_info(fat_files)}/variant.json"] = variant_info(
+        version, {NULL_LABEL: {}}
+    ).encode()
+    written.append(
+        write_wheel(out_dir / variant_wheel_name(host.name, NULL_LABEL), null_files, epoch=epoch)
+    )
+
+    dist_info = _dist_info(host_files)
+    for group in device_groups(index):
+        label, properties = variant_label(group), variant_properties(group)
+        all_variants[label] = properties
+        files = dict(host_files)
+        files[f"{dist_info}/METADATA"] = _with_requirement(
+            host_files[f"{dist_info}/METADATA"].decode(), f"{group.distribution}=={version}"
+        ).encode()
+        files[f"{dist_info}/variant.json"] = variant_info(version, {label: properties}).encode()
+        written.append(
+            write_wheel(out_dir / variant_wheel_name(host.name, label), files, epoch=epoch)
+        )
+
+    variants_json = out_dir / f"kernelpack-{version}-variants.json"
+    atomic_write(variants_json, variant_info(version, all_variants).encode())
+    written.append(variants_json)
+    written.append(provider_wheel(version, out_dir, epoch=epoch))
+    return written
+
+
+def provider_modules(root: str = "variant_plugin") -> list[str]:
+    """The kernelpack modules the plugin imports, directly or not, at module level or inside
+    functions (detect.py asks the CUDA driver through cuda.py where NVML is missing): the files the
+    provider wheel copies. Compiled and generated modules (_launcher, _index) are not followed;
+    the code that imports them stays unused in the provider."""
+    found: list[str] = []
+    pending = [root]
+    while pending:
+        name = pending.pop()
+        path = KERNELPACK_SOURCE / f"{name}.py"
+        if name in found or not path.is_file():
+            continue
+        found.append(name)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    pending.append(node.module.split(".")[0])
+                else:
+                    pending += [alias.name for alias in node.names]
+    return sorted(found)
+
+
+def provider_wheel(version: str, out_dir: Path, *, epoch: int) -> Path:
+    """kernelpack-variant-provider: the plugin and the modules it imports, copied from kernelpack
+    so that installer and loader detect GPUs with the same code."""
+    files = {
+        f"{PROVIDER_PACKAGE}/{name}.py": (KERNELPACK_SOURCE / f"{name}.py").read_bytes()
+        for name in provider_modules()
+    }
+    files[f"{PROVIDER_PACKAGE}/__init__.py"] = (
+        b'"""kernelpack\'s wheel-variant provider plugin; see variant_plugin.py."""\n'
+    )
+    dist_info = f"{PROVIDER_PACKAGE}-{version}.dist-info"
+    files[f"{dist_info}/METADATA"] = (
+        "Metadata-Version: 2.1\n"
+        f"Name: {PROVIDER_DISTRIBUTION}\n"
+        f"Version: {version}\n"
+        "Summary: Wheel-variant provider plugin for kernelpack: which GPU targets this machine runs\n"
+        "Requires-Python: >=3.11\n\n"
+    ).encode()
+    files[f"{dist_info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: kernelpack-buildsys\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n"
+    )
+    files[f"{dist_info}/entry_points.txt"] = (
+        f"[variant_plugins]\n{NAMESPACE} = {PROVIDER_API}\n"
+    ).encode()
+    return write_wheel(
+        out_dir / f"{PROVIDER_PACKAGE}-{version}-py3-none-any.whl", files, epoch=epoch
+    )
+
+
+def files_by_project(paths: Sequence[Path]) -> dict[str, list[Path]]:
+    """The files of a dist/ folder grouped by normalised project name (PEP 503), for the index."""
+    projects: dict[str, list[Path]] = {}
+    for path in sorted(paths):
+        if path.name.endswith("-variants.json"):
+            name = path.name.rsplit("-", 2)[0]
+        else:
+            name = path.name.split("-", 1)[0]
+        projects.setdefault(re.sub(r"[-_.]+", "-", name).lower(), []).append(path)
+    return projects

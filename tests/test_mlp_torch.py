@@ -1,0 +1,400 @@
+"""The backward kernels and torch.ops.kernelpack on the GPU: against float64 references, opcheck,
+autograd, CUDA graphs and torch.compile.
+
+Kernel tests launch the backward kernels directly into NaN-poisoned outputs (with NaN guard zones
+after them, and a NaN-poisoned partial-sum buffer), on fresh random data from a new seed each run
+(printed with any failure), and compare with the gradients written out in float64. The bound of
+each element is a relative tolerance of the sum of the magnitudes of the terms that make it (so
+a gradient that cancels to near zero is held to the rounding of its terms, not to its own tiny
+size), plus the final rounding to the dtype.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kernelpack import mlp
+
+torch = pytest.importorskip("torch", reason="torch is in the test dependency group")
+# Importing torch's inductor (torch 2.11) warns through torch.jit's deprecated script_method.
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.torch,
+    pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
+]
+
+from kernelpack import torch_ops  # noqa: E402,F401  (registers torch.ops.kernelpack)
+
+OPS = torch.ops.kernelpack
+DTYPES = ["float32", "float16", "bfloat16"]
+# Relative tolerance of the magnitude of the terms (float32 arithmetic with the fast exp and
+# reciprocal), and the final rounding to the dtype (half an ulp).
+TERMS = 2e-5
+ROUNDING = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+ABSOLUTE = {"float32": 1e-30, "float16": 2.0**-24, "bfloat16": 1e-30}  # float16 subnormals
+GUARD = 64
+EPS = 1e-6
+
+
+@pytest.fixture
+def rng() -> tuple[Any, int]:
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    seed = secrets.randbits(62)
+    generator = torch.Generator(device="cuda")
+    generator.manual_seed(seed)
+    return generator, seed
+
+
+def randn(rng: tuple[Any, int], shape: tuple[int, ...], dtype: str, offset: int = 0) -> Any:
+    n = math.prod(shape)
+    buffer = torch.randn(offset + n, generator=rng[0], device="cuda")
+    return buffer.to(getattr(torch, dtype))[offset:].view(shape)
+
+
+def poisoned(shape: tuple[int, ...], dtype: Any, offset: int = 0) -> tuple[Any, Any]:
+    n = math.prod(shape)
+    buffer = torch.full((offset + n + GUARD,), math.nan, device="cuda", dtype=dtype)
+    return buffer, buffer[offset : offset + n].view(shape)
+
+
+def assert_guards(buffer: Any, offset: int, n: int) -> None:
+    assert bool(buffer[:offset].isnan().all()) and bool(buffer[offset + n :].isnan().all()), (
+        "a kernel wrote outside its output"
+    )
+
+
+def assert_close(
+    got: Any, reference: Any, terms: Any, dtype: str, seed: int, what: str, tolerance: float = TERMS
+) -> None:
+    """|got - reference| <= tolerance * terms + rounding * |reference| + absolute, NaN failing."""
+    error = (got.double() - reference).abs()
+    bound = tolerance * terms + ROUNDING[dtype] * reference.abs() + ABSOLUTE[dtype]
+    bad = ~(error <= bound)
+    if bool(bad.any()):
+        index = int(bad.reshape(-1).nonzero()[0])
+        raise AssertionError(
+            f"{what} {dtype} (seed {seed}): {int(bad.sum())} of {bad.numel()} elements off; first "
+            f"at {index}: got {got.reshape(-1)[index].item()!r}, expected "
+            f"{reference.reshape(-1)[index].item()!r} (bound {bound.reshape(-1)[index].item():.3g})"
+        )
+
+
+# ---- float64 references -----------------------------------------------------------------------
+
+
+def ref_swiglu_grads(gate: Any, up: Any, grad: Any) -> tuple[Any, Any, Any, Any]:
+    """(grad_gate, its terms, grad_up, its terms) in float64."""
+    g, u, dy = gate.double(), up.double(), grad.double()
+    s = torch.sigmoid(g)
+    grad_up = dy * g * s
+    grad_gate = dy * u * s * (1 + g * (1 - s))
+    terms_gate = (dy * u * s).abs() * (1 + (g * (1 - s)).abs())
+    return grad_gate, terms_gate, grad_up, grad_up.abs()
+
+
+def ref_rms_norm_grads(x: Any, weight: Any, grad: Any, eps: float) -> tuple[Any, Any, Any, Any]:
+    """(grad_x, its terms, grad_weight, its terms) in float64."""
+    x, w, dy = x.double(), weight.double(), grad.double()
+    cols = x.shape[-1]
+    r = torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+    dot = (dy * w * x).sum(-1, keepdim=True) / cols
+    grad_x = r * w * dy - x * r**3 * dot
+    terms_x = (r * w * dy).abs() + x.abs() * r**3 * (dy * w * x).abs().sum(-1, keepdim=True) / cols
+    flat = (dy * x * r).reshape(-1, cols)
+    return grad_x, terms_x, flat.sum(0), flat.abs().sum(0)
+
+
+# ---- the backward kernels, launched directly --------------------------------------------------
+
+
+def stream() -> int:
+    return int(torch.cuda.current_stream().cuda_stream)
+
+
+@pytest.mark.parametrize("offset", [0, 1])  # 1: every array one element in, the scalar path
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 4099, 65536, 1_000_003])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_swiglu_backward(rng: Any, dtype: str, n: int, offset: int) -> None:
+    gate = randn(rng, (n,), dtype, offset) * 4  # past the sigmoid's knee both ways
+    up, grad = randn(rng, (n,), dtype, offset), randn(rng, (n,), dtype, offset)
+    gate_buffer, grad_gate = poisoned((n,), gate.dtype, offset)
+    up_buffer, grad_up = poisoned((n,), gate.dtype, offset)
+    mlp.launch_swiglu_backward(
+        "cuda:0", dtype, gate.data_ptr(), up.data_ptr(), grad.data_ptr(), grad_gate.data_ptr(),
+        grad_up.data_ptr(), n, stream(),
+    )  # fmt: skip
+    ref_gate, terms_gate, ref_up, terms_up = ref_swiglu_grads(gate, up, grad)
+    assert_close(grad_gate, ref_gate, terms_gate, dtype, rng[1], f"swiglu d_gate n={n}+{offset}")
+    assert_close(grad_up, ref_up, terms_up, dtype, rng[1], f"swiglu d_up n={n}+{offset}")
+    assert_guards(gate_buffer, offset, n)
+    assert_guards(up_buffer, offset, n)
+
+
+@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize(("rows", "cols"), [(1, 1), (3, 3), (2, 8), (5, 9), (3, 4096), (70_001, 8)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_and_mul_backward(rng: Any, dtype: str, rows: int, cols: int, offset: int) -> None:
+    x = randn(rng, (rows, 2 * cols), dtype, offset) * 4
+    grad = randn(rng, (rows, cols), dtype, offset)
+    buffer, grad_x = poisoned((rows, 2 * cols), x.dtype, offset)
+    mlp.launch_silu_and_mul_backward(
+        "cuda:0", dtype, x.data_ptr(), grad.data_ptr(), grad_x.data_ptr(), rows, cols, stream()
+    )
+    ref_gate, terms_gate, ref_up, terms_up = ref_swiglu_grads(x[:, :cols], x[:, cols:], grad)
+    what = f"silu_and_mul backward {rows}x{cols}+{offset}"
+    assert_close(grad_x[:, :cols], ref_gate, terms_gate, dtype, rng[1], what + " d_gate")
+    assert_close(grad_x[:, cols:], ref_up, terms_up, dtype, rng[1], what + " d_up")
+    assert_guards(buffer, offset, rows * 2 * cols)
+
+
+# Rows past the backward grid (264 blocks) and up to 100k, rows past the register cache (8192
+# elements), odd lengths (the scalar path), one row.
+NORM_CASES = [
+    (1, 1),
+    (3, 7),
+    (2, 8),
+    (5, 100),
+    (1, 4096),
+    (300, 4096),
+    (2, 8200),
+    (3, 16384),
+    (2, 32776),
+    (1000, 264),
+    (100_003, 8),
+]
+
+
+@pytest.mark.parametrize("extra", [False, True])  # the add_rms_norm form: grad_extra and a copy
+@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize(("rows", "cols"), NORM_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_backward(
+    rng: Any, dtype: str, rows: int, cols: int, offset: int, extra: bool
+) -> None:
+    seed = rng[1]
+    x = randn(rng, (rows, cols), dtype, offset)
+    weight = randn(rng, (cols,), dtype, offset)
+    grad = randn(rng, (rows, cols), dtype, offset)
+    grad_extra = randn(rng, (rows, cols), dtype, offset) if extra else None
+    x_buffer, grad_x = poisoned((rows, cols), x.dtype, offset)
+    copy_buffer, grad_copy = poisoned((rows, cols), x.dtype, offset)
+    weight_buffer, grad_weight = poisoned((cols,), x.dtype, offset)
+    blocks = mlp.backward_row_geometry(rows, cols, dtype)[0]
+    partial = torch.full((blocks, cols), math.nan, device="cuda")
+    mlp.launch_rms_norm_backward(
+        "cuda:0", dtype, x.data_ptr(), weight.data_ptr(), grad.data_ptr(),
+        grad_extra.data_ptr() if extra else 0, grad_x.data_ptr(),
+        grad_copy.data_ptr() if extra else 0, partial.data_ptr(), grad_weight.data_ptr(), rows,
+        cols, EPS, stream(),
+    )  # fmt: skip
+    ref_x, terms_x, ref_weight, terms_weight = ref_rms_norm_grads(x, weight, grad, EPS)
+    if grad_extra is not None:
+        ref_x = ref_x + grad_extra.double()
+        terms_x = terms_x + grad_extra.double().abs()
+    what = f"rms_norm backward {rows}x{cols}+{offset}{' extra' if extra else ''}"
+    assert_close(grad_x, ref_x, terms_x, dtype, seed, what + " d_x")
+    # float32 sums over up to 100k rows: each block adds its rows, then the blocks are added.
+    assert_close(grad_weight, ref_weight, terms_weight, dtype, seed, what + " d_w", 1e-5 * 40)
+    assert_guards(x_buffer, offset, rows * cols)
+    assert_guards(weight_buffer, offset, cols)
+    if extra:
+        assert torch.equal(grad_copy, grad_x)
+        assert_guards(copy_buffer, offset, rows * cols)
+    else:
+        assert bool(copy_buffer.isnan().all()), "grad_x_copy written though not asked for"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_weight_gradient_is_deterministic(rng: Any, dtype: str) -> None:
+    x = randn(rng, (4096, 4096), dtype)
+    weight = randn(rng, (4096,), dtype)
+    grad = randn(rng, (4096, 4096), dtype)
+    results = [OPS.rms_norm_backward(grad, x, weight, EPS) for _ in range(3)]
+    for grad_x, grad_weight in results[1:]:
+        assert torch.equal(grad_x, results[0][0])
+        assert torch.equal(grad_weight.view(torch.int16 if dtype != "float32" else torch.int32),
+                           results[0][1].view(torch.int16 if dtype != "float32" else torch.int32))  # fmt: skip
+
+
+def test_rms_norm_backward_of_no_rows_gives_a_zero_weight_gradient() -> None:
+    weight = torch.ones(64, device="cuda")
+    grad_x, grad_weight = OPS.rms_norm_backward(
+        torch.empty(0, 64, device="cuda"), torch.empty(0, 64, device="cuda"), weight, EPS
+    )
+    assert grad_x.shape == (0, 64) and bool((grad_weight == 0).all())
+
+
+# ---- the ops: opcheck, autograd against float64, graphs, compile -----------------------------
+
+
+def op_inputs(dtype: Any, rows: int = 5, cols: int = 96, grad: bool = True) -> dict[str, Any]:
+    def make(*shape: int) -> Any:
+        return torch.randn(shape, device="cuda", dtype=dtype).requires_grad_(grad)
+
+    return {
+        "swiglu": (make(rows, cols), make(rows, cols)),
+        "silu_and_mul": (make(rows, 2 * cols),),
+        "rms_norm": (make(rows, cols), make(cols), 1e-5),
+        "add_rms_norm": (make(rows, cols), make(rows, cols), make(cols), 1e-5),
+    }
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_opcheck_on_the_gpu(dtype: Any) -> None:
+    cases = list(op_inputs(dtype).items())
+    x = torch.randn(3, 64, device="cuda", dtype=dtype)
+    weight = torch.randn(64, device="cuda", dtype=dtype)
+    cases += [
+        ("fused_add_rms_norm", (x.clone(), x.clone(), weight, 1e-6)),
+        ("swiglu_backward", (x, x * 2, x * 3)),
+        ("silu_and_mul_backward", (x[:, :32].contiguous(), x)),
+        ("rms_norm_backward", (x, x * 2, weight, 1e-6)),
+        ("add_rms_norm_backward", (x, x * 2, x * 3, weight, 1e-6)),
+    ]
+    for name, args in cases:
+        results = torch.library.opcheck(getattr(OPS, name), args)
+        assert set(results.values()) == {"SUCCESS"}, (name, results)
+
+
+def reference(name: str) -> Callable[..., Any]:
+    """Each op written with torch's own operations (run in float64 for the references)."""
+    functions: dict[str, Callable[..., Any]] = {
+        "swiglu": lambda g, u: torch.nn.functional.silu(g) * u,
+        "silu_and_mul": lambda x: (
+            torch.nn.functional.silu(x[..., : x.shape[-1] // 2]) * x[..., x.shape[-1] // 2 :]
+        ),
+        "rms_norm": lambda x, w, eps: x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * w,
+        "add_rms_norm": lambda x, r, w, eps: (
+            (x + r) * torch.rsqrt((x + r).square().mean(-1, keepdim=True) + eps) * w,
+            x + r,
+        ),
+    }
+    return functions[name]
+
+
+def relative(got: Any, expected: Any) -> float:
+    got, expected = got.detach().double(), expected.detach().double()
+    return float((got - expected).norm() / expected.norm().clamp_min(1e-300))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tolerance"),
+    [(torch.float32, 2e-6), (torch.float16, 2e-3), (torch.bfloat16, 1.5e-2)],
+)
+@pytest.mark.parametrize("name", ["swiglu", "silu_and_mul", "rms_norm", "add_rms_norm"])
+def test_autograd_against_float64(name: str, dtype: Any, tolerance: float) -> None:
+    """Forward values and every input's gradient, through torch.autograd, against the same
+    function in float64 autograd on the same (rounded) inputs."""
+    args = op_inputs(dtype, rows=7, cols=136)[name]
+    out = getattr(OPS, name)(*args)
+    outs = out if isinstance(out, tuple) else (out,)
+    grads_out = [torch.randn_like(o) for o in outs]
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    got = torch.autograd.grad(outs, tensors, grads_out)
+    wide = [
+        a.detach().double().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args
+    ]
+    expected_out = reference(name)(*wide)
+    expected_outs = expected_out if isinstance(expected_out, tuple) else (expected_out,)
+    expected = torch.autograd.grad(
+        expected_outs,
+        [a for a in wide if isinstance(a, torch.Tensor)],
+        [g.double() for g in grads_out],
+    )
+    for o, e in zip(outs, expected_outs, strict=True):
+        assert relative(o, e) < tolerance, (name, "forward", relative(o, e))
+    for position, (g, e) in enumerate(zip(got, expected, strict=True)):
+        assert g.dtype == dtype and g.shape == e.shape
+        assert relative(g, e) < tolerance, (name, f"grad of input {position}", relative(g, e))
+
+
+def test_mlp_api_takes_the_autograd_path_for_tensors_that_need_it() -> None:
+    gate = torch.randn(4, 64, device="cuda", requires_grad=True)
+    up = torch.randn(4, 64, device="cuda", requires_grad=True)
+    out = mlp.swiglu(gate, up)
+    out.sum().backward()
+    g = gate.detach().double()
+    s = torch.sigmoid(g)
+    expected = up.detach().double() * s * (1 + g * (1 - s))
+    assert relative(gate.grad, expected) < 2e-6
+    x = torch.randn(4, 64, device="cuda", requires_grad=True)
+    with pytest.raises(ValueError, match="in place"):
+        mlp.fused_add_rms_norm(x, torch.randn(4, 64, device="cuda"), torch.ones(64, device="cuda"))
+
+
+def test_in_place_op_matches_the_functional_one() -> None:
+    x = torch.randn(9, 4099, device="cuda", dtype=torch.bfloat16)
+    residual = torch.randn_like(x)
+    weight = torch.randn(4099, device="cuda", dtype=torch.bfloat16)
+    out, summed = OPS.add_rms_norm(x, residual, weight, 1e-6)
+    OPS.fused_add_rms_norm(x, residual, weight, 1e-6)
+    assert torch.equal(x, out) and torch.equal(residual, summed)
+
+
+def train_step(x: Any, residual: Any, w1: Any, w2: Any) -> Any:
+    """A chain of every op, for graphs and compile."""
+    h, summed = OPS.add_rms_norm(x, residual, w1, 1e-6)
+    h = OPS.rms_norm(OPS.swiglu(h, summed), w2, 1e-6)
+    return OPS.silu_and_mul(torch.cat([h, summed], -1))
+
+
+def eager_reference(x: Any, residual: Any, w1: Any, w2: Any) -> Any:
+    summed = x + residual
+    h = reference("rms_norm")(summed, w1, 1e-6)
+    h = reference("rms_norm")(reference("swiglu")(h, summed), w2, 1e-6)
+    return reference("silu_and_mul")(torch.cat([h, summed], -1))
+
+
+def chain_inputs(grad: bool = True) -> list[Any]:
+    shapes = [(6, 512), (6, 512), (512,), (512,)]
+    return [torch.randn(s, device="cuda").requires_grad_(grad) for s in shapes]
+
+
+def test_cuda_graph_capture_of_forward_and_backward() -> None:
+    static = chain_inputs()
+    stream_ = torch.cuda.Stream()
+    stream_.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream_):  # warm-up on a side stream, as torch's docs do
+        for _ in range(2):
+            grads = torch.autograd.grad(train_step(*static).sum(), static)
+    torch.cuda.current_stream().wait_stream(stream_)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = train_step(*static)
+        static_grads = torch.autograd.grad(static_out.sum(), static)
+    fresh = chain_inputs(grad=False)
+    for s, f in zip(static, fresh, strict=True):
+        s.data.copy_(f)
+    static_out.fill_(math.nan)
+    graph.replay()
+    wide = [f.double().requires_grad_() for f in fresh]
+    expected_out = eager_reference(*wide)
+    expected = torch.autograd.grad(expected_out.sum(), wide)
+    assert relative(static_out, expected_out) < 1e-5
+    for g, e in zip(static_grads, expected, strict=True):
+        assert relative(g, e) < 1e-5
+    del grads
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+# cudagraph trees capture an empty graph when their manager starts (torch 2.11), which warns.
+@pytest.mark.filterwarnings("ignore:The CUDA Graph is empty:UserWarning")
+def test_torch_compile_fullgraph_forward_and_backward(mode: str) -> None:
+    torch._dynamo.reset()
+    compiled = torch.compile(train_step, fullgraph=True, mode=mode)
+    for _ in range(3):  # reduce-overhead records its CUDA graph on the later calls
+        inputs = chain_inputs()
+        out = compiled(*inputs)
+        grads = torch.autograd.grad(out.sum(), inputs)
+        wide = [i.detach().double().requires_grad_() for i in inputs]
+        expected_out = eager_reference(*wide)
+        expected = torch.autograd.grad(expected_out.sum(), wide)
+        assert relative(out, expected_out) < 1e-5
+        for g, e in zip(grads, expected, strict=True):
+            assert relative(g, e) < 1e-5

@@ -1,0 +1,165 @@
+"""torch.ops.kernelpack on the CPU side: registration, schemas, fake (meta) implementations, their
+argument checks, and torch.library.opcheck on meta tensors. These need torch (the test dependency
+group installs a CPU build) but no GPU; the kernels themselves are tested in test_mlp_torch.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kernelpack.errors import UsageError
+
+torch = pytest.importorskip("torch", reason="torch is in the test dependency group")
+pytestmark = pytest.mark.torch
+
+from kernelpack import nn, torch_ops  # noqa: E402  (needs torch)
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+OPS = torch.ops.kernelpack
+
+
+def meta(*shape: int, dtype: Any = torch.bfloat16) -> Any:
+    return torch.empty(shape, device="meta", dtype=dtype)
+
+
+def test_importing_kernelpack_and_its_mlp_does_not_import_torch() -> None:
+    code = (
+        "import sys, kernelpack, kernelpack.mlp, kernelpack.arrays; print('torch' in sys.modules)"
+    )
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=environment
+    )
+    assert result.stdout.strip() == "False"
+
+
+# Written out by hand from the op list in the module docstring: what users and torch.compile see.
+EXPECTED_SCHEMAS = {
+    "swiglu": "kernelpack::swiglu(Tensor gate, Tensor up) -> Tensor",
+    "silu_and_mul": "kernelpack::silu_and_mul(Tensor x) -> Tensor",
+    "rms_norm": "kernelpack::rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor",
+    "add_rms_norm": "kernelpack::add_rms_norm(Tensor x, Tensor residual, Tensor weight, "
+    "float eps=1e-06) -> (Tensor, Tensor)",
+    "fused_add_rms_norm": "kernelpack::fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, "
+    "Tensor weight, float eps=1e-06) -> ()",
+}
+
+
+@pytest.mark.parametrize("name", EXPECTED_SCHEMAS)
+def test_schemas(name: str) -> None:
+    assert getattr(OPS, name).default._schema == torch._C.parse_schema(EXPECTED_SCHEMAS[name])
+
+
+def test_only_fused_add_rms_norm_mutates() -> None:
+    for name in torch_ops.SCHEMAS:
+        schema = getattr(OPS, name).default._schema
+        mutated = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
+        assert mutated == (["x", "residual"] if name == "fused_add_rms_norm" else []), name
+
+
+def test_register_is_idempotent() -> None:
+    torch_ops.register()
+    torch_ops.register()
+    assert len(torch_ops._LIBRARY) == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fake_shapes_and_dtypes(dtype: Any) -> None:
+    x = meta(2, 3, 8, dtype=dtype)
+    weight = meta(8, dtype=dtype)
+    assert OPS.swiglu(x, x).shape == (2, 3, 8)
+    assert OPS.silu_and_mul(x).shape == (2, 3, 4)
+    assert OPS.rms_norm(x, weight).shape == (2, 3, 8)
+    out, summed = OPS.add_rms_norm(x, x, weight)
+    assert out.shape == summed.shape == (2, 3, 8) and out.dtype == summed.dtype == dtype
+    assert OPS.fused_add_rms_norm(x, x, weight) is None
+    grad_gate, grad_up = OPS.swiglu_backward(x, x, x)
+    assert grad_gate.shape == grad_up.shape == (2, 3, 8)
+    assert OPS.silu_and_mul_backward(meta(2, 3, 4, dtype=dtype), x).shape == (2, 3, 8)
+    grad_x, grad_weight = OPS.rms_norm_backward(x, x, weight, 1e-6)
+    assert (grad_x.shape, grad_weight.shape, grad_weight.dtype) == ((2, 3, 8), (8,), dtype)
+
+
+def test_fake_tensors_on_a_gpu_device_without_a_gpu() -> None:
+    """What torch.compile traces with: fake CUDA tensors, on a machine with no GPU."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(4, 16, device="cuda", dtype=torch.float16)
+        weight = torch.empty(16, device="cuda", dtype=torch.float16)
+        out = OPS.rms_norm(x, weight, 1e-5)
+        assert (out.shape, out.device.type, out.dtype) == ((4, 16), "cuda", torch.float16)
+
+
+BAD_CALLS: list[tuple[Callable[[], object], str]] = [
+    (lambda: OPS.swiglu(meta(4), meta(5)), "up: shape"),
+    (lambda: OPS.swiglu(meta(4), meta(4, dtype=torch.float16)), "up: dtype float16 differs"),
+    (lambda: OPS.swiglu(meta(4, dtype=torch.float64), meta(4)), "gate: dtype float64 is not"),
+    (lambda: OPS.silu_and_mul(meta(3, 5)), "x: shape (3, 5): the last dimension must be even"),
+    (lambda: OPS.rms_norm(meta(2, 8), meta(7)), "weight: shape (7,)"),
+    (lambda: OPS.rms_norm(meta(2, 8), meta(8), -1.0), "eps: must be a finite number"),
+    (lambda: OPS.rms_norm(meta(2, 8), meta(8), float("nan")), "eps: must be a finite number"),
+    (lambda: OPS.add_rms_norm(meta(2, 8), meta(2, 9), meta(8)), "residual: shape"),
+    (lambda: OPS.fused_add_rms_norm(meta(2, 8), meta(3, 8), meta(8)), "residual: shape"),
+    (lambda: OPS.rms_norm(meta(2, 8), torch.empty(8, dtype=torch.bfloat16)), "weight: on cpu"),
+]
+
+
+@pytest.mark.parametrize(("call", "message"), BAD_CALLS)
+def test_fake_implementations_check_arguments(call: Callable[[], object], message: str) -> None:
+    with pytest.raises(UsageError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        call()
+
+
+def opcheck_cases(dtype: Any) -> list[tuple[str, tuple[Any, ...]]]:
+    def grad(t: Any) -> Any:
+        return t.requires_grad_()
+
+    x, weight = meta(3, 16, dtype=dtype), meta(16, dtype=dtype)
+    return [
+        ("swiglu", (grad(meta(3, 16, dtype=dtype)), grad(meta(3, 16, dtype=dtype)))),
+        ("silu_and_mul", (grad(meta(3, 16, dtype=dtype)),)),
+        ("rms_norm", (grad(meta(3, 16, dtype=dtype)), grad(meta(16, dtype=dtype)), 1e-6)),
+        (
+            "add_rms_norm",
+            (grad(meta(3, 16, dtype=dtype)), grad(meta(3, 16, dtype=dtype)), grad(weight), 1e-5),
+        ),
+        ("fused_add_rms_norm", (x, meta(3, 16, dtype=dtype), weight, 1e-6)),
+        ("swiglu_backward", (x, x, x)),
+        ("silu_and_mul_backward", (meta(3, 8, dtype=dtype), x)),
+        ("rms_norm_backward", (x, x, weight, 1e-6)),
+        ("add_rms_norm_backward", (x, x, x, weight, 1e-6)),
+    ]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_opcheck_on_meta_tensors(dtype: Any) -> None:
+    """Schema, fake implementation, autograd registration and AOT dispatch (dynamic shapes); the
+    same check on GPU tensors, against the kernels, is in test_mlp_torch.py."""
+    cases = opcheck_cases(dtype)
+    assert sorted(name for name, _ in cases) == sorted(torch_ops.SCHEMAS)
+    for name, args in cases:
+        results = torch.library.opcheck(getattr(OPS, name), args)
+        assert set(results.values()) == {"SUCCESS"}, (name, results)
+
+
+def test_modules_have_llamas_parameters() -> None:
+    norm = nn.RMSNorm(64, eps=1e-5, device="meta")
+    assert [name for name, _ in norm.named_parameters()] == ["weight"]
+    assert norm.variance_epsilon == 1e-5
+    mlp_block = nn.SwiGLUMLP(64, 176, device="meta")
+    names = {name: tuple(p.shape) for name, p in mlp_block.named_parameters()}
+    assert names == {
+        "gate_proj.weight": (176, 64),
+        "up_proj.weight": (176, 64),
+        "down_proj.weight": (64, 176),
+    }
+    x = torch.empty(2, 5, 64, device="meta")
+    assert mlp_block(x).shape == (2, 5, 64)
+    assert norm(x).shape == (2, 5, 64)

@@ -1,0 +1,121 @@
+"""The README's Quick start and command lines, as a newcomer on a stock Debian meets them.
+
+Stock Debian's Python is externally managed (PEP 668) and has no ``python`` command, so the Quick
+start makes a virtual environment itself and every documented command starts ``python3 -m``. A
+Python without zstandard is told so in one line before any work, not after compiling.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[1]
+README = (REPO / "README.md").read_text()
+OBJECTS = REPO / "tests" / "fixtures" / "objects"
+# Run a module in a Python that cannot import zstandard, whatever is installed.
+WITHOUT_ZSTANDARD = (
+    "import runpy, sys; sys.modules['zstandard'] = None; module = sys.argv.pop(1); "
+    "sys.argv[0] = module; runpy.run_module(module, run_name='__main__', alter_sys=True)"
+)
+
+
+def _section(title: str) -> str:
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", README, re.M | re.S)
+    assert match is not None, title
+    return match.group(1)
+
+
+def _code_lines(text: str) -> list[str]:
+    blocks = re.findall(r"^```sh\n(.*?)^```", text, re.M | re.S)
+    return [line for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_quick_start_is_two_command_lines_that_make_their_own_environment() -> None:
+    lines = _code_lines(_section("Quick start"))
+    assert len(lines) == 2
+    first, second = lines
+    assert first.startswith("python3 -m venv ") and "nox -s wheels" in first
+    assert "nox -s tests" in second
+    assert not re.search(r"(^|\s)(pip|python) ", " ".join(lines))  # no system-wide pip, no python
+
+
+def test_documented_command_lines_start_with_python3() -> None:
+    commands = [line for line in _code_lines(README) if re.match(r"python\d?(\.\d+)? ", line)]
+    assert commands
+    assert all(line.startswith("python3 -m ") for line in commands), commands
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["build", "--out", "{out}"], ["merge", "{out}-shard", "--out", "{out}"]],
+    ids=["build", "merge"],
+)
+def test_builder_without_zstandard_stops_before_any_work(tmp_path: Path, argv: list[str]) -> None:
+    out = tmp_path / "out"
+    command = [a.format(out=out) for a in argv]
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_ZSTANDARD, "buildsys", *command],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr[-3000:]
+    assert result.stderr.count("\n") == 1
+    assert (
+        "the zstandard package is not installed" in result.stderr
+        and "pip install zstandard" in result.stderr
+    )
+    assert not out.exists()
+
+
+def test_inspect_without_zstandard_is_one_line() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            WITHOUT_ZSTANDARD,
+            "kernelpack",
+            "inspect",
+            str(OBJECTS / "compressed.hipfb"),
+        ],
+        env={"PYTHONPATH": str(REPO / "wheels"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("error: the zstandard package is not installed")
+    assert result.stderr.count("\n") == 1
+
+
+def test_kernelpack_runs_from_a_checkout_as_documented(tmp_path: Path) -> None:
+    """`PYTHONPATH=wheels python3 -m kernelpack ...` from the root, with a fresh HOME."""
+    assert "PYTHONPATH=wheels python3 -m kernelpack" in README
+    result = subprocess.run(
+        f"PYTHONPATH=wheels {sys.executable} -m kernelpack inspect {OBJECTS / 'gfx90a.co'}",
+        shell=True,
+        cwd=REPO,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    assert "gfx90a, code object v6" in result.stdout
+
+
+def test_wheel_time_without_git_is_the_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tree without git (a tarball, a minimal Debian) gets the fixed time, not a traceback."""
+    from buildsys.wheels import source_date_epoch
+
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git on it
+    assert source_date_epoch() == 315532800  # 1980-01-01, the earliest time a zip holds

@@ -1,0 +1,414 @@
+"""``python -m kernelpack doctor``: what this machine needs to run kernelpack's images, and why not.
+
+For each GPU: its target, the image each module would load (and from which package), the exact pip
+command that installs what is missing; the vendor runtime libraries against what the images need
+(generic AMD images are code object v6: ROCm 6.2 or later); and known problem signatures, each with
+what to do:
+
+- ``override``: HSA_OVERRIDE_GFX_VERSION[_<node>] or KERNELPACK_TARGET changes a GPU's target,
+  though an image for the GPU's own processor (or its generic target) is installed or published;
+- ``rdna-host-memory``: an RDNA1/RDNA2 GPU (gfx10.1, gfx10.3), which ROCm does not officially
+  support, with coherent (fine-grained) host memory, read uncached over PCIe; a warning where
+  HIP_HOST_COHERENT=1 makes every hipHostMalloc coherent, a note otherwise;
+- ``xnack``: HSA_XNACK=1 where every image was built xnack-, or where the processor has no xnack;
+- ``hidden``: a GPU of the machine that ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES or
+  CUDA_VISIBLE_DEVICES hides from this process;
+- ``no-image`` / ``runtime``: a GPU no installed image fits; a runtime missing or too old.
+
+Everything is computed by :func:`diagnose` from values passed in (GPUs with and without the
+visible-devices variables, a Loader over the installed indexes, the runtime versions, the
+environment), so the tests run it on recorded topologies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from .detect import Gpu
+from .hints import install_hint
+from .loader import Loader
+from .targets import (
+    AMD_BY_NAME,
+    GENERIC_CODE_OBJECT_VERSION,
+    GENERIC_MIN_ROCM,
+    TargetId,
+    agent_target,
+    parse_target,
+    runs_code_object_v6,
+)
+
+Severity = Literal["error", "warning", "info"]
+VISIBLE_DEVICES = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+RUNTIME_OF = {"amd": "hip", "nvidia": "cuda"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem signature seen on this machine, and what to do about it."""
+
+    code: str
+    severity: Severity
+    device: int | None  # position in kernelpack's GPU list; None for the machine
+    message: str
+    advice: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "code": self.code,
+            "severity": self.severity,
+            "device": self.device,
+            "message": self.message,
+            "advice": self.advice,
+        }
+
+
+def _hardware_gpu(gpu: Gpu) -> Gpu:
+    """The GPU as its hardware is, without HSA_OVERRIDE_GFX_VERSION or KERNELPACK_TARGET."""
+    if gpu.vendor != "amd" or not gpu.hardware or not isinstance(gpu.target, TargetId):
+        return gpu
+    features = dict(gpu.target.features)
+    hardware = agent_target(
+        gpu.hardware, sramecc=features.get("sramecc", False), xnack=features.get("xnack", False)
+    )
+    return replace(gpu, target=hardware, override="")
+
+
+def _identity(gpu: Gpu) -> tuple[str, str, str, int | None]:
+    return (gpu.vendor, gpu.uuid, gpu.location, gpu.node)
+
+
+def diagnose(
+    loader: Loader,
+    *,
+    hidden_from: Sequence[Gpu],
+    runtimes: Mapping[str, str],
+    environ: Mapping[str, str],
+    runtimes_apply: bool = True,
+) -> dict[str, Any]:
+    """The doctor's report (what ``--json`` prints).
+
+    ``loader`` gives the GPUs this process sees and the installed indexes; ``hidden_from`` is the
+    machine's GPUs read without the visible-devices variables; ``runtimes`` the vendor libraries'
+    versions (kernelpack.libraries.library_versions); ``runtimes_apply`` False when the GPUs come
+    from a recorded topology, whose runtimes are not this machine's.
+    """
+    catalog = loader.catalog(with_device_wheels=True)
+    gpus = loader.gpus()
+    findings: list[Finding] = []
+    rows: list[dict[str, Any]] = []
+    hip = runtimes.get("hip", "not found")
+    hip_version = None if hip == "not found" or hip.startswith("error") else hip.split()[0]
+    v6 = None if hip_version is None else runs_code_object_v6(hip_version)
+    needs_v6: list[int] = []
+
+    for position, gpu in enumerate(gpus):
+        modules: dict[str, dict[str, str] | None] = {}
+        for module in sorted(catalog.modules):
+            choice = loader.choose(module, gpu)
+            located = choice.located
+            modules[module] = (
+                None
+                if located is None
+                else {"target": located.image["target"], "package": located.origin}
+            )
+            if located is not None and parse_target(located.image["target"]).kind == "generic":
+                needs_v6.append(position)
+        missing = [m for m, image in modules.items() if image is None]
+        command = install_hint(_hardware_gpu(gpu), catalog) if missing else None
+        rows.append(
+            {
+                "device": position,
+                "vendor": gpu.vendor,
+                "target": str(gpu.target),
+                "hardware": gpu.hardware,
+                "name": gpu.name,
+                "override": gpu.override,
+                "images": modules,
+                "install": command,
+            }
+        )
+        if missing and not catalog.modules:
+            continue
+        if missing:
+            findings.append(
+                Finding(
+                    "no-image",
+                    "error",
+                    position,
+                    f"no installed image fits {gpu.target} for {', '.join(missing)}",
+                    f"{command}; or build it: python -m buildsys build --targets "
+                    f"{_hardware_gpu(gpu).target}",
+                )
+            )
+        findings += _override(position, gpu, loader)
+        findings += _rdna(position, gpu, environ)
+        findings += _xnack(position, gpu, environ, loader, catalog.modules)
+
+    findings += _hidden(gpus, hidden_from, environ)
+    if not catalog.modules:
+        findings.append(
+            Finding(
+                "no-index",
+                "error",
+                None,
+                "no kernelpack index is installed",
+                "pip install kernelpack (or python -m buildsys build in a source tree)",
+            )
+        )
+    requirements = _requirements(gpus, needs_v6, hip_version, v6, runtimes, runtimes_apply)
+    findings += [f for f in requirements if isinstance(f, Finding)]
+    return {
+        "gpus": rows,
+        "runtimes": dict(runtimes),
+        "runtimes_apply": runtimes_apply,
+        "requirements": [r for r in requirements if isinstance(r, dict)],
+        "findings": [f.to_json() for f in findings],
+        "packages": catalog.origins,
+        "version": catalog.version,
+    }
+
+
+def _override(position: int, gpu: Gpu, loader: Loader) -> list[Finding]:
+    if not gpu.override or gpu.source == "KERNELPACK_TARGET" or not gpu.hardware:
+        return []
+    variable = gpu.override.split("=", 1)[0]
+    own = _hardware_gpu(gpu)
+    catalog = loader.catalog(with_device_wheels=True)
+    native = {m: loader.choose(m, own).located for m in sorted(catalog.modules)}
+    images = sorted({n.image["target"] for n in native.values() if n is not None})
+    what = f"{gpu.override} makes this {gpu.hardware} GPU run {gpu.target} code"
+    if catalog.modules and all(native.values()):
+        return [
+            Finding(
+                "override",
+                "warning",
+                position,
+                f"{what}, though kernelpack carries {', '.join(images)} code for it",
+                f"unset {variable}: {gpu.hardware} then loads its own image",
+            )
+        ]
+    hint = install_hint(own, catalog)
+    if "if a device wheel" not in hint:
+        return [
+            Finding(
+                "override",
+                "warning",
+                position,
+                f"{what}; a device wheel for {gpu.hardware} itself is published",
+                f"{hint}, then unset {variable}",
+            )
+        ]
+    return [
+        Finding(
+            "override",
+            "info",
+            position,
+            f"{what}; no image for {gpu.hardware} itself is installed or known",
+            f"keep {variable} only while the results are right, or build {gpu.hardware}: "
+            f"python -m buildsys build --targets {gpu.hardware}",
+        )
+    ]
+
+
+def _rdna(position: int, gpu: Gpu, environ: Mapping[str, str]) -> list[Finding]:
+    info = AMD_BY_NAME.get(gpu.hardware) if gpu.vendor == "amd" else None
+    if info is None or info.generic not in ("gfx10-1-generic", "gfx10-3-generic"):
+        return []
+    coherent = environ.get("HIP_HOST_COHERENT", "") == "1"
+    generation = "RDNA1" if info.generic == "gfx10-1-generic" else "RDNA2"
+    return [
+        Finding(
+            "rdna-host-memory",
+            "warning" if coherent else "info",
+            position,
+            f"{gpu.hardware} is {generation}, a Radeon generation ROCm does not officially support "
+            "(gfx1030 Pro cards aside); the GPU reads coherent (fine-grained) host memory uncached "
+            "over PCIe, so kernels touching it crawl, and on these GPUs may hang or fault"
+            + ("; HIP_HOST_COHERENT=1 makes every hipHostMalloc coherent" if coherent else ""),
+            ("unset HIP_HOST_COHERENT; " if coherent else "")
+            + "keep kernel inputs in device memory (torch/CuPy device arrays) and pin host buffers "
+            "with hipHostMallocNonCoherent",
+        )
+    ]
+
+
+def _xnack(
+    position: int,
+    gpu: Gpu,
+    environ: Mapping[str, str],
+    loader: Loader,
+    modules: Mapping[str, object],
+) -> list[Finding]:
+    if gpu.vendor != "amd" or not isinstance(gpu.target, TargetId):
+        return []
+    processor = gpu.target.processor
+    info = AMD_BY_NAME.get(processor)
+    if environ.get("HSA_XNACK") == "1" and info is not None and not info.xnack:
+        return [
+            Finding(
+                "xnack",
+                "info",
+                position,
+                f"HSA_XNACK=1 has no effect on {processor}, which has no xnack mode",
+                "unset HSA_XNACK",
+            )
+        ]
+    mismatched = [
+        m
+        for m in sorted(modules)
+        if (choice := loader.choose(m, gpu)).located is None
+        and any("the GPU runs xnack" in reason for reason in choice.reasons)
+    ]
+    if not mismatched:
+        return []
+    mode = gpu.target.feature("xnack")
+    running = "xnack+ (HSA_XNACK=1)" if mode else "xnack- (HSA_XNACK unset or 0)"
+    return [
+        Finding(
+            "xnack",
+            "error",
+            position,
+            f"{', '.join(mismatched)}: every {processor} image fixes the other xnack mode; this "
+            f"process runs {running}",
+            ("unset HSA_XNACK" if mode else "set HSA_XNACK=1")
+            + f", or build {processor}:xnack{'+' if mode else '-'} (or {processor} with xnack any)",
+        )
+    ]
+
+
+def _hidden(
+    gpus: Sequence[Gpu], machine: Sequence[Gpu], environ: Mapping[str, str]
+) -> list[Finding]:
+    seen = {_identity(gpu) for gpu in gpus}
+    hidden = [gpu for gpu in machine if _identity(gpu) not in seen]
+    if not hidden:
+        return []
+    variables = [f"{v}={environ[v]}" for v in VISIBLE_DEVICES if v in environ]
+    return [
+        Finding(
+            "hidden",
+            "warning",
+            None,
+            f"{gpu.vendor} GPU {gpu.name or gpu.hardware} ({gpu.target}, "
+            f"{gpu.location or 'node ' + str(gpu.node)}) is hidden from this process by "
+            f"{' and '.join(variables) or 'a visible-devices variable'}",
+            "unset the variable, or list this GPU in it, if kernelpack should use it",
+        )
+        for gpu in hidden
+    ]
+
+
+def _requirements(
+    gpus: Sequence[Gpu],
+    needs_v6: list[int],
+    hip_version: str | None,
+    v6: bool | None,
+    runtimes: Mapping[str, str],
+    runtimes_apply: bool,
+) -> list[dict[str, Any] | Finding]:
+    """One row per vendor runtime the GPUs need, and a finding where it falls short."""
+    rows: list[dict[str, Any] | Finding] = []
+    rocm = ".".join(map(str, GENERIC_MIN_ROCM))
+    for vendor in sorted({gpu.vendor for gpu in gpus}):
+        library = RUNTIME_OF[vendor]
+        have = runtimes.get(library, "not found")
+        need = "a HIP runtime (ROCm)" if vendor == "amd" else "the CUDA driver (libcuda)"
+        if vendor == "amd" and needs_v6:
+            need = (
+                f"HIP from ROCm {rocm} (code object v{GENERIC_CODE_OBJECT_VERSION}: generic images)"
+            )
+        found = have != "not found" and not have.startswith("error")
+        ok: bool | None = v6 if found and vendor == "amd" and needs_v6 else found
+        rows.append({"vendor": vendor, "library": library, "needs": need, "found": have, "ok": ok})
+        if ok is not False or not runtimes_apply:
+            continue
+        if found:
+            message = (
+                f"HIP {hip_version} cannot load code object v{GENERIC_CODE_OBJECT_VERSION}, the "
+                f"generic images devices {', '.join(map(str, sorted(set(needs_v6))))} need"
+            )
+            advice = (
+                f"upgrade to ROCm {rocm} or later, or install an image built for the GPU itself"
+            )
+        else:
+            message = f"no {library} runtime library found for the {vendor} GPUs"
+            advice = (
+                f"install ROCm {rocm} or later (libamdhip64)"
+                if vendor == "amd"
+                else "install the NVIDIA driver (libcuda.so.1)"
+            )
+        rows.append(Finding("runtime", "error", None, message, advice))
+    return rows
+
+
+def run_doctor(json_output: bool, sysfs_root: str | None) -> int:
+    """``python -m kernelpack doctor [--json] [--sysfs-root DIR]``; exit 1 when an error is found."""
+    import os
+
+    from ._console import print_json, print_table
+    from .detect import detect_gpus
+    from .runtime_support import runtime_versions
+
+    environ = dict(os.environ)
+    visible = detect_gpus(sysfs_root=sysfs_root, environ=environ)
+    unfiltered = {k: v for k, v in environ.items() if k not in VISIBLE_DEVICES}
+    machine = detect_gpus(sysfs_root=sysfs_root, environ=unfiltered)
+    report = diagnose(
+        Loader(gpus=visible),
+        hidden_from=machine,
+        runtimes=runtime_versions(),
+        environ=environ,
+        runtimes_apply=sysfs_root is None,
+    )
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    if json_output:
+        print_json(report)
+        return 1 if errors else 0
+    print_table(
+        "GPUs",
+        ("device", "target", "name", "images", "to install"),
+        [
+            (
+                g["device"],
+                g["target"] + (f" ({g['override']})" if g["override"] else ""),
+                g["name"],
+                ", ".join(
+                    f"{m}: {i['target']} [{i['package']}]" if i else f"{m}: none"
+                    for m, i in g["images"].items()
+                ),
+                g["install"] or "-",
+            )
+            for g in report["gpus"]
+        ]
+        or [("-", "no GPU found", "", "", "")],
+    )
+    print()
+    where = "" if report["runtimes_apply"] else " (this machine's, not the recorded topology's)"
+    print_table(
+        f"Runtime libraries{where}",
+        ("vendor", "library", "needs", "found", "ok"),
+        [
+            (
+                r["vendor"],
+                r["library"],
+                r["needs"],
+                r["found"],
+                {True: "yes", False: "no"}.get(r["ok"], "?"),
+            )
+            for r in report["requirements"]
+        ]
+        or [("-", "-", "no GPU", "-", "-")],
+    )
+    print()
+    print_table(
+        "Findings",
+        ("severity", "device", "problem", "what to do"),
+        [
+            (f["severity"], "-" if f["device"] is None else f["device"], f["message"], f["advice"])
+            for f in report["findings"]
+        ]
+        or [("ok", "-", "nothing found", "-")],
+    )
+    return 1 if errors else 0

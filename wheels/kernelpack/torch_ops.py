@@ -1,0 +1,467 @@
+"""kernelpack's MLP kernels as torch custom ops: ``torch.ops.kernelpack.<op>``.
+
+``import kernelpack.torch_ops`` registers them (once; importing kernelpack itself never imports
+torch). Each op has a fake (meta) implementation, so torch.compile traces it without a graph
+break (``fullgraph=True``) and CUDA graphs capture it; the functional ops have autograd formulas
+whose backward passes are kernels of the same source (``*_backward``), so a model trains through
+them:
+
+- ``swiglu(gate, up) -> silu(gate) * up``
+- ``silu_and_mul(x) -> silu(x[..., :d]) * x[..., d:]``
+- ``rms_norm(x, weight, eps=1e-6)``
+- ``add_rms_norm(x, residual, weight, eps=1e-6) -> (rms_norm(x + residual), x + residual)``
+- ``fused_add_rms_norm(x, residual, weight, eps=1e-6) -> ()``: the same in place (x gets the norm,
+  residual the sum), declared as mutating both, for inference; no autograd (use add_rms_norm).
+
+Inputs may be any layout (they are made contiguous), on one GPU, of one dtype among float32,
+float16 and bfloat16; a bad argument raises kernelpack's UsageError (a ValueError) naming it, from
+the fake implementation as well, so torch.compile reports it while tracing. torch on ROCm names
+its GPUs "cuda" too: the ops are registered for the CUDA dispatch key, which serves both vendors.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from . import mlp
+from .errors import UsageError
+
+NAMESPACE = "kernelpack"
+
+# name -> schema (the functional ops, their backward ops, and the in-place op)
+SCHEMAS = {
+    "swiglu": "swiglu(Tensor gate, Tensor up) -> Tensor",
+    "silu_and_mul": "silu_and_mul(Tensor x) -> Tensor",
+    "rms_norm": "rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor",
+    "add_rms_norm": (
+        "add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps=1e-06) -> (Tensor, Tensor)"
+    ),
+    "fused_add_rms_norm": (
+        "fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps=1e-06) -> ()"
+    ),
+    "swiglu_backward": "swiglu_backward(Tensor grad, Tensor gate, Tensor up) -> (Tensor, Tensor)",
+    "silu_and_mul_backward": "silu_and_mul_backward(Tensor grad, Tensor x) -> Tensor",
+    "rms_norm_backward": (
+        "rms_norm_backward(Tensor grad, Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)"
+    ),
+    "add_rms_norm_backward": (
+        "add_rms_norm_backward(Tensor grad, Tensor grad_sum, Tensor summed, Tensor weight, "
+        "float eps) -> (Tensor, Tensor, Tensor)"
+    ),
+}
+
+DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+_lock = threading.Lock()
+_LIBRARY: list[Any] = []  # the torch.library.Library, kept alive: dropping it unregisters the ops
+
+
+# ---- checks shared by the real and the fake implementations -----------------------------------
+
+
+def _dtype(name: str, tensor: torch.Tensor) -> str:
+    found = DTYPE_NAMES.get(tensor.dtype)
+    if found is None:
+        raise UsageError(
+            f"{name}: dtype {str(tensor.dtype).removeprefix('torch.')} is not supported; "
+            f"expected one of {mlp.SUPPORTED}"
+        )
+    return found
+
+
+def _same(first: tuple[str, torch.Tensor], *others: tuple[str, torch.Tensor]) -> str:
+    """The dtype name of the first tensor, after checking the others share its dtype and device."""
+    name, tensor = first
+    dtype = _dtype(name, tensor)
+    for other_name, other in others:
+        if other.dtype != tensor.dtype:
+            raise UsageError(
+                f"{other_name}: dtype {str(other.dtype).removeprefix('torch.')} differs from "
+                f"{name}'s {str(tensor.dtype).removeprefix('torch.')}"
+            )
+        if other.device != tensor.device:
+            raise UsageError(f"{other_name}: on {other.device}, but {name} is on {tensor.device}")
+    return dtype
+
+
+def _shape(name: str, tensor: torch.Tensor, shape: Any, what: str) -> None:
+    if tuple(tensor.shape) != tuple(shape):
+        raise UsageError(
+            f"{name}: shape {tuple(tensor.shape)} does not match {what} {tuple(shape)}"
+        )
+
+
+def _check_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> str:
+    if x.dim() == 0:
+        raise UsageError("x: must have at least one dimension (the normalised one)")
+    if x.shape[-1] > mlp.MAX_ROW:
+        raise UsageError(f"x: rows of {x.shape[-1]} elements; at most 2**30 are supported")
+    dtype = _same(("x", x), ("weight", weight))
+    _shape("weight", weight, x.shape[-1:], "x's last dimension")
+    if not (math.isfinite(eps) and eps >= 0.0):
+        raise UsageError(f"eps: must be a finite number >= 0, got {eps!r}")
+    return dtype
+
+
+def _check_swiglu(gate: torch.Tensor, up: torch.Tensor) -> str:
+    dtype = _same(("gate", gate), ("up", up))
+    _shape("up", up, gate.shape, "gate's")
+    return dtype
+
+
+def _check_silu_and_mul(x: torch.Tensor) -> str:
+    if x.dim() == 0 or x.shape[-1] % 2:
+        raise UsageError(
+            f"x: shape {tuple(x.shape)}: the last dimension must be even (gate and up)"
+        )
+    return _dtype("x", x)
+
+
+def _rows(x: torch.Tensor) -> tuple[int, int]:
+    cols = x.shape[-1]
+    return (x.numel() // cols if cols else math.prod(x.shape[:-1])), cols
+
+
+# ---- where a kernel runs ----------------------------------------------------------------------
+
+_DEVICES: dict[int, str] = {}  # torch's CUDA index -> "cuda:N" or "hip:N"
+_raw_stream = torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() else None
+
+
+def _device(tensor: torch.Tensor) -> tuple[str, int]:
+    """(kernelpack's vendor-qualified device, the current raw stream there) for a GPU tensor."""
+    index = tensor.device.index
+    if tensor.device.type != "cuda" or index is None:
+        raise UsageError(
+            f"a tensor on {tensor.device} reached kernelpack's GPU kernels; move it to the GPU"
+        )
+    name = _DEVICES.get(index)
+    if name is None:
+        name = _DEVICES[index] = f"{'hip' if torch.version.hip else 'cuda'}:{index}"
+    stream = _raw_stream or torch._C._cuda_getCurrentRawStream
+    return name, int(stream(index))
+
+
+# ---- real implementations (CUDA dispatch key) ------------------------------------------------
+
+
+def _swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    _check_swiglu(gate, up)
+    gate, up = gate.contiguous(), up.contiguous()
+    out = torch.empty_like(gate)
+    n = gate.numel()
+    if n:
+        plan = mlp.torch_plan(gate)
+        plan.launcher("swiglu", n, 1)(gate, up, out, n, stream=plan.stream(plan.index))
+    return out
+
+
+def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    _check_silu_and_mul(x)
+    x = x.contiguous()
+    rows, cols = _rows(x)
+    out = x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+    if rows and cols:
+        plan = mlp.torch_plan(x)
+        launch = plan.launcher("silu_and_mul", rows, cols // 2)
+        launch(x, out, rows, cols // 2, stream=plan.stream(plan.index))
+    return out
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    _check_norm(x, weight, eps)
+    x, weight = x.contiguous(), weight.contiguous()
+    out = torch.empty_like(x)
+    rows, cols = _rows(x)
+    if rows and cols:
+        plan = mlp.torch_plan(x)
+        launch = plan.launcher("rms_norm", rows, cols)
+        launch(x, weight, out, rows, cols, eps, stream=plan.stream(plan.index))
+    return out
+
+
+def _add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_norm(x, weight, eps)
+    _same(("x", x), ("residual", residual))
+    _shape("residual", residual, x.shape, "x's")
+    x, residual, weight = x.contiguous(), residual.contiguous(), weight.contiguous()
+    out = torch.empty_like(x)
+    summed = torch.empty_like(x)
+    rows, cols = _rows(x)
+    if rows and cols:
+        plan = mlp.torch_plan(x)
+        launch = plan.launcher("add_rms_norm", rows, cols)
+        launch(x, residual, weight, out, summed, rows, cols, eps, stream=plan.stream(plan.index))
+    return out, summed
+
+
+def _fused_add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+) -> None:
+    _check_norm(x, weight, eps)
+    _same(("x", x), ("residual", residual))
+    _shape("residual", residual, x.shape, "x's")
+    if not (x.is_contiguous() and residual.is_contiguous()):
+        raise UsageError("x: x and residual are updated in place and must be contiguous")
+    weight = weight.contiguous()
+    rows, cols = _rows(x)
+    if rows and cols:
+        plan = mlp.torch_plan(x)
+        launch = plan.launcher("add_rms_norm", rows, cols)
+        launch(x, residual, weight, x, residual, rows, cols, eps, stream=plan.stream(plan.index))
+
+
+def _swiglu_backward(
+    grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    dtype = _check_swiglu(gate, up)
+    _same(("gate", gate), ("grad", grad))
+    _shape("grad", grad, gate.shape, "gate's")
+    grad, gate, up = grad.contiguous(), gate.contiguous(), up.contiguous()
+    grad_gate, grad_up = torch.empty_like(gate), torch.empty_like(up)
+    device, stream = _device(gate)
+    mlp.launch_swiglu_backward(
+        device, dtype, gate, up, grad, grad_gate, grad_up, gate.numel(), stream
+    )
+    return grad_gate, grad_up
+
+
+def _silu_and_mul_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    dtype = _check_silu_and_mul(x)
+    _same(("x", x), ("grad", grad))
+    _shape("grad", grad, (*x.shape[:-1], x.shape[-1] // 2), "the result's")
+    grad, x = grad.contiguous(), x.contiguous()
+    grad_x = torch.empty_like(x)
+    rows, cols = _rows(x)
+    device, stream = _device(x)
+    mlp.launch_silu_and_mul_backward(device, dtype, x, grad, grad_x, rows, cols // 2, stream)
+    return grad_x
+
+
+def _norm_backward(
+    grad: torch.Tensor,
+    grad_sum: torch.Tensor | None,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    dtype = _check_norm(x, weight, eps)
+    _same(("x", x), ("grad", grad))
+    _shape("grad", grad, x.shape, "x's")
+    grad, x, weight = grad.contiguous(), x.contiguous(), weight.contiguous()
+    if grad_sum is not None:
+        _same(("x", x), ("grad_sum", grad_sum))
+        _shape("grad_sum", grad_sum, x.shape, "x's")
+        grad_sum = grad_sum.contiguous()
+    rows, cols = _rows(x)
+    grad_x = torch.empty_like(x)
+    grad_residual = torch.empty_like(x) if grad_sum is not None else None
+    grad_weight = torch.empty_like(weight)
+    blocks = mlp.backward_row_geometry(rows, cols, dtype)[0] if rows else 0
+    partial = torch.empty((max(blocks, 1), cols), dtype=torch.float32, device=x.device)
+    device, stream = _device(x)
+    mlp.launch_rms_norm_backward(
+        device, dtype, x, weight, grad, 0 if grad_sum is None else grad_sum, grad_x,
+        0 if grad_residual is None else grad_residual, partial, grad_weight, rows, cols, eps,
+        stream,
+    )  # fmt: skip
+    return grad_x, grad_residual, grad_weight
+
+
+def _rms_norm_backward(
+    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    grad_x, _, grad_weight = _norm_backward(grad, None, x, weight, eps)
+    return grad_x, grad_weight
+
+
+def _add_rms_norm_backward(
+    grad: torch.Tensor,
+    grad_sum: torch.Tensor,
+    summed: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad_x, grad_residual, grad_weight = _norm_backward(grad, grad_sum, summed, weight, eps)
+    assert grad_residual is not None
+    return grad_x, grad_residual, grad_weight
+
+
+# ---- fake implementations: shapes, dtypes and the same checks --------------------------------
+
+
+def _swiglu_fake(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    _check_swiglu(gate, up)
+    return torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+
+
+def _silu_and_mul_fake(x: torch.Tensor) -> torch.Tensor:
+    _check_silu_and_mul(x)
+    return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+
+
+def _rms_norm_fake(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    _check_norm(x, weight, eps)
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def _add_rms_norm_fake(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_norm(x, weight, eps)
+    _same(("x", x), ("residual", residual))
+    _shape("residual", residual, x.shape, "x's")
+    return (
+        torch.empty(x.shape, dtype=x.dtype, device=x.device),
+        torch.empty(x.shape, dtype=x.dtype, device=x.device),
+    )
+
+
+def _fused_add_rms_norm_fake(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+) -> None:
+    _check_norm(x, weight, eps)
+    _same(("x", x), ("residual", residual))
+    _shape("residual", residual, x.shape, "x's")
+
+
+def _swiglu_backward_fake(
+    grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_swiglu(gate, up)
+    _same(("gate", gate), ("grad", grad))
+    _shape("grad", grad, gate.shape, "gate's")
+    empty = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    return empty, torch.empty_like(empty)
+
+
+def _silu_and_mul_backward_fake(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    _check_silu_and_mul(x)
+    _same(("x", x), ("grad", grad))
+    _shape("grad", grad, (*x.shape[:-1], x.shape[-1] // 2), "the result's")
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def _rms_norm_backward_fake(
+    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_norm(x, weight, eps)
+    _same(("x", x), ("grad", grad))
+    _shape("grad", grad, x.shape, "x's")
+    return (
+        torch.empty(x.shape, dtype=x.dtype, device=x.device),
+        torch.empty(weight.shape, dtype=x.dtype, device=x.device),
+    )
+
+
+def _add_rms_norm_backward_fake(
+    grad: torch.Tensor,
+    grad_sum: torch.Tensor,
+    summed: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad_x, grad_weight = _rms_norm_backward_fake(grad, summed, weight, eps)
+    _same(("summed", summed), ("grad_sum", grad_sum))
+    _shape("grad_sum", grad_sum, summed.shape, "x's")
+    return grad_x, torch.empty_like(grad_x), grad_weight
+
+
+# ---- autograd: the backward passes are kernels too --------------------------------------------
+
+
+def _save_swiglu(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    ctx.save_for_backward(inputs[0], inputs[1])
+
+
+def _swiglu_grad(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    gate, up = ctx.saved_tensors
+    grad_gate, grad_up = torch.ops.kernelpack.swiglu_backward(grad, gate, up)
+    return grad_gate, grad_up
+
+
+def _save_silu_and_mul(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    ctx.save_for_backward(inputs[0])
+
+
+def _silu_and_mul_grad(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+    (x,) = ctx.saved_tensors
+    result: torch.Tensor = torch.ops.kernelpack.silu_and_mul_backward(grad, x)
+    return result
+
+
+def _save_rms_norm(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    ctx.save_for_backward(inputs[0], inputs[1])
+    ctx.eps = inputs[2]
+
+
+def _rms_norm_grad(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    x, weight = ctx.saved_tensors
+    grad_x, grad_weight = torch.ops.kernelpack.rms_norm_backward(grad, x, weight, ctx.eps)
+    return grad_x, grad_weight, None
+
+
+def _save_add_rms_norm(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    ctx.save_for_backward(output[1], inputs[2])  # the sum, as stored, and the weight
+    ctx.eps = inputs[3]
+
+
+def _add_rms_norm_grad(
+    ctx: Any, grad: torch.Tensor, grad_sum: torch.Tensor
+) -> tuple[torch.Tensor | None, ...]:
+    summed, weight = ctx.saved_tensors
+    grad_x, grad_residual, grad_weight = torch.ops.kernelpack.add_rms_norm_backward(
+        grad, grad_sum, summed, weight, ctx.eps
+    )
+    return grad_x, grad_residual, grad_weight, None
+
+
+IMPLEMENTATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+    "swiglu": (_swiglu, _swiglu_fake),
+    "silu_and_mul": (_silu_and_mul, _silu_and_mul_fake),
+    "rms_norm": (_rms_norm, _rms_norm_fake),
+    "add_rms_norm": (_add_rms_norm, _add_rms_norm_fake),
+    "fused_add_rms_norm": (_fused_add_rms_norm, _fused_add_rms_norm_fake),
+    "swiglu_backward": (_swiglu_backward, _swiglu_backward_fake),
+    "silu_and_mul_backward": (_silu_and_mul_backward, _silu_and_mul_backward_fake),
+    "rms_norm_backward": (_rms_norm_backward, _rms_norm_backward_fake),
+    "add_rms_norm_backward": (_add_rms_norm_backward, _add_rms_norm_backward_fake),
+}
+
+AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+    "swiglu": (_swiglu_grad, _save_swiglu),
+    "silu_and_mul": (_silu_and_mul_grad, _save_silu_and_mul),
+    "rms_norm": (_rms_norm_grad, _save_rms_norm),
+    "add_rms_norm": (_add_rms_norm_grad, _save_add_rms_norm),
+}
+
+
+def register() -> None:
+    """Define the ops in torch's ``kernelpack`` namespace, once per process."""
+    if _LIBRARY:
+        return
+    with _lock:
+        if _LIBRARY:
+            return
+        make_library: Any = torch.library.Library  # untyped in torch
+        library = make_library(NAMESPACE, "DEF")
+        for name, schema in SCHEMAS.items():
+            library.define(schema)
+            real, fake = IMPLEMENTATIONS[name]
+            library.impl(name, real, "CUDA")
+            torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
+        for name, (backward, setup) in AUTOGRAD.items():
+            torch.library.register_autograd(
+                f"{NAMESPACE}::{name}", backward, setup_context=setup, lib=library
+            )
+        _LIBRARY.append(library)
+
+
+register()
