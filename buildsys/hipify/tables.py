@@ -724,7 +724,7 @@ COMPAT_FUNCTIONS = frozenset(
     {f"__{stem}{lanes}" for stem in _SIMD_STEMS.split() for lanes in ("2", "4")}
     | {"__dp4a", "__dp2a_lo", "__dp2a_hi", "__trap", "__hmax_nan", "__hmin_nan"}
     | {"__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv", "__stcs", "__stcg", "__stwb", "__stwt"}
-    | {"atomicCAS"}
+    | {"atomicCAS", "atomicAdd"}
 )
 # cooperative_groups members the compat header adds (cg::reduce and its operators).
 COMPAT_CG_MEMBERS = frozenset({"reduce", "plus", "less", "greater", "bit_and", "bit_or", "bit_xor"})

@@ -309,6 +309,21 @@ __device__ inline KP_BF16 KP_COMPAT(__hmin_nan)(KP_BF16 a, KP_BF16 b) {
   return kernelpack_compat::bf16_pick(a, b, false);
 }
 
+// bf16 atomicAdd (CUDA has it from sm_80; HIP 6.4 does not): a 16-bit CAS loop, the sum taken in
+// float and rounded to bf16 once. Compiled and compared with CUDA's on inputs whose sum is exact
+// in float; not part of the GPU run of this round.
+__device__ inline KP_BF16 KP_COMPAT(atomicAdd)(KP_BF16* address, KP_BF16 value) {
+  unsigned short* raw = reinterpret_cast<unsigned short*>(address);
+  unsigned short old = *reinterpret_cast<volatile unsigned short*>(raw);
+  unsigned short assumed;
+  do {
+    assumed = old;
+    const float sum = __bfloat162float(kernelpack_compat::bf16_bits(assumed)) + __bfloat162float(value);
+    old = KP_COMPAT(atomicCAS)(raw, assumed, kernelpack_compat::bits_bf16(__float2bfloat16(sum)));
+  } while (old != assumed);
+  return kernelpack_compat::bf16_bits(old);
+}
+
 // ---- cooperative_groups::reduce over tiled partitions (cooperative_groups/reduce.h) --------
 // A butterfly over the tile from half its size down: every lane ends with the result, and a
 // tile never spans more lanes than it has, so wave32 and wave64 give the same answer.
