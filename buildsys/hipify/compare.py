@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .. import REPO_ROOT
 from ..toolchain import Toolchain, amd_toolchain
+from .compat import COMPAT_DIR
 from .diagnostics import WAVE_SIZE_CODES, Severity
 from .translate import hipify_source
 
@@ -74,7 +75,8 @@ class Comparison:
 
 def compile_hip(toolchain: Toolchain, source: Path) -> str:
     """'' when ``hipcc -c`` builds source for both targets, else its first error line."""
-    argv = ["hipcc", "-c", "-w", *(f"--offload-arch={a}" for a in OFFLOAD_ARCHS), str(source)]
+    archs = (f"--offload-arch={a}" for a in OFFLOAD_ARCHS)
+    argv = ["hipcc", "-c", "-w", "-I", str(COMPAT_DIR), *archs, str(source)]
     result = toolchain.run([*argv, "-o", str(source.with_suffix(".o"))], check=False)
     if result.returncode == 0:
         return ""
