@@ -1,12 +1,11 @@
 """GPU target logic: parsing target names and ids, and which code runs where.
 
-The data (known processors, families, compute capabilities) is :mod:`kernelpack.processors`; this
-module re-exports its names so that ``kernelpack.targets`` stays the one place to import target
-facts from. The compatibility rules are those of the vendors' runtimes, so that the image kernelpack
-picks is one the runtime accepts: for AMD the HIP runtime's (ROCm clr
-``isCodeObjectCompatibleWithDevice`` and ``GenericTargetMapping``; ROCR's ``Isa::IsCompatible``
-agrees), for NVIDIA the CUDA driver's (binary compatibility within a major version, PTX compiled for
-newer GPUs). The loader calls :func:`select_image`; everything here is pure and does no I/O.
+The data it reads (known processors, families, compute capabilities) is :mod:`kernelpack.processors`.
+The compatibility rules are those of the vendors' runtimes, so that the image kernelpack picks is one
+the runtime accepts: for AMD the HIP runtime's (ROCm clr ``isCodeObjectCompatibleWithDevice`` and
+``GenericTargetMapping``; ROCR's ``Isa::IsCompatible`` agrees), for NVIDIA the CUDA driver's (binary
+compatibility within a major version, PTX compiled for newer GPUs). The loader calls
+:func:`select_image`; everything here is pure and does no I/O.
 """
 
 from __future__ import annotations
@@ -18,37 +17,15 @@ from typing import Literal, TypeVar
 
 from .errors import UsageError
 from .processors import (
-    AMD_BY_MACH as AMD_BY_MACH,
-)
-from .processors import (
-    AMD_BY_NAME as AMD_BY_NAME,
-)
-from .processors import (
-    AMD_FAMILIES as AMD_FAMILIES,
-)
-from .processors import (
-    AMD_PROCESSORS as AMD_PROCESSORS,
-)
-from .processors import (
-    FEATURES as FEATURES,
-)
-from .processors import (
-    GENERIC_CODE_OBJECT_VERSION as GENERIC_CODE_OBJECT_VERSION,
-)
-from .processors import (
-    GENERIC_MIN_ROCM as GENERIC_MIN_ROCM,
-)
-from .processors import (
-    NVIDIA_ARCHS as NVIDIA_ARCHS,
-)
-from .processors import (
-    NVIDIA_BY_NAME as NVIDIA_BY_NAME,
-)
-from .processors import (
-    AmdProcessor as AmdProcessor,
-)
-from .processors import (
-    NvidiaArch as NvidiaArch,
+    AMD_BY_NAME,
+    AMD_FAMILIES,
+    AMD_PROCESSORS,
+    FEATURES,
+    GENERIC_CODE_OBJECT_VERSION,
+    GENERIC_MIN_ROCM,
+    NVIDIA_ARCHS,
+    NVIDIA_BY_NAME,
+    AmdProcessor,
 )
 
 
