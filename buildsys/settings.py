@@ -404,7 +404,14 @@ def check_writable_folder(path: Path, name: str) -> None:
     """Make sure ``path`` is a folder this process can write (made if missing), before any work:
     an unusable one is one UsageError line naming it and the option ``name`` that moves it."""
     option = OPTIONS_BY_NAME[name].option_flag
-    where = f"{path} ({option} / {OPTIONS_BY_NAME[name].environment})"
+    require_writable_folder(
+        path, f"{path} ({option} / {OPTIONS_BY_NAME[name].environment})", option
+    )
+
+
+def require_writable_folder(path: Path, where: str, option: str) -> None:
+    """The check behind every output folder of the builder's commands: ``where`` names the path and
+    how it was given, ``option`` the flag that names another."""
     if path.exists() and not path.is_dir():
         raise UsageError(f"{where}: exists and is not a folder; name a folder with {option} DIR")
     try:

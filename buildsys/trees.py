@@ -23,7 +23,7 @@ from typing import Any
 
 from .cache import BuildCache, key_of, sha256_hex
 from .jobs import hip_main
-from .modules import KernelModule, SourceTree
+from .modules import INCLUDE_DIR, KernelModule, SourceTree
 
 _LOCK_FILE = ".lock"
 
@@ -160,4 +160,7 @@ def hipify_tree(
             record = json.loads(stored)
         hipified[hip_main(path) if path in mains else path] = record["text"]
         diagnostics += record["diagnostics"]
+    from .hipify import compat_headers  # the HIP compatibility layer, in the include folder
+
+    hipified.update(compat_headers(INCLUDE_DIR))
     return SourceTree(hipified, tree.include_dirs), diagnostics

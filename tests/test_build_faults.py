@@ -97,6 +97,16 @@ def test_an_unusable_path_is_one_line_and_exit_2(
     assert len(lines) == 1 and named in lines[0] and "DIR" in lines[0], result.stderr
 
 
+@pytest.mark.parametrize("out", ["/etc/passwd", "/proc/kernelpack-hipify"])
+def test_hipify_into_an_unusable_folder_is_one_line_and_exit_2(tmp_path: Path, out: str) -> None:
+    source = tmp_path / "kernel.cu"
+    source.write_text("__global__ void kernel() {}\n")
+    result = buildsys("hipify", str(source), "-o", out)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{out} (-o)" in lines[0] and "-o DIR" in lines[0], result.stderr
+
+
 def test_a_build_killed_with_sigkill_leaves_no_scratch_folder_behind(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     child = subprocess.Popen(

@@ -131,3 +131,76 @@ def test_comparison_with_hipify_perl(amd_toolchain: Toolchain) -> None:
         assert file.ours.hazards_reported == file.hazards_expected, file.name
         assert file.ours.false_alarms == 0, file.name
     assert sum(f.hazards_expected for f in comparison.files) > 0
+
+
+# Feature guards the way real projects write them (candle-kernels, llama.cpp): which kernels exist
+# in each AMD target's code object is the compiler's answer, compared with the table in
+# docs/hipify.md (every matrix target stands for sm_89: half, bf16, fp8, double and 16-bit
+# atomics present; no Hopper-only code).
+ARCH_GUARDS = """\
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#if __CUDA_ARCH__ < 600
+__device__ double atomicAdd(double* address, double val) { return val; }
+#endif
+#if __CUDA_ARCH__ < 800
+__device__ __nv_bfloat16 __hmax_nan(__nv_bfloat16 a, __nv_bfloat16 b) { return a; }
+#endif
+extern "C" __global__ void unguarded(double* o) { atomicAdd(o, 1.0); }
+#if __CUDA_ARCH__ >= 530
+extern "C" __global__ void half_kernel(__half* o) { o[0] = __hadd(o[1], o[2]); }
+#endif
+#if __CUDA_ARCH__ >= 700
+extern "C" __global__ void cas16_kernel(unsigned short* o) { atomicCAS(o, (unsigned short)1, (unsigned short)2); }
+#endif
+#if __CUDA_ARCH__ >= 800
+extern "C" __global__ void bf16_kernel(__nv_bfloat16* o) { o[0] = __hmax_nan(o[1], o[2]); }
+#endif
+#if __CUDA_ARCH__ >= 890
+extern "C" __global__ void fp8_kernel(__nv_fp8_e4m3* o, float* f) { o[0] = __nv_fp8_e4m3(f[0]); }
+#endif
+#if __CUDA_ARCH__ >= 900
+extern "C" __global__ void hopper_kernel(float* o) { o[0] = 1.0f; }
+#endif
+#if __CUDA_ARCH__ < 530
+extern "C" __global__ void old_gpu_fallback(float* o) { o[0] = 1.0f; }
+#endif
+"""
+ARCH_GUARD_KERNELS = {"unguarded", "half_kernel", "cas16_kernel", "bf16_kernel", "fp8_kernel"}
+
+
+def test_arch_guards_per_target(amd_toolchain: Toolchain, tmp_path: Path) -> None:
+    """Every AMD target of the matrix: fallbacks for older GPUs are not compiled (no
+    redefinition of HIP's atomicAdd), feature-guarded kernels are, Hopper-only ones are not."""
+    from buildsys.hipify import COMPAT_DIR
+    from buildsys.matrix import load_matrix
+    from kernelpack.formats import read_code_object
+
+    targets = [t.target for t in load_matrix().targets if t.vendor == "amd"]
+    assert len(targets) >= 8
+    result = hipify_source(ARCH_GUARDS, "arch_guards.cu")
+    assert not result.has_errors, [d.format() for d in result.diagnostics]
+    source = tmp_path / "arch_guards.hip"
+    source.write_text(result.text)
+    flags = ["hipcc", "-I", str(COMPAT_DIR), "-c", "-x", "hip"]
+    host = amd_toolchain.run(
+        [*flags, "--cuda-host-only", str(source), "-o", str(tmp_path / "h.o")], check=False
+    )
+    assert host.returncode == 0, host.stderr[-2000:]
+    device = amd_toolchain.run(
+        [
+            *flags,
+            "--cuda-device-only",
+            "--no-gpu-bundle-output",
+            *(f"--offload-arch={t}" for t in targets),
+            str(source),
+        ],
+        cwd=tmp_path,
+        check=False,
+    )
+    assert device.returncode == 0, device.stderr[-2000:]
+    for target in targets:
+        (path,) = tmp_path.glob(f"arch_guards-hip-amdgcn-amd-amdhsa-{target.split(':')[0]}.out")
+        code_object = read_code_object(path.read_bytes(), str(path))
+        assert {k.name for k in code_object.kernels} == ARCH_GUARD_KERNELS, target

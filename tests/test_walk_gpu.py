@@ -312,3 +312,31 @@ def test_gpu_pipelined_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("est1", "est2", "delta1", "delta2"):
         ours, theirs = getattr(result, name), getattr(whole, name)
         np.testing.assert_array_equal(ours, theirs, err_msg=f"{name}, seed {seed}")
+
+
+def test_gpu_device_resident_cupy_inputs_and_outputs() -> None:
+    """CuPy arrays in: the outputs are CuPy arrays on that GPU, equal to the numpy call's, and the
+    selection the same (the torch test's counterpart, for users without torch)."""
+    cupy = pytest.importorskip("cupy")
+    rng, seed = fresh_rng()
+    program = compile_program(_field(3), ["x", "y"])
+    shifts, dirs = rng.integers(-20, 50, (3000, 2)), rng.integers(-3, 4, (3000, 2))
+    arguments = {"primes": EDGE_PRIMES, "depth": 60, "depth1": 30, "depth2": 60, "target": 0.5}
+    expected = run(program, shifts, dirs, **arguments, min_delta=0.0, top_k=50)  # type: ignore[arg-type]
+    on_gpu = run(
+        program,
+        cupy.asarray(shifts),
+        cupy.asarray(dirs),
+        **arguments,  # type: ignore[arg-type]
+        min_delta=0.0,
+        top_k=50,
+    )
+    for name in ("P_final", "alive", "delta2"):
+        assert isinstance(getattr(on_gpu, name), cupy.ndarray), name
+    np.testing.assert_array_equal(
+        cupy.asnumpy(on_gpu.P_final), expected.P_final, err_msg=f"seed {seed}"
+    )
+    np.testing.assert_array_equal(cupy.asnumpy(on_gpu.alive), expected.alive)
+    np.testing.assert_array_equal(cupy.asnumpy(on_gpu.delta2), expected.delta2)
+    assert on_gpu.top is not None and expected.top is not None
+    np.testing.assert_array_equal(on_gpu.top.walk, expected.top.walk)

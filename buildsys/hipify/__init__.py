@@ -9,6 +9,7 @@ out); ``python -m buildsys hipify`` is the file-level front (:func:`add_parser`,
 from __future__ import annotations
 
 from .cli import add_parser, main_hipify
+from .compat import COMPAT_DIR, compat_headers
 from .diagnostics import CODES, WAVE_SIZE_CODES, Diagnostic, Severity
 from .translate import (
     Conversion,
@@ -21,6 +22,7 @@ from .translate import (
 
 __all__ = [
     "CODES",
+    "COMPAT_DIR",
     "WAVE_SIZE_CODES",
     "Conversion",
     "Diagnostic",
@@ -29,6 +31,7 @@ __all__ = [
     "HipifyStats",
     "Severity",
     "add_parser",
+    "compat_headers",
     "generated_header",
     "hipify_source",
     "main_hipify",

@@ -19,6 +19,7 @@ from kernelpack._console import print_json, print_table
 from kernelpack.errors import UsageError
 
 from ..cache import atomic_write
+from ..settings import require_writable_folder
 from .diagnostics import Severity
 from .translate import HipifyOptions, HipifyResult, hipify_source, source_sha256
 
@@ -63,6 +64,7 @@ def main_hipify(args: argparse.Namespace) -> int:
     """Translate, write, report. 0: translated (warnings allowed); 1: an error diagnostic."""
     files = collect_sources(args.sources)
     options = HipifyOptions(launch_macro=args.launch_macro)
+    require_writable_folder(args.out, f"{args.out} (-o)", "-o")
     results = hipify_files(files, args.out, options=options)
     for item in results:
         for diagnostic in item.result.diagnostics:
@@ -131,7 +133,12 @@ def write_if_changed(target: Path, text: str) -> None:
     data = text.encode("utf-8")
     if target.is_file() and target.read_bytes() == data:
         return
-    atomic_write(target, data)
+    try:
+        atomic_write(target, data)
+    except OSError as error:
+        raise UsageError(
+            f"hipify: cannot write {target} ({error.strerror}); name a writable folder with -o DIR"
+        ) from None
 
 
 def report_json(results: list[FileResult]) -> dict[str, object]:

@@ -91,6 +91,7 @@ class Finding:
     token: int  # index of the token the diagnostic points at
     code: str
     message: str
+    key: str = ""  # what the finding is about (a name): repeats of (code, key) are reported once
 
 
 def literal_value(text: str) -> int | None:
@@ -167,8 +168,26 @@ def classify_mask(
     return MaskKind.VARIABLE, None
 
 
+# Names whose value depends on the hardware wavefront (64 lanes on gfx9): code that also counts
+# lanes in 32s mixes two warp sizes, which is where a literal 32 becomes a bug on wave64.
+HARDWARE_WAVE_NAMES = frozenset(
+    {"warpSize", "__lane_id", "__lanemask_lt", "__lanemask_le", "__lanemask_gt", "__lanemask_ge"}
+    | BALLOT_NAMES
+)
+
+
 def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
-    """All wave-size findings of one source, at most one per token, in source order."""
+    """All wave-size findings of one source, at most one per token, in source order.
+
+    A literal 32 as lane count, lane id, warp id, reduction start or tile size (codes warp-size,
+    shfl-offset16, tile32) defines 32-lane "virtual warps". On a wave64 these stay correct: shuffles by 16
+    or less, xor butterflies and width-32 shuffles never leave their half of the wavefront, so a
+    reduction still ends in lane 0 of each 32-lane group, which is where ``tid % 32 == 0`` looks.
+    They are reported only where the same function (or, at file scope, the file) also uses the
+    hardware wavefront (warpSize, ballots, lane masks): there the two warp sizes meet.
+    """
+    mixing = _mixing_ranges(view)
+    file_mixes = bool(mixing)
     findings: dict[int, Finding] = {}
     for finding in (
         *_shuffle_offsets(view),
@@ -178,8 +197,28 @@ def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
         *_warp_size_definitions(view),
         *_lane_arithmetic(view),
     ):
+        if finding.code in VIRTUAL_WARP_CODES:
+            inside = [r for r in view.device_ranges if r[0] < finding.token < r[1]]
+            if inside and inside[0] not in mixing:
+                continue
+            if not inside and not file_mixes:
+                continue
         findings.setdefault(finding.token, finding)
     return [findings[k] for k in sorted(findings)]
+
+
+# A 32-thread tile is 32 threads on every GPU (HIP builds it inside a wave64), so it joins the
+# classes that are only reported where the hardware wavefront is used too.
+VIRTUAL_WARP_CODES = frozenset({"warp-size", "shfl-offset16", "tile32"})
+
+
+def _mixing_ranges(view: SourceView) -> set[tuple[int, int]]:
+    """Device function bodies that use a hardware-wavefront name."""
+    return {
+        (start, end)
+        for start, end in view.device_ranges
+        if any(view.tokens[k].text in HARDWARE_WAVE_NAMES for k in range(start, end))
+    }
 
 
 def _shuffle_offsets(view: SourceView) -> Iterator[Finding]:
@@ -192,6 +231,8 @@ def _shuffle_offsets(view: SourceView) -> Iterator[Finding]:
                 continue
             args = view.arguments(*parens)
             position = SHUFFLE_DELTA_ARG[name]
+            if len(args) > position + 1:
+                continue  # an explicit width: the shuffle stays inside its width-lane segment
             if position < len(args):
                 sig = view.sig_in(*args[position])
                 if len(sig) == 1 and literal_value(view.tokens[sig[0]].text) == 16:
@@ -275,12 +316,18 @@ def _shuffles_by(view: SourceView, start: int, end: int, variable: str) -> bool:
             continue
         args = view.arguments(*parens)
         position = SHUFFLE_DELTA_ARG[name]
-        if position < len(args) and variable in view.range_text(*args[position]).split():
+        explicit_width = len(args) > position + 1
+        if (
+            position < len(args)
+            and not explicit_width
+            and variable in view.range_text(*args[position]).split()
+        ):
             return True
     return False
 
 
 def _tiles(view: SourceView) -> Iterator[Finding]:
+    reported: set[tuple[int, int]] = set()
     for index in view.sig:
         name = view.tokens[index].text
         if name not in ("thread_block_tile", "tiled_partition"):
@@ -295,6 +342,10 @@ def _tiles(view: SourceView) -> Iterator[Finding]:
                 sig = view.sig_in(*args[1])
                 literal = sig[0] if len(sig) == 1 else None
         if literal is not None and literal_value(view.tokens[literal].text) == 32:
+            statement = view.statement_bounds(index)
+            if statement in reported:
+                continue  # thread_block_tile<32> t = tiled_partition<32>(...): one finding
+            reported.add(statement)
             yield Finding(
                 literal,
                 "tile32",

@@ -14,6 +14,18 @@ from .lexer import Kind, Token, is_directive_start, tokenize
 
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 DEVICE_QUALIFIERS = frozenset({"__global__", "__device__"})
+# Macros whose definition means "compiling for AMD": USE_ROCM is PyTorch's and vLLM's convention
+# (the builder defines it on AMD), the others are HIP's and llama.cpp's.
+ROCM_MACROS = frozenset(
+    {
+        "USE_ROCM",
+        "__HIP_PLATFORM_AMD__",
+        "__HIP_PLATFORM_HCC__",
+        "__HIP__",
+        "__HIPCC__",
+        "GGML_USE_HIP",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -175,6 +187,50 @@ class SourceView:
                     break
                 k = self.next_sig(k)
         return ranges
+
+    @cached_property
+    def platform_branches(self) -> list[tuple[int, int, str]]:
+        """Token ranges [start, end) of conditional branches that select a platform, with
+        "rocm" (``#ifdef USE_ROCM``, ``#if defined(__HIP_PLATFORM_AMD__)``) or "cuda" (their
+        negations, and the ``#else`` of a ROCm test). ``#elif`` and other tests select nothing."""
+        branches: list[tuple[int, int, str]] = []
+        stack: list[tuple[str | None, int]] = []  # (platform of the open branch, its start)
+        for directive in self.directives:
+            name = directive.name
+            if name in ("if", "ifdef", "ifndef"):
+                stack.append((self._platform_of(directive), directive.end))
+            elif name in ("elif", "else", "endif") and stack:
+                platform, start = stack.pop()
+                if platform is not None:
+                    branches.append((start, directive.start, platform))
+                if name == "else":
+                    flipped = {"rocm": "cuda", "cuda": "rocm"}.get(platform or "")
+                    stack.append((flipped, directive.end))
+                elif name == "elif":
+                    stack.append((None, directive.end))
+        return branches
+
+    def _platform_of(self, directive: Directive) -> str | None:
+        sig = self.sig_in(directive.start, directive.end)
+        words = [self.tokens[k].text for k in sig[2:]]
+        if directive.name in ("ifdef", "ifndef"):
+            if len(words) != 1 or words[0] not in ROCM_MACROS:
+                return None
+            return "rocm" if directive.name == "ifdef" else "cuda"
+        negated = words[:1] == ["!"]
+        core = [w for w in (words[1:] if negated else words) if w not in ("(", ")", "defined")]
+        if len(core) != 1 or core[0] not in ROCM_MACROS:
+            return None
+        return "cuda" if negated else "rocm"
+
+    def platform_at(self, index: int) -> str | None:
+        """ "cuda" or "rocm" when tokens[index] sits in a platform branch (innermost wins)."""
+        found: str | None = None
+        width = len(self.tokens) + 1
+        for start, end, platform in self.platform_branches:
+            if start <= index < end and end - start < width:
+                found, width = platform, end - start
+        return found
 
     def in_device_code(self, index: int) -> bool:
         return any(start < index < end for start, end in self.device_ranges)

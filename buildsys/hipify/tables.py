@@ -40,7 +40,7 @@ RUNTIME_BLOCKS: dict[str, str] = {
         cudaErrorInvalidResourceHandle hipErrorInvalidHandle
         cudaErrorLaunchFailure
         cudaErrorLaunchOutOfResources
-        cudaErrorLaunchTimeOut hipErrorLaunchTimeOut
+        cudaErrorLaunchTimeout hipErrorLaunchTimeOut
         cudaErrorNoDevice
         cudaErrorNotSupported
         cudaErrorUnknown
@@ -54,7 +54,7 @@ RUNTIME_BLOCKS: dict[str, str] = {
         cudaErrorHostMemoryNotRegistered
         cudaErrorCooperativeLaunchTooLarge
         cudaErrorAssert
-        cudaErrorNotFound
+        cudaErrorSymbolNotFound hipErrorNotFound
         cudaErrorContextIsDestroyed
         cudaErrorStreamCaptureUnsupported
     """,
@@ -85,6 +85,10 @@ RUNTIME_BLOCKS: dict[str, str] = {
         cudaDevAttrMemoryClockRate hipDeviceAttributeMemoryClockRate
         cudaDevAttrGlobalMemoryBusWidth hipDeviceAttributeMemoryBusWidth
         cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
+        cudaDevAttrComputeMode hipDeviceAttributeComputeMode
+        cudaDevAttrMemoryPoolsSupported hipDeviceAttributeMemoryPoolsSupported
+        cudaComputeModeProhibited
+        cudaComputeModeDefault
         cudaDevAttrL2CacheSize hipDeviceAttributeL2CacheSize
         cudaDevAttrMaxThreadsPerMultiProcessor hipDeviceAttributeMaxThreadsPerMultiProcessor
         cudaDevAttrComputeCapabilityMajor hipDeviceAttributeComputeCapabilityMajor
@@ -179,6 +183,11 @@ RUNTIME_BLOCKS: dict[str, str] = {
         cudaCpuDeviceId
         cudaMallocAsync
         cudaFreeAsync
+        cudaMemPool_t
+        cudaDeviceGetDefaultMemPool
+        cudaMemPoolSetAttribute
+        cudaMemPoolGetAttribute
+        cudaMemPoolAttrReleaseThreshold
         cudaPointerGetAttributes
         cudaPointerAttributes hipPointerAttribute_t
         cudaMemoryType
@@ -202,7 +211,7 @@ RUNTIME_BLOCKS: dict[str, str] = {
         cudaStreamDefault
         cudaStreamNonBlocking
         cudaStreamPerThread
-        cudaLaunchHostFn hipLaunchHostFunc
+        cudaLaunchHostFunc hipLaunchHostFunc
         cudaHostFn_t
     """,
     "graph": """
@@ -264,6 +273,7 @@ RUNTIME_BLOCKS: dict[str, str] = {
         cudaChannelFormatKindSigned
         cudaChannelFormatKindUnsigned
         cudaArray_t
+        cudaArray hipArray
         cudaMallocArray
         cudaFreeArray
         cudaMemcpy2DToArray
@@ -394,6 +404,22 @@ RUNTIME_BLOCKS: dict[str, str] = {
         nv_bfloat162 __hip_bfloat162
         __nv_fp8_e4m3 __hip_fp8_e4m3
         __nv_fp8_e5m2 __hip_fp8_e5m2
+        __nv_fp8_storage_t __hip_fp8_storage_t
+        __nv_fp8x2_storage_t __hip_fp8x2_storage_t
+        __NV_E4M3 __HIP_E4M3
+        __NV_E5M2 __HIP_E5M2
+        __NV_SATFINITE __HIP_SATFINITE
+        __NV_NOSAT __HIP_NOSAT
+        __nv_cvt_float_to_fp8 __hip_cvt_float_to_fp8
+        __nv_cvt_double_to_fp8 __hip_cvt_double_to_fp8
+        __nv_cvt_float2_to_fp8x2 __hip_cvt_float2_to_fp8x2
+        __nv_cvt_double2_to_fp8x2 __hip_cvt_double2_to_fp8x2
+        __nv_cvt_halfraw_to_fp8 __hip_cvt_halfraw_to_fp8
+        __nv_cvt_halfraw2_to_fp8x2 __hip_cvt_halfraw2_to_fp8x2
+        __nv_cvt_bfloat16raw_to_fp8 __hip_cvt_bfloat16raw_to_fp8
+        __nv_cvt_bfloat16raw2_to_fp8x2 __hip_cvt_bfloat16raw2_to_fp8x2
+        __nv_cvt_fp8_to_halfraw __hip_cvt_fp8_to_halfraw
+        __nv_cvt_fp8x2_to_halfraw2 __hip_cvt_fp8x2_to_halfraw2
     """,
     "define": """
         __CUDACC__ __HIPCC__
@@ -454,13 +480,34 @@ HEADERS: dict[str, str | None] = {
     "cusparse.h": "hipsparse/hipsparse.h",
     "cusolverDn.h": "hipsolver/hipsolver.h",
     "cub/cub.cuh": "hipcub/hipcub.hpp",
-    "cooperative_groups/reduce.h": None,
+    "cooperative_groups/reduce.h": "kernelpack_hip_compat.h",
     "cooperative_groups/memcpy_async.h": None,
+    "cuda/std/limits": "limits",
+    "cuda/std/type_traits": "type_traits",
+    "cuda/std/cstdint": "cstdint",
+    "cuda/std/utility": "utility",
     "cuda_pipeline.h": None,
     "cuda/pipeline": None,
     "cuda/barrier": None,
     "cuda/atomic": None,
     "mma.h": None,
+}
+
+# What to do instead of a CUDA header that has no HIP counterpart (the unsupported-api message).
+HEADER_ADVICE: dict[str, str] = {
+    "mma.h": "WMMA (nvcuda::wmma) is not part of HIP; port the fragments to rocWMMA "
+    "(rocwmma/rocwmma.hpp, the same load/mma/store API) or keep the WMMA path for NVIDIA only "
+    "inside #ifndef USE_ROCM",
+    "cooperative_groups/memcpy_async.h": "replace memcpy_async with plain loads to shared memory "
+    "and a __syncthreads(), or guard it with #ifndef USE_ROCM",
+    "cuda_pipeline.h": "replace the pipeline with plain loads to shared memory and "
+    "__syncthreads(), or guard it with #ifndef USE_ROCM",
+    "cuda/pipeline": "replace the pipeline with plain loads to shared memory and "
+    "__syncthreads(), or guard it with #ifndef USE_ROCM",
+    "cuda/barrier": "use __syncthreads() or HIP's cooperative groups, or guard it with "
+    "#ifndef USE_ROCM",
+    "cuda/atomic": "use HIP's atomic functions (atomicAdd, ...) or std::atomic_ref, or guard it "
+    "with #ifndef USE_ROCM",
 }
 
 # Headers of HIP's own toolchain: the table entries checked against it, and the headers that
@@ -489,6 +536,7 @@ class Unsupported:
 
     name: str
     reason: str
+    construct: str = ""  # findings of one construct (a header and its names) are reported once
 
 
 # Removed or unsupported APIs: reported as errors (code unsupported-api), never silently kept.
@@ -561,7 +609,9 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     Unsupported("__nanosleep", "HIP 6.4 has no __nanosleep; use __builtin_amdgcn_s_sleep"),
     Unsupported(
         "nvcuda",
-        "WMMA (nvcuda::wmma) has no HIP counterpart in the HIP runtime; rocWMMA's API differs",
+        "WMMA (nvcuda::wmma) has no HIP counterpart in the HIP runtime; port it to rocWMMA or "
+        "keep it for NVIDIA only inside #ifndef USE_ROCM",
+        construct="mma.h",
     ),
 )
 
@@ -654,9 +704,30 @@ CALL_REWRITES: dict[str, str] = {
 # an #if they test for CUDA features, which HIP's numbering cannot answer, so they are reported.
 VERSION_MACROS: dict[str, str] = {"CUDART_VERSION": "HIP_VERSION", "CUDA_VERSION": "HIP_VERSION"}
 
-# Preprocessor tests of CUDA's compiler macros: `#ifdef __CUDA_ARCH__` asks "device pass?".
+# Preprocessor tests of CUDA's compiler macros: `#ifdef __CUDA_ARCH__` asks "device pass?";
+# a value use (`#if __CUDA_ARCH__ >= 800`) asks for features, answered by the compat header's
+# per-target KERNELPACK_CUDA_ARCH (defined in the device pass only, as nvcc's __CUDA_ARCH__ is).
 CUDA_ARCH_MACRO = "__CUDA_ARCH__"
 HIP_DEVICE_PASS_MACRO = "__HIP_DEVICE_COMPILE__"
+CUDA_ARCH_REPLACEMENT = "KERNELPACK_CUDA_ARCH"
+
+# The compatibility header shipped in buildsys/hipify/compat/ (the builder puts it in the include
+# folder of the hipified tree); inserted where a file uses one of the names it provides.
+COMPAT_HEADER = "kernelpack_hip_compat.h"
+_SIMD_STEMS = """
+    vabsdiffs vabsdiffu vadd vaddss vaddus vsub vsubss vsubus vavgs vavgu vhaddu vmaxs vmaxu
+    vmins vminu vcmpeq vcmpne vcmpges vcmpgeu vcmpgts vcmpgtu vcmples vcmpleu vcmplts vcmpltu
+    vseteq vsetne vsetges vsetgeu vsetgts vsetgtu vsetles vsetleu vsetlts vsetltu vsads vsadu
+    vabs vabsss vneg vnegss
+"""
+COMPAT_FUNCTIONS = frozenset(
+    {f"__{stem}{lanes}" for stem in _SIMD_STEMS.split() for lanes in ("2", "4")}
+    | {"__dp4a", "__dp2a_lo", "__dp2a_hi", "__trap", "__hmax_nan", "__hmin_nan"}
+    | {"__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv", "__stcs", "__stcg", "__stwb", "__stwt"}
+    | {"atomicCAS", "atomicAdd"}
+)
+# cooperative_groups members the compat header adds (cg::reduce and its operators).
+COMPAT_CG_MEMBERS = frozenset({"reduce", "plus", "less", "greater", "bit_and", "bit_or", "bit_xor"})
 
 # Cooperative-groups tile members that HIP 6.4 declares only behind HIP_ENABLE_WARP_SYNC_BUILTINS
 # (there they take 64-bit masks built by HIP itself, so defining the macro is correct).

@@ -27,8 +27,13 @@ from .tables import (
     BALLOT_WIDENING,
     CALL_REWRITES,
     CG_SYNC_MEMBERS,
+    COMPAT_CG_MEMBERS,
+    COMPAT_FUNCTIONS,
+    COMPAT_HEADER,
     CUDA_ARCH_MACRO,
+    CUDA_ARCH_REPLACEMENT,
     CUDA_LOOKALIKES,
+    HEADER_ADVICE,
     HEADERS,
     HIP_DEVICE_PASS_MACRO,
     HIP_RUNTIME_HEADER,
@@ -45,6 +50,9 @@ from .tables import (
 )
 
 GENERATED_PREFIX = "// hipify: generated from "
+# Findings about one construct that repeat through a file (every asm, every use of a macro that
+# looks like CUDA): one diagnostic per (code, name) per file, at the first use, with a count.
+ONCE_PER_FILE_CODES = frozenset({"inline-asm", "unsupported-api", "untranslated"})
 
 _CUDA_NAME_RE = re.compile(r"^(?:cuda|cu)[A-Z]\w*$|^(?:CUDA|CU|CUDART)_\w+$|^cudnn\w+$")
 _PTX_RE = re.compile(
@@ -192,12 +200,14 @@ class _Translator:
     counts: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     findings: list[Finding] = field(default_factory=list)
     warp_sync_member: int | None = None
+    uses_compat: bool = False
 
     def __post_init__(self) -> None:
         self.full_names = full_mask_names(self.view)
         self.declared = _declared_names(self.view)
         self.group_variables = _cg_group_variables(self.view)
         self.launches = _find_launches(self.view) if self.options.launch_macro else {}
+        self.cg_aliases = _namespace_aliases(self.view, "cooperative_groups")
 
     # ---- emission -----------------------------------------------------------------------
 
@@ -238,9 +248,17 @@ class _Translator:
         if before_text in (".", "->"):
             self._note_group_member(k, before)
             return None
+        if name == "cuda" and self._is_cuda_std(k) and not self._in_user_scope(before):
+            # libcu++'s cuda::std mirrors the standard library, whose constexpr parts
+            # (numeric_limits, ...) HIP compiles in device code.
+            std = view.next_sig(view.next_sig(k) or k)
+            self._count("namespace", "cuda::std", "std")
+            return "std", (std or k) + 1
         if before_text == "::" and before is not None:
             scope = view.prev_sig(before)
             if scope is not None and view.tokens[scope].kind is Kind.IDENT:
+                if name in COMPAT_CG_MEMBERS and self._is_cg_scope(view.tokens[scope].text):
+                    self.uses_compat = True
                 return None  # a member of a user's namespace or class, not the CUDA API
         parens = view.call_parens(k)
         intrinsic = WARP_BY_NAME.get(name)
@@ -265,9 +283,15 @@ class _Translator:
         if name in VERSION_MACROS and not self._in_conditional(k):
             self._count("version", name, VERSION_MACROS[name])
             return VERSION_MACROS[name], k + 1
-        if name == CUDA_ARCH_MACRO and self._tests_definition(k):
-            self._count("define", name, HIP_DEVICE_PASS_MACRO)
-            return HIP_DEVICE_PASS_MACRO, k + 1
+        if name == CUDA_ARCH_MACRO:
+            if self._tests_definition(k):
+                self._count("define", name, HIP_DEVICE_PASS_MACRO)
+                return HIP_DEVICE_PASS_MACRO, k + 1
+            self.uses_compat = True
+            self._count("define", name, CUDA_ARCH_REPLACEMENT)
+            return CUDA_ARCH_REPLACEMENT, k + 1
+        if name in COMPAT_FUNCTIONS and parens is not None:
+            self.uses_compat = True
         rename = RENAMES.get(name)
         if rename is not None:
             self._count(rename.kind, name, rename.hip)
@@ -326,6 +350,28 @@ class _Translator:
     def _has_ballot(self, open_index: int, close_index: int) -> bool:
         tokens = self.view.tokens
         return any(tokens[i].text in BALLOT_NAMES for i in range(open_index, close_index))
+
+    def _in_user_scope(self, before: int | None) -> bool:
+        """Whether the token before a name is the '::' of ``scope::`` (a user's namespace)."""
+        if self.view.text_of(before) != "::" or before is None:
+            return False
+        scope = self.view.prev_sig(before)
+        return (
+            scope is not None
+            and self.view.tokens[scope].kind is Kind.IDENT
+            and self.view.tokens[scope].text not in _NOT_TYPES
+        )
+
+    def _is_cuda_std(self, k: int) -> bool:
+        """Whether tokens[k] ('cuda') starts ``cuda::std``."""
+        colons = self.view.next_sig(k)
+        if self.view.text_of(colons) != "::" or colons is None:
+            return False
+        return self.view.text_of(self.view.next_sig(colons)) == "std"
+
+    def _is_cg_scope(self, scope: str) -> bool:
+        """Whether ``scope`` names cooperative_groups (itself or a namespace alias of it)."""
+        return scope == "cooperative_groups" or scope in self.cg_aliases
 
     def _in_conditional(self, k: int) -> bool:
         directive = self.view.directive_at.get(k)
@@ -420,6 +466,12 @@ class _Translator:
             )
         if self._needs_runtime_include(body):
             lines.append(f"#include <{HIP_RUNTIME_HEADER}>\n")
+        if (
+            self.uses_compat
+            and f"<{COMPAT_HEADER}>" not in body
+            and f'"{COMPAT_HEADER}"' not in body
+        ):
+            lines.append(f"#include <{COMPAT_HEADER}>\n")
         if not lines:
             return body
         prelude = "".join(lines)
@@ -445,17 +497,39 @@ class _Translator:
     # ---- diagnostics --------------------------------------------------------------------
 
     def diagnostics(self) -> tuple[Diagnostic, ...]:
+        """Findings as diagnostics: none in a CUDA-only branch (``#ifndef USE_ROCM``), no
+        inline-asm finding in a ROCm branch (that asm is AMD's), allowed codes dropped, and each
+        repeated API finding (same code and name) reported once, at its first use, with a count."""
         view = self.view
         findings = [*find_hazards(view, self.full_names), *self.findings, *self._api_findings()]
         allowed: dict[int, frozenset[str]] = {
             line: allowed_codes(" ".join(texts)) for line, texts in view.line_comments().items()
         }
-        result: set[Diagnostic] = set()
-        for finding in findings:
-            token = view.tokens[finding.token]
-            if finding.code in allowed.get(token.line, frozenset()):
+        kept: list[Finding] = []
+        for finding in sorted(findings, key=lambda f: f.token):
+            platform = view.platform_at(finding.token)
+            if platform == "cuda" or (platform == "rocm" and finding.code == "inline-asm"):
                 continue
-            result.add(Diagnostic(self.path, token.line, token.col, finding.code, finding.message))
+            if finding.code in allowed.get(view.tokens[finding.token].line, frozenset()):
+                continue
+            kept.append(finding)
+        repeats: dict[tuple[str, str], list[Finding]] = {}
+        for finding in kept:
+            if finding.code in ONCE_PER_FILE_CODES:
+                repeats.setdefault((finding.code, finding.key), []).append(finding)
+        result: set[Diagnostic] = set()
+        for finding in kept:
+            message = finding.message
+            group = repeats.get((finding.code, finding.key))
+            if group is not None:
+                if group[0] is not finding:
+                    continue
+                if len(group) > 1:
+                    lines = sorted({view.tokens[f.token].line for f in group})
+                    shown = ", ".join(map(str, lines[:8])) + (", ..." if len(lines) > 8 else "")
+                    message += f" ({len(group)} in this file, lines {shown})"
+            token = view.tokens[finding.token]
+            result.add(Diagnostic(self.path, token.line, token.col, finding.code, message))
         for line, codes in allowed.items():
             unknown = sorted(c for c in codes if c not in CODES_BY_NAME)
             if unknown:
@@ -480,7 +554,15 @@ class _Translator:
             sig = view.sig_in(directive.start, directive.end)
             header = "".join(view.tokens[i].text for i in sig[2:]).strip('<>"')
             if header in HEADERS and HEADERS[header] is None:
-                found.append(Finding(sig[2], "unsupported-api", f"{header} has no HIP counterpart"))
+                advice = HEADER_ADVICE.get(header, "guard its use with #ifndef USE_ROCM")
+                found.append(
+                    Finding(
+                        sig[2],
+                        "unsupported-api",
+                        f"{header} has no HIP counterpart: {advice}",
+                        header,
+                    )
+                )
         for k in view.sig:
             token = view.tokens[k]
             if token.kind is not Kind.IDENT:
@@ -500,18 +582,27 @@ class _Translator:
                 continue
             if name in UNSUPPORTED_BY_NAME:
                 found.append(
-                    Finding(k, "unsupported-api", f"{name}: {UNSUPPORTED_BY_NAME[name].reason}")
+                    Finding(
+                        k,
+                        "unsupported-api",
+                        f"{name}: {UNSUPPORTED_BY_NAME[name].reason}",
+                        UNSUPPORTED_BY_NAME[name].construct or name,
+                    )
                 )
             elif name in UNSUPPORTED_TEMPLATES and after_text == "<" and before != "::":
                 found.append(
-                    Finding(k, "unsupported-api", f"{name}<...>: {UNSUPPORTED_TEMPLATES[name]}")
+                    Finding(
+                        k, "unsupported-api", f"{name}<...>: {UNSUPPORTED_TEMPLATES[name]}", name
+                    )
                 )
-            elif name == "cuda" and after_text == "::":
+            elif name == "cuda" and after_text == "::" and not self._is_cuda_std(k):
                 found.append(
                     Finding(
                         k,
                         "unsupported-api",
-                        "cuda:: (libcu++) has no HIP counterpart in the HIP runtime",
+                        "cuda:: (libcu++) has no HIP counterpart in the HIP runtime; use std:: or "
+                        "guard it with #ifndef USE_ROCM",
+                        "cuda::",
                     )
                 )
             elif (
@@ -525,15 +616,7 @@ class _Translator:
                         "untranslated",
                         f"{name} tested in #{view.directive_at[k].name}: HIP has no CUDA version, so "
                         "the test sees 0 under hipcc; choose the branch for HIP explicitly",
-                    )
-                )
-            elif name == CUDA_ARCH_MACRO and not self._tests_definition(k):
-                found.append(
-                    Finding(
-                        k,
-                        "untranslated",
-                        f"{name} compared with a value: HIP defines no CUDA architecture; test "
-                        f"defined({HIP_DEVICE_PASS_MACRO}) or the gfx target macros",
+                        name,
                     )
                 )
             elif (
@@ -544,7 +627,9 @@ class _Translator:
                 and name not in self.declared
                 and name not in CUDA_LOOKALIKES
             ):
-                found.append(Finding(k, "untranslated", f"{name} has no HIP mapping; left as is"))
+                found.append(
+                    Finding(k, "untranslated", f"{name} has no HIP mapping; left as is", name)
+                )
         return found
 
     def _inline_asm(self, k: int) -> Finding | None:
@@ -567,9 +652,14 @@ class _Translator:
             for reg, hip in ASM_HINTS.items()
             if re.search(re.escape(reg) + r"\b", code)
         ]
-        hint = f"; HIP has {', '.join(hints)}" if hints else "; rewrite with HIP intrinsics"
+        hint = f"; HIP has {', '.join(hints)}" if hints else "; rewrite it with HIP intrinsics"
         snippet = strings[0] if strings else ""
-        return Finding(k, "inline-asm", f"inline PTX {snippet} cannot be translated{hint}")
+        return Finding(
+            k,
+            "inline-asm",
+            f"inline PTX {snippet} cannot be translated{hint}, or keep it for NVIDIA only inside "
+            "#ifndef USE_ROCM (the build defines USE_ROCM on AMD)",
+        )
 
 
 @dataclass(frozen=True)
@@ -649,6 +739,16 @@ def _declared_names(view: SourceView) -> frozenset[str]:
         if type_like and after in ("(", "=", ";", ",", "[", ")", "{"):
             names.add(token.text)
     return frozenset(names)
+
+
+def _namespace_aliases(view: SourceView, namespace: str) -> frozenset[str]:
+    """Names declared as ``namespace alias = <namespace>;`` (``namespace cg = cooperative_groups``)."""
+    aliases: set[str] = set()
+    for pos in range(len(view.sig) - 3):
+        texts = [view.tokens[view.sig[pos + n]].text for n in range(4)]
+        if texts[0] == "namespace" and texts[2] == "=" and texts[3] == namespace:
+            aliases.add(texts[1])
+    return frozenset(aliases)
 
 
 def _cg_group_variables(view: SourceView) -> frozenset[str]:

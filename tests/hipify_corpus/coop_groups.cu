@@ -4,14 +4,14 @@
 
 namespace cg = cooperative_groups;
 
-__device__ float tile_sum(cg::thread_block_tile<32> tile, float value) {  // expect: tile32
+__device__ float tile_sum(cg::thread_block_tile<32> tile, float value) {  // a 32-thread tile is 32 threads on wave64 too: no finding
   for (int offset = tile.size() / 2; offset > 0; offset /= 2) value += tile.shfl_down(value, offset);
   return value;
 }
 
 __global__ void sum_rows(const float* in, float* out, int cols) {
   cg::thread_block block = cg::this_thread_block();
-  cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);  // expect: tile32, tile32
+  cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
   float value = 0.0f;
   for (int c = warp.thread_rank(); c < cols; c += warp.size()) value += in[blockIdx.x * cols + c];
   value = tile_sum(warp, value);

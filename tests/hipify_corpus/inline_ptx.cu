@@ -9,13 +9,13 @@ __device__ __forceinline__ unsigned lane_id() {
 
 __device__ __forceinline__ unsigned lanemask_lt() {
   unsigned mask;
-  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(mask));  // expect: inline-asm
+  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(mask));  // reported once per file, at the first asm
   return mask;
 }
 
 __device__ __forceinline__ float fast_ex2(float x) {
   float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));  // expect: inline-asm
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 
@@ -23,7 +23,7 @@ __global__ void ranks(const int* in, int* out) {
   const bool set = in[threadIdx.x] != 0;
   const unsigned votes = __ballot_sync(0xffffffff, set);  // expect: ballot-32bit
   out[threadIdx.x] = __popc(votes & lanemask_lt()) + static_cast<int>(lane_id());
-#if __CUDA_ARCH__ >= 800  // expect: untranslated
+#if __CUDA_ARCH__ >= 800
   out[threadIdx.x] += static_cast<int>(fast_ex2(1.0f));
 #endif
 }

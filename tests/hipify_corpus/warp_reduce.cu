@@ -1,11 +1,13 @@
 // The classic block reduction written for 32-lane warps, next to one written for any warp size.
+// 32-lane "virtual warps" (tid % 32, reductions from offset 16) stay in one half of a wave64 and
+// are correct there: only the file-scope WARP_SIZE define, in a file that also uses warpSize, is reported.
 #include <cuda_runtime.h>
 
 #define WARP_SIZE 32  // expect: warp-size
 #define FULL_MASK 0xffffffff
 
 __inline__ __device__ float warp_reduce_32(float value) {
-  for (int offset = 16; offset > 0; offset /= 2)  // expect: shfl-offset16
+  for (int offset = 16; offset > 0; offset /= 2)
     value += __shfl_down_sync(FULL_MASK, value, offset);
   return value;
 }
@@ -13,14 +15,14 @@ __inline__ __device__ float warp_reduce_32(float value) {
 __global__ void block_reduce_32(const float* in, float* out, int n) {
   __shared__ float partial[32];
   const int tid = threadIdx.x;
-  const int lane = tid % 32;  // expect: warp-size
-  const int warp_id = tid / 32;  // expect: warp-size
+  const int lane = tid % 32;
+  const int warp_id = tid / 32;
   const int i = blockIdx.x * blockDim.x + tid;
   float value = i < n ? in[i] : 0.0f;
   value = warp_reduce_32(value);
   if (lane == 0) partial[warp_id] = value;
   __syncthreads();
-  if (tid < 32) {  // expect: warp-size
+  if (tid < 32) {
     value = tid < blockDim.x / WARP_SIZE ? partial[lane] : 0.0f;
     value = warp_reduce_32(value);
     if (tid == 0) atomicAdd(out, value);
@@ -29,12 +31,12 @@ __global__ void block_reduce_32(const float* in, float* out, int n) {
 
 __global__ void unrolled_32(const float* in, float* out) {
   float value = in[threadIdx.x];
-  value += __shfl_xor_sync(0xffffffff, value, 16);  // expect: shfl-offset16
+  value += __shfl_xor_sync(0xffffffff, value, 16);
   value += __shfl_xor_sync(0xffffffff, value, 8);
   value += __shfl_xor_sync(0xffffffff, value, 4);
   value += __shfl_xor_sync(0xffffffff, value, 2);
   value += __shfl_xor_sync(0xffffffff, value, 1);
-  if ((threadIdx.x & 31) == 0) atomicAdd(out, value);  // expect: warp-size
+  if ((threadIdx.x & 31) == 0) atomicAdd(out, value);
 }
 
 __inline__ __device__ float warp_reduce(float value) {

@@ -1,0 +1,497 @@
+"""Real CUDA code through our hipify and through hipify-perl: which files compile for which AMD
+targets, measured in one run, with nvcc's result on the same files beside them.
+
+    python bench/bench_hipify.py --corpus /work/corpus [--targets gfx90a,gfx942,gfx1100,gfx1201]
+        [--projects candle-kernels,...] [--jobs 2] [--json OUT] [--kernels]
+
+The corpus (third-party code, never in the repository) is described by docs/hipify-corpus.toml:
+repository, commit and files per project; fetch each repository at its commit into
+``DIR/<folder>``. Per project, every source under its root is translated by each tool into a
+scratch tree (relative includes keep working); each listed file is then compiled:
+
+- nvcc: ``nvcc -cubin -arch=sm_90`` (the NVIDIA reference: a file nvcc cannot build is not counted);
+- ours and hipify-perl: ``hipcc --cuda-host-only -c`` once, and ``--cuda-device-only`` for all the
+  targets in one call, per target only when that call fails. Both get ``-DUSE_ROCM``; ours also
+  gets ``-I buildsys/hipify/compat`` (the layer the builder ships); hipify-perl has no such layer.
+
+A file compiles for a target when its host pass and that target's device pass both succeed. With
+``--kernels``, the kernels (``.kd`` symbols) of each AMD code object are compared with the
+kernels of nvcc's cubin (FUNC GLOBAL symbols). The markdown table goes to stdout, progress to
+stderr; ``--json`` keeps every result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from buildsys import REPO_ROOT
+from buildsys.hipify import COMPAT_DIR, Severity, hipify_source
+from buildsys.toolchain import Toolchain, amd_toolchain
+
+MANIFEST = REPO_ROOT / "docs" / "hipify-corpus.toml"
+DEFAULT_TARGETS = ("gfx90a", "gfx942", "gfx1100", "gfx1201")
+SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".inl", ".cuinc")
+NVCC_ARCH = "sm_90"
+COMMON_FLAGS = ("-std=c++17", "-w")
+_KD_RE = re.compile(r"\s(\S+)\.kd$")
+
+
+@dataclass(frozen=True)
+class Project:
+    name: str
+    repository: str
+    commit: str
+    folder: str
+    root: str
+    flags: tuple[str, ...]
+    files: tuple[str, ...]
+
+
+@dataclass
+class ToolOutcome:
+    host_ok: bool = False
+    device_ok: dict[str, bool] = field(default_factory=dict)
+    first_error: str = ""
+    kernels: dict[str, list[str]] = field(default_factory=dict)
+    errors: int = 0  # error-severity findings (ours only)
+
+    def compiles(self, target: str) -> bool:
+        return self.host_ok and self.device_ok.get(target, False)
+
+
+@dataclass
+class FileResult:
+    project: str
+    path: str
+    nvcc_ok: bool
+    nvcc_error: str
+    nvcc_kernels: list[str]
+    ours: ToolOutcome
+    peer: ToolOutcome
+
+
+def read_manifest(path: Path = MANIFEST) -> list[Project]:
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    return [
+        Project(
+            name=p["name"],
+            repository=p["repository"],
+            commit=p["commit"],
+            folder=p["folder"],
+            root=p["root"],
+            flags=tuple(p.get("flags", [])),
+            files=tuple(p["files"]),
+        )
+        for p in data["project"]
+    ]
+
+
+_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
+
+
+def _sources(base: Path, project: Project) -> list[Path]:
+    """The listed files and every project file they include, transitively (relative to the
+    project folder): what must be translated for them to compile."""
+    include_dirs = [Path(project.root)] + [
+        Path(project.flags[i + 1]) for i, flag in enumerate(project.flags[:-1]) if flag == "-I"
+    ]
+    pending = [Path(project.root) / f for f in project.files]
+    found: set[Path] = set()
+    while pending:
+        relative = pending.pop()
+        if relative in found or not (base / relative).is_file():
+            continue
+        found.add(relative)
+        text = (base / relative).read_text(encoding="utf-8", errors="replace")
+        for name in _INCLUDE_RE.findall(text):
+            for folder in (relative.parent, *include_dirs):
+                candidate = Path(os.path.normpath(folder / name))
+                if (base / candidate).is_file() and candidate.parts[0] != "..":
+                    pending.append(candidate)
+                    break
+    return sorted(found)
+
+
+def translate_ours(base: Path, out: Path, sources: Sequence[Path]) -> dict[str, int]:
+    """Our translation of every source into out (same layout); error findings per file."""
+    errors: dict[str, int] = {}
+    for relative in sources:
+        text = (base / relative).read_text(encoding="utf-8", errors="replace")
+        result = hipify_source(text, str(relative))
+        target = out / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(result.text, encoding="utf-8")
+        errors[str(relative)] = sum(1 for d in result.diagnostics if d.severity is Severity.ERROR)
+    return errors
+
+
+PEER_TIMEOUT_S = 60
+
+
+def translate_peer(
+    toolchain: Toolchain,
+    base: Path,
+    out: Path,
+    sources: Sequence[Path],
+    jobs: int,
+    cache: Path | None,
+) -> list[str]:
+    """hipify-perl's translation of every source into out (same layout), ``jobs`` at a time; a
+    file it fails on or takes over PEER_TIMEOUT_S for is copied untranslated (and listed).
+    hipify-perl takes seconds per file; ``cache`` keeps its outputs by source content."""
+
+    def one(relative: Path) -> str | None:
+        target = out / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256((base / relative).read_bytes()).hexdigest()
+        cached = cache / digest if cache is not None else None
+        failed_mark = cache / f"{digest}.failed" if cache is not None else None
+        if cached is not None and cached.exists():
+            shutil.copyfile(cached, target)
+            return None
+        if failed_mark is not None and failed_mark.exists():
+            shutil.copyfile(base / relative, target)
+            return str(relative)
+        argv = toolchain.command(["hipify-perl", str(base / relative), f"-o={target}"], cwd=base)
+        try:
+            result = subprocess.run(
+                argv, cwd=base, capture_output=True, text=True, timeout=PEER_TIMEOUT_S
+            )
+            failed = result.returncode != 0 or not target.exists()
+        except subprocess.TimeoutExpired:
+            failed = True
+        if failed:
+            shutil.copyfile(base / relative, target)
+            if failed_mark is not None:
+                failed_mark.parent.mkdir(parents=True, exist_ok=True)
+                failed_mark.write_text("failed or timed out\n", encoding="utf-8")
+            return str(relative)
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(target, cached)
+        return None
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return [r for r in pool.map(one, sources) if r is not None]
+
+
+def _first_error(result: subprocess.CompletedProcess[str]) -> str:
+    lines = (result.stderr + result.stdout).splitlines()
+    line = next((x for x in lines if "error" in x), lines[-1] if lines else "failed")
+    return re.sub(r"^\S*/", "", line.strip())[:200]
+
+
+def _symbols(path: Path) -> list[str]:
+    result = subprocess.run(["readelf", "-sW", str(path)], capture_output=True, text=True)
+    return result.stdout.splitlines()
+
+
+def nvcc_file(
+    base: Path, project: Project, relative: str, scratch: Path
+) -> tuple[bool, str, list[str]]:
+    cubin = scratch / "nvcc.cubin"
+    argv = ["nvcc", *COMMON_FLAGS, "-cubin", f"-arch={NVCC_ARCH}", *project.flags, relative]
+    result = subprocess.run(
+        [*argv, "-o", str(cubin)], cwd=base, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        return False, _first_error(result), []
+    kernels = sorted(
+        line.split()[-1] for line in _symbols(cubin) if " FUNC " in line and " GLOBAL " in line
+    )
+    return True, "", kernels
+
+
+def hip_file(
+    toolchain: Toolchain,
+    tree: Path,
+    project: Project,
+    relative: str,
+    targets: Sequence[str],
+    scratch: Path,
+    extra: Sequence[str],
+    kernels: bool,
+) -> ToolOutcome:
+    """Host pass once, device pass for all targets in one call (per target on failure)."""
+    outcome = ToolOutcome()
+    scratch.mkdir(parents=True, exist_ok=True)
+    source = str(Path(relative))
+    flags = [*COMMON_FLAGS, "-x", "hip", "-DUSE_ROCM", *extra, *project.flags]
+    host = toolchain.run(
+        ["hipcc", *flags, "--cuda-host-only", "-c", source, "-o", str(scratch / "host.o")],
+        cwd=tree,
+        check=False,
+    )
+    outcome.host_ok = host.returncode == 0
+    if not outcome.host_ok:
+        outcome.first_error = "host: " + _first_error(host)
+        return outcome  # compiles for no target: the device passes are not needed
+
+    def device(group: Sequence[str], folder: Path) -> subprocess.CompletedProcess[str]:
+        folder.mkdir(parents=True, exist_ok=True)
+        argv = ["hipcc", *flags, "--cuda-device-only", "--no-gpu-bundle-output", "-c"]
+        argv += [f"--offload-arch={t}" for t in group]
+        if len(group) == 1:
+            argv += ["-o", str(folder / f"{group[0]}.out")]
+        return toolchain.run([*argv, str(tree / source)], cwd=folder, check=False)
+
+    together = device(targets, scratch / "all")
+    if together.returncode == 0:
+        outcome.device_ok = dict.fromkeys(targets, True)
+        objects = {t: next((scratch / "all").glob(f"*-{t}.out"), None) for t in targets}
+    else:
+        objects = {}
+        for target in targets:
+            single = device([target], scratch / target)
+            outcome.device_ok[target] = single.returncode == 0
+            objects[target] = scratch / target / f"{target}.out" if single.returncode == 0 else None
+            if single.returncode != 0 and not outcome.first_error:
+                outcome.first_error = f"{target}: " + _first_error(single)
+    if kernels:
+        for target, path in objects.items():
+            if path is not None and path.exists():
+                outcome.kernels[target] = sorted(
+                    m.group(1) for line in _symbols(path) if (m := _KD_RE.search(line))
+                )
+    return outcome
+
+
+def run_bench(
+    corpus: Path,
+    projects: Sequence[Project],
+    targets: Sequence[str],
+    *,
+    jobs: int,
+    kernels: bool,
+    log: Callable[[str], None],
+    peer_cache: Path | None = None,
+    results_file: Path | None = None,
+) -> list[FileResult]:
+    toolchain = amd_toolchain(provision=True)
+    results: list[FileResult] = []
+    with tempfile.TemporaryDirectory(prefix="bench-hipify-") as work_name:
+        work = Path(work_name)
+        tasks: list[tuple[Project, str, Path, Path, Path, dict[str, int]]] = []
+        for project in projects:
+            base = corpus / project.folder
+            sources = _sources(base, project)
+            ours_tree, peer_tree = work / "ours" / project.folder, work / "peer" / project.folder
+            started = time.monotonic()
+            errors = translate_ours(base, ours_tree, sources)
+            untranslated = translate_peer(toolchain, base, peer_tree, sources, jobs, peer_cache)
+            log(
+                f"{project.name}: {len(sources)} sources translated by both tools in "
+                f"{time.monotonic() - started:.0f} s; hipify-perl failed or timed out on "
+                f"{len(untranslated)}: {', '.join(untranslated) or '-'}"
+            )
+            for relative in project.files:
+                path = str(Path(project.root) / relative)
+                tasks.append((project, path, base, ours_tree, peer_tree, errors))
+
+        def one(task: tuple[Project, str, Path, Path, Path, dict[str, int]]) -> FileResult:
+            project, path, base, ours_tree, peer_tree, errors = task
+            scratch = work / "scratch" / project.folder / path
+            scratch.mkdir(parents=True, exist_ok=True)
+            started = time.monotonic()
+            nvcc_ok, nvcc_error, nvcc_kernels = nvcc_file(base, project, path, scratch)
+            if not nvcc_ok:  # not counted: the NVIDIA reference itself does not build
+                return FileResult(
+                    project.name, path, False, nvcc_error, [], ToolOutcome(), ToolOutcome()
+                )
+            ours = hip_file(
+                toolchain, ours_tree, project, path, targets, scratch / "ours",
+                ["-I", str(COMPAT_DIR)], kernels,
+            )  # fmt: skip
+            ours.errors = errors.get(path, 0)
+            peer = hip_file(
+                toolchain, peer_tree, project, path, targets, scratch / "peer", [], kernels
+            )
+            log(
+                f"{project.name}/{path}: nvcc {'ok' if nvcc_ok else 'FAIL'}, ours "
+                f"{sum(map(ours.compiles, targets))}/{len(targets)}, hipify-perl "
+                f"{sum(map(peer.compiles, targets))}/{len(targets)} "
+                f"({time.monotonic() - started:.0f} s)"
+            )
+            result = FileResult(project.name, path, nvcc_ok, nvcc_error, nvcc_kernels, ours, peer)
+            if results_file is not None:  # one JSON line per file, as it completes
+                with results_file.open("a", encoding="utf-8") as stream:
+                    stream.write(json.dumps(asdict(result)) + "\n")
+            return result
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(one, tasks))
+    return results
+
+
+def read_results(path: Path) -> list[FileResult]:
+    """The results a run appended to ``--results`` (also a run that did not finish)."""
+    results = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        data = json.loads(line)
+        data["ours"] = ToolOutcome(**data["ours"])
+        data["peer"] = ToolOutcome(**data["peer"])
+        results.append(FileResult(**data))
+    return sorted(results, key=lambda r: (r.project, r.path))
+
+
+def missing_kernels(result: FileResult, target: str) -> list[str]:
+    """nvcc's kernels of the file that our object for ``target`` lacks (by unmangled name; a
+    C++-mangled kernel is matched by the name between its length prefix and its parameters)."""
+    amd = {_base_name(k) for k in result.ours.kernels.get(target, [])}
+    return [k for k in result.nvcc_kernels if _base_name(k) not in amd]
+
+
+def _base_name(symbol: str) -> str:
+    match = re.match(r"_Z(\d+)", symbol)
+    if not match:
+        return symbol
+    start = match.end()
+    return symbol[start : start + int(match.group(1))]
+
+
+def markdown(
+    results: Sequence[FileResult], targets: Sequence[str], header: Sequence[str], kernels: bool
+) -> str:
+    counted = [r for r in results if r.nvcc_ok]
+
+    def all_targets(outcome: ToolOutcome) -> bool:
+        return all(outcome.compiles(t) for t in targets)
+
+    ours_all = sum(all_targets(r.ours) for r in counted)
+    peer_all = sum(all_targets(r.peer) for r in counted)
+    lines = [*header, ""]
+    lines += [
+        "| tool | files compiling for all targets (of those nvcc compiles) | "
+        + " | ".join(targets)
+        + " |",
+        "| --- | --- | " + " | ".join("---" for _ in targets) + " |",
+    ]
+    for name, pick in (("buildsys hipify + compat", "ours"), ("hipify-perl", "peer")):
+        per = [sum(getattr(r, pick).compiles(t) for r in counted) for t in targets]
+        total = ours_all if pick == "ours" else peer_all
+        share = f"{100 * total / len(counted):.0f}%" if counted else "-"
+        lines.append(
+            f"| {name} | {total}/{len(counted)} ({share}) | "
+            + " | ".join(f"{n}/{len(counted)}" for n in per)
+            + " |"
+        )
+    lines.append(f"| nvcc {NVCC_ARCH} | {len(counted)}/{len(results)} | | | | |")
+    lines += [
+        "",
+        "| project | file | nvcc | ours: targets | ours: first error | hipify-perl: targets | "
+        "hipify-perl: first error |" + (" kernels missing in ours |" if kernels else ""),
+        "| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if kernels else ""),
+    ]
+    for r in results:
+        ours_n = sum(r.ours.compiles(t) for t in targets)
+        peer_n = sum(r.peer.compiles(t) for t in targets)
+        row = (
+            f"| {r.project} | {r.path} | {'yes' if r.nvcc_ok else 'no: ' + _cell(r.nvcc_error)} | "
+            f"{ours_n}/{len(targets)} | {_cell(r.ours.first_error)} | {peer_n}/{len(targets)} | "
+            f"{_cell(r.peer.first_error)} |"
+        )
+        if kernels:
+            missing = {t: missing_kernels(r, t) for t in targets if r.ours.compiles(t)}
+            worst = max((len(m) for m in missing.values()), default=0)
+            row += f" {worst} of {len(r.nvcc_kernels)} |" if r.nvcc_ok else " - |"
+        lines.append(row)
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    text = text.replace("|", "\\|").strip()
+    return f"`{text[:100]}`" if text else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--targets", default=",".join(DEFAULT_TARGETS))
+    parser.add_argument("--projects", default="", help="comma-separated project names (all)")
+    parser.add_argument("--only", default="", help="only files whose path contains this")
+    parser.add_argument(
+        "--exclude", action="append", default=[], help="leave out files containing this"
+    )
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--kernels", action="store_true", help="compare kernel lists")
+    parser.add_argument("--json", type=Path, metavar="OUT")
+    parser.add_argument("--peer-cache", type=Path, metavar="DIR", help="keep hipify-perl outputs")
+    parser.add_argument("--results", type=Path, metavar="JSONL", help="append each file's result")
+    parser.add_argument(
+        "--report-from", type=Path, metavar="JSONL", help="only print the table of saved results"
+    )
+    args = parser.parse_args(argv)
+    projects = read_manifest()
+    if args.projects:
+        wanted = set(args.projects.split(","))
+        projects = [p for p in projects if p.name in wanted]
+    if args.only:
+        projects = [
+            Project(**{**asdict(p), "files": tuple(f for f in p.files if args.only in f)})
+            for p in projects
+        ]
+    if args.exclude:
+        projects = [
+            Project(
+                **{
+                    **asdict(p),
+                    "files": tuple(f for f in p.files if not any(x in f for x in args.exclude)),
+                }
+            )
+            for p in projects
+        ]
+    missing = [p.folder for p in projects if not (args.corpus / p.folder).is_dir()]
+    if missing:
+        print(
+            f"--corpus {args.corpus}: no folder {', '.join(missing)}; fetch the repositories "
+            f"of {MANIFEST.relative_to(REPO_ROOT)} at their commits there",
+            file=sys.stderr,
+        )
+        return 2
+    targets = tuple(args.targets.split(","))
+    if args.report_from is not None:
+        saved = read_results(args.report_from)
+        note = f"Saved results of {len(saved)} files ({args.report_from.name})."
+        sys.stdout.write(markdown(saved, targets, [note], args.kernels))
+        return 0
+    started = time.monotonic()
+    results = run_bench(
+        args.corpus, projects, targets, jobs=args.jobs, kernels=args.kernels,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+        peer_cache=args.peer_cache, results_file=args.results,
+    )  # fmt: skip
+    toolchain = amd_toolchain()
+    nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout
+    header = [
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
+        f"({platform.machine()}, {len(results)} files, {args.jobs} jobs, "
+        f"{time.monotonic() - started:.0f} s): {toolchain.version}; "
+        f"{nvcc.strip().splitlines()[-1] if nvcc else 'nvcc'}.",
+        "Command: `python bench/bench_hipify.py --corpus DIR "
+        + " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("/"))
+        + "`",
+    ]
+    sys.stdout.write(markdown(results, targets, header, args.kernels))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,366 @@
+// kernelpack's HIP compatibility layer: CUDA device functions that HIP 6.4 lacks, and the CUDA
+// architecture each AMD target stands for in `#if __CUDA_ARCH__ ...` feature guards.
+//
+// Translated sources include this header (buildsys.hipify inserts the include where a file uses
+// one of these names or compares __CUDA_ARCH__ with a value). Everything is plain C++ on 32-bit
+// lanes, so the same text compiles for wave32 and wave64 targets and, with
+// KERNELPACK_COMPAT_RENAME defined, under nvcc with every function renamed kp_<name>: that is
+// how tests/hipify_compat_gpu.cu compares each one with CUDA's own intrinsic bit for bit.
+#pragma once
+
+#if defined(KERNELPACK_COMPAT_RENAME)
+#define KP_COMPAT(name) kp_##name
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#define KP_BF16 __nv_bfloat16
+#define KP_BF162 __nv_bfloat162
+#else
+#define KP_COMPAT(name) name
+#include <hip/hip_bf16.h>
+#include <hip/hip_cooperative_groups.h>
+#include <hip/hip_fp16.h>
+#include <hip/hip_runtime.h>
+#define KP_BF16 __hip_bfloat16
+#define KP_BF162 __hip_bfloat162
+#endif
+
+// ---- architecture guards ------------------------------------------------------------------
+// KERNELPACK_CUDA_ARCH: what `__CUDA_ARCH__` compares as (the translator rewrites value uses of
+// __CUDA_ARCH__ to it). A guard asks "does this GPU have the feature?"; the value is the newest
+// NVIDIA architecture whose guarded features the AMD target provides through HIP:
+//   530 half arithmetic, 600 double atomicAdd, 700 16-bit atomicCAS and half atomicAdd,
+//   800 bf16, 890 fp8 types (hip_fp8.h converts in software where the GPU has no fp8 unit).
+// 900 (Hopper) is not claimed: code behind >= 900 is wgmma/TMA/cluster PTX, which AMD lacks.
+// Every gfx9, gfx10, gfx11 and gfx12 target is 890. The host pass gets the same value, unlike
+// nvcc's (where __CUDA_ARCH__ is undefined there): HIP declares its device functions in both
+// passes, so a `#if __CUDA_ARCH__ < 600` fallback defined in the host pass would redefine
+// HIP's atomicAdd. With one value for all targets, both passes agree.
+#if !defined(KERNELPACK_CUDA_ARCH)
+#if !defined(__HIP_DEVICE_COMPILE__)
+#define KERNELPACK_CUDA_ARCH 890
+#elif defined(__GFX9__) || defined(__GFX10__) || defined(__GFX11__) || defined(__GFX12__)
+#define KERNELPACK_CUDA_ARCH 890
+#else
+#error "kernelpack_hip_compat.h: no CUDA architecture for this AMD target; define KERNELPACK_CUDA_ARCH"
+#endif
+#endif
+
+// ---- SIMD video intrinsics (__vadd4, __vsubss2, __vcmpne4, __vsads4, ...) -------------------
+// Each splits a 32-bit word into 4 byte lanes or 2 half-word lanes, applies the operation per
+// lane on sign- or zero-extended values, and packs the lanes' low bits back.
+namespace kernelpack_compat {
+
+template <int Bits>
+struct Lanes {
+  static constexpr int count = 32 / Bits;
+  static constexpr unsigned mask = (1u << Bits) - 1u;
+  static constexpr int smax = (1 << (Bits - 1)) - 1;
+  static constexpr int smin = -(1 << (Bits - 1));
+  static constexpr int umax = (1 << Bits) - 1;
+  __host__ __device__ static int s(unsigned x, int lane) {
+    const int v = static_cast<int>((x >> (lane * Bits)) & mask);
+    return v > smax ? v - (1 << Bits) : v;
+  }
+  __host__ __device__ static int u(unsigned x, int lane) {
+    return static_cast<int>((x >> (lane * Bits)) & mask);
+  }
+  __host__ __device__ static unsigned put(int v, int lane) {
+    return (static_cast<unsigned>(v) & mask) << (lane * Bits);
+  }
+  __host__ __device__ static int sat_s(int v) { return v < smin ? smin : (v > smax ? smax : v); }
+  __host__ __device__ static int sat_u(int v) { return v < 0 ? 0 : (v > umax ? umax : v); }
+};
+
+template <int Bits, bool Signed, typename Op>
+__host__ __device__ inline unsigned lanewise(unsigned a, unsigned b, Op op) {
+  using L = Lanes<Bits>;
+  unsigned r = 0;
+  for (int lane = 0; lane < L::count; ++lane) {
+    const int x = Signed ? L::s(a, lane) : L::u(a, lane);
+    const int y = Signed ? L::s(b, lane) : L::u(b, lane);
+    r |= L::put(op(x, y), lane);
+  }
+  return r;
+}
+
+template <int Bits, bool Signed, typename Op>
+__host__ __device__ inline unsigned lane_sum(unsigned a, unsigned b, Op op) {
+  using L = Lanes<Bits>;
+  unsigned r = 0;
+  for (int lane = 0; lane < L::count; ++lane) {
+    const int x = Signed ? L::s(a, lane) : L::u(a, lane);
+    const int y = Signed ? L::s(b, lane) : L::u(b, lane);
+    r += static_cast<unsigned>(op(x, y));
+  }
+  return r;
+}
+
+__host__ __device__ inline int iabs(int v) { return v < 0 ? -v : v; }
+// Rounded signed average, halves away from zero on the sum's sign: (a + b + (a + b >= 0)) >> 1.
+__host__ __device__ inline int avg_s(int x, int y) { return (x + y + (x + y >= 0 ? 1 : 0)) >> 1; }
+
+}  // namespace kernelpack_compat
+
+// Name, lane bits, signedness, per-lane expression of x and y (L is the lane type).
+#define KP_SIMD2(name, bits, sgn, expr)                                              \
+  __host__ __device__ inline unsigned KP_COMPAT(name)(unsigned a, unsigned b) {      \
+    using L = kernelpack_compat::Lanes<bits>;                                         \
+    return kernelpack_compat::lanewise<bits, sgn>(a, b, [](int x, int y) { return (expr); }); \
+  }
+#define KP_SIMD1(name, bits, expr)                                                   \
+  __host__ __device__ inline unsigned KP_COMPAT(name)(unsigned a) {                  \
+    using L = kernelpack_compat::Lanes<bits>;                                         \
+    return kernelpack_compat::lanewise<bits, true>(a, 0u, [](int x, int) { return (expr); }); \
+  }
+#define KP_SIMD_BOTH(stem, sgn, expr) KP_SIMD2(stem##2, 16, sgn, expr) KP_SIMD2(stem##4, 8, sgn, expr)
+
+// clang-format off
+KP_SIMD1(__vabs2, 16, kernelpack_compat::iabs(x))
+KP_SIMD1(__vabs4, 8, kernelpack_compat::iabs(x))
+KP_SIMD1(__vabsss2, 16, L::sat_s(kernelpack_compat::iabs(x)))
+KP_SIMD1(__vabsss4, 8, L::sat_s(kernelpack_compat::iabs(x)))
+KP_SIMD1(__vneg2, 16, -x)
+KP_SIMD1(__vneg4, 8, -x)
+KP_SIMD1(__vnegss2, 16, L::sat_s(-x))
+KP_SIMD1(__vnegss4, 8, L::sat_s(-x))
+KP_SIMD_BOTH(__vabsdiffs, true, kernelpack_compat::iabs(x - y))
+KP_SIMD_BOTH(__vabsdiffu, false, kernelpack_compat::iabs(x - y))
+KP_SIMD_BOTH(__vadd, false, x + y)
+KP_SIMD_BOTH(__vaddss, true, L::sat_s(x + y))
+KP_SIMD_BOTH(__vaddus, false, L::sat_u(x + y))
+KP_SIMD_BOTH(__vsub, false, x - y)
+KP_SIMD_BOTH(__vsubss, true, L::sat_s(x - y))
+KP_SIMD_BOTH(__vsubus, false, L::sat_u(x - y))
+KP_SIMD_BOTH(__vavgs, true, kernelpack_compat::avg_s(x, y))
+KP_SIMD_BOTH(__vavgu, false, (x + y + 1) >> 1)
+KP_SIMD_BOTH(__vhaddu, false, (x + y) >> 1)
+KP_SIMD_BOTH(__vmaxs, true, x > y ? x : y)
+KP_SIMD_BOTH(__vmaxu, false, x > y ? x : y)
+KP_SIMD_BOTH(__vmins, true, x < y ? x : y)
+KP_SIMD_BOTH(__vminu, false, x < y ? x : y)
+KP_SIMD_BOTH(__vcmpeq, false, x == y ? -1 : 0)
+KP_SIMD_BOTH(__vcmpne, false, x != y ? -1 : 0)
+KP_SIMD_BOTH(__vcmpges, true, x >= y ? -1 : 0)
+KP_SIMD_BOTH(__vcmpgeu, false, x >= y ? -1 : 0)
+KP_SIMD_BOTH(__vcmpgts, true, x > y ? -1 : 0)
+KP_SIMD_BOTH(__vcmpgtu, false, x > y ? -1 : 0)
+KP_SIMD_BOTH(__vcmples, true, x <= y ? -1 : 0)
+KP_SIMD_BOTH(__vcmpleu, false, x <= y ? -1 : 0)
+KP_SIMD_BOTH(__vcmplts, true, x < y ? -1 : 0)
+KP_SIMD_BOTH(__vcmpltu, false, x < y ? -1 : 0)
+KP_SIMD_BOTH(__vseteq, false, x == y ? 1 : 0)
+KP_SIMD_BOTH(__vsetne, false, x != y ? 1 : 0)
+KP_SIMD_BOTH(__vsetges, true, x >= y ? 1 : 0)
+KP_SIMD_BOTH(__vsetgeu, false, x >= y ? 1 : 0)
+KP_SIMD_BOTH(__vsetgts, true, x > y ? 1 : 0)
+KP_SIMD_BOTH(__vsetgtu, false, x > y ? 1 : 0)
+KP_SIMD_BOTH(__vsetles, true, x <= y ? 1 : 0)
+KP_SIMD_BOTH(__vsetleu, false, x <= y ? 1 : 0)
+KP_SIMD_BOTH(__vsetlts, true, x < y ? 1 : 0)
+KP_SIMD_BOTH(__vsetltu, false, x < y ? 1 : 0)
+// clang-format on
+
+// Sums of absolute differences: one 32-bit total, not per-lane results.
+__host__ __device__ inline unsigned KP_COMPAT(__vsads2)(unsigned a, unsigned b) {
+  return kernelpack_compat::lane_sum<16, true>(a, b, [](int x, int y) { return kernelpack_compat::iabs(x - y); });
+}
+__host__ __device__ inline unsigned KP_COMPAT(__vsads4)(unsigned a, unsigned b) {
+  return kernelpack_compat::lane_sum<8, true>(a, b, [](int x, int y) { return kernelpack_compat::iabs(x - y); });
+}
+__host__ __device__ inline unsigned KP_COMPAT(__vsadu2)(unsigned a, unsigned b) {
+  return kernelpack_compat::lane_sum<16, false>(a, b, [](int x, int y) { return kernelpack_compat::iabs(x - y); });
+}
+__host__ __device__ inline unsigned KP_COMPAT(__vsadu4)(unsigned a, unsigned b) {
+  return kernelpack_compat::lane_sum<8, false>(a, b, [](int x, int y) { return kernelpack_compat::iabs(x - y); });
+}
+
+// ---- dot products (__dp4a, __dp2a_lo, __dp2a_hi) ------------------------------------------
+// 32-bit wrap-around accumulation, as the PTX dp4a/dp2a instructions do.
+__host__ __device__ inline int KP_COMPAT(__dp4a)(int a, int b, int c) {
+  using L = kernelpack_compat::Lanes<8>;
+  unsigned acc = static_cast<unsigned>(c);
+  for (int lane = 0; lane < 4; ++lane) {
+    acc += static_cast<unsigned>(L::s(static_cast<unsigned>(a), lane) * L::s(static_cast<unsigned>(b), lane));
+  }
+  return static_cast<int>(acc);
+}
+__host__ __device__ inline unsigned KP_COMPAT(__dp4a)(unsigned a, unsigned b, unsigned c) {
+  using L = kernelpack_compat::Lanes<8>;
+  unsigned acc = c;
+  for (int lane = 0; lane < 4; ++lane) {
+    acc += static_cast<unsigned>(L::u(a, lane)) * static_cast<unsigned>(L::u(b, lane));
+  }
+  return acc;
+}
+__host__ __device__ inline int KP_COMPAT(__dp4a)(char4 a, char4 b, int c) {
+  return c + a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+__host__ __device__ inline unsigned KP_COMPAT(__dp4a)(uchar4 a, uchar4 b, unsigned c) {
+  return c + static_cast<unsigned>(a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w);
+}
+
+namespace kernelpack_compat {
+// dp2a: the two 16-bit lanes of a times two bytes of b (the low pair or the high pair), plus c.
+template <bool Signed>
+__host__ __device__ inline unsigned dp2a(unsigned a, unsigned b, unsigned c, int first_byte) {
+  using H = Lanes<16>;
+  using B = Lanes<8>;
+  unsigned acc = c;
+  for (int lane = 0; lane < 2; ++lane) {
+    const int x = Signed ? H::s(a, lane) : H::u(a, lane);
+    const int y = Signed ? B::s(b, first_byte + lane) : B::u(b, first_byte + lane);
+    acc += static_cast<unsigned>(x) * static_cast<unsigned>(y);
+  }
+  return acc;
+}
+}  // namespace kernelpack_compat
+
+__host__ __device__ inline int KP_COMPAT(__dp2a_lo)(int a, int b, int c) {
+  return static_cast<int>(kernelpack_compat::dp2a<true>(static_cast<unsigned>(a), static_cast<unsigned>(b), static_cast<unsigned>(c), 0));
+}
+__host__ __device__ inline unsigned KP_COMPAT(__dp2a_lo)(unsigned a, unsigned b, unsigned c) {
+  return kernelpack_compat::dp2a<false>(a, b, c, 0);
+}
+__host__ __device__ inline int KP_COMPAT(__dp2a_hi)(int a, int b, int c) {
+  return static_cast<int>(kernelpack_compat::dp2a<true>(static_cast<unsigned>(a), static_cast<unsigned>(b), static_cast<unsigned>(c), 2));
+}
+__host__ __device__ inline unsigned KP_COMPAT(__dp2a_hi)(unsigned a, unsigned b, unsigned c) {
+  return kernelpack_compat::dp2a<false>(a, b, c, 2);
+}
+
+// ---- __trap -------------------------------------------------------------------------------
+__device__ inline void KP_COMPAT(__trap)() { __builtin_trap(); }
+
+// ---- cache-hinted loads and stores on any type (int, float4, int4, ...) -------------------
+// CUDA's hints (evict-first, L2 only, last use, ...) are performance advice; on AMD each is the
+// plain access, streaming ones non-temporal where the type allows. HIP 6.4 declares only the
+// __half/__half2 loads; these templates cover every other type (non-templates win overloads).
+#define KP_LOAD(name)                                                      \
+  template <typename T>                                                    \
+  __device__ inline T KP_COMPAT(name)(const T* address) { return *address; }
+#define KP_STORE(name)                                                     \
+  template <typename T>                                                    \
+  __device__ inline void KP_COMPAT(name)(T* address, T value) { *address = value; }
+KP_LOAD(__ldcs)
+KP_LOAD(__ldcg)
+KP_LOAD(__ldca)
+KP_LOAD(__ldlu)
+KP_LOAD(__ldcv)
+KP_STORE(__stcs)
+KP_STORE(__stcg)
+KP_STORE(__stwb)
+KP_STORE(__stwt)
+
+// ---- 16-bit atomicCAS ---------------------------------------------------------------------
+// A 32-bit compare-and-swap on the aligned word holding the half-word, retried while the other
+// half changes under it; returns the half-word's old value like CUDA's.
+__device__ inline unsigned short KP_COMPAT(atomicCAS)(unsigned short* address, unsigned short compare,
+                                                      unsigned short value) {
+  const unsigned long long raw = reinterpret_cast<unsigned long long>(address);
+  unsigned* word = reinterpret_cast<unsigned*>(raw & ~3ull);
+  const unsigned shift = (raw & 2ull) ? 16u : 0u;
+  unsigned old = *reinterpret_cast<volatile unsigned*>(word);
+  while (true) {
+    const unsigned short current = static_cast<unsigned short>(old >> shift);
+    if (current != compare) {
+      return current;
+    }
+    const unsigned desired = (old & ~(0xffffu << shift)) | (static_cast<unsigned>(value) << shift);
+    const unsigned seen = atomicCAS(word, old, desired);
+    if (seen == old) {
+      return current;
+    }
+    old = seen;
+  }
+}
+
+// ---- bf16 NaN-propagating max/min (HIP has the __half ones) --------------------------------
+// As PTX max.NaN/min.NaN: a NaN input gives the canonical NaN 0x7fff, and +0 is above -0.
+namespace kernelpack_compat {
+__device__ inline KP_BF16 bf16_bits(unsigned short bits) {
+  KP_BF16 value;
+  __builtin_memcpy(&value, &bits, sizeof(bits));
+  return value;
+}
+__device__ inline unsigned short bits_bf16(KP_BF16 value) {
+  unsigned short bits;
+  __builtin_memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+__device__ inline KP_BF16 bf16_pick(KP_BF16 a, KP_BF16 b, bool want_max) {
+  const float x = __bfloat162float(a);
+  const float y = __bfloat162float(b);
+  if (x != x || y != y) {
+    return bf16_bits(0x7fff);
+  }
+  if (x == y) {  // equal values differ only in the sign of zero: max takes +0, min takes -0
+    const bool a_negative = (bits_bf16(a) & 0x8000u) != 0;
+    return (a_negative == want_max) ? b : a;
+  }
+  return ((x > y) == want_max) ? a : b;
+}
+}  // namespace kernelpack_compat
+
+__device__ inline KP_BF16 KP_COMPAT(__hmax_nan)(KP_BF16 a, KP_BF16 b) {
+  return kernelpack_compat::bf16_pick(a, b, true);
+}
+__device__ inline KP_BF16 KP_COMPAT(__hmin_nan)(KP_BF16 a, KP_BF16 b) {
+  return kernelpack_compat::bf16_pick(a, b, false);
+}
+
+// bf16 atomicAdd (CUDA has it from sm_80; HIP 6.4 does not): a 16-bit CAS loop, the sum taken in
+// float and rounded to bf16 once. Compiled and compared with CUDA's on inputs whose sum is exact
+// in float; not part of the GPU run of this round.
+__device__ inline KP_BF16 KP_COMPAT(atomicAdd)(KP_BF16* address, KP_BF16 value) {
+  unsigned short* raw = reinterpret_cast<unsigned short*>(address);
+  unsigned short old = *reinterpret_cast<volatile unsigned short*>(raw);
+  unsigned short assumed;
+  do {
+    assumed = old;
+    const float sum = __bfloat162float(kernelpack_compat::bf16_bits(assumed)) + __bfloat162float(value);
+    old = KP_COMPAT(atomicCAS)(raw, assumed, kernelpack_compat::bits_bf16(__float2bfloat16(sum)));
+  } while (old != assumed);
+  return kernelpack_compat::bf16_bits(old);
+}
+
+// ---- cooperative_groups::reduce over tiled partitions (cooperative_groups/reduce.h) --------
+// A butterfly over the tile from half its size down: every lane ends with the result, and a
+// tile never spans more lanes than it has, so wave32 and wave64 give the same answer.
+#if defined(KERNELPACK_COMPAT_RENAME)
+namespace kp_cg {
+#else
+namespace cooperative_groups {
+#endif
+template <typename T>
+struct plus {
+  __device__ T operator()(const T& a, const T& b) const { return a + b; }
+};
+template <typename T>
+struct less {
+  __device__ T operator()(const T& a, const T& b) const { return b < a ? b : a; }
+};
+template <typename T>
+struct greater {
+  __device__ T operator()(const T& a, const T& b) const { return a < b ? b : a; }
+};
+template <typename T>
+struct bit_and {
+  __device__ T operator()(const T& a, const T& b) const { return a & b; }
+};
+template <typename T>
+struct bit_or {
+  __device__ T operator()(const T& a, const T& b) const { return a | b; }
+};
+template <typename T>
+struct bit_xor {
+  __device__ T operator()(const T& a, const T& b) const { return a ^ b; }
+};
+template <typename Group, typename T, typename Op>
+__device__ inline T reduce(const Group& group, T value, Op op) {
+  for (unsigned offset = group.size() / 2; offset > 0; offset /= 2) {
+    value = op(value, group.shfl_xor(value, offset));
+  }
+  return value;
+}
+}  // namespace

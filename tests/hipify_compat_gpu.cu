@@ -1,0 +1,480 @@
+// The HIP compatibility layer (buildsys/hipify/compat/kernelpack_hip_compat.h) compiled by nvcc
+// with every function renamed kp_<name>, compared bit for bit with CUDA's own intrinsic on edge
+// inputs (every byte or half-word lane from {0, 1, 0x7f, 0x80, 0x81, 0xfe, 0xff, 0x40}, all
+// bf16 patterns against NaN, +-0, +-inf, denormals) and on random inputs from a counter hash.
+// Prints one line per function: `name tried=N mismatches=M [first: a b got want]`; exit 1 on any
+// mismatch. Built and run by tests/test_hipify_compat_gpu.py (marker gpu, needs nvcc, sm_70+).
+#define KERNELPACK_COMPAT_RENAME
+#include <cstdio>
+#include <cstring>
+#include <cstdint>
+
+#include <cooperative_groups/reduce.h>
+
+#include "../buildsys/hipify/compat/kernelpack_hip_compat.h"
+
+namespace cg = cooperative_groups;
+
+constexpr unsigned long long kRandom = 1ull << 24;
+__constant__ unsigned kEdgeBytes[8] = {0x00, 0x01, 0x7f, 0x80, 0x81, 0xfe, 0xff, 0x40};
+
+struct Tally {
+  unsigned long long tried;
+  unsigned long long mismatches;
+  unsigned long long first[4];  // a, b, got, want of one mismatch
+  int have_first;
+};
+
+__device__ unsigned long long mix(unsigned long long x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Edge word n (0..4095): each byte one of kEdgeBytes; words made of half-words 0x8000, 0x7fff,
+// 0xffff, 0x0001 arise from these bytes too.
+__device__ unsigned edge_word(unsigned n) {
+  return kEdgeBytes[n & 7] | (kEdgeBytes[(n >> 3) & 7] << 8) | (kEdgeBytes[(n >> 6) & 7] << 16) |
+         (kEdgeBytes[(n >> 9) & 7] << 24);
+}
+
+__device__ void record(Tally* t, unsigned long long tried, bool bad, unsigned long long a,
+                       unsigned long long b, unsigned long long got, unsigned long long want) {
+  atomicAdd(&t->tried, tried);
+  if (bad) {
+    atomicAdd(&t->mismatches, 1ull);
+    if (atomicCAS(&t->have_first, 0, 1) == 0) {
+      t->first[0] = a;
+      t->first[1] = b;
+      t->first[2] = got;
+      t->first[3] = want;
+    }
+  }
+}
+
+constexpr unsigned kEdge = 4096;
+constexpr unsigned long long kPairs = 1ull * kEdge * kEdge + kRandom;
+
+#define CHECK_BINARY(name)                                                                \
+  __global__ void check_##name(Tally* t) {                                                \
+    const unsigned long long stride = 1ull * gridDim.x * blockDim.x;                      \
+    unsigned long long tried = 0, bad_a = 0, bad_b = 0, got = 0, want = 0;                \
+    bool bad = false;                                                                     \
+    for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < kPairs;  \
+         i += stride) {                                                                   \
+      unsigned a, b;                                                                      \
+      if (i < 1ull * kEdge * kEdge) {                                                     \
+        a = edge_word(static_cast<unsigned>(i / kEdge));                                  \
+        b = edge_word(static_cast<unsigned>(i % kEdge));                                  \
+      } else {                                                                            \
+        const unsigned long long r = mix(i);                                              \
+        a = static_cast<unsigned>(r);                                                     \
+        b = static_cast<unsigned>(r >> 32);                                               \
+      }                                                                                   \
+      const unsigned mine = kp_##name(a, b), theirs = name(a, b);                         \
+      ++tried;                                                                            \
+      if (mine != theirs && !bad) {                                                       \
+        bad = true; bad_a = a; bad_b = b; got = mine; want = theirs;                      \
+      } else if (mine != theirs) {                                                        \
+        atomicAdd(&t->mismatches, 1ull);                                                  \
+      }                                                                                   \
+    }                                                                                     \
+    record(t, tried, bad, bad_a, bad_b, got, want);                                       \
+  }
+
+#define CHECK_UNARY(name)                                                                 \
+  __global__ void check_##name(Tally* t) {                                                \
+    const unsigned long long stride = 1ull * gridDim.x * blockDim.x;                      \
+    unsigned long long tried = 0, bad_a = 0, got = 0, want = 0;                           \
+    bool bad = false;                                                                     \
+    for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x;             \
+         i < kEdge + kRandom; i += stride) {                                              \
+      const unsigned a = i < kEdge ? edge_word(static_cast<unsigned>(i))                  \
+                                   : static_cast<unsigned>(mix(i));                       \
+      const unsigned mine = kp_##name(a), theirs = name(a);                               \
+      ++tried;                                                                            \
+      if (mine != theirs && !bad) {                                                       \
+        bad = true; bad_a = a; got = mine; want = theirs;                                 \
+      } else if (mine != theirs) {                                                        \
+        atomicAdd(&t->mismatches, 1ull);                                                  \
+      }                                                                                   \
+    }                                                                                     \
+    record(t, tried, bad, bad_a, 0, got, want);                                           \
+  }
+
+// Three-operand dot products: a and b as in CHECK_BINARY, c from the hash (edge: c in {0,
+// INT_MAX, INT_MIN, -1}).
+#define CHECK_DOT(name, type)                                                             \
+  __global__ void check_##name##_##type(Tally* t) {                                       \
+    const unsigned long long stride = 1ull * gridDim.x * blockDim.x;                      \
+    const unsigned edge_c[4] = {0u, 0x7fffffffu, 0x80000000u, 0xffffffffu};               \
+    unsigned long long tried = 0, bad_a = 0, bad_b = 0, got = 0, want = 0;                \
+    bool bad = false;                                                                     \
+    for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < kPairs;  \
+         i += stride) {                                                                   \
+      unsigned a, b, c;                                                                   \
+      const unsigned long long r = mix(i);                                                \
+      if (i < 1ull * kEdge * kEdge) {                                                     \
+        a = edge_word(static_cast<unsigned>(i / kEdge));                                  \
+        b = edge_word(static_cast<unsigned>(i % kEdge));                                  \
+        c = edge_c[r & 3];                                                                \
+      } else {                                                                            \
+        a = static_cast<unsigned>(r);                                                     \
+        b = static_cast<unsigned>(r >> 32);                                               \
+        c = static_cast<unsigned>(mix(r));                                                \
+      }                                                                                   \
+      const unsigned mine = static_cast<unsigned>(                                        \
+          kp_##name(static_cast<type>(a), static_cast<type>(b), static_cast<type>(c)));   \
+      const unsigned theirs = static_cast<unsigned>(                                      \
+          name(static_cast<type>(a), static_cast<type>(b), static_cast<type>(c)));        \
+      ++tried;                                                                            \
+      if (mine != theirs && !bad) {                                                       \
+        bad = true; bad_a = a; bad_b = b; got = mine; want = theirs;                      \
+      } else if (mine != theirs) {                                                        \
+        atomicAdd(&t->mismatches, 1ull);                                                  \
+      }                                                                                   \
+    }                                                                                     \
+    record(t, tried, bad, bad_a, bad_b, got, want);                                       \
+  }
+
+#define BOTH(m, stem) m(stem##2) m(stem##4)
+BOTH(CHECK_BINARY, __vabsdiffs)
+BOTH(CHECK_BINARY, __vabsdiffu)
+BOTH(CHECK_BINARY, __vadd)
+BOTH(CHECK_BINARY, __vaddss)
+BOTH(CHECK_BINARY, __vaddus)
+BOTH(CHECK_BINARY, __vsub)
+BOTH(CHECK_BINARY, __vsubss)
+BOTH(CHECK_BINARY, __vsubus)
+BOTH(CHECK_BINARY, __vavgs)
+BOTH(CHECK_BINARY, __vavgu)
+BOTH(CHECK_BINARY, __vhaddu)
+BOTH(CHECK_BINARY, __vmaxs)
+BOTH(CHECK_BINARY, __vmaxu)
+BOTH(CHECK_BINARY, __vmins)
+BOTH(CHECK_BINARY, __vminu)
+BOTH(CHECK_BINARY, __vcmpeq)
+BOTH(CHECK_BINARY, __vcmpne)
+BOTH(CHECK_BINARY, __vcmpges)
+BOTH(CHECK_BINARY, __vcmpgeu)
+BOTH(CHECK_BINARY, __vcmpgts)
+BOTH(CHECK_BINARY, __vcmpgtu)
+BOTH(CHECK_BINARY, __vcmples)
+BOTH(CHECK_BINARY, __vcmpleu)
+BOTH(CHECK_BINARY, __vcmplts)
+BOTH(CHECK_BINARY, __vcmpltu)
+BOTH(CHECK_BINARY, __vseteq)
+BOTH(CHECK_BINARY, __vsetne)
+BOTH(CHECK_BINARY, __vsetges)
+BOTH(CHECK_BINARY, __vsetgeu)
+BOTH(CHECK_BINARY, __vsetgts)
+BOTH(CHECK_BINARY, __vsetgtu)
+BOTH(CHECK_BINARY, __vsetles)
+BOTH(CHECK_BINARY, __vsetleu)
+BOTH(CHECK_BINARY, __vsetlts)
+BOTH(CHECK_BINARY, __vsetltu)
+BOTH(CHECK_BINARY, __vsads)
+BOTH(CHECK_BINARY, __vsadu)
+BOTH(CHECK_UNARY, __vabs)
+BOTH(CHECK_UNARY, __vabsss)
+BOTH(CHECK_UNARY, __vneg)
+BOTH(CHECK_UNARY, __vnegss)
+CHECK_DOT(__dp4a, int)
+CHECK_DOT(__dp4a, unsigned)
+CHECK_DOT(__dp2a_lo, int)
+CHECK_DOT(__dp2a_lo, unsigned)
+CHECK_DOT(__dp2a_hi, int)
+CHECK_DOT(__dp2a_hi, unsigned)
+
+// __dp4a on char4/uchar4: the same words seen as vectors.
+__global__ void check___dp4a_char4(Tally* t) {
+  const unsigned long long stride = 1ull * gridDim.x * blockDim.x;
+  unsigned long long tried = 0;
+  bool bad = false;
+  unsigned long long fa = 0, fb = 0, got = 0, want = 0;
+  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < kPairs; i += stride) {
+    const unsigned long long r = mix(i);
+    const unsigned a = i < 1ull * kEdge * kEdge ? edge_word(static_cast<unsigned>(i / kEdge)) : static_cast<unsigned>(r);
+    const unsigned b = i < 1ull * kEdge * kEdge ? edge_word(static_cast<unsigned>(i % kEdge)) : static_cast<unsigned>(r >> 32);
+    char4 ca, cb;
+    uchar4 ua, ub;
+    memcpy(&ca, &a, 4); memcpy(&cb, &b, 4); memcpy(&ua, &a, 4); memcpy(&ub, &b, 4);
+    const int c = static_cast<int>(mix(r));
+    const unsigned m1 = static_cast<unsigned>(kp___dp4a(ca, cb, c)), t1 = static_cast<unsigned>(__dp4a(ca, cb, c));
+    const unsigned m2 = kp___dp4a(ua, ub, static_cast<unsigned>(c)), t2 = __dp4a(ua, ub, static_cast<unsigned>(c));
+    tried += 2;
+    if ((m1 != t1 || m2 != t2) && !bad) {
+      bad = true; fa = a; fb = b; got = m1 != t1 ? m1 : m2; want = m1 != t1 ? t1 : t2;
+    } else if (m1 != t1 || m2 != t2) {
+      atomicAdd(&t->mismatches, 1ull);
+    }
+  }
+  record(t, tried, bad, fa, fb, got, want);
+}
+
+// bf16 __hmax_nan/__hmin_nan: every bf16 pattern against the edge patterns, then random pairs.
+__constant__ unsigned short kEdgeBf16[16] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7f81,
+                                             0x7fff, 0x0001, 0x8001, 0x007f, 0x3f80, 0xbf80, 0x7f7f,
+                                             0xff7f, 0x0080};
+template <bool Max>
+__global__ void check_bf16(Tally* t) {
+  const unsigned long long stride = 1ull * gridDim.x * blockDim.x;
+  const unsigned long long total = 65536ull * 16 + kRandom;
+  unsigned long long tried = 0, fa = 0, fb = 0, got = 0, want = 0;
+  bool bad = false;
+  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < total; i += stride) {
+    unsigned short x, y;
+    if (i < 65536ull * 16) {
+      x = static_cast<unsigned short>(i >> 4);
+      y = kEdgeBf16[i & 15];
+    } else {
+      const unsigned long long r = mix(i);
+      x = static_cast<unsigned short>(r);
+      y = static_cast<unsigned short>(r >> 16);
+    }
+    for (int order = 0; order < 2; ++order) {
+      const unsigned short a = order ? y : x, b = order ? x : y;
+      const __nv_bfloat16 ha = kernelpack_compat::bf16_bits(a), hb = kernelpack_compat::bf16_bits(b);
+      const unsigned short mine = kernelpack_compat::bits_bf16(Max ? kp___hmax_nan(ha, hb) : kp___hmin_nan(ha, hb));
+      const unsigned short theirs = kernelpack_compat::bits_bf16(Max ? __hmax_nan(ha, hb) : __hmin_nan(ha, hb));
+      ++tried;
+      if (mine != theirs && !bad) {
+        bad = true; fa = a; fb = b; got = mine; want = theirs;
+      } else if (mine != theirs) {
+        atomicAdd(&t->mismatches, 1ull);
+      }
+    }
+  }
+  record(t, tried, bad, fa, fb, got, want);
+}
+
+// Cache-hinted loads and stores: each thread reads element i through both and stores it to two
+// arrays through both; bytes compared on the host.
+template <typename T>
+__global__ void hinted(const T* in, T* out_mine, T* out_theirs, T* stores_mine, T* stores_theirs, size_t n) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  switch (i % 5) {
+    case 0: out_mine[i] = kp___ldcs(in + i); out_theirs[i] = __ldcs(in + i); break;
+    case 1: out_mine[i] = kp___ldcg(in + i); out_theirs[i] = __ldcg(in + i); break;
+    case 2: out_mine[i] = kp___ldca(in + i); out_theirs[i] = __ldca(in + i); break;
+    case 3: out_mine[i] = kp___ldlu(in + i); out_theirs[i] = __ldlu(in + i); break;
+    default: out_mine[i] = kp___ldcv(in + i); out_theirs[i] = __ldcv(in + i); break;
+  }
+  switch (i % 4) {
+    case 0: kp___stcs(stores_mine + i, in[i]); __stcs(stores_theirs + i, in[i]); break;
+    case 1: kp___stcg(stores_mine + i, in[i]); __stcg(stores_theirs + i, in[i]); break;
+    case 2: kp___stwb(stores_mine + i, in[i]); __stwb(stores_theirs + i, in[i]); break;
+    default: kp___stwt(stores_mine + i, in[i]); __stwt(stores_theirs + i, in[i]); break;
+  }
+}
+
+// 16-bit atomicCAS: thread i works on element i (neighbours share a 32-bit word), comparing with
+// the current value for even i and with a random value for odd i; returns and memory compared.
+template <bool Mine>
+__global__ void cas16(unsigned short* data, const unsigned short* compare, const unsigned short* value,
+                      unsigned short* returned, size_t n) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  returned[i] = Mine ? kp_atomicCAS(data + i, compare[i], value[i]) : atomicCAS(data + i, compare[i], value[i]);
+}
+// Contention: every thread adds 1 to one of 4 neighbouring half-words with a CAS loop.
+template <bool Mine>
+__global__ void cas16_count(unsigned short* counters) {
+  unsigned short* slot = counters + (threadIdx.x & 3);
+  unsigned short old = *slot, seen;
+  do {
+    seen = old;
+    old = Mine ? kp_atomicCAS(slot, seen, static_cast<unsigned short>(seen + 1))
+               : atomicCAS(slot, seen, static_cast<unsigned short>(seen + 1));
+  } while (old != seen);
+}
+
+// cg::reduce over tiles of 4, 8, 16, 32 with plus/less/greater/bit_xor on int, float, unsigned.
+template <unsigned Size, typename T, template <typename> class OpMine, template <typename> class OpCuda>
+__global__ void reduce_tiles(const T* in, T* mine, T* theirs) {
+  auto tile = cg::tiled_partition<Size>(cg::this_thread_block());
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  mine[i] = kp_cg::reduce(tile, in[i], OpMine<T>());
+  theirs[i] = cg::reduce(tile, in[i], OpCuda<T>());
+}
+
+#define CUDA_OK(call)                                                          \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) {                                                   \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      return 2;                                                                \
+    }                                                                          \
+  } while (0)
+
+static int failures = 0;
+
+static int report(const char* name, Tally* device_tally) {
+  Tally t;
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaMemcpy(&t, device_tally, sizeof(t), cudaMemcpyDeviceToHost));
+  if (t.mismatches) {
+    std::printf("%s tried=%llu mismatches=%llu first: a=%#llx b=%#llx got=%#llx want=%#llx\n", name, t.tried,
+                t.mismatches, t.first[0], t.first[1], t.first[2], t.first[3]);
+    ++failures;
+  } else {
+    std::printf("%s tried=%llu mismatches=0\n", name, t.tried);
+  }
+  CUDA_OK(cudaMemset(device_tally, 0, sizeof(Tally)));
+  return 0;
+}
+
+static unsigned long long host_mix(unsigned long long x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+template <typename T>
+static int check_hinted(const char* name, size_t n) {
+  const size_t bytes = n * sizeof(T);
+  unsigned char* host = new unsigned char[bytes];
+  for (size_t k = 0; k < bytes; ++k) host[k] = static_cast<unsigned char>(host_mix(k) >> 17);
+  T *in, *a, *b, *c, *d;
+  CUDA_OK(cudaMalloc(&in, bytes)); CUDA_OK(cudaMalloc(&a, bytes)); CUDA_OK(cudaMalloc(&b, bytes));
+  CUDA_OK(cudaMalloc(&c, bytes)); CUDA_OK(cudaMalloc(&d, bytes));
+  CUDA_OK(cudaMemcpy(in, host, bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(a, 0xa5, bytes)); CUDA_OK(cudaMemset(b, 0x5a, bytes));  // poisoned, differently
+  CUDA_OK(cudaMemset(c, 0xa5, bytes)); CUDA_OK(cudaMemset(d, 0x5a, bytes));
+  hinted<T><<<(n + 255) / 256, 256>>>(in, a, b, c, d, n);
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned char *ha = new unsigned char[bytes], *hb = new unsigned char[bytes];
+  size_t bad = 0;
+  CUDA_OK(cudaMemcpy(ha, a, bytes, cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(hb, b, bytes, cudaMemcpyDeviceToHost));
+  bad += std::memcmp(ha, hb, bytes) != 0 || std::memcmp(ha, host, bytes) != 0;
+  CUDA_OK(cudaMemcpy(ha, c, bytes, cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(hb, d, bytes, cudaMemcpyDeviceToHost));
+  bad += std::memcmp(ha, hb, bytes) != 0 || std::memcmp(ha, host, bytes) != 0;
+  std::printf("loads-stores<%s> tried=%zu mismatches=%zu\n", name, 2 * n, bad);
+  failures += bad != 0;
+  cudaFree(in); cudaFree(a); cudaFree(b); cudaFree(c); cudaFree(d);
+  delete[] host; delete[] ha; delete[] hb;
+  return 0;
+}
+
+template <unsigned Size, typename T, template <typename> class OpMine, template <typename> class OpCuda>
+static int check_reduce(const char* name, const T* edge, size_t edges) {
+  const size_t n = 1 << 22;
+  T* host = new T[n];
+  for (size_t k = 0; k < n; ++k) {
+    const unsigned long long r = host_mix(k + Size * 7919);
+    if (k % 4 == 0 && edges) {
+      host[k] = edge[(r >> 8) % edges];
+    } else {
+      unsigned bits = static_cast<unsigned>(r);
+      std::memcpy(&host[k], &bits, sizeof(T));
+    }
+  }
+  T *in, *a, *b;
+  CUDA_OK(cudaMalloc(&in, n * sizeof(T))); CUDA_OK(cudaMalloc(&a, n * sizeof(T))); CUDA_OK(cudaMalloc(&b, n * sizeof(T)));
+  CUDA_OK(cudaMemcpy(in, host, n * sizeof(T), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(a, 0xa5, n * sizeof(T))); CUDA_OK(cudaMemset(b, 0x5a, n * sizeof(T)));
+  reduce_tiles<Size, T, OpMine, OpCuda><<<n / 256, 256>>>(in, a, b);
+  CUDA_OK(cudaDeviceSynchronize());
+  T *ha = new T[n], *hb = new T[n];
+  CUDA_OK(cudaMemcpy(ha, a, n * sizeof(T), cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(hb, b, n * sizeof(T), cudaMemcpyDeviceToHost));
+  size_t bad = 0;
+  for (size_t k = 0; k < n; ++k) bad += std::memcmp(&ha[k], &hb[k], sizeof(T)) != 0;
+  std::printf("cg::reduce<%u,%s> tried=%zu mismatches=%zu\n", Size, name, n / Size, bad);
+  failures += bad != 0;
+  cudaFree(in); cudaFree(a); cudaFree(b);
+  delete[] host; delete[] ha; delete[] hb;
+  return 0;
+}
+
+static int check_cas16() {
+  const size_t n = 1 << 22;
+  unsigned short *data_h = new unsigned short[n], *cmp_h = new unsigned short[n], *val_h = new unsigned short[n];
+  for (size_t k = 0; k < n; ++k) {
+    const unsigned long long r = host_mix(k ^ 0xc0ffee);
+    data_h[k] = static_cast<unsigned short>(r);
+    cmp_h[k] = k % 2 == 0 ? data_h[k] : static_cast<unsigned short>(r >> 16);
+    val_h[k] = static_cast<unsigned short>(r >> 32);
+  }
+  unsigned short *data[2], *ret[2], *cmp, *val;
+  CUDA_OK(cudaMalloc(&cmp, 2 * n)); CUDA_OK(cudaMalloc(&val, 2 * n));
+  CUDA_OK(cudaMemcpy(cmp, cmp_h, 2 * n, cudaMemcpyHostToDevice)); CUDA_OK(cudaMemcpy(val, val_h, 2 * n, cudaMemcpyHostToDevice));
+  for (int m = 0; m < 2; ++m) {
+    CUDA_OK(cudaMalloc(&data[m], 2 * n)); CUDA_OK(cudaMalloc(&ret[m], 2 * n));
+    CUDA_OK(cudaMemcpy(data[m], data_h, 2 * n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(ret[m], m ? 0x5a : 0xa5, 2 * n));
+  }
+  cas16<true><<<n / 256, 256>>>(data[0], cmp, val, ret[0], n);
+  cas16<false><<<n / 256, 256>>>(data[1], cmp, val, ret[1], n);
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned short *a = new unsigned short[n], *b = new unsigned short[n];
+  size_t bad = 0;
+  CUDA_OK(cudaMemcpy(a, data[0], 2 * n, cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(b, data[1], 2 * n, cudaMemcpyDeviceToHost));
+  for (size_t k = 0; k < n; ++k) bad += a[k] != b[k];
+  CUDA_OK(cudaMemcpy(a, ret[0], 2 * n, cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(b, ret[1], 2 * n, cudaMemcpyDeviceToHost));
+  for (size_t k = 0; k < n; ++k) bad += a[k] != b[k];
+  // contention: 1024 blocks x 256 threads, 4 counters
+  unsigned short counts[2][4];
+  for (int m = 0; m < 2; ++m) {
+    CUDA_OK(cudaMemset(data[m], 0, 8));
+    if (m == 0) cas16_count<true><<<1024, 256>>>(data[m]); else cas16_count<false><<<1024, 256>>>(data[m]);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(counts[m], data[m], 8, cudaMemcpyDeviceToHost));
+  }
+  for (int s = 0; s < 4; ++s) bad += counts[0][s] != counts[1][s] || counts[0][s] != static_cast<unsigned short>(1024 * 64);
+  std::printf("atomicCAS(unsigned short) tried=%zu mismatches=%zu\n", n + 1024 * 256, bad);
+  failures += bad != 0;
+  return 0;
+}
+
+int main() {
+  Tally* tally;
+  CUDA_OK(cudaMalloc(&tally, sizeof(Tally)));
+  CUDA_OK(cudaMemset(tally, 0, sizeof(Tally)));
+  const int blocks = 2048, threads = 256;
+#define RUN(kernel, label) kernel<<<blocks, threads>>>(tally); if (report(label, tally)) return 2;
+#define RUN_BOTH(stem) RUN(check_##stem##2, #stem "2") RUN(check_##stem##4, #stem "4")
+  RUN_BOTH(__vabsdiffs) RUN_BOTH(__vabsdiffu) RUN_BOTH(__vadd) RUN_BOTH(__vaddss) RUN_BOTH(__vaddus)
+  RUN_BOTH(__vsub) RUN_BOTH(__vsubss) RUN_BOTH(__vsubus) RUN_BOTH(__vavgs) RUN_BOTH(__vavgu)
+  RUN_BOTH(__vhaddu) RUN_BOTH(__vmaxs) RUN_BOTH(__vmaxu) RUN_BOTH(__vmins) RUN_BOTH(__vminu)
+  RUN_BOTH(__vcmpeq) RUN_BOTH(__vcmpne) RUN_BOTH(__vcmpges) RUN_BOTH(__vcmpgeu) RUN_BOTH(__vcmpgts)
+  RUN_BOTH(__vcmpgtu) RUN_BOTH(__vcmples) RUN_BOTH(__vcmpleu) RUN_BOTH(__vcmplts) RUN_BOTH(__vcmpltu)
+  RUN_BOTH(__vseteq) RUN_BOTH(__vsetne) RUN_BOTH(__vsetges) RUN_BOTH(__vsetgeu) RUN_BOTH(__vsetgts)
+  RUN_BOTH(__vsetgtu) RUN_BOTH(__vsetles) RUN_BOTH(__vsetleu) RUN_BOTH(__vsetlts) RUN_BOTH(__vsetltu)
+  RUN_BOTH(__vsads) RUN_BOTH(__vsadu) RUN_BOTH(__vabs) RUN_BOTH(__vabsss) RUN_BOTH(__vneg) RUN_BOTH(__vnegss)
+  RUN(check___dp4a_int, "__dp4a(int)") RUN(check___dp4a_unsigned, "__dp4a(unsigned)")
+  RUN(check___dp4a_char4, "__dp4a(char4/uchar4)")
+  RUN(check___dp2a_lo_int, "__dp2a_lo(int)") RUN(check___dp2a_lo_unsigned, "__dp2a_lo(unsigned)")
+  RUN(check___dp2a_hi_int, "__dp2a_hi(int)") RUN(check___dp2a_hi_unsigned, "__dp2a_hi(unsigned)")
+  RUN(check_bf16<true>, "__hmax_nan(bf16)") RUN(check_bf16<false>, "__hmin_nan(bf16)")
+  const size_t n = 1 << 20;
+  if (check_hinted<int>("int", n) || check_hinted<float>("float", n) || check_hinted<float2>("float2", n) ||
+      check_hinted<float4>("float4", n) || check_hinted<int4>("int4", n) || check_hinted<uint2>("uint2", n) ||
+      check_hinted<double>("double", n) || check_hinted<__half>("__half", n) || check_hinted<char4>("char4", n))
+    return 2;
+  if (check_cas16()) return 2;
+  const unsigned fbits[] = {0x00000000u, 0x80000000u, 0x7fc00000u, 0x7f800001u, 0x7f800000u,
+                            0xff800000u, 0x00000001u, 0x80000001u, 0x3f800000u, 0xbf800000u};
+  float fedge[sizeof(fbits) / sizeof(fbits[0])];
+  std::memcpy(fedge, fbits, sizeof(fbits));
+  const int iedge[] = {0, -1, 1, 0x7fffffff, static_cast<int>(0x80000000u)};
+  const size_t nf = sizeof(fedge) / sizeof(fedge[0]), ni = sizeof(iedge) / sizeof(iedge[0]);
+  if (check_reduce<4, float, kp_cg::plus, cg::plus>("plus<float>", fedge, nf) ||
+      check_reduce<8, float, kp_cg::plus, cg::plus>("plus<float>", fedge, nf) ||
+      check_reduce<16, float, kp_cg::plus, cg::plus>("plus<float>", fedge, nf) ||
+      check_reduce<32, float, kp_cg::plus, cg::plus>("plus<float>", fedge, nf) ||
+      check_reduce<32, float, kp_cg::less, cg::less>("less<float>", fedge, nf) ||
+      check_reduce<16, float, kp_cg::greater, cg::greater>("greater<float>", fedge, nf) ||
+      check_reduce<32, float, kp_cg::greater, cg::greater>("greater<float>", fedge, nf) ||
+      check_reduce<32, int, kp_cg::plus, cg::plus>("plus<int>", iedge, ni) ||
+      check_reduce<8, int, kp_cg::less, cg::less>("less<int>", iedge, ni) ||
+      check_reduce<32, int, kp_cg::greater, cg::greater>("greater<int>", iedge, ni) ||
+      check_reduce<32, unsigned, kp_cg::bit_xor, cg::bit_xor>("bit_xor<unsigned>", nullptr, 0) ||
+      check_reduce<16, unsigned, kp_cg::bit_and, cg::bit_and>("bit_and<unsigned>", nullptr, 0) ||
+      check_reduce<32, unsigned, kp_cg::bit_or, cg::bit_or>("bit_or<unsigned>", nullptr, 0))
+    return 2;
+  std::printf("functions with mismatches: %d\n", failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,59 @@
+"""The HIP compatibility layer equals CUDA's own intrinsics, bit for bit, on an NVIDIA GPU.
+
+tests/hipify_compat_gpu.cu includes buildsys/hipify/compat/kernelpack_hip_compat.h with every
+function renamed kp_<name> and compares each with CUDA's intrinsic on edge and random inputs (see
+that file). The same header text is what translated sources include on AMD.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from buildsys.hipify.tables import COMPAT_FUNCTIONS
+
+pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
+
+PROGRAM = Path(__file__).with_name("hipify_compat_gpu.cu")
+_LINE_RE = re.compile(r"^(?P<name>.+?) tried=(?P<tried>\d+) mismatches=(?P<bad>\d+)", re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, int]]:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.fail("nvcc is not on PATH (the nvcc marker says this test needs it)")
+    binary = tmp_path_factory.mktemp("compat") / "compat_gpu"
+    build = subprocess.run(
+        [nvcc, "-std=c++17", "-O2", "-arch=native", str(PROGRAM), "-o", str(binary)],
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300)
+    print(run.stdout)
+    assert run.returncode in (0, 1), run.stdout[-2000:] + run.stderr[-2000:]
+    return {m["name"]: (int(m["tried"]), int(m["bad"])) for m in _LINE_RE.finditer(run.stdout)}
+
+
+def test_every_compat_function_is_compared(comparison: dict[str, tuple[int, int]]) -> None:
+    """Each function the translator routes to the header was tried (atomicCAS's 16-bit form is
+    checked under its own label)."""
+    compared = {re.split(r"[(<]", name)[0] for name in comparison}
+    if "loads-stores" in compared:  # each element read and written through all nine hints
+        compared |= {"__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv"}
+        compared |= {"__stcs", "__stcg", "__stwb", "__stwt"}
+    # __trap stops the kernel; the bf16 atomicAdd overload came after this round's GPU run and
+    # is not in the GPU program yet (listed in docs/hipify.md as not verified).
+    assert COMPAT_FUNCTIONS - compared == {"__trap", "atomicAdd"}
+    assert any(name.startswith("cg::reduce") for name in comparison)
+
+
+def test_bit_for_bit_equal(comparison: dict[str, tuple[int, int]]) -> None:
+    assert comparison
+    assert all(tried > 0 for tried, _ in comparison.values())
+    assert {name: bad for name, (_, bad) in comparison.items() if bad} == {}

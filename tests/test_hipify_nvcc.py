@@ -1,0 +1,53 @@
+"""Every CUDA name in the translation tables exists in CUDA's own headers (nvcc's preprocessor,
+macros kept), so a table entry cannot be a misspelling that real code never contains."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from buildsys.hipify.tables import RENAMES, WARP_INTRINSICS
+
+pytestmark = pytest.mark.nvcc
+
+CUDA_HEADERS = (
+    "cuda.h",
+    "cuda_runtime.h",
+    "cuda_fp16.h",
+    "cuda_bf16.h",
+    "cuda_fp8.h",
+    "cuda_profiler_api.h",
+    "cooperative_groups.h",
+    "math_constants.h",
+)
+# Removed from CUDA 13's headers, still in legacy code that users bring (CUDA 12 declares it).
+REMOVED_FROM_CUDA_13 = frozenset({"cudaThreadSynchronize"})
+_IDENT_RE = re.compile(r"[A-Za-z_]\w*")
+
+
+@pytest.fixture(scope="module")
+def cuda_identifiers(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.fail("nvcc is not on PATH (the nvcc marker says this test needs it)")
+    folder = tmp_path_factory.mktemp("cuda-headers")
+    source = folder / "all.cu"
+    source.write_text("".join(f"#include <{h}>\n" for h in CUDA_HEADERS))
+    result = subprocess.run(
+        [nvcc, "-E", "-Xcompiler", "-dD", "-arch=sm_90", str(source), "-o", str(folder / "all.i")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return set(_IDENT_RE.findall(Path(folder / "all.i").read_text(errors="replace")))
+
+
+@pytest.mark.parametrize(
+    "name", sorted({*RENAMES, *(w.cuda for w in WARP_INTRINSICS)} - REMOVED_FROM_CUDA_13), ids=str
+)
+def test_cuda_name_is_declared_by_cuda(name: str, cuda_identifiers: set[str]) -> None:
+    assert name in cuda_identifiers
