@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kernelpack import mlp, torch_ops
+from kernelpack import mlp, mlp_launch, torch_ops
 from kernelpack.atomic import atomic_write
 
 REPO = Path(__file__).resolve().parent.parent
@@ -319,8 +319,8 @@ def host_rows(liger: Any) -> dict[str, dict[str, float]]:
     table: dict[str, dict[str, float]] = {}
     gate, up = _randn(1, 4096, dtype=torch.bfloat16), _randn(1, 4096, dtype=torch.bfloat16)
     out = torch.empty_like(gate)
-    kernel = mlp._kernel("cuda:0", "swiglu_bf16")
-    grid, block = mlp.swiglu_geometry(4096, "bfloat16")
+    kernel = mlp_launch.load_kernel("cuda:0", "swiglu_bf16")
+    grid, block = mlp_launch.swiglu_geometry(4096, "bfloat16")
     addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
     stream = int(torch.cuda.current_stream().cuda_stream)
     table["floor"] = {

@@ -20,13 +20,8 @@ from pathlib import Path
 from typing import Literal
 
 from kernelpack.errors import UsageError
-from kernelpack.targets import (
-    AMD_BY_NAME,
-    AMD_FAMILIES,
-    NVIDIA_BY_NAME,
-    TargetId,
-    suggest,
-)
+from kernelpack.processors import AMD_BY_NAME, AMD_FAMILIES, NVIDIA_BY_NAME
+from kernelpack.targets import TargetId, suggest
 
 from . import REPO_ROOT
 from .errors import MatrixError

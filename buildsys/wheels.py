@@ -37,7 +37,8 @@ from kernelpack.atomic import atomic_write
 from kernelpack.formats import BundleEntry
 from kernelpack.images import IMAGE_FILE_SUFFIXES, read_image
 from kernelpack.index import Index
-from kernelpack.targets import AMD_FAMILIES, parse_target
+from kernelpack.processors import AMD_FAMILIES
+from kernelpack.targets import parse_target
 
 from . import REPO_ROOT
 from .build import build

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernelpack import mlp
+from kernelpack import mlp, mlp_launch
 from kernelpack.errors import UsageError
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -307,12 +307,12 @@ def test_row_kernels_are_right_on_any_geometry(
     """The row kernels launched directly: any grid and block shape they allow is right."""
     torch = torch_rng[0]
     rows = 1001
-    suffix = mlp.KERNEL_SUFFIX[dtype]
+    suffix = mlp_launch.KERNEL_SUFFIX[dtype]
     stream = torch.cuda.current_stream().cuda_stream
     x = randn(torch_rng, (rows, cols), dtype)
     weight = randn(torch_rng, (cols,), dtype)
     buffer, out = poisoned(torch_rng, (rows, cols), dtype)
-    mlp._kernel("cuda:0", f"rms_norm_{suffix}").launch(
+    mlp_launch.load_kernel("cuda:0", f"rms_norm_{suffix}").launch(
         grid, (threads, per_block), x.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, cols,
         EPS, stream=stream,
     )  # fmt: skip
@@ -322,7 +322,7 @@ def test_row_kernels_are_right_on_any_geometry(
 
     residual = randn(torch_rng, (rows, cols), dtype)
     stored_sum = (x.double() + residual.double()).to(x.dtype)
-    mlp._kernel("cuda:0", f"add_rms_norm_{suffix}").launch(
+    mlp_launch.load_kernel("cuda:0", f"add_rms_norm_{suffix}").launch(
         grid, (threads, per_block), x.data_ptr(), residual.data_ptr(), weight.data_ptr(),
         x.data_ptr(), residual.data_ptr(), rows, cols, EPS, stream=stream,
     )  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kernelpack import mlp
+from kernelpack import mlp, mlp_launch
 
 torch = pytest.importorskip("torch", reason="torch is in the test dependency group")
 # Importing torch's inductor (torch 2.11) warns through torch.jit's deprecated script_method.
@@ -125,7 +125,7 @@ def test_swiglu_backward(rng: Any, dtype: str, n: int, offset: int) -> None:
     up, grad = randn(rng, (n,), dtype, offset), randn(rng, (n,), dtype, offset)
     gate_buffer, grad_gate = poisoned((n,), gate.dtype, offset)
     up_buffer, grad_up = poisoned((n,), gate.dtype, offset)
-    mlp.launch_swiglu_backward(
+    mlp_launch.launch_swiglu_backward(
         "cuda:0", dtype, gate.data_ptr(), up.data_ptr(), grad.data_ptr(), grad_gate.data_ptr(),
         grad_up.data_ptr(), n, stream(),
     )  # fmt: skip
@@ -143,7 +143,7 @@ def test_silu_and_mul_backward(rng: Any, dtype: str, rows: int, cols: int, offse
     x = randn(rng, (rows, 2 * cols), dtype, offset) * 4
     grad = randn(rng, (rows, cols), dtype, offset)
     buffer, grad_x = poisoned((rows, 2 * cols), x.dtype, offset)
-    mlp.launch_silu_and_mul_backward(
+    mlp_launch.launch_silu_and_mul_backward(
         "cuda:0", dtype, x.data_ptr(), grad.data_ptr(), grad_x.data_ptr(), rows, cols, stream()
     )
     ref_gate, terms_gate, ref_up, terms_up = ref_swiglu_grads(x[:, :cols], x[:, cols:], grad)
@@ -185,9 +185,9 @@ def test_rms_norm_backward(
     x_buffer, grad_x = poisoned((rows, cols), x.dtype, offset)
     copy_buffer, grad_copy = poisoned((rows, cols), x.dtype, offset)
     weight_buffer, grad_weight = poisoned((cols,), x.dtype, offset)
-    blocks = mlp.backward_row_geometry(rows, cols, dtype)[0]
+    blocks = mlp_launch.backward_row_geometry(rows, cols, dtype)[0]
     partial = torch.full((blocks, cols), math.nan, device="cuda")
-    mlp.launch_rms_norm_backward(
+    mlp_launch.launch_rms_norm_backward(
         "cuda:0", dtype, x.data_ptr(), weight.data_ptr(), grad.data_ptr(),
         grad_extra.data_ptr() if extra else 0, grad_x.data_ptr(),
         grad_copy.data_ptr() if extra else 0, partial.data_ptr(), grad_weight.data_ptr(), rows,

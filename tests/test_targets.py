@@ -1,6 +1,6 @@
 """Target ids, the runtimes' compatibility rules, the target parser and image selection.
 
-Every fact about a processor is checked against a source other than kernelpack.targets' own table:
+Every fact about a processor is checked against a source other than kernelpack.processors' own table:
 LLVM's ELF.h (EF_AMDGPU_MACH values, KFD versions), LLVM's AMDGPUUsage.rst processor and generic
 processor tables (features, generic families, wave sizes), ROCm clr's GenericTargetMapping, each
 transcribed below by hand, and the provisioned compiler's own list of processors (a toolchain test).
@@ -19,7 +19,7 @@ import pytest
 from kernelpack.coverage import coverage
 from kernelpack.errors import UsageError
 from kernelpack.index import Image
-from kernelpack.targets import (
+from kernelpack.processors import (
     AMD_BY_MACH,
     AMD_BY_NAME,
     AMD_PROCESSORS,
@@ -27,6 +27,8 @@ from kernelpack.targets import (
     NVIDIA_ARCHS,
     AmdProcessor,
     NvidiaArch,
+)
+from kernelpack.targets import (
     NvidiaTarget,
     TargetId,
     agent_target,

@@ -18,7 +18,8 @@ from ._elf import SHT_DYNSYM, SHT_SYMTAB, Buffer, Elf
 from .errors import FormatError
 from .index import KernelResources
 from .kernel_params import KernelParam
-from .targets import AMD_BY_MACH, TargetId
+from .processors import AMD_BY_MACH
+from .targets import TargetId
 
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64

@@ -13,9 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .processors import AMD_BY_NAME, AMD_PROCESSORS
 from .targets import (
-    AMD_BY_NAME,
-    AMD_PROCESSORS,
     ParsedTarget,
     agent_target,
     gfx_target_version,

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Literal
 
 from .errors import UsageError
+from .processors import AMD_BY_NAME
 from .targets import (
-    AMD_BY_NAME,
     GpuTarget,
     NvidiaTarget,
     TargetId,

@@ -29,15 +29,8 @@ from typing import Any, Literal
 from .detect import Gpu
 from .hints import install_hint
 from .loader import Loader
-from .targets import (
-    AMD_BY_NAME,
-    GENERIC_CODE_OBJECT_VERSION,
-    GENERIC_MIN_ROCM,
-    TargetId,
-    agent_target,
-    parse_target,
-    runs_code_object_v6,
-)
+from .processors import AMD_BY_NAME, GENERIC_CODE_OBJECT_VERSION, GENERIC_MIN_ROCM
+from .targets import TargetId, agent_target, parse_target, runs_code_object_v6
 
 Severity = Literal["error", "warning", "info"]
 VISIBLE_DEVICES = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")

@@ -87,13 +87,8 @@ def override_hint(gpu: Gpu, built: Sequence[str]) -> str:
     """For AMD, HSA_OVERRIDE_GFX_VERSION (which makes the runtime treat the GPU as a built
     processor of its family) or KERNELPACK_TARGET; for NVIDIA, where no override makes another
     major's cubin run, the PTX build that runs on this GPU."""
-    from .targets import (
-        AMD_BY_NAME,
-        NvidiaTarget,
-        TargetId,
-        gfx_target_version,
-        split_gfx_target_version,
-    )
+    from .processors import AMD_BY_NAME
+    from .targets import NvidiaTarget, TargetId, gfx_target_version, split_gfx_target_version
 
     if isinstance(gpu.target, NvidiaTarget):
         # A cubin runs only on its own major version, so no built cubin can stand in; PTX for

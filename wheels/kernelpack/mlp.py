@@ -27,49 +27,22 @@ from typing import Any
 from . import arrays
 from .arrays import Array
 from .errors import UsageError
+from .mlp_launch import (
+    KERNEL_SUFFIX,
+    MAX_ROW,
+    launch_add_rms_norm,
+    launch_rms_norm,
+    launch_silu_and_mul,
+    launch_swiglu,
+    load_kernel,
+    row_geometry,
+    silu_and_mul_geometry,
+    swiglu_geometry,
+)
 
 __all__ = ["fused_add_rms_norm", "rms_norm", "silu_and_mul", "swiglu"]
 
-MODULE = "mlp"
-
-# dtype name -> kernel name suffix (mlp.cu defines one kernel per op and dtype)
-KERNEL_SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
-ITEM_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 SUPPORTED = ", ".join(KERNEL_SUFFIX)
-
-# Launch geometry; the constants mirror mlp.cu where they must agree with it.
-VECTOR_BYTES = 16  # kVectorBytes: the widest load the kernels issue
-ELEMENTWISE_BLOCK = 128  # kElementwiseBlockThreads, the elementwise kernels' __launch_bounds__
-BLOCK_MIN = 64  # the smallest block: a multiple of every wavefront width (32 and 64)
-ROW_BLOCK_MAX = 512  # kRowBlockThreads, the row kernels' __launch_bounds__
-CACHED_CHUNKS = 4  # kCachedChunks: vectors per thread kept in registers across RMSNorm's two passes
-BACKWARD_CACHED_ELEMENTS = 16  # kBackwardCachedElements: the same for the backward kernel
-MAX_GRID_Y = 65535
-MAX_ROW = 2**30  # the row kernels index inside a row in 32 bits
-# A grid's total thread count stays below 2**31: HIP counts work-items in 32 bits, and the
-# kernels' loops stride over whatever the grid does not cover.
-MAX_GRID_THREADS = 2**31
-# Blocks of the RMSNorm backward kernel at most: each writes one row of float32 partial weight
-# gradients (deterministic: summed in a fixed order by a second kernel, no atomics); two blocks
-# of 512 threads per SM of an H100/H200 (132 SMs).
-BACKWARD_BLOCKS = 264
-
-
-_MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
-_KERNELS: dict[tuple[str, str], Any] = {}  # ("cuda:0", kernel name) -> Kernel
-
-
-def _kernel(device: str, name: str) -> Any:
-    """The kernel ``name`` on ``device`` ("cuda:0"), loaded once per process."""
-    kernel = _KERNELS.get((device, name))
-    if kernel is None:
-        module = _MODULES.get(device)
-        if module is None:
-            from . import loader
-
-            module = _MODULES[device] = loader.load(MODULE, device=device)
-        kernel = _KERNELS[(device, name)] = module.kernel(name)
-    return kernel
 
 
 def _check_dtype(array: Array) -> None:
@@ -141,159 +114,6 @@ def _output(out: object, like: Array, shape: tuple[int, ...]) -> Array | None:
     return array
 
 
-# ---- launch geometry: pure integer functions of the shape -------------------------------------
-
-
-def _grid_cap(threads_per_block: int) -> int:
-    return max(1, MAX_GRID_THREADS // threads_per_block)
-
-
-def _vector_width(dtype: str) -> int:
-    return VECTOR_BYTES // ITEM_SIZE[dtype]
-
-
-def swiglu_geometry(n: int, dtype: str) -> tuple[int, int]:
-    """(grid, block) of the elementwise kernels over n elements: one 16-byte vector a thread."""
-    chunks = -(-n // _vector_width(dtype))
-    return min(-(-chunks // ELEMENTWISE_BLOCK), _grid_cap(ELEMENTWISE_BLOCK)), ELEMENTWISE_BLOCK
-
-
-def silu_and_mul_geometry(rows: int, cols: int, dtype: str) -> tuple[tuple[int, int], int]:
-    """((grid x over the columns, grid y over the rows), block) of silu_and_mul and its backward."""
-    chunks = -(-cols // _vector_width(dtype))  # one 16-byte vector per thread
-    block = min(max(BLOCK_MIN, 1 << (chunks - 1).bit_length()), ELEMENTWISE_BLOCK)
-    grid_y = min(rows, MAX_GRID_Y)
-    grid_x = min(-(-chunks // block), _grid_cap(block * grid_y))
-    return (grid_x, grid_y), block
-
-
-def _row_threads(cols: int, dtype: str) -> int:
-    """Threads a row gets: a power of two, enough that each keeps at most CACHED_CHUNKS vectors
-    in registers."""
-    chunks = -(-cols // _vector_width(dtype))
-    per_thread = -(-chunks // CACHED_CHUNKS)
-    return min(1 << (per_thread - 1).bit_length(), ROW_BLOCK_MAX)
-
-
-def row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, tuple[int, int]]:
-    """The grid, and the block as (threads per row, rows per block), of the RMSNorm forward
-    kernels. Rows that need fewer than BLOCK_MIN threads share a block of BLOCK_MIN. (Measured on
-    the H100 from 1 x 4096 to 16384 x 8192: several rows of 64 or more threads to a block were
-    slower everywhere, and twice the threads to a row were at best 2% faster and up to 20% slower
-    at 512 rows.)"""
-    threads = _row_threads(cols, dtype)
-    per_block = max(1, BLOCK_MIN // threads)
-    grid = min(-(-rows // per_block), _grid_cap(threads * per_block))
-    return grid, (threads, per_block)
-
-
-def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
-    """(grid, threads per row) of the RMSNorm backward kernel: one row a block at a time, at
-    least BLOCK_MIN threads, and at most BACKWARD_BLOCKS blocks, each of which writes one row of
-    float32 partial weight gradients that the second pass sums in a fixed order."""
-    per_thread = -(-cols // BACKWARD_CACHED_ELEMENTS)
-    threads = min(1 << (per_thread - 1).bit_length(), ROW_BLOCK_MAX)
-    return min(rows, BACKWARD_BLOCKS), max(BLOCK_MIN, threads)
-
-
-# ---- launches: addresses (ints or tensors, which the launcher reads) and sizes ----------------
-
-
-def launch_swiglu(
-    device: str, dtype: str, gate: Any, up: Any, out: Any, n: int, stream: int
-) -> None:
-    if n == 0:
-        return
-    grid, block = swiglu_geometry(n, dtype)
-    _kernel(device, f"swiglu_{KERNEL_SUFFIX[dtype]}").launch(
-        grid, block, gate, up, out, n, stream=stream
-    )
-
-
-def launch_silu_and_mul(
-    device: str, dtype: str, x: Any, out: Any, rows: int, cols: int, stream: int
-) -> None:
-    if rows * cols == 0:
-        return
-    grid, block = silu_and_mul_geometry(rows, cols, dtype)
-    _kernel(device, f"silu_and_mul_{KERNEL_SUFFIX[dtype]}").launch(
-        grid, block, x, out, rows, cols, stream=stream
-    )
-
-
-def launch_rms_norm(
-    device: str, dtype: str, x: Any, weight: Any, out: Any, rows: int, cols: int, eps: float,
-    stream: int,
-) -> None:  # fmt: skip
-    if rows * cols == 0:
-        return
-    grid, block = row_geometry(rows, cols, dtype)
-    _kernel(device, f"rms_norm_{KERNEL_SUFFIX[dtype]}").launch(
-        grid, block, x, weight, out, rows, cols, eps, stream=stream
-    )
-
-
-def launch_add_rms_norm(
-    device: str, dtype: str, x: Any, residual: Any, weight: Any, out: Any, residual_out: Any,
-    rows: int, cols: int, eps: float, stream: int,
-) -> None:  # fmt: skip
-    """residual_out = x + residual (rounded to the dtype), out = rms_norm(residual_out); in place
-    when out is x and residual_out is residual (fused_add_rms_norm)."""
-    if rows * cols == 0:
-        return
-    grid, block = row_geometry(rows, cols, dtype)
-    _kernel(device, f"add_rms_norm_{KERNEL_SUFFIX[dtype]}").launch(
-        grid, block, x, residual, weight, out, residual_out, rows, cols, eps, stream=stream
-    )
-
-
-def launch_swiglu_backward(
-    device: str, dtype: str, gate: Any, up: Any, grad: Any, grad_gate: Any, grad_up: Any, n: int,
-    stream: int,
-) -> None:  # fmt: skip
-    if n == 0:
-        return
-    grid, block = swiglu_geometry(n, dtype)
-    _kernel(device, f"swiglu_backward_{KERNEL_SUFFIX[dtype]}").launch(
-        grid, block, gate, up, grad, grad_gate, grad_up, n, stream=stream
-    )
-
-
-def launch_silu_and_mul_backward(
-    device: str, dtype: str, x: Any, grad: Any, grad_x: Any, rows: int, cols: int, stream: int
-) -> None:
-    if rows * cols == 0:
-        return
-    grid, block = silu_and_mul_geometry(rows, cols, dtype)
-    _kernel(device, f"silu_and_mul_backward_{KERNEL_SUFFIX[dtype]}").launch(
-        grid, block, x, grad, grad_x, rows, cols, stream=stream
-    )
-
-
-def launch_rms_norm_backward(
-    device: str, dtype: str, x: Any, weight: Any, grad: Any, grad_extra: Any, grad_x: Any,
-    grad_x_copy: Any, partial: Any, grad_weight: Any, rows: int, cols: int, eps: float,
-    stream: int,
-) -> None:  # fmt: skip
-    """grad_x (and grad_x_copy unless 0) = the input gradient of RMSNorm plus grad_extra (unless
-    0); grad_weight from ``partial``, float32 scratch of backward_row_geometry's grid x cols."""
-    if cols == 0:
-        return
-    suffix = KERNEL_SUFFIX[dtype]
-    if rows:
-        grid, threads = backward_row_geometry(rows, cols, dtype)
-        _kernel(device, f"rms_norm_backward_{suffix}").launch(
-            grid, threads, x, weight, grad, grad_extra, grad_x, grad_x_copy, partial, rows, cols,
-            eps, stream=stream,
-        )  # fmt: skip
-    else:
-        grid = 0
-    columns = min(-(-cols // ELEMENTWISE_BLOCK), _grid_cap(ELEMENTWISE_BLOCK))  # one a thread
-    _kernel(device, f"rms_norm_weight_grad_{suffix}").launch(
-        columns, ELEMENTWISE_BLOCK, partial, grad_weight, grid, cols, stream=stream
-    )
-
-
 # ---- the torch hot path -----------------------------------------------------------------------
 
 _TORCH_TYPES: set[type] = set()  # torch.Tensor and its subclasses seen so far (nn.Parameter)
@@ -332,7 +152,7 @@ class TorchPlan:
             if len(self.launches) >= _LAUNCHES_KEPT:
                 self.launches.clear()
             grid, block = _GEOMETRY[op](rows, cols, self.dtype)
-            kernel = _kernel(self.device, f"{op}_{KERNEL_SUFFIX[self.dtype]}")
+            kernel = load_kernel(self.device, f"{op}_{KERNEL_SUFFIX[self.dtype]}")
             launch = self.launches[key] = functools.partial(kernel.launch, grid, block)
         return launch
 

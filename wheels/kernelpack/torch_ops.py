@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from . import mlp
+from . import mlp, mlp_launch
 from .errors import UsageError
 
 NAMESPACE = "kernelpack"
@@ -99,7 +99,7 @@ def _shape(name: str, tensor: torch.Tensor, shape: Any, what: str) -> None:
 def _check_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> str:
     if x.dim() == 0:
         raise UsageError("x: must have at least one dimension (the normalised one)")
-    if x.shape[-1] > mlp.MAX_ROW:
+    if x.shape[-1] > mlp_launch.MAX_ROW:
         raise UsageError(f"x: rows of {x.shape[-1]} elements; at most 2**30 are supported")
     dtype = _same(("x", x), ("weight", weight))
     _shape("weight", weight, x.shape[-1:], "x's last dimension")
@@ -227,7 +227,7 @@ def _swiglu_backward(
     grad, gate, up = grad.contiguous(), gate.contiguous(), up.contiguous()
     grad_gate, grad_up = torch.empty_like(gate), torch.empty_like(up)
     device, stream = _device(gate)
-    mlp.launch_swiglu_backward(
+    mlp_launch.launch_swiglu_backward(
         device, dtype, gate, up, grad, grad_gate, grad_up, gate.numel(), stream
     )
     return grad_gate, grad_up
@@ -241,7 +241,7 @@ def _silu_and_mul_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     grad_x = torch.empty_like(x)
     rows, cols = _rows(x)
     device, stream = _device(x)
-    mlp.launch_silu_and_mul_backward(device, dtype, x, grad, grad_x, rows, cols // 2, stream)
+    mlp_launch.launch_silu_and_mul_backward(device, dtype, x, grad, grad_x, rows, cols // 2, stream)
     return grad_x
 
 
@@ -264,10 +264,10 @@ def _norm_backward(
     grad_x = torch.empty_like(x)
     grad_residual = torch.empty_like(x) if grad_sum is not None else None
     grad_weight = torch.empty_like(weight)
-    blocks = mlp.backward_row_geometry(rows, cols, dtype)[0] if rows else 0
+    blocks = mlp_launch.backward_row_geometry(rows, cols, dtype)[0] if rows else 0
     partial = torch.empty((max(blocks, 1), cols), dtype=torch.float32, device=x.device)
     device, stream = _device(x)
-    mlp.launch_rms_norm_backward(
+    mlp_launch.launch_rms_norm_backward(
         device, dtype, x, weight, grad, 0 if grad_sum is None else grad_sum, grad_x,
         0 if grad_residual is None else grad_residual, partial, grad_weight, rows, cols, eps,
         stream,
