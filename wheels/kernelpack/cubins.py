@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._elf import SHT_SYMTAB, STB_GLOBAL, STT_FUNC, Buffer, Elf, Section
+from ._jsonfields import json_fields
 from .errors import FormatError
 from .index import KernelResources
 from .kernel_params import KernelParam
@@ -66,14 +67,7 @@ class CudaKernel:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "registers": self.registers,
-            "shared": self.shared,
-            "local": self.local,
-            "max_threads": self.max_threads,
-            "params": [param.to_json() for param in self.params],
-        }
+        return json_fields(self)
 
 
 @dataclass(frozen=True)
@@ -92,14 +86,7 @@ class Cubin:
         return {kernel.name: kernel.resources() for kernel in self.kernels}
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": "cubin",
-            "target": self.target,
-            "sm": self.sm,
-            "arch_specific": self.arch_specific,
-            "elf_abi_version": self.elf_abi_version,
-            "kernels": [kernel.to_json() for kernel in self.kernels],
-        }
+        return {"format": "cubin", "target": self.target, **json_fields(self)}
 
 
 def read_cubin(data: Buffer, path: str) -> Cubin:
@@ -243,13 +230,7 @@ class Ptx:
         return "compute_" + self.target.removeprefix("sm_")
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": "ptx",
-            "version": self.version,
-            "target": self.target,
-            "address_size": self.address_size,
-            "entries": list(self.entries),
-        }
+        return {"format": "ptx", **json_fields(self)}
 
 
 def read_ptx(data: Buffer, path: str) -> Ptx:
