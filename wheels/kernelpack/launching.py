@@ -17,7 +17,7 @@ from typing import Any
 
 from . import args as kargs
 from . import arrays
-from .errors import KernelpackError
+from .errors import KernelpackError, RuntimeLibraryError
 from .runtime import FailFn, LaunchFn
 
 # cuLaunchKernel and hipModuleLaunchKernel: function, grid x/y/z, block x/y/z, shared memory
@@ -31,6 +31,15 @@ LAUNCH_ARGTYPES: list[Any] = [
 ]
 
 
+def declare_module_calls(load_data: Any, get_function: Any, launch: Any) -> None:
+    """Argument types of the three calls CUDA's driver API and HIP's module API share, each under
+    its vendor's name: cu/hipModuleLoadData, cu/hipModuleGetFunction, cuLaunchKernel and
+    hipModuleLaunchKernel."""
+    load_data.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p)
+    get_function.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p)
+    launch.argtypes = LAUNCH_ARGTYPES
+
+
 def native_launcher_class() -> Any:
     """The C launcher class, or None where the extension was not built (the ctypes path runs)."""
     try:
@@ -38,6 +47,16 @@ def native_launcher_class() -> Any:
     except ImportError:
         return None
     return Launcher
+
+
+def choose_launcher(binding: str | None) -> tuple[Any, str]:
+    """The C launcher class to launch with (None: ctypes) and the binding's name, for a runtime
+    opened with ``binding``: None takes the C launcher where it was built, "native" insists on it
+    (a RuntimeLibraryError where it was not built), "ctypes" never uses it."""
+    native = native_launcher_class() if binding in (None, "native") else None
+    if binding == "native" and native is None:
+        raise RuntimeLibraryError("the C launcher kernelpack._launcher was not built")
+    return native, "native" if native is not None else "ctypes"
 
 
 def address(function: Any) -> int:
