@@ -60,21 +60,19 @@ typedef struct {
 
 static PyObject *s_is_cuda, *s_data_ptr, *s_shared_mem, *s_stream;
 
+#define VISIT_OBJECT(name) Py_VISIT(((Launcher *)self)->name);
 static int launcher_traverse(PyObject *self, visitproc visit, void *arg) {
-    Launcher *l = (Launcher *)self;
-#define VISIT_OBJECT(name) Py_VISIT(l->name);
     LAUNCHER_OBJECTS(VISIT_OBJECT)
+    return 0;
+}
 #undef VISIT_OBJECT
-    return 0;
-}
 
+#define CLEAR_OBJECT(name) Py_CLEAR(((Launcher *)self)->name);
 static int launcher_clear(PyObject *self) {
-    Launcher *l = (Launcher *)self;
-#define CLEAR_OBJECT(name) Py_CLEAR(l->name);
     LAUNCHER_OBJECTS(CLEAR_OBJECT)
-#undef CLEAR_OBJECT
     return 0;
 }
+#undef CLEAR_OBJECT
 
 static void launcher_dealloc(PyObject *self) {
     PyTypeObject *type = Py_TYPE(self);
