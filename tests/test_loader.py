@@ -109,9 +109,16 @@ def make_package(
         for entry in read_bundle(raw, "demo"):
             if entry.kind != "host":
                 images.append(
-                    _image("amd", entry.target, "code_object", "device/demo.hsaco", entry.data,
-                           offset=entry.offset, compression="zstd")
-                )  # fmt: skip
+                    _image(
+                        "amd",
+                        entry.target,
+                        "code_object",
+                        "device/demo.hsaco",
+                        entry.data,
+                        offset=entry.offset,
+                        compression="zstd",
+                    )
+                )
     for target in nvidia:
         kind = "ptx" if target.startswith("compute_") else "cubin"
         file = f"device/demo.{target}.{kind}"
@@ -448,9 +455,12 @@ def test_device_wheel_of_another_version_is_skipped(tmp_path: Path, cache: DiskC
     host["device_wheels"] = {"sm_90": "sm90"}
     gpus = [g for g in mixed_machine() if g.vendor == "nvidia"]
     made, _ = make_loader(
-        index=host, root=tmp_path / "host", gpus=gpus, cache=cache,
+        index=host,
+        root=tmp_path / "host",
+        gpus=gpus,
+        cache=cache,
         fragments=lambda: [(device, tmp_path / "device_sm90", "kernelpack_device_sm90")],
-    )  # fmt: skip
+    )
     with (
         pytest.warns(KernelpackWarning, match="version 0.9"),
         pytest.raises(NoImageError) as raised,
@@ -498,8 +508,14 @@ def test_missing_vendor_library_is_a_clear_error(tmp_path: Path, cache: DiskCach
         open_library("cuda", ["libcuda-absent.so.1"])
         raise AssertionError("unreachable")
 
-    made = Loader(index=index, root=tmp_path / "pkg", gpus=mixed_machine()[2:], runtimes=runtime,
-                  cache=cache, fragments=list)  # fmt: skip
+    made = Loader(
+        index=index,
+        root=tmp_path / "pkg",
+        gpus=mixed_machine()[2:],
+        runtimes=runtime,
+        cache=cache,
+        fragments=list,
+    )
     with pytest.raises(RuntimeLibraryError) as raised:
         made.load("demo")
     assert raised.value.exit_code == 1
@@ -565,14 +581,28 @@ def test_no_prebuilt_image_compiles_the_source_once(tmp_path: Path, cache: DiskC
     index = make_package(tmp_path / "pkg", amd=("gfx1100",), nvidia=("sm_80",))
     gpus = mixed_machine()[2:]  # the H100: sm_80 cubins do not run on 9.0, and no PTX was built
     compiler = NvccCompiler(tmp_path)
-    made = Loader(index=index, root=tmp_path / "pkg", gpus=gpus, runtimes=RecordingRuntime,
-                  compilers=lambda vendor: compiler, cache=cache, fragments=list)  # type: ignore[arg-type,return-value]  # fmt: skip
+    made = Loader(
+        index=index,
+        root=tmp_path / "pkg",
+        gpus=gpus,
+        runtimes=RecordingRuntime,
+        compilers=lambda vendor: compiler,  # type: ignore[arg-type,return-value]
+        cache=cache,
+        fragments=list,
+    )
     with pytest.warns(KernelpackWarning, match="compiled its source"):
         module = made.load("demo")
     assert module.image == f"sm_90 compiled by {compiler.version()}"
     assert module.kernel("axpy").info["registers"] > 0
-    again = Loader(index=index, root=tmp_path / "pkg", gpus=gpus, runtimes=RecordingRuntime,
-                   compilers=lambda vendor: compiler, cache=DiskCache(cache.folder), fragments=list)  # type: ignore[arg-type,return-value]  # fmt: skip
+    again = Loader(
+        index=index,
+        root=tmp_path / "pkg",
+        gpus=gpus,
+        runtimes=RecordingRuntime,
+        compilers=lambda vendor: compiler,  # type: ignore[arg-type,return-value]
+        cache=DiskCache(cache.folder),
+        fragments=list,
+    )
     with pytest.warns(KernelpackWarning):
         again.load("demo")
     assert compiler.compiles == 1
@@ -662,16 +692,22 @@ def test_info_verifies_each_chosen_image(
     ("text", "says"),
     [
         ("INDEX = {'schema': 1, 'version': '1.0', 'modu", "SyntaxError"),
-        ("INDEX = {'schema': 1, 'version': '1.0', 'build': {}, 'modules': {'demo': 7}}",
-         "module 'demo': expected a dict, found int"),
-        ("INDEX = {'schema': 1, 'version': 1, 'build': {}, 'modules': {}}",
-         "'version' is a int, not str"),
-        ("INDEX = {'schema': 1, 'version': '1.0', 'build': {}, 'modules': {'demo': {'kernels': {},"
-         " 'source': '', 'source_sha256': '', 'images': [{'vendor': 'amd'}]}}}",
-         "module 'demo' image 0: no key 'target'"),
+        (
+            "INDEX = {'schema': 1, 'version': '1.0', 'build': {}, 'modules': {'demo': 7}}",
+            "module 'demo': expected a dict, found int",
+        ),
+        (
+            "INDEX = {'schema': 1, 'version': 1, 'build': {}, 'modules': {}}",
+            "'version' is a int, not str",
+        ),
+        (
+            "INDEX = {'schema': 1, 'version': '1.0', 'build': {}, 'modules': {'demo': {'kernels': {},"
+            " 'source': '', 'source_sha256': '', 'images': [{'vendor': 'amd'}]}}}",
+            "module 'demo' image 0: no key 'target'",
+        ),
         ("OTHER = 1", "it defines no INDEX"),
     ],
-)  # fmt: skip
+)
 def test_a_damaged_installed_index_is_one_line_and_exit_2(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -732,8 +768,15 @@ def test_amd_compiles_the_hipified_source(tmp_path: Path, cache: DiskCache) -> N
     index = make_package(tmp_path / "pkg", amd=("gfx90a",))
     (tmp_path / "pkg" / "device" / "demo.hip").write_text("// hipified\n" + SOURCE)
     compiler = RecordingCompiler()
-    made = Loader(index=index, root=tmp_path / "pkg", gpus=mixed_machine()[:1], runtimes=RecordingRuntime,
-                  compilers=lambda vendor: compiler, cache=cache, fragments=list)  # type: ignore[arg-type,return-value]  # fmt: skip
+    made = Loader(
+        index=index,
+        root=tmp_path / "pkg",
+        gpus=mixed_machine()[:1],
+        runtimes=RecordingRuntime,
+        compilers=lambda vendor: compiler,  # type: ignore[arg-type,return-value]
+        cache=cache,
+        fragments=list,
+    )
     with pytest.warns(KernelpackWarning, match="no prebuilt image of module demo fits gfx1100"):
         module = made.load("demo")
     assert compiler.asked == [("// hipified\n" + SOURCE, "gfx1100")]
@@ -744,8 +787,15 @@ def test_amd_compiles_the_hipified_source(tmp_path: Path, cache: DiskCache) -> N
 def test_damaged_source_is_refused(tmp_path: Path, cache: DiskCache) -> None:
     index = make_package(tmp_path / "pkg", amd=("gfx90a",))
     (tmp_path / "pkg" / "device" / "demo.cu").write_text(SOURCE + "// changed\n")
-    made = Loader(index=index, root=tmp_path / "pkg", gpus=mixed_machine()[:1], runtimes=RecordingRuntime,
-                  compilers=lambda vendor: RecordingCompiler(), cache=cache, fragments=list)  # type: ignore[arg-type,return-value]  # fmt: skip
+    made = Loader(
+        index=index,
+        root=tmp_path / "pkg",
+        gpus=mixed_machine()[:1],
+        runtimes=RecordingRuntime,
+        compilers=lambda vendor: RecordingCompiler(),  # type: ignore[arg-type,return-value]
+        cache=cache,
+        fragments=list,
+    )
     with pytest.raises(IntegrityError) as raised:
         made.load("demo")
     changed = hashlib.sha256((SOURCE + "// changed\n").encode()).hexdigest()

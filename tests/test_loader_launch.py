@@ -28,17 +28,30 @@ from kernelpack.errors import UsageError
 NATIVE_SOURCE = Path(__file__).parent.parent / "wheels" / "kernelpack" / "_native" / "launcher.c"
 
 LAUNCH = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-    ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
-)  # fmt: skip
+    ctypes.c_int,
+    ctypes.c_void_p,
+    *[ctypes.c_uint] * 7,
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_void_p),
+    ctypes.c_void_p,
+)
 GET_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
 PUSH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 
 PARAMS = [
-    ("char", "b"), ("unsigned char", "B"), ("short", "h"), ("unsigned short", "H"),
-    ("int", "i"), ("unsigned int", "I"), ("long long", "q"), ("size_t", "Q"),
-    ("float", "f"), ("double", "d"), ("bool", "?"), ("const float *__restrict__", "P"),
-]  # fmt: skip
+    ("char", "b"),
+    ("unsigned char", "B"),
+    ("short", "h"),
+    ("unsigned short", "H"),
+    ("int", "i"),
+    ("unsigned int", "I"),
+    ("long long", "q"),
+    ("size_t", "Q"),
+    ("float", "f"),
+    ("double", "d"),
+    ("bool", "?"),
+    ("const float *__restrict__", "P"),
+]
 SIGNATURE = kargs.Signature.from_index(
     "everything", [{"name": f"p{i}", "type": t} for i, (t, _) in enumerate(PARAMS)]
 )
@@ -73,15 +86,33 @@ class Recorder:
         self.push = PUSH(self._push)
         self.pop = GET_CURRENT(self._pop)
 
-    def _launch(self, function: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
-                shared: int, stream: int | None, params: Any, extra: int | None) -> int:  # fmt: skip
+    def _launch(
+        self,
+        function: int,
+        gx: int,
+        gy: int,
+        gz: int,
+        bx: int,
+        by: int,
+        bz: int,
+        shared: int,
+        stream: int | None,
+        params: Any,
+        extra: int | None,
+    ) -> int:
         if self.answer:
             return self.answer
         slots = [ctypes.string_at(params[i], SIGNATURE.types[i].size) for i in range(len(PARAMS))]
-        self.calls.append({
-            "function": function, "dims": (gx, gy, gz, bx, by, bz), "shared": shared,
-            "stream": stream or 0, "slots": slots, "current": self.current,
-        })  # fmt: skip
+        self.calls.append(
+            {
+                "function": function,
+                "dims": (gx, gy, gz, bx, by, bz),
+                "shared": shared,
+                "stream": stream or 0,
+                "slots": slots,
+                "current": self.current,
+            }
+        )
         return 0
 
     def _get_current(self, out: Any) -> int:
@@ -111,8 +142,21 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Any:
         pytest.skip("no C compiler to build kernelpack._launcher")
     out = tmp_path_factory.mktemp("native") / "_launcher.abi3.so"
     include = sysconfig.get_paths()["include"]
-    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-Wall", "-Werror", f"-I{include}",
-                    str(NATIVE_SOURCE), "-o", str(out)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            compiler,
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-Wall",
+            "-Werror",
+            f"-I{include}",
+            str(NATIVE_SOURCE),
+            "-o",
+            str(out),
+        ],
+        check=True,
+    )
     spec = importlib.util.spec_from_file_location("kernelpack._launcher", out)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -141,10 +185,17 @@ LauncherFactory = Callable[[Recorder, kargs.Signature], Callable[..., None]]
 def native_path(native: Any) -> LauncherFactory:
     def make(recorder: Recorder, signature: kargs.Signature) -> Callable[..., None]:
         return launching.native_launch(  # type: ignore[no-any-return]
-            native.Launcher, recorder.launch, 0x1234, signature, fail, binding=1,
-            get_current=recorder.get_current, enter=recorder.push, leave=recorder.pop,
+            native.Launcher,
+            recorder.launch,
+            0x1234,
+            signature,
+            fail,
+            binding=1,
+            get_current=recorder.get_current,
+            enter=recorder.push,
+            leave=recorder.pop,
             context=CONTEXT,
-        )  # fmt: skip
+        )
 
     return make
 
@@ -156,9 +207,15 @@ def ctypes_path(recorder: Recorder, signature: kargs.Signature) -> Callable[...,
         return value.value or 0
 
     return launching.ctypes_launcher(
-        signature, recorder.launch, 0x1234, fail, current, CONTEXT,
-        lambda: recorder.push(CONTEXT), lambda: recorder.pop(ctypes.byref(ctypes.c_void_p())),
-    )  # fmt: skip
+        signature,
+        recorder.launch,
+        0x1234,
+        fail,
+        current,
+        CONTEXT,
+        lambda: recorder.push(CONTEXT),
+        lambda: recorder.pop(ctypes.byref(ctypes.c_void_p())),
+    )
 
 
 @pytest.fixture(params=["native", "ctypes"])
@@ -207,10 +264,19 @@ def bad_arguments() -> list[tuple[str, tuple[Any, ...]]]:
     cases = []
     for position, (_, code) in enumerate(PARAMS):
         for value in {
-            "b": (128, -129), "B": (256, -1), "h": (32768,), "H": (-1, 65536), "i": (2**31,),
-            "I": (-1, 2**32), "q": (2**63,), "Q": (-1, 2**64), "f": ("1.0", 1e39), "d": (None,),
-            "?": (1.5,), "P": (-1, 2**64, 1.0),
-        }[code]:  # fmt: skip
+            "b": (128, -129),
+            "B": (256, -1),
+            "h": (32768,),
+            "H": (-1, 65536),
+            "i": (2**31,),
+            "I": (-1, 2**32),
+            "q": (2**63,),
+            "Q": (-1, 2**64),
+            "f": ("1.0", 1e39),
+            "d": (None,),
+            "?": (1.5,),
+            "P": (-1, 2**64, 1.0),
+        }[code]:
             args = list(GOOD)
             args[position] = value
             cases.append((f"p{position}={value!r}", tuple(args)))
