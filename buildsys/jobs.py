@@ -91,18 +91,18 @@ def compile_argv(
     source = job.source.rsplit("/", 1)[-1]
     if job.tree_name == "hip":
         # -cuid: clang otherwise derives the translation unit's id from the output path, which
-        # would make the object depend on where it was built.
-        return [
-            "hipcc", *flags, f"-cuid={job.module.name}", f"--offload-arch={job.target.target}",
-            *extra, "-Xclang", "-dependency-file", "-Xclang", depfile, "-Xclang", "-MT",
-            "-Xclang", output, source, "-o", output,
-        ]  # fmt: skip
+        # would make the object depend on where it was built. The depfile options are clang's own,
+        # each passed through hipcc by -Xclang.
+        hip_target = [f"-cuid={job.module.name}", f"--offload-arch={job.target.target}"]
+        clang = ["-dependency-file", depfile, "-MT", output]
+        hip_depfile = [part for option in clang for part in ("-Xclang", option)]
+        return ["hipcc", *flags, *hip_target, *extra, *hip_depfile, source, "-o", output]
     # cicc names internal-linkage symbols (_INTERNAL_<hash>, __nv_static_<hash>) after a hash of
     # the source's absolute path: the tree path in its place makes cold builds byte-identical.
-    return [
-        "nvcc", *flags, f"-arch={job.target.target}", *extra,
-        f"-Xcicc=--orig_src_path_name={job.source}", "-MMD", "-MF", depfile, source, "-o", output,
-    ]  # fmt: skip
+    source_path = f"-Xcicc=--orig_src_path_name={job.source}"
+    depfile_options = ["-MMD", "-MF", depfile]
+    target = f"-arch={job.target.target}"
+    return ["nvcc", *flags, target, *extra, source_path, *depfile_options, source, "-o", output]
 
 
 def read_kernels(kind: str, data: bytes, name: str) -> tuple[str, dict[str, KernelResources]]:

@@ -114,9 +114,10 @@ def _check_consistent(first: Shard, other: Shard) -> None:
         raise UsageError(f"inconsistent shards {pair}: versions {a['version']} and {b['version']}")
     if a["sources"] != b["sources"]:
         modules = sorted(
-            m for m in set(a["sources"]) | set(b["sources"])
+            m
+            for m in set(a["sources"]) | set(b["sources"])
             if a["sources"].get(m) != b["sources"].get(m)
-        )  # fmt: skip
+        )
         raise UsageError(
             f"inconsistent shards {pair}: built from other sources (modules {', '.join(modules)}); "
             "rebuild every shard from one commit"

@@ -302,11 +302,16 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
             continue
         help_text = f"{option.help} [{option.environment}]"
         if option.type.metavar is None:
-            parser.add_argument(option.option_flag, dest=option.name, help=help_text,
-                                action=argparse.BooleanOptionalAction)  # fmt: skip
+            parser.add_argument(
+                option.option_flag,
+                dest=option.name,
+                help=help_text,
+                action=argparse.BooleanOptionalAction,
+            )
         else:
-            parser.add_argument(option.option_flag, dest=option.name, help=help_text,
-                                metavar=option.type.metavar)  # fmt: skip
+            parser.add_argument(
+                option.option_flag, dest=option.name, help=help_text, metavar=option.type.metavar
+            )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -384,10 +389,10 @@ def resolve_settings(
         if command not in option.commands:
             continue
         value = getattr(args, option.name, None) if args is not None else None
-        if value is not None:
-            given[option.name] = value if isinstance(value, bool) else (
-                option.type.parse(value, option.option_flag, cwd)
-            )  # fmt: skip
+        if isinstance(value, bool):  # a switch: argparse made it a bool already
+            given[option.name] = value
+        elif value is not None:
+            given[option.name] = option.type.parse(value, option.option_flag, cwd)
         elif option.environment in environ:
             given[option.name] = option.type.parse(
                 environ[option.environment], option.environment, cwd

@@ -42,9 +42,12 @@ def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
     """``python -m`` of the tree's buildsys or kernelpack, as a user runs them."""
     path = os.pathsep.join([str(REPO_ROOT / "wheels"), os.environ.get("PYTHONPATH", "")])
     return subprocess.run(
-        [sys.executable, "-m", *argv], cwd=REPO_ROOT, capture_output=True, text=True,
+        [sys.executable, "-m", *argv],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
         env={**os.environ, "PYTHONPATH": path},
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(scope="module")
@@ -127,10 +130,19 @@ def test_a_compile_error_names_module_target_and_message(project: Project) -> No
     assert snapshot(project.settings.out) == before  # nothing written: no silent drop
 
     cli = run_cli(
-        "buildsys", "build", "--sources", str(project.settings.sources), "--matrix",
-        str(project.settings.matrix), "--out", str(project.root / "cli-out"), "--cache-dir",
-        str(project.settings.cache_dir), "--jobs", "1",
-    )  # fmt: skip
+        "buildsys",
+        "build",
+        "--sources",
+        str(project.settings.sources),
+        "--matrix",
+        str(project.settings.matrix),
+        "--out",
+        str(project.root / "cli-out"),
+        "--cache-dir",
+        str(project.settings.cache_dir),
+        "--jobs",
+        "1",
+    )
     assert cli.returncode == 1, cli.stderr
     assert "error:" in cli.stderr and "undeclared_name" in cli.stderr
     assert "broken gfx" in cli.stderr
@@ -183,10 +195,19 @@ def test_two_builds_from_two_places_are_byte_identical(
 def test_two_builds_at_once_on_one_cache(tmp_path: Path, amd_toolchain: Toolchain) -> None:
     project = make_project(tmp_path, matrix='[amd]\ntargets = ["gfx90a"]\n')
     argv = [
-        sys.executable, "-m", "buildsys", "build", "--sources", str(project.settings.sources),
-        "--matrix", str(project.settings.matrix), "--cache-dir", str(project.settings.cache_dir),
-        "--jobs", "1",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "buildsys",
+        "build",
+        "--sources",
+        str(project.settings.sources),
+        "--matrix",
+        str(project.settings.matrix),
+        "--cache-dir",
+        str(project.settings.cache_dir),
+        "--jobs",
+        "1",
+    ]
     runs = [
         subprocess.Popen(
             [*argv, "--out", str(tmp_path / f"out{i}")],
@@ -255,10 +276,16 @@ def test_uncompressed_bundles_read_back_by_clang_offload_bundler(
     for image in index["modules"]["tiny"]["images"]:
         extracted = out / f"{image['target']}.co"
         amd_toolchain.run(
-            [bundler, "--unbundle", "--type=o", f"--input={bundle}", f"--output={extracted}",
-             f"--targets=hipv4-amdgcn-amd-amdhsa--{image['target']}"],
+            [
+                bundler,
+                "--unbundle",
+                "--type=o",
+                f"--input={bundle}",
+                f"--output={extracted}",
+                f"--targets=hipv4-amdgcn-amd-amdhsa--{image['target']}",
+            ],
             cwd=out,
-        )  # fmt: skip
+        )
         assert hashlib.sha256(extracted.read_bytes()).hexdigest() == image["sha256"]
 
 

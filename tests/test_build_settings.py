@@ -127,9 +127,11 @@ def test_unknown_config_key_exits_2_with_one_line(tmp_path: Path) -> None:
     root = project(tmp_path, "sorces = 'x'\n")
     result = subprocess.run(
         [sys.executable, "-m", "buildsys", "matrix", "--project", str(root)],
-        cwd=REPO_ROOT, capture_output=True, text=True,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
         env={k: v for k, v in os.environ.items() if k != "KERNELPACK_DEBUG"},
-    )  # fmt: skip
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown key tool.kernelpack.sorces" in lines[0], result.stderr

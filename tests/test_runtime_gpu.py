@@ -149,8 +149,14 @@ def make_loader(
     from kernelpack.loader import Loader
 
     index, root = package
-    return Loader(index=index, root=root, runtimes=lambda vendor: wrap(CudaRuntime(binding=binding)),
-                  compilers=compilers, cache=cache, fragments=list)  # fmt: skip
+    return Loader(
+        index=index,
+        root=root,
+        runtimes=lambda vendor: wrap(CudaRuntime(binding=binding)),
+        compilers=compilers,
+        cache=cache,
+        fragments=list,
+    )
 
 
 def native_built() -> bool:
@@ -263,9 +269,19 @@ def test_scalars_reach_the_kernel_exactly(
     ints = torch.full((9,), -7, dtype=torch.int64, device="cuda")
     reals = torch.full((2,), float("nan"), dtype=torch.float64, device="cuda")
     rng = random.Random()
-    values = [rng.randint(-128, 127), rng.randint(0, 255), rng.randint(-(2**15), 2**15 - 1), rng.randint(0, 2**16 - 1),
-              rng.randint(-(2**31), 2**31 - 1), rng.randint(0, 2**32 - 1), rng.randint(-(2**63), 2**63 - 1),
-              rng.randint(0, 2**64 - 1), rng.uniform(-1e6, 1e6), rng.uniform(-1e300, 1e300), rng.random() < 0.5]  # fmt: skip
+    values = [
+        rng.randint(-128, 127),
+        rng.randint(0, 255),
+        rng.randint(-(2**15), 2**15 - 1),
+        rng.randint(0, 2**16 - 1),
+        rng.randint(-(2**31), 2**31 - 1),
+        rng.randint(0, 2**32 - 1),
+        rng.randint(-(2**63), 2**63 - 1),
+        rng.randint(0, 2**64 - 1),
+        rng.uniform(-1e6, 1e6),
+        rng.uniform(-1e300, 1e300),
+        rng.random() < 0.5,
+    ]
     kernel.launch(1, 1, ints, reals, *values)
     torch.cuda.synchronize()
     expected_ints = [

@@ -233,10 +233,17 @@ class CudaRuntime(Runtime):
         lib = self._lib
         if self._native is not None:
             return native_launch(
-                self._native, lib.cuLaunchKernel, function, signature, fail, binding=1,
-                get_current=lib.cuCtxGetCurrent, enter=lib.cuCtxPushCurrent_v2,
-                leave=lib.cuCtxPopCurrent_v2, context=context,
-            )  # fmt: skip
+                self._native,
+                lib.cuLaunchKernel,
+                function,
+                signature,
+                fail,
+                binding=1,
+                get_current=lib.cuCtxGetCurrent,
+                enter=lib.cuCtxPushCurrent_v2,
+                leave=lib.cuCtxPopCurrent_v2,
+                context=context,
+            )
         return ctypes_launcher(
             signature,
             lib.cuLaunchKernel,

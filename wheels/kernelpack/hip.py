@@ -85,10 +85,17 @@ class HipRuntime(Runtime):
         lib, ordinal = self._lib, module.ordinal
         if self._native is not None:
             return native_launch(
-                self._native, lib.hipModuleLaunchKernel, function, signature, fail, binding=2,
-                get_current=lib.hipGetDevice, enter=lib.hipSetDevice, leave=lib.hipSetDevice,
+                self._native,
+                lib.hipModuleLaunchKernel,
+                function,
+                signature,
+                fail,
+                binding=2,
+                get_current=lib.hipGetDevice,
+                enter=lib.hipSetDevice,
+                leave=lib.hipSetDevice,
                 context=ordinal,
-            )  # fmt: skip
+            )
         previous = threading.local()
 
         def current() -> int:

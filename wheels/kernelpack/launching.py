@@ -133,8 +133,10 @@ def ctypes_launcher(
         values: Sequence[object] = args
         try:
             if any(type(args[p]) is not int for p in pointers):
-                values = [pointer_of(a) if p in pointers and type(a) is not int else a
-                          for p, a in enumerate(args)]  # fmt: skip
+                values = [
+                    pointer_of(a) if p in pointers and type(a) is not int else a
+                    for p, a in enumerate(args)
+                ]
             if any(not isinstance(args[p], int) for p in bools):
                 return None
             pack_into(local.buffer, 0, *values)
