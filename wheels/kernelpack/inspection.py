@@ -1,6 +1,6 @@
 """``python -m kernelpack inspect``: what a GPU code file holds, as JSON or as tables.
 
-:func:`describe` is the JSON report (the file as :func:`kernelpack.formats.read_image` reads it,
+:func:`describe` is the JSON report (the file as :func:`kernelpack.formats.read_image_file` reads it,
 and each bundle entry's own image); :func:`print_report` renders the same report as tables for a
 person. Both take the report's strings from the file, so they are data: JSON keeps them exact.
 """
@@ -13,11 +13,11 @@ from ._console import print_table
 from ._elf import Buffer
 from .bundles import Bundle
 from .errors import FormatError
-from .formats import read_image
+from .formats import read_image_file
 
 
 def describe(data: Buffer, path: str) -> dict[str, Any]:
-    """What ``kernelpack inspect --json`` prints: the file as read_image reads it, and for a
+    """What ``kernelpack inspect --json`` prints: the file as read_image_file reads it, and for a
     bundle each entry's image as well (null for the host entry and for entries that are not ELF,
     such as the bitcode of an -fgpu-rdc bundle).
 
@@ -27,7 +27,7 @@ def describe(data: Buffer, path: str) -> dict[str, Any]:
     together cover no more bytes than the bundle holds, so entries that overlap otherwise are
     refused: time and output stay proportional to the file.
     """
-    image = read_image(data, path)
+    image = read_image_file(data, path)
     report = image.to_json()
     if isinstance(image, Bundle):
         _describe_entries(image, report["entries"], path, len(data))
@@ -56,7 +56,7 @@ def _describe_entries(bundle: Bundle, rows: list[dict[str, Any]], path: str, siz
                 f"{entry.offset}) brings the bytes read as images beyond the {holds} the file "
                 "and its decompressed bundles hold",
             )
-        row["image"] = read_image(entry.view, f"{path}: entry {entry.id}").to_json()
+        row["image"] = read_image_file(entry.view, f"{path}: entry {entry.id}").to_json()
 
 
 def print_report(path: str, report: dict[str, Any]) -> None:
