@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from .errors import UsageError
+from .images import KINDS_OF_VENDOR, KindName
 from .processors import (
     AMD_BY_NAME,
     AMD_FAMILIES,
@@ -306,7 +307,15 @@ def _nvidia_fit_description(code: NvidiaTarget, gpu: NvidiaTarget) -> str:
 # --- One parser for every target name ---------------------------------------------------------------
 
 TargetKind = Literal["specific", "generic", "family", "sm", "compute"]
-ImageKind = Literal["code_object", "cubin", "ptx"]
+
+
+def written_kind(name: str) -> Literal["amd", "sm", "compute"]:
+    """How a target name is written, before it is checked against any table: NVIDIA's names start
+    with sm or compute (sm_90, compute_80), every other name is AMD's. The one place that tells the
+    vendors apart by spelling (the parser and the matrix both ask it)."""
+    if name.startswith("compute"):
+        return "compute"
+    return "sm" if name.startswith("sm") else "amd"
 
 
 @dataclass(frozen=True)
@@ -328,7 +337,7 @@ class ParsedTarget:
     members: tuple[str, ...] = ()
 
     @property
-    def image_kind(self) -> ImageKind:
+    def image_kind(self) -> KindName:
         """The kind of image built for it: AMD code objects, NVIDIA cubins or PTX."""
         if self.vendor == "amd":
             return "code_object"
@@ -359,7 +368,7 @@ def parse_target(text: str) -> ParsedTarget:
     name = text.strip()
     if name in AMD_FAMILIES:
         return ParsedTarget(name, "amd", "family", members=AMD_FAMILIES[name])
-    if name.startswith(("sm", "compute")):
+    if written_kind(name) != "amd":
         nvidia = NvidiaTarget.parse(name)
         kind: TargetKind = "compute" if nvidia.ptx else "sm"
         return ParsedTarget(str(nvidia), "nvidia", kind, arch_specific=nvidia.arch_specific)
@@ -377,8 +386,6 @@ def parse_target(text: str) -> ParsedTarget:
 GpuTarget = TargetId | NvidiaTarget
 ImageT = TypeVar("ImageT", bound=Mapping[str, object])
 
-_KINDS = {"amd": ("code_object",), "nvidia": ("cubin", "ptx")}
-
 
 def _image_fit(
     image: Mapping[str, object], gpu: GpuTarget, code_object_v6: bool | None
@@ -388,8 +395,8 @@ def _image_fit(
     gpu_vendor = "amd" if isinstance(gpu, TargetId) else "nvidia"
     if vendor != gpu_vendor:
         return f"built for {vendor} GPUs, this GPU is {gpu_vendor}"
-    if kind not in _KINDS[gpu_vendor]:
-        return f"kind {kind!r} is not one of {', '.join(_KINDS[gpu_vendor])}"
+    if kind not in KINDS_OF_VENDOR[gpu_vendor]:
+        return f"kind {kind!r} is not one of {', '.join(KINDS_OF_VENDOR[gpu_vendor])}"
     try:
         if isinstance(gpu, TargetId):
             code = TargetId.parse(target)
