@@ -341,6 +341,25 @@ def test_every_nvidia_arch_parses_to_its_table_row(arch: NvidiaArch) -> None:
     assert ptx.ptx and str(ptx) == arch.name.replace("sm_", "compute_")
 
 
+@pytest.mark.nvcc
+def test_every_nvidia_arch_is_one_nvcc_builds() -> None:
+    """The table against nvcc's own lists (--list-gpu-code, --list-gpu-arch): every row names a GPU
+    code nvcc builds (an arch-specific row by its base name, sm_90a as sm_90) and its PTX target.
+    nvcc may know more (13.0 lists sm_88, which has no row): a row comes with what GPU it is."""
+    from buildsys.toolchain import cuda_toolchain
+
+    toolchain = cuda_toolchain()
+    assert toolchain is not None
+    nvcc = toolchain.tool("nvcc")
+    codes = set(toolchain.run([nvcc, "--list-gpu-code"]).stdout.split())
+    archs = set(toolchain.run([nvcc, "--list-gpu-arch"]).stdout.split())
+    assert {"sm_80", "sm_90"} <= codes and "compute_90" in archs  # the lists were read
+    for arch in NVIDIA_ARCHS:
+        plain = arch.name.removesuffix("a")
+        assert plain in codes, f"{arch.name}: nvcc does not list {plain}"
+        assert plain.replace("sm_", "compute_") in archs
+
+
 @pytest.mark.parametrize("text", ["sm_9", "sm90", "gfx90a", "sm_100f", "compute_", "sm_90b"])
 def test_malformed_nvidia_targets_are_refused(text: str) -> None:
     with pytest.raises(UsageError, match="not an NVIDIA target"):
