@@ -1,4 +1,4 @@
-/* kernelpack._launcher: the per-launch hot path in C, on the CPython limited API (3.10+).
+/* kernelpack._launcher: the per-launch hot path in C, on the CPython limited API (3.11+).
  *
  * Why it exists: from Python, ctypes spends microseconds per cuLaunchKernel converting arguments,
  * more than the driver itself (docs/loader.md has the numbers). Here one call checks and packs
