@@ -161,17 +161,11 @@ def python_side(folder: Path) -> dict[str, float]:
     }
     native = native_module()
     if native is not None:
+        binding = launching.DeviceBinding(
+            1, lib.noop_current, lib.noop_push, lib.noop_current, 0xC0FFEE
+        )
         launchers["native"] = launching.native_launch(
-            native.Launcher,
-            lib.noop_launch,
-            1,
-            signature,
-            fail,
-            binding=1,
-            get_current=lib.noop_current,
-            enter=lib.noop_push,
-            leave=lib.noop_current,
-            context=0xC0FFEE,
+            native.Launcher, lib.noop_launch, 1, signature, fail, binding
         )
     results: dict[str, float] = {}
     y, x = ArrayInterface(0x7F00_0000_0000), ArrayInterface(0x7F00_0001_0000)

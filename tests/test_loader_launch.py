@@ -184,17 +184,11 @@ LauncherFactory = Callable[[Recorder, kargs.Signature], Callable[..., None]]
 
 def native_path(native: Any) -> LauncherFactory:
     def make(recorder: Recorder, signature: kargs.Signature) -> Callable[..., None]:
+        binding = launching.DeviceBinding(
+            1, recorder.get_current, recorder.push, recorder.pop, CONTEXT
+        )
         return launching.native_launch(  # type: ignore[no-any-return]
-            native.Launcher,
-            recorder.launch,
-            0x1234,
-            signature,
-            fail,
-            binding=1,
-            get_current=recorder.get_current,
-            enter=recorder.push,
-            leave=recorder.pop,
-            context=CONTEXT,
+            native.Launcher, recorder.launch, 0x1234, signature, fail, binding
         )
 
     return make

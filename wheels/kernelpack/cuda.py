@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from . import launching
 from .errors import RuntimeLibraryError
-from .launching import choose_launcher, ctypes_launcher, declare_module_calls, native_launch
 from .libraries import cuda_version_text, open_library
 from .runtime import Runtime, c_string, int_out, load_module, module_function
 
@@ -39,7 +39,9 @@ class CudaDriver:
         lib_ = self.lib
         lib_.cuGetErrorName.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p))
         lib_.cuCtxPushCurrent_v2.argtypes = (ctypes.c_void_p,)
-        declare_module_calls(lib_.cuModuleLoadData, lib_.cuModuleGetFunction, lib_.cuLaunchKernel)
+        launching.declare_module_calls(
+            lib_.cuModuleLoadData, lib_.cuModuleGetFunction, lib_.cuLaunchKernel
+        )
 
     def error_name(self, code: int) -> str:
         name = ctypes.c_char_p()
@@ -136,7 +138,7 @@ class CudaRuntime(Runtime):
         self.driver = CudaDriver(lib)
         self._lib = self.driver.lib
         self.library = str(getattr(self._lib, "_name", "libcuda.so.1"))
-        self._native, self.binding = choose_launcher(binding)
+        self._native, self.binding = launching.choose_launcher(binding)
         self._lock = threading.Lock()
         self._contexts: dict[int, int] = {}
         self.driver.check(self.driver.init(), "cuInit")
@@ -232,19 +234,12 @@ class CudaRuntime(Runtime):
         context = self.context(module.ordinal)
         lib = self._lib
         if self._native is not None:
-            return native_launch(
-                self._native,
-                lib.cuLaunchKernel,
-                function,
-                signature,
-                fail,
-                binding=1,
-                get_current=lib.cuCtxGetCurrent,
-                enter=lib.cuCtxPushCurrent_v2,
-                leave=lib.cuCtxPopCurrent_v2,
-                context=context,
+            push, pop = lib.cuCtxPushCurrent_v2, lib.cuCtxPopCurrent_v2
+            binding = launching.DeviceBinding(1, lib.cuCtxGetCurrent, push, pop, context)
+            return launching.native_launch(
+                self._native, lib.cuLaunchKernel, function, signature, fail, binding
             )
-        return ctypes_launcher(
+        return launching.ctypes_launcher(
             signature,
             lib.cuLaunchKernel,
             function,

@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from . import launching
 from .errors import RuntimeLibraryError
-from .launching import choose_launcher, ctypes_launcher, declare_module_calls, native_launch
 from .libraries import hip_version_text, open_library
 from .runtime import Runtime, c_string, int_out, load_module, module_function
 
@@ -34,11 +34,11 @@ class HipRuntime(Runtime):
     def __init__(self, lib: ctypes.CDLL | None = None, *, binding: str | None = None) -> None:
         self._lib = lib if lib is not None else open_library("hip")
         self.library = str(getattr(self._lib, "_name", "libamdhip64"))
-        self._native, self.binding = choose_launcher(binding)
+        self._native, self.binding = launching.choose_launcher(binding)
         lib_ = self._lib
         lib_.hipGetErrorName.restype = ctypes.c_char_p
         lib_.hipGetErrorName.argtypes = (ctypes.c_int,)
-        declare_module_calls(
+        launching.declare_module_calls(
             lib_.hipModuleLoadData, lib_.hipModuleGetFunction, lib_.hipModuleLaunchKernel
         )
         self._lock = threading.Lock()
@@ -84,18 +84,11 @@ class HipRuntime(Runtime):
     ) -> LaunchFn:
         lib, ordinal = self._lib, module.ordinal
         if self._native is not None:
-            return native_launch(
-                self._native,
-                lib.hipModuleLaunchKernel,
-                function,
-                signature,
-                fail,
-                binding=2,
-                get_current=lib.hipGetDevice,
-                enter=lib.hipSetDevice,
-                leave=lib.hipSetDevice,
-                context=ordinal,
+            binding = launching.DeviceBinding(
+                2, lib.hipGetDevice, lib.hipSetDevice, lib.hipSetDevice, ordinal
             )
+            launch = lib.hipModuleLaunchKernel
+            return launching.native_launch(self._native, launch, function, signature, fail, binding)
         previous = threading.local()
 
         def current() -> int:
@@ -104,7 +97,7 @@ class HipRuntime(Runtime):
             previous.device = device.value
             return device.value
 
-        return ctypes_launcher(
+        return launching.ctypes_launcher(
             signature,
             lib.hipModuleLaunchKernel,
             function,

@@ -13,7 +13,7 @@ import ctypes
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import args as kargs
 from . import arrays
@@ -63,29 +63,37 @@ def address(function: Any) -> int:
     return int(ctypes.cast(function, ctypes.c_void_p).value or 0)
 
 
+class DeviceBinding(NamedTuple):
+    """How a launch runs on the kernel's device and leaves the caller's as it was (the C launcher's
+    ``enum binding``): ``kind`` 1, a CUDA context (cuCtxGetCurrent, cuCtxPushCurrent, and
+    cuCtxPopCurrent to leave), or 2, a HIP device (hipGetDevice, hipSetDevice, hipSetDevice back);
+    ``context`` is the CUcontext or the device number."""
+
+    kind: int
+    get_current: Any
+    enter: Any
+    leave: Any
+    context: int
+
+
 def native_launch(
     native: Any,
     launch: Any,
     function: int,
     signature: kargs.Signature,
     fail: FailFn,
-    *,
-    binding: int,
-    get_current: Any,
-    enter: Any,
-    leave: Any,
-    context: int,
+    binding: DeviceBinding,
 ) -> LaunchFn:
     """The C launcher's bound method: Kernel.launch with no Python frame of its own."""
     launcher = native(
         launch=address(launch),
         function=function,
         codes=signature.codes,
-        binding=binding,
-        get_current=address(get_current),
-        enter=address(enter),
-        leave=address(leave),
-        context=context,
+        binding=binding.kind,
+        get_current=address(binding.get_current),
+        enter=address(binding.enter),
+        leave=address(binding.leave),
+        context=binding.context,
         pointer_getters=arrays.POINTER_GETTERS,
         pointer_of=arrays.pointer_of,
         torch_getter=arrays.torch_pointer,
