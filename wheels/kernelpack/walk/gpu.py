@@ -1,10 +1,11 @@
 """The walks on the GPU: the kernels of kernel_sources/walk/walk.cu through kernelpack's loader.
 
-Memory comes from torch or CuPy (the framework of the caller's arrays, else whichever is
-installed, torch first), as raw bytes on that framework's current stream; the kernels take plain
-addresses. Two ways in and out:
+Memory comes from torch or CuPy through kernelpack.arrays.DeviceMemory (the framework of the
+caller's arrays, else whichever is installed, torch first), as raw bytes on that framework's
+current stream; the kernels take plain addresses. Two ways in and out:
 
-- shifts and dirs already on the GPU (torch, CuPy) are read in place and checked there
+- shifts and dirs already on the GPU (torch, CuPy, or any array kernelpack.arrays reads) are
+  read in place and checked there
   (walk_bounds); the outputs are whole-batch arrays of that framework on that device;
 - numpy in: each piece of the batch is uploaded, and the outputs asked for come back on a second
   stream into page-locked memory while the next piece computes (PIPELINE_PIECES).
@@ -24,9 +25,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..arrays import Array, DeviceMemory, download, is_gpu_array, wrap
 from ..devices import Device
 from ..errors import RuntimeLibraryError
-from .buffers import Buffers, device_array, device_index, framework_of, on_device, vendor_of
 from .inputs import (
     OUTPUTS,
     Request,
@@ -282,11 +283,11 @@ class _Selector:
     on the host (kernelpack.walk.select's rule; walk.cu's "Selection on the device")."""
 
     def __init__(
-        self, module: Any, buffers: Buffers, request: Request, dim: int, stream: int
+        self, module: Any, memory: DeviceMemory, request: Request, dim: int, stream: int
     ) -> None:
         self.kernels = {name: module.kernel(f"walk_select_{name}")
                         for name in ("hits", "histogram", "pick", "top")}  # fmt: skip
-        self.buffers, self.request, self.dim, self.stream = buffers, request, dim, stream
+        self.memory, self.request, self.dim, self.stream = memory, request, dim, stream
         self.hits: list[Selection] = []
         self.top: list[Selection] = []
 
@@ -295,8 +296,8 @@ class _Selector:
         (walk int32, est, delta, shift and dir rows), 8-byte columns first."""
         sizes = [8 * capacity, 8 * capacity, 8 * capacity * self.dim, 8 * capacity * self.dim,
                  4 * capacity]  # fmt: skip
-        buffer = self.buffers.filled(sum(sizes), POISON)
-        base, addresses = self.buffers.pointer(buffer), []
+        buffer = self.memory.filled(sum(sizes), POISON)
+        base, addresses = self.memory.pointer(buffer), []
         for size in sizes:
             addresses.append(base)
             base += size
@@ -311,7 +312,7 @@ class _Selector:
             size = np.dtype(dtype).itemsize * capacity * width
             if count:
                 part = buffer[at : at + size]
-                columns.append(self.buffers.download(part, dtype, (count, width)))
+                columns.append(self.memory.download(part, dtype, (count, width)))
             else:
                 columns.append(np.zeros((0, width), dtype=dtype))
             at += size
@@ -323,21 +324,21 @@ class _Selector:
         is walk ``first`` of the batch."""
         request, launch = self.request, {"stream": self.stream}
         blocks = min(SELECT_MAX_BLOCKS, -(-count // SELECT_BLOCK))
-        state = self.buffers.filled(8 * SELECT_STATE_WORDS, 0)
-        histogram = self.buffers.filled(4 * SELECT_DIGITS * SELECT_BINS, 0)
+        state = self.memory.filled(8 * SELECT_STATE_WORDS, 0)
+        histogram = self.memory.filled(4 * SELECT_DIGITS * SELECT_BINS, 0)
         walks = (pointers["est2"], pointers["delta2"], pointers["alive"], pointers["shifts"],
                  pointers["dirs"], count, self.dim)  # fmt: skip
         hit_capacity = count if request.min_delta is not None else 1
         hits, hit_columns = self._records(hit_capacity)
         # NaN compares false: with no threshold the kernel only counts the candidates
         threshold = math.nan if request.min_delta is None else request.min_delta
-        state_ptr = self.buffers.pointer(state)
+        state_ptr = self.memory.pointer(state)
         self.kernels["hits"].launch(blocks, SELECT_BLOCK, *walks, threshold, state_ptr,
                                     *hit_columns, **launch)  # fmt: skip
         top_capacity = max(1, min(request.top_k, count))  # at most the piece's walks are kept
         top, top_columns = self._records(top_capacity)
         if request.top_k:
-            histogram_ptr = self.buffers.pointer(histogram)
+            histogram_ptr = self.memory.pointer(histogram)
             for digit in range(SELECT_DIGITS):
                 self.kernels["histogram"].launch(
                     blocks, SELECT_BLOCK, pointers["delta2"], pointers["alive"], count, digit,
@@ -347,7 +348,7 @@ class _Selector:
                                             **launch)  # fmt: skip
             self.kernels["top"].launch(blocks, SELECT_BLOCK, *walks, state_ptr, *top_columns,
                                        **launch)  # fmt: skip
-        counts = self.buffers.download(state, np.uint64, (SELECT_STATE_WORDS,))
+        counts = self.memory.download(state, np.uint64, (SELECT_STATE_WORDS,))
         if request.min_delta is not None:
             self.hits.append(self._read(hits, hit_capacity, int(counts[1])).offset(first))
         if request.top_k:
@@ -366,39 +367,48 @@ class _Selector:
         return hits, top
 
 
+def _device_array(value: object, name: str) -> Array:
+    """A C-contiguous int64 array on the GPU, read in place, or a ValueError naming it."""
+    array = wrap(name, value)
+    if array.dtype != "int64" or not array.contiguous:
+        layout = "contiguous" if array.contiguous else "not C-contiguous"
+        raise ValueError(
+            f"{name}: expected a C-contiguous int64 array on the GPU, got {array.dtype}, "
+            f"{layout}; convert it on the device first (torch: .to(torch.int64).contiguous())"
+        )
+    return array
+
+
 def _check_device_inputs(
     program: Program,
-    shifts: Any,
-    dirs: Any,
+    shifts: Array,
+    dirs: Array,
     scalars: Scalars,
     module: Any,
-    buffers: Buffers,
+    memory: DeviceMemory,
 ) -> DeviceInputs:
     """Shifts and dirs on the GPU, checked there: their shape here, their positions from the
     per-axis bounds that walk_bounds computes (the exact walk-by-walk check, on the host, only
     when the bounds alone cannot rule out an overflow)."""
-    shifts_ptr, shape = device_array(shifts, "shifts")
-    dirs_ptr, dir_shape = device_array(dirs, "dirs")
-    check_shape(program, shape, dir_shape)
-    walks, dim = shape
+    check_shape(program, shifts.shape, dirs.shape)
+    walks, dim = shifts.shape
     start = np.array([[INT64_MAX] * dim, [INT64_MIN] * dim] * 2, dtype=np.int64)
-    bounds_d = buffers.upload(start)
+    bounds_d = memory.upload(start)
     blocks = min(SELECT_MAX_BLOCKS, -(-walks // SELECT_BLOCK))
     module.kernel("walk_bounds").launch(
-        blocks, SELECT_BLOCK, shifts_ptr, dirs_ptr, walks, dim, buffers.pointer(bounds_d),
-        stream=buffers.stream(),
+        blocks, SELECT_BLOCK, shifts.pointer, dirs.pointer, walks, dim, memory.pointer(bounds_d),
+        stream=memory.stream(),
     )  # fmt: skip
-    bounds = buffers.download(bounds_d, np.int64, (4, dim))
+    bounds = memory.download(bounds_d, np.int64, (4, dim))
     if not positions_fit(bounds, scalars.depth):
-        check_positions(_to_host(shifts), _to_host(dirs), scalars.depth)
-    return DeviceInputs(program, shifts, dirs, shifts_ptr, dirs_ptr, (walks, dim), bounds,
+        shape = (walks, dim)
+        host_shifts = download(shifts.value).view(np.int64).reshape(shape)
+        check_positions(
+            host_shifts, download(dirs.value).view(np.int64).reshape(shape), scalars.depth
+        )
+    return DeviceInputs(program, shifts.value, dirs.value, shifts.pointer, dirs.pointer, (walks, dim), bounds,
                         scalars.primes, scalars.depth, scalars.depth1, scalars.depth2,
                         scalars.target)  # fmt: skip
-
-
-def _to_host(array: Any) -> npt.NDArray[np.int64]:
-    host = array.cpu().numpy() if hasattr(array, "cpu") else array.get()
-    return np.asarray(host, dtype=np.int64)
 
 
 def run(
@@ -429,43 +439,43 @@ def run(
     request = check_request(outputs, min_delta, top_k)
     from .. import loader
 
-    if on_device(shifts) or on_device(dirs):
-        if not (on_device(shifts) and on_device(dirs)):
+    if is_gpu_array(shifts) or is_gpu_array(dirs):
+        if not (is_gpu_array(shifts) and is_gpu_array(dirs)):
             raise ValueError(
                 "shifts, dirs: one is on the GPU and the other is not; pass both there"
             )
-        index = device_index(shifts)
-        if device_index(dirs) != index:
-            raise ValueError(f"shifts, dirs: on different GPUs ({index} and {device_index(dirs)})")
-        name = f"{vendor_of(shifts)}:{index}"
-        if device is not None and device not in (name, index):
+        shifts_d, dirs_d = _device_array(shifts, "shifts"), _device_array(dirs, "dirs")
+        name = shifts_d.device_name
+        if dirs_d.device_name != name:
+            raise ValueError(f"shifts, dirs: on different GPUs ({name} and {dirs_d.device_name})")
+        if device is not None and device not in (name, shifts_d.device):
             raise ValueError(f"device: {device!r}, but shifts and dirs are on {name}")
         scalars = check_scalars(program, primes, depth, depth1, depth2, target)
         module = loader.load(MODULE, device=name)
-        buffers = Buffers(module.gpu.index, framework_of(shifts))
+        memory = DeviceMemory(module.device, shifts_d.framework)
         inputs: WalkInputs | DeviceInputs = _check_device_inputs(
-            program, shifts, dirs, scalars, module, buffers
+            program, shifts_d, dirs_d, scalars, module, memory
         )
     else:
         inputs = check_inputs(program, shifts, dirs, primes, depth, depth1, depth2, target)
         module = loader.load(MODULE, device=device)
-        buffers = Buffers(module.gpu.index)  # the vendor runtime's number, as torch/CuPy count
-    return _walk(inputs, request, module, buffers)
+        memory = DeviceMemory(module.device)
+    return _walk(inputs, request, module, memory)
 
 
 def _walk(
-    inputs: WalkInputs | DeviceInputs, request: Request, module: Any, buffers: Buffers
+    inputs: WalkInputs | DeviceInputs, request: Request, module: Any, memory: DeviceMemory
 ) -> WalkResult:
     program = inputs.program
     lowered = lower(program, inputs.dim, inputs.depth, registers=True)
     launch = _Launch.build(lowered, inputs)
     m, dim = program.m, inputs.dim
     constant = {
-        name: buffers.upload(getattr(launch, name))
+        name: memory.upload(getattr(launch, name))
         for name in ("code", "tables", "out", "consts", "moduli", "float_code", "float_out",
                      "float_consts")
     }  # fmt: skip
-    ptr = {name: buffers.pointer(buffer) for name, buffer in constant.items()}
+    ptr = {name: memory.pointer(buffer) for name, buffer in constant.items()}
     residue_kernel, residue_arguments = _residue_launch(module, lowered, launch, ptr)
     if launch.float_registers:
         float_kernel = module.kernel(f"walk_float_registers_m{m}_d{lowered.residue.degree}")
@@ -479,29 +489,29 @@ def _walk(
     walks, primes_count = inputs.walks, len(inputs.primes)
     wanted = request.outputs
     on_gpu = isinstance(inputs, DeviceInputs)
-    stream = buffers.stream()
-    selector = _Selector(module, buffers, request, dim, stream) if request.selects else None
+    stream = memory.stream()
+    selector = _Selector(module, memory, request, dim, stream) if request.selects else None
     p_final_bytes = primes_count * m * m * 4
     # On the GPU, the outputs are whole-batch arrays that each piece writes its part of; for
     # numpy, each piece's part comes back to the host.
     whole: dict[str, Any] = {}
     if on_gpu:
-        whole["alive"] = buffers.filled(walks * 4, 0)
-        whole["est"] = buffers.filled(4 * walks * 8, POISON)
+        whole["alive"] = memory.filled(walks * 4, 0)
+        whole["est"] = memory.filled(4 * walks * 8, POISON)
         if "P_final" in wanted:
-            whole["P_final"] = buffers.filled(walks * p_final_bytes, POISON)
+            whole["P_final"] = memory.filled(walks * p_final_bytes, POISON)
     host: dict[str, tuple[Any, npt.NDArray[np.uint8]]] = {}
     if not on_gpu:
         if "alive" in wanted:
-            host["alive"] = buffers.pinned(4 * walks)
+            host["alive"] = memory.pinned(4 * walks)
         if wanted & {"est1", "est2", "delta1", "delta2"}:
-            host["est"] = buffers.pinned(4 * 8 * walks)
+            host["est"] = memory.pinned(4 * 8 * walks)
         if "P_final" in wanted:
-            host["P_final"] = buffers.pinned(walks * p_final_bytes)
-    side = buffers.side_stream() if not on_gpu else None
+            host["P_final"] = memory.pinned(walks * p_final_bytes)
+    side = memory.side_stream() if not on_gpu else None
     # pieces whose copies may still be running: (event after its copies, its device buffers)
     in_flight: list[tuple[Any, list[Any]]] = []
-    piece = piece_walks(inputs, buffers.free_bytes(), "P_final" in wanted)
+    piece = piece_walks(inputs, memory.free_bytes(), "P_final" in wanted)
     if not on_gpu and walks >= 2 * PIPELINE_MIN_WALKS:
         # at least PIPELINE_PIECES pieces, so that copies overlap the next piece's kernels
         piece = max(1, min(piece // 2, max(PIPELINE_MIN_WALKS, -(-walks // PIPELINE_PIECES))))
@@ -511,23 +521,23 @@ def _walk(
             shifts_ptr = inputs.shifts_ptr + 8 * dim * start
             dirs_ptr = inputs.dirs_ptr + 8 * dim * start
             alive_d, est_d, rows = whole["alive"], whole["est"], walks
-            alive_ptr = buffers.pointer(alive_d) + 4 * start
-            est_ptr = buffers.pointer(est_d) + 8 * start
-            p_final_ptr = (buffers.pointer(whole["P_final"]) + p_final_bytes * start
+            alive_ptr = memory.pointer(alive_d) + 4 * start
+            est_ptr = memory.pointer(est_d) + 8 * start
+            p_final_ptr = (memory.pointer(whole["P_final"]) + p_final_bytes * start
                            if "P_final" in whole else 0)  # fmt: skip
             p_final_d = None
         else:
             while len(in_flight) >= 2:  # at most two pieces' buffers held
                 in_flight.pop(0)[0].synchronize()
             part = slice(start, start + count)
-            shifts_d = buffers.upload(inputs.shifts[part])
-            dirs_d = buffers.upload(inputs.dirs[part])
-            shifts_ptr, dirs_ptr = buffers.pointer(shifts_d), buffers.pointer(dirs_d)
-            alive_d = buffers.filled(count * 4, 0)
-            est_d = buffers.filled(4 * count * 8, POISON)
-            alive_ptr, est_ptr, rows = buffers.pointer(alive_d), buffers.pointer(est_d), count
-            p_final_d = buffers.filled(count * p_final_bytes, POISON) if "P_final" in host else None
-            p_final_ptr = 0 if p_final_d is None else buffers.pointer(p_final_d)
+            shifts_d = memory.upload(inputs.shifts[part])
+            dirs_d = memory.upload(inputs.dirs[part])
+            shifts_ptr, dirs_ptr = memory.pointer(shifts_d), memory.pointer(dirs_d)
+            alive_d = memory.filled(count * 4, 0)
+            est_d = memory.filled(4 * count * 8, POISON)
+            alive_ptr, est_ptr, rows = memory.pointer(alive_d), memory.pointer(est_d), count
+            p_final_d = memory.filled(count * p_final_bytes, POISON) if "P_final" in host else None
+            p_final_ptr = 0 if p_final_d is None else memory.pointer(p_final_d)
         residue_kernel.launch(
             (-(-count // launch.residue_block), primes_count),
             launch.residue_block,
@@ -555,16 +565,16 @@ def _walk(
             stream=stream,
         )
         if side is not None:
-            buffers.side_waits(side)
+            memory.side_waits(side)
             if p_final_d is not None:
-                buffers.copy_to_host(host["P_final"], p_final_bytes * start, p_final_d,
+                memory.copy_to_host(host["P_final"], p_final_bytes * start, p_final_d,
                                      p_final_bytes * count, side)  # fmt: skip
             if "alive" in host:
-                buffers.copy_to_host(host["alive"], 4 * start, alive_d, 4 * count, side)
+                memory.copy_to_host(host["alive"], 4 * start, alive_d, 4 * count, side)
             for row in range(4 if "est" in host else 0):
-                buffers.copy_to_host(host["est"], 8 * (row * walks + start),
+                memory.copy_to_host(host["est"], 8 * (row * walks + start),
                                      est_d[8 * row * count :], 8 * count, side)  # fmt: skip
-            in_flight.append((buffers.mark(side), [shifts_d, dirs_d, alive_d, est_d, p_final_d]))
+            in_flight.append((memory.mark(side), [shifts_d, dirs_d, alive_d, est_d, p_final_d]))
         if selector is not None:
             selector.piece(
                 {"est2": est_rows[1], "delta2": est_rows[3], "alive": alive_ptr,
@@ -576,9 +586,9 @@ def _walk(
         event.synchronize()
     hits, top = selector.result() if selector is not None else (None, None)
     if on_gpu:
-        estimates = buffers.typed(whole["est"], "float64", (4, walks))
-        alive = buffers.typed(whole["alive"], "int32", (walks,)) != 0  # 0 or 1
-        p_final = (buffers.typed(whole["P_final"], "uint32", (walks, primes_count, m, m))
+        estimates = memory.typed(whole["est"], "float64", (4, walks))
+        alive = memory.typed(whole["alive"], "int32", (walks,)) != 0  # 0 or 1
+        p_final = (memory.typed(whole["P_final"], "uint32", (walks, primes_count, m, m))
                    if "P_final" in whole else None)  # fmt: skip
     else:
         estimates = (host["est"][1].view(np.float64).reshape(4, walks) if "est" in host
