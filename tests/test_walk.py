@@ -20,7 +20,8 @@ import pytest
 
 from kernelpack.walk import Op, Program, WalkResult, compile_program, reference, run_numpy
 from kernelpack.walk.cpu import walk_lowered
-from kernelpack.walk.inputs import check_inputs, is_prime
+from kernelpack.walk.inputs import is_prime
+from kernelpack.walk.walker import bind
 from kernelpack.walk.lower import ADD, FLOAT_REGISTER_DEGREES, MUL, SUB, Lowered, lower
 from kernelpack.walk.reference import step_matrix
 
@@ -392,7 +393,7 @@ def test_residue_forms_agree_with_reference(matrix: list[list[str]], depth: int,
     arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": depth,
                  "depth1": 1, "depth2": depth, "target": 0.0}  # fmt: skip
     expected = reference(program, **arguments)  # type: ignore[arg-type]
-    inputs = check_inputs(program, **arguments)  # type: ignore[arg-type]
+    inputs = bind(program, **arguments).host_inputs()
     for result in (walk_lowered(lowered, inputs), run_numpy(program, **arguments)):  # type: ignore[arg-type]
         np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
         np.testing.assert_array_equal(result.alive, expected.alive)
@@ -446,7 +447,7 @@ def test_float_register_form_steps_exact_entries(m: int, degree: int) -> None:
     assert (lowered.residue.form, lowered.residue.degree) == ("registers", degree)
     shifts = rng.integers(-(10**3), 10**3, (6, 2))
     dirs = rng.integers(-40, 40, (6, 2))
-    inputs = check_inputs(program, shifts, dirs, EDGE_PRIMES, depth, 1, depth, 0.0)
+    inputs = bind(program, shifts, dirs, EDGE_PRIMES, depth, 1, depth, 0.0).host_inputs()
     assert float_registers_exact(inputs, degree)
     for shift, direction in zip(shifts.tolist(), dirs.tolist(), strict=True):
         walked = _float_register_entries(lowered, shift, direction, depth)
@@ -466,7 +467,7 @@ def test_float_registers_exact_bounds_the_tables() -> None:
 
     def exact(matrix: list[list[str]], shift: int, depth: int) -> bool:
         program = compile_program(matrix, ["x"])
-        inputs = check_inputs(program, [[shift]], [[1]], EDGE_PRIMES, depth, 1, depth, 0.0)
+        inputs = bind(program, [[shift]], [[1]], EDGE_PRIMES, depth, 1, depth, 0.0).host_inputs()
         return float_registers_exact(inputs, 2)
 
     square = [["x**2", "1"], ["1", "0"]]
@@ -481,7 +482,7 @@ def test_float_registers_exact_bounds_the_tables() -> None:
         np.array(instrs, dtype=np.uint8), np.array([1, 0]), np.array([4, 5, 5, 6]), 2
     )
     for shift, expected in ((2**12, True), (2**14, False)):
-        inputs = check_inputs(cancelling, [[shift]], [[1]], EDGE_PRIMES, 5, 1, 5, 0.0)
+        inputs = bind(cancelling, [[shift]], [[1]], EDGE_PRIMES, 5, 1, 5, 0.0).host_inputs()
         assert float_registers_exact(inputs, 2) is expected
 
 
@@ -762,9 +763,9 @@ def test_montgomery_constants() -> None:
 
 def test_batches_split_to_fit_device_memory() -> None:
     from kernelpack.walk.gpu import MEMORY_FRACTION, piece_walks
-    from kernelpack.walk.inputs import check_inputs
+    from kernelpack.walk.walker import bind
 
-    inputs = check_inputs(PROGRAM, **VALID)  # type: ignore[arg-type]
+    inputs = bind(PROGRAM, **VALID).host_inputs()
     # shifts and dirs, P_final (2 primes, m = 2), alive, 4 estimates, a hit record with 2 axes
     per_walk = 16 * 2 + 4 * 2 * 4 + 4 + 32 + (4 + 8 + 8 + 32)
     assert piece_walks(inputs, 10**6) == int(10**6 * MEMORY_FRACTION) // per_walk

@@ -28,7 +28,7 @@ from test_walk import (
 )
 
 from kernelpack.walk import compile_program, gpu, reference, run, run_numpy
-from kernelpack.walk.inputs import check_inputs
+from kernelpack.walk.walker import bind
 from kernelpack.walk.lower import FLOAT_REGISTER_DEGREES, REGISTER_DEGREES, lower
 
 pytestmark = pytest.mark.gpu
@@ -110,7 +110,7 @@ def test_gpu_float_register_kernels_match_evaluation(
     shifts, dirs = rng.integers(1, 60, (150, 2)), rng.integers(1, 5, (150, 2))
     arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": 40,
                  "depth1": 13, "depth2": 40, "target": 0.25}  # fmt: skip
-    inputs = check_inputs(program, **arguments)  # type: ignore[arg-type]
+    inputs = bind(program, **arguments).host_inputs()
     low = lower(program, 2, 40, registers=True)
     assert (low.residue.form, low.residue.degree) == ("registers", degree)
     assert gpu._Launch.build(low, inputs).float_registers

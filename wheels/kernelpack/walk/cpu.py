@@ -12,15 +12,13 @@ kept apart.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
 
 import numpy as np
 import numpy.typing as npt
 
-from .inputs import OUTPUTS, WalkInputs, WalkResult, check_inputs, check_request
+from .inputs import WalkInputs, WalkResult
 from .lower import ADD, MUL, FloatCode, Lowered, ResidueCode, lower
-from .program import Program
-from .select import select
+from .walker import host_walker
 
 # (walk, prime) pairs per block: 16384 uint64 = 128 KiB per slot, so that a block's slots stay in
 # a core's L2 cache for programs of a dozen slots.
@@ -181,33 +179,11 @@ def _float_steps(
         estimates[2 + which, walks] = -1.0 - np.log(np.abs(est - inputs.target)) / ln_q
 
 
-def run_numpy(
-    program: Program,
-    shifts: object,
-    dirs: object,
-    primes: object,
-    depth: object,
-    depth1: object,
-    depth2: object,
-    target: object,
-    *,
-    outputs: Collection[str] = OUTPUTS,
-    min_delta: float | None = None,
-    top_k: int = 0,
-) -> WalkResult:
+@host_walker
+def run_numpy(inputs: WalkInputs) -> WalkResult:
     """The walks on the CPU with numpy; the same arguments and result as run(), and the same
     selection (kernelpack.walk.select) when min_delta or top_k is given."""
-    request = check_request(outputs, min_delta, top_k)
-    inputs = check_inputs(program, shifts, dirs, primes, depth, depth1, depth2, target)
-    full = walk_lowered(lower(program, inputs.dim, inputs.depth, registers=False), inputs)
-    hits = top = None
-    if request.selects:
-        hits, top = select(
-            full.alive, full.est2, full.delta2, inputs.shifts, inputs.dirs, request.min_delta,
-            request.top_k,
-        )  # fmt: skip
-    kept = {name: getattr(full, name) if name in request.outputs else None for name in OUTPUTS}
-    return WalkResult(**kept, hits=hits, top=top if request.top_k else None)
+    return walk_lowered(lower(inputs.program, inputs.dim, inputs.depth, registers=False), inputs)
 
 
 def walk_lowered(lowered: Lowered, inputs: WalkInputs) -> WalkResult:

@@ -18,7 +18,7 @@ A batch whose buffers would take more than half of the device's free memory runs
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,25 +26,22 @@ import numpy as np
 import numpy.typing as npt
 
 from ..arrays import Array, DeviceMemory, download, is_gpu_array, wrap
-from ..devices import Device
 from ..errors import RuntimeLibraryError
 from .inputs import (
     OUTPUTS,
+    CheckedWalks,
     Request,
-    Scalars,
     WalkInputs,
     WalkResult,
-    check_inputs,
     check_positions,
-    check_request,
-    check_scalars,
     check_shape,
     positions_fit,
-    ranges_from_bounds,
+    scalar_fields,
 )
 from .lower import FLOAT_REGISTER_DEGREES, Lowered, lower
-from .program import INT64_MAX, INT64_MIN, Op, Program
+from .program import INT64_MAX, INT64_MIN, Op
 from .select import Selection, merge_hits, merge_top
+from .walker import WalkCall, walker
 
 MODULE = "walk"
 # Block sizes tried, largest first, until the block's slots fit SHARED_LIMIT; every target runs
@@ -113,7 +110,7 @@ def _interval(op: Op, a: tuple[float, float], b: tuple[float, float]) -> tuple[f
     return a  # COPY
 
 
-def float_registers_exact(inputs: WalkInputs | DeviceInputs, degree: int) -> bool:
+def float_registers_exact(inputs: CheckedWalks, degree: int) -> bool:
     """Whether the float register kernel of ``degree`` steps these walks exactly as evaluating the
     program in float64 would: every value the program computes at a position from step 0 to
     depth + degree (the setup evaluates steps 0..degree, the tables hold differences of the
@@ -171,7 +168,7 @@ class _Launch:
     depth2: int
 
     @classmethod
-    def build(cls, lowered: Lowered, inputs: WalkInputs | DeviceInputs) -> _Launch:
+    def build(cls, lowered: Lowered, inputs: CheckedWalks) -> _Launch:
         residue, floats = lowered.residue, lowered.float
         block = block_size(residue.n_slots, 4, RESIDUE_MAX_BLOCK)
         stride = block * 4
@@ -208,38 +205,19 @@ class _Launch:
         )
 
 
-@dataclass(frozen=True, eq=False)
-class DeviceInputs:
-    """Checked arguments whose shifts and dirs are int64 (B, dim) arrays on the GPU, read in
-    place: ``shifts_ptr``/``dirs_ptr`` their addresses, ``bounds`` (4, dim) the smallest and
-    largest shift and dir per axis (walk.cu's walk_bounds)."""
+@dataclass(frozen=True, eq=False, kw_only=True)
+class DeviceInputs(CheckedWalks):
+    """Checked walks whose shifts and dirs are int64 (B, dim) arrays on the GPU, read in place
+    (``shifts_ptr``/``dirs_ptr`` their addresses); ``bounds`` comes from walk.cu's
+    walk_bounds."""
 
-    program: Program
     shifts: Any
     dirs: Any
     shifts_ptr: int
     dirs_ptr: int
-    shape: tuple[int, int]
-    bounds: npt.NDArray[np.int64]
-    primes: npt.NDArray[np.uint32]
-    depth: int
-    depth1: int
-    depth2: int
-    target: float
-
-    @property
-    def walks(self) -> int:
-        return self.shape[0]
-
-    @property
-    def dim(self) -> int:
-        return self.shape[1]
-
-    def axis_ranges(self, steps: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        return ranges_from_bounds(self.bounds, steps)
 
 
-def piece_walks(inputs: WalkInputs | DeviceInputs, free_bytes: int, p_final: bool = True) -> int:
+def piece_walks(inputs: CheckedWalks, free_bytes: int, p_final: bool = True) -> int:
     """How many walks one piece of the batch takes: its buffers within MEMORY_FRACTION of the
     free memory (at least one walk, at most MAX_PIECE_WALKS). Per walk: shifts and dirs, P_final
     when asked for, alive and the four estimates, and room for it as a hit (a record with its
@@ -380,52 +358,47 @@ def _device_array(value: object, name: str) -> Array:
 
 
 def _check_device_inputs(
-    program: Program,
-    shifts: Array,
-    dirs: Array,
-    scalars: Scalars,
-    module: Any,
-    memory: DeviceMemory,
+    call: WalkCall, shifts: Array, dirs: Array, module: Any, memory: DeviceMemory
 ) -> DeviceInputs:
     """Shifts and dirs on the GPU, checked there: their shape here, their positions from the
     per-axis bounds that walk_bounds computes (the exact walk-by-walk check, on the host, only
     when the bounds alone cannot rule out an overflow)."""
-    check_shape(program, shifts.shape, dirs.shape)
+    check_shape(call.program, shifts.shape, dirs.shape)
     walks, dim = shifts.shape
     start = np.array([[INT64_MAX] * dim, [INT64_MIN] * dim] * 2, dtype=np.int64)
     bounds_d = memory.upload(start)
     blocks = min(SELECT_MAX_BLOCKS, -(-walks // SELECT_BLOCK))
     module.kernel("walk_bounds").launch(
-        blocks, SELECT_BLOCK, shifts.pointer, dirs.pointer, walks, dim, memory.pointer(bounds_d),
+        blocks,
+        SELECT_BLOCK,
+        shifts.pointer,
+        dirs.pointer,
+        walks,
+        dim,
+        memory.pointer(bounds_d),
         stream=memory.stream(),
-    )  # fmt: skip
+    )
     bounds = memory.download(bounds_d, np.int64, (4, dim))
-    if not positions_fit(bounds, scalars.depth):
-        shape = (walks, dim)
-        host_shifts = download(shifts.value).view(np.int64).reshape(shape)
-        check_positions(
-            host_shifts, download(dirs.value).view(np.int64).reshape(shape), scalars.depth
-        )
-    return DeviceInputs(program, shifts.value, dirs.value, shifts.pointer, dirs.pointer, (walks, dim), bounds,
-                        scalars.primes, scalars.depth, scalars.depth1, scalars.depth2,
-                        scalars.target)  # fmt: skip
+    depth = call.scalars.depth
+    if not positions_fit(bounds, depth):
+        host = [
+            download(array.value).view(np.int64).reshape(walks, dim) for array in (shifts, dirs)
+        ]
+        check_positions(host[0], host[1], depth)
+    return DeviceInputs(
+        **scalar_fields(call.scalars),
+        program=call.program,
+        shape=(walks, dim),
+        bounds=bounds,
+        shifts=shifts.value,
+        dirs=dirs.value,
+        shifts_ptr=shifts.pointer,
+        dirs_ptr=dirs.pointer,
+    )
 
 
-def run(
-    program: Program,
-    shifts: object,
-    dirs: object,
-    primes: object,
-    depth: object,
-    depth1: object,
-    depth2: object,
-    target: object,
-    device: Device = None,
-    *,
-    outputs: Collection[str] = OUTPUTS,
-    min_delta: float | None = None,
-    top_k: int = 0,
-) -> WalkResult:
+@walker
+def run(call: WalkCall) -> WalkResult:
     """The walks of WALK.md on the GPU ``device`` (None: the first; "cuda:N", "hip:N"; an int on
     a machine of one vendor).
 
@@ -436,9 +409,9 @@ def run(
     ``top_k`` the selection runs on the GPU (kernelpack.walk.select): only the kept walks come
     back to the host.
     """
-    request = check_request(outputs, min_delta, top_k)
     from .. import loader
 
+    shifts, dirs, device = call.shifts, call.dirs, call.device
     if is_gpu_array(shifts) or is_gpu_array(dirs):
         if not (is_gpu_array(shifts) and is_gpu_array(dirs)):
             raise ValueError(
@@ -450,17 +423,16 @@ def run(
             raise ValueError(f"shifts, dirs: on different GPUs ({name} and {dirs_d.device_name})")
         if device is not None and device not in (name, shifts_d.device):
             raise ValueError(f"device: {device!r}, but shifts and dirs are on {name}")
-        scalars = check_scalars(program, primes, depth, depth1, depth2, target)
         module = loader.load(MODULE, device=name)
         memory = DeviceMemory(module.device, shifts_d.framework)
         inputs: WalkInputs | DeviceInputs = _check_device_inputs(
-            program, shifts_d, dirs_d, scalars, module, memory
+            call, shifts_d, dirs_d, module, memory
         )
     else:
-        inputs = check_inputs(program, shifts, dirs, primes, depth, depth1, depth2, target)
+        inputs = call.host_inputs()
         module = loader.load(MODULE, device=device)
         memory = DeviceMemory(module.device)
-    return _walk(inputs, request, module, memory)
+    return _walk(inputs, call.request, module, memory)
 
 
 def _walk(

@@ -6,11 +6,10 @@ caller can tell at once which of eight arguments to fix.
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -84,37 +83,6 @@ def check_request(outputs: object, min_delta: object, top_k: object) -> Request:
     if not 0 <= k < 2**31:
         raise ValueError(f"top_k: expected 0 .. 2^31 - 1, got {k}")
     return Request(names, threshold, k)
-
-
-@dataclass(frozen=True, eq=False)
-class WalkInputs:
-    """Checked arguments: int64 (B, dim) shifts and dirs, uint32 (K,) primes."""
-
-    program: Program
-    shifts: npt.NDArray[np.int64]
-    dirs: npt.NDArray[np.int64]
-    primes: npt.NDArray[np.uint32]
-    depth: int
-    depth1: int
-    depth2: int
-    target: float
-
-    @property
-    def walks(self) -> int:
-        return int(self.shifts.shape[0])
-
-    @property
-    def dim(self) -> int:
-        return int(self.shifts.shape[1])
-
-    @functools.cached_property
-    def bounds(self) -> npt.NDArray[np.int64]:
-        """(4, dim): per axis the smallest and largest shift, the smallest and largest dir."""
-        return axis_bounds(self.shifts, self.dirs)
-
-    def axis_ranges(self, steps: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        """Per axis bounds on the positions from step 0 to ``steps``, in float64."""
-        return ranges_from_bounds(self.bounds, steps)
 
 
 def axis_bounds(
@@ -205,9 +173,9 @@ def _check_primes(value: object) -> npt.NDArray[np.uint32]:
     return primes.astype(np.uint32)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Scalars:
-    """The checked arguments besides shifts and dirs."""
+    """The checked arguments besides the program, shifts and dirs."""
 
     primes: npt.NDArray[np.uint32]
     depth: int
@@ -216,14 +184,51 @@ class Scalars:
     target: float
 
 
-def check_scalars(
-    program: Program, primes: object, depth: object, depth1: object, depth2: object, target: object
-) -> Scalars:
-    """program, primes, depths and target, checked (WALK.md)."""
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CheckedWalks(Scalars):
+    """A batch of walks whose arguments are checked, wherever its shifts and dirs live: the
+    program, the (B, dim) shape and ``bounds`` (4, dim), per axis the smallest and largest shift
+    and dir (what bounds the positions and the values the program computes)."""
+
+    program: Program
+    shape: tuple[int, int]
+    bounds: npt.NDArray[np.int64]
+
+    @property
+    def walks(self) -> int:
+        return self.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.shape[1]
+
+    def axis_ranges(self, steps: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Per axis bounds on the positions from step 0 to ``steps``, in float64."""
+        return ranges_from_bounds(self.bounds, steps)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class WalkInputs(CheckedWalks):
+    """Checked walks in host memory: int64 (B, dim) shifts and dirs."""
+
+    shifts: npt.NDArray[np.int64]
+    dirs: npt.NDArray[np.int64]
+
+
+def check_program(program: object) -> Program:
+    """program: a Program, else the ValueError that names it."""
     if not isinstance(program, Program):
         raise ValueError(
             f"program: expected a Program (see compile_program), got {type(program).__name__}"
         )
+    return program
+
+
+def check_scalars(
+    program: Program, primes: object, depth: object, depth1: object, depth2: object, target: object
+) -> Scalars:
+    """program, primes, depths and target, checked (WALK.md)."""
+    check_program(program)
     prime_array = _check_primes(primes)
     depth_n, depth1_n, depth2_n = (
         _count(depth, "depth"),
@@ -243,7 +248,9 @@ def check_scalars(
         raise ValueError(f"target: expected a real number, got {target!r}") from None
     if not math.isfinite(target_value):
         raise ValueError(f"target: expected a finite number, got {target_value}")
-    return Scalars(prime_array, depth_n, depth1_n, depth2_n, target_value)
+    return Scalars(
+        primes=prime_array, depth=depth_n, depth1=depth1_n, depth2=depth2_n, target=target_value
+    )
 
 
 def check_shape(program: Program, shape: tuple[int, ...], dir_shape: tuple[int, ...]) -> None:
@@ -272,25 +279,25 @@ def positions_fit(bounds: npt.NDArray[np.int64], depth: int) -> bool:
     return True
 
 
-def check_inputs(
-    program: Program,
-    shifts: object,
-    dirs: object,
-    primes: object,
-    depth: object,
-    depth1: object,
-    depth2: object,
-    target: object,
-) -> WalkInputs:
-    """The arguments of run, run_numpy and reference, checked and converted (WALK.md)."""
-    scalars = check_scalars(program, primes, depth, depth1, depth2, target)
+def check_inputs(program: Program, shifts: object, dirs: object, scalars: Scalars) -> WalkInputs:
+    """Host shifts and dirs checked and converted for ``program`` and checked ``scalars``
+    (WALK.md): int64 arrays of one (B, dim) shape whose positions stay in int64."""
     shift_array = integer_array(shifts, "shifts", 2)
     dir_array = integer_array(dirs, "dirs", 2)
     check_shape(program, shift_array.shape, dir_array.shape)
-    inputs = WalkInputs(
-        program, shift_array, dir_array, scalars.primes, scalars.depth, scalars.depth1,
-        scalars.depth2, scalars.target,
-    )  # fmt: skip
-    if not positions_fit(inputs.bounds, scalars.depth):  # else no walk can leave int64
+    bounds = axis_bounds(shift_array, dir_array)
+    if not positions_fit(bounds, scalars.depth):  # else no walk can leave int64
         check_positions(shift_array, dir_array, scalars.depth)
-    return inputs
+    return WalkInputs(
+        **scalar_fields(scalars),
+        program=program,
+        shape=(shift_array.shape[0], shift_array.shape[1]),
+        bounds=bounds,
+        shifts=shift_array,
+        dirs=dir_array,
+    )
+
+
+def scalar_fields(scalars: Scalars) -> dict[str, Any]:
+    """The fields of Scalars, as keywords for the CheckedWalks built on them."""
+    return {field.name: getattr(scalars, field.name) for field in fields(Scalars)}
