@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .inputs import WalkInputs, WalkResult
-from .lower import ADD, MUL, FloatCode, Lowered, ResidueCode, lower
+from .lower import ADD, MUL, Lowered, lower
 from .walker import host_walker
 
 # (walk, prime) pairs per block: 16384 uint64 = 128 KiB per slot, so that a block's slots stay in
@@ -64,14 +64,14 @@ class _Residues:
 
 
 def _residue_block(
-    code: ResidueCode,
     lowered: Lowered,
     inputs: WalkInputs,
     walks: slice,
     p_final: npt.NDArray[np.uint32],
     alive: npt.NDArray[np.bool_],
 ) -> None:
-    m, dim = lowered.m, lowered.dim
+    """P_final and alive of ``walks``, in the lowered residue code."""
+    code, m, dim = lowered.residue, lowered.m, lowered.dim
     shifts, dirs = inputs.shifts[walks], inputs.dirs[walks]
     count = len(shifts)
     primes = inputs.primes.astype(np.uint64)
@@ -110,31 +110,15 @@ def _residue_block(
 
 
 def _float_block(
-    code: FloatCode,
-    lowered: Lowered,
-    inputs: WalkInputs,
-    walks: slice,
-    estimates: npt.NDArray[np.float64],
+    lowered: Lowered, inputs: WalkInputs, walks: slice, estimates: npt.NDArray[np.float64]
 ) -> None:
-    dim = lowered.dim
+    """The estimates of ``walks`` (rows est1, est2, delta1, delta2), in the lowered float code;
+    overflow to inf and NaN are results here, as on the GPU (the caller silences numpy)."""
+    code, m, dim = lowered.float, lowered.m, lowered.dim
     positions = inputs.shifts[walks].T.copy()
     slots = np.empty((code.n_slots, positions.shape[1]))
     for c, value in enumerate(lowered.consts):
         slots[3 * dim + c] = float(value)
-    with np.errstate(all="ignore"):  # overflow to inf and nan are results here, as on the GPU
-        _float_steps(code, lowered, inputs, walks, estimates, slots, positions)
-
-
-def _float_steps(
-    code: FloatCode,
-    lowered: Lowered,
-    inputs: WalkInputs,
-    walks: slice,
-    estimates: npt.NDArray[np.float64],
-    slots: npt.NDArray[np.float64],
-    positions: npt.NDArray[np.int64],
-) -> None:
-    m, dim = lowered.m, lowered.dim
     dirs = inputs.dirs[walks].T
     count = positions.shape[1]
     product = np.zeros((m, m, count))
@@ -194,10 +178,9 @@ def walk_lowered(lowered: Lowered, inputs: WalkInputs) -> WalkResult:
     alive = np.empty(walks, dtype=bool)
     block = max(1, BLOCK_PAIRS // primes_count)
     for start in range(0, walks, block):
-        _residue_block(
-            lowered.residue, lowered, inputs, slice(start, start + block), p_final, alive
-        )
+        _residue_block(lowered, inputs, slice(start, start + block), p_final, alive)
     estimates = np.empty((4, walks))
-    for start in range(0, walks, FLOAT_BLOCK):
-        _float_block(lowered.float, lowered, inputs, slice(start, start + FLOAT_BLOCK), estimates)
+    with np.errstate(all="ignore"):  # overflow to inf and nan are results, as on the GPU
+        for start in range(0, walks, FLOAT_BLOCK):
+            _float_block(lowered, inputs, slice(start, start + FLOAT_BLOCK), estimates)
     return WalkResult(p_final, alive, estimates[0], estimates[1], estimates[2], estimates[3])
