@@ -81,8 +81,16 @@ def test_numpy_selection_follows_the_rule_on_random_programs(m: int) -> None:
         chosen = run_numpy(program, **arguments, outputs=(), min_delta=min_delta, top_k=top_k)  # type: ignore[arg-type]
         assert chosen.P_final is None and chosen.delta2 is None
         try:
-            check_selection(chosen, full.alive, full.est2, full.delta2, arguments["shifts"],  # type: ignore[arg-type]
-                            arguments["dirs"], min_delta, top_k)  # type: ignore[arg-type]  # fmt: skip
+            check_selection(
+                chosen,
+                full.alive,
+                full.est2,
+                full.delta2,
+                arguments["shifts"],  # type: ignore[arg-type]
+                arguments["dirs"],
+                min_delta,
+                top_k,
+            )  # type: ignore[arg-type]
         except AssertionError as error:
             raise AssertionError(f"seed {seed}, program {index}: {error}") from None
 
@@ -93,8 +101,15 @@ def test_numpy_selection_matches_the_exact_reference() -> None:
     program = compile_program([["2*x + y", "x**2"], ["1", "0"]], ["x", "y"])
     shifts = np.array([[1, 1], [1, 3], [2, 5], [1, 7], [3, 2], [1, 0]])
     dirs = np.array([[1, 0], [1, 0], [1, 0], [1, 0], [1, 0], [1, 0]])
-    arguments: dict[str, object] = {"shifts": shifts, "dirs": dirs, "primes": [2147483647, 65537],
-                                    "depth": 40, "depth1": 20, "depth2": 40, "target": 1.0}  # fmt: skip
+    arguments: dict[str, object] = {
+        "shifts": shifts,
+        "dirs": dirs,
+        "primes": [2147483647, 65537],
+        "depth": 40,
+        "depth1": 20,
+        "depth2": 40,
+        "target": 1.0,
+    }
     exact = reference(program, **arguments)  # type: ignore[arg-type]
     chosen = run_numpy(program, **arguments, top_k=3, min_delta=0.0)  # type: ignore[arg-type]
     hits, top = rule(exact.alive, exact.delta2, 0.0, 3)
@@ -146,8 +161,16 @@ def test_pieces_merge_to_the_whole() -> None:
 )
 def test_request_is_checked(change: dict[str, object], message: str) -> None:
     program = compile_program([["x", "1"], ["1", "0"]], ["x"])
-    arguments: dict[str, object] = {"shifts": [[1]], "dirs": [[1]], "primes": [7], "depth": 3,
-                                    "depth1": 1, "depth2": 3, "target": 0.0, **change}  # fmt: skip
+    arguments: dict[str, object] = {
+        "shifts": [[1]],
+        "dirs": [[1]],
+        "primes": [7],
+        "depth": 3,
+        "depth1": 1,
+        "depth2": 3,
+        "target": 0.0,
+        **change,
+    }
     with pytest.raises(ValueError, match=message):
         run_numpy(program, **arguments)  # type: ignore[arg-type]
 
@@ -172,8 +195,12 @@ def test_bounds_decide_positions_only_when_safe() -> None:
         dirs = rng.integers(-reach, reach, shifts.shape)
         depth = int(rng.integers(1, 2**22))
         bounds = axis_bounds(shifts, dirs)
-        assert bounds.tolist() == [shifts.min(0).tolist(), shifts.max(0).tolist(),
-                                   dirs.min(0).tolist(), dirs.max(0).tolist()]  # fmt: skip
+        assert bounds.tolist() == [
+            shifts.min(0).tolist(),
+            shifts.max(0).tolist(),
+            dirs.min(0).tolist(),
+            dirs.max(0).tolist(),
+        ]
         if positions_fit(bounds, depth):
             fits += 1
             check_positions(shifts, dirs, depth)  # must not raise

@@ -90,8 +90,11 @@ def axis_bounds(
 ) -> npt.NDArray[np.int64]:
     """Rows: min shift, max shift, min dir, max dir, per axis (walk.cu's walk_bounds on the
     host). One column at a time: numpy reduces a (B, 2) array over B several times slower."""
-    rows = [[getattr(a[:, j], f)() for j in range(a.shape[1])]
-            for a in (shifts, dirs) for f in ("min", "max")]  # fmt: skip
+    rows = [
+        [getattr(a[:, j], f)() for j in range(a.shape[1])]
+        for a in (shifts, dirs)
+        for f in ("min", "max")
+    ]
     return np.array(rows, dtype=np.int64).reshape(4, shifts.shape[1])
 
 
