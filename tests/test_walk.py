@@ -819,6 +819,83 @@ def test_program_argument_is_checked() -> None:
             walker("x", **VALID)
 
 
+def test_walkers_share_one_signature() -> None:
+    """run, run_numpy and reference take the arguments of WALK.md by the same names, in the same
+    order (written out here by hand), and a wrong name is a TypeError naming the walker."""
+    import inspect
+
+    expected = [
+        "program",
+        "shifts",
+        "dirs",
+        "primes",
+        "depth",
+        "depth1",
+        "depth2",
+        "target",
+        "device",
+        "outputs",
+        "min_delta",
+        "top_k",
+    ]
+    for walker in _walkers():
+        assert list(inspect.signature(walker).parameters) == expected, walker.__name__
+        assert walker.__doc__, walker.__name__
+        with pytest.raises(TypeError, match=f"^{walker.__name__}\\(\\): .*'depht'"):
+            walker(PROGRAM, **VALID, depht=3)
+
+
+def test_cpu_walkers_take_no_device() -> None:
+    for walker in (run_numpy, reference):
+        with pytest.raises(ValueError, match=r"^device: .* walks on the CPU"):
+            walker(PROGRAM, **VALID, device="cuda:0")
+
+
+def test_reference_selects_like_the_numpy_walker() -> None:
+    """The exact walker keeps the walks its own deltas rank first, and only the outputs named."""
+    rng, seed = fresh_rng()
+    program = compile_program([["0", "-x**2"], ["1", "2*x + y"]], ["x", "y"])
+    arguments = {
+        **VALID,
+        "shifts": rng.integers(1, 9, (40, 2)),
+        "dirs": rng.integers(1, 3, (40, 2)),
+    }
+    full = reference(program, **arguments)  # type: ignore[arg-type]
+    chosen = reference(program, **arguments, outputs=("alive",), top_k=5)  # type: ignore[arg-type]
+    assert chosen.P_final is None and chosen.delta2 is None
+    np.testing.assert_array_equal(chosen.alive, full.alive)
+    candidates = [w for w in range(40) if full.alive[w] and not math.isnan(full.delta2[w])]
+    best = sorted(candidates, key=lambda w: (-full.delta2[w], w))[:5]
+    assert chosen.top is not None and chosen.top.walk.tolist() == best, f"seed {seed}"
+    assert chosen.hits is None
+
+
+def test_gpu_arrays_are_told_from_host_arrays() -> None:
+    """run reads shifts and dirs in place when kernelpack.arrays calls them GPU arrays: objects
+    with __cuda_array_interface__, or DLPack producers on CUDA, ROCm or managed memory; numpy
+    arrays, CPU torch tensors and page-locked host memory (DLPack 3 and 11) are host arrays."""
+    from kernelpack.arrays import is_gpu_array
+
+    class Interface:
+        @property
+        def __cuda_array_interface__(self) -> dict[str, object]:
+            return {"shape": (1,), "typestr": "<i8", "data": (0, False)}
+
+    class Producer:
+        def __init__(self, device_type: int) -> None:
+            self.device_type = device_type
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return self.device_type, 0
+
+    assert is_gpu_array(Interface())
+    assert [t for t in range(1, 16) if is_gpu_array(Producer(t))] == [2, 10, 13]
+    assert not is_gpu_array(np.zeros((2, 2), dtype=np.int64))
+    assert not is_gpu_array([[1, 2]])
+    torch = pytest.importorskip("torch")
+    assert not is_gpu_array(torch.zeros(2, 2, dtype=torch.int64))
+
+
 def test_is_prime_matches_trial_division() -> None:
     assert [n for n in range(-3, 5000) if is_prime(n)] == [
         n for n in range(-3, 5000) if _trial_division_prime(n)
