@@ -259,10 +259,10 @@ def _device_array(value: object, name: str) -> Array:
     """A C-contiguous int64 array on the GPU, read in place, or a ValueError naming it."""
     array = wrap(name, value)
     if array.dtype != "int64" or not array.contiguous:
-        layout = "contiguous" if array.contiguous else "not C-contiguous"
+        layout = "" if array.contiguous else ", not C-contiguous"
         raise ValueError(
-            f"{name}: expected a C-contiguous int64 array on the GPU, got {array.dtype}, "
-            f"{layout}; convert it on the device first (torch: .to(torch.int64).contiguous())"
+            f"{name}: expected a C-contiguous int64 array on the GPU, got {array.dtype}{layout}; "
+            "convert it on the device first (torch: .to(torch.int64).contiguous())"
         )
     return array
 
