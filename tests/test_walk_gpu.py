@@ -352,13 +352,16 @@ def test_gpu_device_resident_inputs_and_outputs() -> None:
     )  # type: ignore[arg-type]
     assert lean.P_final is None and lean.alive is None
     np.testing.assert_array_equal(lean.delta2.cpu().numpy(), expected.delta2)
-    with pytest.raises(ValueError, match="shifts: expected a C-contiguous int64"):
+    with pytest.raises(ValueError, match=r"^shifts: expected a C-contiguous int64 .*got int32;"):
         run(
             program,
             torch.from_numpy(shifts).cuda().int(),
             torch.from_numpy(dirs).cuda(),
             **arguments,
         )  # type: ignore[arg-type]
+    transposed = torch.from_numpy(dirs.T.copy()).cuda().t()  # (3000, 2), column-major
+    with pytest.raises(ValueError, match=r"^dirs: .*got int64, not C-contiguous;"):
+        run(program, torch.from_numpy(shifts).cuda(), transposed, **arguments)  # type: ignore[arg-type]
 
 
 def test_gpu_sweep_finds_aperys_walk(tmp_path: Path) -> None:
