@@ -145,7 +145,7 @@ def test_gpu_float_register_kernels_match_evaluation(
     assert (low.residue.form, low.residue.degree) == ("registers", degree)
     assert launch.Launch.build(low, inputs).float_registers
     result = run(program, **arguments)  # type: ignore[arg-type]
-    monkeypatch.setattr(gpu, "float_registers_exact", lambda inputs, degree: False)
+    monkeypatch.setattr(launch, "float_registers_exact", lambda inputs, degree: False)
     assert not launch.Launch.build(low, inputs).float_registers
     evaluated = run(program, **arguments)  # type: ignore[arg-type]
     for name in ("est1", "est2", "delta1", "delta2"):
