@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from kernelpack.errors import UsageError
 from kernelpack.walk import Op, Program, WalkResult, compile_program, reference, run_numpy
 from kernelpack.walk.cpu import walk_lowered
 from kernelpack.walk.inputs import is_prime
@@ -639,7 +640,7 @@ def test_compile_program_shares_subexpressions_and_folds_constants() -> None:
     ],
 )
 def test_compile_program_rejects(matrix: list[list[object]], axes: list[str], message: str) -> None:
-    with pytest.raises(ValueError, match=f"^{message}"):
+    with pytest.raises(UsageError, match=f"^{message}"):
         compile_program(matrix, axes)
 
 
@@ -716,7 +717,7 @@ GOOD = [(Op.LOAD_AXIS, 0, 0, 0), (Op.LOAD_CONST, 1, 0, 0), (Op.MUL, 2, 0, 1)]
 def test_program_rejects(
     instrs: list[tuple[int, ...]], consts: list[int], out: list[int], m: int, message: str
 ) -> None:
-    with pytest.raises(ValueError, match=f"^{message}"):
+    with pytest.raises(UsageError, match=f"^{message}"):
         Program(
             np.array(instrs, dtype=np.int64).reshape(len(instrs), -1),
             np.array(consts, dtype=np.int64),
@@ -726,9 +727,9 @@ def test_program_rejects(
 
 
 def test_program_rejects_constants_outside_int64() -> None:
-    with pytest.raises(ValueError, match=r"^consts: integers must lie in the int64 range"):
+    with pytest.raises(UsageError, match=r"^consts: integers must lie in the int64 range"):
         Program(np.array(GOOD), [2**63], [0, 1, 2, 2], 2)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"^consts: integers must lie in the int64 range"):
+    with pytest.raises(UsageError, match=r"^consts: integers must lie in the int64 range"):
         Program(np.array(GOOD), np.array([2**64 - 1], dtype=np.uint64), [0, 1, 2, 2], 2)  # type: ignore[arg-type]
 
 
@@ -796,7 +797,7 @@ PROGRAM = compile_program([["x", "y"], ["x*y", "1"]], ["x", "y"])
 def test_walk_arguments_are_checked(change: dict[str, object], message: str) -> None:
     arguments = {**VALID, **change}
     for walker in _walkers():
-        with pytest.raises(ValueError, match=f"^{message}"):
+        with pytest.raises(UsageError, match=f"^{message}"):
             walker(PROGRAM, **arguments)
 
 
@@ -815,7 +816,7 @@ def test_positions_may_reach_the_int64_edges() -> None:
 
 def test_program_argument_is_checked() -> None:
     for walker in _walkers():
-        with pytest.raises(ValueError, match=r"^program: expected a Program"):
+        with pytest.raises(UsageError, match=r"^program: expected a Program"):
             walker("x", **VALID)
 
 
@@ -847,7 +848,7 @@ def test_walkers_share_one_signature() -> None:
 
 def test_cpu_walkers_take_no_device() -> None:
     for walker in (run_numpy, reference):
-        with pytest.raises(ValueError, match=r"^device: .* walks on the CPU"):
+        with pytest.raises(UsageError, match=r"^device: .* walks on the CPU"):
             walker(PROGRAM, **VALID, device="cuda:0")
 
 

@@ -27,6 +27,7 @@ from test_walk import (
     random_walks,
 )
 
+from kernelpack.errors import UsageError
 from kernelpack.walk import compile_program, gpu, launch, reference, run, run_numpy
 from kernelpack.walk.lower import FLOAT_REGISTER_DEGREES, REGISTER_DEGREES, lower
 from kernelpack.walk.walker import bind
@@ -352,7 +353,7 @@ def test_gpu_device_resident_inputs_and_outputs() -> None:
     )  # type: ignore[arg-type]
     assert lean.P_final is None and lean.alive is None
     np.testing.assert_array_equal(lean.delta2.cpu().numpy(), expected.delta2)
-    with pytest.raises(ValueError, match=r"^shifts: expected a C-contiguous int64 .*got int32;"):
+    with pytest.raises(UsageError, match=r"^shifts: expected a C-contiguous int64 .*got int32;"):
         run(
             program,
             torch.from_numpy(shifts).cuda().int(),
@@ -360,7 +361,7 @@ def test_gpu_device_resident_inputs_and_outputs() -> None:
             **arguments,
         )  # type: ignore[arg-type]
     transposed = torch.from_numpy(dirs.T.copy()).cuda().t()  # (3000, 2), column-major
-    with pytest.raises(ValueError, match=r"^dirs: .*got int64, not C-contiguous;"):
+    with pytest.raises(UsageError, match=r"^dirs: .*got int64, not C-contiguous;"):
         run(program, torch.from_numpy(shifts).cuda(), transposed, **arguments)  # type: ignore[arg-type]
 
 

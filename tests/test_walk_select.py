@@ -12,6 +12,7 @@ import numpy.typing as npt
 import pytest
 from test_walk import fresh_rng, random_case
 
+from kernelpack.errors import UsageError
 from kernelpack.walk import WalkResult, compile_program, reference, run_numpy
 from kernelpack.walk.select import Selection, merge_hits, merge_top, select
 
@@ -171,7 +172,7 @@ def test_request_is_checked(change: dict[str, object], message: str) -> None:
         "target": 0.0,
         **change,
     }
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UsageError, match=message):
         run_numpy(program, **arguments)  # type: ignore[arg-type]
 
 

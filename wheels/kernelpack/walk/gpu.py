@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..arrays import Array, DeviceMemory, download, is_gpu_array, wrap
-from ..errors import RuntimeLibraryError
+from ..errors import RuntimeLibraryError, UsageError
 from .inputs import (
     OUTPUTS,
     CheckedWalks,
@@ -256,11 +256,11 @@ class _Selector:
 
 
 def _device_array(value: object, name: str) -> Array:
-    """A C-contiguous int64 array on the GPU, read in place, or a ValueError naming it."""
+    """A C-contiguous int64 array on the GPU, read in place, or a UsageError naming it."""
     array = wrap(name, value)
     if array.dtype != "int64" or not array.contiguous:
         layout = "" if array.contiguous else ", not C-contiguous"
-        raise ValueError(
+        raise UsageError(
             f"{name}: expected a C-contiguous int64 array on the GPU, got {array.dtype}{layout}; "
             "convert it on the device first (torch: .to(torch.int64).contiguous())"
         )
@@ -324,15 +324,15 @@ def run(call: WalkCall) -> WalkResult:
     shifts, dirs, device = call.shifts, call.dirs, call.device
     if is_gpu_array(shifts) or is_gpu_array(dirs):
         if not (is_gpu_array(shifts) and is_gpu_array(dirs)):
-            raise ValueError(
+            raise UsageError(
                 "shifts, dirs: one is on the GPU and the other is not; pass both there"
             )
         shifts_d, dirs_d = _device_array(shifts, "shifts"), _device_array(dirs, "dirs")
         name = shifts_d.device_name
         if dirs_d.device_name != name:
-            raise ValueError(f"shifts, dirs: on different GPUs ({name} and {dirs_d.device_name})")
+            raise UsageError(f"shifts, dirs: on different GPUs ({name} and {dirs_d.device_name})")
         if device is not None and device not in (name, shifts_d.device):
-            raise ValueError(f"device: {device!r}, but shifts and dirs are on {name}")
+            raise UsageError(f"device: {device!r}, but shifts and dirs are on {name}")
         module = loader.load(MODULE, device=name)
         memory = DeviceMemory(module.device, shifts_d.framework)
         inputs: WalkInputs | DeviceInputs = _check_device_inputs(

@@ -1,6 +1,6 @@
 """The walk arguments every walker takes, checked once (WALK.md's host checks) and the result type.
 
-Each check raises a ValueError whose message starts with the argument it is about, so that a
+Each check raises a UsageError (a ValueError, exit 2 in the CLI) whose message starts with the argument it is about, so that a
 caller can tell at once which of eight arguments to fix.
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import UsageError
 from .program import INT64_MAX, INT64_MIN, MAX_AXES, Program, integer_array
 from .select import Selection
 
@@ -64,24 +65,24 @@ class Request:
 def check_request(outputs: object, min_delta: object, top_k: object) -> Request:
     """outputs (names from OUTPUTS), min_delta (a float or None) and top_k (>= 0), checked."""
     if isinstance(outputs, str) or not isinstance(outputs, Iterable):
-        raise ValueError(f"outputs: expected a collection of names from {OUTPUTS}, got {outputs!r}")
+        raise UsageError(f"outputs: expected a collection of names from {OUTPUTS}, got {outputs!r}")
     names = frozenset(outputs)
     unknown = sorted(str(n) for n in names - set(OUTPUTS))
     if unknown:
-        raise ValueError(f"outputs: unknown {', '.join(unknown)}; known: {', '.join(OUTPUTS)}")
+        raise UsageError(f"outputs: unknown {', '.join(unknown)}; known: {', '.join(OUTPUTS)}")
     threshold: float | None = None
     if min_delta is not None:
         try:
             threshold = float(min_delta)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise ValueError(
+            raise UsageError(
                 f"min_delta: expected a real number or None, got {min_delta!r}"
             ) from None
         if math.isnan(threshold):
-            raise ValueError("min_delta: expected a number, got NaN")
+            raise UsageError("min_delta: expected a number, got NaN")
     k = _count(top_k, "top_k")
     if not 0 <= k < 2**31:
-        raise ValueError(f"top_k: expected 0 .. 2^31 - 1, got {k}")
+        raise UsageError(f"top_k: expected 0 .. 2^31 - 1, got {k}")
     return Request(names, threshold, k)
 
 
@@ -136,11 +137,11 @@ def is_prime(n: int) -> bool:
 
 def _count(value: object, name: str) -> int:
     if isinstance(value, bool):
-        raise ValueError(f"{name}: expected an integer, got {value!r}")
+        raise UsageError(f"{name}: expected an integer, got {value!r}")
     try:
         return operator.index(value)  # type: ignore[arg-type]
     except TypeError:
-        raise ValueError(f"{name}: expected an integer, got {value!r}") from None
+        raise UsageError(f"{name}: expected an integer, got {value!r}") from None
 
 
 def check_positions(shifts: npt.NDArray[np.int64], dirs: npt.NDArray[np.int64], depth: int) -> None:
@@ -156,7 +157,7 @@ def check_positions(shifts: npt.NDArray[np.int64], dirs: npt.NDArray[np.int64], 
     bad |= shifts < INT64_MIN - np.minimum(travel, 0)
     if bad.any():
         walk, axis = (int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(
+        raise UsageError(
             f"shifts, dirs: walk {walk}, axis {axis}: the position {int(shifts[walk, axis])} + "
             f"n * {int(dirs[walk, axis])} leaves the int64 range before n = {last}"
         )
@@ -165,13 +166,13 @@ def check_positions(shifts: npt.NDArray[np.int64], dirs: npt.NDArray[np.int64], 
 def _check_primes(value: object) -> npt.NDArray[np.uint32]:
     primes = integer_array(value, "primes", 1)
     if not 1 <= len(primes) <= MAX_PRIMES:
-        raise ValueError(f"primes: expected 1..{MAX_PRIMES} primes, got {len(primes)}")
+        raise UsageError(f"primes: expected 1..{MAX_PRIMES} primes, got {len(primes)}")
     seen: set[int] = set()
     for index, p in enumerate(int(v) for v in primes):
         if not 3 <= p < PRIME_LIMIT or p % 2 == 0 or not is_prime(p):
-            raise ValueError(f"primes[{index}] = {p}: expected an odd prime below 2^31")
+            raise UsageError(f"primes[{index}] = {p}: expected an odd prime below 2^31")
         if p in seen:
-            raise ValueError(f"primes[{index}] = {p}: repeats an earlier prime")
+            raise UsageError(f"primes[{index}] = {p}: repeats an earlier prime")
         seen.add(p)
     return primes.astype(np.uint32)
 
@@ -219,9 +220,9 @@ class WalkInputs(CheckedWalks):
 
 
 def check_program(program: object) -> Program:
-    """program: a Program, else the ValueError that names it."""
+    """program: a Program, else the UsageError that names it."""
     if not isinstance(program, Program):
-        raise ValueError(
+        raise UsageError(
             f"program: expected a Program (see compile_program), got {type(program).__name__}"
         )
     return program
@@ -239,18 +240,18 @@ def check_scalars(
         _count(depth2, "depth2"),
     )
     if not 1 <= depth_n <= MAX_DEPTH:
-        raise ValueError(f"depth: expected 1..{MAX_DEPTH}, got {depth_n}")
+        raise UsageError(f"depth: expected 1..{MAX_DEPTH}, got {depth_n}")
     if not 1 <= depth1_n <= depth2_n <= depth_n:
-        raise ValueError(
+        raise UsageError(
             f"depth1, depth2: expected 1 <= depth1 <= depth2 <= depth ({depth_n}), "
             f"got {depth1_n} and {depth2_n}"
         )
     try:
         target_value = float(target)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ValueError(f"target: expected a real number, got {target!r}") from None
+        raise UsageError(f"target: expected a real number, got {target!r}") from None
     if not math.isfinite(target_value):
-        raise ValueError(f"target: expected a finite number, got {target_value}")
+        raise UsageError(f"target: expected a finite number, got {target_value}")
     return Scalars(
         primes=prime_array, depth=depth_n, depth1=depth1_n, depth2=depth2_n, target=target_value
     )
@@ -259,14 +260,14 @@ def check_scalars(
 def check_shape(program: Program, shape: tuple[int, ...], dir_shape: tuple[int, ...]) -> None:
     """shifts and dirs: the same (B, dim) shape, B >= 1, dim axes the program can read."""
     if len(shape) != 2 or len(dir_shape) != 2:
-        raise ValueError(f"shifts, dirs: expected shape (B, dim), got {shape} and {dir_shape}")
+        raise UsageError(f"shifts, dirs: expected shape (B, dim), got {shape} and {dir_shape}")
     if shape != dir_shape:
-        raise ValueError(f"shifts, dirs: shapes differ ({shape} and {dir_shape})")
+        raise UsageError(f"shifts, dirs: shapes differ ({shape} and {dir_shape})")
     walks, dim = shape
     if walks < 1:
-        raise ValueError("shifts: no walks (expected shape (B, dim) with B >= 1)")
+        raise UsageError("shifts: no walks (expected shape (B, dim) with B >= 1)")
     if not 1 <= dim <= MAX_AXES:
-        raise ValueError(f"shifts: expected 1..{MAX_AXES} axes (columns), got {dim}")
+        raise UsageError(f"shifts: expected 1..{MAX_AXES} axes (columns), got {dim}")
     program.check_axes(dim)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import UsageError
 from .inputs import CheckedWalks
 from .lower import FLOAT_REGISTER_DEGREES, Lowered
 from .program import Op
@@ -51,7 +52,7 @@ def block_size(slots: int, slot_bytes: int, largest: int = BLOCK_SIZES[0]) -> in
     for size in BLOCK_SIZES:
         if size <= largest and slots * slot_bytes * size <= SHARED_LIMIT:
             return size
-    raise ValueError(
+    raise UsageError(
         f"program: needs {slots} slots of {slot_bytes} bytes per thread, more than "
         f"{SHARED_LIMIT} bytes of shared memory hold for {BLOCK_SIZES[-1]} threads"
     )

@@ -86,7 +86,7 @@ class WalkCall:
 
 def bind(*args: Any, walker: str = "walk", **kwargs: Any) -> WalkCall:
     """A call's arguments bound to :class:`Walker`'s signature and checked, in WALK.md's order:
-    the request, then program, primes, depths and target (each bad one a ValueError naming it)."""
+    the request, then program, primes, depths and target (each bad one a UsageError naming it)."""
     try:
         bound = SIGNATURE.bind(*args, **kwargs)
     except TypeError as error:
