@@ -852,6 +852,18 @@ def test_cpu_walkers_take_no_device() -> None:
             walker(PROGRAM, **VALID, device="cuda:0")
 
 
+def test_torch_devices_name_their_vendor() -> None:
+    """A torch device becomes a vendor-qualified device string before any walker uses it (so it
+    cannot pick the other vendor's GPU); a CPU device is refused by name."""
+    torch = pytest.importorskip("torch")
+    from kernelpack.walk import run
+
+    with pytest.raises(UsageError, match=r"^device: .* got 'cuda:1'"):
+        run_numpy(PROGRAM, **VALID, device=torch.device("cuda", 1))
+    with pytest.raises(UsageError, match=r"^device: torch device cpu is not a GPU"):
+        run(PROGRAM, **VALID, device=torch.device("cpu"))
+
+
 def test_reference_selects_like_the_numpy_walker() -> None:
     """The exact walker keeps the walks its own deltas rank first, and only the outputs named."""
     rng, seed = fresh_rng()

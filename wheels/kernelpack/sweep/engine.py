@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import KernelpackError, UsageError
+from ..errors import KernelpackError, NoImageError, UsageError
 from .spec import Spec
 from .store import ShardResult, Store
 
@@ -59,7 +59,10 @@ def _worker_gpu() -> str:
     name = get_worker().name
     gpus = detect.detect_gpus()
     if not gpus:
-        raise RuntimeError("no GPU found on this worker")
+        raise NoImageError(
+            "no GPU found on this sweep worker; run the sweep where the workers see GPUs, or "
+            "pass --backend numpy"
+        )
     position = int(name) if isinstance(name, int) or str(name).isdigit() else 0
     return device_name(gpus[position % len(gpus)])
 

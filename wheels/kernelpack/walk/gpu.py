@@ -309,8 +309,8 @@ def _check_device_inputs(
 
 @walker
 def run(call: WalkCall) -> WalkResult:
-    """The walks of WALK.md on the GPU ``device`` (None: the first; "cuda:N", "hip:N"; an int on
-    a machine of one vendor).
+    """The walks of WALK.md on the GPU ``device`` (None: the first; "cuda:N", "hip:N"; a torch or
+    CuPy device; an int on a machine of one vendor).
 
     shifts and dirs may be numpy (or anything array-like) or int64 arrays on the GPU (torch or
     CuPy; the walks then run on their device, and the outputs are arrays of that framework

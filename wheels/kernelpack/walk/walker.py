@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
+from ..arrays import device_string
 from ..devices import Device
 from ..errors import UsageError
 from .inputs import (
@@ -38,7 +39,9 @@ class Walker(Protocol):
     """A walker: the walks of WALK.md for ``program`` from ``shifts`` and ``dirs`` (B, dim),
     modulo ``primes``, to ``depth``, estimates at ``depth1`` and ``depth2`` against ``target``.
 
-    ``device`` is the GPU (run only; the CPU walkers take None). ``outputs`` names the WalkResult
+    ``device`` is the GPU (run only; the CPU walkers take None): None for the first, "cuda:N" or
+    "hip:N", a torch or CuPy device, or an int where every GPU is of one vendor (a bare number
+    could mean either vendor's GPU on a mixed machine). ``outputs`` names the WalkResult
     arrays wanted (the others are None); ``min_delta`` and ``top_k`` ask for the hits and the
     best walks (kernelpack.walk.select).
     """
@@ -53,7 +56,7 @@ class Walker(Protocol):
         depth1: object,
         depth2: object,
         target: object,
-        device: Device = None,
+        device: object = None,
         *,
         outputs: Collection[str] = OUTPUTS,
         min_delta: float | None = None,
@@ -96,9 +99,10 @@ def bind(*args: Any, walker: str = "walk", **kwargs: Any) -> WalkCall:
     request = check_request(given["outputs"], given["min_delta"], given["top_k"])
     program = check_program(given["program"])
     scalars = check_scalars(program, *(given[name] for name in _SCALARS))
-    return WalkCall(
-        walker, program, given["shifts"], given["dirs"], scalars, given["device"], request
-    )
+    device = given["device"]
+    if not (device is None or isinstance(device, (int, str))):  # a torch or CuPy device
+        device = device_string(device)
+    return WalkCall(walker, program, given["shifts"], given["dirs"], scalars, device, request)
 
 
 def walker(body: Callable[[WalkCall], WalkResult]) -> Walker:
