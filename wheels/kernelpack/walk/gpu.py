@@ -90,51 +90,28 @@ def _residue_launch(
     """The residue kernel for the lowered form, and the arguments it takes per piece of the batch
     (from the piece's shifts, dirs, walk count, P_final and alive addresses)."""
     residue, m = lowered.residue, lowered.m
-    inputs_tail = (ptr["consts"], len(lowered.consts), ptr["moduli"])
+    head = (lowered.dim, ptr["code"], launch.n_setup)
+    tail = (ptr["consts"], len(lowered.consts), ptr["moduli"], launch.depth, launch.depth2)
     if residue.form == "registers":
         kernel = module.kernel(f"walk_registers_m{m}_d{residue.degree}")
-
-        def arguments(
-            shifts: int, dirs: int, count: int, p_final: int, alive: int
-        ) -> tuple[object, ...]:
-            return (
-                shifts,
-                dirs,
-                count,
-                lowered.dim,
-                ptr["code"],
-                launch.n_setup,
-                int(residue.out[0]),
-                *inputs_tail,
-                launch.depth,
-                launch.depth2,
-                p_final,
-                alive,
-            )
-
-        return kernel, arguments
+        return kernel, _per_piece((*head, int(residue.out[0]), *tail))
     kernel = module.kernel(f"walk_residues_m{m}")
+    tables = (launch.n_step, ptr["tables"], len(launch.tables), ptr["out"])
+    return kernel, _per_piece((*head, *tables, *tail))
 
-    def general(shifts: int, dirs: int, count: int, p_final: int, alive: int) -> tuple[object, ...]:
-        return (
-            shifts,
-            dirs,
-            count,
-            lowered.dim,
-            ptr["code"],
-            launch.n_setup,
-            launch.n_step,
-            ptr["tables"],
-            len(launch.tables),
-            ptr["out"],
-            *inputs_tail,
-            launch.depth,
-            launch.depth2,
-            p_final,
-            alive,
-        )
 
-    return kernel, general
+def _per_piece(
+    fixed: tuple[object, ...],
+) -> Callable[[int, int, int, int, int], tuple[object, ...]]:
+    """The residue kernel's arguments for one piece of the batch: its shifts, dirs and walk
+    count, the arguments ``fixed`` for the whole batch, then its P_final and alive addresses."""
+
+    def arguments(
+        shifts: int, dirs: int, count: int, p_final: int, alive: int
+    ) -> tuple[object, ...]:
+        return (shifts, dirs, count, *fixed, p_final, alive)
+
+    return arguments
 
 
 class _Selector:
