@@ -335,6 +335,21 @@ CONTINUED_FRACTIONS = {
 }
 
 
+def continued_fraction_arguments(
+    shifts: npt.NDArray[np.int64], dirs: npt.NDArray[np.int64], constant: float
+) -> dict[str, object]:
+    """The walk arguments of the continued-fraction tests: depth 60, estimates at 6 and 50."""
+    return {
+        "shifts": shifts,
+        "dirs": dirs,
+        "primes": EDGE_PRIMES,
+        "depth": 60,
+        "depth1": 6,
+        "depth2": 50,
+        "target": constant,
+    }
+
+
 @pytest.mark.parametrize("name", sorted(CONTINUED_FRACTIONS))
 def test_continued_fractions_converge_to_their_constants(name: str) -> None:
     matrix, constant = CONTINUED_FRACTIONS[name]
@@ -344,15 +359,7 @@ def test_continued_fractions_converge_to_their_constants(name: str) -> None:
     program2 = compile_program(matrix, ["n", "unused"])
     shifts = np.array([[0, 5], [0, -7], [0, 2**40]])
     dirs = np.array([[1, -3], [1, 11], [1, -(2**20)]])
-    arguments = {
-        "shifts": shifts,
-        "dirs": dirs,
-        "primes": EDGE_PRIMES,
-        "depth": 60,
-        "depth1": 6,
-        "depth2": 50,
-        "target": constant,
-    }
+    arguments = continued_fraction_arguments(shifts, dirs, constant)
     result = run_numpy(program2, **arguments)  # type: ignore[arg-type]
     expected = reference(program, **{**arguments, "shifts": shifts[:, :1], "dirs": dirs[:, :1]})  # type: ignore[arg-type]
     assert_walks_agree(result, expected, program2, shifts, dirs, (6, 50), constant)

@@ -21,6 +21,7 @@ from test_walk import (
     FORMS,
     assert_walks_agree,
     check_random_programs,
+    continued_fraction_arguments,
     fresh_rng,
     largest_primes,
     random_case,
@@ -48,15 +49,7 @@ def test_gpu_continued_fractions_converge(name: str) -> None:
     matrix, constant = CONTINUED_FRACTIONS[name]
     program = compile_program(matrix, ["n"])
     shifts, dirs = np.zeros((5, 1), dtype=np.int64), np.ones((5, 1), dtype=np.int64)
-    arguments = {
-        "shifts": shifts,
-        "dirs": dirs,
-        "primes": EDGE_PRIMES,
-        "depth": 60,
-        "depth1": 6,
-        "depth2": 50,
-        "target": constant,
-    }
+    arguments = continued_fraction_arguments(shifts, dirs, constant)
     result = run(program, **arguments)  # type: ignore[arg-type]
     expected = reference(program, **arguments)  # type: ignore[arg-type]
     assert assert_walks_agree(result, expected, program, shifts, dirs, (6, 50), constant) > 0
@@ -280,16 +273,7 @@ def test_gpu_selection_follows_the_rule_on_random_programs(
         monkeypatch.undo()
         assert chosen.P_final is None and chosen.est2 is None
         try:
-            check_selection(
-                chosen,
-                full.alive,
-                full.est2,
-                full.delta2,
-                arguments["shifts"],  # type: ignore[arg-type]
-                arguments["dirs"],
-                min_delta,
-                top_k,
-            )  # type: ignore[arg-type]
+            check_selection(chosen, full, arguments, min_delta, top_k)
         except AssertionError as error:
             raise AssertionError(f"seed {seed}, program {index}: {error}") from None
 

@@ -35,24 +35,23 @@ def rule(
 
 def check_selection(
     result: WalkResult,
-    alive: npt.NDArray[np.bool_],
-    est: npt.NDArray[np.float64],
-    delta: npt.NDArray[np.float64],
-    shifts: npt.NDArray[np.int64],
-    dirs: npt.NDArray[np.int64],
+    full: WalkResult,
+    arguments: dict[str, object],
     min_delta: float | None,
     top_k: int,
 ) -> None:
-    """result.hits and result.top are the rule's walks over (alive, delta), with their records."""
-    hits, top = rule(alive, delta, min_delta, top_k)
+    """result.hits and result.top are the rule's walks over full's alive and delta2, with their
+    records (est2 and delta2 from ``full``, shifts and dirs from the walker's ``arguments``)."""
+    hits, top = rule(full.alive, full.delta2, min_delta, top_k)
+    shifts, dirs = np.asarray(arguments["shifts"]), np.asarray(arguments["dirs"])
     for name, chosen, expected in (("hits", result.hits, hits), ("top", result.top, top)):
         if expected is None or (name == "top" and top_k == 0):
             assert chosen is None, name
             continue
         assert chosen is not None, name
         assert chosen.walk.tolist() == expected, name
-        np.testing.assert_array_equal(chosen.est, est[expected])
-        np.testing.assert_array_equal(chosen.delta, delta[expected])
+        np.testing.assert_array_equal(chosen.est, full.est2[expected])
+        np.testing.assert_array_equal(chosen.delta, full.delta2[expected])
         np.testing.assert_array_equal(chosen.shifts, shifts[expected])
         np.testing.assert_array_equal(chosen.dirs, dirs[expected])
 
@@ -82,16 +81,7 @@ def test_numpy_selection_follows_the_rule_on_random_programs(m: int) -> None:
         chosen = run_numpy(program, **arguments, outputs=(), min_delta=min_delta, top_k=top_k)  # type: ignore[arg-type]
         assert chosen.P_final is None and chosen.delta2 is None
         try:
-            check_selection(
-                chosen,
-                full.alive,
-                full.est2,
-                full.delta2,
-                arguments["shifts"],  # type: ignore[arg-type]
-                arguments["dirs"],
-                min_delta,
-                top_k,
-            )  # type: ignore[arg-type]
+            check_selection(chosen, full, arguments, min_delta, top_k)
         except AssertionError as error:
             raise AssertionError(f"seed {seed}, program {index}: {error}") from None
 

@@ -23,6 +23,8 @@ from kernelpack.sweep.spec import load_spec
 from kernelpack.walk import run_numpy
 
 REPO = Path(__file__).resolve().parent.parent
+# The sweeps here run on the CPU, two Dask workers
+ON_CPU = ("--backend", "numpy", "--workers", "2")
 SPEC = """\
 matrix = [["2*x + y + 1", "-(x + 1)**2 * y"], ["1", "0"]]
 axes = ["x", "y"]
@@ -71,26 +73,14 @@ def test_sweep_killed_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) ->
     spec = load_spec(spec_path)
     assert spec.walks == 12 * 10 * 3 * 4 and spec.shards == 15
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    done = sweep("run", str(spec_path), "--out", str(whole), "--backend", "numpy", "--workers", "2")
+    done = sweep("run", str(spec_path), "--out", str(whole), *ON_CPU)
     assert done.returncode == 0, done.stderr
     assert shards(whole) == list(range(spec.shards))
     assert "walks" in done.stderr and "triples/s" in done.stderr  # plain progress lines
 
     env = {**os.environ, "PYTHONPATH": str(REPO / "wheels")}
-    command = [
-        sys.executable,
-        "-m",
-        "kernelpack",
-        "sweep",
-        "run",
-        str(spec_path),
-        "--out",
-        str(killed),
-        "--backend",
-        "numpy",
-        "--workers",
-        "2",
-    ]
+    kernelpack = [sys.executable, "-m", "kernelpack"]
+    command = [*kernelpack, "sweep", "run", str(spec_path), "--out", str(killed), *ON_CPU]
     process = subprocess.Popen(
         command,
         env=env,
@@ -118,10 +108,7 @@ def test_sweep_killed_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) ->
         str(spec_path),
         "--out",
         str(killed),
-        "--backend",
-        "numpy",
-        "--workers",
-        "2",
+        *ON_CPU,
         "--json",
     )
     assert resumed.returncode == 0, resumed.stderr
