@@ -335,18 +335,18 @@ CONTINUED_FRACTIONS = {
 }
 
 
-def continued_fraction_arguments(
-    shifts: npt.NDArray[np.int64], dirs: npt.NDArray[np.int64], constant: float
+def walk_arguments(
+    shifts: object, dirs: object, depth: int, depth1: int, depth2: int, target: float
 ) -> dict[str, object]:
-    """The walk arguments of the continued-fraction tests: depth 60, estimates at 6 and 50."""
+    """A walker's arguments by name, modulo EDGE_PRIMES."""
     return {
         "shifts": shifts,
         "dirs": dirs,
         "primes": EDGE_PRIMES,
-        "depth": 60,
-        "depth1": 6,
-        "depth2": 50,
-        "target": constant,
+        "depth": depth,
+        "depth1": depth1,
+        "depth2": depth2,
+        "target": target,
     }
 
 
@@ -359,7 +359,7 @@ def test_continued_fractions_converge_to_their_constants(name: str) -> None:
     program2 = compile_program(matrix, ["n", "unused"])
     shifts = np.array([[0, 5], [0, -7], [0, 2**40]])
     dirs = np.array([[1, -3], [1, 11], [1, -(2**20)]])
-    arguments = continued_fraction_arguments(shifts, dirs, constant)
+    arguments = walk_arguments(shifts, dirs, 60, 6, 50, constant)
     result = run_numpy(program2, **arguments)  # type: ignore[arg-type]
     expected = reference(program, **{**arguments, "shifts": shifts[:, :1], "dirs": dirs[:, :1]})  # type: ignore[arg-type]
     assert_walks_agree(result, expected, program2, shifts, dirs, (6, 50), constant)
@@ -456,15 +456,7 @@ def test_residue_forms_agree_with_reference(matrix: list[list[str]], depth: int,
     lowered = lower(program, 2, depth, registers=True)
     assert lowered.residue.form == form
     shifts, dirs = random_walks(rng, 12, 2, depth)
-    arguments = {
-        "shifts": shifts,
-        "dirs": dirs,
-        "primes": EDGE_PRIMES,
-        "depth": depth,
-        "depth1": 1,
-        "depth2": depth,
-        "target": 0.0,
-    }
+    arguments = walk_arguments(shifts, dirs, depth, 1, depth, 0.0)
     expected = reference(program, **arguments)  # type: ignore[arg-type]
     inputs = bind(program, **arguments).host_inputs()
     for result in (walk_lowered(lowered, inputs), run_numpy(program, **arguments)):  # type: ignore[arg-type]

@@ -21,11 +21,11 @@ from test_walk import (
     FORMS,
     assert_walks_agree,
     check_random_programs,
-    continued_fraction_arguments,
     fresh_rng,
     largest_primes,
     random_case,
     random_walks,
+    walk_arguments,
 )
 
 from kernelpack.errors import UsageError
@@ -49,7 +49,7 @@ def test_gpu_continued_fractions_converge(name: str) -> None:
     matrix, constant = CONTINUED_FRACTIONS[name]
     program = compile_program(matrix, ["n"])
     shifts, dirs = np.zeros((5, 1), dtype=np.int64), np.ones((5, 1), dtype=np.int64)
-    arguments = continued_fraction_arguments(shifts, dirs, constant)
+    arguments = walk_arguments(shifts, dirs, 60, 6, 50, constant)
     result = run(program, **arguments)  # type: ignore[arg-type]
     expected = reference(program, **arguments)  # type: ignore[arg-type]
     assert assert_walks_agree(result, expected, program, shifts, dirs, (6, 50), constant) > 0
@@ -63,15 +63,7 @@ def test_gpu_residue_forms(matrix: list[list[str]], depth: int, form: str) -> No
     program = compile_program(matrix, ["x", "y"])
     assert lower(program, 2, depth, registers=True).residue.form == form
     shifts, dirs = random_walks(rng, 300, 2, depth)
-    arguments = {
-        "shifts": shifts,
-        "dirs": dirs,
-        "primes": EDGE_PRIMES,
-        "depth": depth,
-        "depth1": 1,
-        "depth2": depth,
-        "target": 0.0,
-    }
+    arguments = walk_arguments(shifts, dirs, depth, 1, depth, 0.0)
     result = run(program, **arguments)  # type: ignore[arg-type]
     expected = reference(program, **arguments)  # type: ignore[arg-type]
     np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
@@ -203,15 +195,8 @@ def test_gpu_batch_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     rng, seed = fresh_rng()
     monkeypatch.setattr(gpu, "piece_walks", lambda inputs, free, p_final=True: 1000)
     program = compile_program(_field(2), ["x", "y"])
-    arguments = {
-        "shifts": rng.integers(-40, 50, (2500, 2)),
-        "dirs": rng.integers(-3, 4, (2500, 2)),
-        "primes": EDGE_PRIMES,
-        "depth": 50,
-        "depth1": 20,
-        "depth2": 50,
-        "target": 1.0,
-    }
+    shifts, dirs = rng.integers(-40, 50, (2500, 2)), rng.integers(-3, 4, (2500, 2))
+    arguments = walk_arguments(shifts, dirs, 50, 20, 50, 1.0)
     result = run(program, **arguments)  # type: ignore[arg-type]
     expected = run_numpy(program, **arguments)  # type: ignore[arg-type]
     np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
@@ -386,15 +371,8 @@ def test_gpu_pipelined_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     bit for bit those of one piece (outputs are poisoned on the device, so a missed copy shows)."""
     rng, seed = fresh_rng()
     program = compile_program(_field(3), ["x", "y"])
-    arguments = {
-        "shifts": rng.integers(-40, 50, (3000, 2)),
-        "dirs": rng.integers(-3, 4, (3000, 2)),
-        "primes": EDGE_PRIMES,
-        "depth": 40,
-        "depth1": 20,
-        "depth2": 40,
-        "target": 1.0,
-    }
+    shifts, dirs = rng.integers(-40, 50, (3000, 2)), rng.integers(-3, 4, (3000, 2))
+    arguments = walk_arguments(shifts, dirs, 40, 20, 40, 1.0)
     whole = run(program, **arguments)  # type: ignore[arg-type]
     monkeypatch.setattr(gpu, "PIPELINE_MIN_WALKS", 500)
     result = run(program, **arguments)  # type: ignore[arg-type]
