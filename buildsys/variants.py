@@ -137,8 +137,9 @@ def write_variants(fat: Path, host: Path, out_dir: Path, *, epoch: int) -> list[
 def provider_modules(root: str = "variant_plugin") -> list[str]:
     """The kernelpack modules the plugin imports, directly or not, at module level or inside
     functions (detect.py asks the CUDA driver through cuda.py where NVML is missing): the files the
-    provider wheel copies. Compiled and generated modules (_launcher, _index) are not followed;
-    the code that imports them stays unused in the provider."""
+    provider wheel copies. Imports under ``if TYPE_CHECKING:`` never run and are not followed, nor
+    are compiled and generated modules (_launcher, _index): the code that imports them stays
+    unused in the provider."""
     found: list[str] = []
     pending = [root]
     while pending:
@@ -147,13 +148,28 @@ def provider_modules(root: str = "variant_plugin") -> list[str]:
         if name in found or not path.is_file():
             continue
         found.append(name)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in _run_time_nodes(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 1:
                 if node.module:
                     pending.append(node.module.split(".")[0])
                 else:
                     pending += [alias.name for alias in node.names]
     return sorted(found)
+
+
+def _run_time_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` but those of ``if TYPE_CHECKING:`` bodies (type checkers' only)."""
+    checking_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name | ast.Attribute)
+        and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+    return [node for node in ast.walk(tree) if id(node) not in checking_only]
 
 
 def provider_wheel(version: str, out_dir: Path, *, epoch: int) -> Path:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from .errors import UsageError
-from .images import KINDS_OF_VENDOR, KindName
 from .processors import (
     AMD_BY_NAME,
     AMD_FAMILIES,
@@ -307,6 +306,9 @@ def _nvidia_fit_description(code: NvidiaTarget, gpu: NvidiaTarget) -> str:
 # --- One parser for every target name ---------------------------------------------------------------
 
 TargetKind = Literal["specific", "generic", "family", "sm", "compute"]
+# The image kinds' names, as kernelpack.images.KindName (not imported from there: the variant
+# provider copies targets and all it imports, and images reaches the file readers).
+ImageKind = Literal["code_object", "cubin", "ptx"]
 
 
 def written_kind(name: str) -> Literal["amd", "sm", "compute"]:
@@ -337,7 +339,7 @@ class ParsedTarget:
     members: tuple[str, ...] = ()
 
     @property
-    def image_kind(self) -> KindName:
+    def image_kind(self) -> ImageKind:
         """The kind of image built for it: AMD code objects, NVIDIA cubins or PTX."""
         if self.vendor == "amd":
             return "code_object"
@@ -395,9 +397,10 @@ def _image_fit(
     gpu_vendor = "amd" if isinstance(gpu, TargetId) else "nvidia"
     if vendor != gpu_vendor:
         return f"built for {vendor} GPUs, this GPU is {gpu_vendor}"
-    if kind not in KINDS_OF_VENDOR[gpu_vendor]:
-        return f"kind {kind!r} is not one of {', '.join(KINDS_OF_VENDOR[gpu_vendor])}"
     try:
+        expected = parse_target(target).image_kind
+        if kind != expected:
+            return f"kind {kind!r} does not match target {target} (its images are {expected})"
         if isinstance(gpu, TargetId):
             code = TargetId.parse(target)
             why_not = amd_mismatch(code, gpu)
@@ -412,8 +415,6 @@ def _image_fit(
         nvidia_code = NvidiaTarget.parse(target)
     except UsageError as error:
         return f"target unknown to this kernelpack ({error}); a newer kernelpack may know it"
-    if nvidia_code.ptx != (kind == "ptx"):
-        return f"kind {kind} does not match target {target}"
     why_not = nvidia_mismatch(nvidia_code, gpu)
     if why_not is not None:
         return why_not
