@@ -22,7 +22,7 @@ ELEMENTWISE_BLOCK = 128  # kElementwiseBlockThreads, the elementwise kernels' __
 BLOCK_MIN = 64  # the smallest block: a multiple of every wavefront width (32 and 64)
 ROW_BLOCK_MAX = 512  # kRowBlockThreads, the row kernels' __launch_bounds__
 CACHED_CHUNKS = 4  # kCachedChunks: vectors per thread kept in registers across RMSNorm's two passes
-BACKWARD_CACHED_ELEMENTS = 16  # kBackwardCachedElements: the same for the backward kernel
+BACKWARD_CACHED_CHUNKS = 4  # kBackwardCachedChunks: the same for the backward kernel
 MAX_GRID_Y = 65535
 MAX_ROW = 2**30  # the row kernels index inside a row in 32 bits
 # A grid's total thread count stays below 2**31: HIP counts work-items in 32 bits, and the
@@ -101,7 +101,8 @@ def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
     """(grid, threads per row) of the RMSNorm backward kernel: one row a block at a time, at
     least BLOCK_MIN threads, and at most BACKWARD_BLOCKS blocks, each of which writes one row of
     float32 partial weight gradients that the second pass sums in a fixed order."""
-    per_thread = -(-cols // BACKWARD_CACHED_ELEMENTS)
+    chunks = -(-cols // _vector_width(dtype))
+    per_thread = -(-chunks // BACKWARD_CACHED_CHUNKS)
     threads = min(1 << (per_thread - 1).bit_length(), ROW_BLOCK_MAX)
     return min(rows, BACKWARD_BLOCKS), max(BLOCK_MIN, threads)
 
