@@ -49,9 +49,10 @@ SCHEMAS = {
     "rms_norm_backward": (
         "rms_norm_backward(Tensor grad, Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)"
     ),
+    # one input gradient: x's and residual's are the same (the sum's)
     "add_rms_norm_backward": (
         "add_rms_norm_backward(Tensor grad, Tensor grad_sum, Tensor summed, Tensor weight, "
-        "float eps) -> (Tensor, Tensor, Tensor)"
+        "float eps) -> (Tensor, Tensor)"
     ),
 }
 
@@ -260,17 +261,17 @@ def _norm_backward(
     x: torch.Tensor,
     weight: torch.Tensor,
     eps: float,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input gradient, weight gradient) of RMSNorm; with grad_sum (add_rms_norm, x being the
+    sum), the input gradient is the sum's, which x and the residual share."""
     dtype = _check_norm_backward(grad, grad_sum, x, weight, eps)
     grad, x, weight = grad.contiguous(), x.contiguous(), weight.contiguous()
+    extra = 0 if grad_sum is None else grad_sum.contiguous()
     rows, cols = _rows(x)
     grad_x = torch.empty_like(x)
     grad_weight = torch.empty_like(weight)
     blocks = mlp_launch.backward_row_geometry(rows, cols, dtype)[0] if rows else 0
     partial = torch.empty((max(blocks, 1), cols), dtype=torch.float32, device=x.device)
-    # add_rms_norm: its sum's gradient joins x's, and the residual's gradient is a copy
-    extra, grad_residual = (0, None) if grad_sum is None else (grad_sum.contiguous(), _like(x))
-    copy = 0 if grad_residual is None else grad_residual
     plan = mlp.torch_plan(x)
     device, stream = plan.device, plan.stream(plan.index)
     mlp_launch.launch_rms_norm_backward(
@@ -281,7 +282,7 @@ def _norm_backward(
         grad,
         extra,
         grad_x,
-        copy,
+        0,
         partial,
         grad_weight,
         rows,
@@ -289,14 +290,13 @@ def _norm_backward(
         eps,
         stream,
     )
-    return grad_x, grad_residual, grad_weight
+    return grad_x, grad_weight
 
 
 def _rms_norm_backward(
     grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    grad_x, _, grad_weight = _norm_backward(grad, None, x, weight, eps)
-    return grad_x, grad_weight
+    return _norm_backward(grad, None, x, weight, eps)
 
 
 def _add_rms_norm_backward(
@@ -305,10 +305,8 @@ def _add_rms_norm_backward(
     summed: torch.Tensor,
     weight: torch.Tensor,
     eps: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    grad_x, grad_residual, grad_weight = _norm_backward(grad, grad_sum, summed, weight, eps)
-    assert grad_residual is not None
-    return grad_x, grad_residual, grad_weight
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _norm_backward(grad, grad_sum, summed, weight, eps)
 
 
 # ---- fake implementations: shapes, dtypes and the same checks --------------------------------
@@ -369,9 +367,9 @@ def _add_rms_norm_backward_fake(
     summed: torch.Tensor,
     weight: torch.Tensor,
     eps: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     _check_norm_backward(grad, grad_sum, summed, weight, eps)
-    return _like(summed), _like(summed), _like(summed, weight.shape)
+    return _like(summed), _like(summed, weight.shape)
 
 
 # ---- autograd: the backward passes are kernels too --------------------------------------------
@@ -417,10 +415,12 @@ def _add_rms_norm_grad(
     ctx: Any, grad: torch.Tensor, grad_sum: torch.Tensor
 ) -> tuple[torch.Tensor | None, ...]:
     summed, weight = ctx.saved_tensors
-    grad_x, grad_residual, grad_weight = torch.ops.kernelpack.add_rms_norm_backward(
+    grad_input, grad_weight = torch.ops.kernelpack.add_rms_norm_backward(
         grad, grad_sum, summed, weight, ctx.eps
     )
-    return grad_x, grad_residual, grad_weight, None
+    # x and residual reach the output only through their sum: one gradient serves both (as
+    # autograd's own add does), so the backward writes it once
+    return grad_input, grad_input, grad_weight, None
 
 
 IMPLEMENTATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
