@@ -6,10 +6,13 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         Python loop, the stream accessor, allocation, the bare launch (ints, then tensors), the
         checks, and the whole op through kernelpack.mlp and torch.ops.kernelpack
     python bench/profile_mlp.py workload
-        one call of ours, torch.compile's and Liger-Kernel's version of each row slower than a
-        peer (forward RMSNorm at 1x4096 and 64x4096, forward+backward RMSNorm and add+RMSNorm at
-        16384x8192, bfloat16), after a warm-up, inside the NVTX range "profile": run it under
-        ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
+        one call of ours, torch.compile's and Liger-Kernel's forward RMSNorm at 1x4096 and
+        64x4096 bfloat16 (rows slower than a peer), after a warm-up, inside the NVTX range
+        "profile": run it under ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
+    python bench/profile_mlp.py kernels
+        GPU µs of each kernel of forward+backward RMSNorm and add+RMSNorm at 16384x8192 (ours,
+        torch.compile's, Liger-Kernel's; bfloat16 and float32), backward included
+        (torch.profiler, which sees autograd's thread too)
     python bench/profile_mlp.py variants NAME:CUBIN:ELEMENTS ...
         rms_norm_backward of each cubin (mlp.cu built alone, e.g. before and after a change),
         ELEMENTS a thread for 16-bit dtypes (32-bit: 16), at several grids: GPU µs per call
@@ -163,13 +166,12 @@ def _forward_backward(
     return run
 
 
-def workload() -> None:
-    """The slow rows, each implementation once inside the NVTX range "profile"."""
+def _implementations() -> tuple[dict[str, Callable[..., Any]], dict[str, Callable[..., Any]]]:
+    """rms_norm and add_rms_norm as ours, torch.compile's and Liger-Kernel's (as bench_mlp)."""
     from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
     torch_ops.register()
-    bf16 = torch.bfloat16
     ops = torch.ops.kernelpack
 
     def compiled_rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -191,16 +193,19 @@ def workload() -> None:
         "compile": torch.compile(compiled_add, dynamic=False),
         "liger": lambda x, r, w: LigerFusedAddRMSNormFunction.apply(x, r, w, EPS),
     }
+    return rms, add
+
+
+def workload() -> None:
+    """The slow forward rows, each implementation once inside the NVTX range "profile" (the
+    backward runs on autograd's own thread, outside the range: see ``kernels``)."""
+    rms, _ = _implementations()
+    bf16 = torch.bfloat16
     calls: list[Callable[[], object]] = []
     for rows in (1, 64):
         x = torch.randn(rows, 4096, device="cuda").to(bf16)
         w = torch.randn(4096, device="cuda").to(bf16)
         calls += [functools.partial(function, x, w) for function in rms.values()]
-    big = [torch.randn(16384, 8192, device="cuda").to(bf16).requires_grad_() for _ in range(2)]
-    weight = torch.randn(8192, device="cuda").to(bf16).requires_grad_()
-    grad = torch.randn(16384, 8192, device="cuda").to(bf16)
-    calls += [_forward_backward(f, (big[0], weight), (grad,)) for f in rms.values()]
-    calls += [_forward_backward(f, (big[0], big[1], weight), (grad, grad)) for f in add.values()]
     for call in calls:
         for _ in range(3):
             call()
@@ -212,6 +217,43 @@ def workload() -> None:
     torch.cuda.synchronize()
     nvtx.range_pop()
     print("workload done", flush=True)
+
+
+def kernels() -> None:
+    """GPU µs of every kernel of forward+backward RMSNorm and add+RMSNorm at 16384x8192 (ours,
+    torch.compile's, Liger-Kernel's), backward included, from torch.profiler: mean of 5 calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    rms, add = _implementations()
+    for dtype in (torch.bfloat16, torch.float32):
+        big = [torch.randn(16384, 8192, device="cuda").to(dtype).requires_grad_() for _ in "xr"]
+        weight = torch.randn(8192, device="cuda").to(dtype).requires_grad_()
+        grad = torch.randn(16384, 8192, device="cuda").to(dtype)
+        rows = {
+            f"rms_norm {name}": _forward_backward(f, (big[0], weight), (grad,))
+            for name, f in rms.items()
+        }
+        rows |= {
+            f"add_rms_norm {name}": _forward_backward(f, (*big, weight), (grad, grad))
+            for name, f in add.items()
+        }
+        for label, call in rows.items():
+            for _ in range(3):
+                call()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as trace:
+                for _ in range(5):
+                    call()
+                torch.cuda.synchronize()
+            print(f"\n{str(dtype).removeprefix('torch.')} 16384x8192 fwd+bwd {label}:", flush=True)
+            total = 0.0
+            for event in trace.key_averages():
+                us = event.device_time_total / 5
+                if us > 0.5:
+                    total += us
+                    print(f"  {us:9.2f} µs  {event.key[:90]}", flush=True)
+            print(f"  {total:9.2f} µs  all kernels", flush=True)
+        del big, weight, grad
 
 
 VARIANT_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
@@ -315,7 +357,7 @@ def variants(specs: list[str], batches: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["host", "workload", "variants"])
+    parser.add_argument("what", choices=["host", "workload", "kernels", "variants"])
     parser.add_argument("specs", nargs="*", help="variants: NAME:CUBIN:ELEMENTS")
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--batches", type=int, default=7)
@@ -324,6 +366,8 @@ def main() -> None:
         host(args.calls)
     elif args.what == "workload":
         workload()
+    elif args.what == "kernels":
+        kernels()
     else:
         variants(args.specs, args.batches)
 

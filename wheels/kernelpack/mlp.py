@@ -191,20 +191,18 @@ def hot_plan(first: Any, *others: Any) -> TorchPlan | None:
     plan = _TORCH_PLANS.get((first.dtype, first.get_device()))
     if plan is None or not first.is_contiguous():
         return None
-    grad = plan.grad_enabled()
-    if grad and first.requires_grad:
-        return None
     dtype, index = first.dtype, plan.index
+    wants_grad = first.requires_grad
     for other in others:
         if (
             type(other) not in TORCH_TYPES
             or other.dtype is not dtype
             or other.get_device() != index
             or not other.is_contiguous()
-            or (grad and other.requires_grad)
         ):
             return None
-    return plan
+        wants_grad = wants_grad or other.requires_grad
+    return None if wants_grad and plan.grad_enabled() else plan
 
 
 def hot_norm(shape: Any, weight: Any, eps: object) -> bool:
