@@ -443,6 +443,40 @@ AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
 }
 
 
+def _autograd_kernel(
+    name: str, backward: Callable[..., Any], setup: Callable[..., Any]
+) -> Callable[..., Any]:
+    """The op's kernel for the Autograd dispatch key: where a gradient is wanted, the one
+    torch.library.register_autograd makes from ``backward`` and ``setup``; otherwise, on plain
+    CUDA tensors with nothing between autograd and the CUDA kernel (no mode, fake or functional
+    tensor, vmap: the keys left below autograd show it), the CUDA implementation at once.
+
+    Why: register_autograd's kernel redispatches even when no gradient is wanted, through Python
+    frames that cost more than the launch (profiled on the H200, docs/bench-mlp-notes.md).
+    Anything else takes the redispatch, as register_autograd's kernel would.
+    """
+    from torch._library import autograd as library_autograd  # what register_autograd uses
+
+    op = getattr(getattr(torch.ops, NAMESPACE), name).default
+    with_grad = library_autograd.make_autograd_impl(op, library_autograd.Info(backward, setup))
+    real = IMPLEMENTATIONS[name][0]
+    below_autograd = torch._C._after_autograd_keyset
+    falls_through = torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView)  # functional op
+    cuda = torch._C.DispatchKey.CUDA
+    grad_enabled, any_requires_grad = torch.is_grad_enabled, torch._C._any_requires_grad
+
+    def kernel(keyset: Any, *args: Any) -> Any:
+        if grad_enabled() and any_requires_grad(*args):
+            return with_grad(keyset, *args)
+        below = keyset & below_autograd
+        if (below - falls_through).highestPriorityTypeId() == cuda:
+            return real(*args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(below, *args)
+
+    return kernel
+
+
 def register() -> None:
     """Define the ops in torch's ``kernelpack`` namespace, once per process."""
     if _LIBRARY:
@@ -458,9 +492,8 @@ def register() -> None:
             library.impl(name, real, "CUDA")
             torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
         for name, (backward, setup) in AUTOGRAD.items():
-            torch.library.register_autograd(
-                f"{NAMESPACE}::{name}", backward, setup_context=setup, lib=library
-            )
+            kernel = _autograd_kernel(name, backward, setup)
+            library.impl(name, kernel, "Autograd", with_keyset=True)
         _LIBRARY.append(library)
         # The CUDA implementations take kernelpack.mlp's hot path for plain tensors and parameters
         mlp.TORCH_TYPES.update((torch.Tensor, torch.nn.Parameter))
