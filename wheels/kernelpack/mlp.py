@@ -188,10 +188,11 @@ def hot_plan(first: Any, *others: Any) -> TorchPlan | None:
     autograd. Shapes are the caller's to check."""
     if type(first) not in TORCH_TYPES:
         return None
-    plan = _TORCH_PLANS.get((first.dtype, first.get_device()))
+    dtype = first.dtype
+    plan = _TORCH_PLANS.get((dtype, first.get_device()))
     if plan is None or not first.is_contiguous():
         return None
-    dtype, index = first.dtype, plan.index
+    index = plan.index
     wants_grad = first.requires_grad
     for other in others:
         if (
