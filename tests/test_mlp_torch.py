@@ -329,6 +329,32 @@ def test_mlp_api_takes_the_autograd_path_for_tensors_that_need_it() -> None:
         mlp.fused_add_rms_norm(x, torch.randn(4, 64, device="cuda"), torch.ones(64, device="cuda"))
 
 
+def test_ops_without_gradients_still_reach_a_dispatch_mode() -> None:
+    """The Autograd kernel's shortcut to the CUDA implementation (no gradient wanted) must not
+    skip what sits below autograd: a TorchDispatchMode sees the op, and the result is right."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[Any] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    gate = torch.randn(4, 64, device="cuda")
+    up = torch.randn(4, 64, device="cuda")
+    expected = gate.double() * torch.sigmoid(gate.double()) * up.double()
+    with torch.no_grad():
+        direct = OPS.swiglu(gate, up)
+        with Record():
+            recorded = OPS.swiglu(gate, up)
+    assert seen == [torch.ops.kernelpack.swiglu.default]
+    assert relative(direct, expected) < 2e-6
+    assert torch.equal(direct, recorded)
+
+
 def test_in_place_op_matches_the_functional_one() -> None:
     x = torch.randn(9, 4099, device="cuda", dtype=torch.bfloat16)
     residual = torch.randn_like(x)
