@@ -28,12 +28,6 @@ MAX_ROW = 2**30  # the row kernels index inside a row in 32 bits
 # A grid's total thread count stays below 2**31: HIP counts work-items in 32 bits, and the
 # kernels' loops stride over whatever the grid does not cover.
 MAX_GRID_THREADS = 2**31
-# Rows the RMSNorm kernels count as few: no more than an H100/H200 has SMs, so that each row has
-# an SM to itself and the time is one row's latency rather than throughput. Few rows get one
-# vector a thread (up to ROW_BLOCK_MAX threads), which shortens each thread's chain of dependent
-# instructions: profiled on the H200 at 1 x 4096 bfloat16 (docs/bench-mlp-notes.md), 128 threads
-# of four vectors each issued one instruction every 6.6 cycles, one warp to a scheduler.
-FEW_ROWS = 132
 # The RMSNorm backward kernel's grid: as many blocks as are resident at once on an H100/H200, so
 # that all of them start together, counted as 132 SMs of 512 resident threads (sm_90: 16-bit rows
 # of 8192 take 256 threads at 126 registers, two blocks an SM; float32 rows 512 threads at 104,
@@ -86,11 +80,13 @@ def silu_and_mul_geometry(rows: int, cols: int, dtype: str) -> tuple[tuple[int, 
     return (grid_x, grid_y), block
 
 
-def _row_threads(rows: int, cols: int, dtype: str, cached: int) -> int:
+def _row_threads(cols: int, dtype: str, cached: int) -> int:
     """Threads a row gets: a power of two, enough that each keeps at most ``cached`` vectors in
-    registers, or one vector each when the rows are few (up to ROW_BLOCK_MAX threads)."""
+    registers. (Tried on the H200: one vector a thread for rows no more than the SMs, 512
+    threads at 1 x 4096, made the small forward rows 0.1-0.25 us slower; docs/bench-mlp-notes.md.)
+    """
     chunks = -(-cols // _vector_width(dtype))
-    per_thread = -(-chunks // (1 if rows <= FEW_ROWS else cached))
+    per_thread = -(-chunks // cached)
     return min(1 << (per_thread - 1).bit_length(), ROW_BLOCK_MAX)
 
 
@@ -100,7 +96,7 @@ def row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, tuple[int, int]
     the H100 from 1 x 4096 to 16384 x 8192: several rows of 64 or more threads to a block were
     slower everywhere, and twice the threads to a row were at best 2% faster and up to 20% slower
     at 512 rows.)"""
-    threads = _row_threads(rows, cols, dtype, CACHED_CHUNKS)
+    threads = _row_threads(cols, dtype, CACHED_CHUNKS)
     per_block = max(1, BLOCK_MIN // threads)
     grid = min(-(-rows // per_block), _grid_cap(threads * per_block))
     return grid, (threads, per_block)
@@ -111,7 +107,7 @@ def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
     least BLOCK_MIN threads, and as many blocks as are resident at once (at most one a row), each
     of which writes one row of float32 partial weight gradients that the second pass sums in a
     fixed order."""
-    threads = max(BLOCK_MIN, _row_threads(rows, cols, dtype, BACKWARD_CACHED_CHUNKS))
+    threads = max(BLOCK_MIN, _row_threads(cols, dtype, BACKWARD_CACHED_CHUNKS))
     return min(rows, BACKWARD_RESIDENT_THREADS // threads), threads
 
 
