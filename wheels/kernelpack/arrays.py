@@ -244,17 +244,27 @@ def to_gpu(array: Array, framework: str) -> Array:
         device_raw: Any = torch.from_numpy(raw).cuda()
         value: Any = device_raw.view(getattr(torch, array.dtype)).reshape(array.shape)
         return Array(
-            array.name, value, framework, array.dtype, array.shape, value.device.index or 0,
+            array.name,
+            value,
+            framework,
+            array.dtype,
+            array.shape,
+            value.device.index or 0,
             _torch_vendor(torch),
-        )  # fmt: skip
+        )
     import cupy
 
     storage = np.dtype(f"u{host.dtype.itemsize}")
     value = cupy.asarray(raw).view(storage).reshape(array.shape)
     return Array(
-        array.name, value, framework, array.dtype, array.shape, int(value.device.id),
+        array.name,
+        value,
+        framework,
+        array.dtype,
+        array.shape,
+        int(value.device.id),
         _cupy_vendor(cupy),
-    )  # fmt: skip
+    )
 
 
 def to_host(device_array: Array, host: Array) -> None:
