@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from . import mlp, mlp_launch
 from .errors import UsageError
@@ -256,12 +257,8 @@ def _silu_and_mul_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def _norm_backward(
-    grad: torch.Tensor,
-    grad_sum: torch.Tensor | None,
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    grad: Tensor, grad_sum: Tensor | None, x: Tensor, weight: Tensor, eps: float
+) -> tuple[Tensor, Tensor]:
     """(input gradient, weight gradient) of RMSNorm; with grad_sum (add_rms_norm, x being the
     sum), the input gradient is the sum's, which x and the residual share."""
     dtype = _check_norm_backward(grad, grad_sum, x, weight, eps)
@@ -294,19 +291,9 @@ def _norm_backward(
 
 
 def _rms_norm_backward(
-    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float
-) -> tuple[torch.Tensor, torch.Tensor]:
+    grad: Tensor, x: Tensor, weight: Tensor, eps: float
+) -> tuple[Tensor, Tensor]:
     return _norm_backward(grad, None, x, weight, eps)
-
-
-def _add_rms_norm_backward(
-    grad: torch.Tensor,
-    grad_sum: torch.Tensor,
-    summed: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return _norm_backward(grad, grad_sum, summed, weight, eps)
 
 
 # ---- fake implementations: shapes, dtypes and the same checks --------------------------------
@@ -354,22 +341,17 @@ def _silu_and_mul_backward_fake(grad: torch.Tensor, x: torch.Tensor) -> torch.Te
     return _like(x)
 
 
-def _rms_norm_backward_fake(
-    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    _check_norm_backward(grad, None, x, weight, eps)
+def _norm_backward_fake(
+    grad: Tensor, grad_sum: Tensor | None, x: Tensor, weight: Tensor, eps: float
+) -> tuple[Tensor, Tensor]:
+    _check_norm_backward(grad, grad_sum, x, weight, eps)
     return _like(x), _like(x, weight.shape)
 
 
-def _add_rms_norm_backward_fake(
-    grad: torch.Tensor,
-    grad_sum: torch.Tensor,
-    summed: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    _check_norm_backward(grad, grad_sum, summed, weight, eps)
-    return _like(summed), _like(summed, weight.shape)
+def _rms_norm_backward_fake(
+    grad: Tensor, x: Tensor, weight: Tensor, eps: float
+) -> tuple[Tensor, Tensor]:
+    return _norm_backward_fake(grad, None, x, weight, eps)
 
 
 # ---- autograd: the backward passes are kernels too --------------------------------------------
@@ -432,7 +414,8 @@ IMPLEMENTATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "swiglu_backward": (_swiglu_backward, _swiglu_backward_fake),
     "silu_and_mul_backward": (_silu_and_mul_backward, _silu_and_mul_backward_fake),
     "rms_norm_backward": (_rms_norm_backward, _rms_norm_backward_fake),
-    "add_rms_norm_backward": (_add_rms_norm_backward, _add_rms_norm_backward_fake),
+    # (grad, grad_sum, summed, weight, eps): the norm's backward with the sum's gradient added
+    "add_rms_norm_backward": (_norm_backward, _norm_backward_fake),
 }
 
 AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
