@@ -8,7 +8,8 @@ the GPU time of kernelpack (torch.ops.kernelpack), Liger-Kernel and torch.compil
 of the same function written with torch's operations, all in this one run.
 
 How GPU times are taken: a batch of back-to-back calls is queued behind a GPU sleep long enough
-that the whole batch is queued before the GPU reaches it, between two CUDA events; time per call =
+that the whole batch is queued before the GPU reaches it (three times the host's time to queue
+it, measured on the warm-up calls), between two CUDA events; time per call =
 event time / calls, median over the batches, after a warm-up. So the times are GPU times (kernels
 and the gaps between them), free of Python's per-call cost, which is measured apart (wall time per
 call of a loop at 1x4096). Inputs rotate over enough buffer sets to move ~200 MB per round, so
@@ -54,7 +55,9 @@ ROTATE_BYTES = 200 * 2**20
 MAX_SETS = 64
 CALLS_PER_BATCH = 25
 WARMUP_CALLS = 5
-SLEEP_CYCLES = 16_000_000  # ~8 ms at 2 GHz: longer than queueing a batch takes
+SLEEP_CYCLES = 16_000_000  # ~8 ms at 2 GHz: the shortest sleep before a batch
+SM_CYCLES_PER_US = 2_000  # the H100/H200's SM clock under load, about 2 GHz (nvidia-smi: 1980 MHz)
+SLEEP_MARGIN = 3  # the sleep lasts at least this many times the host's time to queue a batch
 COPY_BYTES = 2**30
 OPS = torch.ops.kernelpack
 
@@ -162,16 +165,28 @@ OP_LIST = [
 
 
 def gpu_time_us(call: Callable[[int], object], sets: int, batches: int) -> tuple[float, bool]:
-    """Median GPU time per call (µs), and whether every batch was queued ahead of the GPU."""
+    """Median GPU time per call (µs), and whether every batch was queued ahead of the GPU.
+
+    The sleep before each batch lasts SLEEP_MARGIN times the host's time to queue the batch (the
+    warm-up calls, timed), at least SLEEP_CYCLES: forward+backward through autograd costs the
+    host hundreds of µs a call, which a fixed ~8 ms sleep did not cover at 25 calls.
+    """
     for i in range(WARMUP_CALLS):
         call(i % sets)
     torch.cuda.synchronize()
+    began = time.perf_counter()
+    for i in range(WARMUP_CALLS):
+        call(i % sets)
+    queue_us = (time.perf_counter() - began) * 1e6 / WARMUP_CALLS
+    torch.cuda.synchronize()
+    batch_cycles = SLEEP_MARGIN * CALLS_PER_BATCH * queue_us * SM_CYCLES_PER_US
+    sleep_cycles = max(SLEEP_CYCLES, int(batch_cycles))
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     samples = []
     all_ahead = True
     for batch in range(batches):
-        torch.cuda._sleep(SLEEP_CYCLES)
+        torch.cuda._sleep(sleep_cycles)
         start.record()
         for i in range(CALLS_PER_BATCH):
             call((batch * CALLS_PER_BATCH + i) % sets)
