@@ -22,7 +22,7 @@ from kernelpack._console import print_json, print_table
 from kernelpack.errors import UsageError
 from kernelpack.formats import BundleEntry
 from kernelpack.images import read_image
-from kernelpack.index import Index
+from kernelpack.index import Index, KernelParam
 
 from .cache import sha256_hex
 from .index_writer import (
@@ -139,6 +139,7 @@ def merge(
         raise UsageError("merge: name at least one shard folder")
     check_shards(shards, [t.target for t in load_matrix(matrix).targets])
     first = shards[0]
+    kernels = _merged_kernels(shards)
     modules: list[ModuleSources] = []
     for name, module in sorted(first.index["modules"].items()):
         cuda = _read_checked(first.path, module["source"], module["source_sha256"])
@@ -146,7 +147,7 @@ def merge(
         modules.append(
             ModuleSources(
                 name=name,
-                kernels=module["kernels"],
+                kernels=kernels[name],
                 cuda=cuda.decode("utf-8"),
                 hip=(first.path / hip_file).read_text(encoding="utf-8"),
             )
@@ -169,6 +170,7 @@ def merge(
                         image["kind"],
                         data,
                         image["kernels"],
+                        image["symbols"],
                     )
                 )
     files, index = package_files(
@@ -183,6 +185,22 @@ def merge(
         raise UsageError(f"{first.path}: its device sources do not match its {SHARD_FILE}")
     write_output(out, files, index, shard=None)
     return shards
+
+
+def _merged_kernels(shards: Sequence[Shard]) -> dict[str, dict[str, list[KernelParam]]]:
+    """Per module, the kernels of every shard (a kernel allowed to miss some targets may be in one
+    shard only); one name with two layouts is a UsageError."""
+    merged: dict[str, dict[str, list[KernelParam]]] = {}
+    for shard in shards:
+        for name, module in shard.index["modules"].items():
+            kernels = merged.setdefault(name, {})
+            for kernel, params in module["kernels"].items():
+                if kernels.setdefault(kernel, params) != params:
+                    raise UsageError(
+                        f"inconsistent shards: kernel {kernel} of module {name} has another "
+                        f"parameter layout in {shard.path}; rebuild every shard from one commit"
+                    )
+    return {name: dict(sorted(kernels.items())) for name, kernels in merged.items()}
 
 
 def _read_checked(folder: Path, relative: str, digest: str) -> bytes:

@@ -119,6 +119,8 @@ class BuildSettings:
     amd_defines: tuple[str, ...] = ("USE_ROCM",)  # for AMD targets only (the USE_ROCM convention)
     include_dirs: tuple[Path, ...] = ()
     modules: Mapping[str, ModuleFlags] = field(default_factory=dict)
+    # module -> kernels that may be missing from some targets (docs/loader.md, "Kernel names")
+    allow_missing_kernels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     flags: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(FLAGS))
 
     @property
@@ -222,7 +224,27 @@ def _as_switch(value: object, where: str, base: Path) -> bool:
     return value
 
 
+def _as_kernel_lists(value: object, where: str, base: Path) -> dict[str, tuple[str, ...]]:
+    """``{module = ["kernel", ...]}`` in the config; "module=kernel;module=kernel" as text (kernel
+    names hold commas: ``k<float, 2>``)."""
+    if isinstance(value, str):
+        table: dict[str, list[str]] = {}
+        for entry in (part.strip() for part in value.split(";")):
+            module, equals, kernel = entry.partition("=")
+            if entry and (not equals or not module.strip() or not kernel.strip()):
+                raise UsageError(f"{where}: {entry!r}: expected module=kernel;module=kernel")
+            if entry:
+                table.setdefault(module.strip(), []).append(kernel.strip())
+        value = table
+    if not isinstance(value, dict) or not all(
+        isinstance(k, list) and all(isinstance(n, str) and n for n in k) for k in value.values()
+    ):
+        raise UsageError(f'{where}: {value!r}: expected a table {{module = ["kernel", ...]}}')
+    return {module: tuple(kernels) for module, kernels in sorted(value.items())}
+
+
 TEXT = _Type("TEXT", _as_text)
+KERNEL_LISTS = _Type("MODULE=KERNEL;...", _as_kernel_lists)
 PATH = _Type("PATH", _as_path)
 TARGETS = _Type("T,...", _as_targets)
 DEFINES = _Type("NAME[=VALUE],...", _as_defines)
@@ -288,6 +310,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("amd_defines", DEFINES, _BUILD, "preprocessor defines for AMD targets (default: "
            "USE_ROCM)"),
     Option("include_dirs", PATHS, _BUILD, "extra include folders, searched after include/"),
+    Option("allow_missing_kernels", KERNEL_LISTS, _BUILD, "kernels that may be missing from "
+           "some targets, per module (else such a build fails)"),
 )  # fmt: skip
 OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
 _MODULE_KEYS = {"flags": _as_list, "defines": _as_defines, "include-dirs": _as_paths}

@@ -252,7 +252,13 @@ def _built_images(device_dir: Path, index: Index) -> list[BuiltImage]:
             data = read_image(device_dir, image, remedy="rebuild it", bundles=bundles)
             images.append(
                 BuiltImage(
-                    name, image["vendor"], image["target"], image["kind"], data, image["kernels"]
+                    name,
+                    image["vendor"],
+                    image["target"],
+                    image["kind"],
+                    data,
+                    image["kernels"],
+                    image["symbols"],
                 )
             )
     return images
@@ -359,7 +365,7 @@ def main_wheels(args: argparse.Namespace) -> int:
             merge(args.merge, device_dir, matrix=settings.matrix, compress=settings.compress)
         else:
             result = build(replace(settings, out=device_dir), progress=not args.json)
-            if result.count("failed") or result.count("not run"):
+            if result.failed:
                 print_summary(result, as_json=args.json)
                 raise failure_error(result)
         return _make_wheels(device_dir, settings.dist, epoch=epoch, as_json=args.json)

@@ -41,19 +41,20 @@ from kernelpack.runtime import LoadedModule, Runtime
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
 
-SOURCE = """extern "C" __global__ void axpy(float *y, const float *x, float a, int n) {
+SOURCE = """__global__ void axpy(float *y, const float *x, float a, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += a * x[i];
 }
 """
 KERNELS: dict[str, Any] = {
     "axpy": [
-        {"name": "y", "type": "float *"},
-        {"name": "x", "type": "const float *"},
-        {"name": "a", "type": "float"},
-        {"name": "n", "type": "int"},
+        {"type": "float*", "offset": 0, "size": 8},
+        {"type": "float const*", "offset": 8, "size": 8},
+        {"type": "float", "offset": 16, "size": 4},
+        {"type": "int", "offset": 20, "size": 4},
     ]
 }
+AXPY_SYMBOL = "_Z4axpyPfPKffi"  # what nvcc and hipcc name axpy(float*, const float*, float, int)
 RESOURCES = {
     "axpy": {
         "registers": 8,
@@ -85,6 +86,7 @@ def _image(vendor: str, target: str, kind: str, file: str, data: bytes, **extra:
         "sha256": hashlib.sha256(data).hexdigest(),
         "compression": "none",
         "kernels": RESOURCES,
+        "symbols": {"axpy": AXPY_SYMBOL},
     }
     image.update(extra)
     return image  # type: ignore[return-value]
@@ -118,7 +120,7 @@ def make_package(
         (root / file).write_bytes(payload(target))
         images.append(_image("nvidia", target, kind, file, payload(target)))
     return {
-        "schema": 1,
+        "schema": 2,
         "version": version,
         "build": {"toolchains": {}, "flags": {}, "sources": {}},
         "modules": {
@@ -143,6 +145,7 @@ class RecordingRuntime(Runtime):
         self.loads: list[tuple[int, bytes]] = []
         self.jits = 0
         self.launches: list[bytes] = []
+        self.functions: list[str] = []  # the symbols looked up
 
     def version(self) -> str:
         return "1.0"
@@ -159,6 +162,7 @@ class RecordingRuntime(Runtime):
         return LoadedModule(len(self.loads), ordinal)
 
     def function(self, module: LoadedModule, name: str) -> int:
+        self.functions.append(name)
         return 1000 + module.handle
 
     def launcher(self, module: LoadedModule, function: int, signature: Any, fail: Any) -> Any:
@@ -524,9 +528,11 @@ def test_launch_checks_arguments(tmp_path: Path, cache: DiskCache) -> None:
     axpy = made.load("demo").kernel("axpy")
     axpy.launch(4, 256, 0x7000_0000, 0x7100_0000, 2.0, 1000)
     assert len(runtimes["nvidia"].launches) == 1
+    assert runtimes["nvidia"].functions == [AXPY_SYMBOL]  # looked up by the image's symbol
+    assert axpy.params == KERNELS["axpy"]
     with pytest.raises(UsageError, match="takes 4 arguments, got 3"):
         axpy.signature.pack([1, 2, 3.0])
-    with pytest.raises(UsageError, match=r"argument 3 'n' \(int\): 4294967296 is out of range"):
+    with pytest.raises(UsageError, match=r"argument 3 \(int\): 4294967296 is out of range"):
         axpy.signature.pack([1, 2, 3.0, 2**32])
 
 
@@ -661,12 +667,12 @@ def test_info_verifies_each_chosen_image(
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("INDEX = {'schema': 1, 'version': '1.0', 'modu", "SyntaxError"),
-        ("INDEX = {'schema': 1, 'version': '1.0', 'build': {}, 'modules': {'demo': 7}}",
+        ("INDEX = {'schema': 2, 'version': '1.0', 'modu", "SyntaxError"),
+        ("INDEX = {'schema': 2, 'version': '1.0', 'build': {}, 'modules': {'demo': 7}}",
          "module 'demo': expected a dict, found int"),
-        ("INDEX = {'schema': 1, 'version': 1, 'build': {}, 'modules': {}}",
+        ("INDEX = {'schema': 2, 'version': 1, 'build': {}, 'modules': {}}",
          "'version' is a int, not str"),
-        ("INDEX = {'schema': 1, 'version': '1.0', 'build': {}, 'modules': {'demo': {'kernels': {},"
+        ("INDEX = {'schema': 2, 'version': '1.0', 'build': {}, 'modules': {'demo': {'kernels': {},"
          " 'source': '', 'source_sha256': '', 'images': [{'vendor': 'amd'}]}}}",
          "module 'demo' image 0: no key 'target'"),
         ("OTHER = 1", "it defines no INDEX"),

@@ -34,11 +34,12 @@ def _index_with(targets: list[str]) -> Index:
             "sha256": "",
             "compression": "none",
             "kernels": {},
+            "symbols": {},
         }
         for t in targets
     ]
     return {
-        "schema": 1,
+        "schema": 2,
         "version": "1.0",
         "build": {"toolchains": {}, "flags": {}, "sources": {}},
         "modules": {"m": {"kernels": {}, "source": "", "source_sha256": "", "images": images}},  # type: ignore[typeddict-item]

@@ -87,6 +87,7 @@ _IMAGE_FIELDS: dict[str, type] = {
     "sha256": str,
     "compression": str,
     "kernels": dict,
+    "symbols": dict,
 }
 
 

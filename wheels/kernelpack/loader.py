@@ -213,10 +213,12 @@ class Loader:
         if choice.located is None:
             assert compiler is not None
             data, image, why = self._compiled(module, entry, gpu, compiler)
-            resources = _resources_of(data, gpu.vendor, image)
+            symbols = self._vendor_symbols(module, gpu.vendor)
+            resources = _resources_of(data, gpu.vendor, image, symbols)
         else:
             located = choice.located
             data = self.image_bytes(located)
+            symbols = located.image["symbols"]
             recorded = located.image["kernels"]
             resources = lambda: recorded  # noqa: E731
             image = located.label
@@ -224,10 +226,20 @@ class Loader:
             if located.image["kind"] == "ptx":
                 data = self._driver_compiled(runtime, ordinal, located, gpu)
                 if not recorded and data.startswith(b"\x7fELF"):
-                    resources = _resources_of(data, gpu.vendor, f"{image} compiled")
+                    resources = _resources_of(data, gpu.vendor, f"{image} compiled", symbols)
         loaded = runtime.load(ordinal, data)
         _debug(f"{module}: loaded {image} on {device_name(gpu)} (runtime ordinal {ordinal})")
-        return Module(module, gpu, image, why, entry["kernels"], resources, runtime, loaded)
+        return Module(
+            module, gpu, image, why, entry["kernels"], resources, runtime, loaded, symbols
+        )
+
+    def _vendor_symbols(self, module: str, vendor: str) -> dict[str, str]:
+        """The kernels' symbols in an image of ``vendor``, for an object compiled at run time from
+        the same source (the same front end mangles alike); empty when the index has none."""
+        for located in self.catalog(with_device_wheels=True).images.get(module, []):
+            if located.image["vendor"] == vendor:
+                return located.image["symbols"]
+        return {}
 
     def image_bytes(self, located: Located) -> bytes:
         """The image's bytes, checked against the index's sha256; an image inside a compressed
@@ -322,14 +334,19 @@ class Loader:
         return cuda.decode("utf-8")
 
 
-def _resources_of(data: bytes, vendor: str, label: str) -> Callable[[], dict[str, KernelResources]]:
-    """Reads a compiled object's per-kernel resources when called (see Module.resources)."""
+def _resources_of(
+    data: bytes, vendor: str, label: str, symbols: Mapping[str, str]
+) -> Callable[[], dict[str, KernelResources]]:
+    """Reads a compiled object's per-kernel resources when called (see Module.resources), by
+    kernel name (``symbols``: name -> symbol; a symbol not there is its own name)."""
 
     def read() -> dict[str, KernelResources]:
         from .formats import read_code_object, read_cubin
 
         reader = read_cubin if vendor == "nvidia" else read_code_object
-        return reader(data, label).resources()
+        names = {symbol: name for name, symbol in symbols.items()}
+        found = reader(data, label).resources()
+        return {names.get(symbol, symbol): figures for symbol, figures in found.items()}
 
     return read
 
