@@ -110,7 +110,10 @@ def test_bad_settings_are_one_clear_line(
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ("target = []\n", "unknown key tool.kernelpack.target; known: allow-missing-kernels, amd-defines"),
+        (
+            "target = []\n",
+            "unknown key tool.kernelpack.target; known: allow-missing-kernels, amd-defines",
+        ),
         ("jobs = true\n", "tool.kernelpack.jobs: True: expected a positive number"),
         ("compress = 1\n", "tool.kernelpack.compress: 1: expected true or false"),
         ("[tool.kernelpack.modules.m]\nflag = []\n", "modules.m: unknown key flag"),

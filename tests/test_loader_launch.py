@@ -311,7 +311,9 @@ def test_torch_tensors_are_read_and_host_ones_refused(make_launcher: LauncherFac
     with pytest.raises(Failed):
         launch(1, 1, *host)
     assert len(recorder.calls) == 1
-    with pytest.raises(UsageError, match=r"argument 11 \(const float \*__restrict__\).*on cpu is not GPU memory"):
+    with pytest.raises(
+        UsageError, match=r"argument 11 \(const float \*__restrict__\).*on cpu is not GPU memory"
+    ):
         raise SIGNATURE.explain(host)
 
 
@@ -375,7 +377,7 @@ def test_c_linkage_parameters_pass_by_size() -> None:
     assert struct.unpack("<QI4xH6xB7x", packed) == (0xDEAD_BEEF_0000, 2**32 - 1, 65535, 255)
     with pytest.raises(UsageError, match=r"argument 1 \(<4 bytes>\): 4294967296 is out of range"):
         signature.pack([0, 2**32, 0, 0])
-    with pytest.raises(UsageError, match="argument 1 .*expected an integer, got float"):
+    with pytest.raises(UsageError, match=r"argument 1 .*expected an integer, got float"):
         signature.pack([0, 1.5, 0, 0])
     with pytest.raises(UsageError, match="3 bytes with no type"):
         kargs.Signature.from_index("odd", [{"type": "", "offset": 0, "size": 3}])
