@@ -522,6 +522,17 @@ def test_unknown_module_kernel_and_device(tmp_path: Path, cache: DiskCache) -> N
         made.load("demo", "cuda:0").kernel("axpb")
 
 
+def test_a_kernel_the_loaded_image_lacks_is_named(tmp_path: Path, cache: DiskCache) -> None:
+    """A kernel the build allowed to be missing from some targets (allow-missing-kernels)."""
+    index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
+    index["modules"]["demo"]["kernels"] = {**KERNELS, "hopper_only": []}
+    made, runtimes = make_loader(index, tmp_path / "pkg", mixed_machine()[2:], cache)
+    module = made.load("demo")
+    with pytest.raises(UsageError, match="'hopper_only' of module demo is not in the image loaded"):
+        module.kernel("hopper_only")
+    assert runtimes["nvidia"].functions == []
+
+
 def test_launch_checks_arguments(tmp_path: Path, cache: DiskCache) -> None:
     index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
     made, runtimes = make_loader(index, tmp_path / "pkg", mixed_machine()[2:], cache)

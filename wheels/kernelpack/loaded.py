@@ -108,6 +108,8 @@ class Module:
         runtime: Runtime,
         loaded: LoadedModule,
         symbols: dict[str, str] | None = None,
+        *,
+        image_symbols: bool = False,
     ) -> None:
         self.name = name
         self.gpu = gpu
@@ -118,6 +120,7 @@ class Module:
         # kernel name -> its symbol in the loaded image (mangled for C++ kernels); a name that is
         # not here is its own symbol (C linkage)
         self._symbols = symbols or {}
+        self._image_symbols = image_symbols  # whether the symbols are the loaded image's own
         self._read_resources = resources
         self._resources: dict[str, KernelResources] | None = None
         self._runtime = runtime
@@ -146,6 +149,12 @@ class Module:
         if params is None:
             raise UsageError(
                 f"module {self.name} has no kernel {name!r}; kernels: {', '.join(self.kernel_names)}"
+            )
+        if self._image_symbols and name not in self._symbols:
+            raise UsageError(
+                f"kernel {name!r} of module {self.name} is not in the image loaded on "
+                f"{self.device} ({self.image}): the build allowed it to be missing there "
+                "(allow-missing-kernels)"
             )
         with self._lock:
             found = self._kernels.get(name)

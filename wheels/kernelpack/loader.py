@@ -230,7 +230,16 @@ class Loader:
         loaded = runtime.load(ordinal, data)
         _debug(f"{module}: loaded {image} on {device_name(gpu)} (runtime ordinal {ordinal})")
         return Module(
-            module, gpu, image, why, entry["kernels"], resources, runtime, loaded, symbols
+            module,
+            gpu,
+            image,
+            why,
+            entry["kernels"],
+            resources,
+            runtime,
+            loaded,
+            symbols,
+            image_symbols=choice.located is not None,
         )
 
     def _vendor_symbols(self, module: str, vendor: str) -> dict[str, str]:
