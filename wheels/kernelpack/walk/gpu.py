@@ -257,7 +257,7 @@ def _residue_launch(
     residue, m = lowered.residue, lowered.m
     inputs_tail = (ptr["consts"], len(lowered.consts), ptr["moduli"])
     if residue.form == "registers":
-        kernel = module.kernel(f"walk_registers_m{m}_d{residue.degree}")
+        kernel = module.kernel(f"walk_registers<{m}, {residue.degree}>")
 
         def arguments(
             shifts: int, dirs: int, count: int, p_final: int, alive: int
@@ -267,7 +267,7 @@ def _residue_launch(
                     alive)  # fmt: skip
 
         return kernel, arguments
-    kernel = module.kernel(f"walk_residues_m{m}")
+    kernel = module.kernel(f"walk_residues<{m}>")
 
     def general(shifts: int, dirs: int, count: int, p_final: int, alive: int) -> tuple[object, ...]:
         return (shifts, dirs, count, lowered.dim, ptr["code"], launch.n_setup, launch.n_step,
@@ -468,12 +468,12 @@ def _walk(
     ptr = {name: buffers.pointer(buffer) for name, buffer in constant.items()}
     residue_kernel, residue_arguments = _residue_launch(module, lowered, launch, ptr)
     if launch.float_registers:
-        float_kernel = module.kernel(f"walk_float_registers_m{m}_d{lowered.residue.degree}")
+        float_kernel = module.kernel(f"walk_float_registers<{m}, {lowered.residue.degree}>")
         float_program: tuple[object, ...] = (ptr["float_code"], len(launch.float_code),
                                              int(lowered.residue.out[0]))  # fmt: skip
         float_slots = lowered.residue.n_slots
     else:
-        float_kernel = module.kernel(f"walk_float_m{m}")
+        float_kernel = module.kernel(f"walk_float<{m}>")
         float_program = (ptr["float_code"], len(launch.float_code), ptr["float_out"])
         float_slots = lowered.float.n_slots
     walks, primes_count = inputs.walks, len(inputs.primes)
