@@ -432,7 +432,7 @@ def test_bad_launches_say_why(package: tuple[Index, Path], tmp_path: Path, torch
         kernel.launch(1, 2048, y, y, 1.0, 4)
     with pytest.raises(UsageError, match=r"move it with \.cuda\(\)"):
         kernel.launch(1, 4, y, torch.zeros(4), 1.0, 4)
-    with pytest.raises(UsageError, match=r"argument 3 'n' \(int\): expected an integer, got float"):
+    with pytest.raises(UsageError, match=r"argument 3 \(int\): expected an integer, got float"):
         kernel.launch(1, 4, y, y, 1.0, 4.0)
     check_axpy(torch, kernel, 100)  # the context is still good
 
