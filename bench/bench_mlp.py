@@ -319,7 +319,7 @@ def host_rows(liger: Any) -> dict[str, dict[str, float]]:
     table: dict[str, dict[str, float]] = {}
     gate, up = _randn(1, 4096, dtype=torch.bfloat16), _randn(1, 4096, dtype=torch.bfloat16)
     out = torch.empty_like(gate)
-    kernel = mlp_launch.load_kernel("cuda:0", "swiglu_bf16")
+    kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("swiglu", "bfloat16"))
     grid, block = mlp_launch.swiglu_geometry(4096, "bfloat16")
     addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
     stream = int(torch.cuda.current_stream().cuda_stream)

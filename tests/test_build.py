@@ -32,21 +32,33 @@ from kernelpack.formats import read_bundle
 ALL_JOBS = {(m, t) for m in ("other", "tiny") for t in AMD_TARGETS}
 # The kernels of kernel_sources/, written out by hand from the kernel-name rule (docs/loader.md):
 # what the build must discover in every object.
-MLP_OPS = ("swiglu", "silu_and_mul", "rms_norm", "add_rms_norm", "swiglu_backward",
-           "silu_and_mul_backward", "rms_norm_backward", "rms_norm_weight_grad")  # fmt: skip
+MLP_FORWARD = ("swiglu", "silu_and_mul", "rms_norm", "add_rms_norm")
+MLP_OPS = (*MLP_FORWARD, "swiglu_backward", "silu_and_mul_backward", "rms_norm_backward")
+MLP_OPS += ("rms_norm_weight_grad",)
+# walk.cu's register walks: residues D <= 4 (D <= 2 for m = 4), float64 D <= 4, 3, 1 for m = 2, 3, 4
+RESIDUE_DEGREES = {2: 4, 3: 4, 4: 2}
+FLOAT_DEGREES = {2: 4, 3: 3, 4: 1}
 REAL_KERNELS = {
     "mlp": [f"mlp::{op}<{t}>" for op in MLP_OPS for t in ("float", "__half", "__nv_bfloat16")],
     "walk": [
         *(f"walk_residues<{m}>" for m in (2, 3, 4)),
         *(f"walk_float<{m}>" for m in (2, 3, 4)),
-        *(f"walk_registers<{m}, {d}>" for m, d in ((2, 1), (2, 2), (2, 3), (2, 4), (3, 1), (3, 2),
-                                                   (3, 3), (3, 4), (4, 1), (4, 2))),
-        *(f"walk_float_registers<{m}, {d}>" for m, d in ((2, 1), (2, 2), (2, 3), (2, 4), (3, 1),
-                                                         (3, 2), (3, 3), (4, 1))),
-        "walk_bounds", "walk_select_hits", "walk_select_histogram", "walk_select_pick",
-        "walk_select_top",
+        *(
+            f"walk_registers<{m}, {d}>"
+            for m, top in RESIDUE_DEGREES.items()
+            for d in range(1, top + 1)
+        ),
+        *(
+            f"walk_float_registers<{m}, {d}>"
+            for m, top in FLOAT_DEGREES.items()
+            for d in range(1, top + 1)
+        ),
+        *(
+            f"walk_{name}"
+            for name in ("bounds", "select_hits", "select_histogram", "select_pick", "select_top")
+        ),
     ],
-}  # fmt: skip
+}
 
 
 def expected_wavefront(target: str) -> int:

@@ -32,6 +32,11 @@ __global__ void axpy(float *y, const float *x, float a, int n) {
     if (i < n) y[i] += a * x[i];
 }
 
+extern "C" __global__ void add(float *y, const float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+
 namespace ops {
 template <typename T>
 __global__ void add(T *y, const T *x, int n) {
@@ -105,7 +110,7 @@ def build_package(root: Path, *, nvcc: str = "nvcc") -> Index:
     for target, image in built.items():
         image["symbols"] = named.symbols[target]
         image["kernels"] = named.resources[target] if image["kind"] == "cubin" else {}
-    assert sorted(named.params) == ["axpy", "nothing", "ops::add<float>", "scalars"]
+    assert sorted(named.params) == ["add", "axpy", "nothing", "ops::add<float>", "scalars"]
     return {
         "schema": 2,
         "version": "0.0.0",
