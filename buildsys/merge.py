@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from kernelpack.images import read_image
 from kernelpack.index import Index, KernelParam
 
 from .cache import sha256_hex
+from .discovery import check_missing
 from .index_writer import (
     INDEX_FILE,
     SHARD_FILE,
@@ -131,9 +132,17 @@ def _check_consistent(first: Shard, other: Shard) -> None:
 
 
 def merge(
-    shard_paths: Sequence[Path], out: Path, *, matrix: Path | None = None, compress: bool = True
+    shard_paths: Sequence[Path],
+    out: Path,
+    *,
+    matrix: Path | None = None,
+    compress: bool = True,
+    allow_missing_kernels: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Shard]:
-    """Check the shards against each other and the matrix, then write the merged output."""
+    """Check the shards against each other and the matrix, then write the merged output.
+
+    Each shard checked its own targets' kernels; across shards, a kernel that some targets lack
+    is a BuildError unless ``allow_missing_kernels`` lists it (as in a build)."""
     shards = [read_shard(path) for path in shard_paths]
     if not shards:
         raise UsageError("merge: name at least one shard folder")
@@ -173,6 +182,7 @@ def merge(
                         image["symbols"],
                     )
                 )
+    _check_kernels_across(images, allow_missing_kernels or {})
     files, index = package_files(
         modules,
         images,
@@ -185,6 +195,27 @@ def merge(
         raise UsageError(f"{first.path}: its device sources do not match its {SHARD_FILE}")
     write_output(out, files, index, shard=None)
     return shards
+
+
+def _check_kernels_across(
+    images: Sequence[BuiltImage], allowed: Mapping[str, Sequence[str]]
+) -> None:
+    """A BuildError naming the kernels that some targets of the merged images lack."""
+    targets: dict[str, list[str]] = {}
+    present: dict[str, dict[str, set[str]]] = {}
+    for image in images:
+        targets.setdefault(image.module, []).append(image.target)
+        for kernel in image.symbols:
+            present.setdefault(image.module, {}).setdefault(kernel, set()).add(image.target)
+    missing = {
+        module: {
+            kernel: [t for t in targets[module] if t not in have]
+            for kernel, have in sorted(kernels.items())
+            if len(have) < len(set(targets[module]))
+        }
+        for module, kernels in sorted(present.items())
+    }
+    check_missing(missing, allowed, "the project's [tool.kernelpack]")
 
 
 def _merged_kernels(shards: Sequence[Shard]) -> dict[str, dict[str, list[KernelParam]]]:
@@ -223,7 +254,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main_merge(args: argparse.Namespace) -> int:
     settings = resolve_settings(args, command="merge")
     check_writable_folder(settings.out.parent, "out")
-    shards = merge(args.shards, settings.out, matrix=settings.matrix, compress=settings.compress)
+    shards = merge(
+        args.shards,
+        settings.out,
+        matrix=settings.matrix,
+        compress=settings.compress,
+        allow_missing_kernels=settings.allow_missing_kernels,
+    )
     report = [{"shard": str(s.path), "targets": s.targets} for s in shards]
     if args.json:
         print_json({"out": str(settings.out), "shards": report})

@@ -310,8 +310,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("amd_defines", DEFINES, _BUILD, "preprocessor defines for AMD targets (default: "
            "USE_ROCM)"),
     Option("include_dirs", PATHS, _BUILD, "extra include folders, searched after include/"),
-    Option("allow_missing_kernels", KERNEL_LISTS, _BUILD, "kernels that may be missing from "
-           "some targets, per module (else such a build fails)"),
+    Option("allow_missing_kernels", KERNEL_LISTS, _BUILD | {"merge"}, "kernels that may be "
+           "missing from some targets, per module (else such a build or merge fails)"),
 )  # fmt: skip
 OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
 _MODULE_KEYS = {"flags": _as_list, "defines": _as_defines, "include-dirs": _as_paths}

@@ -362,7 +362,13 @@ def main_wheels(args: argparse.Namespace) -> int:
     with scratch_folder(settings.cache_dir) as scratch:
         device_dir = scratch / "device"
         if args.merge:
-            merge(args.merge, device_dir, matrix=settings.matrix, compress=settings.compress)
+            merge(
+                args.merge,
+                device_dir,
+                matrix=settings.matrix,
+                compress=settings.compress,
+                allow_missing_kernels=settings.allow_missing_kernels,
+            )
         else:
             result = build(replace(settings, out=device_dir), progress=not args.json)
             if result.failed:

@@ -228,3 +228,27 @@ def test_a_kernel_missing_from_a_target_fails_unless_allowed(tmp_path: Path) -> 
     images = {i["target"]: i for i in index["modules"]["g"]["images"]}
     assert sorted(images["sm_90"]["symbols"]) == ["everywhere", "hopper_only"]
     assert sorted(images["sm_80"]["symbols"]) == ["everywhere"]
+
+
+@pytest.mark.nvcc
+def test_merge_checks_kernels_across_shards(tmp_path: Path) -> None:
+    """Each shard alone is consistent (sm_80's lacks hopper_only on all its targets); merged,
+    the difference shows and needs allow-missing-kernels like a build."""
+    from buildsys.merge import merge
+
+    project = make_project(
+        tmp_path, files={"g/g.cu": GUARDED}, matrix='[nvidia]\ntargets = ["sm_80", "sm_90"]\n'
+    )
+    shards = []
+    for target in ("sm_80", "sm_90"):
+        out = tmp_path / f"shard-{target}"
+        result = project.build(targets=(target,), out=out)
+        assert not result.failed, failure_error(result)
+        shards.append(out)
+    matrix = project.settings.matrix
+    with pytest.raises(BuildError, match=r"g hopper_only \(not on sm_80\)"):
+        merge(shards, tmp_path / "merged", matrix=matrix)
+    assert not (tmp_path / "merged").exists()
+    merge(shards, tmp_path / "merged", matrix=matrix, allow_missing_kernels={"g": ["hopper_only"]})
+    index = read_index((tmp_path / "merged" / "_index.py").read_text())
+    assert sorted(index["modules"]["g"]["kernels"]) == ["everywhere", "hopper_only"]
