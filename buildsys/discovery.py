@@ -303,8 +303,8 @@ def name_kernels(
 
 
 def same_layout(a: Sequence[KernelParam], b: Sequence[KernelParam]) -> bool:
-    """Offsets and sizes agree; the types too where both spell one (HIP-only types such as
-    hip_bfloat16 structs may spell differently, but must pass alike)."""
+    """Offsets, sizes and types agree (types as CUDA spells them: cuda_spelling maps an AMD
+    object's back first)."""
     if len(a) != len(b):
         return False
     return all(
