@@ -8,11 +8,15 @@ hand-written expectation, and the layouts with the compiler's own metadata where
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from build_project import make_project
 
+from buildsys import REPO_ROOT
 from buildsys.discovery import (
     Demangled,
     cuda_spelling,
@@ -68,6 +72,7 @@ static __global__ void also_hidden(float* x) { x[0] = 2; }
 
 # name -> (type, offset, size) per parameter: written by hand from the C++ rules (natural
 # alignment, 8-byte pointers, a 16-byte struct aligned to 8).
+# One kernel per line reads as a table (ruff would put each tuple on lines of its own: fmt: skip).
 EXPECTED = {
     "fill_f32": [("float*", 0, 8), ("float", 8, 4), ("unsigned long long", 16, 8)],
     "fill_i64": [("long long*", 0, 8), ("long long", 8, 8), ("unsigned long long", 16, 8)],
@@ -222,6 +227,31 @@ def test_a_kernel_missing_from_a_target_fails_unless_allowed(tmp_path: Path) -> 
     assert [r for r in kernel_rows(result) if r["missing"]] == [
         {"module": "g", "kernel": "hopper_only", "targets": ["sm_90"], "missing": ["sm_80"]}
     ]
+    settings = project.settings
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "buildsys",
+            "build",
+            "--sources",
+            str(settings.sources),
+            "--matrix",
+            str(settings.matrix),
+            "--cache-dir",
+            str(settings.cache_dir),
+            "--out",
+            str(settings.out),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert cli.returncode == 1  # a build failure, like a failed compile (BuildError)
+    assert cli.stderr.count("\n") == 1 and cli.stderr.startswith("error: ")
+    assert "g hopper_only (not on sm_80)" in cli.stderr
+    assert re.search(r"^g\s+hopper_only\s+MISSING on sm_80 \(1 of 2\)", cli.stdout, re.M)
     allowed = project.build(allow_missing_kernels={"g": ("hopper_only",)})
     assert not allowed.failed, failure_error(allowed)
     index = read_index((project.settings.out / "_index.py").read_text())
