@@ -53,7 +53,9 @@ def _build_target(gpu: Gpu) -> str:
 
 def install_hint(gpu: Gpu, catalog: Catalog) -> str:
     """The pip command for the device wheel that would fit ``gpu``: from the host index's map of
-    targets to extras where it names one that fits, else the name the wheels are given."""
+    targets to extras where it names one that fits, else the name the wheels are given; the
+    distribution is the one the index was built for (kernelpack, or another kernelpack-built
+    package)."""
     from .targets import select_image
 
     candidates: list[dict[str, Any]] = [
@@ -62,10 +64,14 @@ def install_hint(gpu: Gpu, catalog: Catalog) -> str:
         if t.vendor == gpu.vendor
     ]
     best, _ = select_image(candidates, gpu.target)
+    distribution = catalog.distribution or "kernelpack"
     if best is not None:
-        return f'pip install "kernelpack[{catalog.device_wheels[best["target"]]}]"'
+        return f'pip install "{distribution}[{catalog.device_wheels[best["target"]]}]"'
     extra = _build_target(gpu).replace("_", "").lower()
-    return f'pip install "kernelpack[{extra}]" (if a device wheel for {_build_target(gpu)} is published)'
+    return (
+        f'pip install "{distribution}[{extra}]" (if a device wheel for {_build_target(gpu)} is '
+        "published)"
+    )
 
 
 def _known_targets(targets: Iterable[str]) -> list[ParsedTarget]:
