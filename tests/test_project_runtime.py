@@ -28,11 +28,19 @@ def _index(package: str, version: str, targets: list[str], root: Path) -> Index:
         file = f"device/ops.{target}.co"
         (root / file).parent.mkdir(parents=True, exist_ok=True)
         (root / file).write_bytes(data)
-        images.append({
-            "vendor": "amd", "target": target, "kind": "code_object", "file": file, "offset": 0,
-            "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "compression": "none",
-            "kernels": {},
-        })  # fmt: skip
+        images.append(
+            {
+                "vendor": "amd",
+                "target": target,
+                "kind": "code_object",
+                "file": file,
+                "offset": 0,
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "compression": "none",
+                "kernels": {},
+            }
+        )
     kernels = {f"{package}_kernel": [{"name": "x", "type": "float *"}]}
     return {  # type: ignore[return-value, typeddict-item]
         "schema": 1,
@@ -64,13 +72,22 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     made = {
         "alpha": ("1.0", [], "[kernelpack.packages]\nalpha = alpha\n"),
         "beta": ("2.0", [], "[kernelpack.packages]\nbeta = beta\n"),
-        "alpha_device_gfx942": ("1.0", ["gfx942"],
-                                "[kernelpack.device]\nalpha.gfx942 = alpha_device_gfx942\n"),
-        "beta_device_gfx942": ("2.0", ["gfx942"],
-                               "[kernelpack.device]\nbeta.gfx942 = beta_device_gfx942\n"),
-        "alpha_device_gfx1100": ("0.9", ["gfx1100"],
-                                 "[kernelpack.device]\nalpha.gfx1100 = alpha_device_gfx1100\n"),
-    }  # fmt: skip
+        "alpha_device_gfx942": (
+            "1.0",
+            ["gfx942"],
+            "[kernelpack.device]\nalpha.gfx942 = alpha_device_gfx942\n",
+        ),
+        "beta_device_gfx942": (
+            "2.0",
+            ["gfx942"],
+            "[kernelpack.device]\nbeta.gfx942 = beta_device_gfx942\n",
+        ),
+        "alpha_device_gfx1100": (
+            "0.9",
+            ["gfx1100"],
+            "[kernelpack.device]\nalpha.gfx1100 = alpha_device_gfx1100\n",
+        ),
+    }
     for name, (version, targets, entry_points) in made.items():
         owner = name.split("_device_")[0]
         (site / name).mkdir(parents=True)

@@ -48,8 +48,11 @@ def repack(names: list[str], folder: Path) -> list[Path]:
                 continue
             if relative.endswith(".dist-info/WHEEL"):
                 text = Path(str(dist.locate_file(entry))).read_text()
-                tags = [line.split(":", 1)[1].strip() for line in text.splitlines()
-                        if line.startswith("Tag:")]  # fmt: skip
+                tags = [
+                    line.split(":", 1)[1].strip()
+                    for line in text.splitlines()
+                    if line.startswith("Tag:")
+                ]
             if relative.rsplit("/", 1)[-1] in _DROPPED and ".dist-info/" in relative:
                 continue
             files[relative] = Path(str(dist.locate_file(entry))).read_bytes()
