@@ -15,7 +15,7 @@ import pytest
 from buildsys.index_writer import render_index
 from kernelpack import catalog, cli, loader
 from kernelpack.errors import KernelpackWarning, UsageError
-from kernelpack.index import Index
+from kernelpack.index import SCHEMA_VERSION, Index
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
 
@@ -39,11 +39,12 @@ def _index(package: str, version: str, targets: list[str], root: Path) -> Index:
                 "sha256": hashlib.sha256(data).hexdigest(),
                 "compression": "none",
                 "kernels": {},
+                "symbols": {},  # kernel name -> symbol (none: the module defines no kernel)
             }
         )
-    kernels = {f"{package}_kernel": [{"name": "x", "type": "float *"}]}
+    kernels = {f"{package}_kernel": [{"type": "float*", "offset": 0, "size": 8}]}
     return {  # type: ignore[return-value, typeddict-item]
-        "schema": 1,
+        "schema": SCHEMA_VERSION,
         "version": version,
         "build": {"toolchains": {}, "flags": {}, "sources": {}},
         "distribution": package.replace("_", "-"),
