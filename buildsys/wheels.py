@@ -231,8 +231,18 @@ def build_fat_wheel(
 def _pip_wheel(meta: ProjectMetadata, device_dir: Path, out_dir: Path, *, epoch: int) -> Path:
     """``pip wheel`` through the project's own backend, which places the built device folder
     (``KERNELPACK_DEVICE_DIR``) into its package."""
-    argv = [sys.executable, "-m", "pip", "wheel", str(meta.root), "--no-deps",
-            "--no-build-isolation", "-q", "-w", str(out_dir)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        str(meta.root),
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        str(out_dir),
+    ]
     env = dict(os.environ, SOURCE_DATE_EPOCH=str(epoch), KERNELPACK_DEVICE_DIR=str(device_dir))
     result = subprocess.run(argv, capture_output=True, text=True, env=env)
     if result.returncode != 0:
@@ -246,9 +256,10 @@ def _audit_plain(wheel: Path) -> str:
     no GPU runtime library; auditwheel's own verdict is reported."""
     files = read_wheel(wheel)
     host_code = sorted(
-        n for n, data in files.items()
+        n
+        for n, data in files.items()
         if data.startswith(b"\x7fELF") and not n.endswith(IMAGE_FILE_SUFFIXES)
-    )  # fmt: skip
+    )
     if host_code:
         raise BuildError(f"{wheel.name}: host code in a py3-none-any wheel: {host_code}")
     grafted = sorted(n for n in files if GPU_RUNTIME_LIBRARIES.search(Path(n).name))
@@ -426,9 +437,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     --out for the wheels, and --merge."""
     add_settings_arguments(parser, "wheels")
     parser.add_argument(
-        "--merge", nargs="+", type=Path, metavar="SHARD",
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="SHARD",
         help="make the wheels from CI shards (build --targets X --out SHARD) instead of building",
-    )  # fmt: skip
+    )
 
 
 def main_wheels(args: argparse.Namespace) -> int:

@@ -96,10 +96,13 @@ def test_device_groups_are_named_after_the_project() -> None:
     index["package"] = "vecops_kernels"
     names = [(g.distribution, g.package, g.entry_point) for g in device_groups(index)]
     assert names == [
-        ("vecops-kernels-device-gfx11-generic", "vecops_kernels_device_gfx11_generic",
-         "vecops_kernels.gfx11-generic"),
+        (
+            "vecops-kernels-device-gfx11-generic",
+            "vecops_kernels_device_gfx11_generic",
+            "vecops_kernels.gfx11-generic",
+        ),
         ("vecops-kernels-device-sm90", "vecops_kernels_device_sm90", "vecops_kernels.sm90"),
-    ]  # fmt: skip
+    ]
 
 
 def test_write_wheel_is_deterministic_and_records_hashes(tmp_path: Path) -> None:
@@ -159,10 +162,23 @@ def _all_files(folder: Path) -> list[Path]:
 # The device groups and variant labels the default matrix should give, worked out by hand from
 # arch_matrix.toml and AMD_FAMILIES' membership (not from device_groups()).
 EXPECTED_GROUPS = [
-    "gfx1030", "gfx10_1_generic", "gfx10_3_generic", "gfx110x", "gfx11_generic", "gfx120x",
-    "gfx12_generic", "gfx90x", "gfx942", "gfx950", "gfx9_4_generic", "gfx9_generic", "ptx",
-    "sm120", "sm80", "sm90",
-]  # fmt: skip
+    "gfx1030",
+    "gfx10_1_generic",
+    "gfx10_3_generic",
+    "gfx110x",
+    "gfx11_generic",
+    "gfx120x",
+    "gfx12_generic",
+    "gfx90x",
+    "gfx942",
+    "gfx950",
+    "gfx9_4_generic",
+    "gfx9_generic",
+    "ptx",
+    "sm120",
+    "sm80",
+    "sm90",
+]
 
 
 def expected_files(version: str, platform: str) -> set[str]:
@@ -488,12 +504,18 @@ def test_a_variant_aware_installer_picks_the_variant_the_loader_would_use(
     plugins = _venv(tmp_path / "plugins")
     _pip_install(plugins, *_from_index(dist, wheelhouse), "kernelpack-variant-provider")
     every_module = subprocess.run(
-        [str(plugins), "-c", "import kernelpack_variant_provider.cuda, "
-         "kernelpack_variant_provider.variant_plugin as p; "
-         "print(p.KernelpackVariantPlugin.get_supported_configs())"],
-        capture_output=True, text=True, cwd=tmp_path,
+        [
+            str(plugins),
+            "-c",
+            "import kernelpack_variant_provider.cuda, "
+            "kernelpack_variant_provider.variant_plugin as p; "
+            "print(p.KernelpackVariantPlugin.get_supported_configs())",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin", "KERNELPACK_TARGET": "gfx1102"},
-    )  # fmt: skip
+    )
     assert every_module.returncode == 0, every_module.stderr[-2000:]
     assert "['gfx1102', 'gfx11_generic']" in every_module.stdout
     document = json.loads(variants_path.read_text())
