@@ -82,13 +82,14 @@ def _install(dist: Path, site: Path, *names: str) -> None:
 
 def _cubin_kernels(cubin: Path) -> list[str]:
     """The kernels a cubin defines, as binutils' readelf lists its symbols: the global functions
-    (kernels have C linkage in candle, so their symbols are their names)."""
+    defined there (kernels have C linkage in candle, so their symbols are their names; an
+    undefined one, ``__assertfail``, is what assert() calls)."""
     listing = subprocess.run(["readelf", "-sW", str(cubin)], capture_output=True, text=True)
     assert listing.returncode == 0, listing.stderr
     names = []
     for line in listing.stdout.splitlines():
         fields = line.split()
-        if len(fields) >= 8 and fields[3] == "FUNC" and fields[4] == "GLOBAL":
+        if len(fields) >= 8 and fields[3:5] == ["FUNC", "GLOBAL"] and "UND" not in fields:
             names.append(fields[-1])
     return sorted(names)
 
