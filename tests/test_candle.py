@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -145,6 +146,13 @@ def candle_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     sys.path.remove(str(site))
 
 
+def _f32_bits(value: float) -> int:
+    """A float parameter of a C-linkage kernel goes by its bits (docs/loader.md: its symbol names
+    no type, so kernelpack passes it by size as an integer)."""
+    bits: int = struct.unpack("<I", struct.pack("<f", value))[0]
+    return bits
+
+
 def _poisoned(torch: object, n: int) -> object:
     return torch.full((n,), float("nan"), device="cuda")  # type: ignore[attr-defined]
 
@@ -167,13 +175,16 @@ def test_candle_kernels_from_the_wheels_match_numpy(candle_site: Path) -> None:
     unary = kernelpack.load("unary", package="candle_kernels")
     assert unary.image.startswith("sm_90 cubin (candle_kernels_device_sm90/")
     out = _poisoned(torch, n)
-    unary.kernel("usqrt_f32").launch(blocks, 256, n, 1, 0, x.abs(), out)
+    absolute = x.abs()
+    unary.kernel("usqrt_f32").launch(blocks, 256, n, 1, 0, absolute, out)
     torch.cuda.synchronize()
     np.testing.assert_allclose(out.cpu().numpy(), np.sqrt(np.abs(x_host)), rtol=1e-6)
 
     affine = kernelpack.load("affine", package="candle_kernels")
     out = _poisoned(torch, n)
-    affine.kernel("affine_f32").launch(blocks, 256, n, 1, 0, x, out, 1.5, -0.25)
+    affine.kernel("affine_f32").launch(
+        blocks, 256, n, 1, 0, x, out, _f32_bits(1.5), _f32_bits(-0.25)
+    )
     torch.cuda.synchronize()
     expected = x_host.astype(np.float64) * 1.5 - 0.25
     np.testing.assert_allclose(out.cpu().numpy(), expected, rtol=1e-6, atol=1e-6)
