@@ -243,18 +243,14 @@ def to_gpu(array: Array, framework: str) -> Array:
 
         device_raw: Any = torch.from_numpy(raw).cuda()
         value: Any = device_raw.view(getattr(torch, array.dtype)).reshape(array.shape)
-        return Array(
-            array.name, value, framework, array.dtype, array.shape, value.device.index or 0,
-            _torch_vendor(torch),
-        )  # fmt: skip
-    import cupy
+        index, vendor = value.device.index or 0, _torch_vendor(torch)
+    else:
+        import cupy
 
-    storage = np.dtype(f"u{host.dtype.itemsize}")
-    value = cupy.asarray(raw).view(storage).reshape(array.shape)
-    return Array(
-        array.name, value, framework, array.dtype, array.shape, int(value.device.id),
-        _cupy_vendor(cupy),
-    )  # fmt: skip
+        storage = np.dtype(f"u{host.dtype.itemsize}")
+        value = cupy.asarray(raw).view(storage).reshape(array.shape)
+        index, vendor = int(value.device.id), _cupy_vendor(cupy)
+    return Array(array.name, value, framework, array.dtype, array.shape, index, vendor)
 
 
 def to_host(device_array: Array, host: Array) -> None:
