@@ -164,4 +164,6 @@ def test_the_hint_names_the_packages_own_extra(
     index["device_wheels"] = {"gfx942": "gfx942"}
     (site / "alpha" / "_index.py").write_text(render_index(index))
     assert cli.main(["info", "--sysfs-root", str(SYSFS / "mi300x-8gpu")]) == 0
-    assert 'pip install "alpha[gfx942]"' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert 'pip install "alpha[gfx942]"' in out
+    assert "python -m buildsys build --project <alpha's source folder> --targets gfx942" in out

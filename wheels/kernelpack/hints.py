@@ -36,10 +36,15 @@ def no_image_message(choice: Choice, catalog: Catalog, compile_problem: str) -> 
 
 
 def fixes(gpu: Gpu, catalog: Catalog, built: Sequence[str]) -> list[str]:
-    """The three ways to get an image for ``gpu``, one line each."""
+    """The three ways to get an image for ``gpu``, one line each (another package than kernelpack
+    is rebuilt from its own project folder)."""
+    project = ""
+    if catalog.distribution not in ("", "kernelpack"):
+        project = f"--project <{catalog.distribution}'s source folder> "
     return [
         f"install the device wheel for it: {install_hint(gpu, catalog)}",
-        f"or rebuild with the target: python -m buildsys build --targets {_build_target(gpu)}",
+        f"or rebuild with the target: python -m buildsys build {project}--targets "
+        f"{_build_target(gpu)}",
         f"or {'run a compatible build' if gpu.vendor == 'amd' else 'instead'}: "
         f"{override_hint(gpu, built)}",
     ]
