@@ -159,7 +159,7 @@ def make_wheels(work: Path, out: Path) -> dict[str, Path]:
         {f"kernelpack_device_sm90/{n}": d for n, d in device_files.items() if "sm_90" in n}
     )
     device_wheel = write_wheel(dist / "split", device, "kernelpack_device_sm90", "py3-none-any",
-                               "[kernelpack.device]\nsm90 = kernelpack_device_sm90\n")  # fmt: skip
+                               "[kernelpack.device]\nkernelpack.sm90 = kernelpack_device_sm90\n")  # fmt: skip
 
     sites = {"fat": work / "site-fat", "split": work / "site-split"}
     # compiled to bytecode as pip does by default: the import times are those of a real install

@@ -55,7 +55,7 @@ PROJECT_LAYOUT = {
 def package_version(project: Path = REPO_ROOT) -> str:
     """The version the wheels will carry: setuptools-scm's (as scikit-build-core computes it),
     else pyproject's fallback_version where there is no git checkout or no setuptools-scm."""
-    data = _read_pyproject(project)
+    data = read_pyproject(project)
     static = data.get("project", {}).get("version")
     if isinstance(static, str):
         return static
@@ -115,6 +115,7 @@ class BuildSettings:
     keep_going: bool = False
     provision: bool = False
     package_version: str = ""  # empty: package_version(project), computed when needed
+    package: str = ""  # the import name of the project's package; empty: from [project] name
     defines: tuple[str, ...] = ()  # NAME or NAME=VALUE, for every target
     amd_defines: tuple[str, ...] = ("USE_ROCM",)  # for AMD targets only (the USE_ROCM convention)
     include_dirs: tuple[Path, ...] = ()
@@ -306,6 +307,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("provision", SWITCH, frozenset({"build", "toolchain", "wheels"}),
            "provision the AMD toolchain if none can build the targets (downloads over 1 GB)"),
     Option("package_version", TEXT, _BUILD, "the version the index records"),
+    Option("package", TEXT, frozenset({"wheels"}), "the import name of the project's package "
+           "(default: [project] name with - and . as _)"),
     Option("defines", DEFINES, _BUILD, "preprocessor defines for every target"),
     Option("amd_defines", DEFINES, _BUILD, "preprocessor defines for AMD targets (default: "
            "USE_ROCM)"),
@@ -334,7 +337,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def _read_pyproject(project: Path) -> dict[str, Any]:
+def read_pyproject(project: Path) -> dict[str, Any]:
     path = project / "pyproject.toml"
     try:
         text = path.read_text(encoding="utf-8")
@@ -355,7 +358,7 @@ def _read_pyproject(project: Path) -> dict[str, Any]:
 def project_config(project: Path) -> dict[str, Any]:
     """The values of the project's ``[tool.kernelpack]``, checked and with paths made absolute."""
     path = project / "pyproject.toml"
-    table = _read_pyproject(project).get("tool", {}).get("kernelpack", {})
+    table = read_pyproject(project).get("tool", {}).get("kernelpack", {})
     if not isinstance(table, dict):
         raise UsageError(f"{path}: [{CONFIG_TABLE}] must be a table")
     by_key = {o.config_key: o for o in OPTIONS if o.in_config}
@@ -416,12 +419,20 @@ def resolve_settings(
             given[option.name] = option.type.parse(
                 environ[option.environment], option.environment, cwd
             )
-    project = Path(str(given.get("project", REPO_ROOT))).resolve()
+    project = Path(str(given.get("project", default_project()))).resolve()
     values: dict[str, Any] = {name: project / path for name, path in PROJECT_LAYOUT.items()}
     values.update(project_config(project))
     values.update(given)
     values["project"] = project
     return BuildSettings(**values)
+
+
+def default_project() -> Path:
+    """The project when none is named: this checkout where the builder runs from one, else the
+    current folder (the builder installed as kernelpack-buildsys)."""
+    if (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "kernel_sources").is_dir():
+        return REPO_ROOT
+    return Path.cwd()
 
 
 def check_writable_folder(path: Path, name: str) -> None:

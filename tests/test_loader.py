@@ -476,7 +476,9 @@ def installed_device_wheel(tmp_path: Path) -> Iterator[Path]:
     (info / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: kernelpack-device-demo\nVersion: 1.0\n"
     )
-    (info / "entry_points.txt").write_text("[kernelpack.device]\ndemo = kernelpack_device_demo\n")
+    (info / "entry_points.txt").write_text(
+        "[kernelpack.device]\nkernelpack.demo = kernelpack_device_demo\n"
+    )
     sys.path.insert(0, str(site))
     yield package
     sys.path.remove(str(site))
@@ -512,7 +514,7 @@ def test_missing_vendor_library_is_a_clear_error(tmp_path: Path, cache: DiskCach
 def test_unknown_module_kernel_and_device(tmp_path: Path, cache: DiskCache) -> None:
     index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
     made, _ = make_loader(index, tmp_path / "pkg", mixed_machine(), cache)
-    with pytest.raises(UsageError, match="no kernel module 'dmeo'; modules: demo"):
+    with pytest.raises(UsageError, match="no kernel module 'dmeo' in kernelpack; modules: demo"):
         made.load("dmeo", "cuda:0")
     with pytest.raises(UsageError, match=r"1 cuda device\(s\) visible, cuda:0 to cuda:0"):
         made.load("demo", "cuda:5")
@@ -603,9 +605,9 @@ def packaged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """kernelpack's own index replaced by a test package; the cache in a temporary folder."""
     root = tmp_path / "pkg"
     index = make_package(root, amd=ALL_AMD, nvidia=ALL_NVIDIA)
-    monkeypatch.setattr(catalog, "package_index", lambda: index)
-    monkeypatch.setattr(catalog, "PACKAGE_DIR", root)
-    monkeypatch.setattr(catalog, "device_fragments", list)
+    monkeypatch.setattr(catalog, "package_index", lambda package: index)
+    monkeypatch.setattr(catalog, "package_folder", lambda package: root)
+    monkeypatch.setattr(catalog, "device_fragments", lambda package: [])
     monkeypatch.setenv("KERNELPACK_CACHE_DIR", str(tmp_path / "cache"))
     for variable in (
         "KERNELPACK_TARGET",
@@ -624,9 +626,11 @@ def test_info_json_names_the_image_per_gpu(
     assert status == 0
     report = json.loads(capsys.readouterr().out)
     assert [g["target"] for g in report["gpus"]] == ["gfx1100", "gfx1151"]
-    chosen = [(row["device"], row["image"]["target"]) for row in report["modules"]["demo"]]
+    demo = report["packages"]["kernelpack"]["modules"]["demo"]
+    assert demo["kernels"] == sorted(KERNELS)
+    chosen = [(row["device"], row["image"]["target"]) for row in demo["images"]]
     assert chosen == [("hip:0", "gfx1100"), ("hip:1", "gfx11-generic")]
-    assert all(row["image"]["verified"] for row in report["modules"]["demo"])
+    assert all(row["image"]["verified"] for row in demo["images"])
     assert report["problems"] == []
     assert set(report["runtimes"]) == {"cuda", "hip", "nvrtc", "hiprtc"}
     assert report["cache"]["folder"] == os.environ["KERNELPACK_CACHE_DIR"]
@@ -641,7 +645,7 @@ def test_info_table_says_why_none_fits_and_what_to_do(
     assert "none" in out
     # The advice the NoImageError gives, once for the eight identical GPUs (issue 15 item 14).
     devices = ", ".join(f"hip:{n}" for n in range(8))
-    assert f"demo on gfx942:sramecc+:xnack- ({devices}): no prebuilt image fits" in out
+    assert f"demo (kernelpack) on gfx942:sramecc+:xnack- ({devices}): no prebuilt image fits" in out
     assert out.count("what to do:") == 1
     assert 'pip install "kernelpack[gfx942]"' in out
     assert "python -m buildsys build --targets gfx942" in out
@@ -669,9 +673,10 @@ def test_info_verifies_each_chosen_image(
     assert cli.main(["info", "--json", "--sysfs-root", laptop]) == 1
     captured = capsys.readouterr()
     report = json.loads(captured.out)
-    verdicts = {row["device"]: row["image"]["verified"] for row in report["modules"]["demo"]}
+    rows = report["packages"]["kernelpack"]["modules"]["demo"]["images"]
+    verdicts = {row["device"]: row["image"]["verified"] for row in rows}
     assert verdicts == {"hip:0": True, "hip:1": True, "cuda:0": False}
-    assert report["modules"]["demo"][2]["image"]["sha256"] == recorded
+    assert rows[2]["image"]["sha256"] == recorded
     assert found in captured.err
 
 
@@ -704,14 +709,13 @@ def test_a_damaged_installed_index_is_one_line_and_exit_2(
     for name in ("damagedpkg", "damagedpkg._index"):  # each case imports its own file
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.setattr(catalog, "INDEX_MODULE", "damagedpkg._index")
-    monkeypatch.setattr(catalog, "PACKAGE_DIR", package)
-    monkeypatch.setattr(catalog, "device_fragments", list)
+    monkeypatch.setattr(catalog, "kernelpack_packages", lambda: ["damagedpkg"])
+    monkeypatch.setattr(catalog, "device_fragments", lambda package: [])
     monkeypatch.setenv("KERNELPACK_CACHE_DIR", str(tmp_path / "cache"))
     assert cli.main(["info", "--sysfs-root", str(SYSFS / "two-mi210")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: {package / '_index.py'}: ")
-    assert says in err and "reinstall kernelpack" in err
+    assert says in err and "reinstall damagedpkg" in err
 
 
 def test_cache_commands(packaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -74,6 +74,10 @@ class _IndexOptional(TypedDict, total=False):
     # target -> the extra of the device wheel that carries it ("gfx1100" -> "gfx110x"), in the
     # host wheel of a split build, so that a missing image can name the pip command that fixes it.
     device_wheels: dict[str, str]
+    # Whose index it is, stamped by the wheels builder: the distribution ("demo-kernels") whose
+    # device wheels and extras the hints name, and the import name of the package holding it.
+    distribution: str
+    package: str
 
 
 class Index(_IndexOptional):
