@@ -44,8 +44,9 @@ def timed(action: Callable[[], object]) -> float:
 
 
 def checked(result: BuildResult) -> BuildResult:
-    if result.count("failed") or result.count("not run"):
-        raise SystemExit(f"build failed: {[o.message for o in result.outcomes if o.message]}")
+    if result.failed:
+        messages = [o.message for o in result.outcomes if o.message] + [result.error]
+        raise SystemExit(f"build failed: {messages}")
     return result
 
 

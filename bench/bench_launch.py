@@ -140,9 +140,9 @@ def python_side(folder: Path) -> dict[str, float]:
     signature = kargs.Signature.from_index(
         "add",
         [
-            {"name": "y", "type": "float *"},
-            {"name": "x", "type": "const float *"},
-            {"name": "n", "type": "int"},
+            {"type": "float*", "offset": 0, "size": 8},
+            {"type": "float const*", "offset": 8, "size": 8},
+            {"type": "int", "offset": 16, "size": 4},
         ],
     )
 

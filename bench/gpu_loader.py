@@ -165,7 +165,7 @@ def make_wheels(work: Path, out: Path) -> dict[str, Path]:
         device,
         "kernelpack_device_sm90",
         "py3-none-any",
-        "[kernelpack.device]\nsm90 = kernelpack_device_sm90\n",
+        "[kernelpack.device]\nkernelpack.sm90 = kernelpack_device_sm90\n",
     )
 
     sites = {"fat": work / "site-fat", "split": work / "site-split"}

@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -46,7 +46,8 @@ DEVICE_SUFFIXES = (*IMAGE_FILE_SUFFIXES, ".cu", ".hip")
 
 @dataclass(frozen=True)
 class ModuleSources:
-    """What a module contributes besides images: its kernels and self-contained sources."""
+    """What a module contributes besides images: its kernels (name -> parameter layout, as
+    buildsys.discovery found them in the objects) and self-contained sources."""
 
     name: str
     kernels: Mapping[str, list[KernelParam]]
@@ -70,7 +71,8 @@ class BuiltImage:
     target: str
     kind: str  # "code_object", "cubin" or "ptx"
     data: bytes
-    kernels: Mapping[str, KernelResources]
+    kernels: Mapping[str, KernelResources]  # by kernel name (by symbol before discovery named them)
+    symbols: Mapping[str, str] = field(default_factory=dict)  # kernel name -> symbol
 
     @property
     def order(self) -> tuple[int, str]:
@@ -155,6 +157,7 @@ def _image(image: BuiltImage, file: str, offset: int, size: int, compression: st
         "sha256": sha256_hex(image.data),
         "compression": compression,  # type: ignore[typeddict-item]
         "kernels": {name: dict(r) for name, r in sorted(image.kernels.items())},  # type: ignore[misc]
+        "symbols": dict(sorted(image.symbols.items())),
     }
 
 

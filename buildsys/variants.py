@@ -30,16 +30,20 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import kernelpack
 from kernelpack.atomic import atomic_write
 from kernelpack.index import Index
 from kernelpack.targets import parse_target
 from kernelpack.variant_plugin import FEATURES, NAMESPACE, property_value
 
-from . import REPO_ROOT
 from .errors import BuildError
 from .index_writer import read_index
 from .wheels import DeviceGroup, device_groups, read_wheel, write_wheel
+
+if TYPE_CHECKING:
+    from .packaging import ProjectMetadata
 
 # variantlib 0.2.2's VARIANT_INFO_SCHEMA_URL: the schema version of variant.json it reads.
 VARIANT_SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
@@ -47,7 +51,8 @@ NULL_LABEL = "null"
 PROVIDER_DISTRIBUTION = "kernelpack-variant-provider"
 PROVIDER_PACKAGE = "kernelpack_variant_provider"
 PROVIDER_API = f"{PROVIDER_PACKAGE}.variant_plugin:KernelpackVariantPlugin"
-KERNELPACK_SOURCE = REPO_ROOT / "wheels" / "kernelpack"
+# The kernelpack the builder runs with (a checkout's wheels/kernelpack, or the installed one).
+KERNELPACK_SOURCE = Path(kernelpack.__file__).resolve().parent
 
 
 def variant_label(group: DeviceGroup) -> str:
@@ -65,14 +70,14 @@ def variant_properties(group: DeviceGroup) -> dict[str, dict[str, list[str]]]:
     return {NAMESPACE: features}
 
 
-def variant_info(version: str, variants: dict[str, dict[str, dict[str, list[str]]]]) -> str:
+def variant_info(runtime_version: str, variants: dict[str, dict[str, dict[str, list[str]]]]) -> str:
     """variant.json (one variant) or {name}-{version}-variants.json (all of them)."""
     document = {
         "$schema": VARIANT_SCHEMA,
         "default-priorities": {"namespace": [NAMESPACE]},
         "providers": {
             NAMESPACE: {
-                "requires": [f"{PROVIDER_DISTRIBUTION}=={version}"],
+                "requires": [f"{PROVIDER_DISTRIBUTION}=={runtime_version}"],
                 "plugin-api": PROVIDER_API,
             }
         },
@@ -95,12 +100,18 @@ def _with_requirement(metadata: str, requirement: str) -> str:
     return f"{headers.rstrip(chr(10))}\nRequires-Dist: {requirement}\n\n{body}"
 
 
-def write_variants(fat: Path, host: Path, out_dir: Path, *, epoch: int) -> list[Path]:
+def write_variants(
+    meta: ProjectMetadata, fat: Path, host: Path, out_dir: Path, *, epoch: int
+) -> list[Path]:
     """The null variant (the fat wheel), one variant per device group (the host wheel requiring
-    that group's device wheel), the variants JSON and the provider wheel, into out_dir."""
+    that group's device wheel), the variants JSON and, for kernelpack itself, the provider wheel
+    into out_dir. Every project's variants use kernelpack's provider, at the runtime's version."""
+    from .packaging import file_name_part, runtime_version
+
     fat_files, host_files = read_wheel(fat), read_wheel(host)
-    index: Index = read_index(fat_files["kernelpack/_index.py"].decode())
+    index: Index = read_index(fat_files[f"{meta.package}/_index.py"].decode())
     version = index["version"]
+    provider_version = version if meta.is_runtime else runtime_version()
     if fat.name != host.name:
         raise BuildError(f"the fat wheel {fat.name} and the host wheel {host.name} differ in tags")
     written: list[Path] = []
@@ -108,7 +119,7 @@ def write_variants(fat: Path, host: Path, out_dir: Path, *, epoch: int) -> list[
 
     null_files = dict(fat_files)
     null_files[f"{_dist_info(fat_files)}/variant.json"] = variant_info(
-        version, {NULL_LABEL: {}}
+        provider_version, {NULL_LABEL: {}}
     ).encode()
     written.append(
         write_wheel(out_dir / variant_wheel_name(host.name, NULL_LABEL), null_files, epoch=epoch)
@@ -122,15 +133,18 @@ def write_variants(fat: Path, host: Path, out_dir: Path, *, epoch: int) -> list[
         files[f"{dist_info}/METADATA"] = _with_requirement(
             host_files[f"{dist_info}/METADATA"].decode(), f"{group.distribution}=={version}"
         ).encode()
-        files[f"{dist_info}/variant.json"] = variant_info(version, {label: properties}).encode()
+        files[f"{dist_info}/variant.json"] = variant_info(
+            provider_version, {label: properties}
+        ).encode()
         written.append(
             write_wheel(out_dir / variant_wheel_name(host.name, label), files, epoch=epoch)
         )
 
-    variants_json = out_dir / f"kernelpack-{version}-variants.json"
-    atomic_write(variants_json, variant_info(version, all_variants).encode())
+    variants_json = out_dir / f"{file_name_part(meta.name)}-{version}-variants.json"
+    atomic_write(variants_json, variant_info(provider_version, all_variants).encode())
     written.append(variants_json)
-    written.append(provider_wheel(version, out_dir, epoch=epoch))
+    if meta.is_runtime:  # the provider is part of the runtime's distribution, at its version
+        written.append(provider_wheel(version, out_dir, epoch=epoch))
     return written
 
 

@@ -59,6 +59,7 @@ def index(targets: list[str], *, host_only: bool = False) -> Index:
             "sha256": "0" * 64,
             "compression": "none",
             "kernels": {},
+            "symbols": {},
         }
         for t in targets
     ]
@@ -69,7 +70,7 @@ def index(targets: list[str], *, host_only: bool = False) -> Index:
         "images": [] if host_only else images,
     }
     made: dict[str, Any] = {
-        "schema": 1,
+        "schema": 2,
         "version": "1.0",
         "build": {"toolchains": {}, "flags": {}, "sources": {}},
         "modules": {"mlp": module, "walk": module},

@@ -53,7 +53,11 @@ PARAMS = [
     ("const float *__restrict__", "P"),
 ]
 SIGNATURE = kargs.Signature.from_index(
-    "everything", [{"name": f"p{i}", "type": t} for i, (t, _) in enumerate(PARAMS)]
+    "everything",
+    [
+        {"type": t, "offset": 8 * i, "size": struct.calcsize("Q" if code == "P" else code)}
+        for i, (t, code) in enumerate(PARAMS)
+    ],
 )
 GOOD = (
     -128,
@@ -286,7 +290,7 @@ def test_bad_arguments_are_refused_before_the_launch(
         make_launcher(recorder, SIGNATURE)(1, 1, *args)
     assert failed.value.code == -1 and failed.value.args_given == args
     assert recorder.calls == []
-    with pytest.raises(UsageError, match=f"argument {case.split('=')[0][1:]} 'p"):
+    with pytest.raises(UsageError, match=f"argument {case.split('=')[0][1:]} \\("):
         raise SIGNATURE.explain(args)
 
 
@@ -367,7 +371,9 @@ def test_torch_tensors_are_read_and_host_ones_refused(make_launcher: LauncherFac
     with pytest.raises(Failed):
         launch(1, 1, *host)
     assert len(recorder.calls) == 1
-    with pytest.raises(UsageError, match=r"argument 11 'p11'.*on cpu is not GPU memory"):
+    with pytest.raises(
+        UsageError, match=r"argument 11 \(const float \*__restrict__\).*on cpu is not GPU memory"
+    ):
         raise SIGNATURE.explain(host)
 
 
@@ -412,9 +418,31 @@ def test_dlpack_capsule_address_is_read() -> None:
 
 def test_unsupported_parameter_type_is_named() -> None:
     with pytest.raises(UsageError, match=r"'struct params' cannot be passed from Python"):
-        kargs.Signature.from_index("k", [{"name": "p", "type": "struct params"}])
+        kargs.Signature.from_index("k", [{"type": "struct params", "offset": 0, "size": 16}])
+
+
+def test_a_size_that_disagrees_with_the_type_is_refused() -> None:
+    with pytest.raises(UsageError, match=r"parameter 0 \(int\) is 8 bytes in the compiled object"):
+        kargs.Signature.from_index("k", [{"type": "int", "offset": 0, "size": 8}])
+
+
+def test_c_linkage_parameters_pass_by_size() -> None:
+    """No type in the symbol: an unsigned integer of the parameter's size, 8 bytes also a pointer."""
+    signature = kargs.Signature.from_index(
+        "plain",
+        [{"type": "", "offset": o, "size": n} for o, n in ((0, 8), (8, 4), (12, 2), (14, 1))],
+    )
+    assert signature.describe() == "plain(<8 bytes>, <4 bytes>, <2 bytes>, <1 bytes>)"
+    packed = signature.pack([0xDEAD_BEEF_0000, 2**32 - 1, 65535, 255])
+    assert struct.unpack("<QI4xH6xB7x", packed) == (0xDEAD_BEEF_0000, 2**32 - 1, 65535, 255)
+    with pytest.raises(UsageError, match=r"argument 1 \(<4 bytes>\): 4294967296 is out of range"):
+        signature.pack([0, 2**32, 0, 0])
+    with pytest.raises(UsageError, match=r"argument 1 .*expected an integer, got float"):
+        signature.pack([0, 1.5, 0, 0])
+    with pytest.raises(UsageError, match="3 bytes with no type"):
+        kargs.Signature.from_index("odd", [{"type": "", "offset": 0, "size": 3}])
 
 
 def test_signature_describes_itself() -> None:
-    assert SIGNATURE.describe().startswith("everything(char p0, unsigned char p1")
+    assert SIGNATURE.describe().startswith("everything(char, unsigned char, short")
     assert sys.byteorder == "little"  # the slots are packed little-endian, as the GPUs read them

@@ -128,10 +128,12 @@ def _detect(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
+    from .catalog import kernelpack_packages
     from .info import info_report, print_info
     from .loader import Loader
 
-    report = info_report(Loader(gpus=detect_gpus(sysfs_root=args.sysfs_root)))
+    gpus = detect_gpus(sysfs_root=args.sysfs_root)
+    report = info_report([Loader(package=p, gpus=gpus) for p in kernelpack_packages()])
     if args.json:
         print_json(report)
         for problem in report["problems"]:

@@ -31,7 +31,21 @@ def describe(data: Buffer, path: str) -> dict[str, Any]:
     report = image.to_json()
     if isinstance(image, Bundle):
         _describe_entries(image, report["entries"], path, len(data))
+        report["kernel_targets"] = kernel_targets(report["entries"])
     return report
+
+
+def kernel_targets(entries: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The kernel-by-target table of a bundle: each kernel symbol and the entries (by target)
+    whose code object defines it, so a kernel some targets lack shows at a glance."""
+    table: dict[str, list[str]] = {}
+    for entry in entries:
+        image = entry["image"]
+        if image is None or image.get("format") != "code_object":
+            continue
+        for kernel in image["kernels"]:
+            table.setdefault(kernel["name"], []).append(image["target"])
+    return dict(sorted(table.items()))
 
 
 def _describe_entries(bundle: Bundle, rows: list[dict[str, Any]], path: str, size: int) -> None:
@@ -73,6 +87,7 @@ def print_report(path: str, report: dict[str, Any]) -> None:
             if entry["image"] is not None:
                 print()
                 _print_code_object(entry["id"], entry["image"])
+        _print_kernel_targets(report)
     elif report["format"] == "code_object":
         _print_code_object(path, report)
     elif report["format"] == "cubin":
@@ -85,6 +100,19 @@ def print_report(path: str, report: dict[str, Any]) -> None:
     else:
         title = f"{path}: PTX {report['version']}, .target {report['target']}"
         print_table(title, ("entry",), [(name,) for name in report["entries"]])
+
+
+def _print_kernel_targets(report: dict[str, Any]) -> None:
+    targets = sorted({e["image"]["target"] for e in report["entries"] if e["image"] is not None})
+    if not report["kernel_targets"]:
+        return
+    rows = []
+    for kernel, present in report["kernel_targets"].items():
+        missing = [t for t in targets if t not in present]
+        cell = f"MISSING on {', '.join(missing)}" if missing else f"all {len(targets)}"
+        rows.append((kernel, cell))
+    print()
+    print_table("kernels by target", ("kernel", "targets"), rows)
 
 
 _CODE_OBJECT_COLUMNS = (
