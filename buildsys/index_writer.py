@@ -28,8 +28,8 @@ from typing import cast
 
 from kernelpack.atomic import atomic_folder, atomic_write
 from kernelpack.errors import FormatError
-from kernelpack.formats import compress_bundle, read_bundle, write_bundle
-from kernelpack.images import IMAGE_FILE_SUFFIXES, IMAGE_KINDS, KINDS_BY_NAME
+from kernelpack.formats import BundleEntry, compress_bundle, read_bundle, write_bundle
+from kernelpack.images import IMAGE_FILE_SUFFIXES, IMAGE_KINDS, KINDS_BY_NAME, read_image
 from kernelpack.index import SCHEMA_VERSION, BuildFacts, Image, Index, KernelParam, KernelResources
 
 from .cache import sha256_hex
@@ -219,6 +219,22 @@ def read_index(text: str, path: str = INDEX_FILE) -> Index:
 
 # ---------------------------------------------------------------------------------------------
 # Writing an output folder
+
+
+def read_built_images(folder: Path, index: Index, *, remedy: str) -> list[BuiltImage]:
+    """Every image of a build output folder (a shard to merge, the build wheels repack) read back
+    through its index, each checked against its sha256 (kernelpack.images.read_image, which names
+    ``remedy`` when one is damaged)."""
+    images = []
+    for name, module in sorted(index["modules"].items()):
+        bundles: dict[Path, list[BundleEntry]] = {}
+        for image in module["images"]:
+            data = read_image(folder, image, remedy=remedy, bundles=bundles)
+            kind, kernels, symbols = image["kind"], image["kernels"], image["symbols"]
+            images.append(
+                BuiltImage(name, image["vendor"], image["target"], kind, data, kernels, symbols)
+            )
+    return images
 
 
 def shard_manifest(index: Index, targets: Sequence[str]) -> dict[str, object]:

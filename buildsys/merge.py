@@ -20,8 +20,6 @@ from typing import Any
 
 from kernelpack._console import print_json, print_table
 from kernelpack.errors import UsageError
-from kernelpack.formats import BundleEntry
-from kernelpack.images import read_image
 from kernelpack.index import Index, KernelParam
 
 from .cache import sha256_hex
@@ -32,6 +30,7 @@ from .index_writer import (
     BuiltImage,
     ModuleSources,
     package_files,
+    read_built_images,
     read_index,
     write_output,
 )
@@ -168,21 +167,7 @@ def merge(
     for shard in shards:
         toolchains.update(shard.manifest["toolchains"])
         flags.update(shard.manifest["flags"])
-        for name, module in sorted(shard.index["modules"].items()):
-            bundles: dict[Path, list[BundleEntry]] = {}
-            for image in module["images"]:
-                data = read_image(shard.path, image, remedy=REBUILD_SHARD, bundles=bundles)
-                images.append(
-                    BuiltImage(
-                        name,
-                        image["vendor"],
-                        image["target"],
-                        image["kind"],
-                        data,
-                        image["kernels"],
-                        image["symbols"],
-                    )
-                )
+        images += read_built_images(shard.path, shard.index, remedy=REBUILD_SHARD)
     _check_kernels_across(images, allow_missing_kernels or {})
     files, index = package_files(
         modules,

@@ -22,7 +22,7 @@ import gzip
 import io
 import re
 import tarfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,6 +194,39 @@ def wheel_file(tag: str) -> bytes:
     ).encode()
 
 
+def pure_wheel_dist_info(
+    name: str,
+    version: str,
+    summary: str,
+    *,
+    file_name: str,
+    entry_points: Mapping[str, Mapping[str, str]],
+    requires: Sequence[str] = (),
+    requires_python: str = "",
+    description: str = "",
+) -> dict[str, bytes]:
+    """METADATA (core metadata 2.1), WHEEL and entry_points.txt of a py3-none-any wheel the
+    builder writes itself (the device wheels, the variant provider, the builder's own wheel), by
+    path in the wheel (``<file_name>-<version>.dist-info/``, file_name as the wheel's own file
+    name spells the distribution); ``entry_points`` maps a group to its names and objects."""
+    dist_info = f"{file_name}-{version}.dist-info"
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", f"Summary: {summary}"]
+    if requires_python:
+        lines.append(f"Requires-Python: {requires_python}")
+    lines += [f"Requires-Dist: {requirement}" for requirement in requires]
+    if description:
+        lines.append("Description-Content-Type: text/markdown")
+    groups = [
+        f"[{group}]\n" + "".join(f"{key} = {value}\n" for key, value in entries.items())
+        for group, entries in entry_points.items()
+    ]
+    return {
+        f"{dist_info}/METADATA": ("\n".join(lines) + "\n\n" + description).encode(),
+        f"{dist_info}/WHEEL": wheel_file("py3-none-any"),
+        f"{dist_info}/entry_points.txt": "\n".join(groups).encode(),
+    }
+
+
 def with_package_entry_point(entry_points: str, package: str) -> str:
     """entry_points.txt with ``[kernelpack.packages] <package> = <package>`` added if missing."""
     header = f"[{PACKAGES_ENTRY_POINTS}]"
@@ -331,18 +364,14 @@ def builder_wheel_files(version: str) -> tuple[str, dict[str, bytes]]:
     version, whose readers it uses; ``kernelpack-build`` is its command."""
     folder = Path(__file__).resolve().parent
     files = {f"buildsys/{name}": path.read_bytes() for name, path in project_files(folder)}
-    dist_info = f"{file_name_part(BUILDER_DISTRIBUTION)}-{version}.dist-info"
-    requirements = [f"{RUNTIME_DISTRIBUTION}=={version}", *BUILDER_REQUIREMENTS]
-    files[f"{dist_info}/METADATA"] = (
-        "Metadata-Version: 2.1\n"
-        f"Name: {BUILDER_DISTRIBUTION}\n"
-        f"Version: {version}\n"
-        "Summary: kernelpack's builder: CUDA kernel projects to wheels for every AMD and NVIDIA "
-        "GPU (python -m buildsys, and the PEP 517 backend buildsys.backend)\n"
-        "Requires-Python: >=3.11\n" + "".join(f"Requires-Dist: {r}\n" for r in requirements) + "\n"
-    ).encode()
-    files[f"{dist_info}/WHEEL"] = wheel_file("py3-none-any")
-    files[f"{dist_info}/entry_points.txt"] = (
-        b"[console_scripts]\nkernelpack-build = buildsys.cli:main\n"
+    files |= pure_wheel_dist_info(
+        BUILDER_DISTRIBUTION,
+        version,
+        "kernelpack's builder: CUDA kernel projects to wheels for every AMD and NVIDIA GPU "
+        "(python -m buildsys, and the PEP 517 backend buildsys.backend)",
+        file_name=file_name_part(BUILDER_DISTRIBUTION),
+        entry_points={"console_scripts": {"kernelpack-build": "buildsys.cli:main"}},
+        requires=[f"{RUNTIME_DISTRIBUTION}=={version}", *BUILDER_REQUIREMENTS],
+        requires_python=">=3.11",
     )
     return f"{file_name_part(BUILDER_DISTRIBUTION)}-{version}-py3-none-any.whl", files

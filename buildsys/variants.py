@@ -189,6 +189,8 @@ def _run_time_nodes(tree: ast.AST) -> list[ast.AST]:
 def provider_wheel(version: str, out_dir: Path, *, epoch: int) -> Path:
     """kernelpack-variant-provider: the plugin and the modules it imports, copied from kernelpack
     so that installer and loader detect GPUs with the same code."""
+    from .packaging import pure_wheel_dist_info
+
     files = {
         f"{PROVIDER_PACKAGE}/{name}.py": (KERNELPACK_SOURCE / f"{name}.py").read_bytes()
         for name in provider_modules()
@@ -196,21 +198,14 @@ def provider_wheel(version: str, out_dir: Path, *, epoch: int) -> Path:
     files[f"{PROVIDER_PACKAGE}/__init__.py"] = (
         b'"""kernelpack\'s wheel-variant provider plugin; see variant_plugin.py."""\n'
     )
-    dist_info = f"{PROVIDER_PACKAGE}-{version}.dist-info"
-    files[f"{dist_info}/METADATA"] = (
-        "Metadata-Version: 2.1\n"
-        f"Name: {PROVIDER_DISTRIBUTION}\n"
-        f"Version: {version}\n"
-        "Summary: Wheel-variant provider plugin for kernelpack: which GPU targets this machine runs\n"
-        "Requires-Python: >=3.11\n\n"
-    ).encode()
-    files[f"{dist_info}/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: kernelpack-buildsys\nRoot-Is-Purelib: true\n"
-        b"Tag: py3-none-any\n"
+    files |= pure_wheel_dist_info(
+        PROVIDER_DISTRIBUTION,
+        version,
+        "Wheel-variant provider plugin for kernelpack: which GPU targets this machine runs",
+        file_name=PROVIDER_PACKAGE,
+        entry_points={"variant_plugins": {NAMESPACE: PROVIDER_API}},
+        requires_python=">=3.11",
     )
-    files[f"{dist_info}/entry_points.txt"] = (
-        f"[variant_plugins]\n{NAMESPACE} = {PROVIDER_API}\n"
-    ).encode()
     return write_wheel(
         out_dir / f"{PROVIDER_PACKAGE}-{version}-py3-none-any.whl", files, epoch=epoch
     )

@@ -32,21 +32,20 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernelpack._console import print_json, print_table
 from kernelpack.atomic import atomic_write
-from kernelpack.formats import BundleEntry
-from kernelpack.images import IMAGE_FILE_SUFFIXES, read_image
+from kernelpack.images import IMAGE_FILE_SUFFIXES
 from kernelpack.index import Index
 from kernelpack.processors import AMD_FAMILIES
 from kernelpack.targets import parse_target
 
 from .build import build
 from .errors import BuildError
-from .index_writer import BuiltImage, place_images, read_index, render_index
+from .index_writer import BuiltImage, place_images, read_built_images, read_index, render_index
 from .merge import merge
 from .packaging import (
     DEVICE_ENTRY_POINTS,
@@ -54,6 +53,7 @@ from .packaging import (
     builder_wheel_files,
     plain_wheel_files,
     project_metadata,
+    pure_wheel_dist_info,
     runtime_requirement,
     with_package_entry_point,
 )
@@ -262,9 +262,19 @@ def _audit_plain(wheel: Path) -> str:
     )
     if host_code:
         raise BuildError(f"{wheel.name}: host code in a py3-none-any wheel: {host_code}")
-    grafted = sorted(n for n in files if GPU_RUNTIME_LIBRARIES.search(Path(n).name))
-    if grafted:
-        raise BuildError(f"{wheel.name}: carries GPU runtime libraries: {grafted}")
+    _refuse_gpu_runtimes(wheel.name, files, "carries")
+    return _auditwheel_show(wheel)
+
+
+def _refuse_gpu_runtimes(wheel_name: str, names: Iterable[str], how: str) -> None:
+    """A BuildError naming the GPU runtime libraries among a wheel's files, if there are any."""
+    found = sorted(n for n in names if GPU_RUNTIME_LIBRARIES.search(Path(n).name))
+    if found:
+        raise BuildError(f"{wheel_name}: {how} GPU runtime libraries: {found}")
+
+
+def _auditwheel_show(wheel: Path) -> str:
+    """auditwheel's own verdict on a wheel, on one line."""
     show = subprocess.run(
         [sys.executable, "-m", "auditwheel", "show", str(wheel)], capture_output=True, text=True
     )
@@ -294,13 +304,8 @@ def _auditwheel_repair(wheel: Path, out_dir: Path) -> tuple[Path, str]:
     ]
     if changed:
         raise BuildError(f"auditwheel repair changed device images: {', '.join(changed)}")
-    grafted = sorted(n for n in after if GPU_RUNTIME_LIBRARIES.search(Path(n).name))
-    if grafted:
-        raise BuildError(f"{repaired.name}: auditwheel grafted GPU runtime libraries: {grafted}")
-    show = subprocess.run(
-        [sys.executable, "-m", "auditwheel", "show", str(repaired)], capture_output=True, text=True
-    )
-    return repaired, " ".join((show.stdout + show.stderr).split())
+    _refuse_gpu_runtimes(repaired.name, after, "auditwheel grafted")
+    return repaired, _auditwheel_show(repaired)
 
 
 def split_wheels(
@@ -329,31 +334,10 @@ def split_wheels(
         files[f"{dist_info}/METADATA"].decode(), groups, version
     ).encode()
     paths = [write_wheel(out_dir / fat.name, host_files, epoch=epoch)]
-    images = _built_images(device_dir, index)
+    images = read_built_images(device_dir, index, remedy="rebuild it")
     for group in groups:
         paths.append(_device_wheel(group, index, images, out_dir, epoch=epoch))
     return paths
-
-
-def _built_images(device_dir: Path, index: Index) -> list[BuiltImage]:
-    """Every image of a build output folder, read back and checked against the index."""
-    images = []
-    for name, module in sorted(index["modules"].items()):
-        bundles: dict[Path, list[BundleEntry]] = {}
-        for image in module["images"]:
-            data = read_image(device_dir, image, remedy="rebuild it", bundles=bundles)
-            images.append(
-                BuiltImage(
-                    name,
-                    image["vendor"],
-                    image["target"],
-                    image["kind"],
-                    data,
-                    image["kernels"],
-                    image["symbols"],
-                )
-            )
-    return images
 
 
 def _add_extras(metadata: str, groups: list[DeviceGroup], version: str) -> str:
@@ -399,23 +383,15 @@ def _device_wheel(
     }
     template = {p.name: p.read_text() for p in DEVICE_TEMPLATE.glob("*.in")}
     files[f"{group.package}/__init__.py"] = template["__init__.py.in"].format(**fields).encode()
-    dist_info = f"{group.package}-{version}.dist-info"
-    files[f"{dist_info}/METADATA"] = (
-        "Metadata-Version: 2.1\n"
-        f"Name: {group.distribution}\n"
-        f"Version: {version}\n"
-        f"Summary: {group.owner} device code for {', '.join(group.targets)}\n"
-        f"Requires-Dist: {group.owner}=={version}\n"
-        "Description-Content-Type: text/markdown\n\n"
-        + template["DESCRIPTION.md.in"].format(**fields)
-    ).encode()
-    files[f"{dist_info}/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: kernelpack-buildsys\nRoot-Is-Purelib: true\n"
-        b"Tag: py3-none-any\n"
+    files |= pure_wheel_dist_info(
+        group.distribution,
+        version,
+        f"{group.owner} device code for {', '.join(group.targets)}",
+        file_name=group.package,
+        entry_points={DEVICE_ENTRY_POINTS: {group.entry_point: group.package}},
+        requires=[f"{group.owner}=={version}"],
+        description=template["DESCRIPTION.md.in"].format(**fields),
     )
-    files[f"{dist_info}/entry_points.txt"] = (
-        f"[{DEVICE_ENTRY_POINTS}]\n{group.entry_point} = {group.package}\n"
-    ).encode()
     return write_wheel(out_dir / f"{group.package}-{version}-py3-none-any.whl", files, epoch=epoch)
 
 
