@@ -315,7 +315,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("include_dirs", PATHS, _BUILD, "extra include folders, searched after include/"),
     Option("allow_missing_kernels", KERNEL_LISTS, _BUILD | {"merge"}, "kernels that may be "
            "missing from some targets, per module (else such a build or merge fails)"),
-)  # fmt: skip
+)  # fmt: skip  # one option per entry, read as a table (see above)
 OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
 _MODULE_KEYS = {"flags": _as_list, "defines": _as_defines, "include-dirs": _as_paths}
 _FIELDS = {f.name for f in fields(BuildSettings)}
