@@ -34,7 +34,10 @@ needs_candle = pytest.mark.skipif(
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELPACK_BUILD_")}
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    return env | {"PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'wheels'}"}
+    # The checkout first, then whatever the caller's path held (the GPU machine's carried wheels).
+    inherited = env.get("PYTHONPATH", "")
+    path = f"{REPO_ROOT}:{REPO_ROOT / 'wheels'}" + (f":{inherited}" if inherited else "")
+    return env | {"PYTHONPATH": path}
 
 
 def _wheels(project: Path, dist: Path, *extra: str) -> None:
