@@ -32,8 +32,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -42,14 +44,16 @@ from pathlib import Path
 
 from buildsys import REPO_ROOT
 from buildsys.hipify import COMPAT_DIR, Severity, hipify_source
+from buildsys.hipify.tables import COMPAT_HEADER
 from buildsys.toolchain import Toolchain, amd_toolchain
+from kernelpack.code_objects import read_code_object
+from kernelpack.cubins import read_cubin
 
 MANIFEST = REPO_ROOT / "docs" / "hipify-corpus.toml"
 DEFAULT_TARGETS = ("gfx90a", "gfx942", "gfx1100", "gfx1201")
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".inl", ".cuinc")
 NVCC_ARCH = "sm_90"
 COMMON_FLAGS = ("-std=c++17", "-w")
-_KD_RE = re.compile(r"\s(\S+)\.kd$")
 
 
 @dataclass(frozen=True)
@@ -105,13 +109,16 @@ def read_manifest(path: Path = MANIFEST) -> list[Project]:
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
 
 
-def _sources(base: Path, project: Project) -> list[Path]:
-    """The listed files and every project file they include, transitively (relative to the
-    project folder): what must be translated for them to compile."""
-    include_dirs = [Path(project.root)] + [
+def _include_dirs(project: Project) -> list[Path]:
+    return [Path(project.root)] + [
         Path(project.flags[i + 1]) for i, flag in enumerate(project.flags[:-1]) if flag == "-I"
     ]
-    pending = [Path(project.root) / f for f in project.files]
+
+
+def _closure(base: Path, starts: Sequence[Path], include_dirs: Sequence[Path]) -> list[Path]:
+    """The files ``starts`` and every project file they include, transitively (relative to the
+    project folder)."""
+    pending = list(starts)
     found: set[Path] = set()
     while pending:
         relative = pending.pop()
@@ -126,6 +133,26 @@ def _sources(base: Path, project: Project) -> list[Path]:
                     pending.append(candidate)
                     break
     return sorted(found)
+
+
+def _sources(base: Path, project: Project) -> list[Path]:
+    """The listed files and every project file they include: what must be translated for them to
+    compile."""
+    starts = [Path(project.root) / f for f in project.files]
+    return _closure(base, starts, _include_dirs(project))
+
+
+def _input_digest(tree: Path, project: Project, relative: str, salt: Sequence[str]) -> str:
+    """What a compile of ``relative`` in ``tree`` depends on: the file, the project files it
+    includes (transitively), the compat header where one of them includes it, and ``salt`` (tool,
+    toolchain version, flags, targets). The result cache is keyed by it."""
+    digest = hashlib.sha256("\0".join(salt).encode())
+    for path in _closure(tree, [Path(relative)], _include_dirs(project)):
+        data = (tree / path).read_bytes()
+        digest.update(f"\0{path}\0{len(data)}\0".encode() + data)
+        if COMPAT_HEADER.encode() in data:
+            digest.update((COMPAT_DIR / COMPAT_HEADER).read_bytes())
+    return digest.hexdigest()
 
 
 def translate_ours(base: Path, out: Path, sources: Sequence[Path]) -> dict[str, int]:
@@ -197,9 +224,9 @@ def _first_error(result: subprocess.CompletedProcess[str]) -> str:
     return re.sub(r"^\S*/", "", line.strip())[:200]
 
 
-def _symbols(path: Path) -> list[str]:
-    result = subprocess.run(["readelf", "-sW", str(path)], capture_output=True, text=True)
-    return result.stdout.splitlines()
+def _nvcc_version() -> str:
+    result = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=False)
+    return result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "nvcc"
 
 
 def nvcc_file(
@@ -212,9 +239,7 @@ def nvcc_file(
     )
     if result.returncode != 0:
         return False, _first_error(result), []
-    kernels = sorted(
-        line.split()[-1] for line in _symbols(cubin) if " FUNC " in line and " GLOBAL " in line
-    )
+    kernels = sorted(k.name for k in read_cubin(cubin.read_bytes(), str(cubin)).kernels)
     return True, "", kernels
 
 
@@ -266,9 +291,8 @@ def hip_file(
     if kernels:
         for target, path in objects.items():
             if path is not None and path.exists():
-                outcome.kernels[target] = sorted(
-                    m.group(1) for line in _symbols(path) if (m := _KD_RE.search(line))
-                )
+                code_object = read_code_object(path.read_bytes(), str(path))
+                outcome.kernels[target] = sorted(k.name for k in code_object.kernels)
     return outcome
 
 
@@ -281,6 +305,7 @@ def run_bench(
     kernels: bool,
     log: Callable[[str], None],
     peer_cache: Path | None = None,
+    result_cache: Path | None = None,
     results_file: Path | None = None,
 ) -> list[FileResult]:
     toolchain = amd_toolchain(provision=True)
@@ -304,24 +329,59 @@ def run_bench(
                 path = str(Path(project.root) / relative)
                 tasks.append((project, path, base, ours_tree, peer_tree, errors))
 
+        nvcc_version = _nvcc_version()
+
+        def cached(key: str, compute: Callable[[], dict[str, object]]) -> dict[str, object]:
+            """``compute()``, or what it returned before for the same inputs (``result_cache``)."""
+            if result_cache is None:
+                return compute()
+            entry = result_cache / f"{key}.json"
+            if entry.exists():
+                data: dict[str, object] = json.loads(entry.read_text(encoding="utf-8"))
+                return data
+            data = compute()
+            result_cache.mkdir(parents=True, exist_ok=True)
+            partial = entry.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            partial.write_text(json.dumps(data), encoding="utf-8")
+            partial.replace(entry)  # atomic: a reader sees a whole entry or none
+            return data
+
         def one(task: tuple[Project, str, Path, Path, Path, dict[str, int]]) -> FileResult:
             project, path, base, ours_tree, peer_tree, errors = task
             scratch = work / "scratch" / project.folder / path
             scratch.mkdir(parents=True, exist_ok=True)
             started = time.monotonic()
-            nvcc_ok, nvcc_error, nvcc_kernels = nvcc_file(base, project, path, scratch)
+            salt = [path, *project.flags, *targets, str(kernels)]
+
+            def compute_nvcc() -> dict[str, object]:
+                ok, error, names = nvcc_file(base, project, path, scratch)
+                return {"ok": ok, "error": error, "kernels": names}
+
+            nvcc = cached(
+                _input_digest(base, project, path, ["nvcc", nvcc_version, *salt]), compute_nvcc
+            )
+            nvcc_ok, nvcc_error = bool(nvcc["ok"]), str(nvcc["error"])
+            nvcc_kernels = [str(k) for k in nvcc["kernels"]]  # type: ignore[attr-defined]
             if not nvcc_ok:  # not counted: the NVIDIA reference itself does not build
                 return FileResult(
                     project.name, path, False, nvcc_error, [], ToolOutcome(), ToolOutcome()
                 )
-            ours = hip_file(
-                toolchain, ours_tree, project, path, targets, scratch / "ours",
-                ["-I", str(COMPAT_DIR)], kernels,
-            )  # fmt: skip
+
+            def compute_hip(tree: Path, tool: str, extra: Sequence[str]) -> ToolOutcome:
+                key = _input_digest(tree, project, path, [tool, toolchain.version, *salt, *extra])
+                data = cached(
+                    key,
+                    lambda: asdict(
+                        hip_file(
+                            toolchain, tree, project, path, targets, scratch / tool, extra, kernels
+                        )
+                    ),
+                )
+                return ToolOutcome(**data)  # type: ignore[arg-type]
+
+            ours = compute_hip(ours_tree, "ours", ["-I", str(COMPAT_DIR)])
             ours.errors = errors.get(path, 0)
-            peer = hip_file(
-                toolchain, peer_tree, project, path, targets, scratch / "peer", [], kernels
-            )
+            peer = compute_hip(peer_tree, "hipify-perl", [])
             log(
                 f"{project.name}/{path}: nvcc {'ok' if nvcc_ok else 'FAIL'}, ours "
                 f"{sum(map(ours.compiles, targets))}/{len(targets)}, hipify-perl "
@@ -351,18 +411,39 @@ def read_results(path: Path) -> list[FileResult]:
 
 
 def missing_kernels(result: FileResult, target: str) -> list[str]:
-    """nvcc's kernels of the file that our object for ``target`` lacks (by unmangled name; a
-    C++-mangled kernel is matched by the name between its length prefix and its parameters)."""
-    amd = {_base_name(k) for k in result.ours.kernels.get(target, [])}
-    return [k for k in result.nvcc_kernels if _base_name(k) not in amd]
+    """nvcc's kernels of the file that our object for ``target`` lacks. Mangled names differ
+    where a parameter or template argument is a vendor type (``__nv_bfloat16``), so kernels are
+    matched by qualified name, counting instantiations: a name nvcc has three times must be in the
+    AMD object three times."""
+    amd = Counter(_base_name(k) for k in result.ours.kernels.get(target, []))
+    missing = []
+    for kernel in result.nvcc_kernels:
+        name = _base_name(kernel)
+        if amd[name] > 0:
+            amd[name] -= 1
+        else:
+            missing.append(kernel)
+    return missing
 
 
 def _base_name(symbol: str) -> str:
-    match = re.match(r"_Z(\d+)", symbol)
-    if not match:
+    """A kernel's qualified name without template arguments or parameters (``_ZN2ns1kIfEEvPT_``
+    -> ``ns::k``): the part both vendors spell alike (a HIP type name in the arguments differs)."""
+    nested = symbol.startswith("_ZN")
+    at = 3 if nested else 2
+    if not symbol.startswith("_Z"):
         return symbol
-    start = match.end()
-    return symbol[start : start + int(match.group(1))]
+    parts = []
+    while (match := re.match(r"\d+", symbol[at:])) is not None:
+        length = int(match.group())
+        at += match.end()
+        parts.append(symbol[at : at + length])
+        at += length
+        if not nested:
+            break
+        if symbol[at : at + 1] == "I":  # template arguments of this component: stop at the name
+            break
+    return "::".join(parts) if parts else symbol
 
 
 def markdown(
@@ -432,6 +513,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", action="store_true", help="compare kernel lists")
     parser.add_argument("--json", type=Path, metavar="OUT")
     parser.add_argument("--peer-cache", type=Path, metavar="DIR", help="keep hipify-perl outputs")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        metavar="DIR",
+        help="keep each compile's result by its inputs (a rerun compiles only what changed)",
+    )
     parser.add_argument("--results", type=Path, metavar="JSONL", help="append each file's result")
     parser.add_argument(
         "--report-from", type=Path, metavar="JSONL", help="only print the table of saved results"
@@ -474,15 +561,14 @@ def main(argv: list[str] | None = None) -> int:
     results = run_bench(
         args.corpus, projects, targets, jobs=args.jobs, kernels=args.kernels,
         log=lambda line: print(line, file=sys.stderr, flush=True),
-        peer_cache=args.peer_cache, results_file=args.results,
+        peer_cache=args.peer_cache, result_cache=args.cache, results_file=args.results,
     )  # fmt: skip
     toolchain = amd_toolchain()
-    nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout
     header = [
         f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
         f"({platform.machine()}, {len(results)} files, {args.jobs} jobs, "
         f"{time.monotonic() - started:.0f} s): {toolchain.version}; "
-        f"{nvcc.strip().splitlines()[-1] if nvcc else 'nvcc'}.",
+        f"{_nvcc_version()}.",
         "Command: `python bench/bench_hipify.py --corpus DIR "
         + " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("/"))
         + "`",

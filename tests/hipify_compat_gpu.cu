@@ -300,6 +300,66 @@ __global__ void reduce_tiles(const T* in, T* mine, T* theirs) {
   theirs[i] = cg::reduce(tile, in[i], OpCuda<T>());
 }
 
+// __reduce_<op>_sync: each thread reduces in[i] over its warp with a full mask, or (Partial) with
+// a mask drawn per warp (random, one lane, the low 16 lanes, a sparse random mask) where only the
+// named lanes call; the others write the same sentinel to both outputs.
+__device__ unsigned warp_mask(unsigned long long warp) {
+  const unsigned long long r = mix(warp * 7919 + 17);
+  unsigned mask;
+  switch (r % 4) {
+    case 0: mask = static_cast<unsigned>(r >> 16); break;
+    case 1: mask = 1u << ((r >> 8) & 31); break;
+    case 2: mask = 0x0000ffffu; break;
+    default: mask = static_cast<unsigned>(r >> 8) & static_cast<unsigned>(r >> 40); break;
+  }
+  return mask ? mask : 0x80000000u;
+}
+#define REDUCE_CHECK(op, type)                                                                    \
+  template <bool Partial>                                                                         \
+  __global__ void reduce_##op##_##type(const type* in, type* mine, type* theirs,                  \
+                                       unsigned long long* took_part) {                           \
+    const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;                               \
+    const unsigned mask = Partial ? warp_mask(i / 32) : 0xffffffffu;                               \
+    if ((mask >> (threadIdx.x & 31)) & 1u) {                                                      \
+      mine[i] = kp___reduce_##op##_sync(mask, in[i]);                                             \
+      theirs[i] = __reduce_##op##_sync(mask, in[i]);                                              \
+      atomicAdd(took_part, 1ull);                                                                 \
+    } else {                                                                                      \
+      mine[i] = theirs[i] = static_cast<type>(0x5e7e1u);                                          \
+    }                                                                                             \
+  }
+REDUCE_CHECK(add, int)
+REDUCE_CHECK(add, unsigned)
+REDUCE_CHECK(min, int)
+REDUCE_CHECK(min, unsigned)
+REDUCE_CHECK(max, int)
+REDUCE_CHECK(max, unsigned)
+REDUCE_CHECK(and, unsigned)
+REDUCE_CHECK(or, unsigned)
+REDUCE_CHECK(xor, unsigned)
+
+// bf16 atomicAdd with one adder per slot (neighbours share a 32-bit word, so the CAS sees the other
+// half change): old value and addend from every bf16 pattern against the 16 edge patterns in both
+// roles, then random pairs; the returned value and the slot compared.
+template <bool Mine>
+__global__ void bf16_add(unsigned short* slots, const unsigned short* addend, unsigned short* returned, size_t n) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  __nv_bfloat16* slot = reinterpret_cast<__nv_bfloat16*>(slots + i);
+  const __nv_bfloat16 value = kernelpack_compat::bf16_bits(addend[i]);
+  returned[i] = kernelpack_compat::bits_bf16(Mine ? kp_atomicAdd(slot, value) : atomicAdd(slot, value));
+}
+// Contention: 256 threads add 1.0 to each slot (exact in bf16 up to 256); the slot must end at 256
+// and the returned values must be 0..255, each once.
+template <bool Mine>
+__global__ void bf16_add_count(unsigned short* slots, unsigned short* returned) {
+  const size_t slot = blockIdx.x * size_t(4) + (threadIdx.x & 3);
+  __nv_bfloat16* at = reinterpret_cast<__nv_bfloat16*>(slots + slot);
+  const __nv_bfloat16 one = kernelpack_compat::bf16_bits(0x3f80);
+  const __nv_bfloat16 old = Mine ? kp_atomicAdd(at, one) : atomicAdd(at, one);
+  returned[blockIdx.x * size_t(blockDim.x) + threadIdx.x] = kernelpack_compat::bits_bf16(old);
+}
+
 #define CUDA_OK(call)                                                          \
   do {                                                                         \
     cudaError_t e_ = (call);                                                   \
@@ -429,6 +489,102 @@ static int check_cas16() {
   return 0;
 }
 
+template <typename T>
+static int check_warp_reduce(const char* name, void (*full)(const T*, T*, T*, unsigned long long*),
+                             void (*partial)(const T*, T*, T*, unsigned long long*)) {
+  const size_t n = 1 << 22;
+  const unsigned edge[] = {0u, 1u, 0xffffffffu, 0x7fffffffu, 0x80000000u, 0xfffffffeu, 0x80000001u};
+  T* host = new T[n];
+  for (size_t k = 0; k < n; ++k) {
+    const unsigned long long r = host_mix(k + 0x5eed);
+    const unsigned bits = k % 4 == 0 ? edge[(r >> 8) % 7] : static_cast<unsigned>(r);
+    std::memcpy(&host[k], &bits, sizeof(T));
+  }
+  T *in, *a, *b;
+  unsigned long long* took_part;
+  CUDA_OK(cudaMalloc(&in, n * sizeof(T))); CUDA_OK(cudaMalloc(&a, n * sizeof(T))); CUDA_OK(cudaMalloc(&b, n * sizeof(T)));
+  CUDA_OK(cudaMalloc(&took_part, sizeof(unsigned long long)));
+  CUDA_OK(cudaMemcpy(in, host, n * sizeof(T), cudaMemcpyHostToDevice));
+  T *ha = new T[n], *hb = new T[n];
+  for (int mode = 0; mode < 2; ++mode) {
+    CUDA_OK(cudaMemset(a, 0xa5, n * sizeof(T))); CUDA_OK(cudaMemset(b, 0x5a, n * sizeof(T)));
+    CUDA_OK(cudaMemset(took_part, 0, sizeof(unsigned long long)));
+    (mode ? partial : full)<<<n / 256, 256>>>(in, a, b, took_part);
+    CUDA_OK(cudaDeviceSynchronize());
+    unsigned long long tried = 0;
+    CUDA_OK(cudaMemcpy(&tried, took_part, sizeof(tried), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(ha, a, n * sizeof(T), cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(hb, b, n * sizeof(T), cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (size_t k = 0; k < n; ++k) bad += std::memcmp(&ha[k], &hb[k], sizeof(T)) != 0;
+    bad += tried == 0 || (mode == 0 && tried != n);
+    std::printf("%s(%s mask) tried=%llu mismatches=%zu\n", name, mode ? "partial" : "full", tried, bad);
+    failures += bad != 0;
+  }
+  cudaFree(in); cudaFree(a); cudaFree(b); cudaFree(took_part);
+  delete[] host; delete[] ha; delete[] hb;
+  return 0;
+}
+
+static int check_bf16_add() {
+  const size_t edges = 65536 * 16, n = 2 * edges + (1 << 24);
+  const unsigned short edge[16] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7f81, 0x7fff,
+                                   0x0001, 0x8001, 0x007f, 0x3f80, 0xbf80, 0x7f7f, 0xff7f, 0x0080};
+  unsigned short *start = new unsigned short[n], *addend = new unsigned short[n];
+  for (size_t k = 0; k < n; ++k) {
+    const unsigned long long r = host_mix(k ^ 0xbf16);
+    if (k < edges) { start[k] = static_cast<unsigned short>(k >> 4); addend[k] = edge[k & 15]; }
+    else if (k < 2 * edges) { start[k] = edge[k & 15]; addend[k] = static_cast<unsigned short>((k - edges) >> 4); }
+    else { start[k] = static_cast<unsigned short>(r); addend[k] = static_cast<unsigned short>(r >> 16); }
+  }
+  unsigned short *slots[2], *ret[2], *add;
+  CUDA_OK(cudaMalloc(&add, 2 * n));
+  CUDA_OK(cudaMemcpy(add, addend, 2 * n, cudaMemcpyHostToDevice));
+  for (int m = 0; m < 2; ++m) {
+    CUDA_OK(cudaMalloc(&slots[m], 2 * n)); CUDA_OK(cudaMalloc(&ret[m], 2 * n));
+    CUDA_OK(cudaMemcpy(slots[m], start, 2 * n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(ret[m], m ? 0x5a : 0xa5, 2 * n));
+  }
+  bf16_add<true><<<(n + 255) / 256, 256>>>(slots[0], add, ret[0], n);
+  bf16_add<false><<<(n + 255) / 256, 256>>>(slots[1], add, ret[1], n);
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned short *a = new unsigned short[n], *b = new unsigned short[n];
+  size_t bad = 0;
+  CUDA_OK(cudaMemcpy(a, slots[0], 2 * n, cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(b, slots[1], 2 * n, cudaMemcpyDeviceToHost));
+  for (size_t k = 0; k < n; ++k) bad += a[k] != b[k];
+  CUDA_OK(cudaMemcpy(a, ret[0], 2 * n, cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(b, ret[1], 2 * n, cudaMemcpyDeviceToHost));
+  for (size_t k = 0; k < n; ++k) bad += a[k] != b[k] || a[k] != start[k];
+  // contention: 4096 blocks x 1024 threads, 4 slots per block, 256 adds of 1.0 each
+  const size_t blocks = 4096, slot_count = blocks * 4, adds = blocks * 1024;
+  for (int m = 0; m < 2; ++m) {
+    CUDA_OK(cudaMemset(slots[m], 0, 2 * slot_count));
+    CUDA_OK(cudaMemset(ret[m], m ? 0x5a : 0xa5, 2 * adds));
+    if (m == 0) bf16_add_count<true><<<blocks, 1024>>>(slots[m], ret[m]); else bf16_add_count<false><<<blocks, 1024>>>(slots[m], ret[m]);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(a, slots[m], 2 * slot_count, cudaMemcpyDeviceToHost));
+    for (size_t k = 0; k < slot_count; ++k) bad += a[k] != 0x4380;  // 256.0
+    CUDA_OK(cudaMemcpy(a, ret[m], 2 * adds, cudaMemcpyDeviceToHost));
+    for (size_t blk = 0; blk < blocks; ++blk) {
+      for (int s = 0; s < 4; ++s) {
+        bool seen[256] = {};
+        for (int t = s; t < 1024; t += 4) {
+          float v;
+          const unsigned bits = static_cast<unsigned>(a[blk * 1024 + t]) << 16;
+          std::memcpy(&v, &bits, 4);
+          const int whole = static_cast<int>(v);
+          if (v != static_cast<float>(whole) || whole < 0 || whole > 255 || seen[whole]) { ++bad; continue; }
+          seen[whole] = true;
+        }
+      }
+    }
+  }
+  std::printf("atomicAdd(bf16) tried=%zu mismatches=%zu\n", n + 2 * adds, bad);
+  failures += bad != 0;
+  cudaFree(add);
+  for (int m = 0; m < 2; ++m) { cudaFree(slots[m]); cudaFree(ret[m]); }
+  delete[] start; delete[] addend; delete[] a; delete[] b;
+  return 0;
+}
+
 int main() {
   Tally* tally;
   CUDA_OK(cudaMalloc(&tally, sizeof(Tally)));
@@ -475,6 +631,14 @@ int main() {
       check_reduce<16, unsigned, kp_cg::bit_and, cg::bit_and>("bit_and<unsigned>", nullptr, 0) ||
       check_reduce<32, unsigned, kp_cg::bit_or, cg::bit_or>("bit_or<unsigned>", nullptr, 0))
     return 2;
+  if (check_bf16_add()) return 2;
+#define WARP_REDUCE(op, type, label) \
+  if (check_warp_reduce<type>(label, reduce_##op##_##type<false>, reduce_##op##_##type<true>)) return 2;
+  WARP_REDUCE(add, int, "__reduce_add_sync(int)") WARP_REDUCE(add, unsigned, "__reduce_add_sync(unsigned)")
+  WARP_REDUCE(min, int, "__reduce_min_sync(int)") WARP_REDUCE(min, unsigned, "__reduce_min_sync(unsigned)")
+  WARP_REDUCE(max, int, "__reduce_max_sync(int)") WARP_REDUCE(max, unsigned, "__reduce_max_sync(unsigned)")
+  WARP_REDUCE(and, unsigned, "__reduce_and_sync(unsigned)") WARP_REDUCE(or, unsigned, "__reduce_or_sync(unsigned)")
+  WARP_REDUCE(xor, unsigned, "__reduce_xor_sync(unsigned)")
   std::printf("functions with mismatches: %d\n", failures);
   return failures ? 1 : 0;
 }

@@ -282,6 +282,15 @@ def test_cooperative_groups_reduce_uses_the_compat_header() -> None:
     assert "#include <kernelpack_hip_compat.h>\n" in result.text and not result.diagnostics
 
 
+def test_warp_reductions_use_the_compat_header() -> None:
+    """__reduce_*_sync keep their CUDA spelling, mask included: the compat header defines them."""
+    text = "__global__ void k(int* o, unsigned m) {\n  o[0] = __reduce_add_sync(0xffffffff, o[1]);\n  o[1] = __reduce_or_sync(m, 3u);\n}\n"
+    result = hipify_source(text, "t.cu")
+    assert "#include <kernelpack_hip_compat.h>\n" in result.text and not result.diagnostics
+    assert "__reduce_add_sync(0xffffffff, o[1])" in result.text
+    assert "__reduce_or_sync(m, 3u)" in result.text
+
+
 # ---- hazards and diagnostics --------------------------------------------------------------
 
 
@@ -304,7 +313,7 @@ def test_cooperative_groups_reduce_uses_the_compat_header() -> None:
         ("  if (__ballot_sync(~0u, v > 0) != 0xffffffff) o[0] = 1;", "warp-mask"),
         ('  asm("mov.u32 %0, %%laneid;" : "=r"(l));', "inline-asm"),
         ("  cudaFooBar(1);", "untranslated"),
-        ("  int r = __reduce_add_sync(0xffffffff, 1);", "unsupported-api"),
+        ("  __nanosleep(100);", "unsupported-api"),
     ],
 )
 def test_each_hazard_class(body: str, expected: str) -> None:

@@ -584,24 +584,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         "__match_all_sync",
         "HIP 6.4 offers __match_all_sync only behind HIP_ENABLE_WARP_SYNC_BUILTINS with a 64-bit mask; rewrite with __ballot",
     ),
-    Unsupported(
-        "__reduce_add_sync",
-        "HIP has no warp reduce intrinsics; write a __shfl_xor loop over warpSize",
-    ),
-    Unsupported(
-        "__reduce_min_sync",
-        "HIP has no warp reduce intrinsics; write a __shfl_xor loop over warpSize",
-    ),
-    Unsupported(
-        "__reduce_max_sync",
-        "HIP has no warp reduce intrinsics; write a __shfl_xor loop over warpSize",
-    ),
-    Unsupported("__reduce_and_sync", "HIP has no warp reduce intrinsics; use __all"),
-    Unsupported("__reduce_or_sync", "HIP has no warp reduce intrinsics; use __any"),
-    Unsupported(
-        "__reduce_xor_sync",
-        "HIP has no warp reduce intrinsics; write a __shfl_xor loop over warpSize",
-    ),
     Unsupported("__cvta_generic_to_shared", "PTX address-space conversion has no HIP counterpart"),
     Unsupported(
         "__pipeline_memcpy_async", "cuda_pipeline's asynchronous copies have no HIP counterpart"
@@ -725,6 +707,7 @@ COMPAT_FUNCTIONS = frozenset(
     | {"__dp4a", "__dp2a_lo", "__dp2a_hi", "__trap", "__hmax_nan", "__hmin_nan"}
     | {"__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv", "__stcs", "__stcg", "__stwb", "__stwt"}
     | {"atomicCAS", "atomicAdd"}
+    | {f"__reduce_{op}_sync" for op in ("add", "min", "max", "and", "or", "xor")}
 )
 # cooperative_groups members the compat header adds (cg::reduce and its operators).
 COMPAT_CG_MEMBERS = frozenset({"reduce", "plus", "less", "greater", "bit_and", "bit_or", "bit_xor"})

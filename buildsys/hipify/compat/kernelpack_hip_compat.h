@@ -309,9 +309,10 @@ __device__ inline KP_BF16 KP_COMPAT(__hmin_nan)(KP_BF16 a, KP_BF16 b) {
   return kernelpack_compat::bf16_pick(a, b, false);
 }
 
-// bf16 atomicAdd (CUDA has it from sm_80; HIP 6.4 does not): a 16-bit CAS loop, the sum taken in
-// float and rounded to bf16 once. Compiled and compared with CUDA's on inputs whose sum is exact
-// in float; not part of the GPU run of this round.
+// bf16 atomicAdd (CUDA has it from sm_80; HIP 6.4 does not): a 16-bit CAS loop. The sum is taken
+// in float and rounded to bf16 once, which is the correctly rounded bf16 sum (float's 24 bits are
+// more than 2 x 8 + 2, so rounding twice cannot differ); a NaN sum is the canonical 0x7fff, as
+// PTX's bf16 add gives (HIP's float-to-bf16 conversion would keep the payload).
 __device__ inline KP_BF16 KP_COMPAT(atomicAdd)(KP_BF16* address, KP_BF16 value) {
   unsigned short* raw = reinterpret_cast<unsigned short*>(address);
   unsigned short old = *reinterpret_cast<volatile unsigned short*>(raw);
@@ -319,10 +320,85 @@ __device__ inline KP_BF16 KP_COMPAT(atomicAdd)(KP_BF16* address, KP_BF16 value) 
   do {
     assumed = old;
     const float sum = __bfloat162float(kernelpack_compat::bf16_bits(assumed)) + __bfloat162float(value);
-    old = KP_COMPAT(atomicCAS)(raw, assumed, kernelpack_compat::bits_bf16(__float2bfloat16(sum)));
+    const unsigned short bits = sum != sum ? 0x7fff : kernelpack_compat::bits_bf16(__float2bfloat16(sum));
+    old = KP_COMPAT(atomicCAS)(raw, assumed, bits);
   } while (old != assumed);
   return kernelpack_compat::bf16_bits(old);
 }
+
+// ---- warp reductions (__reduce_add_sync, _min, _max for int and unsigned; _and, _or, _xor) -----
+// CUDA's mask is 32 bits: it names lanes of a 32-lane warp, and every named lane takes part. On
+// wave32 that is the wavefront; on wave64 each half of the wavefront is its own 32-lane warp, as
+// the mask spells it (code that writes these keeps 32-lane lane ids and warp ids, and ggml's
+// fallback reduces with width 32 too). A full mask is a butterfly of width 32; a partial mask
+// reads each named lane of the thread's group in turn. Integer add/min/max/and/or/xor are
+// associative and commutative (add wraps modulo 2^32 as CUDA's does), so the order does not
+// change the result. The same text compiles for wave32, wave64 and, renamed, for NVIDIA.
+namespace kernelpack_compat {
+#if defined(KERNELPACK_COMPAT_RENAME)
+template <typename T>
+__device__ inline T lane_xor(T value, int offset) { return __shfl_xor_sync(0xffffffffu, value, offset, 32); }
+template <typename T>
+__device__ inline T lane_read(unsigned mask, T value, int lane) { return __shfl_sync(mask, value, lane, 32); }
+#else
+template <typename T>
+__device__ inline T lane_xor(T value, int offset) { return __shfl_xor(value, offset, 32); }
+template <typename T>
+__device__ inline T lane_read(unsigned, T value, int lane) { return __shfl(value, lane, 32); }
+#endif
+template <typename T, typename Op>
+__device__ inline T warp_reduce(unsigned mask, T value, Op op) {
+  if (mask == 0xffffffffu) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+      value = op(value, lane_xor(value, offset));
+    }
+    return value;
+  }
+  T result = value;
+  bool first = true;
+  for (unsigned rest = mask; rest != 0; rest &= rest - 1) {  // every named lane, lowest first
+    const T other = lane_read(mask, value, __ffs(rest) - 1);
+    result = first ? other : op(result, other);
+    first = false;
+  }
+  return result;
+}
+struct add_op {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return static_cast<T>(static_cast<unsigned>(a) + static_cast<unsigned>(b)); }
+};
+struct min_op {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return b < a ? b : a; }
+};
+struct max_op {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return a < b ? b : a; }
+};
+struct and_op {
+  __device__ unsigned operator()(unsigned a, unsigned b) const { return a & b; }
+};
+struct or_op {
+  __device__ unsigned operator()(unsigned a, unsigned b) const { return a | b; }
+};
+struct xor_op {
+  __device__ unsigned operator()(unsigned a, unsigned b) const { return a ^ b; }
+};
+}  // namespace kernelpack_compat
+
+#define KP_WARP_REDUCE(name, type, op)                                              \
+  __device__ inline type KP_COMPAT(name)(unsigned mask, type value) {               \
+    return kernelpack_compat::warp_reduce(mask, value, kernelpack_compat::op());    \
+  }
+KP_WARP_REDUCE(__reduce_add_sync, int, add_op)
+KP_WARP_REDUCE(__reduce_add_sync, unsigned, add_op)
+KP_WARP_REDUCE(__reduce_min_sync, int, min_op)
+KP_WARP_REDUCE(__reduce_min_sync, unsigned, min_op)
+KP_WARP_REDUCE(__reduce_max_sync, int, max_op)
+KP_WARP_REDUCE(__reduce_max_sync, unsigned, max_op)
+KP_WARP_REDUCE(__reduce_and_sync, unsigned, and_op)
+KP_WARP_REDUCE(__reduce_or_sync, unsigned, or_op)
+KP_WARP_REDUCE(__reduce_xor_sync, unsigned, xor_op)
 
 // ---- cooperative_groups::reduce over tiled partitions (cooperative_groups/reduce.h) --------
 // A butterfly over the tile from half its size down: every lane ends with the result, and a
