@@ -42,12 +42,16 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildsys import REPO_ROOT
-from buildsys.hipify import COMPAT_DIR, Severity, hipify_source
-from buildsys.hipify.tables import COMPAT_HEADER
-from buildsys.toolchain import Toolchain, amd_toolchain
-from kernelpack.code_objects import read_code_object
-from kernelpack.cubins import read_cubin
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: the repository's packages come first
+    sys.path[:0] = [str(REPO / "wheels"), str(REPO)]
+
+from buildsys import REPO_ROOT  # noqa: E402
+from buildsys.hipify import COMPAT_DIR, Severity, hipify_source  # noqa: E402
+from buildsys.hipify.tables import COMPAT_HEADER  # noqa: E402
+from buildsys.toolchain import Toolchain, amd_toolchain  # noqa: E402
+from kernelpack.code_objects import read_code_object  # noqa: E402
+from kernelpack.cubins import read_cubin  # noqa: E402
 
 MANIFEST = REPO_ROOT / "docs" / "hipify-corpus.toml"
 DEFAULT_TARGETS = ("gfx90a", "gfx942", "gfx1100", "gfx1201")

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from bench.bench_hipify_marked import CORPUS_DIR, compile_hip, markdown, run_comparison
 from buildsys.hipify import HipifyOptions, hipify_source
-from buildsys.hipify.compare import CORPUS_DIR, compile_hip, markdown, run_comparison
 from buildsys.hipify.tables import (
     ACTIVEMASK_REPLACEMENT,
     BALLOT_WIDENING,
