@@ -338,26 +338,26 @@ REDUCE_CHECK(and, unsigned)
 REDUCE_CHECK(or, unsigned)
 REDUCE_CHECK(xor, unsigned)
 
-// bf16 atomicAdd with one adder per slot (neighbours share a 32-bit word, so the CAS sees the other
-// half change): old value and addend from every bf16 pattern against the 16 edge patterns in both
-// roles, then random pairs; the returned value and the slot compared.
-template <bool Mine>
-__global__ void bf16_add(unsigned short* slots, const unsigned short* addend, unsigned short* returned, size_t n) {
+// 16-bit float atomicAdd (__half, bf16) with one adder per slot (neighbours share a 32-bit word,
+// so the CAS sees the other half change): old value and addend from every 16-bit pattern against
+// 16 edge patterns in both roles, then random pairs; the returned value and the slot compared.
+template <typename T, bool Mine>
+__global__ void add16(unsigned short* slots, const unsigned short* addend, unsigned short* returned, size_t n) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  __nv_bfloat16* slot = reinterpret_cast<__nv_bfloat16*>(slots + i);
-  const __nv_bfloat16 value = kernelpack_compat::bf16_bits(addend[i]);
-  returned[i] = kernelpack_compat::bits_bf16(Mine ? kp_atomicAdd(slot, value) : atomicAdd(slot, value));
+  T* slot = reinterpret_cast<T*>(slots + i);
+  const T value = kernelpack_compat::from_bits16<T>(addend[i]);
+  returned[i] = kernelpack_compat::bits16(Mine ? kp_atomicAdd(slot, value) : atomicAdd(slot, value));
 }
-// Contention: 256 threads add 1.0 to each slot (exact in bf16 up to 256); the slot must end at 256
-// and the returned values must be 0..255, each once.
-template <bool Mine>
-__global__ void bf16_add_count(unsigned short* slots, unsigned short* returned) {
+// Contention: 256 threads add 1.0 to each slot (integers are exact up to 256 in both formats); the
+// slot must end at 256 and the returned values must be 0..255, each once.
+template <typename T, bool Mine>
+__global__ void add16_count(unsigned short* slots, unsigned short* returned, unsigned short one_bits) {
   const size_t slot = blockIdx.x * size_t(4) + (threadIdx.x & 3);
-  __nv_bfloat16* at = reinterpret_cast<__nv_bfloat16*>(slots + slot);
-  const __nv_bfloat16 one = kernelpack_compat::bf16_bits(0x3f80);
-  const __nv_bfloat16 old = Mine ? kp_atomicAdd(at, one) : atomicAdd(at, one);
-  returned[blockIdx.x * size_t(blockDim.x) + threadIdx.x] = kernelpack_compat::bits_bf16(old);
+  T* at = reinterpret_cast<T*>(slots + slot);
+  const T one = kernelpack_compat::from_bits16<T>(one_bits);
+  const T old = Mine ? kp_atomicAdd(at, one) : atomicAdd(at, one);
+  returned[blockIdx.x * size_t(blockDim.x) + threadIdx.x] = kernelpack_compat::bits16(old);
 }
 
 #define CUDA_OK(call)                                                          \
@@ -525,10 +525,21 @@ static int check_warp_reduce(const char* name, void (*full)(const T*, T*, T*, un
   return 0;
 }
 
-static int check_bf16_add() {
+// The 16-bit pattern of the integer k (0..256) in IEEE half (Bf16=false) or bf16.
+static unsigned short integer_bits(int k, bool bf16) {
+  if (k == 0) return 0;
+  float f = static_cast<float>(k);
+  unsigned bits;
+  std::memcpy(&bits, &f, 4);
+  if (bf16) return static_cast<unsigned short>(bits >> 16);
+  int e = 0;
+  while ((k >> (e + 1)) != 0) ++e;
+  return static_cast<unsigned short>(((e + 15) << 10) | ((k << (10 - e)) & 0x3ff));
+}
+
+template <typename T>
+static int check_add16(const char* name, const unsigned short (&edge)[16], bool bf16) {
   const size_t edges = 65536 * 16, n = 2 * edges + (1 << 24);
-  const unsigned short edge[16] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7f81, 0x7fff,
-                                   0x0001, 0x8001, 0x007f, 0x3f80, 0xbf80, 0x7f7f, 0xff7f, 0x0080};
   unsigned short *start = new unsigned short[n], *addend = new unsigned short[n];
   for (size_t k = 0; k < n; ++k) {
     const unsigned long long r = host_mix(k ^ 0xbf16);
@@ -544,8 +555,8 @@ static int check_bf16_add() {
     CUDA_OK(cudaMemcpy(slots[m], start, 2 * n, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemset(ret[m], m ? 0x5a : 0xa5, 2 * n));
   }
-  bf16_add<true><<<(n + 255) / 256, 256>>>(slots[0], add, ret[0], n);
-  bf16_add<false><<<(n + 255) / 256, 256>>>(slots[1], add, ret[1], n);
+  add16<T, true><<<(n + 255) / 256, 256>>>(slots[0], add, ret[0], n);
+  add16<T, false><<<(n + 255) / 256, 256>>>(slots[1], add, ret[1], n);
   CUDA_OK(cudaDeviceSynchronize());
   unsigned short *a = new unsigned short[n], *b = new unsigned short[n];
   size_t bad = 0;
@@ -554,35 +565,44 @@ static int check_bf16_add() {
   CUDA_OK(cudaMemcpy(a, ret[0], 2 * n, cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(b, ret[1], 2 * n, cudaMemcpyDeviceToHost));
   for (size_t k = 0; k < n; ++k) bad += a[k] != b[k] || a[k] != start[k];
   // contention: 4096 blocks x 1024 threads, 4 slots per block, 256 adds of 1.0 each
+  int* value_of = new int[65536];
+  for (int k = 0; k < 65536; ++k) value_of[k] = -1;
+  for (int k = 0; k < 256; ++k) value_of[integer_bits(k, bf16)] = k;
   const size_t blocks = 4096, slot_count = blocks * 4, adds = blocks * 1024;
   for (int m = 0; m < 2; ++m) {
     CUDA_OK(cudaMemset(slots[m], 0, 2 * slot_count));
     CUDA_OK(cudaMemset(ret[m], m ? 0x5a : 0xa5, 2 * adds));
-    if (m == 0) bf16_add_count<true><<<blocks, 1024>>>(slots[m], ret[m]); else bf16_add_count<false><<<blocks, 1024>>>(slots[m], ret[m]);
+    if (m == 0) add16_count<T, true><<<blocks, 1024>>>(slots[m], ret[m], integer_bits(1, bf16));
+    else add16_count<T, false><<<blocks, 1024>>>(slots[m], ret[m], integer_bits(1, bf16));
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(a, slots[m], 2 * slot_count, cudaMemcpyDeviceToHost));
-    for (size_t k = 0; k < slot_count; ++k) bad += a[k] != 0x4380;  // 256.0
+    for (size_t k = 0; k < slot_count; ++k) bad += a[k] != integer_bits(256, bf16);
     CUDA_OK(cudaMemcpy(a, ret[m], 2 * adds, cudaMemcpyDeviceToHost));
     for (size_t blk = 0; blk < blocks; ++blk) {
       for (int s = 0; s < 4; ++s) {
         bool seen[256] = {};
         for (int t = s; t < 1024; t += 4) {
-          float v;
-          const unsigned bits = static_cast<unsigned>(a[blk * 1024 + t]) << 16;
-          std::memcpy(&v, &bits, 4);
-          const int whole = static_cast<int>(v);
-          if (v != static_cast<float>(whole) || whole < 0 || whole > 255 || seen[whole]) { ++bad; continue; }
+          const int whole = value_of[a[blk * 1024 + t]];
+          if (whole < 0 || seen[whole]) { ++bad; continue; }
           seen[whole] = true;
         }
       }
     }
   }
-  std::printf("atomicAdd(bf16) tried=%zu mismatches=%zu\n", n + 2 * adds, bad);
+  std::printf("atomicAdd(%s) tried=%zu mismatches=%zu\n", name, n + 2 * adds, bad);
   failures += bad != 0;
   cudaFree(add);
   for (int m = 0; m < 2; ++m) { cudaFree(slots[m]); cudaFree(ret[m]); }
-  delete[] start; delete[] addend; delete[] a; delete[] b;
+  delete[] start; delete[] addend; delete[] a; delete[] b; delete[] value_of;
   return 0;
+}
+
+static int check_atomic_add16() {
+  const unsigned short bf16_edge[16] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7f81, 0x7fff,
+                                        0x0001, 0x8001, 0x007f, 0x3f80, 0xbf80, 0x7f7f, 0xff7f, 0x0080};
+  const unsigned short half_edge[16] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe00, 0x7c01, 0x7fff,
+                                        0x0001, 0x8001, 0x03ff, 0x3c00, 0xbc00, 0x7bff, 0xfbff, 0x0400};
+  return check_add16<__nv_bfloat16>("bf16", bf16_edge, true) || check_add16<__half>("__half", half_edge, false);
 }
 
 int main() {
@@ -631,7 +651,7 @@ int main() {
       check_reduce<16, unsigned, kp_cg::bit_and, cg::bit_and>("bit_and<unsigned>", nullptr, 0) ||
       check_reduce<32, unsigned, kp_cg::bit_or, cg::bit_or>("bit_or<unsigned>", nullptr, 0))
     return 2;
-  if (check_bf16_add()) return 2;
+  if (check_atomic_add16()) return 2;
 #define WARP_REDUCE(op, type, label) \
   if (check_warp_reduce<type>(label, reduce_##op##_##type<false>, reduce_##op##_##type<true>)) return 2;
   WARP_REDUCE(add, int, "__reduce_add_sync(int)") WARP_REDUCE(add, unsigned, "__reduce_add_sync(unsigned)")

@@ -309,21 +309,55 @@ __device__ inline KP_BF16 KP_COMPAT(__hmin_nan)(KP_BF16 a, KP_BF16 b) {
   return kernelpack_compat::bf16_pick(a, b, false);
 }
 
-// bf16 atomicAdd (CUDA has it from sm_80; HIP 6.4 does not): a 16-bit CAS loop. The sum is taken
-// in float and rounded to bf16 once, which is the correctly rounded bf16 sum (float's 24 bits are
-// more than 2 x 8 + 2, so rounding twice cannot differ); a NaN sum is the canonical 0x7fff, as
-// PTX's bf16 add gives (HIP's float-to-bf16 conversion would keep the payload).
-__device__ inline KP_BF16 KP_COMPAT(atomicAdd)(KP_BF16* address, KP_BF16 value) {
+// ---- 16-bit float atomicAdd (__half from sm_70, bf16 from sm_80; HIP 6.4 has neither) ---------
+// A 16-bit CAS loop. The sum is taken in float and rounded once, which is the correctly rounded
+// 16-bit sum (float's 24 bits are at least 2 x 11 + 2, so rounding twice cannot differ); a NaN
+// sum is the canonical 0x7fff, as PTX's f16/bf16 add gives (HIP's conversions keep the payload).
+namespace kernelpack_compat {
+template <typename T>
+struct Float16;
+template <>
+struct Float16<__half> {
+  __device__ static float widen(__half v) { return __half2float(v); }
+  __device__ static __half narrow(float v) { return __float2half(v); }
+};
+template <>
+struct Float16<KP_BF16> {
+  __device__ static float widen(KP_BF16 v) { return __bfloat162float(v); }
+  __device__ static KP_BF16 narrow(float v) { return __float2bfloat16(v); }
+};
+template <typename T>
+__device__ inline T from_bits16(unsigned short bits) {
+  T value;
+  __builtin_memcpy(&value, &bits, sizeof(bits));
+  return value;
+}
+template <typename T>
+__device__ inline unsigned short bits16(T value) {
+  unsigned short bits;
+  __builtin_memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+template <typename T>
+__device__ inline T atomic_add16(T* address, T value) {
   unsigned short* raw = reinterpret_cast<unsigned short*>(address);
   unsigned short old = *reinterpret_cast<volatile unsigned short*>(raw);
   unsigned short assumed;
   do {
     assumed = old;
-    const float sum = __bfloat162float(kernelpack_compat::bf16_bits(assumed)) + __bfloat162float(value);
-    const unsigned short bits = sum != sum ? 0x7fff : kernelpack_compat::bits_bf16(__float2bfloat16(sum));
+    const float sum = Float16<T>::widen(from_bits16<T>(assumed)) + Float16<T>::widen(value);
+    const unsigned short bits = sum != sum ? 0x7fff : bits16(Float16<T>::narrow(sum));
     old = KP_COMPAT(atomicCAS)(raw, assumed, bits);
   } while (old != assumed);
-  return kernelpack_compat::bf16_bits(old);
+  return from_bits16<T>(old);
+}
+}  // namespace kernelpack_compat
+
+__device__ inline __half KP_COMPAT(atomicAdd)(__half* address, __half value) {
+  return kernelpack_compat::atomic_add16(address, value);
+}
+__device__ inline KP_BF16 KP_COMPAT(atomicAdd)(KP_BF16* address, KP_BF16 value) {
+  return kernelpack_compat::atomic_add16(address, value);
 }
 
 // ---- warp reductions (__reduce_add_sync, _min, _max for int and unsigned; _and, _or, _xor) -----
