@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.bench_hipify_marked import CORPUS_DIR, read_expectations
 from buildsys.cli import main as buildsys_main
 from buildsys.hipify import WAVE_SIZE_CODES, HipifyOptions, Severity, hipify_source
-from buildsys.hipify.compare import CORPUS_DIR, read_expectations
 from buildsys.hipify.diagnostics import CODES
 from buildsys.hipify.lexer import tokenize
 from buildsys.hipify.tables import HEADERS, WARP_INTRINSICS
@@ -507,6 +507,31 @@ def test_cli_writes_layout_and_reports(tmp_path: Path, capsys: pytest.CaptureFix
     )
     assert (out / "mod" / "m.hip").stat().st_mtime_ns == mtime
     assert "references converted" in capsys.readouterr().out
+
+
+def test_cli_places_the_compat_header(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Outputs that include the compat header get it beside them, and one line names the -I."""
+    from buildsys.hipify import COMPAT_DIR
+
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "dot.cu").write_text(
+        "__global__ void k(int* o) { o[0] = __dp4a(o[1], o[2], 0); }\n"
+    )
+    (src / "plain.cu").write_text("__global__ void k(int* o) { o[0] = 1; }\n")
+    out = tmp_path / "out"
+    assert buildsys_main(["hipify", str(src), "-o", str(out)]) == 0
+    header = (COMPAT_DIR / "kernelpack_hip_compat.h").read_text(encoding="utf-8")
+    assert (out / "kernelpack_hip_compat.h").read_text(encoding="utf-8") == header
+    lines = [x for x in capsys.readouterr().err.splitlines() if "kernelpack_hip_compat.h" in x]
+    assert lines == [
+        f"hipify: 1 of 2 outputs include <kernelpack_hip_compat.h>, written to "
+        f"{out / 'kernelpack_hip_compat.h'}: compile them with -I {out}"
+    ]
+    alone = tmp_path / "alone"
+    assert buildsys_main(["hipify", str(src / "plain.cu"), "-o", str(alone)]) == 0
+    assert not (alone / "kernelpack_hip_compat.h").exists()
+    assert "kernelpack_hip_compat" not in capsys.readouterr().err
 
 
 def test_cli_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
