@@ -282,6 +282,15 @@ def test_cooperative_groups_reduce_uses_the_compat_header() -> None:
     assert "#include <kernelpack_hip_compat.h>\n" in result.text and not result.diagnostics
 
 
+def test_warp_reductions_are_findings_only_beside_warp_size() -> None:
+    """__reduce_*_sync is a 32-lane reduction: a finding in a file that also uses warpSize (even
+    from a helper of its own, as cuda-samples' reduction does), none in a file of 32-lane code."""
+    helper = "__device__ int sum(int v) { return __reduce_add_sync(0xffffffff, v); }\n"
+    user = "__global__ void k(int* o) { if (threadIdx.x % warpSize == 0) o[0] = sum(1); }\n"
+    assert [(line, code) for line, code in codes(helper + user)] == [(1, "shfl-offset16")]
+    assert codes(helper + "__global__ void k(int* o) { o[threadIdx.x / 32] = sum(1); }\n") == []
+
+
 def test_warp_reductions_use_the_compat_header() -> None:
     """__reduce_*_sync keep their CUDA spelling, mask included: the compat header defines them."""
     text = "__global__ void k(int* o, unsigned m) {\n  o[0] = __reduce_add_sync(0xffffffff, o[1]);\n  o[1] = __reduce_or_sync(m, 3u);\n}\n"
