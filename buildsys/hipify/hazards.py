@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
-from .lexer import Kind
+from .lexer import COMPOUND_ASSIGNMENTS, Kind
 from .structure import SourceView
 from .tables import BALLOT_NAMES, BALLOT_WIDENING, SHUFFLE_DELTA_ARG, WARP_BY_NAME
 
@@ -52,29 +52,7 @@ _OPS_FOR_VALUE: dict[int, frozenset[str]] = {
 }
 # Delimiters that end an operand when walking away from an operator.
 _OPERAND_STOPS = frozenset(
-    {
-        ";",
-        "{",
-        "}",
-        ",",
-        "=",
-        "+=",
-        "-=",
-        "*=",
-        "/=",
-        "%=",
-        "&=",
-        "|=",
-        "^=",
-        "<<=",
-        ">>=",
-        "?",
-        ":",
-        "&&",
-        "||",
-        "return",
-        "#",
-    }
+    {";", "{", "}", ",", "=", "?", ":", "&&", "||", "return", "#", *COMPOUND_ASSIGNMENTS}
 )
 _CONSUMING_CALLS = frozenset(BALLOT_WIDENING) | frozenset(BALLOT_WIDENING.values())
 FULL_MASK_VALUES = frozenset({0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
