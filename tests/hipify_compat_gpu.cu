@@ -249,6 +249,40 @@ __global__ void check_bf16(Tally* t) {
   record(t, tried, bad, fa, fb, got, want);
 }
 
+// bf16 shuffles: every bf16 pattern (then random ones) moved by __shfl, _xor, _up, _down with
+// each lane argument 0..31 and widths 32, 16, 8; the 16 bits compared with CUDA's own.
+__global__ void check_bf16_shuffles(Tally* t) {
+  const unsigned long long total = 65536ull * 8;
+  unsigned long long tried = 0, fa = 0, fb = 0, got = 0, want = 0;
+  bool bad = false;
+  const unsigned long long stride = 1ull * gridDim.x * blockDim.x;
+  for (unsigned long long base = blockIdx.x * 1ull * blockDim.x; base < total; base += stride) {
+    const unsigned long long i = base + threadIdx.x;  // whole warps step together
+    const unsigned short bits = i < 65536 ? static_cast<unsigned short>(i) : static_cast<unsigned short>(mix(i));
+    const __nv_bfloat16 v = kernelpack_compat::bf16_bits(bits);
+    const int arg = static_cast<int>((i / 32) % 32);  // one argument per warp
+    const int width = 32 >> ((i / 1024) % 3);
+    unsigned short mine[4], theirs[4];
+    mine[0] = kernelpack_compat::bits_bf16(kp___shfl(v, arg, width));
+    theirs[0] = kernelpack_compat::bits_bf16(__shfl_sync(0xffffffffu, v, arg, width));
+    mine[1] = kernelpack_compat::bits_bf16(kp___shfl_xor(v, arg % width, width));
+    theirs[1] = kernelpack_compat::bits_bf16(__shfl_xor_sync(0xffffffffu, v, arg % width, width));
+    mine[2] = kernelpack_compat::bits_bf16(kp___shfl_up(v, static_cast<unsigned>(arg % width), width));
+    theirs[2] = kernelpack_compat::bits_bf16(__shfl_up_sync(0xffffffffu, v, static_cast<unsigned>(arg % width), width));
+    mine[3] = kernelpack_compat::bits_bf16(kp___shfl_down(v, static_cast<unsigned>(arg % width), width));
+    theirs[3] = kernelpack_compat::bits_bf16(__shfl_down_sync(0xffffffffu, v, static_cast<unsigned>(arg % width), width));
+    for (int op = 0; op < 4; ++op) {
+      ++tried;
+      if (mine[op] != theirs[op] && !bad) {
+        bad = true; fa = bits; fb = op * 1000 + arg; got = mine[op]; want = theirs[op];
+      } else if (mine[op] != theirs[op]) {
+        atomicAdd(&t->mismatches, 1ull);
+      }
+    }
+  }
+  record(t, tried, bad, fa, fb, got, want);
+}
+
 // Cache-hinted loads and stores: each thread reads element i through both and stores it to two
 // arrays through both; bytes compared on the host.
 template <typename T>
@@ -625,6 +659,7 @@ int main() {
   RUN(check___dp2a_lo_int, "__dp2a_lo(int)") RUN(check___dp2a_lo_unsigned, "__dp2a_lo(unsigned)")
   RUN(check___dp2a_hi_int, "__dp2a_hi(int)") RUN(check___dp2a_hi_unsigned, "__dp2a_hi(unsigned)")
   RUN(check_bf16<true>, "__hmax_nan(bf16)") RUN(check_bf16<false>, "__hmin_nan(bf16)")
+  RUN(check_bf16_shuffles, "__shfl/__shfl_xor/__shfl_up/__shfl_down(bf16)")
   const size_t n = 1 << 20;
   if (check_hinted<int>("int", n) || check_hinted<float>("float", n) || check_hinted<float2>("float2", n) ||
       check_hinted<float4>("float4", n) || check_hinted<int4>("int4", n) || check_hinted<uint2>("uint2", n) ||

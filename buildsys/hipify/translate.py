@@ -177,6 +177,8 @@ class _Translator:
         parens = view.call_parens(k)
         intrinsic = WARP_BY_NAME.get(name)
         if intrinsic is not None and parens is not None:
+            # the compat header adds the bf16 shuffles HIP lacks (cuda_bf16.h has them)
+            self.uses_compat |= intrinsic.hip.startswith("__shfl")
             return self._warp_call(k, intrinsic.hip, intrinsic.mask_arg, parens)
         if name == "__activemask" and parens is not None and not view.arguments(*parens):
             self._count("warp", name, ACTIVEMASK_REPLACEMENT)

@@ -309,6 +309,25 @@ __device__ inline KP_BF16 KP_COMPAT(__hmin_nan)(KP_BF16 a, KP_BF16 b) {
   return kernelpack_compat::bf16_pick(a, b, false);
 }
 
+// ---- bf16 shuffles (CUDA's cuda_bf16.h has them; HIP 6.4 has the __half ones only) ----------
+// The 16 bits travel as an unsigned int through the 32-bit shuffle: exact for every pattern.
+#if defined(KERNELPACK_COMPAT_RENAME)
+#define KP_SHUFFLE_BITS(op, bits, arg, width) op##_sync(0xffffffffu, bits, arg, width)
+#define KP_WARP_WIDTH 32
+#else
+#define KP_SHUFFLE_BITS(op, bits, arg, width) op(bits, arg, width)
+#define KP_WARP_WIDTH warpSize
+#endif
+#define KP_BF16_SHUFFLE(op, arg_type)                                                              \
+  __device__ inline KP_BF16 KP_COMPAT(op)(KP_BF16 var, arg_type arg, int width = KP_WARP_WIDTH) { \
+    const unsigned bits = kernelpack_compat::bits_bf16(var);                                       \
+    return kernelpack_compat::bf16_bits(static_cast<unsigned short>(KP_SHUFFLE_BITS(op, bits, arg, width))); \
+  }
+KP_BF16_SHUFFLE(__shfl, int)
+KP_BF16_SHUFFLE(__shfl_xor, int)
+KP_BF16_SHUFFLE(__shfl_up, unsigned)
+KP_BF16_SHUFFLE(__shfl_down, unsigned)
+
 // ---- 16-bit float atomicAdd (__half from sm_70, bf16 from sm_80; HIP 6.4 has neither) ---------
 // A 16-bit CAS loop. The sum is taken in float and rounded once, which is the correctly rounded
 // 16-bit sum (float's 24 bits are at least 2 x 11 + 2, so rounding twice cannot differ); a NaN
