@@ -578,18 +578,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.monotonic()
     results = run_bench(
-        args.corpus, projects, targets, jobs=args.jobs, kernels=args.kernels,
+        args.corpus,
+        projects,
+        targets,
+        jobs=args.jobs,
+        kernels=args.kernels,
         log=lambda line: print(line, file=sys.stderr, flush=True),
-        peer_cache=args.peer_cache, result_cache=args.cache, results_file=args.results,
-    )  # fmt: skip
+        peer_cache=args.peer_cache,
+        result_cache=args.cache,
+        results_file=args.results,
+    )
     toolchain = amd_toolchain()
     header = [
         f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
         f"({platform.machine()}, {len(results)} files, {args.jobs} jobs, "
         f"{time.monotonic() - started:.0f} s): {toolchain.version}; "
         f"{_nvcc_version()}.",
-        "Command: `python bench/bench_hipify.py --corpus DIR "
-        + " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("/"))
+        "Command: `python bench/bench_hipify.py "
+        + " ".join("DIR" if a.startswith("/") else a for a in (argv or sys.argv[1:]))
         + "`",
     ]
     sys.stdout.write(markdown(results, targets, header, args.kernels))
