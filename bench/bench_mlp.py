@@ -8,7 +8,8 @@ the GPU time of kernelpack (torch.ops.kernelpack), Liger-Kernel and torch.compil
 of the same function written with torch's operations, all in this one run.
 
 How GPU times are taken: a batch of back-to-back calls is queued behind a GPU sleep long enough
-that the whole batch is queued before the GPU reaches it, between two CUDA events; time per call =
+that the whole batch is queued before the GPU reaches it (three times the host's time to queue
+it, measured on the warm-up calls), between two CUDA events; time per call =
 event time / calls, median over the batches, after a warm-up. So the times are GPU times (kernels
 and the gaps between them), free of Python's per-call cost, which is measured apart (wall time per
 call of a loop at 1x4096). Inputs rotate over enough buffer sets to move ~200 MB per round, so
@@ -28,6 +29,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,7 +55,9 @@ ROTATE_BYTES = 200 * 2**20
 MAX_SETS = 64
 CALLS_PER_BATCH = 25
 WARMUP_CALLS = 5
-SLEEP_CYCLES = 16_000_000  # ~8 ms at 2 GHz: longer than queueing a batch takes
+SLEEP_CYCLES = 16_000_000  # ~8 ms at 2 GHz: the shortest sleep before a batch
+SM_CYCLES_PER_US = 2_000  # the H100/H200's SM clock under load, about 2 GHz (nvidia-smi: 1980 MHz)
+SLEEP_MARGIN = 3  # the sleep lasts at least this many times the host's time to queue a batch
 COPY_BYTES = 2**30
 OPS = torch.ops.kernelpack
 
@@ -161,16 +165,28 @@ OP_LIST = [
 
 
 def gpu_time_us(call: Callable[[int], object], sets: int, batches: int) -> tuple[float, bool]:
-    """Median GPU time per call (µs), and whether every batch was queued ahead of the GPU."""
+    """Median GPU time per call (µs), and whether every batch was queued ahead of the GPU.
+
+    The sleep before each batch lasts SLEEP_MARGIN times the host's time to queue the batch (the
+    warm-up calls, timed), at least SLEEP_CYCLES: forward+backward through autograd costs the
+    host hundreds of µs a call, which a fixed ~8 ms sleep did not cover at 25 calls.
+    """
     for i in range(WARMUP_CALLS):
         call(i % sets)
     torch.cuda.synchronize()
+    began = time.perf_counter()
+    for i in range(WARMUP_CALLS):
+        call(i % sets)
+    queue_us = (time.perf_counter() - began) * 1e6 / WARMUP_CALLS
+    torch.cuda.synchronize()
+    batch_cycles = SLEEP_MARGIN * CALLS_PER_BATCH * queue_us * SM_CYCLES_PER_US
+    sleep_cycles = max(SLEEP_CYCLES, int(batch_cycles))
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     samples = []
     all_ahead = True
     for batch in range(batches):
-        torch.cuda._sleep(SLEEP_CYCLES)
+        torch.cuda._sleep(sleep_cycles)
         start.record()
         for i in range(CALLS_PER_BATCH):
             call((batch * CALLS_PER_BATCH + i) % sets)
@@ -308,6 +324,26 @@ def measure_pass(
     )
 
 
+def driver_floor_us() -> float | None:
+    """µs per cuLaunchKernel from C, no Python (bench/launch_floor.cu, built with nvcc where it
+    is on PATH): the median of its readings; None where it cannot be built or run."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        program = Path(folder) / "launch_floor"
+        build = [nvcc, "-O2", str(REPO / "bench" / "launch_floor.cu"), "-lcuda", "-o", str(program)]
+        built = subprocess.run(build, capture_output=True, text=True, check=False, timeout=180)
+        if built.returncode:
+            print(f"launch_floor not built: {built.stderr.strip()[-300:]}", flush=True)
+            return None
+        ran = subprocess.run(
+            [str(program)], capture_output=True, text=True, check=False, timeout=60
+        )
+    readings = [float(line.rsplit(":", 1)[1].split()[0]) for line in ran.stdout.splitlines()]
+    return statistics.median(readings) if readings else None
+
+
 def host_rows(liger: Any) -> dict[str, dict[str, float]]:
     """Host µs per call at 1x4096 bfloat16 (silu_and_mul: 1x8192 in, 1x4096 out), forward."""
     framework = {
@@ -319,6 +355,11 @@ def host_rows(liger: Any) -> dict[str, dict[str, float]]:
     table: dict[str, dict[str, float]] = {}
     gate, up = _randn(1, 4096, dtype=torch.bfloat16), _randn(1, 4096, dtype=torch.bfloat16)
     out = torch.empty_like(gate)
+    into = {  # kernelpack.mlp with out=: no allocation
+        "swiglu": lambda g, u: mlp.swiglu(g, u, out=out),
+        "silu_and_mul": lambda x: mlp.silu_and_mul(x, out=out),
+        "rms_norm": lambda x, w: mlp.rms_norm(x, w, EPS, out=out),
+    }
     kernel = mlp_launch.load_kernel("cuda:0", "swiglu_bf16")
     grid, block = mlp_launch.swiglu_geometry(4096, "bfloat16")
     addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
@@ -329,6 +370,9 @@ def host_rows(liger: Any) -> dict[str, dict[str, float]]:
         ),
         "torch.empty_like": host_us_per_call(lambda: torch.empty_like(gate)),
     }
+    driver = driver_floor_us()
+    if driver is not None:
+        table["floor"]["cuLaunchKernel"] = driver
     print(f"host µs/call floor: {table['floor']}", flush=True)
     torch._dynamo.reset()  # the host cost of compile without the guards of other shapes
     for op in OP_LIST:
@@ -341,11 +385,16 @@ def host_rows(liger: Any) -> dict[str, dict[str, float]]:
         }
         if op.name in framework:
             calls["kernelpack.mlp"] = lambda f=framework[op.name], s=single: f(*s)
+        if op.name in into:
+            calls["kernelpack.mlp out="] = lambda f=into[op.name], s=single: f(*s)
         liger_fn = liger.get(op.name) if liger else None
         if liger_fn is not None:
             calls["Liger"] = lambda f=liger_fn, s=single: f(*s)
         with torch.no_grad():
             table[op.name] = {name: host_us_per_call(call) for name, call in calls.items()}
+        with torch.inference_mode():
+            inference = host_us_per_call(calls["torch.ops.kernelpack"])
+        table[op.name]["torch.ops, inference_mode"] = inference
         print(f"host µs/call {op.name}: {table[op.name]}", flush=True)
     return table
 
@@ -382,7 +431,15 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-HOST_COLUMNS = ["kernelpack.mlp", "torch.ops.kernelpack", "Liger", "eager", "compile"]
+HOST_COLUMNS = [
+    "kernelpack.mlp",
+    "kernelpack.mlp out=",
+    "torch.ops.kernelpack",
+    "torch.ops, inference_mode",
+    "Liger",
+    "eager",
+    "compile",
+]
 
 
 def render(
@@ -451,16 +508,25 @@ def render(
         "",
         "## Host cost per call (µs, forward, a loop of calls at 1x4096 bfloat16, wall time)",
         "",
-        "kernelpack.mlp is the framework-neutral API on torch tensors (its hot path);",
-        "torch.ops.kernelpack goes through torch's dispatcher (what torch.compile and autograd use).",
+        "kernelpack.mlp is the framework-neutral API on torch tensors (its hot path), with",
+        "`out=` given the same without allocating; torch.ops.kernelpack goes through torch's",
+        "dispatcher (what torch.compile and autograd use), under `torch.no_grad()` and, in its",
+        "own column, under `torch.inference_mode()` (no autograd layer).",
     ]
     floor = host.get("floor", {})
     if floor:
+        driver = floor.get("cuLaunchKernel")
         lines += [
             "The floor on this machine: one launch of the swiglu kernel through kernelpack's",
             "launcher with int addresses and an int stream, nothing else, "
             f"{floor['bare launch']:.2f} µs; `torch.empty_like` of the output "
-            f"{floor['torch.empty_like']:.2f} µs.",
+            f"{floor['torch.empty_like']:.2f} µs"
+            + (
+                "."
+                if driver is None
+                else f"; cuLaunchKernel alone, called from C in a loop (bench/launch_floor.cu), "
+                f"{driver:.2f} µs."
+            ),
         ]
     lines += [
         "",

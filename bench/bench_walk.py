@@ -45,9 +45,9 @@ sys.path.insert(0, str(REPO / "wheels"))
 
 from kernelpack.atomic import atomic_write  # noqa: E402
 from kernelpack.walk import Program, WalkResult, compile_program, run, run_numpy  # noqa: E402
-from kernelpack.walk.gpu import float_registers_exact  # noqa: E402
-from kernelpack.walk.inputs import check_inputs  # noqa: E402
+from kernelpack.walk.launch import float_registers_exact  # noqa: E402
 from kernelpack.walk.lower import lower  # noqa: E402
+from kernelpack.walk.walker import bind  # noqa: E402
 
 DEFAULT_OUTPUT = REPO / "docs" / "bench-walk.md"
 REPEATS = 3
@@ -173,8 +173,11 @@ def measure_selection(case: Case, depth: int) -> tuple[float, float]:
 
     program, arguments = walk_arguments(case, depth)
     search = {**arguments, "outputs": (), "top_k": 100}
-    on_gpu = {**search, "shifts": torch.from_numpy(arguments["shifts"]).cuda(),  # type: ignore[arg-type]
-              "dirs": torch.from_numpy(arguments["dirs"]).cuda()}  # type: ignore[arg-type]  # fmt: skip
+    on_gpu = {
+        **search,
+        "shifts": torch.from_numpy(arguments["shifts"]).cuda(),  # type: ignore[arg-type]
+        "dirs": torch.from_numpy(arguments["dirs"]).cuda(),
+    }  # type: ignore[arg-type]
     rates = []
     for call in (search, on_gpu):
         run(program, **call)  # type: ignore[arg-type]  # warm-up
@@ -345,7 +348,7 @@ def render(rows: list[Row], facts: dict[str, object] | None, depth: int, command
         cpu_form = lower(program, len(AXES), depth, registers=False).residue.form
         _, arguments = walk_arguments(Case(m, 8, 1000), depth)
         exact = residue.form == "registers" and float_registers_exact(
-            check_inputs(program, **arguments),  # type: ignore[arg-type]
+            bind(program, **arguments).host_inputs(),
             residue.degree,
         )
         floats = "the float pass too" if exact else "the float pass evaluates"

@@ -313,9 +313,16 @@ def test_row_kernels_are_right_on_any_geometry(
     weight = randn(torch_rng, (cols,), dtype)
     buffer, out = poisoned(torch_rng, (rows, cols), dtype)
     mlp_launch.load_kernel("cuda:0", f"rms_norm_{suffix}").launch(
-        grid, (threads, per_block), x.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, cols,
-        EPS, stream=stream,
-    )  # fmt: skip
+        grid,
+        (threads, per_block),
+        x.data_ptr(),
+        weight.data_ptr(),
+        out.data_ptr(),
+        rows,
+        cols,
+        EPS,
+        stream=stream,
+    )
     what = f"rms_norm {rows}x{cols} grid {grid} block {threads}x{per_block}"
     assert_close(torch_rng, out, ref_rms_norm(torch, x, weight, EPS), dtype, what)
     assert_guards_intact(buffer, 0, rows * cols)
@@ -323,9 +330,18 @@ def test_row_kernels_are_right_on_any_geometry(
     residual = randn(torch_rng, (rows, cols), dtype)
     stored_sum = (x.double() + residual.double()).to(x.dtype)
     mlp_launch.load_kernel("cuda:0", f"add_rms_norm_{suffix}").launch(
-        grid, (threads, per_block), x.data_ptr(), residual.data_ptr(), weight.data_ptr(),
-        x.data_ptr(), residual.data_ptr(), rows, cols, EPS, stream=stream,
-    )  # fmt: skip
+        grid,
+        (threads, per_block),
+        x.data_ptr(),
+        residual.data_ptr(),
+        weight.data_ptr(),
+        x.data_ptr(),
+        residual.data_ptr(),
+        rows,
+        cols,
+        EPS,
+        stream=stream,
+    )
     what = f"fused_add_rms_norm {rows}x{cols} grid {grid} block {threads}x{per_block}"
     assert_close(torch_rng, residual, stored_sum.double(), dtype, what + " residual")
     assert_close(torch_rng, x, ref_rms_norm(torch, stored_sum, weight, EPS), dtype, what + " x")

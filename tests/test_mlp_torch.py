@@ -126,9 +126,16 @@ def test_swiglu_backward(rng: Any, dtype: str, n: int, offset: int) -> None:
     gate_buffer, grad_gate = poisoned((n,), gate.dtype, offset)
     up_buffer, grad_up = poisoned((n,), gate.dtype, offset)
     mlp_launch.launch_swiglu_backward(
-        "cuda:0", dtype, gate.data_ptr(), up.data_ptr(), grad.data_ptr(), grad_gate.data_ptr(),
-        grad_up.data_ptr(), n, stream(),
-    )  # fmt: skip
+        "cuda:0",
+        dtype,
+        gate.data_ptr(),
+        up.data_ptr(),
+        grad.data_ptr(),
+        grad_gate.data_ptr(),
+        grad_up.data_ptr(),
+        n,
+        stream(),
+    )
     ref_gate, terms_gate, ref_up, terms_up = ref_swiglu_grads(gate, up, grad)
     assert_close(grad_gate, ref_gate, terms_gate, dtype, rng[1], f"swiglu d_gate n={n}+{offset}")
     assert_close(grad_up, ref_up, terms_up, dtype, rng[1], f"swiglu d_up n={n}+{offset}")
@@ -165,6 +172,7 @@ NORM_CASES = [
     (2, 8200),
     (3, 16384),
     (2, 32776),
+    (530, 16392),  # rows past the registers' cache, three rows a block on the longest
     (1000, 264),
     (100_003, 8),
 ]
@@ -188,11 +196,21 @@ def test_rms_norm_backward(
     blocks = mlp_launch.backward_row_geometry(rows, cols, dtype)[0]
     partial = torch.full((blocks, cols), math.nan, device="cuda")
     mlp_launch.launch_rms_norm_backward(
-        "cuda:0", dtype, x.data_ptr(), weight.data_ptr(), grad.data_ptr(),
-        grad_extra.data_ptr() if extra else 0, grad_x.data_ptr(),
-        grad_copy.data_ptr() if extra else 0, partial.data_ptr(), grad_weight.data_ptr(), rows,
-        cols, EPS, stream(),
-    )  # fmt: skip
+        "cuda:0",
+        dtype,
+        x.data_ptr(),
+        weight.data_ptr(),
+        grad.data_ptr(),
+        grad_extra.data_ptr() if extra else 0,
+        grad_x.data_ptr(),
+        grad_copy.data_ptr() if extra else 0,
+        partial.data_ptr(),
+        grad_weight.data_ptr(),
+        rows,
+        cols,
+        EPS,
+        stream(),
+    )
     ref_x, terms_x, ref_weight, terms_weight = ref_rms_norm_grads(x, weight, grad, EPS)
     if grad_extra is not None:
         ref_x = ref_x + grad_extra.double()
@@ -218,8 +236,10 @@ def test_rms_norm_weight_gradient_is_deterministic(rng: Any, dtype: str) -> None
     results = [OPS.rms_norm_backward(grad, x, weight, EPS) for _ in range(3)]
     for grad_x, grad_weight in results[1:]:
         assert torch.equal(grad_x, results[0][0])
-        assert torch.equal(grad_weight.view(torch.int16 if dtype != "float32" else torch.int32),
-                           results[0][1].view(torch.int16 if dtype != "float32" else torch.int32))  # fmt: skip
+        assert torch.equal(
+            grad_weight.view(torch.int16 if dtype != "float32" else torch.int32),
+            results[0][1].view(torch.int16 if dtype != "float32" else torch.int32),
+        )
 
 
 def test_rms_norm_backward_of_no_rows_gives_a_zero_weight_gradient() -> None:
@@ -326,6 +346,32 @@ def test_mlp_api_takes_the_autograd_path_for_tensors_that_need_it() -> None:
     x = torch.randn(4, 64, device="cuda", requires_grad=True)
     with pytest.raises(ValueError, match="in place"):
         mlp.fused_add_rms_norm(x, torch.randn(4, 64, device="cuda"), torch.ones(64, device="cuda"))
+
+
+def test_ops_without_gradients_still_reach_a_dispatch_mode() -> None:
+    """The Autograd kernel's shortcut to the CUDA implementation (no gradient wanted) must not
+    skip what sits below autograd: a TorchDispatchMode sees the op, and the result is right."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[Any] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    gate = torch.randn(4, 64, device="cuda")
+    up = torch.randn(4, 64, device="cuda")
+    expected = gate.double() * torch.sigmoid(gate.double()) * up.double()
+    with torch.no_grad():
+        direct = OPS.swiglu(gate, up)
+        with Record():
+            recorded = OPS.swiglu(gate, up)
+    assert seen == [torch.ops.kernelpack.swiglu.default]
+    assert relative(direct, expected) < 2e-6
+    assert torch.equal(direct, recorded)
 
 
 def test_in_place_op_matches_the_functional_one() -> None:

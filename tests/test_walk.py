@@ -18,18 +18,27 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from kernelpack.errors import UsageError
 from kernelpack.walk import Op, Program, WalkResult, compile_program, reference, run_numpy
 from kernelpack.walk.cpu import walk_lowered
-from kernelpack.walk.inputs import check_inputs, is_prime
+from kernelpack.walk.inputs import is_prime
 from kernelpack.walk.lower import ADD, FLOAT_REGISTER_DEGREES, MUL, SUB, Lowered, lower
 from kernelpack.walk.reference import step_matrix
+from kernelpack.walk.walker import bind
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
 # The eight largest primes below 2^31 and the smallest odd prime: the edges of the arithmetic.
 LARGEST_PRIMES = [
-    2147483647, 2147483629, 2147483587, 2147483579, 2147483563, 2147483549, 2147483543, 2147483497,
-]  # fmt: skip
+    2147483647,
+    2147483629,
+    2147483587,
+    2147483579,
+    2147483563,
+    2147483549,
+    2147483543,
+    2147483497,
+]
 EDGE_PRIMES = [3, *LARGEST_PRIMES]
 EPS = 2.0**-53
 
@@ -58,8 +67,18 @@ Walker = Callable[..., WalkResult]
 def random_program(rng: np.random.Generator, m: int, dim: int, length: int) -> Program:
     """A valid program of ``length`` random instructions after loading every axis and a constant,
     over few registers (so that values get overwritten), with constants at the int64 edges."""
-    pool = [0, 1, -1, 2, INT64_MAX, INT64_MIN, INT64_MAX - 1, INT64_MIN + 1,
-            int(rng.integers(-(2**62), 2**62)), int(rng.integers(-50, 50))]  # fmt: skip
+    pool = [
+        0,
+        1,
+        -1,
+        2,
+        INT64_MAX,
+        INT64_MIN,
+        INT64_MAX - 1,
+        INT64_MIN + 1,
+        int(rng.integers(-(2**62), 2**62)),
+        int(rng.integers(-50, 50)),
+    ]
     consts = [pool[i] for i in rng.choice(len(pool), size=int(rng.integers(1, 6)), replace=False)]
     registers = int(rng.integers(m, 12))
     written: list[int] = []
@@ -230,8 +249,10 @@ def assert_walks_agree(
         bounds = float_error_bounds(
             program, shifts[walk].tolist(), dirs[walk].tolist(), target, steps
         )
-        pairs = ((result.est1, expected.est1, result.delta1, expected.delta1),
-                 (result.est2, expected.est2, result.delta2, expected.delta2))  # fmt: skip
+        pairs = (
+            (result.est1, expected.est1, result.delta1, expected.delta1),
+            (result.est2, expected.est2, result.delta2, expected.delta2),
+        )
         for bound, (est, est_ref, delta, delta_ref) in zip(bounds, pairs, strict=True):
             if bound is None:
                 continue
@@ -262,9 +283,14 @@ def random_case(
     count = int(rng.integers(1, 7))
     primes = rng.choice(np.array([*EDGE_PRIMES, 1000000007, 998244353, 65537, 5, 7]), count, False)
     arguments: dict[str, object] = {
-        "shifts": shifts, "dirs": dirs, "primes": primes.astype(np.uint32), "depth": depth,
-        "depth1": depth1, "depth2": depth2, "target": float(rng.uniform(-2, 2)),
-    }  # fmt: skip
+        "shifts": shifts,
+        "dirs": dirs,
+        "primes": primes.astype(np.uint32),
+        "depth": depth,
+        "depth1": depth1,
+        "depth2": depth2,
+        "target": float(rng.uniform(-2, 2)),
+    }
     return program, arguments
 
 
@@ -278,9 +304,14 @@ def check_random_programs(walker: Walker, m: int, dim: int, programs: int, walks
         result = walker(program, **arguments)
         try:
             compared += assert_walks_agree(
-                result, expected, program, arguments["shifts"], arguments["dirs"],  # type: ignore[arg-type]
-                (arguments["depth1"], arguments["depth2"]), arguments["target"],  # type: ignore[arg-type]
-            )  # fmt: skip
+                result,
+                expected,
+                program,
+                arguments["shifts"],
+                arguments["dirs"],  # type: ignore[arg-type]
+                (arguments["depth1"], arguments["depth2"]),
+                arguments["target"],  # type: ignore[arg-type]
+            )
         except AssertionError as error:
             raise AssertionError(f"seed {seed}, program {index}: {error}") from None
     assert compared > 0, f"seed {seed}: no estimate was comparable"
@@ -304,6 +335,21 @@ CONTINUED_FRACTIONS = {
 }
 
 
+def walk_arguments(
+    shifts: object, dirs: object, depth: int, depth1: int, depth2: int, target: float
+) -> dict[str, object]:
+    """A walker's arguments by name, modulo EDGE_PRIMES."""
+    return {
+        "shifts": shifts,
+        "dirs": dirs,
+        "primes": EDGE_PRIMES,
+        "depth": depth,
+        "depth1": depth1,
+        "depth2": depth2,
+        "target": target,
+    }
+
+
 @pytest.mark.parametrize("name", sorted(CONTINUED_FRACTIONS))
 def test_continued_fractions_converge_to_their_constants(name: str) -> None:
     matrix, constant = CONTINUED_FRACTIONS[name]
@@ -313,8 +359,7 @@ def test_continued_fractions_converge_to_their_constants(name: str) -> None:
     program2 = compile_program(matrix, ["n", "unused"])
     shifts = np.array([[0, 5], [0, -7], [0, 2**40]])
     dirs = np.array([[1, -3], [1, 11], [1, -(2**20)]])
-    arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": 60,
-                 "depth1": 6, "depth2": 50, "target": constant}  # fmt: skip
+    arguments = walk_arguments(shifts, dirs, 60, 6, 50, constant)
     result = run_numpy(program2, **arguments)  # type: ignore[arg-type]
     expected = reference(program, **{**arguments, "shifts": shifts[:, :1], "dirs": dirs[:, :1]})  # type: ignore[arg-type]
     assert_walks_agree(result, expected, program2, shifts, dirs, (6, 50), constant)
@@ -329,8 +374,15 @@ def test_edge_primes_and_big_constants() -> None:
     matrix = [[f"{big[0]}*x + {big[1]}", f"x*y - {big[2]}"], [f"({big[3]}) - y", "x*x*y + 1"]]
     program = compile_program(matrix, ["x", "y"])
     shifts, dirs = random_walks(rng, 40, 2, 25)
-    arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": 25,
-                 "depth1": 10, "depth2": 25, "target": 0.5}  # fmt: skip
+    arguments = {
+        "shifts": shifts,
+        "dirs": dirs,
+        "primes": EDGE_PRIMES,
+        "depth": 25,
+        "depth1": 10,
+        "depth2": 25,
+        "target": 0.5,
+    }
     result = run_numpy(program, **arguments)  # type: ignore[arg-type]
     expected = reference(program, **arguments)  # type: ignore[arg-type]
     np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
@@ -353,8 +405,15 @@ def test_numpy_walker_splits_batches_into_blocks() -> None:
     program = compile_program([["x*x - 3*y", "y + 7"], ["x - y", "-2"]], ["x", "y"])
     primes = largest_primes(32)  # 512 walks a block, so 1100 walks make three blocks
     shifts, dirs = random_walks(rng, 1100, 2, 8)
-    arguments = {"shifts": shifts, "dirs": dirs, "primes": primes, "depth": 8,
-                 "depth1": 3, "depth2": 8, "target": 0.25}  # fmt: skip
+    arguments = {
+        "shifts": shifts,
+        "dirs": dirs,
+        "primes": primes,
+        "depth": 8,
+        "depth1": 3,
+        "depth2": 8,
+        "target": 0.25,
+    }
     result = run_numpy(program, **arguments)  # type: ignore[arg-type]
     expected = reference(program, **arguments)  # type: ignore[arg-type]
     np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
@@ -375,9 +434,17 @@ FORMS = [
     ([["x**6 - y", "y**3"], ["x*y", "7"]], 1, "evaluate"),
     # m = 3 and m = 4 register forms, the largest degrees they take
     ([["x**4", "0", "y"], ["1", "x*y", "0"], ["0", "1", "2*x + 1"]], 30, "registers"),
-    ([["x*y", "1", "0", "0"], ["0", "x", "1", "0"], ["0", "0", "y", "1"], ["x**2", "0", "0", "3"]],
-     30, "registers"),
-]  # fmt: skip
+    (
+        [
+            ["x*y", "1", "0", "0"],
+            ["0", "x", "1", "0"],
+            ["0", "0", "y", "1"],
+            ["x**2", "0", "0", "3"],
+        ],
+        30,
+        "registers",
+    ),
+]
 
 
 @pytest.mark.parametrize(("matrix", "depth", "form"), FORMS)
@@ -389,10 +456,9 @@ def test_residue_forms_agree_with_reference(matrix: list[list[str]], depth: int,
     lowered = lower(program, 2, depth, registers=True)
     assert lowered.residue.form == form
     shifts, dirs = random_walks(rng, 12, 2, depth)
-    arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": depth,
-                 "depth1": 1, "depth2": depth, "target": 0.0}  # fmt: skip
+    arguments = walk_arguments(shifts, dirs, depth, 1, depth, 0.0)
     expected = reference(program, **arguments)  # type: ignore[arg-type]
-    inputs = check_inputs(program, **arguments)  # type: ignore[arg-type]
+    inputs = bind(program, **arguments).host_inputs()
     for result in (walk_lowered(lowered, inputs), run_numpy(program, **arguments)):  # type: ignore[arg-type]
         np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
         np.testing.assert_array_equal(result.alive, expected.alive)
@@ -435,7 +501,7 @@ def _float_register_entries(
 def test_float_register_form_steps_exact_entries(m: int, degree: int) -> None:
     """Where float_registers_exact accepts the walks, the float register kernel's algorithm
     gives every step exactly the integer entries of M: each float equals the exact value."""
-    from kernelpack.walk.gpu import float_registers_exact
+    from kernelpack.walk.launch import float_registers_exact
 
     rng, seed = fresh_rng()
     matrix = [[f"{int(rng.integers(-9, 10))}*y" for _ in range(m)] for _ in range(m)]
@@ -446,7 +512,7 @@ def test_float_register_form_steps_exact_entries(m: int, degree: int) -> None:
     assert (lowered.residue.form, lowered.residue.degree) == ("registers", degree)
     shifts = rng.integers(-(10**3), 10**3, (6, 2))
     dirs = rng.integers(-40, 40, (6, 2))
-    inputs = check_inputs(program, shifts, dirs, EDGE_PRIMES, depth, 1, depth, 0.0)
+    inputs = bind(program, shifts, dirs, EDGE_PRIMES, depth, 1, depth, 0.0).host_inputs()
     assert float_registers_exact(inputs, degree)
     for shift, direction in zip(shifts.tolist(), dirs.tolist(), strict=True):
         walked = _float_register_entries(lowered, shift, direction, depth)
@@ -462,11 +528,11 @@ def test_float_registers_exact_bounds_the_tables() -> None:
     entries times 2^D (their differences), against 2^52: x**2 (D = 2) passes while |x| < 2^25 up
     to depth + 2, and fails when the tables reach 2^25 though the steps read stay below it; a
     large intermediate value fails even where the entry is small."""
-    from kernelpack.walk.gpu import float_registers_exact
+    from kernelpack.walk.launch import float_registers_exact
 
     def exact(matrix: list[list[str]], shift: int, depth: int) -> bool:
         program = compile_program(matrix, ["x"])
-        inputs = check_inputs(program, [[shift]], [[1]], EDGE_PRIMES, depth, 1, depth, 0.0)
+        inputs = bind(program, [[shift]], [[1]], EDGE_PRIMES, depth, 1, depth, 0.0).host_inputs()
         return float_registers_exact(inputs, 2)
 
     square = [["x**2", "1"], ["1", "0"]]
@@ -475,13 +541,20 @@ def test_float_registers_exact_bounds_the_tables() -> None:
     assert exact(square, -(2**25) + 1, 5)
     assert not exact(square, -(2**25), 5)
     # x**4 - x**4 + x**2 (compile_program would fold it), with x**4 above 2^52 on the way
-    instrs = [(Op.LOAD_AXIS, 0, 0, 0), (Op.MUL, 1, 0, 0), (Op.MUL, 2, 1, 1), (Op.SUB, 3, 2, 2),
-              (Op.ADD, 4, 3, 1), (Op.LOAD_CONST, 5, 0, 0), (Op.LOAD_CONST, 6, 1, 0)]  # fmt: skip
+    instrs = [
+        (Op.LOAD_AXIS, 0, 0, 0),
+        (Op.MUL, 1, 0, 0),
+        (Op.MUL, 2, 1, 1),
+        (Op.SUB, 3, 2, 2),
+        (Op.ADD, 4, 3, 1),
+        (Op.LOAD_CONST, 5, 0, 0),
+        (Op.LOAD_CONST, 6, 1, 0),
+    ]
     cancelling = Program(
         np.array(instrs, dtype=np.uint8), np.array([1, 0]), np.array([4, 5, 5, 6]), 2
     )
     for shift, expected in ((2**12, True), (2**14, False)):
-        inputs = check_inputs(cancelling, [[shift]], [[1]], EDGE_PRIMES, 5, 1, 5, 0.0)
+        inputs = bind(cancelling, [[shift]], [[1]], EDGE_PRIMES, 5, 1, 5, 0.0).host_inputs()
         assert float_registers_exact(inputs, 2) is expected
 
 
@@ -490,9 +563,13 @@ def test_float_registers_exact_bounds_the_tables() -> None:
 MATRICES = [
     [["0", "-(n + 1)**2"], ["1", "2*n + 1"]],
     [["x*y - 3", "(x - y)**3", "7"], ["-x", "x**2*y**2 + x*y", "1"], ["0", "y", "-(-(x))"]],
-    [["x**0", "+x", "2**63 - 1", "-2**63"], ["x*x*x", "x**5 - x**4", "(x+1)*(x-1)", "x - x"],
-     ["3*x*7", "x*(2*3)", "-4", "x**2**2"], ["1", "0", "x", "(x + 2)**2 - x*x"]],
-]  # fmt: skip
+    [
+        ["x**0", "+x", "2**63 - 1", "-2**63"],
+        ["x*x*x", "x**5 - x**4", "(x+1)*(x-1)", "x - x"],
+        ["3*x*7", "x*(2*3)", "-4", "x**2**2"],
+        ["1", "0", "x", "(x + 2)**2 - x*x"],
+    ],
+]
 
 
 @pytest.mark.parametrize("matrix", MATRICES, ids=["m2", "m3", "m4"])
@@ -562,7 +639,7 @@ def test_compile_program_shares_subexpressions_and_folds_constants() -> None:
     ],
 )
 def test_compile_program_rejects(matrix: list[list[object]], axes: list[str], message: str) -> None:
-    with pytest.raises(ValueError, match=f"^{message}"):
+    with pytest.raises(UsageError, match=f"^{message}"):
         compile_program(matrix, axes)
 
 
@@ -639,7 +716,7 @@ GOOD = [(Op.LOAD_AXIS, 0, 0, 0), (Op.LOAD_CONST, 1, 0, 0), (Op.MUL, 2, 0, 1)]
 def test_program_rejects(
     instrs: list[tuple[int, ...]], consts: list[int], out: list[int], m: int, message: str
 ) -> None:
-    with pytest.raises(ValueError, match=f"^{message}"):
+    with pytest.raises(UsageError, match=f"^{message}"):
         Program(
             np.array(instrs, dtype=np.int64).reshape(len(instrs), -1),
             np.array(consts, dtype=np.int64),
@@ -649,9 +726,9 @@ def test_program_rejects(
 
 
 def test_program_rejects_constants_outside_int64() -> None:
-    with pytest.raises(ValueError, match=r"^consts: integers must lie in the int64 range"):
+    with pytest.raises(UsageError, match=r"^consts: integers must lie in the int64 range"):
         Program(np.array(GOOD), [2**63], [0, 1, 2, 2], 2)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"^consts: integers must lie in the int64 range"):
+    with pytest.raises(UsageError, match=r"^consts: integers must lie in the int64 range"):
         Program(np.array(GOOD), np.array([2**64 - 1], dtype=np.uint64), [0, 1, 2, 2], 2)  # type: ignore[arg-type]
 
 
@@ -661,8 +738,15 @@ def _walkers() -> list[Walker]:
     return [run, run_numpy, reference]
 
 
-VALID = {"shifts": [[1, -2], [3, 4]], "dirs": [[1, 1], [-1, 2]], "primes": [3, 2147483647],
-         "depth": 10, "depth1": 5, "depth2": 10, "target": 0.5}  # fmt: skip
+VALID = {
+    "shifts": [[1, -2], [3, 4]],
+    "dirs": [[1, 1], [-1, 2]],
+    "primes": [3, 2147483647],
+    "depth": 10,
+    "depth1": 5,
+    "depth2": 10,
+    "target": 0.5,
+}
 PROGRAM = compile_program([["x", "y"], ["x*y", "1"]], ["x", "y"])
 
 
@@ -712,14 +796,17 @@ PROGRAM = compile_program([["x", "y"], ["x*y", "1"]], ["x", "y"])
 def test_walk_arguments_are_checked(change: dict[str, object], message: str) -> None:
     arguments = {**VALID, **change}
     for walker in _walkers():
-        with pytest.raises(ValueError, match=f"^{message}"):
+        with pytest.raises(UsageError, match=f"^{message}"):
             walker(PROGRAM, **arguments)
 
 
 def test_positions_may_reach_the_int64_edges() -> None:
     program = compile_program([["x", "1"], ["1", "y"]], ["x", "y"])
-    arguments = {**VALID, "shifts": [[INT64_MAX - 9, INT64_MIN + 9], [INT64_MIN, INT64_MAX]],
-                 "dirs": [[1, -1], [0, 0]]}  # fmt: skip
+    arguments = {
+        **VALID,
+        "shifts": [[INT64_MAX - 9, INT64_MIN + 9], [INT64_MIN, INT64_MAX]],
+        "dirs": [[1, -1], [0, 0]],
+    }
     np.testing.assert_array_equal(
         run_numpy(program, **arguments).P_final,
         reference(program, **arguments).P_final,  # type: ignore[arg-type]
@@ -728,8 +815,97 @@ def test_positions_may_reach_the_int64_edges() -> None:
 
 def test_program_argument_is_checked() -> None:
     for walker in _walkers():
-        with pytest.raises(ValueError, match=r"^program: expected a Program"):
+        with pytest.raises(UsageError, match=r"^program: expected a Program"):
             walker("x", **VALID)
+
+
+def test_walkers_share_one_signature() -> None:
+    """run, run_numpy and reference take the arguments of WALK.md by the same names, in the same
+    order (written out here by hand), and a wrong name is a TypeError naming the walker."""
+    import inspect
+
+    expected = [
+        "program",
+        "shifts",
+        "dirs",
+        "primes",
+        "depth",
+        "depth1",
+        "depth2",
+        "target",
+        "device",
+        "outputs",
+        "min_delta",
+        "top_k",
+    ]
+    for walker in _walkers():
+        assert list(inspect.signature(walker).parameters) == expected, walker.__name__
+        assert walker.__doc__, walker.__name__
+        with pytest.raises(TypeError, match=f"^{walker.__name__}\\(\\): .*'depht'"):
+            walker(PROGRAM, **VALID, depht=3)
+
+
+def test_cpu_walkers_take_no_device() -> None:
+    for walker in (run_numpy, reference):
+        with pytest.raises(UsageError, match=r"^device: .* walks on the CPU"):
+            walker(PROGRAM, **VALID, device="cuda:0")
+
+
+def test_torch_devices_name_their_vendor() -> None:
+    """A torch device becomes a vendor-qualified device string before any walker uses it (so it
+    cannot pick the other vendor's GPU); a CPU device is refused by name."""
+    torch = pytest.importorskip("torch")
+    from kernelpack.walk import run
+
+    with pytest.raises(UsageError, match=r"^device: .* got 'cuda:1'"):
+        run_numpy(PROGRAM, **VALID, device=torch.device("cuda", 1))
+    with pytest.raises(UsageError, match=r"^device: torch device cpu is not a GPU"):
+        run(PROGRAM, **VALID, device=torch.device("cpu"))
+
+
+def test_reference_selects_like_the_numpy_walker() -> None:
+    """The exact walker keeps the walks its own deltas rank first, and only the outputs named."""
+    rng, seed = fresh_rng()
+    program = compile_program([["0", "-x**2"], ["1", "2*x + y"]], ["x", "y"])
+    arguments = {
+        **VALID,
+        "shifts": rng.integers(1, 9, (40, 2)),
+        "dirs": rng.integers(1, 3, (40, 2)),
+    }
+    full = reference(program, **arguments)  # type: ignore[arg-type]
+    chosen = reference(program, **arguments, outputs=("alive",), top_k=5)  # type: ignore[arg-type]
+    assert chosen.P_final is None and chosen.delta2 is None
+    np.testing.assert_array_equal(chosen.alive, full.alive)
+    candidates = [w for w in range(40) if full.alive[w] and not math.isnan(full.delta2[w])]
+    best = sorted(candidates, key=lambda w: (-full.delta2[w], w))[:5]
+    assert chosen.top is not None and chosen.top.walk.tolist() == best, f"seed {seed}"
+    assert chosen.hits is None
+
+
+def test_gpu_arrays_are_told_from_host_arrays() -> None:
+    """run reads shifts and dirs in place when kernelpack.arrays calls them GPU arrays: objects
+    with __cuda_array_interface__, or DLPack producers on CUDA, ROCm or managed memory; numpy
+    arrays, CPU torch tensors and page-locked host memory (DLPack 3 and 11) are host arrays."""
+    from kernelpack.arrays import is_gpu_array
+
+    class Interface:
+        @property
+        def __cuda_array_interface__(self) -> dict[str, object]:
+            return {"shape": (1,), "typestr": "<i8", "data": (0, False)}
+
+    class Producer:
+        def __init__(self, device_type: int) -> None:
+            self.device_type = device_type
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return self.device_type, 0
+
+    assert is_gpu_array(Interface())
+    assert [t for t in range(1, 16) if is_gpu_array(Producer(t))] == [2, 10, 13]
+    assert not is_gpu_array(np.zeros((2, 2), dtype=np.int64))
+    assert not is_gpu_array([[1, 2]])
+    torch = pytest.importorskip("torch")
+    assert not is_gpu_array(torch.zeros(2, 2, dtype=torch.int64))
 
 
 def test_is_prime_matches_trial_division() -> None:
@@ -746,7 +922,7 @@ def test_is_prime_matches_trial_division() -> None:
 
 
 def test_montgomery_constants() -> None:
-    from kernelpack.walk.gpu import constants_in_montgomery_form, montgomery_moduli
+    from kernelpack.walk.launch import constants_in_montgomery_form, montgomery_moduli
 
     primes = np.array(EDGE_PRIMES, dtype=np.uint32)
     table = montgomery_moduli(primes)
@@ -762,9 +938,9 @@ def test_montgomery_constants() -> None:
 
 def test_batches_split_to_fit_device_memory() -> None:
     from kernelpack.walk.gpu import MEMORY_FRACTION, piece_walks
-    from kernelpack.walk.inputs import check_inputs
+    from kernelpack.walk.walker import bind
 
-    inputs = check_inputs(PROGRAM, **VALID)  # type: ignore[arg-type]
+    inputs = bind(PROGRAM, **VALID).host_inputs()
     # shifts and dirs, P_final (2 primes, m = 2), alive, 4 estimates, a hit record with 2 axes
     per_walk = 16 * 2 + 4 * 2 * 4 + 4 + 32 + (4 + 8 + 8 + 32)
     assert piece_walks(inputs, 10**6) == int(10**6 * MEMORY_FRACTION) // per_walk

@@ -25,11 +25,13 @@ from test_walk import (
     largest_primes,
     random_case,
     random_walks,
+    walk_arguments,
 )
 
-from kernelpack.walk import compile_program, gpu, reference, run, run_numpy
-from kernelpack.walk.inputs import check_inputs
+from kernelpack.errors import UsageError
+from kernelpack.walk import compile_program, gpu, launch, reference, run, run_numpy
 from kernelpack.walk.lower import FLOAT_REGISTER_DEGREES, REGISTER_DEGREES, lower
+from kernelpack.walk.walker import bind
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parent.parent
@@ -47,8 +49,7 @@ def test_gpu_continued_fractions_converge(name: str) -> None:
     matrix, constant = CONTINUED_FRACTIONS[name]
     program = compile_program(matrix, ["n"])
     shifts, dirs = np.zeros((5, 1), dtype=np.int64), np.ones((5, 1), dtype=np.int64)
-    arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": 60,
-                 "depth1": 6, "depth2": 50, "target": constant}  # fmt: skip
+    arguments = walk_arguments(shifts, dirs, 60, 6, 50, constant)
     result = run(program, **arguments)  # type: ignore[arg-type]
     expected = reference(program, **arguments)  # type: ignore[arg-type]
     assert assert_walks_agree(result, expected, program, shifts, dirs, (6, 50), constant) > 0
@@ -62,8 +63,7 @@ def test_gpu_residue_forms(matrix: list[list[str]], depth: int, form: str) -> No
     program = compile_program(matrix, ["x", "y"])
     assert lower(program, 2, depth, registers=True).residue.form == form
     shifts, dirs = random_walks(rng, 300, 2, depth)
-    arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": depth,
-                 "depth1": 1, "depth2": depth, "target": 0.0}  # fmt: skip
+    arguments = walk_arguments(shifts, dirs, depth, 1, depth, 0.0)
     result = run(program, **arguments)  # type: ignore[arg-type]
     expected = reference(program, **arguments)  # type: ignore[arg-type]
     np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
@@ -85,8 +85,15 @@ def test_gpu_every_register_kernel(m: int, degree: int) -> None:
     low = lower(program, 2, 20, registers=True)
     assert (low.residue.form, low.residue.degree) == ("registers", degree)
     shifts, dirs = random_walks(rng, 100, 2, 20)
-    arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": 20,
-                 "depth1": 5, "depth2": 17, "target": 0.0}  # fmt: skip
+    arguments = {
+        "shifts": shifts,
+        "dirs": dirs,
+        "primes": EDGE_PRIMES,
+        "depth": 20,
+        "depth1": 5,
+        "depth2": 17,
+        "target": 0.0,
+    }
     result = run(program, **arguments)  # type: ignore[arg-type]
     expected = reference(program, **arguments)  # type: ignore[arg-type]
     np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
@@ -103,20 +110,29 @@ def test_gpu_float_register_kernels_match_evaluation(
     """Each walk_float_registers_m{m}_d{degree} gives bit for bit the estimates of walk_float_m{m}
     (both multiply exact integer entries in the same order), and both agree with the reference."""
     rng, seed = fresh_rng()
-    matrix = [[f"{int(rng.integers(1, 9))} + {int(rng.integers(0, 3))}*y" for _ in range(m)]
-              for _ in range(m)]  # fmt: skip
+    matrix = [
+        [f"{int(rng.integers(1, 9))} + {int(rng.integers(0, 3))}*y" for _ in range(m)]
+        for _ in range(m)
+    ]
     matrix[1][m - 1] = f"x**{degree} + y" if degree > 1 else "2*x + y"
     program = compile_program(matrix, ["x", "y"])
     shifts, dirs = rng.integers(1, 60, (150, 2)), rng.integers(1, 5, (150, 2))
-    arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": 40,
-                 "depth1": 13, "depth2": 40, "target": 0.25}  # fmt: skip
-    inputs = check_inputs(program, **arguments)  # type: ignore[arg-type]
+    arguments = {
+        "shifts": shifts,
+        "dirs": dirs,
+        "primes": EDGE_PRIMES,
+        "depth": 40,
+        "depth1": 13,
+        "depth2": 40,
+        "target": 0.25,
+    }
+    inputs = bind(program, **arguments).host_inputs()
     low = lower(program, 2, 40, registers=True)
     assert (low.residue.form, low.residue.degree) == ("registers", degree)
-    assert gpu._Launch.build(low, inputs).float_registers
+    assert launch.Launch.build(low, inputs).float_registers
     result = run(program, **arguments)  # type: ignore[arg-type]
-    monkeypatch.setattr(gpu, "float_registers_exact", lambda inputs, degree: False)
-    assert not gpu._Launch.build(low, inputs).float_registers
+    monkeypatch.setattr(launch, "float_registers_exact", lambda inputs, degree: False)
+    assert not launch.Launch.build(low, inputs).float_registers
     evaluated = run(program, **arguments)  # type: ignore[arg-type]
     for name in ("est1", "est2", "delta1", "delta2"):
         np.testing.assert_array_equal(
@@ -134,8 +150,13 @@ def _field(m: int) -> list[list[str]]:
     return {
         2: [["2*x + y + 1", "-(x + 1)**2 * (x + y + 1)"], ["1", "0"]],
         3: [["0", "0", "x**3 + 2*y"], ["1", "0", "-(x*y + 2)"], ["0", "1", "3*x + 2*y + 1"]],
-        4: [["x", "1", "0", "y"], ["0", "x*y", "1", "0"], ["1", "0", "y**2", "-x"], ["0", "1", "0", "x + y"]],
-    }[m]  # fmt: skip
+        4: [
+            ["x", "1", "0", "y"],
+            ["0", "x*y", "1", "0"],
+            ["1", "0", "y**2", "-x"],
+            ["0", "1", "0", "x + y"],
+        ],
+    }[m]
 
 
 @pytest.mark.parametrize("m", [2, 3, 4])
@@ -146,15 +167,25 @@ def test_gpu_matches_numpy_walker_at_scale(m: int) -> None:
     rng, seed = fresh_rng()
     program = compile_program(_field(m), ["x", "y"])
     walks = 3000
-    arguments = {"shifts": rng.integers(1, 50, (walks, 2)), "dirs": rng.integers(1, 4, (walks, 2)),
-                 "primes": [*largest_primes(31), 3], "depth": 120, "depth1": 60, "depth2": 120,
-                 "target": 0.0}  # fmt: skip
+    arguments = {
+        "shifts": rng.integers(1, 50, (walks, 2)),
+        "dirs": rng.integers(1, 4, (walks, 2)),
+        "primes": [*largest_primes(31), 3],
+        "depth": 120,
+        "depth1": 60,
+        "depth2": 120,
+        "target": 0.0,
+    }
     result = run(program, **arguments)  # type: ignore[arg-type]
     expected = run_numpy(program, **arguments)  # type: ignore[arg-type]
     np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
     np.testing.assert_array_equal(result.alive, expected.alive)
-    for ours, theirs in ((result.est1, expected.est1), (result.est2, expected.est2),
-                         (result.delta1, expected.delta1), (result.delta2, expected.delta2)):  # fmt: skip
+    for ours, theirs in (
+        (result.est1, expected.est1),
+        (result.est2, expected.est2),
+        (result.delta1, expected.delta1),
+        (result.delta2, expected.delta2),
+    ):
         np.testing.assert_allclose(ours, theirs, rtol=1e-9, err_msg=f"seed {seed}")
 
 
@@ -164,9 +195,8 @@ def test_gpu_batch_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     rng, seed = fresh_rng()
     monkeypatch.setattr(gpu, "piece_walks", lambda inputs, free, p_final=True: 1000)
     program = compile_program(_field(2), ["x", "y"])
-    arguments = {"shifts": rng.integers(-40, 50, (2500, 2)), "dirs": rng.integers(-3, 4, (2500, 2)),
-                 "primes": EDGE_PRIMES, "depth": 50, "depth1": 20, "depth2": 50,
-                 "target": 1.0}  # fmt: skip
+    shifts, dirs = rng.integers(-40, 50, (2500, 2)), rng.integers(-3, 4, (2500, 2))
+    arguments = walk_arguments(shifts, dirs, 50, 20, 50, 1.0)
     result = run(program, **arguments)  # type: ignore[arg-type]
     expected = run_numpy(program, **arguments)  # type: ignore[arg-type]
     np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
@@ -184,10 +214,17 @@ def test_gpu_many_constants_take_small_blocks() -> None:
     others = " - ".join(f"({c})" for c in constants[100:])
     program = compile_program([[terms, "1"], [others + " + y", "x*y"]], ["x", "y"])
     low = lower(program, 2, 30, registers=True)
-    assert gpu.block_size(low.float.n_slots, 8) <= 32
+    assert launch.block_size(low.float.n_slots, 8) <= 32
     shifts, dirs = random_walks(rng, 70, 2, 30)
-    arguments = {"shifts": shifts, "dirs": dirs, "primes": EDGE_PRIMES, "depth": 30,
-                 "depth1": 10, "depth2": 30, "target": 0.5}  # fmt: skip
+    arguments = {
+        "shifts": shifts,
+        "dirs": dirs,
+        "primes": EDGE_PRIMES,
+        "depth": 30,
+        "depth1": 10,
+        "depth2": 30,
+        "target": 0.5,
+    }
     result = run(program, **arguments)  # type: ignore[arg-type]
     expected = reference(program, **arguments)  # type: ignore[arg-type]
     try:
@@ -221,8 +258,7 @@ def test_gpu_selection_follows_the_rule_on_random_programs(
         monkeypatch.undo()
         assert chosen.P_final is None and chosen.est2 is None
         try:
-            check_selection(chosen, full.alive, full.est2, full.delta2, arguments["shifts"],  # type: ignore[arg-type]
-                            arguments["dirs"], min_delta, top_k)  # type: ignore[arg-type]  # fmt: skip
+            check_selection(chosen, full, arguments, min_delta, top_k)
         except AssertionError as error:
             raise AssertionError(f"seed {seed}, program {index}: {error}") from None
 
@@ -235,8 +271,15 @@ def test_gpu_selection_at_scale_equals_the_host_rule() -> None:
     program = compile_program(_field(2), ["x", "y"])
     walks = 100_000
     shifts, dirs = rng.integers(1, 60, (walks, 2)), rng.integers(1, 4, (walks, 2))
-    arguments = {"shifts": shifts, "dirs": dirs, "primes": largest_primes(4), "depth": 80,
-                 "depth1": 40, "depth2": 80, "target": 0.3}  # fmt: skip
+    arguments = {
+        "shifts": shifts,
+        "dirs": dirs,
+        "primes": largest_primes(4),
+        "depth": 80,
+        "depth1": 40,
+        "depth2": 80,
+        "target": 0.3,
+    }
     chosen = run(program, **arguments, min_delta=0.05, top_k=1000)  # type: ignore[arg-type]
     hits, top = select(chosen.alive, chosen.est2, chosen.delta2, shifts, dirs, 0.05, 1000)
     assert chosen.top is not None and chosen.hits is not None and hits is not None
@@ -254,8 +297,14 @@ def test_gpu_device_resident_inputs_and_outputs() -> None:
     shifts, dirs = rng.integers(-20, 50, (3000, 2)), rng.integers(-3, 4, (3000, 2))
     arguments = {"primes": EDGE_PRIMES, "depth": 60, "depth1": 30, "depth2": 60, "target": 0.5}
     expected = run(program, shifts, dirs, **arguments, min_delta=0.0, top_k=50)  # type: ignore[arg-type]
-    on_gpu = run(program, torch.from_numpy(shifts).cuda(), torch.from_numpy(dirs).cuda(),
-                 **arguments, min_delta=0.0, top_k=50)  # type: ignore[arg-type]  # fmt: skip
+    on_gpu = run(
+        program,
+        torch.from_numpy(shifts).cuda(),
+        torch.from_numpy(dirs).cuda(),
+        **arguments,
+        min_delta=0.0,
+        top_k=50,
+    )  # type: ignore[arg-type]
     assert on_gpu.P_final.is_cuda and on_gpu.alive.dtype == torch.bool
     np.testing.assert_array_equal(
         on_gpu.P_final.cpu().numpy(), expected.P_final, err_msg=f"seed {seed}"
@@ -264,13 +313,25 @@ def test_gpu_device_resident_inputs_and_outputs() -> None:
     np.testing.assert_array_equal(on_gpu.delta2.cpu().numpy(), expected.delta2)
     assert on_gpu.top is not None and expected.top is not None
     np.testing.assert_array_equal(on_gpu.top.walk, expected.top.walk)
-    lean = run(program, torch.from_numpy(shifts).cuda(), torch.from_numpy(dirs).cuda(),
-               **arguments, outputs=("delta2",))  # type: ignore[arg-type]  # fmt: skip
+    lean = run(
+        program,
+        torch.from_numpy(shifts).cuda(),
+        torch.from_numpy(dirs).cuda(),
+        **arguments,
+        outputs=("delta2",),
+    )  # type: ignore[arg-type]
     assert lean.P_final is None and lean.alive is None
     np.testing.assert_array_equal(lean.delta2.cpu().numpy(), expected.delta2)
-    with pytest.raises(ValueError, match="shifts: expected a C-contiguous int64"):
-        run(program, torch.from_numpy(shifts).cuda().int(), torch.from_numpy(dirs).cuda(),
-            **arguments)  # type: ignore[arg-type]  # fmt: skip
+    with pytest.raises(UsageError, match=r"^shifts: expected a C-contiguous int64 .*got int32;"):
+        run(
+            program,
+            torch.from_numpy(shifts).cuda().int(),
+            torch.from_numpy(dirs).cuda(),
+            **arguments,
+        )  # type: ignore[arg-type]
+    transposed = torch.from_numpy(dirs.T.copy()).cuda().t()  # (3000, 2), column-major
+    with pytest.raises(UsageError, match=r"^dirs: .*got int64, not C-contiguous;"):
+        run(program, torch.from_numpy(shifts).cuda(), transposed, **arguments)  # type: ignore[arg-type]
 
 
 def test_gpu_sweep_finds_aperys_walk(tmp_path: Path) -> None:
@@ -284,11 +345,21 @@ def test_gpu_sweep_finds_aperys_walk(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "wheels"), *sys.path])}
     base = [sys.executable, "-m", "kernelpack", "sweep"]
-    done = subprocess.run([*base, "run", str(spec), "--out", str(tmp_path / "out"), "--workers",
-                           "1"], env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [*base, "run", str(spec), "--out", str(tmp_path / "out"), "--workers", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
-    best = subprocess.run([*base, "top", str(tmp_path / "out"), "--json", "-k", "3"], env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    best = subprocess.run(
+        [*base, "top", str(tmp_path / "out"), "--json", "-k", "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     top = json.loads(best.stdout)["top"]
     assert (top[0]["shift"], top[0]["dir"]) == ([1], [1]), top
     assert abs(top[0]["est"] - (6 / 1.2020569031595942 - 5)) < 1e-14
@@ -300,9 +371,8 @@ def test_gpu_pipelined_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     bit for bit those of one piece (outputs are poisoned on the device, so a missed copy shows)."""
     rng, seed = fresh_rng()
     program = compile_program(_field(3), ["x", "y"])
-    arguments = {"shifts": rng.integers(-40, 50, (3000, 2)), "dirs": rng.integers(-3, 4, (3000, 2)),
-                 "primes": EDGE_PRIMES, "depth": 40, "depth1": 20, "depth2": 40,
-                 "target": 1.0}  # fmt: skip
+    shifts, dirs = rng.integers(-40, 50, (3000, 2)), rng.integers(-3, 4, (3000, 2))
+    arguments = walk_arguments(shifts, dirs, 40, 20, 40, 1.0)
     whole = run(program, **arguments)  # type: ignore[arg-type]
     monkeypatch.setattr(gpu, "PIPELINE_MIN_WALKS", 500)
     result = run(program, **arguments)  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ import numpy.typing as npt
 import pytest
 from test_walk import fresh_rng, random_case
 
+from kernelpack.errors import UsageError
 from kernelpack.walk import WalkResult, compile_program, reference, run_numpy
 from kernelpack.walk.select import Selection, merge_hits, merge_top, select
 
@@ -34,24 +35,23 @@ def rule(
 
 def check_selection(
     result: WalkResult,
-    alive: npt.NDArray[np.bool_],
-    est: npt.NDArray[np.float64],
-    delta: npt.NDArray[np.float64],
-    shifts: npt.NDArray[np.int64],
-    dirs: npt.NDArray[np.int64],
+    full: WalkResult,
+    arguments: dict[str, object],
     min_delta: float | None,
     top_k: int,
 ) -> None:
-    """result.hits and result.top are the rule's walks over (alive, delta), with their records."""
-    hits, top = rule(alive, delta, min_delta, top_k)
+    """result.hits and result.top are the rule's walks over full's alive and delta2, with their
+    records (est2 and delta2 from ``full``, shifts and dirs from the walker's ``arguments``)."""
+    hits, top = rule(full.alive, full.delta2, min_delta, top_k)
+    shifts, dirs = np.asarray(arguments["shifts"]), np.asarray(arguments["dirs"])
     for name, chosen, expected in (("hits", result.hits, hits), ("top", result.top, top)):
         if expected is None or (name == "top" and top_k == 0):
             assert chosen is None, name
             continue
         assert chosen is not None, name
         assert chosen.walk.tolist() == expected, name
-        np.testing.assert_array_equal(chosen.est, est[expected])
-        np.testing.assert_array_equal(chosen.delta, delta[expected])
+        np.testing.assert_array_equal(chosen.est, full.est2[expected])
+        np.testing.assert_array_equal(chosen.delta, full.delta2[expected])
         np.testing.assert_array_equal(chosen.shifts, shifts[expected])
         np.testing.assert_array_equal(chosen.dirs, dirs[expected])
 
@@ -81,8 +81,7 @@ def test_numpy_selection_follows_the_rule_on_random_programs(m: int) -> None:
         chosen = run_numpy(program, **arguments, outputs=(), min_delta=min_delta, top_k=top_k)  # type: ignore[arg-type]
         assert chosen.P_final is None and chosen.delta2 is None
         try:
-            check_selection(chosen, full.alive, full.est2, full.delta2, arguments["shifts"],  # type: ignore[arg-type]
-                            arguments["dirs"], min_delta, top_k)  # type: ignore[arg-type]  # fmt: skip
+            check_selection(chosen, full, arguments, min_delta, top_k)
         except AssertionError as error:
             raise AssertionError(f"seed {seed}, program {index}: {error}") from None
 
@@ -93,8 +92,15 @@ def test_numpy_selection_matches_the_exact_reference() -> None:
     program = compile_program([["2*x + y", "x**2"], ["1", "0"]], ["x", "y"])
     shifts = np.array([[1, 1], [1, 3], [2, 5], [1, 7], [3, 2], [1, 0]])
     dirs = np.array([[1, 0], [1, 0], [1, 0], [1, 0], [1, 0], [1, 0]])
-    arguments: dict[str, object] = {"shifts": shifts, "dirs": dirs, "primes": [2147483647, 65537],
-                                    "depth": 40, "depth1": 20, "depth2": 40, "target": 1.0}  # fmt: skip
+    arguments: dict[str, object] = {
+        "shifts": shifts,
+        "dirs": dirs,
+        "primes": [2147483647, 65537],
+        "depth": 40,
+        "depth1": 20,
+        "depth2": 40,
+        "target": 1.0,
+    }
     exact = reference(program, **arguments)  # type: ignore[arg-type]
     chosen = run_numpy(program, **arguments, top_k=3, min_delta=0.0)  # type: ignore[arg-type]
     hits, top = rule(exact.alive, exact.delta2, 0.0, 3)
@@ -146,9 +152,17 @@ def test_pieces_merge_to_the_whole() -> None:
 )
 def test_request_is_checked(change: dict[str, object], message: str) -> None:
     program = compile_program([["x", "1"], ["1", "0"]], ["x"])
-    arguments: dict[str, object] = {"shifts": [[1]], "dirs": [[1]], "primes": [7], "depth": 3,
-                                    "depth1": 1, "depth2": 3, "target": 0.0, **change}  # fmt: skip
-    with pytest.raises(ValueError, match=message):
+    arguments: dict[str, object] = {
+        "shifts": [[1]],
+        "dirs": [[1]],
+        "primes": [7],
+        "depth": 3,
+        "depth1": 1,
+        "depth2": 3,
+        "target": 0.0,
+        **change,
+    }
+    with pytest.raises(UsageError, match=message):
         run_numpy(program, **arguments)  # type: ignore[arg-type]
 
 
@@ -172,8 +186,12 @@ def test_bounds_decide_positions_only_when_safe() -> None:
         dirs = rng.integers(-reach, reach, shifts.shape)
         depth = int(rng.integers(1, 2**22))
         bounds = axis_bounds(shifts, dirs)
-        assert bounds.tolist() == [shifts.min(0).tolist(), shifts.max(0).tolist(),
-                                   dirs.min(0).tolist(), dirs.max(0).tolist()]  # fmt: skip
+        assert bounds.tolist() == [
+            shifts.min(0).tolist(),
+            shifts.max(0).tolist(),
+            dirs.min(0).tolist(),
+            dirs.max(0).tolist(),
+        ]
         if positions_fit(bounds, depth):
             fits += 1
             check_positions(shifts, dirs, depth)  # must not raise

@@ -23,6 +23,8 @@ from kernelpack.sweep.spec import load_spec
 from kernelpack.walk import run_numpy
 
 REPO = Path(__file__).resolve().parent.parent
+# The sweeps here run on the CPU, two Dask workers
+ON_CPU = ("--backend", "numpy", "--workers", "2")
 SPEC = """\
 matrix = [["2*x + y + 1", "-(x + 1)**2 * y"], ["1", "0"]]
 axes = ["x", "y"]
@@ -43,13 +45,21 @@ def sweep(*args: str, **options: object) -> subprocess.CompletedProcess[str]:
         **os.environ,
         "PYTHONPATH": f"{REPO / 'wheels'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     }
-    return subprocess.run([sys.executable, "-m", "kernelpack", "sweep", *args], env=env,
-                          capture_output=True, text=True, timeout=240, **options)  # type: ignore[call-overload]  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "kernelpack", "sweep", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        **options,
+    )  # type: ignore[call-overload]
 
 
 def rows(folder: Path) -> list[tuple[object, ...]]:
     with sqlite3.connect(folder / "sweep.sqlite") as db:
-        return db.execute("SELECT walk, shard, hit, top, est, delta, shifts, dirs FROM walks ORDER BY walk").fetchall()  # fmt: skip
+        return db.execute(
+            "SELECT walk, shard, hit, top, est, delta, shifts, dirs FROM walks ORDER BY walk"
+        ).fetchall()
 
 
 def shards(folder: Path) -> list[int]:
@@ -63,16 +73,21 @@ def test_sweep_killed_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) ->
     spec = load_spec(spec_path)
     assert spec.walks == 12 * 10 * 3 * 4 and spec.shards == 15
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    done = sweep("run", str(spec_path), "--out", str(whole), "--backend", "numpy", "--workers", "2")
+    done = sweep("run", str(spec_path), "--out", str(whole), *ON_CPU)
     assert done.returncode == 0, done.stderr
     assert shards(whole) == list(range(spec.shards))
     assert "walks" in done.stderr and "triples/s" in done.stderr  # plain progress lines
 
     env = {**os.environ, "PYTHONPATH": str(REPO / "wheels")}
-    command = [sys.executable, "-m", "kernelpack", "sweep", "run", str(spec_path), "--out",
-               str(killed), "--backend", "numpy", "--workers", "2"]  # fmt: skip
-    process = subprocess.Popen(command, env=env, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    kernelpack = [sys.executable, "-m", "kernelpack"]
+    command = [*kernelpack, "sweep", "run", str(spec_path), "--out", str(killed), *ON_CPU]
+    process = subprocess.Popen(
+        command,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     database = killed / "sweep.sqlite"
     deadline = time.monotonic() + 120
     try:
@@ -88,8 +103,14 @@ def test_sweep_killed_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) ->
         process.wait()
     partial = shards(killed)
     assert 2 <= len(partial) < spec.shards, f"killed after {len(partial)} shards"
-    resumed = sweep("run", str(spec_path), "--out", str(killed), "--backend", "numpy",
-                    "--workers", "2", "--json")  # fmt: skip
+    resumed = sweep(
+        "run",
+        str(spec_path),
+        "--out",
+        str(killed),
+        *ON_CPU,
+        "--json",
+    )
     assert resumed.returncode == 0, resumed.stderr
     summary = json.loads(resumed.stdout)
     assert summary["walks_done"] == spec.walks
@@ -102,8 +123,9 @@ def test_sweep_killed_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) ->
 
     # what was kept is the rule over every walk, walked independently in one numpy call
     shifts, dirs = spec.walk_arrays(0, spec.walks)
-    full = run_numpy(spec.program(), shifts, dirs, spec.primes, spec.depth, spec.depth1,
-                     spec.depth, spec.target)  # fmt: skip
+    full = run_numpy(
+        spec.program(), shifts, dirs, spec.primes, spec.depth, spec.depth1, spec.depth, spec.target
+    )
     kept = rows(whole)
     hits = [r[0] for r in kept if r[2]]
     expected_hits, _ = rule(full.alive, full.delta2, spec.min_delta, 0)
@@ -137,8 +159,11 @@ def test_sweep_killed_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) ->
     ],
 )
 def test_spec_errors_are_one_line_with_exit_2(tmp_path: Path, edit: str, message: str) -> None:
-    lines = [line for line in SPEC.splitlines(keepends=True)
-             if not (edit and line.split("=")[0] == edit.split("=")[0])]  # fmt: skip
+    lines = [
+        line
+        for line in SPEC.splitlines(keepends=True)
+        if not (edit and line.split("=")[0] == edit.split("=")[0])
+    ]
     if not edit:
         lines = [line for line in lines if not line.startswith("axes")]
     spec_path = tmp_path / "spec.toml"
@@ -153,8 +178,12 @@ def test_a_changed_spec_is_refused_for_an_existing_folder(tmp_path: Path) -> Non
     spec_path = tmp_path / "spec.toml"
     spec_path.write_text(SPEC.replace("shifts = [[1, 12], [1, 10]]", "shifts = [[1, 2], [1, 2]]"))
     out = tmp_path / "out"
-    assert sweep("run", str(spec_path), "--out", str(out), "--backend", "numpy",
-                 "--workers", "1").returncode == 0  # fmt: skip
+    assert (
+        sweep(
+            "run", str(spec_path), "--out", str(out), "--backend", "numpy", "--workers", "1"
+        ).returncode
+        == 0
+    )
     spec_path.write_text(SPEC.replace("shifts = [[1, 12], [1, 10]]", "shifts = [[1, 3], [1, 2]]"))
     done = sweep("run", str(spec_path), "--out", str(out), "--backend", "numpy")
     assert done.returncode == 2
@@ -189,8 +218,9 @@ def test_a_failed_shard_is_retried_on_another_worker_and_reported(
     spec_path = tmp_path / "spec.toml"
     spec_path.write_text(SPEC.replace("shard_walks = 96", "shard_walks = 300"))
     spec = load_spec(spec_path)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:  # fmt: skip
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
         store = Store.open(tmp_path / "out", spec)
         options = engine.EngineOptions("numpy", scheduler=cluster.scheduler_address)
         summary = engine.run_sweep(spec, store, options)
@@ -210,8 +240,11 @@ def test_walks_are_the_product_of_the_ranges_in_order(tmp_path: Path) -> None:
     import itertools
 
     spec_path = tmp_path / "spec.toml"
-    spec_path.write_text(SPEC.replace("shifts = [[1, 12], [1, 10]]", "shifts = [[-2, 1], [3, 5]]")
-                         .replace("dirs = [[1, 3], [1, 4]]", "dirs = [[1, 2], [-3, -1]]"))  # fmt: skip
+    spec_path.write_text(
+        SPEC.replace("shifts = [[1, 12], [1, 10]]", "shifts = [[-2, 1], [3, 5]]").replace(
+            "dirs = [[1, 3], [1, 4]]", "dirs = [[1, 2], [-3, -1]]"
+        )
+    )
     spec = load_spec(spec_path)
     rows = list(itertools.product(range(-2, 2), range(3, 6), range(1, 3), range(-3, 0)))
     assert spec.walks == len(rows) == 72 and spec.shards == 1

@@ -439,11 +439,49 @@ __device__ __forceinline__ void silu_and_mul_backward(const T* x, const T* grad,
 // registers (the cached chunks) or into its own row of `partial` (the rest of a long row, which
 // only this thread touches), then writes that row of float32 partial sums; a second kernel adds
 // the rows of `partial` in order. No atomics, so every run gives the same bits.
-// Elements of a row each thread of the backward kernel keeps in registers (x, dy, the weight and
-// the weight gradient's running sums): 16 whatever the dtype, which fits 128 registers without
-// spills (measured with ptxas for sm_90: 32 16-bit elements spill). The host gives a row enough
-// threads for rows up to 16 * kRowBlockThreads = 8192 elements; longer rows go through memory.
-constexpr int kBackwardCachedElements = 16;
+// Chunks (16-byte vectors) of a row each thread of the backward kernel keeps in registers (x
+// and dy, and the weight gradient's running sums in float32): 4 whatever the dtype, as the forward
+// kernel. The host gives a row enough threads for rows up to 4 * kRowBlockThreads vectors (8192
+// float32, 16384 float16); longer rows go through memory.
+//
+// Why the kernel is shaped so (profiled on the H200 at 16384 x 8192, docs/bench-mlp-notes.md):
+// it waits for each row's loads, so what counts is the bytes an SM has in flight. With 16
+// elements a thread, a 16-bit row of 8192 took 512 threads holding 64 bytes each in flight, one
+// block (102 registers a thread) an SM: 32 KB in flight, then nothing while the row was reduced
+// and stored. Four vectors a thread double the bytes each thread asks for, and 256 threads a row
+// (at most 128 registers) leave room for two blocks an SM, one loading while the other reduces.
+// To stay under 128 registers without spills, the weight is read again for every row (from L1:
+// the same row for every row) rather than held in registers, and the two sums of a row share one
+// trip through shared memory.
+constexpr int kBackwardCachedChunks = 4;
+
+// Both sums of a row at once: one trip through shared memory and two barriers where two
+// kp::row_sum calls take two and four. Same contract as kp::row_sum; `slots` holds two floats a
+// wavefront.
+__device__ __forceinline__ void row_sum_pair(float& first, float& second, float* slots) {
+  const int width = static_cast<int>(blockDim.x);
+  if (width <= warpSize) {
+    for (int offset = width / 2; offset > 0; offset /= 2) {
+      first += __shfl_xor_sync(0xffffffff, first, offset);
+      second += __shfl_xor_sync(0xffffffff, second, offset);
+    }
+    return;
+  }
+  const int thread = static_cast<int>(threadIdx.y) * width + static_cast<int>(threadIdx.x);
+  const int lane = thread % warpSize;
+  const int waves = width / warpSize;
+  first = kp::warp_sum(first);
+  second = kp::warp_sum(second);
+  if (lane == 0) {
+    slots[2 * (thread / warpSize)] = first;
+    slots[2 * (thread / warpSize) + 1] = second;
+  }
+  __syncthreads();
+  const int row_slots = 2 * static_cast<int>(threadIdx.y) * waves;
+  first = kp::warp_sum(lane < waves ? slots[row_slots + 2 * lane] : 0.0f);
+  second = kp::warp_sum(lane < waves ? slots[row_slots + 2 * lane + 1] : 0.0f);
+  __syncthreads();
+}
 
 template <typename Access, bool kExtra, typename T>
 __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weight, const T* grad,
@@ -453,20 +491,13 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weig
                                                        float eps, float* slots) {
   using Raw = typename Access::Raw;
   constexpr int kWidth = Access::kWidth;
-  // The scalar path (misaligned arrays) caches 4 elements: more spill, and it is the slow path.
-  constexpr int kCached = kWidth == 1 ? 4 : kBackwardCachedElements / kWidth;
+  constexpr int kCached = kBackwardCachedChunks;
   const int stride = static_cast<int>(blockDim.x);
   const int chunks = static_cast<int>(cols / kWidth);
   float* partial_row = partial + static_cast<long long>(blockIdx.x) * cols;
-  // The weights of the cached chunks are the same for every row: loaded once.
-  Raw weights[kCached];
   float sums[kCached][kWidth];
 #pragma unroll
   for (int c = 0; c < kCached; ++c) {
-    const int i = static_cast<int>(threadIdx.x) + c * stride;
-    if (i < chunks) {
-      weights[c] = Access::load(weight, i);
-    }
 #pragma unroll
     for (int k = 0; k < kWidth; ++k) {
       sums[c][k] = 0.0f;
@@ -499,7 +530,7 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weig
         float w[kWidth];
         Access::unpack(values[c], v);
         Access::unpack(grads[c], g);
-        Access::unpack(weights[c], w);
+        Access::unpack(Access::load(weight, i), w);
 #pragma unroll
         for (int k = 0; k < kWidth; ++k) {
           sum_squares += v[k] * v[k];
@@ -507,8 +538,7 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weig
         }
       }
     }
-    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks;
-         i += stride) {
+    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
       float v[kWidth];
       float g[kWidth];
       float w[kWidth];
@@ -521,8 +551,7 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weig
         sum_dot += g[k] * w[k] * v[k];
       }
     }
-    sum_squares = kp::row_sum(sum_squares, slots);
-    sum_dot = kp::row_sum(sum_dot, slots);
+    row_sum_pair(sum_squares, sum_dot, slots);
     const float scale = rsqrtf(sum_squares * inverse_cols + eps);
     const float correction = sum_dot * scale * scale * scale * inverse_cols;
 
@@ -536,7 +565,7 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weig
         float e[kWidth];
         Access::unpack(values[c], v);
         Access::unpack(grads[c], g);
-        Access::unpack(weights[c], w);
+        Access::unpack(Access::load(weight, i), w);
         if constexpr (kExtra) {
           Access::unpack(Access::load(grad_extra + offset, i), e);
         }
@@ -553,8 +582,7 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weig
         }
       }
     }
-    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks;
-         i += stride) {
+    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
       float v[kWidth];
       float g[kWidth];
       float w[kWidth];

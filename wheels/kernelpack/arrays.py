@@ -9,9 +9,12 @@ ops and the launcher see plain numbers (addresses, shapes, dtype names, stream h
   device and address;
 - :func:`pointer_of` and :func:`stream_of` turn kernel-launch arguments into an address and a
   stream handle, decided once per Python type (the protocols cost microseconds a call);
-- :func:`upload`, :func:`download`, :func:`to_gpu`, :func:`to_host` move numpy data through
-  whichever of torch and CuPy is installed (as raw bytes: numpy's bfloat16 comes from ml_dtypes,
-  which torch reads only as bytes and CuPy not at all);
+- :func:`to_gpu`, :func:`to_host` move numpy data through whichever of torch and CuPy is
+  installed (as raw bytes: numpy's bfloat16 comes from ml_dtypes, which torch reads only as bytes
+  and CuPy not at all);
+- :class:`DeviceMemory` is raw device memory on one GPU through torch or CuPy, for kernels that
+  take plain addresses (the walks): buffers, their transfers, and page-locked host memory with a
+  second stream for copies that overlap the next kernels;
 - :func:`device_string` turns a device argument into a vendor-qualified ``"cuda:N"`` or
   ``"hip:N"``: a torch or CuPy device (or an array on it) names the vendor it belongs to, so on a
   machine with both AMD and NVIDIA GPUs it cannot pick the other vendor's GPU. A bare int cannot
@@ -25,6 +28,7 @@ whose message starts with the argument's name; a missing framework raises Runtim
 from __future__ import annotations
 
 import ctypes
+import importlib
 import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -212,28 +216,6 @@ def gpu_framework() -> str:
     )
 
 
-def _torch_device(device: str) -> str:
-    """torch's name for a vendor-qualified device (ROCm builds of torch say "cuda" too)."""
-    return f"cuda:{parse_device(device)[1]}"
-
-
-def upload(host: np.ndarray[Any, Any], device: str) -> Any:
-    """A 1-D uint8 device copy of a numpy array's bytes on ``device`` ("cuda:N"/"hip:N")."""
-    import numpy as np
-
-    raw = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
-    if not raw.flags.writeable:  # torch warns on read-only numpy memory
-        raw = raw.copy()
-    if gpu_framework() == "torch":
-        import torch
-
-        return torch.from_numpy(raw).to(_torch_device(device))
-    import cupy
-
-    with cupy.cuda.Device(parse_device(device)[1]):
-        return cupy.asarray(raw)
-
-
 def download(buffer: Any) -> np.ndarray[Any, Any]:
     """The bytes of a device array (any dtype, contiguous) as a 1-D uint8 numpy array."""
     import numpy as np
@@ -244,44 +226,6 @@ def download(buffer: Any) -> np.ndarray[Any, Any]:
         raw: np.ndarray[Any, Any] = buffer.reshape(-1).view(torch.uint8).cpu().numpy()
         return raw
     return np.asarray(buffer.reshape(-1).view(np.uint8).get())
-
-
-def filled(nbytes: int, byte: int, device: str) -> Any:
-    """A 1-D uint8 device array of ``nbytes`` bytes, each ``byte`` (poison for outputs)."""
-    if gpu_framework() == "torch":
-        import torch
-
-        return torch.full((nbytes,), byte, dtype=torch.uint8, device=_torch_device(device))
-    import cupy
-
-    with cupy.cuda.Device(parse_device(device)[1]):
-        return cupy.full(nbytes, byte, dtype=cupy.uint8)
-
-
-def device_stream(device: str) -> int:
-    """The raw handle of the installed framework's current stream on ``device`` (for launches
-    on buffers from :func:`upload` and :func:`filled`)."""
-    index = parse_device(device)[1]
-    if gpu_framework() == "torch":
-        import torch
-
-        return int(torch.cuda.current_stream(index).cuda_stream)
-    import cupy
-
-    with cupy.cuda.Device(index):
-        return int(cupy.cuda.get_current_stream().ptr)
-
-
-def free_bytes(device: str) -> int:
-    """Free memory on ``device`` as its framework reports it."""
-    if gpu_framework() == "torch":
-        import torch
-
-        return int(torch.cuda.mem_get_info(_torch_device(device))[0])
-    import cupy
-
-    with cupy.cuda.Device(parse_device(device)[1]):
-        return int(cupy.cuda.runtime.memGetInfo()[0])
 
 
 def to_gpu(array: Array, framework: str) -> Array:
@@ -299,24 +243,170 @@ def to_gpu(array: Array, framework: str) -> Array:
 
         device_raw: Any = torch.from_numpy(raw).cuda()
         value: Any = device_raw.view(getattr(torch, array.dtype)).reshape(array.shape)
-        return Array(
-            array.name, value, framework, array.dtype, array.shape, value.device.index or 0,
-            _torch_vendor(torch),
-        )  # fmt: skip
-    import cupy
+        index, vendor = value.device.index or 0, _torch_vendor(torch)
+    else:
+        import cupy
 
-    storage = np.dtype(f"u{host.dtype.itemsize}")
-    value = cupy.asarray(raw).view(storage).reshape(array.shape)
-    return Array(
-        array.name, value, framework, array.dtype, array.shape, int(value.device.id),
-        _cupy_vendor(cupy),
-    )  # fmt: skip
+        storage = np.dtype(f"u{host.dtype.itemsize}")
+        value = cupy.asarray(raw).view(storage).reshape(array.shape)
+        index, vendor = int(value.device.id), _cupy_vendor(cupy)
+    return Array(array.name, value, framework, array.dtype, array.shape, index, vendor)
 
 
 def to_host(device_array: Array, host: Array) -> None:
     """Copy a device result into the numpy array ``host`` (any layout), after the kernel ran."""
     raw = download(device_array.value)
     host.value[...] = raw.view(host.value.dtype).reshape(host.shape)
+
+
+# ---- device memory for kernels on raw addresses (the walks) ----------------------------------
+
+
+# DLPack device types of memory on a GPU: CUDA, ROCm, managed (not page-locked host memory)
+_DLPACK_DEVICE_MEMORY = frozenset({2, 10, 13})
+
+
+def is_gpu_array(value: object) -> bool:
+    """Whether ``value`` is an array in GPU memory (torch, CuPy, or any other through
+    ``__cuda_array_interface__`` or DLPack); host arrays and CPU tensors are not."""
+    if hasattr(value, "__cuda_array_interface__"):  # a CPU torch tensor raises AttributeError
+        return True
+    where = getattr(value, "__dlpack_device__", None)
+    return where is not None and int(where()[0]) in _DLPACK_DEVICE_MEMORY
+
+
+class DeviceMemory:
+    """Raw device bytes on one GPU through torch or CuPy, for kernels that take plain addresses.
+
+    Buffers are 1-D uint8 arrays of the framework, at least 16 bytes (an empty table still gets
+    an address), made and used on the framework's current stream on the device, so that they
+    order with the caller's own work. For results copied back while the next kernels run there
+    are page-locked host memory, a second stream that waits for the current one, and events.
+    """
+
+    def __init__(self, device: str, framework: str = "") -> None:
+        """``device`` "cuda:N" or "hip:N"; ``framework`` "torch" or "cupy" (that of the
+        caller's arrays, so results come back in it), or "" for the installed one, torch first."""
+        self.index = parse_device(device)[1]
+        self.framework = framework or gpu_framework()
+        self._xp: Any = importlib.import_module(self.framework)
+        self._torch_device = f"cuda:{self.index}"  # ROCm builds of torch say "cuda" too
+
+    def free_bytes(self) -> int:
+        """Free memory on the device as the framework reports it."""
+        if self.framework == "torch":
+            return int(self._xp.cuda.mem_get_info(self.index)[0])
+        with self._xp.cuda.Device(self.index):
+            return int(self._xp.cuda.runtime.memGetInfo()[0])
+
+    def upload(self, host: np.ndarray[Any, Any]) -> Any:
+        """A device copy of a numpy array's bytes."""
+        import numpy as np
+
+        raw = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
+        if raw.size == 0:
+            raw = np.zeros(16, dtype=np.uint8)
+        if not raw.flags.writeable:  # torch warns on read-only numpy memory
+            raw = raw.copy()
+        if self.framework == "torch":
+            return self._xp.from_numpy(raw).to(self._torch_device)
+        with self._xp.cuda.Device(self.index):
+            return self._xp.asarray(raw)
+
+    def filled(self, nbytes: int, byte: int) -> Any:
+        """``nbytes`` bytes, each ``byte`` (poison for outputs, zeros for counters)."""
+        xp, nbytes = self._xp, max(nbytes, 16)
+        if self.framework == "torch":
+            return xp.full((nbytes,), byte, dtype=xp.uint8, device=self._torch_device)
+        with xp.cuda.Device(self.index):
+            return xp.full(nbytes, byte, dtype=xp.uint8)
+
+    def download(self, buffer: Any, dtype: Any, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
+        """The first bytes of ``buffer`` on the host as a numpy array of ``dtype`` and ``shape``
+        (after the work queued so far)."""
+        import numpy as np
+
+        count = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        host: np.ndarray[Any, Any] = download(buffer[:count]).view(dtype).reshape(shape)
+        return host
+
+    def typed(self, buffer: Any, dtype: str, shape: tuple[int, ...]) -> Any:
+        """The first bytes of ``buffer`` as a device array of ``dtype`` (a numpy name) and
+        ``shape``, without a copy."""
+        import numpy as np
+
+        count = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return buffer[:count].view(getattr(self._xp, dtype)).reshape(shape)
+
+    def pointer(self, buffer: Any) -> int:
+        return int(buffer.data_ptr()) if self.framework == "torch" else int(buffer.data.ptr)
+
+    def stream(self) -> int:
+        """The raw handle of the framework's current stream on the device."""
+        if self.framework == "torch":
+            return int(self._xp.cuda.current_stream(self.index).cuda_stream)
+        with self._xp.cuda.Device(self.index):
+            return int(self._xp.cuda.get_current_stream().ptr)
+
+    def pinned(self, nbytes: int) -> tuple[Any, np.ndarray[Any, Any]]:
+        """Page-locked host memory of ``nbytes`` (its owner, and its bytes as numpy)."""
+        import numpy as np
+
+        if self.framework == "torch":
+            owner = self._xp.empty(max(nbytes, 1), dtype=self._xp.uint8, pin_memory=True)
+            return owner, owner.numpy()[:nbytes]
+        owner = self._xp.cuda.alloc_pinned_memory(max(nbytes, 1))
+        return owner, np.frombuffer(owner, np.uint8, nbytes)
+
+    def side_stream(self) -> Any:
+        """A second stream on the device, for copies that overlap the current stream's work."""
+        if self.framework == "torch":
+            return self._xp.cuda.Stream(device=self.index)
+        with self._xp.cuda.Device(self.index):
+            return self._xp.cuda.Stream(non_blocking=True)
+
+    def side_waits(self, side: Any) -> None:
+        """What is queued on ``side`` next runs only after the current stream's work so far."""
+        if self.framework == "torch":
+            event = self._xp.cuda.Event()
+            event.record(self._xp.cuda.current_stream(self.index))
+        else:
+            with self._xp.cuda.Device(self.index):  # CuPy makes the event on this device
+                event = self._xp.cuda.Event()
+                event.record(self._xp.cuda.get_current_stream())
+        side.wait_event(event)
+
+    def copy_to_host(
+        self,
+        host: tuple[Any, np.ndarray[Any, Any]],
+        offset: int,
+        buffer: Any,
+        nbytes: int,
+        side: Any,
+    ) -> None:
+        """Queue on ``side`` a copy of the first ``nbytes`` of ``buffer`` into pinned ``host``
+        (from :meth:`pinned`) at ``offset``."""
+        owner, view = host
+        if self.framework == "torch":
+            with self._xp.cuda.stream(side):
+                owner[offset : offset + nbytes].copy_(buffer[:nbytes], non_blocking=True)
+            buffer.record_stream(side)  # the allocator keeps it until the copy has run
+            return
+        runtime = self._xp.cuda.runtime
+        target = view.ctypes.data + offset
+        kind = runtime.memcpyDeviceToHost
+        runtime.memcpyAsync(target, self.pointer(buffer), nbytes, kind, side.ptr)
+
+    def mark(self, side: Any) -> Any:
+        """An event after the work queued on ``side`` so far (wait on it with .synchronize())."""
+        if self.framework == "torch":
+            event = self._xp.cuda.Event()
+            event.record(side)
+            return event
+        with self._xp.cuda.Device(self.index):
+            event = self._xp.cuda.Event()
+            event.record(side)
+        return event
 
 
 # ---- devices ----------------------------------------------------------------------------------

@@ -12,9 +12,11 @@ with a UsageError (a ValueError) naming the argument on any machine. Arithmetic 
 every storage type (float32, float16, bfloat16).
 
 Torch tensors take a hot path once one call of a (dtype, device) went through the checks: the
-same checks read straight off the tensors, and the kernel handle and stream accessor cached, so a
-call costs little more than the launch. Tensors that need autograd go through the custom ops of
-:mod:`kernelpack.torch_ops` (``torch.ops.kernelpack.*``), which also serve torch.compile.
+same checks read straight off the tensors (:func:`hot_plan`), and the kernel's launch per size
+and the stream accessor cached, so a call costs the launch, the allocation of its result (none
+with ``out=``) and about a microsecond of Python. Tensors that need autograd go through the custom
+ops of :mod:`kernelpack.torch_ops` (``torch.ops.kernelpack.*``), which also serve torch.compile
+and share the hot path's launches.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def _array(name: str, value: object) -> Array:
     array = arrays.wrap(name, value)
     _check_dtype(array)
     if array.framework == "torch":
-        _TORCH_TYPES.add(type(array.value))
+        TORCH_TYPES.add(type(array.value))
     return array
 
 
@@ -116,7 +118,7 @@ def _output(out: object, like: Array, shape: tuple[int, ...]) -> Array | None:
 
 # ---- the torch hot path -----------------------------------------------------------------------
 
-_TORCH_TYPES: set[type] = set()  # torch.Tensor and its subclasses seen so far (nn.Parameter)
+TORCH_TYPES: set[type] = set()  # torch.Tensor and its subclasses seen so far (nn.Parameter)
 
 # op -> its launch geometry from (rows, cols, dtype); swiglu counts its elements as rows
 _GEOMETRY: dict[str, Callable[[int, int, str], tuple[Any, Any]]] = {
@@ -130,18 +132,23 @@ _LAUNCHES_KEPT = 4096  # sizes remembered per (dtype, device) before the memo st
 
 class TorchPlan:
     """What torch calls on one (dtype, device) need, found once: the device's and dtype's
-    names, the raw current-stream accessor and torch.empty_like, and per (op, size) the kernel's
-    launch with its grid and block already bound (a functools.partial of the C launcher), so a
-    call spends its time in the launch rather than in Python."""
+    names, torch's raw current-stream accessor, torch.empty_like and torch.is_grad_enabled, and
+    per (op, size) the kernel's launch with its grid and block already bound (a functools.partial
+    of the C launcher), so that a call spends its time in the launch rather than in Python.
 
-    __slots__ = ("device", "dtype", "empty_like", "index", "launches", "stream")
+    The stream is read on every call (a capture or a ``torch.cuda.stream`` block changes it);
+    the kernel was loaded and its image's sha256 checked once, when the plan first launched it.
+    """
 
-    def __init__(self, device: str, dtype: str, index: int, stream: Any, empty_like: Any) -> None:
+    __slots__ = ("device", "dtype", "empty_like", "grad_enabled", "index", "launches", "stream")
+
+    def __init__(self, device: str, dtype: str, index: int, torch: Any) -> None:
         self.device = device
         self.dtype = dtype
         self.index = index
-        self.stream = stream  # torch._C._cuda_getCurrentRawStream
-        self.empty_like = empty_like
+        self.stream = torch._C._cuda_getCurrentRawStream
+        self.empty_like = torch.empty_like
+        self.grad_enabled = torch.is_grad_enabled
         self.launches: dict[tuple[str, int, int], Any] = {}
 
     def launcher(self, op: str, rows: int, cols: int) -> Any:
@@ -172,16 +179,89 @@ def torch_plan(tensor: Any) -> TorchPlan:
         dtype = str(tensor.dtype).removeprefix("torch.")
         if dtype not in KERNEL_SUFFIX or index < 0:
             raise UsageError(f"no kernel for a {dtype} tensor on {tensor.device}")
-        plan = _TORCH_PLANS[key] = TorchPlan(
-            f"{vendor}:{index}", dtype, index, torch._C._cuda_getCurrentRawStream, torch.empty_like
-        )
+        plan = _TORCH_PLANS[key] = TorchPlan(f"{vendor}:{index}", dtype, index, torch)
     return plan
 
 
-def _grad_enabled() -> bool:
-    import torch
+def hot_plan(first: Any, *others: Any) -> TorchPlan | None:
+    """The plan when a call can take the hot path, else None (the call goes through the full
+    checks, which explain what is wrong): every argument a torch tensor of first's dtype on
+    first's GPU, a dtype and device a call has planned before, C-contiguous, and none needing
+    autograd. Shapes are the caller's to check."""
+    if type(first) not in TORCH_TYPES:
+        return None
+    dtype = first.dtype
+    plan = _TORCH_PLANS.get((dtype, first.get_device()))
+    if plan is None or not first.is_contiguous():
+        return None
+    index = plan.index
+    wants_grad = first.requires_grad
+    for other in others:
+        if (
+            type(other) not in TORCH_TYPES
+            or other.dtype is not dtype
+            or other.get_device() != index
+            or not other.is_contiguous()
+        ):
+            return None
+        wants_grad = wants_grad or other.requires_grad
+    return None if wants_grad and plan.grad_enabled() else plan
 
-    return torch.is_grad_enabled()
+
+def hot_norm(shape: Any, weight: Any, eps: object) -> bool:
+    """The hot path's check of a norm's shapes and eps (any failure: the full checks)."""
+    return (
+        type(eps) is float
+        and 0.0 <= eps < math.inf
+        and len(shape) > 0
+        and weight.shape == shape[-1:]
+        and shape[-1] <= MAX_ROW
+    )
+
+
+# The launches of the hot path, shared with torch.ops.kernelpack's CUDA implementations: checked
+# C-contiguous tensors of the plan's dtype and device in, new tensors (or ``out``) out.
+
+
+def torch_swiglu(plan: TorchPlan, gate: Any, up: Any, out: Any = None) -> Any:
+    result = plan.empty_like(gate) if out is None else out
+    n = gate.numel()
+    if n:
+        plan.launcher("swiglu", n, 1)(gate, up, result, n, stream=plan.stream(plan.index))
+    return result
+
+
+def torch_silu_and_mul(plan: TorchPlan, x: Any, out: Any = None) -> Any:
+    shape = x.shape
+    cols = shape[-1] // 2
+    result = x.new_empty((*shape[:-1], cols)) if out is None else out
+    rows = x.numel() // shape[-1] if cols else 0
+    if rows:
+        launch = plan.launcher("silu_and_mul", rows, cols)
+        launch(x, result, rows, cols, stream=plan.stream(plan.index))
+    return result
+
+
+def torch_rms_norm(plan: TorchPlan, x: Any, weight: Any, eps: float, out: Any = None) -> Any:
+    result = plan.empty_like(x) if out is None else out
+    cols = x.shape[-1]
+    rows = x.numel() // cols if cols else 0
+    if rows:
+        launch = plan.launcher("rms_norm", rows, cols)
+        launch(x, weight, result, rows, cols, eps, stream=plan.stream(plan.index))
+    return result
+
+
+def torch_add_rms_norm(
+    plan: TorchPlan, x: Any, residual: Any, weight: Any, eps: float, out: Any, summed: Any
+) -> None:
+    """out = rms_norm(summed), summed = x + residual; in place when out is x and summed is
+    residual."""
+    cols = x.shape[-1]
+    rows = x.numel() // cols if cols else 0
+    if rows:
+        launch = plan.launcher("add_rms_norm", rows, cols)
+        launch(x, residual, weight, out, summed, rows, cols, eps, stream=plan.stream(plan.index))
 
 
 def _needs_autograd(*tensors: Any) -> bool:
@@ -200,12 +280,27 @@ def _torch_ops() -> Any:
     return torch.ops.kernelpack
 
 
-# ---- numpy: through a GPU framework, copies in and out -----------------------------------------
+# ---- the checked path: any framework; numpy through device copies -----------------------------
 
 
-def _on_gpu(*hosts: Array) -> list[Array]:
+def _run(
+    operands: list[Array], written: list[int], launch: Callable[[str, list[int], int], None]
+) -> None:
+    """``launch(device, addresses, stream)`` over checked operands. GPU arrays are launched on
+    in place (a torch tensor's plan is made here, so its next call takes the hot path); numpy
+    arrays go through device copies made with torch or CuPy, and those at ``written`` are
+    copied back."""
+    first = operands[0]
+    if first.on_gpu:
+        if first.framework == "torch":
+            torch_plan(first.value)
+        launch(first.device_name, [a.pointer for a in operands], arrays.current_stream(first))
+        return
     framework = arrays.gpu_framework()
-    return [arrays.to_gpu(host, framework) for host in hosts]
+    copies = [arrays.to_gpu(host, framework) for host in operands]
+    launch(copies[0].device_name, [c.pointer for c in copies], arrays.current_stream(copies[0]))
+    for position in written:
+        arrays.to_host(copies[position], operands[position])
 
 
 # ---- the ops ----------------------------------------------------------------------------------
@@ -216,23 +311,9 @@ def swiglu(gate: Any, up: Any, out: Any = None) -> Any:
 
     Returns ``out``, or a new array of gate's framework.
     """
-    kind = type(gate)
-    if out is None and kind in _TORCH_TYPES and type(up) in _TORCH_TYPES:
-        plan = _TORCH_PLANS.get((gate.dtype, gate.get_device()))
-        if (
-            plan is not None
-            and up.dtype is gate.dtype
-            and up.get_device() == gate.get_device()
-            and up.shape == gate.shape
-            and gate.is_contiguous()
-            and up.is_contiguous()
-            and not ((gate.requires_grad or up.requires_grad) and _grad_enabled())
-        ):
-            result = plan.empty_like(gate)
-            n = gate.numel()
-            if n:
-                plan.launcher("swiglu", n, 1)(gate, up, result, n, stream=plan.stream(plan.index))
-            return result
+    plan = hot_plan(gate, up) if out is None else hot_plan(gate, up, out)
+    if plan is not None and up.shape == gate.shape and (out is None or out.shape == gate.shape):
+        return torch_swiglu(plan, gate, up, out)
     g = _array("gate", gate)
     u = _array("up", up)
     _check_same(g, u)
@@ -241,77 +322,52 @@ def swiglu(gate: Any, up: Any, out: Any = None) -> Any:
         return _torch_ops().swiglu(g.value, u.value)
     result = _output(out, g, g.shape) or arrays.empty(g, g.shape)
     n = math.prod(g.shape)
-    if not g.on_gpu:
-        device_gate, device_up = _on_gpu(g, u)
-        device_out = arrays.empty(device_gate, g.shape)
-        launch_swiglu(
-            device_gate.device_name, g.dtype, device_gate.pointer, device_up.pointer,
-            device_out.pointer, n, arrays.current_stream(device_gate),
-        )  # fmt: skip
-        arrays.to_host(device_out, result)
-    else:
-        if g.framework == "torch":
-            torch_plan(g.value)
-        launch_swiglu(
-            g.device_name, g.dtype, g.pointer, u.pointer, result.pointer, n,
-            arrays.current_stream(g),
-        )  # fmt: skip
+    _run(
+        [g, u, result],
+        [2],
+        lambda device, p, stream: launch_swiglu(device, g.dtype, p[0], p[1], p[2], n, stream),
+    )
     return result.value
 
 
 def silu_and_mul(x: Any, out: Any = None) -> Any:
     """silu(gate) * up where x is [..., 2d] holding gate (first half) and up (second half) in
     each row, the layout inference servers use; the result is [..., d]."""
-    if out is None and type(x) in _TORCH_TYPES:
-        plan = _TORCH_PLANS.get((x.dtype, x.get_device()))
+    plan = hot_plan(x) if out is None else hot_plan(x, out)
+    if plan is not None:
         shape = x.shape
-        if (
-            plan is not None
-            and shape
-            and not shape[-1] % 2
-            and x.is_contiguous()
-            and not (x.requires_grad and _grad_enabled())
-        ):
+        if shape and not shape[-1] % 2:
             cols = shape[-1] // 2
-            result = x.new_empty((*shape[:-1], cols))
-            rows = x.numel() // shape[-1] if cols else 0
-            if rows:
-                launch = plan.launcher("silu_and_mul", rows, cols)
-                launch(x, result, rows, cols, stream=plan.stream(plan.index))
-            return result
+            if out is None or out.shape == (*shape[:-1], cols):
+                return torch_silu_and_mul(plan, x, out)
     a = _array("x", x)
     if not a.shape or a.shape[-1] % 2:
         raise UsageError(f"x: shape {a.shape}: the last dimension must be even (gate and up)")
-    shape = (*a.shape[:-1], a.shape[-1] // 2)
+    result_shape = (*a.shape[:-1], a.shape[-1] // 2)
     _check_same(a)
     if out is None and a.framework == "torch" and _needs_autograd(a.value):
         return _torch_ops().silu_and_mul(a.value)
-    result = _output(out, a, shape) or arrays.empty(a, shape)
-    rows, cols = math.prod(shape[:-1]), shape[-1]
-    if not a.on_gpu:
-        (device_x,) = _on_gpu(a)
-        device_out = arrays.empty(device_x, shape)
-        launch_silu_and_mul(
-            device_x.device_name, a.dtype, device_x.pointer, device_out.pointer, rows, cols,
-            arrays.current_stream(device_x),
-        )  # fmt: skip
-        arrays.to_host(device_out, result)
-    else:
-        if a.framework == "torch":
-            torch_plan(a.value)
-        launch_silu_and_mul(
-            a.device_name, a.dtype, a.pointer, result.pointer, rows, cols, arrays.current_stream(a)
-        )
+    result = _output(out, a, result_shape) or arrays.empty(a, result_shape)
+    rows, cols = math.prod(result_shape[:-1]), result_shape[-1]
+    _run(
+        [a, result],
+        [1],
+        lambda device, p, stream: launch_silu_and_mul(
+            device, a.dtype, p[0], p[1], rows, cols, stream
+        ),
+    )
     return result.value
 
 
-def _check_norm_args(x: Array, weight: Array) -> None:
+def _check_norm_args(x: Array, weight: Array, eps: object) -> float:
+    """The checked eps, after checking x and weight."""
     if not x.shape:
         raise UsageError("x: must have at least one dimension (the normalised one)")
     if x.shape[-1] > MAX_ROW:
         raise UsageError(f"x: rows of {x.shape[-1]} elements; at most 2**30 are supported")
     _check_same(x, weight)
     _check_shape(weight, x.shape[-1:], "x's last dimension")
+    return check_eps(eps)
 
 
 def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Any = None) -> Any:
@@ -319,53 +375,27 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Any = None) -> Any:
 
     Returns ``out``, or a new array of x's framework.
     """
-    if out is None and type(x) in _TORCH_TYPES and type(weight) in _TORCH_TYPES:
-        plan = _TORCH_PLANS.get((x.dtype, x.get_device()))
-        shape = x.shape
-        if (
-            plan is not None
-            and type(eps) is float
-            and eps >= 0.0
-            and eps != math.inf
-            and weight.dtype is x.dtype
-            and weight.get_device() == x.get_device()
-            and shape
-            and weight.shape == shape[-1:]
-            and shape[-1] <= MAX_ROW
-            and x.is_contiguous()
-            and weight.is_contiguous()
-            and not ((x.requires_grad or weight.requires_grad) and _grad_enabled())
-        ):
-            result = plan.empty_like(x)
-            cols = shape[-1]
-            rows = x.numel() // cols if cols else 0
-            if rows:
-                launch = plan.launcher("rms_norm", rows, cols)
-                launch(x, weight, result, rows, cols, eps, stream=plan.stream(plan.index))
-            return result
+    plan = hot_plan(x, weight) if out is None else hot_plan(x, weight, out)
+    if (
+        plan is not None
+        and hot_norm(x.shape, weight, eps)
+        and (out is None or out.shape == x.shape)
+    ):
+        return torch_rms_norm(plan, x, weight, eps, out)
     a = _array("x", x)
     w = _array("weight", weight)
-    _check_norm_args(a, w)
-    eps_value = check_eps(eps)
+    eps_value = _check_norm_args(a, w, eps)
     if out is None and a.framework == "torch" and _needs_autograd(a.value, w.value):
         return _torch_ops().rms_norm(a.value, w.value, eps_value)
     result = _output(out, a, a.shape) or arrays.empty(a, a.shape)
     rows, cols = math.prod(a.shape[:-1]), a.shape[-1]
-    if not a.on_gpu:
-        device_x, device_weight = _on_gpu(a, w)
-        device_out = arrays.empty(device_x, a.shape)
-        launch_rms_norm(
-            device_x.device_name, a.dtype, device_x.pointer, device_weight.pointer,
-            device_out.pointer, rows, cols, eps_value, arrays.current_stream(device_x),
-        )  # fmt: skip
-        arrays.to_host(device_out, result)
-    else:
-        if a.framework == "torch":
-            torch_plan(a.value)
-        launch_rms_norm(
-            a.device_name, a.dtype, a.pointer, w.pointer, result.pointer, rows, cols, eps_value,
-            arrays.current_stream(a),
-        )  # fmt: skip
+    _run(
+        [a, w, result],
+        [2],
+        lambda device, p, stream: launch_rms_norm(
+            device, a.dtype, p[0], p[1], p[2], rows, cols, eps_value, stream
+        ),
+    )
     return result.value
 
 
@@ -376,71 +406,31 @@ def fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) ->
     value, exactly as the two steps done one after the other. (In place, so no autograd: for
     training, torch.ops.kernelpack.add_rms_norm returns both results as new tensors.)
     """
-    if type(x) in _TORCH_TYPES and type(residual) in _TORCH_TYPES and type(weight) in _TORCH_TYPES:
-        plan = _TORCH_PLANS.get((x.dtype, x.get_device()))
-        shape = x.shape
-        if (
-            plan is not None
-            and type(eps) is float
-            and eps >= 0.0
-            and eps != math.inf
-            and residual.dtype is x.dtype
-            and weight.dtype is x.dtype
-            and residual.get_device() == weight.get_device() == x.get_device()
-            and shape
-            and residual.shape == shape
-            and weight.shape == shape[-1:]
-            and shape[-1] <= MAX_ROW
-            and x.is_contiguous()
-            and residual.is_contiguous()
-            and weight.is_contiguous()
-            and not (x.requires_grad or residual.requires_grad or weight.requires_grad)
-        ):
-            cols = shape[-1]
-            rows = x.numel() // cols if cols else 0
-            if rows:
-                launch = plan.launcher("add_rms_norm", rows, cols)
-                launch(
-                    x,
-                    residual,
-                    weight,
-                    x,
-                    residual,
-                    rows,
-                    cols,
-                    eps,
-                    stream=plan.stream(plan.index),
-                )
-            return
+    plan = hot_plan(x, residual, weight)
+    if plan is not None and hot_norm(x.shape, weight, eps) and residual.shape == x.shape:
+        torch_add_rms_norm(plan, x, residual, weight, eps, x, residual)
+        return
     a = _array("x", x)
     r = _array("residual", residual)
     w = _array("weight", weight)
-    _check_norm_args(a, w)
+    eps_value = _check_norm_args(a, w, eps)
     _check_same(a, r)
     _check_shape(r, a.shape, "x's")
-    eps_value = check_eps(eps)
     if a.framework == "torch" and _needs_autograd(a.value, r.value, w.value):
         raise UsageError(
             "x: fused_add_rms_norm updates x and residual in place, which autograd cannot "
             "differentiate; use torch.ops.kernelpack.add_rms_norm (new tensors) for training"
         )
-    rows, cols = math.prod(a.shape[:-1]), a.shape[-1]
     if not a.on_gpu:
         for host in (a, r):
             if not host.value.flags.writeable:
                 raise UsageError(f"{host.name}: is read-only; it is updated in place")
-        device_x, device_residual, device_weight = _on_gpu(a, r, w)
-        launch_add_rms_norm(
-            device_x.device_name, a.dtype, device_x.pointer, device_residual.pointer,
-            device_weight.pointer, device_x.pointer, device_residual.pointer, rows, cols,
-            eps_value, arrays.current_stream(device_x),
-        )  # fmt: skip
-        arrays.to_host(device_x, a)
-        arrays.to_host(device_residual, r)
-        return
-    if a.framework == "torch":
-        torch_plan(a.value)
-    launch_add_rms_norm(
-        a.device_name, a.dtype, a.pointer, r.pointer, w.pointer, a.pointer, r.pointer, rows, cols,
-        eps_value, arrays.current_stream(a),
-    )  # fmt: skip
+    rows, cols = math.prod(a.shape[:-1]), a.shape[-1]
+
+    _run(
+        [a, r, w],
+        [0, 1],
+        lambda device, p, stream: launch_add_rms_norm(  # out = x, residual_out = residual
+            device, a.dtype, p[0], p[1], p[2], p[0], p[1], rows, cols, eps_value, stream
+        ),
+    )

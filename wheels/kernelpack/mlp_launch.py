@@ -22,16 +22,19 @@ ELEMENTWISE_BLOCK = 128  # kElementwiseBlockThreads, the elementwise kernels' __
 BLOCK_MIN = 64  # the smallest block: a multiple of every wavefront width (32 and 64)
 ROW_BLOCK_MAX = 512  # kRowBlockThreads, the row kernels' __launch_bounds__
 CACHED_CHUNKS = 4  # kCachedChunks: vectors per thread kept in registers across RMSNorm's two passes
-BACKWARD_CACHED_ELEMENTS = 16  # kBackwardCachedElements: the same for the backward kernel
+BACKWARD_CACHED_CHUNKS = 4  # kBackwardCachedChunks: the same for the backward kernel
 MAX_GRID_Y = 65535
 MAX_ROW = 2**30  # the row kernels index inside a row in 32 bits
 # A grid's total thread count stays below 2**31: HIP counts work-items in 32 bits, and the
 # kernels' loops stride over whatever the grid does not cover.
 MAX_GRID_THREADS = 2**31
-# Blocks of the RMSNorm backward kernel at most: each writes one row of float32 partial weight
-# gradients (deterministic: summed in a fixed order by a second kernel, no atomics); two blocks
-# of 512 threads per SM of an H100/H200 (132 SMs).
-BACKWARD_BLOCKS = 264
+# The RMSNorm backward kernel's grid: as many blocks as are resident at once on an H100/H200, so
+# that all of them start together, counted as 132 SMs of 512 resident threads (sm_90: 16-bit rows
+# of 8192 take 256 threads at 126 registers, two blocks an SM; float32 rows 512 threads at 104,
+# one). Measured on the H200 at 16384 x 8192: bfloat16 257 us at 264 blocks of 256, 302 at 528,
+# 374 at 132; float32 431 us at 132 blocks of 512, 450 at 264. Each block writes one row of
+# float32 partial weight gradients (deterministic: summed in a fixed order by a second kernel).
+BACKWARD_RESIDENT_THREADS = 132 * 512
 
 
 _MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
@@ -77,11 +80,13 @@ def silu_and_mul_geometry(rows: int, cols: int, dtype: str) -> tuple[tuple[int, 
     return (grid_x, grid_y), block
 
 
-def _row_threads(cols: int, dtype: str) -> int:
-    """Threads a row gets: a power of two, enough that each keeps at most CACHED_CHUNKS vectors
-    in registers."""
+def _row_threads(cols: int, dtype: str, cached: int) -> int:
+    """Threads a row gets: a power of two, enough that each keeps at most ``cached`` vectors in
+    registers. (Tried on the H200: one vector a thread for rows no more than the SMs, 512
+    threads at 1 x 4096, made the small forward rows 0.1-0.25 us slower; docs/bench-mlp-notes.md.)
+    """
     chunks = -(-cols // _vector_width(dtype))
-    per_thread = -(-chunks // CACHED_CHUNKS)
+    per_thread = -(-chunks // cached)
     return min(1 << (per_thread - 1).bit_length(), ROW_BLOCK_MAX)
 
 
@@ -91,7 +96,7 @@ def row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, tuple[int, int]
     the H100 from 1 x 4096 to 16384 x 8192: several rows of 64 or more threads to a block were
     slower everywhere, and twice the threads to a row were at best 2% faster and up to 20% slower
     at 512 rows.)"""
-    threads = _row_threads(cols, dtype)
+    threads = _row_threads(cols, dtype, CACHED_CHUNKS)
     per_block = max(1, BLOCK_MIN // threads)
     grid = min(-(-rows // per_block), _grid_cap(threads * per_block))
     return grid, (threads, per_block)
@@ -99,11 +104,11 @@ def row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, tuple[int, int]
 
 def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
     """(grid, threads per row) of the RMSNorm backward kernel: one row a block at a time, at
-    least BLOCK_MIN threads, and at most BACKWARD_BLOCKS blocks, each of which writes one row of
-    float32 partial weight gradients that the second pass sums in a fixed order."""
-    per_thread = -(-cols // BACKWARD_CACHED_ELEMENTS)
-    threads = min(1 << (per_thread - 1).bit_length(), ROW_BLOCK_MAX)
-    return min(rows, BACKWARD_BLOCKS), max(BLOCK_MIN, threads)
+    least BLOCK_MIN threads, and as many blocks as are resident at once (at most one a row), each
+    of which writes one row of float32 partial weight gradients that the second pass sums in a
+    fixed order."""
+    threads = max(BLOCK_MIN, _row_threads(cols, dtype, BACKWARD_CACHED_CHUNKS))
+    return min(rows, BACKWARD_RESIDENT_THREADS // threads), threads
 
 
 # ---- launches: addresses (ints or tensors, which the launcher reads) and sizes ----------------
@@ -132,9 +137,16 @@ def launch_silu_and_mul(
 
 
 def launch_rms_norm(
-    device: str, dtype: str, x: Any, weight: Any, out: Any, rows: int, cols: int, eps: float,
+    device: str,
+    dtype: str,
+    x: Any,
+    weight: Any,
+    out: Any,
+    rows: int,
+    cols: int,
+    eps: float,
     stream: int,
-) -> None:  # fmt: skip
+) -> None:
     if rows * cols == 0:
         return
     grid, block = row_geometry(rows, cols, dtype)
@@ -144,9 +156,18 @@ def launch_rms_norm(
 
 
 def launch_add_rms_norm(
-    device: str, dtype: str, x: Any, residual: Any, weight: Any, out: Any, residual_out: Any,
-    rows: int, cols: int, eps: float, stream: int,
-) -> None:  # fmt: skip
+    device: str,
+    dtype: str,
+    x: Any,
+    residual: Any,
+    weight: Any,
+    out: Any,
+    residual_out: Any,
+    rows: int,
+    cols: int,
+    eps: float,
+    stream: int,
+) -> None:
     """residual_out = x + residual (rounded to the dtype), out = rms_norm(residual_out); in place
     when out is x and residual_out is residual (fused_add_rms_norm)."""
     if rows * cols == 0:
@@ -158,9 +179,16 @@ def launch_add_rms_norm(
 
 
 def launch_swiglu_backward(
-    device: str, dtype: str, gate: Any, up: Any, grad: Any, grad_gate: Any, grad_up: Any, n: int,
+    device: str,
+    dtype: str,
+    gate: Any,
+    up: Any,
+    grad: Any,
+    grad_gate: Any,
+    grad_up: Any,
+    n: int,
     stream: int,
-) -> None:  # fmt: skip
+) -> None:
     if n == 0:
         return
     grid, block = swiglu_geometry(n, dtype)
@@ -181,10 +209,21 @@ def launch_silu_and_mul_backward(
 
 
 def launch_rms_norm_backward(
-    device: str, dtype: str, x: Any, weight: Any, grad: Any, grad_extra: Any, grad_x: Any,
-    grad_x_copy: Any, partial: Any, grad_weight: Any, rows: int, cols: int, eps: float,
+    device: str,
+    dtype: str,
+    x: Any,
+    weight: Any,
+    grad: Any,
+    grad_extra: Any,
+    grad_x: Any,
+    grad_x_copy: Any,
+    partial: Any,
+    grad_weight: Any,
+    rows: int,
+    cols: int,
+    eps: float,
     stream: int,
-) -> None:  # fmt: skip
+) -> None:
     """grad_x (and grad_x_copy unless 0) = the input gradient of RMSNorm plus grad_extra (unless
     0); grad_weight from ``partial``, float32 scratch of backward_row_geometry's grid x cols."""
     if cols == 0:
@@ -193,9 +232,20 @@ def launch_rms_norm_backward(
     if rows:
         grid, threads = backward_row_geometry(rows, cols, dtype)
         load_kernel(device, f"rms_norm_backward_{suffix}").launch(
-            grid, threads, x, weight, grad, grad_extra, grad_x, grad_x_copy, partial, rows, cols,
-            eps, stream=stream,
-        )  # fmt: skip
+            grid,
+            threads,
+            x,
+            weight,
+            grad,
+            grad_extra,
+            grad_x,
+            grad_x_copy,
+            partial,
+            rows,
+            cols,
+            eps,
+            stream=stream,
+        )  # fmt: skip (kept until the kernel-name string above changes: no merge clash)
     else:
         grid = 0
     columns = min(-(-cols // ELEMENTWISE_BLOCK), _grid_cap(ELEMENTWISE_BLOCK))  # one a thread

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from . import mlp, mlp_launch
 from .errors import UsageError
@@ -49,9 +50,10 @@ SCHEMAS = {
     "rms_norm_backward": (
         "rms_norm_backward(Tensor grad, Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)"
     ),
+    # one input gradient: x's and residual's are the same (the sum's)
     "add_rms_norm_backward": (
         "add_rms_norm_backward(Tensor grad, Tensor grad_sum, Tensor summed, Tensor weight, "
-        "float eps) -> (Tensor, Tensor, Tensor)"
+        "float eps) -> (Tensor, Tensor)"
     ),
 }
 
@@ -122,176 +124,176 @@ def _check_silu_and_mul(x: torch.Tensor) -> str:
     return _dtype("x", x)
 
 
+def _check_add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> str:
+    dtype = _check_norm(x, weight, eps)
+    _same(("x", x), ("residual", residual))
+    _shape("residual", residual, x.shape, "x's")
+    return dtype
+
+
+def _check_grad(grad: torch.Tensor, like: tuple[str, torch.Tensor], shape: Any, what: str) -> None:
+    """An incoming gradient: the dtype and device of ``like``, the shape of the result."""
+    _same(like, ("grad", grad))
+    _shape("grad", grad, shape, what)
+
+
+def _check_norm_backward(
+    grad: torch.Tensor,
+    grad_sum: torch.Tensor | None,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+) -> str:
+    dtype = _check_norm(x, weight, eps)
+    _check_grad(grad, ("x", x), x.shape, "x's")
+    if grad_sum is not None:
+        _same(("x", x), ("grad_sum", grad_sum))
+        _shape("grad_sum", grad_sum, x.shape, "x's")
+    return dtype
+
+
 def _rows(x: torch.Tensor) -> tuple[int, int]:
     cols = x.shape[-1]
     return (x.numel() // cols if cols else math.prod(x.shape[:-1])), cols
 
 
-# ---- where a kernel runs ----------------------------------------------------------------------
-
-_DEVICES: dict[int, str] = {}  # torch's CUDA index -> "cuda:N" or "hip:N"
-_raw_stream = torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() else None
-
-
-def _device(tensor: torch.Tensor) -> tuple[str, int]:
-    """(kernelpack's vendor-qualified device, the current raw stream there) for a GPU tensor."""
-    index = tensor.device.index
-    if tensor.device.type != "cuda" or index is None:
-        raise UsageError(
-            f"a tensor on {tensor.device} reached kernelpack's GPU kernels; move it to the GPU"
-        )
-    name = _DEVICES.get(index)
-    if name is None:
-        name = _DEVICES[index] = f"{'hip' if torch.version.hip else 'cuda'}:{index}"
-    stream = _raw_stream or torch._C._cuda_getCurrentRawStream
-    return name, int(stream(index))
+def _like(tensor: torch.Tensor, shape: Any = None) -> torch.Tensor:
+    """A new tensor of tensor's dtype and device, tensor's shape unless given (fakes)."""
+    size = tensor.shape if shape is None else shape
+    return torch.empty(size, dtype=tensor.dtype, device=tensor.device)
 
 
 # ---- real implementations (CUDA dispatch key) ------------------------------------------------
+# The forward ops first try kernelpack.mlp's hot path (tensors of a dtype and device it has
+# planned for, contiguous: a few attribute reads), else check their arguments in full and make
+# them contiguous; then the launch the hot path shares.
 
 
 def _swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    _check_swiglu(gate, up)
-    gate, up = gate.contiguous(), up.contiguous()
-    out = torch.empty_like(gate)
-    n = gate.numel()
-    if n:
+    plan = mlp.hot_plan(gate, up)
+    if plan is None or up.shape != gate.shape:
+        _check_swiglu(gate, up)
+        gate, up = gate.contiguous(), up.contiguous()
         plan = mlp.torch_plan(gate)
-        plan.launcher("swiglu", n, 1)(gate, up, out, n, stream=plan.stream(plan.index))
-    return out
+    result: torch.Tensor = mlp.torch_swiglu(plan, gate, up)
+    return result
 
 
 def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    _check_silu_and_mul(x)
-    x = x.contiguous()
-    rows, cols = _rows(x)
-    out = x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
-    if rows and cols:
+    plan = mlp.hot_plan(x)
+    if plan is None or x.dim() == 0 or x.shape[-1] % 2:
+        _check_silu_and_mul(x)
+        x = x.contiguous()
         plan = mlp.torch_plan(x)
-        launch = plan.launcher("silu_and_mul", rows, cols // 2)
-        launch(x, out, rows, cols // 2, stream=plan.stream(plan.index))
-    return out
+    result: torch.Tensor = mlp.torch_silu_and_mul(plan, x)
+    return result
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    _check_norm(x, weight, eps)
-    x, weight = x.contiguous(), weight.contiguous()
-    out = torch.empty_like(x)
-    rows, cols = _rows(x)
-    if rows and cols:
+    plan = mlp.hot_plan(x, weight)
+    if plan is None or not mlp.hot_norm(x.shape, weight, eps):
+        _check_norm(x, weight, eps)
+        x, weight = x.contiguous(), weight.contiguous()
         plan = mlp.torch_plan(x)
-        launch = plan.launcher("rms_norm", rows, cols)
-        launch(x, weight, out, rows, cols, eps, stream=plan.stream(plan.index))
-    return out
+    result: torch.Tensor = mlp.torch_rms_norm(plan, x, weight, eps)
+    return result
 
 
 def _add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    _check_norm(x, weight, eps)
-    _same(("x", x), ("residual", residual))
-    _shape("residual", residual, x.shape, "x's")
-    x, residual, weight = x.contiguous(), residual.contiguous(), weight.contiguous()
-    out = torch.empty_like(x)
-    summed = torch.empty_like(x)
-    rows, cols = _rows(x)
-    if rows and cols:
+    plan = mlp.hot_plan(x, residual, weight)
+    if plan is None or residual.shape != x.shape or not mlp.hot_norm(x.shape, weight, eps):
+        _check_add_rms_norm(x, residual, weight, eps)
+        x, residual, weight = x.contiguous(), residual.contiguous(), weight.contiguous()
         plan = mlp.torch_plan(x)
-        launch = plan.launcher("add_rms_norm", rows, cols)
-        launch(x, residual, weight, out, summed, rows, cols, eps, stream=plan.stream(plan.index))
+    out, summed = plan.empty_like(x), plan.empty_like(x)
+    mlp.torch_add_rms_norm(plan, x, residual, weight, eps, out, summed)
     return out, summed
 
 
 def _fused_add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
 ) -> None:
-    _check_norm(x, weight, eps)
-    _same(("x", x), ("residual", residual))
-    _shape("residual", residual, x.shape, "x's")
-    if not (x.is_contiguous() and residual.is_contiguous()):
-        raise UsageError("x: x and residual are updated in place and must be contiguous")
-    weight = weight.contiguous()
-    rows, cols = _rows(x)
-    if rows and cols:
+    plan = mlp.hot_plan(x, residual, weight)
+    if plan is None or residual.shape != x.shape or not mlp.hot_norm(x.shape, weight, eps):
+        _check_add_rms_norm(x, residual, weight, eps)
+        if not (x.is_contiguous() and residual.is_contiguous()):
+            raise UsageError("x: x and residual are updated in place and must be contiguous")
+        weight = weight.contiguous()
         plan = mlp.torch_plan(x)
-        launch = plan.launcher("add_rms_norm", rows, cols)
-        launch(x, residual, weight, x, residual, rows, cols, eps, stream=plan.stream(plan.index))
+    mlp.torch_add_rms_norm(plan, x, residual, weight, eps, x, residual)
 
 
 def _swiglu_backward(
     grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     dtype = _check_swiglu(gate, up)
-    _same(("gate", gate), ("grad", grad))
-    _shape("grad", grad, gate.shape, "gate's")
+    _check_grad(grad, ("gate", gate), gate.shape, "gate's")
     grad, gate, up = grad.contiguous(), gate.contiguous(), up.contiguous()
     grad_gate, grad_up = torch.empty_like(gate), torch.empty_like(up)
-    device, stream = _device(gate)
+    plan = mlp.torch_plan(gate)
+    stream = plan.stream(plan.index)
     mlp_launch.launch_swiglu_backward(
-        device, dtype, gate, up, grad, grad_gate, grad_up, gate.numel(), stream
+        plan.device, dtype, gate, up, grad, grad_gate, grad_up, gate.numel(), stream
     )
     return grad_gate, grad_up
 
 
 def _silu_and_mul_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     dtype = _check_silu_and_mul(x)
-    _same(("x", x), ("grad", grad))
-    _shape("grad", grad, (*x.shape[:-1], x.shape[-1] // 2), "the result's")
+    _check_grad(grad, ("x", x), (*x.shape[:-1], x.shape[-1] // 2), "the result's")
     grad, x = grad.contiguous(), x.contiguous()
     grad_x = torch.empty_like(x)
     rows, cols = _rows(x)
-    device, stream = _device(x)
-    mlp_launch.launch_silu_and_mul_backward(device, dtype, x, grad, grad_x, rows, cols // 2, stream)
+    plan = mlp.torch_plan(x)
+    stream = plan.stream(plan.index)
+    mlp_launch.launch_silu_and_mul_backward(
+        plan.device, dtype, x, grad, grad_x, rows, cols // 2, stream
+    )
     return grad_x
 
 
 def _norm_backward(
-    grad: torch.Tensor,
-    grad_sum: torch.Tensor | None,
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    dtype = _check_norm(x, weight, eps)
-    _same(("x", x), ("grad", grad))
-    _shape("grad", grad, x.shape, "x's")
+    grad: Tensor, grad_sum: Tensor | None, x: Tensor, weight: Tensor, eps: float
+) -> tuple[Tensor, Tensor]:
+    """(input gradient, weight gradient) of RMSNorm; with grad_sum (add_rms_norm, x being the
+    sum), the input gradient is the sum's, which x and the residual share."""
+    dtype = _check_norm_backward(grad, grad_sum, x, weight, eps)
     grad, x, weight = grad.contiguous(), x.contiguous(), weight.contiguous()
-    if grad_sum is not None:
-        _same(("x", x), ("grad_sum", grad_sum))
-        _shape("grad_sum", grad_sum, x.shape, "x's")
-        grad_sum = grad_sum.contiguous()
+    extra = 0 if grad_sum is None else grad_sum.contiguous()
     rows, cols = _rows(x)
     grad_x = torch.empty_like(x)
-    grad_residual = torch.empty_like(x) if grad_sum is not None else None
     grad_weight = torch.empty_like(weight)
     blocks = mlp_launch.backward_row_geometry(rows, cols, dtype)[0] if rows else 0
     partial = torch.empty((max(blocks, 1), cols), dtype=torch.float32, device=x.device)
-    device, stream = _device(x)
+    plan = mlp.torch_plan(x)
+    device, stream = plan.device, plan.stream(plan.index)
     mlp_launch.launch_rms_norm_backward(
-        device, dtype, x, weight, grad, 0 if grad_sum is None else grad_sum, grad_x,
-        0 if grad_residual is None else grad_residual, partial, grad_weight, rows, cols, eps,
+        device,
+        dtype,
+        x,
+        weight,
+        grad,
+        extra,
+        grad_x,
+        0,
+        partial,
+        grad_weight,
+        rows,
+        cols,
+        eps,
         stream,
-    )  # fmt: skip
-    return grad_x, grad_residual, grad_weight
-
-
-def _rms_norm_backward(
-    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    grad_x, _, grad_weight = _norm_backward(grad, None, x, weight, eps)
+    )
     return grad_x, grad_weight
 
 
-def _add_rms_norm_backward(
-    grad: torch.Tensor,
-    grad_sum: torch.Tensor,
-    summed: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    grad_x, grad_residual, grad_weight = _norm_backward(grad, grad_sum, summed, weight, eps)
-    assert grad_residual is not None
-    return grad_x, grad_residual, grad_weight
+def _rms_norm_backward(
+    grad: Tensor, x: Tensor, weight: Tensor, eps: float
+) -> tuple[Tensor, Tensor]:
+    return _norm_backward(grad, None, x, weight, eps)
 
 
 # ---- fake implementations: shapes, dtypes and the same checks --------------------------------
@@ -299,79 +301,57 @@ def _add_rms_norm_backward(
 
 def _swiglu_fake(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     _check_swiglu(gate, up)
-    return torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    return _like(gate)
 
 
 def _silu_and_mul_fake(x: torch.Tensor) -> torch.Tensor:
     _check_silu_and_mul(x)
-    return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+    return _like(x, (*x.shape[:-1], x.shape[-1] // 2))
 
 
 def _rms_norm_fake(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     _check_norm(x, weight, eps)
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return _like(x)
 
 
 def _add_rms_norm_fake(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    _check_norm(x, weight, eps)
-    _same(("x", x), ("residual", residual))
-    _shape("residual", residual, x.shape, "x's")
-    return (
-        torch.empty(x.shape, dtype=x.dtype, device=x.device),
-        torch.empty(x.shape, dtype=x.dtype, device=x.device),
-    )
+    _check_add_rms_norm(x, residual, weight, eps)
+    return _like(x), _like(x)
 
 
 def _fused_add_rms_norm_fake(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
 ) -> None:
-    _check_norm(x, weight, eps)
-    _same(("x", x), ("residual", residual))
-    _shape("residual", residual, x.shape, "x's")
+    _check_add_rms_norm(x, residual, weight, eps)
 
 
 def _swiglu_backward_fake(
     grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     _check_swiglu(gate, up)
-    _same(("gate", gate), ("grad", grad))
-    _shape("grad", grad, gate.shape, "gate's")
-    empty = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
-    return empty, torch.empty_like(empty)
+    _check_grad(grad, ("gate", gate), gate.shape, "gate's")
+    return _like(gate), _like(gate)
 
 
 def _silu_and_mul_backward_fake(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     _check_silu_and_mul(x)
-    _same(("x", x), ("grad", grad))
-    _shape("grad", grad, (*x.shape[:-1], x.shape[-1] // 2), "the result's")
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _check_grad(grad, ("x", x), (*x.shape[:-1], x.shape[-1] // 2), "the result's")
+    return _like(x)
+
+
+def _norm_backward_fake(
+    grad: Tensor, grad_sum: Tensor | None, x: Tensor, weight: Tensor, eps: float
+) -> tuple[Tensor, Tensor]:
+    _check_norm_backward(grad, grad_sum, x, weight, eps)
+    return _like(x), _like(x, weight.shape)
 
 
 def _rms_norm_backward_fake(
-    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    _check_norm(x, weight, eps)
-    _same(("x", x), ("grad", grad))
-    _shape("grad", grad, x.shape, "x's")
-    return (
-        torch.empty(x.shape, dtype=x.dtype, device=x.device),
-        torch.empty(weight.shape, dtype=x.dtype, device=x.device),
-    )
-
-
-def _add_rms_norm_backward_fake(
-    grad: torch.Tensor,
-    grad_sum: torch.Tensor,
-    summed: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    grad_x, grad_weight = _rms_norm_backward_fake(grad, summed, weight, eps)
-    _same(("summed", summed), ("grad_sum", grad_sum))
-    _shape("grad_sum", grad_sum, summed.shape, "x's")
-    return grad_x, torch.empty_like(grad_x), grad_weight
+    grad: Tensor, x: Tensor, weight: Tensor, eps: float
+) -> tuple[Tensor, Tensor]:
+    return _norm_backward_fake(grad, None, x, weight, eps)
 
 
 # ---- autograd: the backward passes are kernels too --------------------------------------------
@@ -417,10 +397,12 @@ def _add_rms_norm_grad(
     ctx: Any, grad: torch.Tensor, grad_sum: torch.Tensor
 ) -> tuple[torch.Tensor | None, ...]:
     summed, weight = ctx.saved_tensors
-    grad_x, grad_residual, grad_weight = torch.ops.kernelpack.add_rms_norm_backward(
+    grad_input, grad_weight = torch.ops.kernelpack.add_rms_norm_backward(
         grad, grad_sum, summed, weight, ctx.eps
     )
-    return grad_x, grad_residual, grad_weight, None
+    # x and residual reach the output only through their sum: one gradient serves both (as
+    # autograd's own add does), so the backward writes it once
+    return grad_input, grad_input, grad_weight, None
 
 
 IMPLEMENTATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
@@ -432,7 +414,8 @@ IMPLEMENTATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "swiglu_backward": (_swiglu_backward, _swiglu_backward_fake),
     "silu_and_mul_backward": (_silu_and_mul_backward, _silu_and_mul_backward_fake),
     "rms_norm_backward": (_rms_norm_backward, _rms_norm_backward_fake),
-    "add_rms_norm_backward": (_add_rms_norm_backward, _add_rms_norm_backward_fake),
+    # (grad, grad_sum, summed, weight, eps): the norm's backward with the sum's gradient added
+    "add_rms_norm_backward": (_norm_backward, _norm_backward_fake),
 }
 
 AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
@@ -441,6 +424,40 @@ AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "rms_norm": (_rms_norm_grad, _save_rms_norm),
     "add_rms_norm": (_add_rms_norm_grad, _save_add_rms_norm),
 }
+
+
+def _autograd_kernel(
+    name: str, backward: Callable[..., Any], setup: Callable[..., Any]
+) -> Callable[..., Any]:
+    """The op's kernel for the Autograd dispatch key: where a gradient is wanted, the one
+    torch.library.register_autograd makes from ``backward`` and ``setup``; otherwise, on plain
+    CUDA tensors with nothing between autograd and the CUDA kernel (no mode, fake or functional
+    tensor, vmap: the keys left below autograd show it), the CUDA implementation at once.
+
+    Why: register_autograd's kernel redispatches even when no gradient is wanted, through Python
+    frames that cost more than the launch (profiled on the H200, docs/bench-mlp-notes.md).
+    Anything else takes the redispatch, as register_autograd's kernel would.
+    """
+    from torch._library import autograd as library_autograd  # what register_autograd uses
+
+    op = getattr(getattr(torch.ops, NAMESPACE), name).default
+    with_grad = library_autograd.make_autograd_impl(op, library_autograd.Info(backward, setup))
+    real = IMPLEMENTATIONS[name][0]
+    below_autograd = torch._C._after_autograd_keyset
+    falls_through = torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView)  # functional op
+    cuda = torch._C.DispatchKey.CUDA
+    grad_enabled, any_requires_grad = torch.is_grad_enabled, torch._C._any_requires_grad
+
+    def kernel(keyset: Any, *args: Any) -> Any:
+        if grad_enabled() and any_requires_grad(*args):
+            return with_grad(keyset, *args)
+        below = keyset & below_autograd
+        if (below - falls_through).highestPriorityTypeId() == cuda:
+            return real(*args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(below, *args)
+
+    return kernel
 
 
 def register() -> None:
@@ -458,10 +475,11 @@ def register() -> None:
             library.impl(name, real, "CUDA")
             torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
         for name, (backward, setup) in AUTOGRAD.items():
-            torch.library.register_autograd(
-                f"{NAMESPACE}::{name}", backward, setup_context=setup, lib=library
-            )
+            kernel = _autograd_kernel(name, backward, setup)
+            library.impl(name, kernel, "Autograd", with_keyset=True)
         _LIBRARY.append(library)
+        # The CUDA implementations take kernelpack.mlp's hot path for plain tensors and parameters
+        mlp.TORCH_TYPES.update((torch.Tensor, torch.nn.Parameter))
 
 
 register()

@@ -74,13 +74,21 @@ def _top(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if args.json:
-        print_json({
-            "walks_done": walks_done, "walks": spec.walks,
-            "top": [{"walk": w, "delta": d, "est": e, "shift": s, "dir": r}
-                    for w, d, e, s, r in rows],
-        })  # fmt: skip
+        print_json(
+            {
+                "walks_done": walks_done,
+                "walks": spec.walks,
+                "top": [
+                    {"walk": w, "delta": d, "est": e, "shift": s, "dir": r}
+                    for w, d, e, s, r in rows
+                ],
+            }
+        )
         return 0
     title = f"{args.dir}: best {len(rows)} of {walks_done:,}/{spec.walks:,} walks by delta"
-    print_table(title, ("walk", "delta", "estimate", "shift", "dir"),
-                [(w, f"{d:.6g}", f"{e:.15g}", s, r) for w, d, e, s, r in rows])  # fmt: skip
+    print_table(
+        title,
+        ("walk", "delta", "estimate", "shift", "dir"),
+        [(w, f"{d:.6g}", f"{e:.15g}", s, r) for w, d, e, s, r in rows],
+    )
     return 0

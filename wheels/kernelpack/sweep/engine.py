@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import KernelpackError, UsageError
+from ..errors import KernelpackError, NoImageError, UsageError
 from .spec import Spec
 from .store import ShardResult, Store
 
@@ -59,7 +59,10 @@ def _worker_gpu() -> str:
     name = get_worker().name
     gpus = detect.detect_gpus()
     if not gpus:
-        raise RuntimeError("no GPU found on this worker")
+        raise NoImageError(
+            "no GPU found on this sweep worker; run the sweep where the workers see GPUs, or "
+            "pass --backend numpy"
+        )
     position = int(name) if isinstance(name, int) or str(name).isdigit() else 0
     return device_name(gpus[position % len(gpus)])
 
@@ -74,10 +77,15 @@ def run_shard(spec_json: str, shard: int, backend: str) -> tuple[str, object, st
         start, stop = spec.shard_range(shard)
         shifts, dirs = spec.walk_arrays(start, stop)
         arguments: dict[str, Any] = {
-            "primes": spec.primes, "depth": spec.depth, "depth1": spec.depth1,
-            "depth2": spec.depth, "target": spec.target, "outputs": (),
-            "min_delta": spec.min_delta, "top_k": spec.top_k,
-        }  # fmt: skip
+            "primes": spec.primes,
+            "depth": spec.depth,
+            "depth1": spec.depth1,
+            "depth2": spec.depth,
+            "target": spec.target,
+            "outputs": (),
+            "min_delta": spec.min_delta,
+            "top_k": spec.top_k,
+        }
         started = time.perf_counter()
         if backend == "gpu":
             from ..walk import run
@@ -131,8 +139,13 @@ def _client(options: EngineOptions) -> Any:
 
         count = options.workers or max(1, len(os.sched_getaffinity(0)))
         resources = {}
-    cluster = distributed.LocalCluster(n_workers=count, threads_per_worker=1, processes=True,
-                           resources=resources, dashboard_address=None)  # fmt: skip
+    cluster = distributed.LocalCluster(
+        n_workers=count,
+        threads_per_worker=1,
+        processes=True,
+        resources=resources,
+        dashboard_address=None,
+    )
     return distributed.Client(cluster)
 
 
@@ -149,8 +162,13 @@ class Progress:
             from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
             from rich.progress import Progress as Bar
 
-            self._bar = Bar(TextColumn("sweep"), BarColumn(), TextColumn("{task.fields[text]}"),
-                            TimeRemainingColumn(), transient=False)  # fmt: skip
+            self._bar = Bar(
+                TextColumn("sweep"),
+                BarColumn(),
+                TextColumn("{task.fields[text]}"),
+                TimeRemainingColumn(),
+                transient=False,
+            )
             self._task = self._bar.add_task(
                 "sweep", total=spec.walks, completed=done_walks, text=""
             )
@@ -161,8 +179,7 @@ class Progress:
         rate = self.new * len(self.spec.primes) * self.spec.depth / elapsed
         left = self.spec.walks - self.done
         eta = left / (self.new / elapsed) if self.new else math.inf
-        return (f"{self.done:,}/{self.spec.walks:,} walks, {rate:.3g} triples/s, "
-                f"ETA {eta:.0f} s")  # fmt: skip
+        return f"{self.done:,}/{self.spec.walks:,} walks, {rate:.3g} triples/s, ETA {eta:.0f} s"
 
     def add(self, walks: int) -> None:
         self.done += walks
@@ -184,8 +201,9 @@ class Progress:
             self._bar.stop()
 
 
-def run_sweep(spec: Spec, store: Store, options: EngineOptions,
-              on_commit: Callable[[int], None] | None = None) -> dict[str, Any]:  # fmt: skip
+def run_sweep(
+    spec: Spec, store: Store, options: EngineOptions, on_commit: Callable[[int], None] | None = None
+) -> dict[str, Any]:
     """Every shard not yet in the store, through Dask; returns a summary."""
     done = store.done()
     todo = [s for s in range(spec.shards) if s not in done]
@@ -201,11 +219,20 @@ def run_sweep(spec: Spec, store: Store, options: EngineOptions,
             spec_json = spec.to_json()
             resources = {"GPU": 1} if options.backend == "gpu" and not options.scheduler else None
             attempts = dict.fromkeys(todo, 1)
-            futures = _distributed().as_completed([
-                client.submit(run_shard, spec_json, shard, options.backend, key=f"shard-{shard}-1",
-                              resources=resources, pure=False)
-                for shard in todo
-            ])  # fmt: skip
+            futures = _distributed().as_completed(
+                [
+                    client.submit(
+                        run_shard,
+                        spec_json,
+                        shard,
+                        options.backend,
+                        key=f"shard-{shard}-1",
+                        resources=resources,
+                        pure=False,
+                    )
+                    for shard in todo
+                ]
+            )
             tasks = {}
             for future in futures:
                 try:
@@ -232,10 +259,16 @@ def run_sweep(spec: Spec, store: Store, options: EngineOptions,
                 attempts[shard] += 1
                 elsewhere = [w for w in workers if w != worker] or None
                 tasks[shard] = client.submit(
-                    run_shard, spec_json, shard, options.backend,
-                    key=f"shard-{shard}-{attempts[shard]}", resources=resources, pure=False,
-                    workers=elsewhere, allow_other_workers=True,
-                )  # fmt: skip
+                    run_shard,
+                    spec_json,
+                    shard,
+                    options.backend,
+                    key=f"shard-{shard}-{attempts[shard]}",
+                    resources=resources,
+                    pure=False,
+                    workers=elsewhere,
+                    allow_other_workers=True,
+                )
                 futures.add(tasks[shard])
         finally:
             client.close()
@@ -244,13 +277,18 @@ def run_sweep(spec: Spec, store: Store, options: EngineOptions,
     progress.close()
     seconds = time.perf_counter() - started
     shards_done, walks_done = store.progress()
+    rate = computed * len(spec.primes) * spec.depth / seconds if seconds else 0.0
     return {
-        "shards": spec.shards, "shards_done": shards_done, "walks": spec.walks,
-        "walks_done": walks_done, "walks_this_run": computed, "seconds": seconds,
-        "triples_per_second": computed * len(spec.primes) * spec.depth / seconds if seconds else 0.0,
+        "shards": spec.shards,
+        "shards_done": shards_done,
+        "walks": spec.walks,
+        "walks_done": walks_done,
+        "walks_this_run": computed,
+        "seconds": seconds,
+        "triples_per_second": rate,
         "steady_triples_per_second": _steady(commits, len(spec.primes) * spec.depth),
         "failures": failures,
-    }  # fmt: skip
+    }
 
 
 def _steady(commits: list[tuple[float, int]], triples_per_walk: int) -> float | None:

@@ -37,8 +37,19 @@ from ..errors import UsageError
 from ..walk import Program, compile_program
 from ..walk.inputs import PRIME_LIMIT, check_scalars, is_prime
 
-KEYS = ("matrix", "axes", "target", "depth", "depth1", "primes", "shifts", "dirs", "min_delta",
-        "top_k", "shard_walks")  # fmt: skip
+KEYS = (
+    "matrix",
+    "axes",
+    "target",
+    "depth",
+    "depth1",
+    "primes",
+    "shifts",
+    "dirs",
+    "min_delta",
+    "top_k",
+    "shard_walks",
+)
 REQUIRED = ("matrix", "axes", "target", "depth", "primes", "shifts", "dirs")
 DEFAULT_SHARD_WALKS = 100_000
 DEFAULT_TOP_K = 100

@@ -68,8 +68,12 @@ class Store:
         db.execute("BEGIN IMMEDIATE")
         found = dict(db.execute("SELECT key, value FROM meta").fetchall())
         if not found:
-            rows = {"spec": spec.to_json(), "spec_hash": spec.hash, "walks": str(spec.walks),
-                    "shards": str(spec.shards)}  # fmt: skip
+            rows = {
+                "spec": spec.to_json(),
+                "spec_hash": spec.hash,
+                "walks": str(spec.walks),
+                "shards": str(spec.shards),
+            }
             db.executemany("INSERT INTO meta VALUES (?, ?)", sorted(rows.items()))
         db.execute("COMMIT")
         if found and found.get("spec_hash") != spec.hash:
@@ -84,8 +88,10 @@ class Store:
     def read(cls, folder: Path) -> tuple[Store, Spec]:
         path = folder / DATABASE
         if not path.is_file():
-            raise UsageError(f"{folder}: no sweep results here ({DATABASE} missing); run "
-                             "`python -m kernelpack sweep run SPEC.toml --out DIR` first")  # fmt: skip
+            raise UsageError(
+                f"{folder}: no sweep results here ({DATABASE} missing); run "
+                "`python -m kernelpack sweep run SPEC.toml --out DIR` first"
+            )
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
         spec = Spec.from_json(db.execute("SELECT value FROM meta WHERE key = 'spec'").fetchone()[0])
         return cls(folder, db), spec
@@ -106,11 +112,19 @@ class Store:
                 if selection is None:
                     continue
                 for i, walk in enumerate(selection.walk.tolist()):
-                    row = rows.setdefault(walk, [
-                        walk, result.shard, 0, 0, float(selection.est[i]),
-                        float(selection.delta[i]), json.dumps(selection.shifts[i].tolist()),
-                        json.dumps(selection.dirs[i].tolist()),
-                    ])  # fmt: skip
+                    row = rows.setdefault(
+                        walk,
+                        [
+                            walk,
+                            result.shard,
+                            0,
+                            0,
+                            float(selection.est[i]),
+                            float(selection.delta[i]),
+                            json.dumps(selection.shifts[i].tolist()),
+                            json.dumps(selection.dirs[i].tolist()),
+                        ],
+                    )
                     row[2 if kind == "hit" else 3] = 1
             db.executemany("INSERT INTO walks VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows.values())
             db.execute(

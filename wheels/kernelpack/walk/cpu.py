@@ -12,15 +12,13 @@ kept apart.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
 
 import numpy as np
 import numpy.typing as npt
 
-from .inputs import OUTPUTS, WalkInputs, WalkResult, check_inputs, check_request
-from .lower import ADD, MUL, FloatCode, Lowered, ResidueCode, lower
-from .program import Program
-from .select import select
+from .inputs import WalkInputs, WalkResult
+from .lower import ADD, MUL, Lowered, lower
+from .walker import host_walker
 
 # (walk, prime) pairs per block: 16384 uint64 = 128 KiB per slot, so that a block's slots stay in
 # a core's L2 cache for programs of a dozen slots.
@@ -66,14 +64,14 @@ class _Residues:
 
 
 def _residue_block(
-    code: ResidueCode,
     lowered: Lowered,
     inputs: WalkInputs,
     walks: slice,
     p_final: npt.NDArray[np.uint32],
     alive: npt.NDArray[np.bool_],
 ) -> None:
-    m, dim = lowered.m, lowered.dim
+    """P_final and alive of ``walks``, in the lowered residue code."""
+    code, m, dim = lowered.residue, lowered.m, lowered.dim
     shifts, dirs = inputs.shifts[walks], inputs.dirs[walks]
     count = len(shifts)
     primes = inputs.primes.astype(np.uint64)
@@ -112,31 +110,15 @@ def _residue_block(
 
 
 def _float_block(
-    code: FloatCode,
-    lowered: Lowered,
-    inputs: WalkInputs,
-    walks: slice,
-    estimates: npt.NDArray[np.float64],
+    lowered: Lowered, inputs: WalkInputs, walks: slice, estimates: npt.NDArray[np.float64]
 ) -> None:
-    dim = lowered.dim
+    """The estimates of ``walks`` (rows est1, est2, delta1, delta2), in the lowered float code;
+    overflow to inf and NaN are results here, as on the GPU (the caller silences numpy)."""
+    code, m, dim = lowered.float, lowered.m, lowered.dim
     positions = inputs.shifts[walks].T.copy()
     slots = np.empty((code.n_slots, positions.shape[1]))
     for c, value in enumerate(lowered.consts):
         slots[3 * dim + c] = float(value)
-    with np.errstate(all="ignore"):  # overflow to inf and nan are results here, as on the GPU
-        _float_steps(code, lowered, inputs, walks, estimates, slots, positions)
-
-
-def _float_steps(
-    code: FloatCode,
-    lowered: Lowered,
-    inputs: WalkInputs,
-    walks: slice,
-    estimates: npt.NDArray[np.float64],
-    slots: npt.NDArray[np.float64],
-    positions: npt.NDArray[np.int64],
-) -> None:
-    m, dim = lowered.m, lowered.dim
     dirs = inputs.dirs[walks].T
     count = positions.shape[1]
     product = np.zeros((m, m, count))
@@ -181,33 +163,11 @@ def _float_steps(
         estimates[2 + which, walks] = -1.0 - np.log(np.abs(est - inputs.target)) / ln_q
 
 
-def run_numpy(
-    program: Program,
-    shifts: object,
-    dirs: object,
-    primes: object,
-    depth: object,
-    depth1: object,
-    depth2: object,
-    target: object,
-    *,
-    outputs: Collection[str] = OUTPUTS,
-    min_delta: float | None = None,
-    top_k: int = 0,
-) -> WalkResult:
+@host_walker
+def run_numpy(inputs: WalkInputs) -> WalkResult:
     """The walks on the CPU with numpy; the same arguments and result as run(), and the same
     selection (kernelpack.walk.select) when min_delta or top_k is given."""
-    request = check_request(outputs, min_delta, top_k)
-    inputs = check_inputs(program, shifts, dirs, primes, depth, depth1, depth2, target)
-    full = walk_lowered(lower(program, inputs.dim, inputs.depth, registers=False), inputs)
-    hits = top = None
-    if request.selects:
-        hits, top = select(
-            full.alive, full.est2, full.delta2, inputs.shifts, inputs.dirs, request.min_delta,
-            request.top_k,
-        )  # fmt: skip
-    kept = {name: getattr(full, name) if name in request.outputs else None for name in OUTPUTS}
-    return WalkResult(**kept, hits=hits, top=top if request.top_k else None)
+    return walk_lowered(lower(inputs.program, inputs.dim, inputs.depth, registers=False), inputs)
 
 
 def walk_lowered(lowered: Lowered, inputs: WalkInputs) -> WalkResult:
@@ -218,10 +178,9 @@ def walk_lowered(lowered: Lowered, inputs: WalkInputs) -> WalkResult:
     alive = np.empty(walks, dtype=bool)
     block = max(1, BLOCK_PAIRS // primes_count)
     for start in range(0, walks, block):
-        _residue_block(
-            lowered.residue, lowered, inputs, slice(start, start + block), p_final, alive
-        )
+        _residue_block(lowered, inputs, slice(start, start + block), p_final, alive)
     estimates = np.empty((4, walks))
-    for start in range(0, walks, FLOAT_BLOCK):
-        _float_block(lowered.float, lowered, inputs, slice(start, start + FLOAT_BLOCK), estimates)
+    with np.errstate(all="ignore"):  # overflow to inf and nan are results, as on the GPU
+        for start in range(0, walks, FLOAT_BLOCK):
+            _float_block(lowered, inputs, slice(start, start + FLOAT_BLOCK), estimates)
     return WalkResult(p_final, alive, estimates[0], estimates[1], estimates[2], estimates[3])

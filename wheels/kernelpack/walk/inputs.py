@@ -1,21 +1,21 @@
 """The walk arguments every walker takes, checked once (WALK.md's host checks) and the result type.
 
-Each check raises a ValueError whose message starts with the argument it is about, so that a
+Each check raises a UsageError (a ValueError, exit 2 in the CLI) whose message starts with the argument it is about, so that a
 caller can tell at once which of eight arguments to fix.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import UsageError
 from .program import INT64_MAX, INT64_MIN, MAX_AXES, Program, integer_array
 from .select import Selection
 
@@ -65,56 +65,25 @@ class Request:
 def check_request(outputs: object, min_delta: object, top_k: object) -> Request:
     """outputs (names from OUTPUTS), min_delta (a float or None) and top_k (>= 0), checked."""
     if isinstance(outputs, str) or not isinstance(outputs, Iterable):
-        raise ValueError(f"outputs: expected a collection of names from {OUTPUTS}, got {outputs!r}")
+        raise UsageError(f"outputs: expected a collection of names from {OUTPUTS}, got {outputs!r}")
     names = frozenset(outputs)
     unknown = sorted(str(n) for n in names - set(OUTPUTS))
     if unknown:
-        raise ValueError(f"outputs: unknown {', '.join(unknown)}; known: {', '.join(OUTPUTS)}")
+        raise UsageError(f"outputs: unknown {', '.join(unknown)}; known: {', '.join(OUTPUTS)}")
     threshold: float | None = None
     if min_delta is not None:
         try:
             threshold = float(min_delta)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise ValueError(
+            raise UsageError(
                 f"min_delta: expected a real number or None, got {min_delta!r}"
             ) from None
         if math.isnan(threshold):
-            raise ValueError("min_delta: expected a number, got NaN")
+            raise UsageError("min_delta: expected a number, got NaN")
     k = _count(top_k, "top_k")
     if not 0 <= k < 2**31:
-        raise ValueError(f"top_k: expected 0 .. 2^31 - 1, got {k}")
+        raise UsageError(f"top_k: expected 0 .. 2^31 - 1, got {k}")
     return Request(names, threshold, k)
-
-
-@dataclass(frozen=True, eq=False)
-class WalkInputs:
-    """Checked arguments: int64 (B, dim) shifts and dirs, uint32 (K,) primes."""
-
-    program: Program
-    shifts: npt.NDArray[np.int64]
-    dirs: npt.NDArray[np.int64]
-    primes: npt.NDArray[np.uint32]
-    depth: int
-    depth1: int
-    depth2: int
-    target: float
-
-    @property
-    def walks(self) -> int:
-        return int(self.shifts.shape[0])
-
-    @property
-    def dim(self) -> int:
-        return int(self.shifts.shape[1])
-
-    @functools.cached_property
-    def bounds(self) -> npt.NDArray[np.int64]:
-        """(4, dim): per axis the smallest and largest shift, the smallest and largest dir."""
-        return axis_bounds(self.shifts, self.dirs)
-
-    def axis_ranges(self, steps: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        """Per axis bounds on the positions from step 0 to ``steps``, in float64."""
-        return ranges_from_bounds(self.bounds, steps)
 
 
 def axis_bounds(
@@ -122,8 +91,11 @@ def axis_bounds(
 ) -> npt.NDArray[np.int64]:
     """Rows: min shift, max shift, min dir, max dir, per axis (walk.cu's walk_bounds on the
     host). One column at a time: numpy reduces a (B, 2) array over B several times slower."""
-    rows = [[getattr(a[:, j], f)() for j in range(a.shape[1])]
-            for a in (shifts, dirs) for f in ("min", "max")]  # fmt: skip
+    rows = [
+        [getattr(a[:, j], f)() for j in range(a.shape[1])]
+        for a in (shifts, dirs)
+        for f in ("min", "max")
+    ]
     return np.array(rows, dtype=np.int64).reshape(4, shifts.shape[1])
 
 
@@ -165,11 +137,11 @@ def is_prime(n: int) -> bool:
 
 def _count(value: object, name: str) -> int:
     if isinstance(value, bool):
-        raise ValueError(f"{name}: expected an integer, got {value!r}")
+        raise UsageError(f"{name}: expected an integer, got {value!r}")
     try:
         return operator.index(value)  # type: ignore[arg-type]
     except TypeError:
-        raise ValueError(f"{name}: expected an integer, got {value!r}") from None
+        raise UsageError(f"{name}: expected an integer, got {value!r}") from None
 
 
 def check_positions(shifts: npt.NDArray[np.int64], dirs: npt.NDArray[np.int64], depth: int) -> None:
@@ -185,7 +157,7 @@ def check_positions(shifts: npt.NDArray[np.int64], dirs: npt.NDArray[np.int64], 
     bad |= shifts < INT64_MIN - np.minimum(travel, 0)
     if bad.any():
         walk, axis = (int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(
+        raise UsageError(
             f"shifts, dirs: walk {walk}, axis {axis}: the position {int(shifts[walk, axis])} + "
             f"n * {int(dirs[walk, axis])} leaves the int64 range before n = {last}"
         )
@@ -194,20 +166,20 @@ def check_positions(shifts: npt.NDArray[np.int64], dirs: npt.NDArray[np.int64], 
 def _check_primes(value: object) -> npt.NDArray[np.uint32]:
     primes = integer_array(value, "primes", 1)
     if not 1 <= len(primes) <= MAX_PRIMES:
-        raise ValueError(f"primes: expected 1..{MAX_PRIMES} primes, got {len(primes)}")
+        raise UsageError(f"primes: expected 1..{MAX_PRIMES} primes, got {len(primes)}")
     seen: set[int] = set()
     for index, p in enumerate(int(v) for v in primes):
         if not 3 <= p < PRIME_LIMIT or p % 2 == 0 or not is_prime(p):
-            raise ValueError(f"primes[{index}] = {p}: expected an odd prime below 2^31")
+            raise UsageError(f"primes[{index}] = {p}: expected an odd prime below 2^31")
         if p in seen:
-            raise ValueError(f"primes[{index}] = {p}: repeats an earlier prime")
+            raise UsageError(f"primes[{index}] = {p}: repeats an earlier prime")
         seen.add(p)
     return primes.astype(np.uint32)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Scalars:
-    """The checked arguments besides shifts and dirs."""
+    """The checked arguments besides the program, shifts and dirs."""
 
     primes: npt.NDArray[np.uint32]
     depth: int
@@ -216,14 +188,51 @@ class Scalars:
     target: float
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CheckedWalks(Scalars):
+    """A batch of walks whose arguments are checked, wherever its shifts and dirs live: the
+    program, the (B, dim) shape and ``bounds`` (4, dim), per axis the smallest and largest shift
+    and dir (what bounds the positions and the values the program computes)."""
+
+    program: Program
+    shape: tuple[int, int]
+    bounds: npt.NDArray[np.int64]
+
+    @property
+    def walks(self) -> int:
+        return self.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.shape[1]
+
+    def axis_ranges(self, steps: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Per axis bounds on the positions from step 0 to ``steps``, in float64."""
+        return ranges_from_bounds(self.bounds, steps)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class WalkInputs(CheckedWalks):
+    """Checked walks in host memory: int64 (B, dim) shifts and dirs."""
+
+    shifts: npt.NDArray[np.int64]
+    dirs: npt.NDArray[np.int64]
+
+
+def check_program(program: object) -> Program:
+    """program: a Program, else the UsageError that names it."""
+    if not isinstance(program, Program):
+        raise UsageError(
+            f"program: expected a Program (see compile_program), got {type(program).__name__}"
+        )
+    return program
+
+
 def check_scalars(
     program: Program, primes: object, depth: object, depth1: object, depth2: object, target: object
 ) -> Scalars:
     """program, primes, depths and target, checked (WALK.md)."""
-    if not isinstance(program, Program):
-        raise ValueError(
-            f"program: expected a Program (see compile_program), got {type(program).__name__}"
-        )
+    check_program(program)
     prime_array = _check_primes(primes)
     depth_n, depth1_n, depth2_n = (
         _count(depth, "depth"),
@@ -231,32 +240,34 @@ def check_scalars(
         _count(depth2, "depth2"),
     )
     if not 1 <= depth_n <= MAX_DEPTH:
-        raise ValueError(f"depth: expected 1..{MAX_DEPTH}, got {depth_n}")
+        raise UsageError(f"depth: expected 1..{MAX_DEPTH}, got {depth_n}")
     if not 1 <= depth1_n <= depth2_n <= depth_n:
-        raise ValueError(
+        raise UsageError(
             f"depth1, depth2: expected 1 <= depth1 <= depth2 <= depth ({depth_n}), "
             f"got {depth1_n} and {depth2_n}"
         )
     try:
         target_value = float(target)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ValueError(f"target: expected a real number, got {target!r}") from None
+        raise UsageError(f"target: expected a real number, got {target!r}") from None
     if not math.isfinite(target_value):
-        raise ValueError(f"target: expected a finite number, got {target_value}")
-    return Scalars(prime_array, depth_n, depth1_n, depth2_n, target_value)
+        raise UsageError(f"target: expected a finite number, got {target_value}")
+    return Scalars(
+        primes=prime_array, depth=depth_n, depth1=depth1_n, depth2=depth2_n, target=target_value
+    )
 
 
 def check_shape(program: Program, shape: tuple[int, ...], dir_shape: tuple[int, ...]) -> None:
     """shifts and dirs: the same (B, dim) shape, B >= 1, dim axes the program can read."""
     if len(shape) != 2 or len(dir_shape) != 2:
-        raise ValueError(f"shifts, dirs: expected shape (B, dim), got {shape} and {dir_shape}")
+        raise UsageError(f"shifts, dirs: expected shape (B, dim), got {shape} and {dir_shape}")
     if shape != dir_shape:
-        raise ValueError(f"shifts, dirs: shapes differ ({shape} and {dir_shape})")
+        raise UsageError(f"shifts, dirs: shapes differ ({shape} and {dir_shape})")
     walks, dim = shape
     if walks < 1:
-        raise ValueError("shifts: no walks (expected shape (B, dim) with B >= 1)")
+        raise UsageError("shifts: no walks (expected shape (B, dim) with B >= 1)")
     if not 1 <= dim <= MAX_AXES:
-        raise ValueError(f"shifts: expected 1..{MAX_AXES} axes (columns), got {dim}")
+        raise UsageError(f"shifts: expected 1..{MAX_AXES} axes (columns), got {dim}")
     program.check_axes(dim)
 
 
@@ -272,25 +283,25 @@ def positions_fit(bounds: npt.NDArray[np.int64], depth: int) -> bool:
     return True
 
 
-def check_inputs(
-    program: Program,
-    shifts: object,
-    dirs: object,
-    primes: object,
-    depth: object,
-    depth1: object,
-    depth2: object,
-    target: object,
-) -> WalkInputs:
-    """The arguments of run, run_numpy and reference, checked and converted (WALK.md)."""
-    scalars = check_scalars(program, primes, depth, depth1, depth2, target)
+def check_inputs(program: Program, shifts: object, dirs: object, scalars: Scalars) -> WalkInputs:
+    """Host shifts and dirs checked and converted for ``program`` and checked ``scalars``
+    (WALK.md): int64 arrays of one (B, dim) shape whose positions stay in int64."""
     shift_array = integer_array(shifts, "shifts", 2)
     dir_array = integer_array(dirs, "dirs", 2)
     check_shape(program, shift_array.shape, dir_array.shape)
-    inputs = WalkInputs(
-        program, shift_array, dir_array, scalars.primes, scalars.depth, scalars.depth1,
-        scalars.depth2, scalars.target,
-    )  # fmt: skip
-    if not positions_fit(inputs.bounds, scalars.depth):  # else no walk can leave int64
+    bounds = axis_bounds(shift_array, dir_array)
+    if not positions_fit(bounds, scalars.depth):  # else no walk can leave int64
         check_positions(shift_array, dir_array, scalars.depth)
-    return inputs
+    return WalkInputs(
+        **scalar_fields(scalars),
+        program=program,
+        shape=(shift_array.shape[0], shift_array.shape[1]),
+        bounds=bounds,
+        shifts=shift_array,
+        dirs=dir_array,
+    )
+
+
+def scalar_fields(scalars: Scalars) -> dict[str, Any]:
+    """The fields of Scalars, as keywords for the CheckedWalks built on them."""
+    return {field.name: getattr(scalars, field.name) for field in fields(Scalars)}

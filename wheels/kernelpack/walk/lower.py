@@ -274,9 +274,13 @@ def lower(program: Program, dim: int, depth: int, *, registers: bool) -> Lowered
     zero = slot(("const", consts.index(0))) if form != "evaluate" else -1
     if form == "registers":
         setup, bases, n_slots = _difference_code(
-            evaluate, entry_slots, [register_degree] * len(entry_slots), axes, zero,
+            evaluate,
+            entry_slots,
+            [register_degree] * len(entry_slots),
+            axes,
+            zero,
             first_table_slot,
-        )  # fmt: skip
+        )
         residue = ResidueCode(
             n_slots=n_slots,
             setup=_rows(setup),
@@ -289,9 +293,13 @@ def lower(program: Program, dim: int, depth: int, *, registers: bool) -> Lowered
     elif form == "tables":
         value_slots = dict(zip(graph.outputs, entry_slots, strict=True))
         setup, bases, n_slots = _difference_code(
-            evaluate, [value_slots[v] for v in tabled], [degrees[v] for v in tabled], axes, zero,
+            evaluate,
+            [value_slots[v] for v in tabled],
+            [degrees[v] for v in tabled],
+            axes,
+            zero,
             first_table_slot,
-        )  # fmt: skip
+        )
         base_of = dict(zip(tabled, bases, strict=True))
         residue = ResidueCode(
             n_slots=n_slots,

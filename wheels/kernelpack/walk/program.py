@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import UsageError
+
 N_REGISTERS = 64
 MAX_CONSTS = 256
 MAX_AXES = 8
@@ -69,7 +71,7 @@ def describe(instrs: npt.NDArray[np.uint8], index: int) -> str:
 
 
 def integer_array(value: object, name: str, ndim: int) -> npt.NDArray[np.int64]:
-    """``value`` as an int64 array of ``ndim`` dimensions, or a ValueError naming ``name``.
+    """``value`` as an int64 array of ``ndim`` dimensions, or a UsageError naming ``name``.
 
     Anything but an ndarray goes through an object array first: numpy would turn a list holding
     2**63 into float64 silently.
@@ -77,20 +79,20 @@ def integer_array(value: object, name: str, ndim: int) -> npt.NDArray[np.int64]:
     try:
         array = value if isinstance(value, np.ndarray) else np.array(value, dtype=object)
     except ValueError as error:
-        raise ValueError(f"{name}: not an integer array ({error})") from None
+        raise UsageError(f"{name}: not an integer array ({error})") from None
     if array.ndim != ndim:
-        raise ValueError(f"{name}: expected a {ndim}-dimensional array, got shape {array.shape}")
+        raise UsageError(f"{name}: expected a {ndim}-dimensional array, got shape {array.shape}")
     if array.dtype == object:
         items = array.reshape(-1).tolist()
         if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
-            raise ValueError(f"{name}: expected integers")
+            raise UsageError(f"{name}: expected integers")
         if not all(INT64_MIN <= int(v) <= INT64_MAX for v in items):
-            raise ValueError(f"{name}: integers must lie in the int64 range")
+            raise UsageError(f"{name}: integers must lie in the int64 range")
         return np.array([int(v) for v in items], dtype=np.int64).reshape(array.shape)
     if array.size and array.dtype.kind not in "iu":
-        raise ValueError(f"{name}: expected integers, got dtype {array.dtype}")
+        raise UsageError(f"{name}: expected integers, got dtype {array.dtype}")
     if array.dtype.kind == "u" and array.size and int(array.max()) > INT64_MAX:
-        raise ValueError(f"{name}: integers must lie in the int64 range")
+        raise UsageError(f"{name}: integers must lie in the int64 range")
     return array.astype(np.int64, copy=False)
 
 
@@ -110,21 +112,21 @@ class Program:
 
     def __post_init__(self) -> None:
         if isinstance(self.m, bool) or not isinstance(self.m, (int, np.integer)):
-            raise ValueError(f"m: expected an integer in {MATRIX_SIZES}, got {self.m!r}")
+            raise UsageError(f"m: expected an integer in {MATRIX_SIZES}, got {self.m!r}")
         if int(self.m) not in MATRIX_SIZES:
-            raise ValueError(f"m: expected one of {MATRIX_SIZES}, got {self.m}")
+            raise UsageError(f"m: expected one of {MATRIX_SIZES}, got {self.m}")
         instrs = integer_array(self.instrs, "instrs", 2)
         if instrs.shape[1:] != (4,):
-            raise ValueError(f"instrs: expected shape (n, 4), got {instrs.shape}")
+            raise UsageError(f"instrs: expected shape (n, 4), got {instrs.shape}")
         if instrs.size and (instrs.min() < 0 or instrs.max() > 255):
-            raise ValueError("instrs: entries must be uint8 (0..255)")
+            raise UsageError("instrs: entries must be uint8 (0..255)")
         consts = integer_array(self.consts, "consts", 1)
         if len(consts) > MAX_CONSTS:
-            raise ValueError(f"consts: at most {MAX_CONSTS} constants, got {len(consts)}")
+            raise UsageError(f"consts: at most {MAX_CONSTS} constants, got {len(consts)}")
         out_reg = integer_array(self.out_reg, "out_reg", 1)
         m = int(self.m)
         if out_reg.shape != (m * m,):
-            raise ValueError(
+            raise UsageError(
                 f"out_reg: expected {m * m} registers for m = {m}, got {out_reg.shape}"
             )
         for name, array, dtype in (
@@ -144,24 +146,24 @@ class Program:
             op, dst, a, b = (int(v) for v in row)
             if op not in Op._value2member_map_:
                 known = ", ".join(f"{o.value} {o.name}" for o in Op)
-                raise ValueError(
+                raise UsageError(
                     f"{describe(self.instrs, index)}: unknown op {op} (known: {known})"
                 )
             if dst >= N_REGISTERS:
-                raise ValueError(
+                raise UsageError(
                     f"{describe(self.instrs, index)}: register r{dst} does not exist "
                     f"(r0..r{N_REGISTERS - 1})"
                 )
             name = Op(op)
             if name is Op.LOAD_CONST and a >= len(self.consts):
-                raise ValueError(
+                raise UsageError(
                     f"{describe(self.instrs, index)}: constant index {a} is out of range "
                     f"({len(self.consts)} constants)"
                 )
             for operand in _READS[name]:
                 register = a if operand == "a" else b
                 if register not in written:
-                    raise ValueError(
+                    raise UsageError(
                         f"{describe(self.instrs, index)}: register r{register} is read before "
                         "any write"
                     )
@@ -169,7 +171,7 @@ class Program:
         for entry, register in enumerate(self.out_reg):
             if int(register) not in written:
                 i, j = divmod(entry, self.m)
-                raise ValueError(
+                raise UsageError(
                     f"out_reg[{entry}] (entry ({i}, {j})): register r{int(register)} is never "
                     "written"
                 )
@@ -178,7 +180,7 @@ class Program:
         """Reject a LOAD_AXIS of an axis the walks do not have (``dim`` axes)."""
         for index, row in enumerate(self.instrs):
             if int(row[0]) == Op.LOAD_AXIS and int(row[2]) >= dim:
-                raise ValueError(
+                raise UsageError(
                     f"{describe(self.instrs, index)}: axis {int(row[2])} >= dim {dim} "
                     "(the walks' shifts and dirs have that many columns)"
                 )
@@ -285,25 +287,25 @@ def _expression(entry: object, where: str) -> ast.expr:
     if isinstance(entry, ast.expr):
         return entry
     if isinstance(entry, bool):
-        raise ValueError(f"{where}: {entry!r} is not an expression")
+        raise UsageError(f"{where}: {entry!r} is not an expression")
     if isinstance(entry, (int, np.integer)):
         return ast.Constant(int(entry))
     if isinstance(entry, str):
         try:
             return ast.parse(entry.strip(), mode="eval").body
         except SyntaxError as error:
-            raise ValueError(f"{where}: {entry!r} is not an expression ({error.msg})") from None
-    raise ValueError(f"{where}: expected a string or an ast expression, got {type(entry).__name__}")
+            raise UsageError(f"{where}: {entry!r} is not an expression ({error.msg})") from None
+    raise UsageError(f"{where}: expected a string or an ast expression, got {type(entry).__name__}")
 
 
 def _build(graph: _Graph, node: ast.expr, axes: dict[str, int], where: str) -> int:
     if isinstance(node, ast.Constant) and type(node.value) is int:
         if not INT64_MIN <= node.value <= INT64_MAX:
-            raise ValueError(f"{where}: literal {node.value} is outside the int64 range")
+            raise UsageError(f"{where}: literal {node.value} is outside the int64 range")
         return graph.const(node.value)
     if isinstance(node, ast.Name):
         if node.id not in axes:
-            raise ValueError(f"{where}: unknown name {node.id!r} (axes: {', '.join(axes)})")
+            raise UsageError(f"{where}: unknown name {node.id!r} (axes: {', '.join(axes)})")
         return graph.axis(axes[node.id])
     if (
         isinstance(node, ast.UnaryOp)
@@ -319,9 +321,9 @@ def _build(graph: _Graph, node: ast.expr, axes: dict[str, int], where: str) -> i
         if isinstance(node.op, ast.Pow):
             exponent = graph.const_value(_build(graph, node.right, axes, where))
             if exponent is None:
-                raise ValueError(f"{where}: an exponent must be an integer constant")
+                raise UsageError(f"{where}: an exponent must be an integer constant")
             if not 0 <= exponent <= MAX_POWER:
-                raise ValueError(f"{where}: exponent {exponent} is outside 0..{MAX_POWER}")
+                raise UsageError(f"{where}: exponent {exponent} is outside 0..{MAX_POWER}")
             return graph.power(_build(graph, node.left, axes, where), exponent)
         ops = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul"}
         op = ops.get(type(node.op))
@@ -329,7 +331,7 @@ def _build(graph: _Graph, node: ast.expr, axes: dict[str, int], where: str) -> i
             left = _build(graph, node.left, axes, where)
             right = _build(graph, node.right, axes, where)
             return graph.binary(op, left, right)
-    raise ValueError(f"{where}: {ast.unparse(node)!r} is not allowed (allowed: {_ALLOWED})")
+    raise UsageError(f"{where}: {ast.unparse(node)!r} is not allowed (allowed: {_ALLOWED})")
 
 
 def compile_program(matrix: Sequence[Sequence[object]], axes: Sequence[str]) -> Program:
@@ -342,23 +344,23 @@ def compile_program(matrix: Sequence[Sequence[object]], axes: Sequence[str]) -> 
     """
     names = list(axes)
     if not 1 <= len(names) <= MAX_AXES:
-        raise ValueError(f"axes: expected 1..{MAX_AXES} names, got {len(names)}")
+        raise UsageError(f"axes: expected 1..{MAX_AXES} names, got {len(names)}")
     for name in names:
         if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"axes: {name!r} is not an identifier")
+            raise UsageError(f"axes: {name!r} is not an identifier")
     if len(set(names)) != len(names):
-        raise ValueError(f"axes: names repeat in {names}")
+        raise UsageError(f"axes: names repeat in {names}")
     axis_of = {name: j for j, name in enumerate(names)}
     rows = list(matrix)
     m = len(rows)
     if m not in MATRIX_SIZES:
-        raise ValueError(f"matrix: expected {MATRIX_SIZES[0]}..{MATRIX_SIZES[-1]} rows, got {m}")
+        raise UsageError(f"matrix: expected {MATRIX_SIZES[0]}..{MATRIX_SIZES[-1]} rows, got {m}")
     graph = _Graph()
     outputs: list[int] = []
     for i, row in enumerate(rows):
         entries = list(row)
         if len(entries) != m:
-            raise ValueError(f"matrix[{i}]: expected {m} entries, got {len(entries)}")
+            raise UsageError(f"matrix[{i}]: expected {m} entries, got {len(entries)}")
         for j, entry in enumerate(entries):
             where = f"matrix[{i}][{j}]"
             outputs.append(_build(graph, _expression(entry, where), axis_of, where))
@@ -391,7 +393,7 @@ def _emit(graph: _Graph, outputs: list[int], m: int) -> Program:
         operands = [register[child] for child in children]
         free.extend(register[child] for child in set(children) if last_use[child] == position)
         if not free:
-            raise ValueError(
+            raise UsageError(
                 f"matrix: needs more than {N_REGISTERS} registers at once; split it into "
                 "simpler entries"
             )
@@ -409,7 +411,7 @@ def _emit(graph: _Graph, outputs: list[int], m: int) -> Program:
             operands.append(operands[0])  # NEG reads a only; b repeats it
             instrs.append((opcode[kind], dst, operands[0], operands[1]))
     if len(consts) > MAX_CONSTS:
-        raise ValueError(f"matrix: needs {len(consts)} distinct constants, at most {MAX_CONSTS}")
+        raise UsageError(f"matrix: needs {len(consts)} distinct constants, at most {MAX_CONSTS}")
     return Program(
         instrs=np.array(instrs, dtype=np.uint8).reshape(-1, 4),
         consts=np.array(consts, dtype=np.int64),

@@ -1,8 +1,8 @@
 """The definition of a walk in exact Python integers (WALK.md), for tests.
 
-Nothing here shares code with the walkers beyond the argument checks: the program runs as the
-register machine it is, on unbounded integers, and the estimates come from the exact p_d and q_d.
-It is slow (every step a product of big integers) and meant for small batches.
+Nothing here shares code with the walkers beyond the argument checks and the selection
+(kernelpack.walk.walker): the program runs as the register machine it is, on unbounded integers,
+and the estimates come from the exact p_d and q_d. It is slow (every step a product of big integers) and meant for small batches.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import math
 
 import numpy as np
 
-from .inputs import WalkResult, check_inputs
+from .inputs import WalkInputs, WalkResult
 from .program import Op, Program
+from .walker import host_walker
 
 Matrix = list[list[int]]
 
@@ -64,18 +65,11 @@ def estimate(p: int, q: int, target: float) -> tuple[float, float]:
     return est, float(delta)
 
 
-def reference(
-    program: Program,
-    shifts: object,
-    dirs: object,
-    primes: object,
-    depth: object,
-    depth1: object,
-    depth2: object,
-    target: object,
-) -> WalkResult:
-    """The walks of WALK.md computed exactly; the same arguments and result as run()."""
-    inputs = check_inputs(program, shifts, dirs, primes, depth, depth1, depth2, target)
+@host_walker
+def reference(inputs: WalkInputs) -> WalkResult:
+    """The walks of WALK.md computed exactly; the same arguments and result as run(), and the
+    same selection when min_delta or top_k is given."""
+    program = inputs.program
     m = program.m
     moduli = [int(p) for p in inputs.primes]
     walks = inputs.walks

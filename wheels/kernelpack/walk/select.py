@@ -43,8 +43,13 @@ class Selection:
     @classmethod
     def empty(cls, dim: int) -> Selection:
         none = np.zeros(0, dtype=np.int64)
-        return cls(none, np.zeros(0), np.zeros(0), np.zeros((0, dim), np.int64),
-                   np.zeros((0, dim), np.int64))  # fmt: skip
+        return cls(
+            none,
+            np.zeros(0),
+            np.zeros(0),
+            np.zeros((0, dim), np.int64),
+            np.zeros((0, dim), np.int64),
+        )
 
     def offset(self, first: int) -> Selection:
         """The same walks with indices counted from ``first`` (a batch's place in a sweep)."""

@@ -1,0 +1,376 @@
+"""Where the MLP ops' time goes on one GPU: the host's cost per call split into its steps, the
+kernels of the rows slower than a peer under the profiler, and RMSNorm backward variants timed.
+
+    python bench/profile_mlp.py host [--calls N]
+        host µs per call (wall time of a loop, 1x4096 bfloat16) of each step a call takes: the
+        Python loop, the stream accessor, allocation, the bare launch (ints, then tensors), the
+        checks, and the whole op through kernelpack.mlp and torch.ops.kernelpack
+    python bench/profile_mlp.py workload
+        one call of ours, torch.compile's and Liger-Kernel's forward RMSNorm at 1x4096 and
+        64x4096 bfloat16 (rows slower than a peer), after a warm-up, inside the NVTX range
+        "profile": run it under ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
+    python bench/profile_mlp.py kernels
+        GPU µs of each kernel of forward+backward RMSNorm and add+RMSNorm at 16384x8192 (ours,
+        torch.compile's, Liger-Kernel's; bfloat16 and float32), backward included
+        (torch.profiler, which sees autograd's thread too)
+    python bench/profile_mlp.py variants NAME:CUBIN:ELEMENTS ...
+        rms_norm_backward of each cubin (mlp.cu built alone, e.g. before and after a change),
+        ELEMENTS a thread for 16-bit dtypes (32-bit: 16), at several grids: GPU µs per call
+        (CUDA events, median of batches) and the error against a float64 reference
+
+The numbers of one run on the lent H200 are in docs/bench-mlp-notes.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from kernelpack import mlp, mlp_launch, torch_ops
+
+EPS = 1e-6
+
+
+def host_us(call: Callable[[], object], calls: int) -> float:
+    """Wall µs per call of a loop of calls, median of five loops (as bench_mlp.py)."""
+    for _ in range(200):
+        call()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(5):
+        began = time.perf_counter()
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - began) * 1e6 / calls)
+    return statistics.median(samples)
+
+
+def host(calls: int) -> None:
+    bf16 = torch.bfloat16
+    gate = torch.randn(1, 4096, device="cuda").to(bf16)
+    up = torch.randn(1, 4096, device="cuda").to(bf16)
+    pair = torch.randn(1, 8192, device="cuda").to(bf16)
+    weight = torch.randn(4096, device="cuda").to(bf16)
+    residual = torch.randn(1, 4096, device="cuda").to(bf16)
+    out = torch.empty_like(gate)
+    torch_ops.register()
+    mlp.swiglu(gate, up)  # the plan for (bfloat16, cuda:0)
+    plan = mlp.torch_plan(gate)
+    kernel = mlp_launch.load_kernel("cuda:0", "swiglu_bf16")
+    grid, block = mlp_launch.swiglu_geometry(4096, "bfloat16")
+    addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
+    raw = torch._C._cuda_getCurrentRawStream
+    stream = int(raw(0))
+    launch = plan.launcher("swiglu", 4096, 1)
+    ops = torch.ops.kernelpack
+
+    types = vars(mlp).get("TORCH_TYPES") or vars(mlp)["_TORCH_TYPES"]  # before: a private name
+
+    def checks() -> bool:  # the hot path's checks of swiglu before hot_plan existed
+        return bool(
+            type(gate) in types
+            and (gate.dtype, gate.get_device()) in mlp._TORCH_PLANS
+            and up.dtype is gate.dtype
+            and up.get_device() == gate.get_device()
+            and up.shape == gate.shape
+            and gate.is_contiguous()
+            and up.is_contiguous()
+            and not ((gate.requires_grad or up.requires_grad) and torch.is_grad_enabled())
+        )
+
+    hot_plan = getattr(mlp, "hot_plan", None)
+    if hot_plan is not None:
+        checks = functools.partial(hot_plan, gate, up)
+
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("Python loop, lambda: None", lambda: None),
+        ("torch._C._cuda_getCurrentRawStream(0)", lambda: raw(0)),
+        (
+            "torch.cuda.current_stream().cuda_stream",
+            lambda: torch.cuda.current_stream().cuda_stream,
+        ),
+        ("torch.is_grad_enabled()", torch.is_grad_enabled),
+        ("torch.empty_like(x)", lambda: torch.empty_like(gate)),
+        ("x.new_empty(shape)", lambda: gate.new_empty((1, 4096))),
+        (
+            "torch.empty(shape, dtype=, device=)",
+            lambda: torch.empty((1, 4096), dtype=bf16, device="cuda"),
+        ),
+        ("hot-path checks of swiglu (no launch)", checks),
+        (
+            "kernel.launch, int addresses, int stream",
+            lambda: kernel.launch(grid, block, *addresses, 4096, stream=stream),
+        ),
+        (
+            "kernel.launch, tensors, int stream",
+            lambda: kernel.launch(grid, block, gate, up, out, 4096, stream=stream),
+        ),
+        (
+            "plan launch (partial), tensors, raw stream",
+            lambda: launch(gate, up, out, 4096, stream=raw(0)),
+        ),
+        (
+            "plan.launcher lookup + launch",
+            lambda: plan.launcher("swiglu", 4096, 1)(gate, up, out, 4096, stream=raw(0)),
+        ),
+        ("kernelpack.mlp.swiglu", lambda: mlp.swiglu(gate, up)),
+        ("kernelpack.mlp.swiglu, out=", lambda: mlp.swiglu(gate, up, out=out)),
+        ("kernelpack.mlp.rms_norm, out=", lambda: mlp.rms_norm(gate, weight, EPS, out=out)),
+        ("kernelpack.mlp.silu_and_mul", lambda: mlp.silu_and_mul(pair)),
+        ("kernelpack.mlp.rms_norm", lambda: mlp.rms_norm(gate, weight, EPS)),
+        (
+            "kernelpack.mlp.fused_add_rms_norm",
+            lambda: mlp.fused_add_rms_norm(gate, residual, weight, EPS),
+        ),
+        (
+            "torch_ops._swiglu (the CUDA kernel's Python function)",
+            lambda: torch_ops._swiglu(gate, up),
+        ),
+        ("torch.ops.kernelpack.swiglu", lambda: ops.swiglu(gate, up)),
+        ("torch.ops.kernelpack.swiglu.default", lambda: ops.swiglu.default(gate, up)),
+        ("torch.ops.kernelpack.rms_norm.default", lambda: ops.rms_norm.default(gate, weight, EPS)),
+        (
+            "torch.ops.kernelpack.fused_add_rms_norm.default",
+            lambda: ops.fused_add_rms_norm.default(gate, residual, weight, EPS),
+        ),
+        ("eager F.silu(g) * u", lambda: F.silu(gate) * up),
+    ]
+    for mode_name, mode in (("no_grad", torch.no_grad), ("inference_mode", torch.inference_mode)):
+        print(f"\nhost µs per call, {mode_name}, 1x4096 bfloat16, {calls} calls a loop", flush=True)
+        with mode():
+            for name, call in steps:
+                print(f"{host_us(call, calls):8.2f}  {name}", flush=True)
+    with torch.enable_grad():
+        print("\ngrad enabled, inputs not requiring grad:", flush=True)
+        for name, call in steps[-10:-1]:
+            print(f"{host_us(call, calls):8.2f}  {name}", flush=True)
+
+
+def _forward_backward(
+    function: Callable[..., Any], inputs: tuple[torch.Tensor, ...], grads: tuple[torch.Tensor, ...]
+) -> Callable[[], object]:
+    def run() -> object:
+        outputs = function(*inputs)
+        return torch.autograd.grad(
+            outputs if isinstance(outputs, tuple) else (outputs,), inputs, grads
+        )
+
+    return run
+
+
+def _implementations() -> tuple[dict[str, Callable[..., Any]], dict[str, Callable[..., Any]]]:
+    """rms_norm and add_rms_norm as ours, torch.compile's and Liger-Kernel's (as bench_mlp)."""
+    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    torch_ops.register()
+    ops = torch.ops.kernelpack
+
+    def compiled_rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, w.shape, w, EPS)
+
+    def compiled_add(
+        x: torch.Tensor, r: torch.Tensor, w: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        summed = x + r
+        return F.rms_norm(summed, w.shape, w, EPS), summed
+
+    rms: dict[str, Callable[..., Any]] = {
+        "ours": lambda x, w: ops.rms_norm(x, w, EPS),
+        "compile": torch.compile(compiled_rms, dynamic=False),
+        "liger": lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False),
+    }
+    add: dict[str, Callable[..., Any]] = {
+        "ours": lambda x, r, w: ops.add_rms_norm(x, r, w, EPS),
+        "compile": torch.compile(compiled_add, dynamic=False),
+        "liger": lambda x, r, w: LigerFusedAddRMSNormFunction.apply(x, r, w, EPS),
+    }
+    return rms, add
+
+
+def workload() -> None:
+    """The slow forward rows, each implementation once inside the NVTX range "profile" (the
+    backward runs on autograd's own thread, outside the range: see ``kernels``)."""
+    rms, _ = _implementations()
+    bf16 = torch.bfloat16
+    calls: list[Callable[[], object]] = []
+    for rows in (1, 64):
+        x = torch.randn(rows, 4096, device="cuda").to(bf16)
+        w = torch.randn(4096, device="cuda").to(bf16)
+        calls += [functools.partial(function, x, w) for function in rms.values()]
+    for call in calls:
+        for _ in range(3):
+            call()
+    torch.cuda.synchronize()
+    nvtx: Any = torch.cuda.nvtx  # untyped in torch
+    nvtx.range_push("profile")
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    nvtx.range_pop()
+    print("workload done", flush=True)
+
+
+def kernels() -> None:
+    """GPU µs of every kernel of forward+backward RMSNorm and add+RMSNorm at 16384x8192 (ours,
+    torch.compile's, Liger-Kernel's), backward included, from torch.profiler: mean of 5 calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    rms, add = _implementations()
+    for dtype in (torch.bfloat16, torch.float32):
+        big = [torch.randn(16384, 8192, device="cuda").to(dtype).requires_grad_() for _ in "xr"]
+        weight = torch.randn(8192, device="cuda").to(dtype).requires_grad_()
+        grad = torch.randn(16384, 8192, device="cuda").to(dtype)
+        rows = {
+            f"rms_norm {name}": _forward_backward(f, (big[0], weight), (grad,))
+            for name, f in rms.items()
+        }
+        rows |= {
+            f"add_rms_norm {name}": _forward_backward(f, (*big, weight), (grad, grad))
+            for name, f in add.items()
+        }
+        for label, call in rows.items():
+            for _ in range(3):
+                call()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as trace:
+                for _ in range(5):
+                    call()
+                torch.cuda.synchronize()
+            print(f"\n{str(dtype).removeprefix('torch.')} 16384x8192 fwd+bwd {label}:", flush=True)
+            total = 0.0
+            for event in trace.key_averages():
+                us = event.device_time_total / 5
+                if us > 0.5:
+                    total += us
+                    print(f"  {us:9.2f} µs  {event.key[:90]}", flush=True)
+            print(f"  {total:9.2f} µs  all kernels", flush=True)
+        del big, weight, grad
+
+
+VARIANT_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+
+
+def _events_us(run: Callable[[], None], batches: int) -> float:
+    """GPU µs per call of ``run``: CUDA events around ten calls, median of batches."""
+    event: Any = torch.cuda.Event  # untyped in torch
+    start, end = event(enable_timing=True), event(enable_timing=True)
+    samples: list[float] = []
+    for _ in range(batches):
+        start.record()
+        for _ in range(10):
+            run()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / 10)
+    return statistics.median(samples)
+
+
+def _variant_row(
+    module: Any, suffix: str, data: tuple[torch.Tensor, ...], threads: int, grid: int
+) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None]]:
+    """NaN-poisoned gradients and the launches of one cubin's backward into them (CuPy, which
+    loads a cubin as it is; the arrays go as integer views, the kernels take addresses)."""
+    import cupy
+
+    x, weight, grad = data
+    view = torch.int16 if x.element_size() == 2 else torch.int32
+    rows, cols = x.shape
+    grad_x = torch.full_like(x, float("nan"))
+    grad_weight = torch.full_like(weight, float("nan"))
+    partial = torch.empty(grid, cols, device="cuda")
+    kernel = module.get_function(f"rms_norm_backward_{suffix}")
+    reduce = module.get_function(f"rms_norm_weight_grad_{suffix}")
+    null = cupy.uint64(0)
+    x_, w_, g_, gx_, gw_ = (
+        cupy.asarray(t.view(view)) for t in (x, weight, grad, grad_x, grad_weight)
+    )
+    p_ = cupy.asarray(partial)
+    kernel_args = (
+        x_,
+        w_,
+        g_,
+        null,
+        gx_,
+        null,
+        p_,
+        cupy.int64(rows),
+        cupy.int64(cols),
+        cupy.float32(EPS),
+    )
+    reduce_args = (p_, gw_, cupy.int64(grid), cupy.int64(cols))
+
+    def run() -> None:
+        kernel((grid,), (threads,), kernel_args)
+        reduce((-(-cols // 128),), (128,), reduce_args)
+
+    return grad_x, grad_weight, run
+
+
+def variants(specs: list[str], batches: int) -> None:
+    """rms_norm_backward of each cubin, checked against float64, timed at several grids."""
+    import cupy
+
+    modules = []
+    for spec in specs:
+        name, path, count = spec.split(":")  # elements a thread for 16-bit dtypes
+        modules.append((name, cupy.RawModule(path=path), int(count)))
+    print("\nrms_norm_backward variants: GPU µs per call (kernel + weight sum), error vs float64")
+    for rows, cols in ((16384, 8192), (4096, 8192)):
+        for dtype, suffix in VARIANT_DTYPES.items():
+            data = tuple(
+                torch.randn(shape, device="cuda").to(getattr(torch, dtype))
+                for shape in ((rows, cols), (cols,), (rows, cols))
+            )
+            x, w, g = (t.double() for t in data)
+            r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS)
+            want_x = r * w * g - x * r.pow(3) * (g * w * x).mean(-1, keepdim=True)
+            want_w = (g * x * r).sum(0)
+            del x, w, g, r
+            moved = 3 * rows * cols * data[0].element_size()
+            for name, module, elements in modules:
+                per_thread = elements if data[0].element_size() == 2 else 16
+                threads = max(64, min(512, 1 << (-(-cols // per_thread) - 1).bit_length()))
+                for grid in (132, 264, 528):
+                    grad_x, grad_w, run = _variant_row(module, suffix, data, threads, grid)
+                    run()
+                    torch.cuda.synchronize()
+                    error_x = ((grad_x.double() - want_x).norm() / want_x.norm()).item()
+                    error_w = ((grad_w.double() - want_w).norm() / want_w.norm()).item()
+                    us = _events_us(run, batches)
+                    print(
+                        f"{dtype:8s} {rows:5d}x{cols} {name:8s} grid {grid:3d} threads "
+                        f"{threads:3d}: {us:8.2f} µs {moved / us / 1e3:6.0f} GB/s  err x "
+                        f"{error_x:.1e} w {error_w:.1e}",
+                        flush=True,
+                    )
+            del data, want_x, want_w
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["host", "workload", "kernels", "variants"])
+    parser.add_argument("specs", nargs="*", help="variants: NAME:CUBIN:ELEMENTS")
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--batches", type=int, default=7)
+    args = parser.parse_args()
+    if args.what == "host":
+        host(args.calls)
+    elif args.what == "workload":
+        workload()
+    elif args.what == "kernels":
+        kernels()
+    else:
+        variants(args.specs, args.batches)
+
+
+if __name__ == "__main__":
+    main()
