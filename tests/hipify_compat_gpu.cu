@@ -283,13 +283,55 @@ __global__ void check_bf16_shuffles(Tally* t) {
   record(t, tried, bad, fa, fb, got, want);
 }
 
+// Integer to bf16 (round to nearest even): every 16-bit value, 32-bit edges around bf16
+// midpoints and 2^24 random values, 64-bit values of random bit length; bits compared.
+__global__ void check_int_to_bf16(Tally* t) {
+  const unsigned long long stride = 1ull * gridDim.x * blockDim.x;
+  const unsigned long long total = 65536ull + kRandom;
+  unsigned long long tried = 0, fa = 0, fb = 0, got = 0, want = 0;
+  bool bad = false;
+  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const unsigned long long r = mix(i ^ 0x1b16);
+    unsigned short mine[6], theirs[6];
+    const short s16 = static_cast<short>(i < 65536 ? i : r);
+    const unsigned short u16 = static_cast<unsigned short>(i < 65536 ? i : r >> 16);
+    // 32-bit: a random word, or one next to a bf16 midpoint (m << k) +- {0, 1}
+    const unsigned mid = ((static_cast<unsigned>(r >> 8) | 0x100u) & 0x1ffu) << ((r >> 20) % 23);
+    const unsigned u32 = (r & 3) == 0 ? mid + static_cast<unsigned>((r >> 40) % 3) - 1u : static_cast<unsigned>(r >> 7);
+    const long long s64 = static_cast<long long>(mix(r) >> ((r >> 50) % 64));
+    const unsigned long long u64 = mix(r + 1) >> ((r >> 56) % 64);
+    mine[0] = kernelpack_compat::bits_bf16(kp___short2bfloat16_rn(s16));
+    theirs[0] = kernelpack_compat::bits_bf16(__short2bfloat16_rn(s16));
+    mine[1] = kernelpack_compat::bits_bf16(kp___ushort2bfloat16_rn(u16));
+    theirs[1] = kernelpack_compat::bits_bf16(__ushort2bfloat16_rn(u16));
+    mine[2] = kernelpack_compat::bits_bf16(kp___int2bfloat16_rn(static_cast<int>(u32)));
+    theirs[2] = kernelpack_compat::bits_bf16(__int2bfloat16_rn(static_cast<int>(u32)));
+    mine[3] = kernelpack_compat::bits_bf16(kp___uint2bfloat16_rn(u32));
+    theirs[3] = kernelpack_compat::bits_bf16(__uint2bfloat16_rn(u32));
+    mine[4] = kernelpack_compat::bits_bf16(kp___ll2bfloat16_rn((r & 4) ? -s64 : s64));
+    theirs[4] = kernelpack_compat::bits_bf16(__ll2bfloat16_rn((r & 4) ? -s64 : s64));
+    mine[5] = kernelpack_compat::bits_bf16(kp___ull2bfloat16_rn(u64));
+    theirs[5] = kernelpack_compat::bits_bf16(__ull2bfloat16_rn(u64));
+    for (int k = 0; k < 6; ++k) {
+      ++tried;
+      if (mine[k] != theirs[k] && !bad) {
+        bad = true; fa = k; fb = r; got = mine[k]; want = theirs[k];
+      } else if (mine[k] != theirs[k]) {
+        atomicAdd(&t->mismatches, 1ull);
+      }
+    }
+  }
+  record(t, tried, bad, fa, fb, got, want);
+}
+
 // Cache-hinted loads and stores: each thread reads element i through both and stores it to two
 // arrays through both; bytes compared on the host.
 template <typename T>
 __global__ void hinted(const T* in, T* out_mine, T* out_theirs, T* stores_mine, T* stores_theirs, size_t n) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  switch (i % 5) {
+  switch (i % 6) {
+    case 5: out_mine[i] = kp___ldg(in + i); out_theirs[i] = __ldg(in + i); break;
     case 0: out_mine[i] = kp___ldcs(in + i); out_theirs[i] = __ldcs(in + i); break;
     case 1: out_mine[i] = kp___ldcg(in + i); out_theirs[i] = __ldcg(in + i); break;
     case 2: out_mine[i] = kp___ldca(in + i); out_theirs[i] = __ldca(in + i); break;
@@ -660,6 +702,7 @@ int main() {
   RUN(check___dp2a_hi_int, "__dp2a_hi(int)") RUN(check___dp2a_hi_unsigned, "__dp2a_hi(unsigned)")
   RUN(check_bf16<true>, "__hmax_nan(bf16)") RUN(check_bf16<false>, "__hmin_nan(bf16)")
   RUN(check_bf16_shuffles, "__shfl/__shfl_xor/__shfl_up/__shfl_down(bf16)")
+  RUN(check_int_to_bf16, "__short2bfloat16_rn/__ushort2bfloat16_rn/__int2bfloat16_rn/__uint2bfloat16_rn/__ll2bfloat16_rn/__ull2bfloat16_rn")
   const size_t n = 1 << 20;
   if (check_hinted<int>("int", n) || check_hinted<float>("float", n) || check_hinted<float2>("float2", n) ||
       check_hinted<float4>("float4", n) || check_hinted<int4>("int4", n) || check_hinted<uint2>("uint2", n) ||

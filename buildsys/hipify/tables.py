@@ -706,6 +706,8 @@ COMPAT_FUNCTIONS = frozenset(
     {f"__{stem}{lanes}" for stem in _SIMD_STEMS.split() for lanes in ("2", "4")}
     | {"__dp4a", "__dp2a_lo", "__dp2a_hi", "__trap", "__hmax_nan", "__hmin_nan"}
     | {"__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv", "__stcs", "__stcg", "__stwb", "__stwt"}
+    | {"__ldg"}
+    | {f"__{t}2bfloat16_rn" for t in ("int", "uint", "short", "ushort", "ll", "ull")}
     | {"atomicCAS", "atomicAdd"}
     | {f"__reduce_{op}_sync" for op in ("add", "min", "max", "and", "or", "xor")}
 )

@@ -236,6 +236,7 @@ __device__ inline void KP_COMPAT(__trap)() { __builtin_trap(); }
 // CUDA's hints (evict-first, L2 only, last use, ...) are performance advice; on AMD each is the
 // plain access, streaming ones non-temporal where the type allows. HIP 6.4 declares only the
 // __half/__half2 loads; these templates cover every other type (non-templates win overloads).
+// __ldg (read-only cache) is the same plain load.
 #define KP_LOAD(name)                                                      \
   template <typename T>                                                    \
   __device__ inline T KP_COMPAT(name)(const T* address) { return *address; }
@@ -247,6 +248,7 @@ KP_LOAD(__ldcg)
 KP_LOAD(__ldca)
 KP_LOAD(__ldlu)
 KP_LOAD(__ldcv)
+KP_LOAD(__ldg)  // HIP 6.4 has __ldg for the built-in and vector types, not for bf16 or bf16x2
 KP_STORE(__stcs)
 KP_STORE(__stcg)
 KP_STORE(__stwb)
@@ -308,6 +310,52 @@ __device__ inline KP_BF16 KP_COMPAT(__hmax_nan)(KP_BF16 a, KP_BF16 b) {
 __device__ inline KP_BF16 KP_COMPAT(__hmin_nan)(KP_BF16 a, KP_BF16 b) {
   return kernelpack_compat::bf16_pick(a, b, false);
 }
+
+// ---- integer to bf16, round to nearest even (__int2bfloat16_rn, __uint2bfloat16_rn, ...) --------
+// Rounded once from the exact integer: going through float would round twice (a 32-bit integer
+// just above a bf16 midpoint can round onto the midpoint in float, then to even).
+namespace kernelpack_compat {
+__host__ __device__ inline unsigned short magnitude_to_bf16(unsigned long long u, bool negative) {
+  const unsigned short sign = negative ? 0x8000 : 0;
+  if (u == 0) {
+    return sign;
+  }
+  int e = 63;
+  while (((u >> e) & 1ull) == 0) {
+    --e;
+  }
+  unsigned long long m = u;
+  if (e > 7) {
+    const int shift = e - 7;
+    m = u >> shift;
+    const unsigned long long rest = u & ((1ull << shift) - 1ull);
+    const unsigned long long half = 1ull << (shift - 1);
+    if (rest > half || (rest == half && (m & 1ull))) {
+      ++m;
+      if (m == 256) {
+        m = 128;
+        ++e;
+      }
+    }
+  } else {
+    m = u << (7 - e);
+  }
+  return static_cast<unsigned short>(sign | ((e + 127) << 7) | (m & 0x7f));
+}
+}  // namespace kernelpack_compat
+#define KP_INT_TO_BF16(name, type)                                                              \
+  __device__ inline KP_BF16 KP_COMPAT(name)(type v) {                                           \
+    const bool negative = v < 0;                                                                \
+    const unsigned long long u = negative ? 0ull - static_cast<unsigned long long>(v)           \
+                                          : static_cast<unsigned long long>(v);                 \
+    return kernelpack_compat::bf16_bits(kernelpack_compat::magnitude_to_bf16(u, negative));     \
+  }
+KP_INT_TO_BF16(__int2bfloat16_rn, int)
+KP_INT_TO_BF16(__uint2bfloat16_rn, unsigned)
+KP_INT_TO_BF16(__short2bfloat16_rn, short)
+KP_INT_TO_BF16(__ushort2bfloat16_rn, unsigned short)
+KP_INT_TO_BF16(__ll2bfloat16_rn, long long)
+KP_INT_TO_BF16(__ull2bfloat16_rn, unsigned long long)
 
 // ---- bf16 shuffles (CUDA's cuda_bf16.h has them; HIP 6.4 has the __half ones only) ----------
 // The 16 bits travel as an unsigned int through the 32-bit shuffle: exact for every pattern.
