@@ -345,17 +345,20 @@ __host__ __device__ inline unsigned short magnitude_to_bf16(unsigned long long u
 }  // namespace kernelpack_compat
 #define KP_INT_TO_BF16(name, type)                                                              \
   __device__ inline KP_BF16 KP_COMPAT(name)(type v) {                                           \
-    const bool negative = v < 0;                                                                \
-    const unsigned long long u = negative ? 0ull - static_cast<unsigned long long>(v)           \
-                                          : static_cast<unsigned long long>(v);                 \
-    return kernelpack_compat::bf16_bits(kernelpack_compat::magnitude_to_bf16(u, negative));     \
+    const unsigned long long u = v < 0 ? 0ull - static_cast<unsigned long long>(v)              \
+                                       : static_cast<unsigned long long>(v);                    \
+    return kernelpack_compat::bf16_bits(kernelpack_compat::magnitude_to_bf16(u, v < 0));        \
+  }
+#define KP_UINT_TO_BF16(name, type)                                                             \
+  __device__ inline KP_BF16 KP_COMPAT(name)(type v) {                                           \
+    return kernelpack_compat::bf16_bits(kernelpack_compat::magnitude_to_bf16(v, false));        \
   }
 KP_INT_TO_BF16(__int2bfloat16_rn, int)
-KP_INT_TO_BF16(__uint2bfloat16_rn, unsigned)
+KP_UINT_TO_BF16(__uint2bfloat16_rn, unsigned)
 KP_INT_TO_BF16(__short2bfloat16_rn, short)
-KP_INT_TO_BF16(__ushort2bfloat16_rn, unsigned short)
+KP_UINT_TO_BF16(__ushort2bfloat16_rn, unsigned short)
 KP_INT_TO_BF16(__ll2bfloat16_rn, long long)
-KP_INT_TO_BF16(__ull2bfloat16_rn, unsigned long long)
+KP_UINT_TO_BF16(__ull2bfloat16_rn, unsigned long long)
 
 // ---- bf16 shuffles (CUDA's cuda_bf16.h has them; HIP 6.4 has the __half ones only) ----------
 // The 16 bits travel as an unsigned int through the 32-bit shuffle: exact for every pattern.
