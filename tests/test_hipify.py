@@ -282,6 +282,15 @@ def test_cooperative_groups_reduce_uses_the_compat_header() -> None:
     assert "#include <kernelpack_hip_compat.h>\n" in result.text and not result.diagnostics
 
 
+def test_cuda_header_guards_tested_as_features() -> None:
+    """cuda-samples' helper_cuda.h defines checkCudaErrors under #ifdef __DRIVER_TYPES_H__ (the
+    guard of a header nvcc always includes): the test must see HIP's header instead."""
+    text = "#ifdef __DRIVER_TYPES_H__\n#define checkCudaErrors(v) (v)\n#endif\n#ifdef __CUDA_RUNTIME_H__\nint x;\n#endif\n"
+    out = hipify_source(text, "helper_cuda.h").text
+    assert "#ifdef HIP_INCLUDE_HIP_DRIVER_TYPES_H\n" in out
+    assert "#ifdef HIP_INCLUDE_HIP_HIP_RUNTIME_H\n" in out
+
+
 def test_warp_reductions_are_findings_only_beside_warp_size() -> None:
     """__reduce_*_sync is a 32-lane reduction: a finding in a file that also uses warpSize (even
     from a helper of its own, as cuda-samples' reduction does), none in a file of 32-lane code."""
