@@ -266,7 +266,12 @@ def hip_file(
     outcome = ToolOutcome()
     scratch.mkdir(parents=True, exist_ok=True)
     source = str(Path(relative))
-    flags = [*COMMON_FLAGS, "-x", "hip", "-DUSE_ROCM", *extra, *project.flags]
+    # the device passes run in their scratch folder: a project's -I folders are named absolutely
+    project_flags = [
+        str(tree / flag) if i > 0 and project.flags[i - 1] == "-I" else flag
+        for i, flag in enumerate(project.flags)
+    ]
+    flags = [*COMMON_FLAGS, "-x", "hip", "-DUSE_ROCM", *extra, *project_flags]
     host = toolchain.run(
         ["hipcc", *flags, "--cuda-host-only", "-c", source, "-o", str(scratch / "host.o")],
         cwd=tree,
@@ -365,6 +370,8 @@ def run_bench(
             scratch.mkdir(parents=True, exist_ok=True)
             started = time.monotonic()
             salt = [path, *project.flags, *targets, str(kernels)]
+            if project.flags:  # results from before -I folders reached the device passes
+                salt.append("include-folders-absolute")
 
             def compute_nvcc() -> dict[str, object]:
                 ok, error, names = nvcc_file(base, project, path, scratch)
