@@ -516,7 +516,8 @@ def markdown(
         if kernels:
             missing = {t: missing_kernels(r, t) for t in targets if r.ours.compiles(t)}
             worst = max((len(m) for m in missing.values()), default=0)
-            row += f" {worst} of {len(r.nvcc_kernels)} |" if r.nvcc_ok else " - |"
+            compiled = bool(missing)  # no AMD object to compare where no target compiled
+            row += f" {worst} of {len(r.nvcc_kernels)} |" if r.nvcc_ok and compiled else " - |"
         lines.append(row)
     return "\n".join(lines) + "\n"
 
