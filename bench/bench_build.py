@@ -44,17 +44,26 @@ def timed(action: Callable[[], object]) -> float:
 
 
 def checked(result: BuildResult) -> BuildResult:
-    if result.count("failed") or result.count("not run"):
-        raise SystemExit(f"build failed: {[o.message for o in result.outcomes if o.message]}")
+    if result.failed:
+        messages = [o.message for o in result.outcomes if o.message] + [result.error]
+        raise SystemExit(f"build failed: {messages}")
     return result
 
 
 def noop_cli_seconds(settings: BuildSettings, repeats: int) -> float:
     """Median wall time of ``python -m buildsys build`` with nothing to do."""
     argv = [
-        sys.executable, "-m", "buildsys", "build", "--sources", str(settings.sources),
-        "--out", str(settings.out), "--cache-dir", str(settings.cache_dir),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "buildsys",
+        "build",
+        "--sources",
+        str(settings.sources),
+        "--out",
+        str(settings.out),
+        "--cache-dir",
+        str(settings.cache_dir),
+    ]
     if settings.vendor:
         argv += ["--vendor", settings.vendor]
     times = []
@@ -110,9 +119,11 @@ def main() -> int:
         sources = work / "kernel_sources"
         shutil.copytree(REPO_ROOT / "kernel_sources", sources)
         full = BuildSettings(
-            sources=sources, out=work / "full", cache_dir=work / "cache-full",
+            sources=sources,
+            out=work / "full",
+            cache_dir=work / "cache-full",
             vendor=None if cuda else "amd",
-        )  # fmt: skip
+        )
         amd_only = replace(full, out=work / "amd", cache_dir=work / "cache-amd", vendor="amd")
 
         cold_full = timed(lambda: checked(build(full, progress=False)))
@@ -148,13 +159,16 @@ def main() -> int:
                 lambda: list(
                     pool.map(
                         lambda m: fat_hipcc(
-                            hip, amd_only.out / "device" / f"{m}.hip", amd_targets,
-                            work / "fatp" / m, compress=False,
+                            hip,
+                            amd_only.out / "device" / f"{m}.hip",
+                            amd_targets,
+                            work / "fatp" / m,
+                            compress=False,
                         ),
                         modules,
                     )
                 )
-            )  # fmt: skip
+            )
 
     load_after = os.getloadavg()[0]
     jobs = len(amd_targets) * len(modules)

@@ -140,9 +140,9 @@ def python_side(folder: Path) -> dict[str, float]:
     signature = kargs.Signature.from_index(
         "add",
         [
-            {"name": "y", "type": "float *"},
-            {"name": "x", "type": "const float *"},
-            {"name": "n", "type": "int"},
+            {"type": "float*", "offset": 0, "size": 8},
+            {"type": "float const*", "offset": 8, "size": 8},
+            {"type": "int", "offset": 16, "size": 4},
         ],
     )
 
@@ -161,10 +161,12 @@ def python_side(folder: Path) -> dict[str, float]:
     }
     native = native_module()
     if native is not None:
+        binding = launching.DeviceBinding(
+            1, lib.noop_current, lib.noop_push, lib.noop_current, 0xC0FFEE
+        )
         launchers["native"] = launching.native_launch(
-            native.Launcher, lib.noop_launch, 1, signature, fail, binding=1, get_current=lib.noop_current,
-            enter=lib.noop_push, leave=lib.noop_current, context=0xC0FFEE,
-        )  # fmt: skip
+            native.Launcher, lib.noop_launch, 1, signature, fail, binding
+        )
     results: dict[str, float] = {}
     y, x = ArrayInterface(0x7F00_0000_0000), ArrayInterface(0x7F00_0001_0000)
     for binding, launch in launchers.items():
@@ -197,8 +199,13 @@ def gpu_launch(index: Any, root: Path, folder: Path) -> dict[str, Any]:
 
     bindings = ["native", "ctypes"] if native_module() is not None else ["ctypes"]
     for binding in bindings:
-        loader = Loader(index=index, root=root, runtimes=lambda v, b=binding: CudaRuntime(binding=b),
-                        cache=DiskCache(folder / "cache"), fragments=list)  # fmt: skip
+        loader = Loader(
+            index=index,
+            root=root,
+            runtimes=lambda v, b=binding: CudaRuntime(binding=b),
+            cache=DiskCache(folder / "cache"),
+            fragments=list,
+        )
         kernel = loader.load("demo").kernel("add")
         yp, xp = y.data_ptr(), x.data_ptr()
         results[f"kernelpack {binding}, torch tensors"] = per_launch(
@@ -345,10 +352,20 @@ def child_run(
     site: Path, module: str, cache: Path, mode: str = "time"
 ) -> subprocess.CompletedProcess[str]:
     """One fresh process over the installed package (the driver's own PTX cache turned off)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
-               KERNELPACK_CACHE_DIR=str(cache), CUDA_CACHE_DISABLE="1", PYTHONWARNINGS="ignore")  # fmt: skip
-    return subprocess.run([sys.executable, "-c", CHILD, module, mode], capture_output=True, text=True,
-                          env=env, cwd=tempfile.gettempdir())  # fmt: skip
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+        KERNELPACK_CACHE_DIR=str(cache),
+        CUDA_CACHE_DISABLE="1",
+        PYTHONWARNINGS="ignore",
+    )
+    return subprocess.run(
+        [sys.executable, "-c", CHILD, module, mode],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tempfile.gettempdir(),
+    )
 
 
 def first_load(site: Path, folder: Path, repeats: int = 5) -> dict[str, Any]:

@@ -360,7 +360,7 @@ def host_rows(liger: Any) -> dict[str, dict[str, float]]:
         "silu_and_mul": lambda x: mlp.silu_and_mul(x, out=out),
         "rms_norm": lambda x, w: mlp.rms_norm(x, w, EPS, out=out),
     }
-    kernel = mlp_launch.load_kernel("cuda:0", "swiglu_bf16")
+    kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("swiglu", "bfloat16"))
     grid, block = mlp_launch.swiglu_geometry(4096, "bfloat16")
     addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
     stream = int(torch.cuda.current_stream().cuda_stream)

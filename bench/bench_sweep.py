@@ -53,10 +53,24 @@ def main() -> None:
         for gpus in sorted({1, options.gpus}):
             started = time.perf_counter()
             done = subprocess.run(
-                [sys.executable, "-m", "kernelpack", "sweep", "run", str(spec), "--out",
-                 f"{scratch}/out{gpus}", "--workers", str(gpus), "--json"],
-                env=env, capture_output=True, text=True, check=False,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "kernelpack",
+                    "sweep",
+                    "run",
+                    str(spec),
+                    "--out",
+                    f"{scratch}/out{gpus}",
+                    "--workers",
+                    str(gpus),
+                    "--json",
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             wall = time.perf_counter() - started
             if done.returncode != 0:
                 sys.exit(f"sweep on {gpus} GPU(s) failed: {done.stderr[-2000:]}")
@@ -64,8 +78,9 @@ def main() -> None:
             print(json.dumps(summary), file=sys.stderr, flush=True)
             rate = summary["steady_triples_per_second"]
             base = base or rate
-            lines.append(f"| {gpus} | {summary['walks']:,} | {wall:.1f} | {rate:.3g} | "
-                         f"{rate / base:.2f}x |")  # fmt: skip
+            lines.append(
+                f"| {gpus} | {summary['walks']:,} | {wall:.1f} | {rate:.3g} | {rate / base:.2f}x |"
+            )
     print("\n".join(lines))
 
 

@@ -111,9 +111,11 @@ def package_files(work: Path) -> dict[str, bytes]:
     return {
         f"kernelpack/{p.relative_to(root)}": p.read_bytes()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".so", ".c")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and p.suffix in (".py", ".so", ".c")
         and p.name != "_index.py"
-    }  # fmt: skip
+    }
 
 
 def make_wheels(work: Path, out: Path) -> dict[str, Path]:
@@ -158,8 +160,13 @@ def make_wheels(work: Path, out: Path) -> dict[str, Path]:
     device.update(
         {f"kernelpack_device_sm90/{n}": d for n, d in device_files.items() if "sm_90" in n}
     )
-    device_wheel = write_wheel(dist / "split", device, "kernelpack_device_sm90", "py3-none-any",
-                               "[kernelpack.device]\nsm90 = kernelpack_device_sm90\n")  # fmt: skip
+    device_wheel = write_wheel(
+        dist / "split",
+        device,
+        "kernelpack_device_sm90",
+        "py3-none-any",
+        "[kernelpack.device]\nkernelpack.sm90 = kernelpack_device_sm90\n",
+    )
 
     sites = {"fat": work / "site-fat", "split": work / "site-split"}
     # compiled to bytecode as pip does by default: the import times are those of a real install
@@ -184,8 +191,23 @@ def run_tests(work: Path, out: Path) -> int:
         "tests/test_cache.py",
     ]
     with open(out / "pytest.log", "w") as file:
-        done = subprocess.run([sys.executable, "-m", "pytest", *tests, "-q", "-rs", "-p", "no:cacheprovider", "--durations=8"],
-                              cwd=work, env=env, stdout=file, stderr=subprocess.STDOUT)  # fmt: skip
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                *tests,
+                "-q",
+                "-rs",
+                "-p",
+                "no:cacheprovider",
+                "--durations=8",
+            ],
+            cwd=work,
+            env=env,
+            stdout=file,
+            stderr=subprocess.STDOUT,
+        )
     tail = (out / "pytest.log").read_text().splitlines()[-25:]
     log(out, "pytest:\n" + "\n".join(tail))
     return done.returncode
@@ -193,8 +215,13 @@ def run_tests(work: Path, out: Path) -> int:
 
 def run_bench(work: Path, out: Path, site: Path) -> None:
     with open(out / "bench.log", "w") as file:
-        subprocess.run([sys.executable, "bench/bench_launch.py", "--out", str(out), "--site", str(site)],
-                       cwd=work, stdout=file, stderr=subprocess.STDOUT, check=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "bench/bench_launch.py", "--out", str(out), "--site", str(site)],
+            cwd=work,
+            stdout=file,
+            stderr=subprocess.STDOUT,
+            check=True,
+        )
 
 
 def split_install(work: Path, out: Path, site: Path) -> dict[str, Any]:

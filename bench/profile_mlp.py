@@ -64,7 +64,7 @@ def host(calls: int) -> None:
     torch_ops.register()
     mlp.swiglu(gate, up)  # the plan for (bfloat16, cuda:0)
     plan = mlp.torch_plan(gate)
-    kernel = mlp_launch.load_kernel("cuda:0", "swiglu_bf16")
+    kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("swiglu", "bfloat16"))
     grid, block = mlp_launch.swiglu_geometry(4096, "bfloat16")
     addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
     raw = torch._C._cuda_getCurrentRawStream

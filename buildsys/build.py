@@ -16,26 +16,29 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kernelpack.errors import UsageError
 from kernelpack.images import KINDS_OF_VENDOR
+from kernelpack.index import KernelParam
 
 from .cache import BuildCache
-from .errors import HipifyError, ToolchainError
+from .discovery import (
+    ImageKernels,
+    check_missing,
+    demangle,
+    find_demangler,
+    missing_kernels,
+    name_kernels,
+    object_kernels,
+)
+from .errors import BuildError, HipifyError, ToolchainError
 from .findings import Finding, blocking, explaining, files_of, parse_findings
-from .index_writer import ModuleSources, package_files, shard_manifest, write_output
+from .index_writer import BuiltImage, ModuleSources, package_files, shard_manifest, write_output
 from .jobs import BuildResult, Job, Outcome, hip_main
 from .matrix import Matrix, MatrixTarget, load_matrix
-from .modules import (
-    INCLUDE_DIR,
-    KernelModule,
-    extra_include_dir,
-    inline_includes,
-    parse_kernels,
-    read_tree,
-)
+from .modules import INCLUDE_DIR, KernelModule, extra_include_dir, inline_includes, read_tree
 from .report import failure_error, print_summary
 from .scheduler import JobPlan, run_jobs
 from .settings import BuildSettings, check_writable_folder, resolve_settings
@@ -66,7 +69,7 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
         sources.append(
             ModuleSources(
                 name=module.name,
-                kernels=parse_kernels(cuda, module.main),
+                kernels={},
                 cuda=cuda,
                 hip=inline_includes(hip_tree, hip_main(module.main)),
             )
@@ -84,7 +87,6 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
         flags=settings.flags,
         extra=lambda job: compile_extras(settings, include_folders, job),
         toolchains=toolchains,
-        kernels={s.name: s.kernels for s in sources},
         jobs=settings.jobs,
         keep_going=settings.keep_going,
     )
@@ -94,12 +96,17 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
         outcomes = run_jobs(jobs, plan, cache, trees, progress=progress)
     outcomes = [_with_hint(o, findings) for o in outcomes]
     result = BuildResult(outcomes, settings.out)
-    if result.count("failed") or result.count("not run"):
+    if result.failed:
         return result
+    built = [o.image for o in outcomes if o.image is not None]
+    named, kernel_params, result = _discover(settings, built, targets, toolchains, result)
+    if result.failed:
+        return result
+    sources = [dataclasses.replace(s, kernels=kernel_params.get(s.name, {})) for s in sources]
     used_kinds = sorted({t.kind for t in targets})
     files, index = package_files(
         sources,
-        [o.image for o in outcomes if o.image is not None],
+        named,
         compress=settings.compress,
         version=settings.version,
         toolchains={tc.kind: f"{tc.name} {tc.version}" for tc in toolchains.values()},
@@ -114,6 +121,46 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
             "name a writable folder with --out DIR"
         ) from None
     return result
+
+
+def _discover(
+    settings: BuildSettings,
+    built: Sequence[BuiltImage],
+    targets: Sequence[MatrixTarget],
+    toolchains: Mapping[str, Toolchain],
+    result: BuildResult,
+) -> tuple[list[BuiltImage], dict[str, dict[str, list[KernelParam]]], BuildResult]:
+    """The images with their kernels named (buildsys.discovery), each module's kernel layouts,
+    and the result with the kernel-by-target table; its ``error`` says which kernels some targets
+    lack, unless the project allows it (allow-missing-kernels)."""
+    found = [
+        ImageKernels(i.module, i.vendor, i.target, object_kernels(i.kind, i.data, i.target)[1])
+        for i in built
+    ]
+    symbols = {k.symbol for image in found for k in image.kernels}
+    demangled = demangle(symbols, find_demangler(toolchains.values()))
+    order = [t.target for t in targets]
+    modules = name_kernels(found, demangled, order)
+    named = [
+        dataclasses.replace(
+            image,
+            kernels=modules[image.module].resources[image.target],
+            symbols=modules[image.module].symbols[image.target],
+        )
+        for image in built
+    ]
+    table = {name: dict(sorted(m.targets.items())) for name, m in sorted(modules.items())}
+    error = ""
+    try:
+        check_missing(
+            missing_kernels(modules, order),
+            settings.allow_missing_kernels,
+            f"{settings.project / 'pyproject.toml'} [tool.kernelpack]",
+        )
+    except BuildError as problem:
+        error = str(problem)
+    result = dataclasses.replace(result, kernel_targets=table, targets=order, error=error)
+    return named, {name: m.params for name, m in modules.items()}, result
 
 
 def _stop_on_hipify_errors(
@@ -238,6 +285,6 @@ def main_build(args: argparse.Namespace) -> int:
     settings = resolve_settings(args, command="build")
     result = build(settings, progress=True)
     print_summary(result, as_json=bool(getattr(args, "json", False)))
-    if result.count("failed") or result.count("not run"):
+    if result.failed:
         raise failure_error(result)
     return 0

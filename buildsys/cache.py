@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# atomic_write is re-exported: buildsys.hipify.cli imports it from here.
-from kernelpack.atomic import atomic_write as atomic_write
+from kernelpack.atomic import atomic_write
 from kernelpack.errors import UsageError
 
 # A manifest keeps the newest entries for one job key: enough to switch between a few branches

@@ -22,14 +22,14 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
 from kernelpack.atomic import atomic_folder, atomic_write
 from kernelpack.errors import FormatError
-from kernelpack.formats import compress_bundle, read_bundle, write_bundle
-from kernelpack.images import IMAGE_FILE_SUFFIXES, IMAGE_KINDS, KINDS_BY_NAME
+from kernelpack.formats import BundleEntry, compress_bundle, read_bundle, write_bundle
+from kernelpack.images import IMAGE_FILE_SUFFIXES, IMAGE_KINDS, KINDS_BY_NAME, read_image
 from kernelpack.index import SCHEMA_VERSION, BuildFacts, Image, Index, KernelParam, KernelResources
 
 from .cache import sha256_hex
@@ -46,7 +46,8 @@ DEVICE_SUFFIXES = (*IMAGE_FILE_SUFFIXES, ".cu", ".hip")
 
 @dataclass(frozen=True)
 class ModuleSources:
-    """What a module contributes besides images: its kernels and self-contained sources."""
+    """What a module contributes besides images: its kernels (name -> parameter layout, as
+    buildsys.discovery found them in the objects) and self-contained sources."""
 
     name: str
     kernels: Mapping[str, list[KernelParam]]
@@ -70,7 +71,8 @@ class BuiltImage:
     target: str
     kind: str  # "code_object", "cubin" or "ptx"
     data: bytes
-    kernels: Mapping[str, KernelResources]
+    kernels: Mapping[str, KernelResources]  # by kernel name (by symbol before discovery named them)
+    symbols: Mapping[str, str] = field(default_factory=dict)  # kernel name -> symbol
 
     @property
     def order(self) -> tuple[int, str]:
@@ -155,6 +157,7 @@ def _image(image: BuiltImage, file: str, offset: int, size: int, compression: st
         "sha256": sha256_hex(image.data),
         "compression": compression,  # type: ignore[typeddict-item]
         "kernels": {name: dict(r) for name, r in sorted(image.kernels.items())},  # type: ignore[misc]
+        "symbols": dict(sorted(image.symbols.items())),
     }
 
 
@@ -216,6 +219,22 @@ def read_index(text: str, path: str = INDEX_FILE) -> Index:
 
 # ---------------------------------------------------------------------------------------------
 # Writing an output folder
+
+
+def read_built_images(folder: Path, index: Index, *, remedy: str) -> list[BuiltImage]:
+    """Every image of a build output folder (a shard to merge, the build wheels repack) read back
+    through its index, each checked against its sha256 (kernelpack.images.read_image, which names
+    ``remedy`` when one is damaged)."""
+    images = []
+    for name, module in sorted(index["modules"].items()):
+        bundles: dict[Path, list[BundleEntry]] = {}
+        for image in module["images"]:
+            data = read_image(folder, image, remedy=remedy, bundles=bundles)
+            kind, kernels, symbols = image["kind"], image["kernels"], image["symbols"]
+            images.append(
+                BuiltImage(name, image["vendor"], image["target"], kind, data, kernels, symbols)
+            )
+    return images
 
 
 def shard_manifest(index: Index, targets: Sequence[str]) -> dict[str, object]:

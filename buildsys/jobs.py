@@ -4,20 +4,19 @@ A job compiles one module's one translation unit for one target: hipcc per AMD t
 only, one code object), nvcc per NVIDIA sm target (a cubin) and per PTX target. Its command names
 only paths inside the source tree, relative to the module's folder, so neither the command (part
 of the cache key) nor the object depends on where the tree was written; the object is then read
-back with kernelpack.formats and checked against the module's source.
+back (buildsys.discovery) and its target checked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelpack.errors import KernelpackError
-from kernelpack.formats import read_code_object, read_cubin, read_ptx
 from kernelpack.images import KINDS_BY_NAME
-from kernelpack.index import KernelResources
 
+from .discovery import object_kernels
 from .index_writer import BuiltImage
 from .matrix import MatrixTarget
 from .modules import KernelModule
@@ -65,9 +64,18 @@ class Outcome:
 class BuildResult:
     outcomes: list[Outcome]
     out: Path
+    # per module, kernel name -> the targets whose objects define it (buildsys.discovery)
+    kernel_targets: Mapping[str, Mapping[str, Sequence[str]]] = field(default_factory=dict)
+    targets: Sequence[str] = ()
+    error: str = ""  # a failure found after compiling (kernels missing from some targets)
 
     def count(self, status: str) -> int:
         return sum(o.status == status for o in self.outcomes)
+
+    @property
+    def failed(self) -> bool:
+        """Whether nothing was written: a job failed or did not run, or the kernels disagree."""
+        return bool(self.count("failed") or self.count("not run") or self.error)
 
 
 def hip_main(main: str) -> str:
@@ -91,49 +99,25 @@ def compile_argv(
     source = job.source.rsplit("/", 1)[-1]
     if job.tree_name == "hip":
         # -cuid: clang otherwise derives the translation unit's id from the output path, which
-        # would make the object depend on where it was built.
-        return [
-            "hipcc", *flags, f"-cuid={job.module.name}", f"--offload-arch={job.target.target}",
-            *extra, "-Xclang", "-dependency-file", "-Xclang", depfile, "-Xclang", "-MT",
-            "-Xclang", output, source, "-o", output,
-        ]  # fmt: skip
+        # would make the object depend on where it was built. The depfile options are clang's own,
+        # each passed through hipcc by -Xclang.
+        hip_target = [f"-cuid={job.module.name}", f"--offload-arch={job.target.target}"]
+        clang = ["-dependency-file", depfile, "-MT", output]
+        hip_depfile = [part for option in clang for part in ("-Xclang", option)]
+        return ["hipcc", *flags, *hip_target, *extra, *hip_depfile, source, "-o", output]
     # cicc names internal-linkage symbols (_INTERNAL_<hash>, __nv_static_<hash>) after a hash of
     # the source's absolute path: the tree path in its place makes cold builds byte-identical.
-    return [
-        "nvcc", *flags, f"-arch={job.target.target}", *extra,
-        f"-Xcicc=--orig_src_path_name={job.source}", "-MMD", "-MF", depfile, source, "-o", output,
-    ]  # fmt: skip
+    source_path = f"-Xcicc=--orig_src_path_name={job.source}"
+    depfile_options = ["-MMD", "-MF", depfile]
+    target = f"-arch={job.target.target}"
+    return ["nvcc", *flags, target, *extra, source_path, *depfile_options, source, "-o", output]
 
 
-def read_kernels(kind: str, data: bytes, name: str) -> tuple[str, dict[str, KernelResources]]:
-    """An object's target, as the matrix names it, and its kernels' resources (kernelpack.formats).
-
-    PTX carries no resource figures before the driver compiles it: its kernels get zeros, and the
-    warp size every NVIDIA GPU has.
-    """
-    if KINDS_BY_NAME[kind].vendor == "amd":
-        code_object = read_code_object(data, name)
-        return str(code_object.target), code_object.resources()
-    if kind == "cubin":
-        cubin = read_cubin(data, name)
-        return cubin.target, cubin.resources()
-    ptx = read_ptx(data, name)
-    unknown = KernelResources(
-        registers=0, sgpr=0, agpr=0, lds=0, scratch=0, spills=0, wavefront=32, max_workgroup=0
-    )
-    return ptx.compute_target, {entry: unknown.copy() for entry in ptx.entries}
-
-
-def finish(
-    job: Job,
-    status: str,
-    seconds: float,
-    data: bytes,
-    kernels: Mapping[str, Mapping[str, object]],
-) -> Outcome:
-    """Read the object's kernels and check them against the module's source."""
+def finish(job: Job, status: str, seconds: float, data: bytes) -> Outcome:
+    """Read the object's kernels (buildsys.discovery) and check its target; the kernels are named
+    and checked across targets once every job is done (buildsys.build)."""
     try:
-        target, resources = read_kernels(job.kind, data, job.output)
+        target, kernels = object_kernels(job.kind, data, job.output)
     except KernelpackError as error:
         return Outcome(
             job, "failed", seconds, message=f"the compiler's output is unreadable: {error}"
@@ -142,15 +126,7 @@ def finish(
         return Outcome(
             job, "failed", seconds, message=f"the object is for {target}, not {job.target.target}"
         )
-    missing = sorted(set(kernels[job.module.name]) - set(resources))
-    if missing:
-        return Outcome(
-            job,
-            "failed",
-            seconds,
-            message=f"kernels {', '.join(missing)} of the source are not in the {job.target.target} "
-            "object (left out by a preprocessor condition?)",
-        )
+    resources = {kernel.symbol: kernel.resources for kernel in kernels}
     image = BuiltImage(
         job.module.name, job.target.vendor, job.target.target, job.kind, data, resources
     )

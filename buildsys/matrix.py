@@ -20,15 +20,14 @@ from pathlib import Path
 from typing import Literal
 
 from kernelpack.errors import UsageError
+from kernelpack.images import KindName
 from kernelpack.processors import AMD_BY_NAME, AMD_FAMILIES, NVIDIA_BY_NAME
-from kernelpack.targets import TargetId, suggest
+from kernelpack.targets import TargetId, suggest, written_kind
 
 from . import REPO_ROOT
 from .errors import MatrixError
 
 DEFAULT_MATRIX = REPO_ROOT / "arch_matrix.toml"
-
-Kind = Literal["code_object", "cubin", "ptx"]
 
 # The schema of arch_matrix.toml: table -> key -> what the key holds.
 _SCHEMA: dict[str, tuple[str, ...]] = {"amd": ("targets",), "nvidia": ("targets", "ptx")}
@@ -56,7 +55,7 @@ class MatrixTarget:
 
     vendor: Literal["amd", "nvidia"]
     target: str  # canonical: "gfx90a:xnack+", "sm_90", "compute_80"
-    kind: Kind
+    kind: KindName
     source: str  # what the file said ("gfx110X" for a target that came from a family)
 
     @property
@@ -165,11 +164,8 @@ def load_matrix(path: Path | None = None) -> Matrix:
 
 
 def _vendor_of(name: str) -> str:
-    if name.startswith("sm_"):
-        return "nvidia"
-    if name.startswith("compute_"):
-        return "ptx"
-    return "amd"
+    """The matrix table a name written on the command line belongs to (amd, nvidia or ptx)."""
+    return {"amd": "amd", "sm": "nvidia", "compute": "ptx"}[written_kind(name)]
 
 
 def _expand(location: str, name: str, vendor: str) -> Iterable[MatrixTarget]:

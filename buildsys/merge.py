@@ -13,24 +13,24 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernelpack._console import print_json, print_table
 from kernelpack.errors import UsageError
-from kernelpack.formats import BundleEntry
-from kernelpack.images import read_image
-from kernelpack.index import Index
+from kernelpack.index import Index, KernelParam
 
 from .cache import sha256_hex
+from .discovery import check_missing
 from .index_writer import (
     INDEX_FILE,
     SHARD_FILE,
     BuiltImage,
     ModuleSources,
     package_files,
+    read_built_images,
     read_index,
     write_output,
 )
@@ -114,9 +114,10 @@ def _check_consistent(first: Shard, other: Shard) -> None:
         raise UsageError(f"inconsistent shards {pair}: versions {a['version']} and {b['version']}")
     if a["sources"] != b["sources"]:
         modules = sorted(
-            m for m in set(a["sources"]) | set(b["sources"])
+            m
+            for m in set(a["sources"]) | set(b["sources"])
             if a["sources"].get(m) != b["sources"].get(m)
-        )  # fmt: skip
+        )
         raise UsageError(
             f"inconsistent shards {pair}: built from other sources (modules {', '.join(modules)}); "
             "rebuild every shard from one commit"
@@ -131,14 +132,23 @@ def _check_consistent(first: Shard, other: Shard) -> None:
 
 
 def merge(
-    shard_paths: Sequence[Path], out: Path, *, matrix: Path | None = None, compress: bool = True
+    shard_paths: Sequence[Path],
+    out: Path,
+    *,
+    matrix: Path | None = None,
+    compress: bool = True,
+    allow_missing_kernels: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Shard]:
-    """Check the shards against each other and the matrix, then write the merged output."""
+    """Check the shards against each other and the matrix, then write the merged output.
+
+    Each shard checked its own targets' kernels; across shards, a kernel that some targets lack
+    is a BuildError unless ``allow_missing_kernels`` lists it (as in a build)."""
     shards = [read_shard(path) for path in shard_paths]
     if not shards:
         raise UsageError("merge: name at least one shard folder")
     check_shards(shards, [t.target for t in load_matrix(matrix).targets])
     first = shards[0]
+    kernels = _merged_kernels(shards)
     modules: list[ModuleSources] = []
     for name, module in sorted(first.index["modules"].items()):
         cuda = _read_checked(first.path, module["source"], module["source_sha256"])
@@ -146,7 +156,7 @@ def merge(
         modules.append(
             ModuleSources(
                 name=name,
-                kernels=module["kernels"],
+                kernels=kernels[name],
                 cuda=cuda.decode("utf-8"),
                 hip=(first.path / hip_file).read_text(encoding="utf-8"),
             )
@@ -157,20 +167,8 @@ def merge(
     for shard in shards:
         toolchains.update(shard.manifest["toolchains"])
         flags.update(shard.manifest["flags"])
-        for name, module in sorted(shard.index["modules"].items()):
-            bundles: dict[Path, list[BundleEntry]] = {}
-            for image in module["images"]:
-                data = read_image(shard.path, image, remedy=REBUILD_SHARD, bundles=bundles)
-                images.append(
-                    BuiltImage(
-                        name,
-                        image["vendor"],
-                        image["target"],
-                        image["kind"],
-                        data,
-                        image["kernels"],
-                    )
-                )
+        images += read_built_images(shard.path, shard.index, remedy=REBUILD_SHARD)
+    _check_kernels_across(images, allow_missing_kernels or {})
     files, index = package_files(
         modules,
         images,
@@ -183,6 +181,43 @@ def merge(
         raise UsageError(f"{first.path}: its device sources do not match its {SHARD_FILE}")
     write_output(out, files, index, shard=None)
     return shards
+
+
+def _check_kernels_across(
+    images: Sequence[BuiltImage], allowed: Mapping[str, Sequence[str]]
+) -> None:
+    """A BuildError naming the kernels that some targets of the merged images lack."""
+    targets: dict[str, list[str]] = {}
+    present: dict[str, dict[str, set[str]]] = {}
+    for image in images:
+        targets.setdefault(image.module, []).append(image.target)
+        for kernel in image.symbols:
+            present.setdefault(image.module, {}).setdefault(kernel, set()).add(image.target)
+    missing = {
+        module: {
+            kernel: [t for t in targets[module] if t not in have]
+            for kernel, have in sorted(kernels.items())
+            if len(have) < len(set(targets[module]))
+        }
+        for module, kernels in sorted(present.items())
+    }
+    check_missing(missing, allowed, "the project's [tool.kernelpack]")
+
+
+def _merged_kernels(shards: Sequence[Shard]) -> dict[str, dict[str, list[KernelParam]]]:
+    """Per module, the kernels of every shard (a kernel allowed to miss some targets may be in one
+    shard only); one name with two layouts is a UsageError."""
+    merged: dict[str, dict[str, list[KernelParam]]] = {}
+    for shard in shards:
+        for name, module in shard.index["modules"].items():
+            kernels = merged.setdefault(name, {})
+            for kernel, params in module["kernels"].items():
+                if kernels.setdefault(kernel, params) != params:
+                    raise UsageError(
+                        f"inconsistent shards: kernel {kernel} of module {name} has another "
+                        f"parameter layout in {shard.path}; rebuild every shard from one commit"
+                    )
+    return {name: dict(sorted(kernels.items())) for name, kernels in merged.items()}
 
 
 def _read_checked(folder: Path, relative: str, digest: str) -> bytes:
@@ -205,7 +240,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main_merge(args: argparse.Namespace) -> int:
     settings = resolve_settings(args, command="merge")
     check_writable_folder(settings.out.parent, "out")
-    shards = merge(args.shards, settings.out, matrix=settings.matrix, compress=settings.compress)
+    shards = merge(
+        args.shards,
+        settings.out,
+        matrix=settings.matrix,
+        compress=settings.compress,
+        allow_missing_kernels=settings.allow_missing_kernels,
+    )
     report = [{"shard": str(s.path), "targets": s.targets} for s in shards]
     if args.json:
         print_json({"out": str(settings.out), "shards": report})

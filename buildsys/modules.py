@@ -1,4 +1,4 @@
-"""Kernel modules: the folders of kernel_sources/, their files, their kernels and parameter lists.
+"""Kernel modules: the folders of kernel_sources/ and their files.
 
 Each folder of the sources root (``kernel_sources/`` unless a caller names another) is one module,
 compiled from its one ``.cu`` file into one code object per target; ``include/`` holds the device
@@ -7,10 +7,8 @@ root-relative paths to text, because the builder hashes, hipifies and inlines th
 touching the disk again, and names files in every output by these relative paths only (never by
 where this checkout lives).
 
-A module's kernels are its ``extern "C" __global__`` functions (C linkage keeps their symbol names
-plain, so the loader finds them by name). Their parameter lists go into the index so that a launch
-can be checked; they are read off the module's self-contained source with comments, strings and
-preprocessor lines blanked out.
+A module's kernels are not read from here: they are what its compiled objects define
+(buildsys.discovery), so kernels written through macros and templates count like any other.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelpack.errors import UsageError
-from kernelpack.index import KernelParam
 
 INCLUDE_DIR = "include"
 # Tree folder of the project's extra include folders (settings include_dirs): the n-th one's files
@@ -165,196 +162,3 @@ def inline_includes(tree: SourceTree, main: str) -> str:
         return pieces
 
     return f'#line 1 "{main}"\n' + "".join(expand(main, (main,)))
-
-
-# ---------------------------------------------------------------------------------------------
-# Kernels and their C parameter lists
-
-_BLANKED = re.compile(
-    r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|^[ \t]*\#(?:[^\n]*\\\n)*[^\n]*""",
-    re.DOTALL | re.MULTILINE,
-)
-_EXTERN_C = re.compile(r'\bextern\s*"C"')
-_ATTRIBUTE_CALLS = re.compile(r"\b(?:__launch_bounds__|__attribute__|__declspec|alignas)\s*\(")
-_TOKEN = re.compile(r"[A-Za-z_]\w*|::|\S")
-_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
-# Words that end a type, so a parameter written without a name ("int") is not read as a name.
-_TYPE_WORDS = frozenset(
-    {
-        "char",
-        "short",
-        "int",
-        "long",
-        "float",
-        "double",
-        "bool",
-        "signed",
-        "unsigned",
-        "const",
-        "volatile",
-        "void",
-        "size_t",
-        "half",
-        "__half",
-        "__nv_bfloat16",
-    }
-)
-# Qualifiers that promise the compiler something but do not change how an argument is passed.
-_IGNORED_QUALIFIERS = frozenset({"__restrict__", "__restrict", "restrict"})
-
-
-def _blank(match: re.Match[str]) -> str:
-    """Comments, literals and preprocessor lines become spaces, keeping "C" of extern "C"."""
-    text = match.group(0)
-    if text == '"C"':
-        return text
-    return re.sub(r"[^\n]", " ", text)
-
-
-def parse_kernels(source: str, path: str) -> dict[str, list[KernelParam]]:
-    """Kernel name -> parameter list for each ``extern "C" __global__`` function defined in
-    ``source``, sorted by name (declarations without a body are not kernels of this module)."""
-    code = _BLANKED.sub(_blank, source)
-    kernels: dict[str, list[KernelParam]] = {}
-    for match in _EXTERN_C.finditer(code):
-        after = match.end()
-        while after < len(code) and code[after].isspace():
-            after += 1
-        if code.startswith("{", after):
-            close = _matching(code, after, "{", "}", path)
-            for start in _declaration_starts(code, after + 1, close):
-                _add_kernel(kernels, code, start, path)
-        else:
-            _add_kernel(kernels, code, after, path)
-    return dict(sorted(kernels.items()))
-
-
-def _declaration_starts(code: str, start: int, stop: int) -> list[int]:
-    """Where each top-level declaration inside an ``extern "C" { ... }`` block starts."""
-    starts = [start]
-    index = start
-    while index < stop:
-        char = code[index]
-        if char == "{":
-            index = _matching(code, index, "{", "}", "")
-            starts.append(index + 1)
-        elif char == "(":
-            index = _matching(code, index, "(", ")", "")
-        elif char == ";":
-            starts.append(index + 1)
-        index += 1
-    return starts
-
-
-def _matching(text: str, start: int, opening: str, closing: str, path: str) -> int:
-    depth = 0
-    for index in range(start, len(text)):
-        if text[index] == opening:
-            depth += 1
-        elif text[index] == closing:
-            depth -= 1
-            if depth == 0:
-                return index
-    line = text.count("\n", 0, start) + 1
-    raise UsageError(f"{path}:{line}: unbalanced {opening!r}")
-
-
-def _add_kernel(kernels: dict[str, list[KernelParam]], code: str, start: int, path: str) -> None:
-    """Parse the declaration starting at ``start``: a kernel when it holds ``__global__`` and a
-    body follows its parameter list."""
-    end = start
-    while end < len(code) and code[end] not in "{;}":
-        if code[end] == "(":
-            end = _matching(code, end, "(", ")", path)
-        end += 1
-    if end >= len(code) or code[end] != "{":
-        return
-    header = _strip_attribute_arguments(code[start:end], path).rstrip()
-    if "__global__" not in _TOKEN.findall(header) or not header.endswith(")"):
-        return
-    first = end - len(code[start:end].lstrip())
-    line = code.count("\n", 0, first) + 1
-    close = len(header) - 1
-    depth = 0
-    open_paren = close
-    for index in range(close, -1, -1):
-        if header[index] == ")":
-            depth += 1
-        elif header[index] == "(":
-            depth -= 1
-            if depth == 0:
-                open_paren = index
-                break
-    name_match = re.search(r"([A-Za-z_]\w*)\s*$", header[:open_paren])
-    if name_match is None:
-        raise UsageError(f'{path}:{line}: cannot read the name of an extern "C" __global__ kernel')
-    name = name_match.group(1)
-    params = _parse_params(header[open_paren + 1 : close], path, line, name)
-    if name in kernels and kernels[name] != params:
-        raise UsageError(f"{path}:{line}: kernel {name} defined twice with different parameters")
-    kernels[name] = params
-
-
-def _strip_attribute_arguments(header: str, path: str) -> str:
-    """Remove ``__launch_bounds__(256)``, ``__attribute__((...))`` and the like, which sit
-    between the return type and the name and would otherwise look like parameter lists."""
-    while True:
-        match = _ATTRIBUTE_CALLS.search(header)
-        if match is None:
-            return header
-        close = _matching(header, match.end() - 1, "(", ")", path)
-        header = header[: match.start()] + " " + header[close + 1 :]
-
-
-def _parse_params(text: str, path: str, line: int, kernel: str) -> list[KernelParam]:
-    pieces = _split_top_level(text)
-    if pieces in ([""], ["void"]):
-        return []
-    params: list[KernelParam] = []
-    for position, piece in enumerate(pieces):
-        declaration = piece.split("=", 1)[0]
-        tokens = [t for t in _TOKEN.findall(declaration) if t not in _IGNORED_QUALIFIERS]
-        if not tokens:
-            raise UsageError(f"{path}:{line}: kernel {kernel}: parameter {position + 1} is empty")
-        named = len(tokens) > 1 and _IDENTIFIER.fullmatch(tokens[-1]) and tokens[-2] != "::"
-        if named and tokens[-1] not in _TYPE_WORDS:
-            name, type_tokens = tokens[-1], tokens[:-1]
-        else:
-            name, type_tokens = f"arg{position}", tokens
-        params.append(KernelParam(name=name, type=_format_type(type_tokens)))
-    return params
-
-
-def _split_top_level(text: str) -> list[str]:
-    pieces: list[str] = []
-    depth = 0
-    current: list[str] = []
-    for char in text:
-        if char in "(<[":
-            depth += 1
-        elif char in ")>]":
-            depth -= 1
-        if char == "," and depth == 0:
-            pieces.append("".join(current).strip())
-            current = []
-        else:
-            current.append(char)
-    pieces.append("".join(current).strip())
-    return pieces
-
-
-def _format_type(tokens: list[str]) -> str:
-    """The canonical spelling: words separated by one space, ``*``s together ("const float *",
-    "float **", "float * const"), ``::`` and template brackets written tightly."""
-    out = ""
-    for token in tokens:
-        tight = (
-            not out
-            or token in ("::", "<", ">", ",")
-            or out.endswith(("::", "<", " "))
-            or (token == "*" and out.endswith("*"))
-        )
-        out += token if tight else " " + token
-        if token == ",":
-            out += " "
-    return out

@@ -1,5 +1,6 @@
 """The build's terminal output: a progress bar or plain lines while compiling (on stderr), then
-the summary (a module x target table, or JSON with ``--json``) and the one error naming each failure.
+the summary (a module x target table and the kernel-by-target table, or JSON with ``--json``) and
+the one error naming each failure.
 """
 
 from __future__ import annotations
@@ -107,7 +108,15 @@ def print_summary(result: BuildResult, *, as_json: bool) -> None:
     rows = summary_rows(result)
     counts = {s: result.count(s) for s in ("compiled", "cached", "failed", "not run")}
     if as_json:
-        print_json({"out": str(result.out), "jobs": rows, **counts})
+        print_json(
+            {
+                "out": str(result.out),
+                "jobs": rows,
+                **counts,
+                "kernels": kernel_rows(result),
+                "error": result.error,
+            }
+        )
         return
     table = []
     for row in rows:
@@ -133,6 +142,36 @@ def print_summary(result: BuildResult, *, as_json: bool) -> None:
         ("module", "target", "compile", "size", "regs", "LDS", "scratch", "spills", "flagged"),
         table,
     )
+    kernels = kernel_rows(result)
+    if kernels:
+        print()
+        print_table(
+            f"kernels by target ({len(result.targets)} targets)",
+            ("module", "kernel", "targets"),
+            [
+                (row["module"], row["kernel"], _targets_cell(row, len(result.targets)))
+                for row in kernels
+            ],
+        )
+
+
+def kernel_rows(result: BuildResult) -> list[dict[str, Any]]:
+    """The kernel-by-target table: one row per module and kernel, with the targets whose objects
+    define it and those that lack it (discovered from the objects: buildsys.discovery)."""
+    rows = []
+    for module, kernels in result.kernel_targets.items():
+        for kernel, present in kernels.items():
+            missing = [t for t in result.targets if t not in present]
+            rows.append(
+                {"module": module, "kernel": kernel, "targets": list(present), "missing": missing}
+            )
+    return rows
+
+
+def _targets_cell(row: dict[str, Any], total: int) -> str:
+    if not row["missing"]:
+        return f"all {total}"
+    return f"MISSING on {', '.join(row['missing'])} ({len(row['targets'])} of {total})"
 
 
 def failure_error(result: BuildResult) -> BuildError:
@@ -146,6 +185,8 @@ def failure_error(result: BuildResult) -> BuildError:
         parts.append(f"{outcome.job.label}: {first}{hint}")
     not_run = result.count("not run")
     tail = f"; {not_run} jobs not run (--keep-going builds them)" if not_run else ""
+    if not failed and not not_run:
+        return BuildError(f"nothing written to {result.out}: {result.error}")
     return BuildError(
         f"{len(failed)} of {len(result.outcomes)} compile jobs failed, nothing written to "
         f"{result.out}: " + " | ".join(parts) + tail

@@ -27,7 +27,6 @@ class JobPlan:
     flags: Mapping[str, Sequence[str]]  # per image kind
     extra: Callable[[Job], Sequence[str]]  # a job's defines, include folders and module flags
     toolchains: Mapping[str, Toolchain]  # per image kind
-    kernels: Mapping[str, Mapping[str, object]]  # per module: what its object must define
     jobs: int
     keep_going: bool
 
@@ -51,7 +50,7 @@ def run_jobs(
             misses.append((job, key))
         else:
             seconds = float(found.info.get("seconds", 0.0))
-            outcomes[job] = finish(job, "cached", seconds, found.data, plan.kernels)
+            outcomes[job] = finish(job, "cached", seconds, found.data)
     reporter = Reporter(len(jobs), len(misses), enabled=progress)
     if misses:
         with ThreadPoolExecutor(max_workers=plan.jobs) as pool:
@@ -110,7 +109,7 @@ def _compile(job: Job, key: str, plan: JobPlan, cache: BuildCache, trees: Source
     data = (folder / job.output).read_bytes()
     dependencies = read_depfile((folder / f"{job.output}.d").read_text(), job.module.name)
     hashes = {p: h for p in dependencies if (h := trees.dependency_hash(job.tree_name, p))}
-    outcome = finish(job, "compiled", seconds, data, plan.kernels)
+    outcome = finish(job, "compiled", seconds, data)
     if outcome.status == "compiled":
         cache.store(key, hashes, data, {"seconds": round(seconds, 3)})
     return outcome

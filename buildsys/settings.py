@@ -55,7 +55,7 @@ PROJECT_LAYOUT = {
 def package_version(project: Path = REPO_ROOT) -> str:
     """The version the wheels will carry: setuptools-scm's (as scikit-build-core computes it),
     else pyproject's fallback_version where there is no git checkout or no setuptools-scm."""
-    data = _read_pyproject(project)
+    data = read_pyproject(project)
     static = data.get("project", {}).get("version")
     if isinstance(static, str):
         return static
@@ -115,10 +115,13 @@ class BuildSettings:
     keep_going: bool = False
     provision: bool = False
     package_version: str = ""  # empty: package_version(project), computed when needed
+    package: str = ""  # the import name of the project's package; empty: from [project] name
     defines: tuple[str, ...] = ()  # NAME or NAME=VALUE, for every target
     amd_defines: tuple[str, ...] = ("USE_ROCM",)  # for AMD targets only (the USE_ROCM convention)
     include_dirs: tuple[Path, ...] = ()
     modules: Mapping[str, ModuleFlags] = field(default_factory=dict)
+    # module -> kernels that may be missing from some targets (docs/loader.md, "Kernel names")
+    allow_missing_kernels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     flags: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(FLAGS))
 
     @property
@@ -222,7 +225,27 @@ def _as_switch(value: object, where: str, base: Path) -> bool:
     return value
 
 
+def _as_kernel_lists(value: object, where: str, base: Path) -> dict[str, tuple[str, ...]]:
+    """``{module = ["kernel", ...]}`` in the config; "module=kernel;module=kernel" as text (kernel
+    names hold commas: ``k<float, 2>``)."""
+    if isinstance(value, str):
+        table: dict[str, list[str]] = {}
+        for entry in (part.strip() for part in value.split(";")):
+            module, equals, kernel = entry.partition("=")
+            if entry and (not equals or not module.strip() or not kernel.strip()):
+                raise UsageError(f"{where}: {entry!r}: expected module=kernel;module=kernel")
+            if entry:
+                table.setdefault(module.strip(), []).append(kernel.strip())
+        value = table
+    if not isinstance(value, dict) or not all(
+        isinstance(k, list) and all(isinstance(n, str) and n for n in k) for k in value.values()
+    ):
+        raise UsageError(f'{where}: {value!r}: expected a table {{module = ["kernel", ...]}}')
+    return {module: tuple(kernels) for module, kernels in sorted(value.items())}
+
+
 TEXT = _Type("TEXT", _as_text)
+KERNEL_LISTS = _Type("MODULE=KERNEL;...", _as_kernel_lists)
 PATH = _Type("PATH", _as_path)
 TARGETS = _Type("T,...", _as_targets)
 DEFINES = _Type("NAME[=VALUE],...", _as_defines)
@@ -284,11 +307,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("provision", SWITCH, frozenset({"build", "toolchain", "wheels"}),
            "provision the AMD toolchain if none can build the targets (downloads over 1 GB)"),
     Option("package_version", TEXT, _BUILD, "the version the index records"),
+    Option("package", TEXT, frozenset({"wheels"}), "the import name of the project's package "
+           "(default: [project] name with - and . as _)"),
     Option("defines", DEFINES, _BUILD, "preprocessor defines for every target"),
     Option("amd_defines", DEFINES, _BUILD, "preprocessor defines for AMD targets (default: "
            "USE_ROCM)"),
     Option("include_dirs", PATHS, _BUILD, "extra include folders, searched after include/"),
-)  # fmt: skip
+    Option("allow_missing_kernels", KERNEL_LISTS, _BUILD | {"merge"}, "kernels that may be "
+           "missing from some targets, per module (else such a build or merge fails)"),
+)  # fmt: skip  # one option per entry, read as a table (see above)
 OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
 _MODULE_KEYS = {"flags": _as_list, "defines": _as_defines, "include-dirs": _as_paths}
 _FIELDS = {f.name for f in fields(BuildSettings)}
@@ -302,15 +329,20 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
             continue
         help_text = f"{option.help} [{option.environment}]"
         if option.type.metavar is None:
-            parser.add_argument(option.option_flag, dest=option.name, help=help_text,
-                                action=argparse.BooleanOptionalAction)  # fmt: skip
+            parser.add_argument(
+                option.option_flag,
+                dest=option.name,
+                help=help_text,
+                action=argparse.BooleanOptionalAction,
+            )
         else:
-            parser.add_argument(option.option_flag, dest=option.name, help=help_text,
-                                metavar=option.type.metavar)  # fmt: skip
+            parser.add_argument(
+                option.option_flag, dest=option.name, help=help_text, metavar=option.type.metavar
+            )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def _read_pyproject(project: Path) -> dict[str, Any]:
+def read_pyproject(project: Path) -> dict[str, Any]:
     path = project / "pyproject.toml"
     try:
         text = path.read_text(encoding="utf-8")
@@ -331,7 +363,7 @@ def _read_pyproject(project: Path) -> dict[str, Any]:
 def project_config(project: Path) -> dict[str, Any]:
     """The values of the project's ``[tool.kernelpack]``, checked and with paths made absolute."""
     path = project / "pyproject.toml"
-    table = _read_pyproject(project).get("tool", {}).get("kernelpack", {})
+    table = read_pyproject(project).get("tool", {}).get("kernelpack", {})
     if not isinstance(table, dict):
         raise UsageError(f"{path}: [{CONFIG_TABLE}] must be a table")
     by_key = {o.config_key: o for o in OPTIONS if o.in_config}
@@ -384,20 +416,28 @@ def resolve_settings(
         if command not in option.commands:
             continue
         value = getattr(args, option.name, None) if args is not None else None
-        if value is not None:
-            given[option.name] = value if isinstance(value, bool) else (
-                option.type.parse(value, option.option_flag, cwd)
-            )  # fmt: skip
+        if isinstance(value, bool):  # a switch: argparse made it a bool already
+            given[option.name] = value
+        elif value is not None:
+            given[option.name] = option.type.parse(value, option.option_flag, cwd)
         elif option.environment in environ:
             given[option.name] = option.type.parse(
                 environ[option.environment], option.environment, cwd
             )
-    project = Path(str(given.get("project", REPO_ROOT))).resolve()
+    project = Path(str(given.get("project", default_project()))).resolve()
     values: dict[str, Any] = {name: project / path for name, path in PROJECT_LAYOUT.items()}
     values.update(project_config(project))
     values.update(given)
     values["project"] = project
     return BuildSettings(**values)
+
+
+def default_project() -> Path:
+    """The project when none is named: this checkout where the builder runs from one, else the
+    current folder (the builder installed as kernelpack-buildsys)."""
+    if (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "kernel_sources").is_dir():
+        return REPO_ROOT
+    return Path.cwd()
 
 
 def check_writable_folder(path: Path, name: str) -> None:

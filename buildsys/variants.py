@@ -30,16 +30,20 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import kernelpack
 from kernelpack.atomic import atomic_write
 from kernelpack.index import Index
 from kernelpack.targets import parse_target
 from kernelpack.variant_plugin import FEATURES, NAMESPACE, property_value
 
-from . import REPO_ROOT
 from .errors import BuildError
 from .index_writer import read_index
 from .wheels import DeviceGroup, device_groups, read_wheel, write_wheel
+
+if TYPE_CHECKING:
+    from .packaging import ProjectMetadata
 
 # variantlib 0.2.2's VARIANT_INFO_SCHEMA_URL: the schema version of variant.json it reads.
 VARIANT_SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
@@ -47,7 +51,8 @@ NULL_LABEL = "null"
 PROVIDER_DISTRIBUTION = "kernelpack-variant-provider"
 PROVIDER_PACKAGE = "kernelpack_variant_provider"
 PROVIDER_API = f"{PROVIDER_PACKAGE}.variant_plugin:KernelpackVariantPlugin"
-KERNELPACK_SOURCE = REPO_ROOT / "wheels" / "kernelpack"
+# The kernelpack the builder runs with (a checkout's wheels/kernelpack, or the installed one).
+KERNELPACK_SOURCE = Path(kernelpack.__file__).resolve().parent
 
 
 def variant_label(group: DeviceGroup) -> str:
@@ -65,14 +70,14 @@ def variant_properties(group: DeviceGroup) -> dict[str, dict[str, list[str]]]:
     return {NAMESPACE: features}
 
 
-def variant_info(version: str, variants: dict[str, dict[str, dict[str, list[str]]]]) -> str:
+def variant_info(runtime_version: str, variants: dict[str, dict[str, dict[str, list[str]]]]) -> str:
     """variant.json (one variant) or {name}-{version}-variants.json (all of them)."""
     document = {
         "$schema": VARIANT_SCHEMA,
         "default-priorities": {"namespace": [NAMESPACE]},
         "providers": {
             NAMESPACE: {
-                "requires": [f"{PROVIDER_DISTRIBUTION}=={version}"],
+                "requires": [f"{PROVIDER_DISTRIBUTION}=={runtime_version}"],
                 "plugin-api": PROVIDER_API,
             }
         },
@@ -95,12 +100,18 @@ def _with_requirement(metadata: str, requirement: str) -> str:
     return f"{headers.rstrip(chr(10))}\nRequires-Dist: {requirement}\n\n{body}"
 
 
-def write_variants(fat: Path, host: Path, out_dir: Path, *, epoch: int) -> list[Path]:
+def write_variants(
+    meta: ProjectMetadata, fat: Path, host: Path, out_dir: Path, *, epoch: int
+) -> list[Path]:
     """The null variant (the fat wheel), one variant per device group (the host wheel requiring
-    that group's device wheel), the variants JSON and the provider wheel, into out_dir."""
+    that group's device wheel), the variants JSON and, for kernelpack itself, the provider wheel
+    into out_dir. Every project's variants use kernelpack's provider, at the runtime's version."""
+    from .packaging import file_name_part, runtime_version
+
     fat_files, host_files = read_wheel(fat), read_wheel(host)
-    index: Index = read_index(fat_files["kernelpack/_index.py"].decode())
+    index: Index = read_index(fat_files[f"{meta.package}/_index.py"].decode())
     version = index["version"]
+    provider_version = version if meta.is_runtime else runtime_version()
     if fat.name != host.name:
         raise BuildError(f"the fat wheel {fat.name} and the host wheel {host.name} differ in tags")
     written: list[Path] = []
@@ -108,7 +119,7 @@ def write_variants(fat: Path, host: Path, out_dir: Path, *, epoch: int) -> list[
 
     null_files = dict(fat_files)
     null_files[f"{_dist_info(fat_files)}/variant.json"] = variant_info(
-        version, {NULL_LABEL: {}}
+        provider_version, {NULL_LABEL: {}}
     ).encode()
     written.append(
         write_wheel(out_dir / variant_wheel_name(host.name, NULL_LABEL), null_files, epoch=epoch)
@@ -122,23 +133,27 @@ def write_variants(fat: Path, host: Path, out_dir: Path, *, epoch: int) -> list[
         files[f"{dist_info}/METADATA"] = _with_requirement(
             host_files[f"{dist_info}/METADATA"].decode(), f"{group.distribution}=={version}"
         ).encode()
-        files[f"{dist_info}/variant.json"] = variant_info(version, {label: properties}).encode()
+        files[f"{dist_info}/variant.json"] = variant_info(
+            provider_version, {label: properties}
+        ).encode()
         written.append(
             write_wheel(out_dir / variant_wheel_name(host.name, label), files, epoch=epoch)
         )
 
-    variants_json = out_dir / f"kernelpack-{version}-variants.json"
-    atomic_write(variants_json, variant_info(version, all_variants).encode())
+    variants_json = out_dir / f"{file_name_part(meta.name)}-{version}-variants.json"
+    atomic_write(variants_json, variant_info(provider_version, all_variants).encode())
     written.append(variants_json)
-    written.append(provider_wheel(version, out_dir, epoch=epoch))
+    if meta.is_runtime:  # the provider is part of the runtime's distribution, at its version
+        written.append(provider_wheel(version, out_dir, epoch=epoch))
     return written
 
 
 def provider_modules(root: str = "variant_plugin") -> list[str]:
     """The kernelpack modules the plugin imports, directly or not, at module level or inside
     functions (detect.py asks the CUDA driver through cuda.py where NVML is missing): the files the
-    provider wheel copies. Compiled and generated modules (_launcher, _index) are not followed;
-    the code that imports them stays unused in the provider."""
+    provider wheel copies. Imports under ``if TYPE_CHECKING:`` never run and are not followed, nor
+    are compiled and generated modules (_launcher, _index): the code that imports them stays
+    unused in the provider."""
     found: list[str] = []
     pending = [root]
     while pending:
@@ -147,7 +162,8 @@ def provider_modules(root: str = "variant_plugin") -> list[str]:
         if name in found or not path.is_file():
             continue
         found.append(name)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in _run_time_nodes(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 1:
                 if node.module:
                     pending.append(node.module.split(".")[0])
@@ -156,9 +172,25 @@ def provider_modules(root: str = "variant_plugin") -> list[str]:
     return sorted(found)
 
 
+def _run_time_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` but those of ``if TYPE_CHECKING:`` bodies (type checkers' only)."""
+    checking_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name | ast.Attribute)
+        and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+    return [node for node in ast.walk(tree) if id(node) not in checking_only]
+
+
 def provider_wheel(version: str, out_dir: Path, *, epoch: int) -> Path:
     """kernelpack-variant-provider: the plugin and the modules it imports, copied from kernelpack
     so that installer and loader detect GPUs with the same code."""
+    from .packaging import pure_wheel_dist_info
+
     files = {
         f"{PROVIDER_PACKAGE}/{name}.py": (KERNELPACK_SOURCE / f"{name}.py").read_bytes()
         for name in provider_modules()
@@ -166,21 +198,14 @@ def provider_wheel(version: str, out_dir: Path, *, epoch: int) -> Path:
     files[f"{PROVIDER_PACKAGE}/__init__.py"] = (
         b'"""kernelpack\'s wheel-variant provider plugin; see variant_plugin.py."""\n'
     )
-    dist_info = f"{PROVIDER_PACKAGE}-{version}.dist-info"
-    files[f"{dist_info}/METADATA"] = (
-        "Metadata-Version: 2.1\n"
-        f"Name: {PROVIDER_DISTRIBUTION}\n"
-        f"Version: {version}\n"
-        "Summary: Wheel-variant provider plugin for kernelpack: which GPU targets this machine runs\n"
-        "Requires-Python: >=3.11\n\n"
-    ).encode()
-    files[f"{dist_info}/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: kernelpack-buildsys\nRoot-Is-Purelib: true\n"
-        b"Tag: py3-none-any\n"
+    files |= pure_wheel_dist_info(
+        PROVIDER_DISTRIBUTION,
+        version,
+        "Wheel-variant provider plugin for kernelpack: which GPU targets this machine runs",
+        file_name=PROVIDER_PACKAGE,
+        entry_points={"variant_plugins": {NAMESPACE: PROVIDER_API}},
+        requires_python=">=3.11",
     )
-    files[f"{dist_info}/entry_points.txt"] = (
-        f"[variant_plugins]\n{NAMESPACE} = {PROVIDER_API}\n"
-    ).encode()
     return write_wheel(
         out_dir / f"{PROVIDER_PACKAGE}-{version}-py3-none-any.whl", files, epoch=epoch
     )

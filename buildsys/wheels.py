@@ -1,15 +1,19 @@
-"""Wheels: the fat wheel, the host wheel and one device wheel per target or family.
+"""Wheels of a kernel project: the fat wheel, the host wheel and one device wheel per target or family.
 
-The fat wheel is what ``pip wheel .`` makes through scikit-build-core (CMake places the built device
-code into the package). The split wheels are derived from it rather than built a second way, so both
-carry the same loader byte for byte:
+Every project goes through the same steps (kernelpack's own repository is one project among
+others; :mod:`buildsys.packaging` reads its names). The fat wheel carries every image: written
+by :mod:`buildsys.packaging` for a project with no host code, or made by the project's own build
+backend through ``pip wheel`` (kernelpack: scikit-build-core compiles the C launcher) with the
+built device folder in ``KERNELPACK_DEVICE_DIR``. The split wheels are derived from it rather than
+built a second way, so both carry the same Python code byte for byte:
 
-- the host wheel is the fat wheel without device images, with an index that lists no images but
-  says which device wheel carries each target, and one extra per device wheel
-  (``pip install kernelpack[gfx942]``);
-- each device wheel (``kernelpack-device-gfx110x``) is the package ``kernelpack_device_gfx110x`` with
+- the host wheel (``<name>``) is the fat wheel without device images, with an index that lists no
+  images but says which device wheel carries each target, and one extra per device wheel
+  (``pip install "<name>[gfx942]"``);
+- each device wheel (``<name>-device-gfx110x``) is the package ``<package>_device_gfx110x`` with
   its own images and index fragment, pinned to the host's exact version and found by the loader
-  through the ``kernelpack.device`` entry point (template: wheels/device/).
+  for that package only, through the entry point ``<package>.gfx110x`` of the group
+  ``kernelpack.device`` (template: buildsys/device_wheel/).
 
 Every wheel is written by :func:`write_wheel`: sorted entries, timestamps from SOURCE_DATE_EPOCH
 (default: the last commit's time), fixed permissions, so two builds of one commit are identical.
@@ -28,29 +32,37 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernelpack._console import print_json, print_table
 from kernelpack.atomic import atomic_write
-from kernelpack.formats import BundleEntry
-from kernelpack.images import IMAGE_FILE_SUFFIXES, read_image
+from kernelpack.images import IMAGE_FILE_SUFFIXES
 from kernelpack.index import Index
 from kernelpack.processors import AMD_FAMILIES
 from kernelpack.targets import parse_target
 
-from . import REPO_ROOT
 from .build import build
 from .errors import BuildError
-from .index_writer import BuiltImage, place_images, read_index, render_index
+from .index_writer import BuiltImage, place_images, read_built_images, read_index, render_index
 from .merge import merge
+from .packaging import (
+    DEVICE_ENTRY_POINTS,
+    ProjectMetadata,
+    builder_wheel_files,
+    plain_wheel_files,
+    project_metadata,
+    pure_wheel_dist_info,
+    runtime_requirement,
+    with_package_entry_point,
+)
 from .report import failure_error, print_summary
 from .settings import add_arguments as add_settings_arguments
 from .settings import check_writable_folder, environment_epoch, resolve_settings
 from .trees import scratch_folder
 
-DEVICE_TEMPLATE = REPO_ROOT / "wheels" / "device"
+DEVICE_TEMPLATE = Path(__file__).resolve().parent / "device_wheel"
 # Vendor runtimes a wheel must never carry: the user's driver stack provides them.
 GPU_RUNTIME_LIBRARIES = re.compile(
     r"lib(amdhip64|hsa-runtime64|hsakmt|amd_comgr|hiprtc|cuda|cudart|nvrtc|nvidia-ml|nvJitLink)\b"
@@ -63,18 +75,42 @@ class DeviceGroup:
 
     name: str  # "gfx110x", "gfx942", "sm90", "ptx"
     targets: tuple[str, ...]
+    owner: str  # the project's distribution name: "kernelpack", "demo-kernels"
+    owner_package: str  # and its import name: "kernelpack", "demo_kernels"
 
     @property
     def distribution(self) -> str:
-        return f"kernelpack-device-{self.name}"
+        return f"{self.owner}-device-{self.name}"
 
     @property
     def package(self) -> str:
-        return "kernelpack_device_" + re.sub(r"[^a-z0-9]", "_", self.name)
+        return f"{self.owner_package}_device_" + re.sub(r"[^a-z0-9]", "_", self.name)
+
+    @property
+    def entry_point(self) -> str:
+        """The entry point's name in the group kernelpack.device: ``<package>.<group>``."""
+        return f"{self.owner_package}.{self.name}"
+
+
+def owner_of(index: Index) -> tuple[str, str]:
+    """(distribution, import name) an index was stamped with by :func:`stamp_index`."""
+    distribution, package = index.get("distribution"), index.get("package")
+    if not distribution or not package:
+        raise BuildError("the index names no package; stamp_index() it before making wheels")
+    return distribution, package
+
+
+def stamp_index(device_dir: Path, meta: ProjectMetadata) -> Index:
+    """Record whose index it is (distribution and import name) in a build output's _index.py."""
+    path = device_dir / "_index.py"
+    index = read_index(path.read_text(), str(path))
+    index = {**index, "distribution": meta.distribution, "package": meta.package}
+    atomic_write(path, render_index(index).encode())
+    return index
 
 
 def device_groups(index: Index) -> list[DeviceGroup]:
-    """Group the built targets into device wheels.
+    """Group the built targets into device wheels, named after the index's project.
 
     An AMD family (AMD_FAMILIES) with two or more built processors becomes one wheel named after
     the family (gfx1100 and gfx1101 -> gfx110x); any other AMD target, generic ones included, gets
@@ -102,21 +138,29 @@ def device_groups(index: Index) -> list[DeviceGroup]:
             groups.setdefault(target.replace("_", ""), []).append(target)
         elif parsed[target].kind == "compute":
             groups.setdefault("ptx", []).append(target)
-    return [DeviceGroup(name, tuple(targets)) for name, targets in sorted(groups.items())]
+    owner, owner_package = owner_of(index)
+    return [
+        DeviceGroup(name, tuple(targets), owner, owner_package)
+        for name, targets in sorted(groups.items())
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
 # Writing and reading wheels
 
 
-def source_date_epoch() -> int:
-    """SOURCE_DATE_EPOCH, else the last commit's time: what makes two builds of a commit equal."""
+def source_date_epoch(project: Path) -> int:
+    """SOURCE_DATE_EPOCH, else the project's last commit's time: what makes two builds of a commit
+    equal (a project outside git gets a fixed date)."""
     epoch = environment_epoch()
     if epoch is not None:
         return epoch
     try:
         result = subprocess.run(
-            ["git", "log", "-1", "--format=%ct"], cwd=REPO_ROOT, capture_output=True, text=True
+            ["git", "log", "-1", "--format=%ct", "--", "."],
+            cwd=project,
+            capture_output=True,
+            text=True,
         )
     except FileNotFoundError:  # no git installed (a tree from a tarball): the fixed fallback
         return 315532800
@@ -159,27 +203,82 @@ def read_wheel(path: Path) -> dict[str, bytes]:
 # The three kinds of wheel
 
 
-def build_fat_wheel(device_dir: Path, out_dir: Path, *, epoch: int) -> tuple[Path, str]:
-    """``pip wheel .`` through scikit-build-core with the device code already built in device_dir,
-    repaired by auditwheel for a manylinux tag, then rewritten by write_wheel for reproducibility.
+def build_fat_wheel(
+    meta: ProjectMetadata, device_dir: Path, out_dir: Path, *, epoch: int
+) -> tuple[Path, str]:
+    """The project's fat wheel with the device code built in device_dir, checked (and, for a
+    platform wheel, repaired) by auditwheel, then rewritten by write_wheel for reproducibility;
+    it declares the package in the entry point group kernelpack.packages.
 
     Returns the wheel and auditwheel's verdict.
     """
     with tempfile.TemporaryDirectory(prefix="kernelpack-wheel-") as tmp:
-        argv = [
-            sys.executable, "-m", "pip", "wheel", str(REPO_ROOT), "--no-deps",
-            "--no-build-isolation", "-q", "-w", tmp,
-            f"--config-settings=cmake.define.KERNELPACK_DEVICE_DIR={device_dir}",
-        ]  # fmt: skip
-        env = dict(os.environ, SOURCE_DATE_EPOCH=str(epoch))
-        result = subprocess.run(argv, capture_output=True, text=True, env=env)
-        if result.returncode != 0:
-            raise BuildError(
-                f"pip wheel failed: {(result.stderr or result.stdout).strip()[-2000:]}"
-            )
-        (built,) = Path(tmp).glob("*.whl")
-        repaired, verdict = _auditwheel_repair(built, Path(tmp) / "repaired")
-        return write_wheel(out_dir / repaired.name, read_wheel(repaired), epoch=epoch), verdict
+        if meta.compiles_host_code:
+            built = _pip_wheel(meta, device_dir, Path(tmp), epoch=epoch)
+            checked, verdict = _auditwheel_repair(built, Path(tmp) / "repaired")
+        else:
+            name, files = plain_wheel_files(meta, device_dir, runtime_requirement(meta))
+            checked = write_wheel(Path(tmp) / name, files, epoch=epoch)
+            verdict = _audit_plain(checked)
+        files = read_wheel(checked)
+        entry_points = f"{meta.dist_info}/entry_points.txt"
+        files[entry_points] = with_package_entry_point(
+            files.get(entry_points, b"").decode(), meta.package
+        ).encode()
+        return write_wheel(out_dir / checked.name, files, epoch=epoch), verdict
+
+
+def _pip_wheel(meta: ProjectMetadata, device_dir: Path, out_dir: Path, *, epoch: int) -> Path:
+    """``pip wheel`` through the project's own backend, which places the built device folder
+    (``KERNELPACK_DEVICE_DIR``) into its package."""
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        str(meta.root),
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        str(out_dir),
+    ]
+    env = dict(os.environ, SOURCE_DATE_EPOCH=str(epoch), KERNELPACK_DEVICE_DIR=str(device_dir))
+    result = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise BuildError(f"pip wheel failed: {(result.stderr or result.stdout).strip()[-2000:]}")
+    (built,) = out_dir.glob("*.whl")
+    return built
+
+
+def _audit_plain(wheel: Path) -> str:
+    """A py3-none-any wheel must hold no host code (auditwheel has nothing to repair in it) and
+    no GPU runtime library; auditwheel's own verdict is reported."""
+    files = read_wheel(wheel)
+    host_code = sorted(
+        n
+        for n, data in files.items()
+        if data.startswith(b"\x7fELF") and not n.endswith(IMAGE_FILE_SUFFIXES)
+    )
+    if host_code:
+        raise BuildError(f"{wheel.name}: host code in a py3-none-any wheel: {host_code}")
+    _refuse_gpu_runtimes(wheel.name, files, "carries")
+    return _auditwheel_show(wheel)
+
+
+def _refuse_gpu_runtimes(wheel_name: str, names: Iterable[str], how: str) -> None:
+    """A BuildError naming the GPU runtime libraries among a wheel's files, if there are any."""
+    found = sorted(n for n in names if GPU_RUNTIME_LIBRARIES.search(Path(n).name))
+    if found:
+        raise BuildError(f"{wheel_name}: {how} GPU runtime libraries: {found}")
+
+
+def _auditwheel_show(wheel: Path) -> str:
+    """auditwheel's own verdict on a wheel, on one line."""
+    show = subprocess.run(
+        [sys.executable, "-m", "auditwheel", "show", str(wheel)], capture_output=True, text=True
+    )
+    return " ".join((show.stdout + show.stderr).split())
 
 
 def _auditwheel_repair(wheel: Path, out_dir: Path) -> tuple[Path, str]:
@@ -205,19 +304,17 @@ def _auditwheel_repair(wheel: Path, out_dir: Path) -> tuple[Path, str]:
     ]
     if changed:
         raise BuildError(f"auditwheel repair changed device images: {', '.join(changed)}")
-    grafted = sorted(n for n in after if GPU_RUNTIME_LIBRARIES.search(Path(n).name))
-    if grafted:
-        raise BuildError(f"{repaired.name}: auditwheel grafted GPU runtime libraries: {grafted}")
-    show = subprocess.run(
-        [sys.executable, "-m", "auditwheel", "show", str(repaired)], capture_output=True, text=True
-    )
-    return repaired, " ".join((show.stdout + show.stderr).split())
+    _refuse_gpu_runtimes(repaired.name, after, "auditwheel grafted")
+    return repaired, _auditwheel_show(repaired)
 
 
-def split_wheels(fat: Path, device_dir: Path, out_dir: Path, *, epoch: int) -> list[Path]:
+def split_wheels(
+    meta: ProjectMetadata, fat: Path, device_dir: Path, out_dir: Path, *, epoch: int
+) -> list[Path]:
     """The host wheel and the device wheels, derived from the fat wheel and the build it carries."""
     files = read_wheel(fat)
-    index = read_index(files["kernelpack/_index.py"].decode())
+    index_name = f"{meta.package}/_index.py"
+    index = read_index(files[index_name].decode())
     groups = device_groups(index)
     version = index["version"]
 
@@ -229,33 +326,18 @@ def split_wheels(fat: Path, device_dir: Path, out_dir: Path, *, epoch: int) -> l
     host_files = {
         name: data
         for name, data in files.items()
-        if not (name.startswith("kernelpack/device/") and name.endswith(IMAGE_FILE_SUFFIXES))
+        if not (name.startswith(f"{meta.package}/device/") and name.endswith(IMAGE_FILE_SUFFIXES))
     }
-    host_files["kernelpack/_index.py"] = render_index(host_index).encode()
+    host_files[index_name] = render_index(host_index).encode()
     dist_info = next(n.split("/")[0] for n in files if n.endswith(".dist-info/METADATA"))
     host_files[f"{dist_info}/METADATA"] = _add_extras(
         files[f"{dist_info}/METADATA"].decode(), groups, version
     ).encode()
     paths = [write_wheel(out_dir / fat.name, host_files, epoch=epoch)]
-    images = _built_images(device_dir, index)
+    images = read_built_images(device_dir, index, remedy="rebuild it")
     for group in groups:
         paths.append(_device_wheel(group, index, images, out_dir, epoch=epoch))
     return paths
-
-
-def _built_images(device_dir: Path, index: Index) -> list[BuiltImage]:
-    """Every image of a build output folder, read back and checked against the index."""
-    images = []
-    for name, module in sorted(index["modules"].items()):
-        bundles: dict[Path, list[BundleEntry]] = {}
-        for image in module["images"]:
-            data = read_image(device_dir, image, remedy="rebuild it", bundles=bundles)
-            images.append(
-                BuiltImage(
-                    name, image["vendor"], image["target"], image["kind"], data, image["kernels"]
-                )
-            )
-    return images
 
 
 def _add_extras(metadata: str, groups: list[DeviceGroup], version: str) -> str:
@@ -290,32 +372,26 @@ def _device_wheel(
     files = {f"{group.package}/{path}": data for path, data in package.items()}
     files[f"{group.package}/_index.py"] = render_index(fragment).encode()
     fields = {
+        "owner": group.owner,
+        "owner_package": group.owner_package,
         "group": group.name,
         "targets": ", ".join(group.targets),
-        "requirement": f"kernelpack=={version}",
+        "requirement": f"{group.owner}=={version}",
         "name": group.distribution,
         "version": version,
         "extra": group.name,
     }
     template = {p.name: p.read_text() for p in DEVICE_TEMPLATE.glob("*.in")}
     files[f"{group.package}/__init__.py"] = template["__init__.py.in"].format(**fields).encode()
-    dist_info = f"{group.package}-{version}.dist-info"
-    files[f"{dist_info}/METADATA"] = (
-        "Metadata-Version: 2.1\n"
-        f"Name: {group.distribution}\n"
-        f"Version: {version}\n"
-        f"Summary: kernelpack device code for {', '.join(group.targets)}\n"
-        f"Requires-Dist: kernelpack=={version}\n"
-        "Description-Content-Type: text/markdown\n\n"
-        + template["DESCRIPTION.md.in"].format(**fields)
-    ).encode()
-    files[f"{dist_info}/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: kernelpack-buildsys\nRoot-Is-Purelib: true\n"
-        b"Tag: py3-none-any\n"
+    files |= pure_wheel_dist_info(
+        group.distribution,
+        version,
+        f"{group.owner} device code for {', '.join(group.targets)}",
+        file_name=group.package,
+        entry_points={DEVICE_ENTRY_POINTS: {group.entry_point: group.package}},
+        requires=[f"{group.owner}=={version}"],
+        description=template["DESCRIPTION.md.in"].format(**fields),
     )
-    files[f"{dist_info}/entry_points.txt"] = (
-        f"[kernelpack.device]\n{group.name} = {group.package}\n"
-    ).encode()
     return write_wheel(out_dir / f"{group.package}-{version}-py3-none-any.whl", files, epoch=epoch)
 
 
@@ -343,29 +419,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     --out for the wheels, and --merge."""
     add_settings_arguments(parser, "wheels")
     parser.add_argument(
-        "--merge", nargs="+", type=Path, metavar="SHARD",
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="SHARD",
         help="make the wheels from CI shards (build --targets X --out SHARD) instead of building",
-    )  # fmt: skip
+    )
 
 
 def main_wheels(args: argparse.Namespace) -> int:
     settings = resolve_settings(args, command="wheels")
+    meta = project_metadata(settings)
     check_writable_folder(settings.dist, "dist")
     check_writable_folder(settings.cache_dir, "cache_dir")
-    epoch = source_date_epoch()
+    epoch = source_date_epoch(settings.project)
     with scratch_folder(settings.cache_dir) as scratch:
         device_dir = scratch / "device"
         if args.merge:
-            merge(args.merge, device_dir, matrix=settings.matrix, compress=settings.compress)
+            merge(
+                args.merge,
+                device_dir,
+                matrix=settings.matrix,
+                compress=settings.compress,
+                allow_missing_kernels=settings.allow_missing_kernels,
+            )
         else:
             result = build(replace(settings, out=device_dir), progress=not args.json)
-            if result.count("failed") or result.count("not run"):
+            if result.failed:
                 print_summary(result, as_json=args.json)
                 raise failure_error(result)
-        return _make_wheels(device_dir, settings.dist, epoch=epoch, as_json=args.json)
+        return make_wheels(meta, device_dir, settings.dist, epoch=epoch, as_json=args.json)
 
 
-def _make_wheels(device_dir: Path, dist: Path, *, epoch: int, as_json: bool) -> int:
+def make_wheels(
+    meta: ProjectMetadata, device_dir: Path, dist: Path, *, epoch: int, as_json: bool
+) -> int:
     """Every file of dist/ from a built output folder: the host and device wheels, the fat wheel as
     the null variant, the variant wheels, the variants JSON, the provider and dist/simple
     (buildsys.variants says why each has the name it has)."""
@@ -374,15 +462,21 @@ def _make_wheels(device_dir: Path, dist: Path, *, epoch: int, as_json: bool) -> 
 
     for stale in [*dist.glob("*.whl"), *dist.glob("*-variants.json")]:
         stale.unlink()
+    stamp_index(device_dir, meta)
     with tempfile.TemporaryDirectory(prefix="kernelpack-fat-") as staging:
-        built, verdict = build_fat_wheel(device_dir, Path(staging), epoch=epoch)
-        split = split_wheels(built, device_dir, dist, epoch=epoch)
-        variants = write_variants(built, split[0], dist, epoch=epoch)
-    write_simple_index(dist, [*split, *variants])
+        built, verdict = build_fat_wheel(meta, device_dir, Path(staging), epoch=epoch)
+        split = split_wheels(meta, built, device_dir, dist, epoch=epoch)
+        variants = write_variants(meta, built, split[0], dist, epoch=epoch)
+    extras = []  # the runtime ships its builder beside it (its provider: buildsys.variants)
+    if meta.is_runtime:
+        name, files = builder_wheel_files(meta.version)
+        extras.append(write_wheel(dist / name, files, epoch=epoch))
+    write_simple_index(dist, [*split, *variants, *extras])
     fat = variants[0]  # the null variant: the fat wheel under a name of its own
-    wheels = [fat, *split, *(v for v in variants[1:] if v.suffix == ".whl")]
+    wheels = [fat, *split, *(v for v in variants[1:] if v.suffix == ".whl"), *extras]
     kinds = ["fat", "host"] + ["device"] * (len(split) - 1)
-    kinds += ["variant"] * (len(wheels) - len(kinds) - 1) + ["provider"]
+    tail = ["provider", "builder"] if meta.is_runtime else []
+    kinds += ["variant"] * (len(wheels) - len(kinds) - len(tail)) + tail
     verdicts = {fat.name: verdict}
     rows = sizes(wheels)
     if as_json:

@@ -79,9 +79,15 @@ def test_concurrent_stores_leave_a_readable_cache(tmp_path: Path) -> None:
 
 def resources(wavefront: int) -> KernelResources:
     return KernelResources(
-        registers=8, sgpr=4, agpr=0, lds=0, scratch=0, spills=0, wavefront=wavefront,
+        registers=8,
+        sgpr=4,
+        agpr=0,
+        lds=0,
+        scratch=0,
+        spills=0,
+        wavefront=wavefront,
         max_workgroup=256,
-    )  # fmt: skip
+    )
 
 
 def sample_package(compress: bool) -> tuple[dict[str, bytes], object]:
@@ -102,9 +108,13 @@ def sample_package(compress: bool) -> tuple[dict[str, bytes], object]:
         BuiltImage("tiny", "nvidia", "sm_90", "cubin", rng.randbytes(700), {"k": resources(32)}),
     ]
     return package_files(
-        [module], reversed(images), compress=compress, version="1.2.3",
-        toolchains={"hip": "hipcc X"}, flags={"code_object": ["-O3"]},
-    )  # fmt: skip
+        [module],
+        reversed(images),
+        compress=compress,
+        version="1.2.3",
+        toolchains={"hip": "hipcc X"},
+        flags={"code_object": ["-O3"]},
+    )
 
 
 @pytest.mark.parametrize("compress", [True, False], ids=["zstd", "uncompressed"])

@@ -37,9 +37,12 @@ INTERNAL_SOURCES = {
 def buildsys(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k != "KERNELPACK_DEBUG"} | (env or {})
     return subprocess.run(
-        [sys.executable, "-m", "buildsys", *argv], cwd=REPO_ROOT, capture_output=True, text=True,
+        [sys.executable, "-m", "buildsys", *argv],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
         env=environ,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.nvcc
@@ -110,14 +113,19 @@ def test_hipify_into_an_unusable_folder_is_one_line_and_exit_2(tmp_path: Path, o
 def test_a_build_killed_with_sigkill_leaves_no_scratch_folder_behind(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     child = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from buildsys.trees import scratch_folder\n"
-         "with scratch_folder(Path(sys.argv[1])) as f:\n"
-         "    (f / 'x').write_text('y'); print(f, flush=True); time.sleep(60)\n",
-         str(cache)],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from buildsys.trees import scratch_folder\n"
+            "with scratch_folder(Path(sys.argv[1])) as f:\n"
+            "    (f / 'x').write_text('y'); print(f, flush=True); time.sleep(60)\n",
+            str(cache),
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
         env=dict(os.environ, PYTHONPATH=f"{REPO_ROOT / 'wheels'}:{REPO_ROOT}"),
-    )  # fmt: skip
+    )
     assert child.stdout is not None
     left = Path(child.stdout.readline().strip())
     assert left.is_dir() and left.parent == scratch_root(cache)
@@ -194,8 +202,11 @@ def test_readers_never_see_an_index_that_disagrees_with_its_images(tmp_path: Pat
 def test_json_into_a_closed_pipe_is_no_traceback() -> None:
     result = subprocess.run(
         f"{sys.executable} -m buildsys matrix --json | head -c 1",
-        shell=True, cwd=REPO_ROOT, capture_output=True, text=True,
-    )  # fmt: skip
+        shell=True,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
 
 

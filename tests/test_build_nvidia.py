@@ -22,9 +22,12 @@ pytestmark = pytest.mark.nvcc
 
 def run_cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "buildsys", *argv], cwd=REPO_ROOT, capture_output=True, text=True,
+        [sys.executable, "-m", "buildsys", *argv],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
         env=env,
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -54,9 +57,15 @@ def test_nvidia_builds_never_need_the_amd_toolchain(
         '[amd]\ntargets = ["gfx90a"]\n[nvidia]\ntargets = ["sm_90"]\nptx = ["compute_80"]\n'
     )
     common = [
-        "--sources", str(project.settings.sources), "--matrix", str(project.settings.matrix),
-        "--cache-dir", str(project.settings.cache_dir), "--out", str(project.settings.out),
-    ]  # fmt: skip
+        "--sources",
+        str(project.settings.sources),
+        "--matrix",
+        str(project.settings.matrix),
+        "--cache-dir",
+        str(project.settings.cache_dir),
+        "--out",
+        str(project.settings.out),
+    ]
     amd = run_cli("build", *common, "--targets", "gfx90a", env=no_amd_toolchain)
     assert amd.returncode == 1 and "--provision" in amd.stderr  # really no AMD compiler here
     result = run_cli("build", *common, *selection, "--json", env=no_amd_toolchain)

@@ -110,7 +110,10 @@ def test_bad_settings_are_one_clear_line(
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ("target = []\n", "unknown key tool.kernelpack.target; known: amd-defines"),
+        (
+            "target = []\n",
+            "unknown key tool.kernelpack.target; known: allow-missing-kernels, amd-defines",
+        ),
         ("jobs = true\n", "tool.kernelpack.jobs: True: expected a positive number"),
         ("compress = 1\n", "tool.kernelpack.compress: 1: expected true or false"),
         ("[tool.kernelpack.modules.m]\nflag = []\n", "modules.m: unknown key flag"),
@@ -127,9 +130,11 @@ def test_unknown_config_key_exits_2_with_one_line(tmp_path: Path) -> None:
     root = project(tmp_path, "sorces = 'x'\n")
     result = subprocess.run(
         [sys.executable, "-m", "buildsys", "matrix", "--project", str(root)],
-        cwd=REPO_ROOT, capture_output=True, text=True,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
         env={k: v for k, v in os.environ.items() if k != "KERNELPACK_DEBUG"},
-    )  # fmt: skip
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown key tool.kernelpack.sorces" in lines[0], result.stderr
@@ -158,3 +163,26 @@ def test_wheels_reads_the_build_settings_from_the_environment_as_pip_wheel_does(
         assert settings.targets == ("gfx90a",) and settings.compress is False
     wheels = resolve_settings(parse(["--out", "d"], "wheels"), {}, command="wheels")
     assert wheels.dist == Path.cwd() / "d"  # wheels' --out is where the wheels go
+
+
+def test_allow_missing_kernels_from_the_config_and_the_command_line(tmp_path: Path) -> None:
+    root = project(
+        tmp_path,
+        'allow-missing-kernels = {walk = ["hopper_only"], mlp = ["mlp::fp8<__nv_fp8_e4m3>"]}\n',
+    )
+    environ = {"KERNELPACK_BUILD_PROJECT": str(root)}
+    config = resolve_settings(parse([]), environ)
+    assert config.allow_missing_kernels == {
+        "mlp": ("mlp::fp8<__nv_fp8_e4m3>",),
+        "walk": ("hopper_only",),
+    }
+    given = resolve_settings(parse(["--allow-missing-kernels", "m=k<float, 2>; m=b"]), environ)
+    assert given.allow_missing_kernels == {"m": ("k<float, 2>", "b")}
+    with pytest.raises(UsageError, match=r"--allow-missing-kernels: 'k': expected module=kernel"):
+        resolve_settings(parse(["--allow-missing-kernels", "k"]), environ)
+    (tmp_path / "bad").mkdir()
+    bad = project(tmp_path / "bad", 'allow-missing-kernels = {walk = "hopper_only"}\n')
+    with pytest.raises(
+        UsageError, match=r"tool.kernelpack.allow-missing-kernels: .*expected a table"
+    ):
+        resolve_settings(parse([]), {"KERNELPACK_BUILD_PROJECT": str(bad)})

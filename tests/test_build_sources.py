@@ -1,5 +1,5 @@
-"""Kernel modules as the builder reads them: kernels and their C parameter lists, self-contained
-sources, compiler dependency files. Pure Python, no compiler."""
+"""Kernel modules as the builder reads them: self-contained sources, compiler dependency files.
+Pure Python, no compiler (the kernels come from the objects: test_build_discovery.py)."""
 
 from __future__ import annotations
 
@@ -9,55 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from buildsys.modules import SourceTree, inline_includes, parse_kernels, read_tree
+from buildsys.modules import SourceTree, inline_includes, read_tree
 from buildsys.trees import read_depfile
 from kernelpack.errors import UsageError
-
-
-def params(kernels: dict[str, list[dict[str, str]]] | object, name: str) -> list[tuple[str, str]]:
-    assert isinstance(kernels, dict)
-    return [(p["type"], p["name"]) for p in kernels[name]]
-
-
-def test_kernels_are_the_extern_c_global_definitions() -> None:
-    source = """
-    #include "common.cuh"
-    // extern "C" __global__ void in_a_comment(int x) {}
-    /* extern "C" __global__ void in_a_block_comment(int x) {} */
-    #define MAKE extern "C" __global__ void in_a_macro(int a) {}
-    const char* text = "extern \\"C\\" __global__ void in_a_string(int a) {}";
-    extern "C" __global__ void __launch_bounds__(256, 2)
-        swiglu(const float* __restrict__ gate, float *out,
-               unsigned long long n, float2 **pp) {
-      if (n) { out[0] = gate[0]; }
-    }
-    extern "C" __global__ void no_params(void) {}
-    extern "C" __global__ void declared_only(int a);
-    extern "C" {
-    __global__ void in_block(int, float* const q) { }
-    __device__ int helper(int a) { return a; }
-    __global__ void templated_arg(kp::vec<float, 4> v) { }
-    }
-    __global__ void cxx_linkage(int a) {}
-    extern "C" __device__ int device_function(int a) { return a; }
-    """
-    kernels = parse_kernels(source, "m/m.cu")
-    assert list(kernels) == ["in_block", "no_params", "swiglu", "templated_arg"]
-    assert params(kernels, "swiglu") == [
-        ("const float *", "gate"),
-        ("float *", "out"),
-        ("unsigned long long", "n"),
-        ("float2 **", "pp"),
-    ]
-    assert params(kernels, "no_params") == []
-    assert params(kernels, "in_block") == [("int", "arg0"), ("float * const", "q")]
-    assert params(kernels, "templated_arg") == [("kp::vec<float, 4>", "v")]
-
-
-def test_a_kernel_defined_twice_differently_is_refused() -> None:
-    source = 'extern "C" __global__ void k(int a) {}\nextern "C" __global__ void k(float a) {}\n'
-    with pytest.raises(UsageError, match=r"m\.cu:2: kernel k defined twice"):
-        parse_kernels(source, "m.cu")
 
 
 def tree_of(files: dict[str, str]) -> SourceTree:

@@ -269,9 +269,14 @@ def test_kernelpack_target_stands_for_a_gpu_no_probe_found() -> None:
 
 @pytest.mark.parametrize(
     ("value", "says"),
-    [("gfx1101x", "unknown AMD target"), ("compute_90", "code target"), ("sm_90a", "code target"),
-     ("gfx90a:xnack", "bad feature"), ("sm90", "not an NVIDIA target")],
-)  # fmt: skip
+    [
+        ("gfx1101x", "unknown AMD target"),
+        ("compute_90", "code target"),
+        ("sm_90a", "code target"),
+        ("gfx90a:xnack", "bad feature"),
+        ("sm90", "not an NVIDIA target"),
+    ],
+)
 def test_a_malformed_kernelpack_target_is_one_clear_error(value: str, says: str) -> None:
     with pytest.raises(UsageError, match=says) as error:
         gpus(LAPTOP, KERNELPACK_TARGET=value)

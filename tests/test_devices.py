@@ -91,8 +91,11 @@ def test_a_plain_number_is_the_vendors_number_on_a_one_vendor_machine() -> None:
     assert resolve_device(1, both) is resolve_device("hip:1", both)
     second = detect_gpus(sysfs_root=TWO_MI210, environ={"HIP_VISIBLE_DEVICES": "1"})
     assert resolve_device(0, second).location == amd_location(TWO_MI210, 2)
-    nvidia_only = detect_gpus(sysfs_root=TWO_MI210, environ={"ROCR_VISIBLE_DEVICES": ""},
-                              nvidia_probe=nvidia([A40, L40]))  # type: ignore[arg-type]  # fmt: skip
+    nvidia_only = detect_gpus(
+        sysfs_root=TWO_MI210,
+        environ={"ROCR_VISIBLE_DEVICES": ""},
+        nvidia_probe=nvidia([A40, L40]),  # type: ignore[arg-type]
+    )
     assert resolve_device(1, nvidia_only).location == L40.location
 
 

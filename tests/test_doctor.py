@@ -27,12 +27,22 @@ DEFAULT_AMD = [
 ]
 # The extras the default matrix's host wheel names (by hand, as in tests/test_wheels.py).
 DEVICE_WHEELS = {
-    "gfx908": "gfx90x", "gfx90a": "gfx90x", "gfx942": "gfx942", "gfx950": "gfx950",
-    "gfx1030": "gfx1030", "gfx1100": "gfx110x", "gfx1101": "gfx110x", "gfx1200": "gfx120x",
-    "gfx1201": "gfx120x", "gfx9-generic": "gfx9-generic", "gfx9-4-generic": "gfx9-4-generic",
-    "gfx10-1-generic": "gfx10-1-generic", "gfx10-3-generic": "gfx10-3-generic",
-    "gfx11-generic": "gfx11-generic", "gfx12-generic": "gfx12-generic",
-}  # fmt: skip
+    "gfx908": "gfx90x",
+    "gfx90a": "gfx90x",
+    "gfx942": "gfx942",
+    "gfx950": "gfx950",
+    "gfx1030": "gfx1030",
+    "gfx1100": "gfx110x",
+    "gfx1101": "gfx110x",
+    "gfx1200": "gfx120x",
+    "gfx1201": "gfx120x",
+    "gfx9-generic": "gfx9-generic",
+    "gfx9-4-generic": "gfx9-4-generic",
+    "gfx10-1-generic": "gfx10-1-generic",
+    "gfx10-3-generic": "gfx10-3-generic",
+    "gfx11-generic": "gfx11-generic",
+    "gfx12-generic": "gfx12-generic",
+}
 ROCM_64 = {"hip": "6.4.43484 (/opt/rocm/lib/libamdhip64.so.6)", "cuda": "not found"}
 ROCM_61 = {"hip": "6.1.40091 (/opt/rocm/lib/libamdhip64.so.6)", "cuda": "not found"}
 
@@ -49,6 +59,7 @@ def index(targets: list[str], *, host_only: bool = False) -> Index:
             "sha256": "0" * 64,
             "compression": "none",
             "kernels": {},
+            "symbols": {},
         }
         for t in targets
     ]
@@ -59,7 +70,7 @@ def index(targets: list[str], *, host_only: bool = False) -> Index:
         "images": [] if host_only else images,
     }
     made: dict[str, Any] = {
-        "schema": 1,
+        "schema": 2,
         "version": "1.0",
         "build": {"toolchains": {}, "flags": {}, "sources": {}},
         "modules": {"mlp": module, "walk": module},
@@ -221,13 +232,20 @@ def test_xnack_on_an_rdna_gpu_has_no_effect() -> None:
 
 def test_doctor_json_is_pure_json_on_stdout(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "kernelpack", "doctor", "--json", "--sysfs-root",
-         str(SYSFS / "rx6600-gfx1032")],
+        [
+            sys.executable,
+            "-m",
+            "kernelpack",
+            "doctor",
+            "--json",
+            "--sysfs-root",
+            str(SYSFS / "rx6600-gfx1032"),
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parent.parent / "wheels")},
-    )  # fmt: skip
+    )
     assert result.returncode in (0, 1), result.stderr
     report = json.loads(result.stdout)
     assert [g["hardware"] for g in report["gpus"]] == ["gfx1032"]

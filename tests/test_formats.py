@@ -30,7 +30,7 @@ from kernelpack.formats import (
     read_bundle,
     read_code_object,
     read_cubin,
-    read_image,
+    read_image_file,
     read_ptx,
     split_bundle_id,
     write_bundle,
@@ -184,7 +184,7 @@ def _ccob_fields(data: bytes) -> tuple[int, int]:
 def test_hipcc_compressed_bundle_is_ccob_v2_zstd() -> None:
     data = fixture("compressed.hipfb")
     assert _ccob_fields(data) == (2, 1)
-    image = read_image(data, "compressed.hipfb")
+    image = read_image_file(data, "compressed.hipfb")
     assert isinstance(image, Bundle)
     (header,) = image.compression
     assert (header.version, header.method, header.size) == (2, "zstd", len(data))
@@ -197,7 +197,7 @@ def test_hipcc_compressed_bundle_is_ccob_v2_zstd() -> None:
 
 def test_hipcc_compressed_bundle_version_3() -> None:
     data = fixture("compressed_v3.hipfb")
-    image = read_image(data, "compressed_v3.hipfb")
+    image = read_image_file(data, "compressed_v3.hipfb")
     assert isinstance(image, Bundle)
     (header,) = image.compression
     assert (header.version, header.method, header.size) == (3, "zstd", len(data))
@@ -206,7 +206,7 @@ def test_hipcc_compressed_bundle_version_3() -> None:
 
 def test_stored_hash_is_md5_low_64_of_the_bundle() -> None:
     data = fixture("compressed.hipfb")
-    image = read_image(data, "compressed.hipfb")
+    image = read_image_file(data, "compressed.hipfb")
     assert isinstance(image, Bundle)
     entries = [(e.id, e.data) for e in image.entries if e.kind != "host"]
     plain = write_bundle(entries)  # hipcc's layout, so the same bytes it compressed
@@ -219,7 +219,7 @@ def test_concatenated_ccobs_give_all_their_entries() -> None:
     """As the HIP runtime reads a .hip_fatbin of several bundles (clang-offload-bundler 21's
     --list does not: it fails on any two CCOBs in a row)."""
     first, second = fixture("compressed.hipfb"), fixture("compressed_v3.hipfb")
-    image = read_image(first + second, "both.hipfb")
+    image = read_image_file(first + second, "both.hipfb")
     assert isinstance(image, Bundle)
     assert [h.offset for h in image.compression] == [0, len(first)]
     parts = read_bundle(first, "first") + read_bundle(second, "second")
@@ -235,7 +235,7 @@ def test_compress_round_trip(method: str, version: int) -> None:
     assert packed == compress_bundle(plain, method, version)  # type: ignore[arg-type]
     assert _ccob_fields(packed) == (version, {"zlib": 0, "zstd": 1}[method])
     assert len(packed) < len(plain) // 4
-    image = read_image(packed, "packed")
+    image = read_image_file(packed, "packed")
     assert isinstance(image, Bundle)
     assert image.compression[0].uncompressed_size == len(plain)
     assert [(e.id, e.data) for e in image.entries] == [
@@ -321,7 +321,7 @@ def test_targets_from_e_flags_match_the_bundle_ids() -> None:
 
 @pytest.mark.parametrize(("name", "wavefront"), [("gfx90a.co", 64), ("gfx1100.co", 32)])
 def test_single_code_object_kernels(name: str, wavefront: int) -> None:
-    image = read_image(fixture(name), name)
+    image = read_image_file(fixture(name), name)
     assert isinstance(image, CodeObject)
     kernels = {k.name: k for k in image.kernels}
     assert list(kernels) == list(KERNELS)
@@ -460,7 +460,7 @@ def test_msgpack_refuses_hostile_input(encoded: bytes) -> None:
 
 @pytest.mark.parametrize(("name", "target"), [("sm_90.cubin", "sm_90"), ("sm_90a.cubin", "sm_90a")])
 def test_cubin_target_and_kernels(name: str, target: str) -> None:
-    image = read_image(fixture(name), name)
+    image = read_image_file(fixture(name), name)
     assert isinstance(image, Cubin)
     assert (image.target, image.sm, image.elf_abi_version) == (target, 90, 8)
     kernels = {k.name: k for k in image.kernels}
@@ -485,7 +485,7 @@ def test_sm90_and_sm90a_differ_only_in_the_compat_marking() -> None:
 
 
 def test_ptx_version_target_entries() -> None:
-    image = read_image(fixture("compute_80.ptx"), "compute_80.ptx")
+    image = read_image_file(fixture("compute_80.ptx"), "compute_80.ptx")
     assert isinstance(image, Ptx)
     assert (image.target, image.compute_target, image.address_size) == ("sm_80", "compute_80", 64)
     assert re.fullmatch(r"\d+\.\d+", image.version)
@@ -527,7 +527,7 @@ def test_not_ptx(text: bytes) -> None:
     ],
 )
 def test_read_image_tells_what_a_file_is(name: str, kind: type) -> None:
-    assert isinstance(read_image(fixture(name), name), kind)
+    assert isinstance(read_image_file(fixture(name), name), kind)
 
 
 @pytest.mark.parametrize(
@@ -542,7 +542,7 @@ def test_read_image_tells_what_a_file_is(name: str, kind: type) -> None:
 )
 def test_read_image_refuses_other_files(data: bytes) -> None:
     with pytest.raises(FormatError) as caught:
-        read_image(data, "other.bin")
+        read_image_file(data, "other.bin")
     assert str(caught.value).startswith("other.bin: at offset ")
 
 

@@ -180,7 +180,7 @@ def test_fuzz_read_ptx(data: bytes) -> None:
 @FUZZ
 @given(cases(*FIELDS))
 def test_fuzz_describe_any_file(data: bytes) -> None:
-    """What `kernelpack inspect` runs: read_image, and each bundle entry's image."""
+    """What `kernelpack inspect` runs: read_image_file, and each bundle entry's image."""
     attempt("describe", describe, data)
 
 

@@ -28,7 +28,7 @@ REAL_OUTPUT = {
 @pytest.mark.parametrize("kind", IMAGE_KINDS, ids=lambda k: k.name)
 def test_each_kind_is_what_its_compiler_makes(kind: Any) -> None:
     file, reader = REAL_OUTPUT[kind.name]
-    parsed = formats.read_image((OBJECTS / file).read_bytes(), file)
+    parsed = formats.read_image_file((OBJECTS / file).read_bytes(), file)
     assert isinstance(parsed, reader)
     vendor = "amd" if isinstance(parsed, formats.CodeObject) else "nvidia"
     assert kind.vendor == vendor
@@ -39,7 +39,7 @@ def test_amd_images_travel_in_one_bundle() -> None:
     """hipcc's bundle (the .hsaco a package carries) holds code objects of several targets."""
     (kind,) = [k for k in IMAGE_KINDS if k.bundled]
     assert kind.name == "code_object" and kind.file_suffix == ".hsaco"
-    parsed = formats.read_image((OBJECTS / "multi.hipfb").read_bytes(), "multi.hipfb")
+    parsed = formats.read_image_file((OBJECTS / "multi.hipfb").read_bytes(), "multi.hipfb")
     assert isinstance(parsed, formats.Bundle)
     assert len([e for e in parsed.entries if e.kind.startswith("hip")]) > 1
 

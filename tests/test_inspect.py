@@ -324,3 +324,24 @@ def test_closed_pipe_status_is_sigpipes(tmp_path: Path) -> None:
         check=False,
     )
     assert (result.returncode, result.stderr) == (141, "")
+
+
+def test_bundle_kernel_by_target_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every fixture kernel in each of multi.hipfb's targets (the fixtures were built from one
+    source for all of them), as JSON and as a table; a kernel one entry lacks is marked."""
+    from kernelpack.inspection import kernel_targets, print_report
+
+    report = inspect_json(capsys, OBJECTS / "multi.hipfb")
+    table = report["kernel_targets"]
+    assert sorted(table) == sorted(KERNELS)
+    for kernel in KERNELS:
+        assert sorted(table[kernel]) == sorted(MULTI_TARGETS), kernel
+    status, out, _ = inspect(capsys, str(OBJECTS / "multi.hipfb"))
+    assert status == 0
+    assert re.search(rf"^axpy\s+all {len(MULTI_TARGETS)}\s*$", out, re.M)
+    entry = next(e for e in report["entries"] if e["image"] and e["image"]["target"] == "gfx942")
+    entry["image"]["kernels"] = [k for k in entry["image"]["kernels"] if k["name"] != "mfma"]
+    report["kernel_targets"] = kernel_targets(report["entries"])
+    assert "gfx942" not in report["kernel_targets"]["mfma"]
+    print_report("multi.hipfb", report)
+    assert re.search(r"^mfma\s+MISSING on gfx942\s*$", capsys.readouterr().out, re.M)

@@ -41,19 +41,20 @@ from kernelpack.runtime import LoadedModule, Runtime
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
 
-SOURCE = """extern "C" __global__ void axpy(float *y, const float *x, float a, int n) {
+SOURCE = """__global__ void axpy(float *y, const float *x, float a, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += a * x[i];
 }
 """
 KERNELS: dict[str, Any] = {
     "axpy": [
-        {"name": "y", "type": "float *"},
-        {"name": "x", "type": "const float *"},
-        {"name": "a", "type": "float"},
-        {"name": "n", "type": "int"},
+        {"type": "float*", "offset": 0, "size": 8},
+        {"type": "float const*", "offset": 8, "size": 8},
+        {"type": "float", "offset": 16, "size": 4},
+        {"type": "int", "offset": 20, "size": 4},
     ]
 }
+AXPY_SYMBOL = "_Z4axpyPfPKffi"  # what nvcc and hipcc name axpy(float*, const float*, float, int)
 RESOURCES = {
     "axpy": {
         "registers": 8,
@@ -85,6 +86,7 @@ def _image(vendor: str, target: str, kind: str, file: str, data: bytes, **extra:
         "sha256": hashlib.sha256(data).hexdigest(),
         "compression": "none",
         "kernels": RESOURCES,
+        "symbols": {"axpy": AXPY_SYMBOL},
     }
     image.update(extra)
     return image  # type: ignore[return-value]
@@ -109,16 +111,23 @@ def make_package(
         for entry in read_bundle(raw, "demo"):
             if entry.kind != "host":
                 images.append(
-                    _image("amd", entry.target, "code_object", "device/demo.hsaco", entry.data,
-                           offset=entry.offset, compression="zstd")
-                )  # fmt: skip
+                    _image(
+                        "amd",
+                        entry.target,
+                        "code_object",
+                        "device/demo.hsaco",
+                        entry.data,
+                        offset=entry.offset,
+                        compression="zstd",
+                    )
+                )
     for target in nvidia:
         kind = "ptx" if target.startswith("compute_") else "cubin"
         file = f"device/demo.{target}.{kind}"
         (root / file).write_bytes(payload(target))
         images.append(_image("nvidia", target, kind, file, payload(target)))
     return {
-        "schema": 1,
+        "schema": 2,
         "version": version,
         "build": {"toolchains": {}, "flags": {}, "sources": {}},
         "modules": {
@@ -143,6 +152,7 @@ class RecordingRuntime(Runtime):
         self.loads: list[tuple[int, bytes]] = []
         self.jits = 0
         self.launches: list[bytes] = []
+        self.functions: list[str] = []  # the symbols looked up
 
     def version(self) -> str:
         return "1.0"
@@ -159,6 +169,7 @@ class RecordingRuntime(Runtime):
         return LoadedModule(len(self.loads), ordinal)
 
     def function(self, module: LoadedModule, name: str) -> int:
+        self.functions.append(name)
         return 1000 + module.handle
 
     def launcher(self, module: LoadedModule, function: int, signature: Any, fail: Any) -> Any:
@@ -448,9 +459,12 @@ def test_device_wheel_of_another_version_is_skipped(tmp_path: Path, cache: DiskC
     host["device_wheels"] = {"sm_90": "sm90"}
     gpus = [g for g in mixed_machine() if g.vendor == "nvidia"]
     made, _ = make_loader(
-        index=host, root=tmp_path / "host", gpus=gpus, cache=cache,
+        index=host,
+        root=tmp_path / "host",
+        gpus=gpus,
+        cache=cache,
         fragments=lambda: [(device, tmp_path / "device_sm90", "kernelpack_device_sm90")],
-    )  # fmt: skip
+    )
     with (
         pytest.warns(KernelpackWarning, match="version 0.9"),
         pytest.raises(NoImageError) as raised,
@@ -472,7 +486,9 @@ def installed_device_wheel(tmp_path: Path) -> Iterator[Path]:
     (info / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: kernelpack-device-demo\nVersion: 1.0\n"
     )
-    (info / "entry_points.txt").write_text("[kernelpack.device]\ndemo = kernelpack_device_demo\n")
+    (info / "entry_points.txt").write_text(
+        "[kernelpack.device]\nkernelpack.demo = kernelpack_device_demo\n"
+    )
     sys.path.insert(0, str(site))
     yield package
     sys.path.remove(str(site))
@@ -498,8 +514,14 @@ def test_missing_vendor_library_is_a_clear_error(tmp_path: Path, cache: DiskCach
         open_library("cuda", ["libcuda-absent.so.1"])
         raise AssertionError("unreachable")
 
-    made = Loader(index=index, root=tmp_path / "pkg", gpus=mixed_machine()[2:], runtimes=runtime,
-                  cache=cache, fragments=list)  # fmt: skip
+    made = Loader(
+        index=index,
+        root=tmp_path / "pkg",
+        gpus=mixed_machine()[2:],
+        runtimes=runtime,
+        cache=cache,
+        fragments=list,
+    )
     with pytest.raises(RuntimeLibraryError) as raised:
         made.load("demo")
     assert raised.value.exit_code == 1
@@ -508,7 +530,7 @@ def test_missing_vendor_library_is_a_clear_error(tmp_path: Path, cache: DiskCach
 def test_unknown_module_kernel_and_device(tmp_path: Path, cache: DiskCache) -> None:
     index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
     made, _ = make_loader(index, tmp_path / "pkg", mixed_machine(), cache)
-    with pytest.raises(UsageError, match="no kernel module 'dmeo'; modules: demo"):
+    with pytest.raises(UsageError, match="no kernel module 'dmeo' in kernelpack; modules: demo"):
         made.load("dmeo", "cuda:0")
     with pytest.raises(UsageError, match=r"1 cuda device\(s\) visible, cuda:0 to cuda:0"):
         made.load("demo", "cuda:5")
@@ -518,15 +540,28 @@ def test_unknown_module_kernel_and_device(tmp_path: Path, cache: DiskCache) -> N
         made.load("demo", "cuda:0").kernel("axpb")
 
 
+def test_a_kernel_the_loaded_image_lacks_is_named(tmp_path: Path, cache: DiskCache) -> None:
+    """A kernel the build allowed to be missing from some targets (allow-missing-kernels)."""
+    index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
+    index["modules"]["demo"]["kernels"] = {**KERNELS, "hopper_only": []}
+    made, runtimes = make_loader(index, tmp_path / "pkg", mixed_machine()[2:], cache)
+    module = made.load("demo")
+    with pytest.raises(UsageError, match="'hopper_only' of module demo is not in the image loaded"):
+        module.kernel("hopper_only")
+    assert runtimes["nvidia"].functions == []
+
+
 def test_launch_checks_arguments(tmp_path: Path, cache: DiskCache) -> None:
     index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
     made, runtimes = make_loader(index, tmp_path / "pkg", mixed_machine()[2:], cache)
     axpy = made.load("demo").kernel("axpy")
     axpy.launch(4, 256, 0x7000_0000, 0x7100_0000, 2.0, 1000)
     assert len(runtimes["nvidia"].launches) == 1
+    assert runtimes["nvidia"].functions == [AXPY_SYMBOL]  # looked up by the image's symbol
+    assert axpy.params == KERNELS["axpy"]
     with pytest.raises(UsageError, match="takes 4 arguments, got 3"):
         axpy.signature.pack([1, 2, 3.0])
-    with pytest.raises(UsageError, match=r"argument 3 'n' \(int\): 4294967296 is out of range"):
+    with pytest.raises(UsageError, match=r"argument 3 \(int\): 4294967296 is out of range"):
         axpy.signature.pack([1, 2, 3.0, 2**32])
 
 
@@ -565,14 +600,28 @@ def test_no_prebuilt_image_compiles_the_source_once(tmp_path: Path, cache: DiskC
     index = make_package(tmp_path / "pkg", amd=("gfx1100",), nvidia=("sm_80",))
     gpus = mixed_machine()[2:]  # the H100: sm_80 cubins do not run on 9.0, and no PTX was built
     compiler = NvccCompiler(tmp_path)
-    made = Loader(index=index, root=tmp_path / "pkg", gpus=gpus, runtimes=RecordingRuntime,
-                  compilers=lambda vendor: compiler, cache=cache, fragments=list)  # type: ignore[arg-type,return-value]  # fmt: skip
+    made = Loader(
+        index=index,
+        root=tmp_path / "pkg",
+        gpus=gpus,
+        runtimes=RecordingRuntime,
+        compilers=lambda vendor: compiler,  # type: ignore[arg-type,return-value]
+        cache=cache,
+        fragments=list,
+    )
     with pytest.warns(KernelpackWarning, match="compiled its source"):
         module = made.load("demo")
     assert module.image == f"sm_90 compiled by {compiler.version()}"
     assert module.kernel("axpy").info["registers"] > 0
-    again = Loader(index=index, root=tmp_path / "pkg", gpus=gpus, runtimes=RecordingRuntime,
-                   compilers=lambda vendor: compiler, cache=DiskCache(cache.folder), fragments=list)  # type: ignore[arg-type,return-value]  # fmt: skip
+    again = Loader(
+        index=index,
+        root=tmp_path / "pkg",
+        gpus=gpus,
+        runtimes=RecordingRuntime,
+        compilers=lambda vendor: compiler,  # type: ignore[arg-type,return-value]
+        cache=DiskCache(cache.folder),
+        fragments=list,
+    )
     with pytest.warns(KernelpackWarning):
         again.load("demo")
     assert compiler.compiles == 1
@@ -586,9 +635,9 @@ def packaged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """kernelpack's own index replaced by a test package; the cache in a temporary folder."""
     root = tmp_path / "pkg"
     index = make_package(root, amd=ALL_AMD, nvidia=ALL_NVIDIA)
-    monkeypatch.setattr(catalog, "package_index", lambda: index)
-    monkeypatch.setattr(catalog, "PACKAGE_DIR", root)
-    monkeypatch.setattr(catalog, "device_fragments", list)
+    monkeypatch.setattr(catalog, "package_index", lambda package: index)
+    monkeypatch.setattr(catalog, "package_folder", lambda package: root)
+    monkeypatch.setattr(catalog, "device_fragments", lambda package: [])
     monkeypatch.setenv("KERNELPACK_CACHE_DIR", str(tmp_path / "cache"))
     for variable in (
         "KERNELPACK_TARGET",
@@ -607,9 +656,11 @@ def test_info_json_names_the_image_per_gpu(
     assert status == 0
     report = json.loads(capsys.readouterr().out)
     assert [g["target"] for g in report["gpus"]] == ["gfx1100", "gfx1151"]
-    chosen = [(row["device"], row["image"]["target"]) for row in report["modules"]["demo"]]
+    demo = report["packages"]["kernelpack"]["modules"]["demo"]
+    assert demo["kernels"] == sorted(KERNELS)
+    chosen = [(row["device"], row["image"]["target"]) for row in demo["images"]]
     assert chosen == [("hip:0", "gfx1100"), ("hip:1", "gfx11-generic")]
-    assert all(row["image"]["verified"] for row in report["modules"]["demo"])
+    assert all(row["image"]["verified"] for row in demo["images"])
     assert report["problems"] == []
     assert set(report["runtimes"]) == {"cuda", "hip", "nvrtc", "hiprtc"}
     assert report["cache"]["folder"] == os.environ["KERNELPACK_CACHE_DIR"]
@@ -624,7 +675,7 @@ def test_info_table_says_why_none_fits_and_what_to_do(
     assert "none" in out
     # The advice the NoImageError gives, once for the eight identical GPUs (issue 15 item 14).
     devices = ", ".join(f"hip:{n}" for n in range(8))
-    assert f"demo on gfx942:sramecc+:xnack- ({devices}): no prebuilt image fits" in out
+    assert f"demo (kernelpack) on gfx942:sramecc+:xnack- ({devices}): no prebuilt image fits" in out
     assert out.count("what to do:") == 1
     assert 'pip install "kernelpack[gfx942]"' in out
     assert "python -m buildsys build --targets gfx942" in out
@@ -652,26 +703,33 @@ def test_info_verifies_each_chosen_image(
     assert cli.main(["info", "--json", "--sysfs-root", laptop]) == 1
     captured = capsys.readouterr()
     report = json.loads(captured.out)
-    verdicts = {row["device"]: row["image"]["verified"] for row in report["modules"]["demo"]}
+    rows = report["packages"]["kernelpack"]["modules"]["demo"]["images"]
+    verdicts = {row["device"]: row["image"]["verified"] for row in rows}
     assert verdicts == {"hip:0": True, "hip:1": True, "cuda:0": False}
-    assert report["modules"]["demo"][2]["image"]["sha256"] == recorded
+    assert rows[2]["image"]["sha256"] == recorded
     assert found in captured.err
 
 
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("INDEX = {'schema': 1, 'version': '1.0', 'modu", "SyntaxError"),
-        ("INDEX = {'schema': 1, 'version': '1.0', 'build': {}, 'modules': {'demo': 7}}",
-         "module 'demo': expected a dict, found int"),
-        ("INDEX = {'schema': 1, 'version': 1, 'build': {}, 'modules': {}}",
-         "'version' is a int, not str"),
-        ("INDEX = {'schema': 1, 'version': '1.0', 'build': {}, 'modules': {'demo': {'kernels': {},"
-         " 'source': '', 'source_sha256': '', 'images': [{'vendor': 'amd'}]}}}",
-         "module 'demo' image 0: no key 'target'"),
+        ("INDEX = {'schema': 2, 'version': '1.0', 'modu", "SyntaxError"),
+        (
+            "INDEX = {'schema': 2, 'version': '1.0', 'build': {}, 'modules': {'demo': 7}}",
+            "module 'demo': expected a dict, found int",
+        ),
+        (
+            "INDEX = {'schema': 2, 'version': 1, 'build': {}, 'modules': {}}",
+            "'version' is a int, not str",
+        ),
+        (
+            "INDEX = {'schema': 2, 'version': '1.0', 'build': {}, 'modules': {'demo': {'kernels': {},"
+            " 'source': '', 'source_sha256': '', 'images': [{'vendor': 'amd'}]}}}",
+            "module 'demo' image 0: no key 'target'",
+        ),
         ("OTHER = 1", "it defines no INDEX"),
     ],
-)  # fmt: skip
+)
 def test_a_damaged_installed_index_is_one_line_and_exit_2(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -687,14 +745,13 @@ def test_a_damaged_installed_index_is_one_line_and_exit_2(
     for name in ("damagedpkg", "damagedpkg._index"):  # each case imports its own file
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.setattr(catalog, "INDEX_MODULE", "damagedpkg._index")
-    monkeypatch.setattr(catalog, "PACKAGE_DIR", package)
-    monkeypatch.setattr(catalog, "device_fragments", list)
+    monkeypatch.setattr(catalog, "kernelpack_packages", lambda: ["damagedpkg"])
+    monkeypatch.setattr(catalog, "device_fragments", lambda package: [])
     monkeypatch.setenv("KERNELPACK_CACHE_DIR", str(tmp_path / "cache"))
     assert cli.main(["info", "--sysfs-root", str(SYSFS / "two-mi210")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: {package / '_index.py'}: ")
-    assert says in err and "reinstall kernelpack" in err
+    assert says in err and "reinstall damagedpkg" in err
 
 
 def test_cache_commands(packaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -732,8 +789,15 @@ def test_amd_compiles_the_hipified_source(tmp_path: Path, cache: DiskCache) -> N
     index = make_package(tmp_path / "pkg", amd=("gfx90a",))
     (tmp_path / "pkg" / "device" / "demo.hip").write_text("// hipified\n" + SOURCE)
     compiler = RecordingCompiler()
-    made = Loader(index=index, root=tmp_path / "pkg", gpus=mixed_machine()[:1], runtimes=RecordingRuntime,
-                  compilers=lambda vendor: compiler, cache=cache, fragments=list)  # type: ignore[arg-type,return-value]  # fmt: skip
+    made = Loader(
+        index=index,
+        root=tmp_path / "pkg",
+        gpus=mixed_machine()[:1],
+        runtimes=RecordingRuntime,
+        compilers=lambda vendor: compiler,  # type: ignore[arg-type,return-value]
+        cache=cache,
+        fragments=list,
+    )
     with pytest.warns(KernelpackWarning, match="no prebuilt image of module demo fits gfx1100"):
         module = made.load("demo")
     assert compiler.asked == [("// hipified\n" + SOURCE, "gfx1100")]
@@ -744,8 +808,15 @@ def test_amd_compiles_the_hipified_source(tmp_path: Path, cache: DiskCache) -> N
 def test_damaged_source_is_refused(tmp_path: Path, cache: DiskCache) -> None:
     index = make_package(tmp_path / "pkg", amd=("gfx90a",))
     (tmp_path / "pkg" / "device" / "demo.cu").write_text(SOURCE + "// changed\n")
-    made = Loader(index=index, root=tmp_path / "pkg", gpus=mixed_machine()[:1], runtimes=RecordingRuntime,
-                  compilers=lambda vendor: RecordingCompiler(), cache=cache, fragments=list)  # type: ignore[arg-type,return-value]  # fmt: skip
+    made = Loader(
+        index=index,
+        root=tmp_path / "pkg",
+        gpus=mixed_machine()[:1],
+        runtimes=RecordingRuntime,
+        compilers=lambda vendor: RecordingCompiler(),  # type: ignore[arg-type,return-value]
+        cache=cache,
+        fragments=list,
+    )
     with pytest.raises(IntegrityError) as raised:
         made.load("demo")
     changed = hashlib.sha256((SOURCE + "// changed\n").encode()).hexdigest()

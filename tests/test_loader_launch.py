@@ -28,19 +28,36 @@ from kernelpack.errors import UsageError
 NATIVE_SOURCE = Path(__file__).parent.parent / "wheels" / "kernelpack" / "_native" / "launcher.c"
 
 LAUNCH = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-    ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
-)  # fmt: skip
+    ctypes.c_int,
+    ctypes.c_void_p,
+    *[ctypes.c_uint] * 7,
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_void_p),
+    ctypes.c_void_p,
+)
 GET_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
 PUSH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 
 PARAMS = [
-    ("char", "b"), ("unsigned char", "B"), ("short", "h"), ("unsigned short", "H"),
-    ("int", "i"), ("unsigned int", "I"), ("long long", "q"), ("size_t", "Q"),
-    ("float", "f"), ("double", "d"), ("bool", "?"), ("const float *__restrict__", "P"),
-]  # fmt: skip
+    ("char", "b"),
+    ("unsigned char", "B"),
+    ("short", "h"),
+    ("unsigned short", "H"),
+    ("int", "i"),
+    ("unsigned int", "I"),
+    ("long long", "q"),
+    ("size_t", "Q"),
+    ("float", "f"),
+    ("double", "d"),
+    ("bool", "?"),
+    ("const float *__restrict__", "P"),
+]
 SIGNATURE = kargs.Signature.from_index(
-    "everything", [{"name": f"p{i}", "type": t} for i, (t, _) in enumerate(PARAMS)]
+    "everything",
+    [
+        {"type": t, "offset": 8 * i, "size": struct.calcsize("Q" if code == "P" else code)}
+        for i, (t, code) in enumerate(PARAMS)
+    ],
 )
 GOOD = (
     -128,
@@ -73,15 +90,33 @@ class Recorder:
         self.push = PUSH(self._push)
         self.pop = GET_CURRENT(self._pop)
 
-    def _launch(self, function: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
-                shared: int, stream: int | None, params: Any, extra: int | None) -> int:  # fmt: skip
+    def _launch(
+        self,
+        function: int,
+        gx: int,
+        gy: int,
+        gz: int,
+        bx: int,
+        by: int,
+        bz: int,
+        shared: int,
+        stream: int | None,
+        params: Any,
+        extra: int | None,
+    ) -> int:
         if self.answer:
             return self.answer
         slots = [ctypes.string_at(params[i], SIGNATURE.types[i].size) for i in range(len(PARAMS))]
-        self.calls.append({
-            "function": function, "dims": (gx, gy, gz, bx, by, bz), "shared": shared,
-            "stream": stream or 0, "slots": slots, "current": self.current,
-        })  # fmt: skip
+        self.calls.append(
+            {
+                "function": function,
+                "dims": (gx, gy, gz, bx, by, bz),
+                "shared": shared,
+                "stream": stream or 0,
+                "slots": slots,
+                "current": self.current,
+            }
+        )
         return 0
 
     def _get_current(self, out: Any) -> int:
@@ -111,8 +146,21 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Any:
         pytest.skip("no C compiler to build kernelpack._launcher")
     out = tmp_path_factory.mktemp("native") / "_launcher.abi3.so"
     include = sysconfig.get_paths()["include"]
-    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-Wall", "-Werror", f"-I{include}",
-                    str(NATIVE_SOURCE), "-o", str(out)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            compiler,
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-Wall",
+            "-Werror",
+            f"-I{include}",
+            str(NATIVE_SOURCE),
+            "-o",
+            str(out),
+        ],
+        check=True,
+    )
     spec = importlib.util.spec_from_file_location("kernelpack._launcher", out)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -140,11 +188,12 @@ LauncherFactory = Callable[[Recorder, kargs.Signature], Callable[..., None]]
 
 def native_path(native: Any) -> LauncherFactory:
     def make(recorder: Recorder, signature: kargs.Signature) -> Callable[..., None]:
+        binding = launching.DeviceBinding(
+            1, recorder.get_current, recorder.push, recorder.pop, CONTEXT
+        )
         return launching.native_launch(  # type: ignore[no-any-return]
-            native.Launcher, recorder.launch, 0x1234, signature, fail, binding=1,
-            get_current=recorder.get_current, enter=recorder.push, leave=recorder.pop,
-            context=CONTEXT,
-        )  # fmt: skip
+            native.Launcher, recorder.launch, 0x1234, signature, fail, binding
+        )
 
     return make
 
@@ -156,9 +205,15 @@ def ctypes_path(recorder: Recorder, signature: kargs.Signature) -> Callable[...,
         return value.value or 0
 
     return launching.ctypes_launcher(
-        signature, recorder.launch, 0x1234, fail, current, CONTEXT,
-        lambda: recorder.push(CONTEXT), lambda: recorder.pop(ctypes.byref(ctypes.c_void_p())),
-    )  # fmt: skip
+        signature,
+        recorder.launch,
+        0x1234,
+        fail,
+        current,
+        CONTEXT,
+        lambda: recorder.push(CONTEXT),
+        lambda: recorder.pop(ctypes.byref(ctypes.c_void_p())),
+    )
 
 
 @pytest.fixture(params=["native", "ctypes"])
@@ -207,10 +262,19 @@ def bad_arguments() -> list[tuple[str, tuple[Any, ...]]]:
     cases = []
     for position, (_, code) in enumerate(PARAMS):
         for value in {
-            "b": (128, -129), "B": (256, -1), "h": (32768,), "H": (-1, 65536), "i": (2**31,),
-            "I": (-1, 2**32), "q": (2**63,), "Q": (-1, 2**64), "f": ("1.0", 1e39), "d": (None,),
-            "?": (1.5,), "P": (-1, 2**64, 1.0),
-        }[code]:  # fmt: skip
+            "b": (128, -129),
+            "B": (256, -1),
+            "h": (32768,),
+            "H": (-1, 65536),
+            "i": (2**31,),
+            "I": (-1, 2**32),
+            "q": (2**63,),
+            "Q": (-1, 2**64),
+            "f": ("1.0", 1e39),
+            "d": (None,),
+            "?": (1.5,),
+            "P": (-1, 2**64, 1.0),
+        }[code]:
             args = list(GOOD)
             args[position] = value
             cases.append((f"p{position}={value!r}", tuple(args)))
@@ -226,7 +290,7 @@ def test_bad_arguments_are_refused_before_the_launch(
         make_launcher(recorder, SIGNATURE)(1, 1, *args)
     assert failed.value.code == -1 and failed.value.args_given == args
     assert recorder.calls == []
-    with pytest.raises(UsageError, match=f"argument {case.split('=')[0][1:]} 'p"):
+    with pytest.raises(UsageError, match=f"argument {case.split('=')[0][1:]} \\("):
         raise SIGNATURE.explain(args)
 
 
@@ -307,7 +371,9 @@ def test_torch_tensors_are_read_and_host_ones_refused(make_launcher: LauncherFac
     with pytest.raises(Failed):
         launch(1, 1, *host)
     assert len(recorder.calls) == 1
-    with pytest.raises(UsageError, match=r"argument 11 'p11'.*on cpu is not GPU memory"):
+    with pytest.raises(
+        UsageError, match=r"argument 11 \(const float \*__restrict__\).*on cpu is not GPU memory"
+    ):
         raise SIGNATURE.explain(host)
 
 
@@ -352,9 +418,31 @@ def test_dlpack_capsule_address_is_read() -> None:
 
 def test_unsupported_parameter_type_is_named() -> None:
     with pytest.raises(UsageError, match=r"'struct params' cannot be passed from Python"):
-        kargs.Signature.from_index("k", [{"name": "p", "type": "struct params"}])
+        kargs.Signature.from_index("k", [{"type": "struct params", "offset": 0, "size": 16}])
+
+
+def test_a_size_that_disagrees_with_the_type_is_refused() -> None:
+    with pytest.raises(UsageError, match=r"parameter 0 \(int\) is 8 bytes in the compiled object"):
+        kargs.Signature.from_index("k", [{"type": "int", "offset": 0, "size": 8}])
+
+
+def test_c_linkage_parameters_pass_by_size() -> None:
+    """No type in the symbol: an unsigned integer of the parameter's size, 8 bytes also a pointer."""
+    signature = kargs.Signature.from_index(
+        "plain",
+        [{"type": "", "offset": o, "size": n} for o, n in ((0, 8), (8, 4), (12, 2), (14, 1))],
+    )
+    assert signature.describe() == "plain(<8 bytes>, <4 bytes>, <2 bytes>, <1 bytes>)"
+    packed = signature.pack([0xDEAD_BEEF_0000, 2**32 - 1, 65535, 255])
+    assert struct.unpack("<QI4xH6xB7x", packed) == (0xDEAD_BEEF_0000, 2**32 - 1, 65535, 255)
+    with pytest.raises(UsageError, match=r"argument 1 \(<4 bytes>\): 4294967296 is out of range"):
+        signature.pack([0, 2**32, 0, 0])
+    with pytest.raises(UsageError, match=r"argument 1 .*expected an integer, got float"):
+        signature.pack([0, 1.5, 0, 0])
+    with pytest.raises(UsageError, match="3 bytes with no type"):
+        kargs.Signature.from_index("odd", [{"type": "", "offset": 0, "size": 3}])
 
 
 def test_signature_describes_itself() -> None:
-    assert SIGNATURE.describe().startswith("everything(char p0, unsigned char p1")
+    assert SIGNATURE.describe().startswith("everything(char, unsigned char, short")
     assert sys.byteorder == "little"  # the slots are packed little-endian, as the GPUs read them

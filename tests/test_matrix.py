@@ -154,3 +154,17 @@ def test_hostile_matrix_is_one_short_line(tmp_path: Path, text: str, message: st
 def test_long_target_on_the_command_line_is_refused() -> None:
     with pytest.raises(MatrixError, match=r"--targets: gfx11111.*not a target name"):
         load_matrix().select(["gfx" + "1" * 100_000])
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("sm90", "unknown NVIDIA target; did you mean sm_90"),
+        ("compute90", "unknown PTX target"),
+    ],
+)
+def test_a_misspelt_target_on_the_command_line_is_judged_by_its_vendor(
+    name: str, message: str
+) -> None:
+    with pytest.raises(MatrixError, match=f"--targets: {name}: {message}"):
+        load_matrix().select([name])

@@ -307,12 +307,11 @@ def test_row_kernels_are_right_on_any_geometry(
     """The row kernels launched directly: any grid and block shape they allow is right."""
     torch = torch_rng[0]
     rows = 1001
-    suffix = mlp_launch.KERNEL_SUFFIX[dtype]
     stream = torch.cuda.current_stream().cuda_stream
     x = randn(torch_rng, (rows, cols), dtype)
     weight = randn(torch_rng, (cols,), dtype)
     buffer, out = poisoned(torch_rng, (rows, cols), dtype)
-    mlp_launch.load_kernel("cuda:0", f"rms_norm_{suffix}").launch(
+    mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm", dtype)).launch(
         grid,
         (threads, per_block),
         x.data_ptr(),
@@ -329,7 +328,7 @@ def test_row_kernels_are_right_on_any_geometry(
 
     residual = randn(torch_rng, (rows, cols), dtype)
     stored_sum = (x.double() + residual.double()).to(x.dtype)
-    mlp_launch.load_kernel("cuda:0", f"add_rms_norm_{suffix}").launch(
+    mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("add_rms_norm", dtype)).launch(
         grid,
         (threads, per_block),
         x.data_ptr(),

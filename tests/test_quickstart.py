@@ -118,4 +118,4 @@ def test_wheel_time_without_git_is_the_fallback(
 
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no git on it
-    assert source_date_epoch() == 315532800  # 1980-01-01, the earliest time a zip holds
+    assert source_date_epoch(tmp_path) == 315532800  # 1980-01-01, the earliest time a zip holds

@@ -2,7 +2,7 @@
 every way of passing a pointer, a tampered cache, 64 threads racing the first load.
 
 The package is built here with nvcc, as the builder does (cubins per sm target, PTX for the oldest
-compute target, parameter lists by the builder's own parser, resources read off each cubin). Its
+compute target, kernels discovered from the objects by the builder's own code). Its
 three modules share one source and differ in what was built, so each takes another path:
 ``demo`` (sm_80, sm_90, compute_80: the sm_90 cubin), ``demo_ptx`` (sm_80, compute_80: PTX compiled
 by the driver) and ``demo_src`` (sm_80 only: the source compiled by NVRTC).
@@ -10,6 +10,7 @@ by the driver) and ``demo_src`` (sm_80 only: the source compiled by NVRTC).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import shutil
@@ -26,7 +27,7 @@ from kernelpack.errors import KernelpackWarning, RuntimeLibraryError, UsageError
 from kernelpack.index import Image, Index
 
 SOURCE = r"""
-extern "C" __global__ void axpy(float *y, const float *x, float a, int n) {
+__global__ void axpy(float *y, const float *x, float a, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += a * x[i];
 }
@@ -36,9 +37,18 @@ extern "C" __global__ void add(float *y, const float *x, int n) {
     if (i < n) y[i] += x[i];
 }
 
+namespace ops {
+template <typename T>
+__global__ void add(T *y, const T *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+template __global__ void add<float>(float *, const float *, int);
+}  // namespace ops
+
 extern "C" __global__ void nothing() {}
 
-extern "C" __global__ void scalars(long long *ints, double *reals, signed char a, unsigned char b,
+__global__ void scalars(long long *ints, double *reals, signed char a, unsigned char b,
                                    short c, unsigned short d, int e, unsigned int f, long long g,
                                    unsigned long long h, float i, double j, bool k) {
     if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -57,15 +67,23 @@ MODULES = {
 
 
 def build_package(root: Path, *, nvcc: str = "nvcc") -> Index:
-    """A package folder and its index for the modules above, compiled by nvcc."""
-    from buildsys.modules import parse_kernels
-    from kernelpack.formats import read_cubin
+    """A package folder and its index for the modules above, compiled by nvcc; the kernels
+    discovered from the objects and named by the builder's own code (buildsys.discovery)."""
+    from buildsys.discovery import (
+        ImageKernels,
+        demangle,
+        find_demangler,
+        name_kernels,
+        object_kernels,
+    )
 
     device = root / "device"
     device.mkdir(parents=True, exist_ok=True)
     (device / "demo.cu").write_text(SOURCE)
     built: dict[str, Image] = {}
-    for target in sorted({t for targets in MODULES.values() for t in targets}):
+    found: list[ImageKernels] = []
+    targets = sorted({t for targets in MODULES.values() for t in targets})
+    for target in targets:
         kind = "ptx" if target.startswith("compute_") else "cubin"
         out = device / f"demo.{target}.{kind}"
         flag = "-ptx" if kind == "ptx" else "-cubin"
@@ -74,7 +92,7 @@ def build_package(root: Path, *, nvcc: str = "nvcc") -> Index:
             check=True,
         )
         data = out.read_bytes()
-        resources = read_cubin(data, str(out)).resources() if kind == "cubin" else {}
+        found.append(ImageKernels("demo", "nvidia", target, object_kernels(kind, data, target)[1]))
         built[target] = {
             "vendor": "nvidia",
             "target": target,
@@ -84,16 +102,22 @@ def build_package(root: Path, *, nvcc: str = "nvcc") -> Index:
             "size": len(data),
             "sha256": hashlib.sha256(data).hexdigest(),
             "compression": "none",
-            "kernels": resources,
+            "kernels": {},
+            "symbols": {},
         }
-    kernels = parse_kernels(SOURCE, "demo.cu")
+    symbols = {k.symbol for image in found for k in image.kernels}
+    named = name_kernels(found, demangle(symbols, find_demangler()), targets)["demo"]
+    for target, image in built.items():
+        image["symbols"] = named.symbols[target]
+        image["kernels"] = named.resources[target] if image["kind"] == "cubin" else {}
+    assert sorted(named.params) == ["add", "axpy", "nothing", "ops::add<float>", "scalars"]
     return {
-        "schema": 1,
+        "schema": 2,
         "version": "0.0.0",
         "build": {"toolchains": {"cuda": "nvcc"}, "flags": {}, "sources": {}},
         "modules": {
             name: {
-                "kernels": kernels,
+                "kernels": named.params,
                 "source": "device/demo.cu",
                 "source_sha256": hashlib.sha256(SOURCE.encode()).hexdigest(),
                 "images": [built[t] for t in targets],
@@ -149,8 +173,14 @@ def make_loader(
     from kernelpack.loader import Loader
 
     index, root = package
-    return Loader(index=index, root=root, runtimes=lambda vendor: wrap(CudaRuntime(binding=binding)),
-                  compilers=compilers, cache=cache, fragments=list)  # fmt: skip
+    return Loader(
+        index=index,
+        root=root,
+        runtimes=lambda vendor: wrap(CudaRuntime(binding=binding)),
+        compilers=compilers,
+        cache=cache,
+        fragments=list,
+    )
 
 
 def native_built() -> bool:
@@ -251,6 +281,27 @@ def test_every_kind_of_pointer(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("module_name", ["demo", "demo_ptx", "demo_src"])
+def test_template_and_c_linkage_kernels_by_name(
+    package: tuple[Index, Path], tmp_path: Path, torch: Any, module_name: str
+) -> None:
+    """A namespaced template instance by its demangled name (the image's mangled symbol under
+    it) and a C-linkage kernel by its plain name, on the cubin, PTX and run-time paths."""
+    with pytest.warns() if module_name == "demo_src" else contextlib.nullcontext():
+        module = make_loader(package, DiskCache(tmp_path)).load(module_name)
+    n = 3000
+    x = torch.randn(n, device="cuda")
+    y = torch.randn(n + 32, device="cuda")
+    y[n:] = float("nan")
+    expected = y[:n].double() + x.double()
+    module.kernel("ops::add<float>").launch((n + 255) // 256, 256, y, x, n)
+    module.kernel("nothing").launch(1, 1)
+    torch.cuda.synchronize()
+    assert torch.equal(y[:n].double(), expected.float().double())
+    assert torch.isnan(y[n:]).all()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("binding", BINDINGS)
 def test_scalars_reach_the_kernel_exactly(
     package: tuple[Index, Path], tmp_path: Path, torch: Any, binding: str
@@ -263,9 +314,19 @@ def test_scalars_reach_the_kernel_exactly(
     ints = torch.full((9,), -7, dtype=torch.int64, device="cuda")
     reals = torch.full((2,), float("nan"), dtype=torch.float64, device="cuda")
     rng = random.Random()
-    values = [rng.randint(-128, 127), rng.randint(0, 255), rng.randint(-(2**15), 2**15 - 1), rng.randint(0, 2**16 - 1),
-              rng.randint(-(2**31), 2**31 - 1), rng.randint(0, 2**32 - 1), rng.randint(-(2**63), 2**63 - 1),
-              rng.randint(0, 2**64 - 1), rng.uniform(-1e6, 1e6), rng.uniform(-1e300, 1e300), rng.random() < 0.5]  # fmt: skip
+    values = [
+        rng.randint(-128, 127),
+        rng.randint(0, 255),
+        rng.randint(-(2**15), 2**15 - 1),
+        rng.randint(0, 2**16 - 1),
+        rng.randint(-(2**31), 2**31 - 1),
+        rng.randint(0, 2**32 - 1),
+        rng.randint(-(2**63), 2**63 - 1),
+        rng.randint(0, 2**64 - 1),
+        rng.uniform(-1e6, 1e6),
+        rng.uniform(-1e300, 1e300),
+        rng.random() < 0.5,
+    ]
     kernel.launch(1, 1, ints, reals, *values)
     torch.cuda.synchronize()
     expected_ints = [
@@ -392,7 +453,7 @@ def test_bad_launches_say_why(package: tuple[Index, Path], tmp_path: Path, torch
         kernel.launch(1, 2048, y, y, 1.0, 4)
     with pytest.raises(UsageError, match=r"move it with \.cuda\(\)"):
         kernel.launch(1, 4, y, torch.zeros(4), 1.0, 4)
-    with pytest.raises(UsageError, match=r"argument 3 'n' \(int\): expected an integer, got float"):
+    with pytest.raises(UsageError, match=r"argument 3 \(int\): expected an integer, got float"):
         kernel.launch(1, 4, y, y, 1.0, 4.0)
     check_axpy(torch, kernel, 100)  # the context is still good
 

@@ -89,12 +89,12 @@ ELF_H_MACH = {
     "gfx9-generic": 0x051, "gfx10-1-generic": 0x052, "gfx10-3-generic": 0x053,
     "gfx11-generic": 0x054, "gfx1152": 0x055, "gfx1153": 0x058, "gfx12-generic": 0x059,
     "gfx9-4-generic": 0x05F,
-}  # fmt: skip
+}  # fmt: skip  # five to a line, to check against ELF.h
 
 # AMDGPUUsage.rst "AMDGPU Processors": the target features a target id may name
 AMDGPU_USAGE_XNACK = {"gfx900", "gfx902", "gfx904", "gfx906", "gfx908", "gfx909", "gfx90a",
                       "gfx90c", "gfx942", "gfx950", "gfx1010", "gfx1011", "gfx1012", "gfx1013",
-                      "gfx9-generic", "gfx9-4-generic", "gfx10-1-generic"}  # fmt: skip
+                      "gfx9-generic", "gfx9-4-generic", "gfx10-1-generic"}  # fmt: skip  # as AMDGPUUsage lists them
 AMDGPU_USAGE_SRAMECC = {"gfx906", "gfx908", "gfx90a", "gfx942", "gfx950", "gfx9-4-generic"}
 
 # (the sets laid out as the documents list them)
@@ -105,10 +105,9 @@ LLVM_GENERIC_FAMILIES = {
     "gfx9-4-generic": {"gfx942", "gfx950"},
     "gfx10-1-generic": {"gfx1010", "gfx1011", "gfx1012", "gfx1013"},
     "gfx10-3-generic": {f"gfx103{i}" for i in range(7)},
-    "gfx11-generic": {"gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151",
-                      "gfx1152", "gfx1153"},
+    "gfx11-generic": {f"gfx110{i}" for i in range(4)} | {f"gfx115{i}" for i in range(4)},
     "gfx12-generic": {"gfx1200", "gfx1201"},
-}  # fmt: skip
+}
 _USAGE_FEATURES = {"xnack": AMDGPU_USAGE_XNACK, "sramecc": AMDGPU_USAGE_SRAMECC}
 FAMILY_OF = {p: g for g, members in LLVM_GENERIC_FAMILIES.items() for p in members}
 
@@ -170,10 +169,19 @@ def test_every_processor_round_trips_through_its_gfx_target_version(
 @pytest.mark.parametrize(
     ("version", "name"),
     # LLVM ELF.h AMDGPU_MACH_LIST pairs each processor with its KFD version
-    [(90010, "gfx90a"), (90012, "gfx90c"), (90402, "gfx942"), (100300, "gfx1030"),
-     (110000, "gfx1100"), (110501, "gfx1151"), (110502, "gfx1152"), (110503, "gfx1153"),
-     (120001, "gfx1201"), (120500, "gfx1250")],
-)  # fmt: skip
+    [
+        (90010, "gfx90a"),
+        (90012, "gfx90c"),
+        (90402, "gfx942"),
+        (100300, "gfx1030"),
+        (110000, "gfx1100"),
+        (110501, "gfx1151"),
+        (110502, "gfx1152"),
+        (110503, "gfx1153"),
+        (120001, "gfx1201"),
+        (120500, "gfx1250"),
+    ],
+)
 def test_kfd_versions_name_the_processors_llvm_names(version: int, name: str) -> None:
     assert processor_name(*split_gfx_target_version(version)) == name
     assert gfx_target_version(name) == version
@@ -333,6 +341,25 @@ def test_every_nvidia_arch_parses_to_its_table_row(arch: NvidiaArch) -> None:
     assert ptx.ptx and str(ptx) == arch.name.replace("sm_", "compute_")
 
 
+@pytest.mark.nvcc
+def test_every_nvidia_arch_is_one_nvcc_builds() -> None:
+    """The table against nvcc's own lists (--list-gpu-code, --list-gpu-arch): every row names a GPU
+    code nvcc builds (an arch-specific row by its base name, sm_90a as sm_90) and its PTX target.
+    nvcc may know more (13.0 lists sm_88, which has no row): a row comes with what GPU it is."""
+    from buildsys.toolchain import cuda_toolchain
+
+    toolchain = cuda_toolchain()
+    assert toolchain is not None
+    nvcc = toolchain.tool("nvcc")
+    codes = set(toolchain.run([nvcc, "--list-gpu-code"]).stdout.split())
+    archs = set(toolchain.run([nvcc, "--list-gpu-arch"]).stdout.split())
+    assert {"sm_80", "sm_90"} <= codes and "compute_90" in archs  # the lists were read
+    for arch in NVIDIA_ARCHS:
+        plain = arch.name.removesuffix("a")
+        assert plain in codes, f"{arch.name}: nvcc does not list {plain}"
+        assert plain.replace("sm_", "compute_") in archs
+
+
 @pytest.mark.parametrize("text", ["sm_9", "sm90", "gfx90a", "sm_100f", "compute_", "sm_90b"])
 def test_malformed_nvidia_targets_are_refused(text: str) -> None:
     with pytest.raises(UsageError, match="not an NVIDIA target"):
@@ -365,11 +392,15 @@ def test_nvidia_compatibility(code: str, gpu: str, fits: bool) -> None:
 @pytest.mark.parametrize(
     ("gpu", "preference", "misfits"),
     [
-        ("sm_90", ["sm_90a", "sm_90", "compute_90a", "compute_90", "compute_80"], ["sm_80", "sm_100"]),
+        (
+            "sm_90",
+            ["sm_90a", "sm_90", "compute_90a", "compute_90", "compute_80"],
+            ["sm_80", "sm_100"],
+        ),
         ("sm_89", ["sm_89", "sm_86", "sm_80", "compute_89", "compute_80"], ["sm_90", "compute_90"]),
         ("sm_120", ["sm_120", "compute_100", "compute_90"], ["sm_100", "sm_90a", "compute_121"]),
     ],
-)  # fmt: skip
+)
 def test_cubins_before_ptx_and_the_closest_version_first(
     gpu: str, preference: list[str], misfits: list[str]
 ) -> None:
@@ -431,18 +462,30 @@ def test_a_cubin_and_ptx_kind_must_match_the_target() -> None:
     ("text", "canonical", "vendor", "kind", "features", "image_kind"),
     [
         ("gfx942", "gfx942", "amd", "specific", (), "code_object"),
-        (" gfx90a:xnack+:sramecc- ", "gfx90a:sramecc-:xnack+", "amd", "specific",
-         (("sramecc", False), ("xnack", True)), "code_object"),
+        (
+            " gfx90a:xnack+:sramecc- ",
+            "gfx90a:sramecc-:xnack+",
+            "amd",
+            "specific",
+            (("sramecc", False), ("xnack", True)),
+            "code_object",
+        ),
         ("gfx11-generic", "gfx11-generic", "amd", "generic", (), "code_object"),
-        ("gfx9-4-generic:xnack-", "gfx9-4-generic:xnack-", "amd", "generic", (("xnack", False),),
-         "code_object"),
+        (
+            "gfx9-4-generic:xnack-",
+            "gfx9-4-generic:xnack-",
+            "amd",
+            "generic",
+            (("xnack", False),),
+            "code_object",
+        ),
         ("gfx110X", "gfx110X", "amd", "family", (), "code_object"),
         ("sm_90", "sm_90", "nvidia", "sm", (), "cubin"),
         ("sm_90a", "sm_90a", "nvidia", "sm", (), "cubin"),
         ("sm_200", "sm_200", "nvidia", "sm", (), "cubin"),  # newer than the table: still parses
         ("compute_80", "compute_80", "nvidia", "compute", (), "ptx"),
     ],
-)  # fmt: skip
+)
 def test_parse_target_classifies_every_kind_of_name(
     text: str,
     canonical: str,
@@ -486,9 +529,17 @@ def test_parse_target_refuses_unknown_names_with_the_nearest(text: str, message:
 @pytest.mark.parametrize(
     ("version", "runs"),
     # ROCm 6.2 is the first release whose runtime loads code object v6 (generic targets)
-    [("6.4.43484", True), ("6.2.41133", True), ("7.0.1", True), ("6.1.40093", False),
-     ("5.7.31921", False), ("10.0.0", True), ("unknown", None), ("", None)],
-)  # fmt: skip
+    [
+        ("6.4.43484", True),
+        ("6.2.41133", True),
+        ("7.0.1", True),
+        ("6.1.40093", False),
+        ("5.7.31921", False),
+        ("10.0.0", True),
+        ("unknown", None),
+        ("", None),
+    ],
+)
 def test_runtimes_from_rocm_6_2_run_code_object_v6(version: str, runs: bool | None) -> None:
     assert runs_code_object_v6(version) is runs
 
@@ -537,7 +588,7 @@ DEFAULT_MATRIX_LOADS: dict[str, str | None] = {
     "gfx1100": "gfx1100", "gfx1101": "gfx1101", "gfx1102": _G11, "gfx1103": _G11,
     "gfx1150": _G11, "gfx1151": _G11, "gfx1152": _G11, "gfx1153": _G11,
     "gfx1200": "gfx1200", "gfx1201": "gfx1201", "gfx1250": None,
-}  # fmt: skip
+}  # fmt: skip  # one line per family, as the matrix lists them
 
 
 def _default_targets() -> list[str]:

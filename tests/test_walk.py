@@ -424,7 +424,7 @@ def test_numpy_walker_splits_batches_into_blocks() -> None:
 
 
 FORMS = [
-    # every entry of degree <= 3: the register form (walk_registers_m2_d3)
+    # every entry of degree <= 3: the register form (walk_registers<2, 3>)
     ([["x**2 - 3*x*y + 5", "y**3"], ["x - y", "-(x*y)"]], 40, "registers"),
     # degree 6 > REGISTER_DEGREES[2]: tables in shared memory, cheaper than evaluating
     ([["x**6 - y", "y**3"], ["x*y", "7"]], 40, "tables"),

@@ -74,7 +74,7 @@ def test_gpu_residue_forms(matrix: list[list[str]], depth: int, form: str) -> No
     ("m", "degree"), [(m, d) for m, top in REGISTER_DEGREES.items() for d in range(1, top + 1)]
 )
 def test_gpu_every_register_kernel(m: int, degree: int) -> None:
-    """One field per register kernel walk_registers_m{m}_d{degree}: the diagonal x**degree,
+    """One field per register kernel walk_registers<m, degree>: the diagonal x**degree,
     the rest of the first row 1, the rest 0."""
     rng, seed = fresh_rng()
     matrix = [["0"] * m for _ in range(m)]
@@ -107,7 +107,7 @@ def test_gpu_every_register_kernel(m: int, degree: int) -> None:
 def test_gpu_float_register_kernels_match_evaluation(
     m: int, degree: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each walk_float_registers_m{m}_d{degree} gives bit for bit the estimates of walk_float_m{m}
+    """Each walk_float_registers<m, degree> gives bit for bit the estimates of walk_float<m>
     (both multiply exact integer entries in the same order), and both agree with the reference."""
     rng, seed = fresh_rng()
     matrix = [

@@ -34,12 +34,15 @@ def _index_with(targets: list[str]) -> Index:
             "sha256": "",
             "compression": "none",
             "kernels": {},
+            "symbols": {},
         }
         for t in targets
     ]
     return {
-        "schema": 1,
+        "schema": 2,
         "version": "1.0",
+        "distribution": "kernelpack",
+        "package": "kernelpack",
         "build": {"toolchains": {}, "flags": {}, "sources": {}},
         "modules": {"m": {"kernels": {}, "source": "", "source_sha256": "", "images": images}},  # type: ignore[typeddict-item]
     }
@@ -86,6 +89,21 @@ def test_a_lone_family_member_keeps_its_own_name() -> None:
     }
     assert groups[0].distribution == "kernelpack-device-gfx1100"
     assert groups[0].package == "kernelpack_device_gfx1100"
+    assert groups[0].entry_point == "kernelpack.gfx1100"
+
+
+def test_device_groups_are_named_after_the_project() -> None:
+    index = {**_index_with(["gfx11-generic", "sm_90"]), "distribution": "vecops-kernels"}
+    index["package"] = "vecops_kernels"
+    names = [(g.distribution, g.package, g.entry_point) for g in device_groups(index)]
+    assert names == [
+        (
+            "vecops-kernels-device-gfx11-generic",
+            "vecops_kernels_device_gfx11_generic",
+            "vecops_kernels.gfx11-generic",
+        ),
+        ("vecops-kernels-device-sm90", "vecops_kernels_device_sm90", "vecops_kernels.sm90"),
+    ]
 
 
 def test_write_wheel_is_deterministic_and_records_hashes(tmp_path: Path) -> None:
@@ -145,10 +163,23 @@ def _all_files(folder: Path) -> list[Path]:
 # The device groups and variant labels the default matrix should give, worked out by hand from
 # arch_matrix.toml and AMD_FAMILIES' membership (not from device_groups()).
 EXPECTED_GROUPS = [
-    "gfx1030", "gfx10_1_generic", "gfx10_3_generic", "gfx110x", "gfx11_generic", "gfx120x",
-    "gfx12_generic", "gfx90x", "gfx942", "gfx950", "gfx9_4_generic", "gfx9_generic", "ptx",
-    "sm120", "sm80", "sm90",
-]  # fmt: skip
+    "gfx1030",
+    "gfx10_1_generic",
+    "gfx10_3_generic",
+    "gfx110x",
+    "gfx11_generic",
+    "gfx120x",
+    "gfx12_generic",
+    "gfx90x",
+    "gfx942",
+    "gfx950",
+    "gfx9_4_generic",
+    "gfx9_generic",
+    "ptx",
+    "sm120",
+    "sm80",
+    "sm90",
+]
 
 
 def expected_files(version: str, platform: str) -> set[str]:
@@ -158,6 +189,7 @@ def expected_files(version: str, platform: str) -> set[str]:
     names |= {f"{plain}-{label}.whl" for label in EXPECTED_GROUPS}
     names |= {f"kernelpack_device_{label}-{version}-py3-none-any.whl" for label in EXPECTED_GROUPS}
     names.add(f"kernelpack_variant_provider-{version}-py3-none-any.whl")
+    names.add(f"kernelpack_buildsys-{version}-py3-none-any.whl")
     return names
 
 
@@ -231,7 +263,9 @@ def test_wheel_contents(built_wheels: tuple[Path, Path]) -> None:
         for image in module["images"]:
             assert fat_images[(name, image["target"])] == image["sha256"]
     entry_points = next(v for k, v in device_files.items() if k.endswith("entry_points.txt"))
-    assert b"[kernelpack.device]\ngfx110x = kernelpack_device_gfx110x" in entry_points
+    assert b"[kernelpack.device]\nkernelpack.gfx110x = kernelpack_device_gfx110x" in entry_points
+    host_entry_points = next(v for k, v in host_files.items() if k.endswith("entry_points.txt"))
+    assert b"[kernelpack.packages]\nkernelpack = kernelpack\n" in host_entry_points
     device_metadata = next(v for k, v in device_files.items() if k.endswith("METADATA")).decode()
     assert f"Requires-Dist: kernelpack=={version}" in device_metadata
 
@@ -330,8 +364,10 @@ def _info(python: Path, tmp_path: Path, sysfs: Path = MI300X) -> subprocess.Comp
     )
 
 
-def _chosen(report: dict[str, object], module: str) -> list[tuple[str, str]]:
-    rows = report["modules"][module]  # type: ignore[index]
+def _chosen(
+    report: dict[str, object], module: str, package: str = "kernelpack"
+) -> list[tuple[str, str]]:
+    rows = report["packages"][package]["modules"][module]["images"]  # type: ignore[index]
     return [(r["image"]["package"], r["image"]["target"]) for r in rows]  # type: ignore[index]
 
 
@@ -418,11 +454,12 @@ def test_pip_alone_gets_the_host_wheel_which_names_the_pip_command(
     _pip_install(python, *_from_index(dist, wheelhouse), "kernelpack")
     assert not any(n.startswith("kernelpack-device-") for n in _installed(python))
     report = json.loads(_info(python, tmp_path).stdout)
-    for row in report["modules"]["mlp"]:
+    for row in report["packages"]["kernelpack"]["modules"]["mlp"]["images"]:
         assert row["image"] is None
         assert 'pip install "kernelpack[gfx942]"' in row["instead"]
     rx7600 = json.loads(_info(python, tmp_path, SYSFS / "rx7600-gfx1102").stdout)
-    assert 'pip install "kernelpack[gfx11-generic]"' in rx7600["modules"]["mlp"][0]["instead"]
+    rows = rx7600["packages"]["kernelpack"]["modules"]["mlp"]["images"]
+    assert 'pip install "kernelpack[gfx11-generic]"' in rows[0]["instead"]
     load = subprocess.run(
         [str(python), "-c", "import kernelpack; kernelpack.load('mlp')"],
         capture_output=True,
@@ -468,12 +505,18 @@ def test_a_variant_aware_installer_picks_the_variant_the_loader_would_use(
     plugins = _venv(tmp_path / "plugins")
     _pip_install(plugins, *_from_index(dist, wheelhouse), "kernelpack-variant-provider")
     every_module = subprocess.run(
-        [str(plugins), "-c", "import kernelpack_variant_provider.cuda, "
-         "kernelpack_variant_provider.variant_plugin as p; "
-         "print(p.KernelpackVariantPlugin.get_supported_configs())"],
-        capture_output=True, text=True, cwd=tmp_path,
+        [
+            str(plugins),
+            "-c",
+            "import kernelpack_variant_provider.cuda, "
+            "kernelpack_variant_provider.variant_plugin as p; "
+            "print(p.KernelpackVariantPlugin.get_supported_configs())",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin", "KERNELPACK_TARGET": "gfx1102"},
-    )  # fmt: skip
+    )
     assert every_module.returncode == 0, every_module.stderr[-2000:]
     assert "['gfx1102', 'gfx11_generic']" in every_module.stdout
     document = json.loads(variants_path.read_text())

@@ -1,6 +1,6 @@
 // The MLP kernels of LLaMA-style transformer blocks: SwiGLU and RMSNorm, forward and backward.
 //
-// Every kernel exists for float32, float16 and bfloat16 (suffix _f32, _f16, _bf16); arithmetic is
+// Each kernel is a template for float, __half and __nv_bfloat16 (mlp::swiglu<float>); arithmetic is
 // in float32 whatever the storage type. All of them are bound by memory bandwidth, so the work is
 // in moving 16-byte vectors: a kernel checks the alignment of its pointers (and of the row
 // stride) itself and takes the vector path when they allow it, the scalar path otherwise, so a
@@ -666,157 +666,85 @@ __device__ __forceinline__ void rms_norm_weight_grad(const float* partial, T* gr
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    swiglu_f32(const float* gate, const float* up, float* out, long long n) {
-  swiglu(gate, up, out, n);
+// The kernels: one template per op, instantiated below for float, __half and __nv_bfloat16. The
+// builder finds them in the compiled objects and names them as this source spells them
+// (docs/loader.md, "Kernel names"): mlp::swiglu<float>, mlp::rms_norm<__nv_bfloat16>, ...
+// Each calls the helper of the same name in the unnamed namespace above (hence the "::").
+namespace mlp {
+
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu(const T* gate, const T* up, T* out, long long n) {
+  ::swiglu(gate, up, out, n);
 }
 
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    swiglu_f16(const __half* gate, const __half* up, __half* out, long long n) {
-  swiglu(gate, up, out, n);
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul(const T* x, T* out, long long rows, long long cols) {
+  ::silu_and_mul(x, out, rows, cols);
 }
 
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    swiglu_bf16(const __nv_bfloat16* gate, const __nv_bfloat16* up, __nv_bfloat16* out,
-                long long n) {
-  swiglu(gate, up, out, n);
-}
-
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    silu_and_mul_f32(const float* x, float* out, long long rows, long long cols) {
-  silu_and_mul(x, out, rows, cols);
-}
-
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    silu_and_mul_f16(const __half* x, __half* out, long long rows, long long cols) {
-  silu_and_mul(x, out, rows, cols);
-}
-
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    silu_and_mul_bf16(const __nv_bfloat16* x, __nv_bfloat16* out, long long rows,
-                      long long cols) {
-  silu_and_mul(x, out, rows, cols);
-}
-
-extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
-    rms_norm_f32(const float* x, const float* weight, float* out, long long rows, long long cols,
-                 float eps) {
-  rms_norm<false>(x, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), weight, out,
-                  rows, cols, eps);
-}
-
-extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
-    rms_norm_f16(const __half* x, const __half* weight, __half* out, long long rows, long long cols,
-                 float eps) {
-  rms_norm<false>(x, static_cast<const __half*>(nullptr), static_cast<__half*>(nullptr), weight, out,
-                  rows, cols, eps);
-}
-
-extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
-    rms_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight, __nv_bfloat16* out, long long rows, long long cols,
-                 float eps) {
-  rms_norm<false>(x, static_cast<const __nv_bfloat16*>(nullptr), static_cast<__nv_bfloat16*>(nullptr), weight, out,
-                  rows, cols, eps);
+template <typename T>
+__global__ void __launch_bounds__(kRowBlockThreads)
+    rms_norm(const T* x, const T* weight, T* out, long long rows, long long cols, float eps) {
+  ::rms_norm<false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out,
+                    rows, cols, eps);
 }
 
 // residual_out = x + residual, out = rms_norm(residual_out); fused_add_rms_norm passes out = x
 // and residual_out = residual (in place).
-extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
-    add_rms_norm_f32(const float* x, const float* residual, const float* weight, float* out,
-                     float* residual_out, long long rows, long long cols, float eps) {
-  rms_norm<true>(x, residual, residual_out, weight, out, rows, cols, eps);
+template <typename T>
+__global__ void __launch_bounds__(kRowBlockThreads)
+    add_rms_norm(const T* x, const T* residual, const T* weight, T* out, T* residual_out,
+                 long long rows, long long cols, float eps) {
+  ::rms_norm<true>(x, residual, residual_out, weight, out, rows, cols, eps);
 }
 
-// residual_out = x + residual, out = rms_norm(residual_out); fused_add_rms_norm passes out = x
-// and residual_out = residual (in place).
-extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
-    add_rms_norm_f16(const __half* x, const __half* residual, const __half* weight, __half* out,
-                     __half* residual_out, long long rows, long long cols, float eps) {
-  rms_norm<true>(x, residual, residual_out, weight, out, rows, cols, eps);
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu_backward(const T* gate, const T* up, const T* grad, T* grad_gate, T* grad_up,
+                    long long n) {
+  ::swiglu_backward(gate, up, grad, grad_gate, grad_up, n);
 }
 
-// residual_out = x + residual, out = rms_norm(residual_out); fused_add_rms_norm passes out = x
-// and residual_out = residual (in place).
-extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
-    add_rms_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* residual, const __nv_bfloat16* weight, __nv_bfloat16* out,
-                     __nv_bfloat16* residual_out, long long rows, long long cols, float eps) {
-  rms_norm<true>(x, residual, residual_out, weight, out, rows, cols, eps);
-}
-
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    swiglu_backward_f32(const float* gate, const float* up, const float* grad, float* grad_gate,
-                        float* grad_up, long long n) {
-  swiglu_backward(gate, up, grad, grad_gate, grad_up, n);
-}
-
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    swiglu_backward_f16(const __half* gate, const __half* up, const __half* grad, __half* grad_gate,
-                        __half* grad_up, long long n) {
-  swiglu_backward(gate, up, grad, grad_gate, grad_up, n);
-}
-
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    swiglu_backward_bf16(const __nv_bfloat16* gate, const __nv_bfloat16* up, const __nv_bfloat16* grad, __nv_bfloat16* grad_gate,
-                        __nv_bfloat16* grad_up, long long n) {
-  swiglu_backward(gate, up, grad, grad_gate, grad_up, n);
-}
-
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    silu_and_mul_backward_f32(const float* x, const float* grad, float* grad_x, long long rows,
-                              long long cols) {
-  silu_and_mul_backward(x, grad, grad_x, rows, cols);
-}
-
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    silu_and_mul_backward_f16(const __half* x, const __half* grad, __half* grad_x, long long rows,
-                              long long cols) {
-  silu_and_mul_backward(x, grad, grad_x, rows, cols);
-}
-
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    silu_and_mul_backward_bf16(const __nv_bfloat16* x, const __nv_bfloat16* grad, __nv_bfloat16* grad_x, long long rows,
-                              long long cols) {
-  silu_and_mul_backward(x, grad, grad_x, rows, cols);
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_backward(const T* x, const T* grad, T* grad_x, long long rows, long long cols) {
+  ::silu_and_mul_backward(x, grad, grad_x, rows, cols);
 }
 
 // grad_extra and grad_x_copy may be null; partial is float32 [gridDim.x, cols].
-extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
-    rms_norm_backward_f32(const float* x, const float* weight, const float* grad,
-                          const float* grad_extra, float* grad_x, float* grad_x_copy, float* partial,
-                          long long rows, long long cols, float eps) {
-  rms_norm_backward(x, weight, grad, grad_extra, grad_x, grad_x_copy, partial, rows, cols, eps);
+template <typename T>
+__global__ void __launch_bounds__(kRowBlockThreads)
+    rms_norm_backward(const T* x, const T* weight, const T* grad, const T* grad_extra, T* grad_x,
+                      T* grad_x_copy, float* partial, long long rows, long long cols, float eps) {
+  ::rms_norm_backward(x, weight, grad, grad_extra, grad_x, grad_x_copy, partial, rows, cols, eps);
 }
 
-// grad_extra and grad_x_copy may be null; partial is float32 [gridDim.x, cols].
-extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
-    rms_norm_backward_f16(const __half* x, const __half* weight, const __half* grad,
-                          const __half* grad_extra, __half* grad_x, __half* grad_x_copy, float* partial,
-                          long long rows, long long cols, float eps) {
-  rms_norm_backward(x, weight, grad, grad_extra, grad_x, grad_x_copy, partial, rows, cols, eps);
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    rms_norm_weight_grad(const float* partial, T* grad_weight, long long blocks, long long cols) {
+  ::rms_norm_weight_grad(partial, grad_weight, blocks, cols);
 }
 
-// grad_extra and grad_x_copy may be null; partial is float32 [gridDim.x, cols].
-extern "C" __global__ void __launch_bounds__(kRowBlockThreads)
-    rms_norm_backward_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight, const __nv_bfloat16* grad,
-                          const __nv_bfloat16* grad_extra, __nv_bfloat16* grad_x, __nv_bfloat16* grad_x_copy, float* partial,
-                          long long rows, long long cols, float eps) {
-  rms_norm_backward(x, weight, grad, grad_extra, grad_x, grad_x_copy, partial, rows, cols, eps);
-}
+// Every op for one storage type.
+#define MLP_KERNELS(T)                                                                          \
+  template __global__ void swiglu<T>(const T*, const T*, T*, long long);                        \
+  template __global__ void silu_and_mul<T>(const T*, T*, long long, long long);                 \
+  template __global__ void rms_norm<T>(const T*, const T*, T*, long long, long long, float);    \
+  template __global__ void add_rms_norm<T>(const T*, const T*, const T*, T*, T*, long long,     \
+                                           long long, float);                                   \
+  template __global__ void swiglu_backward<T>(const T*, const T*, const T*, T*, T*, long long); \
+  template __global__ void silu_and_mul_backward<T>(const T*, const T*, T*, long long,          \
+                                                    long long);                                 \
+  template __global__ void rms_norm_backward<T>(const T*, const T*, const T*, const T*, T*, T*, \
+                                                float*, long long, long long, float);           \
+  template __global__ void rms_norm_weight_grad<T>(const float*, T*, long long, long long);
 
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    rms_norm_weight_grad_f32(const float* partial, float* grad_weight, long long blocks,
-                             long long cols) {
-  rms_norm_weight_grad(partial, grad_weight, blocks, cols);
-}
+MLP_KERNELS(float)
+MLP_KERNELS(__half)
+MLP_KERNELS(__nv_bfloat16)
 
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    rms_norm_weight_grad_f16(const float* partial, __half* grad_weight, long long blocks,
-                             long long cols) {
-  rms_norm_weight_grad(partial, grad_weight, blocks, cols);
-}
+#undef MLP_KERNELS
 
-extern "C" __global__ void __launch_bounds__(kElementwiseBlockThreads)
-    rms_norm_weight_grad_bf16(const float* partial, __nv_bfloat16* grad_weight, long long blocks,
-                             long long cols) {
-  rms_norm_weight_grad(partial, grad_weight, blocks, cols);
-}
+}  // namespace mlp

@@ -655,265 +655,104 @@ __device__ __forceinline__ void walk_bounds(const long long* __restrict__ shifts
 
 }  // namespace walk
 
-// The kernels, written out (the builder reads their parameter lists off the source, so no macro
-// makes them): per matrix size the general residue walk and the float walk, and the register
+// The kernels: per matrix size m the general residue walk and the float walk, and the register
 // walks for the degrees whose tables fit in registers: residues D <= 4 (D <= 2 for m = 4),
 // float64 D <= 4 for m = 2, D <= 3 for m = 3, D = 1 for m = 4 (lower.py's REGISTER_DEGREES).
+// Templates instantiated below; the builder finds them in the compiled objects and names them as
+// this source spells them (docs/loader.md, "Kernel names"): walk_residues<2>,
+// walk_registers<2, 1>, ...
 
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_residues_m2(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int n_step, const unsigned int* tables, int n_tables,
-    const unsigned int* out_offsets, const unsigned int* consts, int n_consts,
-    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
-    unsigned int* alive) {
-  walk::walk_residues<2>(shifts, dirs, n_walks, dim, code, n_setup, n_step, tables, n_tables,
+#define WALK_RESIDUES_PARAMS                                                                       \
+  const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,  \
+      int n_setup, int n_step, const unsigned int* tables, int n_tables,                           \
+      const unsigned int* out_offsets, const unsigned int* consts, int n_consts,                   \
+      const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,                    \
+      unsigned int* alive
+#define WALK_FLOAT_PARAMS                                                                          \
+  const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,  \
+      int n_code, const unsigned int* out_offsets, const double* consts, int n_consts, int depth,  \
+      int depth1, int depth2, double target, double* est1, double* est2, double* delta1,           \
+      double* delta2
+#define WALK_REGISTERS_PARAMS                                                                      \
+  const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,  \
+      int n_setup, int table_slot, const unsigned int* consts, int n_consts,                       \
+      const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,                    \
+      unsigned int* alive
+#define WALK_FLOAT_REGISTERS_PARAMS                                                                \
+  const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,  \
+      int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,      \
+      int depth2, double target, double* est1, double* est2, double* delta1, double* delta2
+
+template <int M>
+__global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_residues(WALK_RESIDUES_PARAMS) {
+  walk::walk_residues<M>(shifts, dirs, n_walks, dim, code, n_setup, n_step, tables, n_tables,
                          out_offsets, consts, n_consts, moduli, depth, depth2, p_final, alive);
 }
 
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_float_m2(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_code, const unsigned int* out_offsets, const double* consts, int n_consts, int depth,
-    int depth1, int depth2, double target, double* est1, double* est2, double* delta1,
-    double* delta2) {
-  walk::walk_float<2>(shifts, dirs, n_walks, dim, code, n_code, out_offsets, consts, n_consts,
+template <int M>
+__global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_float(WALK_FLOAT_PARAMS) {
+  walk::walk_float<M>(shifts, dirs, n_walks, dim, code, n_code, out_offsets, consts, n_consts,
                       depth, depth1, depth2, target, est1, est2, delta1, delta2);
 }
 
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_residues_m3(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int n_step, const unsigned int* tables, int n_tables,
-    const unsigned int* out_offsets, const unsigned int* consts, int n_consts,
-    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
-    unsigned int* alive) {
-  walk::walk_residues<3>(shifts, dirs, n_walks, dim, code, n_setup, n_step, tables, n_tables,
-                         out_offsets, consts, n_consts, moduli, depth, depth2, p_final, alive);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_float_m3(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_code, const unsigned int* out_offsets, const double* consts, int n_consts, int depth,
-    int depth1, int depth2, double target, double* est1, double* est2, double* delta1,
-    double* delta2) {
-  walk::walk_float<3>(shifts, dirs, n_walks, dim, code, n_code, out_offsets, consts, n_consts,
-                      depth, depth1, depth2, target, est1, est2, delta1, delta2);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_residues_m4(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int n_step, const unsigned int* tables, int n_tables,
-    const unsigned int* out_offsets, const unsigned int* consts, int n_consts,
-    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
-    unsigned int* alive) {
-  walk::walk_residues<4>(shifts, dirs, n_walks, dim, code, n_setup, n_step, tables, n_tables,
-                         out_offsets, consts, n_consts, moduli, depth, depth2, p_final, alive);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_float_m4(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_code, const unsigned int* out_offsets, const double* consts, int n_consts, int depth,
-    int depth1, int depth2, double target, double* est1, double* est2, double* delta1,
-    double* delta2) {
-  walk::walk_float<4>(shifts, dirs, n_walks, dim, code, n_code, out_offsets, consts, n_consts,
-                      depth, depth1, depth2, target, est1, est2, delta1, delta2);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_registers_m2_d1(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
-    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
-    unsigned int* alive) {
-  walk::walk_residue_registers<2, 1>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
+template <int M, int D>
+__global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_registers(WALK_REGISTERS_PARAMS) {
+  walk::walk_residue_registers<M, D>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
                                      n_consts, moduli, depth, depth2, p_final, alive);
 }
 
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_registers_m2_d2(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
-    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
-    unsigned int* alive) {
-  walk::walk_residue_registers<2, 2>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
-                                     n_consts, moduli, depth, depth2, p_final, alive);
+template <int M, int D>
+__global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+    walk_float_registers(WALK_FLOAT_REGISTERS_PARAMS) {
+  walk::walk_float_registers<M, D>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
+                                   n_consts, depth, depth1, depth2, target, est1, est2, delta1,
+                                   delta2);
 }
 
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_registers_m2_d3(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
-    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
-    unsigned int* alive) {
-  walk::walk_residue_registers<2, 3>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
-                                     n_consts, moduli, depth, depth2, p_final, alive);
-}
+template __global__ void walk_residues<2>(WALK_RESIDUES_PARAMS);
+template __global__ void walk_residues<3>(WALK_RESIDUES_PARAMS);
+template __global__ void walk_residues<4>(WALK_RESIDUES_PARAMS);
+template __global__ void walk_float<2>(WALK_FLOAT_PARAMS);
+template __global__ void walk_float<3>(WALK_FLOAT_PARAMS);
+template __global__ void walk_float<4>(WALK_FLOAT_PARAMS);
+template __global__ void walk_registers<2, 1>(WALK_REGISTERS_PARAMS);
+template __global__ void walk_registers<2, 2>(WALK_REGISTERS_PARAMS);
+template __global__ void walk_registers<2, 3>(WALK_REGISTERS_PARAMS);
+template __global__ void walk_registers<2, 4>(WALK_REGISTERS_PARAMS);
+template __global__ void walk_registers<3, 1>(WALK_REGISTERS_PARAMS);
+template __global__ void walk_registers<3, 2>(WALK_REGISTERS_PARAMS);
+template __global__ void walk_registers<3, 3>(WALK_REGISTERS_PARAMS);
+template __global__ void walk_registers<3, 4>(WALK_REGISTERS_PARAMS);
+template __global__ void walk_registers<4, 1>(WALK_REGISTERS_PARAMS);
+template __global__ void walk_registers<4, 2>(WALK_REGISTERS_PARAMS);
+template __global__ void walk_float_registers<2, 1>(WALK_FLOAT_REGISTERS_PARAMS);
+template __global__ void walk_float_registers<2, 2>(WALK_FLOAT_REGISTERS_PARAMS);
+template __global__ void walk_float_registers<2, 3>(WALK_FLOAT_REGISTERS_PARAMS);
+template __global__ void walk_float_registers<2, 4>(WALK_FLOAT_REGISTERS_PARAMS);
+template __global__ void walk_float_registers<3, 1>(WALK_FLOAT_REGISTERS_PARAMS);
+template __global__ void walk_float_registers<3, 2>(WALK_FLOAT_REGISTERS_PARAMS);
+template __global__ void walk_float_registers<3, 3>(WALK_FLOAT_REGISTERS_PARAMS);
+template __global__ void walk_float_registers<4, 1>(WALK_FLOAT_REGISTERS_PARAMS);
 
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_registers_m2_d4(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
-    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
-    unsigned int* alive) {
-  walk::walk_residue_registers<2, 4>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
-                                     n_consts, moduli, depth, depth2, p_final, alive);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_registers_m3_d1(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
-    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
-    unsigned int* alive) {
-  walk::walk_residue_registers<3, 1>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
-                                     n_consts, moduli, depth, depth2, p_final, alive);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_registers_m3_d2(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
-    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
-    unsigned int* alive) {
-  walk::walk_residue_registers<3, 2>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
-                                     n_consts, moduli, depth, depth2, p_final, alive);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_registers_m3_d3(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
-    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
-    unsigned int* alive) {
-  walk::walk_residue_registers<3, 3>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
-                                     n_consts, moduli, depth, depth2, p_final, alive);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_registers_m3_d4(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
-    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
-    unsigned int* alive) {
-  walk::walk_residue_registers<3, 4>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
-                                     n_consts, moduli, depth, depth2, p_final, alive);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_registers_m4_d1(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
-    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
-    unsigned int* alive) {
-  walk::walk_residue_registers<4, 1>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
-                                     n_consts, moduli, depth, depth2, p_final, alive);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_registers_m4_d2(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const unsigned int* consts, int n_consts,
-    const unsigned int* moduli, int depth, int depth2, unsigned int* p_final,
-    unsigned int* alive) {
-  walk::walk_residue_registers<4, 2>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
-                                     n_consts, moduli, depth, depth2, p_final, alive);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_float_registers_m2_d1(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
-    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
-  walk::walk_float_registers<2, 1>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
-                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
-                                       delta1, delta2);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_float_registers_m2_d2(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
-    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
-  walk::walk_float_registers<2, 2>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
-                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
-                                       delta1, delta2);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_float_registers_m2_d3(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
-    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
-  walk::walk_float_registers<2, 3>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
-                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
-                                       delta1, delta2);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_float_registers_m2_d4(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
-    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
-  walk::walk_float_registers<2, 4>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
-                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
-                                       delta1, delta2);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_float_registers_m3_d1(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
-    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
-  walk::walk_float_registers<3, 1>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
-                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
-                                       delta1, delta2);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_float_registers_m3_d2(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
-    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
-  walk::walk_float_registers<3, 2>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
-                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
-                                       delta1, delta2);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_float_registers_m3_d3(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
-    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
-  walk::walk_float_registers<3, 3>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
-                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
-                                       delta1, delta2);
-}
-
-extern "C" __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
-    walk_float_registers_m4_d1(
-    const long long* shifts, const long long* dirs, int n_walks, int dim, const unsigned int* code,
-    int n_setup, int table_slot, const double* consts, int n_consts, int depth, int depth1,
-    int depth2, double target, double* est1, double* est2, double* delta1, double* delta2) {
-  walk::walk_float_registers<4, 1>(shifts, dirs, n_walks, dim, code, n_setup, table_slot,
-                                       consts, n_consts, depth, depth1, depth2, target, est1, est2,
-                                       delta1, delta2);
-}
+#undef WALK_RESIDUES_PARAMS
+#undef WALK_FLOAT_PARAMS
+#undef WALK_REGISTERS_PARAMS
+#undef WALK_FLOAT_REGISTERS_PARAMS
 
 // The selection kernels (see "Selection on the device" above); blocks of kSelectBlock threads,
 // any number of blocks (each strides over the walks).
 
-extern "C" __global__ void __launch_bounds__(walk::kSelectBlock)
+__global__ void __launch_bounds__(walk::kSelectBlock)
     walk_bounds(const long long* shifts, const long long* dirs, int n_walks, int dim,
                 long long* bounds) {
   walk::walk_bounds(shifts, dirs, n_walks, dim, bounds);
 }
 
 // Counts the candidates and writes the hits (capacity: n_walks records).
-extern "C" __global__ void __launch_bounds__(walk::kSelectBlock)
+__global__ void __launch_bounds__(walk::kSelectBlock)
     walk_select_hits(const double* est, const double* delta, const unsigned int* alive,
                      const long long* shifts, const long long* dirs, int n_walks, int dim,
                      double min_delta, unsigned long long* state, int* hit_walk,
@@ -937,7 +776,7 @@ extern "C" __global__ void __launch_bounds__(walk::kSelectBlock)
 }
 
 // Counts the candidates matching the prefix by their digit `digit` into histogram[digit][256].
-extern "C" __global__ void __launch_bounds__(walk::kSelectBlock)
+__global__ void __launch_bounds__(walk::kSelectBlock)
     walk_select_histogram(const double* delta, const unsigned int* alive, int n_walks, int digit,
                           const unsigned long long* state, unsigned int* histogram) {
   if (state[walk::kTopEmpty] != 0) return;
@@ -960,8 +799,8 @@ extern "C" __global__ void __launch_bounds__(walk::kSelectBlock)
 
 // One thread: picks digit `digit` of the k-th largest key (top_k: k). Digit 0 starts the
 // selection: k becomes min(top_k, candidates).
-extern "C" __global__ void walk_select_pick(int digit, int top_k, unsigned long long* state,
-                                            const unsigned int* histogram) {
+__global__ void walk_select_pick(int digit, int top_k, unsigned long long* state,
+                                 const unsigned int* histogram) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   if (digit == 0) {
     const unsigned long long k = min(static_cast<unsigned long long>(top_k),
@@ -988,7 +827,7 @@ extern "C" __global__ void walk_select_pick(int digit, int top_k, unsigned long 
 }
 
 // Writes the candidates whose key is at or above the selected one (capacity: top_k records).
-extern "C" __global__ void __launch_bounds__(walk::kSelectBlock)
+__global__ void __launch_bounds__(walk::kSelectBlock)
     walk_select_top(const double* est, const double* delta, const unsigned int* alive,
                     const long long* shifts, const long long* dirs, int n_walks, int dim,
                     unsigned long long* state, int* top_walk, double* top_est, double* top_delta,

@@ -2,7 +2,8 @@
 
 ``import kernelpack`` stays cheap: it loads no vendor library and reads no device file until a
 module is asked for. ``kernelpack.load(module, device=None)`` gives a :class:`Module`, whose
-``kernel(name)`` gives a :class:`Kernel` to launch; every failure is a :class:`KernelpackError`
+``kernel(name)`` gives a :class:`Kernel` to launch; ``package="<import name>"`` loads a module of
+any other kernelpack-built package the same way (docs/your-kernels.md); every failure is a :class:`KernelpackError`
 subclass (kernelpack.errors).
 """
 

@@ -16,33 +16,33 @@ from .errors import FormatError
 
 MAX_DEPTH = 32  # the metadata nests four deep (root map, kernels, kernel, args, arg)
 
-# Fixed-size scalars: type byte -> (struct format, size).
-_SCALARS: dict[int, tuple[str, int]] = {
-    0xCA: (">f", 4),
-    0xCB: (">d", 8),
-    0xCC: (">B", 1),
-    0xCD: (">H", 2),
-    0xCE: (">I", 4),
-    0xCF: (">Q", 8),
-    0xD0: (">b", 1),
-    0xD1: (">h", 2),
-    0xD2: (">i", 4),
-    0xD3: (">q", 8),
+# Fixed-size scalars: type byte -> how its big-endian bytes unpack (the size is the Struct's).
+_SCALARS: dict[int, struct.Struct] = {
+    0xCA: struct.Struct(">f"),
+    0xCB: struct.Struct(">d"),
+    0xCC: struct.Struct(">B"),
+    0xCD: struct.Struct(">H"),
+    0xCE: struct.Struct(">I"),
+    0xCF: struct.Struct(">Q"),
+    0xD0: struct.Struct(">b"),
+    0xD1: struct.Struct(">h"),
+    0xD2: struct.Struct(">i"),
+    0xD3: struct.Struct(">q"),
 }
-# Variable-size types: type byte -> (kind, width of the length field).
-_SIZED: dict[int, tuple[str, int]] = {
-    0xC4: ("bin", 1),
-    0xC5: ("bin", 2),
-    0xC6: ("bin", 4),
-    0xD9: ("str", 1),
-    0xDA: ("str", 2),
-    0xDB: ("str", 4),
-    0xDC: ("array", 2),
-    0xDD: ("array", 4),
-    0xDE: ("map", 2),
-    0xDF: ("map", 4),
+_LENGTH_8, _LENGTH_16, _LENGTH_32 = struct.Struct(">B"), struct.Struct(">H"), struct.Struct(">I")
+# Variable-size types: type byte -> (kind, its length field).
+_SIZED: dict[int, tuple[str, struct.Struct]] = {
+    0xC4: ("bin", _LENGTH_8),
+    0xC5: ("bin", _LENGTH_16),
+    0xC6: ("bin", _LENGTH_32),
+    0xD9: ("str", _LENGTH_8),
+    0xDA: ("str", _LENGTH_16),
+    0xDB: ("str", _LENGTH_32),
+    0xDC: ("array", _LENGTH_16),
+    0xDD: ("array", _LENGTH_32),
+    0xDE: ("map", _LENGTH_16),
+    0xDF: ("map", _LENGTH_32),
 }
-_LENGTH_FORMATS = {1: ">B", 2: ">H", 4: ">I"}
 
 
 class _Reader:
@@ -83,14 +83,13 @@ class _Reader:
             return tag == 0xC3
         scalar = _SCALARS.get(tag)
         if scalar is not None:
-            fmt, size = scalar
-            return struct.unpack(fmt, self.take(size, "a MessagePack number"))[0]
+            return scalar.unpack(self.take(scalar.size, "a MessagePack number"))[0]
         sized = _SIZED.get(tag)
         if sized is None:
             self.pos = start
             raise self.fail(f"a MessagePack type byte (0x{tag:02x} is not one the metadata uses)")
-        kind, width = sized
-        (length,) = struct.unpack(_LENGTH_FORMATS[width], self.take(width, f"a {kind} length"))
+        kind, length_field = sized
+        (length,) = length_field.unpack(self.take(length_field.size, f"a {kind} length"))
         if kind == "str":
             return self.text(length)
         if kind == "bin":

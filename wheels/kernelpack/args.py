@@ -1,4 +1,4 @@
-"""Kernel arguments: checked against the C signature in the index, packed for the vendor runtime.
+"""Kernel arguments: checked against the parameter layout in the index, packed for the vendor runtime.
 
 A launch passes each argument by address (``kernelParams``), so every parameter gets its own 8-byte
 slot and one ``struct`` format packs them all at once; ``struct`` also enforces the integer range of
@@ -102,21 +102,49 @@ def c_type(spelling: str) -> CType:
     return found
 
 
+# A parameter of a kernel with C linkage: its symbol names no type, so it is passed by its size
+# alone, as an unsigned integer of that size (8 bytes: also a pointer or an array).
+_BY_SIZE: dict[int, CType] = {
+    1: CType("B", 1, "int"),
+    2: CType("H", 2, "int"),
+    4: CType("I", 4, "int"),
+    8: _POINTER,
+}
+
+
+def param_type(kernel: str, position: int, param: KernelParam) -> CType:
+    """How one parameter of the index travels: by its C type where the symbol spells one (checked
+    against the size the object gives), else by its size."""
+    if not param["type"]:
+        found = _BY_SIZE.get(param["size"])
+        if found is None:
+            raise UsageError(
+                f"kernel {kernel}: parameter {position} is {param['size']} bytes with no type "
+                "(C linkage); kernelpack passes 1, 2, 4 or 8-byte values only"
+            )
+        return found
+    found = c_type(param["type"])
+    if found.size != param["size"]:
+        raise UsageError(
+            f"kernel {kernel}: parameter {position} ({param['type']}) is {param['size']} bytes in "
+            f"the compiled object, not {found.size}; the index does not match this kernelpack"
+        )
+    return found
+
+
 class Signature(NamedTuple):
     """A kernel's parameters as the index lists them, with the packing derived from them."""
 
     kernel: str
-    names: tuple[str, ...]
-    spellings: tuple[str, ...]
+    spellings: tuple[str, ...]  # the C types; "<N bytes>" for a parameter of a C-linkage kernel
     types: tuple[CType, ...]
 
     @classmethod
     def from_index(cls, kernel: str, params: Sequence[KernelParam]) -> Signature:
         return cls(
             kernel,
-            tuple(p["name"] for p in params),
-            tuple(p["type"] for p in params),
-            tuple(c_type(p["type"]) for p in params),
+            tuple(p["type"] or f"<{p['size']} bytes>" for p in params),
+            tuple(param_type(kernel, i, p) for i, p in enumerate(params)),
         )
 
     @property
@@ -144,7 +172,7 @@ class Signature(NamedTuple):
         return tuple(i for i, t in enumerate(self.types) if t.kind == "bool")
 
     def describe(self) -> str:
-        return f"{self.kernel}({', '.join(f'{s} {n}' for s, n in zip(self.spellings, self.names, strict=True))})"
+        return f"{self.kernel}({', '.join(self.spellings)})"
 
     def explain(self, args: Sequence[object]) -> UsageError:
         """The error for arguments that did not pack: which one, its C type and what fits."""
@@ -156,8 +184,8 @@ class Signature(NamedTuple):
             problem = _problem(value, ctype)
             if problem:
                 return UsageError(
-                    f"kernel {self.kernel}: argument {position} {self.names[position]!r} "
-                    f"({self.spellings[position]}): {problem}"
+                    f"kernel {self.kernel}: argument {position} ({self.spellings[position]}): "
+                    f"{problem}"
                 )
         return UsageError(f"kernel {self.describe()}: arguments {args!r} cannot be packed")
 

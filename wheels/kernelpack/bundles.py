@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any, Literal
 
 from ._elf import Buffer
+from ._jsonfields import json_fields
 from .errors import FormatError, UsageError
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
@@ -74,6 +75,9 @@ class BundleEntry:
     def size(self) -> int:
         return self.view.nbytes
 
+    def to_json(self) -> dict[str, Any]:
+        return json_fields(self, also=("size",), skip=("view",))
+
     @property
     def data(self) -> bytes:
         """A copy of the entry's bytes (each call copies; ``view`` does not)."""
@@ -92,14 +96,7 @@ class CompressedHeader:
     hash: int  # low 64 bits of the MD5 of the uncompressed bundle
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "offset": self.offset,
-            "version": self.version,
-            "method": self.method,
-            "size": self.size,
-            "uncompressed_size": self.uncompressed_size,
-            "hash": f"0x{self.hash:016x}",
-        }
+        return {**json_fields(self), "hash": f"0x{self.hash:016x}"}
 
 
 @dataclass(frozen=True)
@@ -110,21 +107,7 @@ class Bundle:
     compression: tuple[CompressedHeader, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": "bundle",
-            "compression": [header.to_json() for header in self.compression],
-            "entries": [
-                {
-                    "id": entry.id,
-                    "offset": entry.offset,
-                    "size": entry.size,
-                    "kind": entry.kind,
-                    "triple": entry.triple,
-                    "target": entry.target,
-                }
-                for entry in self.entries
-            ],
-        }
+        return {"format": "bundle", **json_fields(self)}
 
 
 def split_bundle_id(text: str) -> tuple[str, str, str]:

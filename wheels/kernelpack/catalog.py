@@ -1,9 +1,12 @@
-"""What the installed packages carry: the package's embedded index and the device wheels' fragments.
+"""What the installed packages carry: each package's embedded index and its device wheels' fragments.
 
-The fat or host wheel has ``kernelpack/_index.py``; each device wheel (``kernelpack_device_<x>``)
-has an index fragment of the same schema and announces itself through the ``kernelpack.device``
-entry point group. :class:`Catalog` merges what was read into one view: every module's kernels and
-source, and every image with the package folder its ``file`` is relative to.
+A kernelpack-built package (kernelpack itself, or any project built by ``python -m buildsys
+wheels``) declares its import name in the entry point group ``kernelpack.packages``; its fat or
+host wheel has ``<package>/_index.py``. Each of its device wheels (``<package>_device_<x>``) has an
+index fragment of the same schema and announces itself through the ``kernelpack.device`` entry
+point group under the name ``<package>.<group>``, so a package's loader reads its own device wheels
+only. :class:`Catalog` merges what was read into one view: every module's kernels and source, and
+every image with the package folder its ``file`` is relative to.
 
 An installed index that cannot be read (truncated, edited, of the wrong shape) is one UsageError
 naming the file and saying to reinstall, never a SyntaxError or TypeError from deep inside.
@@ -12,6 +15,7 @@ naming the file and saying to reinstall, never a SyntaxError or TypeError from d
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,10 +27,10 @@ from .index import SCHEMA_VERSION, Image, Index, ModuleEntry
 if TYPE_CHECKING:
     from .detect import Gpu
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+RUNTIME_PACKAGE = "kernelpack"
+PACKAGES_ENTRY_POINTS = "kernelpack.packages"
 DEVICE_ENTRY_POINTS = "kernelpack.device"
-INDEX_FILE = "_index.py"
-INDEX_MODULE = f"{__package__}._index"  # the builder writes it into the package folder
+INDEX_FILE = "_index.py"  # the builder writes it into the package folder
 
 
 class Located(NamedTuple):
@@ -50,6 +54,7 @@ class Catalog:
 
     def __init__(self) -> None:
         self.version = ""
+        self.distribution = ""  # the first index's project, whose extras the hints name
         self.modules: dict[str, ModuleEntry] = {}
         self.images: dict[str, list[Located]] = {}
         self.device_wheels: dict[str, str] = {}  # built target -> the extra of its device wheel
@@ -57,8 +62,9 @@ class Catalog:
         self.sources: dict[str, Path] = {}  # module -> its CUDA source (the hipified one beside it)
 
     def add(self, index: Index, root: Path, origin: str) -> None:
-        check_index(index, root / INDEX_FILE)
+        check_index(index, root / INDEX_FILE, origin)
         self.version = self.version or index["version"]
+        self.distribution = self.distribution or index.get("distribution", origin)
         self.device_wheels.update(index.get("device_wheels", {}))
         self.origins.append(origin)
         for name, module in sorted(index["modules"].items()):
@@ -87,10 +93,11 @@ _IMAGE_FIELDS: dict[str, type] = {
     "sha256": str,
     "compression": str,
     "kernels": dict,
+    "symbols": dict,
 }
 
 
-def check_index(index: object, path: Path) -> None:
+def check_index(index: object, path: Path, owner: str = RUNTIME_PACKAGE) -> None:
     """A UsageError naming ``path`` and the first key that is missing or of the wrong type.
 
     The index is a Python literal anyone with write access to site-packages can edit; checking its
@@ -100,7 +107,7 @@ def check_index(index: object, path: Path) -> None:
     def fail(where: str, problem: str) -> UsageError:
         return UsageError(
             f"{path}: {where}{problem}; the installed index is damaged or from another "
-            "kernelpack: reinstall kernelpack (and its device wheels)"
+            f"kernelpack: reinstall {owner} (and its device wheels)"
         )
 
     def fields(value: object, wanted: Mapping[str, type], where: str) -> Mapping[str, object]:
@@ -129,37 +136,65 @@ def check_index(index: object, path: Path) -> None:
             fields(image, _IMAGE_FIELDS, f"module {name!r} image {number}: ")
 
 
-def package_index() -> Index | None:
-    """The fat or host wheel's embedded index; None where kernelpack was installed without one.
+def kernelpack_packages() -> list[str]:
+    """Every installed kernelpack-built package's import name: kernelpack first, then the entry
+    point group kernelpack.packages in name order."""
+    from importlib.metadata import entry_points
+
+    named = sorted(e.value.split(":")[0].strip() for e in entry_points(group=PACKAGES_ENTRY_POINTS))
+    return list(dict.fromkeys([RUNTIME_PACKAGE, *named]))
+
+
+def package_folder(package: str) -> Path:
+    """Where ``package`` is installed, found without importing it; a UsageError if it is not."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError(
+            f"package {package!r}: not installed (no importable package of that name); install "
+            "its wheel, or name the package kernelpack.load(..., package=) should read"
+        )
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+def package_index(package: str = RUNTIME_PACKAGE) -> Index | None:
+    """The fat or host wheel's embedded index; None where the package was installed without one.
 
     A file that is there but cannot be imported (truncated, edited) is a UsageError naming it.
     """
+    name = f"{package}._index"
+    folder = package_folder(package)
     try:
-        module = importlib.import_module(INDEX_MODULE)
+        module = importlib.import_module(name)
     except ModuleNotFoundError as error:
-        if error.name != INDEX_MODULE:
+        if error.name != name:
             raise
         return None
     except (SyntaxError, ValueError) as error:  # a truncated file, null bytes
         filename = getattr(error, "filename", None)
-        raise _damaged(Path(filename) if filename else PACKAGE_DIR / INDEX_FILE, error) from None
+        path = Path(filename) if filename else folder / INDEX_FILE
+        raise _damaged(path, error, package) from None
     index = getattr(module, "INDEX", None)
     if index is None:
-        path = Path(module.__file__ or PACKAGE_DIR / INDEX_FILE)
-        raise _damaged(path, NameError("it defines no INDEX"))
+        path = Path(module.__file__ or folder / INDEX_FILE)
+        raise _damaged(path, NameError("it defines no INDEX"), package)
     found: Index = index
     return found
 
 
-def _damaged(path: Path, error: Exception) -> UsageError:
+def _damaged(path: Path, error: Exception, package: str) -> UsageError:
     return UsageError(
         f"{path}: cannot be read ({type(error).__name__}: {error}); the installed index is "
-        "damaged: reinstall kernelpack"
+        f"damaged: reinstall {package}"
     )
 
 
-def device_fragments() -> list[tuple[Index, Path, str]]:
-    """The index fragments of the installed device wheels (entry point group kernelpack.device).
+def device_fragments(package: str = RUNTIME_PACKAGE) -> list[tuple[Index, Path, str]]:
+    """The index fragments of ``package``'s installed device wheels: the entry points named
+    ``<package>.<group>`` in the group kernelpack.device, whose fragment is stamped with the same
+    package (another package's device wheels are never read).
 
     Each entry point names a package holding ``_index.py``; a package that cannot be imported, or
     whose fragment is damaged, is skipped with a warning, so one broken device wheel does not stop
@@ -168,12 +203,15 @@ def device_fragments() -> list[tuple[Index, Path, str]]:
     from importlib.metadata import entry_points
 
     found: list[tuple[Index, Path, str]] = []
-    for entry in sorted(entry_points(group=DEVICE_ENTRY_POINTS), key=lambda e: e.name):
+    mine = [e for e in entry_points(group=DEVICE_ENTRY_POINTS) if e.name.startswith(f"{package}.")]
+    for entry in sorted(mine, key=lambda e: e.name):
         try:
-            package = importlib.import_module(entry.value.split(":")[0].strip())
-            root = Path(package.__file__ or "").resolve().parent
-            fragment: Index = importlib.import_module(package.__name__ + "._index").INDEX
-            check_index(fragment, root / INDEX_FILE)
+            device_package = importlib.import_module(entry.value.split(":")[0].strip())
+            root = Path(device_package.__file__ or "").resolve().parent
+            fragment: Index = importlib.import_module(device_package.__name__ + "._index").INDEX
+            check_index(fragment, root / INDEX_FILE, device_package.__name__)
+            if fragment.get("package", package) != package:
+                raise UsageError(f"its index belongs to package {fragment.get('package')!r}")
         except Exception as error:  # a broken third-party install must not stop the loader
             warnings.warn(
                 f"device wheel {entry.value} (entry point {entry.name}) cannot be read: {error}; "
@@ -182,7 +220,7 @@ def device_fragments() -> list[tuple[Index, Path, str]]:
                 stacklevel=3,
             )
             continue
-        found.append((fragment, root, package.__name__))
+        found.append((fragment, root, device_package.__name__))
     return found
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,61 +23,68 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m kernelpack", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    inspect = commands.add_parser(
-        "inspect", help="list a bundle's entries and each code object's kernels"
+    inspect = _command(
+        commands, "inspect", _inspect, "list a bundle's entries and each code object's kernels"
     )
     inspect.add_argument("file", help="a bundle (.hsaco, .co), a code object, a cubin or PTX")
-    inspect.add_argument("--json", action="store_true", help="print JSON for tools")
-    inspect.set_defaults(handler=_inspect)
-
-    detect = commands.add_parser("detect", help="list this machine's GPUs and their targets")
-    detect.add_argument("--json", action="store_true", help="print JSON for tools")
-    detect.add_argument(
-        "--sysfs-root", metavar="DIR", help="read DIR in place of /sys (diagnosis and tests)"
+    _command(
+        commands, "detect", _detect, "list this machine's GPUs and their targets", sysfs_root=True
     )
-    detect.set_defaults(handler=_detect)
-
-    info = commands.add_parser(
-        "info", help="GPUs, the image each module would load and why, cache, runtime libraries"
+    _command(
+        commands,
+        "info",
+        _info,
+        "GPUs, the image each module would load and why, cache, runtime libraries",
+        sysfs_root=True,
     )
-    info.add_argument("--json", action="store_true", help="print JSON for tools")
-    info.add_argument(
-        "--sysfs-root", metavar="DIR", help="read DIR in place of /sys (diagnosis and tests)"
+    targets = _command(
+        commands,
+        "targets",
+        lambda args: run_targets(args.json, args.targets),
+        "every AMD processor LLVM knows: the image it would load and why",
     )
-    info.set_defaults(handler=_info)
-
-    targets = commands.add_parser(
-        "targets", help="every AMD processor LLVM knows: the image it would load and why"
-    )
-    targets.add_argument("--json", action="store_true", help="print JSON for tools")
     targets.add_argument(
         "--targets", metavar="LIST", help="judge these built targets (a,b,...), not the installed"
     )
-    targets.set_defaults(handler=lambda args: run_targets(args.json, args.targets))
-
-    doctor = commands.add_parser(
-        "doctor", help="per GPU: image installed or the pip command; runtimes; known problems"
+    _command(
+        commands,
+        "doctor",
+        _doctor,
+        "per GPU: image installed or the pip command; runtimes; known problems",
+        sysfs_root=True,
     )
-    doctor.add_argument("--json", action="store_true", help="print JSON for tools")
-    doctor.add_argument(
-        "--sysfs-root", metavar="DIR", help="read DIR in place of /sys (diagnosis and tests)"
-    )
-    doctor.set_defaults(handler=_doctor)
-
-    cache = commands.add_parser("cache", help="the disk cache of extracted and compiled images")
+    cache = _command(commands, "cache", _cache, "the disk cache of extracted and compiled images")
     cache.add_argument(
         "action",
         choices=("path", "verify", "clear"),
         help="path: where it is and its size; verify: check every entry, removing damaged ones; "
         "clear: remove every entry",
     )
-    cache.add_argument("--json", action="store_true", help="print JSON for tools")
-    cache.set_defaults(handler=_cache)
 
     from .sweep import add_parser as add_sweep
 
     add_sweep(commands)
     return parser
+
+
+def _command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    handler: Callable[[argparse.Namespace], int],
+    description: str,
+    *,
+    sysfs_root: bool = False,
+) -> argparse.ArgumentParser:
+    """A subcommand with the options they share: ``--json``, and ``--sysfs-root`` for those that
+    read this machine's GPUs (so a test or a bug report can give a recorded /sys instead)."""
+    command = commands.add_parser(name, help=description)
+    command.add_argument("--json", action="store_true", help="print JSON for tools")
+    if sysfs_root:
+        command.add_argument(
+            "--sysfs-root", metavar="DIR", help="read DIR in place of /sys (diagnosis and tests)"
+        )
+    command.set_defaults(handler=handler)
+    return command
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -120,10 +128,12 @@ def _detect(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
+    from .catalog import kernelpack_packages
     from .info import info_report, print_info
     from .loader import Loader
 
-    report = info_report(Loader(gpus=detect_gpus(sysfs_root=args.sysfs_root)))
+    gpus = detect_gpus(sysfs_root=args.sysfs_root)
+    report = info_report([Loader(package=p, gpus=gpus) for p in kernelpack_packages()])
     if args.json:
         print_json(report)
         for problem in report["problems"]:

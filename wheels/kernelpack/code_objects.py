@@ -15,6 +15,7 @@ from typing import Any
 
 from . import _msgpack
 from ._elf import SHT_DYNSYM, SHT_SYMTAB, Buffer, Elf
+from ._jsonfields import json_fields
 from .errors import FormatError
 from .index import KernelResources
 from .kernel_params import KernelParam
@@ -52,13 +53,7 @@ class KernelArg:
     type_name: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "offset": self.offset,
-            "size": self.size,
-            "value_kind": self.value_kind,
-            "name": self.name,
-            "type_name": self.type_name,
-        }
+        return json_fields(self)
 
 
 @dataclass(frozen=True)
@@ -101,22 +96,7 @@ class AmdKernel:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "symbol": self.symbol,
-            "vgpr": self.vgpr,
-            "sgpr": self.sgpr,
-            "agpr": self.agpr,
-            "lds": self.lds,
-            "scratch": self.scratch,
-            "sgpr_spills": self.sgpr_spills,
-            "vgpr_spills": self.vgpr_spills,
-            "wavefront": self.wavefront,
-            "max_workgroup": self.max_workgroup,
-            "kernarg_size": self.kernarg_size,
-            "args": [arg.to_json() for arg in self.args],
-            "params": [param.to_json() for param in self.params],
-        }
+        return json_fields(self, also=("params",))
 
 
 def _is_pointer(value_kind: str) -> bool | None:
@@ -138,13 +118,7 @@ class CodeObject:
         return {kernel.name: kernel.resources() for kernel in self.kernels}
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": "code_object",
-            "target": str(self.target),
-            "code_object_version": self.code_object_version,
-            "generic_version": self.generic_version,
-            "kernels": [kernel.to_json() for kernel in self.kernels],
-        }
+        return {"format": "code_object", **json_fields(self)}
 
 
 def read_code_object(data: Buffer, path: str) -> CodeObject:

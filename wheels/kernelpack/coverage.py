@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ._jsonfields import json_fields
 from .processors import AMD_BY_NAME, AMD_PROCESSORS
 from .targets import (
     ParsedTarget,
@@ -44,15 +45,7 @@ class CoverageRow:
         return self.image is not None
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "processor": self.processor,
-            "description": self.description,
-            "generic": self.generic,
-            "image": self.image,
-            "how": self.how,
-            "native": self.native,
-            "reason": self.reason,
-        }
+        return json_fields(self, also=("native",))
 
 
 def amd_built(targets: Iterable[str]) -> list[ParsedTarget]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._elf import SHT_SYMTAB, STB_GLOBAL, STT_FUNC, Buffer, Elf, Section
+from ._jsonfields import json_fields
 from .errors import FormatError
 from .index import KernelResources
 from .kernel_params import KernelParam
@@ -66,14 +67,7 @@ class CudaKernel:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "registers": self.registers,
-            "shared": self.shared,
-            "local": self.local,
-            "max_threads": self.max_threads,
-            "params": [param.to_json() for param in self.params],
-        }
+        return json_fields(self)
 
 
 @dataclass(frozen=True)
@@ -92,14 +86,7 @@ class Cubin:
         return {kernel.name: kernel.resources() for kernel in self.kernels}
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": "cubin",
-            "target": self.target,
-            "sm": self.sm,
-            "arch_specific": self.arch_specific,
-            "elf_abi_version": self.elf_abi_version,
-            "kernels": [kernel.to_json() for kernel in self.kernels],
-        }
+        return {"format": "cubin", "target": self.target, **json_fields(self)}
 
 
 def read_cubin(data: Buffer, path: str) -> Cubin:
@@ -224,6 +211,17 @@ _PTX_VERSION = re.compile(r"^[ \t]*\.version[ \t]+(\d+\.\d+)[ \t]*$", re.M)
 _PTX_TARGET = re.compile(r"^[ \t]*\.target[ \t]+(\w+)", re.M)
 _PTX_ADDRESS_SIZE = re.compile(r"^[ \t]*\.address_size[ \t]+(\d+)", re.M)
 _PTX_ENTRY = re.compile(r"\.entry[ \t\r\n]+([A-Za-z_$%][\w$]*)")
+# A kernel's whole directive: linkage, name and parameter list (PTX ISA, "Kernel Function
+# Parameters"): ".visible .entry name(.param .u64 p0, .param .align 8 .b8 p1[16])".
+_PTX_KERNEL = re.compile(
+    r"((?:\.(?:visible|weak|extern)[ \t\r\n]+)*)\.entry[ \t\r\n]+([A-Za-z_$%][\w$]*)[ \t\r\n]*"
+    r"(?:\(([^()]*)\))?"
+)
+_PTX_PARAM = re.compile(
+    r"\.param[ \t\r\n]+((?:\.[a-z][a-z0-9]*(?:[ \t\r\n]+\d+)?[ \t\r\n]+)*)[A-Za-z_$%][\w$]*"
+    r"(?:[ \t\r\n]*\[(\d+)\])?$"
+)
+_PTX_TYPE_SIZE = re.compile(r"\.[busf](8|16|32|64)$")
 # An unclosed /* runs to the end of the text: one match, where requiring */ would rescan the rest
 # of the text from every /* (quadratic on a file of "/*/*/*...").
 _PTX_COMMENT = re.compile(r"//[^\n]*|/\*.*?(?:\*/|\Z)", re.S)
@@ -236,6 +234,7 @@ class Ptx:
     target: str  # as .target names it: "sm_80", "sm_90a"
     address_size: int  # 64 or 32 (32 when the directive is absent)
     entries: tuple[str, ...]
+    kernels: tuple[PtxKernel, ...] = ()
 
     @property
     def compute_target(self) -> str:
@@ -243,13 +242,21 @@ class Ptx:
         return "compute_" + self.target.removeprefix("sm_")
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": "ptx",
-            "version": self.version,
-            "target": self.target,
-            "address_size": self.address_size,
-            "entries": list(self.entries),
-        }
+        return {"format": "ptx", **json_fields(self)}
+
+
+@dataclass(frozen=True)
+class PtxKernel:
+    """One ``.entry``: its name, whether other modules may see it (``.visible``: a kernel the
+    loader can look up) and its parameters, laid out as the PTX ISA places them (each at the next
+    multiple of its alignment)."""
+
+    name: str
+    visible: bool
+    params: tuple[KernelParam, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return json_fields(self)
 
 
 def read_ptx(data: Buffer, path: str) -> Ptx:
@@ -271,4 +278,34 @@ def read_ptx(data: Buffer, path: str) -> Ptx:
     if address_size not in (32, 64):
         raise FormatError(path, 0, f"a PTX .address_size of 32 or 64, not {address_size}")
     entries = tuple(match.group(1) for match in _PTX_ENTRY.finditer(code))
-    return Ptx(version.group(1), target.group(1), address_size, entries)
+    kernels = tuple(
+        PtxKernel(
+            match.group(2),
+            ".visible" in match.group(1),
+            _ptx_params(match.group(3) or "", path, match.start()),
+        )
+        for match in _PTX_KERNEL.finditer(code)
+    )
+    return Ptx(version.group(1), target.group(1), address_size, entries, kernels)
+
+
+def _ptx_params(text: str, path: str, at: int) -> tuple[KernelParam, ...]:
+    """The parameters of one .entry: ``.param [.align N] .type [.ptr ...] name[[count]]``."""
+    params: list[KernelParam] = []
+    offset = 0
+    for ordinal, piece in enumerate(p.strip() for p in text.split(",") if p.strip()):
+        match = _PTX_PARAM.match(piece)
+        words = match.group(1).split() if match else []
+        sizes = [int(found.group(1)) // 8 for w in words if (found := _PTX_TYPE_SIZE.match(w))]
+        if match is None or len(sizes) != 1:
+            raise FormatError(path, at, f"a PTX kernel parameter .param .type name, not {piece!r}")
+        size = sizes[0] * int(match.group(2) or 1)
+        align = sizes[0]
+        if ".align" in words:
+            align = int(words[words.index(".align") + 1])
+        if align < 1 or align & (align - 1):
+            raise FormatError(path, at, f"a power-of-two .align in {piece!r}")
+        offset = -(-offset // align) * align
+        params.append(KernelParam(ordinal, offset, size, None))
+        offset += size
+    return tuple(params)

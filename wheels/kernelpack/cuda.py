@@ -13,14 +13,15 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from . import launching
 from .errors import RuntimeLibraryError
-from .launching import LAUNCH_ARGTYPES, ctypes_launcher, native_launch, native_launcher_class
 from .libraries import cuda_version_text, open_library
-from .runtime import FailFn, LaunchFn, LoadedModule, Runtime, c_string
+from .runtime import Runtime, c_string, int_out, load_module, module_function
 
 if TYPE_CHECKING:
     from . import args as kargs
     from .detect import NvidiaDevice
+    from .runtime import FailFn, LaunchFn, LoadedModule
 
 _CU_JIT_INPUT_PTX = 1
 _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
@@ -37,13 +38,9 @@ class CudaDriver:
         self.lib: Any = lib if lib is not None else open_library("cuda")
         lib_ = self.lib
         lib_.cuGetErrorName.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p))
-        lib_.cuLaunchKernel.argtypes = LAUNCH_ARGTYPES
         lib_.cuCtxPushCurrent_v2.argtypes = (ctypes.c_void_p,)
-        lib_.cuModuleLoadData.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p)
-        lib_.cuModuleGetFunction.argtypes = (
-            ctypes.POINTER(ctypes.c_void_p),
-            ctypes.c_void_p,
-            ctypes.c_char_p,
+        launching.declare_module_calls(
+            lib_.cuModuleLoadData, lib_.cuModuleGetFunction, lib_.cuLaunchKernel
         )
 
     def error_name(self, code: int) -> str:
@@ -62,19 +59,13 @@ class CudaDriver:
 
     def version(self) -> str:
         """The driver's CUDA version, "13.0" (needs no cuInit)."""
-        value = ctypes.c_int()
-        self.check(self.lib.cuDriverGetVersion(ctypes.byref(value)), "cuDriverGetVersion")
-        return cuda_version_text(value.value)
+        return cuda_version_text(int_out(self.check, self.lib.cuDriverGetVersion))
 
     def device_count(self) -> int:
-        count = ctypes.c_int()
-        self.check(self.lib.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
-        return count.value
+        return int_out(self.check, self.lib.cuDeviceGetCount)
 
     def device(self, ordinal: int) -> int:
-        device = ctypes.c_int()
-        self.check(self.lib.cuDeviceGet(ctypes.byref(device), ordinal), f"cuDeviceGet({ordinal})")
-        return device.value
+        return int_out(self.check, self.lib.cuDeviceGet, ordinal)
 
     def pci_bus_id(self, ordinal: int) -> str:
         text = ctypes.create_string_buffer(64)
@@ -85,16 +76,14 @@ class CudaDriver:
         return c_string(text.value)
 
     def compute_capability(self, ordinal: int) -> tuple[int, int]:
-        device, major, minor = self.device(ordinal), ctypes.c_int(), ctypes.c_int()
-        for value, attribute in (
-            (major, _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
-            (minor, _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
-        ):
-            self.check(
-                self.lib.cuDeviceGetAttribute(ctypes.byref(value), attribute, device),
-                "cuDeviceGetAttribute",
-            )
-        return major.value, minor.value
+        device, attribute = self.device(ordinal), self.lib.cuDeviceGetAttribute
+        major = int_out(
+            self.check, attribute, _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device
+        )
+        minor = int_out(
+            self.check, attribute, _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device
+        )
+        return major, minor
 
     def name(self, ordinal: int) -> str:
         text = ctypes.create_string_buffer(256)
@@ -149,11 +138,7 @@ class CudaRuntime(Runtime):
         self.driver = CudaDriver(lib)
         self._lib = self.driver.lib
         self.library = str(getattr(self._lib, "_name", "libcuda.so.1"))
-        native = native_launcher_class() if binding in (None, "native") else None
-        if binding == "native" and native is None:
-            raise RuntimeLibraryError("the C launcher kernelpack._launcher was not built")
-        self._native = native
-        self.binding = "native" if native is not None else "ctypes"
+        self._native, self.binding = launching.choose_launcher(binding)
         self._lock = threading.Lock()
         self._contexts: dict[int, int] = {}
         self.driver.check(self.driver.init(), "cuInit")
@@ -198,21 +183,10 @@ class CudaRuntime(Runtime):
             self._lib.cuCtxPopCurrent_v2(ctypes.byref(popped))
 
     def load(self, ordinal: int, image: bytes) -> LoadedModule:
-        handle = ctypes.c_void_p()
-        self._in_context(
-            ordinal,
-            lambda: self._lib.cuModuleLoadData(ctypes.byref(handle), image),
-            "cuModuleLoadData",
-        )
-        return LoadedModule(int(handle.value or 0), ordinal)
+        return load_module(self._in_context, self._lib.cuModuleLoadData, ordinal, image)
 
     def function(self, module: LoadedModule, name: str) -> int:
-        handle = ctypes.c_void_p()
-        self.driver.check(
-            self._lib.cuModuleGetFunction(ctypes.byref(handle), module.handle, name.encode()),
-            f"cuModuleGetFunction({name})",
-        )
-        return int(handle.value or 0)
+        return module_function(self.driver.check, self._lib.cuModuleGetFunction, module, name)
 
     def jit_ptx(self, ordinal: int, ptx: bytes) -> bytes:
         """PTX compiled by the driver into a cubin for this device (then cached on disk by the
@@ -260,12 +234,12 @@ class CudaRuntime(Runtime):
         context = self.context(module.ordinal)
         lib = self._lib
         if self._native is not None:
-            return native_launch(
-                self._native, lib.cuLaunchKernel, function, signature, fail, binding=1,
-                get_current=lib.cuCtxGetCurrent, enter=lib.cuCtxPushCurrent_v2,
-                leave=lib.cuCtxPopCurrent_v2, context=context,
-            )  # fmt: skip
-        return ctypes_launcher(
+            push, pop = lib.cuCtxPushCurrent_v2, lib.cuCtxPopCurrent_v2
+            binding = launching.DeviceBinding(1, lib.cuCtxGetCurrent, push, pop, context)
+            return launching.native_launch(
+                self._native, lib.cuLaunchKernel, function, signature, fail, binding
+            )
+        return launching.ctypes_launcher(
             signature,
             lib.cuLaunchKernel,
             function,

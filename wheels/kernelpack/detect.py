@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from ._jsonfields import json_fields
 from .errors import UsageError
 from .processors import AMD_BY_NAME
 from .targets import (
@@ -76,18 +77,7 @@ class Gpu:
     override: str = ""
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "index": self.index,
-            "vendor": self.vendor,
-            "target": str(self.target),
-            "name": self.name,
-            "location": self.location,
-            "uuid": self.uuid,
-            "node": self.node,
-            "source": self.source,
-            "hardware": self.hardware,
-            "override": self.override,
-        }
+        return json_fields(self)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from ._jsonfields import json_fields
 from .detect import Gpu
 from .hints import install_hint
 from .loader import Loader
@@ -48,13 +49,7 @@ class Finding:
     advice: str
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "code": self.code,
-            "severity": self.severity,
-            "device": self.device,
-            "message": self.message,
-            "advice": self.advice,
-        }
+        return json_fields(self)
 
 
 def _hardware_gpu(gpu: Gpu) -> Gpu:

@@ -64,7 +64,7 @@ __all__ = [
     "read_bundle",
     "read_code_object",
     "read_cubin",
-    "read_image",
+    "read_image_file",
     "read_ptx",
     "require_zstd",
     "split_bundle_id",
@@ -74,7 +74,7 @@ __all__ = [
 ImageFile: TypeAlias = Bundle | CodeObject | Cubin | Ptx
 
 
-def read_image(data: Buffer, path: str) -> ImageFile:
+def read_image_file(data: Buffer, path: str) -> ImageFile:
     """Whatever GPU code file this is: a bundle (plain or CCOB), a code object, a cubin or PTX."""
     head = bytes(data[:65536])  # what tells the formats apart, copied once from a view
     if head.startswith((BUNDLE_MAGIC, CCOB_MAGIC)):

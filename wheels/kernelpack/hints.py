@@ -36,10 +36,15 @@ def no_image_message(choice: Choice, catalog: Catalog, compile_problem: str) -> 
 
 
 def fixes(gpu: Gpu, catalog: Catalog, built: Sequence[str]) -> list[str]:
-    """The three ways to get an image for ``gpu``, one line each."""
+    """The three ways to get an image for ``gpu``, one line each (another package than kernelpack
+    is rebuilt from its own project folder)."""
+    project = ""
+    if catalog.distribution not in ("", "kernelpack"):
+        project = f"--project <{catalog.distribution}'s source folder> "
     return [
         f"install the device wheel for it: {install_hint(gpu, catalog)}",
-        f"or rebuild with the target: python -m buildsys build --targets {_build_target(gpu)}",
+        f"or rebuild with the target: python -m buildsys build {project}--targets "
+        f"{_build_target(gpu)}",
         f"or {'run a compatible build' if gpu.vendor == 'amd' else 'instead'}: "
         f"{override_hint(gpu, built)}",
     ]
@@ -53,7 +58,9 @@ def _build_target(gpu: Gpu) -> str:
 
 def install_hint(gpu: Gpu, catalog: Catalog) -> str:
     """The pip command for the device wheel that would fit ``gpu``: from the host index's map of
-    targets to extras where it names one that fits, else the name the wheels are given."""
+    targets to extras where it names one that fits, else the name the wheels are given; the
+    distribution is the one the index was built for (kernelpack, or another kernelpack-built
+    package)."""
     from .targets import select_image
 
     candidates: list[dict[str, Any]] = [
@@ -62,10 +69,14 @@ def install_hint(gpu: Gpu, catalog: Catalog) -> str:
         if t.vendor == gpu.vendor
     ]
     best, _ = select_image(candidates, gpu.target)
+    distribution = catalog.distribution or "kernelpack"
     if best is not None:
-        return f'pip install "kernelpack[{catalog.device_wheels[best["target"]]}]"'
+        return f'pip install "{distribution}[{catalog.device_wheels[best["target"]]}]"'
     extra = _build_target(gpu).replace("_", "").lower()
-    return f'pip install "kernelpack[{extra}]" (if a device wheel for {_build_target(gpu)} is published)'
+    return (
+        f'pip install "{distribution}[{extra}]" (if a device wheel for {_build_target(gpu)} is '
+        "published)"
+    )
 
 
 def _known_targets(targets: Iterable[str]) -> list[ParsedTarget]:

@@ -16,13 +16,14 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from . import launching
 from .errors import RuntimeLibraryError
-from .launching import LAUNCH_ARGTYPES, ctypes_launcher, native_launch, native_launcher_class
 from .libraries import hip_version_text, open_library
-from .runtime import FailFn, LaunchFn, LoadedModule, Runtime, c_string
+from .runtime import Runtime, c_string, int_out, load_module, module_function
 
 if TYPE_CHECKING:
     from . import args as kargs
+    from .runtime import FailFn, LaunchFn, LoadedModule
 
 
 class HipRuntime(Runtime):
@@ -33,20 +34,12 @@ class HipRuntime(Runtime):
     def __init__(self, lib: ctypes.CDLL | None = None, *, binding: str | None = None) -> None:
         self._lib = lib if lib is not None else open_library("hip")
         self.library = str(getattr(self._lib, "_name", "libamdhip64"))
-        native = native_launcher_class() if binding in (None, "native") else None
-        if binding == "native" and native is None:
-            raise RuntimeLibraryError("the C launcher kernelpack._launcher was not built")
-        self._native = native
-        self.binding = "native" if native is not None else "ctypes"
+        self._native, self.binding = launching.choose_launcher(binding)
         lib_ = self._lib
         lib_.hipGetErrorName.restype = ctypes.c_char_p
         lib_.hipGetErrorName.argtypes = (ctypes.c_int,)
-        lib_.hipModuleLaunchKernel.argtypes = LAUNCH_ARGTYPES
-        lib_.hipModuleLoadData.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p)
-        lib_.hipModuleGetFunction.argtypes = (
-            ctypes.POINTER(ctypes.c_void_p),
-            ctypes.c_void_p,
-            ctypes.c_char_p,
+        launching.declare_module_calls(
+            lib_.hipModuleLoadData, lib_.hipModuleGetFunction, lib_.hipModuleLaunchKernel
         )
         self._lock = threading.Lock()
         self._check(lib_.hipInit(0), "hipInit")
@@ -59,14 +52,10 @@ class HipRuntime(Runtime):
             raise RuntimeLibraryError(f"{call} failed: {self.error_name(code)}")
 
     def version(self) -> str:
-        value = ctypes.c_int()
-        self._check(self._lib.hipRuntimeGetVersion(ctypes.byref(value)), "hipRuntimeGetVersion")
-        return hip_version_text(value.value)
+        return hip_version_text(int_out(self._check, self._lib.hipRuntimeGetVersion))
 
     def device_count(self) -> int:
-        count = ctypes.c_int()
-        self._check(self._lib.hipGetDeviceCount(ctypes.byref(count)), "hipGetDeviceCount")
-        return count.value
+        return int_out(self._check, self._lib.hipGetDeviceCount)
 
     def pci_bus_id(self, ordinal: int) -> str:
         text = ctypes.create_string_buffer(32)
@@ -75,42 +64,31 @@ class HipRuntime(Runtime):
 
     def _on_device(self, ordinal: int, work: Callable[[], int], call: str) -> None:
         """Run ``work`` with ``ordinal`` current, then give the thread its device back."""
-        lib, previous = self._lib, ctypes.c_int(-1)
-        self._check(lib.hipGetDevice(ctypes.byref(previous)), "hipGetDevice")
+        lib = self._lib
+        previous = int_out(self._check, lib.hipGetDevice)
         self._check(lib.hipSetDevice(ordinal), f"hipSetDevice({ordinal})")
         try:
             self._check(work(), call)
         finally:
-            lib.hipSetDevice(previous.value)
+            lib.hipSetDevice(previous)
 
     def load(self, ordinal: int, image: bytes) -> LoadedModule:
-        handle = ctypes.c_void_p()
         with self._lock:
-            self._on_device(
-                ordinal,
-                lambda: self._lib.hipModuleLoadData(ctypes.byref(handle), image),
-                "hipModuleLoadData",
-            )
-        return LoadedModule(int(handle.value or 0), ordinal)
+            return load_module(self._on_device, self._lib.hipModuleLoadData, ordinal, image)
 
     def function(self, module: LoadedModule, name: str) -> int:
-        handle = ctypes.c_void_p()
-        self._check(
-            self._lib.hipModuleGetFunction(ctypes.byref(handle), module.handle, name.encode()),
-            f"hipModuleGetFunction({name})",
-        )
-        return int(handle.value or 0)
+        return module_function(self._check, self._lib.hipModuleGetFunction, module, name)
 
     def launcher(
         self, module: LoadedModule, function: int, signature: kargs.Signature, fail: FailFn
     ) -> LaunchFn:
         lib, ordinal = self._lib, module.ordinal
         if self._native is not None:
-            return native_launch(
-                self._native, lib.hipModuleLaunchKernel, function, signature, fail, binding=2,
-                get_current=lib.hipGetDevice, enter=lib.hipSetDevice, leave=lib.hipSetDevice,
-                context=ordinal,
-            )  # fmt: skip
+            binding = launching.DeviceBinding(
+                2, lib.hipGetDevice, lib.hipSetDevice, lib.hipSetDevice, ordinal
+            )
+            launch = lib.hipModuleLaunchKernel
+            return launching.native_launch(self._native, launch, function, signature, fail, binding)
         previous = threading.local()
 
         def current() -> int:
@@ -119,7 +97,7 @@ class HipRuntime(Runtime):
             previous.device = device.value
             return device.value
 
-        return ctypes_launcher(
+        return launching.ctypes_launcher(
             signature,
             lib.hipModuleLaunchKernel,
             function,

@@ -41,37 +41,14 @@ class ImageKind(NamedTuple):
     compiler: Literal["hip", "cuda"]
 
 
+# hipcc: a device code object (--genco), plain rather than bundled (--no-gpu-bundle-output): the
+# builder writes the bundle itself
+_HIPCC_GENCO = ("--genco", "-O3", "--no-gpu-bundle-output")
 IMAGE_KINDS: tuple[ImageKind, ...] = (
-    ImageKind(
-        name="code_object",
-        vendor="amd",
-        order=0,
-        file_suffix=".hsaco",
-        bundled=True,
-        object_suffix=".co",
-        compile_flags=("--genco", "-O3", "--no-gpu-bundle-output"),
-        compiler="hip",
-    ),
-    ImageKind(
-        name="cubin",
-        vendor="nvidia",
-        order=1,
-        file_suffix=".cubin",
-        bundled=False,
-        object_suffix=".cubin",
-        compile_flags=("-cubin", "-O3"),
-        compiler="cuda",
-    ),
-    ImageKind(
-        name="ptx",
-        vendor="nvidia",
-        order=2,
-        file_suffix=".ptx",
-        bundled=False,
-        object_suffix=".ptx",
-        compile_flags=("-ptx", "-O3"),
-        compiler="cuda",
-    ),
+    # name, vendor, order, file suffix, bundled, object suffix, compile flags, compiler
+    ImageKind("code_object", "amd", 0, ".hsaco", True, ".co", _HIPCC_GENCO, "hip"),
+    ImageKind("cubin", "nvidia", 1, ".cubin", False, ".cubin", ("-cubin", "-O3"), "cuda"),
+    ImageKind("ptx", "nvidia", 2, ".ptx", False, ".ptx", ("-ptx", "-O3"), "cuda"),
 )
 
 

@@ -8,18 +8,25 @@ Paths in an image's ``file`` are relative to the package folder that holds the i
 for the fat wheel, ``kernelpack_device_<target>/`` for a device wheel). ``offset``/``size`` locate the
 image inside the *uncompressed* bundle when ``compression`` is not "none"; ``sha256`` is of the image
 bytes themselves (the code object, cubin or PTX text), checked before every first load.
+
+Kernels are what the compiled objects define (buildsys.discovery), named by the kernel-name rule
+of docs/loader.md: a module's ``kernels`` maps each name to its parameter layout, and each image's
+``symbols`` maps the names to the symbols that image defines them by.
 """
 
 from __future__ import annotations
 
 from typing import Literal, TypedDict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class KernelParam(TypedDict):
-    name: str
-    type: str  # the C type as written in the source, e.g. "const float *", "long long"
+    """One parameter of a kernel, as its compiled objects lay it out (docs/loader.md)."""
+
+    type: str  # as the demangled symbol spells it ("float const*"); "" under C linkage
+    offset: int  # bytes from the start of the argument buffer
+    size: int  # bytes
 
 
 class KernelResources(TypedDict):
@@ -44,13 +51,14 @@ class Image(TypedDict):
     size: int
     sha256: str
     compression: Literal["none", "zlib", "zstd"]
-    kernels: dict[str, KernelResources]
+    kernels: dict[str, KernelResources]  # by kernel name
+    symbols: dict[str, str]  # kernel name -> its symbol in this image (mangled for C++ kernels)
 
 
 class ModuleEntry(TypedDict):
     """One module in an index (not :class:`kernelpack.Module`, a module loaded on a GPU)."""
 
-    kernels: dict[str, list[KernelParam]]  # kernel name -> C parameter list
+    kernels: dict[str, list[KernelParam]]  # kernel name -> parameter layout
     source: str  # self-contained CUDA source inside the package, for run-time compilation
     source_sha256: str
     images: list[Image]
@@ -66,6 +74,10 @@ class _IndexOptional(TypedDict, total=False):
     # target -> the extra of the device wheel that carries it ("gfx1100" -> "gfx110x"), in the
     # host wheel of a split build, so that a missing image can name the pip command that fixes it.
     device_wheels: dict[str, str]
+    # Whose index it is, stamped by the wheels builder: the distribution ("demo-kernels") whose
+    # device wheels and extras the hints name, and the import name of the package holding it.
+    distribution: str
+    package: str
 
 
 class Index(_IndexOptional):

@@ -1,5 +1,7 @@
 """``python -m kernelpack info``: GPUs, the image each module would load on each and why, checked.
 
+It covers every installed kernelpack-built package (:func:`kernelpack.catalog.kernelpack_packages`:
+kernelpack itself and the entry point group ``kernelpack.packages``), each module with its kernels.
 For every module and GPU the report says which image the loader would take (or what stands in,
 and what to do when nothing does), and it reads each chosen image and checks its sha256 against
 the index as a load would: an image that would be refused is reported damaged, with both digests
@@ -8,11 +10,12 @@ whole, and the command exits 1. The same facts come out as a table or as ``--jso
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._console import print_table
+from .cache import DiskCache
 from .devices import device_name
 from .errors import IntegrityError, NoImageError
 from .hints import fixes
@@ -24,24 +27,34 @@ if TYPE_CHECKING:
     from .loader import Loader
 
 
-def info_report(loader: Loader) -> dict[str, Any]:
-    """What ``python -m kernelpack info`` shows: GPUs, per module and GPU the image chosen (its
-    sha256 checked) and why, or why none and what to do, the cache and the runtime libraries."""
+def info_report(loaders: Sequence[Loader]) -> dict[str, Any]:
+    """What ``python -m kernelpack info`` shows: GPUs; per package (one loader each, sharing the
+    GPUs) and module its kernels and, per GPU, the image chosen (its sha256 checked) and why, or
+    why none and what to do; the cache and the runtime libraries."""
     from .libraries import library_versions
 
-    catalog = loader.catalog(with_device_wheels=True)
-    gpus = loader.gpus()
+    gpus = loaders[0].gpus() if loaders else []
     checks = _Checks()
-    modules: dict[str, list[dict[str, Any]]] = {}
-    for name in sorted(catalog.modules):
-        modules[name] = [_row(loader, catalog, checks, loader.choose(name, gpu)) for gpu in gpus]
-    cache = loader.cache
+    packages: dict[str, dict[str, Any]] = {}
+    for loader in loaders:
+        catalog = loader.catalog(with_device_wheels=True)
+        modules: dict[str, dict[str, Any]] = {}
+        for name in sorted(catalog.modules):
+            modules[name] = {
+                "kernels": sorted(catalog.modules[name]["kernels"]),
+                "images": [_row(loader, catalog, checks, loader.choose(name, gpu)) for gpu in gpus],
+            }
+        packages[loader.package] = {
+            "distribution": catalog.distribution,
+            "version": catalog.version,
+            "indexes": catalog.origins,
+            "modules": modules,
+        }
+    cache = loaders[0].cache if loaders else DiskCache()
     entries = cache.entries()
     return {
-        "version": catalog.version,
-        "packages": catalog.origins,
         "gpus": [{"device": device_name(gpu), **gpu.to_json()} for gpu in gpus],
-        "modules": modules,
+        "packages": packages,
         "problems": list(dict.fromkeys(checks.problems.values())),
         "cache": {
             "folder": str(cache.folder),
@@ -140,37 +153,46 @@ def print_info(report: Mapping[str, Any]) -> int:
         ("device", "vendor", "target", "name", "found by"),
         gpu_rows or [("-", "no GPU found", "", "", "")],
     )
-    rows = []
-    advice: dict[tuple[str, str], tuple[list[str], str, list[str]]] = {}
-    for module, choices in report["modules"].items():
-        for row in choices:
-            image = row["image"]
-            check = "" if row["problem"] is None else "DAMAGED"
-            if image is not None:
-                chosen = f"{image['target']} {image['kind']} ({image['package']}/{image['file']})"
-                why = next((r for r in row["reasons"] if "selected" in r), "")
-                check = check or "sha256 ok"
-            else:
-                chosen = "none"
-                stand_in = _stand_in(row["instead"])
-                why = "no prebuilt image fits (below: what to do)"
-                devices, _, _ = advice.setdefault(
-                    (module, row["target"]), ([], stand_in, row["advice"])
-                )
-                devices.append(row["device"])
-            rows.append((module, row["device"], row["target"], chosen, check, why))
-    packages = ", ".join(report["packages"]) or (
-        "no index installed: `python -m buildsys build` makes one in a source tree"
-    )
-    print()
-    print_table(
-        f"Modules (kernelpack {report['version'] or '?'}; {packages})",
-        ("module", "device", "target", "image", "check", "why"),
-        rows,
-    )
-    for (module, target), (devices, instead, fixes_) in advice.items():
+    advice: dict[tuple[str, str, str], tuple[list[str], str, list[str]]] = {}
+    for package, found in report["packages"].items():
+        rows = []
+        for module, entry in found["modules"].items():
+            for row in entry["images"]:
+                image = row["image"]
+                check = "" if row["problem"] is None else "DAMAGED"
+                if image is not None:
+                    chosen = (
+                        f"{image['target']} {image['kind']} ({image['package']}/{image['file']})"
+                    )
+                    why = next((r for r in row["reasons"] if "selected" in r), "")
+                    check = check or "sha256 ok"
+                else:
+                    chosen = "none"
+                    stand_in = _stand_in(row["instead"])
+                    why = "no prebuilt image fits (below: what to do)"
+                    devices, _, _ = advice.setdefault(
+                        (package, module, row["target"]), ([], stand_in, row["advice"])
+                    )
+                    devices.append(row["device"])
+                rows.append((module, row["device"], row["target"], chosen, check, why))
+        indexes = ", ".join(found["indexes"]) or (
+            "no index installed: `python -m buildsys build` makes one in a source tree"
+        )
         print()
-        print(f"{module} on {target} ({', '.join(devices)}): no prebuilt image fits; {instead}")
+        print_table(
+            f"Modules of {package} {found['version'] or '?'} ({indexes})",
+            ("module", "device", "target", "image", "check", "why"),
+            rows,
+        )
+        kernels = [f"{m}: {', '.join(e['kernels'])}" for m, e in found["modules"].items()]
+        for line in kernels:
+            print(f"kernels of {line}")
+    for (package, module, target), (devices, instead, fixes_) in advice.items():
+        print()
+        print(
+            f"{module} ({package}) on {target} ({', '.join(devices)}): no prebuilt image fits; "
+            f"{instead}"
+        )
         print("what to do:")
         for line in fixes_:
             print(f"  - {line}")

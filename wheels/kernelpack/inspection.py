@@ -1,6 +1,6 @@
 """``python -m kernelpack inspect``: what a GPU code file holds, as JSON or as tables.
 
-:func:`describe` is the JSON report (the file as :func:`kernelpack.formats.read_image` reads it,
+:func:`describe` is the JSON report (the file as :func:`kernelpack.formats.read_image_file` reads it,
 and each bundle entry's own image); :func:`print_report` renders the same report as tables for a
 person. Both take the report's strings from the file, so they are data: JSON keeps them exact.
 """
@@ -13,11 +13,11 @@ from ._console import print_table
 from ._elf import Buffer
 from .bundles import Bundle
 from .errors import FormatError
-from .formats import read_image
+from .formats import read_image_file
 
 
 def describe(data: Buffer, path: str) -> dict[str, Any]:
-    """What ``kernelpack inspect --json`` prints: the file as read_image reads it, and for a
+    """What ``kernelpack inspect --json`` prints: the file as read_image_file reads it, and for a
     bundle each entry's image as well (null for the host entry and for entries that are not ELF,
     such as the bitcode of an -fgpu-rdc bundle).
 
@@ -27,11 +27,25 @@ def describe(data: Buffer, path: str) -> dict[str, Any]:
     together cover no more bytes than the bundle holds, so entries that overlap otherwise are
     refused: time and output stay proportional to the file.
     """
-    image = read_image(data, path)
+    image = read_image_file(data, path)
     report = image.to_json()
     if isinstance(image, Bundle):
         _describe_entries(image, report["entries"], path, len(data))
+        report["kernel_targets"] = kernel_targets(report["entries"])
     return report
+
+
+def kernel_targets(entries: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The kernel-by-target table of a bundle: each kernel symbol and the entries (by target)
+    whose code object defines it, so a kernel some targets lack shows at a glance."""
+    table: dict[str, list[str]] = {}
+    for entry in entries:
+        image = entry["image"]
+        if image is None or image.get("format") != "code_object":
+            continue
+        for kernel in image["kernels"]:
+            table.setdefault(kernel["name"], []).append(image["target"])
+    return dict(sorted(table.items()))
 
 
 def _describe_entries(bundle: Bundle, rows: list[dict[str, Any]], path: str, size: int) -> None:
@@ -56,7 +70,7 @@ def _describe_entries(bundle: Bundle, rows: list[dict[str, Any]], path: str, siz
                 f"{entry.offset}) brings the bytes read as images beyond the {holds} the file "
                 "and its decompressed bundles hold",
             )
-        row["image"] = read_image(entry.view, f"{path}: entry {entry.id}").to_json()
+        row["image"] = read_image_file(entry.view, f"{path}: entry {entry.id}").to_json()
 
 
 def print_report(path: str, report: dict[str, Any]) -> None:
@@ -73,6 +87,7 @@ def print_report(path: str, report: dict[str, Any]) -> None:
             if entry["image"] is not None:
                 print()
                 _print_code_object(entry["id"], entry["image"])
+        _print_kernel_targets(report)
     elif report["format"] == "code_object":
         _print_code_object(path, report)
     elif report["format"] == "cubin":
@@ -85,6 +100,19 @@ def print_report(path: str, report: dict[str, Any]) -> None:
     else:
         title = f"{path}: PTX {report['version']}, .target {report['target']}"
         print_table(title, ("entry",), [(name,) for name in report["entries"]])
+
+
+def _print_kernel_targets(report: dict[str, Any]) -> None:
+    targets = sorted({e["image"]["target"] for e in report["entries"] if e["image"] is not None})
+    if not report["kernel_targets"]:
+        return
+    rows = []
+    for kernel, present in report["kernel_targets"].items():
+        missing = [t for t in targets if t not in present]
+        cell = f"MISSING on {', '.join(missing)}" if missing else f"all {len(targets)}"
+        rows.append((kernel, cell))
+    print()
+    print_table("kernels by target", ("kernel", "targets"), rows)
 
 
 _CODE_OBJECT_COLUMNS = (

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ._jsonfields import json_fields
+
 
 @dataclass(frozen=True)
 class KernelParam:
@@ -21,9 +23,4 @@ class KernelParam:
     pointer: bool | None  # None: the object does not say
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "ordinal": self.ordinal,
-            "offset": self.offset,
-            "size": self.size,
-            "pointer": self.pointer,
-        }
+        return json_fields(self)

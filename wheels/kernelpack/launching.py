@@ -13,11 +13,11 @@ import ctypes
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import args as kargs
 from . import arrays
-from .errors import KernelpackError
+from .errors import KernelpackError, RuntimeLibraryError
 from .runtime import FailFn, LaunchFn
 
 # cuLaunchKernel and hipModuleLaunchKernel: function, grid x/y/z, block x/y/z, shared memory
@@ -31,6 +31,15 @@ LAUNCH_ARGTYPES: list[Any] = [
 ]
 
 
+def declare_module_calls(load_data: Any, get_function: Any, launch: Any) -> None:
+    """Argument types of the three calls CUDA's driver API and HIP's module API share, each under
+    its vendor's name: cu/hipModuleLoadData, cu/hipModuleGetFunction, cuLaunchKernel and
+    hipModuleLaunchKernel."""
+    load_data.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p)
+    get_function.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p)
+    launch.argtypes = LAUNCH_ARGTYPES
+
+
 def native_launcher_class() -> Any:
     """The C launcher class, or None where the extension was not built (the ctypes path runs)."""
     try:
@@ -40,8 +49,31 @@ def native_launcher_class() -> Any:
     return Launcher
 
 
+def choose_launcher(binding: str | None) -> tuple[Any, str]:
+    """The C launcher class to launch with (None: ctypes) and the binding's name, for a runtime
+    opened with ``binding``: None takes the C launcher where it was built, "native" insists on it
+    (a RuntimeLibraryError where it was not built), "ctypes" never uses it."""
+    native = native_launcher_class() if binding in (None, "native") else None
+    if binding == "native" and native is None:
+        raise RuntimeLibraryError("the C launcher kernelpack._launcher was not built")
+    return native, "native" if native is not None else "ctypes"
+
+
 def address(function: Any) -> int:
     return int(ctypes.cast(function, ctypes.c_void_p).value or 0)
+
+
+class DeviceBinding(NamedTuple):
+    """How a launch runs on the kernel's device and leaves the caller's as it was (the C launcher's
+    ``enum binding``): ``kind`` 1, a CUDA context (cuCtxGetCurrent, cuCtxPushCurrent, and
+    cuCtxPopCurrent to leave), or 2, a HIP device (hipGetDevice, hipSetDevice, hipSetDevice back);
+    ``context`` is the CUcontext or the device number."""
+
+    kind: int
+    get_current: Any
+    enter: Any
+    leave: Any
+    context: int
 
 
 def native_launch(
@@ -50,23 +82,18 @@ def native_launch(
     function: int,
     signature: kargs.Signature,
     fail: FailFn,
-    *,
-    binding: int,
-    get_current: Any,
-    enter: Any,
-    leave: Any,
-    context: int,
+    binding: DeviceBinding,
 ) -> LaunchFn:
     """The C launcher's bound method: Kernel.launch with no Python frame of its own."""
     launcher = native(
         launch=address(launch),
         function=function,
         codes=signature.codes,
-        binding=binding,
-        get_current=address(get_current),
-        enter=address(enter),
-        leave=address(leave),
-        context=context,
+        binding=binding.kind,
+        get_current=address(binding.get_current),
+        enter=address(binding.enter),
+        leave=address(binding.leave),
+        context=binding.context,
         pointer_getters=arrays.POINTER_GETTERS,
         pointer_of=arrays.pointer_of,
         torch_getter=arrays.torch_pointer,
@@ -114,8 +141,10 @@ def ctypes_launcher(
         values: Sequence[object] = args
         try:
             if any(type(args[p]) is not int for p in pointers):
-                values = [pointer_of(a) if p in pointers and type(a) is not int else a
-                          for p, a in enumerate(args)]  # fmt: skip
+                values = [
+                    pointer_of(a) if p in pointers and type(a) is not int else a
+                    for p, a in enumerate(args)
+                ]
             if any(not isinstance(args[p], int) for p in bools):
                 return None
             pack_into(local.buffer, 0, *values)

@@ -59,10 +59,8 @@ class Kernel:
 
     @property
     def params(self) -> list[KernelParam]:
-        return [
-            {"name": n, "type": t}
-            for n, t in zip(self.signature.names, self.signature.spellings, strict=True)
-        ]
+        """The parameter layout the index records (types as the demangled symbol spells them)."""
+        return [dict(p) for p in self.module._params[self.name]]  # type: ignore[misc]
 
     def _fail(
         self,
@@ -109,6 +107,9 @@ class Module:
         resources: Callable[[], dict[str, KernelResources]],
         runtime: Runtime,
         loaded: LoadedModule,
+        symbols: dict[str, str] | None = None,
+        *,
+        image_symbols: bool = False,
     ) -> None:
         self.name = name
         self.gpu = gpu
@@ -116,6 +117,10 @@ class Module:
         self.image = image  # "sm_90 cubin (kernelpack/device/mlp.sm_90.cubin)", "sm_90 nvrtc 13.0"
         self.why = why
         self._params = kernels
+        # kernel name -> its symbol in the loaded image (mangled for C++ kernels); a name that is
+        # not here is its own symbol (C linkage)
+        self._symbols = symbols or {}
+        self._image_symbols = image_symbols  # whether the symbols are the loaded image's own
         self._read_resources = resources
         self._resources: dict[str, KernelResources] | None = None
         self._runtime = runtime
@@ -135,6 +140,8 @@ class Module:
         return sorted(self._params)
 
     def kernel(self, name: str) -> Kernel:
+        """The kernel named by the kernel-name rule (docs/loader.md): ``"swiglu<float>"``,
+        ``"walk::walk_float<2>"``, a C-linkage kernel by its plain name."""
         found = self._kernels.get(name)
         if found is not None:
             return found
@@ -143,11 +150,17 @@ class Module:
             raise UsageError(
                 f"module {self.name} has no kernel {name!r}; kernels: {', '.join(self.kernel_names)}"
             )
+        if self._image_symbols and name not in self._symbols:
+            raise UsageError(
+                f"kernel {name!r} of module {self.name} is not in the image loaded on "
+                f"{self.device} ({self.image}): the build allowed it to be missing there "
+                "(allow-missing-kernels)"
+            )
         with self._lock:
             found = self._kernels.get(name)
             if found is None:
                 signature = kargs.Signature.from_index(name, params)
-                function = self._runtime.function(self._loaded, name)
+                function = self._runtime.function(self._loaded, self._symbols.get(name, name))
                 found = self._kernels[name] = Kernel(name, self, signature, self._runtime, function)
             return found
 

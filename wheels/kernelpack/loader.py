@@ -1,9 +1,11 @@
 """From a module name to a kernel running on the GPU: selection, verification, loading.
 
-``load(module, device)`` does, once per (GPU, module) and process:
+``load(module, device, package="kernelpack")`` does, once per (package, GPU, module) and process:
 
 1. read the package's embedded index and, when it has no image that fits the GPU (a split
-   install), merge the index fragments of the installed device wheels (:mod:`kernelpack.catalog`);
+   install), merge the index fragments of that package's installed device wheels, which must be
+   of the package's own version (:mod:`kernelpack.catalog`); any kernelpack-built package is read
+   the same way (``package=`` its import name), kernelpack's own modules included;
 2. detect the GPUs (:mod:`kernelpack.detect`) and find the one ``device`` names
    (:mod:`kernelpack.devices`: None, "cuda:N", "hip:N", or an int on a one-vendor machine);
 3. rank the module's images for the GPU's target (:func:`kernelpack.targets.select_image`) and take
@@ -18,7 +20,7 @@
    :class:`kernelpack.Module`.
 
 Concurrent first calls for one (GPU, module) wait for a single load; later calls with the same
-arguments are a dict lookup.
+arguments are a dict lookup. The packages' loaders share the process's vendor runtimes and GPUs.
 """
 
 from __future__ import annotations
@@ -57,15 +59,18 @@ def _debug(message: str) -> None:
 class Loader:
     """Selection and loading for one process; :func:`load` uses one shared instance.
 
-    Every part that touches the machine can be replaced, which is how the tests run without a GPU:
-    ``index`` (the package's own, else kernelpack/_index.py), ``fragments`` (device wheels' index
-    fragments, else the entry points), ``gpus`` (else kernelpack.detect), ``runtimes`` and
-    ``compilers`` (vendor -> runtime / run-time compiler), ``cache`` (the disk cache).
+    ``package`` is the import name of the kernelpack-built package whose modules it loads. Every
+    part that touches the machine can be replaced, which is how the tests run without a GPU:
+    ``index`` and ``root`` (else ``<package>/_index.py`` and the package's folder), ``fragments``
+    (device wheels' index fragments, else the package's entry points), ``gpus`` (else
+    kernelpack.detect), ``runtimes`` and ``compilers`` (vendor -> runtime / run-time compiler),
+    ``cache`` (the disk cache).
     """
 
     def __init__(
         self,
         *,
+        package: str = installed.RUNTIME_PACKAGE,
         index: Index | None = None,
         root: Path | None = None,
         fragments: Callable[[], list[tuple[Index, Path, str]]] | None = None,
@@ -74,6 +79,7 @@ class Loader:
         compilers: Callable[[str], SourceCompiler] | None = None,
         cache: DiskCache | None = None,
     ) -> None:
+        self.package = package
         self._index = index
         self._root = root
         self._fragments = fragments
@@ -85,7 +91,8 @@ class Loader:
         self._catalog: Catalog | None = None
         self._merged = False
         self._lock = threading.RLock()
-        self._runtimes: OnceMap[str, Runtime] = OnceMap()
+        # without a factory, the process's runtimes: one per vendor whichever package loads
+        self._runtimes: OnceMap[str, Runtime] = OnceMap() if runtimes else _PROCESS_RUNTIMES
         self._modules: OnceMap[tuple[str, str], Module] = OnceMap()  # (device name, module)
         self._by_argument: dict[tuple[Device, str], Module] = {}  # load()'s arguments as given
         self._said: set[tuple[str, str]] = set()
@@ -96,21 +103,23 @@ class Loader:
         """The package's index, and with ``with_device_wheels`` the device wheels' merged in."""
         with self._lock:
             if self._catalog is None:
-                index = self._index if self._index is not None else installed.package_index()
-                root = self._root if self._root is not None else installed.PACKAGE_DIR
+                index = self._index
+                if index is None:
+                    index = installed.package_index(self.package)
+                root = self._root
+                if root is None:
+                    root = installed.package_folder(self.package)
                 catalog = Catalog()
                 if index is not None:
-                    catalog.add(index, root, "kernelpack")
+                    catalog.add(index, root, self.package)
                 self._catalog = catalog
             if with_device_wheels and not self._merged:
-                fragments = self._fragments
-                if fragments is None:
-                    fragments = installed.device_fragments
-                for fragment, root, origin in fragments():
+                for fragment, root, origin in self._device_fragments():
                     if self._catalog.version and fragment["version"] != self._catalog.version:
                         warnings.warn(
-                            f"device wheel {origin} is version {fragment['version']}, kernelpack is "
-                            f"{self._catalog.version}; skipped. Reinstall it with the same version",
+                            f"device wheel {origin} is version {fragment['version']}, "
+                            f"{self.package} is {self._catalog.version}; skipped. Reinstall it "
+                            "with the same version",
                             KernelpackWarning,
                             stacklevel=3,
                         )
@@ -119,6 +128,11 @@ class Loader:
                     _debug(f"merged device wheel {origin} ({root})")
                 self._merged = True
             return self._catalog
+
+    def _device_fragments(self) -> list[tuple[Index, Path, str]]:
+        if self._fragments is not None:
+            return self._fragments()
+        return installed.device_fragments(self.package)
 
     def gpus(self) -> list[Gpu]:
         with self._lock:
@@ -166,7 +180,7 @@ class Loader:
             known = ", ".join(sorted(catalog.modules)) or (
                 "none (no index installed: `python -m buildsys build` makes one in a source tree)"
             )
-            raise UsageError(f"no kernel module {module!r}; modules: {known}")
+            raise UsageError(f"no kernel module {module!r} in {self.package}; modules: {known}")
         located = catalog.images[module]
         v6 = amd_code_object_v6() if gpu.vendor == "amd" else None
         best, reasons = select_image(
@@ -213,10 +227,12 @@ class Loader:
         if choice.located is None:
             assert compiler is not None
             data, image, why = self._compiled(module, entry, gpu, compiler)
-            resources = _resources_of(data, gpu.vendor, image)
+            symbols = self._vendor_symbols(module, gpu.vendor)
+            resources = _resources_of(data, gpu.vendor, image, symbols)
         else:
             located = choice.located
             data = self.image_bytes(located)
+            symbols = located.image["symbols"]
             recorded = located.image["kernels"]
             resources = lambda: recorded  # noqa: E731
             image = located.label
@@ -224,10 +240,29 @@ class Loader:
             if located.image["kind"] == "ptx":
                 data = self._driver_compiled(runtime, ordinal, located, gpu)
                 if not recorded and data.startswith(b"\x7fELF"):
-                    resources = _resources_of(data, gpu.vendor, f"{image} compiled")
+                    resources = _resources_of(data, gpu.vendor, f"{image} compiled", symbols)
         loaded = runtime.load(ordinal, data)
         _debug(f"{module}: loaded {image} on {device_name(gpu)} (runtime ordinal {ordinal})")
-        return Module(module, gpu, image, why, entry["kernels"], resources, runtime, loaded)
+        return Module(
+            module,
+            gpu,
+            image,
+            why,
+            entry["kernels"],
+            resources,
+            runtime,
+            loaded,
+            symbols,
+            image_symbols=choice.located is not None,
+        )
+
+    def _vendor_symbols(self, module: str, vendor: str) -> dict[str, str]:
+        """The kernels' symbols in an image of ``vendor``, for an object compiled at run time from
+        the same source (the same front end mangles alike); empty when the index has none."""
+        for located in self.catalog(with_device_wheels=True).images.get(module, []):
+            if located.image["vendor"] == vendor:
+                return located.image["symbols"]
+        return {}
 
     def image_bytes(self, located: Located) -> bytes:
         """The image's bytes, checked against the index's sha256; an image inside a compressed
@@ -322,14 +357,19 @@ class Loader:
         return cuda.decode("utf-8")
 
 
-def _resources_of(data: bytes, vendor: str, label: str) -> Callable[[], dict[str, KernelResources]]:
-    """Reads a compiled object's per-kernel resources when called (see Module.resources)."""
+def _resources_of(
+    data: bytes, vendor: str, label: str, symbols: Mapping[str, str]
+) -> Callable[[], dict[str, KernelResources]]:
+    """Reads a compiled object's per-kernel resources when called (see Module.resources), by
+    kernel name (``symbols``: name -> symbol; a symbol not there is its own name)."""
 
     def read() -> dict[str, KernelResources]:
         from .formats import read_code_object, read_cubin
 
         reader = read_cubin if vendor == "nvidia" else read_code_object
-        return reader(data, label).resources()
+        names = {symbol: name for name, symbol in symbols.items()}
+        found = reader(data, label).resources()
+        return {names.get(symbol, symbol): figures for symbol, figures in found.items()}
 
     return read
 
@@ -351,23 +391,32 @@ def _compile_target(gpu: Gpu) -> str:
     return str(gpu.target)
 
 
-# ---- the process-wide loader ---------------------------------------------------------------
+# ---- the process-wide loaders: one per package, sharing the runtimes and the GPUs ------------
 
-_shared: Loader | None = None
+_PROCESS_RUNTIMES: OnceMap[str, Runtime] = OnceMap()
+_shared: dict[str, Loader] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_loader() -> Loader:
-    global _shared
-    if _shared is None:
+def shared_loader(package: str = installed.RUNTIME_PACKAGE) -> Loader:
+    """The process's loader of ``package`` (the first one made detects the GPUs for all)."""
+    found = _shared.get(package)
+    if found is None:
         with _shared_lock:
-            if _shared is None:
-                _shared = Loader()
-    return _shared
+            found = _shared.get(package)
+            if found is None:
+                first = next(iter(_shared.values()), None)
+                found = Loader(package=package, gpus=first.gpus if first is not None else None)
+                _shared[package] = found
+    return found
 
 
-def load(module: str, device: Device = None) -> Module:
-    """The module loaded on ``device``: None (the first GPU), "cuda:N", "hip:N", or an int where
-    every GPU is of one vendor (:mod:`kernelpack.devices`)."""
-    loader = _shared if _shared is not None else shared_loader()
+def load(module: str, device: Device = None, *, package: str = installed.RUNTIME_PACKAGE) -> Module:
+    """The module of ``package`` (a kernelpack-built package's import name; kernelpack's own by
+    default) loaded on ``device``: None (the first GPU), "cuda:N", "hip:N", or an int where every
+    GPU is of one vendor (:mod:`kernelpack.devices`). A package offers its own as a one-liner:
+    ``def load(module, device=None): return kernelpack.load(module, device, package=__name__)``."""
+    loader = _shared.get(package)
+    if loader is None:
+        loader = shared_loader(package)
     return loader.load(module, device)

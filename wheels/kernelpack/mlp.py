@@ -30,8 +30,9 @@ from . import arrays
 from .arrays import Array
 from .errors import UsageError
 from .mlp_launch import (
-    KERNEL_SUFFIX,
+    KERNEL_TYPE,
     MAX_ROW,
+    kernel_name,
     launch_add_rms_norm,
     launch_rms_norm,
     launch_silu_and_mul,
@@ -44,11 +45,11 @@ from .mlp_launch import (
 
 __all__ = ["fused_add_rms_norm", "rms_norm", "silu_and_mul", "swiglu"]
 
-SUPPORTED = ", ".join(KERNEL_SUFFIX)
+SUPPORTED = ", ".join(KERNEL_TYPE)
 
 
 def _check_dtype(array: Array) -> None:
-    if array.dtype not in KERNEL_SUFFIX:
+    if array.dtype not in KERNEL_TYPE:
         raise UsageError(
             f"{array.name}: dtype {array.dtype} is not supported; expected one of {SUPPORTED}"
         )
@@ -159,7 +160,7 @@ class TorchPlan:
             if len(self.launches) >= _LAUNCHES_KEPT:
                 self.launches.clear()
             grid, block = _GEOMETRY[op](rows, cols, self.dtype)
-            kernel = load_kernel(self.device, f"{op}_{KERNEL_SUFFIX[self.dtype]}")
+            kernel = load_kernel(self.device, kernel_name(op, self.dtype))
             launch = self.launches[key] = functools.partial(kernel.launch, grid, block)
         return launch
 
@@ -177,7 +178,7 @@ def torch_plan(tensor: Any) -> TorchPlan:
     if plan is None:
         vendor = "hip" if torch.version.hip else "cuda"
         dtype = str(tensor.dtype).removeprefix("torch.")
-        if dtype not in KERNEL_SUFFIX or index < 0:
+        if dtype not in KERNEL_TYPE or index < 0:
             raise UsageError(f"no kernel for a {dtype} tensor on {tensor.device}")
         plan = _TORCH_PLANS[key] = TorchPlan(f"{vendor}:{index}", dtype, index, torch)
     return plan

@@ -12,8 +12,9 @@ from typing import Any
 
 MODULE = "mlp"
 
-# dtype name -> kernel name suffix (mlp.cu defines one kernel per op and dtype)
-KERNEL_SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+# dtype name -> the template argument of its kernels: mlp.cu defines each op as a template,
+# instantiated per storage type; the index names it so: "mlp::swiglu<float>" (docs/loader.md)
+KERNEL_TYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 ITEM_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 # Launch geometry; the constants mirror mlp.cu where they must agree with it.
@@ -39,6 +40,11 @@ BACKWARD_RESIDENT_THREADS = 132 * 512
 
 _MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
 _KERNELS: dict[tuple[str, str], Any] = {}  # ("cuda:0", kernel name) -> Kernel
+
+
+def kernel_name(op: str, dtype: str) -> str:
+    """The kernel of ``op`` ("swiglu") for ``dtype`` ("bfloat16"): "mlp::swiglu<__nv_bfloat16>"."""
+    return f"mlp::{op}<{KERNEL_TYPE[dtype]}>"
 
 
 def load_kernel(device: str, name: str) -> Any:
@@ -120,7 +126,7 @@ def launch_swiglu(
     if n == 0:
         return
     grid, block = swiglu_geometry(n, dtype)
-    load_kernel(device, f"swiglu_{KERNEL_SUFFIX[dtype]}").launch(
+    load_kernel(device, kernel_name("swiglu", dtype)).launch(
         grid, block, gate, up, out, n, stream=stream
     )
 
@@ -131,7 +137,7 @@ def launch_silu_and_mul(
     if rows * cols == 0:
         return
     grid, block = silu_and_mul_geometry(rows, cols, dtype)
-    load_kernel(device, f"silu_and_mul_{KERNEL_SUFFIX[dtype]}").launch(
+    load_kernel(device, kernel_name("silu_and_mul", dtype)).launch(
         grid, block, x, out, rows, cols, stream=stream
     )
 
@@ -150,7 +156,7 @@ def launch_rms_norm(
     if rows * cols == 0:
         return
     grid, block = row_geometry(rows, cols, dtype)
-    load_kernel(device, f"rms_norm_{KERNEL_SUFFIX[dtype]}").launch(
+    load_kernel(device, kernel_name("rms_norm", dtype)).launch(
         grid, block, x, weight, out, rows, cols, eps, stream=stream
     )
 
@@ -173,7 +179,7 @@ def launch_add_rms_norm(
     if rows * cols == 0:
         return
     grid, block = row_geometry(rows, cols, dtype)
-    load_kernel(device, f"add_rms_norm_{KERNEL_SUFFIX[dtype]}").launch(
+    load_kernel(device, kernel_name("add_rms_norm", dtype)).launch(
         grid, block, x, residual, weight, out, residual_out, rows, cols, eps, stream=stream
     )
 
@@ -192,7 +198,7 @@ def launch_swiglu_backward(
     if n == 0:
         return
     grid, block = swiglu_geometry(n, dtype)
-    load_kernel(device, f"swiglu_backward_{KERNEL_SUFFIX[dtype]}").launch(
+    load_kernel(device, kernel_name("swiglu_backward", dtype)).launch(
         grid, block, gate, up, grad, grad_gate, grad_up, n, stream=stream
     )
 
@@ -203,7 +209,7 @@ def launch_silu_and_mul_backward(
     if rows * cols == 0:
         return
     grid, block = silu_and_mul_geometry(rows, cols, dtype)
-    load_kernel(device, f"silu_and_mul_backward_{KERNEL_SUFFIX[dtype]}").launch(
+    load_kernel(device, kernel_name("silu_and_mul_backward", dtype)).launch(
         grid, block, x, grad, grad_x, rows, cols, stream=stream
     )
 
@@ -228,10 +234,9 @@ def launch_rms_norm_backward(
     0); grad_weight from ``partial``, float32 scratch of backward_row_geometry's grid x cols."""
     if cols == 0:
         return
-    suffix = KERNEL_SUFFIX[dtype]
     if rows:
         grid, threads = backward_row_geometry(rows, cols, dtype)
-        load_kernel(device, f"rms_norm_backward_{suffix}").launch(
+        load_kernel(device, kernel_name("rms_norm_backward", dtype)).launch(
             grid,
             threads,
             x,
@@ -245,10 +250,10 @@ def launch_rms_norm_backward(
             cols,
             eps,
             stream=stream,
-        )  # fmt: skip (kept until the kernel-name string above changes: no merge clash)
+        )
     else:
         grid = 0
     columns = min(-(-cols // ELEMENTWISE_BLOCK), _grid_cap(ELEMENTWISE_BLOCK))  # one a thread
-    load_kernel(device, f"rms_norm_weight_grad_{suffix}").launch(
+    load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(
         columns, ELEMENTWISE_BLOCK, partial, grad_weight, grid, cols, stream=stream
     )

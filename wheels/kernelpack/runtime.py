@@ -12,8 +12,9 @@ Python and testable without a GPU (tests pass a recording Runtime).
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from . import args as kargs
@@ -77,6 +78,37 @@ class Runtime:
 def c_string(value: bytes | None) -> str:
     """A C string from a vendor library as text ("" for NULL)."""
     return value.decode(errors="replace") if value else ""
+
+
+CheckFn = Callable[[int, str], None]  # check(status, call): raises for a status other than 0
+# on_device(ordinal, work, call): runs work() with the device current, checks its status, and
+# leaves the caller's context (CUDA) or device (HIP) as it was
+OnDeviceFn = Callable[[int, Callable[[], int], str], None]
+
+
+def int_out(check: CheckFn, function: Any, *args: object) -> int:
+    """The C int a vendor call writes through its first argument (``cuDeviceGetCount(&count)``),
+    after ``check`` has seen the call's status and the call as made ("cuDeviceGet(1)")."""
+    value = ctypes.c_int()
+    call = f"{function.__name__}({', '.join(map(str, args))})" if args else function.__name__
+    check(function(ctypes.byref(value), *args), call)
+    return value.value
+
+
+def load_module(on_device: OnDeviceFn, load_data: Any, ordinal: int, image: bytes) -> LoadedModule:
+    """``image`` loaded on a device by cuModuleLoadData or hipModuleLoadData (the same arguments
+    under two names), run through the vendor's ``on_device``."""
+    handle = ctypes.c_void_p()
+    on_device(ordinal, lambda: load_data(ctypes.byref(handle), image), load_data.__name__)
+    return LoadedModule(handle.value or 0, ordinal)
+
+
+def module_function(check: CheckFn, get_function: Any, module: LoadedModule, name: str) -> int:
+    """The kernel ``name`` of a loaded module: cuModuleGetFunction or hipModuleGetFunction."""
+    handle = ctypes.c_void_p()
+    status = get_function(ctypes.byref(handle), module.handle, name.encode())
+    check(status, f"{get_function.__name__}({name})")
+    return handle.value or 0
 
 
 def open_runtime(vendor: str) -> Runtime:

@@ -306,7 +306,18 @@ def _nvidia_fit_description(code: NvidiaTarget, gpu: NvidiaTarget) -> str:
 # --- One parser for every target name ---------------------------------------------------------------
 
 TargetKind = Literal["specific", "generic", "family", "sm", "compute"]
+# The image kinds' names, as kernelpack.images.KindName (not imported from there: the variant
+# provider copies targets and all it imports, and images reaches the file readers).
 ImageKind = Literal["code_object", "cubin", "ptx"]
+
+
+def written_kind(name: str) -> Literal["amd", "sm", "compute"]:
+    """How a target name is written, before it is checked against any table: NVIDIA's names start
+    with sm or compute (sm_90, compute_80), every other name is AMD's. The one place that tells the
+    vendors apart by spelling (the parser and the matrix both ask it)."""
+    if name.startswith("compute"):
+        return "compute"
+    return "sm" if name.startswith("sm") else "amd"
 
 
 @dataclass(frozen=True)
@@ -359,7 +370,7 @@ def parse_target(text: str) -> ParsedTarget:
     name = text.strip()
     if name in AMD_FAMILIES:
         return ParsedTarget(name, "amd", "family", members=AMD_FAMILIES[name])
-    if name.startswith(("sm", "compute")):
+    if written_kind(name) != "amd":
         nvidia = NvidiaTarget.parse(name)
         kind: TargetKind = "compute" if nvidia.ptx else "sm"
         return ParsedTarget(str(nvidia), "nvidia", kind, arch_specific=nvidia.arch_specific)
@@ -377,8 +388,6 @@ def parse_target(text: str) -> ParsedTarget:
 GpuTarget = TargetId | NvidiaTarget
 ImageT = TypeVar("ImageT", bound=Mapping[str, object])
 
-_KINDS = {"amd": ("code_object",), "nvidia": ("cubin", "ptx")}
-
 
 def _image_fit(
     image: Mapping[str, object], gpu: GpuTarget, code_object_v6: bool | None
@@ -388,9 +397,10 @@ def _image_fit(
     gpu_vendor = "amd" if isinstance(gpu, TargetId) else "nvidia"
     if vendor != gpu_vendor:
         return f"built for {vendor} GPUs, this GPU is {gpu_vendor}"
-    if kind not in _KINDS[gpu_vendor]:
-        return f"kind {kind!r} is not one of {', '.join(_KINDS[gpu_vendor])}"
     try:
+        expected = parse_target(target).image_kind
+        if kind != expected:
+            return f"kind {kind!r} does not match target {target} (its images are {expected})"
         if isinstance(gpu, TargetId):
             code = TargetId.parse(target)
             why_not = amd_mismatch(code, gpu)
@@ -405,8 +415,6 @@ def _image_fit(
         nvidia_code = NvidiaTarget.parse(target)
     except UsageError as error:
         return f"target unknown to this kernelpack ({error}); a newer kernelpack may know it"
-    if nvidia_code.ptx != (kind == "ptx"):
-        return f"kind {kind} does not match target {target}"
     why_not = nvidia_mismatch(nvidia_code, gpu)
     if why_not is not None:
         return why_not

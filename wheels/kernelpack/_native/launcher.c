@@ -1,4 +1,4 @@
-/* kernelpack._launcher: the per-launch hot path in C, on the CPython limited API (3.10+).
+/* kernelpack._launcher: the per-launch hot path in C, on the CPython limited API (3.11+).
  *
  * Why it exists: from Python, ctypes spends microseconds per cuLaunchKernel converting arguments,
  * more than the driver itself (docs/loader.md has the numbers). Here one call checks and packs
@@ -54,27 +54,25 @@ typedef struct {
     PyObject *fail;            /* callable(code, grid, block, args, shared_mem, stream): raises */
 } Launcher;
 
+/* The Python objects a Launcher holds, listed once: launcher_new takes a reference to each,
+ * traverse visits each and clear drops each, so the three cannot drift apart. */
+#define LAUNCHER_OBJECTS(X) X(pointer_getters) X(pointer_of) X(torch_getter) X(stream_of) X(fail)
+
 static PyObject *s_is_cuda, *s_data_ptr, *s_shared_mem, *s_stream;
 
+#define VISIT_OBJECT(name) Py_VISIT(((Launcher *)self)->name);
 static int launcher_traverse(PyObject *self, visitproc visit, void *arg) {
-    Launcher *l = (Launcher *)self;
-    Py_VISIT(l->pointer_getters);
-    Py_VISIT(l->pointer_of);
-    Py_VISIT(l->torch_getter);
-    Py_VISIT(l->stream_of);
-    Py_VISIT(l->fail);
+    LAUNCHER_OBJECTS(VISIT_OBJECT)
     return 0;
 }
+#undef VISIT_OBJECT
 
+#define CLEAR_OBJECT(name) Py_CLEAR(((Launcher *)self)->name);
 static int launcher_clear(PyObject *self) {
-    Launcher *l = (Launcher *)self;
-    Py_CLEAR(l->pointer_getters);
-    Py_CLEAR(l->pointer_of);
-    Py_CLEAR(l->torch_getter);
-    Py_CLEAR(l->stream_of);
-    Py_CLEAR(l->fail);
+    LAUNCHER_OBJECTS(CLEAR_OBJECT)
     return 0;
 }
+#undef CLEAR_OBJECT
 
 static void launcher_dealloc(PyObject *self) {
     PyTypeObject *type = Py_TYPE(self);
@@ -90,14 +88,14 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     int binding;
     const char *codes;
     Py_ssize_t count;
-    PyObject *getters, *pointer_of, *torch_getter, *stream_of, *fail;
+    PyObject *pointer_getters, *pointer_of, *torch_getter, *stream_of, *fail;
     static char *names[] = {"launch", "function", "codes", "binding", "get_current", "enter",
                             "leave", "context", "pointer_getters", "pointer_of", "torch_getter",
                             "stream_of", "fail", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KKs#iKKKKOOOOO", names, &launch, &function,
                                      &codes, &count, &binding, &get_current, &enter, &leave,
-                                     &context, &getters, &pointer_of, &torch_getter, &stream_of,
-                                     &fail))
+                                     &context, &pointer_getters, &pointer_of, &torch_getter,
+                                     &stream_of, &fail))
         return NULL;
     if (count > MAX_PARAMS) {
         PyErr_Format(PyExc_ValueError, "at most %d kernel parameters", MAX_PARAMS);
@@ -109,7 +107,7 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
             return NULL;
         }
     }
-    if (!PyDict_Check(getters) || !PyCallable_Check(pointer_of) || !PyCallable_Check(stream_of) ||
+    if (!PyDict_Check(pointer_getters) || !PyCallable_Check(pointer_of) || !PyCallable_Check(stream_of) ||
         !PyCallable_Check(fail)) {
         PyErr_SetString(PyExc_TypeError, "pointer_getters must be a dict, the others callables");
         return NULL;
@@ -130,49 +128,32 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     self->context = (void *)(uintptr_t)context;
     self->count = count;
     memcpy(self->codes, codes, (size_t)count);
-    Py_INCREF(getters);
-    self->pointer_getters = getters;
-    Py_INCREF(pointer_of);
-    self->pointer_of = pointer_of;
-    Py_INCREF(torch_getter);
-    self->torch_getter = torch_getter;
-    Py_INCREF(stream_of);
-    self->stream_of = stream_of;
-    Py_INCREF(fail);
-    self->fail = fail;
+#define TAKE_OBJECT(name) self->name = Py_NewRef(name);
+    LAUNCHER_OBJECTS(TAKE_OBJECT)
+#undef TAKE_OBJECT
     return (PyObject *)self;
 }
 
-/* 0 on success, ARGUMENT_ERROR when the value does not fit (no exception left set). */
-static int read_u64(PyObject *value, unsigned long long *out) {
-    PyObject *number = PyNumber_Index(value);
-    if (number == NULL) {
-        PyErr_Clear();
-        return ARGUMENT_ERROR;
+/* read_u64 and read_i64: an integer-like value (anything with __index__) as a C integer; 0 on
+ * success, ARGUMENT_ERROR when it is not one or does not fit (no exception left set). */
+#define READ_INTEGER(name, type, convert)                                                          \
+    static int name(PyObject *value, type *out) {                                                  \
+        PyObject *number = PyNumber_Index(value);                                                  \
+        if (number == NULL) {                                                                      \
+            PyErr_Clear();                                                                         \
+            return ARGUMENT_ERROR;                                                                 \
+        }                                                                                          \
+        *out = convert(number);                                                                    \
+        Py_DECREF(number);                                                                         \
+        if (*out == (type)-1 && PyErr_Occurred()) {                                                \
+            PyErr_Clear();                                                                         \
+            return ARGUMENT_ERROR;                                                                 \
+        }                                                                                          \
+        return 0;                                                                                  \
     }
-    *out = PyLong_AsUnsignedLongLong(number);
-    Py_DECREF(number);
-    if (*out == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return ARGUMENT_ERROR;
-    }
-    return 0;
-}
-
-static int read_i64(PyObject *value, long long *out) {
-    PyObject *number = PyNumber_Index(value);
-    if (number == NULL) {
-        PyErr_Clear();
-        return ARGUMENT_ERROR;
-    }
-    *out = PyLong_AsLongLong(number);
-    Py_DECREF(number);
-    if (*out == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return ARGUMENT_ERROR;
-    }
-    return 0;
-}
+READ_INTEGER(read_u64, unsigned long long, PyLong_AsUnsignedLongLong)
+READ_INTEGER(read_i64, long long, PyLong_AsLongLong)
+#undef READ_INTEGER
 
 static int read_dims(PyObject *value, unsigned out[3]) {
     unsigned long long size;
@@ -220,6 +201,14 @@ static int read_pointer(Launcher *self, PyObject *value, unsigned long long *out
     return status;
 }
 
+/* An integer code: read the value as 64 bits (s signed, u unsigned), check that it fits the C
+ * type the kernel declares, store it as that type. */
+#define INTEGER_CASE(code, type, read, wide, fits)                                                 \
+    case code:                                                                                     \
+        if ((status = read(value, &wide)) == 0 && !(fits)) status = ARGUMENT_ERROR;                \
+        if (status == 0) *(type *)slot = (type)wide;                                               \
+        break;
+
 static int pack(Launcher *self, PyObject *const *args, uint64_t *slots, void **params) {
     for (Py_ssize_t i = 0; i < self->count; i++) {
         PyObject *value = args[i];
@@ -234,39 +223,14 @@ static int pack(Launcher *self, PyObject *const *args, uint64_t *slots, void **p
             status = read_pointer(self, value, &u);
             if (status == 0) memcpy(slot, &u, 8);
             break;
-        case 'b':
-            if ((status = read_i64(value, &s)) == 0 && (s < INT8_MIN || s > INT8_MAX))
-                status = ARGUMENT_ERROR;
-            if (status == 0) *(int8_t *)slot = (int8_t)s;
-            break;
-        case 'h':
-            if ((status = read_i64(value, &s)) == 0 && (s < INT16_MIN || s > INT16_MAX))
-                status = ARGUMENT_ERROR;
-            if (status == 0) *(int16_t *)slot = (int16_t)s;
-            break;
-        case 'i':
-            if ((status = read_i64(value, &s)) == 0 && (s < INT32_MIN || s > INT32_MAX))
-                status = ARGUMENT_ERROR;
-            if (status == 0) *(int32_t *)slot = (int32_t)s;
-            break;
-        case 'q':
-            if ((status = read_i64(value, &s)) == 0) *(int64_t *)slot = (int64_t)s;
-            break;
-        case 'B':
-            if ((status = read_u64(value, &u)) == 0 && u > UINT8_MAX) status = ARGUMENT_ERROR;
-            if (status == 0) *(uint8_t *)slot = (uint8_t)u;
-            break;
-        case 'H':
-            if ((status = read_u64(value, &u)) == 0 && u > UINT16_MAX) status = ARGUMENT_ERROR;
-            if (status == 0) *(uint16_t *)slot = (uint16_t)u;
-            break;
-        case 'I':
-            if ((status = read_u64(value, &u)) == 0 && u > UINT32_MAX) status = ARGUMENT_ERROR;
-            if (status == 0) *(uint32_t *)slot = (uint32_t)u;
-            break;
-        case 'Q':
-            if ((status = read_u64(value, &u)) == 0) *(uint64_t *)slot = (uint64_t)u;
-            break;
+        INTEGER_CASE('b', int8_t, read_i64, s, s >= INT8_MIN && s <= INT8_MAX)
+        INTEGER_CASE('h', int16_t, read_i64, s, s >= INT16_MIN && s <= INT16_MAX)
+        INTEGER_CASE('i', int32_t, read_i64, s, s >= INT32_MIN && s <= INT32_MAX)
+        INTEGER_CASE('q', int64_t, read_i64, s, 1)
+        INTEGER_CASE('B', uint8_t, read_u64, u, u <= UINT8_MAX)
+        INTEGER_CASE('H', uint16_t, read_u64, u, u <= UINT16_MAX)
+        INTEGER_CASE('I', uint32_t, read_u64, u, u <= UINT32_MAX)
+        INTEGER_CASE('Q', uint64_t, read_u64, u, 1)
         case 'f':
         case 'd':
             if (PyBool_Check(value)) {
@@ -297,6 +261,8 @@ static int pack(Launcher *self, PyObject *const *args, uint64_t *slots, void **p
     return 0;
 }
 
+#undef INTEGER_CASE
+
 /* Hand a launch that failed to the Python side, which raises the error naming what went wrong. */
 static PyObject *failed(Launcher *self, int code, PyObject *const *argv, Py_ssize_t nargs,
                         PyObject *shared, PyObject *stream) {
@@ -312,6 +278,13 @@ static PyObject *failed(Launcher *self, int code, PyObject *const *argv, Py_ssiz
     if (result == NULL) return NULL;
     Py_DECREF(result);
     Py_RETURN_NONE;
+}
+
+/* The vendor's launch (cuLaunchKernel / hipModuleLaunchKernel) of this kernel. */
+static inline int launch_now(Launcher *self, const unsigned grid[3], const unsigned block[3],
+                             unsigned shared, void *stream, void **params) {
+    return self->launch(self->function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                        shared, stream, params, NULL);
 }
 
 /* launch(grid, block, *args, shared_mem=0, stream=None): Kernel.launch itself. */
@@ -376,25 +349,21 @@ static PyObject *launcher_launch(PyObject *op, PyObject *const *argv, Py_ssize_t
             rc = ((cu_ctx_push_fn)self->enter)(self->context);
             if (rc == 0) {
                 void *popped;
-                rc = self->launch(self->function, grid[0], grid[1], grid[2], block[0], block[1],
-                                  block[2], (unsigned)shared, stream_ptr, params, NULL);
+                rc = launch_now(self, grid, block, (unsigned)shared, stream_ptr, params);
                 ((cu_ctx_pop_fn)self->leave)(&popped);
             }
         } else if (rc == 0) {
-            rc = self->launch(self->function, grid[0], grid[1], grid[2], block[0], block[1],
-                              block[2], (unsigned)shared, stream_ptr, params, NULL);
+            rc = launch_now(self, grid, block, (unsigned)shared, stream_ptr, params);
         }
     } else if (self->binding == BIND_HIP_DEVICE) {
         int current = -1, device = (int)(uintptr_t)self->context;
         rc = ((hip_get_device_fn)self->get_current)(&current);
         if (rc == 0 && current != device) rc = ((hip_set_device_fn)self->enter)(device);
         if (rc == 0)
-            rc = self->launch(self->function, grid[0], grid[1], grid[2], block[0], block[1],
-                              block[2], (unsigned)shared, stream_ptr, params, NULL);
+            rc = launch_now(self, grid, block, (unsigned)shared, stream_ptr, params);
         if (current >= 0 && current != device) ((hip_set_device_fn)self->leave)(current);
     } else {
-        rc = self->launch(self->function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                          (unsigned)shared, stream_ptr, params, NULL);
+        rc = launch_now(self, grid, block, (unsigned)shared, stream_ptr, params);
     }
     Py_END_ALLOW_THREADS
     PyObject *result = Py_None;

