@@ -32,24 +32,32 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from buildsys import REPO_ROOT
-from buildsys.hipify import COMPAT_DIR, Severity, hipify_source
-from buildsys.toolchain import Toolchain, amd_toolchain
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: the repository's packages come first
+    sys.path[:0] = [str(REPO / "wheels"), str(REPO)]
+
+from buildsys import REPO_ROOT  # noqa: E402
+from buildsys.hipify import COMPAT_DIR, Severity, hipify_source  # noqa: E402
+from buildsys.hipify.tables import COMPAT_HEADER  # noqa: E402
+from buildsys.toolchain import Toolchain, amd_toolchain  # noqa: E402
+from kernelpack.code_objects import read_code_object  # noqa: E402
+from kernelpack.cubins import read_cubin  # noqa: E402
 
 MANIFEST = REPO_ROOT / "docs" / "hipify-corpus.toml"
 DEFAULT_TARGETS = ("gfx90a", "gfx942", "gfx1100", "gfx1201")
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".inl", ".cuinc")
 NVCC_ARCH = "sm_90"
 COMMON_FLAGS = ("-std=c++17", "-w")
-_KD_RE = re.compile(r"\s(\S+)\.kd$")
 
 
 @dataclass(frozen=True)
@@ -105,13 +113,16 @@ def read_manifest(path: Path = MANIFEST) -> list[Project]:
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
 
 
-def _sources(base: Path, project: Project) -> list[Path]:
-    """The listed files and every project file they include, transitively (relative to the
-    project folder): what must be translated for them to compile."""
-    include_dirs = [Path(project.root)] + [
+def _include_dirs(project: Project) -> list[Path]:
+    return [Path(project.root)] + [
         Path(project.flags[i + 1]) for i, flag in enumerate(project.flags[:-1]) if flag == "-I"
     ]
-    pending = [Path(project.root) / f for f in project.files]
+
+
+def _closure(base: Path, starts: Sequence[Path], include_dirs: Sequence[Path]) -> list[Path]:
+    """The files ``starts`` and every project file they include, transitively (relative to the
+    project folder)."""
+    pending = list(starts)
     found: set[Path] = set()
     while pending:
         relative = pending.pop()
@@ -128,6 +139,29 @@ def _sources(base: Path, project: Project) -> list[Path]:
     return sorted(found)
 
 
+def _sources(base: Path, project: Project) -> list[Path]:
+    """The listed files and every project file they include: what must be translated for them to
+    compile."""
+    starts = [Path(project.root) / f for f in project.files]
+    return _closure(base, starts, _include_dirs(project))
+
+
+def _input_digest(
+    tree: Path, project: Project, relative: str, salt: Sequence[str], compat: Path
+) -> str:
+    """What a compile of ``relative`` in ``tree`` depends on: the file, the project files it
+    includes (transitively), the compat header (``compat``, the run's copy) where one of them
+    includes it, and ``salt`` (tool, toolchain version, flags, targets). The result cache is keyed
+    by it."""
+    digest = hashlib.sha256("\0".join(salt).encode())
+    for path in _closure(tree, [Path(relative)], _include_dirs(project)):
+        data = (tree / path).read_bytes()
+        digest.update(f"\0{path}\0{len(data)}\0".encode() + data)
+        if COMPAT_HEADER.encode() in data:
+            digest.update((compat / COMPAT_HEADER).read_bytes())
+    return digest.hexdigest()
+
+
 def translate_ours(base: Path, out: Path, sources: Sequence[Path]) -> dict[str, int]:
     """Our translation of every source into out (same layout); error findings per file."""
     errors: dict[str, int] = {}
@@ -141,7 +175,9 @@ def translate_ours(base: Path, out: Path, sources: Sequence[Path]) -> dict[str, 
     return errors
 
 
-PEER_TIMEOUT_S = 60
+# hipify-perl runs its regular expressions line by line: 8.5 minutes for mistral.rs sort.cu on the
+# loaded 2-core machine. A file it does not finish in this time is compiled untranslated.
+PEER_TIMEOUT_S = 1200
 
 
 def translate_peer(
@@ -154,7 +190,7 @@ def translate_peer(
 ) -> list[str]:
     """hipify-perl's translation of every source into out (same layout), ``jobs`` at a time; a
     file it fails on or takes over PEER_TIMEOUT_S for is copied untranslated (and listed).
-    hipify-perl takes seconds per file; ``cache`` keeps its outputs by source content."""
+    ``cache`` keeps its outputs, and its failures (not its timeouts), by source content."""
 
     def one(relative: Path) -> str | None:
         target = out / relative
@@ -173,14 +209,14 @@ def translate_peer(
             result = subprocess.run(
                 argv, cwd=base, capture_output=True, text=True, timeout=PEER_TIMEOUT_S
             )
-            failed = result.returncode != 0 or not target.exists()
         except subprocess.TimeoutExpired:
-            failed = True
-        if failed:
+            shutil.copyfile(base / relative, target)
+            return str(relative)
+        if result.returncode != 0 or not target.exists():
             shutil.copyfile(base / relative, target)
             if failed_mark is not None:
                 failed_mark.parent.mkdir(parents=True, exist_ok=True)
-                failed_mark.write_text("failed or timed out\n", encoding="utf-8")
+                failed_mark.write_text(result.stderr[-2000:] or "failed\n", encoding="utf-8")
             return str(relative)
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)
@@ -197,9 +233,9 @@ def _first_error(result: subprocess.CompletedProcess[str]) -> str:
     return re.sub(r"^\S*/", "", line.strip())[:200]
 
 
-def _symbols(path: Path) -> list[str]:
-    result = subprocess.run(["readelf", "-sW", str(path)], capture_output=True, text=True)
-    return result.stdout.splitlines()
+def _nvcc_version() -> str:
+    result = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=False)
+    return result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "nvcc"
 
 
 def nvcc_file(
@@ -212,9 +248,7 @@ def nvcc_file(
     )
     if result.returncode != 0:
         return False, _first_error(result), []
-    kernels = sorted(
-        line.split()[-1] for line in _symbols(cubin) if " FUNC " in line and " GLOBAL " in line
-    )
+    kernels = sorted(k.name for k in read_cubin(cubin.read_bytes(), str(cubin)).kernels)
     return True, "", kernels
 
 
@@ -232,7 +266,12 @@ def hip_file(
     outcome = ToolOutcome()
     scratch.mkdir(parents=True, exist_ok=True)
     source = str(Path(relative))
-    flags = [*COMMON_FLAGS, "-x", "hip", "-DUSE_ROCM", *extra, *project.flags]
+    # the device passes run in their scratch folder: a project's -I folders are named absolutely
+    project_flags = [
+        str(tree / flag) if i > 0 and project.flags[i - 1] == "-I" else flag
+        for i, flag in enumerate(project.flags)
+    ]
+    flags = [*COMMON_FLAGS, "-x", "hip", "-DUSE_ROCM", *extra, *project_flags]
     host = toolchain.run(
         ["hipcc", *flags, "--cuda-host-only", "-c", source, "-o", str(scratch / "host.o")],
         cwd=tree,
@@ -266,9 +305,8 @@ def hip_file(
     if kernels:
         for target, path in objects.items():
             if path is not None and path.exists():
-                outcome.kernels[target] = sorted(
-                    m.group(1) for line in _symbols(path) if (m := _KD_RE.search(line))
-                )
+                code_object = read_code_object(path.read_bytes(), str(path))
+                outcome.kernels[target] = sorted(k.name for k in code_object.kernels)
     return outcome
 
 
@@ -281,12 +319,17 @@ def run_bench(
     kernels: bool,
     log: Callable[[str], None],
     peer_cache: Path | None = None,
+    result_cache: Path | None = None,
     results_file: Path | None = None,
 ) -> list[FileResult]:
     toolchain = amd_toolchain(provision=True)
     results: list[FileResult] = []
     with tempfile.TemporaryDirectory(prefix="bench-hipify-") as work_name:
         work = Path(work_name)
+        compat = (
+            work / "compat"
+        )  # one copy for the whole run: editing the header mid-run is harmless
+        shutil.copytree(COMPAT_DIR, compat)
         tasks: list[tuple[Project, str, Path, Path, Path, dict[str, int]]] = []
         for project in projects:
             base = corpus / project.folder
@@ -304,24 +347,67 @@ def run_bench(
                 path = str(Path(project.root) / relative)
                 tasks.append((project, path, base, ours_tree, peer_tree, errors))
 
+        nvcc_version = _nvcc_version()
+
+        def cached(key: str, compute: Callable[[], dict[str, object]]) -> dict[str, object]:
+            """``compute()``, or what it returned before for the same inputs (``result_cache``)."""
+            if result_cache is None:
+                return compute()
+            entry = result_cache / f"{key}.json"
+            if entry.exists():
+                data: dict[str, object] = json.loads(entry.read_text(encoding="utf-8"))
+                return data
+            data = compute()
+            result_cache.mkdir(parents=True, exist_ok=True)
+            partial = entry.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            partial.write_text(json.dumps(data), encoding="utf-8")
+            partial.replace(entry)  # atomic: a reader sees a whole entry or none
+            return data
+
         def one(task: tuple[Project, str, Path, Path, Path, dict[str, int]]) -> FileResult:
             project, path, base, ours_tree, peer_tree, errors = task
             scratch = work / "scratch" / project.folder / path
             scratch.mkdir(parents=True, exist_ok=True)
             started = time.monotonic()
-            nvcc_ok, nvcc_error, nvcc_kernels = nvcc_file(base, project, path, scratch)
+            salt = [path, *project.flags, *targets, str(kernels)]
+            if project.flags:  # results from before -I folders reached the device passes
+                salt.append("include-folders-absolute")
+
+            def compute_nvcc() -> dict[str, object]:
+                ok, error, names = nvcc_file(base, project, path, scratch)
+                return {"ok": ok, "error": error, "kernels": names}
+
+            nvcc = cached(
+                _input_digest(base, project, path, ["nvcc", nvcc_version, *salt], compat),
+                compute_nvcc,
+            )
+            nvcc_ok, nvcc_error = bool(nvcc["ok"]), str(nvcc["error"])
+            nvcc_kernels = [str(k) for k in nvcc["kernels"]]  # type: ignore[attr-defined]
             if not nvcc_ok:  # not counted: the NVIDIA reference itself does not build
                 return FileResult(
                     project.name, path, False, nvcc_error, [], ToolOutcome(), ToolOutcome()
                 )
-            ours = hip_file(
-                toolchain, ours_tree, project, path, targets, scratch / "ours",
-                ["-I", str(COMPAT_DIR)], kernels,
-            )  # fmt: skip
+
+            def compute_hip(tree: Path, tool: str, extra: Sequence[str]) -> ToolOutcome:
+                # the run's copy of the compat folder is named by the repository's in the key,
+                # whose content the key covers
+                named = [COMPAT_DIR.as_posix() if a == str(compat) else a for a in extra]
+                key = _input_digest(
+                    tree, project, path, [tool, toolchain.version, *salt, *named], compat
+                )
+                data = cached(
+                    key,
+                    lambda: asdict(
+                        hip_file(
+                            toolchain, tree, project, path, targets, scratch / tool, extra, kernels
+                        )
+                    ),
+                )
+                return ToolOutcome(**data)  # type: ignore[arg-type]
+
+            ours = compute_hip(ours_tree, "ours", ["-I", str(compat)])
             ours.errors = errors.get(path, 0)
-            peer = hip_file(
-                toolchain, peer_tree, project, path, targets, scratch / "peer", [], kernels
-            )
+            peer = compute_hip(peer_tree, "hipify-perl", [])
             log(
                 f"{project.name}/{path}: nvcc {'ok' if nvcc_ok else 'FAIL'}, ours "
                 f"{sum(map(ours.compiles, targets))}/{len(targets)}, hipify-perl "
@@ -351,18 +437,39 @@ def read_results(path: Path) -> list[FileResult]:
 
 
 def missing_kernels(result: FileResult, target: str) -> list[str]:
-    """nvcc's kernels of the file that our object for ``target`` lacks (by unmangled name; a
-    C++-mangled kernel is matched by the name between its length prefix and its parameters)."""
-    amd = {_base_name(k) for k in result.ours.kernels.get(target, [])}
-    return [k for k in result.nvcc_kernels if _base_name(k) not in amd]
+    """nvcc's kernels of the file that our object for ``target`` lacks. Mangled names differ
+    where a parameter or template argument is a vendor type (``__nv_bfloat16``), so kernels are
+    matched by qualified name, counting instantiations: a name nvcc has three times must be in the
+    AMD object three times."""
+    amd = Counter(_base_name(k) for k in result.ours.kernels.get(target, []))
+    missing = []
+    for kernel in result.nvcc_kernels:
+        name = _base_name(kernel)
+        if amd[name] > 0:
+            amd[name] -= 1
+        else:
+            missing.append(kernel)
+    return missing
 
 
 def _base_name(symbol: str) -> str:
-    match = re.match(r"_Z(\d+)", symbol)
-    if not match:
+    """A kernel's qualified name without template arguments or parameters (``_ZN2ns1kIfEEvPT_``
+    -> ``ns::k``): the part both vendors spell alike (a HIP type name in the arguments differs)."""
+    nested = symbol.startswith("_ZN")
+    at = 3 if nested else 2
+    if not symbol.startswith("_Z"):
         return symbol
-    start = match.end()
-    return symbol[start : start + int(match.group(1))]
+    parts = []
+    while (match := re.match(r"\d+", symbol[at:])) is not None:
+        length = int(match.group())
+        at += match.end()
+        parts.append(symbol[at : at + length])
+        at += length
+        if not nested:
+            break
+        if symbol[at : at + 1] == "I":  # template arguments of this component: stop at the name
+            break
+    return "::".join(parts) if parts else symbol
 
 
 def markdown(
@@ -409,7 +516,8 @@ def markdown(
         if kernels:
             missing = {t: missing_kernels(r, t) for t in targets if r.ours.compiles(t)}
             worst = max((len(m) for m in missing.values()), default=0)
-            row += f" {worst} of {len(r.nvcc_kernels)} |" if r.nvcc_ok else " - |"
+            compiled = bool(missing)  # no AMD object to compare where no target compiled
+            row += f" {worst} of {len(r.nvcc_kernels)} |" if r.nvcc_ok and compiled else " - |"
         lines.append(row)
     return "\n".join(lines) + "\n"
 
@@ -432,6 +540,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", action="store_true", help="compare kernel lists")
     parser.add_argument("--json", type=Path, metavar="OUT")
     parser.add_argument("--peer-cache", type=Path, metavar="DIR", help="keep hipify-perl outputs")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        metavar="DIR",
+        help="keep each compile's result by its inputs (a rerun compiles only what changed)",
+    )
     parser.add_argument("--results", type=Path, metavar="JSONL", help="append each file's result")
     parser.add_argument(
         "--report-from", type=Path, metavar="JSONL", help="only print the table of saved results"
@@ -472,19 +586,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.monotonic()
     results = run_bench(
-        args.corpus, projects, targets, jobs=args.jobs, kernels=args.kernels,
+        args.corpus,
+        projects,
+        targets,
+        jobs=args.jobs,
+        kernels=args.kernels,
         log=lambda line: print(line, file=sys.stderr, flush=True),
-        peer_cache=args.peer_cache, results_file=args.results,
-    )  # fmt: skip
+        peer_cache=args.peer_cache,
+        result_cache=args.cache,
+        results_file=args.results,
+    )
     toolchain = amd_toolchain()
-    nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout
     header = [
         f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
         f"({platform.machine()}, {len(results)} files, {args.jobs} jobs, "
         f"{time.monotonic() - started:.0f} s): {toolchain.version}; "
-        f"{nvcc.strip().splitlines()[-1] if nvcc else 'nvcc'}.",
-        "Command: `python bench/bench_hipify.py --corpus DIR "
-        + " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("/"))
+        f"{_nvcc_version()}.",
+        "Command: `python bench/bench_hipify.py "
+        + " ".join("DIR" if a.startswith("/") else a for a in (argv or sys.argv[1:]))
         + "`",
     ]
     sys.stdout.write(markdown(results, targets, header, args.kernels))

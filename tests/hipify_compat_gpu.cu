@@ -249,13 +249,89 @@ __global__ void check_bf16(Tally* t) {
   record(t, tried, bad, fa, fb, got, want);
 }
 
+// bf16 shuffles: every bf16 pattern (then random ones) moved by __shfl, _xor, _up, _down with
+// each lane argument 0..31 and widths 32, 16, 8; the 16 bits compared with CUDA's own.
+__global__ void check_bf16_shuffles(Tally* t) {
+  const unsigned long long total = 65536ull * 8;
+  unsigned long long tried = 0, fa = 0, fb = 0, got = 0, want = 0;
+  bool bad = false;
+  const unsigned long long stride = 1ull * gridDim.x * blockDim.x;
+  for (unsigned long long base = blockIdx.x * 1ull * blockDim.x; base < total; base += stride) {
+    const unsigned long long i = base + threadIdx.x;  // whole warps step together
+    const unsigned short bits = i < 65536 ? static_cast<unsigned short>(i) : static_cast<unsigned short>(mix(i));
+    const __nv_bfloat16 v = kernelpack_compat::bf16_bits(bits);
+    const int arg = static_cast<int>((i / 32) % 32);  // one argument per warp
+    const int width = 32 >> ((i / 1024) % 3);
+    unsigned short mine[4], theirs[4];
+    mine[0] = kernelpack_compat::bits_bf16(kp___shfl(v, arg, width));
+    theirs[0] = kernelpack_compat::bits_bf16(__shfl_sync(0xffffffffu, v, arg, width));
+    mine[1] = kernelpack_compat::bits_bf16(kp___shfl_xor(v, arg % width, width));
+    theirs[1] = kernelpack_compat::bits_bf16(__shfl_xor_sync(0xffffffffu, v, arg % width, width));
+    mine[2] = kernelpack_compat::bits_bf16(kp___shfl_up(v, static_cast<unsigned>(arg % width), width));
+    theirs[2] = kernelpack_compat::bits_bf16(__shfl_up_sync(0xffffffffu, v, static_cast<unsigned>(arg % width), width));
+    mine[3] = kernelpack_compat::bits_bf16(kp___shfl_down(v, static_cast<unsigned>(arg % width), width));
+    theirs[3] = kernelpack_compat::bits_bf16(__shfl_down_sync(0xffffffffu, v, static_cast<unsigned>(arg % width), width));
+    for (int op = 0; op < 4; ++op) {
+      ++tried;
+      if (mine[op] != theirs[op] && !bad) {
+        bad = true; fa = bits; fb = op * 1000 + arg; got = mine[op]; want = theirs[op];
+      } else if (mine[op] != theirs[op]) {
+        atomicAdd(&t->mismatches, 1ull);
+      }
+    }
+  }
+  record(t, tried, bad, fa, fb, got, want);
+}
+
+// Integer to bf16 (round to nearest even): every 16-bit value, 32-bit edges around bf16
+// midpoints and 2^24 random values, 64-bit values of random bit length; bits compared.
+__global__ void check_int_to_bf16(Tally* t) {
+  const unsigned long long stride = 1ull * gridDim.x * blockDim.x;
+  const unsigned long long total = 65536ull + kRandom;
+  unsigned long long tried = 0, fa = 0, fb = 0, got = 0, want = 0;
+  bool bad = false;
+  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const unsigned long long r = mix(i ^ 0x1b16);
+    unsigned short mine[6], theirs[6];
+    const short s16 = static_cast<short>(i < 65536 ? i : r);
+    const unsigned short u16 = static_cast<unsigned short>(i < 65536 ? i : r >> 16);
+    // 32-bit: a random word, or one next to a bf16 midpoint (m << k) +- {0, 1}
+    const unsigned mid = ((static_cast<unsigned>(r >> 8) | 0x100u) & 0x1ffu) << ((r >> 20) % 23);
+    const unsigned u32 = (r & 3) == 0 ? mid + static_cast<unsigned>((r >> 40) % 3) - 1u : static_cast<unsigned>(r >> 7);
+    const long long s64 = static_cast<long long>(mix(r) >> ((r >> 50) % 64));
+    const unsigned long long u64 = mix(r + 1) >> ((r >> 56) % 64);
+    mine[0] = kernelpack_compat::bits_bf16(kp___short2bfloat16_rn(s16));
+    theirs[0] = kernelpack_compat::bits_bf16(__short2bfloat16_rn(s16));
+    mine[1] = kernelpack_compat::bits_bf16(kp___ushort2bfloat16_rn(u16));
+    theirs[1] = kernelpack_compat::bits_bf16(__ushort2bfloat16_rn(u16));
+    mine[2] = kernelpack_compat::bits_bf16(kp___int2bfloat16_rn(static_cast<int>(u32)));
+    theirs[2] = kernelpack_compat::bits_bf16(__int2bfloat16_rn(static_cast<int>(u32)));
+    mine[3] = kernelpack_compat::bits_bf16(kp___uint2bfloat16_rn(u32));
+    theirs[3] = kernelpack_compat::bits_bf16(__uint2bfloat16_rn(u32));
+    mine[4] = kernelpack_compat::bits_bf16(kp___ll2bfloat16_rn((r & 4) ? -s64 : s64));
+    theirs[4] = kernelpack_compat::bits_bf16(__ll2bfloat16_rn((r & 4) ? -s64 : s64));
+    mine[5] = kernelpack_compat::bits_bf16(kp___ull2bfloat16_rn(u64));
+    theirs[5] = kernelpack_compat::bits_bf16(__ull2bfloat16_rn(u64));
+    for (int k = 0; k < 6; ++k) {
+      ++tried;
+      if (mine[k] != theirs[k] && !bad) {
+        bad = true; fa = k; fb = r; got = mine[k]; want = theirs[k];
+      } else if (mine[k] != theirs[k]) {
+        atomicAdd(&t->mismatches, 1ull);
+      }
+    }
+  }
+  record(t, tried, bad, fa, fb, got, want);
+}
+
 // Cache-hinted loads and stores: each thread reads element i through both and stores it to two
 // arrays through both; bytes compared on the host.
 template <typename T>
 __global__ void hinted(const T* in, T* out_mine, T* out_theirs, T* stores_mine, T* stores_theirs, size_t n) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  switch (i % 5) {
+  switch (i % 6) {
+    case 5: out_mine[i] = kp___ldg(in + i); out_theirs[i] = __ldg(in + i); break;
     case 0: out_mine[i] = kp___ldcs(in + i); out_theirs[i] = __ldcs(in + i); break;
     case 1: out_mine[i] = kp___ldcg(in + i); out_theirs[i] = __ldcg(in + i); break;
     case 2: out_mine[i] = kp___ldca(in + i); out_theirs[i] = __ldca(in + i); break;
@@ -298,6 +374,66 @@ __global__ void reduce_tiles(const T* in, T* mine, T* theirs) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   mine[i] = kp_cg::reduce(tile, in[i], OpMine<T>());
   theirs[i] = cg::reduce(tile, in[i], OpCuda<T>());
+}
+
+// __reduce_<op>_sync: each thread reduces in[i] over its warp with a full mask, or (Partial) with
+// a mask drawn per warp (random, one lane, the low 16 lanes, a sparse random mask) where only the
+// named lanes call; the others write the same sentinel to both outputs.
+__device__ unsigned warp_mask(unsigned long long warp) {
+  const unsigned long long r = mix(warp * 7919 + 17);
+  unsigned mask;
+  switch (r % 4) {
+    case 0: mask = static_cast<unsigned>(r >> 16); break;
+    case 1: mask = 1u << ((r >> 8) & 31); break;
+    case 2: mask = 0x0000ffffu; break;
+    default: mask = static_cast<unsigned>(r >> 8) & static_cast<unsigned>(r >> 40); break;
+  }
+  return mask ? mask : 0x80000000u;
+}
+#define REDUCE_CHECK(op, type)                                                                    \
+  template <bool Partial>                                                                         \
+  __global__ void reduce_##op##_##type(const type* in, type* mine, type* theirs,                  \
+                                       unsigned long long* took_part) {                           \
+    const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;                               \
+    const unsigned mask = Partial ? warp_mask(i / 32) : 0xffffffffu;                               \
+    if ((mask >> (threadIdx.x & 31)) & 1u) {                                                      \
+      mine[i] = kp___reduce_##op##_sync(mask, in[i]);                                             \
+      theirs[i] = __reduce_##op##_sync(mask, in[i]);                                              \
+      atomicAdd(took_part, 1ull);                                                                 \
+    } else {                                                                                      \
+      mine[i] = theirs[i] = static_cast<type>(0x5e7e1u);                                          \
+    }                                                                                             \
+  }
+REDUCE_CHECK(add, int)
+REDUCE_CHECK(add, unsigned)
+REDUCE_CHECK(min, int)
+REDUCE_CHECK(min, unsigned)
+REDUCE_CHECK(max, int)
+REDUCE_CHECK(max, unsigned)
+REDUCE_CHECK(and, unsigned)
+REDUCE_CHECK(or, unsigned)
+REDUCE_CHECK(xor, unsigned)
+
+// 16-bit float atomicAdd (__half, bf16) with one adder per slot (neighbours share a 32-bit word,
+// so the CAS sees the other half change): old value and addend from every 16-bit pattern against
+// 16 edge patterns in both roles, then random pairs; the returned value and the slot compared.
+template <typename T, bool Mine>
+__global__ void add16(unsigned short* slots, const unsigned short* addend, unsigned short* returned, size_t n) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  T* slot = reinterpret_cast<T*>(slots + i);
+  const T value = kernelpack_compat::from_bits16<T>(addend[i]);
+  returned[i] = kernelpack_compat::bits16(Mine ? kp_atomicAdd(slot, value) : atomicAdd(slot, value));
+}
+// Contention: 256 threads add 1.0 to each slot (integers are exact up to 256 in both formats); the
+// slot must end at 256 and the returned values must be 0..255, each once.
+template <typename T, bool Mine>
+__global__ void add16_count(unsigned short* slots, unsigned short* returned, unsigned short one_bits) {
+  const size_t slot = blockIdx.x * size_t(4) + (threadIdx.x & 3);
+  T* at = reinterpret_cast<T*>(slots + slot);
+  const T one = kernelpack_compat::from_bits16<T>(one_bits);
+  const T old = Mine ? kp_atomicAdd(at, one) : atomicAdd(at, one);
+  returned[blockIdx.x * size_t(blockDim.x) + threadIdx.x] = kernelpack_compat::bits16(old);
 }
 
 #define CUDA_OK(call)                                                          \
@@ -429,6 +565,122 @@ static int check_cas16() {
   return 0;
 }
 
+template <typename T>
+static int check_warp_reduce(const char* name, void (*full)(const T*, T*, T*, unsigned long long*),
+                             void (*partial)(const T*, T*, T*, unsigned long long*)) {
+  const size_t n = 1 << 22;
+  const unsigned edge[] = {0u, 1u, 0xffffffffu, 0x7fffffffu, 0x80000000u, 0xfffffffeu, 0x80000001u};
+  T* host = new T[n];
+  for (size_t k = 0; k < n; ++k) {
+    const unsigned long long r = host_mix(k + 0x5eed);
+    const unsigned bits = k % 4 == 0 ? edge[(r >> 8) % 7] : static_cast<unsigned>(r);
+    std::memcpy(&host[k], &bits, sizeof(T));
+  }
+  T *in, *a, *b;
+  unsigned long long* took_part;
+  CUDA_OK(cudaMalloc(&in, n * sizeof(T))); CUDA_OK(cudaMalloc(&a, n * sizeof(T))); CUDA_OK(cudaMalloc(&b, n * sizeof(T)));
+  CUDA_OK(cudaMalloc(&took_part, sizeof(unsigned long long)));
+  CUDA_OK(cudaMemcpy(in, host, n * sizeof(T), cudaMemcpyHostToDevice));
+  T *ha = new T[n], *hb = new T[n];
+  for (int mode = 0; mode < 2; ++mode) {
+    CUDA_OK(cudaMemset(a, 0xa5, n * sizeof(T))); CUDA_OK(cudaMemset(b, 0x5a, n * sizeof(T)));
+    CUDA_OK(cudaMemset(took_part, 0, sizeof(unsigned long long)));
+    (mode ? partial : full)<<<n / 256, 256>>>(in, a, b, took_part);
+    CUDA_OK(cudaDeviceSynchronize());
+    unsigned long long tried = 0;
+    CUDA_OK(cudaMemcpy(&tried, took_part, sizeof(tried), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(ha, a, n * sizeof(T), cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(hb, b, n * sizeof(T), cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (size_t k = 0; k < n; ++k) bad += std::memcmp(&ha[k], &hb[k], sizeof(T)) != 0;
+    bad += tried == 0 || (mode == 0 && tried != n);
+    std::printf("%s(%s mask) tried=%llu mismatches=%zu\n", name, mode ? "partial" : "full", tried, bad);
+    failures += bad != 0;
+  }
+  cudaFree(in); cudaFree(a); cudaFree(b); cudaFree(took_part);
+  delete[] host; delete[] ha; delete[] hb;
+  return 0;
+}
+
+// The 16-bit pattern of the integer k (0..256) in IEEE half (Bf16=false) or bf16.
+static unsigned short integer_bits(int k, bool bf16) {
+  if (k == 0) return 0;
+  float f = static_cast<float>(k);
+  unsigned bits;
+  std::memcpy(&bits, &f, 4);
+  if (bf16) return static_cast<unsigned short>(bits >> 16);
+  int e = 0;
+  while ((k >> (e + 1)) != 0) ++e;
+  return static_cast<unsigned short>(((e + 15) << 10) | ((k << (10 - e)) & 0x3ff));
+}
+
+template <typename T>
+static int check_add16(const char* name, const unsigned short (&edge)[16], bool bf16) {
+  const size_t edges = 65536 * 16, n = 2 * edges + (1 << 24);
+  unsigned short *start = new unsigned short[n], *addend = new unsigned short[n];
+  for (size_t k = 0; k < n; ++k) {
+    const unsigned long long r = host_mix(k ^ 0xbf16);
+    if (k < edges) { start[k] = static_cast<unsigned short>(k >> 4); addend[k] = edge[k & 15]; }
+    else if (k < 2 * edges) { start[k] = edge[k & 15]; addend[k] = static_cast<unsigned short>((k - edges) >> 4); }
+    else { start[k] = static_cast<unsigned short>(r); addend[k] = static_cast<unsigned short>(r >> 16); }
+  }
+  unsigned short *slots[2], *ret[2], *add;
+  CUDA_OK(cudaMalloc(&add, 2 * n));
+  CUDA_OK(cudaMemcpy(add, addend, 2 * n, cudaMemcpyHostToDevice));
+  for (int m = 0; m < 2; ++m) {
+    CUDA_OK(cudaMalloc(&slots[m], 2 * n)); CUDA_OK(cudaMalloc(&ret[m], 2 * n));
+    CUDA_OK(cudaMemcpy(slots[m], start, 2 * n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(ret[m], m ? 0x5a : 0xa5, 2 * n));
+  }
+  add16<T, true><<<(n + 255) / 256, 256>>>(slots[0], add, ret[0], n);
+  add16<T, false><<<(n + 255) / 256, 256>>>(slots[1], add, ret[1], n);
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned short *a = new unsigned short[n], *b = new unsigned short[n];
+  size_t bad = 0;
+  CUDA_OK(cudaMemcpy(a, slots[0], 2 * n, cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(b, slots[1], 2 * n, cudaMemcpyDeviceToHost));
+  for (size_t k = 0; k < n; ++k) bad += a[k] != b[k];
+  CUDA_OK(cudaMemcpy(a, ret[0], 2 * n, cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(b, ret[1], 2 * n, cudaMemcpyDeviceToHost));
+  for (size_t k = 0; k < n; ++k) bad += a[k] != b[k] || a[k] != start[k];
+  // contention: 4096 blocks x 1024 threads, 4 slots per block, 256 adds of 1.0 each
+  int* value_of = new int[65536];
+  for (int k = 0; k < 65536; ++k) value_of[k] = -1;
+  for (int k = 0; k < 256; ++k) value_of[integer_bits(k, bf16)] = k;
+  const size_t blocks = 4096, slot_count = blocks * 4, adds = blocks * 1024;
+  for (int m = 0; m < 2; ++m) {
+    CUDA_OK(cudaMemset(slots[m], 0, 2 * slot_count));
+    CUDA_OK(cudaMemset(ret[m], m ? 0x5a : 0xa5, 2 * adds));
+    if (m == 0) add16_count<T, true><<<blocks, 1024>>>(slots[m], ret[m], integer_bits(1, bf16));
+    else add16_count<T, false><<<blocks, 1024>>>(slots[m], ret[m], integer_bits(1, bf16));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(a, slots[m], 2 * slot_count, cudaMemcpyDeviceToHost));
+    for (size_t k = 0; k < slot_count; ++k) bad += a[k] != integer_bits(256, bf16);
+    CUDA_OK(cudaMemcpy(a, ret[m], 2 * adds, cudaMemcpyDeviceToHost));
+    for (size_t blk = 0; blk < blocks; ++blk) {
+      for (int s = 0; s < 4; ++s) {
+        bool seen[256] = {};
+        for (int t = s; t < 1024; t += 4) {
+          const int whole = value_of[a[blk * 1024 + t]];
+          if (whole < 0 || seen[whole]) { ++bad; continue; }
+          seen[whole] = true;
+        }
+      }
+    }
+  }
+  std::printf("atomicAdd(%s) tried=%zu mismatches=%zu\n", name, n + 2 * adds, bad);
+  failures += bad != 0;
+  cudaFree(add);
+  for (int m = 0; m < 2; ++m) { cudaFree(slots[m]); cudaFree(ret[m]); }
+  delete[] start; delete[] addend; delete[] a; delete[] b; delete[] value_of;
+  return 0;
+}
+
+static int check_atomic_add16() {
+  const unsigned short bf16_edge[16] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7f81, 0x7fff,
+                                        0x0001, 0x8001, 0x007f, 0x3f80, 0xbf80, 0x7f7f, 0xff7f, 0x0080};
+  const unsigned short half_edge[16] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe00, 0x7c01, 0x7fff,
+                                        0x0001, 0x8001, 0x03ff, 0x3c00, 0xbc00, 0x7bff, 0xfbff, 0x0400};
+  return check_add16<__nv_bfloat16>("bf16", bf16_edge, true) || check_add16<__half>("__half", half_edge, false);
+}
+
 int main() {
   Tally* tally;
   CUDA_OK(cudaMalloc(&tally, sizeof(Tally)));
@@ -449,6 +701,8 @@ int main() {
   RUN(check___dp2a_lo_int, "__dp2a_lo(int)") RUN(check___dp2a_lo_unsigned, "__dp2a_lo(unsigned)")
   RUN(check___dp2a_hi_int, "__dp2a_hi(int)") RUN(check___dp2a_hi_unsigned, "__dp2a_hi(unsigned)")
   RUN(check_bf16<true>, "__hmax_nan(bf16)") RUN(check_bf16<false>, "__hmin_nan(bf16)")
+  RUN(check_bf16_shuffles, "__shfl/__shfl_xor/__shfl_up/__shfl_down(bf16)")
+  RUN(check_int_to_bf16, "__short2bfloat16_rn/__ushort2bfloat16_rn/__int2bfloat16_rn/__uint2bfloat16_rn/__ll2bfloat16_rn/__ull2bfloat16_rn")
   const size_t n = 1 << 20;
   if (check_hinted<int>("int", n) || check_hinted<float>("float", n) || check_hinted<float2>("float2", n) ||
       check_hinted<float4>("float4", n) || check_hinted<int4>("int4", n) || check_hinted<uint2>("uint2", n) ||
@@ -475,6 +729,14 @@ int main() {
       check_reduce<16, unsigned, kp_cg::bit_and, cg::bit_and>("bit_and<unsigned>", nullptr, 0) ||
       check_reduce<32, unsigned, kp_cg::bit_or, cg::bit_or>("bit_or<unsigned>", nullptr, 0))
     return 2;
+  if (check_atomic_add16()) return 2;
+#define WARP_REDUCE(op, type, label) \
+  if (check_warp_reduce<type>(label, reduce_##op##_##type<false>, reduce_##op##_##type<true>)) return 2;
+  WARP_REDUCE(add, int, "__reduce_add_sync(int)") WARP_REDUCE(add, unsigned, "__reduce_add_sync(unsigned)")
+  WARP_REDUCE(min, int, "__reduce_min_sync(int)") WARP_REDUCE(min, unsigned, "__reduce_min_sync(unsigned)")
+  WARP_REDUCE(max, int, "__reduce_max_sync(int)") WARP_REDUCE(max, unsigned, "__reduce_max_sync(unsigned)")
+  WARP_REDUCE(and, unsigned, "__reduce_and_sync(unsigned)") WARP_REDUCE(or, unsigned, "__reduce_or_sync(unsigned)")
+  WARP_REDUCE(xor, unsigned, "__reduce_xor_sync(unsigned)")
   std::printf("functions with mismatches: %d\n", failures);
   return failures ? 1 : 0;
 }

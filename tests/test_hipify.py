@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.bench_hipify_marked import CORPUS_DIR, read_expectations
 from buildsys.cli import main as buildsys_main
 from buildsys.hipify import WAVE_SIZE_CODES, HipifyOptions, Severity, hipify_source
-from buildsys.hipify.compare import CORPUS_DIR, read_expectations
 from buildsys.hipify.diagnostics import CODES
 from buildsys.hipify.lexer import tokenize
 from buildsys.hipify.tables import HEADERS, WARP_INTRINSICS
@@ -282,6 +282,33 @@ def test_cooperative_groups_reduce_uses_the_compat_header() -> None:
     assert "#include <kernelpack_hip_compat.h>\n" in result.text and not result.diagnostics
 
 
+def test_cuda_header_guards_tested_as_features() -> None:
+    """cuda-samples' helper_cuda.h defines checkCudaErrors under #ifdef __DRIVER_TYPES_H__ (the
+    guard of a header nvcc always includes): the test must see HIP's header instead."""
+    text = "#ifdef __DRIVER_TYPES_H__\n#define checkCudaErrors(v) (v)\n#endif\n#ifdef __CUDA_RUNTIME_H__\nint x;\n#endif\n"
+    out = hipify_source(text, "helper_cuda.h").text
+    assert "#ifdef HIP_INCLUDE_HIP_DRIVER_TYPES_H\n" in out
+    assert "#ifdef HIP_INCLUDE_HIP_HIP_RUNTIME_H\n" in out
+
+
+def test_warp_reductions_are_findings_only_beside_warp_size() -> None:
+    """__reduce_*_sync is a 32-lane reduction: a finding in a file that also uses warpSize (even
+    from a helper of its own, as cuda-samples' reduction does), none in a file of 32-lane code."""
+    helper = "__device__ int sum(int v) { return __reduce_add_sync(0xffffffff, v); }\n"
+    user = "__global__ void k(int* o) { if (threadIdx.x % warpSize == 0) o[0] = sum(1); }\n"
+    assert [(line, code) for line, code in codes(helper + user)] == [(1, "shfl-offset16")]
+    assert codes(helper + "__global__ void k(int* o) { o[threadIdx.x / 32] = sum(1); }\n") == []
+
+
+def test_warp_reductions_use_the_compat_header() -> None:
+    """__reduce_*_sync keep their CUDA spelling, mask included: the compat header defines them."""
+    text = "__global__ void k(int* o, unsigned m) {\n  o[0] = __reduce_add_sync(0xffffffff, o[1]);\n  o[1] = __reduce_or_sync(m, 3u);\n}\n"
+    result = hipify_source(text, "t.cu")
+    assert "#include <kernelpack_hip_compat.h>\n" in result.text and not result.diagnostics
+    assert "__reduce_add_sync(0xffffffff, o[1])" in result.text
+    assert "__reduce_or_sync(m, 3u)" in result.text
+
+
 # ---- hazards and diagnostics --------------------------------------------------------------
 
 
@@ -304,7 +331,7 @@ def test_cooperative_groups_reduce_uses_the_compat_header() -> None:
         ("  if (__ballot_sync(~0u, v > 0) != 0xffffffff) o[0] = 1;", "warp-mask"),
         ('  asm("mov.u32 %0, %%laneid;" : "=r"(l));', "inline-asm"),
         ("  cudaFooBar(1);", "untranslated"),
-        ("  int r = __reduce_add_sync(0xffffffff, 1);", "unsupported-api"),
+        ("  __nanosleep(100);", "unsupported-api"),
     ],
 )
 def test_each_hazard_class(body: str, expected: str) -> None:
@@ -498,6 +525,31 @@ def test_cli_writes_layout_and_reports(tmp_path: Path, capsys: pytest.CaptureFix
     )
     assert (out / "mod" / "m.hip").stat().st_mtime_ns == mtime
     assert "references converted" in capsys.readouterr().out
+
+
+def test_cli_places_the_compat_header(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Outputs that include the compat header get it beside them, and one line names the -I."""
+    from buildsys.hipify import COMPAT_DIR
+
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "dot.cu").write_text(
+        "__global__ void k(int* o) { o[0] = __dp4a(o[1], o[2], 0); }\n"
+    )
+    (src / "plain.cu").write_text("__global__ void k(int* o) { o[0] = 1; }\n")
+    out = tmp_path / "out"
+    assert buildsys_main(["hipify", str(src), "-o", str(out)]) == 0
+    header = (COMPAT_DIR / "kernelpack_hip_compat.h").read_text(encoding="utf-8")
+    assert (out / "kernelpack_hip_compat.h").read_text(encoding="utf-8") == header
+    lines = [x for x in capsys.readouterr().err.splitlines() if "kernelpack_hip_compat.h" in x]
+    assert lines == [
+        f"hipify: 1 of 2 outputs include <kernelpack_hip_compat.h>, written to "
+        f"{out / 'kernelpack_hip_compat.h'}: compile them with -I {out}"
+    ]
+    alone = tmp_path / "alone"
+    assert buildsys_main(["hipify", str(src / "plain.cu"), "-o", str(alone)]) == 0
+    assert not (alone / "kernelpack_hip_compat.h").exists()
+    assert "kernelpack_hip_compat" not in capsys.readouterr().err
 
 
 def test_cli_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

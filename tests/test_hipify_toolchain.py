@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from buildsys.hipify import HipifyOptions, hipify_source
-from buildsys.hipify.compare import CORPUS_DIR, compile_hip, markdown, run_comparison
+from bench.bench_hipify_marked import CORPUS_DIR, compile_hip, markdown, run_comparison
+from buildsys.hipify import COMPAT_DIR, HipifyOptions, hipify_source
 from buildsys.hipify.tables import (
     ACTIVEMASK_REPLACEMENT,
     BALLOT_WIDENING,
@@ -107,6 +107,7 @@ def test_warp_intrinsics_compile_for_wave64_and_wave32(
         assert compile_hip(amd_toolchain, source) == ""
         return
     argv = ["hipcc", "--genco", "--offload-arch=gfx90a", "--offload-arch=gfx1100", str(source)]
+    argv += ["-I", str(COMPAT_DIR)]  # translated shuffles include the compat header
     run = amd_toolchain.run([*argv, "-o", str(tmp_path / "warp_ops.co")], check=False)
     assert run.returncode == 0, run.stderr[-2000:]
 

@@ -20,7 +20,9 @@ from kernelpack.atomic import atomic_write
 from kernelpack.errors import UsageError
 
 from ..settings import require_writable_folder
+from .compat import compat_headers
 from .diagnostics import Severity
+from .tables import COMPAT_HEADER
 from .translate import HipifyOptions, HipifyResult, hipify_source, source_sha256
 
 FOLDER_SUFFIXES = (".cu", ".cuh")
@@ -69,11 +71,26 @@ def main_hipify(args: argparse.Namespace) -> int:
     for item in results:
         for diagnostic in item.result.diagnostics:
             print(diagnostic.format(), file=sys.stderr)
+    users = [item for item in results if uses_compat_header(item.result.text)]
+    if users:
+        for name, text in compat_headers("").items():
+            write_if_changed(args.out / name, text)
+        print(
+            f"hipify: {len(users)} of {len(results)} outputs include <{COMPAT_HEADER}>, written "
+            f"to {args.out / COMPAT_HEADER}: compile them with -I {args.out}",
+            file=sys.stderr,
+        )
     if args.json:
         print_json(report_json(results))
     else:
         print_report(results)
     return 1 if any(item.result.has_errors for item in results) else 0
+
+
+def uses_compat_header(text: str) -> bool:
+    """Whether a translated text includes the compatibility header (the translator writes
+    ``#include <kernelpack_hip_compat.h>``; a source may already spell it with quotes)."""
+    return f"<{COMPAT_HEADER}>" in text or f'"{COMPAT_HEADER}"' in text
 
 
 def collect_sources(sources: list[Path]) -> list[Path]:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
-from .lexer import Kind
+from .lexer import COMPOUND_ASSIGNMENTS, Kind
 from .structure import SourceView
 from .tables import BALLOT_NAMES, BALLOT_WIDENING, SHUFFLE_DELTA_ARG, WARP_BY_NAME
 
@@ -52,29 +52,7 @@ _OPS_FOR_VALUE: dict[int, frozenset[str]] = {
 }
 # Delimiters that end an operand when walking away from an operator.
 _OPERAND_STOPS = frozenset(
-    {
-        ";",
-        "{",
-        "}",
-        ",",
-        "=",
-        "+=",
-        "-=",
-        "*=",
-        "/=",
-        "%=",
-        "&=",
-        "|=",
-        "^=",
-        "<<=",
-        ">>=",
-        "?",
-        ":",
-        "&&",
-        "||",
-        "return",
-        "#",
-    }
+    {";", "{", "}", ",", "=", "?", ":", "&&", "||", "return", "#", *COMPOUND_ASSIGNMENTS}
 )
 _CONSUMING_CALLS = frozenset(BALLOT_WIDENING) | frozenset(BALLOT_WIDENING.values())
 FULL_MASK_VALUES = frozenset({0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
@@ -196,8 +174,12 @@ def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
         *_mask_literals(view, full_names),
         *_warp_size_definitions(view),
         *_lane_arithmetic(view),
+        *_warp_reductions(view),
     ):
-        if finding.code in VIRTUAL_WARP_CODES:
+        if _WARP_REDUCE_RE.match(view.tokens[finding.token].text):
+            if not file_mixes:  # a helper of its own, called where lane ids come from warpSize
+                continue
+        elif finding.code in VIRTUAL_WARP_CODES:
             inside = [r for r in view.device_ranges if r[0] < finding.token < r[1]]
             if inside and inside[0] not in mixing:
                 continue
@@ -210,6 +192,26 @@ def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
 # A 32-thread tile is 32 threads on every GPU (HIP builds it inside a wave64), so it joins the
 # classes that are only reported where the hardware wavefront is used too.
 VIRTUAL_WARP_CODES = frozenset({"warp-size", "shfl-offset16", "tile32"})
+
+
+# __reduce_*_sync reduce over the 32 lanes their 32-bit mask names (the compat layer keeps that on
+# wave64). They are usually called from a helper of their own, so the file, not the function,
+# decides: a file that also uses the hardware wavefront reads their results with 64-lane ids.
+WARP_REDUCE_CODE = "shfl-offset16"
+_WARP_REDUCE_RE = re.compile(r"^__reduce_(?:add|min|max|and|or|xor)_sync$")
+
+
+def _warp_reductions(view: SourceView) -> Iterator[Finding]:
+    for index in view.sig:
+        token = view.tokens[index]
+        if _WARP_REDUCE_RE.match(token.text) and view.call_parens(index) is not None:
+            yield Finding(
+                index,
+                WARP_REDUCE_CODE,
+                f"{token.text} reduces over 32 lanes (the lanes its 32-bit mask names) while this "
+                "file uses warpSize: on a wave64 each half of the wavefront keeps its own result; "
+                "reduce with __shfl_xor over warpSize, or count lanes in 32s throughout",
+            )
 
 
 def _mixing_ranges(view: SourceView) -> set[tuple[int, int]]:

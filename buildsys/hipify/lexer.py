@@ -32,38 +32,15 @@ class Token:
     col: int  # 1-based, in characters
 
 
+# The compound assignment operators (the hazard checks end an operand at them, too).
+COMPOUND_ASSIGNMENTS = ("+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=")
 # Longest punctuators first. <<< and >>> are CUDA's launch brackets; the translator checks that a
 # >>> closes a <<< before it treats it as one (a nested template can end in >>> too).
 _PUNCTUATORS = sorted(
     [
-        "<<<",
-        ">>>",
-        "<<=",
-        ">>=",
-        "...",
-        "->*",
-        "::",
-        "->",
-        "++",
-        "--",
-        "<<",
-        ">>",
-        "<=",
-        ">=",
-        "==",
-        "!=",
-        "&&",
-        "||",
-        "+=",
-        "-=",
-        "*=",
-        "/=",
-        "%=",
-        "&=",
-        "|=",
-        "^=",
-        "##",
-        ".*",
+        *("<<<", ">>>", "...", "->*", "::", "->", "++", "--", "<<", ">>"),
+        *("<=", ">=", "==", "!=", "&&", "||", "##", ".*"),
+        *COMPOUND_ASSIGNMENTS,
     ],
     key=len,
     reverse=True,

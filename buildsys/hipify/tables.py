@@ -423,6 +423,9 @@ RUNTIME_BLOCKS: dict[str, str] = {
     """,
     "define": """
         __CUDACC__ __HIPCC__
+        __CUDA_RUNTIME_H__ HIP_INCLUDE_HIP_HIP_RUNTIME_H
+        __CUDA_RUNTIME_API_H__ HIP_INCLUDE_HIP_HIP_RUNTIME_API_H
+        __DRIVER_TYPES_H__ HIP_INCLUDE_HIP_DRIVER_TYPES_H
         CUDART_INF_F HIP_INF_F
         CUDART_NAN_F HIP_NAN_F
         CUDART_PI_F HIP_PI_F
@@ -584,24 +587,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         "__match_all_sync",
         "HIP 6.4 offers __match_all_sync only behind HIP_ENABLE_WARP_SYNC_BUILTINS with a 64-bit mask; rewrite with __ballot",
     ),
-    Unsupported(
-        "__reduce_add_sync",
-        "HIP has no warp reduce intrinsics; write a __shfl_xor loop over warpSize",
-    ),
-    Unsupported(
-        "__reduce_min_sync",
-        "HIP has no warp reduce intrinsics; write a __shfl_xor loop over warpSize",
-    ),
-    Unsupported(
-        "__reduce_max_sync",
-        "HIP has no warp reduce intrinsics; write a __shfl_xor loop over warpSize",
-    ),
-    Unsupported("__reduce_and_sync", "HIP has no warp reduce intrinsics; use __all"),
-    Unsupported("__reduce_or_sync", "HIP has no warp reduce intrinsics; use __any"),
-    Unsupported(
-        "__reduce_xor_sync",
-        "HIP has no warp reduce intrinsics; write a __shfl_xor loop over warpSize",
-    ),
     Unsupported("__cvta_generic_to_shared", "PTX address-space conversion has no HIP counterpart"),
     Unsupported(
         "__pipeline_memcpy_async", "cuda_pipeline's asynchronous copies have no HIP counterpart"
@@ -724,7 +709,10 @@ COMPAT_FUNCTIONS = frozenset(
     {f"__{stem}{lanes}" for stem in _SIMD_STEMS.split() for lanes in ("2", "4")}
     | {"__dp4a", "__dp2a_lo", "__dp2a_hi", "__trap", "__hmax_nan", "__hmin_nan"}
     | {"__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv", "__stcs", "__stcg", "__stwb", "__stwt"}
+    | {"__ldg"}
+    | {f"__{t}2bfloat16_rn" for t in ("int", "uint", "short", "ushort", "ll", "ull")}
     | {"atomicCAS", "atomicAdd"}
+    | {f"__reduce_{op}_sync" for op in ("add", "min", "max", "and", "or", "xor")}
 )
 # cooperative_groups members the compat header adds (cg::reduce and its operators).
 COMPAT_CG_MEMBERS = frozenset({"reduce", "plus", "less", "greater", "bit_and", "bit_or", "bit_xor"})

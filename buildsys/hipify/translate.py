@@ -11,18 +11,33 @@ kept when the input already starts with one.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .diagnostics import CODES_BY_NAME, Diagnostic, Severity, allowed_codes
-from .hazards import Finding, MaskKind, classify_mask, find_hazards, full_mask_names
+from .hazards import Finding, MaskKind, classify_mask, full_mask_names
 from .lexer import Kind
+from .reporting import is_cuda_std, report
+from .results import (
+    GENERATED_PREFIX,
+    Conversion,
+    HipifyOptions,
+    HipifyResult,
+    HipifyStats,
+    generated_header,
+    source_sha256,
+)
+from .source_scan import (
+    CG_GROUP_MAKERS,
+    NOT_TYPES,
+    cg_group_variables,
+    declared_names,
+    find_launches,
+    namespace_aliases,
+)
 from .structure import Directive, SourceView
 from .tables import (
     ACTIVEMASK_REPLACEMENT,
-    ASM_HINTS,
     BALLOT_NAMES,
     BALLOT_WIDENING,
     CALL_REWRITES,
@@ -32,8 +47,6 @@ from .tables import (
     COMPAT_HEADER,
     CUDA_ARCH_MACRO,
     CUDA_ARCH_REPLACEMENT,
-    CUDA_LOOKALIKES,
-    HEADER_ADVICE,
     HEADERS,
     HIP_DEVICE_PASS_MACRO,
     HIP_RUNTIME_HEADER,
@@ -41,53 +54,23 @@ from .tables import (
     KERNEL_POINTER_ARG,
     RENAMES,
     SYNCWARP_REPLACEMENT,
-    UNSUPPORTED_BY_NAME,
-    UNSUPPORTED_TEMPLATES,
     VERSION_MACROS,
     WARP_BY_NAME,
     WARP_SYNC_MACRO,
     library_rename,
 )
 
-GENERATED_PREFIX = "// hipify: generated from "
-# Findings about one construct that repeat through a file (every asm, every use of a macro that
-# looks like CUDA): one diagnostic per (code, name) per file, at the first use, with a count.
-ONCE_PER_FILE_CODES = frozenset({"inline-asm", "unsupported-api", "untranslated"})
+__all__ = [
+    "Conversion",
+    "HipifyOptions",
+    "HipifyResult",
+    "HipifyStats",
+    "generated_header",
+    "hipify_source",
+    "source_sha256",
+]
 
-_CUDA_NAME_RE = re.compile(r"^(?:cuda|cu)[A-Z]\w*$|^(?:CUDA|CU|CUDART)_\w+$|^cudnn\w+$")
-_PTX_RE = re.compile(
-    r"\b(?:mov|ld|st|add|sub|mul|mad|fma|cvt|shfl|bar|vote|atom|red|cp|mma|ldmatrix|prmt|bfe|bfi|lop3|setp|selp|membar|fence)\.[a-z0-9]"
-)
 _PRAGMA_ONCE_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*\n", re.MULTILINE)
-_ASM_NAMES = frozenset({"asm", "__asm__", "__asm"})
-_ASM_QUALIFIERS = frozenset({"volatile", "__volatile__", "goto", "inline"})
-_NOT_TYPES = frozenset(
-    {
-        "return",
-        "else",
-        "case",
-        "throw",
-        "new",
-        "delete",
-        "sizeof",
-        "do",
-        "goto",
-        "co_return",
-        "co_await",
-        "co_yield",
-        "typeid",
-        "alignof",
-        "decltype",
-        "if",
-        "while",
-        "for",
-        "switch",
-        "defined",
-        "and",
-        "or",
-        "not",
-    }
-)
 _DEVICE_MARKERS = frozenset(
     {
         "__global__",
@@ -103,77 +86,6 @@ _DEVICE_MARKERS = frozenset(
         "<<<",
     }
 )
-_CG_GROUP_MAKERS = frozenset(
-    {"tiled_partition", "coalesced_threads", "thread_block_tile", "coalesced_group"}
-)
-
-
-@dataclass(frozen=True)
-class HipifyOptions:
-    """How to translate. launch_macro: rewrite ``k<<<g, b, s, st>>>(args)`` as
-    ``hipLaunchKernelGGL(k, g, b, s, st, args)`` (HIP compiles <<<...>>> too, so the default keeps it)."""
-
-    launch_macro: bool = False
-
-
-@dataclass(frozen=True, order=True)
-class Conversion:
-    kind: str
-    cuda: str
-    hip: str
-    count: int
-
-
-@dataclass(frozen=True)
-class HipifyStats:
-    """What hipify-perl's --print-stats reports: references converted by kind and name, lines."""
-
-    lines: int
-    conversions: tuple[Conversion, ...]
-
-    @property
-    def converted(self) -> int:
-        return sum(c.count for c in self.conversions)
-
-    def by_kind(self) -> dict[str, int]:
-        totals: Counter[str] = Counter()
-        for conversion in self.conversions:
-            totals[conversion.kind] += conversion.count
-        return dict(sorted(totals.items()))
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "lines": self.lines,
-            "converted": self.converted,
-            "by_kind": self.by_kind(),
-            "by_name": [
-                {"kind": c.kind, "cuda": c.cuda, "hip": c.hip, "count": c.count}
-                for c in self.conversions
-            ],
-        }
-
-
-@dataclass(frozen=True)
-class HipifyResult:
-    text: str
-    diagnostics: tuple[Diagnostic, ...]
-    stats: HipifyStats
-
-    def count(self, severity: Severity) -> int:
-        return sum(1 for d in self.diagnostics if d.severity is severity)
-
-    @property
-    def has_errors(self) -> bool:
-        return self.count(Severity.ERROR) > 0
-
-
-def source_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def generated_header(path: str, text: str) -> str:
-    """The first line of every generated file: which source, and which version of it."""
-    return f"{GENERATED_PREFIX}{path} sha256 {source_sha256(text)}\n"
 
 
 def hipify_source(text: str, path: str, *, options: HipifyOptions | None = None) -> HipifyResult:
@@ -184,7 +96,9 @@ def hipify_source(text: str, path: str, *, options: HipifyOptions | None = None)
     body = translator.insert_prelude(body)
     if not text.startswith(GENERATED_PREFIX):
         body = generated_header(path, text) + body
-    diagnostics = translator.diagnostics()
+    diagnostics = report(
+        view, path, translator.findings, translator.full_names, translator.declared
+    )
     conversions = tuple(
         sorted(Conversion(kind, cuda, hip, n) for (kind, cuda, hip), n in translator.counts.items())
     )
@@ -204,10 +118,10 @@ class _Translator:
 
     def __post_init__(self) -> None:
         self.full_names = full_mask_names(self.view)
-        self.declared = _declared_names(self.view)
-        self.group_variables = _cg_group_variables(self.view)
-        self.launches = _find_launches(self.view) if self.options.launch_macro else {}
-        self.cg_aliases = _namespace_aliases(self.view, "cooperative_groups")
+        self.declared = declared_names(self.view)
+        self.group_variables = cg_group_variables(self.view)
+        self.launches = find_launches(self.view) if self.options.launch_macro else {}
+        self.cg_aliases = namespace_aliases(self.view, "cooperative_groups")
 
     # ---- emission -----------------------------------------------------------------------
 
@@ -248,7 +162,7 @@ class _Translator:
         if before_text in (".", "->"):
             self._note_group_member(k, before)
             return None
-        if name == "cuda" and self._is_cuda_std(k) and not self._in_user_scope(before):
+        if name == "cuda" and is_cuda_std(self.view, k) and not self._in_user_scope(before):
             # libcu++'s cuda::std mirrors the standard library, whose constexpr parts
             # (numeric_limits, ...) HIP compiles in device code.
             std = view.next_sig(view.next_sig(k) or k)
@@ -263,6 +177,8 @@ class _Translator:
         parens = view.call_parens(k)
         intrinsic = WARP_BY_NAME.get(name)
         if intrinsic is not None and parens is not None:
+            # the compat header adds the bf16 shuffles HIP lacks (cuda_bf16.h has them)
+            self.uses_compat |= intrinsic.hip.startswith("__shfl")
             return self._warp_call(k, intrinsic.hip, intrinsic.mask_arg, parens)
         if name == "__activemask" and parens is not None and not view.arguments(*parens):
             self._count("warp", name, ACTIVEMASK_REPLACEMENT)
@@ -359,15 +275,8 @@ class _Translator:
         return (
             scope is not None
             and self.view.tokens[scope].kind is Kind.IDENT
-            and self.view.tokens[scope].text not in _NOT_TYPES
+            and self.view.tokens[scope].text not in NOT_TYPES
         )
-
-    def _is_cuda_std(self, k: int) -> bool:
-        """Whether tokens[k] ('cuda') starts ``cuda::std``."""
-        colons = self.view.next_sig(k)
-        if self.view.text_of(colons) != "::" or colons is None:
-            return False
-        return self.view.text_of(self.view.next_sig(colons)) == "std"
 
     def _is_cg_scope(self, scope: str) -> bool:
         """Whether ``scope`` names cooperative_groups (itself or a namespace alias of it)."""
@@ -399,7 +308,7 @@ class _Translator:
         is_group = owner_text in self.group_variables
         if owner_text == ")" and owner is not None:
             start, end = view.statement_bounds(owner)
-            is_group = any(view.tokens[i].text in _CG_GROUP_MAKERS for i in range(start, end))
+            is_group = any(view.tokens[i].text in CG_GROUP_MAKERS for i in range(start, end))
         if is_group and self.warp_sync_member is None:
             self.warp_sync_member = k
 
@@ -493,277 +402,3 @@ class _Translator:
         if not uses_hip:
             return False
         return not any(f"<{h}>" in body or f'"{h}"' in body for h in HIP_RUNTIME_HEADERS)
-
-    # ---- diagnostics --------------------------------------------------------------------
-
-    def diagnostics(self) -> tuple[Diagnostic, ...]:
-        """Findings as diagnostics: none in a CUDA-only branch (``#ifndef USE_ROCM``), no
-        inline-asm finding in a ROCm branch (that asm is AMD's), allowed codes dropped, and each
-        repeated API finding (same code and name) reported once, at its first use, with a count."""
-        view = self.view
-        findings = [*find_hazards(view, self.full_names), *self.findings, *self._api_findings()]
-        allowed: dict[int, frozenset[str]] = {
-            line: allowed_codes(" ".join(texts)) for line, texts in view.line_comments().items()
-        }
-        kept: list[Finding] = []
-        for finding in sorted(findings, key=lambda f: f.token):
-            platform = view.platform_at(finding.token)
-            if platform == "cuda" or (platform == "rocm" and finding.code == "inline-asm"):
-                continue
-            if finding.code in allowed.get(view.tokens[finding.token].line, frozenset()):
-                continue
-            kept.append(finding)
-        repeats: dict[tuple[str, str], list[Finding]] = {}
-        for finding in kept:
-            if finding.code in ONCE_PER_FILE_CODES:
-                repeats.setdefault((finding.code, finding.key), []).append(finding)
-        result: set[Diagnostic] = set()
-        for finding in kept:
-            message = finding.message
-            group = repeats.get((finding.code, finding.key))
-            if group is not None:
-                if group[0] is not finding:
-                    continue
-                if len(group) > 1:
-                    lines = sorted({view.tokens[f.token].line for f in group})
-                    shown = ", ".join(map(str, lines[:8])) + (", ..." if len(lines) > 8 else "")
-                    message += f" ({len(group)} in this file, lines {shown})"
-            token = view.tokens[finding.token]
-            result.add(Diagnostic(self.path, token.line, token.col, finding.code, message))
-        for line, codes in allowed.items():
-            unknown = sorted(c for c in codes if c not in CODES_BY_NAME)
-            if unknown:
-                result.add(
-                    Diagnostic(
-                        self.path,
-                        line,
-                        1,
-                        "bad-allow",
-                        f"hipify: allow() names unknown code(s) {', '.join(unknown)}; known: wave32, "
-                        + ", ".join(CODES_BY_NAME),
-                    )
-                )
-        return tuple(sorted(result))
-
-    def _api_findings(self) -> list[Finding]:
-        view = self.view
-        found: list[Finding] = []
-        for directive in view.directives:
-            if directive.name != "include":
-                continue
-            sig = view.sig_in(directive.start, directive.end)
-            header = "".join(view.tokens[i].text for i in sig[2:]).strip('<>"')
-            if header in HEADERS and HEADERS[header] is None:
-                advice = HEADER_ADVICE.get(header, "guard its use with #ifndef USE_ROCM")
-                found.append(
-                    Finding(
-                        sig[2],
-                        "unsupported-api",
-                        f"{header} has no HIP counterpart: {advice}",
-                        header,
-                    )
-                )
-        for k in view.sig:
-            token = view.tokens[k]
-            if token.kind is not Kind.IDENT:
-                continue
-            before = view.text_of(view.prev_sig(k))
-            after = view.next_sig(k)
-            after_text = view.text_of(after)
-            name = token.text
-            if name in _ASM_NAMES:
-                asm = self._inline_asm(k)
-                if asm is not None:
-                    found.append(asm)
-                continue
-            if before in (".", "->") or (
-                k in view.directive_at and view.directive_at[k].name == "include"
-            ):
-                continue
-            if name in UNSUPPORTED_BY_NAME:
-                found.append(
-                    Finding(
-                        k,
-                        "unsupported-api",
-                        f"{name}: {UNSUPPORTED_BY_NAME[name].reason}",
-                        UNSUPPORTED_BY_NAME[name].construct or name,
-                    )
-                )
-            elif name in UNSUPPORTED_TEMPLATES and after_text == "<" and before != "::":
-                found.append(
-                    Finding(
-                        k, "unsupported-api", f"{name}<...>: {UNSUPPORTED_TEMPLATES[name]}", name
-                    )
-                )
-            elif name == "cuda" and after_text == "::" and not self._is_cuda_std(k):
-                found.append(
-                    Finding(
-                        k,
-                        "unsupported-api",
-                        "cuda:: (libcu++) has no HIP counterpart in the HIP runtime; use std:: or "
-                        "guard it with #ifndef USE_ROCM",
-                        "cuda::",
-                    )
-                )
-            elif (
-                name in VERSION_MACROS
-                and k in view.directive_at
-                and view.directive_at[k].name in ("if", "elif")
-            ):
-                found.append(
-                    Finding(
-                        k,
-                        "untranslated",
-                        f"{name} tested in #{view.directive_at[k].name}: HIP has no CUDA version, so "
-                        "the test sees 0 under hipcc; choose the branch for HIP explicitly",
-                        name,
-                    )
-                )
-            elif (
-                _CUDA_NAME_RE.match(name)
-                and name not in RENAMES
-                and name not in VERSION_MACROS
-                and library_rename(name) is None
-                and name not in self.declared
-                and name not in CUDA_LOOKALIKES
-            ):
-                found.append(
-                    Finding(k, "untranslated", f"{name} has no HIP mapping; left as is", name)
-                )
-        return found
-
-    def _inline_asm(self, k: int) -> Finding | None:
-        view = self.view
-        after = view.next_sig(k)
-        while after is not None and view.tokens[after].text in _ASM_QUALIFIERS:
-            after = view.next_sig(after)
-        if view.text_of(after) != "(" or after is None or after not in view.match:
-            return None
-        strings = [
-            view.tokens[i].text
-            for i in range(after, view.match[after])
-            if view.tokens[i].kind is Kind.STRING
-        ]
-        code = " ".join(strings)
-        if not view.in_device_code(k) and not _PTX_RE.search(code) and "%%" not in code:
-            return None
-        hints = [
-            f"{reg} -> {hip}"
-            for reg, hip in ASM_HINTS.items()
-            if re.search(re.escape(reg) + r"\b", code)
-        ]
-        hint = f"; HIP has {', '.join(hints)}" if hints else "; rewrite it with HIP intrinsics"
-        snippet = strings[0] if strings else ""
-        return Finding(
-            k,
-            "inline-asm",
-            f"inline PTX {snippet} cannot be translated{hint}, or keep it for NVIDIA only inside "
-            "#ifndef USE_ROCM (the build defines USE_ROCM on AMD)",
-        )
-
-
-@dataclass(frozen=True)
-class _Launch:
-    open_config: int  # '<<<'
-    close_config: int  # '>>>'
-    open_args: int
-    close_args: int
-
-
-def _find_launches(view: SourceView) -> dict[int, _Launch]:
-    """Kernel launches ``name<<<...>>>(...)`` by the token index where the kernel name starts."""
-    launches: dict[int, _Launch] = {}
-    for index in view.sig:
-        if view.tokens[index].text != "<<<":
-            continue
-        close_config = next(
-            (i for i in view.sig if i > index and view.tokens[i].text == ">>>"), None
-        )
-        if close_config is None:
-            continue
-        parens = view.call_parens(close_config)
-        start = _kernel_name_start(view, index)
-        if parens is None or start is None:
-            continue
-        launches[start] = _Launch(index, close_config, parens[0], parens[1])
-    return launches
-
-
-def _kernel_name_start(view: SourceView, launch: int) -> int | None:
-    k = view.prev_sig(launch)
-    if k is None:
-        return None
-    if view.tokens[k].text == ">":
-        depth = 0
-        while k is not None:
-            text = view.tokens[k].text
-            if text == ">":
-                depth += 1
-            elif text == "<":
-                depth -= 1
-                if depth == 0:
-                    break
-            k = view.prev_sig(k)
-        if k is None:
-            return None
-        k = view.prev_sig(k)
-    if k is None or view.tokens[k].kind is not Kind.IDENT:
-        return None
-    while True:
-        scope = view.prev_sig(k)
-        if view.text_of(scope) != "::" or scope is None:
-            return k
-        qualifier = view.prev_sig(scope)
-        if qualifier is None or view.tokens[qualifier].kind is not Kind.IDENT:
-            return scope
-        k = qualifier
-
-
-def _declared_names(view: SourceView) -> frozenset[str]:
-    """Names the file itself defines (macros, functions, variables, types): not left-over CUDA API."""
-    names: set[str] = set()
-    for directive in view.directives:
-        if directive.name == "define":
-            sig = view.sig_in(directive.start, directive.end)
-            if len(sig) >= 3:
-                names.add(view.tokens[sig[2]].text)
-    for pos in range(1, len(view.sig) - 1):
-        token = view.tokens[view.sig[pos]]
-        if token.kind is not Kind.IDENT:
-            continue
-        before = view.tokens[view.sig[pos - 1]]
-        after = view.tokens[view.sig[pos + 1]].text
-        type_like = (
-            before.kind is Kind.IDENT and before.text not in _NOT_TYPES
-        ) or before.text in ("*", "&", ">")
-        if type_like and after in ("(", "=", ";", ",", "[", ")", "{"):
-            names.add(token.text)
-    return frozenset(names)
-
-
-def _namespace_aliases(view: SourceView, namespace: str) -> frozenset[str]:
-    """Names declared as ``namespace alias = <namespace>;`` (``namespace cg = cooperative_groups``)."""
-    aliases: set[str] = set()
-    for pos in range(len(view.sig) - 3):
-        texts = [view.tokens[view.sig[pos + n]].text for n in range(4)]
-        if texts[0] == "namespace" and texts[2] == "=" and texts[3] == namespace:
-            aliases.add(texts[1])
-    return frozenset(aliases)
-
-
-def _cg_group_variables(view: SourceView) -> frozenset[str]:
-    """Variables holding cooperative-groups tiles or coalesced groups."""
-    names: set[str] = set()
-    for index in view.sig:
-        if view.tokens[index].text not in _CG_GROUP_MAKERS:
-            continue
-        start, end = view.statement_bounds(index)
-        sig = view.sig_in(start, end)
-        texts = [view.tokens[i].text for i in sig]
-        if "=" in texts:
-            at = texts.index("=")
-            if at > 0 and view.tokens[sig[at - 1]].kind is Kind.IDENT:
-                names.add(texts[at - 1])
-        elif texts and view.tokens[sig[-1]].kind is Kind.IDENT:
-            names.add(texts[-1])
-    return frozenset(names)

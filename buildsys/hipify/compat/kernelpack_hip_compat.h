@@ -236,6 +236,7 @@ __device__ inline void KP_COMPAT(__trap)() { __builtin_trap(); }
 // CUDA's hints (evict-first, L2 only, last use, ...) are performance advice; on AMD each is the
 // plain access, streaming ones non-temporal where the type allows. HIP 6.4 declares only the
 // __half/__half2 loads; these templates cover every other type (non-templates win overloads).
+// __ldg (read-only cache) is the same plain load.
 #define KP_LOAD(name)                                                      \
   template <typename T>                                                    \
   __device__ inline T KP_COMPAT(name)(const T* address) { return *address; }
@@ -247,6 +248,7 @@ KP_LOAD(__ldcg)
 KP_LOAD(__ldca)
 KP_LOAD(__ldlu)
 KP_LOAD(__ldcv)
+KP_LOAD(__ldg)  // HIP 6.4 has __ldg for the built-in and vector types, not for bf16 or bf16x2
 KP_STORE(__stcs)
 KP_STORE(__stcg)
 KP_STORE(__stwb)
@@ -309,20 +311,198 @@ __device__ inline KP_BF16 KP_COMPAT(__hmin_nan)(KP_BF16 a, KP_BF16 b) {
   return kernelpack_compat::bf16_pick(a, b, false);
 }
 
-// bf16 atomicAdd (CUDA has it from sm_80; HIP 6.4 does not): a 16-bit CAS loop, the sum taken in
-// float and rounded to bf16 once. Compiled and compared with CUDA's on inputs whose sum is exact
-// in float; not part of the GPU run of this round.
-__device__ inline KP_BF16 KP_COMPAT(atomicAdd)(KP_BF16* address, KP_BF16 value) {
+// ---- integer to bf16, round to nearest even (__int2bfloat16_rn, __uint2bfloat16_rn, ...) --------
+// Rounded once from the exact integer: going through float would round twice (a 32-bit integer
+// just above a bf16 midpoint can round onto the midpoint in float, then to even).
+namespace kernelpack_compat {
+__host__ __device__ inline unsigned short magnitude_to_bf16(unsigned long long u, bool negative) {
+  const unsigned short sign = negative ? 0x8000 : 0;
+  if (u == 0) {
+    return sign;
+  }
+  int e = 63;
+  while (((u >> e) & 1ull) == 0) {
+    --e;
+  }
+  unsigned long long m = u;
+  if (e > 7) {
+    const int shift = e - 7;
+    m = u >> shift;
+    const unsigned long long rest = u & ((1ull << shift) - 1ull);
+    const unsigned long long half = 1ull << (shift - 1);
+    if (rest > half || (rest == half && (m & 1ull))) {
+      ++m;
+      if (m == 256) {
+        m = 128;
+        ++e;
+      }
+    }
+  } else {
+    m = u << (7 - e);
+  }
+  return static_cast<unsigned short>(sign | ((e + 127) << 7) | (m & 0x7f));
+}
+}  // namespace kernelpack_compat
+#define KP_INT_TO_BF16(name, type)                                                              \
+  __device__ inline KP_BF16 KP_COMPAT(name)(type v) {                                           \
+    const unsigned long long u = v < 0 ? 0ull - static_cast<unsigned long long>(v)              \
+                                       : static_cast<unsigned long long>(v);                    \
+    return kernelpack_compat::bf16_bits(kernelpack_compat::magnitude_to_bf16(u, v < 0));        \
+  }
+#define KP_UINT_TO_BF16(name, type)                                                             \
+  __device__ inline KP_BF16 KP_COMPAT(name)(type v) {                                           \
+    return kernelpack_compat::bf16_bits(kernelpack_compat::magnitude_to_bf16(v, false));        \
+  }
+KP_INT_TO_BF16(__int2bfloat16_rn, int)
+KP_UINT_TO_BF16(__uint2bfloat16_rn, unsigned)
+KP_INT_TO_BF16(__short2bfloat16_rn, short)
+KP_UINT_TO_BF16(__ushort2bfloat16_rn, unsigned short)
+KP_INT_TO_BF16(__ll2bfloat16_rn, long long)
+KP_UINT_TO_BF16(__ull2bfloat16_rn, unsigned long long)
+
+// ---- bf16 shuffles (CUDA's cuda_bf16.h has them; HIP 6.4 has the __half ones only) ----------
+// The 16 bits travel as an unsigned int through the 32-bit shuffle: exact for every pattern.
+#if defined(KERNELPACK_COMPAT_RENAME)
+#define KP_SHUFFLE_BITS(op, bits, arg, width) op##_sync(0xffffffffu, bits, arg, width)
+#define KP_WARP_WIDTH 32
+#else
+#define KP_SHUFFLE_BITS(op, bits, arg, width) op(bits, arg, width)
+#define KP_WARP_WIDTH warpSize
+#endif
+#define KP_BF16_SHUFFLE(op, arg_type)                                                              \
+  __device__ inline KP_BF16 KP_COMPAT(op)(KP_BF16 var, arg_type arg, int width = KP_WARP_WIDTH) { \
+    const unsigned bits = kernelpack_compat::bits_bf16(var);                                       \
+    return kernelpack_compat::bf16_bits(static_cast<unsigned short>(KP_SHUFFLE_BITS(op, bits, arg, width))); \
+  }
+KP_BF16_SHUFFLE(__shfl, int)
+KP_BF16_SHUFFLE(__shfl_xor, int)
+KP_BF16_SHUFFLE(__shfl_up, unsigned)
+KP_BF16_SHUFFLE(__shfl_down, unsigned)
+
+// ---- 16-bit float atomicAdd (__half from sm_70, bf16 from sm_80; HIP 6.4 has neither) ---------
+// A 16-bit CAS loop. The sum is taken in float and rounded once, which is the correctly rounded
+// 16-bit sum (float's 24 bits are at least 2 x 11 + 2, so rounding twice cannot differ); a NaN
+// sum is the canonical 0x7fff, as PTX's f16/bf16 add gives (HIP's conversions keep the payload).
+namespace kernelpack_compat {
+template <typename T>
+struct Float16;
+template <>
+struct Float16<__half> {
+  __device__ static float widen(__half v) { return __half2float(v); }
+  __device__ static __half narrow(float v) { return __float2half(v); }
+};
+template <>
+struct Float16<KP_BF16> {
+  __device__ static float widen(KP_BF16 v) { return __bfloat162float(v); }
+  __device__ static KP_BF16 narrow(float v) { return __float2bfloat16(v); }
+};
+template <typename T>
+__device__ inline T from_bits16(unsigned short bits) {
+  T value;
+  __builtin_memcpy(&value, &bits, sizeof(bits));
+  return value;
+}
+template <typename T>
+__device__ inline unsigned short bits16(T value) {
+  unsigned short bits;
+  __builtin_memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+template <typename T>
+__device__ inline T atomic_add16(T* address, T value) {
   unsigned short* raw = reinterpret_cast<unsigned short*>(address);
   unsigned short old = *reinterpret_cast<volatile unsigned short*>(raw);
   unsigned short assumed;
   do {
     assumed = old;
-    const float sum = __bfloat162float(kernelpack_compat::bf16_bits(assumed)) + __bfloat162float(value);
-    old = KP_COMPAT(atomicCAS)(raw, assumed, kernelpack_compat::bits_bf16(__float2bfloat16(sum)));
+    const float sum = Float16<T>::widen(from_bits16<T>(assumed)) + Float16<T>::widen(value);
+    const unsigned short bits = sum != sum ? 0x7fff : bits16(Float16<T>::narrow(sum));
+    old = KP_COMPAT(atomicCAS)(raw, assumed, bits);
   } while (old != assumed);
-  return kernelpack_compat::bf16_bits(old);
+  return from_bits16<T>(old);
 }
+}  // namespace kernelpack_compat
+
+__device__ inline __half KP_COMPAT(atomicAdd)(__half* address, __half value) {
+  return kernelpack_compat::atomic_add16(address, value);
+}
+__device__ inline KP_BF16 KP_COMPAT(atomicAdd)(KP_BF16* address, KP_BF16 value) {
+  return kernelpack_compat::atomic_add16(address, value);
+}
+
+// ---- warp reductions (__reduce_add_sync, _min, _max for int and unsigned; _and, _or, _xor) -----
+// CUDA's mask is 32 bits: it names lanes of a 32-lane warp, and every named lane takes part. On
+// wave32 that is the wavefront; on wave64 each half of the wavefront is its own 32-lane warp, as
+// the mask spells it (code that writes these keeps 32-lane lane ids and warp ids, and ggml's
+// fallback reduces with width 32 too). A full mask is a butterfly of width 32; a partial mask
+// reads each named lane of the thread's group in turn. Integer add/min/max/and/or/xor are
+// associative and commutative (add wraps modulo 2^32 as CUDA's does), so the order does not
+// change the result. The same text compiles for wave32, wave64 and, renamed, for NVIDIA.
+namespace kernelpack_compat {
+#if defined(KERNELPACK_COMPAT_RENAME)
+template <typename T>
+__device__ inline T lane_xor(T value, int offset) { return __shfl_xor_sync(0xffffffffu, value, offset, 32); }
+template <typename T>
+__device__ inline T lane_read(unsigned mask, T value, int lane) { return __shfl_sync(mask, value, lane, 32); }
+#else
+template <typename T>
+__device__ inline T lane_xor(T value, int offset) { return __shfl_xor(value, offset, 32); }
+template <typename T>
+__device__ inline T lane_read(unsigned, T value, int lane) { return __shfl(value, lane, 32); }
+#endif
+template <typename T, typename Op>
+__device__ inline T warp_reduce(unsigned mask, T value, Op op) {
+  if (mask == 0xffffffffu) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+      value = op(value, lane_xor(value, offset));
+    }
+    return value;
+  }
+  T result = value;
+  bool first = true;
+  for (unsigned rest = mask; rest != 0; rest &= rest - 1) {  // every named lane, lowest first
+    const T other = lane_read(mask, value, __ffs(rest) - 1);
+    result = first ? other : op(result, other);
+    first = false;
+  }
+  return result;
+}
+struct add_op {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return static_cast<T>(static_cast<unsigned>(a) + static_cast<unsigned>(b)); }
+};
+struct min_op {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return b < a ? b : a; }
+};
+struct max_op {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return a < b ? b : a; }
+};
+struct and_op {
+  __device__ unsigned operator()(unsigned a, unsigned b) const { return a & b; }
+};
+struct or_op {
+  __device__ unsigned operator()(unsigned a, unsigned b) const { return a | b; }
+};
+struct xor_op {
+  __device__ unsigned operator()(unsigned a, unsigned b) const { return a ^ b; }
+};
+}  // namespace kernelpack_compat
+
+#define KP_WARP_REDUCE(name, type, op)                                              \
+  __device__ inline type KP_COMPAT(name)(unsigned mask, type value) {               \
+    return kernelpack_compat::warp_reduce(mask, value, kernelpack_compat::op());    \
+  }
+KP_WARP_REDUCE(__reduce_add_sync, int, add_op)
+KP_WARP_REDUCE(__reduce_add_sync, unsigned, add_op)
+KP_WARP_REDUCE(__reduce_min_sync, int, min_op)
+KP_WARP_REDUCE(__reduce_min_sync, unsigned, min_op)
+KP_WARP_REDUCE(__reduce_max_sync, int, max_op)
+KP_WARP_REDUCE(__reduce_max_sync, unsigned, max_op)
+KP_WARP_REDUCE(__reduce_and_sync, unsigned, and_op)
+KP_WARP_REDUCE(__reduce_or_sync, unsigned, or_op)
+KP_WARP_REDUCE(__reduce_xor_sync, unsigned, xor_op)
 
 // ---- cooperative_groups::reduce over tiled partitions (cooperative_groups/reduce.h) --------
 // A butterfly over the tile from half its size down: every lane ends with the result, and a

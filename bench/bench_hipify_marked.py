@@ -1,6 +1,6 @@
 """Compare our hipify with AMD's hipify-perl on the CUDA corpus; print a markdown table.
 
-    python -m buildsys.hipify.compare [--corpus DIR] [--jobs N]
+    python bench/bench_hipify_marked.py [--corpus DIR] [--jobs N]
 
 For each corpus file and each tool: translate, then ``hipcc -c`` the result for gfx90a (wave64) and
 gfx1100 (wave32) together, host and device; and count the wave-size hazards each tool reports
@@ -22,11 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import REPO_ROOT
-from ..toolchain import Toolchain, amd_toolchain
-from .compat import COMPAT_DIR
-from .diagnostics import WAVE_SIZE_CODES, Severity
-from .translate import hipify_source
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: the repository's packages come first
+    sys.path[:0] = [str(REPO / "wheels"), str(REPO)]
+
+from buildsys import REPO_ROOT  # noqa: E402
+from buildsys.hipify import COMPAT_DIR, WAVE_SIZE_CODES, Severity, hipify_source  # noqa: E402
+from buildsys.toolchain import Toolchain, amd_toolchain  # noqa: E402
 
 CORPUS_DIR = REPO_ROOT / "tests" / "hipify_corpus"
 OFFLOAD_ARCHS = ("gfx90a", "gfx1100")
@@ -225,7 +227,9 @@ def _cell(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m buildsys.hipify.compare", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python bench/bench_hipify_marked.py", description=__doc__
+    )
     parser.add_argument("--corpus", type=Path, default=CORPUS_DIR, metavar="DIR")
     parser.add_argument("--jobs", type=int, default=2, metavar="N", help="hipcc jobs at a time")
     args = parser.parse_args(argv)

@@ -1,0 +1,211 @@
+"""Which findings a translated file reports, and how: API findings (unsupported headers and
+names, inline PTX, CUDA names left untranslated) joined with the wave-size hazards, filtered by
+platform branch and ``hipify: allow(...)`` comments, each repeated construct reported once."""
+
+from __future__ import annotations
+
+import re
+
+from .diagnostics import CODES_BY_NAME, Diagnostic, allowed_codes
+from .hazards import Finding, find_hazards
+from .lexer import Kind
+from .structure import SourceView
+from .tables import (
+    ASM_HINTS,
+    CUDA_LOOKALIKES,
+    HEADER_ADVICE,
+    HEADERS,
+    RENAMES,
+    UNSUPPORTED_BY_NAME,
+    UNSUPPORTED_TEMPLATES,
+    VERSION_MACROS,
+    library_rename,
+)
+
+# Findings about one construct that repeat through a file (every asm, every use of a macro that
+# looks like CUDA): one diagnostic per (code, name) per file, at the first use, with a count.
+ONCE_PER_FILE_CODES = frozenset({"inline-asm", "unsupported-api", "untranslated"})
+
+_CUDA_NAME_RE = re.compile(r"^(?:cuda|cu)[A-Z]\w*$|^(?:CUDA|CU|CUDART)_\w+$|^cudnn\w+$")
+_PTX_RE = re.compile(
+    r"\b(?:mov|ld|st|add|sub|mul|mad|fma|cvt|shfl|bar|vote|atom|red|cp|mma|ldmatrix|prmt|bfe|bfi|lop3|setp|selp|membar|fence)\.[a-z0-9]"
+)
+_ASM_NAMES = frozenset({"asm", "__asm__", "__asm"})
+_ASM_QUALIFIERS = frozenset({"volatile", "__volatile__", "goto", "inline"})
+
+
+def is_cuda_std(view: SourceView, k: int) -> bool:
+    """Whether tokens[k] ('cuda') starts ``cuda::std``."""
+    colons = view.next_sig(k)
+    if view.text_of(colons) != "::" or colons is None:
+        return False
+    return view.text_of(view.next_sig(colons)) == "std"
+
+
+def report(
+    view: SourceView,
+    path: str,
+    findings: list[Finding],
+    full_names: frozenset[str],
+    declared: frozenset[str],
+) -> tuple[Diagnostic, ...]:
+    """Findings as diagnostics: none in a CUDA-only branch (``#ifndef USE_ROCM``), no
+    inline-asm finding in a ROCm branch (that asm is AMD's), allowed codes dropped, and each
+    repeated API finding (same code and name) reported once, at its first use, with a count."""
+    findings = [*find_hazards(view, full_names), *findings, *api_findings(view, declared)]
+    allowed: dict[int, frozenset[str]] = {
+        line: allowed_codes(" ".join(texts)) for line, texts in view.line_comments().items()
+    }
+    kept: list[Finding] = []
+    for finding in sorted(findings, key=lambda f: f.token):
+        platform = view.platform_at(finding.token)
+        if platform == "cuda" or (platform == "rocm" and finding.code == "inline-asm"):
+            continue
+        if finding.code in allowed.get(view.tokens[finding.token].line, frozenset()):
+            continue
+        kept.append(finding)
+    repeats: dict[tuple[str, str], list[Finding]] = {}
+    for finding in kept:
+        if finding.code in ONCE_PER_FILE_CODES:
+            repeats.setdefault((finding.code, finding.key), []).append(finding)
+    result: set[Diagnostic] = set()
+    for finding in kept:
+        message = finding.message
+        group = repeats.get((finding.code, finding.key))
+        if group is not None:
+            if group[0] is not finding:
+                continue
+            if len(group) > 1:
+                lines = sorted({view.tokens[f.token].line for f in group})
+                shown = ", ".join(map(str, lines[:8])) + (", ..." if len(lines) > 8 else "")
+                message += f" ({len(group)} in this file, lines {shown})"
+        token = view.tokens[finding.token]
+        result.add(Diagnostic(path, token.line, token.col, finding.code, message))
+    for line, codes in allowed.items():
+        unknown = sorted(c for c in codes if c not in CODES_BY_NAME)
+        if unknown:
+            result.add(
+                Diagnostic(
+                    path,
+                    line,
+                    1,
+                    "bad-allow",
+                    f"hipify: allow() names unknown code(s) {', '.join(unknown)}; known: wave32, "
+                    + ", ".join(CODES_BY_NAME),
+                )
+            )
+    return tuple(sorted(result))
+
+
+def api_findings(view: SourceView, declared: frozenset[str]) -> list[Finding]:
+    """Unsupported headers and names, inline PTX, CUDA names with no HIP mapping."""
+    found: list[Finding] = []
+    for directive in view.directives:
+        if directive.name != "include":
+            continue
+        sig = view.sig_in(directive.start, directive.end)
+        header = "".join(view.tokens[i].text for i in sig[2:]).strip('<>"')
+        if header in HEADERS and HEADERS[header] is None:
+            advice = HEADER_ADVICE.get(header, "guard its use with #ifndef USE_ROCM")
+            found.append(
+                Finding(
+                    sig[2],
+                    "unsupported-api",
+                    f"{header} has no HIP counterpart: {advice}",
+                    header,
+                )
+            )
+    for k in view.sig:
+        token = view.tokens[k]
+        if token.kind is not Kind.IDENT:
+            continue
+        before = view.text_of(view.prev_sig(k))
+        after = view.next_sig(k)
+        after_text = view.text_of(after)
+        name = token.text
+        if name in _ASM_NAMES:
+            asm = inline_asm(view, k)
+            if asm is not None:
+                found.append(asm)
+            continue
+        if before in (".", "->") or (
+            k in view.directive_at and view.directive_at[k].name == "include"
+        ):
+            continue
+        if name in UNSUPPORTED_BY_NAME:
+            found.append(
+                Finding(
+                    k,
+                    "unsupported-api",
+                    f"{name}: {UNSUPPORTED_BY_NAME[name].reason}",
+                    UNSUPPORTED_BY_NAME[name].construct or name,
+                )
+            )
+        elif name in UNSUPPORTED_TEMPLATES and after_text == "<" and before != "::":
+            found.append(
+                Finding(k, "unsupported-api", f"{name}<...>: {UNSUPPORTED_TEMPLATES[name]}", name)
+            )
+        elif name == "cuda" and after_text == "::" and not is_cuda_std(view, k):
+            found.append(
+                Finding(
+                    k,
+                    "unsupported-api",
+                    "cuda:: (libcu++) has no HIP counterpart in the HIP runtime; use std:: or "
+                    "guard it with #ifndef USE_ROCM",
+                    "cuda::",
+                )
+            )
+        elif (
+            name in VERSION_MACROS
+            and k in view.directive_at
+            and view.directive_at[k].name in ("if", "elif")
+        ):
+            found.append(
+                Finding(
+                    k,
+                    "untranslated",
+                    f"{name} tested in #{view.directive_at[k].name}: HIP has no CUDA version, so "
+                    "the test sees 0 under hipcc; choose the branch for HIP explicitly",
+                    name,
+                )
+            )
+        elif (
+            _CUDA_NAME_RE.match(name)
+            and name not in RENAMES
+            and name not in VERSION_MACROS
+            and library_rename(name) is None
+            and name not in declared
+            and name not in CUDA_LOOKALIKES
+        ):
+            found.append(Finding(k, "untranslated", f"{name} has no HIP mapping; left as is", name))
+    return found
+
+
+def inline_asm(view: SourceView, k: int) -> Finding | None:
+    """A finding for inline PTX at k (asm in device code, or asm whose text reads as PTX)."""
+    after = view.next_sig(k)
+    while after is not None and view.tokens[after].text in _ASM_QUALIFIERS:
+        after = view.next_sig(after)
+    if view.text_of(after) != "(" or after is None or after not in view.match:
+        return None
+    strings = [
+        view.tokens[i].text
+        for i in range(after, view.match[after])
+        if view.tokens[i].kind is Kind.STRING
+    ]
+    code = " ".join(strings)
+    if not view.in_device_code(k) and not _PTX_RE.search(code) and "%%" not in code:
+        return None
+    hints = [
+        f"{reg} -> {hip}"
+        for reg, hip in ASM_HINTS.items()
+        if re.search(re.escape(reg) + r"\b", code)
+    ]
+    hint = f"; HIP has {', '.join(hints)}" if hints else "; rewrite it with HIP intrinsics"
+    snippet = strings[0] if strings else ""
+    return Finding(
+        k,
+        "inline-asm",
+        f"inline PTX {snippet} cannot be translated{hint}, or keep it for NVIDIA only inside "
+        "#ifndef USE_ROCM (the build defines USE_ROCM on AMD)",
+    )
