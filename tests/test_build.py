@@ -275,10 +275,12 @@ def check_bundles(out: Path, amd_targets: list[str]) -> None:
             e.target: e for e in read_bundle((out / "device" / f"{name}.hsaco").read_bytes(), name)
         }
         for target, entry in by_target.items():
-            kernels = {k["name"]: k for k in entry["image"]["kernels"]}
-            assert sorted(kernels) == sorted(module["kernels"]), (name, target)
-            assert {k["wavefront"] for k in kernels.values()} == {expected_wavefront(target)}
             image = next(i for i in module["images"] if i["target"] == target)
+            # inspect names the object's symbols; the index maps each kernel's name to them
+            kernels = {k["name"]: k for k in entry["image"]["kernels"]}
+            assert sorted(image["symbols"]) == sorted(module["kernels"]), (name, target)
+            assert sorted(kernels) == sorted(image["symbols"].values()), (name, target)
+            assert {k["wavefront"] for k in kernels.values()} == {expected_wavefront(target)}
             assert (image["offset"], image["size"]) == (entry["offset"], entry["size"])
             data = plain[target].data
             assert hashlib.sha256(data).hexdigest() == image["sha256"]
