@@ -227,8 +227,20 @@ def provisioned_hip() -> Toolchain | None:
     )
 
 
+# Debian installs debootstrap, and the chroot it calls, into the sbin folders, which a root shell
+# reached without a login (su, env -i, some CI runners) may not have on its PATH.
+SYSTEM_TOOL_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+
+
+def host_tool_path() -> str:
+    """The PATH provisioning looks up and runs its host tools with: the caller's, then sbin."""
+    parts = [part for part in os.environ.get("PATH", "").split(os.pathsep) if part]
+    return os.pathsep.join(parts + [d for d in SYSTEM_TOOL_DIRS if d not in parts])
+
+
 def _missing_host_tools() -> list[str]:
-    return [tool for tool in ("debootstrap", "bwrap") if shutil.which(tool) is None]
+    path = host_tool_path()
+    return [tool for tool in ("debootstrap", "bwrap") if shutil.which(tool, path=path) is None]
 
 
 def provision_hip(*, log: bool = True) -> Toolchain:
@@ -303,12 +315,20 @@ def _ensure_host_tools(*, log: bool) -> None:
 
 def _run_with_progress(argv: list[str], *, log: bool, logfile: Path) -> None:
     """Run debootstrap, keeping its full output in a log and showing a package count."""
-    with (
-        logfile.open("w") as sink,
-        subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        ) as process,
-    ):
+    try:
+        process = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=dict(os.environ, PATH=host_tool_path()),
+        )
+    except OSError as error:
+        raise ToolchainError(
+            f"cannot run {argv[0]}: {error.strerror}; as root run `apt-get install {argv[0]}`, "
+            "or install ROCm and set ROCM_PATH"
+        ) from None
+    with logfile.open("w") as sink, process:
         assert process.stdout is not None
         counts = {"Retrieving": 0, "Extracting": 0, "Unpacking": 0, "Configuring": 0}
         last_report = 0.0

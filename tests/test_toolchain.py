@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from buildsys import REPO_ROOT
+from buildsys import REPO_ROOT, toolchain
 from buildsys.errors import ToolchainError
 from buildsys.matrix import load_matrix
 from buildsys.toolchain import Toolchain, amd_toolchain, cuda_toolchain
@@ -91,3 +91,25 @@ def test_a_folder_that_would_hide_the_rootfs_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ToolchainError, match="/usr/share: the provisioned toolchain cannot see it"):
         rootfs.command(["/usr/bin/hipcc", "--version"], cwd=Path("/usr/share"))
     assert rootfs.command(["/usr/bin/hipcc"], cwd=tmp_path)[:2] == ["bwrap", "--bind"]
+
+
+def test_host_tools_in_sbin_are_found_without_sbin_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A root shell without a login may lack the sbin folders, where Debian puts debootstrap."""
+    sbin = tmp_path / "sbin"
+    sbin.mkdir()
+    for tool in ("debootstrap", "bwrap"):
+        (sbin / tool).write_text("#!/bin/sh\n")
+        (sbin / tool).chmod(0o755)
+    monkeypatch.setattr(toolchain, "SYSTEM_TOOL_DIRS", (str(sbin),))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert toolchain.host_tool_path() == f"{tmp_path / 'empty'}:{sbin}"
+    assert toolchain._missing_host_tools() == []
+
+
+def test_a_host_tool_that_cannot_run_is_one_error(tmp_path: Path) -> None:
+    with pytest.raises(ToolchainError, match=r"cannot run .*apt-get install"):
+        toolchain._run_with_progress(
+            [str(tmp_path / "debootstrap")], log=False, logfile=tmp_path / "log"
+        )
