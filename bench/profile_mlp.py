@@ -26,31 +26,16 @@ from __future__ import annotations
 import argparse
 import functools
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from bench_mlp import host_us_per_call  # the benchmark's own measure, so the figures agree
 
 from kernelpack import mlp, mlp_launch, torch_ops
 
 EPS = 1e-6
-
-
-def host_us(call: Callable[[], object], calls: int) -> float:
-    """Wall µs per call of a loop of calls, median of five loops (as bench_mlp.py)."""
-    for _ in range(200):
-        call()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(5):
-        began = time.perf_counter()
-        for _ in range(calls):
-            call()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - began) * 1e6 / calls)
-    return statistics.median(samples)
 
 
 def host(calls: int) -> None:
@@ -147,11 +132,11 @@ def host(calls: int) -> None:
         print(f"\nhost µs per call, {mode_name}, 1x4096 bfloat16, {calls} calls a loop", flush=True)
         with mode():
             for name, call in steps:
-                print(f"{host_us(call, calls):8.2f}  {name}", flush=True)
+                print(f"{host_us_per_call(call, calls):8.2f}  {name}", flush=True)
     with torch.enable_grad():
         print("\ngrad enabled, inputs not requiring grad:", flush=True)
         for name, call in steps[-10:-1]:
-            print(f"{host_us(call, calls):8.2f}  {name}", flush=True)
+            print(f"{host_us_per_call(call, calls):8.2f}  {name}", flush=True)
 
 
 def _forward_backward(
