@@ -86,10 +86,13 @@ def _toolchain(args: argparse.Namespace) -> int:
     if native is not None:
         found.append(native)
     provisioned = tc.provisioned_hip()
-    if (
-        provisioned is None
-        and settings.provision
-        and (native is None or not all(native.buildable(amd_targets).values()))
+    if settings.provision and (
+        # an existing root file system made before a package joined the list is updated
+        (provisioned is not None and tc.missing_rootfs_packages())
+        or (
+            provisioned is None
+            and (native is None or not all(native.buildable(amd_targets).values()))
+        )
     ):
         provisioned = tc.provision_hip()
     if provisioned is not None:

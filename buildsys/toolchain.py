@@ -3,7 +3,11 @@
 AMD: a native ROCm (``ROCM_PATH``, ``/opt/rocm``, ``hipcc`` on PATH) is used when it can build the
 requested targets. Otherwise the builder provisions its own: a Debian sid root file system made with
 debootstrap (minbase plus the packages ``hipcc`` and ``hipify-perl``: HIP 6.4, LLVM 21) in the user's
-cache folder, run through bubblewrap with the work tree bound at the same path. Debian bookworm's own
+cache folder, run through bubblewrap with the work tree bound at the same path. The header-only ROCm
+libraries rocThrust, hipCUB and rocPRIM (Debian's builds for the same HIP 6.4) come with it, so
+translated ``thrust`` and ``cub`` code compiles; a root file system provisioned before a package
+joined the list gets it the next time provisioning runs, in a copy swapped in whole
+(``provision_hip``). Debian bookworm's own
 hipcc (HIP 5.2, LLVM 15) lacks device libraries for gfx11xx and gfx942, which is why "found" is not
 "usable": each toolchain's buildable targets are measured by compiling a tiny kernel per target once,
 and the answer is cached per compiler identity.
@@ -15,6 +19,7 @@ NVIDIA: nvcc from ``CUDA_HOME``, ``/usr/local/cuda`` or PATH; its targets come f
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import hashlib
 import json
@@ -37,7 +42,9 @@ from .errors import ToolchainError
 
 ROOTFS_SUITE = "sid"
 ROOTFS_MIRROR = "http://deb.debian.org/debian"
-ROOTFS_PACKAGES = ("hipcc", "hipify-perl")
+# hipcc and hipify-perl; then rocThrust (thrust/), hipCUB (hipcub/, what cub/ becomes) and rocPRIM
+# (hipCUB's and rocThrust's back end): header-only, built by Debian for the same HIP 6.4.
+ROOTFS_PACKAGES = ("hipcc", "hipify-perl", "librocthrust-dev", "libhipcub-dev", "librocprim-dev")
 ROOTFS_NAME = "debian-sid-hip"
 _COMPLETE_MARKER = ".kernelpack-rootfs.json"
 _PROBE_SOURCE = (
@@ -169,6 +176,8 @@ def amd_toolchain(*, provision: bool = False, targets: Sequence[str] = ()) -> To
         return native
     provisioned = provisioned_hip()
     if provisioned is not None:
+        if provision and missing_rootfs_packages():
+            return provision_hip()  # brings the root file system up to ROOTFS_PACKAGES
         return provisioned
     if provision:
         return provision_hip()
@@ -216,7 +225,8 @@ def rootfs_dir() -> Path:
 
 
 def provisioned_hip() -> Toolchain | None:
-    """The provisioned toolchain, if a complete root file system is there."""
+    """The provisioned toolchain, if a complete root file system is there (also one that lacks
+    packages added to ROOTFS_PACKAGES since: ``missing_rootfs_packages`` names them)."""
     root = rootfs_dir()
     marker = root / _COMPLETE_MARKER
     if not marker.exists():
@@ -225,6 +235,16 @@ def provisioned_hip() -> Toolchain | None:
     return Toolchain(
         "hip", f"hipcc ({ROOTFS_NAME})", facts["version"], Path("/usr/bin"), rootfs=root
     )
+
+
+def missing_rootfs_packages() -> tuple[str, ...]:
+    """The packages of ROOTFS_PACKAGES the provisioned root file system was not made with (all of
+    them when there is none)."""
+    marker = rootfs_dir() / _COMPLETE_MARKER
+    if not marker.exists():
+        return ROOTFS_PACKAGES
+    have = set(json.loads(marker.read_text()).get("packages", ()))
+    return tuple(package for package in ROOTFS_PACKAGES if package not in have)
 
 
 # Debian installs debootstrap, and the chroot it calls, into the sbin folders, which a root shell
@@ -244,51 +264,174 @@ def _missing_host_tools() -> list[str]:
 
 
 def provision_hip(*, log: bool = True) -> Toolchain:
-    """Make the Debian sid root file system with hipcc: safe to interrupt and to run twice at once.
+    """Make the Debian sid root file system with hipcc, or bring an existing one up to
+    ROOTFS_PACKAGES: safe to interrupt and to run twice at once.
 
     The root file system is built in a scratch folder beside its final place and renamed into
     place only when complete, so an interrupted run leaves nothing that looks usable; a lock keeps
-    two concurrent runs from building it twice.
+    two concurrent runs from building it twice. An existing one that lacks packages is updated in
+    a copy (``_upgrade_rootfs``), so builds using it meanwhile never see it half-updated.
     """
     root = rootfs_dir()
     root.parent.mkdir(parents=True, exist_ok=True)
     with _locked(root.parent / f"{ROOTFS_NAME}.lock"):
+        _remove_retired(root.parent)
         existing = provisioned_hip()
         if existing is not None:
-            return existing
-        _ensure_host_tools(log=log)
-        scratch = root.parent / f"{ROOTFS_NAME}.partial"
-        if scratch.exists():
-            shutil.rmtree(scratch)
-        if root.exists():
-            shutil.rmtree(root)
-        _say(
-            log,
-            f"provisioning the AMD toolchain: Debian {ROOTFS_SUITE} + {', '.join(ROOTFS_PACKAGES)} "
-            f"into {root} (downloads over 1 GB, about a minute on a fast mirror)",
-        )
-        started = time.monotonic()
-        argv = [
-            "debootstrap",
-            "--variant=minbase",
-            f"--include={','.join(ROOTFS_PACKAGES)}",
-            ROOTFS_SUITE,
-            str(scratch),
-            os.environ.get("KERNELPACK_DEBIAN_MIRROR", ROOTFS_MIRROR),
-        ]
-        _run_with_progress(argv, log=log, logfile=root.parent / f"{ROOTFS_NAME}.log")
-        toolchain = Toolchain(
-            "hip", f"hipcc ({ROOTFS_NAME})", "?", Path("/usr/bin"), rootfs=scratch
-        )
-        version = _hip_version(toolchain.run(["hipcc", "--version"]).stdout)
-        (scratch / _COMPLETE_MARKER).write_text(
-            json.dumps({"version": version, "suite": ROOTFS_SUITE, "packages": ROOTFS_PACKAGES})
-        )
-        scratch.rename(root)
-        _say(log, f"provisioned {version} in {time.monotonic() - started:.0f} s")
+            missing = missing_rootfs_packages()
+            if not missing:
+                return existing
+            _upgrade_rootfs(root, missing, log=log)
+        else:
+            _debootstrap(root, log=log)
     result = provisioned_hip()
     assert result is not None
     return result
+
+
+def _debootstrap(root: Path, *, log: bool) -> None:
+    _ensure_host_tools(log=log)
+    scratch = root.parent / f"{ROOTFS_NAME}.partial"
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    if root.exists():
+        shutil.rmtree(root)
+    _say(
+        log,
+        f"provisioning the AMD toolchain: Debian {ROOTFS_SUITE} + {', '.join(ROOTFS_PACKAGES)} "
+        f"into {root} (downloads over 1 GB, about a minute on a fast mirror)",
+    )
+    started = time.monotonic()
+    argv = [
+        "debootstrap",
+        "--variant=minbase",
+        f"--include={','.join(ROOTFS_PACKAGES)}",
+        ROOTFS_SUITE,
+        str(scratch),
+        os.environ.get("KERNELPACK_DEBIAN_MIRROR", ROOTFS_MIRROR),
+    ]
+    _run_with_progress(argv, log=log, logfile=root.parent / f"{ROOTFS_NAME}.log")
+    version = _write_marker(scratch, ROOTFS_PACKAGES)
+    scratch.rename(root)
+    _say(log, f"provisioned {version} in {time.monotonic() - started:.0f} s")
+
+
+def _write_marker(rootfs: Path, packages: Sequence[str]) -> str:
+    """Measure the hipcc of ``rootfs`` and write the marker that makes it a complete toolchain."""
+    toolchain = Toolchain("hip", f"hipcc ({ROOTFS_NAME})", "?", Path("/usr/bin"), rootfs=rootfs)
+    version = _hip_version(toolchain.run(["hipcc", "--version"]).stdout)
+    facts = {"version": version, "suite": ROOTFS_SUITE, "packages": list(packages)}
+    atomic_write(rootfs / _COMPLETE_MARKER, json.dumps(facts).encode())
+    return version
+
+
+# A replaced root file system is kept this long under a ".retired-<time>" name: a compile that
+# started in it before the swap still reads its headers (bubblewrap bound the folder itself).
+RETIRED_KEEP_S = 3600
+
+
+def _upgrade_rootfs(root: Path, missing: Sequence[str], *, log: bool) -> None:
+    """Install ``missing`` into a copy of ``root`` and swap the copy in with one atomic rename.
+
+    Builds that run meanwhile keep using the old tree: it stays complete until the swap, and after
+    it the old tree lives on under a retired name (removed by a later provisioning, after
+    RETIRED_KEEP_S) for compiles that were already running in it. A failure removes the copy and
+    leaves ``root`` as it was.
+    """
+    scratch = root.parent / f"{ROOTFS_NAME}.partial"
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    _say(log, f"updating the AMD toolchain in {root}: adding {', '.join(missing)} (in a copy)")
+    started = time.monotonic()
+    try:
+        _copy_tree(root, scratch)
+        _install_packages(scratch, missing, logfile=root.parent / f"{ROOTFS_NAME}.log")
+        have = json.loads((root / _COMPLETE_MARKER).read_text()).get("packages", [])
+        packages = [*have, *(p for p in missing if p not in have)]
+        version = _write_marker(scratch, packages)
+        _exchange(scratch, root)  # root is now the updated tree, scratch the old one
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    scratch.rename(root.parent / f"{ROOTFS_NAME}.retired-{time.time():.0f}")
+    _say(log, f"updated {version} in {time.monotonic() - started:.0f} s")
+
+
+def _copy_tree(source: Path, destination: Path) -> None:
+    """A full copy keeping owners, modes and links (``cp -a``, sharing blocks where it can)."""
+    result = subprocess.run(
+        ["cp", "-a", "--reflink=auto", str(source), str(destination)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise ToolchainError(f"copying {source} failed: {result.stderr.strip()[-300:]}")
+
+
+def _install_packages(rootfs: Path, packages: Sequence[str], *, logfile: Path) -> None:
+    """apt-get install ``packages`` inside ``rootfs`` (run as root through bubblewrap, which
+    keeps root's capabilities for dpkg), appending apt's output to ``logfile``."""
+    if os.geteuid() != 0:
+        raise ToolchainError(
+            f"adding {', '.join(packages)} to the provisioned toolchain needs root (apt-get in "
+            f"its root file system): run `python -m buildsys toolchain --provision` as root"
+        )
+    wrapper = ["bwrap", "--bind", str(rootfs), "/", "--proc", "/proc", "--dev", "/dev"]
+    if Path("/etc/resolv.conf").exists():
+        wrapper += ["--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]
+    wrapper += ["--setenv", "DEBIAN_FRONTEND", "noninteractive", "--die-with-parent"]
+    quiet = ["-qq", "-o", "Dpkg::Use-Pty=0"]
+    steps = (
+        ["apt-get", *quiet, "update"],
+        ["apt-get", *quiet, "install", "-y", "--no-install-recommends", *packages],
+        ["apt-get", *quiet, "clean"],
+    )
+    with logfile.open("a") as sink:
+        for argv in steps:
+            try:
+                result = subprocess.run(
+                    [*wrapper, *argv],
+                    capture_output=True,
+                    text=True,
+                    env=dict(os.environ, PATH=host_tool_path()),
+                )
+            except OSError as error:
+                raise ToolchainError(f"cannot run bwrap: {error.strerror}") from None
+            sink.write(f"$ {' '.join(argv)}\n{result.stdout}{result.stderr}")
+            if result.returncode != 0:
+                tail = (result.stderr or result.stdout).strip()[-300:]
+                raise ToolchainError(
+                    f"{' '.join(argv[:1] + argv[len(quiet) + 1 :])} in the provisioned toolchain "
+                    f"failed (exit {result.returncode}): {tail}; its log is {logfile}; re-run to "
+                    "try again (the toolchain was left as it was)"
+                )
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(first: Path, second: Path) -> None:
+    """Swap two folders in one step (renameat2 RENAME_EXCHANGE): no moment where either name is
+    missing, so a build looking the toolchain up meanwhile finds the old or the new one."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd = -100
+    status = libc.renameat2(
+        at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), _RENAME_EXCHANGE
+    )
+    if status != 0:
+        error = ctypes.get_errno()
+        raise ToolchainError(
+            f"cannot swap {first} and {second}: {os.strerror(error)} (the file system must "
+            "support renameat2 RENAME_EXCHANGE); the toolchain was left as it was"
+        )
+
+
+def _remove_retired(folder: Path) -> None:
+    """Remove root file systems replaced by an update more than RETIRED_KEEP_S ago."""
+    for retired in folder.glob(f"{ROOTFS_NAME}.retired-*"):
+        stamp = retired.name.rsplit("-", 1)[1]
+        if stamp.isdigit() and time.time() - int(stamp) > RETIRED_KEEP_S:
+            shutil.rmtree(retired, ignore_errors=True)
 
 
 def _ensure_host_tools(*, log: bool) -> None:

@@ -113,3 +113,94 @@ def test_a_host_tool_that_cannot_run_is_one_error(tmp_path: Path) -> None:
         toolchain._run_with_progress(
             [str(tmp_path / "debootstrap")], log=False, logfile=tmp_path / "log"
         )
+
+
+def _old_rootfs(folder: Path, packages: list[str]) -> Path:
+    """A stand-in provisioned root file system: a marker listing ``packages`` and one header."""
+    root = folder / toolchain.ROOTFS_NAME
+    (root / "usr" / "include" / "hip").mkdir(parents=True)
+    (root / "usr" / "include" / "hip" / "hip_runtime.h").write_text("// old\n")
+    marker = {"version": "HIP old", "suite": "sid", "packages": packages}
+    (root / toolchain._COMPLETE_MARKER).write_text(json.dumps(marker))
+    return root
+
+
+def test_an_old_rootfs_gets_the_new_packages_in_a_copy_swapped_in_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A root file system provisioned before the ROCm libraries joined ROOTFS_PACKAGES is
+    updated: the packages go into a copy while the live tree stays untouched, and the copy
+    replaces it in one step; the old tree is kept (retired) for compiles still running in it."""
+    monkeypatch.setenv("KERNELPACK_TOOLCHAIN_DIR", str(tmp_path))
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
+    root = _old_rootfs(tmp_path, ["hipcc", "hipify-perl"])
+    assert toolchain.missing_rootfs_packages() == (
+        "librocthrust-dev",
+        "libhipcub-dev",
+        "librocprim-dev",
+    )
+    installs: list[tuple[Path, tuple[str, ...]]] = []
+
+    def install(rootfs: Path, packages: tuple[str, ...], *, logfile: Path) -> None:
+        assert rootfs != root and (rootfs / "usr/include/hip/hip_runtime.h").exists()
+        assert not (root / "usr/include/thrust").exists()  # the live tree is not touched
+        (rootfs / "usr/include/thrust").mkdir()
+        (rootfs / "usr/include/thrust/scan.h").write_text("// new\n")
+        installs.append((rootfs, tuple(packages)))
+
+    def marker(rootfs: Path, packages: list[str]) -> str:
+        (rootfs / toolchain._COMPLETE_MARKER).write_text(
+            json.dumps({"version": "HIP new", "suite": "sid", "packages": packages})
+        )
+        return "HIP new"
+
+    monkeypatch.setattr(toolchain, "_install_packages", install)
+    monkeypatch.setattr(toolchain, "_write_marker", marker)
+    updated = amd_toolchain(provision=True)
+    assert installs == [(tmp_path / f"{toolchain.ROOTFS_NAME}.partial", installs[0][1])]
+    assert set(installs[0][1]) == {"librocthrust-dev", "libhipcub-dev", "librocprim-dev"}
+    assert updated.rootfs == root and updated.version == "HIP new"
+    assert (root / "usr/include/thrust/scan.h").read_text() == "// new\n"
+    assert toolchain.missing_rootfs_packages() == ()
+    retired = list(tmp_path.glob(f"{toolchain.ROOTFS_NAME}.retired-*"))
+    assert len(retired) == 1 and not (retired[0] / "usr/include/thrust").exists()
+    assert not (tmp_path / f"{toolchain.ROOTFS_NAME}.partial").exists()
+    # up to date: nothing is copied or installed again; an hour later the retired tree goes
+    amd_toolchain(provision=True)
+    assert len(installs) == 1
+    monkeypatch.setattr(toolchain, "RETIRED_KEEP_S", -1)
+    toolchain.provision_hip(log=False)
+    assert not list(tmp_path.glob(f"{toolchain.ROOTFS_NAME}.retired-*"))
+    assert (root / "usr/include/thrust/scan.h").exists()
+
+
+def test_a_failed_update_leaves_the_rootfs_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNELPACK_TOOLCHAIN_DIR", str(tmp_path))
+    root = _old_rootfs(tmp_path, ["hipcc", "hipify-perl"])
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+
+    def install(rootfs: Path, packages: tuple[str, ...], *, logfile: Path) -> None:
+        (rootfs / "usr/include/half-installed.h").write_text("")
+        raise ToolchainError("apt-get install in the provisioned toolchain failed (exit 100)")
+
+    monkeypatch.setattr(toolchain, "_install_packages", install)
+    with pytest.raises(ToolchainError, match="exit 100"):
+        toolchain.provision_hip(log=False)
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+    assert json.loads((root / toolchain._COMPLETE_MARKER).read_text())["version"] == "HIP old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        toolchain.ROOTFS_NAME,
+        f"{toolchain.ROOTFS_NAME}.lock",
+    ]
+
+
+def test_exchange_swaps_two_folders(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "one").write_text("a")
+    (tmp_path / "b").mkdir()
+    toolchain._exchange(tmp_path / "a", tmp_path / "b")
+    assert (tmp_path / "b" / "one").read_text() == "a" and not list((tmp_path / "a").iterdir())
+    with pytest.raises(ToolchainError, match="cannot swap"):
+        toolchain._exchange(tmp_path / "a", tmp_path / "missing")
