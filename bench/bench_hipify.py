@@ -146,19 +146,49 @@ def _sources(base: Path, project: Project) -> list[Path]:
     return _closure(base, starts, _include_dirs(project))
 
 
+# Header libraries a file may include from the toolchain (rocThrust, hipCUB, rocPRIM; cub/ in a
+# tree hipify-perl left untranslated): a file that includes one is keyed by the libraries'
+# version headers too, so installing or updating them recompiles exactly those files.
+LIBRARY_FOLDERS = ("thrust/", "hipcub/", "rocprim/", "cub/")
+LIBRARY_VERSION_HEADERS = (
+    "thrust/version.h",
+    "hipcub/hipcub_version.hpp",
+    "rocprim/rocprim_version.hpp",
+)
+
+
+def library_fingerprint(include_folder: Path | None) -> str:
+    """The version headers of the toolchain's header libraries (or "absent" for each missing)."""
+    digest = hashlib.sha256()
+    for name in LIBRARY_VERSION_HEADERS:
+        path = include_folder / name if include_folder is not None else None
+        data = path.read_bytes() if path is not None and path.is_file() else b"absent"
+        digest.update(f"\0{name}\0".encode() + data)
+    return digest.hexdigest()
+
+
 def _input_digest(
-    tree: Path, project: Project, relative: str, salt: Sequence[str], compat: Path
+    tree: Path,
+    project: Project,
+    relative: str,
+    salt: Sequence[str],
+    compat: Path,
+    libraries: str = "",
 ) -> str:
     """What a compile of ``relative`` in ``tree`` depends on: the file, the project files it
     includes (transitively), the compat header (``compat``, the run's copy) where one of them
-    includes it, and ``salt`` (tool, toolchain version, flags, targets). The result cache is keyed
-    by it."""
+    includes it, the toolchain's header libraries (``libraries``, a library_fingerprint) where
+    one of them includes one, and ``salt`` (tool, toolchain version, flags, targets). The result
+    cache is keyed by it."""
     digest = hashlib.sha256("\0".join(salt).encode())
     for path in _closure(tree, [Path(relative)], _include_dirs(project)):
         data = (tree / path).read_bytes()
         digest.update(f"\0{path}\0{len(data)}\0".encode() + data)
         if COMPAT_HEADER.encode() in data:
             digest.update((compat / COMPAT_HEADER).read_bytes())
+        names = _INCLUDE_RE.findall(data.decode("utf-8", errors="replace"))
+        if libraries and any(name.startswith(LIBRARY_FOLDERS) for name in names):
+            digest.update(f"\0libraries\0{libraries}".encode())
     return digest.hexdigest()
 
 
@@ -248,8 +278,8 @@ def nvcc_file(
     )
     if result.returncode != 0:
         return False, _first_error(result), []
-    kernels = sorted(k.name for k in read_cubin(cubin.read_bytes(), str(cubin)).kernels)
-    return True, "", kernels
+    image = read_cubin(cubin.read_bytes(), str(cubin), internal=True)
+    return True, "", sorted(k.name for k in image.kernels)
 
 
 def hip_file(
@@ -323,6 +353,7 @@ def run_bench(
     results_file: Path | None = None,
 ) -> list[FileResult]:
     toolchain = amd_toolchain(provision=True)
+    libraries = library_fingerprint(toolchain.include_folder)
     results: list[FileResult] = []
     with tempfile.TemporaryDirectory(prefix="bench-hipify-") as work_name:
         work = Path(work_name)
@@ -377,10 +408,10 @@ def run_bench(
                 ok, error, names = nvcc_file(base, project, path, scratch)
                 return {"ok": ok, "error": error, "kernels": names}
 
-            nvcc = cached(
-                _input_digest(base, project, path, ["nvcc", nvcc_version, *salt], compat),
-                compute_nvcc,
-            )
+            # nvcc's kernels include those of internal linkage (static, anonymous namespace):
+            # results from before they were read are not reused
+            nvcc_salt = ["nvcc", nvcc_version, *salt, "internal-kernels"]
+            nvcc = cached(_input_digest(base, project, path, nvcc_salt, compat), compute_nvcc)
             nvcc_ok, nvcc_error = bool(nvcc["ok"]), str(nvcc["error"])
             nvcc_kernels = [str(k) for k in nvcc["kernels"]]  # type: ignore[attr-defined]
             if not nvcc_ok:  # not counted: the NVIDIA reference itself does not build
@@ -393,7 +424,7 @@ def run_bench(
                 # whose content the key covers
                 named = [COMPAT_DIR.as_posix() if a == str(compat) else a for a in extra]
                 key = _input_digest(
-                    tree, project, path, [tool, toolchain.version, *salt, *named], compat
+                    tree, project, path, [tool, toolchain.version, *salt, *named], compat, libraries
                 )
                 data = cached(
                     key,
@@ -436,14 +467,26 @@ def read_results(path: Path) -> list[FileResult]:
     return sorted(results, key=lambda r: (r.project, r.path))
 
 
+# Kernels CUDA's own header libraries put into every object that includes them (CUB's
+# EmptyKernel): the library's, not the file's, and not expected from hipCUB or rocThrust.
+NVIDIA_LIBRARY_NAMESPACES = ("cub::", "thrust::")
+
+
+def file_kernels(result: FileResult) -> list[str]:
+    """nvcc's kernels of the file itself: those of CUDA's header libraries left out."""
+    return [
+        k for k in result.nvcc_kernels if not _base_name(k).startswith(NVIDIA_LIBRARY_NAMESPACES)
+    ]
+
+
 def missing_kernels(result: FileResult, target: str) -> list[str]:
-    """nvcc's kernels of the file that our object for ``target`` lacks. Mangled names differ
-    where a parameter or template argument is a vendor type (``__nv_bfloat16``), so kernels are
-    matched by qualified name, counting instantiations: a name nvcc has three times must be in the
-    AMD object three times."""
+    """nvcc's kernels of the file (file_kernels) that our object for ``target`` lacks. Mangled
+    names differ where a parameter or template argument is a vendor type (``__nv_bfloat16``), so
+    kernels are matched by qualified name, counting instantiations: a name nvcc has three times
+    must be in the AMD object three times."""
     amd = Counter(_base_name(k) for k in result.ours.kernels.get(target, []))
     missing = []
-    for kernel in result.nvcc_kernels:
+    for kernel in file_kernels(result):
         name = _base_name(kernel)
         if amd[name] > 0:
             amd[name] -= 1
@@ -454,16 +497,23 @@ def missing_kernels(result: FileResult, target: str) -> list[str]:
 
 def _base_name(symbol: str) -> str:
     """A kernel's qualified name without template arguments or parameters (``_ZN2ns1kIfEEvPT_``
-    -> ``ns::k``): the part both vendors spell alike (a HIP type name in the arguments differs)."""
-    nested = symbol.startswith("_ZN")
-    at = 3 if nested else 2
+    -> ``ns::k``): the part both vendors spell alike (a HIP type name in the arguments differs).
+    Internal linkage is spelt differently by each compiler: an anonymous namespace is
+    ``_GLOBAL__N_1`` in clang's symbols and ``_GLOBAL__N__<hash>_<file>`` in nvcc's, both become
+    ``(anonymous namespace)``; a ``static`` function's ``L`` (``_ZL4name``) is dropped."""
     if not symbol.startswith("_Z"):
         return symbol
+    at = 2
+    if symbol[at : at + 1] == "L":
+        at += 1
+    nested = symbol[at : at + 1] == "N"
+    at += 1 if nested else 0
     parts = []
-    while (match := re.match(r"\d+", symbol[at:])) is not None:
-        length = int(match.group())
+    while (match := re.match(r"L?(\d+)", symbol[at:])) is not None:
+        length = int(match.group(1))
         at += match.end()
-        parts.append(symbol[at : at + length])
+        part = symbol[at : at + length]
+        parts.append("(anonymous namespace)" if part.startswith("_GLOBAL__N") else part)
         at += length
         if not nested:
             break
@@ -517,7 +567,7 @@ def markdown(
             missing = {t: missing_kernels(r, t) for t in targets if r.ours.compiles(t)}
             worst = max((len(m) for m in missing.values()), default=0)
             compiled = bool(missing)  # no AMD object to compare where no target compiled
-            row += f" {worst} of {len(r.nvcc_kernels)} |" if r.nvcc_ok and compiled else " - |"
+            row += f" {worst} of {len(file_kernels(r))} |" if r.nvcc_ok and compiled else " - |"
         lines.append(row)
     return "\n".join(lines) + "\n"
 

@@ -87,6 +87,14 @@ class Toolchain:
         """What a build cache key must cover: a different compiler gives a different identity."""
         return f"{self.kind}:{self.name}:{self.version}:{self.runs}"
 
+    @property
+    def include_folder(self) -> Path:
+        """Where the toolchain's system headers are, as this machine sees them (the root file
+        system's /usr/include for a provisioned one, ROCm's include folder for a native one)."""
+        if self.rootfs is not None:
+            return self.rootfs / "usr" / "include"
+        return self.bindir.parent / "include"
+
     def tool(self, name: str) -> str:
         """The path (inside the rootfs, for a provisioned toolchain) of one of its programs."""
         real_bindir = self.rootfs / self.bindir.relative_to("/") if self.rootfs else self.bindir
@@ -380,7 +388,9 @@ def _install_packages(rootfs: Path, packages: Sequence[str], *, logfile: Path) -
     if Path("/etc/resolv.conf").exists():
         wrapper += ["--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]
     wrapper += ["--setenv", "DEBIAN_FRONTEND", "noninteractive", "--die-with-parent"]
-    quiet = ["-qq", "-o", "Dpkg::Use-Pty=0"]
+    # Valid-Until is not checked, as debootstrap does not check it: a mirror (or the machine's
+    # clock) a few days off must not stop an update that debootstrap itself would have made.
+    quiet = ["-qq", "-o", "Dpkg::Use-Pty=0", "-o", "Acquire::Check-Valid-Until=false"]
     steps = (
         ["apt-get", *quiet, "update"],
         ["apt-get", *quiet, "install", "-y", "--no-install-recommends", *packages],

@@ -615,6 +615,28 @@ def test_nvcc_cubins_name_their_target(arch: str, tmp_path: Path) -> None:
 
 
 @needs_nvcc
+def test_cubin_internal_kernels_are_read_only_when_asked(tmp_path: Path) -> None:
+    """nvcc binds kernels of internal linkage locally: the loader's list (global symbols) leaves
+    them out, ``internal=True`` (the hipify benchmark's comparison with AMD objects) keeps them."""
+    source = tmp_path / "linkage.cu"
+    source.write_text(
+        'extern "C" __global__ void visible(int* x) { x[0] = 1; }\n'
+        "static __global__ void file_static(int* x) { x[0] = 2; }\n"
+        "namespace { __global__ void anonymous(int* x) { x[0] = 3; } }\n"
+        "void launch(int* x) { file_static<<<1, 1>>>(x); anonymous<<<1, 1>>>(x); }\n"
+    )
+    out = tmp_path / "linkage.cubin"
+    subprocess.run(
+        [_nvcc() or "nvcc", "-cubin", "-arch=sm_90", str(source), "-o", str(out)], check=True
+    )
+    data = out.read_bytes()
+    assert [k.name for k in read_cubin(data, "x").kernels] == ["visible"]
+    names = sorted(k.name for k in read_cubin(data, "x", internal=True).kernels)
+    assert len(names) == 3 and names[-1] == "visible", names
+    assert "file_static" in names[0] + names[1] and "anonymous" in names[0] + names[1]
+
+
+@needs_nvcc
 def test_cubin_figures_agree_with_ptxas(tmp_path: Path) -> None:
     out = tmp_path / "sm_90.cubin"
     source = OBJECTS / "src" / "kernels.hip"

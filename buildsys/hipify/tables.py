@@ -489,12 +489,34 @@ HEADERS: dict[str, str | None] = {
     "cuda/std/type_traits": "type_traits",
     "cuda/std/cstdint": "cstdint",
     "cuda/std/utility": "utility",
-    "cuda_pipeline.h": None,
+    "cuda_pipeline.h": "kernelpack_hip_compat.h",
+    "cuda_pipeline_primitives.h": "kernelpack_hip_compat.h",
     "cuda/pipeline": None,
     "cuda/barrier": None,
     "cuda/atomic": None,
     "mma.h": None,
 }
+
+# Header folders renamed as a whole: CUB's headers (cub/block/block_load.cuh) are hipCUB's under the
+# same path (hipcub/block/block_load.hpp), in the rocThrust/hipCUB/rocPRIM packages the provisioned
+# toolchain installs (buildsys.toolchain.ROOTFS_PACKAGES). Thrust keeps its name: rocThrust is
+# thrust/, with thrust::cuda::par kept as an alias of its HIP policy.
+HEADER_FOLDERS: tuple[tuple[str, str, str, str], ...] = (
+    # CUDA folder, CUDA suffix, HIP folder, HIP suffix
+    ("cub/", ".cuh", "hipcub/", ".hpp"),
+)
+
+
+def header_target(header: str) -> str | None:
+    """The HIP header for a CUDA ``#include`` name, or None (no counterpart, or not CUDA's)."""
+    if header in HEADERS:
+        return HEADERS[header]
+    for cuda_folder, cuda_suffix, hip_folder, hip_suffix in HEADER_FOLDERS:
+        if header.startswith(cuda_folder) and header.endswith(cuda_suffix):
+            middle = header[len(cuda_folder) : len(header) - len(cuda_suffix)]
+            return f"{hip_folder}{middle}{hip_suffix}"
+    return None
+
 
 # What to do instead of a CUDA header that has no HIP counterpart (the unsupported-api message).
 HEADER_ADVICE: dict[str, str] = {
@@ -503,8 +525,6 @@ HEADER_ADVICE: dict[str, str] = {
     "inside #ifndef USE_ROCM",
     "cooperative_groups/memcpy_async.h": "replace memcpy_async with plain loads to shared memory "
     "and a __syncthreads(), or guard it with #ifndef USE_ROCM",
-    "cuda_pipeline.h": "replace the pipeline with plain loads to shared memory and "
-    "__syncthreads(), or guard it with #ifndef USE_ROCM",
     "cuda/pipeline": "replace the pipeline with plain loads to shared memory and "
     "__syncthreads(), or guard it with #ifndef USE_ROCM",
     "cuda/barrier": "use __syncthreads() or HIP's cooperative groups, or guard it with "
@@ -588,9 +608,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         "HIP 6.4 offers __match_all_sync only behind HIP_ENABLE_WARP_SYNC_BUILTINS with a 64-bit mask; rewrite with __ballot",
     ),
     Unsupported("__cvta_generic_to_shared", "PTX address-space conversion has no HIP counterpart"),
-    Unsupported(
-        "__pipeline_memcpy_async", "cuda_pipeline's asynchronous copies have no HIP counterpart"
-    ),
     Unsupported("__nanosleep", "HIP 6.4 has no __nanosleep; use __builtin_amdgcn_s_sleep"),
     Unsupported(
         "nvcuda",
@@ -713,6 +730,7 @@ COMPAT_FUNCTIONS = frozenset(
     | {f"__{t}2bfloat16_rn" for t in ("int", "uint", "short", "ushort", "ll", "ull")}
     | {"atomicCAS", "atomicAdd"}
     | {f"__reduce_{op}_sync" for op in ("add", "min", "max", "and", "or", "xor")}
+    | {"__pipeline_memcpy_async", "__pipeline_commit", "__pipeline_wait_prior"}
 )
 # cooperative_groups members the compat header adds (cg::reduce and its operators).
 COMPAT_CG_MEMBERS = frozenset({"reduce", "plus", "less", "greater", "bit_and", "bit_or", "bit_xor"})
@@ -765,8 +783,16 @@ UNSUPPORTED_BY_NAME: dict[str, Unsupported] = {entry.name: entry for entry in UN
 WARP_BY_NAME: dict[str, WarpIntrinsic] = {entry.cuda: entry for entry in WARP_INTRINSICS}
 
 
+# Library namespaces renamed whole (cub::BlockScan -> hipcub::BlockScan); only the exact name, so
+# identifiers that merely start with it (cube, cubic) stay.
+LIBRARY_NAMES: dict[str, str] = {"cub": "hipcub"}
+
+
 def library_rename(name: str) -> str | None:
-    """The hip library name for a CUDA library name (cublasSgemm -> hipblasSgemm), else None."""
+    """The hip library name for a CUDA library name (cublasSgemm -> hipblasSgemm, cub ->
+    hipcub), else None."""
+    if name in LIBRARY_NAMES:
+        return LIBRARY_NAMES[name]
     for cuda, hip in LIBRARY_PREFIXES:
         if name.startswith(cuda) and len(name) > len(cuda):
             return hip + name[len(cuda) :]

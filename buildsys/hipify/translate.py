@@ -47,7 +47,6 @@ from .tables import (
     COMPAT_HEADER,
     CUDA_ARCH_MACRO,
     CUDA_ARCH_REPLACEMENT,
-    HEADERS,
     HIP_DEVICE_PASS_MACRO,
     HIP_RUNTIME_HEADER,
     HIP_RUNTIME_HEADERS,
@@ -57,6 +56,7 @@ from .tables import (
     VERSION_MACROS,
     WARP_BY_NAME,
     WARP_SYNC_MACRO,
+    header_target,
     library_rename,
 )
 
@@ -329,7 +329,7 @@ class _Translator:
             open_text, close_text, last = "<", ">", closing
         else:
             return text
-        target = HEADERS.get(header)
+        target = header_target(header)
         if target is None:
             return text
         self._count("include", header, target)

@@ -27,6 +27,7 @@ SHT_NOTE = 7
 SHT_NOBITS = 8
 SHT_DYNSYM = 11
 STT_FUNC = 2
+STB_LOCAL = 0
 STB_GLOBAL = 1
 
 # What the readers accept: a file's bytes, or a view of part of them (a bundle entry).

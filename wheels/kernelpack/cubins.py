@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from ._elf import SHT_SYMTAB, STB_GLOBAL, STT_FUNC, Buffer, Elf, Section
+from ._elf import SHT_SYMTAB, STB_GLOBAL, STB_LOCAL, STT_FUNC, Buffer, Elf, Section
 from ._jsonfields import json_fields
 from .errors import FormatError
 from .index import KernelResources
@@ -89,8 +89,15 @@ class Cubin:
         return {"format": "cubin", "target": self.target, **json_fields(self)}
 
 
-def read_cubin(data: Buffer, path: str) -> Cubin:
-    """A cubin's SM (e_flags, and .nv.compat for 'a' targets) and its kernels' resources."""
+def read_cubin(data: Buffer, path: str, *, internal: bool = False) -> Cubin:
+    """A cubin's SM (e_flags, and .nv.compat for 'a' targets) and its kernels' resources.
+
+    The kernels are the externally visible entry functions (global symbols), what a loader looks
+    up by name. With ``internal``, entry functions of internal linkage (a ``static`` kernel, one
+    in an anonymous namespace, a template instantiated with a file-local argument) are included
+    too: nvcc binds their symbols locally, and a comparison with AMD code objects, where every
+    kernel is a global symbol, needs them.
+    """
     elf = Elf(data, path, machine=EM_CUDA, what="an NVIDIA cubin")
     if elf.abi_version == 8:
         sm = (elf.flags >> 8) & 0xFF
@@ -112,7 +119,9 @@ def read_cubin(data: Buffer, path: str) -> Cubin:
     info_of: dict[str, tuple[int, tuple[KernelParam, ...]]] = {}
     for symbol in symbols:
         if not (
-            symbol.type == STT_FUNC and symbol.bind == STB_GLOBAL and symbol.other & _STO_CUDA_ENTRY
+            symbol.type == STT_FUNC
+            and (symbol.bind == STB_GLOBAL or (internal and symbol.bind == STB_LOCAL))
+            and symbol.other & _STO_CUDA_ENTRY
         ):
             continue
         attributes = per_symbol.get(symbol.index, {})

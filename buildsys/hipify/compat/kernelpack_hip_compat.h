@@ -544,3 +544,44 @@ __device__ inline T reduce(const Group& group, T value, Op op) {
   return value;
 }
 }  // namespace
+
+// ---- cuda_pipeline.h primitives (__pipeline_memcpy_async, __pipeline_commit, __pipeline_wait_prior) --
+// CUDA's asynchronous copy from global to shared memory (cp.async) is done here at issue time, as
+// a plain copy by the issuing thread; commit does nothing and a wait is a compiler fence. This is
+// the same observable behaviour: CUDA leaves the destination unspecified until a
+// __pipeline_wait_prior covering the copy returns, and makes it visible then only to the issuing
+// thread (other threads need a __syncthreads() after the wait, which the code already has). So a
+// program may not read the destination, or write the source, between issue and wait; a copy
+// that is complete at issue is one of the executions CUDA allows, and every read after the wait
+// sees the same bytes. What is lost is the overlap of the copy with the work before the wait,
+// not a result. As CUDA's, the copy moves size_and_align (4, 8 or 16) bytes between addresses
+// aligned to it, the last zfill of them written as zeros instead of read.
+namespace kernelpack_compat {
+template <typename Word>
+__device__ inline void copy_word(void* dst, const void* src) {
+  *static_cast<Word*>(dst) = *static_cast<const Word*>(src);
+}
+}  // namespace kernelpack_compat
+
+__device__ inline void KP_COMPAT(__pipeline_memcpy_async)(void* __restrict__ dst_shared,
+                                                         const void* __restrict__ src_global,
+                                                         size_t size_and_align, size_t zfill = 0) {
+  if (zfill == 0) {
+    switch (size_and_align) {
+      case 16: kernelpack_compat::copy_word<uint4>(dst_shared, src_global); return;
+      case 8: kernelpack_compat::copy_word<uint2>(dst_shared, src_global); return;
+      case 4: kernelpack_compat::copy_word<unsigned>(dst_shared, src_global); return;
+      default: break;
+    }
+  }
+  unsigned char* dst = static_cast<unsigned char*>(dst_shared);
+  const unsigned char* src = static_cast<const unsigned char*>(src_global);
+  const size_t copied = size_and_align - zfill;
+  for (size_t k = 0; k < size_and_align; ++k) {
+    dst[k] = k < copied ? src[k] : static_cast<unsigned char>(0);
+  }
+}
+__device__ inline void KP_COMPAT(__pipeline_commit)() {}
+__device__ inline void KP_COMPAT(__pipeline_wait_prior)(size_t) {
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);  // no access moves across the wait
+}
