@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include <cooperative_groups/reduce.h>
+#include <cuda_pipeline.h>
 
 #include "../buildsys/hipify/compat/kernelpack_hip_compat.h"
 
@@ -414,6 +415,65 @@ REDUCE_CHECK(and, unsigned)
 REDUCE_CHECK(or, unsigned)
 REDUCE_CHECK(xor, unsigned)
 
+// cuda_pipeline primitives: each thread issues two batches of one copy each, with CUDA's
+// primitives into one shared buffer and with the compat ones into another (poisoned
+// differently), commits, waits for all but the last batch and reads the first, waits for all and
+// reads the second, then after a barrier reads its neighbour's two slots (visibility to other
+// threads). Size 4, 8 or 16, zfill 0..size, source and destination offsets aligned to the size,
+// all from a counter hash; each copy's 16-byte slot is written out whole with its offset and size.
+constexpr int kPipeThreads = 128;
+constexpr size_t kPipeSource = 1 << 20;
+
+__device__ void pipe_shape(unsigned long long id, unsigned* size, unsigned* zfill, unsigned* offset, size_t* from) {
+  const unsigned long long r = mix(id ^ 0x919e11ull);
+  *size = 4u << (r % 3);
+  *zfill = static_cast<unsigned>((r >> 8) % (*size + 1));
+  *offset = static_cast<unsigned>((r >> 16) % (16 / *size)) * *size;
+  *from = static_cast<size_t>((r >> 24) % (kPipeSource / *size)) * *size;
+}
+
+__global__ void pipeline_copies(const unsigned char* src, unsigned char* mine_out, unsigned char* theirs_out,
+                                unsigned* shapes) {
+  __shared__ alignas(16) unsigned char mine[2 * kPipeThreads * 16];
+  __shared__ alignas(16) unsigned char theirs[2 * kPipeThreads * 16];
+  const int t = threadIdx.x;
+  for (int k = t; k < 2 * kPipeThreads * 16; k += kPipeThreads) {
+    mine[k] = 0xa5;
+    theirs[k] = 0x5a;
+  }
+  __syncthreads();
+  const unsigned long long first = (blockIdx.x * 1ull * kPipeThreads + t) * 2;
+  for (int batch = 0; batch < 2; ++batch) {
+    unsigned size, zfill, offset;
+    size_t from;
+    pipe_shape(first + batch, &size, &zfill, &offset, &from);
+    const int slot = (batch * kPipeThreads + t) * 16;
+    __pipeline_memcpy_async(theirs + slot + offset, src + from, size, zfill);
+    kp___pipeline_memcpy_async(mine + slot + offset, src + from, size, zfill);
+    __pipeline_commit();
+    kp___pipeline_commit();
+    shapes[(first + batch) * 2] = size | (zfill << 8) | (offset << 16);
+    shapes[(first + batch) * 2 + 1] = static_cast<unsigned>(from);
+  }
+  auto out = [&](int batch, int owner, int part) {
+    const int slot = (batch * kPipeThreads + owner) * 16;
+    const size_t at = ((first + batch) * 2 + part) * 16;
+    for (int k = 0; k < 16; ++k) {
+      mine_out[at + k] = mine[slot + k];
+      theirs_out[at + k] = theirs[slot + k];
+    }
+  };
+  __pipeline_wait_prior(1);
+  kp___pipeline_wait_prior(1);
+  out(0, t, 0);
+  __pipeline_wait_prior(0);
+  kp___pipeline_wait_prior(0);
+  out(1, t, 0);
+  __syncthreads();
+  out(0, (t + 1) % kPipeThreads, 1);
+  out(1, (t + 1) % kPipeThreads, 1);
+}
+
 // 16-bit float atomicAdd (__half, bf16) with one adder per slot (neighbours share a 32-bit word,
 // so the CAS sees the other half change): old value and addend from every 16-bit pattern against
 // 16 edge patterns in both roles, then random pairs; the returned value and the slot compared.
@@ -681,6 +741,56 @@ static int check_atomic_add16() {
   return check_add16<__nv_bfloat16>("bf16", bf16_edge, true) || check_add16<__half>("__half", half_edge, false);
 }
 
+// Each copy's slot (own read after the waits, and the neighbour's read after the barrier) must
+// be, in both buffers, the source bytes then zeros where the copy wrote and each buffer's own
+// poison elsewhere: mine == theirs == that expectation, computed here from the source.
+static int check_pipeline() {
+  const int blocks = 8192;
+  const size_t copies = size_t(blocks) * kPipeThreads * 2, out_bytes = copies * 2 * 16;
+  unsigned char* host = new unsigned char[kPipeSource];
+  for (size_t k = 0; k < kPipeSource; ++k) host[k] = static_cast<unsigned char>(host_mix(k ^ 0x5eed5) >> 13);
+  unsigned char *src, *a, *b;
+  unsigned* shapes;
+  CUDA_OK(cudaMalloc(&src, kPipeSource)); CUDA_OK(cudaMalloc(&a, out_bytes)); CUDA_OK(cudaMalloc(&b, out_bytes));
+  CUDA_OK(cudaMalloc(&shapes, copies * 2 * sizeof(unsigned)));
+  CUDA_OK(cudaMemcpy(src, host, kPipeSource, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(a, 0x11, out_bytes)); CUDA_OK(cudaMemset(b, 0x22, out_bytes));
+  CUDA_OK(cudaMemset(shapes, 0xff, copies * 2 * sizeof(unsigned)));
+  pipeline_copies<<<blocks, kPipeThreads>>>(src, a, b, shapes);
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned char *ha = new unsigned char[out_bytes], *hb = new unsigned char[out_bytes];
+  unsigned* hs = new unsigned[copies * 2];
+  CUDA_OK(cudaMemcpy(ha, a, out_bytes, cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(hb, b, out_bytes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(hs, shapes, copies * 2 * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  size_t bad = 0, zero_filled = 0;
+  for (size_t c = 0; c < copies; ++c) {
+    const unsigned size = hs[2 * c] & 0xff, zfill = (hs[2 * c] >> 8) & 0xff, offset = hs[2 * c] >> 16;
+    const size_t from = hs[2 * c + 1];
+    bool wrong = (size != 4 && size != 8 && size != 16) || zfill > size || from + size > kPipeSource;
+    zero_filled += zfill;
+    // the neighbour's reads of copy c land in the part-1 record of the copy with c's batch of the
+    // thread before it in the block
+    const size_t block = c / (2 * kPipeThreads), within = c % (2 * kPipeThreads);
+    const size_t thread = within / 2, batch = within % 2;
+    const size_t reader = block * 2 * kPipeThreads + ((thread + kPipeThreads - 1) % kPipeThreads) * 2 + batch;
+    for (int part = 0; part < 2 && !wrong; ++part) {
+      const size_t at = (part == 0 ? c * 2 : reader * 2 + 1) * 16;
+      for (unsigned k = 0; k < 16; ++k) {
+        const bool written = k >= offset && k < offset + size;
+        const unsigned char want_data = k - offset < size - zfill ? host[from + (k - offset)] : 0;
+        wrong |= ha[at + k] != (written ? want_data : 0xa5) || hb[at + k] != (written ? want_data : 0x5a);
+      }
+    }
+    bad += wrong;
+  }
+  std::printf("__pipeline_memcpy_async/__pipeline_commit/__pipeline_wait_prior tried=%zu mismatches=%zu (zero-filled bytes %zu)\n",
+              copies, bad, zero_filled);
+  failures += bad != 0;
+  cudaFree(src); cudaFree(a); cudaFree(b); cudaFree(shapes);
+  delete[] host; delete[] ha; delete[] hb; delete[] hs;
+  return 0;
+}
+
 int main() {
   Tally* tally;
   CUDA_OK(cudaMalloc(&tally, sizeof(Tally)));
@@ -730,6 +840,7 @@ int main() {
       check_reduce<32, unsigned, kp_cg::bit_or, cg::bit_or>("bit_or<unsigned>", nullptr, 0))
     return 2;
   if (check_atomic_add16()) return 2;
+  if (check_pipeline()) return 2;
 #define WARP_REDUCE(op, type, label) \
   if (check_warp_reduce<type>(label, reduce_##op##_##type<false>, reduce_##op##_##type<true>)) return 2;
   WARP_REDUCE(add, int, "__reduce_add_sync(int)") WARP_REDUCE(add, unsigned, "__reduce_add_sync(unsigned)")

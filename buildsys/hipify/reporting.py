@@ -15,6 +15,7 @@ from .tables import (
     CUDA_LOOKALIKES,
     HEADER_ADVICE,
     HEADERS,
+    QUALIFIED_RENAMES,
     RENAMES,
     UNSUPPORTED_BY_NAME,
     UNSUPPORTED_TEMPLATES,
@@ -145,7 +146,15 @@ def api_findings(view: SourceView, declared: frozenset[str]) -> list[Finding]:
             found.append(
                 Finding(k, "unsupported-api", f"{name}<...>: {UNSUPPORTED_TEMPLATES[name]}", name)
             )
-        elif name == "cuda" and after_text == "::" and not is_cuda_std(view, k):
+        elif (
+            name == "cuda"
+            and after_text == "::"
+            and not is_cuda_std(view, k)
+            and not (  # thrust::cuda:: is rocThrust's thrust::hip::, translated
+                before == "::"
+                and (view.text_of(view.prev_sig(view.prev_sig(k) or k)), name) in QUALIFIED_RENAMES
+            )
+        ):
             found.append(
                 Finding(
                     k,

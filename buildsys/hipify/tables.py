@@ -783,6 +783,10 @@ UNSUPPORTED_BY_NAME: dict[str, Unsupported] = {entry.name: entry for entry in UN
 WARP_BY_NAME: dict[str, WarpIntrinsic] = {entry.cuda: entry for entry in WARP_INTRINSICS}
 
 
+# Names renamed only inside a library's namespace: rocThrust spells thrust::cuda::par (the policy
+# that takes a stream) as thrust::hip::par; a cuda:: elsewhere is libcu++ and is reported.
+QUALIFIED_RENAMES: dict[tuple[str, str], str] = {("thrust", "cuda"): "hip"}
+
 # Library namespaces renamed whole (cub::BlockScan -> hipcub::BlockScan); only the exact name, so
 # identifiers that merely start with it (cube, cubic) stay.
 LIBRARY_NAMES: dict[str, str] = {"cub": "hipcub"}

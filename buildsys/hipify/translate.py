@@ -51,6 +51,7 @@ from .tables import (
     HIP_RUNTIME_HEADER,
     HIP_RUNTIME_HEADERS,
     KERNEL_POINTER_ARG,
+    QUALIFIED_RENAMES,
     RENAMES,
     SYNCWARP_REPLACEMENT,
     VERSION_MACROS,
@@ -171,6 +172,10 @@ class _Translator:
         if before_text == "::" and before is not None:
             scope = view.prev_sig(before)
             if scope is not None and view.tokens[scope].kind is Kind.IDENT:
+                qualified = QUALIFIED_RENAMES.get((view.tokens[scope].text, name))
+                if qualified is not None:  # thrust::cuda::par -> thrust::hip::par
+                    self._count("library", f"{view.tokens[scope].text}::{name}", qualified)
+                    return qualified, k + 1
                 if name in COMPAT_CG_MEMBERS and self._is_cg_scope(view.tokens[scope].text):
                     self.uses_compat = True
                 return None  # a member of a user's namespace or class, not the CUDA API
