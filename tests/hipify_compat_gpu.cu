@@ -415,6 +415,27 @@ REDUCE_CHECK(and, unsigned)
 REDUCE_CHECK(or, unsigned)
 REDUCE_CHECK(xor, unsigned)
 
+// Tile shuffles of types HIP's tiles reject (vectors, 16-bit floats): kernelpack_compat's
+// word-by-word shuffle against CUDA's own thread_block_tile member, every lane with its own
+// random source rank, xor mask or delta (in and beyond the tile), all four shuffles.
+template <unsigned Size, typename T>
+__global__ void tile_shuffles(const T* in, const unsigned* args, T* mine, T* theirs) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  const auto tile = cg::tiled_partition<Size>(cg::this_thread_block());
+  const T v = in[i];
+  const unsigned a = args[i];
+  const int source = static_cast<int>(a % (2 * Size));
+  const unsigned mask = a % Size, delta = a % (Size + 2);
+  mine[4 * i + 0] = kernelpack_compat::tile_shfl(v, source, Size);
+  theirs[4 * i + 0] = tile.shfl(v, source);
+  mine[4 * i + 1] = kernelpack_compat::tile_shfl_xor(v, mask, Size);
+  theirs[4 * i + 1] = tile.shfl_xor(v, mask);
+  mine[4 * i + 2] = kernelpack_compat::tile_shfl_up(v, delta, Size);
+  theirs[4 * i + 2] = tile.shfl_up(v, delta);
+  mine[4 * i + 3] = kernelpack_compat::tile_shfl_down(v, delta, Size);
+  theirs[4 * i + 3] = tile.shfl_down(v, delta);
+}
+
 // cuda_pipeline primitives: each thread issues two batches of one copy each, with CUDA's
 // primitives into one shared buffer and with the compat ones into another (poisoned
 // differently), commits, waits for all but the last batch and reads the first, waits for all and
@@ -741,6 +762,33 @@ static int check_atomic_add16() {
   return check_add16<__nv_bfloat16>("bf16", bf16_edge, true) || check_add16<__half>("__half", half_edge, false);
 }
 
+template <unsigned Size, typename T>
+static int check_tile_shuffles(const char* name) {
+  const size_t n = 1 << 20;
+  unsigned char* host = new unsigned char[n * sizeof(T)];
+  unsigned* host_args = new unsigned[n];
+  for (size_t k = 0; k < n * sizeof(T); ++k) host[k] = static_cast<unsigned char>(host_mix(k ^ (Size * 131)) >> 19);
+  for (size_t k = 0; k < n; ++k) host_args[k] = static_cast<unsigned>(host_mix(k + 0x7113));
+  T *in, *a, *b;
+  unsigned* args;
+  CUDA_OK(cudaMalloc(&in, n * sizeof(T))); CUDA_OK(cudaMalloc(&args, n * sizeof(unsigned)));
+  CUDA_OK(cudaMalloc(&a, 4 * n * sizeof(T))); CUDA_OK(cudaMalloc(&b, 4 * n * sizeof(T)));
+  CUDA_OK(cudaMemcpy(in, host, n * sizeof(T), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(args, host_args, n * sizeof(unsigned), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(a, 0xa5, 4 * n * sizeof(T))); CUDA_OK(cudaMemset(b, 0x5a, 4 * n * sizeof(T)));
+  tile_shuffles<Size, T><<<n / 256, 256>>>(in, args, a, b);
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned char *ha = new unsigned char[4 * n * sizeof(T)], *hb = new unsigned char[4 * n * sizeof(T)];
+  CUDA_OK(cudaMemcpy(ha, a, 4 * n * sizeof(T), cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(hb, b, 4 * n * sizeof(T), cudaMemcpyDeviceToHost));
+  size_t bad = 0;
+  for (size_t k = 0; k < 4 * n; ++k) bad += std::memcmp(ha + k * sizeof(T), hb + k * sizeof(T), sizeof(T)) != 0;
+  std::printf("tile.shfl/shfl_xor/shfl_up/shfl_down<%s,%u> tried=%zu mismatches=%zu\n", name, Size, 4 * n, bad);
+  failures += bad != 0;
+  cudaFree(in); cudaFree(args); cudaFree(a); cudaFree(b);
+  delete[] host; delete[] host_args; delete[] ha; delete[] hb;
+  return 0;
+}
+
 // Each copy's slot (own read after the waits, and the neighbour's read after the barrier) must
 // be, in both buffers, the source bytes then zeros where the copy wrote and each buffer's own
 // poison elsewhere: mine == theirs == that expectation, computed here from the source.
@@ -841,6 +889,11 @@ int main() {
     return 2;
   if (check_atomic_add16()) return 2;
   if (check_pipeline()) return 2;
+  if (check_tile_shuffles<32, uint4>("uint4") || check_tile_shuffles<8, uint4>("uint4") ||
+      check_tile_shuffles<32, float3>("float3") || check_tile_shuffles<16, double2>("double2") ||
+      check_tile_shuffles<32, __half>("__half") || check_tile_shuffles<4, __half>("__half") ||
+      check_tile_shuffles<32, __nv_bfloat16>("bf16") || check_tile_shuffles<32, char4>("char4"))
+    return 2;
 #define WARP_REDUCE(op, type, label) \
   if (check_warp_reduce<type>(label, reduce_##op##_##type<false>, reduce_##op##_##type<true>)) return 2;
   WARP_REDUCE(add, int, "__reduce_add_sync(int)") WARP_REDUCE(add, unsigned, "__reduce_add_sync(unsigned)")

@@ -46,14 +46,17 @@ def test_every_compat_function_is_compared(comparison: dict[str, tuple[int, int]
     compared = {re.split(r"[(<]", name)[0] for name in comparison}
     if "__shfl/__shfl_xor/__shfl_up/__shfl_down" in compared:  # the bf16 shuffles, one line
         compared |= {"__shfl", "__shfl_xor", "__shfl_up", "__shfl_down"}
-    for joined in [name for name in compared if name.count("/") and "bfloat16_rn" in name]:
-        compared |= set(joined.split("/"))  # the integer-to-bf16 conversions, one line
+    for joined in [name for name in compared if name.count("/")]:
+        compared |= set(joined.split("/"))  # conversions, pipeline primitives: one line each
     if "loads-stores" in compared:  # each element read and written through all ten hints
         compared |= {"__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv", "__ldg"}
         compared |= {"__stcs", "__stcg", "__stwb", "__stwt"}
     # __trap stops the kernel: it is compiled, not run.
     assert COMPAT_FUNCTIONS - compared == {"__trap"}
     assert any(name.startswith("cg::reduce") for name in comparison)
+    # tile shuffles of vectors and 16-bit floats (members of HIP's tiles, not COMPAT_FUNCTIONS)
+    tiles = [name for name in comparison if name.startswith("tile.shfl/shfl_xor/shfl_up/shfl_down")]
+    assert len(tiles) == 8
 
 
 def test_bit_for_bit_equal(comparison: dict[str, tuple[int, int]]) -> None:

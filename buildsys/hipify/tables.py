@@ -732,8 +732,14 @@ COMPAT_FUNCTIONS = frozenset(
     | {f"__reduce_{op}_sync" for op in ("add", "min", "max", "and", "or", "xor")}
     | {"__pipeline_memcpy_async", "__pipeline_commit", "__pipeline_wait_prior"}
 )
-# cooperative_groups members the compat header adds (cg::reduce and its operators).
-COMPAT_CG_MEMBERS = frozenset({"reduce", "plus", "less", "greater", "bit_and", "bit_or", "bit_xor"})
+# cooperative_groups members the compat header adds (cg::reduce and its operators,
+# block_tile_memory).
+COMPAT_CG_MEMBERS = frozenset(
+    {"reduce", "plus", "less", "greater", "bit_and", "bit_or", "bit_xor", "block_tile_memory"}
+)
+# Tile members the compat header extends (shuffles of vector and 16-bit float types): a file
+# that calls one on a group includes it.
+COMPAT_TILE_MEMBERS = frozenset({"shfl", "shfl_xor", "shfl_up", "shfl_down"})
 
 # Cooperative-groups tile members that HIP 6.4 declares only behind HIP_ENABLE_WARP_SYNC_BUILTINS
 # (there they take 64-bit masks built by HIP itself, so defining the macro is correct).

@@ -45,6 +45,7 @@ from .tables import (
     COMPAT_CG_MEMBERS,
     COMPAT_FUNCTIONS,
     COMPAT_HEADER,
+    COMPAT_TILE_MEMBERS,
     CUDA_ARCH_MACRO,
     CUDA_ARCH_REPLACEMENT,
     HIP_DEVICE_PASS_MACRO,
@@ -306,6 +307,9 @@ class _Translator:
     def _note_group_member(self, k: int, dot: int | None) -> None:
         """Remember a cooperative-groups vote member call (tile.ballot(p)) that HIP guards."""
         view = self.view
+        if view.tokens[k].text in COMPAT_TILE_MEMBERS and dot is not None:
+            # the compat header adds tile shuffles of vector and 16-bit float types
+            self.uses_compat |= view.text_of(view.prev_sig(dot)) in self.group_variables
         if view.tokens[k].text not in CG_SYNC_MEMBERS or view.call_parens(k) is None or dot is None:
             return
         owner = view.prev_sig(dot)

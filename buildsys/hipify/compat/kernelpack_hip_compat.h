@@ -585,3 +585,93 @@ __device__ inline void KP_COMPAT(__pipeline_commit)() {}
 __device__ inline void KP_COMPAT(__pipeline_wait_prior)(size_t) {
   asm volatile("" ::: "memory");  // a compiler fence: no access moves across the wait
 }
+
+// ---- cooperative-groups tile shuffles of any type (tile.shfl_xor(uint4, ...), __half, ...) ------
+// CUDA's thread_block_tile shuffles any trivially copyable type, moving it as 32-bit words
+// through the 32-bit shuffle; HIP 6.4's static_asserts an integer or floating-point type. These
+// move a value of another type the same way: each word shuffled with the same lane arguments, so
+// every lane receives the bits the source lane held (a value under 4 bytes travels zero-padded
+// in one word). HIP's tile members get explicit specializations for the vector and 16-bit float
+// types below (those CUDA 13's tiles accept: not __half2 or bf16x2), per tile size up to the
+// wavefront.
+namespace kernelpack_compat {
+template <typename T, typename Shuffle>
+__device__ inline T shuffle_words(T value, Shuffle shuffle) {
+  constexpr unsigned count = (sizeof(T) + 3) / 4;
+  unsigned words[count] = {};
+  __builtin_memcpy(words, static_cast<const void*>(&value), sizeof(T));
+  for (unsigned i = 0; i < count; ++i) {
+    words[i] = shuffle(words[i]);
+  }
+  T result;
+  __builtin_memcpy(static_cast<void*>(&result), words, sizeof(T));
+  return result;
+}
+template <typename T>
+__device__ inline T tile_shfl(T value, int source, int width) {
+  return shuffle_words(value, [&](unsigned w) { return KP_SHUFFLE_BITS(__shfl, w, source, width); });
+}
+template <typename T>
+__device__ inline T tile_shfl_xor(T value, unsigned mask, int width) {
+  return shuffle_words(value, [&](unsigned w) { return KP_SHUFFLE_BITS(__shfl_xor, w, mask, width); });
+}
+template <typename T>
+__device__ inline T tile_shfl_up(T value, unsigned delta, int width) {
+  return shuffle_words(value, [&](unsigned w) { return KP_SHUFFLE_BITS(__shfl_up, w, delta, width); });
+}
+template <typename T>
+__device__ inline T tile_shfl_down(T value, unsigned delta, int width) {
+  return shuffle_words(value, [&](unsigned w) { return KP_SHUFFLE_BITS(__shfl_down, w, delta, width); });
+}
+}  // namespace kernelpack_compat
+
+#if !defined(KERNELPACK_COMPAT_RENAME)
+#define KP_TILE_SHUFFLES(size, T)                                                                  \
+  template <> template <>                                                                          \
+  __device__ inline T cooperative_groups::thread_block_tile_base<size>::shfl<T>(T var, int src) const { \
+    return kernelpack_compat::tile_shfl(var, src, size);                                          \
+  }                                                                                                \
+  template <> template <>                                                                          \
+  __device__ inline T cooperative_groups::thread_block_tile_base<size>::shfl_xor<T>(T var, unsigned int mask) const { \
+    return kernelpack_compat::tile_shfl_xor(var, mask, size);                                     \
+  }                                                                                                \
+  template <> template <>                                                                          \
+  __device__ inline T cooperative_groups::thread_block_tile_base<size>::shfl_up<T>(T var, unsigned int delta) const { \
+    return kernelpack_compat::tile_shfl_up(var, delta, size);                                     \
+  }                                                                                                \
+  template <> template <>                                                                          \
+  __device__ inline T cooperative_groups::thread_block_tile_base<size>::shfl_down<T>(T var, unsigned int delta) const { \
+    return kernelpack_compat::tile_shfl_down(var, delta, size);                                   \
+  }
+#define KP_TILE_SHUFFLE_TYPES(size)                                                                \
+  KP_TILE_SHUFFLES(size, int2) KP_TILE_SHUFFLES(size, int3) KP_TILE_SHUFFLES(size, int4)           \
+  KP_TILE_SHUFFLES(size, uint2) KP_TILE_SHUFFLES(size, uint3) KP_TILE_SHUFFLES(size, uint4)        \
+  KP_TILE_SHUFFLES(size, float2) KP_TILE_SHUFFLES(size, float3) KP_TILE_SHUFFLES(size, float4)     \
+  KP_TILE_SHUFFLES(size, double2) KP_TILE_SHUFFLES(size, longlong2) KP_TILE_SHUFFLES(size, char4)  \
+  KP_TILE_SHUFFLES(size, uchar4) KP_TILE_SHUFFLES(size, short2) KP_TILE_SHUFFLES(size, ushort2)    \
+  KP_TILE_SHUFFLES(size, __half) KP_TILE_SHUFFLES(size, KP_BF16)
+// clang-format off
+KP_TILE_SHUFFLE_TYPES(2) KP_TILE_SHUFFLE_TYPES(4) KP_TILE_SHUFFLE_TYPES(8) KP_TILE_SHUFFLE_TYPES(16)
+KP_TILE_SHUFFLE_TYPES(32)
+// 64-thread tiles where HIP allows them: its own test (is_valid_wavefront) reads this macro
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wdeprecated-pragma"
+#if __AMDGCN_WAVEFRONT_SIZE >= 64
+KP_TILE_SHUFFLE_TYPES(64)
+#endif
+#pragma clang diagnostic pop
+// clang-format on
+
+// ---- cooperative_groups::block_tile_memory --------------------------------------------------
+// CUDA's scratch for tiles of more than 32 threads on GPUs before sm_80, handed to
+// this_thread_block(scratch). HIP's tiles (up to a wavefront) need no scratch: the type is
+// empty and this_thread_block(scratch) is this_thread_block().
+namespace cooperative_groups {
+template <unsigned int MaxBlockSize = 1024>
+struct block_tile_memory {};
+template <unsigned int MaxBlockSize>
+__device__ inline thread_block this_thread_block(block_tile_memory<MaxBlockSize>&) {
+  return this_thread_block();
+}
+}  // namespace cooperative_groups
+#endif
