@@ -49,6 +49,7 @@ if str(REPO) not in sys.path:  # run as a script: the repository's packages come
 from buildsys import REPO_ROOT  # noqa: E402
 from buildsys.hipify import COMPAT_DIR, Severity, hipify_source  # noqa: E402
 from buildsys.hipify.tables import COMPAT_HEADER  # noqa: E402
+from buildsys.matrix import load_matrix  # noqa: E402
 from buildsys.toolchain import Toolchain, amd_toolchain  # noqa: E402
 from kernelpack.code_objects import read_code_object  # noqa: E402
 from kernelpack.cubins import read_cubin  # noqa: E402
@@ -351,6 +352,7 @@ def run_bench(
     peer_cache: Path | None = None,
     result_cache: Path | None = None,
     results_file: Path | None = None,
+    nvcc_only: bool = False,
 ) -> list[FileResult]:
     toolchain = amd_toolchain(provision=True)
     libraries = library_fingerprint(toolchain.include_folder)
@@ -367,6 +369,8 @@ def run_bench(
             sources = _sources(base, project)
             ours_tree, peer_tree = work / "ours" / project.folder, work / "peer" / project.folder
             started = time.monotonic()
+            if nvcc_only:  # nothing of the AMD side is needed
+                sources = []
             errors = translate_ours(base, ours_tree, sources)
             untranslated = translate_peer(toolchain, base, peer_tree, sources, jobs, peer_cache)
             log(
@@ -414,9 +418,9 @@ def run_bench(
             nvcc = cached(_input_digest(base, project, path, nvcc_salt, compat), compute_nvcc)
             nvcc_ok, nvcc_error = bool(nvcc["ok"]), str(nvcc["error"])
             nvcc_kernels = [str(k) for k in nvcc["kernels"]]  # type: ignore[attr-defined]
-            if not nvcc_ok:  # not counted: the NVIDIA reference itself does not build
+            if not nvcc_ok or nvcc_only:  # not counted: the NVIDIA reference does not build
                 return FileResult(
-                    project.name, path, False, nvcc_error, [], ToolOutcome(), ToolOutcome()
+                    project.name, path, nvcc_ok, nvcc_error, [], ToolOutcome(), ToolOutcome()
                 )
 
             def compute_hip(tree: Path, tool: str, extra: Sequence[str]) -> ToolOutcome:
@@ -548,7 +552,7 @@ def markdown(
             + " | ".join(f"{n}/{len(counted)}" for n in per)
             + " |"
         )
-    lines.append(f"| nvcc {NVCC_ARCH} | {len(counted)}/{len(results)} | | | | |")
+    lines.append(f"| nvcc {NVCC_ARCH} | {len(counted)}/{len(results)} |" + " |" * len(targets))
     lines += [
         "",
         "| project | file | nvcc | ours: targets | ours: first error | hipify-perl: targets | "
@@ -580,7 +584,16 @@ def _cell(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, required=True, metavar="DIR")
-    parser.add_argument("--targets", default=",".join(DEFAULT_TARGETS))
+    parser.add_argument(
+        "--targets",
+        default=",".join(DEFAULT_TARGETS),
+        help="comma-separated AMD targets, or `matrix`: every AMD target of arch_matrix.toml",
+    )
+    parser.add_argument(
+        "--nvcc-only",
+        action="store_true",
+        help="only nvcc's builds, into --cache (fills it ahead of a full run; prints no table)",
+    )
     parser.add_argument("--projects", default="", help="comma-separated project names (all)")
     parser.add_argument("--only", default="", help="only files whose path contains this")
     parser.add_argument(
@@ -628,7 +641,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    targets = tuple(args.targets.split(","))
+    targets = (
+        tuple(t.target for t in load_matrix().amd)
+        if args.targets == "matrix"
+        else tuple(args.targets.split(","))
+    )
     if args.report_from is not None:
         saved = read_results(args.report_from)
         note = f"Saved results of {len(saved)} files ({args.report_from.name})."
@@ -645,7 +662,12 @@ def main(argv: list[str] | None = None) -> int:
         peer_cache=args.peer_cache,
         result_cache=args.cache,
         results_file=args.results,
+        nvcc_only=args.nvcc_only,
     )
+    if args.nvcc_only:
+        built = sum(r.nvcc_ok for r in results)
+        print(f"nvcc built {built} of {len(results)} files", file=sys.stderr)
+        return 0
     toolchain = amd_toolchain()
     header = [
         f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
