@@ -61,6 +61,7 @@ from .tables import (
     header_target,
     library_rename,
 )
+from .vector_operators import RedundantOperator, redundant_vector_operators
 
 __all__ = [
     "Conversion",
@@ -124,6 +125,7 @@ class _Translator:
         self.group_variables = cg_group_variables(self.view)
         self.launches = find_launches(self.view) if self.options.launch_macro else {}
         self.cg_aliases = namespace_aliases(self.view, "cooperative_groups")
+        self.redundant_operators = redundant_vector_operators(self.view)
 
     # ---- emission -----------------------------------------------------------------------
 
@@ -134,6 +136,11 @@ class _Translator:
         k = lo
         while k < hi:
             token = view.tokens[k]
+            dropped = self.redundant_operators.get(k)
+            if dropped is not None and dropped.end <= hi:
+                out.append(self._drop_operator(dropped))
+                k = dropped.end
+                continue
             directive = view.directive_at.get(k)
             if directive is not None and directive.start == k and directive.name == "include":
                 out.append(self._include(directive))
@@ -303,6 +310,15 @@ class _Translator:
         if self.view.text_of(before) == "(" and before is not None:
             before = self.view.prev_sig(before)
         return self.view.text_of(before) == "defined"
+
+    def _drop_operator(self, dropped: RedundantOperator) -> str:
+        """A comment in place of a user operator HIP's vector types define (vector_operators),
+        with the definition's line breaks, so later lines keep their numbers."""
+        signature = f"operator{dropped.operator}({dropped.vector_type}, {dropped.vector_type})"
+        self._count("vector_operator", signature, "HIP_vector_type")
+        tokens = self.view.tokens[dropped.start : dropped.end]
+        lines = sum(token.text.count("\n") for token in tokens)
+        return f"/* hipify: {signature} is HIP's own */" + "\n" * lines
 
     def _note_group_member(self, k: int, dot: int | None) -> None:
         """Remember a cooperative-groups vote member call (tile.ballot(p)) that HIP guards."""
