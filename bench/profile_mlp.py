@@ -13,6 +13,12 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         GPU µs of each kernel of forward+backward RMSNorm and add+RMSNorm at 16384x8192 (ours,
         torch.compile's, Liger-Kernel's; bfloat16 and float32), backward included
         (torch.profiler, which sees autograd's thread too)
+    python bench/profile_mlp.py geometry
+        the forward kernels of the rows behind a peer (1-row SwiGLU, RMSNorm at 1 to 16384
+        rows) launched at several geometries beside torch.compile's and Liger-Kernel's
+    python bench/profile_mlp.py forward-variants NAME:CUBIN ...
+        rms_norm and swiglu forward of each cubin (mlp.cu built alone with a change) at several
+        threads a row, GPU µs per call and the error against float64
     python bench/profile_mlp.py variants NAME:CUBIN:ELEMENTS ...
         rms_norm_backward of each cubin (mlp.cu built alone, e.g. before and after a change),
         ELEMENTS a thread for 16-bit dtypes (32-bit: 16), at several grids: GPU µs per call
@@ -31,7 +37,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from bench_mlp import host_us_per_call  # the benchmark's own measure, so the figures agree
+from bench_mlp import (  # the benchmark's own measures, so the figures agree
+    gpu_time_us,
+    host_us_per_call,
+)
 
 from kernelpack import mlp, mlp_launch, torch_ops
 
@@ -54,7 +63,8 @@ def host(calls: int) -> None:
     addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
     raw = torch._C._cuda_getCurrentRawStream
     stream = int(raw(0))
-    launch = plan.launcher("swiglu", 4096, 1)
+    launch, _ = plan.prepare("swiglu", gate.shape)
+    shape = gate.shape
     ops = torch.ops.kernelpack
 
     types = vars(mlp).get("TORCH_TYPES") or vars(mlp)["_TORCH_TYPES"]  # before: a private name
@@ -99,12 +109,15 @@ def host(calls: int) -> None:
             lambda: kernel.launch(grid, block, gate, up, out, 4096, stream=stream),
         ),
         (
-            "plan launch (partial), tensors, raw stream",
+            "prepared launch (partial), tensors, raw stream",
             lambda: launch(gate, up, out, 4096, stream=raw(0)),
         ),
+        ("gate.shape", lambda: gate.shape),
+        ("hot_plan(gate, up, out)", lambda: mlp.hot_plan(gate, up, out)),
+        ("prepared launch lookup", lambda: plan.prepared["swiglu"].get(shape)),
         (
-            "plan.launcher lookup + launch",
-            lambda: plan.launcher("swiglu", 4096, 1)(gate, up, out, 4096, stream=raw(0)),
+            "torch_swiglu(plan, ..., out=): lookup, stream, launch",
+            lambda: mlp.torch_swiglu(plan, gate, up, shape, out),
         ),
         ("kernelpack.mlp.swiglu", lambda: mlp.swiglu(gate, up)),
         ("kernelpack.mlp.swiglu, out=", lambda: mlp.swiglu(gate, up, out=out)),
@@ -340,9 +353,119 @@ def variants(specs: list[str], batches: int) -> None:
             del data, want_x, want_w
 
 
+def _queued_us(call: Callable[[], object], batches: int) -> float:
+    """GPU µs per call of ``call`` queued ahead of the GPU (bench_mlp's own measure)."""
+    return gpu_time_us(lambda _: call(), 1, batches)[0]
+
+
+def geometry(batches: int) -> None:
+    """The forward kernels of the rows behind a peer, launched at several geometries (any
+    geometry gives the right answer: the kernels stride), beside torch.compile's and
+    Liger-Kernel's, GPU µs per call queued ahead of the GPU."""
+    rms, _ = _implementations()
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+    def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return F.silu(gate) * up
+
+    compiled_swiglu = torch.compile(silu_mul, dynamic=False)
+    print("\nswiglu forward 1x11008: GPU µs per call at (grid, block)", flush=True)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        name = str(dtype).removeprefix("torch.")
+        gate, up = (torch.randn(1, 11008, device="cuda").to(dtype) for _ in "gu")
+        out = torch.empty_like(gate)
+        kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("swiglu", name))
+        chunks = -(-11008 // (16 // gate.element_size()))
+        peers = {
+            "torch.compile": lambda g=gate, u=up: compiled_swiglu(g, u),
+            "Liger-Kernel": lambda g=gate, u=up: LigerSiLUMulFunction.apply(g, u),
+        }
+        for label, call in peers.items():
+            print(f"{name:8s} {label:24s} {_queued_us(call, batches):6.2f}", flush=True)
+        for block in (64, 128):
+            for grid in sorted({-(-chunks // block), 8, 4, 2, 1}):
+                call = functools.partial(kernel.launch, grid, block, gate, up, out, 11008, stream=0)
+                us = _queued_us(call, batches)
+                print(f"{name:8s} ours grid {grid:4d} block {block:3d}      {us:6.2f}", flush=True)
+    print("\nrms_norm forward: GPU µs per call at threads a row", flush=True)
+    for rows, cols in ((1, 4096), (64, 4096), (4096, 8192), (16384, 8192)):
+        for dtype in (torch.bfloat16, torch.float32):
+            name = str(dtype).removeprefix("torch.")
+            x = torch.randn(rows, cols, device="cuda").to(dtype)
+            w = torch.randn(cols, device="cuda").to(dtype)
+            out = torch.empty_like(x)
+            kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm", name))
+            for label in ("compile", "liger"):
+                us = _queued_us(functools.partial(rms[label], x, w), batches)
+                print(f"{name:8s} {rows:5d}x{cols} {label:18s} {us:8.2f}", flush=True)
+            now = mlp_launch.row_geometry(rows, cols, name)
+            for threads in (64, 128, 256, 512):
+                per_block = max(1, 64 // threads)
+                grid = min(-(-rows // per_block), 2**31 // (threads * per_block))
+                run = functools.partial(
+                    kernel.launch, grid, (threads, per_block), x, w, out, rows, cols, EPS, stream=0
+                )
+                mark = " (now)" if now[1][0] == threads else ""
+                us = _queued_us(run, batches)
+                print(f"{name:8s} {rows:5d}x{cols} ours {threads:3d} threads{mark:6s} {us:8.2f}")
+
+
+def forward_variants(specs: list[str], batches: int) -> None:
+    """rms_norm and swiglu forward of each cubin (mlp.cu built alone with a change), GPU µs per
+    call queued ahead of the GPU at several threads a row, checked against float64."""
+    import cupy
+
+    modules = [(name, cupy.RawModule(path=path)) for name, path in (s.split(":") for s in specs)]
+    print("\nforward variants: GPU µs per call, error vs float64", flush=True)
+    sizes = ((1, 4096), (64, 4096), (4096, 8192), (16384, 8192))
+    for (rows, cols), dtype in [(size, d) for size in sizes for d in ("bfloat16", "float32")]:
+        suffix = VARIANT_DTYPES[dtype]
+        x = torch.randn(rows, cols, device="cuda").to(getattr(torch, dtype))
+        w = torch.randn(cols, device="cuda").to(x.dtype)
+        want = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + EPS)
+        want = want * w.double()
+        view = torch.int16 if x.element_size() == 2 else torch.int32
+        for name, module in modules:
+            kernel = module.get_function(f"rms_norm_{suffix}")
+            for threads in (128, 256, 512):
+                out = torch.full_like(x, float("nan"))
+                per_block = max(1, 64 // threads)
+                args = tuple(cupy.asarray(t.view(view)) for t in (x, w, out))
+                grid = -(-rows // per_block)
+                full = (*args, cupy.int64(rows), cupy.int64(cols), cupy.float32(EPS))
+                run = functools.partial(kernel, (grid,), (threads, per_block), full)
+                run()
+                torch.cuda.synchronize()
+                error = ((out.double() - want).norm() / want.norm()).item()
+                us = _queued_us(run, batches)
+                print(
+                    f"{dtype:8s} {rows:5d}x{cols} {name:8s} {threads:3d} threads: {us:8.2f} µs"
+                    f"  err {error:.1e}",
+                    flush=True,
+                )
+    for dtype in ("bfloat16", "float32"):
+        suffix = VARIANT_DTYPES[dtype]
+        gate, up = (torch.randn(1, 11008, device="cuda").to(getattr(torch, dtype)) for _ in "gu")
+        want = gate.double() * torch.sigmoid(gate.double()) * up.double()
+        view = torch.int16 if gate.element_size() == 2 else torch.int32
+        chunks = -(-11008 // (16 // gate.element_size()))
+        for name, module in modules:
+            kernel = module.get_function(f"swiglu_{suffix}")
+            out = torch.full_like(gate, float("nan"))
+            args = (*(cupy.asarray(t.view(view)) for t in (gate, up, out)), cupy.int64(11008))
+            run_swiglu = functools.partial(kernel, (-(-chunks // 128),), (128,), args)
+            run_swiglu()
+            torch.cuda.synchronize()
+            error = ((out.double() - want).norm() / want.norm()).item()
+            us = _queued_us(run_swiglu, batches)
+            print(f"{dtype:8s} swiglu 1x11008 {name:8s}: {us:8.2f} µs  err {error:.1e}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["host", "workload", "kernels", "variants"])
+    parser.add_argument(
+        "what", choices=["host", "workload", "kernels", "variants", "geometry", "forward-variants"]
+    )
     parser.add_argument("specs", nargs="*", help="variants: NAME:CUBIN:ELEMENTS")
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--batches", type=int, default=7)
@@ -353,6 +476,10 @@ def main() -> None:
         workload()
     elif args.what == "kernels":
         kernels()
+    elif args.what == "geometry":
+        geometry(args.batches)
+    elif args.what == "forward-variants":
+        forward_variants(args.specs, args.batches)
     else:
         variants(args.specs, args.batches)
 

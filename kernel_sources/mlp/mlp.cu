@@ -483,6 +483,60 @@ __device__ __forceinline__ void row_sum_pair(float& first, float& second, float*
   __syncthreads();
 }
 
+// Pass 1 of one chunk of a row: adds its share of the row's two sums, sum(x^2) and
+// sum(dy * w * x).
+template <typename Access, typename T>
+__device__ __forceinline__ void backward_sums(typename Access::Raw values, typename Access::Raw grads,
+                                              const T* weight, int i, float& sum_squares,
+                                              float& sum_dot) {
+  constexpr int kWidth = Access::kWidth;
+  float v[kWidth];
+  float g[kWidth];
+  float w[kWidth];
+  Access::unpack(values, v);
+  Access::unpack(grads, g);
+  Access::unpack(Access::load(weight, i), w);
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) {
+    sum_squares += v[k] * v[k];
+    sum_dot += g[k] * w[k] * v[k];
+  }
+}
+
+// Pass 2 of one chunk of a row: stores its input gradient (to grad_x, and grad_x_copy unless
+// null; plus grad_extra's chunk with kExtra) and returns in `contribution` its share of the weight
+// gradient, dy * x * scale, which the caller adds to its register sums or to its partial row.
+template <typename Access, bool kExtra, typename T>
+__device__ __forceinline__ void backward_chunk(typename Access::Raw values,
+                                               typename Access::Raw grads, const T* weight,
+                                               const T* grad_extra_row, T* grad_x_row,
+                                               T* grad_x_copy_row, int i, float scale,
+                                               float correction,
+                                               float (&contribution)[Access::kWidth]) {
+  constexpr int kWidth = Access::kWidth;
+  float v[kWidth];
+  float g[kWidth];
+  float w[kWidth];
+  float e[kWidth];
+  Access::unpack(values, v);
+  Access::unpack(grads, g);
+  Access::unpack(Access::load(weight, i), w);
+  if constexpr (kExtra) {
+    Access::unpack(Access::load(grad_extra_row, i), e);
+  }
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) {
+    contribution[k] = g[k] * v[k] * scale;
+    const float d = scale * w[k] * g[k] - v[k] * correction;
+    v[k] = kExtra ? d + e[k] : d;
+  }
+  const typename Access::Raw out = Access::pack(v);
+  Access::store(grad_x_row, i, out);
+  if (grad_x_copy_row != nullptr) {
+    Access::store(grad_x_copy_row, i, out);
+  }
+}
+
 template <typename Access, bool kExtra, typename T>
 __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weight, const T* grad,
                                                        const T* grad_extra, T* grad_x,
@@ -509,6 +563,11 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weig
     const long long offset = row * cols;
     const T* x_row = x + offset;
     const T* grad_row = grad + offset;
+    const T* grad_extra_row = kExtra ? grad_extra + offset : nullptr;
+    T* grad_x_row = grad_x + offset;
+    T* grad_x_copy_row = grad_x_copy != nullptr ? grad_x_copy + offset : nullptr;
+    // The first kCached chunks of a thread stay in registers between the passes; the rest of a
+    // long row is read again in pass 2.
     Raw values[kCached];
     Raw grads[kCached];
 #pragma unroll
@@ -525,86 +584,40 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weig
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
       if (i < chunks) {
-        float v[kWidth];
-        float g[kWidth];
-        float w[kWidth];
-        Access::unpack(values[c], v);
-        Access::unpack(grads[c], g);
-        Access::unpack(Access::load(weight, i), w);
-#pragma unroll
-        for (int k = 0; k < kWidth; ++k) {
-          sum_squares += v[k] * v[k];
-          sum_dot += g[k] * w[k] * v[k];
-        }
+        backward_sums<Access>(values[c], grads[c], weight, i, sum_squares, sum_dot);
       }
     }
     for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
-      float v[kWidth];
-      float g[kWidth];
-      float w[kWidth];
-      Access::unpack(Access::load(x_row, i), v);
-      Access::unpack(Access::load(grad_row, i), g);
-      Access::unpack(Access::load(weight, i), w);
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) {
-        sum_squares += v[k] * v[k];
-        sum_dot += g[k] * w[k] * v[k];
-      }
+      backward_sums<Access>(Access::load(x_row, i), Access::load(grad_row, i), weight, i,
+                            sum_squares, sum_dot);
     }
     row_sum_pair(sum_squares, sum_dot, slots);
     const float scale = rsqrtf(sum_squares * inverse_cols + eps);
     const float correction = sum_dot * scale * scale * scale * inverse_cols;
 
+    // The weight gradient's shares: the cached chunks' into registers, the rest's into this
+    // block's partial row (the first row a block takes sets it, the others add to it).
+    float contribution[kWidth];
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
       if (i < chunks) {
-        float v[kWidth];
-        float g[kWidth];
-        float w[kWidth];
-        float e[kWidth];
-        Access::unpack(values[c], v);
-        Access::unpack(grads[c], g);
-        Access::unpack(Access::load(weight, i), w);
-        if constexpr (kExtra) {
-          Access::unpack(Access::load(grad_extra + offset, i), e);
-        }
+        backward_chunk<Access, kExtra>(values[c], grads[c], weight, grad_extra_row, grad_x_row,
+                                       grad_x_copy_row, i, scale, correction, contribution);
 #pragma unroll
         for (int k = 0; k < kWidth; ++k) {
-          sums[c][k] += g[k] * v[k] * scale;
-          const float d = scale * w[k] * g[k] - v[k] * correction;
-          v[k] = kExtra ? d + e[k] : d;
-        }
-        const Raw out = Access::pack(v);
-        Access::store(grad_x + offset, i, out);
-        if (grad_x_copy != nullptr) {
-          Access::store(grad_x_copy + offset, i, out);
+          sums[c][k] += contribution[k];
         }
       }
     }
     for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
-      float v[kWidth];
-      float g[kWidth];
-      float w[kWidth];
-      float e[kWidth];
-      Access::unpack(Access::load(x_row, i), v);
-      Access::unpack(Access::load(grad_row, i), g);
-      Access::unpack(Access::load(weight, i), w);
-      if constexpr (kExtra) {
-        Access::unpack(Access::load(grad_extra + offset, i), e);
-      }
+      backward_chunk<Access, kExtra>(Access::load(x_row, i), Access::load(grad_row, i), weight,
+                                     grad_extra_row, grad_x_row, grad_x_copy_row, i, scale,
+                                     correction, contribution);
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) {
-        const float contribution = g[k] * v[k] * scale;
         float& slot = partial_row[static_cast<long long>(i) * kWidth + k];
-        slot = first_row ? contribution : slot + contribution;
-        const float d = scale * w[k] * g[k] - v[k] * correction;
-        v[k] = kExtra ? d + e[k] : d;
-      }
-      const Raw out = Access::pack(v);
-      Access::store(grad_x + offset, i, out);
-      if (grad_x_copy != nullptr) {
-        Access::store(grad_x_copy + offset, i, out);
+        slot = first_row ? contribution[k] : slot + contribution[k];
       }
     }
     first_row = false;
