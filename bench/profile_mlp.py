@@ -7,7 +7,8 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         checks, and the whole op through kernelpack.mlp and torch.ops.kernelpack
     python bench/profile_mlp.py workload
         one call of ours, torch.compile's and Liger-Kernel's forward RMSNorm at 1x4096 and
-        64x4096 bfloat16 (rows slower than a peer), after a warm-up, inside the NVTX range
+        64x4096 and SwiGLU at 1x11008, bfloat16 (rows slower than a peer), after a warm-up, inside
+        the NVTX range
         "profile": run it under ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
     python bench/profile_mlp.py kernels
         GPU µs of each kernel of forward+backward RMSNorm and add+RMSNorm at 16384x8192 (ours,
@@ -31,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import statistics
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -198,12 +201,20 @@ def workload() -> None:
     """The slow forward rows, each implementation once inside the NVTX range "profile" (the
     backward runs on autograd's own thread, outside the range: see ``kernels``)."""
     rms, _ = _implementations()
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
     bf16 = torch.bfloat16
     calls: list[Callable[[], object]] = []
     for rows in (1, 64):
         x = torch.randn(rows, 4096, device="cuda").to(bf16)
         w = torch.randn(4096, device="cuda").to(bf16)
         calls += [functools.partial(function, x, w) for function in rms.values()]
+    gate, up = (torch.randn(1, 11008, device="cuda").to(bf16) for _ in "gu")
+    compiled = torch.compile(lambda g, u: F.silu(g) * u, dynamic=False)
+    calls += [
+        functools.partial(function, gate, up)
+        for function in (torch.ops.kernelpack.swiglu, compiled, LigerSiLUMulFunction.apply)
+    ]
     for call in calls:
         for _ in range(3):
             call()
@@ -254,7 +265,28 @@ def kernels() -> None:
         del big, weight, grad
 
 
-VARIANT_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+# dtype -> how a mangled name spells mlp.cu's template argument: mlp::rms_norm<__nv_bfloat16> is
+# _ZN3mlp8rms_normI13__nv_bfloat16E...
+MANGLED_TYPES = {"bfloat16": "13__nv_bfloat16", "float16": "6__half", "float32": "f"}
+
+
+class Cubin:
+    """One cubin of mlp.cu loaded with CuPy (which loads it as it is); its kernels are found by
+    their mangled names, read from the file's symbol strings."""
+
+    def __init__(self, path: str) -> None:
+        import cupy
+
+        self.module = cupy.RawModule(path=path)
+        self.data = Path(path).read_bytes()
+
+    def kernel(self, op: str, dtype: str) -> Any:
+        """The kernel mlp::op<T> for ``dtype``."""
+        prefix = f"_ZN3mlp{len(op)}{op}I{MANGLED_TYPES[dtype]}E".encode()
+        names = re.findall(re.escape(prefix) + rb"[A-Za-z0-9_]*", self.data)
+        if not names:
+            raise SystemExit(f"no kernel {op} for {dtype} in the cubin")
+        return self.module.get_function(names[0].decode())
 
 
 def _events_us(run: Callable[[], None], batches: int) -> float:
@@ -273,7 +305,7 @@ def _events_us(run: Callable[[], None], batches: int) -> float:
 
 
 def _variant_row(
-    module: Any, suffix: str, data: tuple[torch.Tensor, ...], threads: int, grid: int
+    cubin: Cubin, dtype: str, data: tuple[torch.Tensor, ...], threads: int, grid: int
 ) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None]]:
     """NaN-poisoned gradients and the launches of one cubin's backward into them (CuPy, which
     loads a cubin as it is; the arrays go as integer views, the kernels take addresses)."""
@@ -285,8 +317,8 @@ def _variant_row(
     grad_x = torch.full_like(x, float("nan"))
     grad_weight = torch.full_like(weight, float("nan"))
     partial = torch.empty(grid, cols, device="cuda")
-    kernel = module.get_function(f"rms_norm_backward_{suffix}")
-    reduce = module.get_function(f"rms_norm_weight_grad_{suffix}")
+    kernel = cubin.kernel("rms_norm_backward", dtype)
+    reduce = cubin.kernel("rms_norm_weight_grad", dtype)
     null = cupy.uint64(0)
     x_, w_, g_, gx_, gw_ = (
         cupy.asarray(t.view(view)) for t in (x, weight, grad, grad_x, grad_weight)
@@ -315,15 +347,14 @@ def _variant_row(
 
 def variants(specs: list[str], batches: int) -> None:
     """rms_norm_backward of each cubin, checked against float64, timed at several grids."""
-    import cupy
 
     modules = []
     for spec in specs:
         name, path, count = spec.split(":")  # elements a thread for 16-bit dtypes
-        modules.append((name, cupy.RawModule(path=path), int(count)))
+        modules.append((name, Cubin(path), int(count)))
     print("\nrms_norm_backward variants: GPU µs per call (kernel + weight sum), error vs float64")
     for rows, cols in ((16384, 8192), (4096, 8192)):
-        for dtype, suffix in VARIANT_DTYPES.items():
+        for dtype in MANGLED_TYPES:
             data = tuple(
                 torch.randn(shape, device="cuda").to(getattr(torch, dtype))
                 for shape in ((rows, cols), (cols,), (rows, cols))
@@ -338,7 +369,7 @@ def variants(specs: list[str], batches: int) -> None:
                 per_thread = elements if data[0].element_size() == 2 else 16
                 threads = max(64, min(512, 1 << (-(-cols // per_thread) - 1).bit_length()))
                 for grid in (132, 264, 528):
-                    grad_x, grad_w, run = _variant_row(module, suffix, data, threads, grid)
+                    grad_x, grad_w, run = _variant_row(module, dtype, data, threads, grid)
                     run()
                     torch.cuda.synchronize()
                     error_x = ((grad_x.double() - want_x).norm() / want_x.norm()).item()
@@ -415,18 +446,17 @@ def forward_variants(specs: list[str], batches: int) -> None:
     call queued ahead of the GPU at several threads a row, checked against float64."""
     import cupy
 
-    modules = [(name, cupy.RawModule(path=path)) for name, path in (s.split(":") for s in specs)]
+    modules = [(name, Cubin(path)) for name, path in (s.split(":") for s in specs)]
     print("\nforward variants: GPU µs per call, error vs float64", flush=True)
     sizes = ((1, 4096), (64, 4096), (4096, 8192), (16384, 8192))
     for (rows, cols), dtype in [(size, d) for size in sizes for d in ("bfloat16", "float32")]:
-        suffix = VARIANT_DTYPES[dtype]
         x = torch.randn(rows, cols, device="cuda").to(getattr(torch, dtype))
         w = torch.randn(cols, device="cuda").to(x.dtype)
         want = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + EPS)
         want = want * w.double()
         view = torch.int16 if x.element_size() == 2 else torch.int32
         for name, module in modules:
-            kernel = module.get_function(f"rms_norm_{suffix}")
+            kernel = module.kernel("rms_norm", dtype)
             for threads in (128, 256, 512):
                 out = torch.full_like(x, float("nan"))
                 per_block = max(1, 64 // threads)
@@ -444,13 +474,12 @@ def forward_variants(specs: list[str], batches: int) -> None:
                     flush=True,
                 )
     for dtype in ("bfloat16", "float32"):
-        suffix = VARIANT_DTYPES[dtype]
         gate, up = (torch.randn(1, 11008, device="cuda").to(getattr(torch, dtype)) for _ in "gu")
         want = gate.double() * torch.sigmoid(gate.double()) * up.double()
         view = torch.int16 if gate.element_size() == 2 else torch.int32
         chunks = -(-11008 // (16 // gate.element_size()))
         for name, module in modules:
-            kernel = module.get_function(f"swiglu_{suffix}")
+            kernel = module.kernel("swiglu", dtype)
             out = torch.full_like(gate, float("nan"))
             args = (*(cupy.asarray(t.view(view)) for t in (gate, up, out)), cupy.int64(11008))
             run_swiglu = functools.partial(kernel, (-(-chunks // 128),), (128,), args)
