@@ -20,9 +20,11 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
     python bench/profile_mlp.py forward-variants NAME:CUBIN ...
         rms_norm and swiglu forward of each cubin (mlp.cu built alone with a change) at several
         threads a row, GPU µs per call and the error against float64
-    python bench/profile_mlp.py variants NAME:CUBIN:ELEMENTS ...
+    python bench/profile_mlp.py variants NAME:CUBIN:ELEMENTS:SLICES ...
         rms_norm_backward of each cubin (mlp.cu built alone, e.g. before and after a change),
-        ELEMENTS a thread for 16-bit dtypes (32-bit: 16), at several grids: GPU µs per call
+        ELEMENTS a thread for 16-bit dtypes (32-bit: 16), at several grids, its weight sum
+        launched as 32 columns by SLICES slices a block (0: one 128-thread column a thread, the
+        form before 2026-11-23): GPU µs per call of both kernels and of the weight sum alone
         (CUDA events, median of batches) and the error against a float64 reference
 
 The numbers of one run on the lent H200 are in docs/bench-mlp-notes.md.
@@ -305,13 +307,14 @@ def _events_us(run: Callable[[], None], batches: int) -> float:
 
 
 def _variant_row(
-    cubin: Cubin, dtype: str, data: tuple[torch.Tensor, ...], threads: int, grid: int
-) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None]]:
+    cubin: Cubin, dtype: str, data: tuple[torch.Tensor, ...], geometry: tuple[int, int, int]
+) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None], Callable[[], None]]:
     """NaN-poisoned gradients and the launches of one cubin's backward into them (CuPy, which
     loads a cubin as it is; the arrays go as integer views, the kernels take addresses)."""
     import cupy
 
     x, weight, grad = data
+    threads, grid, slices = geometry
     view = torch.int16 if x.element_size() == 2 else torch.int32
     rows, cols = x.shape
     grad_x = torch.full_like(x, float("nan"))
@@ -338,11 +341,17 @@ def _variant_row(
     )
     reduce_args = (p_, gw_, cupy.int64(grid), cupy.int64(cols))
 
+    sliced = ((-(-cols // 32),), (32, slices))
+    reduce_geometry = sliced if slices else ((-(-cols // 128),), (128,))
+
+    def weight_sum() -> None:
+        reduce(*reduce_geometry, reduce_args)
+
     def run() -> None:
         kernel((grid,), (threads,), kernel_args)
-        reduce((-(-cols // 128),), (128,), reduce_args)
+        weight_sum()
 
-    return grad_x, grad_weight, run
+    return grad_x, grad_weight, run, weight_sum
 
 
 def variants(specs: list[str], batches: int) -> None:
@@ -350,8 +359,8 @@ def variants(specs: list[str], batches: int) -> None:
 
     modules = []
     for spec in specs:
-        name, path, count = spec.split(":")  # elements a thread for 16-bit dtypes
-        modules.append((name, Cubin(path), int(count)))
+        name, path, count, slices = spec.split(":")  # elements a thread for 16-bit dtypes
+        modules.append((name, Cubin(path), int(count), int(slices)))
     print("\nrms_norm_backward variants: GPU µs per call (kernel + weight sum), error vs float64")
     for rows, cols in ((16384, 8192), (4096, 8192)):
         for dtype in MANGLED_TYPES:
@@ -365,19 +374,22 @@ def variants(specs: list[str], batches: int) -> None:
             want_w = (g * x * r).sum(0)
             del x, w, g, r
             moved = 3 * rows * cols * data[0].element_size()
-            for name, module, elements in modules:
+            for name, module, elements, slices in modules:
                 per_thread = elements if data[0].element_size() == 2 else 16
                 threads = max(64, min(512, 1 << (-(-cols // per_thread) - 1).bit_length()))
                 for grid in (132, 264, 528):
-                    grad_x, grad_w, run = _variant_row(module, dtype, data, threads, grid)
+                    geometry = (threads, grid, slices)
+                    grad_x, grad_w, run, weight_sum = _variant_row(module, dtype, data, geometry)
                     run()
                     torch.cuda.synchronize()
                     error_x = ((grad_x.double() - want_x).norm() / want_x.norm()).item()
                     error_w = ((grad_w.double() - want_w).norm() / want_w.norm()).item()
                     us = _events_us(run, batches)
+                    sum_us = _events_us(weight_sum, batches)
                     print(
                         f"{dtype:8s} {rows:5d}x{cols} {name:8s} grid {grid:3d} threads "
-                        f"{threads:3d}: {us:8.2f} µs {moved / us / 1e3:6.0f} GB/s  err x "
+                        f"{threads:3d}: {us:8.2f} µs {moved / us / 1e3:6.0f} GB/s (weight sum "
+                        f"{sum_us:6.2f} µs)  err x "
                         f"{error_x:.1e} w {error_w:.1e}",
                         flush=True,
                     )
@@ -495,7 +507,11 @@ def main() -> None:
     parser.add_argument(
         "what", choices=["host", "workload", "kernels", "variants", "geometry", "forward-variants"]
     )
-    parser.add_argument("specs", nargs="*", help="variants: NAME:CUBIN:ELEMENTS")
+    parser.add_argument(
+        "specs",
+        nargs="*",
+        help="variants: NAME:CUBIN:ELEMENTS:SLICES; forward-variants: NAME:CUBIN",
+    )
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--batches", type=int, default=7)
     args = parser.parse_args()

@@ -8,8 +8,10 @@
 // RMSNorm, whose rows are at most 2**30 elements).
 //
 // Launch geometry (chosen by kernelpack.mlp; any grid gives the right answer, the loops stride):
-//   swiglu_*, swiglu_backward_*, rms_norm_weight_grad_*
+//   swiglu_*, swiglu_backward_*
 //                            1-D grid over the elements, blocks of kElementwiseBlockThreads.
+//   rms_norm_weight_grad_*   grid.x over the columns, blockDim.x columns by blockDim.y slices
+//                            of the rows of `partial`, at most kWeightGradThreads threads.
 //   silu_and_mul_*, silu_and_mul_backward_*
 //                            grid.x over the columns of the output, grid.y over the rows; blocks
 //                            of at most kElementwiseBlockThreads.
@@ -661,19 +663,43 @@ __device__ __forceinline__ void rms_norm_backward(const T* x, const T* weight, c
   }
 }
 
-// grad_weight[j] = the sum over b of partial[b][j], b in order: the same bits every run.
+// The weight-gradient sum's block bound: blockDim.x columns by blockDim.y slices of the rows of
+// `partial`. (Profiled on the H200: one thread a column summing all the rows in turn, 64 blocks
+// of 128 threads at 8192 columns, took 18 us for 264 rows, latency-bound; docs/bench-mlp-notes.md.)
+constexpr int kWeightGradThreads = 256;
+
+// grad_weight[j] = the sum over b of partial[b][j]. Slice y of a block sums the rows b = y, y +
+// blockDim.y, ... of its columns in turn, then slice 0 adds the slices' sums in order, so that
+// for a given geometry (the host's depends on cols alone) every run gives the same bits. The
+// loop bound is the block's first column, the same for all its threads, so every thread meets
+// the barriers.
 template <typename T>
 __device__ __forceinline__ void rms_norm_weight_grad(const float* partial, T* grad_weight,
                                                      long long blocks, long long cols) {
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
-       j += stride) {
+  __shared__ float slices[kWeightGradThreads];
+  const int width = static_cast<int>(blockDim.x);
+  const int slot = static_cast<int>(threadIdx.y) * width + static_cast<int>(threadIdx.x);
+  const long long stride = static_cast<long long>(gridDim.x) * width;
+  for (long long first = static_cast<long long>(blockIdx.x) * width; first < cols;
+       first += stride) {
+    const long long j = first + threadIdx.x;
     float sum = 0.0f;
-    for (long long b = 0; b < blocks; ++b) {
-      sum += partial[b * cols + j];
+    if (j < cols) {
+      for (long long b = threadIdx.y; b < blocks; b += blockDim.y) {
+        sum += partial[b * cols + j];
+      }
     }
-    const float in[1] = {sum};
-    ScalarAccess<T>::store(grad_weight, j, ScalarAccess<T>::pack(in));
+    slices[slot] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < cols) {
+      float total = 0.0f;
+      for (int y = 0; y < static_cast<int>(blockDim.y); ++y) {
+        total += slices[y * width + static_cast<int>(threadIdx.x)];
+      }
+      const float in[1] = {total};
+      ScalarAccess<T>::store(grad_weight, j, ScalarAccess<T>::pack(in));
+    }
+    __syncthreads();
   }
 }
 
@@ -735,7 +761,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kElementwiseBlockThreads)
+__global__ void __launch_bounds__(kWeightGradThreads)
     rms_norm_weight_grad(const float* partial, T* grad_weight, long long blocks, long long cols) {
   ::rms_norm_weight_grad(partial, grad_weight, blocks, cols);
 }
