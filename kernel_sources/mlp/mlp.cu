@@ -212,8 +212,9 @@ constexpr int kRowBlockThreads = 512;
 // One row of RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight. With kAddResidual, x first becomes
 // x + residual, rounded to T and stored to residual_out; the norm is taken of that stored value.
 // In place (fused_add_rms_norm) out is x and residual_out is residual: each element is read by
-// the thread that later writes it, so the aliasing is safe. Every thread of the block takes part: a thread past the last row
-// passes chunks = 0, loads and stores nothing, and only joins the reduction.
+// the thread that later writes it, so the aliasing is safe. Every thread of the block takes
+// part: a thread past the last row passes chunks = 0, loads and stores nothing, and only joins
+// the reduction.
 template <typename Access, bool kAddResidual, typename T>
 __device__ __forceinline__ void rms_norm_row(const T* x, const T* residual, T* residual_out,
                                              const T* weight, T* out, int chunks, long long cols,
@@ -488,9 +489,9 @@ __device__ __forceinline__ void row_sum_pair(float& first, float& second, float*
 // Pass 1 of one chunk of a row: adds its share of the row's two sums, sum(x^2) and
 // sum(dy * w * x).
 template <typename Access, typename T>
-__device__ __forceinline__ void backward_sums(typename Access::Raw values, typename Access::Raw grads,
-                                              const T* weight, int i, float& sum_squares,
-                                              float& sum_dot) {
+__device__ __forceinline__ void backward_sums(typename Access::Raw values,
+                                              typename Access::Raw grads, const T* weight, int i,
+                                              float& sum_squares, float& sum_dot) {
   constexpr int kWidth = Access::kWidth;
   float v[kWidth];
   float g[kWidth];
@@ -664,8 +665,9 @@ __device__ __forceinline__ void rms_norm_backward(const T* x, const T* weight, c
 }
 
 // The weight-gradient sum's block bound: blockDim.x columns by blockDim.y slices of the rows of
-// `partial`. (Profiled on the H200: one thread a column summing all the rows in turn, 64 blocks
-// of 128 threads at 8192 columns, took 18 us for 264 rows, latency-bound; docs/bench-mlp-notes.md.)
+// `partial`. (Measured on the H200 at 264 rows of 8192: one thread a column summing all the rows
+// in turn, 64 blocks of 128 threads, took 14 us, latency-bound; 32 columns by 8 slices take 8.6
+// us; docs/bench-mlp-notes.md.)
 constexpr int kWeightGradThreads = 256;
 
 // grad_weight[j] = the sum over b of partial[b][j]. Slice y of a block sums the rows b = y, y +

@@ -12,11 +12,11 @@ with a UsageError (a ValueError) naming the argument on any machine. Arithmetic 
 every storage type (float32, float16, bfloat16).
 
 Torch tensors take a hot path once one call of a (dtype, device) went through the checks: the
-same checks read straight off the tensors (:func:`hot_plan`), and the kernel's launch per size
-and the stream accessor cached, so a call costs the launch, the allocation of its result (none
-with ``out=``) and about a microsecond of Python. Tensors that need autograd go through the custom
-ops of :mod:`kernelpack.torch_ops` (``torch.ops.kernelpack.*``), which also serve torch.compile
-and share the hot path's launches.
+same checks read straight off the tensors (:func:`hot_plan`), and the kernel's launch prepared
+per shape (:class:`TorchPlan`), so a call costs the launch, the allocation of its result (none
+with ``out=``) and about 1.5 µs of Python on the H200's host (docs/bench-mlp-notes.md).
+Tensors that need autograd go through the custom ops of :mod:`kernelpack.torch_ops`
+(``torch.ops.kernelpack.*``), which also serve torch.compile and share the hot path's launches.
 """
 
 from __future__ import annotations
