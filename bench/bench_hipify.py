@@ -413,8 +413,15 @@ def run_bench(
                 return {"ok": ok, "error": error, "kernels": names}
 
             # nvcc's kernels include those of internal linkage (static, anonymous namespace):
-            # results from before they were read are not reused
-            nvcc_salt = ["nvcc", nvcc_version, *salt, "internal-kernels"]
+            # results from before they were read are not reused. CPATH: where nvcc finds
+            # headers the CUDA install lacks (llm.c's cuBLAS headers)
+            nvcc_salt = [
+                "nvcc",
+                nvcc_version,
+                os.environ.get("CPATH", ""),
+                *salt,
+                "internal-kernels",
+            ]
             nvcc = cached(_input_digest(base, project, path, nvcc_salt, compat), compute_nvcc)
             nvcc_ok, nvcc_error = bool(nvcc["ok"]), str(nvcc["error"])
             nvcc_kernels = [str(k) for k in nvcc["kernels"]]  # type: ignore[attr-defined]
