@@ -122,7 +122,7 @@ extern "C" __global__ void {name}(const {tin}* a, const {tin}* b, const {tacc}* 
   nvcuda::wmma::load_matrix_sync(fb, b, 32);
   nvcuda::wmma::load_matrix_sync(fc, c, 32, nvcuda::wmma::mem_col_major);
   for (int i = 0; i < fa.num_elements; ++i) fa.x[i] = -fa.x[i];
-  nvcuda::wmma::mma_sync(fc, fa, fb, fc, true);
+  nvcuda::wmma::mma_sync(fc, fa, fb, fc);
   nvcuda::wmma::store_matrix_sync(d + warp * 1024, fc, 32, nvcuda::wmma::mem_row_major);
   nvcuda::wmma::fill_fragment(fc, 0.0f);
   nvcuda::wmma::store_matrix_sync(d, fc, 32, nvcuda::wmma::mem_col_major);

@@ -20,7 +20,7 @@
 //
 // Supported: shapes m16n16k16, m32n8k16, m8n32k16; matrix_a / matrix_b of __half or bf16
 // (row_major or col_major); accumulators of float or __half (mem_row_major or mem_col_major);
-// mma_sync with satf. Other types (int8, tf32, double, sub-byte) stop with a static_assert.
+// mma_sync. Other types (int8, tf32, double, sub-byte) stop with a static_assert.
 //
 // With KERNELPACK_WMMA_RENAME defined, nvcc compiles the same text as kp_nvcuda::wmma with
 // __shfl_sync: tests/hipify_wmma_gpu.cu compares it with CUDA's own nvcuda::wmma on an NVIDIA GPU.
@@ -109,12 +109,10 @@ template <typename T>
 struct narrow;
 template <>
 struct narrow<float> {
-  static constexpr float max_finite = 3.40282346638528859812e+38f;
   __device__ static float from(float v) { return v; }
 };
 template <>
 struct narrow<__half> {
-  static constexpr float max_finite = 65504.0f;
   __device__ static __half from(float v) { return __float2half_rn(v); }
 };
 
@@ -225,14 +223,14 @@ __device__ inline void fill_fragment(fragment<Use, M, N, K, T, Layout>& a,
   for (int i = 0; i < a.num_elements; ++i) a.x[i] = v;
 }
 
-// d = a * b + c, d and c may be the same fragment. satf: an infinite result becomes the largest
-// finite value of its sign, a NaN +0 (CUDA's rule).
+// d = a * b + c; d and c may be the same fragment, and of different accumulator types (as CUDA's
+// half forms allow). CUDA 13 has no satf argument for half and bf16 inputs; neither has this.
 template <int M, int N, int K, typename Tin, typename LayoutA, typename LayoutB, typename Tc,
           typename Td>
 __device__ inline void mma_sync(fragment<accumulator, M, N, K, Td>& d,
                                 const fragment<matrix_a, M, N, K, Tin, LayoutA>& a,
                                 const fragment<matrix_b, M, N, K, Tin, LayoutB>& b,
-                                const fragment<accumulator, M, N, K, Tc>& c, bool satf = false) {
+                                const fragment<accumulator, M, N, K, Tc>& c) {
   using kernelpack_wmma::gather;
   using kernelpack_wmma::widen;
   constexpr int slots_a = M * K / 32, slots_b = K * N / 32, slots_c = M * N / 32;
@@ -256,18 +254,7 @@ __device__ inline void mma_sync(fragment<accumulator, M, N, K, Td>& d,
       const int lo = ((32 * i) / N * K + k) / 32, hi = ((32 * i + 31) / N * K + k) / 32;
       acc = fmaf(gather(av, lo, hi, m * K + k), bk[k], acc);
     }
-    const Td rounded = kernelpack_wmma::narrow<Td>::from(acc);
-    const float value = widen(rounded);
-    if (satf && value != value) {
-      d.x[i] = kernelpack_wmma::narrow<Td>::from(0.0f);
-    } else if (satf && (value > kernelpack_wmma::narrow<Td>::max_finite ||
-                        value < -kernelpack_wmma::narrow<Td>::max_finite)) {
-      d.x[i] = kernelpack_wmma::narrow<Td>::from(value > 0.0f
-                                                     ? kernelpack_wmma::narrow<Td>::max_finite
-                                                     : -kernelpack_wmma::narrow<Td>::max_finite);
-    } else {
-      d.x[i] = rounded;
-    }
+    d.x[i] = kernelpack_wmma::narrow<Td>::from(acc);
   }
 }
 
