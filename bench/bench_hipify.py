@@ -48,7 +48,7 @@ if str(REPO) not in sys.path:  # run as a script: the repository's packages come
 
 from buildsys import REPO_ROOT  # noqa: E402
 from buildsys.hipify import COMPAT_DIR, Severity, hipify_source  # noqa: E402
-from buildsys.hipify.tables import COMPAT_HEADER  # noqa: E402
+from buildsys.hipify.tables import COMPAT_HEADER, WMMA_HEADER  # noqa: E402
 from buildsys.matrix import load_matrix  # noqa: E402
 from buildsys.toolchain import Toolchain, amd_toolchain  # noqa: E402
 from kernelpack.code_objects import read_code_object  # noqa: E402
@@ -177,7 +177,7 @@ def _input_digest(
     libraries: str = "",
 ) -> str:
     """What a compile of ``relative`` in ``tree`` depends on: the file, the project files it
-    includes (transitively), the compat header (``compat``, the run's copy) where one of them
+    includes (transitively), each compat header (``compat``, the run's copy) where one of them
     includes it, the toolchain's header libraries (``libraries``, a library_fingerprint) where
     one of them includes one, and ``salt`` (tool, toolchain version, flags, targets). The result
     cache is keyed by it."""
@@ -185,8 +185,9 @@ def _input_digest(
     for path in _closure(tree, [Path(relative)], _include_dirs(project)):
         data = (tree / path).read_bytes()
         digest.update(f"\0{path}\0{len(data)}\0".encode() + data)
-        if COMPAT_HEADER.encode() in data:
-            digest.update((compat / COMPAT_HEADER).read_bytes())
+        for header in (COMPAT_HEADER, WMMA_HEADER):
+            if header.encode() in data:
+                digest.update((compat / header).read_bytes())
         names = _INCLUDE_RE.findall(data.decode("utf-8", errors="replace"))
         if libraries and any(name.startswith(LIBRARY_FOLDERS) for name in names):
             digest.update(f"\0libraries\0{libraries}".encode())
