@@ -262,6 +262,13 @@ def test_cuda_arch_values_use_the_compat_macro_and_header() -> None:
     assert "kernelpack_hip_compat" not in translate("__global__ void k(int* o) { o[0] = 1; }\n")
 
 
+def test_inline_ptx_behind_an_arch_guard_takes_the_alternative() -> None:
+    """More cases in tests/test_hipify_arch_features.py."""
+    text = '__device__ void f(int x) {\n#if __CUDA_ARCH__ >= 750\n  asm("mov.b32 %0, %0;" : "+r"(x));\n#else\n  x++;\n#endif\n}\n'
+    assert codes(text) == [(2, "arch-feature")]
+    assert codes(text.replace("#else\n  x++;\n", "")) == [(3, "inline-asm")]
+
+
 def test_cuda_std_becomes_std() -> None:
     text = "#include <cuda/std/limits>\n__device__ long f() { return ::cuda::std::numeric_limits<long>::lowest(); }\nauto g = cuda::atomic_ref<int>(x);\n"
     result = hipify_source(text, "t.cu")

@@ -9,6 +9,7 @@ when its content changes, so incremental builds see unchanged sources as unchang
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from kernelpack.atomic import atomic_write
 from kernelpack.errors import UsageError
 
 from ..settings import require_writable_folder
+from .arch_features import scan_arch_features
 from .compat import compat_headers
 from .diagnostics import Severity
 from .tables import COMPAT_HEADER
@@ -124,13 +126,18 @@ def hipify_files(files: list[Path], out_dir: Path, *, options: HipifyOptions) ->
     """Translate each file and write its output below out_dir (layout kept below the common root)."""
     root = Path(os.path.commonpath([p.parent for p in files])) if files else Path.cwd()
     results: list[FileResult] = []
+    texts: dict[Path, str] = {}
     for path in files:
         try:
-            text = path.read_bytes().decode("utf-8")
+            texts[path] = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError as error:
             raise UsageError(
                 f"hipify: {path} is not UTF-8 text (byte {error.start}); convert it first"
             ) from None
+    # Feature macros are defined in one file and tested in others: one verdict for all of them.
+    features = scan_arch_features({display_name(p): t for p, t in texts.items()})
+    options = dataclasses.replace(options, arch_features=features)
+    for path, text in texts.items():
         name = display_name(path)
         result = hipify_source(text, name, options=options)
         target = output_path(path, root, out_dir)

@@ -66,6 +66,12 @@ CODES: tuple[Code, ...] = (
         False,
         "HIP_ENABLE_WARP_SYNC_BUILTINS was defined for cooperative-groups tile votes",
     ),
+    Code(
+        "arch-feature",
+        Severity.NOTE,
+        False,
+        "inline PTX behind an architecture guard: the source's alternative branch is compiled",
+    ),
     Code("inline-asm", Severity.ERROR, False, "inline PTX assembly, which cannot be translated"),
     Code(
         "unsupported-api",

@@ -48,11 +48,16 @@ def report(
     findings: list[Finding],
     full_names: frozenset[str],
     declared: frozenset[str],
+    dead_ranges: tuple[tuple[int, int], ...] = (),
 ) -> tuple[Diagnostic, ...]:
-    """Findings as diagnostics: none in a CUDA-only branch (``#ifndef USE_ROCM``), no
+    """Findings as diagnostics: none in a CUDA-only branch (``#ifndef USE_ROCM``) or in a branch
+    AMD never compiles (``dead_ranges``: PTX behind an architecture guard, arch_features.py), no
     inline-asm finding in a ROCm branch (that asm is AMD's), allowed codes dropped, and each
     repeated API finding (same code and name) reported once, at its first use, with a count."""
     findings = [*find_hazards(view, full_names), *findings, *api_findings(view, declared)]
+    findings = [
+        f for f in findings if not any(start <= f.token < end for start, end in dead_ranges)
+    ]
     allowed: dict[int, frozenset[str]] = {
         line: allowed_codes(" ".join(texts)) for line, texts in view.line_comments().items()
     }

@@ -695,6 +695,9 @@ VERSION_MACROS: dict[str, str] = {"CUDART_VERSION": "HIP_VERSION", "CUDA_VERSION
 CUDA_ARCH_MACRO = "__CUDA_ARCH__"
 HIP_DEVICE_PASS_MACRO = "__HIP_DEVICE_COMPILE__"
 CUDA_ARCH_REPLACEMENT = "KERNELPACK_CUDA_ARCH"
+# A condition comparing one of these by value is an architecture guard (arch_features.py): its
+# branch may hold tensor-core PTX that no AMD target has, whatever number stands for the target.
+ARCH_GUARD_NAMES = frozenset({CUDA_ARCH_MACRO, CUDA_ARCH_REPLACEMENT})
 
 # The compatibility header shipped in buildsys/hipify/compat/ (the builder puts it in the include
 # folder of the hipified tree); inserted where a file uses one of the names it provides.

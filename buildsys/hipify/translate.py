@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .arch_features import DROPPED_DEFINITION, FeatureDefinition, decisions_for, scan_arch_features
 from .hazards import Finding, MaskKind, classify_mask, full_mask_names
 from .lexer import Kind
 from .reporting import is_cuda_std, report
@@ -97,7 +98,12 @@ def hipify_source(text: str, path: str, *, options: HipifyOptions | None = None)
     if not text.startswith(GENERATED_PREFIX):
         body = generated_header(path, text) + body
     diagnostics = report(
-        view, path, translator.findings, translator.full_names, translator.declared
+        view,
+        path,
+        translator.findings,
+        translator.full_names,
+        translator.declared,
+        translator.decisions.dead_ranges,
     )
     conversions = tuple(
         sorted(Conversion(kind, cuda, hip, n) for (kind, cuda, hip), n in translator.counts.items())
@@ -122,6 +128,9 @@ class _Translator:
         self.group_variables = cg_group_variables(self.view)
         self.launches = find_launches(self.view) if self.options.launch_macro else {}
         self.cg_aliases = namespace_aliases(self.view, "cooperative_groups")
+        features = self.options.arch_features or scan_arch_features({self.path: self.view.text})
+        self.decisions = decisions_for(self.view, features)
+        self.ptx_branches = features.ptx_branches
 
     # ---- emission -----------------------------------------------------------------------
 
@@ -137,6 +146,16 @@ class _Translator:
                 out.append(self._include(directive))
                 k = directive.end
                 continue
+            if directive is not None and directive.start == k:
+                dropped = self.decisions.dropped_definitions.get(k)
+                if dropped is not None:
+                    out.append(self._dropped_definition(directive, dropped))
+                    k = directive.end
+                    continue
+                if k in self.decisions.switched_guards:
+                    out.append(self._switched_guard(directive))
+                    k = directive.end
+                    continue
             if k in self.launches and (launch_at_start or k != lo):
                 text, k = self._launch(k)
                 out.append(text)
@@ -336,6 +355,43 @@ class _Translator:
         head = "".join(t.text for t in view.tokens[directive.start : sig[2]])
         tail = "".join(t.text for t in view.tokens[last + 1 : directive.end])
         return f"{head}{open_text}{target}{close_text}{tail}"
+
+    def _dropped_definition(self, directive: Directive, feature: FeatureDefinition) -> str:
+        """A feature macro AMD leaves undefined: a comment in its place (as many lines)."""
+        view = self.view
+        text = "".join(t.text for t in view.tokens[directive.start : directive.end])
+        name = view.sig_in(directive.start, directive.end)[2]
+        branches = self.ptx_branches.get(feature.name, 0)
+        self.findings.append(
+            Finding(
+                name,
+                "arch-feature",
+                f"{feature.name} is defined only under '#if {feature.guard}' and selects inline "
+                f"PTX ({branches} branch(es), each with an alternative): left undefined on AMD, so "
+                f"every test of {feature.name} takes its alternative, as on an NVIDIA GPU "
+                "without the feature",
+            )
+        )
+        self._count("define", feature.name, "(undefined on AMD)")
+        return f"{DROPPED_DEFINITION}{feature.name}" + "\n" * text.count("\n")
+
+    def _switched_guard(self, directive: Directive) -> str:
+        """``#if <arch guard>`` over inline PTX with an alternative: not taken on AMD."""
+        view = self.view
+        sig = view.sig_in(directive.start, directive.end)
+        head = "".join(t.text for t in view.tokens[directive.start : sig[1] + 1])
+        condition = self.emit(sig[2], sig[-1] + 1).strip()
+        tail = "".join(t.text for t in view.tokens[sig[-1] + 1 : directive.end])
+        self.findings.append(
+            Finding(
+                sig[1],
+                "arch-feature",
+                f"'#{directive.name} {view.range_text(sig[2], sig[-1] + 1)}' selects inline PTX: "
+                "not taken on AMD (no AMD GPU has it), the source's alternative branch is "
+                "compiled instead",
+            )
+        )
+        return f"{head} 0 /* hipify: inline PTX, not on AMD */ && ({condition}){tail}"
 
     def _launch(self, k: int) -> tuple[str, int]:
         launch = self.launches[k]
