@@ -93,7 +93,10 @@ def test_the_file_alone_keeps_the_error() -> None:
 
 def test_no_alternative_keeps_the_feature_and_the_error() -> None:
     """One PTX branch without #else keeps the feature defined: nothing is dropped silently."""
-    bare = MMA + "__device__ void f(int* p) {\n#ifdef TURING_MMA_AVAILABLE\n  asm(\"bar.sync 0;\");\n#endif\n}\n"
+    bare = (
+        MMA
+        + '__device__ void f(int* p) {\n#ifdef TURING_MMA_AVAILABLE\n  asm("bar.sync 0;");\n#endif\n}\n'
+    )
     features = scan_arch_features({"common.cuh": COMMON, "mma.cu": bare})
     assert sorted(features.off) == ["AMPERE_MMA_AVAILABLE"]
     out = run({"common.cuh": COMMON, "mma.cu": bare})
@@ -102,7 +105,10 @@ def test_no_alternative_keeps_the_feature_and_the_error() -> None:
 
 
 def test_a_feature_defined_under_it_without_alternative_blocks_it() -> None:
-    under = MMA + "__device__ void g() {\n#ifdef LDMATRIX_TRANS_AVAILABLE\n  asm(\"bar.sync 0;\");\n#endif\n}\n"
+    under = (
+        MMA
+        + '__device__ void g() {\n#ifdef LDMATRIX_TRANS_AVAILABLE\n  asm("bar.sync 0;");\n#endif\n}\n'
+    )
     assert "TURING_MMA_AVAILABLE" not in scan_arch_features({"c.cuh": COMMON, "m.cu": under}).off
 
 

@@ -189,10 +189,9 @@ def ptx_tokens(view: SourceView) -> list[int]:
     """Token indexes of inline PTX statements (AMD's own asm in a ROCm branch excluded)."""
     found: list[int] = []
     for k in view.sig:
-        name = view.tokens[k].text
-        if name in ("asm", "__asm__", "__asm") and view.platform_at(k) is None:
-            if inline_asm(view, k) is not None:
-                found.append(k)
+        is_asm = view.tokens[k].text in ("asm", "__asm__", "__asm")
+        if is_asm and view.platform_at(k) is None and inline_asm(view, k) is not None:
+            found.append(k)
     return found
 
 
