@@ -219,8 +219,9 @@ def test_launch_macro() -> None:
 
 def test_runtime_include_is_inserted_once_after_pragma_once() -> None:
     out = translate("#pragma once\n__device__ float f(float x) { return x; }\n")
-    assert out.startswith("#pragma once\n#include <hip/hip_runtime.h>\n__device__")
-    assert translate("int plain(int x) { return x; }\n") == "int plain(int x) { return x; }\n"
+    assert out.startswith("#pragma once\n#include <hip/hip_runtime.h>\n#line 2\n__device__")
+    plain = "int plain(int x) { return x; }\n"
+    assert translate(plain) == "#line 1\n" + plain  # the header line, then the source's lines
     assert (
         translate("#include <cuda_runtime.h>\n__global__ void k() {}\n").count("hip_runtime.h") == 1
     )
@@ -233,7 +234,7 @@ def test_tile_votes_enable_hips_warp_sync_builtins() -> None:
     result = hipify_source(text, "t.cu")
     body = result.text.split("\n", 1)[1]
     assert body.startswith(
-        "#define HIP_ENABLE_WARP_SYNC_BUILTINS\n#include <hip/hip_runtime.h>\n#include <hip/hip_cooperative_groups.h>"
+        "#define HIP_ENABLE_WARP_SYNC_BUILTINS\n#include <hip/hip_runtime.h>\n#line 1\n#include <hip/hip_cooperative_groups.h>"
     )
     assert [(d.line, d.code) for d in result.diagnostics] == [(5, "warp-sync-builtins")]
     assert hipify_source(result.text, "x").text == result.text
@@ -245,7 +246,7 @@ def test_cuda_arch_and_version_macros() -> None:
     result = hipify_source(text, "t.cu")
     assert result.text.count("__HIP_DEVICE_COMPILE__") == 2
     assert "#if KERNELPACK_CUDA_ARCH >= 800\n" in result.text
-    assert "#include <kernelpack_hip_compat.h>\n#ifdef" in result.text
+    assert "#include <kernelpack_hip_compat.h>\n#line 1\n#ifdef" in result.text
     assert "int v = HIP_VERSION;" in result.text
     assert [(d.line, d.code) for d in result.diagnostics] == [(11, "untranslated")]
 

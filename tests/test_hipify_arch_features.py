@@ -78,7 +78,8 @@ def test_feature_macro_defined_in_one_file_selects_ptx_in_another() -> None:
     assert f"{DROPPED_DEFINITION}AMPERE_MMA_AVAILABLE\n" in common
     assert "#define BF16_AVAILABLE\n" in common  # same branch, no PTX: stays
     assert "#define LDMATRIX_TRANS_AVAILABLE\n" in common  # undefined through TURING
-    assert common.count("\n") == COMMON.count("\n") + 2  # runtime + compat includes, no line lost
+    # runtime and compat includes, then #line: no line of the source lost or added
+    assert common.count("\n") == COMMON.count("\n") + 3 and "\n#line 2\n" in common
     assert common_codes == [(6, "arch-feature"), (9, "arch-feature")]
     mma, mma_codes = out["mma.cu"]
     assert mma_codes == []  # the PTX branches are not compiled on AMD: no inline-asm error

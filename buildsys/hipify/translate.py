@@ -71,6 +71,8 @@ __all__ = [
     "source_sha256",
 ]
 
+# The prelude an earlier translation inserted, ended by its #line directive.
+_LINE_AFTER_PRELUDE_RE = re.compile(r"(?:#[ \t]*(?:include|define)[^\n]*\n)*#line \d+\n")
 _PRAGMA_ONCE_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*\n", re.MULTILINE)
 _DEVICE_MARKERS = frozenset(
     {
@@ -94,9 +96,8 @@ def hipify_source(text: str, path: str, *, options: HipifyOptions | None = None)
     view = SourceView(text)
     translator = _Translator(view, path, options or HipifyOptions())
     body = translator.emit(0, len(view.tokens))
-    body = translator.insert_prelude(body)
-    if not text.startswith(GENERATED_PREFIX):
-        body = generated_header(path, text) + body
+    header = "" if text.startswith(GENERATED_PREFIX) else generated_header(path, text)
+    body = translator.insert_prelude(body, header)
     diagnostics = report(
         view,
         path,
@@ -410,9 +411,12 @@ class _Translator:
 
     # ---- what goes above the translated text ----------------------------------------------
 
-    def insert_prelude(self, body: str) -> str:
-        """Add the HIP runtime include (nvcc includes cuda_runtime.h implicitly, hipcc does not)
-        and HIP_ENABLE_WARP_SYNC_BUILTINS where tile votes need it, each only when absent."""
+    def insert_prelude(self, body: str, header: str) -> str:
+        """Add the generated-file ``header`` line, the HIP runtime include (nvcc includes
+        cuda_runtime.h implicitly, hipcc does not) and HIP_ENABLE_WARP_SYNC_BUILTINS where tile
+        votes need it, each only when absent; then a ``#line`` directive, so the compiler's
+        messages about the translation name the CUDA source's lines, as hipify's findings do (a
+        compile failure is matched to the finding on its line)."""
         view = self.view
         lines: list[str] = []
         defined = any(
@@ -437,7 +441,7 @@ class _Translator:
             and f'"{COMPAT_HEADER}"' not in body
         ):
             lines.append(f"#include <{COMPAT_HEADER}>\n")
-        if not lines:
+        if not lines and not header:
             return body
         prelude = "".join(lines)
         offset = 0
@@ -448,7 +452,10 @@ class _Translator:
             once = _PRAGMA_ONCE_RE.search(body, offset)
             if once is not None:
                 offset = once.end()
-        return body[:offset] + prelude + body[offset:]
+        if not lines and _LINE_AFTER_PRELUDE_RE.match(body, offset):
+            return header + body  # an earlier translation's prelude and #line are there
+        line = body.count("\n", 0, offset) + 1 - (0 if header else 1)
+        return header + body[:offset] + prelude + f"#line {line}\n" + body[offset:]
 
     def _needs_runtime_include(self, body: str) -> bool:
         view = self.view
