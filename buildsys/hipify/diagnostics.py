@@ -72,6 +72,12 @@ CODES: tuple[Code, ...] = (
         False,
         "inline PTX behind an architecture guard: the source's alternative branch is compiled",
     ),
+    Code(
+        "texture-targets",
+        Severity.WARNING,
+        False,
+        "a texture or surface fetch, which AMD GPUs without image instructions (gfx942, gfx950) lack",
+    ),
     Code("inline-asm", Severity.ERROR, False, "inline PTX assembly, which cannot be translated"),
     Code(
         "unsupported-api",

@@ -15,7 +15,9 @@ from .tables import (
     CUDA_LOOKALIKES,
     HEADER_ADVICE,
     HEADERS,
+    NO_IMAGE_TARGETS,
     RENAMES,
+    TEXTURE_FUNCTIONS,
     UNSUPPORTED_BY_NAME,
     UNSUPPORTED_TEMPLATES,
     VERSION_MACROS,
@@ -24,7 +26,9 @@ from .tables import (
 
 # Findings about one construct that repeat through a file (every asm, every use of a macro that
 # looks like CUDA): one diagnostic per (code, name) per file, at the first use, with a count.
-ONCE_PER_FILE_CODES = frozenset({"inline-asm", "unsupported-api", "untranslated"})
+ONCE_PER_FILE_CODES = frozenset(
+    {"inline-asm", "unsupported-api", "untranslated", "texture-targets"}
+)
 
 _CUDA_NAME_RE = re.compile(r"^(?:cuda|cu)[A-Z]\w*$|^(?:CUDA|CU|CUDART)_\w+$|^cudnn\w+$")
 _PTX_RE = re.compile(
@@ -137,7 +141,9 @@ def api_findings(view: SourceView, declared: frozenset[str]) -> list[Finding]:
             k in view.directive_at and view.directive_at[k].name == "include"
         ):
             continue
-        if name in UNSUPPORTED_BY_NAME:
+        if name in TEXTURE_FUNCTIONS and after_text in ("(", "<") and before != "::":
+            found.append(Finding(k, "texture-targets", texture_message(name), name))
+        elif name in UNSUPPORTED_BY_NAME:
             found.append(
                 Finding(
                     k,
@@ -184,6 +190,17 @@ def api_findings(view: SourceView, declared: frozenset[str]) -> list[Finding]:
         ):
             found.append(Finding(k, "untranslated", f"{name} has no HIP mapping; left as is", name))
     return found
+
+
+def texture_message(name: str) -> str:
+    """What a texture or surface fetch means for the targets without image instructions."""
+    return (
+        f"{name} reads through the texture unit, which {', '.join(NO_IMAGE_TARGETS)} (MI300, "
+        "MI350) lack: HIP marks it unavailable there, so the compile for those targets fails "
+        "(the others build). Read the data through a pointer instead (a plain load or __ldg; "
+        "interpolation and border modes by hand), or leave those targets out of the matrix "
+        "(arch_matrix.toml, the project's `matrix`)"
+    )
 
 
 def inline_asm(view: SourceView, k: int) -> Finding | None:

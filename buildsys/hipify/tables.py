@@ -774,3 +774,24 @@ def library_rename(name: str) -> str | None:
         if name.startswith(cuda) and len(name) > len(cuda):
             return hip + name[len(cuda) :]
     return None
+
+
+# Texture and surface fetches: HIP declares each with __hip_img_chk__, "unavailable" where the
+# compiler defines __HIP_NO_IMAGE_SUPPORT (the GPU has no image instructions), so a file that
+# calls one compiles for the other targets and fails for these (tests/test_hipify_toolchain.py
+# checks both lists against the provisioned headers and the compiler's own macros).
+_TEXTURE_BLOCK = """
+    tex1D tex1DGrad tex1DLayered tex1DLayeredGrad tex1DLayeredLod tex1DLod tex1Dfetch
+    tex2D tex2DGrad tex2DLayered tex2DLayeredGrad tex2DLayeredLod tex2DLod tex2Dgather
+    tex3D tex3DGrad tex3DLod
+    texCubemap texCubemapGrad texCubemapLayered texCubemapLayeredGrad texCubemapLayeredLod
+    texCubemapLod
+    surf1Dread surf1Dwrite surf1DLayeredread surf1DLayeredwrite surf2Dread surf2Dwrite
+    surf2DLayeredread surf2DLayeredwrite surf3Dread surf3Dwrite surfCubemapread surfCubemapwrite
+    surfCubemapLayeredread surfCubemapLayeredwrite
+"""
+TEXTURE_FUNCTIONS = frozenset(_TEXTURE_BLOCK.split())
+# AMD targets without image instructions (MI300, MI350): HIP 6.4's amd_device_functions.h names
+# gfx940, gfx941 and gfx942; clang 21 also defines __HIP_NO_IMAGE_SUPPORT for gfx950 and
+# gfx9-4-generic (and no longer accepts gfx940/gfx941).
+NO_IMAGE_TARGETS = ("gfx940", "gfx941", "gfx942", "gfx950", "gfx9-4-generic")
