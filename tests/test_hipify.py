@@ -458,6 +458,19 @@ def test_wmma_header_says_what_to_use() -> None:
     assert diagnostic.line == 1 and "(3 in this file" in diagnostic.message
 
 
+def test_texture_fetches_name_the_targets_without_images_once_per_construct() -> None:
+    body = "__global__ void k(cudaTextureObject_t t, float* o) {\n  o[0] = tex2D<float>(t, 0, 0);\n"
+    text = body + "  o[1] = tex2D<float>(t, 1, 0) + tex1Dfetch<float>(t, 2);\n}\n"
+    result = hipify_source(text, "t.cu")
+    assert [(d.line, d.code) for d in result.diagnostics] == [
+        (2, "texture-targets"),
+        (3, "texture-targets"),
+    ]
+    first = result.diagnostics[0].message
+    assert "gfx942, gfx950" in first and "__ldg" in first and "(2 in this file" in first
+    assert not hipify_source("int tex2D(int);\nint v = my::tex2D(1);\n", "t.cu").diagnostics
+
+
 def test_every_code_has_a_test_above() -> None:
     source = Path(__file__).read_text(encoding="utf-8")
     untested = [c.name for c in CODES if f'"{c.name}"' not in source]

@@ -141,7 +141,7 @@ def api_findings(view: SourceView, declared: frozenset[str]) -> list[Finding]:
             k in view.directive_at and view.directive_at[k].name == "include"
         ):
             continue
-        if name in TEXTURE_FUNCTIONS and after_text in ("(", "<") and before != "::":
+        if name in TEXTURE_FUNCTIONS and after_text in ("(", "<") and name not in declared:
             found.append(Finding(k, "texture-targets", texture_message(name), name))
         elif name in UNSUPPORTED_BY_NAME:
             found.append(
