@@ -337,7 +337,7 @@ def test_warp_reductions_use_the_compat_header() -> None:
         ("  unsigned m; m = __ballot(v > 0);", "ballot-32bit"),
         ("  auto t = cg::tiled_partition<32>(cg::this_thread_block());", "tile32"),
         ("  if (__ballot_sync(~0u, v > 0) != 0xffffffff) o[0] = 1;", "warp-mask"),
-        ('  asm("mov.u32 %0, %%laneid;" : "=r"(l));', "inline-asm"),
+        ('  asm("mov.u32 %0, %%smid;" : "=r"(l));', "inline-asm"),
         ("  cudaFooBar(1);", "untranslated"),
         ("  __nanosleep(100);", "unsupported-api"),
     ],
@@ -403,7 +403,7 @@ def test_diagnostic_format_and_position() -> None:
 
 
 def test_allow_comments() -> None:
-    body = '  int lane = threadIdx.x % 32 + warpSize; asm("mov.u32 %0, %%laneid;" : "=r"(l)); // hipify: allow({})'
+    body = '  int lane = threadIdx.x % 32 + warpSize; asm("mov.u32 %0, %%smid;" : "=r"(l)); // hipify: allow({})'
     assert [c for _, c in codes(KERNEL.format(body=body.format("wave32")))] == ["inline-asm"]
     assert codes(KERNEL.format(body=body.format("warp-size, inline-asm"))) == []
     assert sorted(c for _, c in codes(KERNEL.format(body=body.format("wave-32")))) == [
@@ -415,7 +415,7 @@ def test_allow_comments() -> None:
 
 def test_use_rocm_branches() -> None:
     """The CUDA branch of a USE_ROCM test is not flagged; asm in the ROCm branch is AMD's."""
-    cuda_only = 'asm("mov.u32 %0, %%laneid;" : "=r"(l));'
+    cuda_only = 'asm("mov.u32 %0, %%smid;" : "=r"(l));'
     amd_asm = 'asm volatile("s_nop 0");'
     for cuda_branch, rocm_branch in (
         ("#ifndef USE_ROCM", "#else"),
@@ -435,7 +435,7 @@ def test_use_rocm_branches() -> None:
 def test_repeated_findings_are_reported_once_per_file() -> None:
     """A user macro that looks like CUDA (cudaCheck from a header) used 40 times: one finding."""
     uses = "".join(f"  cudaCheck(cudaMalloc(&p, {n}));\n" for n in range(40))
-    asm = '  asm("mov.u32 %0, %%laneid;" : "=r"(l));\n'
+    asm = '  asm("mov.u32 %0, %%smid;" : "=r"(l));\n'
     text = "void f(void* p) {\n" + uses + "}\n" + KERNEL.format(body=asm * 3)
     result = hipify_source(text, "t.cu")
     assert [(d.line, d.code) for d in result.diagnostics] == [
@@ -469,6 +469,20 @@ def test_texture_fetches_name_the_targets_without_images_once_per_construct() ->
     first = result.diagnostics[0].message
     assert "gfx942, gfx950" in first and "__ldg" in first and "(2 in this file" in first
     assert not hipify_source("int tex2D(int);\nint v = my::tex2D(1);\n", "t.cu").diagnostics
+
+
+def test_exact_ptx_idioms_become_hip() -> None:
+    """mov %laneid is __lane_id(); a 32-bit lane mask is not exact on wave64 and stays an error."""
+    body = '__device__ unsigned f() {\n  unsigned l;\n  asm volatile("mov.u32 %0, %%laneid;" : "=r"(l.x[0]));\n  return l;\n}\n'
+    result = hipify_source(body, "t.cu")
+    assert "  (l.x[0]) = __lane_id();\n" in result.text and not result.diagnostics
+    assert hipify_source(result.text, "t.hip").text == result.text
+    for other in (
+        '"mov.u32 %0, %%lanemask_lt;" : "=r"(l)',
+        '"mov.u32 %0, %%laneid;" : "=r"(l) : "r"(l)',
+    ):
+        text = body.replace('"mov.u32 %0, %%laneid;" : "=r"(l.x[0])', other)
+        assert codes(text) == [(3, "inline-asm")]
 
 
 def test_every_code_has_a_test_above() -> None:

@@ -214,12 +214,20 @@ def _warp_reductions(view: SourceView) -> Iterator[Finding]:
             )
 
 
+# PTX's lane registers in an asm string (which the translation may turn into __lane_id()).
+_PTX_LANE_RE = re.compile(r"%%?(?:laneid|lanemask_\w+)\b")
+
+
 def _mixing_ranges(view: SourceView) -> set[tuple[int, int]]:
-    """Device function bodies that use a hardware-wavefront name."""
+    """Device function bodies that use a hardware-wavefront name (or PTX lane register)."""
     return {
         (start, end)
         for start, end in view.device_ranges
-        if any(view.tokens[k].text in HARDWARE_WAVE_NAMES for k in range(start, end))
+        if any(
+            view.tokens[k].text in HARDWARE_WAVE_NAMES
+            or (view.tokens[k].kind is Kind.STRING and _PTX_LANE_RE.search(view.tokens[k].text))
+            for k in range(start, end)
+        )
     }
 
 

@@ -16,6 +16,7 @@ from .tables import (
     HEADER_ADVICE,
     HEADERS,
     NO_IMAGE_TARGETS,
+    PTX_IDIOMS,
     RENAMES,
     TEXTURE_FUNCTIONS,
     UNSUPPORTED_BY_NAME,
@@ -203,8 +204,41 @@ def texture_message(name: str) -> str:
     )
 
 
+def ptx_idiom(view: SourceView, k: int) -> tuple[str, tuple[int, int], int] | None:
+    """For ``asm("<instruction>" : "=r"(x))`` at k with the instruction in PTX_IDIOMS: the HIP
+    expression, the token range of ``x`` and the index of the asm's closing parenthesis."""
+    after = view.next_sig(k)
+    while after is not None and view.tokens[after].text in _ASM_QUALIFIERS:
+        after = view.next_sig(after)
+    if view.text_of(after) != "(" or after is None or after not in view.match:
+        return None
+    close = view.match[after]
+    parts: list[list[int]] = [[]]
+    for index in view.sig_in(after + 1, close):
+        if view.tokens[index].text == ":":
+            parts.append([])
+        else:
+            parts[-1].append(index)
+    if len(parts) < 2 or any(parts[2:]) or not parts[0]:
+        return None
+    template, output = parts[0], parts[1]
+    if any(view.tokens[i].kind is not Kind.STRING for i in template):
+        return None
+    text = "".join(view.tokens[i].text[1:-1] for i in template)
+    instruction = " ".join(text.replace(",", ", ").split()).replace(" ,", ",")
+    hip = PTX_IDIOMS.get(instruction if instruction.endswith(";") else instruction + ";")
+    if hip is None or len(output) < 3 or view.tokens[output[0]].text != '"=r"':
+        return None
+    if view.tokens[output[1]].text != "(" or view.match.get(output[1]) != output[-1]:
+        return None
+    return hip, (output[1] + 1, output[-1]), close
+
+
 def inline_asm(view: SourceView, k: int) -> Finding | None:
-    """A finding for inline PTX at k (asm in device code, or asm whose text reads as PTX)."""
+    """A finding for inline PTX at k (asm in device code, or asm whose text reads as PTX) that
+    is not one of the exact idioms the translation rewrites (PTX_IDIOMS)."""
+    if ptx_idiom(view, k) is not None:
+        return None
     after = view.next_sig(k)
     while after is not None and view.tokens[after].text in _ASM_QUALIFIERS:
         after = view.next_sig(after)

@@ -533,6 +533,18 @@ ASM_HINTS: dict[str, str] = {
 }
 
 
+# Single-instruction inline PTX with an exact HIP equivalent: ``asm("<instruction>" : "=r"(x));``
+# (one 32-bit output, no inputs or clobbers) becomes ``(x) = <HIP>;``. Only what means the same
+# on every AMD target is here: %laneid is the lane within the hardware warp, which __lane_id() is
+# (0..63 on wave64, where 32-lane code gets a wave-size finding). The lane masks are not: PTX's
+# are 32 bits and a wave64's 64, so a "=r" output would lose lanes 32..63 (they keep the
+# inline-asm error with the ASM_HINTS above); %clock, %smid and %warpid count other things on AMD.
+PTX_IDIOMS: dict[str, str] = {
+    "mov.u32 %0, %%laneid;": "__lane_id()",
+    "mov.b32 %0, %%laneid;": "__lane_id()",
+}
+
+
 @dataclass(frozen=True)
 class Unsupported:
     """A CUDA facility with no HIP counterpart: translated code that uses it cannot compile."""

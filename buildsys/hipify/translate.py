@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from .arch_features import DROPPED_DEFINITION, FeatureDefinition, decisions_for, scan_arch_features
 from .hazards import Finding, MaskKind, classify_mask, full_mask_names
 from .lexer import Kind
-from .reporting import is_cuda_std, report
+from .reporting import is_cuda_std, ptx_idiom, report
 from .results import (
     GENERATED_PREFIX,
     Conversion,
@@ -194,6 +194,13 @@ class _Translator:
                 if name in COMPAT_CG_MEMBERS and self._is_cg_scope(view.tokens[scope].text):
                     self.uses_compat = True
                 return None  # a member of a user's namespace or class, not the CUDA API
+        if name in ("asm", "__asm__", "__asm"):
+            idiom = ptx_idiom(view, k)
+            if idiom is None:
+                return None
+            hip, (start, end), close = idiom
+            self._count("asm", view.range_text(k, close + 1).split('"')[1], hip)
+            return f"({self.emit(start, end).strip()}) = {hip}", close + 1
         parens = view.call_parens(k)
         intrinsic = WARP_BY_NAME.get(name)
         if intrinsic is not None and parens is not None:
