@@ -485,6 +485,32 @@ def test_exact_ptx_idioms_become_hip() -> None:
         assert codes(text) == [(3, "inline-asm")]
 
 
+LAUNCHES = """__global__ void cols(float* o, int n) {
+  const int c = blockIdx.x * warpSize + threadIdx.x % warpSize;
+  if (c < n) o[c] = 1.0f;
+}
+__global__ void groups(float* o) { o[threadIdx.x / 32] = 1.0f; }
+void launch_cols(float* o, int n, int bs) {
+  const int warp_size = 32;
+  const int grid = n / 32;
+  cols<<<grid, bs, (bs / 32) * sizeof(float)>>>(o, n);
+}
+void launch_groups(float* o) {
+  const int warp_size = 32;
+  groups<<<4 * 32 / warp_size, 32>>>(o);
+}
+"""
+
+
+def test_launch_shapes_meet_the_hardware_wavefront() -> None:
+    """A host function's 32 is a finding only where it launches a kernel that uses warpSize:
+    the grid (line 8) and its warp size (line 7); not the shared-memory size (an upper bound), not
+    the launcher of 32-lane groups (lines 12-13)."""
+    assert codes(LAUNCHES) == [(7, "warp-size"), (8, "warp-size")]
+    message = hipify_source(LAUNCHES, "t.cu").diagnostics[1].message
+    assert "launch shape of cols" in message and "hipDeviceAttributeWarpSize" in message
+
+
 def test_every_code_has_a_test_above() -> None:
     source = Path(__file__).read_text(encoding="utf-8")
     untested = [c.name for c in CODES if f'"{c.name}"' not in source]

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
+from .launch_shapes import HostFunction, function_name, host_functions, launch_shape_literals
 from .lexer import COMPOUND_ASSIGNMENTS, Kind
 from .structure import SourceView
 from .tables import BALLOT_NAMES, BALLOT_WIDENING, SHUFFLE_DELTA_ARG, WARP_BY_NAME
@@ -166,8 +167,14 @@ def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
     """
     mixing = _mixing_ranges(view)
     file_mixes = bool(mixing)
+    mixing_kernels = {function_name(view, start) for start, _ in mixing}
+    hosts = host_functions(view)
+    # Host functions whose launch shapes meet the hardware wavefront: they launch a kernel that
+    # uses it. A warp size written elsewhere in host code shapes 32-lane groups only.
+    meeting = [h for h in hosts if any(name in mixing_kernels for name, _ in h.launches)]
     findings: dict[int, Finding] = {}
     for finding in (
+        *_launch_shapes(view, meeting, mixing_kernels),
         *_shuffle_offsets(view),
         *_tiles(view),
         *_ballots_in_32_bits(view),
@@ -183,10 +190,28 @@ def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
             inside = [r for r in view.device_ranges if r[0] < finding.token < r[1]]
             if inside and inside[0] not in mixing:
                 continue
+            host = [h for h in hosts if h.body[0] < finding.token < h.body[1]]
+            if not inside and host and host[0] not in meeting:
+                continue
             if not inside and not file_mixes:
                 continue
         findings.setdefault(finding.token, finding)
     return [findings[k] for k in sorted(findings)]
+
+
+def _launch_shapes(
+    view: SourceView, meeting: list[HostFunction], mixing_kernels: set[str]
+) -> Iterator[Finding]:
+    for function in meeting:
+        kernels = sorted({n for n, _ in function.launches if n in mixing_kernels})
+        for k in launch_shape_literals(view, function):
+            yield Finding(
+                k,
+                "warp-size",
+                f"32 in the launch shape of {', '.join(kernels)}, which counts lanes with "
+                "warpSize: on wave64 the kernel covers 64 lanes per warp and the shape 32; "
+                "compute the shape from the device's warp size (hipDeviceAttributeWarpSize)",
+            )
 
 
 # A 32-thread tile is 32 threads on every GPU (HIP builds it inside a wave64), so it joins the

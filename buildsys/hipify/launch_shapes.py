@@ -1,0 +1,108 @@
+"""Where host code meets the hardware wavefront: the kernels a host function launches.
+
+A warp size written in a host function (``const int warp_size = 32``, ``grid = n / 32``) is a
+launch shape. It is a wave64 hazard only where it meets a kernel that counts lanes with the
+hardware wavefront (warpSize, ballots, lane masks): a grid of ``n / 32`` blocks for a kernel that
+takes ``blockIdx.x * warpSize`` columns covers twice the columns on wave64. A host function that
+launches only kernels of 32-lane groups (or none) builds its shapes for those groups, which is
+correct on every wave size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .lexer import Kind
+from .source_scan import find_launches
+from .structure import SourceView
+
+# What may stand between a function's ')' and its body's '{'.
+_AFTER_PARAMETERS = frozenset({")", "const", "noexcept", "override", "final"})
+# Operators that make a literal 32 count lanes in a launch shape.
+_SHAPE_OPERATORS = frozenset({"/", "*", "%", "/=", "*="})
+
+
+@dataclass(frozen=True)
+class HostFunction:
+    body: tuple[int, int]  # token indexes of its '{' and '}'
+    launches: tuple[tuple[str, tuple[int, int]], ...]  # (kernel name, <<<...>>> token range)
+
+
+def function_name(view: SourceView, brace: int) -> str:
+    """The name of the function whose body opens at ``brace`` ('' when there is none)."""
+    k = view.prev_sig(brace)
+    while k is not None and view.tokens[k].text in _AFTER_PARAMETERS - {")"}:
+        k = view.prev_sig(k)
+    if view.text_of(k) != ")" or k is None or k not in view.match:
+        return ""
+    name = view.prev_sig(view.match[k])
+    return view.text_of(name) if name is not None and view.tokens[name].kind is Kind.IDENT else ""
+
+
+def host_functions(view: SourceView) -> list[HostFunction]:
+    """The bodies of functions outside device code, with the kernels each launches."""
+    device = view.device_ranges
+    launches = find_launches(view)
+    found: list[HostFunction] = []
+    inside_until = -1
+    for index in view.sig:
+        if index <= inside_until or view.tokens[index].text != "{" or index not in view.match:
+            continue
+        if any(start <= index <= end for start, end in device) or not function_name(view, index):
+            continue
+        close = view.match[index]
+        inside_until = close
+        named = tuple(
+            (
+                _kernel_name(view, start, launch.open_config),
+                (launch.open_config, launch.close_config),
+            )
+            for start, launch in launches.items()
+            if index < start < close
+        )
+        found.append(HostFunction((index, close), named))
+    return found
+
+
+def _kernel_name(view: SourceView, start: int, open_config: int) -> str:
+    """The unqualified kernel name of a launch (``ns::kernel<T><<<`` gives ``kernel``)."""
+    name = ""
+    for k in view.sig_in(start, open_config):
+        if view.tokens[k].text == "<":
+            break
+        if view.tokens[k].kind is Kind.IDENT:
+            name = view.tokens[k].text
+    return name
+
+
+def launch_shape_literals(view: SourceView, function: HostFunction) -> Iterator[int]:
+    """Literal 32s that count lanes (``n / 32``, ``32 * x``) in a launch's grid or block shape:
+    in those ``<<<...>>>`` arguments, or in the initializer of a variable named there. The
+    dynamic shared-memory size is left out: per-32-lane sizes are an upper bound of what a kernel
+    indexing by warpSize needs (``(threads / 32) * sizeof(T)`` slots for ``tid / warpSize``)."""
+    start, end = function.body
+    named: set[str] = set()
+    places: list[tuple[int, int]] = []
+    for _, (open_config, close_config) in function.launches:
+        for first, last in view.arguments(open_config, close_config)[:2]:
+            places.append((first, last))
+            named |= {
+                view.tokens[k].text
+                for k in view.sig_in(first, last)
+                if view.tokens[k].kind is Kind.IDENT
+            }
+    for k in view.sig_in(start, end):
+        after = view.next_sig(k)
+        if view.tokens[k].text in named and view.text_of(after) == "=" and after is not None:
+            places.append(view.statement_bounds(after))
+    seen: set[int] = set()
+    for first, last in places:
+        for k in view.sig_in(first, last):
+            token = view.tokens[k]
+            if k in seen or token.kind is not Kind.NUMBER or token.text.rstrip("uU") != "32":
+                continue
+            neighbours = {view.text_of(view.prev_sig(k)), view.text_of(view.next_sig(k))}
+            if neighbours & _SHAPE_OPERATORS:
+                seen.add(k)
+                yield k
