@@ -17,7 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
-from .launch_shapes import HostFunction, function_name, host_functions, launch_shape_literals
+from .launch_shapes import (
+    function_name,
+    host_functions,
+    launch_shape_literals,
+    launch_shape_message,
+)
 from .lexer import COMPOUND_ASSIGNMENTS, Kind
 from .structure import SourceView
 from .tables import BALLOT_NAMES, BALLOT_WIDENING, SHUFFLE_DELTA_ARG, WARP_BY_NAME
@@ -174,7 +179,11 @@ def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
     meeting = [h for h in hosts if any(name in mixing_kernels for name, _ in h.launches)]
     findings: dict[int, Finding] = {}
     for finding in (
-        *_launch_shapes(view, meeting, mixing_kernels),
+        *(
+            Finding(k, "warp-size", launch_shape_message(f, mixing_kernels))
+            for f in meeting
+            for k in launch_shape_literals(view, f)
+        ),
         *_shuffle_offsets(view),
         *_tiles(view),
         *_ballots_in_32_bits(view),
@@ -197,21 +206,6 @@ def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
                 continue
         findings.setdefault(finding.token, finding)
     return [findings[k] for k in sorted(findings)]
-
-
-def _launch_shapes(
-    view: SourceView, meeting: list[HostFunction], mixing_kernels: set[str]
-) -> Iterator[Finding]:
-    for function in meeting:
-        kernels = sorted({n for n, _ in function.launches if n in mixing_kernels})
-        for k in launch_shape_literals(view, function):
-            yield Finding(
-                k,
-                "warp-size",
-                f"32 in the launch shape of {', '.join(kernels)}, which counts lanes with "
-                "warpSize: on wave64 the kernel covers 64 lanes per warp and the shape 32; "
-                "compute the shape from the device's warp size (hipDeviceAttributeWarpSize)",
-            )
 
 
 # A 32-thread tile is 32 threads on every GPU (HIP builds it inside a wave64), so it joins the

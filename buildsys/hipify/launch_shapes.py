@@ -106,3 +106,12 @@ def launch_shape_literals(view: SourceView, function: HostFunction) -> Iterator[
             if neighbours & _SHAPE_OPERATORS:
                 seen.add(k)
                 yield k
+
+
+def launch_shape_message(function: HostFunction, mixing_kernels: set[str]) -> str:
+    kernels = sorted({name for name, _ in function.launches if name in mixing_kernels})
+    return (
+        f"32 in the launch shape of {', '.join(kernels)}, which counts lanes with warpSize: on "
+        "wave64 the kernel covers 64 lanes per warp and the shape 32; compute the shape from the "
+        "device's warp size (hipDeviceAttributeWarpSize)"
+    )
