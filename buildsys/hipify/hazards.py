@@ -22,6 +22,7 @@ from .launch_shapes import (
     host_functions,
     launch_shape_literals,
     launch_shape_message,
+    mixing_ranges,
 )
 from .lexer import COMPOUND_ASSIGNMENTS, Kind
 from .structure import SourceView
@@ -152,14 +153,6 @@ def classify_mask(
     return MaskKind.VARIABLE, None
 
 
-# Names whose value depends on the hardware wavefront (64 lanes on gfx9): code that also counts
-# lanes in 32s mixes two warp sizes, which is where a literal 32 becomes a bug on wave64.
-HARDWARE_WAVE_NAMES = frozenset(
-    {"warpSize", "__lane_id", "__lanemask_lt", "__lanemask_le", "__lanemask_gt", "__lanemask_ge"}
-    | BALLOT_NAMES
-)
-
-
 def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
     """All wave-size findings of one source, at most one per token, in source order.
 
@@ -170,7 +163,7 @@ def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
     They are reported only where the same function (or, at file scope, the file) also uses the
     hardware wavefront (warpSize, ballots, lane masks): there the two warp sizes meet.
     """
-    mixing = _mixing_ranges(view)
+    mixing = mixing_ranges(view)
     file_mixes = bool(mixing)
     mixing_kernels = {function_name(view, start) for start, _ in mixing}
     hosts = host_functions(view)
@@ -231,23 +224,6 @@ def _warp_reductions(view: SourceView) -> Iterator[Finding]:
                 "file uses warpSize: on a wave64 each half of the wavefront keeps its own result; "
                 "reduce with __shfl_xor over warpSize, or count lanes in 32s throughout",
             )
-
-
-# PTX's lane registers in an asm string (which the translation may turn into __lane_id()).
-_PTX_LANE_RE = re.compile(r"%%?(?:laneid|lanemask_\w+)\b")
-
-
-def _mixing_ranges(view: SourceView) -> set[tuple[int, int]]:
-    """Device function bodies that use a hardware-wavefront name (or PTX lane register)."""
-    return {
-        (start, end)
-        for start, end in view.device_ranges
-        if any(
-            view.tokens[k].text in HARDWARE_WAVE_NAMES
-            or (view.tokens[k].kind is Kind.STRING and _PTX_LANE_RE.search(view.tokens[k].text))
-            for k in range(start, end)
-        )
-    }
 
 
 def _shuffle_offsets(view: SourceView) -> Iterator[Finding]:

@@ -1,5 +1,5 @@
-"""Where host code meets the hardware wavefront: the kernels a host function launches.
-
+"""Where code meets the hardware wavefront: the device functions that use it, and the kernels a
+host function launches.
 A warp size written in a host function (``const int warp_size = 32``, ``grid = n / 32``) is a
 launch shape. It is a wave64 hazard only where it meets a kernel that counts lanes with the
 hardware wavefront (warpSize, ballots, lane masks): a grid of ``n / 32`` blocks for a kernel that
@@ -10,12 +10,39 @@ correct on every wave size.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .lexer import Kind
 from .source_scan import find_launches
 from .structure import SourceView
+from .tables import BALLOT_NAMES
+
+# Names whose value depends on the hardware wavefront (64 lanes on gfx9): code that also counts
+# lanes in 32s mixes two warp sizes, which is where a literal 32 becomes a bug on wave64.
+HARDWARE_WAVE_NAMES = frozenset(
+    {"warpSize", "__lane_id", "__lanemask_lt", "__lanemask_le", "__lanemask_gt", "__lanemask_ge"}
+    | BALLOT_NAMES
+)
+
+
+# PTX's lane registers in an asm string (which the translation may turn into __lane_id()).
+_PTX_LANE_RE = re.compile(r"%%?(?:laneid|lanemask_\w+)\b")
+
+
+def mixing_ranges(view: SourceView) -> set[tuple[int, int]]:
+    """Device function bodies that use a hardware-wavefront name (or PTX lane register)."""
+    return {
+        (start, end)
+        for start, end in view.device_ranges
+        if any(
+            view.tokens[k].text in HARDWARE_WAVE_NAMES
+            or (view.tokens[k].kind is Kind.STRING and _PTX_LANE_RE.search(view.tokens[k].text))
+            for k in range(start, end)
+        )
+    }
+
 
 # What may stand between a function's ')' and its body's '{'.
 _AFTER_PARAMETERS = frozenset({")", "const", "noexcept", "override", "final"})
