@@ -1,5 +1,6 @@
 """Where code meets the hardware wavefront: the device functions that use it, and the kernels a
 host function launches.
+
 A warp size written in a host function (``const int warp_size = 32``, ``grid = n / 32``) is a
 launch shape. It is a wave64 hazard only where it meets a kernel that counts lanes with the
 hardware wavefront (warpSize, ballots, lane masks): a grid of ``n / 32`` blocks for a kernel that
