@@ -52,7 +52,7 @@ from buildsys.hipify import (  # noqa: E402
     HipifyOptions,
     Severity,
     hipify_source,
-    scan_arch_features,
+    scan_tree,
 )
 from buildsys.hipify.tables import COMPAT_HEADER  # noqa: E402
 from buildsys.toolchain import Toolchain, amd_toolchain  # noqa: E402
@@ -175,8 +175,8 @@ def translate_ours(base: Path, out: Path, sources: Sequence[Path]) -> dict[str, 
         str(relative): (base / relative).read_text(encoding="utf-8", errors="replace")
         for relative in sources
     }
-    # A feature macro is defined in one header and tested in others: one verdict for them all.
-    options = HipifyOptions(arch_features=scan_arch_features(texts))
+    # Feature macros and reduction helpers are defined in one header and used in others.
+    options = HipifyOptions(tree=scan_tree(texts))
     for relative in sources:
         text = texts[str(relative)]
         result = hipify_source(text, str(relative), options=options)

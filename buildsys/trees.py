@@ -26,7 +26,7 @@ from .jobs import hip_main
 from .modules import INCLUDE_DIR, KernelModule, SourceTree
 
 if TYPE_CHECKING:
-    from .hipify import ArchFeatures
+    from .hipify import TreeFacts
 
 _LOCK_FILE = ".lock"
 
@@ -136,21 +136,21 @@ def _hipify_fingerprint() -> str:
 HIPIFY_FINGERPRINT = _hipify_fingerprint()
 
 
-def _arch_features(tree: SourceTree, cache: BuildCache) -> ArchFeatures:
-    """The tree's architecture-feature verdict (hipify.arch_features: a feature macro is defined
-    in one file and tested in others), cached by every file's content."""
-    from .hipify import ArchFeatures, scan_arch_features
+def _tree_facts(tree: SourceTree, cache: BuildCache) -> TreeFacts:
+    """What each file's translation needs from the others (hipify.tree_facts: a feature macro or
+    a reduction helper is defined in one file and used in others), cached by every file's content."""
+    from .hipify import TreeFacts, scan_tree
 
     key = key_of(
         {
             "hipify": HIPIFY_FINGERPRINT,
-            "arch_features": [[p, sha256_hex(tree[p].encode())] for p in tree],
+            "tree_facts": [[p, sha256_hex(tree[p].encode())] for p in tree],
         }
     )
     stored = cache.get_text("hipify", key)
     if stored is not None:
-        return ArchFeatures.from_json(json.loads(stored))
-    features = scan_arch_features({p: tree[p] for p in tree})
+        return TreeFacts.from_json(json.loads(stored))
+    features = scan_tree({p: tree[p] for p in tree})
     cache.put_text("hipify", key, json.dumps(features.to_json(), sort_keys=True))
     return features
 
@@ -166,15 +166,15 @@ def hipify_tree(
     mains = {m.main for m in modules}
     hipified: dict[str, str] = {}
     diagnostics: list[str] = []
-    features = _arch_features(tree, cache)
-    options = HipifyOptions(arch_features=features)
+    features = _tree_facts(tree, cache)
+    options = HipifyOptions(tree=features)
     for path in tree:
         key = key_of(
             {
                 "hipify": HIPIFY_FINGERPRINT,
                 "path": path,
                 "source": sha256_hex(tree[path].encode()),
-                "arch_features": features.digest,
+                "tree_facts": features.digest,
             }
         )
         stored = cache.get_text("hipify", key)

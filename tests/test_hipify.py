@@ -511,6 +511,27 @@ def test_launch_shapes_meet_the_hardware_wavefront() -> None:
     assert "launch shape of cols" in message and "hipDeviceAttributeWarpSize" in message
 
 
+def test_a_32_lane_reduction_helper_from_another_file_meets_warp_size() -> None:
+    """llm.c's shape: common.h's warpReduceSum shuffles from offset 16 (right for 32-lane code);
+    a kernel in another file that strides by warpSize and calls it sums each half of a wave64
+    on its own. One finding per helper per function; none in a kernel of 32-lane groups."""
+    from buildsys.hipify import scan_tree
+
+    helper = "__device__ float warpReduceSum(float v) {\n  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffff, v, o);\n  return v;\n}\n"
+    kernels = (
+        '#include "common.h"\n__global__ void mixed(const float* x, float* o) {\n'
+        "  float s = 0.0f;\n  for (int i = threadIdx.x % warpSize; i < 256; i += warpSize) s += x[i];\n"
+        "  s = warpReduceSum(s);\n  o[0] = warpReduceSum(s);\n}\n"
+        "__global__ void groups(const float* x, float* o) { o[threadIdx.x / 32] = warpReduceSum(x[threadIdx.x]); }\n"
+    )
+    tree = scan_tree({"common.h": helper, "k.cu": kernels})
+    assert dict(tree.lane_reductions) == {"warpReduceSum": "common.h:1"}
+    result = hipify_source(kernels, "k.cu", options=HipifyOptions(tree=tree))
+    assert [(d.line, d.code) for d in result.diagnostics] == [(5, "shfl-offset16")]
+    assert "warpReduceSum (common.h:1)" in result.diagnostics[0].message
+    assert not hipify_source(kernels, "k.cu").diagnostics  # the file alone does not see the helper
+
+
 def test_every_code_has_a_test_above() -> None:
     source = Path(__file__).read_text(encoding="utf-8")
     untested = [c.name for c in CODES if f'"{c.name}"' not in source]

@@ -4,7 +4,7 @@ alternative the inline-asm error stays. Expectations are written by hand."""
 
 from __future__ import annotations
 
-from buildsys.hipify import HipifyOptions, hipify_source, scan_arch_features
+from buildsys.hipify import HipifyOptions, hipify_source, scan_arch_features, scan_tree
 from buildsys.hipify.arch_features import DROPPED_DEFINITION
 
 # ggml's shape: the feature is named in a header, tested in another file with a portable #else,
@@ -53,7 +53,7 @@ __device__ int mma(int a) {
 
 def run(texts: dict[str, str]) -> dict[str, tuple[str, list[tuple[int, str]]]]:
     """Each file's translation (header line dropped) and its (line, code) diagnostics."""
-    options = HipifyOptions(arch_features=scan_arch_features(texts))
+    options = HipifyOptions(tree=scan_tree(texts))
     out = {}
     for path, text in texts.items():
         result = hipify_source(text, path, options=options)

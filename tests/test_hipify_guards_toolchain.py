@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from buildsys.findings import explaining, parse_findings
-from buildsys.hipify import COMPAT_DIR, HipifyOptions, hipify_source, scan_arch_features
+from buildsys.hipify import COMPAT_DIR, HipifyOptions, hipify_source, scan_tree
 from buildsys.hipify.tables import NO_IMAGE_TARGETS, TEXTURE_FUNCTIONS
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def test_feature_macro_alternatives_compile_for_every_target(
     from kernelpack.formats import read_code_object
 
     texts = {"common.cuh": COMMON, "kernels.cu": KERNELS}
-    options = HipifyOptions(arch_features=scan_arch_features(texts))
+    options = HipifyOptions(tree=scan_tree(texts))
     for name, text in texts.items():
         result = hipify_source(text, name, options=options)
         assert not result.has_errors, [d.format() for d in result.diagnostics]

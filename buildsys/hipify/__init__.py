@@ -20,6 +20,7 @@ from .translate import (
     generated_header,
     hipify_source,
 )
+from .tree_facts import TreeFacts, scan_tree
 
 __all__ = [
     "CODES",
@@ -32,10 +33,12 @@ __all__ = [
     "HipifyResult",
     "HipifyStats",
     "Severity",
+    "TreeFacts",
     "add_parser",
     "compat_headers",
     "generated_header",
     "hipify_source",
     "main_hipify",
     "scan_arch_features",
+    "scan_tree",
 ]

@@ -21,11 +21,11 @@ from kernelpack.atomic import atomic_write
 from kernelpack.errors import UsageError
 
 from ..settings import require_writable_folder
-from .arch_features import scan_arch_features
 from .compat import compat_headers
 from .diagnostics import Severity
 from .tables import COMPAT_HEADER
 from .translate import HipifyOptions, HipifyResult, hipify_source, source_sha256
+from .tree_facts import scan_tree
 
 FOLDER_SUFFIXES = (".cu", ".cuh")
 
@@ -134,9 +134,9 @@ def hipify_files(files: list[Path], out_dir: Path, *, options: HipifyOptions) ->
             raise UsageError(
                 f"hipify: {path} is not UTF-8 text (byte {error.start}); convert it first"
             ) from None
-    # Feature macros are defined in one file and tested in others: one verdict for all of them.
-    features = scan_arch_features({display_name(p): t for p, t in texts.items()})
-    options = dataclasses.replace(options, arch_features=features)
+    # Feature macros and reduction helpers are defined in one file and used in others.
+    tree = scan_tree({display_name(p): t for p, t in texts.items()})
+    options = dataclasses.replace(options, tree=tree)
     for path, text in texts.items():
         name = display_name(path)
         result = hipify_source(text, name, options=options)

@@ -13,7 +13,7 @@ them on translated output reports the same hazards as on the source.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -153,7 +153,9 @@ def classify_mask(
     return MaskKind.VARIABLE, None
 
 
-def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
+def find_hazards(
+    view: SourceView, full_names: frozenset[str], lane_reductions: Mapping[str, str]
+) -> list[Finding]:
     """All wave-size findings of one source, at most one per token, in source order.
 
     A literal 32 as lane count, lane id, warp id, reduction start or tile size (codes warp-size,
@@ -161,7 +163,8 @@ def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
     or less, xor butterflies and width-32 shuffles never leave their half of the wavefront, so a
     reduction still ends in lane 0 of each 32-lane group, which is where ``tid % 32 == 0`` looks.
     They are reported only where the same function (or, at file scope, the file) also uses the
-    hardware wavefront (warpSize, ballots, lane masks): there the two warp sizes meet.
+    hardware wavefront (warpSize, ballots, lane masks): there the two warp sizes meet, also
+    through a call of a 32-lane reduction helper (``lane_reductions``, from any file of the tree).
     """
     mixing = mixing_ranges(view)
     file_mixes = bool(mixing)
@@ -184,6 +187,7 @@ def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
         *_warp_size_definitions(view),
         *_lane_arithmetic(view),
         *_warp_reductions(view),
+        *_helper_calls(view, mixing, lane_reductions),
     ):
         if _WARP_REDUCE_RE.match(view.tokens[finding.token].text):
             if not file_mixes:  # a helper of its own, called where lane ids come from warpSize
@@ -199,6 +203,40 @@ def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
                 continue
         findings.setdefault(finding.token, finding)
     return [findings[k] for k in sorted(findings)]
+
+
+def lane_reduction_helpers(view: SourceView) -> list[tuple[str, int, bool]]:
+    """Each device function: its name, line, and whether it is a 32-lane shuffle reduction."""
+    mixing = mixing_ranges(view)
+    starts = [f.token for f in _shuffle_offsets(view)]
+    return [
+        (
+            function_name(view, start),
+            view.tokens[start].line,
+            (start, end) not in mixing and any(start < k < end for k in starts),
+        )
+        for start, end in view.device_ranges
+        if function_name(view, start)
+    ]
+
+
+def _helper_calls(
+    view: SourceView, mixing: set[tuple[int, int]], helpers: Mapping[str, str]
+) -> Iterator[Finding]:
+    """The first call of each 32-lane reduction helper in a function that uses warpSize."""
+    for start, end in sorted(mixing):
+        called: set[str] = set()
+        for k in view.sig_in(start, end):
+            name = view.tokens[k].text
+            if name in helpers and name not in called and view.call_parens(k) is not None:
+                called.add(name)
+                yield Finding(
+                    k,
+                    "shfl-offset16",
+                    f"{name} ({helpers[name]}) reduces over 32 lanes (shuffles from offset 16) "
+                    "while this function counts lanes with warpSize: on a wave64 each half of the "
+                    "wavefront gets its own result; reduce from warpSize / 2, or count lanes in 32s",
+                )
 
 
 # A 32-thread tile is 32 threads on every GPU (HIP builds it inside a wave64), so it joins the

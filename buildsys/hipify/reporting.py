@@ -5,6 +5,7 @@ platform branch and ``hipify: allow(...)`` comments, each repeated construct rep
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from .diagnostics import CODES_BY_NAME, Diagnostic, allowed_codes
 from .hazards import Finding, find_hazards
@@ -54,12 +55,14 @@ def report(
     full_names: frozenset[str],
     declared: frozenset[str],
     dead_ranges: tuple[tuple[int, int], ...] = (),
+    lane_reductions: Mapping[str, str] | None = None,
 ) -> tuple[Diagnostic, ...]:
     """Findings as diagnostics: none in a CUDA-only branch (``#ifndef USE_ROCM``) or in a branch
     AMD never compiles (``dead_ranges``: PTX behind an architecture guard, arch_features.py), no
     inline-asm finding in a ROCm branch (that asm is AMD's), allowed codes dropped, and each
     repeated API finding (same code and name) reported once, at its first use, with a count."""
-    findings = [*find_hazards(view, full_names), *findings, *api_findings(view, declared)]
+    hazards = find_hazards(view, full_names, lane_reductions or {})
+    findings = [*hazards, *findings, *api_findings(view, declared)]
     findings = [
         f for f in findings if not any(start <= f.token < end for start, end in dead_ranges)
     ]

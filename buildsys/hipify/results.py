@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from .diagnostics import Diagnostic, Severity
 
 if TYPE_CHECKING:
-    from .arch_features import ArchFeatures
+    from .tree_facts import TreeFacts
 
 GENERATED_PREFIX = "// hipify: generated from "
 
@@ -19,12 +19,12 @@ GENERATED_PREFIX = "// hipify: generated from "
 class HipifyOptions:
     """How to translate. launch_macro: rewrite ``k<<<g, b, s, st>>>(args)`` as
     ``hipLaunchKernelGGL(k, g, b, s, st, args)`` (HIP compiles <<<...>>> too, so the default keeps it).
-    arch_features: the verdict of ``arch_features.scan_arch_features`` over every source the file is
-    compiled with (a feature macro is usually defined in one header and tested in others); None
-    reads the file alone."""
+    tree: ``tree_facts.scan_tree`` over every source the file is compiled with (a feature macro
+    or a reduction helper is usually defined in one header and used in others); None reads the
+    file alone."""
 
     launch_macro: bool = False
-    arch_features: ArchFeatures | None = None
+    tree: TreeFacts | None = None
 
 
 @dataclass(frozen=True, order=True)

@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .arch_features import DROPPED_DEFINITION, FeatureDefinition, decisions_for, scan_arch_features
+from .arch_features import DROPPED_DEFINITION, FeatureDefinition, decisions_for
 from .hazards import Finding, MaskKind, classify_mask, full_mask_names
 from .lexer import Kind
 from .reporting import is_cuda_std, ptx_idiom, report
@@ -61,6 +61,7 @@ from .tables import (
     WARP_SYNC_MACRO,
     library_rename,
 )
+from .tree_facts import scan_tree
 
 __all__ = [
     "Conversion",
@@ -106,6 +107,7 @@ def hipify_source(text: str, path: str, *, options: HipifyOptions | None = None)
         translator.full_names,
         translator.declared,
         translator.decisions.dead_ranges,
+        translator.tree.lane_reductions,
     )
     conversions = tuple(
         sorted(Conversion(kind, cuda, hip, n) for (kind, cuda, hip), n in translator.counts.items())
@@ -130,7 +132,8 @@ class _Translator:
         self.group_variables = cg_group_variables(self.view)
         self.launches = find_launches(self.view) if self.options.launch_macro else {}
         self.cg_aliases = namespace_aliases(self.view, "cooperative_groups")
-        features = self.options.arch_features or scan_arch_features({self.path: self.view.text})
+        self.tree = self.options.tree or scan_tree({self.path: self.view.text})
+        features = self.tree.arch_features
         self.decisions = decisions_for(self.view, features)
         self.ptx_branches = features.ptx_branches
 
