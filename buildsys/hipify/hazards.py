@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from enum import Enum
 
+from .finding import Finding
 from .launch_shapes import (
     function_name,
+    helper_calls,
     host_functions,
     launch_shape_literals,
     launch_shape_message,
@@ -69,14 +70,6 @@ class MaskKind(Enum):
     FULL = "full"
     PARTIAL = "partial"
     VARIABLE = "variable"
-
-
-@dataclass(frozen=True)
-class Finding:
-    token: int  # index of the token the diagnostic points at
-    code: str
-    message: str
-    key: str = ""  # what the finding is about (a name): repeats of (code, key) are reported once
 
 
 def literal_value(text: str) -> int | None:
@@ -180,14 +173,14 @@ def find_hazards(
             for f in meeting
             for k in launch_shape_literals(view, f)
         ),
-        *_shuffle_offsets(view),
+        *shuffle_offsets(view),
         *_tiles(view),
         *_ballots_in_32_bits(view),
         *_mask_literals(view, full_names),
         *_warp_size_definitions(view),
         *_lane_arithmetic(view),
         *_warp_reductions(view),
-        *_helper_calls(view, mixing, lane_reductions),
+        *helper_calls(view, mixing, lane_reductions),
     ):
         if _WARP_REDUCE_RE.match(view.tokens[finding.token].text):
             if not file_mixes:  # a helper of its own, called where lane ids come from warpSize
@@ -203,40 +196,6 @@ def find_hazards(
                 continue
         findings.setdefault(finding.token, finding)
     return [findings[k] for k in sorted(findings)]
-
-
-def lane_reduction_helpers(view: SourceView) -> list[tuple[str, int, bool]]:
-    """Each device function: its name, line, and whether it is a 32-lane shuffle reduction."""
-    mixing = mixing_ranges(view)
-    starts = [f.token for f in _shuffle_offsets(view)]
-    return [
-        (
-            function_name(view, start),
-            view.tokens[start].line,
-            (start, end) not in mixing and any(start < k < end for k in starts),
-        )
-        for start, end in view.device_ranges
-        if function_name(view, start)
-    ]
-
-
-def _helper_calls(
-    view: SourceView, mixing: set[tuple[int, int]], helpers: Mapping[str, str]
-) -> Iterator[Finding]:
-    """The first call of each 32-lane reduction helper in a function that uses warpSize."""
-    for start, end in sorted(mixing):
-        called: set[str] = set()
-        for k in view.sig_in(start, end):
-            name = view.tokens[k].text
-            if name in helpers and name not in called and view.call_parens(k) is not None:
-                called.add(name)
-                yield Finding(
-                    k,
-                    "shfl-offset16",
-                    f"{name} ({helpers[name]}) reduces over 32 lanes (shuffles from offset 16) "
-                    "while this function counts lanes with warpSize: on a wave64 each half of the "
-                    "wavefront gets its own result; reduce from warpSize / 2, or count lanes in 32s",
-                )
 
 
 # A 32-thread tile is 32 threads on every GPU (HIP builds it inside a wave64), so it joins the
@@ -264,7 +223,7 @@ def _warp_reductions(view: SourceView) -> Iterator[Finding]:
             )
 
 
-def _shuffle_offsets(view: SourceView) -> Iterator[Finding]:
+def shuffle_offsets(view: SourceView) -> Iterator[Finding]:
     """Reductions written for 32 lanes: delta 16 first, or a butterfly that stops below 32."""
     for index in view.sig:
         name = view.tokens[index].text

@@ -12,9 +12,10 @@ correct on every wave size.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from .finding import Finding
 from .lexer import Kind
 from .source_scan import find_launches
 from .structure import SourceView
@@ -143,3 +144,37 @@ def launch_shape_message(function: HostFunction, mixing_kernels: set[str]) -> st
         "wave64 the kernel covers 64 lanes per warp and the shape 32; compute the shape from the "
         "device's warp size (hipDeviceAttributeWarpSize)"
     )
+
+
+def lane_reduction_helpers(view: SourceView, starts: list[int]) -> list[tuple[str, int, bool]]:
+    """Each device function: its name, line, and whether it is a 32-lane shuffle reduction (holds
+    one of ``starts``, the tokens of hazards.shuffle_offsets, and does not use warpSize itself)."""
+    mixing = mixing_ranges(view)
+    return [
+        (
+            function_name(view, start),
+            view.tokens[start].line,
+            (start, end) not in mixing and any(start < k < end for k in starts),
+        )
+        for start, end in view.device_ranges
+        if function_name(view, start)
+    ]
+
+
+def helper_calls(
+    view: SourceView, mixing: set[tuple[int, int]], helpers: Mapping[str, str]
+) -> Iterator[Finding]:
+    """The first call of each 32-lane reduction helper in a function that uses warpSize."""
+    for start, end in sorted(mixing):
+        called: set[str] = set()
+        for k in view.sig_in(start, end):
+            name = view.tokens[k].text
+            if name in helpers and name not in called and view.call_parens(k) is not None:
+                called.add(name)
+                yield Finding(
+                    k,
+                    "shfl-offset16",
+                    f"{name} ({helpers[name]}) reduces over 32 lanes (shuffles from offset 16) "
+                    "while this function counts lanes with warpSize: on a wave64 each half of the "
+                    "wavefront gets its own result; reduce from warpSize / 2, or count lanes in 32s",
+                )

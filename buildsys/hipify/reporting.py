@@ -8,7 +8,8 @@ import re
 from collections.abc import Mapping
 
 from .diagnostics import CODES_BY_NAME, Diagnostic, allowed_codes
-from .hazards import Finding, find_hazards
+from .finding import Finding
+from .hazards import find_hazards
 from .lexer import Kind
 from .structure import SourceView
 from .tables import (

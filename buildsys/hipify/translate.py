@@ -16,7 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .arch_features import DROPPED_DEFINITION, FeatureDefinition, decisions_for
-from .hazards import Finding, MaskKind, classify_mask, full_mask_names
+from .finding import Finding
+from .hazards import MaskKind, classify_mask, full_mask_names
 from .lexer import Kind
 from .reporting import is_cuda_std, ptx_idiom, report
 from .results import (

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .arch_features import ArchFeatures, decide, scan_file
-from .hazards import lane_reduction_helpers
+from .hazards import shuffle_offsets
+from .launch_shapes import lane_reduction_helpers
 from .structure import SourceView
 
 
@@ -55,7 +56,8 @@ def scan_tree(texts: Mapping[str, str]) -> TreeFacts:
     reductions: dict[str, str] = {}
     others: set[str] = set()  # names also defined as something else: not a helper
     for path, view in views.items():
-        for name, line, is_reduction in lane_reduction_helpers(view):
+        starts = [f.token for f in shuffle_offsets(view)]
+        for name, line, is_reduction in lane_reduction_helpers(view, starts):
             if is_reduction:
                 reductions.setdefault(name, f"{path}:{line}")
             else:
