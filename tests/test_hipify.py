@@ -645,6 +645,21 @@ def test_cli_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "missing.cu does not exist" in err and "not UTF-8" in err
 
 
+def test_cli_reads_feature_macros_across_files(tmp_path: Path) -> None:
+    """The header names the feature, the kernel file selects PTX with it: one run over both
+    takes the alternative (exit 0); the kernel file alone keeps the inline-asm error (exit 1)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "arch.cuh").write_text("#if __CUDA_ARCH__ >= 750\n#define MMA_OK\n#endif\n")
+    (src / "k.cu").write_text(
+        '#include "arch.cuh"\n__device__ void f(int x) {\n#ifdef MMA_OK\n'
+        '  asm("mov.b32 %0, %0;" : "+r"(x));\n#else\n  x++;\n#endif\n}\n'
+    )
+    assert buildsys_main(["hipify", str(src), "-o", str(tmp_path / "both")]) == 0
+    assert "left undefined on AMD" in (tmp_path / "both" / "arch.cuh").read_text()
+    assert buildsys_main(["hipify", str(src / "k.cu"), "-o", str(tmp_path / "alone")]) == 1
+
+
 def test_builder_tree_carries_the_compat_header(tmp_path: Path) -> None:
     """The builder's hipified tree has the compat header in its include folder, where the
     translated include finds it with the tree's own -I."""
@@ -659,3 +674,31 @@ def test_builder_tree_carries_the_compat_header(tmp_path: Path) -> None:
     assert "#include <kernelpack_hip_compat.h>" in hip_tree["m/m.hip"]
     header = (COMPAT_DIR / "kernelpack_hip_compat.h").read_text(encoding="utf-8")
     assert hip_tree[f"{INCLUDE_DIR}/kernelpack_hip_compat.h"] == header
+
+
+def test_builder_tree_reads_feature_macros_across_files(tmp_path: Path) -> None:
+    """hipify_tree scans the whole tree first (cached by every file's content): the feature in
+    include/arch.cuh turns the PTX branch of m/m.cu into its alternative, with no error finding;
+    a changed header changes the verdict."""
+    from buildsys.cache import BuildCache
+    from buildsys.modules import KernelModule, SourceTree
+    from buildsys.trees import hipify_tree
+
+    header = "#if __CUDA_ARCH__ >= 750\n#define MMA_OK\n#endif\n"
+    kernel = (
+        '#include "arch.cuh"\n__global__ void k(int* o) {\n  int x = o[0];\n#ifdef MMA_OK\n'
+        '  asm("mov.b32 %0, %0;" : "+r"(x));\n#else\n  x++;\n#endif\n  o[0] = x;\n}\n'
+    )
+    modules = [KernelModule("m", "m/m.cu")]
+    cache = BuildCache(tmp_path)
+    for _ in range(2):  # cold, then from the cache
+        hip_tree, lines = hipify_tree(
+            SourceTree({"m/m.cu": kernel, "include/arch.cuh": header}), modules, cache
+        )
+        assert not [line for line in lines if "error[" in line], lines
+        assert "left undefined on AMD" in hip_tree["include/arch.cuh"]
+    plain = header.replace("#if __CUDA_ARCH__ >= 750\n", "#if 1\n")
+    _, lines = hipify_tree(
+        SourceTree({"m/m.cu": kernel, "include/arch.cuh": plain}), modules, cache
+    )
+    assert any("error[inline-asm]" in line for line in lines)
