@@ -210,7 +210,7 @@ def scan_file(view: SourceView, path: str) -> FileFacts:
         for branch in enclosing:
             via |= conditions[branch.directive.start].requires
         token = view.tokens[index]
-        guard = view.range_text(*_condition_range(view, guards[0].directive)) if guards else ""
+        guard = source_text(view, *_condition_range(view, guards[0].directive)) if guards else ""
         definitions.append(
             FeatureDefinition(
                 name,
@@ -255,6 +255,11 @@ def _definitions(view: SourceView) -> list[tuple[int, str]]:
         if directive.name == "define" and len(sig) >= 3 and view.tokens[sig[2]].kind is Kind.IDENT:
             found.append((sig[2], view.tokens[sig[2]].text))
     return sorted(found)
+
+
+def source_text(view: SourceView, start: int, end: int) -> str:
+    """tokens[start:end] as written, on one line (continuations and runs of blanks as one space)."""
+    return " ".join("".join(t.text for t in view.tokens[start:end]).replace("\\\n", " ").split())
 
 
 def _is_guard(condition: Condition) -> bool:

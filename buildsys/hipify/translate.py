@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .arch_features import DROPPED_DEFINITION, FeatureDefinition, decisions_for
+from .arch_features import DROPPED_DEFINITION, FeatureDefinition, decisions_for, source_text
 from .finding import Finding
 from .hazards import MaskKind, classify_mask, full_mask_names
 from .lexer import Kind
@@ -380,7 +380,8 @@ class _Translator:
                 name,
                 "arch-feature",
                 f"{feature.name} is defined only under '#if {feature.guard}' and selects inline "
-                f"PTX ({branches} branch(es), each with an alternative): left undefined on AMD, so "
+                f"PTX in {branches} branch{'es' if branches != 1 else ''}, each with an alternative: "
+                "left undefined on AMD, so "
                 f"every test of {feature.name} takes its alternative, as on an NVIDIA GPU "
                 "without the feature",
             )
@@ -399,7 +400,7 @@ class _Translator:
             Finding(
                 sig[1],
                 "arch-feature",
-                f"'#{directive.name} {view.range_text(sig[2], sig[-1] + 1)}' selects inline PTX: "
+                f"'#{directive.name} {source_text(view, sig[2], sig[-1] + 1)}' selects inline PTX: "
                 "not taken on AMD (no AMD GPU has it), the source's alternative branch is "
                 "compiled instead",
             )
