@@ -1,8 +1,8 @@
 """Running the compile jobs: every job looked up in the cache first, the misses compiled in
 parallel, stopping at the first failure unless asked to keep going.
 
-A job's cache key covers the compiler's identity, its whole command and its main source; the
-headers it read are checked by the cache from the compiler's dependency output (buildsys.cache).
+A job's cache key covers the compiler's identity, its whole commands and its sources; the headers
+they read are checked by the cache from the compiler's dependency output (buildsys.cache).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from .cache import BuildCache, key_of
-from .jobs import Job, Outcome, compile_argv, finish
+from .jobs import Job, Outcome, compile_commands, finish
 from .report import Reporter
 from .toolchain import Toolchain
 from .trees import SourceTrees, read_depfile
@@ -76,38 +76,47 @@ def run_jobs(
     return [outcomes[job] for job in jobs]
 
 
-def _argv(job: Job, plan: JobPlan, output: str, depfile: str) -> list[str]:
-    return compile_argv(job, plan.flags[job.kind], plan.extra(job), output, depfile)
+def _commands(job: Job, plan: JobPlan, output: str) -> list[tuple[list[str], str]]:
+    return compile_commands(job, plan.flags[job.kind], plan.extra(job), output)
 
 
 def job_key(job: Job, plan: JobPlan, trees: SourceTrees) -> str:
-    return key_of(
-        {
-            "compiler": plan.toolchains[job.kind].identity,
-            "argv": _argv(job, plan, "OUT", "DEPS"),
-            "source": job.source,
-            "source_sha256": trees.dependency_hash(job.tree_name, job.source),
-        }
-    )
+    """The cache key of a job. A one-file job's key is what it always was (its command and
+    source), so linked modules leave the cached objects of other projects valid."""
+    commands = [argv for argv, _ in _commands(job, plan, "OUT")]
+    fields: dict[str, object] = {
+        "compiler": plan.toolchains[job.kind].identity,
+        "argv": commands[0] if len(commands) == 1 else commands,
+        "source": job.source,
+        "source_sha256": trees.dependency_hash(job.tree_name, job.source),
+    }
+    if job.module.linked:
+        fields["sources"] = {p: trees.dependency_hash(job.tree_name, p) for p in job.sources}
+    return key_of(fields)
 
 
 def _compile(job: Job, key: str, plan: JobPlan, cache: BuildCache, trees: SourceTrees) -> Outcome:
     toolchain = plan.toolchains[job.kind]
     folder = trees.folder(job.tree_name) / job.module.name
-    argv = _argv(job, plan, job.output, f"{job.output}.d")
-    if toolchain.kind == "cuda":
-        argv[0] = toolchain.tool("nvcc")
     started = time.monotonic()
-    try:
-        result = toolchain.run(argv, cwd=folder, check=False)
-    except OSError as error:
-        return Outcome(job, "failed", message=f"{argv[0]}: {error.strerror}")
+    dependencies: list[str] = []
+    for argv, depfile in _commands(job, plan, job.output):
+        if toolchain.kind == "cuda":
+            argv[0] = toolchain.tool(argv[0])
+        try:
+            result = toolchain.run(argv, cwd=folder, check=False)
+        except OSError as error:
+            return Outcome(job, "failed", message=f"{argv[0]}: {error.strerror}")
+        if result.returncode != 0:
+            message = (result.stderr + result.stdout).strip() or f"exit status {result.returncode}"
+            if job.module.linked:
+                step = "link" if not depfile else argv[-3]
+                message = f"{step} of the linked module {job.module.name}: {message}"
+            return Outcome(job, "failed", time.monotonic() - started, message=message)
+        if depfile:
+            dependencies += read_depfile((folder / depfile).read_text(), job.module.name)
     seconds = time.monotonic() - started
-    if result.returncode != 0:
-        message = (result.stderr + result.stdout).strip() or f"exit status {result.returncode}"
-        return Outcome(job, "failed", seconds, message=message)
     data = (folder / job.output).read_bytes()
-    dependencies = read_depfile((folder / f"{job.output}.d").read_text(), job.module.name)
     hashes = {p: h for p in dependencies if (h := trees.dependency_hash(job.tree_name, p))}
     outcome = finish(job, "compiled", seconds, data)
     if outcome.status == "compiled":

@@ -139,7 +139,7 @@ def hipify_tree(
     """Every source hipified, the modules' .cu files renamed to .hip, and hipify's diagnostics
     (``file:line:col: severity[code]: message``). Results are cached by content and by the
     translator's own sources, so an unchanged file costs a hash and a small read."""
-    mains = {m.main for m in modules}
+    mains = {path for m in modules for path in m.sources}
     hipified: dict[str, str] = {}
     diagnostics: list[str] = []
     for path in tree:
