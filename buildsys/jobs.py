@@ -167,7 +167,9 @@ def compile_commands(
         # device-only bitcode gives a code object without kernels (HIP 6.4, clang 21).
         optimise = [f for f in flags if f.startswith("-O")]
         target = ["--target=amdgcn-amd-amdhsa", f"-mcpu={job.target.target}"]
-        link = ["clang", *target, *optimise, "-flto", "-nostdlib", *objects, "-o", output]
+        # --no-undefined: a device function no unit defines fails here, not at load time.
+        lto = ["-flto", "-nostdlib", "-Wl,--no-undefined"]
+        link = ["clang", *target, *optimise, *lto, *objects, "-o", output]
     else:
         link = ["nvlink", f"-arch={job.target.target}", *objects, "-o", output]
     commands.append((link, ""))

@@ -1,0 +1,89 @@
+"""A module folder of several translation units (examples/vecops/kernel_sources/dot: two .cu files,
+one calling a device function the other defines, each with a static kernel of the same name)
+device-linked into one image per target: its public kernels on every vendor, the static ones
+left out, no embedded source; a definition no unit provides fails at the link; PTX is refused
+before anything compiles."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from buildsys import REPO_ROOT
+from buildsys.index_writer import read_index
+
+EXAMPLE = REPO_ROOT / "examples" / "vecops"
+# Written by hand from examples/vecops/kernel_sources/dot: extern "C" dot_f32 and sumsq_f32, the
+# template instance scale<float> (instantiated in both units), not the units' static clear.
+DOT_KERNELS = ["dot_f32", "scale<float>", "sumsq_f32"]
+
+
+def _dot_project(tmp_path: Path) -> Path:
+    """vecops with the dot module only."""
+    project = tmp_path / "vecops"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("build", "dist"))
+    for module in ("axpy", "elementwise"):
+        shutil.rmtree(project / "kernel_sources" / module)
+    return project
+
+
+def _build(project: Path, targets: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELPACK_BUILD_")}
+    env["PYTHONPATH"] = f"{REPO_ROOT}:{REPO_ROOT / 'wheels'}"
+    argv = [sys.executable, "-m", "buildsys", "build", "--project", str(project)]
+    argv += ["--targets", targets, "--out", str(project / "out"), "--jobs", "2"]
+    return subprocess.run(argv, cwd=project, capture_output=True, text=True, env=env)
+
+
+def test_a_ptx_target_of_a_linked_module_is_refused_before_compiling(tmp_path: Path) -> None:
+    project = _dot_project(tmp_path)
+    (project / "arch_matrix.toml").write_text(
+        '[nvidia]\ntargets = ["sm_90"]\nptx = ["compute_80"]\n'
+    )
+    result = _build(project, "compute_80")
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(
+        "error: module dot: its 2 translation units (dot/dot.cu, dot/norm.cu) are device-linked"
+    )
+    assert "PTX (compute_80) cannot be linked ahead of time" in line
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        pytest.param("gfx942", marks=pytest.mark.toolchain),
+        pytest.param("sm_90", marks=[pytest.mark.toolchain, pytest.mark.nvcc]),
+    ],
+)
+def test_a_linked_module_is_one_image_with_every_units_kernels(tmp_path: Path, target: str) -> None:
+    project = _dot_project(tmp_path)
+    result = _build(project, target)
+    assert result.returncode == 0, result.stderr[-3000:]
+    index = read_index((project / "out" / "_index.py").read_text())
+    dot = index["modules"]["dot"]
+    assert sorted(dot["kernels"]) == DOT_KERNELS
+    (image,) = dot["images"]
+    assert (image["target"], sorted(image["symbols"])) == (target, DOT_KERNELS)
+    assert image["symbols"]["scale<float>"] == "_Z5scaleIfEvPT_S0_j"
+    # no source for run-time compilation: no compiler links units at run time
+    assert (dot["source"], dot["source_sha256"]) == ("", "")
+    assert sorted(p.suffix for p in (project / "out" / "device").iterdir()) == [
+        ".hsaco" if target.startswith("gfx") else ".cubin"
+    ]
+
+    # without dot_term's definition the link fails, naming the step
+    source = project / "kernel_sources" / "dot" / "dot.cu"
+    text = source.read_text()
+    source.write_text(
+        text.replace("__device__ float dot_term(float x, float y) { return x * y; }", "")
+    )
+    broken = _build(project, target)
+    assert broken.returncode == 1
+    assert "link of the linked module dot:" in broken.stderr
+    assert "dot_term" in broken.stderr
