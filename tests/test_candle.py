@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -149,13 +148,6 @@ def candle_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     sys.path.remove(str(site))
 
 
-def _f32_bits(value: float) -> int:
-    """A float parameter of a C-linkage kernel goes by its bits (docs/loader.md: its symbol names
-    no type, so kernelpack passes it by size as an integer)."""
-    bits: int = struct.unpack("<I", struct.pack("<f", value))[0]
-    return bits
-
-
 def _poisoned(torch: object, n: int) -> object:
     return torch.full((n,), float("nan"), device="cuda")  # type: ignore[attr-defined]
 
@@ -183,14 +175,15 @@ def test_candle_kernels_from_the_wheels_match_numpy(candle_site: Path) -> None:
     torch.cuda.synchronize()
     np.testing.assert_allclose(out.cpu().numpy(), np.sqrt(np.abs(x_host)), rtol=1e-6)
 
+    # affine's mul and add are floats of a C-linkage kernel: Python floats go as float32
+    # (kernelpack/args.py), an int would go as an integer
     affine = kernelpack.load("affine", package="candle_kernels")
+    mul, add = float(rng.uniform(-4, 4)), float(rng.uniform(-4, 4))
     out = _poisoned(torch, n)
-    affine.kernel("affine_f32").launch(
-        blocks, 256, n, 1, 0, x, out, _f32_bits(1.5), _f32_bits(-0.25)
-    )
+    affine.kernel("affine_f32").launch(blocks, 256, n, 1, 0, x, out, mul, add)
     torch.cuda.synchronize()
-    expected = x_host.astype(np.float64) * 1.5 - 0.25
-    np.testing.assert_allclose(out.cpu().numpy(), expected, rtol=1e-6, atol=1e-6)
+    expected = x_host.astype(np.float64) * np.float32(mul) + np.float32(add)
+    np.testing.assert_allclose(out.cpu().numpy(), expected, rtol=1e-5, atol=1e-5)
 
     # binary add with the left operand read through strides: a 2-D transpose (candle's layout
     # info: dims, then the strides of lhs and rhs)
