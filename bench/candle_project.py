@@ -1,14 +1,14 @@
 """Lay out candle's candle-kernels sources as a kernelpack project, one module per folder, with no
 source edits (issue 14's end-to-end check; tests/test_candle.py and docs/your-kernels.md use it).
 
-    python bench/candle_project.py CANDLE_KERNELS_SRC OUT [--modules affine,unary] [--targets ...]
+    python bench/candle_project.py CANDLE_KERNELS_SRC OUT [--modules affine,unary,moe] [--targets ...]
 
 CANDLE_KERNELS_SRC is candle's ``candle-kernels/src`` (candle 2a13b0f in docs/hipify-corpus.toml;
 never committed here). Each top-level ``<module>.cu`` is copied byte for byte to
 ``OUT/kernel_sources/<module>/<module>.cu`` and each shared header to ``OUT/kernel_sources/include/``;
+each folder (``moe/``: 3 translation units, ``mmq_gguf/``: 11) is copied as it is into
+``OUT/kernel_sources/<folder>/``, a module the builder device-links from its units.
 ``OUT/pyproject.toml`` names the project ``candle-kernels`` (import name ``candle_kernels``).
-The folders ``moe/`` and ``mmq_gguf/`` (several translation units per module, WMMA and MMA) are
-left out and reported.
 """
 
 from __future__ import annotations
@@ -58,11 +58,12 @@ def lay_out(
     targets: tuple[str, ...] = DEFAULT_TARGETS,
 ) -> list[str]:
     """Write the project into ``out``; returns the modules laid out (sorted)."""
-    found = sorted(p.stem for p in source.glob("*.cu"))
+    folders = sorted(p.name for p in source.iterdir() if p.is_dir() and any(p.glob("*.cu")))
+    found = sorted([p.stem for p in source.glob("*.cu")] + folders)
     chosen = found if modules is None else [m for m in found if m in modules]
     missing = sorted(set(modules or []) - set(found))
     if missing:
-        raise SystemExit(f"{source}: no {', '.join(m + '.cu' for m in missing)}")
+        raise SystemExit(f"{source}: no module {', '.join(missing)} (a .cu file or a folder)")
     include = out / "kernel_sources" / "include"
     include.mkdir(parents=True, exist_ok=True)
     for header in sorted(source.iterdir()):
@@ -70,6 +71,9 @@ def lay_out(
             shutil.copyfile(header, include / header.name)
     for module in chosen:
         folder = out / "kernel_sources" / module
+        if module in folders:
+            shutil.copytree(source / module, folder, dirs_exist_ok=True)
+            continue
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source / f"{module}.cu", folder / f"{module}.cu")
     (out / "pyproject.toml").write_text(pyproject_text())
@@ -81,7 +85,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", type=Path, help="candle's candle-kernels/src folder")
     parser.add_argument("out", type=Path, help="the project folder to write")
-    parser.add_argument("--modules", help="comma-separated modules (default: every top-level .cu)")
+    parser.add_argument(
+        "--modules", help="comma-separated modules (default: every top-level .cu and folder)"
+    )
     parser.add_argument("--targets", default=",".join(DEFAULT_TARGETS))
     args = parser.parse_args()
     if not args.source.is_dir():
@@ -89,8 +95,7 @@ def main() -> int:
         return 2
     modules = args.modules.split(",") if args.modules else None
     laid = lay_out(args.source, args.out, modules, tuple(args.targets.split(",")))
-    skipped = sorted(p.name for p in args.source.iterdir() if p.is_dir())
-    print(f"{args.out}: modules {', '.join(laid)}; left out folders: {', '.join(skipped) or '-'}")
+    print(f"{args.out}: modules {', '.join(laid)}")
     return 0
 
 

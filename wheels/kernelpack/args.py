@@ -136,7 +136,7 @@ def untyped_bits(value: object, code: str) -> int:
         return int.from_bytes(packed, "little")
     if code == "v" and type(value) is not int:
         return pointer_of(value)  # as a typed pointer: an int exactly, else an array's address
-    number = operator.index(value)  # type: ignore[call-overload]
+    number = operator.index(value)  # type: ignore[arg-type]
     if not low <= number <= high:
         raise OverflowError(f"{number} is out of range [{low}, {high}]")
     return number & mask
