@@ -183,17 +183,20 @@ def _stop_on_hipify_errors(
     """A HipifyError naming every error finding in the files the modules compile, if any: those
     files would not compile for AMD, or would not mean the same, so no compiler is started."""
     stop: list[Finding] = []
+    stopped: list[str] = []  # the modules those errors are in
     for source, module in zip(sources, modules, strict=True):
         for unit, hip in zip(module.sources, source.hip_units, strict=True):
             for finding in blocking(findings, files_of(hip, hip_main(unit))):
+                if module.name not in stopped:
+                    stopped.append(module.name)
                 if finding not in stop:
                     stop.append(finding)
     if stop:
         shown = "; ".join(f.text for f in stop[:8])
         more = f"; and {len(stop) - 8} more" if len(stop) > 8 else ""
         raise HipifyError(
-            f"hipify reported {len(stop)} error(s) in sources the AMD targets compile, nothing "
-            f"compiled: {shown}{more}. Change those lines (the message says what to use "
+            f"hipify reported {len(stop)} error(s) in sources the AMD targets compile (modules "
+            f"{', '.join(stopped)}), nothing compiled: {shown}{more}. Change those lines (the message says what to use "
             "instead; docs/hipify.md), build for NVIDIA only with --vendor nvidia, or mark a "
             "reviewed line with // hipify: allow(<code>)"
         )
