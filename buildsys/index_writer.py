@@ -186,9 +186,26 @@ INDEX: Index = '''
 
 def render_index(index: Index) -> str:
     """The index module's text. JSON with sorted keys reads as the same Python literal (the index
-    holds only strings, integers, lists and dicts) and renders alike on every Python version."""
+    holds only strings, integers, lists and dicts) and renders alike on every Python version.
+
+    One line per module (compact within it): indenting every value made candle's index (14
+    modules, about 1000 kernels, per-image resources and symbols) 38% larger for nothing a reader
+    or a diff needs beyond the module it is in."""
     _check_literal(index, "INDEX")
-    return _HEADER + json.dumps(index, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
+
+    def compact(value: object) -> str:
+        return json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+
+    fields = []
+    for key, value in sorted(index.items()):
+        if key == "modules":
+            modules = cast(dict[str, object], value)
+            lines = [f"{compact(name)}:{compact(modules[name])}" for name in sorted(modules)]
+            text = "{\n" + ",\n".join(lines) + "\n}"
+        else:
+            text = compact(value)
+        fields.append(f"{compact(key)}:{text}")
+    return _HEADER + "{" + ",\n".join(fields) + "}\n"
 
 
 def _check_literal(value: object, where: str) -> None:
