@@ -87,3 +87,40 @@ def test_a_linked_module_is_one_image_with_every_units_kernels(tmp_path: Path, t
     assert broken.returncode == 1
     assert "link of the linked module dot:" in broken.stderr
     assert "dot_term" in broken.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_a_linked_modules_kernels_run_on_an_nvidia_gpu(tmp_path: Path) -> None:
+    """The device-linked sm_90 cubin loads through the loader and its kernels, a unit's call into
+    the other unit included, match float64 numpy on fresh random data."""
+    import numpy as np
+    import torch
+
+    from kernelpack.loader import Loader
+
+    project = _dot_project(tmp_path)
+    result = _build(project, "sm_90")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = project / "out"
+    dot = Loader(index=read_index((out / "_index.py").read_text()), root=out, fragments=list).load(
+        "dot"
+    )
+    assert dot.image.startswith("sm_90 cubin")
+    rng = np.random.default_rng()
+    n = 100_003
+    x_host = rng.standard_normal(n).astype(np.float32)
+    y_host = rng.standard_normal(n).astype(np.float32)
+    x, y = torch.from_numpy(x_host).cuda(), torch.from_numpy(y_host).cuda()
+    blocks = (n + 255) // 256
+    total = torch.zeros(1, device="cuda")
+    dot.kernel("dot_f32").launch(blocks, 256, x, y, total, n)
+    squares = torch.zeros(1, device="cuda")
+    dot.kernel("sumsq_f32").launch(blocks, 256, x, squares, n)  # calls dot.cu's dot_term
+    scaled = x.clone()
+    dot.kernel("scale<float>").launch(blocks, 256, scaled, 0.75, n)
+    torch.cuda.synchronize()
+    wide_x, wide_y = x_host.astype(np.float64), y_host.astype(np.float64)
+    np.testing.assert_allclose(total.item(), wide_x @ wide_y, rtol=1e-4, atol=1e-2)
+    np.testing.assert_allclose(squares.item(), wide_x @ wide_x, rtol=1e-4)
+    np.testing.assert_allclose(scaled.cpu().numpy(), wide_x * 0.75, rtol=1e-6)
