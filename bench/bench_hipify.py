@@ -378,7 +378,14 @@ def run_bench(
                 return {"ok": ok, "error": error, "kernels": names}
 
             nvcc = cached(
-                _input_digest(base, project, path, ["nvcc", nvcc_version, *salt], compat),
+                # CPATH: where nvcc finds headers the CUDA install lacks (llm.c's cuBLAS headers)
+                _input_digest(
+                    base,
+                    project,
+                    path,
+                    ["nvcc", nvcc_version, os.environ.get("CPATH", ""), *salt],
+                    compat,
+                ),
                 compute_nvcc,
             )
             nvcc_ok, nvcc_error = bool(nvcc["ok"]), str(nvcc["error"])

@@ -376,6 +376,17 @@ __global__ void reduce_tiles(const T* in, T* mine, T* theirs) {
   theirs[i] = cg::reduce(tile, in[i], OpCuda<T>());
 }
 
+// A struct reduced with the caller's operator (llm.c's softmax reduces {sum, max} together): the
+// integer sum wraps and fmaxf drops NaNs, so any reduction order gives the same bits.
+struct SumMax {
+  int sum;
+  float max;
+};
+template <typename T>
+struct sum_max {
+  __device__ T operator()(const T& a, const T& b) const { return {a.sum + b.sum, fmaxf(a.max, b.max)}; }
+};
+
 // __reduce_<op>_sync: each thread reduces in[i] over its warp with a full mask, or (Partial) with
 // a mask drawn per warp (random, one lane, the low 16 lanes, a sparse random mask) where only the
 // named lanes call; the others write the same sentinel to both outputs.
@@ -434,6 +445,63 @@ __global__ void add16_count(unsigned short* slots, unsigned short* returned, uns
   const T one = kernelpack_compat::from_bits16<T>(one_bits);
   const T old = Mine ? kp_atomicAdd(at, one) : atomicAdd(at, one);
   returned[blockIdx.x * size_t(blockDim.x) + threadIdx.x] = kernelpack_compat::bits16(old);
+}
+
+// min/max of mixed signedness: every pair of edge words (for 64-bit types, an edge word in each
+// half) and random pairs, both argument orders, against CUDA's own overloads.
+template <typename Signed, typename Unsigned>
+__global__ void check_mixed_min_max(Tally* t) {
+  const unsigned long long stride = 1ull * gridDim.x * blockDim.x;
+  unsigned long long tried = 0, bad_a = 0, bad_b = 0, got = 0, want = 0;
+  bool bad = false;
+  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < kPairs; i += stride) {
+    unsigned long long a, b;
+    if (i < 1ull * kEdge * kEdge) {
+      const unsigned ea = edge_word(static_cast<unsigned>(i / kEdge)), eb = edge_word(static_cast<unsigned>(i % kEdge));
+      a = sizeof(Unsigned) == 8 ? (1ull * ea << 32) | eb : ea;
+      b = sizeof(Unsigned) == 8 ? (1ull * eb << 32) | ea : eb;
+    } else {
+      a = mix(i);
+      b = mix(i ^ 0x5bd1e995ull);
+    }
+    const Signed sa = static_cast<Signed>(a);
+    const Unsigned ub = static_cast<Unsigned>(b);
+    const Unsigned mine[4] = {kp_min(sa, ub), kp_min(ub, sa), kp_max(sa, ub), kp_max(ub, sa)};
+    const Unsigned theirs[4] = {min(sa, ub), min(ub, sa), max(sa, ub), max(ub, sa)};
+    for (int k = 0; k < 4; ++k) {
+      ++tried;
+      if (mine[k] != theirs[k] && !bad) {
+        bad = true; bad_a = a; bad_b = b; got = mine[k]; want = theirs[k];
+      } else if (mine[k] != theirs[k]) {
+        atomicAdd(&t->mismatches, 1ull);
+      }
+    }
+  }
+  record(t, tried, bad, bad_a, bad_b, got, want);
+}
+
+// Packed atomicAdd (__half2, bf16x2), one adder per 32-bit slot: each half of the old value and
+// of the addend from 16 edge patterns (16^4 combinations), then random pairs; the returned value
+// and the slot compared with CUDA's.
+template <typename Pair, bool Mine>
+__global__ void add_pair(unsigned* slots, const unsigned* addend, unsigned* returned, size_t n) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  Pair value, old;
+  std::memcpy(&value, addend + i, 4);
+  Pair* slot = reinterpret_cast<Pair*>(slots + i);
+  old = Mine ? kp_atomicAdd(slot, value) : atomicAdd(slot, value);
+  std::memcpy(returned + i, &old, 4);
+}
+// Contention: 1024 threads of a block add (1, 2) to one of 4 slots (256 adders a slot): the slot
+// must end at (256, 512), exact in both formats, and the low halves returned must be 0..255.
+template <typename Pair, bool Mine>
+__global__ void add_pair_count(unsigned* slots, unsigned* returned, unsigned one_two_bits) {
+  Pair* at = reinterpret_cast<Pair*>(slots + blockIdx.x * size_t(4) + (threadIdx.x & 3));
+  Pair one_two;
+  std::memcpy(&one_two, &one_two_bits, 4);
+  const Pair old = Mine ? kp_atomicAdd(at, one_two) : atomicAdd(at, one_two);
+  std::memcpy(returned + blockIdx.x * size_t(blockDim.x) + threadIdx.x, &old, 4);
 }
 
 #define CUDA_OK(call)                                                          \
@@ -504,8 +572,8 @@ static int check_reduce(const char* name, const T* edge, size_t edges) {
     if (k % 4 == 0 && edges) {
       host[k] = edge[(r >> 8) % edges];
     } else {
-      unsigned bits = static_cast<unsigned>(r);
-      std::memcpy(&host[k], &bits, sizeof(T));
+      static_assert(sizeof(T) <= sizeof(r), "check_reduce: values up to 8 bytes");
+      std::memcpy(&host[k], &r, sizeof(T));
     }
   }
   T *in, *a, *b;
@@ -673,12 +741,78 @@ static int check_add16(const char* name, const unsigned short (&edge)[16], bool 
   return 0;
 }
 
+template <typename Pair>
+static int check_add_pair(const char* name, const unsigned short (&edge)[16], bool bf16) {
+  const size_t edges = 65536, n = edges + (1 << 24);
+  unsigned *start = new unsigned[n], *addend = new unsigned[n];
+  for (size_t k = 0; k < n; ++k) {
+    const unsigned long long r = host_mix(k ^ 0xf16f16);
+    if (k < edges) {
+      start[k] = edge[k & 15] | (unsigned(edge[(k >> 4) & 15]) << 16);
+      addend[k] = edge[(k >> 8) & 15] | (unsigned(edge[(k >> 12) & 15]) << 16);
+    } else {
+      start[k] = static_cast<unsigned>(r);
+      addend[k] = static_cast<unsigned>(r >> 32);
+    }
+  }
+  unsigned *slots[2], *ret[2], *add;
+  CUDA_OK(cudaMalloc(&add, 4 * n));
+  CUDA_OK(cudaMemcpy(add, addend, 4 * n, cudaMemcpyHostToDevice));
+  for (int m = 0; m < 2; ++m) {
+    CUDA_OK(cudaMalloc(&slots[m], 4 * n)); CUDA_OK(cudaMalloc(&ret[m], 4 * n));
+    CUDA_OK(cudaMemcpy(slots[m], start, 4 * n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(ret[m], m ? 0x5a : 0xa5, 4 * n));
+  }
+  add_pair<Pair, true><<<(n + 255) / 256, 256>>>(slots[0], add, ret[0], n);
+  add_pair<Pair, false><<<(n + 255) / 256, 256>>>(slots[1], add, ret[1], n);
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned *a = new unsigned[n], *b = new unsigned[n];
+  size_t bad = 0;
+  CUDA_OK(cudaMemcpy(a, slots[0], 4 * n, cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(b, slots[1], 4 * n, cudaMemcpyDeviceToHost));
+  for (size_t k = 0; k < n; ++k) bad += a[k] != b[k];
+  CUDA_OK(cudaMemcpy(a, ret[0], 4 * n, cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(b, ret[1], 4 * n, cudaMemcpyDeviceToHost));
+  for (size_t k = 0; k < n; ++k) bad += a[k] != b[k] || a[k] != start[k];
+  const size_t blocks = 4096, slot_count = blocks * 4, adds = blocks * 1024;
+  const unsigned one_two = integer_bits(1, bf16) | (unsigned(integer_bits(2, bf16)) << 16);
+  const unsigned final_pair = integer_bits(256, bf16) | (unsigned(integer_bits(512, bf16)) << 16);
+  int* value_of = new int[65536];
+  for (int k = 0; k < 65536; ++k) value_of[k] = -1;
+  for (int k = 0; k < 256; ++k) value_of[integer_bits(k, bf16)] = k;
+  for (int m = 0; m < 2; ++m) {
+    CUDA_OK(cudaMemset(slots[m], 0, 4 * slot_count));
+    CUDA_OK(cudaMemset(ret[m], m ? 0x5a : 0xa5, 4 * adds));
+    if (m == 0) add_pair_count<Pair, true><<<blocks, 1024>>>(slots[m], ret[m], one_two);
+    else add_pair_count<Pair, false><<<blocks, 1024>>>(slots[m], ret[m], one_two);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(a, slots[m], 4 * slot_count, cudaMemcpyDeviceToHost));
+    for (size_t k = 0; k < slot_count; ++k) bad += a[k] != final_pair;
+    CUDA_OK(cudaMemcpy(a, ret[m], 4 * adds, cudaMemcpyDeviceToHost));
+    for (size_t blk = 0; blk < blocks; ++blk) {
+      for (int s = 0; s < 4; ++s) {
+        bool seen[256] = {};
+        for (int t = s; t < 1024; t += 4) {
+          const int whole = value_of[a[blk * 1024 + t] & 0xffff];
+          if (whole < 0 || seen[whole]) { ++bad; continue; }
+          seen[whole] = true;
+        }
+      }
+    }
+  }
+  std::printf("atomicAdd(%s) tried=%zu mismatches=%zu\n", name, n + 2 * adds, bad);
+  failures += bad != 0;
+  cudaFree(add);
+  for (int m = 0; m < 2; ++m) { cudaFree(slots[m]); cudaFree(ret[m]); }
+  delete[] start; delete[] addend; delete[] a; delete[] b; delete[] value_of;
+  return 0;
+}
+
 static int check_atomic_add16() {
   const unsigned short bf16_edge[16] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7f81, 0x7fff,
                                         0x0001, 0x8001, 0x007f, 0x3f80, 0xbf80, 0x7f7f, 0xff7f, 0x0080};
   const unsigned short half_edge[16] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe00, 0x7c01, 0x7fff,
                                         0x0001, 0x8001, 0x03ff, 0x3c00, 0xbc00, 0x7bff, 0xfbff, 0x0400};
-  return check_add16<__nv_bfloat16>("bf16", bf16_edge, true) || check_add16<__half>("__half", half_edge, false);
+  return check_add16<__nv_bfloat16>("bf16", bf16_edge, true) || check_add16<__half>("__half", half_edge, false) ||
+         check_add_pair<__nv_bfloat162>("bf16x2", bf16_edge, true) || check_add_pair<__half2>("__half2", half_edge, false);
 }
 
 int main() {
@@ -702,6 +836,9 @@ int main() {
   RUN(check___dp2a_hi_int, "__dp2a_hi(int)") RUN(check___dp2a_hi_unsigned, "__dp2a_hi(unsigned)")
   RUN(check_bf16<true>, "__hmax_nan(bf16)") RUN(check_bf16<false>, "__hmin_nan(bf16)")
   RUN(check_bf16_shuffles, "__shfl/__shfl_xor/__shfl_up/__shfl_down(bf16)")
+  RUN((check_mixed_min_max<int, unsigned>), "min/max(int, unsigned)")
+  RUN((check_mixed_min_max<long, unsigned long>), "min/max(long, unsigned long)")
+  RUN((check_mixed_min_max<long long, unsigned long long>), "min/max(long long, unsigned long long)")
   RUN(check_int_to_bf16, "__short2bfloat16_rn/__ushort2bfloat16_rn/__int2bfloat16_rn/__uint2bfloat16_rn/__ll2bfloat16_rn/__ull2bfloat16_rn")
   const size_t n = 1 << 20;
   if (check_hinted<int>("int", n) || check_hinted<float>("float", n) || check_hinted<float2>("float2", n) ||
@@ -727,7 +864,9 @@ int main() {
       check_reduce<32, int, kp_cg::greater, cg::greater>("greater<int>", iedge, ni) ||
       check_reduce<32, unsigned, kp_cg::bit_xor, cg::bit_xor>("bit_xor<unsigned>", nullptr, 0) ||
       check_reduce<16, unsigned, kp_cg::bit_and, cg::bit_and>("bit_and<unsigned>", nullptr, 0) ||
-      check_reduce<32, unsigned, kp_cg::bit_or, cg::bit_or>("bit_or<unsigned>", nullptr, 0))
+      check_reduce<32, unsigned, kp_cg::bit_or, cg::bit_or>("bit_or<unsigned>", nullptr, 0) ||
+      check_reduce<32, SumMax, sum_max, sum_max>("sum_max<struct>", nullptr, 0) ||
+      check_reduce<8, SumMax, sum_max, sum_max>("sum_max<struct>", nullptr, 0))
     return 2;
   if (check_atomic_add16()) return 2;
 #define WARP_REDUCE(op, type, label) \

@@ -205,3 +205,59 @@ def test_arch_guards_per_target(amd_toolchain: Toolchain, tmp_path: Path) -> Non
         (path,) = tmp_path.glob(f"arch_guards-hip-amdgcn-amd-amdhsa-{target.split(':')[0]}.out")
         code_object = read_code_object(path.read_bytes(), str(path))
         assert {k.name for k in code_object.kernels} == ARCH_GUARD_KERNELS, target
+
+
+LLMC_PATTERNS = """\
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdio.h>
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+
+struct SumMax { float sum; float max; };
+__device__ SumMax sum_max(SumMax a, SumMax b) { return {a.sum + b.sum, fmaxf(a.max, b.max)}; }
+
+__global__ void struct_reduce(SumMax* out, const float* in) {
+  auto warp = cg::tiled_partition<32>(cg::this_thread_block());
+  out[threadIdx.x] = cg::reduce(warp, SumMax{in[threadIdx.x], in[threadIdx.x]}, sum_max);
+}
+
+template <class T>
+int count_finite(const T* values, int n) {  // llm.c's common.h: a host helper
+  int finite = 0;
+  for (int i = 0; i < n; i++) finite += isfinite(values[i]) && !isnan(values[i]);
+  return finite;
+}
+
+__global__ void mixed_index(float* out, const float* in, int C) {
+  const unsigned long long wide = blockIdx.x;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) {
+    out[i] = in[min(C - 1, i + 4 * blockDim.x)] + in[max(0, threadIdx.x - 1u)];
+    out[i] += in[min(static_cast<long long>(C) - 1, wide)];
+  }
+}
+
+__global__ void packed_atomics(__nv_bfloat162* b, __half2* h, __nv_bfloat162 bv, __half2 hv) {
+  atomicAdd(b + threadIdx.x, bv);
+  atomicAdd(h + threadIdx.x, hv);
+}
+
+int main() {
+  float values[2] = {1.0f, 2.0f};
+  return count_finite(values, 2) == 2 ? 0 : 1;
+}
+"""
+
+
+def test_llmc_patterns_compile_for_wave64_and_wave32(
+    amd_toolchain: Toolchain, tmp_path: Path
+) -> None:
+    """Mixed-signedness min/max indexing an array, host isfinite/isnan, packed 16-bit float
+    atomics and cg::reduce over a struct (llm.c's dev/cuda kernels) compile through the compat header, host and device."""
+    result = hipify_source(LLMC_PATTERNS, "llmc_patterns.cu")
+    assert "kernelpack_hip_compat.h" in result.text and not result.has_errors
+    source = tmp_path / "llmc_patterns.hip"
+    source.write_text(result.text)
+    assert compile_hip(amd_toolchain, source) == ""

@@ -45,6 +45,7 @@ from .tables import (
     COMPAT_CG_MEMBERS,
     COMPAT_FUNCTIONS,
     COMPAT_HEADER,
+    COMPAT_HOST_FUNCTIONS,
     CUDA_ARCH_MACRO,
     CUDA_ARCH_REPLACEMENT,
     HEADERS,
@@ -206,7 +207,7 @@ class _Translator:
             self.uses_compat = True
             self._count("define", name, CUDA_ARCH_REPLACEMENT)
             return CUDA_ARCH_REPLACEMENT, k + 1
-        if name in COMPAT_FUNCTIONS and parens is not None:
+        if (name in COMPAT_FUNCTIONS or name in COMPAT_HOST_FUNCTIONS) and parens is not None:
             self.uses_compat = True
         rename = RENAMES.get(name)
         if rename is not None:

@@ -8,6 +8,8 @@
 // how tests/hipify_compat_gpu.cu compares each one with CUDA's own intrinsic bit for bit.
 #pragma once
 
+#include <type_traits>
+
 #if defined(KERNELPACK_COMPAT_RENAME)
 #define KP_COMPAT(name) kp_##name
 #include <cooperative_groups.h>
@@ -507,6 +509,26 @@ KP_WARP_REDUCE(__reduce_xor_sync, unsigned, xor_op)
 // ---- cooperative_groups::reduce over tiled partitions (cooperative_groups/reduce.h) --------
 // A butterfly over the tile from half its size down: every lane ends with the result, and a
 // tile never spans more lanes than it has, so wave32 and wave64 give the same answer.
+namespace kernelpack_compat {
+// A tile shuffles integers and floats; any other trivially copyable value (llm.c reduces a
+// {sum, max} struct with its own operator) travels as 32-bit words, as CUDA's reduce moves it.
+template <typename Group, typename T>
+__device__ inline T tile_shfl_xor(const Group& group, const T& value, unsigned offset) {
+  if constexpr (std::is_integral<T>::value || std::is_floating_point<T>::value) {
+    return group.shfl_xor(value, offset);
+  } else {
+    static_assert(std::is_trivially_copyable<T>::value, "cg::reduce: the value must be trivially copyable");
+    constexpr unsigned kWords = (sizeof(T) + 3) / 4;
+    unsigned words[kWords] = {};
+    __builtin_memcpy(words, &value, sizeof(T));
+    for (unsigned w = 0; w < kWords; ++w) words[w] = group.shfl_xor(words[w], offset);
+    T result;
+    __builtin_memcpy(&result, words, sizeof(T));
+    return result;
+  }
+}
+}  // namespace kernelpack_compat
+
 #if defined(KERNELPACK_COMPAT_RENAME)
 namespace kp_cg {
 #else
@@ -539,8 +561,81 @@ struct bit_xor {
 template <typename Group, typename T, typename Op>
 __device__ inline T reduce(const Group& group, T value, Op op) {
   for (unsigned offset = group.size() / 2; offset > 0; offset /= 2) {
-    value = op(value, group.shfl_xor(value, offset));
+    value = op(value, kernelpack_compat::tile_shfl_xor(group, value, offset));
   }
   return value;
 }
 }  // namespace
+
+// ---- packed 16-bit float atomicAdd (__half2 from sm_60, __nv_bfloat162 from sm_80) ----------------
+// One 32-bit CAS loop over the pair: each half is the correctly rounded sum of its own lanes, as
+// the PTX f16x2/bf16x2 atomic adds give (CUDA promises atomicity per half; the CAS gives it for the
+// pair, which is stronger). Returns the pair's old value.
+namespace kernelpack_compat {
+template <typename Pair, typename T>
+__device__ inline Pair atomic_add_pair(Pair* address, Pair value) {
+  unsigned* raw = reinterpret_cast<unsigned*>(address);
+  unsigned addend;
+  __builtin_memcpy(&addend, &value, sizeof(addend));
+  unsigned old = *reinterpret_cast<volatile unsigned*>(raw);
+  unsigned assumed;
+  do {
+    assumed = old;
+    unsigned sum = 0;
+    for (int half = 0; half < 2; ++half) {
+      const unsigned shift = 16 * half;
+      const float total = Float16<T>::widen(from_bits16<T>(static_cast<unsigned short>(assumed >> shift))) +
+                          Float16<T>::widen(from_bits16<T>(static_cast<unsigned short>(addend >> shift)));
+      const unsigned short bits = total != total ? 0x7fff : bits16(Float16<T>::narrow(total));
+      sum |= static_cast<unsigned>(bits) << shift;
+    }
+    old = atomicCAS(raw, assumed, sum);
+  } while (old != assumed);
+  Pair previous;
+  __builtin_memcpy(&previous, &old, sizeof(old));
+  return previous;
+}
+}  // namespace kernelpack_compat
+
+__device__ inline __half2 KP_COMPAT(atomicAdd)(__half2* address, __half2 value) {
+  return kernelpack_compat::atomic_add_pair<__half2, __half>(address, value);
+}
+__device__ inline KP_BF162 KP_COMPAT(atomicAdd)(KP_BF162* address, KP_BF162 value) {
+  return kernelpack_compat::atomic_add_pair<KP_BF162, KP_BF16>(address, value);
+}
+
+// ---- min and max of mixed signedness (CUDA's math_functions.hpp) ------------------------------
+// CUDA declares min/max(int, unsigned) and the long and long long pairs, comparing as unsigned
+// and returning the unsigned type. HIP's device overloads are (int, int), float, double and a
+// one-type template, so `min(C - 1, i + blockDim.x)` picks min(float, float) there: llm.c indexes
+// arrays with it ("array subscript is not an integer").
+#define KP_MIXED_MIN_MAX(Unsigned, Signed)                                                          \
+  __device__ inline Unsigned KP_COMPAT(min)(Signed a, Unsigned b) {                                 \
+    return static_cast<Unsigned>(a) < b ? static_cast<Unsigned>(a) : b;                            \
+  }                                                                                                 \
+  __device__ inline Unsigned KP_COMPAT(min)(Unsigned a, Signed b) {                                 \
+    return a < static_cast<Unsigned>(b) ? a : static_cast<Unsigned>(b);                            \
+  }                                                                                                 \
+  __device__ inline Unsigned KP_COMPAT(max)(Signed a, Unsigned b) {                                 \
+    return static_cast<Unsigned>(a) > b ? static_cast<Unsigned>(a) : b;                            \
+  }                                                                                                 \
+  __device__ inline Unsigned KP_COMPAT(max)(Unsigned a, Signed b) {                                 \
+    return a > static_cast<Unsigned>(b) ? a : static_cast<Unsigned>(b);                            \
+  }
+KP_MIXED_MIN_MAX(unsigned int, int)
+KP_MIXED_MIN_MAX(unsigned long, long)
+KP_MIXED_MIN_MAX(unsigned long long, long long)
+#undef KP_MIXED_MIN_MAX
+
+// ---- host floating-point classification ---------------------------------------------------------
+// nvcc's cuda_runtime.h brings the C library's isfinite/isnan/isinf/signbit into host code; HIP's
+// header declares them for the device only, so a host helper calling isfinite (llm.c's common.h)
+// finds no host overload. The standard library's, named into the global namespace, are exactly
+// what nvcc's host pass calls.
+#if !defined(KERNELPACK_COMPAT_RENAME)
+#include <cmath>
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+using std::signbit;
+#endif
