@@ -398,9 +398,9 @@ def run_doctor(json_output: bool, sysfs_root: str | None) -> int:
                 g["install"].get(package, "-"),
             )
             for g in report["gpus"]
-            for package, modules in g["images"].items()
+            for package, modules in (g["images"] or {"-": {}}).items()
         ]
-        or [("-", "no GPU or no index", "", "", "", "")],
+        or [("-", "no GPU found", "", "", "", "")],
     )
     print()
     where = "" if report["runtimes_apply"] else " (this machine's, not the recorded topology's)"
