@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -105,13 +106,21 @@ def _cubin_kernels(cubin: Path) -> list[str]:
     return sorted(names)
 
 
+# CCCL's versioned inline namespaces as CUDA 13.0 spells them for one target (CCCL 3.0.1, sm_90:
+# cub::CUB_300001_SM_900::, thrust::THRUST_300001_SM_900_NS::, libcu++'s cuda::std::__4::), which
+# the kernel-name rule leaves out (docs/loader.md)
+_CCCL_NAMESPACES = re.compile(r"CUB_\d+_SM_\d+::|THRUST_\d+_SM_\d+_NS::|(?<=cuda::std::)__4::")
+
+
 def _demangled(symbols: list[str]) -> list[str]:
     """The lookup names of symbols by binutils' c++filt -p (no parameter list), each template's
-    leading return type dropped (the kernel-name rule of docs/loader.md)."""
+    leading return type and CCCL's inline namespaces dropped (the kernel-name rule of
+    docs/loader.md)."""
     result = subprocess.run(
         ["c++filt", "-p"], input="\n".join(symbols), capture_output=True, text=True, check=True
     )
-    return sorted(line.removeprefix("void ") for line in result.stdout.splitlines())
+    names = (line.removeprefix("void ") for line in result.stdout.splitlines())
+    return sorted(_CCCL_NAMESPACES.sub("", name) for name in names)
 
 
 @needs_candle

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from buildsys import REPO_ROOT
+from buildsys.discovery import without_inline_namespaces
 from buildsys.index_writer import read_index
 
 EXAMPLE = REPO_ROOT / "examples" / "vecops"
@@ -124,3 +125,19 @@ def test_a_linked_modules_kernels_run_on_an_nvidia_gpu(tmp_path: Path) -> None:
     np.testing.assert_allclose(total.item(), wide_x @ wide_y, rtol=1e-4, atol=1e-2)
     np.testing.assert_allclose(squares.item(), wide_x @ wide_x, rtol=1e-4)
     np.testing.assert_allclose(scaled.cpu().numpy(), wide_x * 0.75, rtol=1e-6)
+
+
+def test_cccls_versioned_inline_namespaces_are_not_part_of_a_kernels_name() -> None:
+    """A thrust call in candle's moe/ brings CUB's scan kernels, whose demangled names carry the
+    CUDA version and target (read off moe's sm_90 cubin): without them one name on every target."""
+    assert without_inline_namespaces(
+        "cub::CUB_300001_SM_900::detail::scan::DeviceScanKernel<cub::CUB_300001_SM_900::detail::"
+        "scan::policy_hub<int, int, int, unsigned int, cuda::std::__4::plus<void> >::Policy1000, "
+        "thrust::THRUST_300001_SM_900_NS::device_ptr<int const>, cub::CUB_300001_SM_800_900::"
+        "NullType>"
+    ) == (
+        "cub::detail::scan::DeviceScanKernel<cub::detail::scan::policy_hub<int, int, int, "
+        "unsigned int, cuda::std::plus<void> >::Policy1000, thrust::device_ptr<int const>, "
+        "cub::NullType>"
+    )
+    assert without_inline_namespaces("ns::CUB_like<float>") == "ns::CUB_like<float>"
