@@ -141,3 +141,38 @@ def test_cccls_versioned_inline_namespaces_are_not_part_of_a_kernels_name() -> N
         "cub::NullType>"
     )
     assert without_inline_namespaces("ns::CUB_like<float>") == "ns::CUB_like<float>"
+
+
+@pytest.mark.toolchain
+@pytest.mark.nvcc
+def test_shards_of_a_linked_module_merge_into_the_direct_builds_output(tmp_path: Path) -> None:
+    """A linked module's index names no source, so merge takes its sources' hash from the shards
+    (which must agree) and writes what one build of both targets writes."""
+    project = _dot_project(tmp_path)
+    (project / "arch_matrix.toml").write_text(
+        '[amd]\ntargets = ["gfx942"]\n[nvidia]\ntargets = ["sm_90"]\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELPACK_BUILD_")}
+    env["PYTHONPATH"] = f"{REPO_ROOT}:{REPO_ROOT / 'wheels'}"
+
+    def buildsys(*argv: str) -> None:
+        result = subprocess.run(
+            [sys.executable, "-m", "buildsys", *argv, "--project", str(project)],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    for target in ("sm_90", "gfx942"):
+        buildsys("build", "--targets", target, "--out", f"shards/{target}")
+    buildsys("merge", "--out", "merged", "shards/sm_90", "shards/gfx942")
+    buildsys("build", "--out", "direct")
+    merged, direct = project / "merged", project / "direct"
+    assert sorted(p.relative_to(merged) for p in merged.rglob("*")) == sorted(
+        p.relative_to(direct) for p in direct.rglob("*")
+    )
+    for path in direct.rglob("*"):
+        if path.is_file():
+            assert (merged / path.relative_to(direct)).read_bytes() == path.read_bytes(), path
