@@ -8,6 +8,7 @@ they read are checked by the cache from the compiler's dependency output (builds
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -52,6 +53,7 @@ def run_jobs(
             seconds = float(found.info.get("seconds", 0.0))
             outcomes[job] = finish(job, "cached", seconds, found.data)
     reporter = Reporter(len(jobs), len(misses), enabled=progress)
+    slots = threading.BoundedSemaphore(plan.jobs)  # compiler processes at once (see _compile)
     if misses:
         with ThreadPoolExecutor(max_workers=plan.jobs) as pool:
             pending: dict[Future[Outcome], Job] = {}
@@ -60,7 +62,7 @@ def run_jobs(
             while queue or pending:
                 while queue and len(pending) < plan.jobs and not (failed and not plan.keep_going):
                     job, key = queue.pop(0)
-                    pending[pool.submit(_compile, job, key, plan, cache, trees)] = job
+                    pending[pool.submit(_compile, job, key, plan, cache, trees, slots)] = job
                 if not pending:
                     break
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -95,26 +97,53 @@ def job_key(job: Job, plan: JobPlan, trees: SourceTrees) -> str:
     return key_of(fields)
 
 
-def _compile(job: Job, key: str, plan: JobPlan, cache: BuildCache, trees: SourceTrees) -> Outcome:
+def _compile(
+    job: Job,
+    key: str,
+    plan: JobPlan,
+    cache: BuildCache,
+    trees: SourceTrees,
+    slots: threading.Semaphore,
+) -> Outcome:
+    """Run a job's commands; a linked module's units compile side by side, then link. Every
+    compiler process holds one of the build's ``slots`` (``jobs`` of them), so a linked module
+    uses idle slots without the build ever running more than ``jobs`` compilers at once."""
     toolchain = plan.toolchains[job.kind]
     folder = trees.folder(job.tree_name) / job.module.name
     started = time.monotonic()
-    dependencies: list[str] = []
-    for argv, depfile in _commands(job, plan, job.output):
+
+    def run(command: tuple[list[str], str]) -> str:
+        """'' when the command succeeded, else what went wrong."""
+        argv = command[0]
         if toolchain.kind == "cuda":
             argv[0] = toolchain.tool(argv[0])
-        try:
-            result = toolchain.run(argv, cwd=folder, check=False)
-        except OSError as error:
-            return Outcome(job, "failed", message=f"{argv[0]}: {error.strerror}")
-        if result.returncode != 0:
-            message = (result.stderr + result.stdout).strip() or f"exit status {result.returncode}"
-            if job.module.linked:
-                step = "link" if not depfile else argv[-3]
-                message = f"{step} of the linked module {job.module.name}: {message}"
-            return Outcome(job, "failed", time.monotonic() - started, message=message)
-        if depfile:
-            dependencies += read_depfile((folder / depfile).read_text(), job.module.name)
+        with slots:
+            try:
+                result = toolchain.run(argv, cwd=folder, check=False)
+            except OSError as error:
+                return f"{argv[0]}: {error.strerror}"
+        if result.returncode == 0:
+            return ""
+        message = (result.stderr + result.stdout).strip() or f"exit status {result.returncode}"
+        if job.module.linked:
+            step = argv[-3] if command[1] else "link"
+            message = f"{step} of the linked module {job.module.name}: {message}"
+        return message
+
+    *units, last = _commands(job, plan, job.output)
+    dependencies: list[str] = []
+    for batch in [units, [last]] if units else [[last]]:
+        if len(batch) == 1:
+            problems = [run(batch[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=len(batch)) as unit_pool:
+                problems = list(unit_pool.map(run, batch))
+        problem = next((p for p in problems if p), "")
+        if problem:
+            return Outcome(job, "failed", time.monotonic() - started, message=problem)
+        for _, depfile in batch:
+            if depfile:
+                dependencies += read_depfile((folder / depfile).read_text(), job.module.name)
     seconds = time.monotonic() - started
     data = (folder / job.output).read_bytes()
     hashes = {p: h for p in dependencies if (h := trees.dependency_hash(job.tree_name, p))}
