@@ -7,15 +7,24 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         checks, and the whole op through kernelpack.mlp and torch.ops.kernelpack
     python bench/profile_mlp.py workload
         one call of ours, torch.compile's and Liger-Kernel's forward RMSNorm at 1x4096 and
-        64x4096 bfloat16 (rows slower than a peer), after a warm-up, inside the NVTX range
+        64x4096 and SwiGLU at 1x11008, bfloat16 (rows slower than a peer), after a warm-up, inside
+        the NVTX range
         "profile": run it under ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
     python bench/profile_mlp.py kernels
         GPU µs of each kernel of forward+backward RMSNorm and add+RMSNorm at 16384x8192 (ours,
         torch.compile's, Liger-Kernel's; bfloat16 and float32), backward included
         (torch.profiler, which sees autograd's thread too)
-    python bench/profile_mlp.py variants NAME:CUBIN:ELEMENTS ...
+    python bench/profile_mlp.py geometry
+        the forward kernels of the rows behind a peer (1-row SwiGLU, RMSNorm at 1 to 16384
+        rows) launched at several geometries beside torch.compile's and Liger-Kernel's
+    python bench/profile_mlp.py forward-variants NAME:CUBIN ...
+        rms_norm and swiglu forward of each cubin (mlp.cu built alone with a change) at several
+        threads a row, GPU µs per call and the error against float64
+    python bench/profile_mlp.py variants NAME:CUBIN:ELEMENTS:SLICES ...
         rms_norm_backward of each cubin (mlp.cu built alone, e.g. before and after a change),
-        ELEMENTS a thread for 16-bit dtypes (32-bit: 16), at several grids: GPU µs per call
+        ELEMENTS a thread for 16-bit dtypes (32-bit: 16), at several grids, its weight sum
+        launched as 32 columns by SLICES slices a block (0: one 128-thread column a thread, the
+        form before 2026-11-23): GPU µs per call of both kernels and of the weight sum alone
         (CUDA events, median of batches) and the error against a float64 reference
 
 The numbers of one run on the lent H200 are in docs/bench-mlp-notes.md.
@@ -25,13 +34,18 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import statistics
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from bench_mlp import host_us_per_call  # the benchmark's own measure, so the figures agree
+from bench_mlp import (  # the benchmark's own measures, so the figures agree
+    gpu_time_us,
+    host_us_per_call,
+)
 
 from kernelpack import mlp, mlp_launch, torch_ops
 
@@ -54,7 +68,8 @@ def host(calls: int) -> None:
     addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
     raw = torch._C._cuda_getCurrentRawStream
     stream = int(raw(0))
-    launch = plan.launcher("swiglu", 4096, 1)
+    launch, _ = plan.prepare("swiglu", gate.shape)
+    shape = gate.shape
     ops = torch.ops.kernelpack
 
     types = vars(mlp).get("TORCH_TYPES") or vars(mlp)["_TORCH_TYPES"]  # before: a private name
@@ -99,12 +114,15 @@ def host(calls: int) -> None:
             lambda: kernel.launch(grid, block, gate, up, out, 4096, stream=stream),
         ),
         (
-            "plan launch (partial), tensors, raw stream",
+            "prepared launch (partial), tensors, raw stream",
             lambda: launch(gate, up, out, 4096, stream=raw(0)),
         ),
+        ("gate.shape", lambda: gate.shape),
+        ("hot_plan(gate, up, out)", lambda: mlp.hot_plan(gate, up, out)),
+        ("prepared launch lookup", lambda: plan.prepared["swiglu"].get(shape)),
         (
-            "plan.launcher lookup + launch",
-            lambda: plan.launcher("swiglu", 4096, 1)(gate, up, out, 4096, stream=raw(0)),
+            "torch_swiglu(plan, ..., out=): lookup, stream, launch",
+            lambda: mlp.torch_swiglu(plan, gate, up, shape, out),
         ),
         ("kernelpack.mlp.swiglu", lambda: mlp.swiglu(gate, up)),
         ("kernelpack.mlp.swiglu, out=", lambda: mlp.swiglu(gate, up, out=out)),
@@ -185,12 +203,20 @@ def workload() -> None:
     """The slow forward rows, each implementation once inside the NVTX range "profile" (the
     backward runs on autograd's own thread, outside the range: see ``kernels``)."""
     rms, _ = _implementations()
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
     bf16 = torch.bfloat16
     calls: list[Callable[[], object]] = []
     for rows in (1, 64):
         x = torch.randn(rows, 4096, device="cuda").to(bf16)
         w = torch.randn(4096, device="cuda").to(bf16)
         calls += [functools.partial(function, x, w) for function in rms.values()]
+    gate, up = (torch.randn(1, 11008, device="cuda").to(bf16) for _ in "gu")
+    compiled = torch.compile(lambda g, u: F.silu(g) * u, dynamic=False)
+    calls += [
+        functools.partial(function, gate, up)
+        for function in (torch.ops.kernelpack.swiglu, compiled, LigerSiLUMulFunction.apply)
+    ]
     for call in calls:
         for _ in range(3):
             call()
@@ -241,7 +267,28 @@ def kernels() -> None:
         del big, weight, grad
 
 
-VARIANT_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+# dtype -> how a mangled name spells mlp.cu's template argument: mlp::rms_norm<__nv_bfloat16> is
+# _ZN3mlp8rms_normI13__nv_bfloat16E...
+MANGLED_TYPES = {"bfloat16": "13__nv_bfloat16", "float16": "6__half", "float32": "f"}
+
+
+class Cubin:
+    """One cubin of mlp.cu loaded with CuPy (which loads it as it is); its kernels are found by
+    their mangled names, read from the file's symbol strings."""
+
+    def __init__(self, path: str) -> None:
+        import cupy
+
+        self.module = cupy.RawModule(path=path)
+        self.data = Path(path).read_bytes()
+
+    def kernel(self, op: str, dtype: str) -> Any:
+        """The kernel mlp::op<T> for ``dtype``."""
+        prefix = f"_ZN3mlp{len(op)}{op}I{MANGLED_TYPES[dtype]}E".encode()
+        names = re.findall(re.escape(prefix) + rb"[A-Za-z0-9_]*", self.data)
+        if not names:
+            raise SystemExit(f"no kernel {op} for {dtype} in the cubin")
+        return self.module.get_function(names[0].decode())
 
 
 def _events_us(run: Callable[[], None], batches: int) -> float:
@@ -260,20 +307,21 @@ def _events_us(run: Callable[[], None], batches: int) -> float:
 
 
 def _variant_row(
-    module: Any, suffix: str, data: tuple[torch.Tensor, ...], threads: int, grid: int
-) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None]]:
+    cubin: Cubin, dtype: str, data: tuple[torch.Tensor, ...], geometry: tuple[int, int, int]
+) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None], Callable[[], None]]:
     """NaN-poisoned gradients and the launches of one cubin's backward into them (CuPy, which
     loads a cubin as it is; the arrays go as integer views, the kernels take addresses)."""
     import cupy
 
     x, weight, grad = data
+    threads, grid, slices = geometry
     view = torch.int16 if x.element_size() == 2 else torch.int32
     rows, cols = x.shape
     grad_x = torch.full_like(x, float("nan"))
     grad_weight = torch.full_like(weight, float("nan"))
     partial = torch.empty(grid, cols, device="cuda")
-    kernel = module.get_function(f"rms_norm_backward_{suffix}")
-    reduce = module.get_function(f"rms_norm_weight_grad_{suffix}")
+    kernel = cubin.kernel("rms_norm_backward", dtype)
+    reduce = cubin.kernel("rms_norm_weight_grad", dtype)
     null = cupy.uint64(0)
     x_, w_, g_, gx_, gw_ = (
         cupy.asarray(t.view(view)) for t in (x, weight, grad, grad_x, grad_weight)
@@ -293,24 +341,29 @@ def _variant_row(
     )
     reduce_args = (p_, gw_, cupy.int64(grid), cupy.int64(cols))
 
+    sliced = ((-(-cols // 32),), (32, slices))
+    reduce_geometry = sliced if slices else ((-(-cols // 128),), (128,))
+
+    def weight_sum() -> None:
+        reduce(*reduce_geometry, reduce_args)
+
     def run() -> None:
         kernel((grid,), (threads,), kernel_args)
-        reduce((-(-cols // 128),), (128,), reduce_args)
+        weight_sum()
 
-    return grad_x, grad_weight, run
+    return grad_x, grad_weight, run, weight_sum
 
 
 def variants(specs: list[str], batches: int) -> None:
     """rms_norm_backward of each cubin, checked against float64, timed at several grids."""
-    import cupy
 
     modules = []
     for spec in specs:
-        name, path, count = spec.split(":")  # elements a thread for 16-bit dtypes
-        modules.append((name, cupy.RawModule(path=path), int(count)))
+        name, path, count, slices = spec.split(":")  # elements a thread for 16-bit dtypes
+        modules.append((name, Cubin(path), int(count), int(slices)))
     print("\nrms_norm_backward variants: GPU µs per call (kernel + weight sum), error vs float64")
     for rows, cols in ((16384, 8192), (4096, 8192)):
-        for dtype, suffix in VARIANT_DTYPES.items():
+        for dtype in MANGLED_TYPES:
             data = tuple(
                 torch.randn(shape, device="cuda").to(getattr(torch, dtype))
                 for shape in ((rows, cols), (cols,), (rows, cols))
@@ -321,29 +374,144 @@ def variants(specs: list[str], batches: int) -> None:
             want_w = (g * x * r).sum(0)
             del x, w, g, r
             moved = 3 * rows * cols * data[0].element_size()
-            for name, module, elements in modules:
+            for name, module, elements, slices in modules:
                 per_thread = elements if data[0].element_size() == 2 else 16
                 threads = max(64, min(512, 1 << (-(-cols // per_thread) - 1).bit_length()))
                 for grid in (132, 264, 528):
-                    grad_x, grad_w, run = _variant_row(module, suffix, data, threads, grid)
+                    geometry = (threads, grid, slices)
+                    grad_x, grad_w, run, weight_sum = _variant_row(module, dtype, data, geometry)
                     run()
                     torch.cuda.synchronize()
                     error_x = ((grad_x.double() - want_x).norm() / want_x.norm()).item()
                     error_w = ((grad_w.double() - want_w).norm() / want_w.norm()).item()
                     us = _events_us(run, batches)
+                    sum_us = _events_us(weight_sum, batches)
                     print(
                         f"{dtype:8s} {rows:5d}x{cols} {name:8s} grid {grid:3d} threads "
-                        f"{threads:3d}: {us:8.2f} µs {moved / us / 1e3:6.0f} GB/s  err x "
+                        f"{threads:3d}: {us:8.2f} µs {moved / us / 1e3:6.0f} GB/s (weight sum "
+                        f"{sum_us:6.2f} µs)  err x "
                         f"{error_x:.1e} w {error_w:.1e}",
                         flush=True,
                     )
             del data, want_x, want_w
 
 
+def _queued_us(call: Callable[[], object], batches: int) -> float:
+    """GPU µs per call of ``call`` queued ahead of the GPU (bench_mlp's own measure)."""
+    return gpu_time_us(lambda _: call(), 1, batches)[0]
+
+
+def geometry(batches: int) -> None:
+    """The forward kernels of the rows behind a peer, launched at several geometries (any
+    geometry gives the right answer: the kernels stride), beside torch.compile's and
+    Liger-Kernel's, GPU µs per call queued ahead of the GPU."""
+    rms, _ = _implementations()
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+    def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return F.silu(gate) * up
+
+    compiled_swiglu = torch.compile(silu_mul, dynamic=False)
+    print("\nswiglu forward 1x11008: GPU µs per call at (grid, block)", flush=True)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        name = str(dtype).removeprefix("torch.")
+        gate, up = (torch.randn(1, 11008, device="cuda").to(dtype) for _ in "gu")
+        out = torch.empty_like(gate)
+        kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("swiglu", name))
+        chunks = -(-11008 // (16 // gate.element_size()))
+        peers = {
+            "torch.compile": lambda g=gate, u=up: compiled_swiglu(g, u),
+            "Liger-Kernel": lambda g=gate, u=up: LigerSiLUMulFunction.apply(g, u),
+        }
+        for label, call in peers.items():
+            print(f"{name:8s} {label:24s} {_queued_us(call, batches):6.2f}", flush=True)
+        for block in (64, 128):
+            for grid in sorted({-(-chunks // block), 8, 4, 2, 1}):
+                call = functools.partial(kernel.launch, grid, block, gate, up, out, 11008, stream=0)
+                us = _queued_us(call, batches)
+                print(f"{name:8s} ours grid {grid:4d} block {block:3d}      {us:6.2f}", flush=True)
+    print("\nrms_norm forward: GPU µs per call at threads a row", flush=True)
+    for rows, cols in ((1, 4096), (64, 4096), (4096, 8192), (16384, 8192)):
+        for dtype in (torch.bfloat16, torch.float32):
+            name = str(dtype).removeprefix("torch.")
+            x = torch.randn(rows, cols, device="cuda").to(dtype)
+            w = torch.randn(cols, device="cuda").to(dtype)
+            out = torch.empty_like(x)
+            kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm", name))
+            for label in ("compile", "liger"):
+                us = _queued_us(functools.partial(rms[label], x, w), batches)
+                print(f"{name:8s} {rows:5d}x{cols} {label:18s} {us:8.2f}", flush=True)
+            now = mlp_launch.row_geometry(rows, cols, name)
+            for threads in (64, 128, 256, 512):
+                per_block = max(1, 64 // threads)
+                grid = min(-(-rows // per_block), 2**31 // (threads * per_block))
+                run = functools.partial(
+                    kernel.launch, grid, (threads, per_block), x, w, out, rows, cols, EPS, stream=0
+                )
+                mark = " (now)" if now[1][0] == threads else ""
+                us = _queued_us(run, batches)
+                print(f"{name:8s} {rows:5d}x{cols} ours {threads:3d} threads{mark:6s} {us:8.2f}")
+
+
+def forward_variants(specs: list[str], batches: int) -> None:
+    """rms_norm and swiglu forward of each cubin (mlp.cu built alone with a change), GPU µs per
+    call queued ahead of the GPU at several threads a row, checked against float64."""
+    import cupy
+
+    modules = [(name, Cubin(path)) for name, path in (s.split(":") for s in specs)]
+    print("\nforward variants: GPU µs per call, error vs float64", flush=True)
+    sizes = ((1, 4096), (64, 4096), (4096, 8192), (16384, 8192))
+    for (rows, cols), dtype in [(size, d) for size in sizes for d in ("bfloat16", "float32")]:
+        x = torch.randn(rows, cols, device="cuda").to(getattr(torch, dtype))
+        w = torch.randn(cols, device="cuda").to(x.dtype)
+        want = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + EPS)
+        want = want * w.double()
+        view = torch.int16 if x.element_size() == 2 else torch.int32
+        for name, module in modules:
+            kernel = module.kernel("rms_norm", dtype)
+            for threads in (128, 256, 512):
+                out = torch.full_like(x, float("nan"))
+                per_block = max(1, 64 // threads)
+                args = tuple(cupy.asarray(t.view(view)) for t in (x, w, out))
+                grid = -(-rows // per_block)
+                full = (*args, cupy.int64(rows), cupy.int64(cols), cupy.float32(EPS))
+                run = functools.partial(kernel, (grid,), (threads, per_block), full)
+                run()
+                torch.cuda.synchronize()
+                error = ((out.double() - want).norm() / want.norm()).item()
+                us = _queued_us(run, batches)
+                print(
+                    f"{dtype:8s} {rows:5d}x{cols} {name:8s} {threads:3d} threads: {us:8.2f} µs"
+                    f"  err {error:.1e}",
+                    flush=True,
+                )
+    for dtype in ("bfloat16", "float32"):
+        gate, up = (torch.randn(1, 11008, device="cuda").to(getattr(torch, dtype)) for _ in "gu")
+        want = gate.double() * torch.sigmoid(gate.double()) * up.double()
+        view = torch.int16 if gate.element_size() == 2 else torch.int32
+        chunks = -(-11008 // (16 // gate.element_size()))
+        for name, module in modules:
+            kernel = module.kernel("swiglu", dtype)
+            out = torch.full_like(gate, float("nan"))
+            args = (*(cupy.asarray(t.view(view)) for t in (gate, up, out)), cupy.int64(11008))
+            run_swiglu = functools.partial(kernel, (-(-chunks // 128),), (128,), args)
+            run_swiglu()
+            torch.cuda.synchronize()
+            error = ((out.double() - want).norm() / want.norm()).item()
+            us = _queued_us(run_swiglu, batches)
+            print(f"{dtype:8s} swiglu 1x11008 {name:8s}: {us:8.2f} µs  err {error:.1e}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["host", "workload", "kernels", "variants"])
-    parser.add_argument("specs", nargs="*", help="variants: NAME:CUBIN:ELEMENTS")
+    parser.add_argument(
+        "what", choices=["host", "workload", "kernels", "variants", "geometry", "forward-variants"]
+    )
+    parser.add_argument(
+        "specs",
+        nargs="*",
+        help="variants: NAME:CUBIN:ELEMENTS:SLICES; forward-variants: NAME:CUBIN",
+    )
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--batches", type=int, default=7)
     args = parser.parse_args()
@@ -353,6 +521,10 @@ def main() -> None:
         workload()
     elif args.what == "kernels":
         kernels()
+    elif args.what == "geometry":
+        geometry(args.batches)
+    elif args.what == "forward-variants":
+        forward_variants(args.specs, args.batches)
     else:
         variants(args.specs, args.batches)
 

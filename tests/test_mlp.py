@@ -376,6 +376,42 @@ def test_gpu_argument_checks(torch_rng: Any) -> None:
         mlp.swiglu(x, np.zeros((4, 8), np.float32))
 
 
+@pytest.mark.gpu
+def test_hot_path_keeps_every_check_and_each_shape_its_own_launch(torch_rng: Any) -> None:
+    """Once a (dtype, device) and a shape have gone through the hot path, a call of another
+    shape gets its own prepared launch (right answer, poisoned output), and wrong arguments of
+    the planned dtype and device still fail with the checked path's message."""
+    torch = torch_rng[0]
+    for shape in ((1, 4096), (3, 100), (1, 4096), (2, 7, 40)):
+        x = randn(torch_rng, shape, "bfloat16")
+        weight = randn(torch_rng, shape[-1:], "bfloat16")
+        up = randn(torch_rng, shape, "bfloat16")
+        out = torch.full_like(x, float("nan"))
+        mlp.rms_norm(x, weight, EPS, out=out)
+        assert_close(torch_rng, out, ref_rms_norm(torch, x, weight, EPS), "bfloat16", f"{shape}")
+        out.fill_(float("nan"))
+        assert mlp.swiglu(x, up, out=out) is out
+        assert_close(torch_rng, out, ref_swiglu(x, up), "bfloat16", f"swiglu {shape}")
+        got = mlp.silu_and_mul(torch.cat([x, up], -1))
+        assert_close(torch_rng, got, ref_swiglu(x, up), "bfloat16", f"silu_and_mul {shape}")
+    x = randn(torch_rng, (4, 64), "bfloat16")
+    weight = randn(torch_rng, (64,), "bfloat16")
+    with pytest.raises(UsageError, match=r"^up: shape \(4, 32\) does not match gate's"):
+        mlp.swiglu(x, x[:, :32].contiguous())
+    with pytest.raises(UsageError, match=r"^out: shape \(4, 32\) does not match the result's"):
+        mlp.swiglu(x, x, out=x[:, :32].contiguous())
+    with pytest.raises(UsageError, match=r"^up: dtype float32 differs from gate's bfloat16"):
+        mlp.swiglu(x, x.float())
+    with pytest.raises(UsageError, match=r"^x: must be C-contiguous"):
+        mlp.rms_norm(x.t(), x[0])
+    with pytest.raises(UsageError, match=r"^weight: shape \(63,\) does not match x's last"):
+        mlp.rms_norm(x, weight[:63])
+    with pytest.raises(UsageError, match=r"^eps: must be a finite number >= 0"):
+        mlp.rms_norm(x, weight, -1.0)
+    with pytest.raises(UsageError, match=r"^residual: shape \(4, 32\) does not match x's"):
+        mlp.fused_add_rms_norm(x, x[:, :32].contiguous(), weight)
+
+
 class ArrayInterfaceOnly:
     """A foreign GPU array that offers nothing but __cuda_array_interface__."""
 

@@ -242,6 +242,23 @@ def test_rms_norm_weight_gradient_is_deterministic(rng: Any, dtype: str) -> None
         )
 
 
+@pytest.mark.parametrize(("grid", "block"), [(1, (32, 3)), (2, (16, 8)), (7, (32, 8))])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_weight_gradient_sum_is_right_on_any_geometry(
+    rng: Any, dtype: str, grid: int, block: tuple[int, int]
+) -> None:
+    """The column sum of the partial rows, at geometries other than the host's: fewer blocks
+    than column groups (the blocks stride), slices that do not divide the rows."""
+    blocks, cols = 37, 300
+    partial = torch.randn(blocks, cols, generator=rng[0], device="cuda")
+    buffer, grad_weight = poisoned((cols,), getattr(torch, dtype))
+    kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm_weight_grad", dtype))
+    kernel.launch(grid, block, partial, grad_weight, blocks, cols, stream=stream())
+    want = partial.double().sum(0)
+    assert_close(grad_weight, want, partial.double().abs().sum(0), dtype, rng[1], f"{block}")
+    assert_guards(buffer, 0, cols)
+
+
 def test_rms_norm_backward_of_no_rows_gives_a_zero_weight_gradient() -> None:
     weight = torch.ones(64, device="cuda")
     grad_x, grad_weight = OPS.rms_norm_backward(

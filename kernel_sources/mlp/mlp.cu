@@ -8,8 +8,10 @@
 // RMSNorm, whose rows are at most 2**30 elements).
 //
 // Launch geometry (chosen by kernelpack.mlp; any grid gives the right answer, the loops stride):
-//   swiglu_*, swiglu_backward_*, rms_norm_weight_grad_*
+//   swiglu_*, swiglu_backward_*
 //                            1-D grid over the elements, blocks of kElementwiseBlockThreads.
+//   rms_norm_weight_grad_*   grid.x over the columns, blockDim.x columns by blockDim.y slices
+//                            of the rows of `partial`, at most kWeightGradThreads threads.
 //   silu_and_mul_*, silu_and_mul_backward_*
 //                            grid.x over the columns of the output, grid.y over the rows; blocks
 //                            of at most kElementwiseBlockThreads.
@@ -210,8 +212,9 @@ constexpr int kRowBlockThreads = 512;
 // One row of RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight. With kAddResidual, x first becomes
 // x + residual, rounded to T and stored to residual_out; the norm is taken of that stored value.
 // In place (fused_add_rms_norm) out is x and residual_out is residual: each element is read by
-// the thread that later writes it, so the aliasing is safe. Every thread of the block takes part: a thread past the last row
-// passes chunks = 0, loads and stores nothing, and only joins the reduction.
+// the thread that later writes it, so the aliasing is safe. Every thread of the block takes
+// part: a thread past the last row passes chunks = 0, loads and stores nothing, and only joins
+// the reduction.
 template <typename Access, bool kAddResidual, typename T>
 __device__ __forceinline__ void rms_norm_row(const T* x, const T* residual, T* residual_out,
                                              const T* weight, T* out, int chunks, long long cols,
@@ -483,6 +486,60 @@ __device__ __forceinline__ void row_sum_pair(float& first, float& second, float*
   __syncthreads();
 }
 
+// Pass 1 of one chunk of a row: adds its share of the row's two sums, sum(x^2) and
+// sum(dy * w * x).
+template <typename Access, typename T>
+__device__ __forceinline__ void backward_sums(typename Access::Raw values,
+                                              typename Access::Raw grads, const T* weight, int i,
+                                              float& sum_squares, float& sum_dot) {
+  constexpr int kWidth = Access::kWidth;
+  float v[kWidth];
+  float g[kWidth];
+  float w[kWidth];
+  Access::unpack(values, v);
+  Access::unpack(grads, g);
+  Access::unpack(Access::load(weight, i), w);
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) {
+    sum_squares += v[k] * v[k];
+    sum_dot += g[k] * w[k] * v[k];
+  }
+}
+
+// Pass 2 of one chunk of a row: stores its input gradient (to grad_x, and grad_x_copy unless
+// null; plus grad_extra's chunk with kExtra) and returns in `contribution` its share of the weight
+// gradient, dy * x * scale, which the caller adds to its register sums or to its partial row.
+template <typename Access, bool kExtra, typename T>
+__device__ __forceinline__ void backward_chunk(typename Access::Raw values,
+                                               typename Access::Raw grads, const T* weight,
+                                               const T* grad_extra_row, T* grad_x_row,
+                                               T* grad_x_copy_row, int i, float scale,
+                                               float correction,
+                                               float (&contribution)[Access::kWidth]) {
+  constexpr int kWidth = Access::kWidth;
+  float v[kWidth];
+  float g[kWidth];
+  float w[kWidth];
+  float e[kWidth];
+  Access::unpack(values, v);
+  Access::unpack(grads, g);
+  Access::unpack(Access::load(weight, i), w);
+  if constexpr (kExtra) {
+    Access::unpack(Access::load(grad_extra_row, i), e);
+  }
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) {
+    contribution[k] = g[k] * v[k] * scale;
+    const float d = scale * w[k] * g[k] - v[k] * correction;
+    v[k] = kExtra ? d + e[k] : d;
+  }
+  const typename Access::Raw out = Access::pack(v);
+  Access::store(grad_x_row, i, out);
+  if (grad_x_copy_row != nullptr) {
+    Access::store(grad_x_copy_row, i, out);
+  }
+}
+
 template <typename Access, bool kExtra, typename T>
 __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weight, const T* grad,
                                                        const T* grad_extra, T* grad_x,
@@ -509,6 +566,11 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weig
     const long long offset = row * cols;
     const T* x_row = x + offset;
     const T* grad_row = grad + offset;
+    const T* grad_extra_row = kExtra ? grad_extra + offset : nullptr;
+    T* grad_x_row = grad_x + offset;
+    T* grad_x_copy_row = grad_x_copy != nullptr ? grad_x_copy + offset : nullptr;
+    // The first kCached chunks of a thread stay in registers between the passes; the rest of a
+    // long row is read again in pass 2.
     Raw values[kCached];
     Raw grads[kCached];
 #pragma unroll
@@ -525,86 +587,40 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weig
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
       if (i < chunks) {
-        float v[kWidth];
-        float g[kWidth];
-        float w[kWidth];
-        Access::unpack(values[c], v);
-        Access::unpack(grads[c], g);
-        Access::unpack(Access::load(weight, i), w);
-#pragma unroll
-        for (int k = 0; k < kWidth; ++k) {
-          sum_squares += v[k] * v[k];
-          sum_dot += g[k] * w[k] * v[k];
-        }
+        backward_sums<Access>(values[c], grads[c], weight, i, sum_squares, sum_dot);
       }
     }
     for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
-      float v[kWidth];
-      float g[kWidth];
-      float w[kWidth];
-      Access::unpack(Access::load(x_row, i), v);
-      Access::unpack(Access::load(grad_row, i), g);
-      Access::unpack(Access::load(weight, i), w);
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) {
-        sum_squares += v[k] * v[k];
-        sum_dot += g[k] * w[k] * v[k];
-      }
+      backward_sums<Access>(Access::load(x_row, i), Access::load(grad_row, i), weight, i,
+                            sum_squares, sum_dot);
     }
     row_sum_pair(sum_squares, sum_dot, slots);
     const float scale = rsqrtf(sum_squares * inverse_cols + eps);
     const float correction = sum_dot * scale * scale * scale * inverse_cols;
 
+    // The weight gradient's shares: the cached chunks' into registers, the rest's into this
+    // block's partial row (the first row a block takes sets it, the others add to it).
+    float contribution[kWidth];
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
       if (i < chunks) {
-        float v[kWidth];
-        float g[kWidth];
-        float w[kWidth];
-        float e[kWidth];
-        Access::unpack(values[c], v);
-        Access::unpack(grads[c], g);
-        Access::unpack(Access::load(weight, i), w);
-        if constexpr (kExtra) {
-          Access::unpack(Access::load(grad_extra + offset, i), e);
-        }
+        backward_chunk<Access, kExtra>(values[c], grads[c], weight, grad_extra_row, grad_x_row,
+                                       grad_x_copy_row, i, scale, correction, contribution);
 #pragma unroll
         for (int k = 0; k < kWidth; ++k) {
-          sums[c][k] += g[k] * v[k] * scale;
-          const float d = scale * w[k] * g[k] - v[k] * correction;
-          v[k] = kExtra ? d + e[k] : d;
-        }
-        const Raw out = Access::pack(v);
-        Access::store(grad_x + offset, i, out);
-        if (grad_x_copy != nullptr) {
-          Access::store(grad_x_copy + offset, i, out);
+          sums[c][k] += contribution[k];
         }
       }
     }
     for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
-      float v[kWidth];
-      float g[kWidth];
-      float w[kWidth];
-      float e[kWidth];
-      Access::unpack(Access::load(x_row, i), v);
-      Access::unpack(Access::load(grad_row, i), g);
-      Access::unpack(Access::load(weight, i), w);
-      if constexpr (kExtra) {
-        Access::unpack(Access::load(grad_extra + offset, i), e);
-      }
+      backward_chunk<Access, kExtra>(Access::load(x_row, i), Access::load(grad_row, i), weight,
+                                     grad_extra_row, grad_x_row, grad_x_copy_row, i, scale,
+                                     correction, contribution);
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) {
-        const float contribution = g[k] * v[k] * scale;
         float& slot = partial_row[static_cast<long long>(i) * kWidth + k];
-        slot = first_row ? contribution : slot + contribution;
-        const float d = scale * w[k] * g[k] - v[k] * correction;
-        v[k] = kExtra ? d + e[k] : d;
-      }
-      const Raw out = Access::pack(v);
-      Access::store(grad_x + offset, i, out);
-      if (grad_x_copy != nullptr) {
-        Access::store(grad_x_copy + offset, i, out);
+        slot = first_row ? contribution[k] : slot + contribution[k];
       }
     }
     first_row = false;
@@ -648,19 +664,44 @@ __device__ __forceinline__ void rms_norm_backward(const T* x, const T* weight, c
   }
 }
 
-// grad_weight[j] = the sum over b of partial[b][j], b in order: the same bits every run.
+// The weight-gradient sum's block bound: blockDim.x columns by blockDim.y slices of the rows of
+// `partial`. (Measured on the H200 at 264 rows of 8192: one thread a column summing all the rows
+// in turn, 64 blocks of 128 threads, took 14 us, latency-bound; 32 columns by 8 slices take 8.6
+// us; docs/bench-mlp-notes.md.)
+constexpr int kWeightGradThreads = 256;
+
+// grad_weight[j] = the sum over b of partial[b][j]. Slice y of a block sums the rows b = y, y +
+// blockDim.y, ... of its columns in turn, then slice 0 adds the slices' sums in order, so that
+// for a given geometry (the host's depends on cols alone) every run gives the same bits. The
+// loop bound is the block's first column, the same for all its threads, so every thread meets
+// the barriers.
 template <typename T>
 __device__ __forceinline__ void rms_norm_weight_grad(const float* partial, T* grad_weight,
                                                      long long blocks, long long cols) {
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
-       j += stride) {
+  __shared__ float slices[kWeightGradThreads];
+  const int width = static_cast<int>(blockDim.x);
+  const int slot = static_cast<int>(threadIdx.y) * width + static_cast<int>(threadIdx.x);
+  const long long stride = static_cast<long long>(gridDim.x) * width;
+  for (long long first = static_cast<long long>(blockIdx.x) * width; first < cols;
+       first += stride) {
+    const long long j = first + threadIdx.x;
     float sum = 0.0f;
-    for (long long b = 0; b < blocks; ++b) {
-      sum += partial[b * cols + j];
+    if (j < cols) {
+      for (long long b = threadIdx.y; b < blocks; b += blockDim.y) {
+        sum += partial[b * cols + j];
+      }
     }
-    const float in[1] = {sum};
-    ScalarAccess<T>::store(grad_weight, j, ScalarAccess<T>::pack(in));
+    slices[slot] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < cols) {
+      float total = 0.0f;
+      for (int y = 0; y < static_cast<int>(blockDim.y); ++y) {
+        total += slices[y * width + static_cast<int>(threadIdx.x)];
+      }
+      const float in[1] = {total};
+      ScalarAccess<T>::store(grad_weight, j, ScalarAccess<T>::pack(in));
+    }
+    __syncthreads();
   }
 }
 
@@ -722,7 +763,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kElementwiseBlockThreads)
+__global__ void __launch_bounds__(kWeightGradThreads)
     rms_norm_weight_grad(const float* partial, T* grad_weight, long long blocks, long long cols) {
   ::rms_norm_weight_grad(partial, grad_weight, blocks, cols);
 }

@@ -12,11 +12,11 @@ with a UsageError (a ValueError) naming the argument on any machine. Arithmetic 
 every storage type (float32, float16, bfloat16).
 
 Torch tensors take a hot path once one call of a (dtype, device) went through the checks: the
-same checks read straight off the tensors (:func:`hot_plan`), and the kernel's launch per size
-and the stream accessor cached, so a call costs the launch, the allocation of its result (none
-with ``out=``) and about a microsecond of Python. Tensors that need autograd go through the custom
-ops of :mod:`kernelpack.torch_ops` (``torch.ops.kernelpack.*``), which also serve torch.compile
-and share the hot path's launches.
+same checks read straight off the tensors (:func:`hot_plan`), and the kernel's launch prepared
+per shape (:class:`TorchPlan`), so a call costs the launch, the allocation of its result (none
+with ``out=``) and about 1.5 µs of Python on the H200's host (docs/bench-mlp-notes.md).
+Tensors that need autograd go through the custom ops of :mod:`kernelpack.torch_ops`
+(``torch.ops.kernelpack.*``), which also serve torch.compile and share the hot path's launches.
 """
 
 from __future__ import annotations
@@ -128,20 +128,21 @@ _GEOMETRY: dict[str, Callable[[int, int, str], tuple[Any, Any]]] = {
     "rms_norm": row_geometry,
     "add_rms_norm": row_geometry,
 }
-_LAUNCHES_KEPT = 4096  # sizes remembered per (dtype, device) before the memo starts over
+_LAUNCHES_KEPT = 4096  # shapes remembered per (op, dtype, device) before the memo starts over
 
 
 class TorchPlan:
     """What torch calls on one (dtype, device) need, found once: the device's and dtype's
     names, torch's raw current-stream accessor, torch.empty_like and torch.is_grad_enabled, and
-    per (op, size) the kernel's launch with its grid and block already bound (a functools.partial
-    of the C launcher), so that a call spends its time in the launch rather than in Python.
+    per (op, shape) a prepared launch: the kernel's launch with its grid and block bound (a
+    functools.partial of the C launcher) and the size arguments the kernel takes after its
+    pointers, so that a call reads its tensors, the stream, and makes one C call.
 
     The stream is read on every call (a capture or a ``torch.cuda.stream`` block changes it);
     the kernel was loaded and its image's sha256 checked once, when the plan first launched it.
     """
 
-    __slots__ = ("device", "dtype", "empty_like", "grad_enabled", "index", "launches", "stream")
+    __slots__ = ("device", "dtype", "empty_like", "grad_enabled", "index", "prepared", "stream")
 
     def __init__(self, device: str, dtype: str, index: int, torch: Any) -> None:
         self.device = device
@@ -150,19 +151,34 @@ class TorchPlan:
         self.stream = torch._C._cuda_getCurrentRawStream
         self.empty_like = torch.empty_like
         self.grad_enabled = torch.is_grad_enabled
-        self.launches: dict[tuple[str, int, int], Any] = {}
+        # op -> {shape of the op's first tensor: (launch, size arguments), launch None: no work}
+        self.prepared: dict[str, dict[Any, tuple[Any, tuple[int, ...]]]] = {
+            op: {} for op in _GEOMETRY
+        }
 
-    def launcher(self, op: str, rows: int, cols: int) -> Any:
-        """``op``'s kernel.launch for this size, grid and block bound; rows * cols > 0."""
-        key = (op, rows, cols)
-        launch = self.launches.get(key)
-        if launch is None:
-            if len(self.launches) >= _LAUNCHES_KEPT:
-                self.launches.clear()
+    def prepare(self, op: str, shape: Any) -> tuple[Any, tuple[int, ...]]:
+        """``op``'s prepared launch for a first tensor of ``shape`` (swiglu: gate's; the row
+        ops: x's, the last dimension a row), made on the first call of that shape."""
+        memo = self.prepared[op]
+        if len(memo) >= _LAUNCHES_KEPT:
+            memo.clear()
+        cols = shape[-1] if shape else 1
+        sizes: tuple[int, ...]
+        n = math.prod(shape)
+        if op == "swiglu":
+            rows, cols, sizes = n, 1, (n,)
+        else:
+            if op == "silu_and_mul":
+                cols //= 2
+            rows = n // shape[-1] if cols else 0
+            sizes = (rows, cols)
+        launch = None
+        if rows * cols:
             grid, block = _GEOMETRY[op](rows, cols, self.dtype)
             kernel = load_kernel(self.device, kernel_name(op, self.dtype))
-            launch = self.launches[key] = functools.partial(kernel.launch, grid, block)
-        return launch
+            launch = functools.partial(kernel.launch, grid, block)
+        memo[shape] = prepared = (launch, sizes)
+        return prepared
 
 
 _TORCH_PLANS: dict[tuple[Any, int], TorchPlan] = {}  # (torch dtype, device index) -> plan
@@ -188,15 +204,15 @@ def hot_plan(first: Any, *others: Any) -> TorchPlan | None:
     """The plan when a call can take the hot path, else None (the call goes through the full
     checks, which explain what is wrong): every argument a torch tensor of first's dtype on
     first's GPU, a dtype and device a call has planned before, C-contiguous, and none needing
-    autograd. Shapes are the caller's to check."""
+    autograd (requires_grad is read only where grad mode is on). Shapes are the caller's to
+    check."""
     if type(first) not in TORCH_TYPES:
         return None
     dtype = first.dtype
-    plan = _TORCH_PLANS.get((dtype, first.get_device()))
+    index = first.get_device()
+    plan = _TORCH_PLANS.get((dtype, index))
     if plan is None or not first.is_contiguous():
         return None
-    index = plan.index
-    wants_grad = first.requires_grad
     for other in others:
         if (
             type(other) not in TORCH_TYPES
@@ -205,8 +221,11 @@ def hot_plan(first: Any, *others: Any) -> TorchPlan | None:
             or not other.is_contiguous()
         ):
             return None
-        wants_grad = wants_grad or other.requires_grad
-    return None if wants_grad and plan.grad_enabled() else plan
+    if plan.grad_enabled() and (
+        first.requires_grad or any(other.requires_grad for other in others)
+    ):
+        return None
+    return plan
 
 
 def hot_norm(shape: Any, weight: Any, eps: object) -> bool:
@@ -221,48 +240,51 @@ def hot_norm(shape: Any, weight: Any, eps: object) -> bool:
 
 
 # The launches of the hot path, shared with torch.ops.kernelpack's CUDA implementations: checked
-# C-contiguous tensors of the plan's dtype and device in, new tensors (or ``out``) out.
+# C-contiguous tensors of the plan's dtype and device in, with the first tensor's shape as read by
+# the caller, new tensors (or ``out``) out.
 
 
-def torch_swiglu(plan: TorchPlan, gate: Any, up: Any, out: Any = None) -> Any:
+def torch_swiglu(plan: TorchPlan, gate: Any, up: Any, shape: Any, out: Any = None) -> Any:
     result = plan.empty_like(gate) if out is None else out
-    n = gate.numel()
-    if n:
-        plan.launcher("swiglu", n, 1)(gate, up, result, n, stream=plan.stream(plan.index))
+    launch, sizes = plan.prepared["swiglu"].get(shape) or plan.prepare("swiglu", shape)
+    if launch is not None:
+        launch(gate, up, result, *sizes, stream=plan.stream(plan.index))
     return result
 
 
-def torch_silu_and_mul(plan: TorchPlan, x: Any, out: Any = None) -> Any:
-    shape = x.shape
-    cols = shape[-1] // 2
-    result = x.new_empty((*shape[:-1], cols)) if out is None else out
-    rows = x.numel() // shape[-1] if cols else 0
-    if rows:
-        launch = plan.launcher("silu_and_mul", rows, cols)
-        launch(x, result, rows, cols, stream=plan.stream(plan.index))
+def torch_silu_and_mul(plan: TorchPlan, x: Any, shape: Any, out: Any = None) -> Any:
+    launch, sizes = plan.prepared["silu_and_mul"].get(shape) or plan.prepare("silu_and_mul", shape)
+    result = x.new_empty((*shape[:-1], shape[-1] // 2)) if out is None else out
+    if launch is not None:
+        launch(x, result, *sizes, stream=plan.stream(plan.index))
     return result
 
 
-def torch_rms_norm(plan: TorchPlan, x: Any, weight: Any, eps: float, out: Any = None) -> Any:
+def torch_rms_norm(
+    plan: TorchPlan, x: Any, weight: Any, eps: float, shape: Any, out: Any = None
+) -> Any:
     result = plan.empty_like(x) if out is None else out
-    cols = x.shape[-1]
-    rows = x.numel() // cols if cols else 0
-    if rows:
-        launch = plan.launcher("rms_norm", rows, cols)
-        launch(x, weight, result, rows, cols, eps, stream=plan.stream(plan.index))
+    launch, sizes = plan.prepared["rms_norm"].get(shape) or plan.prepare("rms_norm", shape)
+    if launch is not None:
+        launch(x, weight, result, *sizes, eps, stream=plan.stream(plan.index))
     return result
 
 
 def torch_add_rms_norm(
-    plan: TorchPlan, x: Any, residual: Any, weight: Any, eps: float, out: Any, summed: Any
+    plan: TorchPlan,
+    x: Any,
+    residual: Any,
+    weight: Any,
+    eps: float,
+    shape: Any,
+    out: Any,
+    summed: Any,
 ) -> None:
     """out = rms_norm(summed), summed = x + residual; in place when out is x and summed is
     residual."""
-    cols = x.shape[-1]
-    rows = x.numel() // cols if cols else 0
-    if rows:
-        launch = plan.launcher("add_rms_norm", rows, cols)
-        launch(x, residual, weight, out, summed, rows, cols, eps, stream=plan.stream(plan.index))
+    launch, sizes = plan.prepared["add_rms_norm"].get(shape) or plan.prepare("add_rms_norm", shape)
+    if launch is not None:
+        launch(x, residual, weight, out, summed, *sizes, eps, stream=plan.stream(plan.index))
 
 
 def _needs_autograd(*tensors: Any) -> bool:
@@ -313,8 +335,10 @@ def swiglu(gate: Any, up: Any, out: Any = None) -> Any:
     Returns ``out``, or a new array of gate's framework.
     """
     plan = hot_plan(gate, up) if out is None else hot_plan(gate, up, out)
-    if plan is not None and up.shape == gate.shape and (out is None or out.shape == gate.shape):
-        return torch_swiglu(plan, gate, up, out)
+    if plan is not None:
+        shape = gate.shape
+        if up.shape == shape and (out is None or out.shape == shape):
+            return torch_swiglu(plan, gate, up, shape, out)
     g = _array("gate", gate)
     u = _array("up", up)
     _check_same(g, u)
@@ -340,7 +364,7 @@ def silu_and_mul(x: Any, out: Any = None) -> Any:
         if shape and not shape[-1] % 2:
             cols = shape[-1] // 2
             if out is None or out.shape == (*shape[:-1], cols):
-                return torch_silu_and_mul(plan, x, out)
+                return torch_silu_and_mul(plan, x, shape, out)
     a = _array("x", x)
     if not a.shape or a.shape[-1] % 2:
         raise UsageError(f"x: shape {a.shape}: the last dimension must be even (gate and up)")
@@ -377,12 +401,10 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Any = None) -> Any:
     Returns ``out``, or a new array of x's framework.
     """
     plan = hot_plan(x, weight) if out is None else hot_plan(x, weight, out)
-    if (
-        plan is not None
-        and hot_norm(x.shape, weight, eps)
-        and (out is None or out.shape == x.shape)
-    ):
-        return torch_rms_norm(plan, x, weight, eps, out)
+    if plan is not None:
+        shape = x.shape
+        if hot_norm(shape, weight, eps) and (out is None or out.shape == shape):
+            return torch_rms_norm(plan, x, weight, eps, shape, out)
     a = _array("x", x)
     w = _array("weight", weight)
     eps_value = _check_norm_args(a, w, eps)
@@ -408,9 +430,11 @@ def fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) ->
     training, torch.ops.kernelpack.add_rms_norm returns both results as new tensors.)
     """
     plan = hot_plan(x, residual, weight)
-    if plan is not None and hot_norm(x.shape, weight, eps) and residual.shape == x.shape:
-        torch_add_rms_norm(plan, x, residual, weight, eps, x, residual)
-        return
+    if plan is not None:
+        shape = x.shape
+        if hot_norm(shape, weight, eps) and residual.shape == shape:
+            torch_add_rms_norm(plan, x, residual, weight, eps, shape, x, residual)
+            return
     a = _array("x", x)
     r = _array("residual", residual)
     w = _array("weight", weight)

@@ -36,6 +36,10 @@ MAX_GRID_THREADS = 2**31
 # 374 at 132; float32 431 us at 132 blocks of 512, 450 at 264. Each block writes one row of
 # float32 partial weight gradients (deterministic: summed in a fixed order by a second kernel).
 BACKWARD_RESIDENT_THREADS = 132 * 512
+# The weight-gradient sum's block: 32 columns by 8 slices of the partial rows (kWeightGradThreads,
+# 256, bounds their product).
+WEIGHT_GRAD_COLUMNS = 32
+WEIGHT_GRAD_SLICES = 8
 
 
 _MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
@@ -115,6 +119,16 @@ def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
     fixed order."""
     threads = max(BLOCK_MIN, _row_threads(cols, dtype, BACKWARD_CACHED_CHUNKS))
     return min(rows, BACKWARD_RESIDENT_THREADS // threads), threads
+
+
+def weight_grad_geometry(cols: int) -> tuple[int, tuple[int, int]]:
+    """(grid, block as (columns, slices)) of the weight-gradient sum: 32 columns (128 bytes a
+    row of partial sums, read whole) by WEIGHT_GRAD_SLICES slices of the rows, one block per 32
+    columns. A function of cols alone, so the sum's order, and its bits, are the same every
+    run."""
+    block = (WEIGHT_GRAD_COLUMNS, WEIGHT_GRAD_SLICES)
+    threads = WEIGHT_GRAD_COLUMNS * WEIGHT_GRAD_SLICES
+    return min(-(-cols // WEIGHT_GRAD_COLUMNS), _grid_cap(threads)), block
 
 
 # ---- launches: addresses (ints or tensors, which the launcher reads) and sizes ----------------
@@ -253,7 +267,7 @@ def launch_rms_norm_backward(
         )
     else:
         grid = 0
-    columns = min(-(-cols // ELEMENTWISE_BLOCK), _grid_cap(ELEMENTWISE_BLOCK))  # one a thread
+    columns, block = weight_grad_geometry(cols)
     load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(
-        columns, ELEMENTWISE_BLOCK, partial, grad_weight, grid, cols, stream=stream
+        columns, block, partial, grad_weight, grid, cols, stream=stream
     )

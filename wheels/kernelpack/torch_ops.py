@@ -61,6 +61,7 @@ DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat1
 
 _lock = threading.Lock()
 _LIBRARY: list[Any] = []  # the torch.library.Library, kept alive: dropping it unregisters the ops
+_KEYSETS_KEPT = 256  # keysets an Autograd kernel remembers before its memo starts over
 
 
 # ---- checks shared by the real and the fake implementations -----------------------------------
@@ -173,31 +174,34 @@ def _like(tensor: torch.Tensor, shape: Any = None) -> torch.Tensor:
 
 def _swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     plan = mlp.hot_plan(gate, up)
-    if plan is None or up.shape != gate.shape:
+    shape = gate.shape
+    if plan is None or up.shape != shape:
         _check_swiglu(gate, up)
         gate, up = gate.contiguous(), up.contiguous()
         plan = mlp.torch_plan(gate)
-    result: torch.Tensor = mlp.torch_swiglu(plan, gate, up)
+    result: torch.Tensor = mlp.torch_swiglu(plan, gate, up, shape)
     return result
 
 
 def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     plan = mlp.hot_plan(x)
-    if plan is None or x.dim() == 0 or x.shape[-1] % 2:
+    shape = x.shape
+    if plan is None or not shape or shape[-1] % 2:
         _check_silu_and_mul(x)
         x = x.contiguous()
         plan = mlp.torch_plan(x)
-    result: torch.Tensor = mlp.torch_silu_and_mul(plan, x)
+    result: torch.Tensor = mlp.torch_silu_and_mul(plan, x, shape)
     return result
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     plan = mlp.hot_plan(x, weight)
-    if plan is None or not mlp.hot_norm(x.shape, weight, eps):
+    shape = x.shape
+    if plan is None or not mlp.hot_norm(shape, weight, eps):
         _check_norm(x, weight, eps)
         x, weight = x.contiguous(), weight.contiguous()
         plan = mlp.torch_plan(x)
-    result: torch.Tensor = mlp.torch_rms_norm(plan, x, weight, eps)
+    result: torch.Tensor = mlp.torch_rms_norm(plan, x, weight, eps, shape)
     return result
 
 
@@ -205,12 +209,13 @@ def _add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:
     plan = mlp.hot_plan(x, residual, weight)
-    if plan is None or residual.shape != x.shape or not mlp.hot_norm(x.shape, weight, eps):
+    shape = x.shape
+    if plan is None or residual.shape != shape or not mlp.hot_norm(shape, weight, eps):
         _check_add_rms_norm(x, residual, weight, eps)
         x, residual, weight = x.contiguous(), residual.contiguous(), weight.contiguous()
         plan = mlp.torch_plan(x)
     out, summed = plan.empty_like(x), plan.empty_like(x)
-    mlp.torch_add_rms_norm(plan, x, residual, weight, eps, out, summed)
+    mlp.torch_add_rms_norm(plan, x, residual, weight, eps, shape, out, summed)
     return out, summed
 
 
@@ -218,13 +223,14 @@ def _fused_add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
 ) -> None:
     plan = mlp.hot_plan(x, residual, weight)
-    if plan is None or residual.shape != x.shape or not mlp.hot_norm(x.shape, weight, eps):
+    shape = x.shape
+    if plan is None or residual.shape != shape or not mlp.hot_norm(shape, weight, eps):
         _check_add_rms_norm(x, residual, weight, eps)
         if not (x.is_contiguous() and residual.is_contiguous()):
             raise UsageError("x: x and residual are updated in place and must be contiguous")
         weight = weight.contiguous()
         plan = mlp.torch_plan(x)
-    mlp.torch_add_rms_norm(plan, x, residual, weight, eps, x, residual)
+    mlp.torch_add_rms_norm(plan, x, residual, weight, eps, shape, x, residual)
 
 
 def _swiglu_backward(
@@ -436,7 +442,9 @@ def _autograd_kernel(
 
     Why: register_autograd's kernel redispatches even when no gradient is wanted, through Python
     frames that cost more than the launch (profiled on the H200, docs/bench-mlp-notes.md).
-    Anything else takes the redispatch, as register_autograd's kernel would.
+    Anything else takes the redispatch, as register_autograd's kernel would. Which keysets go
+    straight to CUDA is remembered by the keyset's bits (one call where the keyset arithmetic
+    takes four, each a few hundred ns).
     """
     from torch._library import autograd as library_autograd  # what register_autograd uses
 
@@ -448,14 +456,22 @@ def _autograd_kernel(
     cuda = torch._C.DispatchKey.CUDA
     grad_enabled, any_requires_grad = torch.is_grad_enabled, torch._C._any_requires_grad
 
+    straight: dict[int, bool] = {}  # keyset's bits -> whether CUDA is next below autograd
+
     def kernel(keyset: Any, *args: Any) -> Any:
         if grad_enabled() and any_requires_grad(*args):
             return with_grad(keyset, *args)
-        below = keyset & below_autograd
-        if (below - falls_through).highestPriorityTypeId() == cuda:
+        bits = keyset.raw_repr()
+        cuda_next = straight.get(bits)
+        if cuda_next is None:
+            if len(straight) >= _KEYSETS_KEPT:
+                straight.clear()
+            below = keyset & below_autograd
+            cuda_next = straight[bits] = (below - falls_through).highestPriorityTypeId() == cuda
+        if cuda_next:
             return real(*args)
         with torch._C._AutoDispatchBelowAutograd():
-            return op.redispatch(below, *args)
+            return op.redispatch(keyset & below_autograd, *args)
 
     return kernel
 
