@@ -132,7 +132,7 @@ def compile_argv(
 
 
 def compile_commands(
-    job: Job, flags: Sequence[str], extra: Sequence[str], output: str
+    job: Job, flags: Sequence[str], extra: Sequence[str], output: str, depfile: str = ""
 ) -> list[tuple[list[str], str]]:
     """The commands of one job with the depfile each writes ("" for a link), run in order in
     the module's folder of its source tree; the last one writes ``output``.
@@ -144,8 +144,9 @@ def compile_commands(
     ``-cuid``, as clang names the unit's internal symbols after it. PTX has no linker, which
     :func:`check_linkable` says before anything runs.
     """
-    if not job.module.linked:
-        return [(compile_argv(job, flags, extra, output, f"{output}.d"), f"{output}.d")]
+    if not job.module.linked:  # depfile: a one-file job's (default <output>.d)
+        depfile = depfile or f"{output}.d"
+        return [(compile_argv(job, flags, extra, output, depfile), depfile)]
     commands: list[tuple[list[str], str]] = []
     objects: list[str] = []
     # hipcc: --genco (one code object from one unit) gives way to device-only rdc steps.

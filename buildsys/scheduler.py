@@ -78,14 +78,16 @@ def run_jobs(
     return [outcomes[job] for job in jobs]
 
 
-def _commands(job: Job, plan: JobPlan, output: str) -> list[tuple[list[str], str]]:
-    return compile_commands(job, plan.flags[job.kind], plan.extra(job), output)
+def _commands(
+    job: Job, plan: JobPlan, output: str, depfile: str = ""
+) -> list[tuple[list[str], str]]:
+    return compile_commands(job, plan.flags[job.kind], plan.extra(job), output, depfile)
 
 
 def job_key(job: Job, plan: JobPlan, trees: SourceTrees) -> str:
     """The cache key of a job. A one-file job's key is what it always was (its command and
     source), so linked modules leave the cached objects of other projects valid."""
-    commands = [argv for argv, _ in _commands(job, plan, "OUT")]
+    commands = [argv for argv, _ in _commands(job, plan, "OUT", "DEPS")]
     fields: dict[str, object] = {
         "compiler": plan.toolchains[job.kind].identity,
         "argv": commands[0] if len(commands) == 1 else commands,

@@ -176,3 +176,37 @@ def test_shards_of_a_linked_module_merge_into_the_direct_builds_output(tmp_path:
     for path in direct.rglob("*"):
         if path.is_file():
             assert (merged / path.relative_to(direct)).read_bytes() == path.read_bytes(), path
+
+
+def test_a_one_file_jobs_cache_key_is_its_one_command_and_source() -> None:
+    """Linked modules left one-file jobs' cache keys as they were (compiler, the one command with
+    placeholder paths, the source), so objects cached before them stay valid."""
+    from buildsys.cache import key_of
+    from buildsys.jobs import Job, compile_argv
+    from buildsys.matrix import load_matrix
+    from buildsys.modules import KernelModule
+    from buildsys.scheduler import JobPlan, job_key
+    from kernelpack.images import IMAGE_KINDS
+
+    class Trees:
+        def dependency_hash(self, tree: str, path: str) -> str:
+            return f"hash of {path}"
+
+    class Toolchain:
+        identity = "cuda:nvcc:13.0:native"
+
+    flags = {kind.name: kind.compile_flags for kind in IMAGE_KINDS}
+    targets = load_matrix(REPO_ROOT / "arch_matrix.toml").targets
+    amd = next(t for t in targets if t.kind == "code_object")
+    cubin = next(t for t in targets if t.kind == "cubin")
+    for target in (amd, cubin):
+        job = Job(KernelModule("m", "m/m.cu"), target)
+        plan = JobPlan(flags, lambda j: ["-DX"], {target.kind: Toolchain()}, 1, False)  # type: ignore[dict-item]
+        argv = compile_argv(job, flags[target.kind], ["-DX"], "OUT", "DEPS")
+        expected = {
+            "compiler": Toolchain.identity,
+            "argv": argv,
+            "source": job.source,
+            "source_sha256": f"hash of {job.source}",
+        }
+        assert job_key(job, plan, Trees()) == key_of(expected)  # type: ignore[arg-type]
