@@ -48,7 +48,7 @@ if str(REPO) not in sys.path:  # run as a script: the repository's packages come
 
 from buildsys import REPO_ROOT  # noqa: E402
 from buildsys.hipify import COMPAT_DIR, Severity, hipify_source  # noqa: E402
-from buildsys.hipify.tables import COMPAT_HEADER  # noqa: E402
+from buildsys.hipify.tables import COMPAT_HEADER, WMMA_HEADER  # noqa: E402
 from buildsys.toolchain import Toolchain, amd_toolchain  # noqa: E402
 from kernelpack.code_objects import read_code_object  # noqa: E402
 from kernelpack.cubins import read_cubin  # noqa: E402
@@ -150,15 +150,16 @@ def _input_digest(
     tree: Path, project: Project, relative: str, salt: Sequence[str], compat: Path
 ) -> str:
     """What a compile of ``relative`` in ``tree`` depends on: the file, the project files it
-    includes (transitively), the compat header (``compat``, the run's copy) where one of them
+    includes (transitively), each compat header (``compat``, the run's copy) where one of them
     includes it, and ``salt`` (tool, toolchain version, flags, targets). The result cache is keyed
     by it."""
     digest = hashlib.sha256("\0".join(salt).encode())
     for path in _closure(tree, [Path(relative)], _include_dirs(project)):
         data = (tree / path).read_bytes()
         digest.update(f"\0{path}\0{len(data)}\0".encode() + data)
-        if COMPAT_HEADER.encode() in data:
-            digest.update((compat / COMPAT_HEADER).read_bytes())
+        for header in (COMPAT_HEADER, WMMA_HEADER):
+            if header.encode() in data:
+                digest.update((compat / header).read_bytes())
     return digest.hexdigest()
 
 

@@ -73,6 +73,12 @@ CODES: tuple[Code, ...] = (
         False,
         "a removed or unsupported CUDA API with no HIP counterpart",
     ),
+    Code(
+        "wmma-portable",
+        Severity.WARNING,
+        False,
+        "WMMA (mma.h) runs on kernelpack's portable implementation, without matrix cores",
+    ),
     Code("untranslated", Severity.WARNING, False, "a cuda/cu identifier left untranslated"),
     Code(
         "bad-allow", Severity.WARNING, False, "a hipify: allow(...) comment names an unknown code"

@@ -15,6 +15,7 @@ from .tables import (
     CUDA_LOOKALIKES,
     HEADER_ADVICE,
     HEADERS,
+    PORTABLE_HEADER_NOTICES,
     RENAMES,
     UNSUPPORTED_BY_NAME,
     UNSUPPORTED_TEMPLATES,
@@ -24,7 +25,7 @@ from .tables import (
 
 # Findings about one construct that repeat through a file (every asm, every use of a macro that
 # looks like CUDA): one diagnostic per (code, name) per file, at the first use, with a count.
-ONCE_PER_FILE_CODES = frozenset({"inline-asm", "unsupported-api", "untranslated"})
+ONCE_PER_FILE_CODES = frozenset({"inline-asm", "unsupported-api", "untranslated", "wmma-portable"})
 
 _CUDA_NAME_RE = re.compile(r"^(?:cuda|cu)[A-Z]\w*$|^(?:CUDA|CU|CUDART)_\w+$|^cudnn\w+$")
 _PTX_RE = re.compile(
@@ -105,6 +106,8 @@ def api_findings(view: SourceView, declared: frozenset[str]) -> list[Finding]:
             continue
         sig = view.sig_in(directive.start, directive.end)
         header = "".join(view.tokens[i].text for i in sig[2:]).strip('<>"')
+        if header in PORTABLE_HEADER_NOTICES:
+            found.append(Finding(sig[2], "wmma-portable", PORTABLE_HEADER_NOTICES[header], header))
         if header in HEADERS and HEADERS[header] is None:
             advice = HEADER_ADVICE.get(header, "guard its use with #ifndef USE_ROCM")
             found.append(

@@ -493,14 +493,19 @@ HEADERS: dict[str, str | None] = {
     "cuda/pipeline": None,
     "cuda/barrier": None,
     "cuda/atomic": None,
-    "mma.h": None,
+    "mma.h": "kernelpack_hip_wmma.h",
+}
+
+# CUDA headers that map to a header of kernelpack's compat folder with a reduced implementation:
+# translated, and said once per file (a warning) with what to do for speed.
+WMMA_HEADER = "kernelpack_hip_wmma.h"
+PORTABLE_HEADER_NOTICES: dict[str, str] = {
+    "mma.h": "WMMA runs on kernelpack's portable implementation (kernelpack_hip_wmma.h): "
+    "correct, without matrix cores; port hot paths to rocWMMA for speed",
 }
 
 # What to do instead of a CUDA header that has no HIP counterpart (the unsupported-api message).
 HEADER_ADVICE: dict[str, str] = {
-    "mma.h": "WMMA (nvcuda::wmma) is not part of HIP; port the fragments to rocWMMA "
-    "(rocwmma/rocwmma.hpp, the same load/mma/store API) or keep the WMMA path for NVIDIA only "
-    "inside #ifndef USE_ROCM",
     "cooperative_groups/memcpy_async.h": "replace memcpy_async with plain loads to shared memory "
     "and a __syncthreads(), or guard it with #ifndef USE_ROCM",
     "cuda_pipeline.h": "replace the pipeline with plain loads to shared memory and "
@@ -592,12 +597,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         "__pipeline_memcpy_async", "cuda_pipeline's asynchronous copies have no HIP counterpart"
     ),
     Unsupported("__nanosleep", "HIP 6.4 has no __nanosleep; use __builtin_amdgcn_s_sleep"),
-    Unsupported(
-        "nvcuda",
-        "WMMA (nvcuda::wmma) has no HIP counterpart in the HIP runtime; port it to rocWMMA or "
-        "keep it for NVIDIA only inside #ifndef USE_ROCM",
-        construct="mma.h",
-    ),
 )
 
 # Template names that declare texture or surface references (texture<float, 1> tex;).

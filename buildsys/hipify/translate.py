@@ -58,6 +58,7 @@ from .tables import (
     VERSION_MACROS,
     WARP_BY_NAME,
     WARP_SYNC_MACRO,
+    WMMA_HEADER,
     library_rename,
 )
 
@@ -334,6 +335,9 @@ class _Translator:
         if target is None:
             return text
         self._count("include", header, target)
+        # the CLI, the builder and the corpus bench ship the compat folder to files that include
+        # the compat header: a WMMA user gets it too
+        self.uses_compat |= target == WMMA_HEADER
         head = "".join(t.text for t in view.tokens[directive.start : sig[2]])
         tail = "".join(t.text for t in view.tokens[last + 1 : directive.end])
         return f"{head}{open_text}{target}{close_text}{tail}"
