@@ -163,7 +163,7 @@ def hipify_tree(
     translator's own sources, so an unchanged file costs a hash and a small read."""
     from .hipify import HipifyOptions
 
-    mains = {m.main for m in modules}
+    mains = {path for m in modules for path in m.sources}
     hipified: dict[str, str] = {}
     diagnostics: list[str] = []
     features = _tree_facts(tree, cache)

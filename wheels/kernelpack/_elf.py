@@ -28,6 +28,7 @@ SHT_NOBITS = 8
 SHT_DYNSYM = 11
 STT_FUNC = 2
 STB_GLOBAL = 1
+STB_WEAK = 2
 
 # What the readers accept: a file's bytes, or a view of part of them (a bundle entry).
 Buffer: TypeAlias = bytes | bytearray | memoryview

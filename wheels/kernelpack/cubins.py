@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from ._elf import SHT_SYMTAB, STB_GLOBAL, STT_FUNC, Buffer, Elf, Section
+from ._elf import SHT_SYMTAB, STB_GLOBAL, STB_WEAK, STT_FUNC, Buffer, Elf, Section
 from ._jsonfields import json_fields
 from .errors import FormatError
 from .index import KernelResources
@@ -110,9 +110,13 @@ def read_cubin(data: Buffer, path: str) -> Cubin:
     kernels = []
     # per name: symbols may repeat one, its .nv.info.<name> records are read once
     info_of: dict[str, tuple[int, tuple[KernelParam, ...]]] = {}
+    # Weak: nvlink makes a template's instances weak in a device-linked cubin (each unit may
+    # have one); local ones are static kernels, private to their unit.
     for symbol in symbols:
         if not (
-            symbol.type == STT_FUNC and symbol.bind == STB_GLOBAL and symbol.other & _STO_CUDA_ENTRY
+            symbol.type == STT_FUNC
+            and symbol.bind in (STB_GLOBAL, STB_WEAK)
+            and symbol.other & _STO_CUDA_ENTRY
         ):
             continue
         attributes = per_symbol.get(symbol.index, {})
