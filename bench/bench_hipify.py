@@ -47,7 +47,13 @@ if str(REPO) not in sys.path:  # run as a script: the repository's packages come
     sys.path[:0] = [str(REPO / "wheels"), str(REPO)]
 
 from buildsys import REPO_ROOT  # noqa: E402
-from buildsys.hipify import COMPAT_DIR, Severity, hipify_source  # noqa: E402
+from buildsys.hipify import (  # noqa: E402
+    COMPAT_DIR,
+    HipifyOptions,
+    Severity,
+    hipify_source,
+    scan_tree,
+)
 from buildsys.hipify.tables import COMPAT_HEADER, WMMA_HEADER  # noqa: E402
 from buildsys.matrix import load_matrix  # noqa: E402
 from buildsys.toolchain import Toolchain, amd_toolchain  # noqa: E402
@@ -197,9 +203,15 @@ def _input_digest(
 def translate_ours(base: Path, out: Path, sources: Sequence[Path]) -> dict[str, int]:
     """Our translation of every source into out (same layout); error findings per file."""
     errors: dict[str, int] = {}
+    texts = {
+        str(relative): (base / relative).read_text(encoding="utf-8", errors="replace")
+        for relative in sources
+    }
+    # Feature macros and reduction helpers are defined in one header and used in others.
+    options = HipifyOptions(tree=scan_tree(texts))
     for relative in sources:
-        text = (base / relative).read_text(encoding="utf-8", errors="replace")
-        result = hipify_source(text, str(relative))
+        text = texts[str(relative)]
+        result = hipify_source(text, str(relative), options=options)
         target = out / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(result.text, encoding="utf-8")

@@ -1,25 +1,45 @@
 """Lay out candle's candle-kernels sources as a kernelpack project, one module per folder, with no
-source edits (issue 14's end-to-end check; tests/test_candle.py and docs/your-kernels.md use it).
+source edits, and optionally build it and summarise the kernels by target (issue 14's end-to-end
+check; tests/test_candle.py and docs/your-kernels.md use it).
 
-    python bench/candle_project.py CANDLE_KERNELS_SRC OUT [--modules affine,unary] [--targets ...]
+    python bench/candle_project.py CANDLE_KERNELS_SRC OUT [--modules affine,unary,moe]
+        [--targets gfx942,sm_90 | --targets default] [--build [--jobs N] [--vendor amd|nvidia]]
 
 CANDLE_KERNELS_SRC is candle's ``candle-kernels/src`` (candle 2a13b0f in docs/hipify-corpus.toml;
 never committed here). Each top-level ``<module>.cu`` is copied byte for byte to
 ``OUT/kernel_sources/<module>/<module>.cu`` and each shared header to ``OUT/kernel_sources/include/``;
+each folder (``moe/``: 3 translation units, ``mmq_gguf/``: 11) is copied as it is into
+``OUT/kernel_sources/<folder>/``, a module the builder device-links from its units.
 ``OUT/pyproject.toml`` names the project ``candle-kernels`` (import name ``candle_kernels``).
-The folders ``moe/`` and ``mmq_gguf/`` (several translation units per module, WMMA and MMA) are
-left out and reported.
+
+``--targets default`` takes kernelpack's own arch_matrix.toml; its PTX targets are left out (and
+said so) when a module of several units is laid out, as PTX cannot be device-linked.
+
+``--build`` then runs ``python -m buildsys build --project OUT --out OUT/out`` with the builder's
+progress on the terminal, and prints the wall time, the machine and a table of kernels by module
+and target read from the index it wrote (``OUT/summary.json`` holds the same). The build's own
+summary table (compile times, sizes) comes first, and a failed build's one-line error last.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import json
+import os
+import platform
 import shutil
+import subprocess
 import sys
+import time
+import tomllib
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 HEADER_SUFFIXES = (".cuh", ".h")
 DEFAULT_TARGETS = ("gfx942", "sm_90")
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def pyproject_text() -> str:
@@ -38,17 +58,32 @@ def pyproject_text() -> str:
     )
 
 
+def _quoted(targets: list[str]) -> str:
+    return "[" + ", ".join(f'"{t}"' for t in targets) + "]"
+
+
 def matrix_text(targets: tuple[str, ...]) -> str:
-    """arch_matrix.toml with the AMD and the NVIDIA targets of ``targets``."""
+    """arch_matrix.toml with the AMD, NVIDIA sm and PTX (compute_XY) targets of ``targets``."""
     amd = [t for t in targets if t.startswith("gfx")]
     nvidia = [t for t in targets if t.startswith("sm_")]
-    text = ""
-    for vendor, chosen in (("amd", amd), ("nvidia", nvidia)):
-        if chosen:
-            text += (
-                f"[{vendor}]\ntargets = [{', '.join(f'{chr(34)}{t}{chr(34)}' for t in chosen)}]\n"
-            )
+    ptx = [t for t in targets if t.startswith("compute_")]
+    text = f"[amd]\ntargets = {_quoted(amd)}\n" if amd else ""
+    if nvidia or ptx:
+        text += f"[nvidia]\ntargets = {_quoted(nvidia)}\n"
+        text += f"ptx = {_quoted(ptx)}\n" if ptx else ""
     return text
+
+
+def default_targets() -> tuple[str, ...]:
+    """kernelpack's own default matrix, every AMD, NVIDIA sm and PTX target."""
+    matrix = tomllib.loads((REPO_ROOT / "arch_matrix.toml").read_text())
+    amd, nvidia = matrix.get("amd", {}), matrix.get("nvidia", {})
+    return (*amd.get("targets", []), *nvidia.get("targets", []), *nvidia.get("ptx", []))
+
+
+def module_folders(source: Path) -> list[str]:
+    """candle's folders of several translation units (moe, mmq_gguf)."""
+    return sorted(p.name for p in source.iterdir() if p.is_dir() and any(p.glob("*.cu")))
 
 
 def lay_out(
@@ -58,11 +93,12 @@ def lay_out(
     targets: tuple[str, ...] = DEFAULT_TARGETS,
 ) -> list[str]:
     """Write the project into ``out``; returns the modules laid out (sorted)."""
-    found = sorted(p.stem for p in source.glob("*.cu"))
+    folders = module_folders(source)
+    found = sorted([p.stem for p in source.glob("*.cu")] + folders)
     chosen = found if modules is None else [m for m in found if m in modules]
     missing = sorted(set(modules or []) - set(found))
     if missing:
-        raise SystemExit(f"{source}: no {', '.join(m + '.cu' for m in missing)}")
+        raise SystemExit(f"{source}: no module {', '.join(missing)} (a .cu file or a folder)")
     include = out / "kernel_sources" / "include"
     include.mkdir(parents=True, exist_ok=True)
     for header in sorted(source.iterdir()):
@@ -70,6 +106,9 @@ def lay_out(
             shutil.copyfile(header, include / header.name)
     for module in chosen:
         folder = out / "kernel_sources" / module
+        if module in folders:
+            shutil.copytree(source / module, folder, dirs_exist_ok=True)
+            continue
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source / f"{module}.cu", folder / f"{module}.cu")
     (out / "pyproject.toml").write_text(pyproject_text())
@@ -77,21 +116,105 @@ def lay_out(
     return chosen
 
 
+def kernels_by_target(index: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Per module, how many kernels each target's image defines (its symbols), and the module's
+    kernel count under "all"."""
+    table: dict[str, dict[str, int]] = {}
+    for name, module in sorted(index["modules"].items()):
+        row = {"all": len(module["kernels"])}
+        for image in module["images"]:
+            row[image["target"]] = len(image["symbols"])
+        table[name] = row
+    return table
+
+
+def read_index_file(path: Path) -> dict[str, Any]:
+    """The INDEX literal of a written _index.py, read without importing it."""
+    text = path.read_text()
+    literal = text[text.index("INDEX: Index = ") + len("INDEX: Index = ") :]
+    index: dict[str, Any] = ast.literal_eval(literal)
+    return index
+
+
+def build(project: Path, jobs: int, vendor: str | None) -> dict[str, Any]:
+    """Run the builder on the project (progress to the terminal); the measurement."""
+    argv = [sys.executable, "-m", "buildsys", "build", "--project", str(project)]
+    argv += ["--out", str(project / "out"), "--jobs", str(jobs)]
+    if vendor:
+        argv += ["--vendor", vendor]
+    env = dict(os.environ, PYTHONPATH=f"{REPO_ROOT}:{REPO_ROOT / 'wheels'}")
+    started = time.monotonic()
+    status = subprocess.run(argv, env=env, check=False).returncode
+    seconds = time.monotonic() - started
+    summary: dict[str, Any] = {
+        "command": " ".join(argv[1:]),
+        "status": status,
+        "seconds": round(seconds, 1),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.node()} ({os.cpu_count()} cores, {platform.machine()})",
+    }
+    index_file = project / "out" / "_index.py"
+    if status == 0 and index_file.is_file():
+        summary["kernels"] = kernels_by_target(read_index_file(index_file))
+    return summary
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    print(
+        f"\n{summary['command']}: exit {summary['status']} in {summary['seconds']} s "
+        f"on {summary['machine']}, {summary['date']}"
+    )
+    table = summary.get("kernels")
+    if not table:
+        return
+    targets = sorted({t for row in table.values() for t in row if t != "all"})
+    print("\nkernels by module and target (the index's per-image symbols)")
+    print("\t".join(["module", "kernels", *targets]))
+    for module, row in table.items():
+        cells = [str(row.get(t, "-")) for t in targets]
+        print("\t".join([module, str(row["all"]), *cells]))
+    total = sum(row["all"] for row in table.values())
+    print(f"{len(table)} modules, {total} kernels")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", type=Path, help="candle's candle-kernels/src folder")
     parser.add_argument("out", type=Path, help="the project folder to write")
-    parser.add_argument("--modules", help="comma-separated modules (default: every top-level .cu)")
-    parser.add_argument("--targets", default=",".join(DEFAULT_TARGETS))
+    parser.add_argument(
+        "--modules", help="comma-separated modules (default: every top-level .cu and folder)"
+    )
+    parser.add_argument(
+        "--targets",
+        default=",".join(DEFAULT_TARGETS),
+        help="comma-separated targets, or 'default' for kernelpack's arch_matrix.toml",
+    )
+    parser.add_argument("--build", action="store_true", help="build it and print the summary")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--vendor", choices=("amd", "nvidia"))
     args = parser.parse_args()
     if not args.source.is_dir():
         print(f"error: {args.source}: not a folder (candle-kernels/src)", file=sys.stderr)
         return 2
     modules = args.modules.split(",") if args.modules else None
-    laid = lay_out(args.source, args.out, modules, tuple(args.targets.split(",")))
-    skipped = sorted(p.name for p in args.source.iterdir() if p.is_dir())
-    print(f"{args.out}: modules {', '.join(laid)}; left out folders: {', '.join(skipped) or '-'}")
-    return 0
+    targets = default_targets() if args.targets == "default" else tuple(args.targets.split(","))
+    linked = set(module_folders(args.source)) & set(modules or module_folders(args.source))
+    ptx = [t for t in targets if t.startswith("compute_")]
+    if linked and ptx:
+        targets = tuple(t for t in targets if t not in ptx)
+        print(
+            f"left out {', '.join(ptx)}: PTX cannot be device-linked, and {', '.join(sorted(linked))} "
+            "have several units",
+            file=sys.stderr,
+        )
+    laid = lay_out(args.source, args.out, modules, targets)
+    print(f"{args.out}: modules {', '.join(laid)}; targets {', '.join(targets)}")
+    if not args.build:
+        return 0
+    summary = build(args.out, args.jobs, args.vendor)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print_summary(summary)
+    return 0 if summary["status"] == 0 else 1
 
 
 if __name__ == "__main__":

@@ -12,6 +12,13 @@ A project names it in its pyproject.toml (docs/your-kernels.md)::
 as the null variant's content; ``build_sdist`` writes the project's files with PKG-INFO. The split
 and variant wheels need the whole set at once and come from ``python -m buildsys wheels``.
 
+``build_editable`` (PEP 660, ``pip install -e .``) builds the kernels into the project's own
+package folder (``_index.py`` and ``device/``, as kernelpack's checkout holds its own) and writes a
+wheel whose ``.pth`` file puts that folder's parent on ``sys.path``: edited Python files take
+effect at once, edited kernels after ``pip install -e .`` again (or ``kernelpack-build build
+--project . --out <package folder>``). A project without Python files of its own gets the
+generated package in ``build/kernelpack-editable/``.
+
 A failure is one line on standard error and a non-zero exit, as from the builder's command line.
 """
 
@@ -100,6 +107,62 @@ def build_wheel(
             stamp_index(device_dir, meta)
             wheel, _ = build_fat_wheel(meta, device_dir, Path(wheel_directory), epoch=epoch)
         return wheel.name
+
+    return _one_line_errors(step)
+
+
+def get_requires_for_build_editable(config_settings: ConfigSettings = None) -> list[str]:
+    return []
+
+
+EDITABLE_DIR = "build/kernelpack-editable"  # the generated package of a project without its own
+
+
+def build_editable(
+    wheel_directory: str,
+    config_settings: ConfigSettings = None,
+    metadata_directory: str | None = None,
+) -> str:
+    """The project's editable wheel (see the module's docstring) into wheel_directory."""
+
+    def step() -> str:
+        from .build import build
+        from .packaging import (
+            GENERATED_INIT,
+            file_name_part,
+            metadata_text,
+            project_metadata,
+            runtime_requirement,
+            wheel_file,
+            with_package_entry_point,
+        )
+        from .report import failure_error
+        from .wheels import source_date_epoch, stamp_index, write_wheel
+
+        settings = _settings(config_settings)
+        meta = project_metadata(settings)
+        package = meta.python_folder()
+        if package is None:
+            package = settings.project / EDITABLE_DIR / meta.package
+            package.mkdir(parents=True, exist_ok=True)
+            atomic_write(package / "__init__.py", GENERATED_INIT.format(name=meta.name).encode())
+        result = build(replace(settings, out=package), progress=False)
+        if result.failed:
+            raise failure_error(result)
+        stamp_index(package, meta)
+        name = f"{file_name_part(meta.name)}-{meta.version}-py3-none-any.whl"
+        files = {
+            f"__editable__.{file_name_part(meta.name)}-{meta.version}.pth": (
+                f"{package.parent.resolve()}\n".encode()
+            ),
+            f"{meta.dist_info}/METADATA": metadata_text(meta, runtime_requirement(meta)).encode(),
+            f"{meta.dist_info}/WHEEL": wheel_file("py3-none-any"),
+            f"{meta.dist_info}/entry_points.txt": with_package_entry_point(
+                "", meta.package
+            ).encode(),
+        }
+        epoch = source_date_epoch(settings.project)
+        return write_wheel(Path(wheel_directory) / name, files, epoch=epoch).name
 
     return _one_line_errors(step)
 

@@ -36,9 +36,16 @@ from .discovery import (
 from .errors import BuildError, HipifyError, ToolchainError
 from .findings import Finding, blocking, explaining, files_of, parse_findings
 from .index_writer import BuiltImage, ModuleSources, package_files, shard_manifest, write_output
-from .jobs import BuildResult, Job, Outcome, hip_main
+from .jobs import BuildResult, Job, Outcome, check_linkable, hip_main
 from .matrix import Matrix, MatrixTarget, load_matrix
-from .modules import INCLUDE_DIR, KernelModule, extra_include_dir, inline_includes, read_tree
+from .modules import (
+    INCLUDE_DIR,
+    KernelModule,
+    SourceTree,
+    extra_include_dir,
+    inline_includes,
+    read_tree,
+)
 from .report import failure_error, print_summary
 from .scheduler import JobPlan, run_jobs
 from .settings import BuildSettings, check_writable_folder, resolve_settings
@@ -59,21 +66,13 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
     include_folders = _include_folders(settings)
     tree, modules = read_tree(settings.sources, include_folders)
     _check_module_settings(settings, [m.name for m in modules])
+    jobs = [Job(m, t) for m in modules for t in targets]
+    check_linkable(jobs)
     cache = BuildCache(settings.cache_dir)
     hip_tree, hipify_diagnostics = hipify_tree(tree, modules, cache)
     for line in hipify_diagnostics:
         print(f"hipify: {line}", file=sys.stderr)
-    sources = []
-    for module in modules:
-        cuda = inline_includes(tree, module.main)
-        sources.append(
-            ModuleSources(
-                name=module.name,
-                kernels={},
-                cuda=cuda,
-                hip=inline_includes(hip_tree, hip_main(module.main)),
-            )
-        )
+    sources = [module_sources(tree, hip_tree, module) for module in modules]
     findings = parse_findings(hipify_diagnostics)
     if any(t.vendor == "amd" for t in targets):
         _stop_on_hipify_errors(sources, modules, findings)
@@ -90,7 +89,6 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
         jobs=settings.jobs,
         keep_going=settings.keep_going,
     )
-    jobs = [Job(m, t) for m in modules for t in targets]
     with scratch_folder(settings.cache_dir) as scratch:
         trees = SourceTrees({"cuda": tree, "hip": hip_tree}, scratch)
         outcomes = run_jobs(jobs, plan, cache, trees, progress=progress)
@@ -121,6 +119,22 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
             "name a writable folder with --out DIR"
         ) from None
     return result
+
+
+def module_sources(tree: SourceTree, hip_tree: SourceTree, module: KernelModule) -> ModuleSources:
+    """A module's self-contained sources (its units with their includes pasted in), kernels to
+    come. A linked module's units are not one source: no run-time compiler links them, so its
+    index names no source (ModuleSources.embedded) and its sources only count for the hash."""
+    cuda = [inline_includes(tree, unit) for unit in module.sources]
+    hip = [inline_includes(hip_tree, hip_main(unit)) for unit in module.sources]
+    return ModuleSources(
+        name=module.name,
+        kernels={},
+        cuda="".join(cuda),
+        hip="".join(hip),
+        embedded=not module.linked,
+        hip_units=tuple(hip),
+    )
 
 
 def _discover(
@@ -169,16 +183,20 @@ def _stop_on_hipify_errors(
     """A HipifyError naming every error finding in the files the modules compile, if any: those
     files would not compile for AMD, or would not mean the same, so no compiler is started."""
     stop: list[Finding] = []
+    stopped: list[str] = []  # the modules those errors are in
     for source, module in zip(sources, modules, strict=True):
-        for finding in blocking(findings, files_of(source.hip, hip_main(module.main))):
-            if finding not in stop:
-                stop.append(finding)
+        for unit, hip in zip(module.sources, source.hip_units, strict=True):
+            for finding in blocking(findings, files_of(hip, hip_main(unit))):
+                if module.name not in stopped:
+                    stopped.append(module.name)
+                if finding not in stop:
+                    stop.append(finding)
     if stop:
         shown = "; ".join(f.text for f in stop[:8])
         more = f"; and {len(stop) - 8} more" if len(stop) > 8 else ""
         raise HipifyError(
-            f"hipify reported {len(stop)} error(s) in sources the AMD targets compile, nothing "
-            f"compiled: {shown}{more}. Change those lines (the message says what to use "
+            f"hipify reported {len(stop)} error(s) in sources the AMD targets compile (modules "
+            f"{', '.join(stopped)}), nothing compiled: {shown}{more}. Change those lines (the message says what to use "
             "instead; docs/hipify.md), build for NVIDIA only with --vendor nvidia, or mark a "
             "reviewed line with // hipify: allow(<code>)"
         )

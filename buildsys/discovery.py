@@ -147,11 +147,27 @@ def demangle(symbols: Iterable[str], command: Sequence[str]) -> dict[str, Demang
     return found
 
 
+# The versioned inline namespaces of NVIDIA's CCCL (CUB, Thrust, libcu++), which name the CUDA
+# version and the target architecture (cub::CUB_300001_SM_900::, thrust::THRUST_300001_SM_900_NS::,
+# cuda::std::__4::): the source never spells them, and with them a library kernel (a thrust call's
+# cub::DeviceScanKernel<...>) would be another kernel on each target.
+_CCCL_INLINE_NAMESPACES = re.compile(
+    r"\b(?:CUB_\d+_SM_\d+(?:_\d+)*|THRUST_\d+_SM_\d+(?:_\d+)*_NS|(?<=cuda::std::)__\d+)::"
+)
+
+
+def without_inline_namespaces(text: str) -> str:
+    """A demangled name or type without CCCL's versioned inline namespaces."""
+    return _CCCL_INLINE_NAMESPACES.sub("", text)
+
+
 def split_demangled(symbol: str, whole: str, name: str) -> Demangled:
     """The name and parameter types of ``whole`` ("void k<float>(float const*, int)"), given the
-    name without parameters and return type that ``c++filt -p`` printed ("k<float>")."""
+    name without parameters and return type that ``c++filt -p`` printed ("k<float>"), both
+    without CCCL's versioned inline namespaces."""
     if whole == symbol:  # c++filt could not demangle it: keep the symbol, types unknown
         return Demangled(symbol, None)
+    whole, name = without_inline_namespaces(whole), without_inline_namespaces(name)
     rest = whole.removeprefix("void ") if not whole.startswith(name) else whole
     if not (rest.startswith(name + "(") and rest.endswith(")")):
         raise BuildError(

@@ -7,7 +7,8 @@ and :func:`package_files` lays them out as the package carries them::
     device/<module>.hsaco       one bundle of every AMD target, CCOB zstd unless uncompressed
     device/<module>.<sm>.cubin  one per NVIDIA sm target
     device/<module>.<cc>.ptx    one per PTX (compute_XY) target
-    device/<module>.cu          the module's self-contained CUDA source (run-time compilation)
+    device/<module>.cu          the module's self-contained CUDA source (run-time compilation;
+                                none for a module device-linked from several units)
     device/<module>.hip         the same, hipified
 
 Determinism: modules, images (by vendor, kind, target) and bundle entries are sorted; the index is
@@ -53,10 +54,19 @@ class ModuleSources:
     kernels: Mapping[str, list[KernelParam]]
     cuda: str
     hip: str
+    # Whether the package carries the sources for run-time compilation: not for a module
+    # device-linked from several units (buildsys.jobs), whose texts here are its units joined.
+    embedded: bool = True
+    # The hipified text of each unit (for hipify's findings); empty where only the whole is known.
+    hip_units: tuple[str, ...] = ()
+    # The hash a shard's index recorded, for a module whose sources the shard does not carry.
+    recorded_sha256: str = ""
 
     @property
     def sources_sha256(self) -> str:
         """The module's sources as one hash (CUDA and hipified): what shards must agree on."""
+        if self.recorded_sha256:
+            return self.recorded_sha256
         return sha256_hex(
             f"{sha256_hex(self.cuda.encode())}\n{sha256_hex(self.hip.encode())}".encode()
         )
@@ -104,14 +114,17 @@ def package_files(
         "modules": {},
     }
     for module in sorted(modules, key=lambda m: m.name):
-        source_file = f"{DEVICE_DIR}/{module.name}.cu"
-        files[source_file] = module.cuda.encode()
-        files[f"{DEVICE_DIR}/{module.name}.hip"] = module.hip.encode()
+        source_file, source_sha256 = "", ""  # no source: run-time compilation has none to use
+        if module.embedded:
+            source_file = f"{DEVICE_DIR}/{module.name}.cu"
+            files[source_file] = module.cuda.encode()
+            files[f"{DEVICE_DIR}/{module.name}.hip"] = module.hip.encode()
+            source_sha256 = sha256_hex(files[source_file])
         built = sorted(by_module[module.name], key=lambda i: i.order)
         index["modules"][module.name] = {
             "kernels": {name: list(params) for name, params in sorted(module.kernels.items())},
             "source": source_file,
-            "source_sha256": sha256_hex(files[source_file]),
+            "source_sha256": source_sha256,
             "images": place_images(module.name, built, files, compress=compress),
         }
     return files, index
@@ -173,9 +186,26 @@ INDEX: Index = '''
 
 def render_index(index: Index) -> str:
     """The index module's text. JSON with sorted keys reads as the same Python literal (the index
-    holds only strings, integers, lists and dicts) and renders alike on every Python version."""
+    holds only strings, integers, lists and dicts) and renders alike on every Python version.
+
+    One line per module (compact within it): indenting every value made candle's index (14
+    modules, about 1000 kernels, per-image resources and symbols) 38% larger for nothing a reader
+    or a diff needs beyond the module it is in."""
     _check_literal(index, "INDEX")
-    return _HEADER + json.dumps(index, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
+
+    def compact(value: object) -> str:
+        return json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+
+    fields = []
+    for key, value in sorted(index.items()):
+        if key == "modules":
+            modules = cast(dict[str, object], value)
+            lines = [f"{compact(name)}:{compact(modules[name])}" for name in sorted(modules)]
+            text = "{\n" + ",\n".join(lines) + "\n}"
+        else:
+            text = compact(value)
+        fields.append(f"{compact(key)}:{text}")
+    return _HEADER + "{" + ",\n".join(fields) + "}\n"
 
 
 def _check_literal(value: object, where: str) -> None:

@@ -1,7 +1,10 @@
 """One compile job: a module for a target, its compiler command, and what its object must hold.
 
-A job compiles one module's one translation unit for one target: hipcc per AMD target (device code
-only, one code object), nvcc per NVIDIA sm target (a cubin) and per PTX target. Its command names
+A job compiles one module for one target: hipcc per AMD target (device code only, one code object),
+nvcc per NVIDIA sm target (a cubin) and per PTX target. A module of several translation units
+(:attr:`KernelModule.linked`) is compiled unit by unit as relocatable device code and device-linked
+into the same one image per target (:func:`compile_commands`), so the index, the loader and the
+wheels see one image per module and target whatever the folder holds. Its command names
 only paths inside the source tree, relative to the module's folder, so neither the command (part
 of the cache key) nor the object depends on where the tree was written; the object is then read
 back (buildsys.discovery) and its target checked.
@@ -13,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelpack.errors import KernelpackError
+from kernelpack.errors import KernelpackError, UsageError
 from kernelpack.images import KINDS_BY_NAME
 
 from .discovery import object_kernels
@@ -38,8 +41,15 @@ class Job:
 
     @property
     def source(self) -> str:
-        """The tree path of the file the job compiles."""
-        return hip_main(self.module.main) if self.tree_name == "hip" else self.module.main
+        """The tree path of the (first) file the job compiles."""
+        return self.sources[0]
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The tree paths of every translation unit the job compiles, in link order."""
+        if self.tree_name == "hip":
+            return tuple(hip_main(path) for path in self.module.sources)
+        return self.module.sources
 
     @property
     def output(self) -> str:
@@ -89,28 +99,96 @@ def compile_argv(
     extra: Sequence[str],
     output: str,
     depfile: str,
+    *,
+    source: str | None = None,
 ) -> list[str]:
     """The compiler command of one job, run in the module's folder of its source tree.
 
     ``extra`` holds the project's and the module's defines, include folders (tree paths relative to
     the module's folder) and flags. Paths are relative, so neither the command nor the object names
-    the machine's folders: compiled anywhere, the same source gives the same bytes.
+    the machine's folders: compiled anywhere, the same source gives the same bytes. ``source`` is
+    the tree path compiled (default: the job's first unit).
     """
-    source = job.source.rsplit("/", 1)[-1]
+    tree_path = source if source is not None else job.source
+    source = tree_path.rsplit("/", 1)[-1]
     if job.tree_name == "hip":
         # -cuid: clang otherwise derives the translation unit's id from the output path, which
         # would make the object depend on where it was built. The depfile options are clang's own,
         # each passed through hipcc by -Xclang.
-        hip_target = [f"-cuid={job.module.name}", f"--offload-arch={job.target.target}"]
+        # A linked module's units each need their own id (it names their internal symbols).
+        cuid = job.module.name
+        if job.module.linked:
+            cuid += "." + source.rsplit(".", 1)[0]
+        hip_target = [f"-cuid={cuid}", f"--offload-arch={job.target.target}"]
         clang = ["-dependency-file", depfile, "-MT", output]
         hip_depfile = [part for option in clang for part in ("-Xclang", option)]
         return ["hipcc", *flags, *hip_target, *extra, *hip_depfile, source, "-o", output]
     # cicc names internal-linkage symbols (_INTERNAL_<hash>, __nv_static_<hash>) after a hash of
     # the source's absolute path: the tree path in its place makes cold builds byte-identical.
-    source_path = f"-Xcicc=--orig_src_path_name={job.source}"
+    source_path = f"-Xcicc=--orig_src_path_name={tree_path}"
     depfile_options = ["-MMD", "-MF", depfile]
     target = f"-arch={job.target.target}"
     return ["nvcc", *flags, target, *extra, source_path, *depfile_options, source, "-o", output]
+
+
+def compile_commands(
+    job: Job, flags: Sequence[str], extra: Sequence[str], output: str, depfile: str = ""
+) -> list[tuple[list[str], str]]:
+    """The commands of one job with the depfile each writes ("" for a link), run in order in
+    the module's folder of its source tree; the last one writes ``output``.
+
+    A one-file module is one :func:`compile_argv`. A linked module compiles each unit as
+    relocatable device code, then links those objects into one image: nvlink for a cubin
+    (``nvcc -rdc=true -cubin`` per unit), clang's LTO link for a code object (``hipcc
+    -fgpu-rdc -c --cuda-device-only``: LLVM bitcode per unit; the link optimises across them). Each unit gets its own
+    ``-cuid``, as clang names the unit's internal symbols after it. PTX has no linker, which
+    :func:`check_linkable` says before anything runs.
+    """
+    if not job.module.linked:  # depfile: a one-file job's (default <output>.d)
+        depfile = depfile or f"{output}.d"
+        return [(compile_argv(job, flags, extra, output, depfile), depfile)]
+    commands: list[tuple[list[str], str]] = []
+    objects: list[str] = []
+    # hipcc: --genco (one code object from one unit) gives way to device-only rdc steps.
+    device_only = [f for f in flags if f != "--genco"] + ["--cuda-device-only"]
+    for path in job.sources:
+        # .bc: clang takes an input by its suffix, and hipcc's link reads bitcode only as .bc
+        suffix = ".bc" if job.tree_name == "hip" else ".o"
+        unit = f"{output}.{path.rsplit('/', 1)[-1].rsplit('.', 1)[0]}{suffix}"
+        depfile = f"{unit}.d"
+        if job.tree_name == "hip":
+            unit_flags = [*device_only, "-fgpu-rdc", "-c"]
+            argv = compile_argv(job, unit_flags, extra, unit, depfile, source=path)
+        else:
+            argv = compile_argv(job, [*flags, "-rdc=true"], extra, unit, depfile, source=path)
+        commands.append((argv, depfile))
+        objects.append(unit)
+    if job.tree_name == "hip":
+        # clang's own LTO link of the units' bitcode into a code object: hipcc's --hip-link of
+        # device-only bitcode gives a code object without kernels (HIP 6.4, clang 21).
+        optimise = [f for f in flags if f.startswith("-O")]
+        target = ["--target=amdgcn-amd-amdhsa", f"-mcpu={job.target.target}"]
+        # --no-undefined: a device function no unit defines fails here, not at load time.
+        lto = ["-flto", "-nostdlib", "-Wl,--no-undefined"]
+        link = ["clang", *target, *optimise, *lto, *objects, "-o", output]
+    else:
+        link = ["nvlink", f"-arch={job.target.target}", *objects, "-o", output]
+    commands.append((link, ""))
+    return commands
+
+
+def check_linkable(jobs: Sequence[Job]) -> None:
+    """A UsageError for a linked module asked for a PTX target: PTX cannot be device-linked
+    ahead of time (no tool links PTX into PTX), and a target is never dropped silently."""
+    for job in jobs:
+        if job.module.linked and job.kind == "ptx":
+            raise UsageError(
+                f"module {job.module.name}: its {len(job.module.sources)} translation units "
+                f"({', '.join(job.module.sources)}) are device-linked into one image per target, "
+                f"and PTX ({job.target.target}) cannot be linked ahead of time; leave the PTX "
+                "targets out of this project's matrix (arch_matrix.toml `ptx`, or --targets), "
+                "or make the folder one .cu file that includes the others"
+            )
 
 
 def finish(job: Job, status: str, seconds: float, data: bytes) -> Outcome:

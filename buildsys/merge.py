@@ -151,6 +151,12 @@ def merge(
     kernels = _merged_kernels(shards)
     modules: list[ModuleSources] = []
     for name, module in sorted(first.index["modules"].items()):
+        if not module["source"]:  # a linked module: shards agree on its recorded hash
+            recorded = first.index["build"]["sources"][name]
+            modules.append(
+                ModuleSources(name, kernels[name], "", "", embedded=False, recorded_sha256=recorded)
+            )
+            continue
         cuda = _read_checked(first.path, module["source"], module["source_sha256"])
         hip_file = module["source"].removesuffix(".cu") + ".hip"
         modules.append(

@@ -1,8 +1,10 @@
 """Kernel modules: the folders of kernel_sources/ and their files.
 
 Each folder of the sources root (``kernel_sources/`` unless a caller names another) is one module,
-compiled from its one ``.cu`` file into one code object per target; ``include/`` holds the device
-headers the modules share. Sources are held as a :class:`SourceTree`, an in-memory map from
+compiled into one image per target: from its one ``.cu`` file, or, for a folder of several ``.cu``
+files (several translation units, as candle's ``moe/`` and ``mmq_gguf/``), from each of them as
+relocatable device code, device-linked into that one image (buildsys.jobs). ``include/`` holds
+the device headers the modules share. Sources are held as a :class:`SourceTree`, an in-memory map from
 root-relative paths to text, because the builder hashes, hipifies and inlines them without
 touching the disk again, and names files in every output by these relative paths only (never by
 where this checkout lives).
@@ -51,10 +53,23 @@ class SourceTree:
 
 @dataclass(frozen=True)
 class KernelModule:
-    """One module: its name (the folder's), its main source and the headers it may include."""
+    """One module: its name (the folder's) and its translation units (the folder's .cu files)."""
 
     name: str
-    main: str  # root-relative path of the module's one .cu file
+    main: str  # root-relative path of the module's first (for most modules its one) .cu file
+    # The folder's further .cu files, in name order: each is compiled on its own and the objects
+    # are device-linked with main's into the module's one image per target.
+    others: tuple[str, ...] = ()
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Every translation unit of the module, main first."""
+        return (self.main, *self.others)
+
+    @property
+    def linked(self) -> bool:
+        """Whether the module's image is device-linked from several translation units."""
+        return bool(self.others)
 
 
 def read_tree(
@@ -63,8 +78,8 @@ def read_tree(
     """Read every source file under ``root`` and name its modules, sorted by name; the files of
     each extra include folder go into the tree as ``.include/<n>/`` (:func:`extra_include_dir`).
 
-    A module folder without exactly one ``.cu`` file is a UsageError: the builder compiles one
-    translation unit per module into one code object per target.
+    Every ``.cu`` file directly in a module folder is a translation unit of it (files in its
+    subfolders are headers or included fragments); a folder without one is a UsageError.
     """
     if not root.is_dir():
         raise UsageError(f"{root}: no such kernel sources folder")
@@ -82,13 +97,12 @@ def read_tree(
             continue
         mains = sorted(p for p in files if p.startswith(f"{folder.name}/") and p.endswith(".cu"))
         mains = [p for p in mains if "/" not in p[len(folder.name) + 1 :]]
-        if len(mains) != 1:
-            found = ", ".join(mains) or "none"
+        if not mains:
             raise UsageError(
-                f"{folder}: a kernel module folder needs exactly one .cu file (found {found}); "
-                "put shared code in headers"
+                f"{folder}: a kernel module folder needs a .cu file (found none); "
+                "put headers that several modules share into include/"
             )
-        modules.append(KernelModule(folder.name, mains[0]))
+        modules.append(KernelModule(folder.name, mains[0], tuple(mains[1:])))
     if not modules:
         raise UsageError(f"{root}: no kernel modules (folders with a .cu file)")
     for number, folder in enumerate(extra_includes):

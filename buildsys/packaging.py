@@ -269,6 +269,12 @@ def project_files(folder: Path) -> Iterator[tuple[str, Path]]:
             yield relative.as_posix(), path
 
 
+def is_build_output(relative: str) -> bool:
+    """Whether a file of the package folder is what a build wrote there (an editable install's
+    ``_index.py`` and ``device/``): wheels and the sdist take the build's own, never those."""
+    return relative == "_index.py" or relative.startswith("device/")
+
+
 def device_files(device_dir: Path) -> dict[str, bytes]:
     """A build output folder's ``_index.py`` and ``device/`` files as package-relative names."""
     files = {"_index.py": (device_dir / "_index.py").read_bytes()}
@@ -286,7 +292,8 @@ def plain_wheel_files(
     own = meta.python_folder()
     if own is not None:
         for relative, path in project_files(own):
-            files[f"{meta.package}/{relative}"] = path.read_bytes()
+            if not is_build_output(relative):
+                files[f"{meta.package}/{relative}"] = path.read_bytes()
     else:
         files[f"{meta.package}/__init__.py"] = GENERATED_INIT.format(name=meta.name).encode()
     for relative, data in device_files(device_dir).items():
@@ -303,8 +310,14 @@ def sdist_bytes(meta: ProjectMetadata, *, epoch: int) -> tuple[str, bytes]:
     """The sdist (``<name>-<version>.tar.gz``): every project file but outputs and caches, with
     PKG-INFO, in sorted order with fixed owners, modes and times, so two builds are identical."""
     base = f"{file_name_part(meta.name)}-{meta.version}"
+    own = meta.python_folder()
+    prefix = "" if own is None else own.relative_to(meta.root).as_posix() + "/"
     entries: Mapping[str, bytes] = {
-        **{name: path.read_bytes() for name, path in project_files(meta.root)},
+        **{
+            name: path.read_bytes()
+            for name, path in project_files(meta.root)
+            if not (prefix and name.startswith(prefix) and is_build_output(name[len(prefix) :]))
+        },
         "PKG-INFO": metadata_text(meta, runtime_requirement(meta)).encode(),
     }
     buffer = io.BytesIO()

@@ -1,20 +1,21 @@
 """Running the compile jobs: every job looked up in the cache first, the misses compiled in
 parallel, stopping at the first failure unless asked to keep going.
 
-A job's cache key covers the compiler's identity, its whole command and its main source; the
-headers it read are checked by the cache from the compiler's dependency output (buildsys.cache).
+A job's cache key covers the compiler's identity, its whole commands and its sources; the headers
+they read are checked by the cache from the compiler's dependency output (buildsys.cache).
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from .cache import BuildCache, key_of
-from .jobs import Job, Outcome, compile_argv, finish
+from .jobs import Job, Outcome, compile_commands, finish
 from .report import Reporter
 from .toolchain import Toolchain
 from .trees import SourceTrees, read_depfile
@@ -52,6 +53,7 @@ def run_jobs(
             seconds = float(found.info.get("seconds", 0.0))
             outcomes[job] = finish(job, "cached", seconds, found.data)
     reporter = Reporter(len(jobs), len(misses), enabled=progress)
+    slots = threading.BoundedSemaphore(plan.jobs)  # compiler processes at once (see _compile)
     if misses:
         with ThreadPoolExecutor(max_workers=plan.jobs) as pool:
             pending: dict[Future[Outcome], Job] = {}
@@ -60,7 +62,7 @@ def run_jobs(
             while queue or pending:
                 while queue and len(pending) < plan.jobs and not (failed and not plan.keep_going):
                     job, key = queue.pop(0)
-                    pending[pool.submit(_compile, job, key, plan, cache, trees)] = job
+                    pending[pool.submit(_compile, job, key, plan, cache, trees, slots)] = job
                 if not pending:
                     break
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -76,38 +78,76 @@ def run_jobs(
     return [outcomes[job] for job in jobs]
 
 
-def _argv(job: Job, plan: JobPlan, output: str, depfile: str) -> list[str]:
-    return compile_argv(job, plan.flags[job.kind], plan.extra(job), output, depfile)
+def _commands(
+    job: Job, plan: JobPlan, output: str, depfile: str = ""
+) -> list[tuple[list[str], str]]:
+    return compile_commands(job, plan.flags[job.kind], plan.extra(job), output, depfile)
 
 
 def job_key(job: Job, plan: JobPlan, trees: SourceTrees) -> str:
-    return key_of(
-        {
-            "compiler": plan.toolchains[job.kind].identity,
-            "argv": _argv(job, plan, "OUT", "DEPS"),
-            "source": job.source,
-            "source_sha256": trees.dependency_hash(job.tree_name, job.source),
-        }
-    )
+    """The cache key of a job. A one-file job's key is what it always was (its command and
+    source), so linked modules leave the cached objects of other projects valid."""
+    commands = [argv for argv, _ in _commands(job, plan, "OUT", "DEPS")]
+    fields: dict[str, object] = {
+        "compiler": plan.toolchains[job.kind].identity,
+        "argv": commands[0] if len(commands) == 1 else commands,
+        "source": job.source,
+        "source_sha256": trees.dependency_hash(job.tree_name, job.source),
+    }
+    if job.module.linked:
+        fields["sources"] = {p: trees.dependency_hash(job.tree_name, p) for p in job.sources}
+    return key_of(fields)
 
 
-def _compile(job: Job, key: str, plan: JobPlan, cache: BuildCache, trees: SourceTrees) -> Outcome:
+def _compile(
+    job: Job,
+    key: str,
+    plan: JobPlan,
+    cache: BuildCache,
+    trees: SourceTrees,
+    slots: threading.Semaphore,
+) -> Outcome:
+    """Run a job's commands; a linked module's units compile side by side, then link. Every
+    compiler process holds one of the build's ``slots`` (``jobs`` of them), so a linked module
+    uses idle slots without the build ever running more than ``jobs`` compilers at once."""
     toolchain = plan.toolchains[job.kind]
     folder = trees.folder(job.tree_name) / job.module.name
-    argv = _argv(job, plan, job.output, f"{job.output}.d")
-    if toolchain.kind == "cuda":
-        argv[0] = toolchain.tool("nvcc")
     started = time.monotonic()
-    try:
-        result = toolchain.run(argv, cwd=folder, check=False)
-    except OSError as error:
-        return Outcome(job, "failed", message=f"{argv[0]}: {error.strerror}")
-    seconds = time.monotonic() - started
-    if result.returncode != 0:
+
+    def run(command: tuple[list[str], str]) -> str:
+        """'' when the command succeeded, else what went wrong."""
+        argv = command[0]
+        if toolchain.kind == "cuda":
+            argv[0] = toolchain.tool(argv[0])
+        with slots:
+            try:
+                result = toolchain.run(argv, cwd=folder, check=False)
+            except OSError as error:
+                return f"{argv[0]}: {error.strerror}"
+        if result.returncode == 0:
+            return ""
         message = (result.stderr + result.stdout).strip() or f"exit status {result.returncode}"
-        return Outcome(job, "failed", seconds, message=message)
+        if job.module.linked:
+            step = argv[-3] if command[1] else "link"
+            message = f"{step} of the linked module {job.module.name}: {message}"
+        return message
+
+    *units, last = _commands(job, plan, job.output)
+    dependencies: list[str] = []
+    for batch in [units, [last]] if units else [[last]]:
+        if len(batch) == 1:
+            problems = [run(batch[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=len(batch)) as unit_pool:
+                problems = list(unit_pool.map(run, batch))
+        problem = next((p for p in problems if p), "")
+        if problem:
+            return Outcome(job, "failed", time.monotonic() - started, message=problem)
+        for _, depfile in batch:
+            if depfile:
+                dependencies += read_depfile((folder / depfile).read_text(), job.module.name)
+    seconds = time.monotonic() - started
     data = (folder / job.output).read_bytes()
-    dependencies = read_depfile((folder / f"{job.output}.d").read_text(), job.module.name)
     hashes = {p: h for p in dependencies if (h := trees.dependency_hash(job.tree_name, p))}
     outcome = finish(job, "compiled", seconds, data)
     if outcome.status == "compiled":

@@ -19,11 +19,14 @@ import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .cache import BuildCache, key_of, sha256_hex
 from .jobs import hip_main
 from .modules import INCLUDE_DIR, KernelModule, SourceTree
+
+if TYPE_CHECKING:
+    from .hipify import TreeFacts
 
 _LOCK_FILE = ".lock"
 
@@ -133,24 +136,52 @@ def _hipify_fingerprint() -> str:
 HIPIFY_FINGERPRINT = _hipify_fingerprint()
 
 
+def _tree_facts(tree: SourceTree, cache: BuildCache) -> TreeFacts:
+    """What each file's translation needs from the others (hipify.tree_facts: a feature macro or
+    a reduction helper is defined in one file and used in others), cached by every file's content."""
+    from .hipify import TreeFacts, scan_tree
+
+    key = key_of(
+        {
+            "hipify": HIPIFY_FINGERPRINT,
+            "tree_facts": [[p, sha256_hex(tree[p].encode())] for p in tree],
+        }
+    )
+    stored = cache.get_text("hipify", key)
+    if stored is not None:
+        return TreeFacts.from_json(json.loads(stored))
+    features = scan_tree({p: tree[p] for p in tree})
+    cache.put_text("hipify", key, json.dumps(features.to_json(), sort_keys=True))
+    return features
+
+
 def hipify_tree(
     tree: SourceTree, modules: Sequence[KernelModule], cache: BuildCache
 ) -> tuple[SourceTree, list[str]]:
     """Every source hipified, the modules' .cu files renamed to .hip, and hipify's diagnostics
     (``file:line:col: severity[code]: message``). Results are cached by content and by the
     translator's own sources, so an unchanged file costs a hash and a small read."""
-    mains = {m.main for m in modules}
+    from .hipify import HipifyOptions
+
+    mains = {path for m in modules for path in m.sources}
     hipified: dict[str, str] = {}
     diagnostics: list[str] = []
+    features = _tree_facts(tree, cache)
+    options = HipifyOptions(tree=features)
     for path in tree:
         key = key_of(
-            {"hipify": HIPIFY_FINGERPRINT, "path": path, "source": sha256_hex(tree[path].encode())}
+            {
+                "hipify": HIPIFY_FINGERPRINT,
+                "path": path,
+                "source": sha256_hex(tree[path].encode()),
+                "tree_facts": features.digest,
+            }
         )
         stored = cache.get_text("hipify", key)
         if stored is None:
             from .hipify import hipify_source  # only for a changed file
 
-            result = hipify_source(tree[path], path)
+            result = hipify_source(tree[path], path, options=options)
             record: dict[str, Any] = {
                 "text": result.text,
                 "diagnostics": [d.format() for d in result.diagnostics],

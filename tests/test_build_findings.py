@@ -58,7 +58,7 @@ def test_an_amd_build_with_a_hipify_error_stops_before_compiling(tmp_path: Path)
         "lane/lane.cu": (
             'extern "C" __global__ void lane(unsigned* y) {\n'
             "  unsigned id;\n"
-            '  asm volatile("mov.u32 %0, %%laneid;" : "=r"(id));\n'
+            '  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));\n'
             "  y[threadIdx.x] = id;\n"
             "}\n"
         )

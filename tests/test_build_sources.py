@@ -76,18 +76,27 @@ def test_an_include_cycle_is_refused() -> None:
         inline_includes(tree, "m/m.cu")
 
 
-def test_module_folders_need_exactly_one_cu(tmp_path: Path) -> None:
+def test_module_folders_hold_one_or_several_translation_units(tmp_path: Path) -> None:
     (tmp_path / "include").mkdir()
     (tmp_path / "include" / "x.cuh").write_text("")
     (tmp_path / "good").mkdir()
     (tmp_path / "good" / "good.cu").write_text("")
     tree, modules = read_tree(tmp_path)
-    assert [(m.name, m.main) for m in modules] == [("good", "good/good.cu")]
+    assert [(m.name, m.sources, m.linked) for m in modules] == [("good", ("good/good.cu",), False)]
     assert list(tree) == ["good/good.cu", "include/x.cuh"]
     (tmp_path / "two").mkdir()
-    (tmp_path / "two" / "a.cu").write_text("")
     (tmp_path / "two" / "b.cu").write_text("")
-    with pytest.raises(UsageError, match=r"two: a kernel module folder needs exactly one \.cu"):
+    (tmp_path / "two" / "a.cu").write_text("")
+    (tmp_path / "two" / "parts").mkdir()
+    (tmp_path / "two" / "parts" / "fragment.cu").write_text("")  # included, not compiled
+    _, modules = read_tree(tmp_path)
+    assert [(m.name, m.sources, m.linked) for m in modules] == [
+        ("good", ("good/good.cu",), False),
+        ("two", ("two/a.cu", "two/b.cu"), True),
+    ]
+    (tmp_path / "none").mkdir()
+    (tmp_path / "none" / "only.cuh").write_text("")
+    with pytest.raises(UsageError, match=r"none: a kernel module folder needs a \.cu file"):
         read_tree(tmp_path)
 
 

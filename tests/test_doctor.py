@@ -101,7 +101,15 @@ def codes(report: dict[str, Any]) -> list[tuple[str, str, int | None]]:
 
 
 def images(report: dict[str, Any]) -> list[str]:
-    return sorted({i["target"] for g in report["gpus"] for i in g["images"].values() if i})
+    return sorted(
+        {
+            i["target"]
+            for g in report["gpus"]
+            for modules in g["images"].values()
+            for i in modules.values()
+            if i
+        }
+    )
 
 
 # --- MI300X -------------------------------------------------------------------------------------
@@ -111,7 +119,7 @@ def test_mi300x_with_the_fat_wheel_is_healthy() -> None:
     report = doctor("mi300x-8gpu", index(DEFAULT_AMD))
     assert len(report["gpus"]) == 8
     assert images(report) == ["gfx942"]
-    assert all(g["install"] is None for g in report["gpus"])
+    assert all(g["install"] == {} for g in report["gpus"])
     assert codes(report) == []
     assert report["requirements"] == [
         {
@@ -126,7 +134,9 @@ def test_mi300x_with_the_fat_wheel_is_healthy() -> None:
 
 def test_mi300x_with_the_host_wheel_alone_gets_the_pip_command() -> None:
     report = doctor("mi300x-8gpu", index(DEFAULT_AMD, host_only=True))
-    assert {g["install"] for g in report["gpus"]} == {'pip install "kernelpack[gfx942]"'}
+    assert {g["install"]["kernelpack"] for g in report["gpus"]} == {
+        'pip install "kernelpack[gfx942]"'
+    }
     assert codes(report) == [("no-image", "error", d) for d in range(8)]
     assert 'pip install "kernelpack[gfx942]"' in report["findings"][0]["advice"]
 
@@ -151,7 +161,10 @@ def test_mi300x_without_a_runtime_is_told_to_install_rocm() -> None:
 
 def test_apu_and_discrete_each_get_a_native_image_and_generic_needs_rocm_6_2() -> None:
     report = doctor("laptop-gfx1100-gfx1151", index(DEFAULT_AMD))
-    assert [g["images"]["mlp"]["target"] for g in report["gpus"]] == ["gfx1100", "gfx11-generic"]
+    assert [g["images"]["kernelpack"]["mlp"]["target"] for g in report["gpus"]] == [
+        "gfx1100",
+        "gfx11-generic",
+    ]
     assert codes(report) == []
     (requirement,) = report["requirements"]
     assert "ROCm 6.2" in requirement["needs"] and requirement["ok"] is True

@@ -220,8 +220,9 @@ def test_launch_macro() -> None:
 
 def test_runtime_include_is_inserted_once_after_pragma_once() -> None:
     out = translate("#pragma once\n__device__ float f(float x) { return x; }\n")
-    assert out.startswith("#pragma once\n#include <hip/hip_runtime.h>\n__device__")
-    assert translate("int plain(int x) { return x; }\n") == "int plain(int x) { return x; }\n"
+    assert out.startswith("#pragma once\n#include <hip/hip_runtime.h>\n#line 2\n__device__")
+    plain = "int plain(int x) { return x; }\n"
+    assert translate(plain) == "#line 1\n" + plain  # the header line, then the source's lines
     assert (
         translate("#include <cuda_runtime.h>\n__global__ void k() {}\n").count("hip_runtime.h") == 1
     )
@@ -234,7 +235,7 @@ def test_tile_votes_enable_hips_warp_sync_builtins() -> None:
     result = hipify_source(text, "t.cu")
     body = result.text.split("\n", 1)[1]
     assert body.startswith(
-        "#define HIP_ENABLE_WARP_SYNC_BUILTINS\n#include <hip/hip_runtime.h>\n#include <hip/hip_cooperative_groups.h>"
+        "#define HIP_ENABLE_WARP_SYNC_BUILTINS\n#include <hip/hip_runtime.h>\n#line 1\n#include <hip/hip_cooperative_groups.h>"
     )
     assert [(d.line, d.code) for d in result.diagnostics] == [(5, "warp-sync-builtins")]
     assert hipify_source(result.text, "x").text == result.text
@@ -246,7 +247,7 @@ def test_cuda_arch_and_version_macros() -> None:
     result = hipify_source(text, "t.cu")
     assert result.text.count("__HIP_DEVICE_COMPILE__") == 2
     assert "#if KERNELPACK_CUDA_ARCH >= 800\n" in result.text
-    assert "#include <kernelpack_hip_compat.h>\n#ifdef" in result.text
+    assert "#include <kernelpack_hip_compat.h>\n#line 1\n#ifdef" in result.text
     assert "int v = HIP_VERSION;" in result.text
     assert [(d.line, d.code) for d in result.diagnostics] == [(11, "untranslated")]
 
@@ -261,6 +262,13 @@ def test_cuda_arch_values_use_the_compat_macro_and_header() -> None:
     assert "#if KERNELPACK_CUDA_ARCH < 600\n" in out and "__CUDA_ARCH__" not in out
     assert translate(out) == out
     assert "kernelpack_hip_compat" not in translate("__global__ void k(int* o) { o[0] = 1; }\n")
+
+
+def test_inline_ptx_behind_an_arch_guard_takes_the_alternative() -> None:
+    """More cases in tests/test_hipify_arch_features.py."""
+    text = '__device__ void f(int x) {\n#if __CUDA_ARCH__ >= 750\n  asm("mov.b32 %0, %0;" : "+r"(x));\n#else\n  x++;\n#endif\n}\n'
+    assert codes(text) == [(2, "arch-feature")]
+    assert codes(text.replace("#else\n  x++;\n", "")) == [(3, "inline-asm")]
 
 
 def test_cuda_std_becomes_std() -> None:
@@ -330,7 +338,7 @@ def test_warp_reductions_use_the_compat_header() -> None:
         ("  unsigned m; m = __ballot(v > 0);", "ballot-32bit"),
         ("  auto t = cg::tiled_partition<32>(cg::this_thread_block());", "tile32"),
         ("  if (__ballot_sync(~0u, v > 0) != 0xffffffff) o[0] = 1;", "warp-mask"),
-        ('  asm("mov.u32 %0, %%laneid;" : "=r"(l));', "inline-asm"),
+        ('  asm("mov.u32 %0, %%smid;" : "=r"(l));', "inline-asm"),
         ("  cudaFooBar(1);", "untranslated"),
         ("  __nanosleep(100);", "unsupported-api"),
     ],
@@ -396,7 +404,7 @@ def test_diagnostic_format_and_position() -> None:
 
 
 def test_allow_comments() -> None:
-    body = '  int lane = threadIdx.x % 32 + warpSize; asm("mov.u32 %0, %%laneid;" : "=r"(l)); // hipify: allow({})'
+    body = '  int lane = threadIdx.x % 32 + warpSize; asm("mov.u32 %0, %%smid;" : "=r"(l)); // hipify: allow({})'
     assert [c for _, c in codes(KERNEL.format(body=body.format("wave32")))] == ["inline-asm"]
     assert codes(KERNEL.format(body=body.format("warp-size, inline-asm"))) == []
     assert sorted(c for _, c in codes(KERNEL.format(body=body.format("wave-32")))) == [
@@ -408,7 +416,7 @@ def test_allow_comments() -> None:
 
 def test_use_rocm_branches() -> None:
     """The CUDA branch of a USE_ROCM test is not flagged; asm in the ROCm branch is AMD's."""
-    cuda_only = 'asm("mov.u32 %0, %%laneid;" : "=r"(l));'
+    cuda_only = 'asm("mov.u32 %0, %%smid;" : "=r"(l));'
     amd_asm = 'asm volatile("s_nop 0");'
     for cuda_branch, rocm_branch in (
         ("#ifndef USE_ROCM", "#else"),
@@ -428,7 +436,7 @@ def test_use_rocm_branches() -> None:
 def test_repeated_findings_are_reported_once_per_file() -> None:
     """A user macro that looks like CUDA (cudaCheck from a header) used 40 times: one finding."""
     uses = "".join(f"  cudaCheck(cudaMalloc(&p, {n}));\n" for n in range(40))
-    asm = '  asm("mov.u32 %0, %%laneid;" : "=r"(l));\n'
+    asm = '  asm("mov.u32 %0, %%smid;" : "=r"(l));\n'
     text = "void f(void* p) {\n" + uses + "}\n" + KERNEL.format(body=asm * 3)
     result = hipify_source(text, "t.cu")
     assert [(d.line, d.code) for d in result.diagnostics] == [
@@ -453,6 +461,80 @@ def test_wmma_header_maps_to_the_portable_one_and_says_so_once() -> None:
     assert diagnostic.code == "wmma-portable" and diagnostic.severity is Severity.WARNING
     assert diagnostic.line == 1 and "rocWMMA" in diagnostic.message
     assert "#include <kernelpack_hip_wmma.h>\n" in result.text
+
+
+def test_texture_fetches_name_the_targets_without_images_once_per_construct() -> None:
+    body = "__global__ void k(cudaTextureObject_t t, float* o) {\n  o[0] = tex2D<float>(t, 0, 0);\n"
+    text = body + "  o[1] = tex2D<float>(t, 1, 0) + tex1Dfetch<float>(t, 2);\n}\n"
+    result = hipify_source(text, "t.cu")
+    assert [(d.line, d.code) for d in result.diagnostics] == [
+        (2, "texture-targets"),
+        (3, "texture-targets"),
+    ]
+    first = result.diagnostics[0].message
+    assert "gfx942, gfx950" in first and "__ldg" in first and "(2 in this file" in first
+    assert not hipify_source("int tex2D(int);\nint v = my::tex2D(1);\n", "t.cu").diagnostics
+
+
+def test_exact_ptx_idioms_become_hip() -> None:
+    """mov %laneid is __lane_id(); a 32-bit lane mask is not exact on wave64 and stays an error."""
+    body = '__device__ unsigned f() {\n  unsigned l;\n  asm volatile("mov.u32 %0, %%laneid;" : "=r"(l.x[0]));\n  return l;\n}\n'
+    result = hipify_source(body, "t.cu")
+    assert "  (l.x[0]) = __lane_id();\n" in result.text and not result.diagnostics
+    assert hipify_source(result.text, "t.hip").text == result.text
+    for other in (
+        '"mov.u32 %0, %%lanemask_lt;" : "=r"(l)',
+        '"mov.u32 %0, %%laneid;" : "=r"(l) : "r"(l)',
+    ):
+        text = body.replace('"mov.u32 %0, %%laneid;" : "=r"(l.x[0])', other)
+        assert codes(text) == [(3, "inline-asm")]
+
+
+LAUNCHES = """__global__ void cols(float* o, int n) {
+  const int c = blockIdx.x * warpSize + threadIdx.x % warpSize;
+  if (c < n) o[c] = 1.0f;
+}
+__global__ void groups(float* o) { o[threadIdx.x / 32] = 1.0f; }
+void launch_cols(float* o, int n, int bs) {
+  const int warp_size = 32;
+  const int grid = n / 32;
+  cols<<<grid, bs, (bs / 32) * sizeof(float)>>>(o, n);
+}
+void launch_groups(float* o) {
+  const int warp_size = 32;
+  groups<<<4 * 32 / warp_size, 32>>>(o);
+}
+"""
+
+
+def test_launch_shapes_meet_the_hardware_wavefront() -> None:
+    """A host function's 32 is a finding only where it launches a kernel that uses warpSize:
+    the grid (line 8) and its warp size (line 7); not the shared-memory size (an upper bound), not
+    the launcher of 32-lane groups (lines 12-13)."""
+    assert codes(LAUNCHES) == [(7, "warp-size"), (8, "warp-size")]
+    message = hipify_source(LAUNCHES, "t.cu").diagnostics[1].message
+    assert "launch shape of cols" in message and "hipDeviceAttributeWarpSize" in message
+
+
+def test_a_32_lane_reduction_helper_from_another_file_meets_warp_size() -> None:
+    """llm.c's shape: common.h's warpReduceSum shuffles from offset 16 (right for 32-lane code);
+    a kernel in another file that strides by warpSize and calls it sums each half of a wave64
+    on its own. One finding per helper per function; none in a kernel of 32-lane groups."""
+    from buildsys.hipify import scan_tree
+
+    helper = "__device__ float warpReduceSum(float v) {\n  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffff, v, o);\n  return v;\n}\n"
+    kernels = (
+        '#include "common.h"\n__global__ void mixed(const float* x, float* o) {\n'
+        "  float s = 0.0f;\n  for (int i = threadIdx.x % warpSize; i < 256; i += warpSize) s += x[i];\n"
+        "  s = warpReduceSum(s);\n  o[0] = warpReduceSum(s);\n}\n"
+        "__global__ void groups(const float* x, float* o) { o[threadIdx.x / 32] = warpReduceSum(x[threadIdx.x]); }\n"
+    )
+    tree = scan_tree({"common.h": helper, "k.cu": kernels})
+    assert dict(tree.lane_reductions) == {"warpReduceSum": "common.h:1"}
+    result = hipify_source(kernels, "k.cu", options=HipifyOptions(tree=tree))
+    assert [(d.line, d.code) for d in result.diagnostics] == [(5, "shfl-offset16")]
+    assert "warpReduceSum (common.h:1)" in result.diagnostics[0].message
+    assert not hipify_source(kernels, "k.cu").diagnostics  # the file alone does not see the helper
 
 
 def test_every_code_has_a_test_above() -> None:
@@ -568,6 +650,21 @@ def test_cli_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "missing.cu does not exist" in err and "not UTF-8" in err
 
 
+def test_cli_reads_feature_macros_across_files(tmp_path: Path) -> None:
+    """The header names the feature, the kernel file selects PTX with it: one run over both
+    takes the alternative (exit 0); the kernel file alone keeps the inline-asm error (exit 1)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "arch.cuh").write_text("#if __CUDA_ARCH__ >= 750\n#define MMA_OK\n#endif\n")
+    (src / "k.cu").write_text(
+        '#include "arch.cuh"\n__device__ void f(int x) {\n#ifdef MMA_OK\n'
+        '  asm("mov.b32 %0, %0;" : "+r"(x));\n#else\n  x++;\n#endif\n}\n'
+    )
+    assert buildsys_main(["hipify", str(src), "-o", str(tmp_path / "both")]) == 0
+    assert "left undefined on AMD" in (tmp_path / "both" / "arch.cuh").read_text()
+    assert buildsys_main(["hipify", str(src / "k.cu"), "-o", str(tmp_path / "alone")]) == 1
+
+
 def test_builder_tree_carries_the_compat_header(tmp_path: Path) -> None:
     """The builder's hipified tree has the compat header in its include folder, where the
     translated include finds it with the tree's own -I."""
@@ -582,3 +679,31 @@ def test_builder_tree_carries_the_compat_header(tmp_path: Path) -> None:
     assert "#include <kernelpack_hip_compat.h>" in hip_tree["m/m.hip"]
     header = (COMPAT_DIR / "kernelpack_hip_compat.h").read_text(encoding="utf-8")
     assert hip_tree[f"{INCLUDE_DIR}/kernelpack_hip_compat.h"] == header
+
+
+def test_builder_tree_reads_feature_macros_across_files(tmp_path: Path) -> None:
+    """hipify_tree scans the whole tree first (cached by every file's content): the feature in
+    include/arch.cuh turns the PTX branch of m/m.cu into its alternative, with no error finding;
+    a changed header changes the verdict."""
+    from buildsys.cache import BuildCache
+    from buildsys.modules import KernelModule, SourceTree
+    from buildsys.trees import hipify_tree
+
+    header = "#if __CUDA_ARCH__ >= 750\n#define MMA_OK\n#endif\n"
+    kernel = (
+        '#include "arch.cuh"\n__global__ void k(int* o) {\n  int x = o[0];\n#ifdef MMA_OK\n'
+        '  asm("mov.b32 %0, %0;" : "+r"(x));\n#else\n  x++;\n#endif\n  o[0] = x;\n}\n'
+    )
+    modules = [KernelModule("m", "m/m.cu")]
+    cache = BuildCache(tmp_path)
+    for _ in range(2):  # cold, then from the cache
+        hip_tree, lines = hipify_tree(
+            SourceTree({"m/m.cu": kernel, "include/arch.cuh": header}), modules, cache
+        )
+        assert not [line for line in lines if "error[" in line], lines
+        assert "left undefined on AMD" in hip_tree["include/arch.cuh"]
+    plain = header.replace("#if __CUDA_ARCH__ >= 750\n", "#if 1\n")
+    _, lines = hipify_tree(
+        SourceTree({"m/m.cu": kernel, "include/arch.cuh": plain}), modules, cache
+    )
+    assert any("error[inline-asm]" in line for line in lines)

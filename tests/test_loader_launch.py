@@ -427,7 +427,8 @@ def test_a_size_that_disagrees_with_the_type_is_refused() -> None:
 
 
 def test_c_linkage_parameters_pass_by_size() -> None:
-    """No type in the symbol: an unsigned integer of the parameter's size, 8 bytes also a pointer."""
+    """No type in the symbol: 1 and 2 bytes an unsigned integer; 4 and 8 bytes by the Python
+    value (tests/test_project_args.py checks that rule on both launch paths)."""
     signature = kargs.Signature.from_index(
         "plain",
         [{"type": "", "offset": o, "size": n} for o, n in ((0, 8), (8, 4), (12, 2), (14, 1))],
@@ -437,8 +438,8 @@ def test_c_linkage_parameters_pass_by_size() -> None:
     assert struct.unpack("<QI4xH6xB7x", packed) == (0xDEAD_BEEF_0000, 2**32 - 1, 65535, 255)
     with pytest.raises(UsageError, match=r"argument 1 \(<4 bytes>\): 4294967296 is out of range"):
         signature.pack([0, 2**32, 0, 0])
-    with pytest.raises(UsageError, match=r"argument 1 .*expected an integer, got float"):
-        signature.pack([0, 1.5, 0, 0])
+    with pytest.raises(UsageError, match=r"argument 2 .*expected an integer, got float"):
+        signature.pack([0, 0, 1.5, 0])
     with pytest.raises(UsageError, match="3 bytes with no type"):
         kargs.Signature.from_index("odd", [{"type": "", "offset": 0, "size": 3}])
 

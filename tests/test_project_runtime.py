@@ -167,3 +167,38 @@ def test_the_hint_names_the_packages_own_extra(
     out = capsys.readouterr().out
     assert 'pip install "alpha[gfx942]"' in out
     assert "python -m buildsys build --project <alpha's source folder> --targets gfx942" in out
+
+
+def test_doctor_covers_every_package(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", KernelpackWarning)  # alpha's stale device wheel
+        cli.main(["doctor", "--json", "--sysfs-root", str(SYSFS / "mi300x-8gpu")])
+    report = json.loads(capsys.readouterr().out)
+    assert {"alpha", "beta"} <= set(report["packages"])
+    assert report["packages"]["beta"]["version"] == "2.0"
+    for gpu in report["gpus"]:
+        for package in ("alpha", "beta"):
+            assert gpu["images"][package] == {
+                "ops": {"target": "gfx942", "package": f"{package}_device_gfx942"}
+            }
+            assert package not in gpu["install"]
+    assert not [
+        f for f in report["findings"] if f["code"] == "no-image" and "alpha" in f["message"]
+    ]
+
+
+def test_doctor_names_the_package_a_gpu_has_no_image_of(
+    site: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(catalog, "device_fragments", lambda package: [])
+    index = _index("alpha", "1.0", [], site / "alpha")
+    index["device_wheels"] = {"gfx942": "gfx942"}
+    (site / "alpha" / "_index.py").write_text(render_index(index))
+    assert cli.main(["doctor", "--json", "--sysfs-root", str(SYSFS / "mi300x-8gpu")]) == 1
+    report = json.loads(capsys.readouterr().out)
+    alpha = [f for f in report["findings"] if f["code"] == "no-image" and "alpha" in f["message"]]
+    assert [f["device"] for f in alpha] == list(range(8))
+    assert alpha[0]["message"] == "no installed image of alpha fits gfx942:sramecc+:xnack- for ops"
+    assert alpha[0]["advice"].startswith('pip install "alpha[gfx942]"')
+    assert report["gpus"][0]["install"]["alpha"] == 'pip install "alpha[gfx942]"'
+    assert report["gpus"][0]["images"]["alpha"] == {"ops": None}

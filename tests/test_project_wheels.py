@@ -134,7 +134,7 @@ def test_each_wheel_depends_on_the_runtime_and_declares_the_package(
 
     fat = read_wheel(dist / f"vecops_kernels-{VERSION}-py3-none-any-null.whl")
     fat_index = read_index(fat["vecops_kernels/_index.py"].decode())
-    assert sorted(fat_index["modules"]) == ["axpy", "elementwise"]
+    assert sorted(fat_index["modules"]) == ["axpy", "dot", "elementwise"]
     targets = {i["target"] for m in fat_index["modules"].values() for i in m["images"]}
     assert targets == {"gfx942", "gfx1100"}
 

@@ -91,7 +91,7 @@ def test_following_the_page_gives_installed_queryable_wheels(
     assert list(report["packages"]) == ["kernelpack", "vecops_kernels"]
     vecops = report["packages"]["vecops_kernels"]
     assert vecops["version"] == "0.2.0" and vecops["distribution"] == "vecops-kernels"
-    assert sorted(vecops["modules"]) == ["axpy", "elementwise"]
+    assert sorted(vecops["modules"]) == ["axpy", "dot", "elementwise"]
     for module in vecops["modules"].values():
         chosen = [(r["image"]["package"], r["image"]["target"]) for r in module["images"]]
         assert chosen == [("vecops_kernels_device_gfx942", "gfx942")] * 8
@@ -99,6 +99,8 @@ def test_following_the_page_gives_installed_queryable_wheels(
     # the kernels the objects define, macro-made and template instances included
     assert vecops["modules"]["elementwise"]["kernels"] == ["relu_f32", "square_f32", "square_f64"]
     assert vecops["modules"]["axpy"]["kernels"] == ["axpy<double>", "axpy<float>"]
+    # two translation units device-linked: their public kernels, the static ones left out
+    assert vecops["modules"]["dot"]["kernels"] == ["dot_f32", "scale<float>", "sumsq_f32"]
 
     routed = subprocess.run(
         [
@@ -114,5 +116,5 @@ def test_following_the_page_gives_installed_queryable_wheels(
         env={"PATH": "/usr/bin:/bin", "KERNELPACK_TARGET": "gfx942"},
     )
     assert routed.stdout.strip() == (
-        "no kernel module 'nope' in vecops_kernels; modules: axpy, elementwise"
+        "no kernel module 'nope' in vecops_kernels; modules: axpy, dot, elementwise"
     )

@@ -8,6 +8,7 @@ out); ``python -m buildsys hipify`` is the file-level front (:func:`add_parser`,
 
 from __future__ import annotations
 
+from .arch_features import ArchFeatures, scan_arch_features
 from .cli import add_parser, main_hipify
 from .compat import COMPAT_DIR, compat_headers
 from .diagnostics import CODES, WAVE_SIZE_CODES, Diagnostic, Severity
@@ -19,20 +20,25 @@ from .translate import (
     generated_header,
     hipify_source,
 )
+from .tree_facts import TreeFacts, scan_tree
 
 __all__ = [
     "CODES",
     "COMPAT_DIR",
     "WAVE_SIZE_CODES",
+    "ArchFeatures",
     "Conversion",
     "Diagnostic",
     "HipifyOptions",
     "HipifyResult",
     "HipifyStats",
     "Severity",
+    "TreeFacts",
     "add_parser",
     "compat_headers",
     "generated_header",
     "hipify_source",
     "main_hipify",
+    "scan_arch_features",
+    "scan_tree",
 ]

@@ -9,6 +9,7 @@ when its content changes, so incremental builds see unchanged sources as unchang
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from .compat import compat_headers
 from .diagnostics import Severity
 from .tables import COMPAT_HEADER
 from .translate import HipifyOptions, HipifyResult, hipify_source, source_sha256
+from .tree_facts import scan_tree
 
 FOLDER_SUFFIXES = (".cu", ".cuh")
 
@@ -124,13 +126,18 @@ def hipify_files(files: list[Path], out_dir: Path, *, options: HipifyOptions) ->
     """Translate each file and write its output below out_dir (layout kept below the common root)."""
     root = Path(os.path.commonpath([p.parent for p in files])) if files else Path.cwd()
     results: list[FileResult] = []
+    texts: dict[Path, str] = {}
     for path in files:
         try:
-            text = path.read_bytes().decode("utf-8")
+            texts[path] = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError as error:
             raise UsageError(
                 f"hipify: {path} is not UTF-8 text (byte {error.start}); convert it first"
             ) from None
+    # Feature macros and reduction helpers are defined in one file and used in others.
+    tree = scan_tree({display_name(p): t for p, t in texts.items()})
+    options = dataclasses.replace(options, tree=tree)
+    for path, text in texts.items():
         name = display_name(path)
         result = hipify_source(text, name, options=options)
         target = output_path(path, root, out_dir)

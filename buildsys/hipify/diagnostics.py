@@ -66,6 +66,18 @@ CODES: tuple[Code, ...] = (
         False,
         "HIP_ENABLE_WARP_SYNC_BUILTINS was defined for cooperative-groups tile votes",
     ),
+    Code(
+        "arch-feature",
+        Severity.NOTE,
+        False,
+        "inline PTX behind an architecture guard: the source's alternative branch is compiled",
+    ),
+    Code(
+        "texture-targets",
+        Severity.WARNING,
+        False,
+        "a texture or surface fetch, which AMD GPUs without image instructions (gfx942, gfx950) lack",
+    ),
     Code("inline-asm", Severity.ERROR, False, "inline PTX assembly, which cannot be translated"),
     Code(
         "unsupported-api",

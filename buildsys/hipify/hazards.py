@@ -13,10 +13,18 @@ them on translated output reports the same hazards as on the source.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from enum import Enum
 
+from .finding import Finding
+from .launch_shapes import (
+    function_name,
+    helper_calls,
+    host_functions,
+    launch_shape_literals,
+    launch_shape_message,
+    mixing_ranges,
+)
 from .lexer import COMPOUND_ASSIGNMENTS, Kind
 from .structure import SourceView
 from .tables import BALLOT_NAMES, BALLOT_WIDENING, SHUFFLE_DELTA_ARG, WARP_BY_NAME
@@ -62,14 +70,6 @@ class MaskKind(Enum):
     FULL = "full"
     PARTIAL = "partial"
     VARIABLE = "variable"
-
-
-@dataclass(frozen=True)
-class Finding:
-    token: int  # index of the token the diagnostic points at
-    code: str
-    message: str
-    key: str = ""  # what the finding is about (a name): repeats of (code, key) are reported once
 
 
 def literal_value(text: str) -> int | None:
@@ -146,15 +146,9 @@ def classify_mask(
     return MaskKind.VARIABLE, None
 
 
-# Names whose value depends on the hardware wavefront (64 lanes on gfx9): code that also counts
-# lanes in 32s mixes two warp sizes, which is where a literal 32 becomes a bug on wave64.
-HARDWARE_WAVE_NAMES = frozenset(
-    {"warpSize", "__lane_id", "__lanemask_lt", "__lanemask_le", "__lanemask_gt", "__lanemask_ge"}
-    | BALLOT_NAMES
-)
-
-
-def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
+def find_hazards(
+    view: SourceView, full_names: frozenset[str], lane_reductions: Mapping[str, str]
+) -> list[Finding]:
     """All wave-size findings of one source, at most one per token, in source order.
 
     A literal 32 as lane count, lane id, warp id, reduction start or tile size (codes warp-size,
@@ -162,19 +156,31 @@ def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
     or less, xor butterflies and width-32 shuffles never leave their half of the wavefront, so a
     reduction still ends in lane 0 of each 32-lane group, which is where ``tid % 32 == 0`` looks.
     They are reported only where the same function (or, at file scope, the file) also uses the
-    hardware wavefront (warpSize, ballots, lane masks): there the two warp sizes meet.
+    hardware wavefront (warpSize, ballots, lane masks): there the two warp sizes meet, also
+    through a call of a 32-lane reduction helper (``lane_reductions``, from any file of the tree).
     """
-    mixing = _mixing_ranges(view)
+    mixing = mixing_ranges(view)
     file_mixes = bool(mixing)
+    mixing_kernels = {function_name(view, start) for start, _ in mixing}
+    hosts = host_functions(view)
+    # Host functions whose launch shapes meet the hardware wavefront: they launch a kernel that
+    # uses it. A warp size written elsewhere in host code shapes 32-lane groups only.
+    meeting = [h for h in hosts if any(name in mixing_kernels for name, _ in h.launches)]
     findings: dict[int, Finding] = {}
     for finding in (
-        *_shuffle_offsets(view),
+        *(
+            Finding(k, "warp-size", launch_shape_message(f, mixing_kernels))
+            for f in meeting
+            for k in launch_shape_literals(view, f)
+        ),
+        *shuffle_offsets(view),
         *_tiles(view),
         *_ballots_in_32_bits(view),
         *_mask_literals(view, full_names),
         *_warp_size_definitions(view),
         *_lane_arithmetic(view),
         *_warp_reductions(view),
+        *helper_calls(view, mixing, lane_reductions),
     ):
         if _WARP_REDUCE_RE.match(view.tokens[finding.token].text):
             if not file_mixes:  # a helper of its own, called where lane ids come from warpSize
@@ -182,6 +188,9 @@ def find_hazards(view: SourceView, full_names: frozenset[str]) -> list[Finding]:
         elif finding.code in VIRTUAL_WARP_CODES:
             inside = [r for r in view.device_ranges if r[0] < finding.token < r[1]]
             if inside and inside[0] not in mixing:
+                continue
+            host = [h for h in hosts if h.body[0] < finding.token < h.body[1]]
+            if not inside and host and host[0] not in meeting:
                 continue
             if not inside and not file_mixes:
                 continue
@@ -214,16 +223,7 @@ def _warp_reductions(view: SourceView) -> Iterator[Finding]:
             )
 
 
-def _mixing_ranges(view: SourceView) -> set[tuple[int, int]]:
-    """Device function bodies that use a hardware-wavefront name."""
-    return {
-        (start, end)
-        for start, end in view.device_ranges
-        if any(view.tokens[k].text in HARDWARE_WAVE_NAMES for k in range(start, end))
-    }
-
-
-def _shuffle_offsets(view: SourceView) -> Iterator[Finding]:
+def shuffle_offsets(view: SourceView) -> Iterator[Finding]:
     """Reductions written for 32 lanes: delta 16 first, or a butterfly that stops below 32."""
     for index in view.sig:
         name = view.tokens[index].text

@@ -5,9 +5,11 @@ platform branch and ``hipify: allow(...)`` comments, each repeated construct rep
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from .diagnostics import CODES_BY_NAME, Diagnostic, allowed_codes
-from .hazards import Finding, find_hazards
+from .finding import Finding
+from .hazards import find_hazards
 from .lexer import Kind
 from .structure import SourceView
 from .tables import (
@@ -15,9 +17,12 @@ from .tables import (
     CUDA_LOOKALIKES,
     HEADER_ADVICE,
     HEADERS,
+    NO_IMAGE_TARGETS,
     PORTABLE_HEADER_NOTICES,
+    PTX_IDIOMS,
     QUALIFIED_RENAMES,
     RENAMES,
+    TEXTURE_FUNCTIONS,
     UNSUPPORTED_BY_NAME,
     UNSUPPORTED_TEMPLATES,
     VERSION_MACROS,
@@ -26,7 +31,9 @@ from .tables import (
 
 # Findings about one construct that repeat through a file (every asm, every use of a macro that
 # looks like CUDA): one diagnostic per (code, name) per file, at the first use, with a count.
-ONCE_PER_FILE_CODES = frozenset({"inline-asm", "unsupported-api", "untranslated", "wmma-portable"})
+ONCE_PER_FILE_CODES = frozenset(
+    {"inline-asm", "unsupported-api", "untranslated", "texture-targets", "wmma-portable"}
+)
 
 _CUDA_NAME_RE = re.compile(r"^(?:cuda|cu)[A-Z]\w*$|^(?:CUDA|CU|CUDART)_\w+$|^cudnn\w+$")
 _PTX_RE = re.compile(
@@ -50,11 +57,18 @@ def report(
     findings: list[Finding],
     full_names: frozenset[str],
     declared: frozenset[str],
+    dead_ranges: tuple[tuple[int, int], ...] = (),
+    lane_reductions: Mapping[str, str] | None = None,
 ) -> tuple[Diagnostic, ...]:
-    """Findings as diagnostics: none in a CUDA-only branch (``#ifndef USE_ROCM``), no
+    """Findings as diagnostics: none in a CUDA-only branch (``#ifndef USE_ROCM``) or in a branch
+    AMD never compiles (``dead_ranges``: PTX behind an architecture guard, arch_features.py), no
     inline-asm finding in a ROCm branch (that asm is AMD's), allowed codes dropped, and each
     repeated API finding (same code and name) reported once, at its first use, with a count."""
-    findings = [*find_hazards(view, full_names), *findings, *api_findings(view, declared)]
+    hazards = find_hazards(view, full_names, lane_reductions or {})
+    findings = [*hazards, *findings, *api_findings(view, declared)]
+    findings = [
+        f for f in findings if not any(start <= f.token < end for start, end in dead_ranges)
+    ]
     allowed: dict[int, frozenset[str]] = {
         line: allowed_codes(" ".join(texts)) for line, texts in view.line_comments().items()
     }
@@ -136,7 +150,9 @@ def api_findings(view: SourceView, declared: frozenset[str]) -> list[Finding]:
             k in view.directive_at and view.directive_at[k].name == "include"
         ):
             continue
-        if name in UNSUPPORTED_BY_NAME:
+        if name in TEXTURE_FUNCTIONS and after_text in ("(", "<") and name not in declared:
+            found.append(Finding(k, "texture-targets", texture_message(name), name))
+        elif name in UNSUPPORTED_BY_NAME:
             found.append(
                 Finding(
                     k,
@@ -193,8 +209,52 @@ def api_findings(view: SourceView, declared: frozenset[str]) -> list[Finding]:
     return found
 
 
+def texture_message(name: str) -> str:
+    """What a texture or surface fetch means for the targets without image instructions."""
+    return (
+        f"{name} reads through the texture unit, which {', '.join(NO_IMAGE_TARGETS)} (MI300, "
+        "MI350) lack: HIP marks it unavailable there, so the compile for those targets fails "
+        "(the others build). Read the data through a pointer instead (a plain load or __ldg; "
+        "interpolation and border modes by hand), or leave those targets out of the matrix "
+        "(arch_matrix.toml, the project's `matrix`)"
+    )
+
+
+def ptx_idiom(view: SourceView, k: int) -> tuple[str, tuple[int, int], int] | None:
+    """For ``asm("<instruction>" : "=r"(x))`` at k with the instruction in PTX_IDIOMS: the HIP
+    expression, the token range of ``x`` and the index of the asm's closing parenthesis."""
+    after = view.next_sig(k)
+    while after is not None and view.tokens[after].text in _ASM_QUALIFIERS:
+        after = view.next_sig(after)
+    if view.text_of(after) != "(" or after is None or after not in view.match:
+        return None
+    close = view.match[after]
+    parts: list[list[int]] = [[]]
+    for index in view.sig_in(after + 1, close):
+        if view.tokens[index].text == ":":
+            parts.append([])
+        else:
+            parts[-1].append(index)
+    if len(parts) < 2 or any(parts[2:]) or not parts[0]:
+        return None
+    template, output = parts[0], parts[1]
+    if any(view.tokens[i].kind is not Kind.STRING for i in template):
+        return None
+    text = "".join(view.tokens[i].text[1:-1] for i in template)
+    instruction = " ".join(text.replace(",", ", ").split()).replace(" ,", ",")
+    hip = PTX_IDIOMS.get(instruction if instruction.endswith(";") else instruction + ";")
+    if hip is None or len(output) < 3 or view.tokens[output[0]].text != '"=r"':
+        return None
+    if view.tokens[output[1]].text != "(" or view.match.get(output[1]) != output[-1]:
+        return None
+    return hip, (output[1] + 1, output[-1]), close
+
+
 def inline_asm(view: SourceView, k: int) -> Finding | None:
-    """A finding for inline PTX at k (asm in device code, or asm whose text reads as PTX)."""
+    """A finding for inline PTX at k (asm in device code, or asm whose text reads as PTX) that
+    is not one of the exact idioms the translation rewrites (PTX_IDIOMS)."""
+    if ptx_idiom(view, k) is not None:
+        return None
     after = view.next_sig(k)
     while after is not None and view.tokens[after].text in _ASM_QUALIFIERS:
         after = view.next_sig(after)

@@ -5,8 +5,12 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .diagnostics import Diagnostic, Severity
+
+if TYPE_CHECKING:
+    from .tree_facts import TreeFacts
 
 GENERATED_PREFIX = "// hipify: generated from "
 
@@ -14,9 +18,13 @@ GENERATED_PREFIX = "// hipify: generated from "
 @dataclass(frozen=True)
 class HipifyOptions:
     """How to translate. launch_macro: rewrite ``k<<<g, b, s, st>>>(args)`` as
-    ``hipLaunchKernelGGL(k, g, b, s, st, args)`` (HIP compiles <<<...>>> too, so the default keeps it)."""
+    ``hipLaunchKernelGGL(k, g, b, s, st, args)`` (HIP compiles <<<...>>> too, so the default keeps it).
+    tree: ``tree_facts.scan_tree`` over every source the file is compiled with (a feature macro
+    or a reduction helper is usually defined in one header and used in others); None reads the
+    file alone."""
 
     launch_macro: bool = False
+    tree: TreeFacts | None = None
 
 
 @dataclass(frozen=True, order=True)

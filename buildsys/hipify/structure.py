@@ -35,6 +35,18 @@ class Directive:
     name: str  # include, define, if, ifdef, ... ('' for a null directive)
 
 
+@dataclass(frozen=True)
+class Branch:
+    """One branch of a conditional (``#if``/``#ifdef``/``#ifndef``, ``#elif`` or ``#else``): its
+    directive, its body [directive.end, end), and whether a later branch of the same conditional
+    exists (an alternative the preprocessor takes when this one is not)."""
+
+    directive: Directive
+    end: int  # token index of the next #elif/#else/#endif of the conditional
+    has_alternative: bool
+    earlier: tuple[Directive, ...]  # the conditional's branches before this one
+
+
 class SourceView:
     """Tokens of one source with bracket matches, directive ranges and device-code ranges."""
 
@@ -187,6 +199,29 @@ class SourceView:
                     break
                 k = self.next_sig(k)
         return ranges
+
+    @cached_property
+    def branches(self) -> list[Branch]:
+        """Every conditional branch, in source order (an unterminated conditional is dropped)."""
+        found: list[Branch] = []
+        stack: list[list[Directive]] = []  # the open conditionals, each as its branches so far
+        for directive in self.directives:
+            name = directive.name
+            if name in ("if", "ifdef", "ifndef"):
+                stack.append([directive])
+            elif name in ("elif", "else", "endif") and stack:
+                chain = stack[-1]
+                found.append(Branch(chain[-1], directive.start, name != "endif", tuple(chain[:-1])))
+                if name == "endif":
+                    stack.pop()
+                else:
+                    chain.append(directive)
+        return sorted(found, key=lambda b: b.directive.start)
+
+    def enclosing_branches(self, index: int) -> list[Branch]:
+        """The branches whose body holds tokens[index], innermost first."""
+        found = [b for b in self.branches if b.directive.end <= index < b.end]
+        return sorted(found, key=lambda b: b.end - b.directive.end)
 
     @cached_property
     def platform_branches(self) -> list[tuple[int, int, str]]:

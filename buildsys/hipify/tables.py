@@ -558,6 +558,18 @@ ASM_HINTS: dict[str, str] = {
 }
 
 
+# Single-instruction inline PTX with an exact HIP equivalent: ``asm("<instruction>" : "=r"(x));``
+# (one 32-bit output, no inputs or clobbers) becomes ``(x) = <HIP>;``. Only what means the same
+# on every AMD target is here: %laneid is the lane within the hardware warp, which __lane_id() is
+# (0..63 on wave64, where 32-lane code gets a wave-size finding). The lane masks are not: PTX's
+# are 32 bits and a wave64's 64, so a "=r" output would lose lanes 32..63 (they keep the
+# inline-asm error with the ASM_HINTS above); %clock, %smid and %warpid count other things on AMD.
+PTX_IDIOMS: dict[str, str] = {
+    "mov.u32 %0, %%laneid;": "__lane_id()",
+    "mov.b32 %0, %%laneid;": "__lane_id()",
+}
+
+
 @dataclass(frozen=True)
 class Unsupported:
     """A CUDA facility with no HIP counterpart: translated code that uses it cannot compile."""
@@ -711,6 +723,9 @@ VERSION_MACROS: dict[str, str] = {"CUDART_VERSION": "HIP_VERSION", "CUDA_VERSION
 CUDA_ARCH_MACRO = "__CUDA_ARCH__"
 HIP_DEVICE_PASS_MACRO = "__HIP_DEVICE_COMPILE__"
 CUDA_ARCH_REPLACEMENT = "KERNELPACK_CUDA_ARCH"
+# A condition comparing one of these by value is an architecture guard (arch_features.py): its
+# branch may hold tensor-core PTX that no AMD target has, whatever number stands for the target.
+ARCH_GUARD_NAMES = frozenset({CUDA_ARCH_MACRO, CUDA_ARCH_REPLACEMENT})
 
 # The compatibility header shipped in buildsys/hipify/compat/ (the builder puts it in the include
 # folder of the hipified tree); inserted where a file uses one of the names it provides.
@@ -809,3 +824,24 @@ def library_rename(name: str) -> str | None:
         if name.startswith(cuda) and len(name) > len(cuda):
             return hip + name[len(cuda) :]
     return None
+
+
+# Texture and surface fetches: HIP declares each with __hip_img_chk__, "unavailable" where the
+# compiler defines __HIP_NO_IMAGE_SUPPORT (the GPU has no image instructions), so a file that
+# calls one compiles for the other targets and fails for these (tests/test_hipify_toolchain.py
+# checks both lists against the provisioned headers and the compiler's own macros).
+_TEXTURE_BLOCK = """
+    tex1D tex1DGrad tex1DLayered tex1DLayeredGrad tex1DLayeredLod tex1DLod tex1Dfetch
+    tex2D tex2DGrad tex2DLayered tex2DLayeredGrad tex2DLayeredLod tex2DLod tex2Dgather
+    tex3D tex3DGrad tex3DLod
+    texCubemap texCubemapGrad texCubemapLayered texCubemapLayeredGrad texCubemapLayeredLod
+    texCubemapLod
+    surf1Dread surf1Dwrite surf1DLayeredread surf1DLayeredwrite surf2Dread surf2Dwrite
+    surf2DLayeredread surf2DLayeredwrite surf3Dread surf3Dwrite surfCubemapread surfCubemapwrite
+    surfCubemapLayeredread surfCubemapLayeredwrite
+"""
+TEXTURE_FUNCTIONS = frozenset(_TEXTURE_BLOCK.split())
+# AMD targets without image instructions (MI300, MI350): HIP 6.4's amd_device_functions.h names
+# gfx940, gfx941 and gfx942; clang 21 also defines __HIP_NO_IMAGE_SUPPORT for gfx950 and
+# gfx9-4-generic (and no longer accepts gfx940/gfx941).
+NO_IMAGE_TARGETS = ("gfx940", "gfx941", "gfx942", "gfx950", "gfx9-4-generic")

@@ -15,9 +15,11 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .hazards import Finding, MaskKind, classify_mask, full_mask_names
+from .arch_features import DROPPED_DEFINITION, FeatureDefinition, decisions_for, source_text
+from .finding import Finding
+from .hazards import MaskKind, classify_mask, full_mask_names
 from .lexer import Kind
-from .reporting import is_cuda_std, report
+from .reporting import is_cuda_std, ptx_idiom, report
 from .results import (
     GENERATED_PREFIX,
     Conversion,
@@ -63,6 +65,7 @@ from .tables import (
     header_target,
     library_rename,
 )
+from .tree_facts import scan_tree
 from .vector_operators import RedundantOperator, redundant_vector_operators
 
 __all__ = [
@@ -75,6 +78,8 @@ __all__ = [
     "source_sha256",
 ]
 
+# The prelude an earlier translation inserted, ended by its #line directive.
+_LINE_AFTER_PRELUDE_RE = re.compile(r"(?:#[ \t]*(?:include|define)[^\n]*\n)*#line \d+\n")
 _PRAGMA_ONCE_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*\n", re.MULTILINE)
 _DEVICE_MARKERS = frozenset(
     {
@@ -98,11 +103,16 @@ def hipify_source(text: str, path: str, *, options: HipifyOptions | None = None)
     view = SourceView(text)
     translator = _Translator(view, path, options or HipifyOptions())
     body = translator.emit(0, len(view.tokens))
-    body = translator.insert_prelude(body)
-    if not text.startswith(GENERATED_PREFIX):
-        body = generated_header(path, text) + body
+    header = "" if text.startswith(GENERATED_PREFIX) else generated_header(path, text)
+    body = translator.insert_prelude(body, header)
     diagnostics = report(
-        view, path, translator.findings, translator.full_names, translator.declared
+        view,
+        path,
+        translator.findings,
+        translator.full_names,
+        translator.declared,
+        translator.decisions.dead_ranges,
+        translator.tree.lane_reductions,
     )
     conversions = tuple(
         sorted(Conversion(kind, cuda, hip, n) for (kind, cuda, hip), n in translator.counts.items())
@@ -127,6 +137,10 @@ class _Translator:
         self.group_variables = cg_group_variables(self.view)
         self.launches = find_launches(self.view) if self.options.launch_macro else {}
         self.cg_aliases = namespace_aliases(self.view, "cooperative_groups")
+        self.tree = self.options.tree or scan_tree({self.path: self.view.text})
+        features = self.tree.arch_features
+        self.decisions = decisions_for(self.view, features)
+        self.ptx_branches = features.ptx_branches
         self.redundant_operators = redundant_vector_operators(self.view)
 
     # ---- emission -----------------------------------------------------------------------
@@ -138,16 +152,26 @@ class _Translator:
         k = lo
         while k < hi:
             token = view.tokens[k]
-            dropped = self.redundant_operators.get(k)
-            if dropped is not None and dropped.end <= hi:
-                out.append(self._drop_operator(dropped))
-                k = dropped.end
+            operator = self.redundant_operators.get(k)
+            if operator is not None and operator.end <= hi:
+                out.append(self._drop_operator(operator))
+                k = operator.end
                 continue
             directive = view.directive_at.get(k)
             if directive is not None and directive.start == k and directive.name == "include":
                 out.append(self._include(directive))
                 k = directive.end
                 continue
+            if directive is not None and directive.start == k:
+                dropped = self.decisions.dropped_definitions.get(k)
+                if dropped is not None:
+                    out.append(self._dropped_definition(directive, dropped))
+                    k = directive.end
+                    continue
+                if k in self.decisions.switched_guards:
+                    out.append(self._switched_guard(directive))
+                    k = directive.end
+                    continue
             if k in self.launches and (launch_at_start or k != lo):
                 text, k = self._launch(k)
                 out.append(text)
@@ -189,6 +213,13 @@ class _Translator:
                 if name in COMPAT_CG_MEMBERS and self._is_cg_scope(view.tokens[scope].text):
                     self.uses_compat = True
                 return None  # a member of a user's namespace or class, not the CUDA API
+        if name in ("asm", "__asm__", "__asm"):
+            idiom = ptx_idiom(view, k)
+            if idiom is None:
+                return None
+            hip, (start, end), close = idiom
+            self._count("asm", view.range_text(k, close + 1).split('"')[1], hip)
+            return f"({self.emit(start, end).strip()}) = {hip}", close + 1
         parens = view.call_parens(k)
         intrinsic = WARP_BY_NAME.get(name)
         if intrinsic is not None and parens is not None:
@@ -367,6 +398,44 @@ class _Translator:
         tail = "".join(t.text for t in view.tokens[last + 1 : directive.end])
         return f"{head}{open_text}{target}{close_text}{tail}"
 
+    def _dropped_definition(self, directive: Directive, feature: FeatureDefinition) -> str:
+        """A feature macro AMD leaves undefined: a comment in its place (as many lines)."""
+        view = self.view
+        text = "".join(t.text for t in view.tokens[directive.start : directive.end])
+        name = view.sig_in(directive.start, directive.end)[2]
+        branches = self.ptx_branches.get(feature.name, 0)
+        self.findings.append(
+            Finding(
+                name,
+                "arch-feature",
+                f"{feature.name} is defined only under '#if {feature.guard}' and selects inline "
+                f"PTX in {branches} branch{'es' if branches != 1 else ''}, each with an alternative: "
+                "left undefined on AMD, so "
+                f"every test of {feature.name} takes its alternative, as on an NVIDIA GPU "
+                "without the feature",
+            )
+        )
+        self._count("define", feature.name, "(undefined on AMD)")
+        return f"{DROPPED_DEFINITION}{feature.name}" + "\n" * text.count("\n")
+
+    def _switched_guard(self, directive: Directive) -> str:
+        """``#if <arch guard>`` over inline PTX with an alternative: not taken on AMD."""
+        view = self.view
+        sig = view.sig_in(directive.start, directive.end)
+        head = "".join(t.text for t in view.tokens[directive.start : sig[1] + 1])
+        condition = self.emit(sig[2], sig[-1] + 1).strip()
+        tail = "".join(t.text for t in view.tokens[sig[-1] + 1 : directive.end])
+        self.findings.append(
+            Finding(
+                sig[1],
+                "arch-feature",
+                f"'#{directive.name} {source_text(view, sig[2], sig[-1] + 1)}' selects inline PTX: "
+                "not taken on AMD (no AMD GPU has it), the source's alternative branch is "
+                "compiled instead",
+            )
+        )
+        return f"{head} 0 /* hipify: inline PTX, not on AMD */ && ({condition}){tail}"
+
     def _launch(self, k: int) -> tuple[str, int]:
         launch = self.launches[k]
         name = self.emit(k, launch.open_config, launch_at_start=False).strip()
@@ -384,9 +453,12 @@ class _Translator:
 
     # ---- what goes above the translated text ----------------------------------------------
 
-    def insert_prelude(self, body: str) -> str:
-        """Add the HIP runtime include (nvcc includes cuda_runtime.h implicitly, hipcc does not)
-        and HIP_ENABLE_WARP_SYNC_BUILTINS where tile votes need it, each only when absent."""
+    def insert_prelude(self, body: str, header: str) -> str:
+        """Add the generated-file ``header`` line, the HIP runtime include (nvcc includes
+        cuda_runtime.h implicitly, hipcc does not) and HIP_ENABLE_WARP_SYNC_BUILTINS where tile
+        votes need it, each only when absent; then a ``#line`` directive, so the compiler's
+        messages about the translation name the CUDA source's lines, as hipify's findings do (a
+        compile failure is matched to the finding on its line)."""
         view = self.view
         lines: list[str] = []
         defined = any(
@@ -411,7 +483,7 @@ class _Translator:
             and f'"{COMPAT_HEADER}"' not in body
         ):
             lines.append(f"#include <{COMPAT_HEADER}>\n")
-        if not lines:
+        if not lines and not header:
             return body
         prelude = "".join(lines)
         offset = 0
@@ -422,7 +494,10 @@ class _Translator:
             once = _PRAGMA_ONCE_RE.search(body, offset)
             if once is not None:
                 offset = once.end()
-        return body[:offset] + prelude + body[offset:]
+        if not lines and _LINE_AFTER_PRELUDE_RE.match(body, offset):
+            return header + body  # an earlier translation's prelude and #line are there
+        line = body.count("\n", 0, offset) + 1 - (0 if header else 1)
+        return header + body[:offset] + prelude + f"#line {line}\n" + body[offset:]
 
     def _needs_runtime_include(self, body: str) -> bool:
         view = self.view

@@ -3,13 +3,13 @@
 
 __device__ __forceinline__ unsigned lane_id() {
   unsigned lane;
-  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));  // expect: inline-asm
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));  // exact: becomes __lane_id()
   return lane;
 }
 
 __device__ __forceinline__ unsigned lanemask_lt() {
   unsigned mask;
-  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(mask));  // reported once per file, at the first asm
+  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(mask));  // expect: inline-asm
   return mask;
 }
 

@@ -3,13 +3,13 @@
 
 __global__ void gather(cudaTextureObject_t tex, const int* index, float* out, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = tex1Dfetch<float>(tex, index[i]);
+  if (i < n) out[i] = tex1Dfetch<float>(tex, index[i]);  // expect: texture-targets
 }
 
 __global__ void resample(cudaTextureObject_t image, float* out, int width, int height, float scale) {
   const int x = blockIdx.x * blockDim.x + threadIdx.x;
   const int y = blockIdx.y * blockDim.y + threadIdx.y;
-  if (x < width && y < height) out[y * width + x] = tex2D<float>(image, (x + 0.5f) * scale, (y + 0.5f) * scale);
+  if (x < width && y < height) out[y * width + x] = tex2D<float>(image, (x + 0.5f) * scale, (y + 0.5f) * scale);  // expect: texture-targets
 }
 
 int main() {

@@ -29,6 +29,7 @@ SHT_DYNSYM = 11
 STT_FUNC = 2
 STB_LOCAL = 0
 STB_GLOBAL = 1
+STB_WEAK = 2
 
 # What the readers accept: a file's bytes, or a view of part of them (a bundle entry).
 Buffer: TypeAlias = bytes | bytearray | memoryview

@@ -7,6 +7,13 @@ the arguments again to name the one at fault.
 
 Pointer arguments may be raw device addresses (``int``), objects with ``__cuda_array_interface__``
 or DLPack producers; :mod:`kernelpack.arrays` reads the address out of them.
+
+A parameter of a kernel with C linkage has no type in the index (its symbol names none, and the
+objects give sizes only), so a 4- or 8-byte one is passed by the Python value, one rule for both
+launch paths (this module and _native/launcher.c): a Python ``float`` (``isinstance(v, float)``,
+numpy.float64 included) as an IEEE float32 (4 bytes) or float64 (8 bytes), anything else as an
+integer of that size, signed or unsigned (two's complement); for 8 bytes anything but an ``int``
+is a pointer (an array's address, as for a typed pointer).
 """
 
 from __future__ import annotations
@@ -26,9 +33,9 @@ SLOT = 8  # bytes per parameter slot; every supported C type fits and is aligned
 class CType(NamedTuple):
     """How a C parameter type travels: its ``struct`` code, size and what Python values fit."""
 
-    code: str  # struct format character; "P" marks a pointer (packed as "Q")
+    code: str  # struct format character; "P" marks a pointer (packed as "Q"), "u"/"v" untyped
     size: int
-    kind: str  # "pointer", "int", "float" or "bool"
+    kind: str  # "pointer", "int", "float", "bool" or "untyped" (by the Python value)
 
 
 _POINTER = CType("P", 8, "pointer")
@@ -102,14 +109,37 @@ def c_type(spelling: str) -> CType:
     return found
 
 
-# A parameter of a kernel with C linkage: its symbol names no type, so it is passed by its size
-# alone, as an unsigned integer of that size (8 bytes: also a pointer or an array).
+# A parameter of a kernel with C linkage: its symbol names no type, so it is passed by its size:
+# 1 and 2 bytes as an unsigned integer, 4 and 8 bytes by the Python value (the module's
+# docstring): codes "u" (4 bytes) and "v" (8 bytes), packed as the slot's bits ("I", "Q").
 _BY_SIZE: dict[int, CType] = {
     1: CType("B", 1, "int"),
     2: CType("H", 2, "int"),
-    4: CType("I", 4, "int"),
-    8: _POINTER,
+    4: CType("u", 4, "untyped"),
+    8: CType("v", 8, "untyped"),
 }
+# untyped code -> (struct code of its bits, float format, the integers it takes)
+_UNTYPED: dict[str, tuple[str, str, tuple[int, int]]] = {
+    "u": ("I", "<f", (-(2**31), 2**32 - 1)),
+    "v": ("Q", "<d", (-(2**63), 2**64 - 1)),
+}
+
+
+def untyped_bits(value: object, code: str) -> int:
+    """The bits a value of an untyped (C-linkage) parameter travels as: a float's IEEE bits, an
+    integer's two's complement, for 8 bytes an array's address. Raises TypeError, OverflowError
+    or UsageError (from kernelpack.arrays) for a value that does not fit."""
+    bits, float_format, (low, high) = _UNTYPED[code]
+    mask = (1 << (8 * struct.calcsize(bits))) - 1
+    if isinstance(value, float):
+        packed = struct.pack(float_format, value)  # OverflowError past FLT_MAX for float32
+        return int.from_bytes(packed, "little")
+    if code == "v" and type(value) is not int:
+        return pointer_of(value)  # as a typed pointer: an int exactly, else an array's address
+    number = operator.index(value)  # type: ignore[arg-type]
+    if not low <= number <= high:
+        raise OverflowError(f"{number} is out of range [{low}, {high}]")
+    return number & mask
 
 
 def param_type(kernel: str, position: int, param: KernelParam) -> CType:
@@ -154,10 +184,11 @@ class Signature(NamedTuple):
 
     @property
     def struct_format(self) -> str:
-        """Little-endian format with every parameter padded to its 8-byte slot."""
+        """Little-endian format with every parameter padded to its 8-byte slot (an untyped one
+        as its bits, :func:`untyped_bits`)."""
         parts = []
         for t in self.types:
-            code = "Q" if t.code == "P" else t.code
+            code = "Q" if t.code == "P" else _UNTYPED[t.code][0] if t.kind == "untyped" else t.code
             pad = SLOT - t.size
             parts.append(code + (f"{pad}x" if pad else ""))
         return "<" + "".join(parts)
@@ -165,6 +196,18 @@ class Signature(NamedTuple):
     @property
     def pointer_positions(self) -> tuple[int, ...]:
         return tuple(i for i, t in enumerate(self.types) if t.kind == "pointer")
+
+    @property
+    def untyped_positions(self) -> tuple[int, ...]:
+        """Where a value goes by its Python type (C linkage, 4 or 8 bytes)."""
+        return tuple(i for i, t in enumerate(self.types) if t.kind == "untyped")
+
+    def with_untyped_bits(self, values: Sequence[object]) -> list[object]:
+        """The values with each untyped one as its bits (raises as untyped_bits does)."""
+        converted = list(values)
+        for position in self.untyped_positions:
+            converted[position] = untyped_bits(values[position], self.types[position].code)
+        return converted
 
     @property
     def bool_positions(self) -> tuple[int, ...]:
@@ -200,13 +243,25 @@ class Signature(NamedTuple):
         if any(not isinstance(values[p], int) for p in self.bool_positions):
             raise self.explain(values)
         try:
-            return struct.pack(self.struct_format, *values)
-        except (struct.error, TypeError, OverflowError):
+            return struct.pack(self.struct_format, *self.with_untyped_bits(values))
+        except (struct.error, TypeError, OverflowError, UsageError):
             raise self.explain(values) from None
 
 
 def _problem(value: object, ctype: CType) -> str:
     """Why one value does not fit its parameter, or '' when it does."""
+    if ctype.kind == "untyped":
+        try:
+            untyped_bits(value, ctype.code)
+        except TypeError:
+            return f"expected an integer or a float, got {type(value).__name__}"
+        except OverflowError as error:
+            if isinstance(value, float):
+                return f"{value!r} is out of range for float"
+            return str(error)
+        except UsageError as error:
+            return str(error)
+        return ""
     if ctype.kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             try:

@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from ._elf import SHT_SYMTAB, STB_GLOBAL, STB_LOCAL, STT_FUNC, Buffer, Elf, Section
+from ._elf import SHT_SYMTAB, STB_GLOBAL, STB_LOCAL, STB_WEAK, STT_FUNC, Buffer, Elf, Section
 from ._jsonfields import json_fields
 from .errors import FormatError
 from .index import KernelResources
@@ -92,7 +92,7 @@ class Cubin:
 def read_cubin(data: Buffer, path: str, *, internal: bool = False) -> Cubin:
     """A cubin's SM (e_flags, and .nv.compat for 'a' targets) and its kernels' resources.
 
-    The kernels are the externally visible entry functions (global symbols), what a loader looks
+    The kernels are the externally visible entry functions (global and weak symbols), what a loader looks
     up by name. With ``internal``, entry functions of internal linkage (a ``static`` kernel, one
     in an anonymous namespace, a template instantiated with a file-local argument) are included
     too: nvcc binds their symbols locally, and a comparison with AMD code objects, where every
@@ -117,10 +117,12 @@ def read_cubin(data: Buffer, path: str, *, internal: bool = False) -> Cubin:
     kernels = []
     # per name: symbols may repeat one, its .nv.info.<name> records are read once
     info_of: dict[str, tuple[int, tuple[KernelParam, ...]]] = {}
+    # Weak: nvlink makes a template's instances weak in a device-linked cubin (each unit may
+    # have one); local ones are static kernels, private to their unit.
     for symbol in symbols:
         if not (
             symbol.type == STT_FUNC
-            and (symbol.bind == STB_GLOBAL or (internal and symbol.bind == STB_LOCAL))
+            and (symbol.bind in (STB_GLOBAL, STB_WEAK) or (internal and symbol.bind == STB_LOCAL))
             and symbol.other & _STO_CUDA_ENTRY
         ):
             continue

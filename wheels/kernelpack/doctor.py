@@ -1,7 +1,9 @@
-"""``python -m kernelpack doctor``: what this machine needs to run kernelpack's images, and why not.
+"""``python -m kernelpack doctor``: what this machine needs to run the images of every installed
+kernelpack-built package (kernelpack's own and each one of the entry point group
+``kernelpack.packages``, as ``info`` lists them), and why not.
 
-For each GPU: its target, the image each module would load (and from which package), the exact pip
-command that installs what is missing; the vendor runtime libraries against what the images need
+For each GPU and package: its target, the image each module would load (and from which wheel), the
+exact pip command that installs what is missing; the vendor runtime libraries against what the images need
 (generic AMD images are code object v6: ROCm 6.2 or later); and known problem signatures, each with
 what to do:
 
@@ -16,7 +18,7 @@ what to do:
 - ``no-image`` / ``runtime``: a GPU no installed image fits; a runtime missing or too old.
 
 Everything is computed by :func:`diagnose` from values passed in (GPUs with and without the
-visible-devices variables, a Loader over the installed indexes, the runtime versions, the
+visible-devices variables, one Loader per installed package, the runtime versions, the
 environment), so the tests run it on recorded topologies.
 """
 
@@ -27,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ._jsonfields import json_fields
+from .catalog import RUNTIME_PACKAGE
 from .detect import Gpu
 from .hints import install_hint
 from .loader import Loader
@@ -68,7 +71,7 @@ def _identity(gpu: Gpu) -> tuple[str, str, str, int | None]:
 
 
 def diagnose(
-    loader: Loader,
+    loaders: Loader | Sequence[Loader],
     *,
     hidden_from: Sequence[Gpu],
     runtimes: Mapping[str, str],
@@ -77,13 +80,15 @@ def diagnose(
 ) -> dict[str, Any]:
     """The doctor's report (what ``--json`` prints).
 
-    ``loader`` gives the GPUs this process sees and the installed indexes; ``hidden_from`` is the
-    machine's GPUs read without the visible-devices variables; ``runtimes`` the vendor libraries'
-    versions (kernelpack.libraries.library_versions); ``runtimes_apply`` False when the GPUs come
-    from a recorded topology, whose runtimes are not this machine's.
+    ``loaders`` (one per installed package, sharing the GPUs; the first one's GPUs are used) give
+    the GPUs this process sees and the installed indexes; ``hidden_from`` is the machine's GPUs
+    read without the visible-devices variables; ``runtimes`` the vendor libraries' versions
+    (kernelpack.libraries.library_versions); ``runtimes_apply`` False when the GPUs come from a
+    recorded topology, whose runtimes are not this machine's.
     """
-    catalog = loader.catalog(with_device_wheels=True)
-    gpus = loader.gpus()
+    every = [loaders] if isinstance(loaders, Loader) else list(loaders)
+    catalogs = {loader.package: loader.catalog(with_device_wheels=True) for loader in every}
+    gpus = every[0].gpus() if every else []
     findings: list[Finding] = []
     rows: list[dict[str, Any]] = []
     hip = runtimes.get("hip", "not found")
@@ -92,19 +97,39 @@ def diagnose(
     needs_v6: list[int] = []
 
     for position, gpu in enumerate(gpus):
-        modules: dict[str, dict[str, str] | None] = {}
-        for module in sorted(catalog.modules):
-            choice = loader.choose(module, gpu)
-            located = choice.located
-            modules[module] = (
-                None
-                if located is None
-                else {"target": located.image["target"], "package": located.origin}
+        images: dict[str, dict[str, dict[str, str] | None]] = {}
+        install: dict[str, str] = {}
+        for loader in every:
+            catalog = catalogs[loader.package]
+            if not catalog.modules:
+                continue
+            modules: dict[str, dict[str, str] | None] = {}
+            for module in sorted(catalog.modules):
+                located = loader.choose(module, gpu).located
+                modules[module] = (
+                    None
+                    if located is None
+                    else {"target": located.image["target"], "package": located.origin}
+                )
+                if located is not None and parse_target(located.image["target"]).kind == "generic":
+                    needs_v6.append(position)
+            images[loader.package] = modules
+            missing = [m for m, image in modules.items() if image is None]
+            if not missing:
+                continue
+            command = install_hint(_hardware_gpu(gpu), catalog)
+            install[loader.package] = command
+            owner = "" if loader.package == RUNTIME_PACKAGE else f"of {loader.package} "
+            findings.append(
+                Finding(
+                    "no-image",
+                    "error",
+                    position,
+                    f"no installed image {owner}fits {gpu.target} for {', '.join(missing)}",
+                    f"{command}; or build it: python -m buildsys build --targets "
+                    f"{_hardware_gpu(gpu).target}",
+                )
             )
-            if located is not None and parse_target(located.image["target"]).kind == "generic":
-                needs_v6.append(position)
-        missing = [m for m, image in modules.items() if image is None]
-        command = install_hint(_hardware_gpu(gpu), catalog) if missing else None
         rows.append(
             {
                 "device": position,
@@ -113,29 +138,17 @@ def diagnose(
                 "hardware": gpu.hardware,
                 "name": gpu.name,
                 "override": gpu.override,
-                "images": modules,
-                "install": command,
+                "images": images,
+                "install": install,
             }
         )
-        if missing and not catalog.modules:
-            continue
-        if missing:
-            findings.append(
-                Finding(
-                    "no-image",
-                    "error",
-                    position,
-                    f"no installed image fits {gpu.target} for {', '.join(missing)}",
-                    f"{command}; or build it: python -m buildsys build --targets "
-                    f"{_hardware_gpu(gpu).target}",
-                )
-            )
-        findings += _override(position, gpu, loader)
+        findings += _override(position, gpu, every)
         findings += _rdna(position, gpu, environ)
-        findings += _xnack(position, gpu, environ, loader, catalog.modules)
+        for loader in every:
+            findings += _xnack(position, gpu, environ, loader, catalogs[loader.package].modules)
 
     findings += _hidden(gpus, hidden_from, environ)
-    if not catalog.modules:
+    if not any(catalog.modules for catalog in catalogs.values()):
         findings.append(
             Finding(
                 "no-index",
@@ -153,39 +166,51 @@ def diagnose(
         "runtimes_apply": runtimes_apply,
         "requirements": [r for r in requirements if isinstance(r, dict)],
         "findings": [f.to_json() for f in findings],
-        "packages": catalog.origins,
-        "version": catalog.version,
+        "packages": {
+            package: {
+                "distribution": catalog.distribution,
+                "version": catalog.version,
+                "indexes": catalog.origins,
+            }
+            for package, catalog in catalogs.items()
+        },
     }
 
 
-def _override(position: int, gpu: Gpu, loader: Loader) -> list[Finding]:
+def _override(position: int, gpu: Gpu, loaders: Sequence[Loader]) -> list[Finding]:
     if not gpu.override or gpu.source == "KERNELPACK_TARGET" or not gpu.hardware:
         return []
     variable = gpu.override.split("=", 1)[0]
     own = _hardware_gpu(gpu)
-    catalog = loader.catalog(with_device_wheels=True)
-    native = {m: loader.choose(m, own).located for m in sorted(catalog.modules)}
+    native: dict[tuple[str, str], Any] = {}
+    lacking: list[Loader] = []  # packages with a module that has no image for the hardware
+    for loader in loaders:
+        catalog = loader.catalog(with_device_wheels=True)
+        for module in sorted(catalog.modules):
+            native[(loader.package, module)] = found = loader.choose(module, own).located
+            if found is None and loader not in lacking:
+                lacking.append(loader)
     images = sorted({n.image["target"] for n in native.values() if n is not None})
     what = f"{gpu.override} makes this {gpu.hardware} GPU run {gpu.target} code"
-    if catalog.modules and all(native.values()):
+    if native and not lacking:
         return [
             Finding(
                 "override",
                 "warning",
                 position,
-                f"{what}, though kernelpack carries {', '.join(images)} code for it",
+                f"{what}, though the installed packages carry {', '.join(images)} code for it",
                 f"unset {variable}: {gpu.hardware} then loads its own image",
             )
         ]
-    hint = install_hint(own, catalog)
-    if "if a device wheel" not in hint:
+    hints = [install_hint(own, loader.catalog(with_device_wheels=True)) for loader in lacking]
+    if hints and all("if a device wheel" not in hint for hint in hints):
         return [
             Finding(
                 "override",
                 "warning",
                 position,
                 f"{what}; a device wheel for {gpu.hardware} itself is published",
-                f"{hint}, then unset {variable}",
+                f"{'; '.join(hints)}, then unset {variable}",
             )
         ]
     return [
@@ -253,6 +278,8 @@ def _xnack(
         return []
     mode = gpu.target.feature("xnack")
     running = "xnack+ (HSA_XNACK=1)" if mode else "xnack- (HSA_XNACK unset or 0)"
+    if loader.package != RUNTIME_PACKAGE:
+        mismatched = [f"{loader.package} {m}" for m in mismatched]
     return [
         Finding(
             "xnack",
@@ -336,6 +363,7 @@ def run_doctor(json_output: bool, sysfs_root: str | None) -> int:
     import os
 
     from ._console import print_json, print_table
+    from .catalog import kernelpack_packages
     from .detect import detect_gpus
     from .runtime_support import runtime_versions
 
@@ -344,7 +372,7 @@ def run_doctor(json_output: bool, sysfs_root: str | None) -> int:
     unfiltered = {k: v for k, v in environ.items() if k not in VISIBLE_DEVICES}
     machine = detect_gpus(sysfs_root=sysfs_root, environ=unfiltered)
     report = diagnose(
-        Loader(gpus=visible),
+        [Loader(package=package, gpus=visible) for package in kernelpack_packages()],
         hidden_from=machine,
         runtimes=runtime_versions(),
         environ=environ,
@@ -356,21 +384,23 @@ def run_doctor(json_output: bool, sysfs_root: str | None) -> int:
         return 1 if errors else 0
     print_table(
         "GPUs",
-        ("device", "target", "name", "images", "to install"),
+        ("device", "target", "name", "package", "images", "to install"),
         [
             (
                 g["device"],
                 g["target"] + (f" ({g['override']})" if g["override"] else ""),
                 g["name"],
+                package,
                 ", ".join(
                     f"{m}: {i['target']} [{i['package']}]" if i else f"{m}: none"
-                    for m, i in g["images"].items()
+                    for m, i in modules.items()
                 ),
-                g["install"] or "-",
+                g["install"].get(package, "-"),
             )
             for g in report["gpus"]
+            for package, modules in (g["images"] or {"-": {}}).items()
         ]
-        or [("-", "no GPU found", "", "", "")],
+        or [("-", "no GPU found", "", "", "", "")],
     )
     print()
     where = "" if report["runtimes_apply"] else " (this machine's, not the recorded topology's)"

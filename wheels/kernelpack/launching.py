@@ -122,6 +122,7 @@ def ctypes_launcher(
     count = len(signature.types)
     pointers = signature.pointer_positions
     bools = signature.bool_positions
+    untyped = signature.untyped_positions
     pointer_of, stream_of, dims = arrays.pointer_of, arrays.stream_of, kargs.dims
     local = threading.local()
     function_handle = ctypes.c_void_p(function)
@@ -147,6 +148,8 @@ def ctypes_launcher(
                 ]
             if any(not isinstance(args[p], int) for p in bools):
                 return None
+            if untyped:
+                values = signature.with_untyped_bits(values)
             pack_into(local.buffer, 0, *values)
             handle = stream if type(stream) is int else stream_of(stream)
         except Exception:  # the fail path names the argument and raises what fits

@@ -232,7 +232,10 @@ __host__ __device__ inline unsigned KP_COMPAT(__dp2a_hi)(unsigned a, unsigned b,
 }
 
 // ---- __trap -------------------------------------------------------------------------------
-__device__ inline void KP_COMPAT(__trap)() { __builtin_trap(); }
+// Also __host__: clang's device pass checks host functions too, and ggml's GGML_ABORT (under
+// `#ifdef __CUDA_ARCH__`, which hipify makes __HIP_DEVICE_COMPILE__) calls __trap from host
+// functions there; nvcc's device pass never looks at them. The host side stops the program too.
+__host__ __device__ inline void KP_COMPAT(__trap)() { __builtin_trap(); }
 
 // ---- cache-hinted loads and stores on any type (int, float4, int4, ...) -------------------
 // CUDA's hints (evict-first, L2 only, last use, ...) are performance advice; on AMD each is the

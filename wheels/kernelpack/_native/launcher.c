@@ -102,7 +102,7 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         return NULL;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (!strchr("PbBhHiIqQfd?", codes[i])) {
+        if (!strchr("PbBhHiIqQfd?uv", codes[i])) {
             PyErr_Format(PyExc_ValueError, "unknown parameter code %c", codes[i]);
             return NULL;
         }
@@ -246,6 +246,34 @@ static int pack(Launcher *self, PyObject *const *args, uint64_t *slots, void **p
                 else *(float *)slot = (float)d;
             } else {
                 *(double *)slot = d;
+            }
+            break;
+        /* Untyped (C linkage, kernelpack/args.py): a float as float32 / float64, else an
+         * integer of the size, signed or unsigned; for 8 bytes a non-int is a pointer. */
+        case 'u':
+            if (PyFloat_Check(value)) {
+                d = PyFloat_AsDouble(value);
+                float narrowed = (float)d;
+                /* as Python's struct "f": too large only when rounding makes it infinite */
+                if (isinf(narrowed) && !isinf(d)) status = ARGUMENT_ERROR;
+                else *(float *)slot = narrowed;
+            } else if ((status = read_i64(value, &s)) == 0) {
+                if (s < INT32_MIN || s > (long long)UINT32_MAX) status = ARGUMENT_ERROR;
+                else *(uint32_t *)slot = (uint32_t)s;
+            }
+            break;
+        case 'v':
+            if (PyFloat_Check(value)) {
+                d = PyFloat_AsDouble(value);
+                memcpy(slot, &d, 8);
+            } else if (PyLong_CheckExact(value)) {
+                if (read_u64(value, &u) == 0) {
+                    memcpy(slot, &u, 8);
+                } else if ((status = read_i64(value, &s)) == 0) {
+                    memcpy(slot, &s, 8);
+                }
+            } else if ((status = read_pointer(self, value, &u)) == 0) {
+                memcpy(slot, &u, 8);
             }
             break;
         case '?':
