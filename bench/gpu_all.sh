@@ -7,6 +7,8 @@
 #      (KERNELPACK_GPU_LOADER=0 leaves it out);
 #   5. with KERNELPACK_GPU_BENCH=1, the MLP and walk benchmarks, which rewrite docs/bench-*.md
 #      (and on 2+ GPUs the sweep's scaling, bench/bench_sweep.py).
+# The lent machine's calls last at most 600 s, which steps 2 and 3 together now exceed: run it twice,
+# KERNELPACK_GPU_SANITIZE=0 (tests only) then KERNELPACK_GPU_TESTS=0 (sanitizers only).
 # Logs and results go to $OUT (default build/gpu-out); a summary is printed last.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -37,11 +39,17 @@ note "launcher rc=$? ($(elapsed) s)"
 if [ -z "${KERNELPACK_CANDLE_SRC:-}" ] && [ -d .gpu/candle-src ]; then
   export KERNELPACK_CANDLE_SRC=$PWD/.gpu/candle-src
 fi
-timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" > "$OUT/pytest-gpu.log" 2>&1
-note "gpu tests rc=$? ($(elapsed) s): $(tail -1 "$OUT/pytest-gpu.log")"
+if [ "${KERNELPACK_GPU_TESTS:-1}" = 1 ]; then
+  timeout 480 python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" > "$OUT/pytest-gpu.log" 2>&1
+  note "gpu tests rc=$? ($(elapsed) s): $(tail -1 "$OUT/pytest-gpu.log")"
+else
+  note "gpu tests left out (KERNELPACK_GPU_TESTS=0)"
+fi
 
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-for tool in memcheck racecheck; do
+tools="memcheck racecheck"
+[ "${KERNELPACK_GPU_SANITIZE:-1}" = 1 ] || { tools=""; note "sanitizers left out (KERNELPACK_GPU_SANITIZE=0)"; }
+for tool in $tools; do
   timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 python3 bench/sanitize_mlp.py \
     > "$OUT/sanitize-mlp-$tool.log" 2>&1
   note "sanitizer $tool mlp rc=$? ($(elapsed) s): $(tail -1 "$OUT/sanitize-mlp-$tool.log")"
