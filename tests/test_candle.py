@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from builder_env import builder_env
 
 from bench.candle_project import lay_out
 from buildsys import REPO_ROOT
@@ -29,15 +30,6 @@ needs_candle = pytest.mark.skipif(
     not (CANDLE_SRC / "unary.cu").is_file(),
     reason=f"candle's candle-kernels sources are not at {CANDLE_SRC} (set KERNELPACK_CANDLE_SRC)",
 )
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELPACK_BUILD_")}
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    # The checkout first, then whatever the caller's path held (the GPU machine's carried wheels).
-    inherited = env.get("PYTHONPATH", "")
-    path = f"{REPO_ROOT}:{REPO_ROOT / 'wheels'}" + (f":{inherited}" if inherited else "")
-    return env | {"PYTHONPATH": path}
 
 
 def _wheels(project: Path, dist: Path, *extra: str) -> None:
@@ -56,7 +48,7 @@ def _wheels(project: Path, dist: Path, *extra: str) -> None:
         cwd=project.parent,
         capture_output=True,
         text=True,
-        env=_env(),
+        env=builder_env(),
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
 
@@ -144,7 +136,7 @@ def test_candle_kernels_become_wheels_that_info_lists_and_selects(tmp_path: Path
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        env=_env()
+        env=builder_env()
         | {
             "PYTHONPATH": f"{site}:{REPO_ROOT / 'wheels'}",
             "KERNELPACK_CACHE_DIR": str(tmp_path / "cache"),
@@ -180,7 +172,7 @@ def test_candles_folder_of_several_units_becomes_one_module(tmp_path: Path) -> N
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        env=_env()
+        env=builder_env()
         | {
             "PYTHONPATH": f"{site}:{REPO_ROOT / 'wheels'}",
             "KERNELPACK_CACHE_DIR": str(tmp_path / "cache"),

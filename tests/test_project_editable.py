@@ -6,7 +6,6 @@ project's wheels and sdist never take what the editable build left in the folder
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -15,19 +14,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from builder_env import builder_env
 
 from buildsys import REPO_ROOT
 from buildsys.wheels import read_wheel
 
 EXAMPLE = REPO_ROOT / "examples" / "vecops"
-
-
-def _env(extra: dict[str, str]) -> dict[str, str]:
-    """The builder from this checkout, with this interpreter's packages (zstandard) for the
-    backend that pip runs in the new virtual environment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELPACK_BUILD_")}
-    path = f"{REPO_ROOT}:{REPO_ROOT / 'wheels'}:{sysconfig.get_paths()['purelib']}"
-    return env | {"PYTHONPATH": path} | extra
 
 
 @pytest.mark.toolchain
@@ -37,7 +29,8 @@ def test_pip_install_editable_builds_into_the_project(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    env = _env({"KERNELPACK_BUILD_TARGETS": "gfx942"})
+    # this interpreter's packages (zstandard) for the backend that pip runs in the new environment
+    env = builder_env(sysconfig.get_paths()["purelib"], KERNELPACK_BUILD_TARGETS="gfx942")
     pip = [str(python), "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps"]
     installed = subprocess.run(
         [*pip, "--no-index", "-e", str(project)],
@@ -92,7 +85,7 @@ def test_pip_install_editable_builds_into_the_project(tmp_path: Path) -> None:
         [*frontend, "-C", "targets=gfx1100", "-o", str(out), str(project)],
         capture_output=True,
         text=True,
-        env=_env({}),
+        env=builder_env(sysconfig.get_paths()["purelib"]),
         cwd=tmp_path,
     )
     assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]

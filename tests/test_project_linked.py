@@ -6,13 +6,13 @@ before anything compiles."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from builder_env import builder_env
 
 from buildsys import REPO_ROOT
 from buildsys.discovery import without_inline_namespaces
@@ -34,8 +34,7 @@ def _dot_project(tmp_path: Path) -> Path:
 
 
 def _build(project: Path, targets: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELPACK_BUILD_")}
-    env["PYTHONPATH"] = f"{REPO_ROOT}:{REPO_ROOT / 'wheels'}"
+    env = builder_env()
     argv = [sys.executable, "-m", "buildsys", "build", "--project", str(project)]
     argv += ["--targets", targets, "--out", str(project / "out"), "--jobs", "2"]
     return subprocess.run(argv, cwd=project, capture_output=True, text=True, env=env)
@@ -152,8 +151,7 @@ def test_shards_of_a_linked_module_merge_into_the_direct_builds_output(tmp_path:
     (project / "arch_matrix.toml").write_text(
         '[amd]\ntargets = ["gfx942"]\n[nvidia]\ntargets = ["sm_90"]\n'
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELPACK_BUILD_")}
-    env["PYTHONPATH"] = f"{REPO_ROOT}:{REPO_ROOT / 'wheels'}"
+    env = builder_env()
 
     def buildsys(*argv: str) -> None:
         result = subprocess.run(

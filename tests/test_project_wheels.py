@@ -5,13 +5,13 @@ project, depending on the runtime, byte-identical across builds."""
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+from builder_env import builder_env
 
 from buildsys import REPO_ROOT
 from buildsys.index_writer import read_index
@@ -22,15 +22,8 @@ TARGETS = "gfx942,gfx1100"
 VERSION = "0.2.0"  # examples/vecops/pyproject.toml
 
 
-def _env() -> dict[str, str]:
-    """The builder from this checkout, run from elsewhere; no KERNELPACK_BUILD_* of the caller."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELPACK_BUILD_")}
-    path = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"  # auditwheel
-    return env | {"PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'wheels'}", "PATH": path}
-
-
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=_env())
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=builder_env())
 
 
 @pytest.fixture(scope="module")
