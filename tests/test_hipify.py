@@ -490,6 +490,38 @@ def test_exact_ptx_idioms_become_hip() -> None:
         assert codes(text) == [(3, "inline-asm")]
 
 
+ASYNC_COPY = """__device__ void load(float4* dst, const float4* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\\n" :: "r"(0), "l"(src));
+#else
+  *dst = *src;
+#endif
+}
+__device__ void commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\\n" ::);
+  asm volatile("cp.async.wait_group 0;\\n" : :);
+#endif
+}
+"""
+
+
+def test_async_copy_waits_are_no_ops_where_the_copies_are_synchronous() -> None:
+    """gdn.cu's pattern: the guarded cp.async takes its plain-copy #else on AMD; the commit and
+    wait beside it (no #else) become no-ops, as no asynchronous copy is left to wait for. A wait
+    whose count is not a literal, or a cp.async with no alternative, stays an error."""
+    result = hipify_source(ASYNC_COPY, "t.cu")
+    assert result.text.count("((void)0);") == 2 and not result.has_errors
+    assert hipify_source(result.text, "t.hip").text == result.text
+    wait = '"cp.async.wait_group 0;\\n" : :'
+    assert wait in ASYNC_COPY
+    variable = ASYNC_COPY.replace(wait, '"cp.async.wait_group %0;" :: "n"(0)')
+    assert "inline-asm" in [d.code for d in hipify_source(variable, "t.cu").diagnostics]
+    alone = ASYNC_COPY.replace("#else\n  *dst = *src;\n", "")
+    assert alone != ASYNC_COPY
+    assert "inline-asm" in [d.code for d in hipify_source(alone, "t.cu").diagnostics]
+
+
 LAUNCHES = """__global__ void cols(float* o, int n) {
   const int c = blockIdx.x * warpSize + threadIdx.x % warpSize;
   if (c < n) o[c] = 1.0f;

@@ -19,6 +19,7 @@ from .tables import (
     HEADERS,
     NO_IMAGE_TARGETS,
     PORTABLE_HEADER_NOTICES,
+    PTX_ASYNC_COPY_WAITS,
     PTX_IDIOMS,
     QUALIFIED_RENAMES,
     RENAMES,
@@ -220,9 +221,10 @@ def texture_message(name: str) -> str:
     )
 
 
-def ptx_idiom(view: SourceView, k: int) -> tuple[str, tuple[int, int], int] | None:
+def ptx_idiom(view: SourceView, k: int) -> tuple[str, tuple[int, int] | None, int] | None:
     """For ``asm("<instruction>" : "=r"(x))`` at k with the instruction in PTX_IDIOMS: the HIP
-    expression, the token range of ``x`` and the index of the asm's closing parenthesis."""
+    expression, the token range of ``x`` and the index of the asm's closing parenthesis; for an
+    operand-free asynchronous-copy wait (PTX_ASYNC_COPY_WAITS), a no-op and no output."""
     after = view.next_sig(k)
     while after is not None and view.tokens[after].text in _ASM_QUALIFIERS:
         after = view.next_sig(after)
@@ -231,17 +233,20 @@ def ptx_idiom(view: SourceView, k: int) -> tuple[str, tuple[int, int], int] | No
     close = view.match[after]
     parts: list[list[int]] = [[]]
     for index in view.sig_in(after + 1, close):
-        if view.tokens[index].text == ":":
-            parts.append([])
+        separators = view.tokens[index].text.count(":")  # `::` is two empty operand lists
+        if separators and view.tokens[index].text in (":", "::"):
+            parts.extend([] for _ in range(separators))
         else:
             parts[-1].append(index)
-    if len(parts) < 2 or any(parts[2:]) or not parts[0]:
+    if not parts[0] or any(view.tokens[i].kind is not Kind.STRING for i in parts[0]):
         return None
-    template, output = parts[0], parts[1]
-    if any(view.tokens[i].kind is not Kind.STRING for i in template):
-        return None
-    text = "".join(view.tokens[i].text[1:-1] for i in template)
+    text = "".join(view.tokens[i].text[1:-1] for i in parts[0]).replace("\\n", " ")
     instruction = " ".join(text.replace(",", ", ").split()).replace(" ,", ",")
+    if not any(parts[1:]) and PTX_ASYNC_COPY_WAITS.fullmatch(instruction):
+        return "((void)0)", None, close
+    if len(parts) < 2 or any(parts[2:]):
+        return None
+    output = parts[1]
     hip = PTX_IDIOMS.get(instruction if instruction.endswith(";") else instruction + ";")
     if hip is None or len(output) < 3 or view.tokens[output[0]].text != '"=r"':
         return None

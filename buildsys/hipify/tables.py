@@ -17,6 +17,7 @@ argument, and explains the chosen translation where the data is.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 RUNTIME_BLOCKS: dict[str, str] = {
@@ -568,6 +569,13 @@ PTX_IDIOMS: dict[str, str] = {
     "mov.u32 %0, %%laneid;": "__lane_id()",
     "mov.b32 %0, %%laneid;": "__lane_id()",
 }
+
+# Operand-free PTX that waits for or groups asynchronous copies (cp.async, sm_80): on AMD there are
+# none to wait for. Every cp.async of a translated source either took the source's synchronous
+# alternative branch (the arch-feature rule) or stays an inline-asm error that stops the build, so
+# in code that compiles each of these is an exact no-op (mistral.rs gdn.cu commits and waits after
+# a guarded copy whose #else is a plain copy). ``asm("<instruction>");`` becomes ``((void)0);``.
+PTX_ASYNC_COPY_WAITS = re.compile(r"cp\.async\.(?:commit_group|wait_all|wait_group \d+);")
 
 
 @dataclass(frozen=True)

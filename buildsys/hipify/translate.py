@@ -217,9 +217,11 @@ class _Translator:
             idiom = ptx_idiom(view, k)
             if idiom is None:
                 return None
-            hip, (start, end), close = idiom
+            hip, output, close = idiom
             self._count("asm", view.range_text(k, close + 1).split('"')[1], hip)
-            return f"({self.emit(start, end).strip()}) = {hip}", close + 1
+            if output is None:
+                return hip, close + 1
+            return f"({self.emit(*output).strip()}) = {hip}", close + 1
         parens = view.call_parens(k)
         intrinsic = WARP_BY_NAME.get(name)
         if intrinsic is not None and parens is not None:
