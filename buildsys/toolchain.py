@@ -45,6 +45,11 @@ ROOTFS_MIRROR = "http://deb.debian.org/debian"
 # hipcc and hipify-perl; then rocThrust (thrust/), hipCUB (hipcub/, what cub/ becomes) and rocPRIM
 # (hipCUB's and rocThrust's back end): header-only, built by Debian for the same HIP 6.4.
 ROOTFS_PACKAGES = ("hipcc", "hipify-perl", "librocthrust-dev", "libhipcub-dev", "librocprim-dev")
+# hipBLAS and hipBLASLt: their headers only (dpkg-deb -x of the -dev packages, no dependencies).
+# Kernel sources include cuBLAS headers from shared host code (llm.c's common.h) without calling
+# it from a kernel; kernelpack compiles device code and never links a BLAS, and the packages'
+# runtime dependency, rocBLAS, installs 4 GB of kernels.
+ROOTFS_HEADER_PACKAGES = ("libhipblas-dev", "libhipblas-common-dev", "libhipblaslt-dev")
 ROOTFS_NAME = "debian-sid-hip"
 _COMPLETE_MARKER = ".kernelpack-rootfs.json"
 _PROBE_SOURCE = (
@@ -246,13 +251,14 @@ def provisioned_hip() -> Toolchain | None:
 
 
 def missing_rootfs_packages() -> tuple[str, ...]:
-    """The packages of ROOTFS_PACKAGES the provisioned root file system was not made with (all of
-    them when there is none)."""
+    """The packages of ROOTFS_PACKAGES and ROOTFS_HEADER_PACKAGES the provisioned root file system
+    was not made with (all of them when there is none)."""
+    wanted = (*ROOTFS_PACKAGES, *ROOTFS_HEADER_PACKAGES)
     marker = rootfs_dir() / _COMPLETE_MARKER
     if not marker.exists():
-        return ROOTFS_PACKAGES
+        return wanted
     have = set(json.loads(marker.read_text()).get("packages", ()))
-    return tuple(package for package in ROOTFS_PACKAGES if package not in have)
+    return tuple(package for package in wanted if package not in have)
 
 
 # Debian installs debootstrap, and the chroot it calls, into the sbin folders, which a root shell
@@ -319,7 +325,8 @@ def _debootstrap(root: Path, *, log: bool) -> None:
         os.environ.get("KERNELPACK_DEBIAN_MIRROR", ROOTFS_MIRROR),
     ]
     _run_with_progress(argv, log=log, logfile=root.parent / f"{ROOTFS_NAME}.log")
-    version = _write_marker(scratch, ROOTFS_PACKAGES)
+    _install_packages(scratch, ROOTFS_HEADER_PACKAGES, logfile=root.parent / f"{ROOTFS_NAME}.log")
+    version = _write_marker(scratch, (*ROOTFS_PACKAGES, *ROOTFS_HEADER_PACKAGES))
     scratch.rename(root)
     _say(log, f"provisioned {version} in {time.monotonic() - started:.0f} s")
 
@@ -378,7 +385,8 @@ def _copy_tree(source: Path, destination: Path) -> None:
 
 def _install_packages(rootfs: Path, packages: Sequence[str], *, logfile: Path) -> None:
     """apt-get install ``packages`` inside ``rootfs`` (run as root through bubblewrap, which
-    keeps root's capabilities for dpkg), appending apt's output to ``logfile``."""
+    keeps root's capabilities for dpkg), appending apt's output to ``logfile``; those of
+    ROOTFS_HEADER_PACKAGES are downloaded and unpacked without their dependencies."""
     if os.geteuid() != 0:
         raise ToolchainError(
             f"adding {', '.join(packages)} to the provisioned toolchain needs root (apt-get in "
@@ -388,16 +396,25 @@ def _install_packages(rootfs: Path, packages: Sequence[str], *, logfile: Path) -
     if Path("/etc/resolv.conf").exists():
         wrapper += ["--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]
     wrapper += ["--setenv", "DEBIAN_FRONTEND", "noninteractive", "--die-with-parent"]
+    wrapper += ["--chdir", "/tmp"]  # where `apt-get download` leaves the header packages
     # Valid-Until is not checked, as debootstrap does not check it: a mirror (or the machine's
     # clock) a few days off must not stop an update that debootstrap itself would have made.
     quiet = ["-qq", "-o", "Dpkg::Use-Pty=0", "-o", "Acquire::Check-Valid-Until=false"]
-    steps = (
-        ["apt-get", *quiet, "update"],
-        ["apt-get", *quiet, "install", "-y", "--no-install-recommends", *packages],
-        ["apt-get", *quiet, "clean"],
-    )
+    installed = [p for p in packages if p not in ROOTFS_HEADER_PACKAGES]
+    headers = [p for p in packages if p in ROOTFS_HEADER_PACKAGES]
+    steps: list[tuple[str, list[str]]] = [("apt-get update", ["apt-get", *quiet, "update"])]
+    if installed:
+        install = ["apt-get", *quiet, "install", "-y", "--no-install-recommends", *installed]
+        steps.append((f"apt-get install {' '.join(installed)}", install))
+    if headers:
+        unpack = 'for deb in ./*.deb; do dpkg-deb -x "$deb" / && rm "$deb" || exit 1; done'
+        steps.append(
+            (f"apt-get download {' '.join(headers)}", ["apt-get", *quiet, "download", *headers])
+        )
+        steps.append(("dpkg-deb -x (the header packages)", ["sh", "-c", unpack]))
+    steps.append(("apt-get clean", ["apt-get", *quiet, "clean"]))
     with logfile.open("a") as sink:
-        for argv in steps:
+        for label, argv in steps:
             try:
                 result = subprocess.run(
                     [*wrapper, *argv],
@@ -411,9 +428,9 @@ def _install_packages(rootfs: Path, packages: Sequence[str], *, logfile: Path) -
             if result.returncode != 0:
                 tail = (result.stderr or result.stdout).strip()[-300:]
                 raise ToolchainError(
-                    f"{' '.join(argv[:1] + argv[len(quiet) + 1 :])} in the provisioned toolchain "
-                    f"failed (exit {result.returncode}): {tail}; its log is {logfile}; re-run to "
-                    "try again (the toolchain was left as it was)"
+                    f"{label} in the provisioned toolchain failed (exit {result.returncode}): "
+                    f"{tail}; its log is {logfile}; re-run to try again (the toolchain was left "
+                    "as it was)"
                 )
 
 

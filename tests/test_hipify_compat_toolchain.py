@@ -89,7 +89,9 @@ def test_the_provisioned_toolchain_has_the_rocm_header_libraries(amd_toolchain: 
     assert set(toolchain.ROOTFS_PACKAGES) <= set(marker["packages"])
     assert toolchain.missing_rootfs_packages() == ()
     include = amd_toolchain.include_folder
-    for header in ("thrust/scan.h", "hipcub/hipcub.hpp", "rocprim/rocprim.hpp"):
+    headers = ("thrust/scan.h", "hipcub/hipcub.hpp", "rocprim/rocprim.hpp")
+    headers += ("hipblas/hipblas.h", "hipblaslt/hipblaslt.h")  # header-only packages
+    for header in headers:
         assert (include / header).is_file(), header
 
 

@@ -138,6 +138,9 @@ def test_an_old_rootfs_gets_the_new_packages_in_a_copy_swapped_in_whole(
         "librocthrust-dev",
         "libhipcub-dev",
         "librocprim-dev",
+        "libhipblas-dev",
+        "libhipblas-common-dev",
+        "libhipblaslt-dev",
     )
     installs: list[tuple[Path, tuple[str, ...]]] = []
 
@@ -158,7 +161,9 @@ def test_an_old_rootfs_gets_the_new_packages_in_a_copy_swapped_in_whole(
     monkeypatch.setattr(toolchain, "_write_marker", marker)
     updated = amd_toolchain(provision=True)
     assert installs == [(tmp_path / f"{toolchain.ROOTFS_NAME}.partial", installs[0][1])]
-    assert set(installs[0][1]) == {"librocthrust-dev", "libhipcub-dev", "librocprim-dev"}
+    assert set(installs[0][1]) == {"librocthrust-dev", "libhipcub-dev", "librocprim-dev"} | set(
+        toolchain.ROOTFS_HEADER_PACKAGES
+    )
     assert updated.rootfs == root and updated.version == "HIP new"
     assert (root / "usr/include/thrust/scan.h").read_text() == "// new\n"
     assert toolchain.missing_rootfs_packages() == ()
