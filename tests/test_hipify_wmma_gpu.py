@@ -9,17 +9,14 @@ for bit on exact inputs, mma_sync on random inputs against float64 (see that fil
 from __future__ import annotations
 
 import itertools
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from gpu_comparison import run_comparison
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
 PROGRAM = Path(__file__).with_name("hipify_wmma_gpu.cu")
-_LINE_RE = re.compile(r"^(?P<name>.+?) tried=(?P<tried>\d+) mismatches=(?P<bad>\d+)", re.MULTILINE)
 
 # What must have been compared, written out here (not read from the program).
 SHAPES = ("m16n16k16", "m32n8k16", "m8n32k16")
@@ -52,20 +49,7 @@ def expected_names() -> set[str]:
 
 @pytest.fixture(scope="module")
 def comparison(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, int]]:
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.fail("nvcc is not on PATH (the nvcc marker says this test needs it)")
-    binary = tmp_path_factory.mktemp("wmma") / "wmma_gpu"
-    build = subprocess.run(
-        [nvcc, "-std=c++17", "-O2", "-arch=native", str(PROGRAM), "-o", str(binary)],
-        capture_output=True,
-        text=True,
-    )
-    assert build.returncode == 0, build.stderr[-3000:]
-    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300)
-    print(run.stdout)
-    assert run.returncode in (0, 1), run.stdout[-2000:] + run.stderr[-2000:]
-    return {m["name"]: (int(m["tried"]), int(m["bad"])) for m in _LINE_RE.finditer(run.stdout)}
+    return run_comparison(PROGRAM, tmp_path_factory.mktemp("wmma"))
 
 
 def test_every_combination_is_compared(comparison: dict[str, tuple[int, int]]) -> None:
