@@ -116,10 +116,7 @@ def compile_argv(
         # would make the object depend on where it was built. The depfile options are clang's own,
         # each passed through hipcc by -Xclang.
         # A linked module's units each need their own id (it names their internal symbols).
-        cuid = job.module.name
-        if job.module.linked:
-            cuid += "." + source.rsplit(".", 1)[0]
-        hip_target = [f"-cuid={cuid}", f"--offload-arch={job.target.target}"]
+        hip_target = [f"-cuid={job.module.cuid(source)}", f"--offload-arch={job.target.target}"]
         clang = ["-dependency-file", depfile, "-MT", output]
         hip_depfile = [part for option in clang for part in ("-Xclang", option)]
         return ["hipcc", *flags, *hip_target, *extra, *hip_depfile, source, "-o", output]
