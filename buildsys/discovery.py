@@ -55,7 +55,7 @@ from .toolchain import Toolchain
 _PTX_RESOURCES = KernelResources(
     registers=0, sgpr=0, agpr=0, lds=0, scratch=0, spills=0, wavefront=32, max_workgroup=0
 )
-# How a device link renames a unit's internal-linkage symbols so that two units' never clash:
+# How a device link renames a unit's internal-linkage symbols so that two units' symbols never clash:
 # nvlink's input (nvcc -rdc) prefixes ``__nv_static_<n>_<unit id of n characters>_``, the id naming
 # the unit's file (``_c8701816_4_a_cu_41113dc9`` for a.cu); clang's -fgpu-rdc appends
 # ``.intern.<hash of the unit's -cuid>`` (llvm::MD5Hash: the digest's first 8 bytes, little-endian,

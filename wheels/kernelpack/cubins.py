@@ -257,8 +257,8 @@ class Ptx:
 
 @dataclass(frozen=True)
 class PtxKernel:
-    """One ``.entry``: its name, whether other modules may see it (``.visible``: a kernel the
-    loader can look up) and its parameters, laid out as the PTX ISA places them (each at the next
+    """One ``.entry``: its name, whether other modules may see it (``.visible``; the loader finds
+    the others too, a ``static`` kernel's, after the driver's JIT) and its parameters, laid out as the PTX ISA places them (each at the next
     multiple of its alignment)."""
 
     name: str
