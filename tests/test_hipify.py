@@ -248,8 +248,35 @@ def test_cuda_arch_and_version_macros() -> None:
     assert result.text.count("__HIP_DEVICE_COMPILE__") == 2
     assert "#if KERNELPACK_CUDA_ARCH >= 800\n" in result.text
     assert "#include <kernelpack_hip_compat.h>\n#line 1\n#ifdef" in result.text
-    assert "int v = HIP_VERSION;" in result.text
-    assert [(d.line, d.code) for d in result.diagnostics] == [(11, "untranslated")]
+    assert "int v = KERNELPACK_CUDART_VERSION;" in result.text
+    assert "#if KERNELPACK_CUDART_VERSION >= 12000\n" in result.text
+    assert result.diagnostics == ()
+
+
+def test_version_macros_see_cuda_11_8_everywhere() -> None:
+    # threadFenceReduction (cuda-samples): the kernels are behind `#if CUDART_VERSION >= 2020`
+    # and the #else calls a helper that no longer exists; every use (value, #if, #ifdef, a
+    # fallback #define) must agree on the one release the compat layer stands for: CUDA 11.8.
+    text = (
+        "#ifndef CUDART_VERSION\n#define CUDART_VERSION 0\n#endif\n"
+        "#define VERSION_MAJOR (CUDART_VERSION / 1000)\n"
+        "#if CUDART_VERSION >= 2020 && defined(CUDA_VERSION)\nint kernels;\n#endif\n"
+        "#if __CUDACC_VER_MAJOR__ < 12\nint old_nvcc = __CUDACC_VER_MINOR__;\n#endif\n"
+    )
+    out = translate(text)
+    assert out.startswith(
+        "#include <hip/hip_runtime.h>\n"
+        "#define KERNELPACK_CUDART_VERSION 11080\n#define KERNELPACK_CUDA_VERSION 11080\n"
+        "#define KERNELPACK_CUDACC_VER_MAJOR 11\n#define KERNELPACK_CUDACC_VER_MINOR 8\n#line 1\n"
+    )
+    assert "#ifndef KERNELPACK_CUDART_VERSION\n" in out
+    assert "(KERNELPACK_CUDART_VERSION / 1000)" in out
+    assert "#if KERNELPACK_CUDART_VERSION >= 2020 && defined(KERNELPACK_CUDA_VERSION)\n" in out
+    assert "int old_nvcc = KERNELPACK_CUDACC_VER_MINOR;" in out
+    assert not re.search(r"\b(CUDART_VERSION|CUDA_VERSION|__CUDACC_VER_\w+)", out)
+    assert translate(out) == out
+    assert not hipify_source(text, "v.cu").diagnostics
+    assert "#define" not in translate("int f() { return 1; }\n")
 
 
 def test_cuda_arch_values_use_the_compat_macro_and_header() -> None:
