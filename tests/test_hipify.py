@@ -392,6 +392,59 @@ def test_virtual_32_lane_warps_are_not_findings(body: str) -> None:
     assert codes(KERNEL.format(body=body)) == []
 
 
+BALLOT_KERNEL = (
+    "#define VOTERS 16\nconstexpr unsigned kFew = 8;\ntemplate <unsigned int blockSize>\n"
+    "__global__ void k(float* o, unsigned n) {{\n  unsigned tid = threadIdx.x;\n{body}\n"
+    "  o[0] = b;\n}}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "reported"),
+    [
+        # at most 32 lanes (0..31) can vote true: bits 32..63 are zero, 32 bits lose nothing
+        (  # cuda-samples reduction_kernel.cu's reduce7
+            "  const unsigned int e = (blockSize / warpSize) > 0 ? (blockSize / warpSize) : 1;\n"
+            "  const unsigned int b = __ballot_sync(0xffffffff, tid < e);",
+            False,
+        ),
+        ("  unsigned b = __ballot_sync(0xffffffff, threadIdx.x < 32);", False),
+        ("  unsigned b = __ballot(tid <= 31);", False),
+        ("  unsigned b = __ballot_sync(~0u, VOTERS > tid);", False),
+        ("  unsigned b = __ballot_sync(~0u, tid < kFew && o[tid] > 0);", False),
+        ("  unsigned lane = threadIdx.x % warpSize;\n  unsigned b = __ballot(lane < 16);", False),
+        ("  unsigned b = __ballot_sync(~0u, __lane_id() < blockDim.x / warpSize);", False),
+        ("  unsigned b = __ballot(tid < min(n, 32u));", False),
+        (
+            "  unsigned b = (unsigned)__ballot(cg::this_thread_block().thread_rank() < 4);",
+            False,
+        ),
+        ("#define WARP_SIZE 32\n  unsigned b = __ballot(tid < blockSize / WARP_SIZE);", False),
+        # lanes above 31 may vote: the finding stays
+        ("  unsigned b = __ballot_sync(0xffffffff, tid < 48);", True),
+        ("  unsigned b = __ballot_sync(0xffffffff, tid < blockDim.x);", True),
+        ("  unsigned b = __ballot_sync(0xffffffff, tid < n);", True),
+        ("  unsigned b = __ballot(tid <= 32);", True),
+        ("  unsigned b = __ballot(tid < blockSize / 16);", True),
+        ("  unsigned b = __ballot(tid < blockSize / WARP_SIZE);", True),  # WARP_SIZE unknown
+        ("  unsigned e = 8;\n  e += n;\n  unsigned b = __ballot(tid < e);", True),
+        ("  unsigned b = __ballot(threadIdx.x % 32 < 16);", True),  # lane 32 is 0 again
+        ("  o[threadIdx.y] = 0;\n  unsigned b = __ballot(threadIdx.x < 16);", True),  # 2-D
+        (
+            "  auto t = cg::tiled_partition<16>(cg::this_thread_block());\n"
+            "  unsigned b = __ballot(t.thread_rank() < 4);",  # every tile's ranks 0..3
+            True,
+        ),
+        ("  unsigned b = __ballot(tid > 16);", True),
+    ],
+)
+def test_ballot_in_32_bits_is_reported_unless_only_lanes_below_32_vote(
+    body: str, reported: bool
+) -> None:
+    found = [code for _, code in codes(BALLOT_KERNEL.format(body=body))]
+    assert ("ballot-32bit" in found) is reported, found
+
+
 def test_virtual_warps_mixed_with_the_hardware_wave_are_findings() -> None:
     body = "  int lane = threadIdx.x % 32;\n  unsigned long long b = __ballot_sync(~0u, lane == 0);"
     assert codes(KERNEL.format(body=body)) == [(2, "warp-size")]
