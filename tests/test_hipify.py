@@ -445,6 +445,15 @@ def test_ballot_in_32_bits_is_reported_unless_only_lanes_below_32_vote(
     assert ("ballot-32bit" in found) is reported, found
 
 
+def test_ballot_voters_in_a_helper_of_a_two_dimensional_kernel_are_not_bounded() -> None:
+    """threadIdx.x < 16 in a helper: the file's kernel reads threadIdx.y, so its blocks may put
+    rows 0..3 of 16 threads in one wave64, and lanes 48..63 vote too."""
+    helper = "__device__ unsigned votes() { unsigned b = __ballot(threadIdx.x < 16); return b; }\n"
+    kernel = "__global__ void k(unsigned* o) { o[threadIdx.y] = votes(); }\n"
+    assert codes(helper + kernel) == [(1, "ballot-32bit")]
+    assert codes(helper + kernel.replace("threadIdx.y", "blockIdx.x")) == []
+
+
 def test_virtual_warps_mixed_with_the_hardware_wave_are_findings() -> None:
     body = "  int lane = threadIdx.x % 32;\n  unsigned long long b = __ballot_sync(~0u, lane == 0);"
     assert codes(KERNEL.format(body=body)) == [(2, "warp-size")]

@@ -13,8 +13,8 @@ What counts, each provable from the text of one file:
 
 - an *index* is a value no smaller than the voting thread's lane in its wavefront:
   ``__lane_id()``; ``threadIdx.x`` and ``threadIdx.x % warpSize`` / ``& (warpSize - 1)`` in a
-  function that reads no ``threadIdx.y``/``.z`` (its blocks are numbered by x alone, so lane =
-  x mod the wave size <= x); ``thread_rank()`` of the thread block (a linear index); a variable
+  file that reads no ``threadIdx.y``/``.z`` (its blocks are taken to be numbered by x alone, so
+  lane = x mod the wave size <= x); ``thread_rank()`` of the thread block (a linear index); a variable
   defined once from one of these and never written again.
 - a *bound* has an upper limit: an integer literal; a quotient of a bounded value or a block
   size by a divisor of known lower limit (``warpSize`` is at least 32 on every GPU, a literal,
@@ -48,7 +48,7 @@ _BLOCK_SIZE_RE = re.compile(
     r"block_?dim)$",
     re.IGNORECASE,
 )
-_MIN_FUNCTIONS = frozenset({"min", "umin", "fminf", "__umin"})
+_MIN_FUNCTIONS = frozenset({"min", "umin", "__umin"})
 _WRITES = frozenset({"=", *COMPOUND_ASSIGNMENTS})
 _STEPS = frozenset({"++", "--"})
 _COMPARISONS = {"<": 0, "<=": 1, ">": 0, ">=": 1}  # the bound may be 32 - this
@@ -129,16 +129,16 @@ class _Scope:
         return False
 
     def _numbers_threads_by_x(self) -> bool:
-        """Whether the function reads no threadIdx.y/.z (its blocks are one-dimensional)."""
-        if self.body is None:
-            return False
-        tokens = self.view.tokens
-        for k in self.view.sig_in(*self.body):
-            if tokens[k].text == "threadIdx":
-                member = self.view.next_sig(self.view.next_sig(k) or k)
-                if self.view.text_of(member) in ("y", "z"):
+        """Whether threads are numbered by x alone: the file reads no threadIdx.y/.z anywhere
+        (a helper called from a two-dimensional kernel of the same file would not see it in its
+        own body)."""
+        view = self.view
+        for k in view.sig:
+            if view.tokens[k].text == "threadIdx":
+                member = view.next_sig(view.next_sig(k) or k)
+                if view.text_of(member) in ("y", "z"):
                     return False
-        return True
+        return self.body is not None
 
     def _is_thread_block(self, owner: list[int], before: int) -> bool:
         """Whether ``owner`` is the thread block's group (whose thread_rank() is linear), not a
