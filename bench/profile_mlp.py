@@ -47,7 +47,7 @@ from bench_mlp import (  # the benchmark's own measures, so the figures agree
     host_us_per_call,
 )
 
-from kernelpack import mlp, mlp_launch, torch_ops
+from kernelpack import mlp, mlp_hot, mlp_launch, torch_ops
 
 EPS = 1e-6
 
@@ -61,34 +61,23 @@ def host(calls: int) -> None:
     residual = torch.randn(1, 4096, device="cuda").to(bf16)
     out = torch.empty_like(gate)
     torch_ops.register()
-    mlp.swiglu(gate, up)  # the plan for (bfloat16, cuda:0)
-    plan = mlp.torch_plan(gate)
+    mlp.swiglu(gate, up)  # prepares (bfloat16, cuda:0, gate's shape) for the hot calls
+    mlp.swiglu(gate, up, out=out)
     kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("swiglu", "bfloat16"))
     grid, block = mlp_launch.swiglu_geometry(4096, "bfloat16")
     addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
     raw = torch._C._cuda_getCurrentRawStream
     stream = int(raw(0))
-    launch, _ = plan.prepare("swiglu", gate.shape)
-    shape = gate.shape
+    hot = mlp_hot.HOT["swiglu"]
+    below = mlp_hot.HOT_BELOW_AUTOGRAD["swiglu"]
+    entry = mlp_hot.PREPARED["swiglu"][mlp_hot.entry_key(gate)]
+    bound = getattr(entry[0], "launch", entry[0])
     ops = torch.ops.kernelpack
-
-    types = vars(mlp).get("TORCH_TYPES") or vars(mlp)["_TORCH_TYPES"]  # before: a private name
-
-    def checks() -> bool:  # the hot path's checks of swiglu before hot_plan existed
-        return bool(
-            type(gate) in types
-            and (gate.dtype, gate.get_device()) in mlp._TORCH_PLANS
-            and up.dtype is gate.dtype
-            and up.get_device() == gate.get_device()
-            and up.shape == gate.shape
-            and gate.is_contiguous()
-            and up.is_contiguous()
-            and not ((gate.requires_grad or up.requires_grad) and torch.is_grad_enabled())
-        )
-
-    hot_plan = getattr(mlp, "hot_plan", None)
-    if hot_plan is not None:
-        checks = functools.partial(hot_plan, gate, up)
+    device = gate.device
+    shape = (1, 4096)
+    empty = torch.empty
+    empty_strided = torch.empty_strided
+    strides = (4096, 1)
 
     steps: list[tuple[str, Callable[[], object]]] = [
         ("Python loop, lambda: None", lambda: None),
@@ -104,7 +93,14 @@ def host(calls: int) -> None:
             "torch.empty(shape, dtype=, device=)",
             lambda: torch.empty((1, 4096), dtype=bf16, device="cuda"),
         ),
-        ("hot-path checks of swiglu (no launch)", checks),
+        (
+            "torch.empty(shape, dtype=, device=torch.device)",
+            lambda: empty(shape, dtype=bf16, device=device),
+        ),
+        (
+            "torch.empty_strided(shape, strides, dtype=, device=)",
+            lambda: empty_strided(shape, strides, dtype=bf16, device=device),
+        ),
         (
             "kernel.launch, int addresses, int stream",
             lambda: kernel.launch(grid, block, *addresses, 4096, stream=stream),
@@ -114,16 +110,12 @@ def host(calls: int) -> None:
             lambda: kernel.launch(grid, block, gate, up, out, 4096, stream=stream),
         ),
         (
-            "prepared launch (partial), tensors, raw stream",
-            lambda: launch(gate, up, out, 4096, stream=raw(0)),
+            "kernel.launch, tensors, raw stream",
+            lambda: bound(grid, block, gate, up, out, 4096, stream=raw(0)),
         ),
         ("gate.shape", lambda: gate.shape),
-        ("hot_plan(gate, up, out)", lambda: mlp.hot_plan(gate, up, out)),
-        ("prepared launch lookup", lambda: plan.prepared["swiglu"].get(shape)),
-        (
-            "torch_swiglu(plan, ..., out=): lookup, stream, launch",
-            lambda: mlp.torch_swiglu(plan, gate, up, shape, out),
-        ),
+        ("hot call, out= (checks, stream, launch in one C call)", lambda: hot(gate, up, out)),
+        ("hot call below autograd, allocating", lambda: below(gate, up, None)),
         ("kernelpack.mlp.swiglu", lambda: mlp.swiglu(gate, up)),
         ("kernelpack.mlp.swiglu, out=", lambda: mlp.swiglu(gate, up, out=out)),
         ("kernelpack.mlp.rms_norm, out=", lambda: mlp.rms_norm(gate, weight, EPS, out=out)),
