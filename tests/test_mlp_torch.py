@@ -242,7 +242,9 @@ def test_rms_norm_weight_gradient_is_deterministic(rng: Any, dtype: str) -> None
         )
 
 
-@pytest.mark.parametrize(("grid", "block"), [(1, (32, 3)), (2, (16, 8)), (7, (32, 8))])
+@pytest.mark.parametrize(
+    ("grid", "block"), [(1, (32, 3)), (2, (16, 8)), (7, (32, 8)), (3, (128, 1)), (1, (64, 4))]
+)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_weight_gradient_sum_is_right_on_any_geometry(
     rng: Any, dtype: str, grid: int, block: tuple[int, int]

@@ -37,9 +37,11 @@ MAX_GRID_THREADS = 2**31
 # float32 partial weight gradients (deterministic: summed in a fixed order by a second kernel).
 BACKWARD_RESIDENT_THREADS = 132 * 512
 # The weight-gradient sum's block: 32 columns by 8 slices of the partial rows (kWeightGradThreads,
-# 256, bounds their product).
+# 256, bounds their product); with fewer partial rows, fewer slices and up to 128 columns.
 WEIGHT_GRAD_COLUMNS = 32
 WEIGHT_GRAD_SLICES = 8
+WEIGHT_GRAD_THREADS = 256
+WEIGHT_GRAD_COLUMNS_MAX = 128
 
 
 _MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
@@ -121,14 +123,18 @@ def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
     return min(rows, BACKWARD_RESIDENT_THREADS // threads), threads
 
 
-def weight_grad_geometry(cols: int) -> tuple[int, tuple[int, int]]:
-    """(grid, block as (columns, slices)) of the weight-gradient sum: 32 columns (128 bytes a
-    row of partial sums, read whole) by WEIGHT_GRAD_SLICES slices of the rows, one block per 32
-    columns. A function of cols alone, so the sum's order, and its bits, are the same every
+def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, int]]:
+    """(grid, block as (columns, slices)) of the weight-gradient sum over ``partial_rows`` rows
+    of partial sums: WEIGHT_GRAD_SLICES slices of the rows by 32 columns (128 bytes a row of
+    partial sums, read whole), one block per column group; with fewer partial rows than slices,
+    a slice per row (a power of two) and the block's other threads on more columns, up to 128
+    (at 1 x 4096 the 8-slice block launched 128 blocks to add one row, 0.5 µs slower than 32
+    blocks of 128 columns: docs/bench-mlp-notes.md). A function of the shape alone (the partial
+    rows are backward_row_geometry's grid), so a shape's sum, and its bits, are the same every
     run."""
-    block = (WEIGHT_GRAD_COLUMNS, WEIGHT_GRAD_SLICES)
-    threads = WEIGHT_GRAD_COLUMNS * WEIGHT_GRAD_SLICES
-    return min(-(-cols // WEIGHT_GRAD_COLUMNS), _grid_cap(threads)), block
+    slices = min(WEIGHT_GRAD_SLICES, 1 << max(partial_rows - 1, 0).bit_length())
+    columns = max(WEIGHT_GRAD_COLUMNS, min(WEIGHT_GRAD_COLUMNS_MAX, WEIGHT_GRAD_THREADS // slices))
+    return min(-(-cols // columns), _grid_cap(columns * slices)), (columns, slices)
 
 
 # ---- launches: addresses (ints or tensors, which the launcher reads) and sizes ----------------
@@ -267,7 +273,7 @@ def launch_rms_norm_backward(
         )
     else:
         grid = 0
-    columns, block = weight_grad_geometry(cols)
+    columns, block = weight_grad_geometry(cols, grid)
     load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(
         columns, block, partial, grad_weight, grid, cols, stream=stream
     )
