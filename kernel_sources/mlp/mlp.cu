@@ -9,12 +9,13 @@
 //
 // Launch geometry (chosen by kernelpack.mlp; any grid gives the right answer, the loops stride):
 //   swiglu_*, swiglu_backward_*
-//                            1-D grid over the elements, blocks of kElementwiseBlockThreads.
+//                            1-D grid over the elements, blocks of kElementwiseBlockThreads; a
+//                            grid with a thread for every 8-byte chunk gets 8-byte vectors.
 //   rms_norm_weight_grad_*   grid.x over the columns, blockDim.x columns by blockDim.y slices
 //                            of the rows of `partial`, at most kWeightGradThreads threads.
 //   silu_and_mul_*, silu_and_mul_backward_*
 //                            grid.x over the columns of the output, grid.y over the rows; blocks
-//                            of at most kElementwiseBlockThreads.
+//                            of at most kElementwiseBlockThreads (8-byte vectors as swiglu's).
 //   rms_norm_*, add_rms_norm_*
 //                            blockDim.x threads per row (a power of two), blockDim.y rows per
 //                            block, at most kRowBlockThreads threads; grid-stride over the rows.
@@ -70,24 +71,67 @@ __device__ __forceinline__ bool vector_aligned(const void* pointer) {
   return reinterpret_cast<unsigned long long>(pointer) % kVectorBytes == 0;
 }
 
-// Access to chunk i of an array: one 16-byte vector of kWidth elements ...
-template <typename T>
+// The narrower vector of the elementwise kernels on short inputs: 8 bytes (4 16-bit elements, 2
+// float32). Chosen by the launch geometry: a grid with a thread for every 8-byte chunk asks for it
+// (kernelpack.mlp_launch gives short inputs such a grid: with one 16-byte vector a thread they
+// leave most SMs idle and each thread's chain of eight sigmoids long; docs/bench-mlp-notes.md).
+constexpr int kNarrowBytes = 8;
+
+template <int kBytes>
+__device__ __forceinline__ bool aligned_to(const void* pointer) {
+  return reinterpret_cast<unsigned long long>(pointer) % kBytes == 0;
+}
+
+// A vector of 16 or 8 bytes as 32-bit words, and back.
+template <int kBytes>
+struct RawVector;
+
+template <>
+struct RawVector<16> {
+  using Type = uint4;
+  static __device__ __forceinline__ void words(Type raw, unsigned int (&out)[4]) {
+    out[0] = raw.x;
+    out[1] = raw.y;
+    out[2] = raw.z;
+    out[3] = raw.w;
+  }
+  static __device__ __forceinline__ Type from(const unsigned int (&in)[4]) {
+    return make_uint4(in[0], in[1], in[2], in[3]);
+  }
+};
+
+template <>
+struct RawVector<8> {
+  using Type = uint2;
+  static __device__ __forceinline__ void words(Type raw, unsigned int (&out)[2]) {
+    out[0] = raw.x;
+    out[1] = raw.y;
+  }
+  static __device__ __forceinline__ Type from(const unsigned int (&in)[2]) {
+    return make_uint2(in[0], in[1]);
+  }
+};
+
+// Access to chunk i of an array: one vector of kBytes (16 unless said), kWidth elements ...
+template <typename T, int kBytes = kVectorBytes>
 struct VectorAccess {
   using Bits = typename Elem<T>::Bits;
-  using Raw = uint4;
-  static constexpr int kWidth = kVectorBytes / static_cast<int>(sizeof(Bits));
+  using Raw = typename RawVector<kBytes>::Type;
+  static constexpr int kWidth = kBytes / static_cast<int>(sizeof(Bits));
+  static constexpr int kWords = kBytes / 4;
 
   static __device__ __forceinline__ Raw load(const T* base, long long i) {
-    return reinterpret_cast<const uint4*>(base)[i];
+    return reinterpret_cast<const Raw*>(base)[i];
   }
   static __device__ __forceinline__ void store(T* base, long long i, Raw raw) {
-    reinterpret_cast<uint4*>(base)[i] = raw;
+    reinterpret_cast<Raw*>(base)[i] = raw;
   }
   static __device__ __forceinline__ void unpack(Raw raw, float (&out)[kWidth]) {
-    const unsigned int words[4] = {raw.x, raw.y, raw.z, raw.w};
-    constexpr int kPerWord = kWidth / 4;
+    unsigned int words[kWords];
+    RawVector<kBytes>::words(raw, words);
+    constexpr int kPerWord = kWidth / kWords;
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
+    for (int w = 0; w < kWords; ++w) {
 #pragma unroll
       for (int k = 0; k < kPerWord; ++k) {
         const unsigned int bits = words[w] >> (k * 8 * sizeof(Bits));
@@ -96,10 +140,10 @@ struct VectorAccess {
     }
   }
   static __device__ __forceinline__ Raw pack(const float (&in)[kWidth]) {
-    unsigned int words[4];
-    constexpr int kPerWord = kWidth / 4;
+    unsigned int words[kWords];
+    constexpr int kPerWord = kWidth / kWords;
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
+    for (int w = 0; w < kWords; ++w) {
       words[w] = 0;
 #pragma unroll
       for (int k = 0; k < kPerWord; ++k) {
@@ -107,9 +151,19 @@ struct VectorAccess {
         words[w] |= bits << (k * 8 * sizeof(Bits));
       }
     }
-    return make_uint4(words[0], words[1], words[2], words[3]);
+    return RawVector<kBytes>::from(words);
   }
 };
+
+template <typename T>
+using NarrowAccess = VectorAccess<T, kNarrowBytes>;
+
+// Whether the grid asks for the narrow vector: a thread (along x) for every narrow chunk of n
+// elements. The same for every thread of the grid.
+template <typename T>
+__device__ __forceinline__ bool narrow_grid(long long n) {
+  return static_cast<long long>(gridDim.x) * blockDim.x * NarrowAccess<T>::kWidth >= n;
+}
 
 // ... or one element, for misaligned arrays and the tails past the last whole vector.
 template <typename T>
@@ -169,7 +223,12 @@ __device__ __forceinline__ void silu_mul_chunks(const T* gate, const T* up, T* o
 template <typename T>
 __device__ __forceinline__ void swiglu(const T* gate, const T* up, T* out, long long n) {
   long long done = 0;
-  if (vector_aligned(gate) && vector_aligned(up) && vector_aligned(out)) {
+  if (narrow_grid<T>(n) && aligned_to<kNarrowBytes>(gate) && aligned_to<kNarrowBytes>(up) &&
+      aligned_to<kNarrowBytes>(out)) {
+    constexpr int kWidth = NarrowAccess<T>::kWidth;
+    silu_mul_chunks<NarrowAccess<T>>(gate, up, out, n / kWidth);
+    done = n / kWidth * kWidth;
+  } else if (vector_aligned(gate) && vector_aligned(up) && vector_aligned(out)) {
     constexpr int kWidth = VectorAccess<T>::kWidth;
     silu_mul_chunks<VectorAccess<T>>(gate, up, out, n / kWidth);
     done = n / kWidth * kWidth;
@@ -193,7 +252,10 @@ template <typename T>
 __device__ __forceinline__ void silu_and_mul(const T* x, T* out, long long rows, long long cols) {
   // Every row start is aligned when the base is and the row of the output is a whole number of
   // vectors (the input row is twice as long).
-  if (vector_aligned(x) && vector_aligned(out) && cols % VectorAccess<T>::kWidth == 0) {
+  if (narrow_grid<T>(cols) && aligned_to<kNarrowBytes>(x) && aligned_to<kNarrowBytes>(out) &&
+      cols % NarrowAccess<T>::kWidth == 0) {
+    silu_and_mul_rows<NarrowAccess<T>>(x, out, rows, cols);
+  } else if (vector_aligned(x) && vector_aligned(out) && cols % VectorAccess<T>::kWidth == 0) {
     silu_and_mul_rows<VectorAccess<T>>(x, out, rows, cols);
   } else {
     silu_and_mul_rows<ScalarAccess<T>>(x, out, rows, cols);
@@ -399,8 +461,14 @@ template <typename T>
 __device__ __forceinline__ void swiglu_backward(const T* gate, const T* up, const T* grad,
                                                 T* grad_gate, T* grad_up, long long n) {
   long long done = 0;
-  if (vector_aligned(gate) && vector_aligned(up) && vector_aligned(grad) &&
-      vector_aligned(grad_gate) && vector_aligned(grad_up)) {
+  if (narrow_grid<T>(n) && aligned_to<kNarrowBytes>(gate) && aligned_to<kNarrowBytes>(up) &&
+      aligned_to<kNarrowBytes>(grad) && aligned_to<kNarrowBytes>(grad_gate) &&
+      aligned_to<kNarrowBytes>(grad_up)) {
+    constexpr int kWidth = NarrowAccess<T>::kWidth;
+    silu_mul_backward_chunks<NarrowAccess<T>>(gate, up, grad, grad_gate, grad_up, n / kWidth);
+    done = n / kWidth * kWidth;
+  } else if (vector_aligned(gate) && vector_aligned(up) && vector_aligned(grad) &&
+             vector_aligned(grad_gate) && vector_aligned(grad_up)) {
     constexpr int kWidth = VectorAccess<T>::kWidth;
     silu_mul_backward_chunks<VectorAccess<T>>(gate, up, grad, grad_gate, grad_up, n / kWidth);
     done = n / kWidth * kWidth;
@@ -425,8 +493,11 @@ __device__ __forceinline__ void silu_and_mul_backward_rows(const T* x, const T* 
 template <typename T>
 __device__ __forceinline__ void silu_and_mul_backward(const T* x, const T* grad, T* grad_x,
                                                       long long rows, long long cols) {
-  if (vector_aligned(x) && vector_aligned(grad) && vector_aligned(grad_x) &&
-      cols % VectorAccess<T>::kWidth == 0) {
+  if (narrow_grid<T>(cols) && aligned_to<kNarrowBytes>(x) && aligned_to<kNarrowBytes>(grad) &&
+      aligned_to<kNarrowBytes>(grad_x) && cols % NarrowAccess<T>::kWidth == 0) {
+    silu_and_mul_backward_rows<NarrowAccess<T>>(x, grad, grad_x, rows, cols);
+  } else if (vector_aligned(x) && vector_aligned(grad) && vector_aligned(grad_x) &&
+             cols % VectorAccess<T>::kWidth == 0) {
     silu_and_mul_backward_rows<VectorAccess<T>>(x, grad, grad_x, rows, cols);
   } else {
     silu_and_mul_backward_rows<ScalarAccess<T>>(x, grad, grad_x, rows, cols);

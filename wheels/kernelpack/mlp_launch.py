@@ -19,6 +19,11 @@ ITEM_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 # Launch geometry; the constants mirror mlp.cu where they must agree with it.
 VECTOR_BYTES = 16  # kVectorBytes: the widest load the kernels issue
+NARROW_BYTES = 8  # kNarrowBytes: the elementwise kernels' vector on short inputs
+# Elementwise inputs whose one-16-byte-vector-a-thread grid has fewer blocks than this (an H100's
+# or H200's SMs) get a thread for every 8-byte vector instead: twice the blocks, half the chain
+# of sigmoids a thread (the kernels see the grid and take 8-byte vectors; mlp.cu narrow_grid).
+NARROW_BELOW_BLOCKS = 132
 ELEMENTWISE_BLOCK = 128  # kElementwiseBlockThreads, the elementwise kernels' __launch_bounds__
 BLOCK_MIN = 64  # the smallest block: a multiple of every wavefront width (32 and 64)
 ROW_BLOCK_MAX = 512  # kRowBlockThreads, the row kernels' __launch_bounds__
@@ -73,22 +78,30 @@ def _grid_cap(threads_per_block: int) -> int:
     return max(1, MAX_GRID_THREADS // threads_per_block)
 
 
-def _vector_width(dtype: str) -> int:
-    return VECTOR_BYTES // ITEM_SIZE[dtype]
+def _vector_width(dtype: str, vector_bytes: int = VECTOR_BYTES) -> int:
+    return vector_bytes // ITEM_SIZE[dtype]
 
 
 def swiglu_geometry(n: int, dtype: str) -> tuple[int, int]:
-    """(grid, block) of the elementwise kernels over n elements: one 16-byte vector a thread."""
+    """(grid, block) of the elementwise kernels over n elements: one 16-byte vector a thread,
+    or one 8-byte vector where that grid would be short of NARROW_BELOW_BLOCKS blocks."""
     chunks = -(-n // _vector_width(dtype))
+    if -(-chunks // ELEMENTWISE_BLOCK) < NARROW_BELOW_BLOCKS:
+        chunks = -(-n // _vector_width(dtype, NARROW_BYTES))
     return min(-(-chunks // ELEMENTWISE_BLOCK), _grid_cap(ELEMENTWISE_BLOCK)), ELEMENTWISE_BLOCK
 
 
 def silu_and_mul_geometry(rows: int, cols: int, dtype: str) -> tuple[tuple[int, int], int]:
-    """((grid x over the columns, grid y over the rows), block) of silu_and_mul and its backward."""
-    chunks = -(-cols // _vector_width(dtype))  # one 16-byte vector per thread
-    block = min(max(BLOCK_MIN, 1 << (chunks - 1).bit_length()), ELEMENTWISE_BLOCK)
+    """((grid x over the columns, grid y over the rows), block) of silu_and_mul and its backward:
+    one 16-byte vector a thread, or one 8-byte vector where that grid would be short of
+    NARROW_BELOW_BLOCKS blocks."""
     grid_y = min(rows, MAX_GRID_Y)
-    grid_x = min(-(-chunks // block), _grid_cap(block * grid_y))
+    for vector_bytes in (VECTOR_BYTES, NARROW_BYTES):
+        chunks = -(-cols // _vector_width(dtype, vector_bytes))
+        block = min(max(BLOCK_MIN, 1 << (chunks - 1).bit_length()), ELEMENTWISE_BLOCK)
+        grid_x = min(-(-chunks // block), _grid_cap(block * grid_y))
+        if grid_x * grid_y >= NARROW_BELOW_BLOCKS:
+            break
     return (grid_x, grid_y), block
 
 
