@@ -20,6 +20,9 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
     python bench/profile_mlp.py forward-variants NAME:CUBIN ...
         rms_norm and swiglu forward of each cubin (mlp.cu built alone with a change) at several
         threads a row, GPU µs per call and the error against float64
+    python bench/profile_mlp.py weight-sum
+        the RMSNorm weight-gradient sum over 1 to 4 partial rows at the host's geometry against
+        the 32-column, 8-slice block, GPU µs per call
     python bench/profile_mlp.py variants NAME:CUBIN:ELEMENTS:SLICES ...
         rms_norm_backward of each cubin (mlp.cu built alone, e.g. before and after a change),
         ELEMENTS a thread for 16-bit dtypes (32-bit: 16), at several grids, its weight sum
@@ -76,6 +79,14 @@ def host(calls: int) -> None:
     device = gate.device
     shape = (1, 4096)
     empty = torch.empty
+    twin = mlp_hot.python_hot_call(  # the same hot call in Python: what the C call saves
+        mlp_hot.SPECS["swiglu"],
+        mlp_hot.TORCH_TYPES,
+        mlp_hot.PREPARED["swiglu"],
+        raw,
+        torch.empty_like,
+        torch.is_grad_enabled,
+    )
     empty_strided = torch.empty_strided
     strides = (4096, 1)
 
@@ -114,6 +125,14 @@ def host(calls: int) -> None:
             lambda: bound(grid, block, gate, up, out, 4096, stream=raw(0)),
         ),
         ("gate.shape", lambda: gate.shape),
+        ("gate.dtype", lambda: gate.dtype),
+        ("gate.device", lambda: gate.device),
+        ("gate.get_device()", gate.get_device),
+        ("gate.is_contiguous()", gate.is_contiguous),
+        ("gate.is_cuda", lambda: gate.is_cuda),
+        ("gate.data_ptr()", gate.data_ptr),
+        ("gate.requires_grad", lambda: gate.requires_grad),
+        ("hot call in Python (mlp_hot.python_hot_call), out=", lambda: twin(gate, up, out)),
         ("hot call, out= (checks, stream, launch in one C call)", lambda: hot(gate, up, out)),
         ("hot call below autograd, allocating", lambda: below(gate, up, None)),
         ("kernelpack.mlp.swiglu", lambda: mlp.swiglu(gate, up)),
@@ -494,10 +513,53 @@ def forward_variants(specs: list[str], batches: int) -> None:
             print(f"{dtype:8s} swiglu 1x11008 {name:8s}: {us:8.2f} µs  err {error:.1e}")
 
 
+def _launch_on_current_stream(launch: Any, args: tuple[Any, ...], _: int) -> None:
+    launch(*args, stream=torch._C._cuda_getCurrentRawStream(0))
+
+
+def weight_sum(batches: int) -> None:
+    """The weight-gradient sum alone over 1 to 4 partial rows (the backward's grid at 1 to 4
+    rows), at the host's geometry (mlp_launch.weight_grad_geometry) against the 32-column,
+    8-slice block used for every shape before: GPU µs per call, and both sums equal."""
+    print("\nweight-gradient sum, GPU µs: partial rows x cols, dtype: host's geometry vs 32x8")
+    for dtype in ("bfloat16", "float32"):
+        name = mlp_launch.kernel_name("rms_norm_weight_grad", dtype)
+        kernel = mlp_launch.load_kernel("cuda:0", name)
+        for rows in (1, 2, 4):
+            for cols in (4096, 8192):
+                partial = torch.randn(rows, cols, device="cuda")
+                out = torch.empty(cols, device="cuda", dtype=getattr(torch, dtype))
+                times, sums = [], []
+                for grid, block in (
+                    mlp_launch.weight_grad_geometry(cols, rows),
+                    (cols // 32, (32, 8)),
+                ):
+                    args = (grid, block, partial, out, rows, cols)
+                    call = functools.partial(_launch_on_current_stream, kernel.launch, args)
+                    times.append(gpu_time_us(call, 1, batches)[0])
+                    call(0)
+                    sums.append(out.clone())
+                same = bool(torch.equal(sums[0], sums[1]))
+                print(
+                    f"{rows} x {cols} {dtype}: {times[0]:6.2f} vs {times[1]:6.2f}"
+                    f" (sums equal: {same})",
+                    flush=True,
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "what", choices=["host", "workload", "kernels", "variants", "geometry", "forward-variants"]
+        "what",
+        choices=[
+            "host",
+            "workload",
+            "kernels",
+            "variants",
+            "geometry",
+            "forward-variants",
+            "weight-sum",
+        ],
     )
     parser.add_argument(
         "specs",
@@ -515,6 +577,8 @@ def main() -> None:
         kernels()
     elif args.what == "geometry":
         geometry(args.batches)
+    elif args.what == "weight-sum":
+        weight_sum(args.batches)
     elif args.what == "forward-variants":
         forward_variants(args.specs, args.batches)
     else:

@@ -443,6 +443,10 @@ def _autograd_kernel(
     grad_enabled, any_requires_grad = torch.is_grad_enabled, torch._C._any_requires_grad
 
     straight: dict[int, bool] = {}  # keyset's bits -> whether CUDA is next below autograd
+    # The CUDA implementation's hot call, made here without its Python frame (out= None where
+    # the op's hot call takes one); anything it does not take goes to the implementation.
+    hot = HOT[name]
+    tail = (None,) if mlp_hot.SPECS[name].out else ()
 
     def kernel(keyset: Any, *args: Any) -> Any:
         if grad_enabled() and any_requires_grad(*args):
@@ -455,7 +459,8 @@ def _autograd_kernel(
             below = keyset & below_autograd
             cuda_next = straight[bits] = (below - falls_through).highestPriorityTypeId() == cuda
         if cuda_next:
-            return real(*args)
+            result = hot(*args, *tail)
+            return real(*args) if result is NotImplemented else result
         with torch._C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & below_autograd, *args)
 
@@ -469,6 +474,7 @@ def register() -> None:
     with _lock:
         if _LIBRARY:
             return
+        mlp_hot.torch_enable(torch)  # the hot calls, which the Autograd kernels take
         make_library: Any = torch.library.Library  # untyped in torch
         library = make_library(NAMESPACE, "DEF")
         for name, schema in SCHEMAS.items():
@@ -480,8 +486,6 @@ def register() -> None:
             kernel = _autograd_kernel(name, backward, setup)
             library.impl(name, kernel, "Autograd", with_keyset=True)
         _LIBRARY.append(library)
-        # The CUDA implementations take kernelpack.mlp's hot calls for plain tensors and parameters
-        mlp_hot.torch_enable(torch)
 
 
 register()
