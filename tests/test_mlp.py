@@ -45,6 +45,8 @@ ROW_CASES = [
     (7, 64),
     (3, 100),
     (2, 1000),
+    (132, 512),  # the short-row kernels up to 132 rows, the general one above
+    (133, 512),
     (2, 2047),
     (3, 4096),
     (2, 4099),
@@ -332,15 +334,27 @@ def test_fused_add_rms_norm(torch_rng: Any, dtype: str, rows: int, cols: int, la
 
 # (grid, threads per row, rows per block) the ops never pick for 1001 rows: grids that stride over
 # the rows, rows narrower than, as wide as and wider than a wavefront, last blocks past the end.
-ROW_GEOMETRIES = [(1, 1, 64), (3, 8, 16), (2, 32, 4), (5, 64, 2), (3, 512, 1), (7, 2, 256)]
+# (kernel suffix, grid, threads a row, rows a block): the general kernels, then the short-row ones
+# (one row a block; 264 columns of float32 are 66 vectors, more than 64 threads: the scalar loop)
+ROW_GEOMETRIES = [
+    ("", 1, 1, 64),
+    ("", 3, 8, 16),
+    ("", 2, 32, 4),
+    ("", 5, 64, 2),
+    ("", 3, 512, 1),
+    ("", 7, 2, 256),
+    ("_short", 1, 64, 1),
+    ("_short", 3, 128, 1),
+    ("_short", 2, 1024, 1),
+]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("grid", "threads", "per_block"), ROW_GEOMETRIES)
+@pytest.mark.parametrize(("kind", "grid", "threads", "per_block"), ROW_GEOMETRIES)
 @pytest.mark.parametrize("cols", [264, 263])  # the vector path, and the scalar one
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_row_kernels_are_right_on_any_geometry(
-    torch_rng: Any, dtype: str, cols: int, grid: int, threads: int, per_block: int
+    torch_rng: Any, dtype: str, cols: int, kind: str, grid: int, threads: int, per_block: int
 ) -> None:
     """The row kernels launched directly: any grid and block shape they allow is right."""
     torch = torch_rng[0]
@@ -349,7 +363,7 @@ def test_row_kernels_are_right_on_any_geometry(
     x = randn(torch_rng, (rows, cols), dtype)
     weight = randn(torch_rng, (cols,), dtype)
     buffer, out = poisoned(torch_rng, (rows, cols), dtype)
-    mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm", dtype)).launch(
+    mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm" + kind, dtype)).launch(
         grid,
         (threads, per_block),
         x.data_ptr(),
@@ -360,13 +374,13 @@ def test_row_kernels_are_right_on_any_geometry(
         EPS,
         stream=stream,
     )
-    what = f"rms_norm {rows}x{cols} grid {grid} block {threads}x{per_block}"
+    what = f"rms_norm{kind} {rows}x{cols} grid {grid} block {threads}x{per_block}"
     assert_close(torch_rng, out, ref_rms_norm(torch, x, weight, EPS), dtype, what)
     assert_guards_intact(buffer, 0, rows * cols)
 
     residual = randn(torch_rng, (rows, cols), dtype)
     stored_sum = (x.double() + residual.double()).to(x.dtype)
-    mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("add_rms_norm", dtype)).launch(
+    mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("add_rms_norm" + kind, dtype)).launch(
         grid,
         (threads, per_block),
         x.data_ptr(),
@@ -379,7 +393,7 @@ def test_row_kernels_are_right_on_any_geometry(
         EPS,
         stream=stream,
     )
-    what = f"fused_add_rms_norm {rows}x{cols} grid {grid} block {threads}x{per_block}"
+    what = f"fused_add_rms_norm{kind} {rows}x{cols} grid {grid} block {threads}x{per_block}"
     assert_close(torch_rng, residual, stored_sum.double(), dtype, what + " residual")
     assert_close(torch_rng, x, ref_rms_norm(torch, stored_sum, weight, EPS), dtype, what + " x")
 

@@ -19,6 +19,9 @@
 //   rms_norm_*, add_rms_norm_*
 //                            blockDim.x threads per row (a power of two), blockDim.y rows per
 //                            block, at most kRowBlockThreads threads; grid-stride over the rows.
+//   rms_norm_short_*, add_rms_norm_short_*
+//                            one row a block at a time (grid-stride), blockDim.x threads (a power
+//                            of two, at most kShortRowThreads), blockDim.y == 1.
 //   rms_norm_backward_*      blockDim.x threads per row (a power of two, at least a wavefront),
 //                            one row a block at a time; the grid sets the rows of `partial`.
 //
@@ -418,6 +421,129 @@ __device__ __forceinline__ void rms_norm(const T* x, const T* residual, T* resid
   }
 }
 
+// Short rows (the host's choice for few rows, up to kShortRowThreads vectors a row): one block a
+// row, one 16-byte vector a thread, held in registers from the load to the store, the weight's
+// vector loaded beside it. Why a kernel of its own (profiled on the H200 at 1 x 4096 bfloat16,
+// docs/bench-mlp-notes.md): the general kernel's warps each issue about 535 instructions (four
+// cached vectors, whose unrolled and predicated code a warp issues whether its row has them or
+// not), one warp a scheduler; here a warp issues the one vector's. A misaligned row (or one not a
+// whole number of vectors) takes the scalar loop, twice over the row, which is slow but right.
+constexpr int kShortRowThreads = 1024;
+
+template <bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm_short_vector(const T* x, const T* residual,
+                                                      T* residual_out, const T* weight, T* out,
+                                                      int chunks, long long cols, float eps,
+                                                      float* slots) {
+  using Access = VectorAccess<T>;
+  using Raw = typename Access::Raw;
+  constexpr int kWidth = Access::kWidth;
+  const int i = static_cast<int>(threadIdx.x);
+  const bool here = i < chunks;
+  Raw value{};
+  Raw weights{};
+  Raw residuals{};
+  if (here) {
+    value = Access::load(x, i);
+    if constexpr (kAddResidual) {
+      residuals = Access::load(residual, i);
+    }
+    weights = Access::load(weight, i);
+  }
+  float v[kWidth];
+  float sum_squares = 0.0f;
+  if (here) {
+    Access::unpack(value, v);
+    if constexpr (kAddResidual) {
+      float r[kWidth];
+      Access::unpack(residuals, r);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        v[k] += r[k];
+      }
+      value = Access::pack(v);
+      Access::store(residual_out, i, value);
+      Access::unpack(value, v);  // the sum as stored, rounded to T
+    }
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      sum_squares += v[k] * v[k];
+    }
+  }
+  sum_squares = kp::row_sum(sum_squares, slots);
+  const float scale = rsqrtf(sum_squares / static_cast<float>(cols) + eps);
+  if (here) {
+    float w[kWidth];
+    Access::unpack(weights, w);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      v[k] = v[k] * scale * w[k];
+    }
+    Access::store(out, i, Access::pack(v));
+  }
+}
+
+template <bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm_short_scalar(const T* x, const T* residual,
+                                                      T* residual_out, const T* weight, T* out,
+                                                      long long cols, float eps, float* slots) {
+  using Access = ScalarAccess<T>;
+  const int n = static_cast<int>(cols);
+  const int stride = static_cast<int>(blockDim.x);
+  float sum_squares = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += stride) {
+    float v[1];
+    Access::unpack(Access::load(x, i), v);
+    if constexpr (kAddResidual) {
+      float r[1];
+      Access::unpack(Access::load(residual, i), r);
+      v[0] += r[0];
+      const typename Access::Raw stored = Access::pack(v);
+      Access::store(residual_out, i, stored);
+      Access::unpack(stored, v);
+    }
+    sum_squares += v[0] * v[0];
+  }
+  sum_squares = kp::row_sum(sum_squares, slots);
+  const float scale = rsqrtf(sum_squares / static_cast<float>(cols) + eps);
+  // The same thread reads back what it read (or wrote to residual) above: no barrier needed.
+  const T* source = kAddResidual ? residual_out : x;
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += stride) {
+    float v[1];
+    float w[1];
+    Access::unpack(Access::load(source, i), v);
+    Access::unpack(Access::load(weight, i), w);
+    v[0] = v[0] * scale * w[0];
+    Access::store(out, i, Access::pack(v));
+  }
+}
+
+// blockDim.x threads a row (a power of two), blockDim.y == 1; the blocks stride over the rows.
+template <bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T* residual_out,
+                                               const T* weight, T* out, long long rows,
+                                               long long cols, float eps) {
+  __shared__ float slots[kp::kMaxBlockThreads];
+  constexpr int kWidth = VectorAccess<T>::kWidth;
+  const bool vectors =
+      vector_aligned(x) && vector_aligned(weight) && vector_aligned(out) &&
+      (!kAddResidual || (vector_aligned(residual) && vector_aligned(residual_out))) &&
+      cols % kWidth == 0 && cols / kWidth <= static_cast<long long>(blockDim.x);
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const long long offset = row * cols;
+    const T* residual_row = kAddResidual ? residual + offset : nullptr;
+    T* residual_out_row = kAddResidual ? residual_out + offset : nullptr;
+    if (vectors) {
+      rms_norm_short_vector<kAddResidual>(x + offset, residual_row, residual_out_row, weight,
+                                          out + offset, static_cast<int>(cols / kWidth), cols,
+                                          eps, slots);
+    } else {
+      rms_norm_short_scalar<kAddResidual>(x + offset, residual_row, residual_out_row, weight,
+                                          out + offset, cols, eps, slots);
+    }
+  }
+}
+
 // ---- backward ---------------------------------------------------------------------------------
 
 // d/dg and d/du of silu(g) * u, times the incoming gradient dy: with s = sigmoid(g),
@@ -812,6 +938,23 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   ::rms_norm<true>(x, residual, residual_out, weight, out, rows, cols, eps);
 }
 
+// The same two ops for short rows (the host's choice for few rows): one block a row, one vector a
+// thread.
+template <typename T>
+__global__ void __launch_bounds__(kShortRowThreads)
+    rms_norm_short(const T* x, const T* weight, T* out, long long rows, long long cols,
+                   float eps) {
+  ::rms_norm_short<false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight,
+                          out, rows, cols, eps);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kShortRowThreads)
+    add_rms_norm_short(const T* x, const T* residual, const T* weight, T* out, T* residual_out,
+                       long long rows, long long cols, float eps) {
+  ::rms_norm_short<true>(x, residual, residual_out, weight, out, rows, cols, eps);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     swiglu_backward(const T* gate, const T* up, const T* grad, T* grad_gate, T* grad_up,
@@ -846,6 +989,10 @@ __global__ void __launch_bounds__(kWeightGradThreads)
   template __global__ void rms_norm<T>(const T*, const T*, T*, long long, long long, float);    \
   template __global__ void add_rms_norm<T>(const T*, const T*, const T*, T*, T*, long long,     \
                                            long long, float);                                   \
+  template __global__ void rms_norm_short<T>(const T*, const T*, T*, long long, long long,       \
+                                             float);                                            \
+  template __global__ void add_rms_norm_short<T>(const T*, const T*, const T*, T*, T*,          \
+                                                 long long, long long, float);                  \
   template __global__ void swiglu_backward<T>(const T*, const T*, const T*, T*, T*, long long); \
   template __global__ void silu_and_mul_backward<T>(const T*, const T*, T*, long long,          \
                                                     long long);                                 \

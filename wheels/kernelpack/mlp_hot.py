@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from .mlp_launch import (
     kernel_name,
     load_kernel,
-    row_geometry,
+    norm_launch,
     silu_and_mul_geometry,
     swiglu_geometry,
 )
@@ -133,9 +133,11 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
     cols = shape[-1] if shape else 1
     weight_shape = result_shape = None
     sizes: tuple[int, ...]
+    kernel = KERNEL_OF[op]
+    geometry: tuple[Any, Any] = (1, 1)  # no elements: nothing is launched
     if op == "swiglu":
         rows, sizes = n, (n,)
-        geometry: tuple[Any, Any] = swiglu_geometry(n, dtype)
+        geometry = swiglu_geometry(n, dtype)
     else:
         if op == "silu_and_mul":
             cols //= 2
@@ -144,11 +146,14 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
             weight_shape = shape[-1:]
         rows = n // shape[-1] if cols else 0
         sizes = (rows, cols)
-        grid_of = silu_and_mul_geometry if op == "silu_and_mul" else row_geometry
-        geometry = grid_of(rows, cols, dtype) if rows * cols else (1, 1)
+        if rows * cols and op == "silu_and_mul":
+            geometry = silu_and_mul_geometry(rows, cols, dtype)
+        elif rows * cols:
+            kernel, grid, block = norm_launch(kernel, rows, cols, dtype)
+            geometry = (grid, block)
     launch = None
     if rows * cols:
-        launch = load_kernel(device, kernel_name(KERNEL_OF[op], dtype)).launch
+        launch = load_kernel(device, kernel_name(kernel, dtype)).launch
         _, launcher_type = _native_types()
         owner = getattr(launch, "__self__", None)
         if launcher_type is not None and type(owner) is launcher_type:

@@ -27,6 +27,11 @@ NARROW_BELOW_BLOCKS = 132
 ELEMENTWISE_BLOCK = 128  # kElementwiseBlockThreads, the elementwise kernels' __launch_bounds__
 BLOCK_MIN = 64  # the smallest block: a multiple of every wavefront width (32 and 64)
 ROW_BLOCK_MAX = 512  # kRowBlockThreads, the row kernels' __launch_bounds__
+# The short-row forward norms (rms_norm_short, add_rms_norm_short): one 16-byte vector a thread,
+# one block a row, at most kShortRowThreads threads; the host takes them for at most
+# SHORT_ROWS_MAX rows (one block a row, all at once on an H100's or H200's 132 SMs).
+SHORT_ROW_THREADS = 1024  # kShortRowThreads
+SHORT_ROWS_MAX = 132
 CACHED_CHUNKS = 4  # kCachedChunks: vectors per thread kept in registers across RMSNorm's two passes
 BACKWARD_CACHED_CHUNKS = 4  # kBackwardCachedChunks: the same for the backward kernel
 MAX_GRID_Y = 65535
@@ -127,6 +132,26 @@ def row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, tuple[int, int]
     return grid, (threads, per_block)
 
 
+def short_rows(rows: int, cols: int, dtype: str) -> bool:
+    """Whether the forward norms of ``rows`` rows of ``cols`` take the short-row kernels: few
+    rows, each a whole number of 16-byte vectors, at most one a thread."""
+    width = _vector_width(dtype)
+    return 0 < rows <= SHORT_ROWS_MAX and cols % width == 0 and cols // width <= SHORT_ROW_THREADS
+
+
+def norm_launch(op: str, rows: int, cols: int, dtype: str) -> tuple[str, int, tuple[int, int]]:
+    """(kernel op, grid, block as (threads per row, rows per block)) of a forward norm (``op``
+    "rms_norm" or "add_rms_norm"): the short-row kernel, one block a row and a thread per vector
+    (a power of two, at least BLOCK_MIN), where :func:`short_rows` says so, else the general
+    kernel at :func:`row_geometry`."""
+    if short_rows(rows, cols, dtype):
+        chunks = cols // _vector_width(dtype)
+        threads = max(BLOCK_MIN, 1 << (chunks - 1).bit_length())
+        return f"{op}_short", rows, (threads, 1)
+    grid, block = row_geometry(rows, cols, dtype)
+    return op, grid, block
+
+
 def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
     """(grid, threads per row) of the RMSNorm backward kernel: one row a block at a time, at
     least BLOCK_MIN threads, and as many blocks as are resident at once (at most one a row), each
@@ -188,8 +213,8 @@ def launch_rms_norm(
 ) -> None:
     if rows * cols == 0:
         return
-    grid, block = row_geometry(rows, cols, dtype)
-    load_kernel(device, kernel_name("rms_norm", dtype)).launch(
+    name, grid, block = norm_launch("rms_norm", rows, cols, dtype)
+    load_kernel(device, kernel_name(name, dtype)).launch(
         grid, block, x, weight, out, rows, cols, eps, stream=stream
     )
 
@@ -211,8 +236,8 @@ def launch_add_rms_norm(
     when out is x and residual_out is residual (fused_add_rms_norm)."""
     if rows * cols == 0:
         return
-    grid, block = row_geometry(rows, cols, dtype)
-    load_kernel(device, kernel_name("add_rms_norm", dtype)).launch(
+    name, grid, block = norm_launch("add_rms_norm", rows, cols, dtype)
+    load_kernel(device, kernel_name(name, dtype)).launch(
         grid, block, x, residual, weight, out, residual_out, rows, cols, eps, stream=stream
     )
 
