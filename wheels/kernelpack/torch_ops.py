@@ -33,6 +33,7 @@ from . import mlp, mlp_hot, mlp_launch
 from .errors import UsageError
 
 NAMESPACE = "kernelpack"
+DEFAULT_EPS = 1e-6  # the schemas' eps=1e-06
 
 # name -> schema (the functional ops, their backward ops, and the in-place op)
 SCHEMAS = {
@@ -446,7 +447,11 @@ def _autograd_kernel(
     # The CUDA implementation's hot call, made here without its Python frame (out= None where
     # the op's hot call takes one); anything it does not take goes to the implementation.
     hot = HOT[name]
-    tail = (None,) if mlp_hot.SPECS[name].out else ()
+    spec = mlp_hot.SPECS[name]
+    tail = (None,) if spec.out else ()
+    # The dispatcher leaves a trailing argument given at its default out of args (eps=1e-06 in
+    # every schema here), which the hot call needs: put back
+    defaults = (DEFAULT_EPS,) if spec.eps else ()
 
     def kernel(keyset: Any, *args: Any) -> Any:
         if grad_enabled() and any_requires_grad(*args):
@@ -459,7 +464,7 @@ def _autograd_kernel(
             below = keyset & below_autograd
             cuda_next = straight[bits] = (below - falls_through).highestPriorityTypeId() == cuda
         if cuda_next:
-            result = hot(*args, *tail)
+            result = hot(*args, *defaults[len(args) - spec.inputs :], *tail)
             return real(*args) if result is NotImplemented else result
         with torch._C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & below_autograd, *args)
