@@ -77,7 +77,8 @@ __device__ __forceinline__ bool vector_aligned(const void* pointer) {
 // The narrower vector of the elementwise kernels on short inputs: 8 bytes (4 16-bit elements, 2
 // float32). Chosen by the launch geometry: a grid with a thread for every 8-byte chunk asks for it
 // (kernelpack.mlp_launch gives short inputs such a grid: with one 16-byte vector a thread they
-// leave most SMs idle and each thread's chain of eight sigmoids long; docs/bench-mlp-notes.md).
+// leave most SMs idle and each thread's chain of eight sigmoids long, the profile of the 1-row
+// rows behind torch.compile in docs/bench-mlp-notes.md; tested, not yet timed).
 constexpr int kNarrowBytes = 8;
 
 template <int kBytes>
@@ -423,11 +424,12 @@ __device__ __forceinline__ void rms_norm(const T* x, const T* residual, T* resid
 
 // Short rows (the host's choice for few rows, up to kShortRowThreads vectors a row): one block a
 // row, one 16-byte vector a thread, held in registers from the load to the store, the weight's
-// vector loaded beside it. Why a kernel of its own (profiled on the H200 at 1 x 4096 bfloat16,
-// docs/bench-mlp-notes.md): the general kernel's warps each issue about 535 instructions (four
-// cached vectors, whose unrolled and predicated code a warp issues whether its row has them or
-// not), one warp a scheduler; here a warp issues the one vector's. A misaligned row (or one not a
-// whole number of vectors) takes the scalar loop, twice over the row, which is slow but right.
+// vector loaded beside it. Why a kernel of its own (ncu on the H200 at 1 x 4096 bfloat16,
+// docs/bench-mlp-notes.md): the general kernel's warps each issued about 535 instructions for its
+// four cached vectors, one warp a scheduler, where Liger-Kernel's issued 254; here a warp issues
+// one vector's. (Tested, not yet timed beside the general kernel: the notes say so.) A misaligned
+// row (or one not a whole number of vectors) takes the scalar loop, twice over the row, which is
+// slow but right.
 constexpr int kShortRowThreads = 1024;
 
 template <bool kAddResidual, typename T>

@@ -437,7 +437,8 @@ static PyType_Spec launcher_spec = {
 
 /* ---- the torch hot path ----------------------------------------------------------------------
  * kernelpack.mlp's ops on torch tensors, checked, allocated and launched in one call: the same
- * checks the Python hot path made (mlp.hot_plan), read here without the bytecode between them.
+ * checks the full path makes (kernelpack/mlp.py), read here without bytecode between them; the
+ * pure-Python twin where this extension was not built is mlp_hot.python_hot_call.
  * Measured on the H200's host: docs/bench-mlp-notes.md. */
 
 enum hot_kind {
