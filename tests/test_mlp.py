@@ -130,6 +130,79 @@ def test_in_place_op_refuses_read_only_numpy_arrays() -> None:
         mlp.swiglu(f32(4), f32(4), out=out)
 
 
+# ---- the host's launch choices: pure functions of the shape, written out by hand --------------
+
+
+@pytest.mark.parametrize(
+    ("n", "dtype", "expected"),
+    [
+        (11008, "bfloat16", (22, 128)),  # 1 row: 8-byte vectors, 2752 of them
+        (11008, "float32", (43, 128)),  # 2 float32 a thread: 5504
+        (14336, "float16", (28, 128)),
+        (64 * 11008, "bfloat16", (688, 128)),  # 688 blocks of 16-byte vectors: enough
+        (4096 * 132, "bfloat16", (528, 128)),  # 528 blocks of 16-byte vectors
+        (8 * 128 * 131, "bfloat16", (262, 128)),  # 131 blocks of 16 bytes: 8-byte ones instead
+        (1, "float32", (1, 128)),
+    ],
+)
+def test_swiglu_grid_takes_8_byte_vectors_below_132_blocks(
+    n: int, dtype: str, expected: tuple[int, int]
+) -> None:
+    assert mlp_launch.swiglu_geometry(n, dtype) == expected
+
+
+@pytest.mark.parametrize(
+    ("rows", "cols", "dtype", "expected"),
+    [
+        (1, 11008, "bfloat16", ((22, 1), 128)),
+        (64, 11008, "bfloat16", ((11, 64), 128)),  # 704 blocks: 16-byte vectors
+        (3, 4099, "float32", ((17, 3), 128)),  # 1025 vectors of 8 bytes, rounded up
+        (70_001, 8, "bfloat16", ((1, 65535), 64)),
+    ],
+)
+def test_silu_and_mul_grid_takes_8_byte_vectors_below_132_blocks(
+    rows: int, cols: int, dtype: str, expected: tuple[tuple[int, int], int]
+) -> None:
+    assert mlp_launch.silu_and_mul_geometry(rows, cols, dtype) == expected
+
+
+@pytest.mark.parametrize(
+    ("rows", "cols", "dtype", "expected"),
+    [
+        (1, 4096, "bfloat16", ("rms_norm_short", 1, (512, 1))),
+        (64, 4096, "bfloat16", ("rms_norm_short", 64, (512, 1))),
+        (132, 8192, "float16", ("rms_norm_short", 132, (1024, 1))),
+        (2, 8, "bfloat16", ("rms_norm_short", 2, (64, 1))),  # at least BLOCK_MIN threads
+        (1, 4096, "float32", ("rms_norm_short", 1, (1024, 1))),
+        (133, 4096, "bfloat16", ("rms_norm", 133, (128, 1))),  # more rows than SMs
+        (1, 4099, "bfloat16", ("rms_norm", 1, (256, 1))),  # not whole vectors: 513, 4 a thread
+        (1, 16384, "bfloat16", ("rms_norm", 1, (512, 1))),  # 2048 vectors: too many
+        (1, 8192, "float32", ("rms_norm", 1, (512, 1))),
+    ],
+)
+def test_short_rows_take_the_short_row_kernel(
+    rows: int, cols: int, dtype: str, expected: tuple[str, int, tuple[int, int]]
+) -> None:
+    assert mlp_launch.norm_launch("rms_norm", rows, cols, dtype) == expected
+
+
+@pytest.mark.parametrize(
+    ("cols", "partial_rows", "expected"),
+    [
+        (4096, 1, (32, (128, 1))),
+        (4096, 2, (32, (128, 2))),
+        (4096, 3, (64, (64, 4))),
+        (4096, 264, (128, (32, 8))),
+        (300, 5, (10, (32, 8))),
+        (64, 0, (1, (128, 1))),  # no rows: the sum writes zeros
+    ],
+)
+def test_weight_gradient_sum_slices_follow_the_partial_rows(
+    cols: int, partial_rows: int, expected: tuple[int, tuple[int, int]]
+) -> None:
+    assert mlp_launch.weight_grad_geometry(cols, partial_rows) == expected
+
+
 # ---- GPU: torch inputs, float64 references ----------------------------------------------------
 
 
