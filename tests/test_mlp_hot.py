@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -339,3 +340,27 @@ def test_the_c_hot_call_drives_the_c_launcher_directly(native: Any) -> None:
 
 def mlp_hot_address(function: Any) -> int:
     return int(ctypes.cast(function, ctypes.c_void_p).value or 0)
+
+
+@pytest.mark.parametrize("op", list(mlp_hot.SPECS))
+def test_the_hot_call_keeps_no_reference_it_should_not(
+    make_hot: Callable[..., Any], op: str
+) -> None:
+    """A hundred calls, accepted and refused, leave the entry's, the arguments' and the
+    results' reference counts as they were (the C call owns its references exactly)."""
+    hot = Hot(make_hot, op, torch.is_grad_enabled, TYPES)
+    entry = hot.prepared[(BF16, -1, torch.Size(SHAPE))]
+    args = good_args(op)
+    refused = wrong_args(op, 0, transposed, args)
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]  # None and eps are shared widely
+    counts = [sys.getrefcount(entry), *(sys.getrefcount(t) for t in tensors)]
+    for _ in range(100):
+        result = hot.call(*args)
+        assert hot.call(*refused) is NotImplemented
+    hot.launch.calls.clear()  # the recorder holds the launches' arguments
+    results = result if isinstance(result, tuple) else (result,)
+    del result
+    for tensor in results:
+        if tensor is not None and all(tensor is not a for a in args):
+            assert sys.getrefcount(tensor) == 3  # results, tensor, getrefcount's argument
+    assert [sys.getrefcount(entry), *(sys.getrefcount(t) for t in tensors)] == counts

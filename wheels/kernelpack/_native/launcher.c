@@ -574,8 +574,10 @@ static int shape_is(PyObject *obj, PyObject *expected) {
     return equal == 1;
 }
 
-/* The entry prepared for the first tensor's (dtype, device index, shape), borrowed, with its
- * index and shape (new references), or NULL when none was prepared (no exception left set). */
+/* The entry prepared for the first tensor's (dtype, device index, shape), with its dtype, index
+ * and shape, all new references (the entry's too: a call on another thread may clear the memo
+ * while the launch has released the GIL), or NULL when none was prepared (no exception left
+ * set). */
 static PyObject *hot_entry(HotPath *self, PyObject *first, PyObject **dtype, PyObject **index,
                            PyObject **shape) {
     *dtype = PyObject_GetAttr(first, s_dtype);
@@ -586,7 +588,7 @@ static PyObject *hot_entry(HotPath *self, PyObject *first, PyObject **dtype, PyO
     Py_XDECREF(key);
     if (entry != NULL && (!PyTuple_Check(entry) || PyTuple_Size(entry) != ENTRY_ITEMS)) entry = NULL;
     if (entry == NULL) PyErr_Clear();
-    return entry;
+    return Py_XNewRef(entry);
 }
 
 /* Whether the call's tensors pass the hot path's checks (the first's are done by hot_entry's
@@ -730,6 +732,7 @@ failed:
     Py_XDECREF(made[0]);
     Py_XDECREF(made[1]);
 done:
+    Py_XDECREF(entry);
     Py_XDECREF(dtype);
     Py_XDECREF(index);
     Py_XDECREF(shape);
