@@ -230,3 +230,47 @@ def test_rocprim_libraries_compile_for_gfx950_with_gfx942s_atomics(
     )
     atomic = {access for access in lookback if "dwordx4" in access and " " in access}
     assert atomic == {access.replace("dwordx2", "dwordx4") for access in reference}
+
+
+# cuda-samples' multi_warp_cg_reduce, reduced: tiles of 64 to 512 threads over block_tile_memory.
+MULTI_WARP_SOURCE = """\
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+
+template <unsigned Size>
+__global__ void tile_sums(const float* in, float* out, unsigned* shape) {
+  __shared__ cg::block_tile_memory<1024> scratch;
+  auto block = cg::this_thread_block(scratch);
+  auto tile = cg::tiled_partition<Size>(block);
+  const float sum = cg::reduce(tile, in[threadIdx.x], cg::plus<float>());
+  tile.sync();
+  if (tile.thread_rank() == 0) out[tile.meta_group_rank()] = sum;
+  shape[threadIdx.x] = tile.meta_group_size() + tile.size();
+}
+template __global__ void tile_sums<64>(const float*, float*, unsigned*);
+template __global__ void tile_sums<128>(const float*, float*, unsigned*);
+template __global__ void tile_sums<512>(const float*, float*, unsigned*);
+"""
+
+
+def test_multi_warp_tiles_compile_for_wave64_and_wave32(
+    amd_toolchain: Toolchain, tmp_path: Path
+) -> None:
+    """HIP's tiles stop at the wavefront (a static assertion); the compat header's tiles of 64 to
+    512 threads compile in the host pass and for gfx90a (wave64: 64 is HIP's own tile) and
+    gfx1100 (wave32: 64 is the compat tile), with every kernel in each code object."""
+    result = hipify_source(MULTI_WARP_SOURCE, "tiles.cu")
+    assert [d.format() for d in result.diagnostics if d.severity is Severity.ERROR] == []
+    source = tmp_path / "tiles.hip"
+    source.write_text(result.text)
+    flags = ["-std=c++17", "-w", "-I", str(COMPAT_DIR), "-x", "hip"]
+    host = ["hipcc", *flags, "--cuda-host-only", "-c", str(source), "-o", str(tmp_path / "host.o")]
+    amd_toolchain.run(host)
+    targets = ["--offload-arch=gfx90a", "--offload-arch=gfx1100"]
+    device = ["hipcc", *flags, *targets, "--cuda-device-only", "--no-gpu-bundle-output", "-c"]
+    amd_toolchain.run([*device, str(source)], cwd=tmp_path)
+    for target in ("gfx90a", "gfx1100"):
+        (code_object,) = tmp_path.glob(f"*{target}*")
+        kernels = {k.name for k in read_code_object(code_object.read_bytes(), target).kernels}
+        assert kernels == {f"_Z9tile_sumsILj{n}EEvPKfPfPj" for n in (64, 128, 512)}, target
