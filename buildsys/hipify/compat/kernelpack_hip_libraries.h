@@ -8,11 +8,11 @@
 // pass, and intrinsics/atomic.hpp's 128-bit atomic_load/atomic_store (the packed flag-and-value
 // words of the look-back scan) find no instruction sequence for the target: `#error support for
 // 128-bit atomics not implemented for current architecture`, in every file that includes
-// rocThrust, hipCUB or rocPRIM. gfx950 has gfx942's memory model (LLVM's AMDGPUUsage covers both
-// in "Memory Model GFX942"; the compiler gives an agent-scope relaxed atomic the same sc1 bit on
-// both, which tests/test_hipify_compat_toolchain.py checks against the look-back's 128-bit
-// accesses), so here it gets rocPRIM's CDNA3 (gfx942) sequences, as later rocPRIM releases group
-// gfx950 with gfx942 in their look-back and cache-modifier code. Only atomic.hpp reads
+// rocThrust, hipCUB or rocPRIM. gfx950 is a GFX9.4 target with gfx942's cache-policy bits (sc0,
+// sc1, nt: rocPRIM 3.4's thread_load/thread_store already treat the two alike), and clang gives
+// an agent-scope relaxed atomic the same sc1 bit on both (tests/test_hipify_compat_toolchain.py
+// checks that against the look-back's 128-bit accesses), so here it gets rocPRIM's CDNA3 (gfx942)
+// sequences, as later rocPRIM releases group gfx950 with gfx942 in their look-back code. Only atomic.hpp reads
 // ROCPRIM_TARGET_CDNA3; the tuning tables still see gfx950 as unknown, on host and device alike.
 // On every other target, and with a rocPRIM that knows gfx950, this header is empty.
 #pragma once
