@@ -248,8 +248,35 @@ def test_cuda_arch_and_version_macros() -> None:
     assert result.text.count("__HIP_DEVICE_COMPILE__") == 2
     assert "#if KERNELPACK_CUDA_ARCH >= 800\n" in result.text
     assert "#include <kernelpack_hip_compat.h>\n#line 1\n#ifdef" in result.text
-    assert "int v = HIP_VERSION;" in result.text
-    assert [(d.line, d.code) for d in result.diagnostics] == [(11, "untranslated")]
+    assert "int v = KERNELPACK_CUDART_VERSION;" in result.text
+    assert "#if KERNELPACK_CUDART_VERSION >= 12000\n" in result.text
+    assert result.diagnostics == ()
+
+
+def test_version_macros_see_cuda_11_8_everywhere() -> None:
+    # threadFenceReduction (cuda-samples): the kernels are behind `#if CUDART_VERSION >= 2020`
+    # and the #else calls a helper that no longer exists; every use (value, #if, #ifdef, a
+    # fallback #define) must agree on the one release the compat layer stands for: CUDA 11.8.
+    text = (
+        "#ifndef CUDART_VERSION\n#define CUDART_VERSION 0\n#endif\n"
+        "#define VERSION_MAJOR (CUDART_VERSION / 1000)\n"
+        "#if CUDART_VERSION >= 2020 && defined(CUDA_VERSION)\nint kernels;\n#endif\n"
+        "#if __CUDACC_VER_MAJOR__ < 12\nint old_nvcc = __CUDACC_VER_MINOR__;\n#endif\n"
+    )
+    out = translate(text)
+    assert out.startswith(
+        "#include <hip/hip_runtime.h>\n"
+        "#define KERNELPACK_CUDART_VERSION 11080\n#define KERNELPACK_CUDA_VERSION 11080\n"
+        "#define KERNELPACK_CUDACC_VER_MAJOR 11\n#define KERNELPACK_CUDACC_VER_MINOR 8\n#line 1\n"
+    )
+    assert "#ifndef KERNELPACK_CUDART_VERSION\n" in out
+    assert "(KERNELPACK_CUDART_VERSION / 1000)" in out
+    assert "#if KERNELPACK_CUDART_VERSION >= 2020 && defined(KERNELPACK_CUDA_VERSION)\n" in out
+    assert "int old_nvcc = KERNELPACK_CUDACC_VER_MINOR;" in out
+    assert not re.search(r"\b(CUDART_VERSION|CUDA_VERSION|__CUDACC_VER_\w+)", out)
+    assert translate(out) == out
+    assert not hipify_source(text, "v.cu").diagnostics
+    assert "#define" not in translate("int f() { return 1; }\n")
 
 
 def test_cuda_arch_values_use_the_compat_macro_and_header() -> None:
@@ -363,6 +390,68 @@ def test_virtual_32_lane_warps_are_not_findings(body: str) -> None:
     """32-lane groups stay inside one half of a wave64 (reductions end in lane 0 of each group,
     width-32 shuffles never cross): correct on every wave size, so no finding."""
     assert codes(KERNEL.format(body=body)) == []
+
+
+BALLOT_KERNEL = (
+    "#define VOTERS 16\nconstexpr unsigned kFew = 8;\ntemplate <unsigned int blockSize>\n"
+    "__global__ void k(float* o, unsigned n) {{\n  unsigned tid = threadIdx.x;\n{body}\n"
+    "  o[0] = b;\n}}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "reported"),
+    [
+        # at most 32 lanes (0..31) can vote true: bits 32..63 are zero, 32 bits lose nothing
+        (  # cuda-samples reduction_kernel.cu's reduce7
+            "  const unsigned int e = (blockSize / warpSize) > 0 ? (blockSize / warpSize) : 1;\n"
+            "  const unsigned int b = __ballot_sync(0xffffffff, tid < e);",
+            False,
+        ),
+        ("  unsigned b = __ballot_sync(0xffffffff, threadIdx.x < 32);", False),
+        ("  unsigned b = __ballot(tid <= 31);", False),
+        ("  unsigned b = __ballot_sync(~0u, VOTERS > tid);", False),
+        ("  unsigned b = __ballot_sync(~0u, tid < kFew && o[tid] > 0);", False),
+        ("  unsigned lane = threadIdx.x % warpSize;\n  unsigned b = __ballot(lane < 16);", False),
+        ("  unsigned b = __ballot_sync(~0u, __lane_id() < blockDim.x / warpSize);", False),
+        ("  unsigned b = __ballot(tid < min(n, 32u));", False),
+        (
+            "  unsigned b = (unsigned)__ballot(cg::this_thread_block().thread_rank() < 4);",
+            False,
+        ),
+        ("#define WARP_SIZE 32\n  unsigned b = __ballot(tid < blockSize / WARP_SIZE);", False),
+        # lanes above 31 may vote: the finding stays
+        ("  unsigned b = __ballot_sync(0xffffffff, tid < 48);", True),
+        ("  unsigned b = __ballot_sync(0xffffffff, tid < blockDim.x);", True),
+        ("  unsigned b = __ballot_sync(0xffffffff, tid < n);", True),
+        ("  unsigned b = __ballot(tid <= 32);", True),
+        ("  unsigned b = __ballot(tid < blockSize / 16);", True),
+        ("  unsigned b = __ballot(tid < blockSize / WARP_SIZE);", True),  # WARP_SIZE unknown
+        ("  unsigned e = 8;\n  e += n;\n  unsigned b = __ballot(tid < e);", True),
+        ("  unsigned b = __ballot(threadIdx.x % 32 < 16);", True),  # lane 32 is 0 again
+        ("  o[threadIdx.y] = 0;\n  unsigned b = __ballot(threadIdx.x < 16);", True),  # 2-D
+        (
+            "  auto t = cg::tiled_partition<16>(cg::this_thread_block());\n"
+            "  unsigned b = __ballot(t.thread_rank() < 4);",  # every tile's ranks 0..3
+            True,
+        ),
+        ("  unsigned b = __ballot(tid > 16);", True),
+    ],
+)
+def test_ballot_in_32_bits_is_reported_unless_only_lanes_below_32_vote(
+    body: str, reported: bool
+) -> None:
+    found = [code for _, code in codes(BALLOT_KERNEL.format(body=body))]
+    assert ("ballot-32bit" in found) is reported, found
+
+
+def test_ballot_voters_in_a_helper_of_a_two_dimensional_kernel_are_not_bounded() -> None:
+    """threadIdx.x < 16 in a helper: the file's kernel reads threadIdx.y, so its blocks may put
+    rows 0..3 of 16 threads in one wave64, and lanes 48..63 vote too."""
+    helper = "__device__ unsigned votes() { unsigned b = __ballot(threadIdx.x < 16); return b; }\n"
+    kernel = "__global__ void k(unsigned* o) { o[threadIdx.y] = votes(); }\n"
+    assert codes(helper + kernel) == [(1, "ballot-32bit")]
+    assert codes(helper + kernel.replace("threadIdx.y", "blockIdx.x")) == []
 
 
 def test_virtual_warps_mixed_with_the_hardware_wave_are_findings() -> None:

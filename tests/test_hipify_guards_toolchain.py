@@ -155,3 +155,52 @@ def test_texture_failure_points_at_the_finding(amd_toolchain: Toolchain, tmp_pat
     assert code != 0 and "image/texture API not supported" in message
     assert "fetch.hip:3:" in message  # the CUDA source's line, through hipify's #line
     assert [f.text for f in explaining(message, "m", parse_findings(lines))] == lines
+
+
+# cuda-samples threadFenceReduction's shape: the kernels exist only for CUDA >= 2.2, the #else
+# calls a helper that is long gone. Translated code sees CUDA 11.8 (tables.CUDA_RELEASE_SEEN) in
+# every pass, so the kernels of releases up to 11.8 are there and those for 12.0 on are not.
+VERSIONED = """#include <cuda_runtime.h>
+#define VERSION_MAJOR (CUDART_VERSION / 1000)
+#if CUDART_VERSION >= 2020
+extern "C" __global__ void since_2_2(int* o) { o[0] = VERSION_MAJOR; }
+#endif
+#if CUDA_VERSION >= 11080 && __CUDACC_VER_MAJOR__ == 11 && __CUDACC_VER_MINOR__ >= 8
+extern "C" __global__ void since_11_8(int* o) { o[0] = CUDART_VERSION; }
+#endif
+#if CUDART_VERSION >= 12000
+extern "C" __global__ void since_12_0(int* o) { o[0] = 12; }
+#endif
+int run() {
+#if CUDART_VERSION >= 2020
+    static_assert(VERSION_MAJOR == 11, "CUDA 11.8 in the host pass too");
+    return 0;
+#else
+    print_NVCC_min_spec("sample", "2.2", "Version 185");
+#endif
+}
+"""
+
+
+def test_version_guards_take_the_branch_of_cuda_11_8(
+    amd_toolchain: Toolchain, tmp_path: Path
+) -> None:
+    from kernelpack.formats import read_code_object
+
+    result = hipify_source(VERSIONED, "versioned.cu")
+    assert not result.diagnostics, [d.format() for d in result.diagnostics]
+    (tmp_path / "versioned.hip").write_text(result.text)
+    host = amd_toolchain.run(
+        ["hipcc", "-c", "-x", "hip", "--cuda-host-only", "versioned.hip", "-o", "host.o"],
+        cwd=tmp_path,
+        check=False,
+    )
+    assert host.returncode == 0, host.stderr[-2000:]
+    argv = ["hipcc", "-c", "-x", "hip", "--cuda-device-only", "--no-gpu-bundle-output"]
+    device = amd_toolchain.run(
+        [*argv, "--offload-arch=gfx1100", "versioned.hip"], cwd=tmp_path, check=False
+    )
+    assert device.returncode == 0, device.stderr[-2000:]
+    (path,) = tmp_path.glob("versioned-hip-amdgcn-amd-amdhsa-gfx1100.out")
+    code_object = read_code_object(path.read_bytes(), str(path))
+    assert {k.name for k in code_object.kernels} == {"since_2_2", "since_11_8"}

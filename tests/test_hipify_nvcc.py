@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from buildsys.hipify.tables import RENAMES, WARP_INTRINSICS
+from buildsys.hipify.tables import RENAMES, WARP_INTRINSICS, cuda_version_macros
 
 pytestmark = pytest.mark.nvcc
 
@@ -51,3 +51,29 @@ def cuda_identifiers(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
 )
 def test_cuda_name_is_declared_by_cuda(name: str, cuda_identifiers: set[str]) -> None:
     assert name in cuda_identifiers
+
+
+def test_version_macro_encoding_is_nvccs() -> None:
+    # tables.cuda_version_macros encodes a release the way CUDA does: nvcc's own values for its
+    # release (read from `nvcc --version`) are the independent source.
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.fail("nvcc is not on PATH (the nvcc marker says this test needs it)")
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True)
+    found = re.search(r"release (\d+)\.(\d+)", version.stdout)
+    assert found is not None, version.stdout
+    release = (int(found[1]), int(found[2]))
+    expected = cuda_version_macros(release)
+    names = sorted(expected)
+    probe = "#include <cuda.h>\n#include <cuda_runtime.h>\n" + "".join(
+        f"int probe_{n} = {name};\n" for n, name in enumerate(names)
+    )
+    result = subprocess.run(
+        [nvcc, "-E", "-x", "cu", "-arch=sm_90", "-"],
+        input=probe,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    values = dict(re.findall(r"^int probe_(\d+) = (\d+);$", result.stdout, re.MULTILINE))
+    assert {name: int(values[str(n)]) for n, name in enumerate(names)} == expected

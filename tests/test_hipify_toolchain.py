@@ -18,7 +18,6 @@ from buildsys.hipify.tables import (
     HEADERS,
     KERNEL_POINTER_ARG,
     RENAMES,
-    VERSION_MACROS,
     WARP_INTRINSICS,
     WARP_SYNC_MACRO,
 )
@@ -36,7 +35,7 @@ def _hip_names() -> list[str]:
     """Every HIP name our translation can emit from the HIP runtime's own headers."""
     names = {r.hip for r in RENAMES.values()}
     names |= {w.hip for w in WARP_INTRINSICS} | set(BALLOT_WIDENING.values())
-    names |= set(KERNEL_POINTER_ARG) | set(VERSION_MACROS.values())
+    names |= set(KERNEL_POINTER_ARG)
     names |= {ACTIVEMASK_REPLACEMENT.split("(")[0]} | {
         t.split("(")[0] for t in CALL_REWRITES.values()
     }

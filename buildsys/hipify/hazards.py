@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator, Mapping
 from enum import Enum
 
+from .ballot_voters import votes_only_below_lane_32
 from .finding import Finding
 from .launch_shapes import (
     function_name,
@@ -25,7 +26,7 @@ from .launch_shapes import (
     launch_shape_message,
     mixing_ranges,
 )
-from .lexer import COMPOUND_ASSIGNMENTS, Kind
+from .lexer import COMPOUND_ASSIGNMENTS, Kind, literal_value
 from .structure import SourceView
 from .tables import BALLOT_NAMES, BALLOT_WIDENING, SHUFFLE_DELTA_ARG, WARP_BY_NAME
 
@@ -70,17 +71,6 @@ class MaskKind(Enum):
     FULL = "full"
     PARTIAL = "partial"
     VARIABLE = "variable"
-
-
-def literal_value(text: str) -> int | None:
-    """The value of an integer literal token (suffixes and digit separators allowed), else None."""
-    digits = text.replace("'", "").rstrip("uUlLzZ")
-    try:
-        if len(digits) > 1 and digits[0] == "0" and digits[1] not in "xXbB":
-            return int(digits, 8)
-        return int(digits, 0)
-    except ValueError:
-        return None
 
 
 def full_mask_names(view: SourceView) -> frozenset[str]:
@@ -364,6 +354,8 @@ def _ballots_in_32_bits(view: SourceView) -> Iterator[Finding]:
             continue
         if _inside_call_to(view, index, _CONSUMING_CALLS):
             continue
+        if votes_only_below_lane_32(view, index):
+            continue  # bits 32..63 are zero on every GPU: 32 bits hold the whole ballot
         start, end = view.statement_bounds(index)
         sig = [k for k in view.sig_in(start, end)]
         texts = [view.tokens[k].text for k in sig]

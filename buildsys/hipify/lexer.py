@@ -107,3 +107,14 @@ def is_directive_start(tokens: list[Token], index: int) -> bool:
             return False
         k -= 1
     return True
+
+
+def literal_value(text: str) -> int | None:
+    """The value of an integer literal token (suffixes and digit separators allowed), else None."""
+    digits = text.replace("'", "").rstrip("uUlLzZ")
+    try:
+        if len(digits) > 1 and digits[0] == "0" and digits[1] not in "xXbB":
+            return int(digits, 8)
+        return int(digits, 0)
+    except ValueError:
+        return None

@@ -185,20 +185,6 @@ def api_findings(view: SourceView, declared: frozenset[str]) -> list[Finding]:
                 )
             )
         elif (
-            name in VERSION_MACROS
-            and k in view.directive_at
-            and view.directive_at[k].name in ("if", "elif")
-        ):
-            found.append(
-                Finding(
-                    k,
-                    "untranslated",
-                    f"{name} tested in #{view.directive_at[k].name}: HIP has no CUDA version, so "
-                    "the test sees 0 under hipcc; choose the branch for HIP explicitly",
-                    name,
-                )
-            )
-        elif (
             _CUDA_NAME_RE.match(name)
             and name not in RENAMES
             and name not in VERSION_MACROS

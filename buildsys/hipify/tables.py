@@ -743,9 +743,38 @@ CALL_REWRITES: dict[str, str] = {
     "__floats2bfloat162_rn": "__float22bfloat162_rn(make_float2({0}, {1}))",
 }
 
-# Version macros: as a value (printing what the code was built with) they become HIP's version; in
-# an #if they test for CUDA features, which HIP's numbering cannot answer, so they are reported.
-VERSION_MACROS: dict[str, str] = {"CUDART_VERSION": "HIP_VERSION", "CUDA_VERSION": "HIP_VERSION"}
+# The CUDA release translated code sees in its version macros, the counterpart of the architecture
+# table below for `#if CUDART_VERSION >= 11080`-style guards: the newest release whose
+# version-guarded features HIP with the compat layer provides. 11.8 brings the fp8 types
+# (cuda_fp8.h -> hip_fp8.h); everything 11.0 guards (bf16, cg::reduce, __reduce_*_sync, the
+# pipeline primitives, CUB) is there. 12.0 is not claimed: its guards choose the 3-argument
+# cudaGraphInstantiate (HIP's hipGraphInstantiate keeps 11.x's 5 arguments), texture objects only,
+# Hopper APIs, and from 12.8 cuda_fp4.h, which HIP 6.4 lacks. hipcc defines none of these macros
+# (HIP_VERSION counts HIP's releases, 60443484 for 6.4), so an untranslated `#if CUDART_VERSION
+# >= 2020` took the pre-CUDA-2.2 branch.
+CUDA_RELEASE_SEEN = (11, 8)
+
+
+def cuda_version_macros(release: tuple[int, int]) -> dict[str, int]:
+    """The values CUDA's version macros have in a release (major, minor): the runtime's
+    CUDART_VERSION and the driver API's CUDA_VERSION are 1000 * major + 10 * minor, nvcc's
+    __CUDACC_VER_MAJOR__/__CUDACC_VER_MINOR__ the two numbers (checked against nvcc's own)."""
+    major, minor = release
+    return {
+        "CUDART_VERSION": 1000 * major + 10 * minor,
+        "CUDA_VERSION": 1000 * major + 10 * minor,
+        "__CUDACC_VER_MAJOR__": major,
+        "__CUDACC_VER_MINOR__": minor,
+    }
+
+
+# Each CUDA version macro becomes a kernelpack macro (every use: values, #if, #ifdef, a user's own
+# #define), which the translation defines above the source. The names are not CUDA's own, so HIP's
+# libraries that test CUDART_VERSION for their CUDA backend (rocThrust) are not misled.
+VERSION_MACROS: dict[str, tuple[str, int]] = {
+    name: ("KERNELPACK_" + name.strip("_").replace("__", "_"), value)
+    for name, value in cuda_version_macros(CUDA_RELEASE_SEEN).items()
+}
 
 # Preprocessor tests of CUDA's compiler macros: `#ifdef __CUDA_ARCH__` asks "device pass?";
 # a value use (`#if __CUDA_ARCH__ >= 800`) asks for features, answered by the compat header's

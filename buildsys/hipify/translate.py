@@ -136,6 +136,7 @@ class _Translator:
     findings: list[Finding] = field(default_factory=list)
     warp_sync_member: int | None = None
     uses_compat: bool = False
+    version_macros: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.full_names = full_mask_names(self.view)
@@ -250,9 +251,11 @@ class _Translator:
             if len(args) == template.count("{"):
                 self._count("device_function", name, template.split("(", 1)[0])
                 return template.format(*args), parens[1] + 1
-        if name in VERSION_MACROS and not self._in_conditional(k):
-            self._count("version", name, VERSION_MACROS[name])
-            return VERSION_MACROS[name], k + 1
+        if name in VERSION_MACROS:
+            replacement = VERSION_MACROS[name][0]
+            self.version_macros.add(name)
+            self._count("version", name, replacement)
+            return replacement, k + 1
         if name == CUDA_ARCH_MACRO:
             if self._tests_definition(k):
                 self._count("define", name, HIP_DEVICE_PASS_MACRO)
@@ -335,10 +338,6 @@ class _Translator:
     def _is_cg_scope(self, scope: str) -> bool:
         """Whether ``scope`` names cooperative_groups (itself or a namespace alias of it)."""
         return scope == "cooperative_groups" or scope in self.cg_aliases
-
-    def _in_conditional(self, k: int) -> bool:
-        directive = self.view.directive_at.get(k)
-        return directive is not None and directive.name in ("if", "elif", "ifdef", "ifndef")
 
     def _tests_definition(self, k: int) -> bool:
         """Whether __CUDA_ARCH__ at k is tested for being defined (#ifdef, defined(...))."""
@@ -465,8 +464,9 @@ class _Translator:
 
     def insert_prelude(self, body: str, header: str) -> str:
         """Add the generated-file ``header`` line, the HIP runtime include (nvcc includes
-        cuda_runtime.h implicitly, hipcc does not) and HIP_ENABLE_WARP_SYNC_BUILTINS where tile
-        votes need it, each only when absent; then a ``#line`` directive, so the compiler's
+        cuda_runtime.h implicitly, hipcc does not), HIP_ENABLE_WARP_SYNC_BUILTINS where tile
+        votes need it, each only when absent, and the CUDA version macros the source uses, as the
+        release the compat layer stands for (tables.CUDA_RELEASE_SEEN); then a ``#line`` directive, so the compiler's
         messages about the translation name the CUDA source's lines, as hipify's findings do (a
         compile failure is matched to the finding on its line)."""
         view = self.view
@@ -487,6 +487,9 @@ class _Translator:
             )
         if self._needs_runtime_include(body):
             lines.append(f"#include <{HIP_RUNTIME_HEADER}>\n")
+        for cuda_name in sorted(self.version_macros):
+            macro, value = VERSION_MACROS[cuda_name]
+            lines.append(f"#define {macro} {value}\n")
         if (
             self.uses_compat
             and f"<{COMPAT_HEADER}>" not in body

@@ -13,7 +13,7 @@ int main() {
   check(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
   check(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
   std::printf("built against %d, driver %d, runtime %d\n", CUDART_VERSION, driver, runtime);
-#if CUDART_VERSION >= 11020  // expect: untranslated
+#if CUDART_VERSION >= 11020  // CUDA 11.8 as the compat layer stands for: taken
   check(cudaDeviceSetLimit(cudaLimitMallocHeapSize, 64 << 20), "cudaDeviceSetLimit");
 #endif
   for (int device = 0; device < count; ++device) {
