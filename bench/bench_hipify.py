@@ -54,7 +54,7 @@ from buildsys.hipify import (  # noqa: E402
     hipify_source,
     scan_tree,
 )
-from buildsys.hipify.tables import COMPAT_HEADER, WMMA_HEADER  # noqa: E402
+from buildsys.hipify.tables import COMPAT_HEADER, LIBRARY_PRELUDE, WMMA_HEADER  # noqa: E402
 from buildsys.matrix import load_matrix  # noqa: E402
 from buildsys.toolchain import Toolchain, amd_toolchain  # noqa: E402
 from kernelpack.code_objects import read_code_object  # noqa: E402
@@ -191,7 +191,7 @@ def _input_digest(
     for path in _closure(tree, [Path(relative)], _include_dirs(project)):
         data = (tree / path).read_bytes()
         digest.update(f"\0{path}\0{len(data)}\0".encode() + data)
-        for header in (COMPAT_HEADER, WMMA_HEADER):
+        for header in (COMPAT_HEADER, WMMA_HEADER, LIBRARY_PRELUDE):
             if header.encode() in data:
                 digest.update((compat / header).read_bytes())
         names = _INCLUDE_RE.findall(data.decode("utf-8", errors="replace"))

@@ -20,6 +20,9 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
     python bench/profile_mlp.py forward-variants NAME:CUBIN ...
         rms_norm and swiglu forward of each cubin (mlp.cu built alone with a change) at several
         threads a row, GPU µs per call and the error against float64
+    python bench/profile_mlp.py weight-sum
+        the RMSNorm weight-gradient sum over 1 to 4 partial rows at the host's geometry against
+        the 32-column, 8-slice block, GPU µs per call
     python bench/profile_mlp.py variants NAME:CUBIN:ELEMENTS:SLICES ...
         rms_norm_backward of each cubin (mlp.cu built alone, e.g. before and after a change),
         ELEMENTS a thread for 16-bit dtypes (32-bit: 16), at several grids, its weight sum
@@ -47,7 +50,7 @@ from bench_mlp import (  # the benchmark's own measures, so the figures agree
     host_us_per_call,
 )
 
-from kernelpack import mlp, mlp_launch, torch_ops
+from kernelpack import mlp, mlp_hot, mlp_launch, torch_ops
 
 EPS = 1e-6
 
@@ -61,34 +64,31 @@ def host(calls: int) -> None:
     residual = torch.randn(1, 4096, device="cuda").to(bf16)
     out = torch.empty_like(gate)
     torch_ops.register()
-    mlp.swiglu(gate, up)  # the plan for (bfloat16, cuda:0)
-    plan = mlp.torch_plan(gate)
+    mlp.swiglu(gate, up)  # prepares (bfloat16, cuda:0, gate's shape) for the hot calls
+    mlp.swiglu(gate, up, out=out)
     kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("swiglu", "bfloat16"))
     grid, block = mlp_launch.swiglu_geometry(4096, "bfloat16")
     addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
     raw = torch._C._cuda_getCurrentRawStream
     stream = int(raw(0))
-    launch, _ = plan.prepare("swiglu", gate.shape)
-    shape = gate.shape
+    hot = mlp_hot.HOT["swiglu"]
+    below = mlp_hot.HOT_BELOW_AUTOGRAD["swiglu"]
+    entry = mlp_hot.PREPARED["swiglu"][mlp_hot.entry_key(gate)]
+    bound = getattr(entry[0], "launch", entry[0])
     ops = torch.ops.kernelpack
-
-    types = vars(mlp).get("TORCH_TYPES") or vars(mlp)["_TORCH_TYPES"]  # before: a private name
-
-    def checks() -> bool:  # the hot path's checks of swiglu before hot_plan existed
-        return bool(
-            type(gate) in types
-            and (gate.dtype, gate.get_device()) in mlp._TORCH_PLANS
-            and up.dtype is gate.dtype
-            and up.get_device() == gate.get_device()
-            and up.shape == gate.shape
-            and gate.is_contiguous()
-            and up.is_contiguous()
-            and not ((gate.requires_grad or up.requires_grad) and torch.is_grad_enabled())
-        )
-
-    hot_plan = getattr(mlp, "hot_plan", None)
-    if hot_plan is not None:
-        checks = functools.partial(hot_plan, gate, up)
+    device = gate.device
+    shape = (1, 4096)
+    empty = torch.empty
+    twin = mlp_hot.python_hot_call(  # the same hot call in Python: what the C call saves
+        mlp_hot.SPECS["swiglu"],
+        mlp_hot.TORCH_TYPES,
+        mlp_hot.PREPARED["swiglu"],
+        raw,
+        torch.empty_like,
+        torch.is_grad_enabled,
+    )
+    empty_strided = torch.empty_strided
+    strides = (4096, 1)
 
     steps: list[tuple[str, Callable[[], object]]] = [
         ("Python loop, lambda: None", lambda: None),
@@ -104,7 +104,14 @@ def host(calls: int) -> None:
             "torch.empty(shape, dtype=, device=)",
             lambda: torch.empty((1, 4096), dtype=bf16, device="cuda"),
         ),
-        ("hot-path checks of swiglu (no launch)", checks),
+        (
+            "torch.empty(shape, dtype=, device=torch.device)",
+            lambda: empty(shape, dtype=bf16, device=device),
+        ),
+        (
+            "torch.empty_strided(shape, strides, dtype=, device=)",
+            lambda: empty_strided(shape, strides, dtype=bf16, device=device),
+        ),
         (
             "kernel.launch, int addresses, int stream",
             lambda: kernel.launch(grid, block, *addresses, 4096, stream=stream),
@@ -114,16 +121,20 @@ def host(calls: int) -> None:
             lambda: kernel.launch(grid, block, gate, up, out, 4096, stream=stream),
         ),
         (
-            "prepared launch (partial), tensors, raw stream",
-            lambda: launch(gate, up, out, 4096, stream=raw(0)),
+            "kernel.launch, tensors, raw stream",
+            lambda: bound(grid, block, gate, up, out, 4096, stream=raw(0)),
         ),
         ("gate.shape", lambda: gate.shape),
-        ("hot_plan(gate, up, out)", lambda: mlp.hot_plan(gate, up, out)),
-        ("prepared launch lookup", lambda: plan.prepared["swiglu"].get(shape)),
-        (
-            "torch_swiglu(plan, ..., out=): lookup, stream, launch",
-            lambda: mlp.torch_swiglu(plan, gate, up, shape, out),
-        ),
+        ("gate.dtype", lambda: gate.dtype),
+        ("gate.device", lambda: gate.device),
+        ("gate.get_device()", gate.get_device),
+        ("gate.is_contiguous()", gate.is_contiguous),
+        ("gate.is_cuda", lambda: gate.is_cuda),
+        ("gate.data_ptr()", gate.data_ptr),
+        ("gate.requires_grad", lambda: gate.requires_grad),
+        ("hot call in Python (mlp_hot.python_hot_call), out=", lambda: twin(gate, up, out)),
+        ("hot call, out= (checks, stream, launch in one C call)", lambda: hot(gate, up, out)),
+        ("hot call below autograd, allocating", lambda: below(gate, up, None)),
         ("kernelpack.mlp.swiglu", lambda: mlp.swiglu(gate, up)),
         ("kernelpack.mlp.swiglu, out=", lambda: mlp.swiglu(gate, up, out=out)),
         ("kernelpack.mlp.rms_norm, out=", lambda: mlp.rms_norm(gate, weight, EPS, out=out)),
@@ -502,10 +513,53 @@ def forward_variants(specs: list[str], batches: int) -> None:
             print(f"{dtype:8s} swiglu 1x11008 {name:8s}: {us:8.2f} µs  err {error:.1e}")
 
 
+def _launch_on_current_stream(launch: Any, args: tuple[Any, ...], _: int) -> None:
+    launch(*args, stream=torch._C._cuda_getCurrentRawStream(0))
+
+
+def weight_sum(batches: int) -> None:
+    """The weight-gradient sum alone over 1 to 4 partial rows (the backward's grid at 1 to 4
+    rows), at the host's geometry (mlp_launch.weight_grad_geometry) against the 32-column,
+    8-slice block used for every shape before: GPU µs per call, and both sums equal."""
+    print("\nweight-gradient sum, GPU µs: partial rows x cols, dtype: host's geometry vs 32x8")
+    for dtype in ("bfloat16", "float32"):
+        name = mlp_launch.kernel_name("rms_norm_weight_grad", dtype)
+        kernel = mlp_launch.load_kernel("cuda:0", name)
+        for rows in (1, 2, 4):
+            for cols in (4096, 8192):
+                partial = torch.randn(rows, cols, device="cuda")
+                out = torch.empty(cols, device="cuda", dtype=getattr(torch, dtype))
+                times, sums = [], []
+                for grid, block in (
+                    mlp_launch.weight_grad_geometry(cols, rows),
+                    (cols // 32, (32, 8)),
+                ):
+                    args = (grid, block, partial, out, rows, cols)
+                    call = functools.partial(_launch_on_current_stream, kernel.launch, args)
+                    times.append(gpu_time_us(call, 1, batches)[0])
+                    call(0)
+                    sums.append(out.clone())
+                same = bool(torch.equal(sums[0], sums[1]))
+                print(
+                    f"{rows} x {cols} {dtype}: {times[0]:6.2f} vs {times[1]:6.2f}"
+                    f" (sums equal: {same})",
+                    flush=True,
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "what", choices=["host", "workload", "kernels", "variants", "geometry", "forward-variants"]
+        "what",
+        choices=[
+            "host",
+            "workload",
+            "kernels",
+            "variants",
+            "geometry",
+            "forward-variants",
+            "weight-sum",
+        ],
     )
     parser.add_argument(
         "specs",
@@ -523,6 +577,8 @@ def main() -> None:
         kernels()
     elif args.what == "geometry":
         geometry(args.batches)
+    elif args.what == "weight-sum":
+        weight_sum(args.batches)
     elif args.what == "forward-variants":
         forward_variants(args.specs, args.batches)
     else:

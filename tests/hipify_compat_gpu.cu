@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdint>
+#include <type_traits>
 
 #include <cooperative_groups/reduce.h>
 #include <cuda_pipeline.h>
@@ -377,6 +378,38 @@ __global__ void reduce_tiles(const T* in, T* mine, T* theirs) {
   theirs[i] = cg::reduce(tile, in[i], OpCuda<T>());
 }
 
+// Tiles of 64 to 512 threads (kernelpack_compat::multi_warp_tile, which HIP's
+// tiled_partition<64..512> becomes) against CUDA's multi-warp tiles in 1024-thread blocks: the
+// tile's thread_rank, size, meta_group_rank and meta_group_size, and two cg::reduce in a row (the
+// second over another thread's value reuses the shared slots), with some warps of each block made
+// late by a hashed sleep so that the tile barrier is exercised.
+__device__ void late(unsigned salt) {
+  const unsigned long long h = mix(salt + blockIdx.x * 977ull + threadIdx.x / 32);
+  if (h % 3 == 0) __nanosleep(static_cast<unsigned>(h >> 40) % 4000);
+}
+template <unsigned Size, typename T, template <typename> class OpMine, template <typename> class OpCuda>
+__global__ void reduce_multi_warp(const T* in, T* mine, T* theirs, unsigned* shape_mine, unsigned* shape_theirs) {
+  __shared__ cg::block_tile_memory<1024> scratch;  // CUDA's tiles need it before sm_80
+  auto block = cg::this_thread_block(scratch);
+  auto cuda_tile = cg::tiled_partition<Size>(block);
+  auto my_tile = kernelpack_compat::multi_warp_partition<Size>();
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  late(1);
+  const T my_first = kp_cg::reduce(my_tile, in[i], OpMine<T>());
+  late(2);
+  const T my_second = kp_cg::reduce(my_tile, in[i ^ 37], OpMine<T>());
+  const T cuda_first = cg::reduce(cuda_tile, in[i], OpCuda<T>());
+  const T cuda_second = cg::reduce(cuda_tile, in[i ^ 37], OpCuda<T>());
+  mine[2 * i] = my_first;
+  mine[2 * i + 1] = my_second;
+  theirs[2 * i] = cuda_first;
+  theirs[2 * i + 1] = cuda_second;
+  shape_mine[i] = my_tile.thread_rank() | my_tile.size() << 10 | my_tile.meta_group_rank() << 20 |
+                  my_tile.meta_group_size() << 26;
+  shape_theirs[i] = cuda_tile.thread_rank() | static_cast<unsigned>(cuda_tile.size()) << 10 |
+                    cuda_tile.meta_group_rank() << 20 | cuda_tile.meta_group_size() << 26;
+}
+
 // A struct reduced with the caller's operator (llm.c's softmax reduces {sum, max} together): the
 // integer sum wraps and fmaxf drops NaNs, so any reduction order gives the same bits.
 struct SumMax {
@@ -671,6 +704,59 @@ static int check_reduce(const char* name, const T* edge, size_t edges) {
   failures += bad != 0;
   cudaFree(in); cudaFree(a); cudaFree(b);
   delete[] host; delete[] ha; delete[] hb;
+  return 0;
+}
+
+template <unsigned Size, typename T, template <typename> class OpMine, template <typename> class OpCuda>
+static int check_multi_warp(const char* name, const T* edge, size_t edges) {
+  const size_t n = 1 << 22;
+  T* host = new T[n];
+  for (size_t k = 0; k < n; ++k) {
+    const unsigned long long r = host_mix(k + Size * 104729);
+    if (k % 4 == 0 && edges) {
+      host[k] = edge[(r >> 8) % edges];
+    } else {
+      std::memcpy(&host[k], &r, sizeof(T));
+    }
+    // The sum of two doubles that are NaNs of different payloads has an unspecified payload (the
+    // compiler may swap an add's operands; the float add gives its canonical NaN): random doubles
+    // are kept NaN-free, NaNs then come only from inf + -inf, all with the same payload.
+    if (std::is_same<T, double>::value && host[k] != host[k]) host[k] = static_cast<T>(k);
+  }
+  T *in, *a, *b;
+  unsigned *sa, *sb;
+  CUDA_OK(cudaMalloc(&in, n * sizeof(T))); CUDA_OK(cudaMalloc(&a, 2 * n * sizeof(T))); CUDA_OK(cudaMalloc(&b, 2 * n * sizeof(T)));
+  CUDA_OK(cudaMalloc(&sa, n * sizeof(unsigned))); CUDA_OK(cudaMalloc(&sb, n * sizeof(unsigned)));
+  CUDA_OK(cudaMemcpy(in, host, n * sizeof(T), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(a, 0xa5, 2 * n * sizeof(T))); CUDA_OK(cudaMemset(b, 0x5a, 2 * n * sizeof(T)));
+  CUDA_OK(cudaMemset(sa, 0xa5, n * sizeof(unsigned))); CUDA_OK(cudaMemset(sb, 0x5a, n * sizeof(unsigned)));
+  reduce_multi_warp<Size, T, OpMine, OpCuda><<<n / 1024, 1024>>>(in, a, b, sa, sb);
+  CUDA_OK(cudaDeviceSynchronize());
+  T *ha = new T[2 * n], *hb = new T[2 * n];
+  unsigned *hsa = new unsigned[n], *hsb = new unsigned[n];
+  CUDA_OK(cudaMemcpy(ha, a, 2 * n * sizeof(T), cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(hb, b, 2 * n * sizeof(T), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(hsa, sa, n * sizeof(unsigned), cudaMemcpyDeviceToHost)); CUDA_OK(cudaMemcpy(hsb, sb, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  size_t bad = 0, first = 2 * n;
+  for (size_t k = 0; k < 2 * n; ++k) {
+    const bool differ = std::memcmp(&ha[k], &hb[k], sizeof(T)) != 0;
+    bad += differ;
+    if (differ && first == 2 * n) first = k;
+  }
+  if (first < 2 * n) {
+    unsigned long long got = 0, want = 0, input = 0;
+    std::memcpy(&got, &ha[first], sizeof(T)); std::memcpy(&want, &hb[first], sizeof(T));
+    std::memcpy(&input, &host[first / 2], sizeof(T));
+    std::printf("  first mismatch: output %zu input %llx got %llx want %llx\n", first, input, got, want);
+  }
+  for (size_t k = 0; k < n; ++k) {
+    // the shape against the definition too: rank in the tile, size, tile of the block, tiles
+    const unsigned want = (k % 1024) % Size | Size << 10 | (k % 1024) / Size << 20 | (1024 / Size) << 26;
+    bad += hsa[k] != hsb[k] || hsa[k] != want;
+  }
+  std::printf("cg::reduce<%u,%s> multi-warp tile tried=%zu mismatches=%zu\n", Size, name, 2 * n / Size, bad);
+  failures += bad != 0;
+  cudaFree(in); cudaFree(a); cudaFree(b); cudaFree(sa); cudaFree(sb);
+  delete[] host; delete[] ha; delete[] hb; delete[] hsa; delete[] hsb;
   return 0;
 }
 
@@ -1025,6 +1111,24 @@ int main() {
       check_reduce<32, unsigned, kp_cg::bit_or, cg::bit_or>("bit_or<unsigned>", nullptr, 0) ||
       check_reduce<32, SumMax, sum_max, sum_max>("sum_max<struct>", nullptr, 0) ||
       check_reduce<8, SumMax, sum_max, sum_max>("sum_max<struct>", nullptr, 0))
+    return 2;
+  const unsigned long long dbits[] = {0x0ull, 0x8000000000000000ull, 0x7ff0000000000000ull,
+                                      0xfff0000000000000ull, 0x1ull, 0x8000000000000001ull,
+                                      0x7fefffffffffffffull, 0x3ff0000000000000ull};
+  double dedge[sizeof(dbits) / sizeof(dbits[0])];
+  std::memcpy(dedge, dbits, sizeof(dbits));
+  const size_t nd = sizeof(dedge) / sizeof(dedge[0]);
+  // float min/max are left out here: with NaN or +-0 the lanes of a warp disagree, and CUDA keeps
+  // the value of an unspecified lane of each warp
+  if (check_multi_warp<64, float, kp_cg::plus, cg::plus>("plus<float>", fedge, nf) ||
+      check_multi_warp<128, float, kp_cg::plus, cg::plus>("plus<float>", fedge, nf) ||
+      check_multi_warp<256, float, kp_cg::plus, cg::plus>("plus<float>", fedge, nf) ||
+      check_multi_warp<512, float, kp_cg::plus, cg::plus>("plus<float>", fedge, nf) ||
+      check_multi_warp<512, double, kp_cg::plus, cg::plus>("plus<double>", dedge, nd) ||
+      check_multi_warp<128, int, kp_cg::plus, cg::plus>("plus<int>", iedge, ni) ||
+      check_multi_warp<256, int, kp_cg::less, cg::less>("less<int>", iedge, ni) ||
+      check_multi_warp<64, int, kp_cg::greater, cg::greater>("greater<int>", iedge, ni) ||
+      check_multi_warp<512, unsigned, kp_cg::bit_xor, cg::bit_xor>("bit_xor<unsigned>", nullptr, 0))
     return 2;
   if (check_atomic_add16()) return 2;
   if (check_pipeline()) return 2;

@@ -33,6 +33,7 @@ ALL_JOBS = {(m, t) for m in ("other", "tiny") for t in AMD_TARGETS}
 # The kernels of kernel_sources/, written out by hand from the kernel-name rule (docs/loader.md):
 # what the build must discover in every object.
 MLP_FORWARD = ("swiglu", "silu_and_mul", "rms_norm", "add_rms_norm")
+MLP_FORWARD += ("rms_norm_short", "add_rms_norm_short")
 MLP_OPS = (*MLP_FORWARD, "swiglu_backward", "silu_and_mul_backward", "rms_norm_backward")
 MLP_OPS += ("rms_norm_weight_grad",)
 # walk.cu's register walks: residues D <= 4 (D <= 2 for m = 4), float64 D <= 4, 3, 1 for m = 2, 3, 4

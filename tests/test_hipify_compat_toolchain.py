@@ -5,6 +5,8 @@ from the compat header. The libraries are what buildsys.toolchain.ROOTFS_PACKAGE
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -123,3 +125,152 @@ def test_cub_thrust_and_pipeline_code_compiles(amd_toolchain: Toolchain, tmp_pat
     kernels = {k.name for k in read_code_object(device_object.read_bytes(), "libs").kernels}
     assert "_Z6stagedPK15HIP_vector_typeIfLj4EEPS0_" in kernels
     assert "_Z12block_prefixILi128EEvPKiPi" in kernels
+
+
+# A device-wide scan of 8-byte values: rocPRIM's look-back keeps each block's flag and value in
+# one 16-byte word, read and written with its 128-bit atomics. Beside it, the compiler's own
+# agent-scope relaxed 64-bit atomics, the independent reference for the cache bits of a target.
+RELAXED_AGENT_SOURCE = """\
+__global__ void relaxed_agent(unsigned long long* from, unsigned long long* to) {
+  unsigned long long value = __hip_atomic_load(from, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+  __hip_atomic_store(to, value, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+}
+"""
+GFX950_SCAN_SOURCE = (
+    """\
+#include <cuda_runtime.h>
+#include <thrust/device_ptr.h>
+#include <thrust/execution_policy.h>
+#include <thrust/scan.h>
+"""
+    + RELAXED_AGENT_SOURCE
+    + """
+void offsets(const long long* counts, long long* result, int n, cudaStream_t stream) {
+  thrust::device_ptr<const long long> from(counts);
+  thrust::device_ptr<long long> to(result);
+  thrust::exclusive_scan(thrust::cuda::par.on(stream), from, from + n, to);
+}
+"""
+)
+_GLOBAL_ACCESS_RE = re.compile(r"^\s*(global_(?:load|store)_dwordx[24])\s+([^/]*)//")
+CACHE_BITS = frozenset({"sc0", "sc1", "nt", "glc", "slc", "dlc"})  # gfx9 and gfx10 spellings
+
+
+def _rocprim_version(include: Path) -> tuple[int, int]:
+    text = (include / "rocprim" / "rocprim_version.hpp").read_text(encoding="utf-8")
+    major = re.search(r"#define ROCPRIM_VERSION_MAJOR (\d+)", text)
+    minor = re.search(r"#define ROCPRIM_VERSION_MINOR (\d+)", text)
+    assert major is not None and minor is not None
+    return int(major[1]), int(minor[1])
+
+
+def _global_accesses(toolchain: Toolchain, code_object: Path, target: str) -> dict[str, set[str]]:
+    """Per function of the code object: each 64- and 128-bit global load and store, as the
+    instruction and its cache bits ("global_load_dwordx4 sc1")."""
+    listing = toolchain.run(["llvm-objdump", "-d", f"--mcpu={target}", str(code_object)]).stdout
+    accesses: dict[str, set[str]] = {}
+    function = ""
+    for line in listing.splitlines():
+        header = re.match(r"^[0-9a-f]+ <(.+)>:$", line)
+        if header:
+            function = header[1]
+            continue
+        access = _GLOBAL_ACCESS_RE.match(line)
+        if access:
+            bits = sorted(CACHE_BITS.intersection(access[2].split()))
+            accesses.setdefault(function, set()).add(" ".join([access[1], *bits]))
+    return accesses
+
+
+def test_rocprim_libraries_compile_for_gfx950_with_gfx942s_atomics(
+    amd_toolchain: Toolchain, tmp_path: Path
+) -> None:
+    """rocPRIM 3.4 does not know gfx950 and stops at its 128-bit atomics; with the prelude header
+    the translation compiles, the look-back's 128-bit loads and stores carry the cache bits the
+    compiler itself gives an agent-scope relaxed atomic on gfx950 (and on gfx942: the same
+    memory model), and on gfx942 and gfx1100 the preprocessed code is what it is without it."""
+    text = hipify_source(GFX950_SCAN_SOURCE, "scan.cu").text
+    assert text.count("#include <kernelpack_hip_libraries.h>") == 3
+    source = tmp_path / "scan.hip"
+    source.write_text(text)
+    bare = tmp_path / "bare.hip"  # the translation without the prelude
+    bare.write_text(text.replace("#include <kernelpack_hip_libraries.h>\n", ""))
+    flags = ["-std=c++17", "-I", str(COMPAT_DIR), "-x", "hip", "--cuda-device-only"]
+
+    def preprocessed(path: Path, target: str) -> subprocess.CompletedProcess[str]:
+        argv = ["hipcc", *flags, "-E", "-P", f"--offload-arch={target}", str(path)]
+        return amd_toolchain.run(argv, cwd=tmp_path, check=False)
+
+    for target in ("gfx942", "gfx1100"):
+        with_prelude, without = preprocessed(source, target), preprocessed(bare, target)
+        assert with_prelude.returncode == 0 and without.returncode == 0
+        assert with_prelude.stdout == without.stdout, target
+    if _rocprim_version(amd_toolchain.include_folder) < (4, 0):
+        failed = preprocessed(bare, "gfx950")
+        assert failed.returncode != 0
+        assert "support for 128-bit atomics not implemented" in failed.stderr
+
+    probe = tmp_path / "probe.hip"  # the compiler's own atomics alone, for gfx942
+    probe.write_text("#include <hip/hip_runtime.h>\n" + RELAXED_AGENT_SOURCE)
+    objects: dict[str, dict[str, set[str]]] = {}
+    for target, path in (("gfx942", probe), ("gfx950", source)):
+        folder = tmp_path / target
+        folder.mkdir()
+        argv = ["hipcc", *flags, "-w", "-c", "--no-gpu-bundle-output", f"--offload-arch={target}"]
+        amd_toolchain.run([*argv, str(path)], cwd=folder)
+        (code_object,) = folder.glob(f"*{target}*")
+        objects[target] = _global_accesses(amd_toolchain, code_object, target)
+    reference = objects["gfx950"]["_Z13relaxed_agentPyS_"]
+    assert reference == objects["gfx942"]["_Z13relaxed_agentPyS_"]
+    assert reference == {"global_load_dwordx2 sc1", "global_store_dwordx2 sc1"}
+    # rocPRIM's look-back state: its 128-bit atomic loads and stores (the accesses with cache
+    # bits; the plain ones initialise the state before any block runs)
+    lookback = set().union(
+        *(accesses for name, accesses in objects["gfx950"].items() if "lookback_scan" in name)
+    )
+    atomic = {access for access in lookback if "dwordx4" in access and " " in access}
+    assert atomic == {access.replace("dwordx2", "dwordx4") for access in reference}
+
+
+# cuda-samples' multi_warp_cg_reduce, reduced: tiles of 64 to 512 threads over block_tile_memory.
+MULTI_WARP_SOURCE = """\
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+
+template <unsigned Size>
+__global__ void tile_sums(const float* in, float* out, unsigned* shape) {
+  __shared__ cg::block_tile_memory<1024> scratch;
+  auto block = cg::this_thread_block(scratch);
+  auto tile = cg::tiled_partition<Size>(block);
+  const float sum = cg::reduce(tile, in[threadIdx.x], cg::plus<float>());
+  tile.sync();
+  if (tile.thread_rank() == 0) out[tile.meta_group_rank()] = sum;
+  shape[threadIdx.x] = tile.meta_group_size() + tile.size();
+}
+template __global__ void tile_sums<64>(const float*, float*, unsigned*);
+template __global__ void tile_sums<128>(const float*, float*, unsigned*);
+template __global__ void tile_sums<512>(const float*, float*, unsigned*);
+"""
+
+
+def test_multi_warp_tiles_compile_for_wave64_and_wave32(
+    amd_toolchain: Toolchain, tmp_path: Path
+) -> None:
+    """HIP's tiles stop at the wavefront (a static assertion); the compat header's tiles of 64 to
+    512 threads compile in the host pass and for gfx90a (wave64: 64 is HIP's own tile) and
+    gfx1100 (wave32: 64 is the compat tile), with every kernel in each code object."""
+    result = hipify_source(MULTI_WARP_SOURCE, "tiles.cu")
+    assert [d.format() for d in result.diagnostics if d.severity is Severity.ERROR] == []
+    source = tmp_path / "tiles.hip"
+    source.write_text(result.text)
+    flags = ["-std=c++17", "-w", "-I", str(COMPAT_DIR), "-x", "hip"]
+    host = ["hipcc", *flags, "--cuda-host-only", "-c", str(source), "-o", str(tmp_path / "host.o")]
+    amd_toolchain.run(host)
+    targets = ["--offload-arch=gfx90a", "--offload-arch=gfx1100"]
+    device = ["hipcc", *flags, *targets, "--cuda-device-only", "--no-gpu-bundle-output", "-c"]
+    amd_toolchain.run([*device, str(source)], cwd=tmp_path)
+    for target in ("gfx90a", "gfx1100"):
+        (code_object,) = tmp_path.glob(f"*{target}*")
+        kernels = {k.name for k in read_code_object(code_object.read_bytes(), target).kernels}
+        assert kernels == {f"_Z9tile_sumsILj{n}EEvPKfPfPj" for n in (64, 128, 512)}, target

@@ -89,3 +89,37 @@ def test_helper_math_operators_hip_defines_are_dropped_keeping_lines() -> None:
     lines = out.splitlines()
     first = next(n for n, line in enumerate(lines) if "hipify: operator/" in line)
     assert lines[first + HELPER_MATH.count("\n") - 1] == "float2 after = make_float2(1, 2);"
+
+
+def test_library_includes_get_the_prelude_header_keeping_the_source_lines() -> None:
+    """Each include of a rocPRIM-based library (thrust/, cub/ as hipcub/, rocprim/) is preceded by
+    the prelude include and a #line naming the include's own source line; other includes are
+    not; a translation translated again gains nothing."""
+    source = (
+        "#include <cuda_runtime.h>\n"
+        "#include <thrust/scan.h>\n"
+        "#ifdef USE_CUB\n"
+        "  #include <cub/block/block_load.cuh>\n"
+        "#endif\n"
+        "#include <rocprim/rocprim.hpp>\n"
+        "#include <vector>\n"
+        "__global__ void k(int* x) { x[0] = 1; }\n"
+    )
+    out = translate(source)
+    lines = out.split("\n")
+    includes = [i for i, line in enumerate(lines) if line.endswith("<kernelpack_hip_libraries.h>")]
+    assert len(includes) == 3
+    for index, (source_line, header) in zip(
+        includes,
+        [(2, "thrust/scan.h"), (4, "hipcub/block/block_load.hpp"), (6, "rocprim/rocprim.hpp")],
+        strict=True,
+    ):
+        assert lines[index + 1] == f"#line {source_line}"
+        assert lines[index + 2].strip() == f"#include <{header}>"
+    # every line after a #line is the source line it names (the kernel is line 8)
+    last = max(i for i, line in enumerate(lines) if line.startswith("#line"))
+    named = int(lines[last].split()[1])
+    assert lines[last + 1 + 8 - named].startswith("__global__ void k")
+    again = hipify_source(hipify_source(source, "t.cu").text, "t.hip").text
+    assert again == hipify_source(source, "t.cu").text
+    assert "kernelpack_hip_libraries" not in translate("#include <vector>\nint x;\n")

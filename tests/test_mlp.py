@@ -45,6 +45,8 @@ ROW_CASES = [
     (7, 64),
     (3, 100),
     (2, 1000),
+    (132, 512),  # the short-row kernels up to 132 rows, the general one above
+    (133, 512),
     (2, 2047),
     (3, 4096),
     (2, 4099),
@@ -128,6 +130,79 @@ def test_in_place_op_refuses_read_only_numpy_arrays() -> None:
         mlp.swiglu(f32(4), f32(4), out=out)
 
 
+# ---- the host's launch choices: pure functions of the shape, written out by hand --------------
+
+
+@pytest.mark.parametrize(
+    ("n", "dtype", "expected"),
+    [
+        (11008, "bfloat16", (22, 128)),  # 1 row: 8-byte vectors, 2752 of them
+        (11008, "float32", (43, 128)),  # 2 float32 a thread: 5504
+        (14336, "float16", (28, 128)),
+        (64 * 11008, "bfloat16", (688, 128)),  # 688 blocks of 16-byte vectors: enough
+        (4096 * 132, "bfloat16", (528, 128)),  # 528 blocks of 16-byte vectors
+        (8 * 128 * 131, "bfloat16", (262, 128)),  # 131 blocks of 16 bytes: 8-byte ones instead
+        (1, "float32", (1, 128)),
+    ],
+)
+def test_swiglu_grid_takes_8_byte_vectors_below_132_blocks(
+    n: int, dtype: str, expected: tuple[int, int]
+) -> None:
+    assert mlp_launch.swiglu_geometry(n, dtype) == expected
+
+
+@pytest.mark.parametrize(
+    ("rows", "cols", "dtype", "expected"),
+    [
+        (1, 11008, "bfloat16", ((22, 1), 128)),
+        (64, 11008, "bfloat16", ((11, 64), 128)),  # 704 blocks: 16-byte vectors
+        (3, 4099, "float32", ((17, 3), 128)),  # 1025 vectors of 8 bytes, rounded up
+        (70_001, 8, "bfloat16", ((1, 65535), 64)),
+    ],
+)
+def test_silu_and_mul_grid_takes_8_byte_vectors_below_132_blocks(
+    rows: int, cols: int, dtype: str, expected: tuple[tuple[int, int], int]
+) -> None:
+    assert mlp_launch.silu_and_mul_geometry(rows, cols, dtype) == expected
+
+
+@pytest.mark.parametrize(
+    ("rows", "cols", "dtype", "expected"),
+    [
+        (1, 4096, "bfloat16", ("rms_norm_short", 1, (512, 1))),
+        (64, 4096, "bfloat16", ("rms_norm_short", 64, (512, 1))),
+        (132, 8192, "float16", ("rms_norm_short", 132, (1024, 1))),
+        (2, 8, "bfloat16", ("rms_norm_short", 2, (64, 1))),  # at least BLOCK_MIN threads
+        (1, 4096, "float32", ("rms_norm_short", 1, (1024, 1))),
+        (133, 4096, "bfloat16", ("rms_norm", 133, (128, 1))),  # more rows than SMs
+        (1, 4099, "bfloat16", ("rms_norm", 1, (256, 1))),  # not whole vectors: 513, 4 a thread
+        (1, 16384, "bfloat16", ("rms_norm", 1, (512, 1))),  # 2048 vectors: too many
+        (1, 8192, "float32", ("rms_norm", 1, (512, 1))),
+    ],
+)
+def test_short_rows_take_the_short_row_kernel(
+    rows: int, cols: int, dtype: str, expected: tuple[str, int, tuple[int, int]]
+) -> None:
+    assert mlp_launch.norm_launch("rms_norm", rows, cols, dtype) == expected
+
+
+@pytest.mark.parametrize(
+    ("cols", "partial_rows", "expected"),
+    [
+        (4096, 1, (32, (128, 1))),
+        (4096, 2, (32, (128, 2))),
+        (4096, 3, (64, (64, 4))),
+        (4096, 264, (128, (32, 8))),
+        (300, 5, (10, (32, 8))),
+        (64, 0, (1, (128, 1))),  # no rows: the sum writes zeros
+    ],
+)
+def test_weight_gradient_sum_slices_follow_the_partial_rows(
+    cols: int, partial_rows: int, expected: tuple[int, tuple[int, int]]
+) -> None:
+    assert mlp_launch.weight_grad_geometry(cols, partial_rows) == expected
+
+
 # ---- GPU: torch inputs, float64 references ----------------------------------------------------
 
 
@@ -202,7 +277,14 @@ def ref_rms_norm(torch: Any, x: Any, weight: Any, eps: float) -> Any:
     return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * weight.double()
 
 
-MISALIGNED = {"aligned": (0, 0, 0), "all+1": (1, 1, 1), "first+1": (1, 0, 0), "last+1": (0, 0, 1)}
+# all+4: 8 bytes in for the 16-bit dtypes (their 8-byte vectors only), 16 for float32
+MISALIGNED = {
+    "aligned": (0, 0, 0),
+    "all+1": (1, 1, 1),
+    "first+1": (1, 0, 0),
+    "last+1": (0, 0, 1),
+    "all+4": (4, 4, 4),
+}
 
 
 @pytest.mark.gpu
@@ -237,7 +319,7 @@ ROW_LAYOUTS = {"aligned": (0, 0, 0), "all+1": (1, 1, 1), "second+1": (0, 1, 0)}
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("layout", ["aligned", "all+1", "last+1"])
+@pytest.mark.parametrize("layout", ["aligned", "all+1", "last+1", "all+4"])
 @pytest.mark.parametrize(
     ("rows", "cols"),
     [(1, 1), (3, 3), (2, 8), (5, 9), (1, 4096), (3, 4099), (2, 11008), (70_001, 8)],
@@ -251,6 +333,37 @@ def test_silu_and_mul(torch_rng: Any, dtype: str, rows: int, cols: int, layout: 
     reference = ref_swiglu(x[:, :cols], x[:, cols:])
     assert_close(torch_rng, out, reference, dtype, f"silu_and_mul {rows}x{cols} {layout}")
     assert_guards_intact(buffer, out_at, rows * cols)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("grid", [1, 5, 40])  # 16-byte vectors striding (1, 5); 8-byte (40)
+@pytest.mark.parametrize("offset", [0, 4, 1])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_elementwise_kernels_are_right_on_any_grid(
+    torch_rng: Any, dtype: str, grid: int, offset: int
+) -> None:
+    """swiglu and silu_and_mul launched directly: a grid with a thread for every 8-byte vector
+    takes them, a smaller one the 16-byte vectors (striding), misaligned arrays the scalar path;
+    each is right."""
+    torch = torch_rng[0]
+    stream = torch.cuda.current_stream().cuda_stream
+    n = 4101  # a tail past the last vector of either width
+    gate = randn(torch_rng, (n,), dtype, offset=offset)
+    up = randn(torch_rng, (n,), dtype, offset=offset)
+    buffer, out = poisoned(torch_rng, (n,), dtype, offset=offset)
+    kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("swiglu", dtype))
+    kernel.launch(grid, 128, gate.data_ptr(), up.data_ptr(), out.data_ptr(), n, stream=stream)
+    assert_close(torch_rng, out, ref_swiglu(gate, up), dtype, f"swiglu grid {grid} +{offset}")
+    assert_guards_intact(buffer, offset, n)
+
+    rows, cols = 3, 4104
+    x = randn(torch_rng, (rows, 2 * cols), dtype, offset=offset)
+    buffer, out = poisoned(torch_rng, (rows, cols), dtype, offset=offset)
+    kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("silu_and_mul", dtype))
+    kernel.launch((grid, rows), 128, x.data_ptr(), out.data_ptr(), rows, cols, stream=stream)
+    reference = ref_swiglu(x[:, :cols], x[:, cols:])
+    assert_close(torch_rng, out, reference, dtype, f"silu_and_mul grid {grid} +{offset}")
+    assert_guards_intact(buffer, offset, rows * cols)
 
 
 @pytest.mark.gpu
@@ -294,15 +407,27 @@ def test_fused_add_rms_norm(torch_rng: Any, dtype: str, rows: int, cols: int, la
 
 # (grid, threads per row, rows per block) the ops never pick for 1001 rows: grids that stride over
 # the rows, rows narrower than, as wide as and wider than a wavefront, last blocks past the end.
-ROW_GEOMETRIES = [(1, 1, 64), (3, 8, 16), (2, 32, 4), (5, 64, 2), (3, 512, 1), (7, 2, 256)]
+# (kernel suffix, grid, threads a row, rows a block): the general kernels, then the short-row ones
+# (one row a block; 264 columns of float32 are 66 vectors, more than 64 threads: the scalar loop)
+ROW_GEOMETRIES = [
+    ("", 1, 1, 64),
+    ("", 3, 8, 16),
+    ("", 2, 32, 4),
+    ("", 5, 64, 2),
+    ("", 3, 512, 1),
+    ("", 7, 2, 256),
+    ("_short", 1, 64, 1),
+    ("_short", 3, 128, 1),
+    ("_short", 2, 1024, 1),
+]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("grid", "threads", "per_block"), ROW_GEOMETRIES)
+@pytest.mark.parametrize(("kind", "grid", "threads", "per_block"), ROW_GEOMETRIES)
 @pytest.mark.parametrize("cols", [264, 263])  # the vector path, and the scalar one
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_row_kernels_are_right_on_any_geometry(
-    torch_rng: Any, dtype: str, cols: int, grid: int, threads: int, per_block: int
+    torch_rng: Any, dtype: str, cols: int, kind: str, grid: int, threads: int, per_block: int
 ) -> None:
     """The row kernels launched directly: any grid and block shape they allow is right."""
     torch = torch_rng[0]
@@ -311,7 +436,7 @@ def test_row_kernels_are_right_on_any_geometry(
     x = randn(torch_rng, (rows, cols), dtype)
     weight = randn(torch_rng, (cols,), dtype)
     buffer, out = poisoned(torch_rng, (rows, cols), dtype)
-    mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm", dtype)).launch(
+    mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm" + kind, dtype)).launch(
         grid,
         (threads, per_block),
         x.data_ptr(),
@@ -322,13 +447,13 @@ def test_row_kernels_are_right_on_any_geometry(
         EPS,
         stream=stream,
     )
-    what = f"rms_norm {rows}x{cols} grid {grid} block {threads}x{per_block}"
+    what = f"rms_norm{kind} {rows}x{cols} grid {grid} block {threads}x{per_block}"
     assert_close(torch_rng, out, ref_rms_norm(torch, x, weight, EPS), dtype, what)
     assert_guards_intact(buffer, 0, rows * cols)
 
     residual = randn(torch_rng, (rows, cols), dtype)
     stored_sum = (x.double() + residual.double()).to(x.dtype)
-    mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("add_rms_norm", dtype)).launch(
+    mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("add_rms_norm" + kind, dtype)).launch(
         grid,
         (threads, per_block),
         x.data_ptr(),
@@ -341,7 +466,7 @@ def test_row_kernels_are_right_on_any_geometry(
         EPS,
         stream=stream,
     )
-    what = f"fused_add_rms_norm {rows}x{cols} grid {grid} block {threads}x{per_block}"
+    what = f"fused_add_rms_norm{kind} {rows}x{cols} grid {grid} block {threads}x{per_block}"
     assert_close(torch_rng, residual, stored_sum.double(), dtype, what + " residual")
     assert_close(torch_rng, x, ref_rms_norm(torch, stored_sum, weight, EPS), dtype, what + " x")
 

@@ -117,7 +117,8 @@ def stream() -> int:
     return int(torch.cuda.current_stream().cuda_stream)
 
 
-@pytest.mark.parametrize("offset", [0, 1])  # 1: every array one element in, the scalar path
+# 1: every array one element in, the scalar path; 4: 8 bytes in for 16-bit dtypes (8-byte vectors)
+@pytest.mark.parametrize("offset", [0, 1, 4])
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 4099, 65536, 1_000_003])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_swiglu_backward(rng: Any, dtype: str, n: int, offset: int) -> None:
@@ -143,7 +144,7 @@ def test_swiglu_backward(rng: Any, dtype: str, n: int, offset: int) -> None:
     assert_guards(up_buffer, offset, n)
 
 
-@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize("offset", [0, 1, 4])
 @pytest.mark.parametrize(("rows", "cols"), [(1, 1), (3, 3), (2, 8), (5, 9), (3, 4096), (70_001, 8)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_and_mul_backward(rng: Any, dtype: str, rows: int, cols: int, offset: int) -> None:
@@ -242,7 +243,9 @@ def test_rms_norm_weight_gradient_is_deterministic(rng: Any, dtype: str) -> None
         )
 
 
-@pytest.mark.parametrize(("grid", "block"), [(1, (32, 3)), (2, (16, 8)), (7, (32, 8))])
+@pytest.mark.parametrize(
+    ("grid", "block"), [(1, (32, 3)), (2, (16, 8)), (7, (32, 8)), (3, (128, 1)), (1, (64, 4))]
+)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_weight_gradient_sum_is_right_on_any_geometry(
     rng: Any, dtype: str, grid: int, block: tuple[int, int]

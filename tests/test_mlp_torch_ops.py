@@ -18,7 +18,7 @@ from kernelpack.errors import UsageError
 torch = pytest.importorskip("torch", reason="torch is in the test dependency group")
 pytestmark = pytest.mark.torch
 
-from kernelpack import nn, torch_ops  # noqa: E402  (needs torch)
+from kernelpack import mlp_hot, nn, torch_ops  # noqa: E402  (needs torch)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 OPS = torch.ops.kernelpack
@@ -163,3 +163,29 @@ def test_modules_have_llamas_parameters() -> None:
     x = torch.empty(2, 5, 64, device="meta")
     assert mlp_block(x).shape == (2, 5, 64)
     assert norm(x).shape == (2, 5, 64)
+
+
+@pytest.mark.parametrize("eps_given", [False, True])
+@pytest.mark.parametrize("name", ["rms_norm", "add_rms_norm", "swiglu"])
+def test_autograd_kernel_gives_the_hot_call_every_argument(
+    monkeypatch: pytest.MonkeyPatch, name: str, eps_given: bool
+) -> None:
+    """The Autograd kernel calls the CUDA implementation's hot call itself: with eps put back
+    where the dispatcher left it out at its default, and out=None where the call takes one."""
+    seen: list[tuple[Any, ...]] = []
+
+    def record(*args: Any) -> Any:
+        seen.append(args)
+        return "launched"
+
+    monkeypatch.setitem(torch_ops.HOT, name, record)
+    kernel = torch_ops._autograd_kernel(name, *torch_ops.AUTOGRAD[name])
+    spec = mlp_hot.SPECS[name]
+    tensors = tuple(torch.zeros(2, 8) for _ in range(spec.inputs))
+    given = (*tensors, 1e-3) if eps_given and spec.eps else tensors
+    cuda = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+    with torch.no_grad():
+        assert kernel(cuda, *given) == "launched"
+    eps = (1e-3 if eps_given else torch_ops.DEFAULT_EPS,) if spec.eps else ()
+    out = (None,) if spec.out else ()
+    assert seen == [(*tensors, *eps, *out)]

@@ -527,6 +527,28 @@ def header_target(header: str) -> str | None:
     return None
 
 
+# Header libraries built on rocPRIM (rocThrust, hipCUB and rocPRIM itself), by the folder of their
+# HIP include names, and kernelpack's prelude header the translator puts just before each include
+# of one: it fixes rocPRIM's target table where a release predates a target of the matrix (rocPRIM
+# 3.4 and gfx950: docs/hipify.md, "Compatibility layer"), with the macro state the library's own
+# configuration header would see. It is empty on every other target.
+ROCPRIM_LIBRARY_FOLDERS = ("thrust/", "hipcub/", "rocprim/")
+LIBRARY_PRELUDE = "kernelpack_hip_libraries.h"
+
+
+_PRELUDE_BEFORE_RE = re.compile(rf"#include <{re.escape(LIBRARY_PRELUDE)}>\n#line \d+\n[ \t]*\Z")
+
+
+def library_prelude(header: str, line: int, before: str) -> str:
+    """The lines the translator puts before ``#include <header>`` (its HIP name) on source line
+    ``line``, ``before`` being the source up to the directive: the prelude include and a
+    ``#line`` that keeps the source's numbering, for a rocPRIM-based library not already preceded
+    by them (a translation translated again); else nothing."""
+    if not header.startswith(ROCPRIM_LIBRARY_FOLDERS) or _PRELUDE_BEFORE_RE.search(before[-200:]):
+        return ""
+    return f"#include <{LIBRARY_PRELUDE}>\n#line {line}\n"
+
+
 # What to do instead of a CUDA header that has no HIP counterpart (the unsupported-api message).
 HEADER_ADVICE: dict[str, str] = {
     "cooperative_groups/memcpy_async.h": "replace memcpy_async with plain loads to shared memory "

@@ -55,6 +55,7 @@ from .tables import (
     HIP_RUNTIME_HEADER,
     HIP_RUNTIME_HEADERS,
     KERNEL_POINTER_ARG,
+    LIBRARY_PRELUDE,
     QUALIFIED_RENAMES,
     RENAMES,
     SYNCWARP_REPLACEMENT,
@@ -63,6 +64,7 @@ from .tables import (
     WARP_SYNC_MACRO,
     WMMA_HEADER,
     header_target,
+    library_prelude,
     library_rename,
 )
 from .tree_facts import scan_tree
@@ -79,7 +81,11 @@ __all__ = [
 ]
 
 # The prelude an earlier translation inserted, ended by its #line directive.
-_LINE_AFTER_PRELUDE_RE = re.compile(r"(?:#[ \t]*(?:include|define)[^\n]*\n)*#line \d+\n")
+# An earlier translation's prelude: its lines and the #line after them (not the #line that
+# follows a library prelude include, which the translation puts before a library's include)
+_LINE_AFTER_PRELUDE_RE = re.compile(
+    rf"(?:#[ \t]*(?:include|define)[^\n]*\n)*(?<!#include <{re.escape(LIBRARY_PRELUDE)}>\n)#line \d+\n"
+)
 _PRAGMA_ONCE_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*\n", re.MULTILINE)
 _DEVICE_MARKERS = frozenset(
     {
@@ -389,15 +395,17 @@ class _Translator:
         else:
             return text
         target = header_target(header)
+        start = view.tokens[directive.start]
+        prelude = library_prelude(target or header, start.line, view.text[: start.offset])
         if target is None:
-            return text
+            return prelude + text
         self._count("include", header, target)
         # the CLI, the builder and the corpus bench ship the compat folder to files that include
         # the compat header: a WMMA user gets it too
         self.uses_compat |= target == WMMA_HEADER
         head = "".join(t.text for t in view.tokens[directive.start : sig[2]])
         tail = "".join(t.text for t in view.tokens[last + 1 : directive.end])
-        return f"{head}{open_text}{target}{close_text}{tail}"
+        return f"{prelude}{head}{open_text}{target}{close_text}{tail}"
 
     def _dropped_definition(self, directive: Directive, feature: FeatureDefinition) -> str:
         """A feature macro AMD leaves undefined: a comment in its place (as many lines)."""

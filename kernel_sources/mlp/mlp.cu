@@ -9,15 +9,19 @@
 //
 // Launch geometry (chosen by kernelpack.mlp; any grid gives the right answer, the loops stride):
 //   swiglu_*, swiglu_backward_*
-//                            1-D grid over the elements, blocks of kElementwiseBlockThreads.
+//                            1-D grid over the elements, blocks of kElementwiseBlockThreads; a
+//                            grid with a thread for every 8-byte chunk gets 8-byte vectors.
 //   rms_norm_weight_grad_*   grid.x over the columns, blockDim.x columns by blockDim.y slices
 //                            of the rows of `partial`, at most kWeightGradThreads threads.
 //   silu_and_mul_*, silu_and_mul_backward_*
 //                            grid.x over the columns of the output, grid.y over the rows; blocks
-//                            of at most kElementwiseBlockThreads.
+//                            of at most kElementwiseBlockThreads (8-byte vectors as swiglu's).
 //   rms_norm_*, add_rms_norm_*
 //                            blockDim.x threads per row (a power of two), blockDim.y rows per
 //                            block, at most kRowBlockThreads threads; grid-stride over the rows.
+//   rms_norm_short_*, add_rms_norm_short_*
+//                            one row a block at a time (grid-stride), blockDim.x threads (a power
+//                            of two, at most kShortRowThreads), blockDim.y == 1.
 //   rms_norm_backward_*      blockDim.x threads per row (a power of two, at least a wavefront),
 //                            one row a block at a time; the grid sets the rows of `partial`.
 //
@@ -70,24 +74,68 @@ __device__ __forceinline__ bool vector_aligned(const void* pointer) {
   return reinterpret_cast<unsigned long long>(pointer) % kVectorBytes == 0;
 }
 
-// Access to chunk i of an array: one 16-byte vector of kWidth elements ...
-template <typename T>
+// The narrower vector of the elementwise kernels on short inputs: 8 bytes (4 16-bit elements, 2
+// float32). Chosen by the launch geometry: a grid with a thread for every 8-byte chunk asks for it
+// (kernelpack.mlp_launch gives short inputs such a grid: with one 16-byte vector a thread they
+// leave most SMs idle and each thread's chain of eight sigmoids long, the profile of the 1-row
+// rows behind torch.compile in docs/bench-mlp-notes.md; tested, not yet timed).
+constexpr int kNarrowBytes = 8;
+
+template <int kBytes>
+__device__ __forceinline__ bool aligned_to(const void* pointer) {
+  return reinterpret_cast<unsigned long long>(pointer) % kBytes == 0;
+}
+
+// A vector of 16 or 8 bytes as 32-bit words, and back.
+template <int kBytes>
+struct RawVector;
+
+template <>
+struct RawVector<16> {
+  using Type = uint4;
+  static __device__ __forceinline__ void words(Type raw, unsigned int (&out)[4]) {
+    out[0] = raw.x;
+    out[1] = raw.y;
+    out[2] = raw.z;
+    out[3] = raw.w;
+  }
+  static __device__ __forceinline__ Type from(const unsigned int (&in)[4]) {
+    return make_uint4(in[0], in[1], in[2], in[3]);
+  }
+};
+
+template <>
+struct RawVector<8> {
+  using Type = uint2;
+  static __device__ __forceinline__ void words(Type raw, unsigned int (&out)[2]) {
+    out[0] = raw.x;
+    out[1] = raw.y;
+  }
+  static __device__ __forceinline__ Type from(const unsigned int (&in)[2]) {
+    return make_uint2(in[0], in[1]);
+  }
+};
+
+// Access to chunk i of an array: one vector of kBytes (16 unless said), kWidth elements ...
+template <typename T, int kBytes = kVectorBytes>
 struct VectorAccess {
   using Bits = typename Elem<T>::Bits;
-  using Raw = uint4;
-  static constexpr int kWidth = kVectorBytes / static_cast<int>(sizeof(Bits));
+  using Raw = typename RawVector<kBytes>::Type;
+  static constexpr int kWidth = kBytes / static_cast<int>(sizeof(Bits));
+  static constexpr int kWords = kBytes / 4;
 
   static __device__ __forceinline__ Raw load(const T* base, long long i) {
-    return reinterpret_cast<const uint4*>(base)[i];
+    return reinterpret_cast<const Raw*>(base)[i];
   }
   static __device__ __forceinline__ void store(T* base, long long i, Raw raw) {
-    reinterpret_cast<uint4*>(base)[i] = raw;
+    reinterpret_cast<Raw*>(base)[i] = raw;
   }
   static __device__ __forceinline__ void unpack(Raw raw, float (&out)[kWidth]) {
-    const unsigned int words[4] = {raw.x, raw.y, raw.z, raw.w};
-    constexpr int kPerWord = kWidth / 4;
+    unsigned int words[kWords];
+    RawVector<kBytes>::words(raw, words);
+    constexpr int kPerWord = kWidth / kWords;
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
+    for (int w = 0; w < kWords; ++w) {
 #pragma unroll
       for (int k = 0; k < kPerWord; ++k) {
         const unsigned int bits = words[w] >> (k * 8 * sizeof(Bits));
@@ -96,10 +144,10 @@ struct VectorAccess {
     }
   }
   static __device__ __forceinline__ Raw pack(const float (&in)[kWidth]) {
-    unsigned int words[4];
-    constexpr int kPerWord = kWidth / 4;
+    unsigned int words[kWords];
+    constexpr int kPerWord = kWidth / kWords;
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
+    for (int w = 0; w < kWords; ++w) {
       words[w] = 0;
 #pragma unroll
       for (int k = 0; k < kPerWord; ++k) {
@@ -107,9 +155,19 @@ struct VectorAccess {
         words[w] |= bits << (k * 8 * sizeof(Bits));
       }
     }
-    return make_uint4(words[0], words[1], words[2], words[3]);
+    return RawVector<kBytes>::from(words);
   }
 };
+
+template <typename T>
+using NarrowAccess = VectorAccess<T, kNarrowBytes>;
+
+// Whether the grid asks for the narrow vector: a thread (along x) for every narrow chunk of n
+// elements. The same for every thread of the grid.
+template <typename T>
+__device__ __forceinline__ bool narrow_grid(long long n) {
+  return static_cast<long long>(gridDim.x) * blockDim.x * NarrowAccess<T>::kWidth >= n;
+}
 
 // ... or one element, for misaligned arrays and the tails past the last whole vector.
 template <typename T>
@@ -169,7 +227,12 @@ __device__ __forceinline__ void silu_mul_chunks(const T* gate, const T* up, T* o
 template <typename T>
 __device__ __forceinline__ void swiglu(const T* gate, const T* up, T* out, long long n) {
   long long done = 0;
-  if (vector_aligned(gate) && vector_aligned(up) && vector_aligned(out)) {
+  if (narrow_grid<T>(n) && aligned_to<kNarrowBytes>(gate) && aligned_to<kNarrowBytes>(up) &&
+      aligned_to<kNarrowBytes>(out)) {
+    constexpr int kWidth = NarrowAccess<T>::kWidth;
+    silu_mul_chunks<NarrowAccess<T>>(gate, up, out, n / kWidth);
+    done = n / kWidth * kWidth;
+  } else if (vector_aligned(gate) && vector_aligned(up) && vector_aligned(out)) {
     constexpr int kWidth = VectorAccess<T>::kWidth;
     silu_mul_chunks<VectorAccess<T>>(gate, up, out, n / kWidth);
     done = n / kWidth * kWidth;
@@ -193,7 +256,10 @@ template <typename T>
 __device__ __forceinline__ void silu_and_mul(const T* x, T* out, long long rows, long long cols) {
   // Every row start is aligned when the base is and the row of the output is a whole number of
   // vectors (the input row is twice as long).
-  if (vector_aligned(x) && vector_aligned(out) && cols % VectorAccess<T>::kWidth == 0) {
+  if (narrow_grid<T>(cols) && aligned_to<kNarrowBytes>(x) && aligned_to<kNarrowBytes>(out) &&
+      cols % NarrowAccess<T>::kWidth == 0) {
+    silu_and_mul_rows<NarrowAccess<T>>(x, out, rows, cols);
+  } else if (vector_aligned(x) && vector_aligned(out) && cols % VectorAccess<T>::kWidth == 0) {
     silu_and_mul_rows<VectorAccess<T>>(x, out, rows, cols);
   } else {
     silu_and_mul_rows<ScalarAccess<T>>(x, out, rows, cols);
@@ -356,6 +422,130 @@ __device__ __forceinline__ void rms_norm(const T* x, const T* residual, T* resid
   }
 }
 
+// Short rows (the host's choice for few rows, up to kShortRowThreads vectors a row): one block a
+// row, one 16-byte vector a thread, held in registers from the load to the store, the weight's
+// vector loaded beside it. Why a kernel of its own (ncu on the H200 at 1 x 4096 bfloat16,
+// docs/bench-mlp-notes.md): the general kernel's warps each issued about 535 instructions for its
+// four cached vectors, one warp a scheduler, where Liger-Kernel's issued 254; here a warp issues
+// one vector's. (Tested, not yet timed beside the general kernel: the notes say so.) A misaligned
+// row (or one not a whole number of vectors) takes the scalar loop, twice over the row, which is
+// slow but right.
+constexpr int kShortRowThreads = 1024;
+
+template <bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm_short_vector(const T* x, const T* residual,
+                                                      T* residual_out, const T* weight, T* out,
+                                                      int chunks, long long cols, float eps,
+                                                      float* slots) {
+  using Access = VectorAccess<T>;
+  using Raw = typename Access::Raw;
+  constexpr int kWidth = Access::kWidth;
+  const int i = static_cast<int>(threadIdx.x);
+  const bool here = i < chunks;
+  Raw value{};
+  Raw weights{};
+  Raw residuals{};
+  if (here) {
+    value = Access::load(x, i);
+    if constexpr (kAddResidual) {
+      residuals = Access::load(residual, i);
+    }
+    weights = Access::load(weight, i);
+  }
+  float v[kWidth];
+  float sum_squares = 0.0f;
+  if (here) {
+    Access::unpack(value, v);
+    if constexpr (kAddResidual) {
+      float r[kWidth];
+      Access::unpack(residuals, r);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        v[k] += r[k];
+      }
+      value = Access::pack(v);
+      Access::store(residual_out, i, value);
+      Access::unpack(value, v);  // the sum as stored, rounded to T
+    }
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      sum_squares += v[k] * v[k];
+    }
+  }
+  sum_squares = kp::row_sum(sum_squares, slots);
+  const float scale = rsqrtf(sum_squares / static_cast<float>(cols) + eps);
+  if (here) {
+    float w[kWidth];
+    Access::unpack(weights, w);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      v[k] = v[k] * scale * w[k];
+    }
+    Access::store(out, i, Access::pack(v));
+  }
+}
+
+template <bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm_short_scalar(const T* x, const T* residual,
+                                                      T* residual_out, const T* weight, T* out,
+                                                      long long cols, float eps, float* slots) {
+  using Access = ScalarAccess<T>;
+  const int n = static_cast<int>(cols);
+  const int stride = static_cast<int>(blockDim.x);
+  float sum_squares = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += stride) {
+    float v[1];
+    Access::unpack(Access::load(x, i), v);
+    if constexpr (kAddResidual) {
+      float r[1];
+      Access::unpack(Access::load(residual, i), r);
+      v[0] += r[0];
+      const typename Access::Raw stored = Access::pack(v);
+      Access::store(residual_out, i, stored);
+      Access::unpack(stored, v);
+    }
+    sum_squares += v[0] * v[0];
+  }
+  sum_squares = kp::row_sum(sum_squares, slots);
+  const float scale = rsqrtf(sum_squares / static_cast<float>(cols) + eps);
+  // The same thread reads back what it read (or wrote to residual) above: no barrier needed.
+  const T* source = kAddResidual ? residual_out : x;
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += stride) {
+    float v[1];
+    float w[1];
+    Access::unpack(Access::load(source, i), v);
+    Access::unpack(Access::load(weight, i), w);
+    v[0] = v[0] * scale * w[0];
+    Access::store(out, i, Access::pack(v));
+  }
+}
+
+// blockDim.x threads a row (a power of two), blockDim.y == 1; the blocks stride over the rows.
+template <bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T* residual_out,
+                                               const T* weight, T* out, long long rows,
+                                               long long cols, float eps) {
+  __shared__ float slots[kp::kMaxBlockThreads];
+  constexpr int kWidth = VectorAccess<T>::kWidth;
+  const bool vectors =
+      vector_aligned(x) && vector_aligned(weight) && vector_aligned(out) &&
+      (!kAddResidual || (vector_aligned(residual) && vector_aligned(residual_out))) &&
+      cols % kWidth == 0 && cols / kWidth <= static_cast<long long>(blockDim.x);
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const long long offset = row * cols;
+    const T* residual_row = kAddResidual ? residual + offset : nullptr;
+    T* residual_out_row = kAddResidual ? residual_out + offset : nullptr;
+    if (vectors) {
+      rms_norm_short_vector<kAddResidual>(x + offset, residual_row, residual_out_row, weight,
+                                          out + offset, static_cast<int>(cols / kWidth), cols,
+                                          eps, slots);
+    } else {
+      rms_norm_short_scalar<kAddResidual>(x + offset, residual_row, residual_out_row, weight,
+                                          out + offset, cols, eps, slots);
+    }
+  }
+}
+
 // ---- backward ---------------------------------------------------------------------------------
 
 // d/dg and d/du of silu(g) * u, times the incoming gradient dy: with s = sigmoid(g),
@@ -399,8 +589,14 @@ template <typename T>
 __device__ __forceinline__ void swiglu_backward(const T* gate, const T* up, const T* grad,
                                                 T* grad_gate, T* grad_up, long long n) {
   long long done = 0;
-  if (vector_aligned(gate) && vector_aligned(up) && vector_aligned(grad) &&
-      vector_aligned(grad_gate) && vector_aligned(grad_up)) {
+  if (narrow_grid<T>(n) && aligned_to<kNarrowBytes>(gate) && aligned_to<kNarrowBytes>(up) &&
+      aligned_to<kNarrowBytes>(grad) && aligned_to<kNarrowBytes>(grad_gate) &&
+      aligned_to<kNarrowBytes>(grad_up)) {
+    constexpr int kWidth = NarrowAccess<T>::kWidth;
+    silu_mul_backward_chunks<NarrowAccess<T>>(gate, up, grad, grad_gate, grad_up, n / kWidth);
+    done = n / kWidth * kWidth;
+  } else if (vector_aligned(gate) && vector_aligned(up) && vector_aligned(grad) &&
+             vector_aligned(grad_gate) && vector_aligned(grad_up)) {
     constexpr int kWidth = VectorAccess<T>::kWidth;
     silu_mul_backward_chunks<VectorAccess<T>>(gate, up, grad, grad_gate, grad_up, n / kWidth);
     done = n / kWidth * kWidth;
@@ -425,8 +621,11 @@ __device__ __forceinline__ void silu_and_mul_backward_rows(const T* x, const T* 
 template <typename T>
 __device__ __forceinline__ void silu_and_mul_backward(const T* x, const T* grad, T* grad_x,
                                                       long long rows, long long cols) {
-  if (vector_aligned(x) && vector_aligned(grad) && vector_aligned(grad_x) &&
-      cols % VectorAccess<T>::kWidth == 0) {
+  if (narrow_grid<T>(cols) && aligned_to<kNarrowBytes>(x) && aligned_to<kNarrowBytes>(grad) &&
+      aligned_to<kNarrowBytes>(grad_x) && cols % NarrowAccess<T>::kWidth == 0) {
+    silu_and_mul_backward_rows<NarrowAccess<T>>(x, grad, grad_x, rows, cols);
+  } else if (vector_aligned(x) && vector_aligned(grad) && vector_aligned(grad_x) &&
+             cols % VectorAccess<T>::kWidth == 0) {
     silu_and_mul_backward_rows<VectorAccess<T>>(x, grad, grad_x, rows, cols);
   } else {
     silu_and_mul_backward_rows<ScalarAccess<T>>(x, grad, grad_x, rows, cols);
@@ -741,6 +940,24 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   ::rms_norm<true>(x, residual, residual_out, weight, out, rows, cols, eps);
 }
 
+// The same two ops for short rows (the host's choice for few rows): one block a row, one vector a
+// thread. At least one block an SM is all they need: without the 1, ptxas held sm_80's float32
+// add_rms_norm_short to 32 registers and spilled 4 bytes.
+template <typename T>
+__global__ void __launch_bounds__(kShortRowThreads, 1)
+    rms_norm_short(const T* x, const T* weight, T* out, long long rows, long long cols,
+                   float eps) {
+  ::rms_norm_short<false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight,
+                          out, rows, cols, eps);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kShortRowThreads, 1)
+    add_rms_norm_short(const T* x, const T* residual, const T* weight, T* out, T* residual_out,
+                       long long rows, long long cols, float eps) {
+  ::rms_norm_short<true>(x, residual, residual_out, weight, out, rows, cols, eps);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     swiglu_backward(const T* gate, const T* up, const T* grad, T* grad_gate, T* grad_up,
@@ -775,6 +992,10 @@ __global__ void __launch_bounds__(kWeightGradThreads)
   template __global__ void rms_norm<T>(const T*, const T*, T*, long long, long long, float);    \
   template __global__ void add_rms_norm<T>(const T*, const T*, const T*, T*, T*, long long,     \
                                            long long, float);                                   \
+  template __global__ void rms_norm_short<T>(const T*, const T*, T*, long long, long long,       \
+                                             float);                                            \
+  template __global__ void add_rms_norm_short<T>(const T*, const T*, const T*, T*, T*,          \
+                                                 long long, long long, float);                  \
   template __global__ void swiglu_backward<T>(const T*, const T*, const T*, T*, T*, long long); \
   template __global__ void silu_and_mul_backward<T>(const T*, const T*, T*, long long,          \
                                                     long long);                                 \

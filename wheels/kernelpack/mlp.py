@@ -11,36 +11,32 @@ Arguments are checked before anything touches a GPU, so a wrong dtype, shape, la
 with a UsageError (a ValueError) naming the argument on any machine. Arithmetic is in float32 for
 every storage type (float32, float16, bfloat16).
 
-Torch tensors take a hot path once one call of a (dtype, device) went through the checks: the
-same checks read straight off the tensors (:func:`hot_plan`), and the kernel's launch prepared
-per shape (:class:`TorchPlan`), so a call costs the launch, the allocation of its result (none
-with ``out=``) and about 1.5 µs of Python on the H200's host (docs/bench-mlp-notes.md).
+Torch tensors take a hot path once one call of a (dtype, device, shape) went through the checks:
+one C call reads the same checks straight off the tensors, allocates the result (none with
+``out=``) and launches the kernel prepared for the shape (:mod:`kernelpack.mlp_hot`); anything it
+does not accept comes back here and goes through the full checks (docs/bench-mlp-notes.md has
+the host's cost per call).
 Tensors that need autograd go through the custom ops of :mod:`kernelpack.torch_ops`
 (``torch.ops.kernelpack.*``), which also serve torch.compile and share the hot path's launches.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from typing import Any
 
-from . import arrays
+from . import arrays, mlp_hot
 from .arrays import Array
 from .errors import UsageError
+from .mlp_hot import HOT, SPECS
 from .mlp_launch import (
     KERNEL_TYPE,
     MAX_ROW,
-    kernel_name,
     launch_add_rms_norm,
     launch_rms_norm,
     launch_silu_and_mul,
     launch_swiglu,
-    load_kernel,
-    row_geometry,
-    silu_and_mul_geometry,
-    swiglu_geometry,
 )
 
 __all__ = ["fused_add_rms_norm", "rms_norm", "silu_and_mul", "swiglu"]
@@ -59,7 +55,7 @@ def _array(name: str, value: object) -> Array:
     array = arrays.wrap(name, value)
     _check_dtype(array)
     if array.framework == "torch":
-        TORCH_TYPES.add(type(array.value))
+        mlp_hot.TORCH_TYPES.add(type(array.value))
     return array
 
 
@@ -117,32 +113,15 @@ def _output(out: object, like: Array, shape: tuple[int, ...]) -> Array | None:
     return array
 
 
-# ---- the torch hot path -----------------------------------------------------------------------
-
-TORCH_TYPES: set[type] = set()  # torch.Tensor and its subclasses seen so far (nn.Parameter)
-
-# op -> its launch geometry from (rows, cols, dtype); swiglu counts its elements as rows
-_GEOMETRY: dict[str, Callable[[int, int, str], tuple[Any, Any]]] = {
-    "swiglu": lambda rows, cols, dtype: swiglu_geometry(rows * cols, dtype),
-    "silu_and_mul": silu_and_mul_geometry,
-    "rms_norm": row_geometry,
-    "add_rms_norm": row_geometry,
-}
-_LAUNCHES_KEPT = 4096  # shapes remembered per (op, dtype, device) before the memo starts over
+# ---- torch tensors: the hot path (kernelpack.mlp_hot) and the checked launches ----------------
 
 
 class TorchPlan:
-    """What torch calls on one (dtype, device) need, found once: the device's and dtype's
-    names, torch's raw current-stream accessor, torch.empty_like and torch.is_grad_enabled, and
-    per (op, shape) a prepared launch: the kernel's launch with its grid and block bound (a
-    functools.partial of the C launcher) and the size arguments the kernel takes after its
-    pointers, so that a call reads its tensors, the stream, and makes one C call.
+    """What torch calls on one (dtype, device) need, found once: the device's and dtype's names
+    and torch's raw current-stream accessor (read on every call: a capture or a
+    ``torch.cuda.stream`` block changes it)."""
 
-    The stream is read on every call (a capture or a ``torch.cuda.stream`` block changes it);
-    the kernel was loaded and its image's sha256 checked once, when the plan first launched it.
-    """
-
-    __slots__ = ("device", "dtype", "empty_like", "grad_enabled", "index", "prepared", "stream")
+    __slots__ = ("device", "dtype", "empty_like", "index", "stream")
 
     def __init__(self, device: str, dtype: str, index: int, torch: Any) -> None:
         self.device = device
@@ -150,42 +129,14 @@ class TorchPlan:
         self.index = index
         self.stream = torch._C._cuda_getCurrentRawStream
         self.empty_like = torch.empty_like
-        self.grad_enabled = torch.is_grad_enabled
-        # op -> {shape of the op's first tensor: (launch, size arguments), launch None: no work}
-        self.prepared: dict[str, dict[Any, tuple[Any, tuple[int, ...]]]] = {
-            op: {} for op in _GEOMETRY
-        }
-
-    def prepare(self, op: str, shape: Any) -> tuple[Any, tuple[int, ...]]:
-        """``op``'s prepared launch for a first tensor of ``shape`` (swiglu: gate's; the row
-        ops: x's, the last dimension a row), made on the first call of that shape."""
-        memo = self.prepared[op]
-        if len(memo) >= _LAUNCHES_KEPT:
-            memo.clear()
-        cols = shape[-1] if shape else 1
-        sizes: tuple[int, ...]
-        n = math.prod(shape)
-        if op == "swiglu":
-            rows, cols, sizes = n, 1, (n,)
-        else:
-            if op == "silu_and_mul":
-                cols //= 2
-            rows = n // shape[-1] if cols else 0
-            sizes = (rows, cols)
-        launch = None
-        if rows * cols:
-            grid, block = _GEOMETRY[op](rows, cols, self.dtype)
-            kernel = load_kernel(self.device, kernel_name(op, self.dtype))
-            launch = functools.partial(kernel.launch, grid, block)
-        memo[shape] = prepared = (launch, sizes)
-        return prepared
 
 
 _TORCH_PLANS: dict[tuple[Any, int], TorchPlan] = {}  # (torch dtype, device index) -> plan
 
 
 def torch_plan(tensor: Any) -> TorchPlan:
-    """The plan for a CUDA (or ROCm) torch tensor of a supported dtype."""
+    """The plan for a CUDA (or ROCm) torch tensor of a supported dtype; the first one turns the
+    hot calls on."""
     import torch
 
     index = tensor.get_device()
@@ -197,94 +148,17 @@ def torch_plan(tensor: Any) -> TorchPlan:
         if dtype not in KERNEL_TYPE or index < 0:
             raise UsageError(f"no kernel for a {dtype} tensor on {tensor.device}")
         plan = _TORCH_PLANS[key] = TorchPlan(f"{vendor}:{index}", dtype, index, torch)
+        mlp_hot.torch_enable(torch)
     return plan
 
 
-def hot_plan(first: Any, *others: Any) -> TorchPlan | None:
-    """The plan when a call can take the hot path, else None (the call goes through the full
-    checks, which explain what is wrong): every argument a torch tensor of first's dtype on
-    first's GPU, a dtype and device a call has planned before, C-contiguous, and none needing
-    autograd (requires_grad is read only where grad mode is on). Shapes are the caller's to
-    check."""
-    if type(first) not in TORCH_TYPES:
-        return None
-    dtype = first.dtype
-    index = first.get_device()
-    plan = _TORCH_PLANS.get((dtype, index))
-    if plan is None or not first.is_contiguous():
-        return None
-    for other in others:
-        if (
-            type(other) not in TORCH_TYPES
-            or other.dtype is not dtype
-            or other.get_device() != index
-            or not other.is_contiguous()
-        ):
-            return None
-    if plan.grad_enabled() and (
-        first.requires_grad or any(other.requires_grad for other in others)
-    ):
-        return None
-    return plan
-
-
-def hot_norm(shape: Any, weight: Any, eps: object) -> bool:
-    """The hot path's check of a norm's shapes and eps (any failure: the full checks)."""
-    return (
-        type(eps) is float
-        and 0.0 <= eps < math.inf
-        and len(shape) > 0
-        and weight.shape == shape[-1:]
-        and shape[-1] <= MAX_ROW
-    )
-
-
-# The launches of the hot path, shared with torch.ops.kernelpack's CUDA implementations: checked
-# C-contiguous tensors of the plan's dtype and device in, with the first tensor's shape as read by
-# the caller, new tensors (or ``out``) out.
-
-
-def torch_swiglu(plan: TorchPlan, gate: Any, up: Any, shape: Any, out: Any = None) -> Any:
-    result = plan.empty_like(gate) if out is None else out
-    launch, sizes = plan.prepared["swiglu"].get(shape) or plan.prepare("swiglu", shape)
-    if launch is not None:
-        launch(gate, up, result, *sizes, stream=plan.stream(plan.index))
-    return result
-
-
-def torch_silu_and_mul(plan: TorchPlan, x: Any, shape: Any, out: Any = None) -> Any:
-    launch, sizes = plan.prepared["silu_and_mul"].get(shape) or plan.prepare("silu_and_mul", shape)
-    result = x.new_empty((*shape[:-1], shape[-1] // 2)) if out is None else out
-    if launch is not None:
-        launch(x, result, *sizes, stream=plan.stream(plan.index))
-    return result
-
-
-def torch_rms_norm(
-    plan: TorchPlan, x: Any, weight: Any, eps: float, shape: Any, out: Any = None
-) -> Any:
-    result = plan.empty_like(x) if out is None else out
-    launch, sizes = plan.prepared["rms_norm"].get(shape) or plan.prepare("rms_norm", shape)
-    if launch is not None:
-        launch(x, weight, result, *sizes, eps, stream=plan.stream(plan.index))
-    return result
-
-
-def torch_add_rms_norm(
-    plan: TorchPlan,
-    x: Any,
-    residual: Any,
-    weight: Any,
-    eps: float,
-    shape: Any,
-    out: Any,
-    summed: Any,
-) -> None:
-    """out = rms_norm(summed), summed = x + residual; in place when out is x and summed is
-    residual."""
-    launch, sizes = plan.prepared["add_rms_norm"].get(shape) or plan.prepare("add_rms_norm", shape)
-    if launch is not None:
-        launch(x, residual, weight, out, summed, *sizes, eps, stream=plan.stream(plan.index))
+def torch_run(op: str, *args: Any) -> Any:
+    """``op`` on torch tensors that passed the full checks and are C-contiguous, args as its hot
+    call takes them (tensors, eps, out): its results, allocated unless ``out`` is given. The
+    launch is prepared for the hot calls of the same shape on the way."""
+    plan = torch_plan(args[0])
+    entry = mlp_hot.prepare(op, args[0], plan.device)
+    return mlp_hot.finish(SPECS[op], entry, args, plan.stream(plan.index), plan.empty_like)
 
 
 def _needs_autograd(*tensors: Any) -> bool:
@@ -307,16 +181,19 @@ def _torch_ops() -> Any:
 
 
 def _run(
-    operands: list[Array], written: list[int], launch: Callable[[str, list[int], int], None]
+    op: str,
+    operands: list[Array],
+    written: list[int],
+    launch: Callable[[str, list[int], int], None],
 ) -> None:
     """``launch(device, addresses, stream)`` over checked operands. GPU arrays are launched on
-    in place (a torch tensor's plan is made here, so its next call takes the hot path); numpy
-    arrays go through device copies made with torch or CuPy, and those at ``written`` are
-    copied back."""
+    in place (for a torch tensor ``op``'s launch is prepared here, so that its next call of the
+    shape takes the hot path); numpy arrays go through device copies made with torch or CuPy,
+    and those at ``written`` are copied back."""
     first = operands[0]
     if first.on_gpu:
         if first.framework == "torch":
-            torch_plan(first.value)
+            mlp_hot.prepare(op, first.value, torch_plan(first.value).device)
         launch(first.device_name, [a.pointer for a in operands], arrays.current_stream(first))
         return
     framework = arrays.gpu_framework()
@@ -334,11 +211,9 @@ def swiglu(gate: Any, up: Any, out: Any = None) -> Any:
 
     Returns ``out``, or a new array of gate's framework.
     """
-    plan = hot_plan(gate, up) if out is None else hot_plan(gate, up, out)
-    if plan is not None:
-        shape = gate.shape
-        if up.shape == shape and (out is None or out.shape == shape):
-            return torch_swiglu(plan, gate, up, shape, out)
+    result = HOT["swiglu"](gate, up, out)
+    if result is not NotImplemented:
+        return result
     g = _array("gate", gate)
     u = _array("up", up)
     _check_same(g, u)
@@ -348,6 +223,7 @@ def swiglu(gate: Any, up: Any, out: Any = None) -> Any:
     result = _output(out, g, g.shape) or arrays.empty(g, g.shape)
     n = math.prod(g.shape)
     _run(
+        "swiglu",
         [g, u, result],
         [2],
         lambda device, p, stream: launch_swiglu(device, g.dtype, p[0], p[1], p[2], n, stream),
@@ -358,13 +234,9 @@ def swiglu(gate: Any, up: Any, out: Any = None) -> Any:
 def silu_and_mul(x: Any, out: Any = None) -> Any:
     """silu(gate) * up where x is [..., 2d] holding gate (first half) and up (second half) in
     each row, the layout inference servers use; the result is [..., d]."""
-    plan = hot_plan(x) if out is None else hot_plan(x, out)
-    if plan is not None:
-        shape = x.shape
-        if shape and not shape[-1] % 2:
-            cols = shape[-1] // 2
-            if out is None or out.shape == (*shape[:-1], cols):
-                return torch_silu_and_mul(plan, x, shape, out)
+    result = HOT["silu_and_mul"](x, out)
+    if result is not NotImplemented:
+        return result
     a = _array("x", x)
     if not a.shape or a.shape[-1] % 2:
         raise UsageError(f"x: shape {a.shape}: the last dimension must be even (gate and up)")
@@ -375,6 +247,7 @@ def silu_and_mul(x: Any, out: Any = None) -> Any:
     result = _output(out, a, result_shape) or arrays.empty(a, result_shape)
     rows, cols = math.prod(result_shape[:-1]), result_shape[-1]
     _run(
+        "silu_and_mul",
         [a, result],
         [1],
         lambda device, p, stream: launch_silu_and_mul(
@@ -400,11 +273,9 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Any = None) -> Any:
 
     Returns ``out``, or a new array of x's framework.
     """
-    plan = hot_plan(x, weight) if out is None else hot_plan(x, weight, out)
-    if plan is not None:
-        shape = x.shape
-        if hot_norm(shape, weight, eps) and (out is None or out.shape == shape):
-            return torch_rms_norm(plan, x, weight, eps, shape, out)
+    result = HOT["rms_norm"](x, weight, eps, out)
+    if result is not NotImplemented:
+        return result
     a = _array("x", x)
     w = _array("weight", weight)
     eps_value = _check_norm_args(a, w, eps)
@@ -413,6 +284,7 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Any = None) -> Any:
     result = _output(out, a, a.shape) or arrays.empty(a, a.shape)
     rows, cols = math.prod(a.shape[:-1]), a.shape[-1]
     _run(
+        "rms_norm",
         [a, w, result],
         [2],
         lambda device, p, stream: launch_rms_norm(
@@ -429,12 +301,8 @@ def fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) ->
     value, exactly as the two steps done one after the other. (In place, so no autograd: for
     training, torch.ops.kernelpack.add_rms_norm returns both results as new tensors.)
     """
-    plan = hot_plan(x, residual, weight)
-    if plan is not None:
-        shape = x.shape
-        if hot_norm(shape, weight, eps) and residual.shape == shape:
-            torch_add_rms_norm(plan, x, residual, weight, eps, shape, x, residual)
-            return
+    if HOT["fused_add_rms_norm"](x, residual, weight, eps) is not NotImplemented:
+        return
     a = _array("x", x)
     r = _array("residual", residual)
     w = _array("weight", weight)
@@ -453,6 +321,7 @@ def fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) ->
     rows, cols = math.prod(a.shape[:-1]), a.shape[-1]
 
     _run(
+        "fused_add_rms_norm",
         [a, r, w],
         [0, 1],
         lambda device, p, stream: launch_add_rms_norm(  # out = x, residual_out = residual

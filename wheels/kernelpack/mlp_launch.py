@@ -19,9 +19,19 @@ ITEM_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 # Launch geometry; the constants mirror mlp.cu where they must agree with it.
 VECTOR_BYTES = 16  # kVectorBytes: the widest load the kernels issue
+NARROW_BYTES = 8  # kNarrowBytes: the elementwise kernels' vector on short inputs
+# Elementwise inputs whose one-16-byte-vector-a-thread grid has fewer blocks than this (an H100's
+# or H200's SMs) get a thread for every 8-byte vector instead: twice the blocks, half the chain
+# of sigmoids a thread (the kernels see the grid and take 8-byte vectors; mlp.cu narrow_grid).
+NARROW_BELOW_BLOCKS = 132
 ELEMENTWISE_BLOCK = 128  # kElementwiseBlockThreads, the elementwise kernels' __launch_bounds__
 BLOCK_MIN = 64  # the smallest block: a multiple of every wavefront width (32 and 64)
 ROW_BLOCK_MAX = 512  # kRowBlockThreads, the row kernels' __launch_bounds__
+# The short-row forward norms (rms_norm_short, add_rms_norm_short): one 16-byte vector a thread,
+# one block a row, at most kShortRowThreads threads; the host takes them for at most
+# SHORT_ROWS_MAX rows (one block a row, all at once on an H100's or H200's 132 SMs).
+SHORT_ROW_THREADS = 1024  # kShortRowThreads
+SHORT_ROWS_MAX = 132
 CACHED_CHUNKS = 4  # kCachedChunks: vectors per thread kept in registers across RMSNorm's two passes
 BACKWARD_CACHED_CHUNKS = 4  # kBackwardCachedChunks: the same for the backward kernel
 MAX_GRID_Y = 65535
@@ -37,9 +47,11 @@ MAX_GRID_THREADS = 2**31
 # float32 partial weight gradients (deterministic: summed in a fixed order by a second kernel).
 BACKWARD_RESIDENT_THREADS = 132 * 512
 # The weight-gradient sum's block: 32 columns by 8 slices of the partial rows (kWeightGradThreads,
-# 256, bounds their product).
+# 256, bounds their product); with fewer partial rows, fewer slices and up to 128 columns.
 WEIGHT_GRAD_COLUMNS = 32
 WEIGHT_GRAD_SLICES = 8
+WEIGHT_GRAD_THREADS = 256
+WEIGHT_GRAD_COLUMNS_MAX = 128
 
 
 _MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
@@ -71,22 +83,30 @@ def _grid_cap(threads_per_block: int) -> int:
     return max(1, MAX_GRID_THREADS // threads_per_block)
 
 
-def _vector_width(dtype: str) -> int:
-    return VECTOR_BYTES // ITEM_SIZE[dtype]
+def _vector_width(dtype: str, vector_bytes: int = VECTOR_BYTES) -> int:
+    return vector_bytes // ITEM_SIZE[dtype]
 
 
 def swiglu_geometry(n: int, dtype: str) -> tuple[int, int]:
-    """(grid, block) of the elementwise kernels over n elements: one 16-byte vector a thread."""
+    """(grid, block) of the elementwise kernels over n elements: one 16-byte vector a thread,
+    or one 8-byte vector where that grid would be short of NARROW_BELOW_BLOCKS blocks."""
     chunks = -(-n // _vector_width(dtype))
+    if -(-chunks // ELEMENTWISE_BLOCK) < NARROW_BELOW_BLOCKS:
+        chunks = -(-n // _vector_width(dtype, NARROW_BYTES))
     return min(-(-chunks // ELEMENTWISE_BLOCK), _grid_cap(ELEMENTWISE_BLOCK)), ELEMENTWISE_BLOCK
 
 
 def silu_and_mul_geometry(rows: int, cols: int, dtype: str) -> tuple[tuple[int, int], int]:
-    """((grid x over the columns, grid y over the rows), block) of silu_and_mul and its backward."""
-    chunks = -(-cols // _vector_width(dtype))  # one 16-byte vector per thread
-    block = min(max(BLOCK_MIN, 1 << (chunks - 1).bit_length()), ELEMENTWISE_BLOCK)
+    """((grid x over the columns, grid y over the rows), block) of silu_and_mul and its backward:
+    one 16-byte vector a thread, or one 8-byte vector where that grid would be short of
+    NARROW_BELOW_BLOCKS blocks."""
     grid_y = min(rows, MAX_GRID_Y)
-    grid_x = min(-(-chunks // block), _grid_cap(block * grid_y))
+    for vector_bytes in (VECTOR_BYTES, NARROW_BYTES):
+        chunks = -(-cols // _vector_width(dtype, vector_bytes))
+        block = min(max(BLOCK_MIN, 1 << (chunks - 1).bit_length()), ELEMENTWISE_BLOCK)
+        grid_x = min(-(-chunks // block), _grid_cap(block * grid_y))
+        if grid_x * grid_y >= NARROW_BELOW_BLOCKS:
+            break
     return (grid_x, grid_y), block
 
 
@@ -112,6 +132,26 @@ def row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, tuple[int, int]
     return grid, (threads, per_block)
 
 
+def short_rows(rows: int, cols: int, dtype: str) -> bool:
+    """Whether the forward norms of ``rows`` rows of ``cols`` take the short-row kernels: few
+    rows, each a whole number of 16-byte vectors, at most one a thread."""
+    width = _vector_width(dtype)
+    return 0 < rows <= SHORT_ROWS_MAX and cols % width == 0 and cols // width <= SHORT_ROW_THREADS
+
+
+def norm_launch(op: str, rows: int, cols: int, dtype: str) -> tuple[str, int, tuple[int, int]]:
+    """(kernel op, grid, block as (threads per row, rows per block)) of a forward norm (``op``
+    "rms_norm" or "add_rms_norm"): the short-row kernel, one block a row and a thread per vector
+    (a power of two, at least BLOCK_MIN), where :func:`short_rows` says so, else the general
+    kernel at :func:`row_geometry`."""
+    if short_rows(rows, cols, dtype):
+        chunks = cols // _vector_width(dtype)
+        threads = max(BLOCK_MIN, 1 << (chunks - 1).bit_length())
+        return f"{op}_short", rows, (threads, 1)
+    grid, block = row_geometry(rows, cols, dtype)
+    return op, grid, block
+
+
 def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
     """(grid, threads per row) of the RMSNorm backward kernel: one row a block at a time, at
     least BLOCK_MIN threads, and as many blocks as are resident at once (at most one a row), each
@@ -121,14 +161,18 @@ def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
     return min(rows, BACKWARD_RESIDENT_THREADS // threads), threads
 
 
-def weight_grad_geometry(cols: int) -> tuple[int, tuple[int, int]]:
-    """(grid, block as (columns, slices)) of the weight-gradient sum: 32 columns (128 bytes a
-    row of partial sums, read whole) by WEIGHT_GRAD_SLICES slices of the rows, one block per 32
-    columns. A function of cols alone, so the sum's order, and its bits, are the same every
+def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, int]]:
+    """(grid, block as (columns, slices)) of the weight-gradient sum over ``partial_rows`` rows
+    of partial sums: WEIGHT_GRAD_SLICES slices of the rows by 32 columns (128 bytes a row of
+    partial sums, read whole), one block per column group; with fewer partial rows than slices,
+    a slice per row (a power of two) and the block's other threads on more columns, up to 128
+    (at 1 x 4096 the 8-slice block launched 128 blocks to add one row, 0.5 µs slower than 32
+    blocks of 128 columns: docs/bench-mlp-notes.md). A function of the shape alone (the partial
+    rows are backward_row_geometry's grid), so a shape's sum, and its bits, are the same every
     run."""
-    block = (WEIGHT_GRAD_COLUMNS, WEIGHT_GRAD_SLICES)
-    threads = WEIGHT_GRAD_COLUMNS * WEIGHT_GRAD_SLICES
-    return min(-(-cols // WEIGHT_GRAD_COLUMNS), _grid_cap(threads)), block
+    slices = min(WEIGHT_GRAD_SLICES, 1 << max(partial_rows - 1, 0).bit_length())
+    columns = max(WEIGHT_GRAD_COLUMNS, min(WEIGHT_GRAD_COLUMNS_MAX, WEIGHT_GRAD_THREADS // slices))
+    return min(-(-cols // columns), _grid_cap(columns * slices)), (columns, slices)
 
 
 # ---- launches: addresses (ints or tensors, which the launcher reads) and sizes ----------------
@@ -169,8 +213,8 @@ def launch_rms_norm(
 ) -> None:
     if rows * cols == 0:
         return
-    grid, block = row_geometry(rows, cols, dtype)
-    load_kernel(device, kernel_name("rms_norm", dtype)).launch(
+    name, grid, block = norm_launch("rms_norm", rows, cols, dtype)
+    load_kernel(device, kernel_name(name, dtype)).launch(
         grid, block, x, weight, out, rows, cols, eps, stream=stream
     )
 
@@ -192,8 +236,8 @@ def launch_add_rms_norm(
     when out is x and residual_out is residual (fused_add_rms_norm)."""
     if rows * cols == 0:
         return
-    grid, block = row_geometry(rows, cols, dtype)
-    load_kernel(device, kernel_name("add_rms_norm", dtype)).launch(
+    name, grid, block = norm_launch("add_rms_norm", rows, cols, dtype)
+    load_kernel(device, kernel_name(name, dtype)).launch(
         grid, block, x, residual, weight, out, residual_out, rows, cols, eps, stream=stream
     )
 
@@ -267,7 +311,7 @@ def launch_rms_norm_backward(
         )
     else:
         grid = 0
-    columns, block = weight_grad_geometry(cols)
+    columns, block = weight_grad_geometry(cols, grid)
     load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(
         columns, block, partial, grad_weight, grid, cols, stream=stream
     )

@@ -29,10 +29,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import mlp, mlp_launch
+from . import mlp, mlp_hot, mlp_launch
 from .errors import UsageError
 
 NAMESPACE = "kernelpack"
+DEFAULT_EPS = 1e-6  # the schemas' eps=1e-06
 
 # name -> schema (the functional ops, their backward ops, and the in-place op)
 SCHEMAS = {
@@ -167,70 +168,56 @@ def _like(tensor: torch.Tensor, shape: Any = None) -> torch.Tensor:
 
 
 # ---- real implementations (CUDA dispatch key) ------------------------------------------------
-# The forward ops first try kernelpack.mlp's hot path (tensors of a dtype and device it has
-# planned for, contiguous: a few attribute reads), else check their arguments in full and make
-# them contiguous; then the launch the hot path shares.
+# The forward ops first try kernelpack.mlp's hot call (one C call: tensors of a dtype, device and
+# shape it has prepared, contiguous; requires_grad is not read, the op runs below autograd), else
+# check their arguments in full, make them contiguous, and launch (preparing the hot call).
+
+HOT = mlp_hot.HOT_BELOW_AUTOGRAD
 
 
 def _swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    plan = mlp.hot_plan(gate, up)
-    shape = gate.shape
-    if plan is None or up.shape != shape:
+    result: Any = HOT["swiglu"](gate, up, None)
+    if result is NotImplemented:
         _check_swiglu(gate, up)
-        gate, up = gate.contiguous(), up.contiguous()
-        plan = mlp.torch_plan(gate)
-    result: torch.Tensor = mlp.torch_swiglu(plan, gate, up, shape)
-    return result
+        result = mlp.torch_run("swiglu", gate.contiguous(), up.contiguous(), None)
+    return result  # type: ignore[no-any-return]
 
 
 def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    plan = mlp.hot_plan(x)
-    shape = x.shape
-    if plan is None or not shape or shape[-1] % 2:
+    result: Any = HOT["silu_and_mul"](x, None)
+    if result is NotImplemented:
         _check_silu_and_mul(x)
-        x = x.contiguous()
-        plan = mlp.torch_plan(x)
-    result: torch.Tensor = mlp.torch_silu_and_mul(plan, x, shape)
-    return result
+        result = mlp.torch_run("silu_and_mul", x.contiguous(), None)
+    return result  # type: ignore[no-any-return]
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    plan = mlp.hot_plan(x, weight)
-    shape = x.shape
-    if plan is None or not mlp.hot_norm(shape, weight, eps):
+    result: Any = HOT["rms_norm"](x, weight, eps, None)
+    if result is NotImplemented:
         _check_norm(x, weight, eps)
-        x, weight = x.contiguous(), weight.contiguous()
-        plan = mlp.torch_plan(x)
-    result: torch.Tensor = mlp.torch_rms_norm(plan, x, weight, eps, shape)
-    return result
+        result = mlp.torch_run("rms_norm", x.contiguous(), weight.contiguous(), float(eps), None)
+    return result  # type: ignore[no-any-return]
 
 
 def _add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    plan = mlp.hot_plan(x, residual, weight)
-    shape = x.shape
-    if plan is None or residual.shape != shape or not mlp.hot_norm(shape, weight, eps):
+    result: Any = HOT["add_rms_norm"](x, residual, weight, eps)
+    if result is NotImplemented:
         _check_add_rms_norm(x, residual, weight, eps)
-        x, residual, weight = x.contiguous(), residual.contiguous(), weight.contiguous()
-        plan = mlp.torch_plan(x)
-    out, summed = plan.empty_like(x), plan.empty_like(x)
-    mlp.torch_add_rms_norm(plan, x, residual, weight, eps, shape, out, summed)
-    return out, summed
+        contiguous = (x.contiguous(), residual.contiguous(), weight.contiguous())
+        result = mlp.torch_run("add_rms_norm", *contiguous, float(eps))
+    return result  # type: ignore[no-any-return]
 
 
 def _fused_add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
 ) -> None:
-    plan = mlp.hot_plan(x, residual, weight)
-    shape = x.shape
-    if plan is None or residual.shape != shape or not mlp.hot_norm(shape, weight, eps):
+    if HOT["fused_add_rms_norm"](x, residual, weight, eps) is NotImplemented:
         _check_add_rms_norm(x, residual, weight, eps)
         if not (x.is_contiguous() and residual.is_contiguous()):
             raise UsageError("x: x and residual are updated in place and must be contiguous")
-        weight = weight.contiguous()
-        plan = mlp.torch_plan(x)
-    mlp.torch_add_rms_norm(plan, x, residual, weight, eps, shape, x, residual)
+        mlp.torch_run("fused_add_rms_norm", x, residual, weight.contiguous(), float(eps))
 
 
 def _swiglu_backward(
@@ -457,6 +444,14 @@ def _autograd_kernel(
     grad_enabled, any_requires_grad = torch.is_grad_enabled, torch._C._any_requires_grad
 
     straight: dict[int, bool] = {}  # keyset's bits -> whether CUDA is next below autograd
+    # The CUDA implementation's hot call, made here without its Python frame (out= None where
+    # the op's hot call takes one); anything it does not take goes to the implementation.
+    hot = HOT[name]
+    spec = mlp_hot.SPECS[name]
+    tail = (None,) if spec.out else ()
+    # The dispatcher leaves a trailing argument given at its default out of args (eps=1e-06 in
+    # every schema here), which the hot call needs: put back
+    defaults = (DEFAULT_EPS,) if spec.eps else ()
 
     def kernel(keyset: Any, *args: Any) -> Any:
         if grad_enabled() and any_requires_grad(*args):
@@ -469,7 +464,8 @@ def _autograd_kernel(
             below = keyset & below_autograd
             cuda_next = straight[bits] = (below - falls_through).highestPriorityTypeId() == cuda
         if cuda_next:
-            return real(*args)
+            result = hot(*args, *defaults[len(args) - spec.inputs :], *tail)
+            return real(*args) if result is NotImplemented else result
         with torch._C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & below_autograd, *args)
 
@@ -483,6 +479,7 @@ def register() -> None:
     with _lock:
         if _LIBRARY:
             return
+        mlp_hot.torch_enable(torch)  # the hot calls, which the Autograd kernels take
         make_library: Any = torch.library.Library  # untyped in torch
         library = make_library(NAMESPACE, "DEF")
         for name, schema in SCHEMAS.items():
@@ -494,8 +491,6 @@ def register() -> None:
             kernel = _autograd_kernel(name, backward, setup)
             library.impl(name, kernel, "Autograd", with_keyset=True)
         _LIBRARY.append(library)
-        # The CUDA implementations take kernelpack.mlp's hot path for plain tensors and parameters
-        mlp.TORCH_TYPES.update((torch.Tensor, torch.nn.Parameter))
 
 
 register()

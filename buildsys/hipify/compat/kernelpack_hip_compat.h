@@ -689,14 +689,167 @@ KP_TILE_SHUFFLE_TYPES(64)
 
 // ---- cooperative_groups::block_tile_memory --------------------------------------------------
 // CUDA's scratch for tiles of more than 32 threads on GPUs before sm_80, handed to
-// this_thread_block(scratch). HIP's tiles (up to a wavefront) need no scratch: the type is
-// empty and this_thread_block(scratch) is this_thread_block().
+// this_thread_block(scratch). HIP's tiles (up to a wavefront) need none, and the tiles of more
+// than 32 threads below keep their barriers and slots in the kernel's own shared memory: the
+// type is empty and this_thread_block(scratch) is this_thread_block().
 namespace cooperative_groups {
 template <unsigned int MaxBlockSize = 1024>
 struct block_tile_memory {};
 template <unsigned int MaxBlockSize>
 __device__ inline thread_block this_thread_block(block_tile_memory<MaxBlockSize>&) {
   return this_thread_block();
+}
+}  // namespace cooperative_groups
+#endif
+
+// ---- cooperative-groups tiles of 64 to 512 threads (tiled_partition<64 .. 512>) ------------------
+// CUDA builds a tile of more than 32 threads from 32-lane warps; HIP's tiles stop at the
+// wavefront (a static assertion). These tiles are CUDA's, as plain code on 32-lane groups, so the
+// same text serves wave32, wave64 and, renamed, NVIDIA: thread_rank, size/num_threads,
+// meta_group_rank/meta_group_size, sync, and cg::reduce (the collective real code uses: cuda-samples'
+// reduction). sync is a barrier of the tile's warps in shared memory (an arrival count and a
+// generation per tile); tiled_partition, a collective of the whole block in CUDA too, resets the
+// counts between two block barriers. reduce is CUDA's scheme in CUDA's order: each 32-lane warp
+// reduces with the butterfly of a 32-thread tile (offsets 16 to 1), lane 0 puts the warp's value
+// in its shared slot (values up to 8 bytes, CUDA's limit), the tile syncs, and each thread
+// combines the tile's slots as the butterfly of a tile with one thread per warp would (offsets
+// warps/2 to 1), keeping the value of its own warp's position; a second sync frees the slots.
+namespace kernelpack_compat {
+struct multi_warp_state {
+  unsigned count[32];       // arrivals at each tile's barrier (a block has at most 16 such tiles)
+  unsigned generation[32];  // completed barriers of each tile
+  unsigned long long slot[32];  // one value per 32-lane warp of the block
+};
+__device__ inline multi_warp_state& multi_warp_shared() {
+  __shared__ multi_warp_state state;
+  return state;
+}
+__device__ inline unsigned block_thread_rank() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+template <typename T>
+__device__ inline T warp_lane_xor(const T& value, int offset) {  // any value, width 32
+  constexpr unsigned kWords = (sizeof(T) + 3) / 4;
+  unsigned words[kWords] = {};
+  __builtin_memcpy(words, &value, sizeof(T));
+  for (unsigned w = 0; w < kWords; ++w) words[w] = lane_xor(words[w], offset);
+  T result;
+  __builtin_memcpy(&result, words, sizeof(T));
+  return result;
+}
+// The warps of tile `tile` (each of its 32-lane groups arrives once, by its lane 0) wait for each
+// other; shared-memory writes before it are seen by the tile after it.
+__device__ inline void multi_warp_barrier(unsigned tile, unsigned warps) {
+  multi_warp_state& state = multi_warp_shared();
+  __threadfence_block();
+  if (block_thread_rank() % 32 == 0) {
+    volatile unsigned* generation = &state.generation[tile];
+    const unsigned seen = *generation;
+    __threadfence_block();
+    if (atomicAdd(&state.count[tile], 1u) == warps - 1) {  // the last to arrive releases the rest
+      state.count[tile] = 0;
+      __threadfence_block();
+      atomicAdd(&state.generation[tile], 1u);
+    }
+    // after the release, not in an else: on AMD both lanes 0 and 32 of a wave64 arrive, and a
+    // waiting lane must not run ahead of the releasing lane of the same wavefront
+    while (*generation == seen) {
+#if defined(KERNELPACK_COMPAT_RENAME)
+      __nanosleep(32);
+#else
+      __builtin_amdgcn_s_sleep(1);
+#endif
+    }
+  }
+#if defined(KERNELPACK_COMPAT_RENAME)
+  __syncwarp();
+#endif
+  __threadfence_block();
+}
+template <unsigned Size>
+struct multi_warp_tile {
+  static_assert(Size == 64 || Size == 128 || Size == 256 || Size == 512,
+                "kernelpack: tiles of more than 32 threads are 64, 128, 256 or 512 threads, as CUDA's");
+  static constexpr unsigned warps = Size / 32;
+  __device__ unsigned thread_rank() const { return block_thread_rank() % Size; }
+  __device__ static constexpr unsigned size() { return Size; }
+  __device__ static constexpr unsigned num_threads() { return Size; }
+  __device__ unsigned meta_group_rank() const { return block_thread_rank() / Size; }
+  __device__ unsigned meta_group_size() const {
+    return (blockDim.x * blockDim.y * blockDim.z + Size - 1) / Size;
+  }
+  __device__ void sync() const { multi_warp_barrier(meta_group_rank(), warps); }
+};
+// The collective that makes the block's tiles: every barrier count starts at zero.
+template <unsigned Size>
+__device__ inline multi_warp_tile<Size> multi_warp_partition() {
+  __syncthreads();  // no barrier of an earlier partition is still being left
+  if (block_thread_rank() < 32) multi_warp_shared().count[block_thread_rank()] = 0;
+  __syncthreads();
+  return multi_warp_tile<Size>();
+}
+template <unsigned Size, typename T, typename Op>
+__device__ inline T multi_warp_reduce(const multi_warp_tile<Size>& tile, T value, Op op) {
+  static_assert(sizeof(T) <= 8, "cg::reduce: tiles of more than 32 threads reduce values of up to 8 bytes, as CUDA's");
+  constexpr unsigned kWarps = Size / 32;
+  for (int offset = 16; offset > 0; offset /= 2) value = op(value, warp_lane_xor(value, offset));
+  multi_warp_state& state = multi_warp_shared();
+  const unsigned warp = block_thread_rank() / 32;
+  if (block_thread_rank() % 32 == 0) __builtin_memcpy(&state.slot[warp], &value, sizeof(T));
+  tile.sync();
+  const unsigned first = warp - tile.thread_rank() / 32;
+  T values[kWarps];
+  for (unsigned w = 0; w < kWarps; ++w) __builtin_memcpy(&values[w], &state.slot[first + w], sizeof(T));
+  for (unsigned mask = kWarps / 2; mask > 0; mask /= 2) {
+    T next[kWarps];
+    for (unsigned w = 0; w < kWarps; ++w) next[w] = op(values[w], values[w ^ mask]);
+    for (unsigned w = 0; w < kWarps; ++w) values[w] = next[w];
+  }
+  tile.sync();
+  return values[tile.thread_rank() / 32];
+}
+}  // namespace kernelpack_compat
+
+#if defined(KERNELPACK_COMPAT_RENAME)
+namespace kp_cg {
+template <unsigned Size, typename T, typename Op>
+__device__ inline T reduce(const kernelpack_compat::multi_warp_tile<Size>& group, T value, Op op) {
+  return kernelpack_compat::multi_warp_reduce(group, value, op);
+}
+}  // namespace kp_cg
+#else
+// HIP's tile class and tiled_partition for these sizes, explicitly specialized (64 only on wave32:
+// on wave64 it is HIP's own one-wavefront tile).
+#define KP_MULTI_WARP_TILE(size)                                                                   \
+  namespace cooperative_groups {                                                                   \
+  template <>                                                                                      \
+  class thread_block_tile<size, thread_block> : public kernelpack_compat::multi_warp_tile<size> {}; \
+  template <>                                                                                      \
+  __device__ inline thread_block_tile<size, thread_block> tiled_partition<size, thread_block>(const thread_block&) { \
+    kernelpack_compat::multi_warp_partition<size>();                                              \
+    return thread_block_tile<size, thread_block>();                                                \
+  }                                                                                                \
+  }
+// clang-format off
+KP_MULTI_WARP_TILE(128) KP_MULTI_WARP_TILE(256) KP_MULTI_WARP_TILE(512)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wdeprecated-pragma"
+#if __AMDGCN_WAVEFRONT_SIZE < 64
+KP_MULTI_WARP_TILE(64)
+#endif
+#pragma clang diagnostic pop
+// clang-format on
+namespace cooperative_groups {
+template <unsigned Size, typename T, typename Op>
+__device__ inline T reduce(const thread_block_tile<Size, thread_block>& group, T value, Op op) {
+  if constexpr (std::is_base_of<kernelpack_compat::multi_warp_tile<Size>, thread_block_tile<Size, thread_block>>::value) {
+    return kernelpack_compat::multi_warp_reduce(group, value, op);
+  } else {
+    for (unsigned offset = Size / 2; offset > 0; offset /= 2) {
+      value = op(value, kernelpack_compat::tile_shfl_xor(group, value, offset));
+    }
+    return value;
+  }
 }
 }  // namespace cooperative_groups
 #endif

@@ -9,6 +9,12 @@
  * Its launch method is Kernel.launch itself (no Python frame in between). Problems are not
  * described here: a driver error or arguments that do not fit (-1) go to the Python `fail`
  * callable, which re-checks the arguments, names the one at fault and raises.
+ *
+ * TorchHotPath is kernelpack.mlp's hot path for torch tensors in one C call: the checks of the
+ * tensors (type, dtype, device, contiguity, requires_grad, shapes, eps), the allocation of the
+ * result and the launch. It describes no problem either: anything it does not accept returns
+ * NotImplemented, and the caller's full checks then name what is wrong (or launch, and prepare
+ * the shape so that its next call is accepted here).
  */
 #ifndef Py_LIMITED_API /* CMake's USE_SABI defines it from pyproject's wheel.py-api */
 #define Py_LIMITED_API 0x030b0000
@@ -59,6 +65,9 @@ typedef struct {
 #define LAUNCHER_OBJECTS(X) X(pointer_getters) X(pointer_of) X(torch_getter) X(stream_of) X(fail)
 
 static PyObject *s_is_cuda, *s_data_ptr, *s_shared_mem, *s_stream;
+static PyObject *s_dtype, *s_shape, *s_get_device, *s_is_contiguous, *s_requires_grad, *s_new_empty;
+static PyObject *s_stream_kwnames; /* ("stream",): the keyword names of a hot-path launch */
+static PyTypeObject *s_launcher_type;
 
 #define VISIT_OBJECT(name) Py_VISIT(((Launcher *)self)->name);
 static int launcher_traverse(PyObject *self, visitproc visit, void *arg) {
@@ -426,6 +435,335 @@ static PyType_Spec launcher_spec = {
     launcher_slots,
 };
 
+/* ---- the torch hot path ----------------------------------------------------------------------
+ * kernelpack.mlp's ops on torch tensors, checked, allocated and launched in one call: the same
+ * checks the full path makes (kernelpack/mlp.py), read here without bytecode between them; the
+ * pure-Python twin where this extension was not built is mlp_hot.python_hot_call.
+ * Measured on the H200's host: docs/bench-mlp-notes.md. */
+
+enum hot_kind {
+    HOT_SWIGLU = 0,
+    HOT_SILU_AND_MUL = 1,
+    HOT_RMS_NORM = 2,
+    HOT_ADD_RMS_NORM = 3,
+    HOT_FUSED_ADD_RMS_NORM = 4,
+};
+
+/* An op's arguments: its tensor inputs, then eps when it has one, then out= when it takes one;
+ * `weight` is the input whose shape is the entry's weight shape (-1: none; every other input has
+ * the first's shape), and `allocates` the results made when out= is None (fused_add_rms_norm
+ * writes x and residual in place). */
+typedef struct {
+    int inputs, weight, eps, out, allocates;
+} HotSpec;
+
+static const HotSpec hot_specs[] = {
+    [HOT_SWIGLU] = {2, -1, 0, 1, 1},       [HOT_SILU_AND_MUL] = {1, -1, 0, 1, 1},
+    [HOT_RMS_NORM] = {2, 1, 1, 1, 1},      [HOT_ADD_RMS_NORM] = {3, 2, 1, 0, 2},
+    [HOT_FUSED_ADD_RMS_NORM] = {3, 2, 1, 0, 0},
+};
+#define HOT_KINDS ((int)(sizeof hot_specs / sizeof hot_specs[0]))
+#define HOT_MAX_TENSORS 5
+#define HOT_MAX_ARGS 16
+
+/* A prepared entry: (launch, grid, block, sizes, weight shape, result shape). launch is a
+ * Launcher (called here directly), another callable (launch(grid, block, *args, stream=)) or None
+ * (no elements: nothing to launch); sizes the integers the kernel takes after its pointers;
+ * the weight shape None where the op has no weight; the result shape None where it is the first
+ * input's. */
+enum { ENTRY_LAUNCH, ENTRY_GRID, ENTRY_BLOCK, ENTRY_SIZES, ENTRY_WEIGHT, ENTRY_RESULT, ENTRY_ITEMS };
+
+typedef struct {
+    PyObject_HEAD
+    int kind;
+    PyObject *torch_types;  /* set: the tensor types accepted (torch.Tensor, nn.Parameter) */
+    PyObject *prepared;     /* dict: (dtype, device index, shape) -> entry */
+    PyObject *stream;       /* callable(device index) -> the current raw stream */
+    PyObject *empty_like;   /* torch.empty_like */
+    PyObject *grad_enabled; /* torch.is_grad_enabled */
+} HotPath;
+
+#define HOT_OBJECTS(X) X(torch_types) X(prepared) X(stream) X(empty_like) X(grad_enabled)
+
+#define VISIT_HOT(name) Py_VISIT(((HotPath *)self)->name);
+static int hot_traverse(PyObject *self, visitproc visit, void *arg) {
+    HOT_OBJECTS(VISIT_HOT)
+    return 0;
+}
+#undef VISIT_HOT
+
+#define CLEAR_HOT(name) Py_CLEAR(((HotPath *)self)->name);
+static int hot_clear(PyObject *self) {
+    HOT_OBJECTS(CLEAR_HOT)
+    return 0;
+}
+#undef CLEAR_HOT
+
+static void hot_dealloc(PyObject *self) {
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    hot_clear(self);
+    freefunc free_slot = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    free_slot(self);
+    Py_DECREF(type);
+}
+
+static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    int kind;
+    PyObject *torch_types, *prepared, *stream, *empty_like, *grad_enabled;
+    static char *names[] = {"kind", "torch_types", "prepared", "stream", "empty_like",
+                            "grad_enabled", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iOOOOO", names, &kind, &torch_types,
+                                     &prepared, &stream, &empty_like, &grad_enabled))
+        return NULL;
+    if (kind < 0 || kind >= HOT_KINDS) {
+        PyErr_Format(PyExc_ValueError, "unknown hot-path kind %d", kind);
+        return NULL;
+    }
+    if (!PyAnySet_Check(torch_types) || !PyDict_Check(prepared) || !PyCallable_Check(stream) ||
+        !PyCallable_Check(empty_like) || !PyCallable_Check(grad_enabled)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "torch_types must be a set, prepared a dict, the others callables");
+        return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    HotPath *self = (HotPath *)alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->kind = kind;
+#define TAKE_HOT(name) self->name = Py_NewRef(name);
+    HOT_OBJECTS(TAKE_HOT)
+#undef TAKE_HOT
+    return (PyObject *)self;
+}
+
+/* 1 when obj.name is `expected` (identity), 0 when not or on an error (cleared). */
+static int attr_is(PyObject *obj, PyObject *name, PyObject *expected) {
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (value == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int same = value == expected;
+    Py_DECREF(value);
+    return same;
+}
+
+/* 1 when obj.method() == expected, 0 when not or on an error (cleared). */
+static int method_equals(PyObject *obj, PyObject *method, PyObject *expected) {
+    PyObject *value = PyObject_CallMethodObjArgs(obj, method, NULL);
+    if (value == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int equal = PyObject_RichCompareBool(value, expected, Py_EQ);
+    Py_DECREF(value);
+    if (equal < 0) PyErr_Clear();
+    return equal == 1;
+}
+
+/* 1 when obj.shape == expected, 0 when not or on an error (cleared). */
+static int shape_is(PyObject *obj, PyObject *expected) {
+    PyObject *shape = PyObject_GetAttr(obj, s_shape);
+    if (shape == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int equal = PyObject_RichCompareBool(shape, expected, Py_EQ);
+    Py_DECREF(shape);
+    if (equal < 0) PyErr_Clear();
+    return equal == 1;
+}
+
+/* The entry prepared for the first tensor's (dtype, device index, shape), with its dtype, index
+ * and shape, all new references (the entry's too: a call on another thread may clear the memo
+ * while the launch has released the GIL), or NULL when none was prepared (no exception left
+ * set). */
+static PyObject *hot_entry(HotPath *self, PyObject *first, PyObject **dtype, PyObject **index,
+                           PyObject **shape) {
+    *dtype = PyObject_GetAttr(first, s_dtype);
+    *index = *dtype ? PyObject_CallMethodObjArgs(first, s_get_device, NULL) : NULL;
+    *shape = *index ? PyObject_GetAttr(first, s_shape) : NULL;
+    PyObject *key = *shape ? PyTuple_Pack(3, *dtype, *index, *shape) : NULL;
+    PyObject *entry = key ? PyDict_GetItemWithError(self->prepared, key) : NULL;
+    Py_XDECREF(key);
+    if (entry != NULL && (!PyTuple_Check(entry) || PyTuple_Size(entry) != ENTRY_ITEMS)) entry = NULL;
+    if (entry == NULL) PyErr_Clear();
+    return Py_XNewRef(entry);
+}
+
+/* Whether the call's tensors pass the hot path's checks (the first's are done by hot_entry's
+ * lookup): each a torch tensor type, the first's dtype and device, C-contiguous, the shape the
+ * entry says, none requiring grad while grad mode is on. */
+static int hot_accepts(HotPath *self, const HotSpec *spec, PyObject *entry, PyObject *const *tensors,
+                       int count, PyObject *dtype, PyObject *index, PyObject *shape) {
+    PyObject *weight_shape = PyTuple_GetItem(entry, ENTRY_WEIGHT);
+    PyObject *result_shape = PyTuple_GetItem(entry, ENTRY_RESULT);
+    if (result_shape == Py_None) result_shape = shape;
+    for (int i = 0; i < count; i++) {
+        PyObject *tensor = tensors[i];
+        if (i > 0) {
+            PyObject *expected = i == spec->weight ? weight_shape
+                                 : i >= spec->inputs ? result_shape
+                                                     : shape;
+            if (!attr_is(tensor, s_dtype, dtype) || !method_equals(tensor, s_get_device, index) ||
+                !shape_is(tensor, expected))
+                return 0;
+        }
+        if (!method_equals(tensor, s_is_contiguous, Py_True)) return 0;
+    }
+    PyObject *grad = PyObject_CallNoArgs(self->grad_enabled);
+    if (grad == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int grad_mode = grad == Py_True;
+    Py_DECREF(grad);
+    for (int i = 0; grad_mode && i < count; i++) {
+        if (!attr_is(tensors[i], s_requires_grad, Py_False)) return 0;
+    }
+    return 1;
+}
+
+/* A new result of the entry's shape, the first tensor's dtype and device. */
+static PyObject *hot_result(HotPath *self, PyObject *entry, PyObject *first) {
+    PyObject *result_shape = PyTuple_GetItem(entry, ENTRY_RESULT);
+    if (result_shape == Py_None) return PyObject_CallFunctionObjArgs(self->empty_like, first, NULL);
+    return PyObject_CallMethodObjArgs(first, s_new_empty, result_shape, NULL);
+}
+
+/* The entry's launch over the pointers, its sizes and eps, on the device's current stream;
+ * 0, or -1 with the launch's exception set. */
+static int hot_launch(HotPath *self, PyObject *entry, PyObject *const *pointers, int count,
+                      PyObject *eps, PyObject *index) {
+    PyObject *launch = PyTuple_GetItem(entry, ENTRY_LAUNCH);
+    if (launch == Py_None) return 0;
+    PyObject *sizes = PyTuple_GetItem(entry, ENTRY_SIZES);
+    Py_ssize_t size_count = PyTuple_Size(sizes);
+    if (size_count < 0 || 2 + count + size_count + 2 > HOT_MAX_ARGS) {
+        PyErr_SetString(PyExc_ValueError, "a prepared launch with too many arguments");
+        return -1;
+    }
+    PyObject *argv[HOT_MAX_ARGS];
+    Py_ssize_t n = 0;
+    argv[n++] = PyTuple_GetItem(entry, ENTRY_GRID);
+    argv[n++] = PyTuple_GetItem(entry, ENTRY_BLOCK);
+    for (int i = 0; i < count; i++) argv[n++] = pointers[i];
+    for (Py_ssize_t i = 0; i < size_count; i++) argv[n++] = PyTuple_GetItem(sizes, i);
+    if (eps != NULL) argv[n++] = eps;
+    PyObject *stream = PyObject_CallFunctionObjArgs(self->stream, index, NULL);
+    if (stream == NULL) return -1;
+    PyObject *done;
+    if (Py_TYPE(launch) == s_launcher_type) {
+        argv[n] = stream; /* the keyword argument follows the positional ones */
+        done = launcher_launch(launch, argv, n, s_stream_kwnames);
+    } else {
+        PyObject *positional = PyTuple_New(n);
+        PyObject *keywords = PyDict_New();
+        done = NULL;
+        if (positional != NULL && keywords != NULL && PyDict_SetItem(keywords, s_stream, stream) == 0) {
+            for (Py_ssize_t i = 0; i < n; i++) PyTuple_SetItem(positional, i, Py_NewRef(argv[i]));
+            done = PyObject_Call(launch, positional, keywords);
+        }
+        Py_XDECREF(positional);
+        Py_XDECREF(keywords);
+    }
+    Py_DECREF(stream);
+    if (done == NULL) return -1;
+    Py_DECREF(done);
+    return 0;
+}
+
+/* call(*tensors, [eps], [out]): the op's result (None for fused_add_rms_norm, a pair for
+ * add_rms_norm), or NotImplemented when the call is not for the hot path. */
+static PyObject *hot_call(PyObject *op, PyObject *const *args, Py_ssize_t nargs) {
+    HotPath *self = (HotPath *)op;
+    const HotSpec *spec = &hot_specs[self->kind];
+    const Py_ssize_t expected = spec->inputs + spec->eps + spec->out;
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "call() takes %zd arguments (%zd given)", expected, nargs);
+        return NULL;
+    }
+    PyObject *out = spec->out ? args[expected - 1] : Py_None;
+    PyObject *eps = spec->eps ? args[spec->inputs] : NULL;
+    PyObject *tensors[HOT_MAX_TENSORS];
+    int count = 0;
+    for (int i = 0; i < spec->inputs; i++) tensors[count++] = args[i];
+    if (out != Py_None) tensors[count++] = out;
+    for (int i = 0; i < count; i++) {
+        if (PySet_Contains(self->torch_types, (PyObject *)Py_TYPE(tensors[i])) != 1) {
+            PyErr_Clear();
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+    }
+    if (eps != NULL) {
+        double value = PyFloat_CheckExact(eps) ? PyFloat_AsDouble(eps) : -1.0;
+        if (!(value >= 0.0 && isfinite(value))) Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *dtype, *index, *shape, *result = NULL;
+    PyObject *entry = hot_entry(self, tensors[0], &dtype, &index, &shape);
+    if (entry == NULL ||
+        !hot_accepts(self, spec, entry, tensors, count, dtype, index, shape)) {
+        result = Py_NewRef(Py_NotImplemented);
+        goto done;
+    }
+    PyObject *made[2] = {NULL, NULL};
+    int allocated = out == Py_None ? spec->allocates : 0;
+    for (int i = 0; i < allocated; i++) {
+        if ((made[i] = hot_result(self, entry, tensors[0])) == NULL) goto failed;
+    }
+    /* The launch's pointers: the inputs, then the results (out=, the new ones, or, in place,
+     * x and residual). */
+    PyObject *pointers[HOT_MAX_TENSORS + 2];
+    int pointer_count = 0;
+    for (int i = 0; i < spec->inputs; i++) pointers[pointer_count++] = args[i];
+    if (self->kind == HOT_FUSED_ADD_RMS_NORM) {
+        pointers[pointer_count++] = args[0];
+        pointers[pointer_count++] = args[1];
+    } else if (allocated == 0) {
+        pointers[pointer_count++] = out;
+    } else {
+        for (int i = 0; i < allocated; i++) pointers[pointer_count++] = made[i];
+    }
+    if (hot_launch(self, entry, pointers, pointer_count, eps, index) < 0) goto failed;
+    if (self->kind == HOT_FUSED_ADD_RMS_NORM) result = Py_NewRef(Py_None);
+    else if (self->kind == HOT_ADD_RMS_NORM) result = PyTuple_Pack(2, made[0], made[1]);
+    else result = Py_NewRef(allocated ? made[0] : out);
+failed:
+    Py_XDECREF(made[0]);
+    Py_XDECREF(made[1]);
+done:
+    Py_XDECREF(entry);
+    Py_XDECREF(dtype);
+    Py_XDECREF(index);
+    Py_XDECREF(shape);
+    return result;
+}
+
+static PyMethodDef hot_methods[] = {
+    {"call", (PyCFunction)(void (*)(void))hot_call, METH_FASTCALL,
+     "call(*tensors, [eps], [out]): check, allocate and launch; NotImplemented when the call "
+     "is not for the hot path (the caller's full checks then run)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot hot_slots[] = {
+    {Py_tp_new, hot_new},
+    {Py_tp_dealloc, hot_dealloc},
+    {Py_tp_traverse, hot_traverse},
+    {Py_tp_clear, hot_clear},
+    {Py_tp_methods, hot_methods},
+    {Py_tp_doc, "One MLP op's hot path for torch tensors: checks, allocation, launch in C."},
+    {0, NULL},
+};
+
+static PyType_Spec hot_spec = {
+    "kernelpack._launcher.TorchHotPath",
+    sizeof(HotPath),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    hot_slots,
+};
+
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_launcher", "Kernel launches checked and packed in C.", -1,
     NULL, NULL, NULL, NULL, NULL,
@@ -435,20 +773,28 @@ PyMODINIT_FUNC PyInit__launcher(void) {
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) return NULL;
     PyObject *type = PyType_FromSpec(&launcher_spec);
-    if (type == NULL || PyModule_AddObject(module, "Launcher", type) < 0) {
+    if (type == NULL || PyModule_AddObject(module, "Launcher", Py_NewRef(type)) < 0) {
         Py_XDECREF(type);
         Py_DECREF(module);
         return NULL;
     }
-    s_is_cuda = PyUnicode_InternFromString("is_cuda");
-    s_data_ptr = PyUnicode_InternFromString("data_ptr");
-    s_shared_mem = PyUnicode_InternFromString("shared_mem");
-    s_stream = PyUnicode_InternFromString("stream");
-    if (!s_is_cuda || !s_data_ptr || !s_shared_mem || !s_stream ||
+    s_launcher_type = (PyTypeObject *)type; /* kept for the module's life */
+    PyObject *hot_type = PyType_FromSpec(&hot_spec);
+    if (hot_type == NULL || PyModule_AddObject(module, "TorchHotPath", hot_type) < 0) {
+        Py_XDECREF(hot_type);
+        Py_DECREF(module);
+        return NULL;
+    }
+#define INTERN(name) (s_##name = PyUnicode_InternFromString(#name))
+    if (!INTERN(is_cuda) || !INTERN(data_ptr) || !INTERN(shared_mem) || !INTERN(stream) ||
+        !INTERN(dtype) || !INTERN(shape) || !INTERN(get_device) || !INTERN(is_contiguous) ||
+        !INTERN(requires_grad) || !INTERN(new_empty) ||
+        !(s_stream_kwnames = PyTuple_Pack(1, s_stream)) ||
         PyModule_AddIntConstant(module, "ARGUMENT_ERROR", ARGUMENT_ERROR) < 0 ||
         PyModule_AddIntConstant(module, "MAX_PARAMS", MAX_PARAMS) < 0) {
         Py_DECREF(module);
         return NULL;
     }
+#undef INTERN
     return module;
 }

@@ -1,0 +1,366 @@
+"""The MLP ops' torch hot path on the CPU side: the C hot call (launcher.c's TorchHotPath, compiled
+here from source) and its pure-Python twin accept exactly the calls the full checks would, and
+hand every other call back (NotImplemented) without launching, so that kernelpack.mlp's full
+checks still raise their one clear error for each bad argument.
+
+CPU tensors stand in for GPU ones: an entry prepared for device index -1 (what get_device() gives
+on the CPU) with a launch that records its arguments. The C Launcher's own path is driven through
+a real C function pointer (the recording launch of test_loader_launch), so what it would give the
+driver, pointers, sizes, eps and stream, is read back as bytes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import struct
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from test_loader_launch import CONTEXT, GET_CURRENT, LAUNCH, PUSH, fail, native
+
+torch = pytest.importorskip("torch", reason="torch is in the test dependency group")
+pytestmark = pytest.mark.torch
+
+from kernelpack import mlp, mlp_hot  # noqa: E402  (needs torch for the hot calls)
+from kernelpack.errors import UsageError  # noqa: E402
+
+__all__ = ["native"]  # the fixture, imported from test_loader_launch
+
+SHAPE = (2, 8)
+STREAM_BASE = 0x5000  # the fake stream accessor's answer: STREAM_BASE + device index
+BF16 = torch.bfloat16
+
+
+class Recording:
+    """A launch callable that records each call's positional and keyword arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.calls.append((args, kwargs))
+
+
+def fake_stream(index: int) -> int:
+    return STREAM_BASE + index
+
+
+def entry_for(op: str, launch: Any) -> mlp_hot.Entry:
+    """The entry prepare() would make for a bfloat16 first tensor of SHAPE (op's shapes)."""
+    rows, cols = SHAPE
+    if op == "swiglu":
+        return (launch, 1, 128, (rows * cols,), None, None)
+    if op == "silu_and_mul":
+        return (launch, (1, rows), 64, (rows, cols // 2), None, (rows, cols // 2))
+    return (launch, 1, (64, 1), (rows, cols), (cols,), None)
+
+
+class Hot:
+    """One op's hot call built by the implementation under test, its entry and its recorder."""
+
+    def __init__(
+        self, make: Callable[..., Any], op: str, grad_enabled: Callable[[], bool], types: set[type]
+    ) -> None:
+        self.launch = Recording()
+        self.prepared: dict[mlp_hot.Key, mlp_hot.Entry] = {
+            (BF16, -1, torch.Size(SHAPE)): entry_for(op, self.launch)
+        }
+        self.call = make(
+            mlp_hot.SPECS[op], types, self.prepared, fake_stream, torch.empty_like, grad_enabled
+        )
+
+
+@pytest.fixture(params=["c", "python"])
+def make_hot(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """A hot-call factory with python_hot_call's signature: the C type's or the Python one."""
+    if request.param == "python":
+        return mlp_hot.python_hot_call
+    hot_type = request.getfixturevalue("native").TorchHotPath
+
+    def make(spec: mlp_hot.HotSpec, *rest: Any) -> Any:
+        return hot_type(spec.kind, *rest).call
+
+    return make
+
+
+def bf16(*shape: int) -> Any:
+    return torch.randn(shape).to(BF16)
+
+
+class OnDevice1(torch.Tensor):
+    """A tensor that says it is on device 1 (another GPU than the entry's)."""
+
+    def get_device(self) -> int:
+        return 1
+
+
+TYPES = {torch.Tensor, torch.nn.Parameter, OnDevice1}
+
+
+def good_args(op: str) -> list[Any]:
+    """A call the hot path accepts (out= None where the op takes one)."""
+    cols = SHAPE[1]
+    if op == "swiglu":
+        return [bf16(*SHAPE), bf16(*SHAPE), None]
+    if op == "silu_and_mul":
+        return [bf16(*SHAPE), None]
+    weight = bf16(cols)
+    if op == "rms_norm":
+        return [bf16(*SHAPE), weight, 1e-6, None]
+    return [bf16(*SHAPE), bf16(*SHAPE), weight, 1e-6]
+
+
+def result_shape(op: str) -> tuple[int, ...]:
+    return (SHAPE[0], SHAPE[1] // 2) if op == "silu_and_mul" else SHAPE
+
+
+@pytest.mark.parametrize("op", list(mlp_hot.SPECS))
+def test_an_accepted_call_launches_the_entry_once(make_hot: Callable[..., Any], op: str) -> None:
+    hot = Hot(make_hot, op, torch.is_grad_enabled, TYPES)
+    args = good_args(op)
+    result = hot.call(*args)
+    ((positional, keywords),) = hot.launch.calls
+    entry = hot.prepared[(BF16, -1, torch.Size(SHAPE))]
+    spec = mlp_hot.SPECS[op]
+    inputs = args[: spec.inputs]
+    if op == "fused_add_rms_norm":
+        assert result is None
+        results = inputs[:2]
+    elif op == "add_rms_norm":
+        assert isinstance(result, tuple) and len(result) == 2
+        results = list(result)
+    else:
+        results = [result]
+    for tensor in results:
+        assert tensor.shape == result_shape(op) and tensor.dtype == BF16
+    pointers = [*inputs, *results]
+    eps = [1e-6] if spec.eps else []
+    assert positional[:2] == (entry[1], entry[2])
+    assert all(a is b for a, b in zip(positional[2:], pointers, strict=False))
+    assert list(positional[2 + len(pointers) :]) == [*entry[3], *eps]
+    assert keywords == {"stream": STREAM_BASE - 1}
+
+
+@pytest.mark.parametrize("op", ["swiglu", "silu_and_mul", "rms_norm"])
+def test_out_is_written_not_allocated(make_hot: Callable[..., Any], op: str) -> None:
+    hot = Hot(make_hot, op, torch.is_grad_enabled, TYPES)
+    out = bf16(*result_shape(op))
+    args = [*good_args(op)[:-1], out]
+    assert hot.call(*args) is out
+    ((positional, _),) = hot.launch.calls
+    assert positional[2 + mlp_hot.SPECS[op].inputs] is out
+
+
+def transposed(tensor: Any) -> Any:
+    """The same values, not C-contiguous."""
+    return tensor.t().contiguous().t()
+
+
+def on_device_1(tensor: Any) -> Any:
+    return tensor.as_subclass(OnDevice1)
+
+
+# (op, argument position, what makes it wrong (given that argument, or the first where the
+# argument is an out= None), the full checks' message on the GPU): each is one way a call must
+# leave the hot path, after which kernelpack.mlp's full checks raise the message. None: the full
+# path accepts it (an int eps is valid, just not hot; a tensor that only says it is on another
+# device), or the op is torch.ops' alone (add_rms_norm)
+REJECTIONS: list[tuple[str, int, Callable[[Any], Any], str | None]] = [
+    ("swiglu", 0, lambda t: t.float(), "up: dtype bfloat16 differs from gate's float32"),
+    ("swiglu", 1, lambda t: t.half(), "up: dtype float16 differs from gate's bfloat16"),
+    ("swiglu", 1, lambda t: t.float().cpu().numpy(), "up: dtype float32 differs from gate's"),
+    ("swiglu", 1, on_device_1, None),
+    ("swiglu", 1, transposed, "up: must be C-contiguous"),
+    ("swiglu", 0, transposed, "gate: must be C-contiguous"),
+    ("swiglu", 1, lambda t: t[:, :4].contiguous(), r"up: shape \(2, 4\) does not match gate's"),
+    ("swiglu", 2, lambda t: t[:, :4].contiguous(), r"out: shape \(2, 4\) does not match the"),
+    ("swiglu", 2, lambda t: t.float(), "out: dtype float32 differs"),
+    ("swiglu", 2, transposed, "out: must be C-contiguous"),
+    ("silu_and_mul", 0, lambda t: t[:, :7].contiguous(), r"x: shape \(2, 7\): the last"),
+    ("silu_and_mul", 1, lambda t: t.clone(), r"out: shape \(2, 8\) does not match"),
+    ("rms_norm", 1, lambda t: t[:4].contiguous(), r"weight: shape \(4,\) does not match"),
+    ("rms_norm", 1, lambda t: t.half(), "weight: dtype float16 differs from x's bfloat16"),
+    ("rms_norm", 1, on_device_1, None),
+    ("rms_norm", 2, lambda _: 1, None),
+    ("rms_norm", 2, lambda _: True, "eps: expected a float, got bool"),
+    ("rms_norm", 2, lambda _: math.nan, "eps: must be a finite number >= 0"),
+    ("rms_norm", 2, lambda _: math.inf, "eps: must be a finite number >= 0"),
+    ("rms_norm", 2, lambda _: -1e-6, "eps: must be a finite number >= 0"),
+    ("rms_norm", 3, lambda t: t[:, :4].contiguous(), r"out: shape \(2, 4\) does not match"),
+    ("rms_norm", 0, transposed, "x: must be C-contiguous"),
+    ("fused_add_rms_norm", 1, lambda t: t.half(), "residual: dtype float16 differs"),
+    ("fused_add_rms_norm", 1, lambda t: t[:1].contiguous(), r"residual: shape \(1, 8\)"),
+    ("fused_add_rms_norm", 1, transposed, "residual: must be C-contiguous"),
+    ("fused_add_rms_norm", 2, lambda t: t[:4].contiguous(), r"weight: shape \(4,\)"),
+    ("add_rms_norm", 1, on_device_1, None),
+    ("add_rms_norm", 0, lambda t: t.repeat(2, 1)[:3], None),  # a shape not prepared
+]
+
+
+def wrong_args(op: str, position: int, wrong: Callable[[Any], Any], args: list[Any]) -> list[Any]:
+    args = list(args)
+    args[position] = wrong(args[0] if args[position] is None else args[position])
+    return args
+
+
+@pytest.mark.parametrize(("op", "position", "wrong", "message"), REJECTIONS)
+def test_every_wrong_argument_leaves_the_hot_path(
+    make_hot: Callable[..., Any], op: str, position: int, wrong: Any, message: str | None
+) -> None:
+    hot = Hot(make_hot, op, torch.is_grad_enabled, TYPES)
+    assert hot.call(*wrong_args(op, position, wrong, good_args(op))) is NotImplemented
+    assert hot.launch.calls == []
+
+
+@pytest.mark.parametrize("op", list(mlp_hot.SPECS))
+def test_requires_grad_leaves_the_hot_path_only_where_grad_mode_is_on(
+    make_hot: Callable[..., Any], op: str
+) -> None:
+    hot = Hot(make_hot, op, torch.is_grad_enabled, TYPES)
+    below = Hot(make_hot, op, mlp_hot._never, TYPES)  # torch.ops' CUDA kernels: below autograd
+    for position in range(mlp_hot.SPECS[op].inputs):
+        args = good_args(op)
+        args[position] = torch.nn.Parameter(args[position])
+        assert hot.call(*args) is NotImplemented
+        with torch.no_grad():
+            assert hot.call(*args) is not NotImplemented
+        assert below.call(*args) is not NotImplemented
+    inputs = mlp_hot.SPECS[op].inputs
+    assert len(hot.launch.calls) == len(below.launch.calls) == inputs
+
+
+def test_an_unknown_tensor_type_leaves_the_hot_path(make_hot: Callable[..., Any]) -> None:
+    hot = Hot(make_hot, "swiglu", torch.is_grad_enabled, {torch.Tensor})
+    gate, up, _ = good_args("swiglu")
+    assert hot.call(gate, on_device_1(up), None) is NotImplemented
+    assert hot.call(gate, [1.0] * 16, None) is NotImplemented
+    assert hot.launch.calls == []
+
+
+@pytest.fixture
+def mlp_on_cpu_entries(make_hot: Callable[..., Any]) -> Iterator[dict[str, Hot]]:
+    """kernelpack.mlp's hot calls replaced by the implementation under test, each with an entry
+    for CPU bfloat16 tensors of SHAPE: a bad call must leave them and raise from the full
+    checks."""
+    hots = {op: Hot(make_hot, op, torch.is_grad_enabled, TYPES) for op in mlp_hot.SPECS}
+    saved = dict(mlp_hot.HOT)
+    mlp_hot.HOT.update({op: hot.call for op, hot in hots.items()})
+    try:
+        yield hots
+    finally:
+        mlp_hot.HOT.update(saved)
+
+
+MLP_OPS = {
+    "swiglu": lambda a: mlp.swiglu(a[0], a[1], out=a[2]),
+    "silu_and_mul": lambda a: mlp.silu_and_mul(a[0], out=a[1]),
+    "rms_norm": lambda a: mlp.rms_norm(a[0], a[1], a[2], out=a[3]),
+    "fused_add_rms_norm": lambda a: mlp.fused_add_rms_norm(*a),
+}
+
+
+@pytest.mark.parametrize(
+    ("op", "position", "wrong"), [r[:3] for r in REJECTIONS if r[0] in MLP_OPS and r[3]]
+)
+def test_kernelpack_mlp_sends_each_wrong_argument_to_the_full_checks(
+    mlp_on_cpu_entries: dict[str, Hot], op: str, position: int, wrong: Any
+) -> None:
+    """On the CPU the full checks stop at their first (a torch tensor on the CPU is no GPU
+    array); the GPU test below reads each message."""
+    with pytest.raises(UsageError):
+        MLP_OPS[op](wrong_args(op, position, wrong, good_args(op)))
+    assert mlp_on_cpu_entries[op].launch.calls == []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("op", "position", "wrong", "message"), [r for r in REJECTIONS if r[0] in MLP_OPS and r[3]]
+)
+def test_kernelpack_mlp_names_each_wrong_argument_after_the_shape_ran_hot(
+    op: str, position: int, wrong: Any, message: str
+) -> None:
+    """On the GPU: the good call first (which prepares its shape's hot call), then the wrong
+    one, which must raise the full checks' message."""
+    args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in good_args(op)]
+    for _ in range(2):
+        MLP_OPS[op](list(args))
+    with pytest.raises(UsageError, match=f"^{message}"):
+        MLP_OPS[op](wrong_args(op, position, wrong, args))
+
+
+@pytest.mark.parametrize("op", list(MLP_OPS))
+def test_kernelpack_mlp_takes_the_hot_call(mlp_on_cpu_entries: dict[str, Hot], op: str) -> None:
+    MLP_OPS[op](good_args(op))
+    assert len(mlp_on_cpu_entries[op].launch.calls) == 1
+
+
+def test_the_c_hot_call_drives_the_c_launcher_directly(native: Any) -> None:
+    """An entry whose launch is a C Launcher: the hot call packs through it with no Python frame;
+    the recording driver function sees the tensors' addresses, the sizes, eps and the stream."""
+    seen: list[tuple[tuple[int, ...], int, list[bytes]]] = []
+
+    def record(function: int, *rest: Any) -> int:
+        dims, stream, params = rest[:6], rest[7], rest[8]
+        seen.append((dims, stream or 0, [ctypes.string_at(params[i], 8) for i in range(6)]))
+        return 0
+
+    launch_fn, get_current, push = LAUNCH(record), GET_CURRENT(lambda out: 0), PUSH(lambda c: 0)
+    launcher = native.Launcher(
+        launch=mlp_hot_address(launch_fn),
+        function=0x1234,
+        codes="PPPqqf",
+        binding=0,
+        get_current=mlp_hot_address(get_current),
+        enter=mlp_hot_address(push),
+        leave=mlp_hot_address(get_current),
+        context=CONTEXT,
+        pointer_getters={torch.Tensor: lambda t: t.data_ptr()},
+        pointer_of=lambda t: t.data_ptr(),
+        torch_getter=fail,  # not a torch tensor's getter here: CPU tensors are read by the dict
+        stream_of=lambda s: s,
+        fail=fail,
+    )
+    prepared = {(BF16, -1, torch.Size(SHAPE)): entry_for("rms_norm", launcher)}
+    hot = native.TorchHotPath(
+        2, TYPES, prepared, fake_stream, torch.empty_like, torch.is_grad_enabled
+    ).call
+    x, weight, eps, _ = good_args("rms_norm")
+    result = hot(x, weight, eps, None)
+    ((dims, stream, slots),) = seen
+    assert dims == (1, 1, 1, 64, 1, 1) and stream == STREAM_BASE - 1
+    addresses = [x.data_ptr(), weight.data_ptr(), result.data_ptr()]
+    assert slots[:5] == [struct.pack("<Q", a) for a in addresses] + [
+        struct.pack("<q", v) for v in SHAPE
+    ]
+    assert slots[5][:4] == struct.pack("<f", eps)
+
+
+def mlp_hot_address(function: Any) -> int:
+    return int(ctypes.cast(function, ctypes.c_void_p).value or 0)
+
+
+@pytest.mark.parametrize("op", list(mlp_hot.SPECS))
+def test_the_hot_call_keeps_no_reference_it_should_not(
+    make_hot: Callable[..., Any], op: str
+) -> None:
+    """A hundred calls, accepted and refused, leave the entry's, the arguments' and the
+    results' reference counts as they were (the C call owns its references exactly)."""
+    hot = Hot(make_hot, op, torch.is_grad_enabled, TYPES)
+    entry = hot.prepared[(BF16, -1, torch.Size(SHAPE))]
+    args = good_args(op)
+    refused = wrong_args(op, 0, transposed, args)
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]  # None and eps are shared widely
+    counts = [sys.getrefcount(entry), *(sys.getrefcount(t) for t in tensors)]
+    for _ in range(100):
+        result = hot.call(*args)
+        assert hot.call(*refused) is NotImplemented
+    hot.launch.calls.clear()  # the recorder holds the launches' arguments
+    results = result if isinstance(result, tuple) else (result,)
+    del result
+    for tensor in results:
+        if tensor is not None and all(tensor is not a for a in args):
+            assert sys.getrefcount(tensor) == 3  # results, tensor, getrefcount's argument
+    assert [sys.getrefcount(entry), *(sys.getrefcount(t) for t in tensors)] == counts

@@ -1,0 +1,242 @@
+"""The MLP ops' hot path for torch tensors: a call's checks, its allocation and its launch in one C
+call (``kernelpack._launcher.TorchHotPath``), or in Python where that extension was not built.
+
+Why: at 1 x 4096 a kernel runs for about 2 µs and cuLaunchKernel costs 3.2 µs of the host's time
+from C, so every microsecond of Python per call shows (docs/bench-mlp-notes.md has the steps).
+A call of :mod:`kernelpack.mlp` looks its op up in :data:`HOT` and calls it once: the checks the
+full path makes (torch tensor, one dtype and device, C-contiguous, the shapes, eps, no autograd
+wanted) are read off the tensors there, the kernel's launch was prepared per (dtype, device,
+shape) by the first call that went through the full checks, and anything not accepted returns
+``NotImplemented``, after which the caller's full checks name what is wrong. Nothing here
+raises for bad input; an allocation or a launch that fails raises as it would anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from .mlp_launch import (
+    kernel_name,
+    load_kernel,
+    norm_launch,
+    silu_and_mul_geometry,
+    swiglu_geometry,
+)
+
+
+class HotSpec(NamedTuple):
+    """An op's arguments on the hot path, as launcher.c's ``HotSpec`` reads them (same order):
+    its tensor inputs, then eps when it has one, then ``out`` when it takes one; ``weight`` is the
+    input whose shape is the last dimension of the first's (-1: none; the other inputs have the
+    first's shape); ``allocates`` is how many results it makes when ``out`` is None."""
+
+    kind: int  # launcher.c's enum hot_kind
+    inputs: int
+    weight: int
+    eps: bool
+    out: bool
+    allocates: int
+
+
+SPECS = {
+    "swiglu": HotSpec(0, 2, -1, False, True, 1),
+    "silu_and_mul": HotSpec(1, 1, -1, False, True, 1),
+    "rms_norm": HotSpec(2, 2, 1, True, True, 1),
+    "add_rms_norm": HotSpec(3, 3, 2, True, False, 2),
+    "fused_add_rms_norm": HotSpec(4, 3, 2, True, False, 0),
+}
+# op -> the kernel it launches (fused_add_rms_norm is add_rms_norm in place)
+KERNEL_OF = {op: op.removeprefix("fused_") for op in SPECS}
+
+# A prepared launch, launcher.c's entry: (launch: a C Launcher, another launch callable, or None
+# when there are no elements; grid; block; the sizes the kernel takes after its pointers; the
+# weight's shape or None; the result's shape, None where it is the first input's)
+Entry = tuple[Any, Any, Any, tuple[int, ...], Any, Any]
+Key = tuple[Any, int, Any]  # (torch dtype, device index, the first tensor's torch.Size)
+
+TORCH_TYPES: set[type] = set()  # torch.Tensor and the subclasses accepted (nn.Parameter)
+PREPARED: dict[str, dict[Key, Entry]] = {op: {} for op in SPECS}
+_PREPARED_KEPT = 4096  # entries an op keeps before its memo starts over
+
+
+def _not_hot(*args: object) -> Any:
+    return NotImplemented
+
+
+# op -> its hot call: the entry point of kernelpack.mlp (autograd wanted: not hot), and the one
+# of torch.ops.kernelpack's CUDA kernels (called below autograd: requires_grad is not read).
+# Both answer NotImplemented until torch_enable() ran.
+HOT: dict[str, Callable[..., Any]] = {op: _not_hot for op in SPECS}
+HOT_BELOW_AUTOGRAD: dict[str, Callable[..., Any]] = {op: _not_hot for op in SPECS}
+
+
+def _native_types() -> tuple[Any, Any]:
+    """(TorchHotPath, Launcher) of the C extension, or (None, None) where it was not built."""
+    try:
+        from ._launcher import Launcher, TorchHotPath
+    except ImportError:
+        return None, None
+    return TorchHotPath, Launcher
+
+
+def _never() -> bool:
+    return False
+
+
+def _default_stream(index: int) -> int:
+    """A CPU-only torch's stand-in for the raw-stream accessor: it has no GPU tensors, so no
+    entry is ever prepared and no hot call ever launches."""
+    return 0
+
+
+def torch_enable(torch: Any) -> None:
+    """Turn the hot calls on (once torch is in use): torch's tensor types, its raw-stream
+    accessor, empty_like and grad mode, in C where the extension was built."""
+    if HOT["swiglu"] is not _not_hot:
+        return
+    TORCH_TYPES.update((torch.Tensor, torch.nn.Parameter))
+    stream = getattr(torch._C, "_cuda_getCurrentRawStream", _default_stream)
+    empty_like = torch.empty_like
+    native, _ = _native_types()
+    for op, spec in SPECS.items():
+        for table, grad_enabled in ((HOT, torch.is_grad_enabled), (HOT_BELOW_AUTOGRAD, _never)):
+            if native is not None:
+                table[op] = native(
+                    spec.kind, TORCH_TYPES, PREPARED[op], stream, empty_like, grad_enabled
+                ).call
+            else:
+                table[op] = python_hot_call(
+                    spec, TORCH_TYPES, PREPARED[op], stream, empty_like, grad_enabled
+                )
+
+
+def entry_key(tensor: Any) -> Key:
+    return (tensor.dtype, tensor.get_device(), tensor.shape)
+
+
+def prepare(op: str, tensor: Any, device: str) -> Entry:
+    """``op``'s entry for a first tensor like ``tensor`` (a checked, contiguous torch tensor of a
+    supported dtype on ``device``, "cuda:0"), made once and kept for the hot calls. The row ops
+    take the last dimension as a row; swiglu counts elements."""
+    memo = PREPARED[op]
+    key = entry_key(tensor)
+    found = memo.get(key)
+    if found is not None:
+        return found
+    if len(memo) >= _PREPARED_KEPT:
+        memo.clear()
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    shape = tuple(tensor.shape)
+    n = math.prod(shape)
+    cols = shape[-1] if shape else 1
+    weight_shape = result_shape = None
+    sizes: tuple[int, ...]
+    kernel = KERNEL_OF[op]
+    geometry: tuple[Any, Any] = (1, 1)  # no elements: nothing is launched
+    if op == "swiglu":
+        rows, sizes = n, (n,)
+        geometry = swiglu_geometry(n, dtype)
+    else:
+        if op == "silu_and_mul":
+            cols //= 2
+            result_shape = (*shape[:-1], cols)
+        else:
+            weight_shape = shape[-1:]
+        rows = n // shape[-1] if cols else 0
+        sizes = (rows, cols)
+        if rows * cols and op == "silu_and_mul":
+            geometry = silu_and_mul_geometry(rows, cols, dtype)
+        elif rows * cols:
+            kernel, grid, block = norm_launch(kernel, rows, cols, dtype)
+            geometry = (grid, block)
+    launch = None
+    if rows * cols:
+        launch = load_kernel(device, kernel_name(kernel, dtype)).launch
+        _, launcher_type = _native_types()
+        owner = getattr(launch, "__self__", None)
+        if launcher_type is not None and type(owner) is launcher_type:
+            launch = owner  # launcher.c calls its launch without the bound method
+    memo[key] = entry = (launch, geometry[0], geometry[1], sizes, weight_shape, result_shape)
+    return entry
+
+
+def launch_entry(entry: Entry, pointers: tuple[Any, ...], eps: float | None, stream: int) -> None:
+    """An entry's launch from Python, as launcher.c's hot_launch makes it."""
+    launch, grid, block, sizes = entry[0], entry[1], entry[2], entry[3]
+    if launch is None:
+        return
+    call: Any = getattr(launch, "launch", launch)  # a C Launcher's launch, or the callable
+    extra = () if eps is None else (eps,)
+    call(grid, block, *pointers, *sizes, *extra, stream=stream)
+
+
+def finish(
+    spec: HotSpec,
+    entry: Entry,
+    args: tuple[Any, ...],
+    stream: int,
+    empty_like: Callable[[Any], Any],
+) -> Any:
+    """The op's results allocated (unless ``out`` was given; none in place) and its launch made,
+    as launcher.c's hot_call does once the checks passed: args as the hot call takes them."""
+    first = args[0]
+    out = args[-1] if spec.out else None
+    eps = args[spec.inputs] if spec.eps else None
+    if spec.allocates == 0:  # in place: x and residual are written
+        results: tuple[Any, ...] = (args[0], args[1])
+    elif out is not None:
+        results = (out,)
+    else:
+        results = tuple(
+            empty_like(first) if entry[5] is None else first.new_empty(entry[5])
+            for _ in range(spec.allocates)
+        )
+    launch_entry(entry, (*args[: spec.inputs], *results), eps, stream)
+    if spec.allocates == 0:
+        return None
+    return results[0] if len(results) == 1 else results
+
+
+def python_hot_call(
+    spec: HotSpec,
+    torch_types: set[type],
+    prepared: dict[Key, Entry],
+    stream: Callable[[int], int],
+    empty_like: Callable[[Any], Any],
+    grad_enabled: Callable[[], bool],
+) -> Callable[..., Any]:
+    """The hot call where the C extension was not built: launcher.c's hot_call, line by line."""
+    inputs, weight = spec.inputs, spec.weight
+
+    def call(*args: Any) -> Any:
+        out = args[-1] if spec.out else None
+        eps = args[inputs] if spec.eps else None
+        tensors = args[:inputs] if out is None else (*args[:inputs], out)
+        if any(type(t) not in torch_types for t in tensors):
+            return NotImplemented
+        if eps is not None and not (type(eps) is float and 0.0 <= eps < math.inf):
+            return NotImplemented
+        first = tensors[0]
+        dtype, index, shape = first.dtype, first.get_device(), first.shape
+        entry = prepared.get((dtype, index, shape))
+        if entry is None:
+            return NotImplemented
+        result_shape = shape if entry[5] is None else entry[5]
+        for i, tensor in enumerate(tensors):
+            if i > 0:
+                expected = entry[4] if i == weight else result_shape if i >= inputs else shape
+                if (
+                    tensor.dtype is not dtype
+                    or tensor.get_device() != index
+                    or tensor.shape != expected
+                ):
+                    return NotImplemented
+            if not tensor.is_contiguous():
+                return NotImplemented
+        if grad_enabled() and any(t.requires_grad for t in tensors):
+            return NotImplemented
+        return finish(spec, entry, args, stream(index), empty_like)
+
+    return call
