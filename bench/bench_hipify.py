@@ -292,7 +292,7 @@ def nvcc_file(
     )
     if result.returncode != 0:
         return False, _first_error(result), []
-    image = read_cubin(cubin.read_bytes(), str(cubin), internal=True)
+    image = read_cubin(cubin.read_bytes(), str(cubin))
     return True, "", sorted(k.name for k in image.kernels)
 
 

@@ -19,6 +19,15 @@ said so) when a module of several units is laid out, as PTX cannot be device-lin
 progress on the terminal, and prints the wall time, the machine and a table of kernels by module
 and target read from the index it wrote (``OUT/summary.json`` holds the same). The build's own
 summary table (compile times, sizes) comes first, and a failed build's one-line error last.
+
+``--wheels`` is issue 14's end-to-end check instead: ``python -m buildsys wheels --project OUT
+--out OUT/dist``, the host wheel and every device wheel installed into a fresh virtual environment
+(``OUT/venv``, with the runtime's dependencies, zstandard and numpy, packed from this interpreter;
+the runtime is this checkout's, on PYTHONPATH), ``python -P -m kernelpack info --json`` there on the
+recorded MI300X topology, and per module and target three kernel counts side by side: info's
+kernels, the index's symbols of that image, and readelf's count in the installed object (cubin:
+entry functions of any binding; code object: kernel descriptors ``*.kd``), plus the image info
+selects on each of the eight GPUs.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from datetime import UTC, datetime
@@ -159,6 +169,101 @@ def build(project: Path, jobs: int, vendor: str | None) -> dict[str, Any]:
     return summary
 
 
+def readelf_kernels(data: bytes, name: str) -> int:
+    """How many kernels binutils' readelf finds in a cubin (functions marked as entries,
+    STO_CUDA_ENTRY in st_other, defined) or an AMD code object (kernel descriptors, ``*.kd``); a
+    bundle's gfx942 code object is taken out first (decompressed, for a compressed one)."""
+    from kernelpack.formats import read_bundle
+
+    if not data.startswith(b"\x7fELF"):
+        (entry,) = [e for e in read_bundle(data, name) if e.target.startswith("gfx942")]
+        data = bytes(entry.view)
+    with tempfile.NamedTemporaryFile(suffix=".elf") as file:
+        file.write(data)
+        file.flush()
+        listing = subprocess.run(
+            ["readelf", "-sW", file.name], capture_output=True, text=True, check=True
+        ).stdout
+    kernels: set[str] = set()  # a code object lists its symbols twice, .dynsym and .symtab
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) < 8 or "UND" in fields:
+            continue
+        descriptor = fields[3] == "OBJECT" and fields[-1].endswith(".kd")
+        entry = fields[3] == "FUNC" and "[<other>:" in line
+        if descriptor or (entry and int(line.split("[<other>:")[1].split("]")[0], 16) & 0x10):
+            kernels.add(fields[-1])
+    return len(kernels)
+
+
+def check_wheels(project: Path, jobs: int) -> dict[str, Any]:
+    """The end-to-end check of ``--wheels`` (see the module's docstring): the measurement."""
+    sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "wheels")]
+    from tests.wheelhouse import repack
+
+    env = dict(os.environ, PYTHONPATH=f"{REPO_ROOT}:{REPO_ROOT / 'wheels'}")
+    dist = project / "dist"
+    argv = [sys.executable, "-m", "buildsys", "wheels", "--project", str(project)]
+    argv += ["--out", str(dist), "--jobs", str(jobs)]
+    started = time.monotonic()
+    status = subprocess.run(argv, env=env, check=False).returncode
+    summary: dict[str, Any] = {
+        "command": " ".join(argv[1:]),
+        "status": status,
+        "seconds": round(time.monotonic() - started, 1),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.node()} ({os.cpu_count()} cores, {platform.machine()})",
+    }
+    if status != 0:
+        return summary
+    venv = project / "venv"
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    wheels = [
+        *dist.glob("candle_kernels-*-py3-none-any.whl"),
+        *dist.glob("candle_kernels_device_*.whl"),
+    ]
+    wheels += repack(["zstandard", "numpy"], project / "wheelhouse")  # the runtime's dependencies
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
+    subprocess.run([*pip, *map(str, wheels)], check=True)
+    mi300x = REPO_ROOT / "tests" / "fixtures" / "sysfs" / "mi300x-8gpu"
+    info = subprocess.run(
+        [str(python), "-P", "-m", "kernelpack", "info", "--json", "--sysfs-root", str(mi300x)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=project,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(REPO_ROOT / "wheels"),
+            "KERNELPACK_CACHE_DIR": str(project / "cache"),
+        },
+    )
+    candle = json.loads(info.stdout)["packages"]["candle_kernels"]
+    site = next(venv.glob("lib/python*/site-packages"))
+    counts: dict[str, Any] = {
+        name: {
+            "info": len(module["kernels"]),
+            "selected": sorted({r["image"]["target"] for r in module["images"] if r["image"]}),
+        }
+        for name, module in sorted(candle["modules"].items())
+    }
+    for device in sorted(
+        p for p in site.glob("candle_kernels_device_*") if p.suffix != ".dist-info"
+    ):
+        fragment = read_index_file(device / "_index.py")
+        for name, module in fragment["modules"].items():
+            for image in module["images"]:
+                data = (device / image["file"]).read_bytes()
+                counts[name][image["target"]] = {
+                    "index": len(image["symbols"]),
+                    "readelf": readelf_kernels(data, str(device / image["file"])),
+                }
+    summary["kernels"] = counts
+    return summary
+
+
 def print_summary(summary: dict[str, Any]) -> None:
     print(
         f"\n{summary['command']}: exit {summary['status']} in {summary['seconds']} s "
@@ -190,6 +295,9 @@ def main() -> int:
         help="comma-separated targets, or 'default' for kernelpack's arch_matrix.toml",
     )
     parser.add_argument("--build", action="store_true", help="build it and print the summary")
+    parser.add_argument(
+        "--wheels", action="store_true", help="build wheels, install, info --json, count kernels"
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--vendor", choices=("amd", "nvidia"))
     args = parser.parse_args()
@@ -209,6 +317,11 @@ def main() -> int:
         )
     laid = lay_out(args.source, args.out, modules, targets)
     print(f"{args.out}: modules {', '.join(laid)}; targets {', '.join(targets)}")
+    if args.wheels:
+        summary = check_wheels(args.out, args.jobs)
+        (args.out / "wheels-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        print(json.dumps(summary, indent=1))
+        return 0 if summary["status"] == 0 else 1
     if not args.build:
         return 0
     summary = build(args.out, args.jobs, args.vendor)

@@ -32,6 +32,7 @@ from .discovery import (
     missing_kernels,
     name_kernels,
     object_kernels,
+    unit_tags,
 )
 from .errors import BuildError, HipifyError, ToolchainError
 from .findings import Finding, blocking, explaining, files_of, parse_findings
@@ -97,7 +98,7 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
     if result.failed:
         return result
     built = [o.image for o in outcomes if o.image is not None]
-    named, kernel_params, result = _discover(settings, built, targets, toolchains, result)
+    named, kernel_params, result = _discover(settings, built, modules, targets, toolchains, result)
     if result.failed:
         return result
     sources = [dataclasses.replace(s, kernels=kernel_params.get(s.name, {})) for s in sources]
@@ -140,6 +141,7 @@ def module_sources(tree: SourceTree, hip_tree: SourceTree, module: KernelModule)
 def _discover(
     settings: BuildSettings,
     built: Sequence[BuiltImage],
+    modules: Sequence[KernelModule],
     targets: Sequence[MatrixTarget],
     toolchains: Mapping[str, Toolchain],
     result: BuildResult,
@@ -147,34 +149,41 @@ def _discover(
     """The images with their kernels named (buildsys.discovery), each module's kernel layouts,
     and the result with the kernel-by-target table; its ``error`` says which kernels some targets
     lack, unless the project allows it (allow-missing-kernels)."""
+    tags = {module.name: unit_tags(module) for module in modules}
     found = [
-        ImageKernels(i.module, i.vendor, i.target, object_kernels(i.kind, i.data, i.target)[1])
+        ImageKernels(
+            i.module,
+            i.vendor,
+            i.target,
+            object_kernels(i.kind, i.data, i.target)[1],
+            units=tags[i.module],
+        )
         for i in built
     ]
     symbols = {k.symbol for image in found for k in image.kernels}
     demangled = demangle(symbols, find_demangler(toolchains.values()))
     order = [t.target for t in targets]
-    modules = name_kernels(found, demangled, order)
+    named_modules = name_kernels(found, demangled, order)
     named = [
         dataclasses.replace(
             image,
-            kernels=modules[image.module].resources[image.target],
-            symbols=modules[image.module].symbols[image.target],
+            kernels=named_modules[image.module].resources[image.target],
+            symbols=named_modules[image.module].symbols[image.target],
         )
         for image in built
     ]
-    table = {name: dict(sorted(m.targets.items())) for name, m in sorted(modules.items())}
+    table = {name: dict(sorted(m.targets.items())) for name, m in sorted(named_modules.items())}
     error = ""
     try:
         check_missing(
-            missing_kernels(modules, order),
+            missing_kernels(named_modules, order),
             settings.allow_missing_kernels,
             f"{settings.project / 'pyproject.toml'} [tool.kernelpack]",
         )
     except BuildError as problem:
         error = str(problem)
     result = dataclasses.replace(result, kernel_targets=table, targets=order, error=error)
-    return named, {name: m.params for name, m in modules.items()}, result
+    return named, {name: m.params for name, m in named_modules.items()}, result
 
 
 def _stop_on_hipify_errors(

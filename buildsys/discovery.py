@@ -5,17 +5,22 @@ kernels written through macros and templates are found like any other. Per objec
 
 - AMD code objects: the AMDGPU metadata's ``amdhsa.kernels`` (``.name``, ``.args``: offset, size
   and value kind of each argument; the hidden ones the compiler adds are left out);
-- cubins: the kernel symbols (STB_GLOBAL functions marked as entries) and their EIATTR_KPARAM_INFO
-  records (ordinal, offset, size);
-- PTX: the ``.visible .entry`` directives and their ``.param`` lists.
+- cubins: the kernel symbols (functions marked as entries, local ones included) and their
+  EIATTR_KPARAM_INFO records (ordinal, offset, size);
+- PTX: the ``.entry`` directives (``.visible`` or not) and their ``.param`` lists.
 
-Kernels with internal linkage (``static``, an unnamed namespace) are private to their translation
-unit: nvcc does not export them, so they are left out on every vendor alike.
+Kernels with internal linkage (``static``, an unnamed namespace, a template instantiated with a
+file-local argument) are kernels like any other on every vendor: the loader finds them by their
+symbol (a cubin's local entry, a code object's symbol that clang makes global; docs/loader.md). A
+device link renames them so that each unit keeps its own (:func:`unit_symbol`); when several units
+of one module define internal kernels of one name, each is named after its unit
+(``clear@dot.cu``), never one picked.
 
 The kernel-name rule (docs/loader.md, "Kernel names"): a kernel's lookup name is its symbol
 demangled, without the parameter list (and without the ``void`` that a function template's
-demangled name starts with): ``swiglu<float>``, ``walk::walk_float<2>``, ``ns::plain``; a kernel
-with C linkage keeps its symbol (``extern "C"``). In an AMD object's names, the type names the HIP
+demangled name starts with, and without ``(anonymous namespace)::``, which the source never
+spells): ``swiglu<float>``, ``walk::walk_float<2>``, ``ns::plain``; a kernel with C linkage keeps
+its symbol (``extern "C"``). In an AMD object's names, the type names the HIP
 translation produced become the CUDA ones again (``__hip_bfloat16`` -> ``__nv_bfloat16``,
 ``HIP_vector_type<float, 2u>`` -> ``float2``), so a kernel has one name on every vendor and target.
 The parameter types come from the same demangled symbol (C linkage: none, only sizes).
@@ -28,18 +33,21 @@ too, where the host may not; CUDA's ``cu++filt`` is missing from some toolkits (
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kernelpack.formats import read_code_object, read_cubin, read_ptx
 from kernelpack.images import KINDS_BY_NAME
 from kernelpack.index import KernelParam, KernelResources
+from kernelpack.targets import written_kind
 
 from .errors import BuildError, ToolchainError
 from .hipify.tables import RUNTIME_BLOCKS
+from .modules import KernelModule
 from .toolchain import Toolchain
 
 # PTX has no resource figures before the driver compiles it: zeros, and the warp size of every
@@ -47,9 +55,13 @@ from .toolchain import Toolchain
 _PTX_RESOURCES = KernelResources(
     registers=0, sgpr=0, agpr=0, lds=0, scratch=0, spills=0, wavefront=32, max_workgroup=0
 )
-# Markers of internal linkage in an Itanium-mangled name: _ZL (a static function) and the unnamed
-# namespace's _GLOBAL__N (clang: _GLOBAL__N_1, nvcc: _GLOBAL__N__<hash>).
-_INTERNAL = re.compile(r"^_ZL|_GLOBAL__N")
+# How a device link renames a unit's internal-linkage symbols so that two units' symbols never clash:
+# nvlink's input (nvcc -rdc) prefixes ``__nv_static_<n>_<unit id of n characters>_``, the id naming
+# the unit's file (``_c8701816_4_a_cu_41113dc9`` for a.cu); clang's -fgpu-rdc appends
+# ``.intern.<hash of the unit's -cuid>`` (llvm::MD5Hash: the digest's first 8 bytes, little-endian,
+# in hex).
+_NV_STATIC = re.compile(r"__nv_static_(\d+)_")
+_CLANG_INTERN = re.compile(r"\.intern\.([0-9a-f]+)$")
 
 
 @dataclass(frozen=True)
@@ -63,13 +75,12 @@ class ObjectKernel:
 
 
 def object_kernels(kind: str, data: bytes, name: str) -> tuple[str, list[ObjectKernel]]:
-    """An object's target, as the matrix names it, and its externally visible kernels."""
+    """An object's target, as the matrix names it, and every kernel it defines."""
     if KINDS_BY_NAME[kind].vendor == "amd":
         code_object = read_code_object(data, name)
         kernels = [
             ObjectKernel(k.name, tuple((p.offset, p.size) for p in k.params), k.resources())
             for k in code_object.kernels
-            if not _INTERNAL.search(k.name)
         ]
         return str(code_object.target), kernels
     if kind == "cubin":
@@ -83,9 +94,48 @@ def object_kernels(kind: str, data: bytes, name: str) -> tuple[str, list[ObjectK
     kernels = [
         ObjectKernel(k.name, tuple((p.offset, p.size) for p in k.params), _PTX_RESOURCES.copy())
         for k in ptx.kernels
-        if k.visible
     ]
     return ptx.compute_target, kernels
+
+
+def unit_symbol(symbol: str) -> tuple[str, str]:
+    """A kernel symbol as its translation unit named it, and the tag a device link added to it
+    to tell the units' internal symbols apart ("" when it has none)."""
+    nv_static = _NV_STATIC.match(symbol)
+    if nv_static is not None:
+        start = nv_static.end()
+        end = start + int(nv_static.group(1))
+        if symbol[end : end + 1] == "_" and len(symbol) > end + 1:
+            return symbol[end + 1 :], symbol[start:end]
+    intern = _CLANG_INTERN.search(symbol)
+    if intern is not None:
+        return symbol[: intern.start()], intern.group(1)
+    return symbol, ""
+
+
+def unit_tags(module: KernelModule) -> dict[str, str]:
+    """The tags (:func:`unit_symbol`) each vendor's device link gives a linked module's units,
+    to the unit's file name: clang's hash of the unit's ``-cuid``, and the ``<length>_<file name,
+    non-word characters as _>`` that nvcc puts in its unit id."""
+    tags: dict[str, str] = {}
+    if not module.linked:
+        return tags
+    for unit in module.sources:
+        file = unit.rsplit("/", 1)[-1]
+        digest = hashlib.md5(module.cuid(unit).encode(), usedforsecurity=False).digest()
+        tags[f"{int.from_bytes(digest[:8], 'little'):x}"] = file
+        identifier = re.sub(r"\W", "_", file)
+        tags[f"{len(identifier)}_{identifier}"] = file
+    return tags
+
+
+def unit_of_tag(tag: str, tags: Mapping[str, str]) -> str | None:
+    """The unit a device link's tag names (clang's: the whole tag; nvcc's id holds
+    ``_<length>_<file>_``), or None."""
+    if tag in tags:
+        return tags[tag]
+    found = {file for key, file in tags.items() if f"_{key}_" in tag}
+    return found.pop() if len(found) == 1 else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,17 +184,17 @@ def _run_filter(command: Sequence[str], symbols: Sequence[str], *options: str) -
 
 def demangle(symbols: Iterable[str], command: Sequence[str]) -> dict[str, Demangled]:
     """Each symbol's name and parameter types (see the module's docstring), by one run of c++filt
-    with and one without ``-p`` (``--no-params``, which also drops a template's return type)."""
-    wanted = sorted(set(symbols))
-    mangled = [s for s in wanted if s.startswith("_Z")]
-    found = {s: Demangled(s, None) for s in wanted if not s.startswith("_Z")}
-    if not mangled:
-        return found
-    full = _run_filter(command, mangled)
-    names = _run_filter(command, mangled, "-p")
-    for symbol, whole, name in zip(mangled, full, names, strict=True):
-        found[symbol] = split_demangled(symbol, whole, name)
-    return found
+    with and one without ``-p`` (``--no-params``, which also drops a template's return type); a
+    device link's renaming of internal symbols (:func:`unit_symbol`) is undone first."""
+    wanted = {s: unit_symbol(s)[0] for s in set(symbols)}
+    mangled = sorted({base for base in wanted.values() if base.startswith("_Z")})
+    bases = {base: Demangled(base, None) for base in wanted.values() if not base.startswith("_Z")}
+    if mangled:
+        full = _run_filter(command, mangled)
+        names = _run_filter(command, mangled, "-p")
+        for symbol, whole, name in zip(mangled, full, names, strict=True):
+            bases[symbol] = split_demangled(symbol, whole, name)
+    return {symbol: bases[base] for symbol, base in sorted(wanted.items())}
 
 
 # The versioned inline namespaces of NVIDIA's CCCL (CUB, Thrust, libcu++), which name the CUDA
@@ -161,13 +211,77 @@ def without_inline_namespaces(text: str) -> str:
     return _CCCL_INLINE_NAMESPACES.sub("", text)
 
 
+# nvcc's namespace for a unit's internal-linkage entities (_INTERNAL_<hash>_<n>_<file>_<hash>),
+# which a template argument naming a static function shows.
+_NVCC_INTERNAL_NAMESPACE = re.compile(r"\b_INTERNAL_\w+::")
+
+
+def as_source_spells(text: str) -> str:
+    """A demangled name or type without what its source never spells: CCCL's versioned inline
+    namespaces, the unnamed namespace (``(anonymous namespace)::k`` is ``k`` in its unit), nvcc's
+    namespace of a unit's internal entities, and the signature c++filt adds to the address of a
+    function of internal linkage that clang mangles (``&(f(int const&))`` is ``&f``, as nvcc's
+    spelling of the same template argument reads)."""
+    text = without_inline_namespaces(text).replace("(anonymous namespace)::", "")
+    text = _NVCC_INTERNAL_NAMESPACE.sub("", text)
+    return _without_function_signatures(text)
+
+
+def _without_function_signatures(text: str) -> str:
+    """``&(name(params))`` -> ``&name`` wherever it occurs (balanced brackets; else unchanged)."""
+    out: list[str] = []
+    at = 0
+    while (start := text.find("&(", at)) >= 0:
+        end = _address_of_function_end(text, start + 2)
+        if end is None:
+            out.append(text[at : start + 2])
+            at = start + 2
+            continue
+        name_end = _top_level(text, start + 2, "(")
+        out.append(text[at:start] + "&" + text[start + 2 : name_end])
+        at = end
+    return "".join(out) + text[at:]
+
+
+def _top_level(text: str, start: int, wanted: str) -> int:
+    """The index of the first ``wanted`` at template depth 0 from ``start`` (len(text) if none)."""
+    depth = 0
+    for index in range(start, len(text)):
+        char = text[index]
+        if char == "<":
+            depth += 1
+        elif char == ">":
+            depth -= 1
+        elif char == wanted and depth == 0:
+            return index
+    return len(text)
+
+
+def _address_of_function_end(text: str, start: int) -> int | None:
+    """For ``&(`` ending just before ``start``: the index after its closing ``)`` when what it
+    holds is ``name(params)``, else None."""
+    open_paren = _top_level(text, start, "(")
+    name = text[start:open_paren]
+    if open_paren == len(text) or not re.fullmatch(r"[\w:]+(?:<.*>)?", name):
+        return None
+    depth = 0
+    for index in range(open_paren, len(text)):
+        if text[index] == "(":
+            depth += 1
+        elif text[index] == ")":
+            depth -= 1
+            if depth == 0:
+                return index + 2 if text[index + 1 : index + 2] == ")" else None
+    return None
+
+
 def split_demangled(symbol: str, whole: str, name: str) -> Demangled:
     """The name and parameter types of ``whole`` ("void k<float>(float const*, int)"), given the
     name without parameters and return type that ``c++filt -p`` printed ("k<float>"), both
-    without CCCL's versioned inline namespaces."""
+    as the source spells them (:func:`as_source_spells`)."""
     if whole == symbol:  # c++filt could not demangle it: keep the symbol, types unknown
         return Demangled(symbol, None)
-    whole, name = without_inline_namespaces(whole), without_inline_namespaces(name)
+    whole, name = as_source_spells(whole), as_source_spells(name)
     rest = whole.removeprefix("void ") if not whole.startswith(name) else whole
     if not (rest.startswith(name + "(") and rest.endswith(")")):
         raise BuildError(
@@ -246,12 +360,58 @@ def cuda_spelling(text: str) -> str:
 
 @dataclass(frozen=True)
 class ImageKernels:
-    """One image's kernels as discovered: by symbol."""
+    """One image's kernels as discovered: by symbol; ``units`` (:func:`unit_tags`) tells which unit
+    of a device-linked module each internal symbol comes from."""
 
     module: str
     vendor: str
     target: str
     kernels: Sequence[ObjectKernel]
+    units: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _NamedKernel:
+    """A kernel of an image with its name by the kernel-name rule, its parameter types (None for
+    C linkage) and, for an internal symbol a device link tagged, the unit that defines it."""
+
+    kernel: ObjectKernel
+    name: str
+    types: tuple[str, ...] | None
+    unit: str
+
+
+def _named(
+    image: ImageKernels, kernel: ObjectKernel, demangled: Mapping[str, Demangled]
+) -> _NamedKernel:
+    found = demangled[kernel.symbol]
+    name, types = found.name, found.types
+    if image.vendor == "amd":
+        name = cuda_spelling(name)
+        types = tuple(cuda_spelling(t) for t in types) if types is not None else None
+    tag = unit_symbol(kernel.symbol)[1]
+    unit = unit_of_tag(tag, image.units) if tag else ""
+    if unit is None:
+        raise BuildError(
+            f"module {image.module} {image.target}: kernel symbol {kernel.symbol}: its device-link "
+            f"tag {tag!r} names none of the module's units ({', '.join(sorted(set(image.units.values())))})"
+        )
+    return _NamedKernel(kernel, name, types, unit)
+
+
+def _names_of_several_units(
+    images: Sequence[tuple[ImageKernels, list[_NamedKernel]]],
+) -> set[tuple[str, str]]:
+    """(module, name) of each name that internal kernels of one module's units share, with each
+    other or with an external kernel, in some image: those internal kernels are named
+    ``name@unit`` in every image, so that a name means one kernel on every target."""
+    shared: set[tuple[str, str]] = set()
+    for image, kernels in images:
+        units: dict[str, set[str]] = {}
+        for named in kernels:
+            units.setdefault(named.name, set()).add(named.unit)
+        shared.update((image.module, name) for name, found in units.items() if len(found) > 1)
+    return shared
 
 
 @dataclass
@@ -273,16 +433,16 @@ def name_kernels(
     names the kernel and the two targets that disagree)."""
     modules: dict[str, ModuleKernels] = {}
     seen: dict[tuple[str, str], tuple[str, list[KernelParam]]] = {}
-    for image in images:
+    named_images = [(i, [_named(i, k, demangled) for k in i.kernels]) for i in images]
+    shared = _names_of_several_units(named_images)
+    for image, named_kernels in named_images:
         module = modules.setdefault(image.module, ModuleKernels())
         symbols = module.symbols.setdefault(image.target, {})
         resources = module.resources.setdefault(image.target, {})
-        for kernel in image.kernels:
-            found = demangled[kernel.symbol]
-            name, types = found.name, found.types
-            if image.vendor == "amd":
-                name = cuda_spelling(name)
-                types = tuple(cuda_spelling(t) for t in types) if types is not None else None
+        for named in named_kernels:
+            kernel, name, types = named.kernel, named.name, named.types
+            if named.unit and (image.module, name) in shared:
+                name = f"{name}@{named.unit}"
             if name in symbols:
                 raise BuildError(
                     f"module {image.module} {image.target}: symbols {symbols[name]} and "
@@ -333,14 +493,35 @@ def describe(params: Sequence[KernelParam]) -> str:
     return "(" + ", ".join(f"{p['type'] or '?'} {p['size']}@{p['offset']}" for p in params) + ")"
 
 
+# The namespaces of the vendor libraries whose host calls bring kernels of their own: a thrust
+# algorithm is CUB's kernels on NVIDIA and rocPRIM's on AMD (candle's moe/). Such a kernel is the
+# library's way of doing the call on one vendor, not a kernel of the project: it is listed like any
+# other, and must be on every target of the vendors whose objects have it, not of the others.
+VENDOR_LIBRARY_NAMESPACES = ("cub::", "thrust::", "rocprim::", "hipcub::")
+
+
+def _vendor(target: str) -> str:
+    return "amd" if written_kind(target) == "amd" else "nvidia"
+
+
+def absent_targets(kernel: str, present: Collection[str], targets: Sequence[str]) -> list[str]:
+    """The targets that should have ``kernel`` and lack it: all of them, or for a vendor
+    library's kernel (VENDOR_LIBRARY_NAMESPACES) the targets of the vendors that have it."""
+    if kernel.startswith(VENDOR_LIBRARY_NAMESPACES):
+        vendors = {_vendor(t) for t in present}
+        targets = [t for t in targets if _vendor(t) in vendors]
+    return [t for t in targets if t not in present]
+
+
 def missing_kernels(
     modules: Mapping[str, ModuleKernels], targets: Sequence[str]
 ) -> dict[str, dict[str, list[str]]]:
-    """Per module and kernel, the targets whose object lacks it (only kernels that some lack)."""
+    """Per module and kernel, the targets whose object lacks it (only kernels that some lack;
+    :func:`absent_targets`)."""
     missing: dict[str, dict[str, list[str]]] = {}
     for name, module in sorted(modules.items()):
         for kernel, present in sorted(module.targets.items()):
-            absent = [t for t in targets if t not in present]
+            absent = absent_targets(kernel, present, targets)
             if absent:
                 missing.setdefault(name, {})[kernel] = absent
     return missing

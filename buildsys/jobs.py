@@ -116,10 +116,7 @@ def compile_argv(
         # would make the object depend on where it was built. The depfile options are clang's own,
         # each passed through hipcc by -Xclang.
         # A linked module's units each need their own id (it names their internal symbols).
-        cuid = job.module.name
-        if job.module.linked:
-            cuid += "." + source.rsplit(".", 1)[0]
-        hip_target = [f"-cuid={cuid}", f"--offload-arch={job.target.target}"]
+        hip_target = [f"-cuid={job.module.cuid(source)}", f"--offload-arch={job.target.target}"]
         clang = ["-dependency-file", depfile, "-MT", output]
         hip_depfile = [part for option in clang for part in ("-Xclang", option)]
         return ["hipcc", *flags, *hip_target, *extra, *hip_depfile, source, "-o", output]
@@ -152,9 +149,10 @@ def compile_commands(
     # hipcc: --genco (one code object from one unit) gives way to device-only rdc steps.
     device_only = [f for f in flags if f != "--genco"] + ["--cuda-device-only"]
     for path in job.sources:
-        # .bc: clang takes an input by its suffix, and hipcc's link reads bitcode only as .bc
-        suffix = ".bc" if job.tree_name == "hip" else ".o"
-        unit = f"{output}.{path.rsplit('/', 1)[-1].rsplit('.', 1)[0]}{suffix}"
+        # .o for clang's bitcode too: the link's driver hands .o files to lld as they are, whose
+        # LTO reads bitcode by its magic; a .bc it would first run through the -O3 pipeline once
+        # more (clang -cc1 -emit-llvm-bc per unit: 5 minutes for each of mmq_gguf's 11 units).
+        unit = f"{output}.{path.rsplit('/', 1)[-1].rsplit('.', 1)[0]}.o"
         depfile = f"{unit}.d"
         if job.tree_name == "hip":
             unit_flags = [*device_only, "-fgpu-rdc", "-c"]

@@ -23,7 +23,7 @@ from kernelpack.errors import UsageError
 from kernelpack.index import Index, KernelParam
 
 from .cache import sha256_hex
-from .discovery import check_missing
+from .discovery import absent_targets, check_missing
 from .index_writer import (
     INDEX_FILE,
     SHARD_FILE,
@@ -201,9 +201,9 @@ def _check_kernels_across(
             present.setdefault(image.module, {}).setdefault(kernel, set()).add(image.target)
     missing = {
         module: {
-            kernel: [t for t in targets[module] if t not in have]
+            kernel: absent
             for kernel, have in sorted(kernels.items())
-            if len(have) < len(set(targets[module]))
+            if (absent := absent_targets(kernel, have, targets[module]))
         }
         for module, kernels in sorted(present.items())
     }

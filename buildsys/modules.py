@@ -71,6 +71,14 @@ class KernelModule:
         """Whether the module's image is device-linked from several translation units."""
         return bool(self.others)
 
+    def cuid(self, unit: str) -> str:
+        """clang's translation-unit id (``-cuid``) for one of the module's units: the module's
+        name, and for a linked module the unit's file name without suffix as well, since clang
+        names each unit's internal-linkage symbols after it (``k.intern.<hash of the id>``)."""
+        if not self.linked:
+            return self.name
+        return f"{self.name}.{unit.rsplit('/', 1)[-1].rsplit('.', 1)[0]}"
+
 
 def read_tree(
     root: Path, extra_includes: Sequence[Path] = ()

@@ -12,6 +12,7 @@ from typing import Any
 from kernelpack._console import print_json, print_table, use_rich
 from kernelpack.index import KernelResources
 
+from .discovery import absent_targets
 from .errors import BuildError
 from .jobs import BuildResult, Outcome
 
@@ -161,7 +162,7 @@ def kernel_rows(result: BuildResult) -> list[dict[str, Any]]:
     rows = []
     for module, kernels in result.kernel_targets.items():
         for kernel, present in kernels.items():
-            missing = [t for t in result.targets if t not in present]
+            missing = absent_targets(kernel, present, result.targets)
             rows.append(
                 {"module": module, "kernel": kernel, "targets": list(present), "missing": missing}
             )
@@ -169,6 +170,8 @@ def kernel_rows(result: BuildResult) -> list[dict[str, Any]]:
 
 
 def _targets_cell(row: dict[str, Any], total: int) -> str:
+    if not row["missing"] and len(row["targets"]) < total:
+        return f"{', '.join(row['targets'])} only (a vendor library's kernel)"
     if not row["missing"]:
         return f"all {total}"
     return f"MISSING on {', '.join(row['missing'])} ({len(row['targets'])} of {total})"

@@ -77,10 +77,10 @@ def _install(dist: Path, site: Path, *names: str) -> None:
 
 
 def _cubin_kernels(cubin: Path) -> list[str]:
-    """The kernel symbols a cubin defines, as binutils' readelf lists them: the functions with
-    global or weak binding (a device-linked cubin makes template instances weak; local ones are
-    static kernels, private to their unit) that are marked as entries (``[<other>: 10]``, CUDA's
-    STO_CUDA_ENTRY), defined there (an undefined ``__assertfail`` is what assert() calls)."""
+    """The kernel symbols a cubin defines, as binutils' readelf lists them: the functions of any
+    binding (a device-linked cubin makes template instances weak; local ones are the kernels of
+    internal linkage) that are marked as entries (``[<other>: 10]``, CUDA's STO_CUDA_ENTRY),
+    defined there (an undefined ``__assertfail`` is what assert() calls)."""
     listing = subprocess.run(["readelf", "-sW", str(cubin)], capture_output=True, text=True)
     assert listing.returncode == 0, listing.stderr
     names = []
@@ -89,7 +89,7 @@ def _cubin_kernels(cubin: Path) -> list[str]:
         if (
             len(fields) >= 8
             and fields[3] == "FUNC"
-            and fields[4] in ("GLOBAL", "WEAK")
+            and fields[4] in ("GLOBAL", "WEAK", "LOCAL")
             and "UND" not in fields
             and "[<other>:" in line
             and int(line.split("[<other>:")[1].split("]")[0], 16) & 0x10
@@ -102,17 +102,47 @@ def _cubin_kernels(cubin: Path) -> list[str]:
 # cub::CUB_300001_SM_900::, thrust::THRUST_300001_SM_900_NS::, libcu++'s cuda::std::__4::), which
 # the kernel-name rule leaves out (docs/loader.md)
 _CCCL_NAMESPACES = re.compile(r"CUB_\d+_SM_\d+::|THRUST_\d+_SM_\d+_NS::|(?<=cuda::std::)__4::")
+# What nvcc adds to a unit's internal symbols and the source never spells: nvlink's input prefix
+# __nv_static_<n>_<unit id>_ (the id: _<hash>_<length>_<file, . as _>_<hash>), the namespace of
+# the unit's internal functions, the unnamed namespace.
+_NVLINK_PREFIX = re.compile(r"^__nv_static_(\d+)_")
+_UNIT_FILE = re.compile(r"_[0-9a-f]+_(\d+)_(\w+)_[0-9a-f]+")
+_UNSPELLED = re.compile(r"_INTERNAL_\w+::|\(anonymous namespace\)::")
 
 
 def _demangled(symbols: list[str]) -> list[str]:
-    """The lookup names of symbols by binutils' c++filt -p (no parameter list), each template's
-    leading return type and CCCL's inline namespaces dropped (the kernel-name rule of
-    docs/loader.md)."""
+    """The lookup names of a cubin's kernel symbols by the kernel-name rule of docs/loader.md,
+    worked out here from binutils' c++filt -p (no parameter list): each template's leading
+    return type, CCCL's inline namespaces and what nvcc adds to internal symbols dropped; a name
+    that internal kernels of several units share gets ``@<unit's file>``."""
+    units, bare = [], []
+    for symbol in symbols:
+        prefix = _NVLINK_PREFIX.match(symbol)
+        if prefix is None:
+            units.append("")
+            bare.append(symbol)
+            continue
+        length, end = int(prefix.group(1)), prefix.end()
+        unit = _UNIT_FILE.fullmatch(symbol[end : end + length])
+        assert unit is not None, symbol
+        file = unit.group(2)[: int(unit.group(1))]
+        units.append(file[: -len("_cu")] + ".cu")
+        bare.append(symbol[end + length + 1 :])
     result = subprocess.run(
-        ["c++filt", "-p"], input="\n".join(symbols), capture_output=True, text=True, check=True
+        ["c++filt", "-p"], input="\n".join(bare), capture_output=True, text=True, check=True
     )
-    names = (line.removeprefix("void ") for line in result.stdout.splitlines())
-    return sorted(_CCCL_NAMESPACES.sub("", name) for name in names)
+    names = [
+        _UNSPELLED.sub("", _CCCL_NAMESPACES.sub("", line.removeprefix("void ")))
+        for line in result.stdout.splitlines()
+    ]
+    units_of: dict[str, set[str]] = {}
+    for name, unit in zip(names, units, strict=True):
+        units_of.setdefault(name, set()).add(unit)
+    shared = {name for name, found in units_of.items() if len(found) > 1}
+    return sorted(
+        f"{name}@{unit}" if unit and name in shared else name
+        for name, unit in zip(names, units, strict=True)
+    )
 
 
 @needs_candle
@@ -120,8 +150,8 @@ def _demangled(symbols: list[str]) -> list[str]:
 @pytest.mark.nvcc
 def test_candle_kernels_become_wheels_that_info_lists_and_selects(tmp_path: Path) -> None:
     project = tmp_path / "candle"
-    # the top-level modules: moe/ and mmq_gguf/ fail for AMD until the translator handles their
-    # inline PTX and WMMA (the next test builds them for NVIDIA)
+    # the top-level modules (the next test builds moe/; mmq_gguf/ takes half an hour of one core
+    # per target: docs/your-kernels.md)
     top_level = sorted(p.stem for p in CANDLE_SRC.glob("*.cu"))
     modules = lay_out(CANDLE_SRC, project, top_level)
     dist = tmp_path / "dist"
@@ -147,7 +177,7 @@ def test_candle_kernels_become_wheels_that_info_lists_and_selects(tmp_path: Path
     assert sorted(candle["modules"]) == modules
     for module, entry in candle["modules"].items():
         cubin = unpacked / "candle_kernels" / "device" / f"{module}.sm_90.cubin"
-        assert entry["kernels"] == _cubin_kernels(cubin), module
+        assert entry["kernels"] == _demangled(_cubin_kernels(cubin)), module
         chosen = [(r["image"]["package"], r["image"]["target"]) for r in entry["images"]]
         assert chosen == [("candle_kernels_device_gfx942", "gfx942")] * 8, module
         assert all(r["image"]["verified"] for r in entry["images"])
@@ -157,12 +187,13 @@ def test_candle_kernels_become_wheels_that_info_lists_and_selects(tmp_path: Path
 @pytest.mark.toolchain
 @pytest.mark.nvcc
 def test_candles_folder_of_several_units_becomes_one_module(tmp_path: Path) -> None:
-    """moe/ (3 units) device-linked for sm_90 into wheels: info lists exactly the kernels readelf
-    finds in the linked cubin (c++filt names them). mmq_gguf/ (11 units, about 25 minutes of one
-    core for one target) goes the same way in bench/candle_project.py; its kernels are all static
-    (internal linkage), so its module lists none (docs/loader.md)."""
+    """moe/ (3 units) device-linked for gfx942 and sm_90 into wheels: info lists exactly the
+    kernels readelf finds in the linked cubin (c++filt names them), its static ones included, and
+    those that two units define each under its unit's name; CUB's kernels on NVIDIA and rocPRIM's
+    on AMD (a thrust call) each on their vendor only. mmq_gguf/ (11 units, about half an hour of
+    one core per target) goes the same way in bench/candle_project.py (docs/your-kernels.md)."""
     project = tmp_path / "candle"
-    assert lay_out(CANDLE_SRC, project, ["moe"], ("sm_90",)) == ["moe"]
+    assert lay_out(CANDLE_SRC, project, ["moe"], ("gfx942", "sm_90")) == ["moe"]
     dist = tmp_path / "dist"
     _wheels(project, dist)
     site = tmp_path / "site"
@@ -183,7 +214,13 @@ def test_candles_folder_of_several_units_becomes_one_module(tmp_path: Path) -> N
     candle = json.loads(info.stdout)["packages"]["candle_kernels"]
     device = site / "candle_kernels_device_sm90" / "device"
     moe = candle["modules"]["moe"]
-    assert moe["kernels"] == _demangled(_cubin_kernels(device / "moe.sm_90.cubin"))
+    nvidia = _demangled(_cubin_kernels(device / "moe.sm_90.cubin"))
+    amd_only = [k for k in moe["kernels"] if k not in nvidia]
+    assert amd_only and all(k.startswith("rocprim::") for k in amd_only), amd_only
+    assert sorted(set(moe["kernels"]) - set(amd_only)) == nvidia
+    assert any(k.startswith("cub::") for k in nvidia)
+    # a static kernel that two units define (gguf.cuh's, included by both), each by its unit
+    assert {"quantize_q8_1@moe_gguf.cu", "quantize_q8_1@moe_wmma_gguf.cu"} <= set(nvidia)
     assert len(moe["kernels"]) > 10  # each unit's template instances, all in one image
     (row,) = moe["images"]
     assert (row["image"]["target"], row["image"]["verified"]) == ("sm_90", True)

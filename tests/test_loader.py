@@ -551,6 +551,17 @@ def test_a_kernel_the_loaded_image_lacks_is_named(tmp_path: Path, cache: DiskCac
     assert runtimes["nvidia"].functions == []
 
 
+def test_a_name_several_units_define_lists_their_kernels(tmp_path: Path, cache: DiskCache) -> None:
+    """Internal kernels of one name in several units are named after their units (docs/loader.md):
+    the bare name says which to ask for, and nothing is looked up."""
+    index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
+    index["modules"]["demo"]["kernels"] = {**KERNELS, "clear@a.cu": [], "clear@b.cu": []}
+    made, runtimes = make_loader(index, tmp_path / "pkg", mixed_machine()[2:], cache)
+    with pytest.raises(UsageError, match=r"ask for one by its unit: clear@a.cu, clear@b.cu$"):
+        made.load("demo").kernel("clear")
+    assert runtimes["nvidia"].functions == []
+
+
 def test_launch_checks_arguments(tmp_path: Path, cache: DiskCache) -> None:
     index = make_package(tmp_path / "pkg", nvidia=("sm_90",))
     made, runtimes = make_loader(index, tmp_path / "pkg", mixed_machine()[2:], cache)

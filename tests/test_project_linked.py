@@ -1,7 +1,7 @@
 """A module folder of several translation units (examples/vecops/kernel_sources/dot: two .cu files,
 one calling a device function the other defines, each with a static kernel of the same name)
-device-linked into one image per target: its public kernels on every vendor, the static ones
-left out, no embedded source; a definition no unit provides fails at the link; PTX is refused
+device-linked into one image per target: every kernel on every vendor, the two static ones named
+after their units, no embedded source; a definition no unit provides fails at the link; PTX is refused
 before anything compiles."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from buildsys.index_writer import read_index
 
 EXAMPLE = REPO_ROOT / "examples" / "vecops"
 # Written by hand from examples/vecops/kernel_sources/dot: extern "C" dot_f32 and sumsq_f32, the
-# template instance scale<float> (instantiated in both units), not the units' static clear.
-DOT_KERNELS = ["dot_f32", "scale<float>", "sumsq_f32"]
+# template instance scale<float> (instantiated in both units), each unit's static clear.
+DOT_KERNELS = ["clear@dot.cu", "clear@norm.cu", "dot_f32", "scale<float>", "sumsq_f32"]
 
 
 def _dot_project(tmp_path: Path) -> Path:

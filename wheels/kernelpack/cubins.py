@@ -89,14 +89,13 @@ class Cubin:
         return {"format": "cubin", "target": self.target, **json_fields(self)}
 
 
-def read_cubin(data: Buffer, path: str, *, internal: bool = False) -> Cubin:
+def read_cubin(data: Buffer, path: str) -> Cubin:
     """A cubin's SM (e_flags, and .nv.compat for 'a' targets) and its kernels' resources.
 
-    The kernels are the externally visible entry functions (global and weak symbols), what a loader looks
-    up by name. With ``internal``, entry functions of internal linkage (a ``static`` kernel, one
-    in an anonymous namespace, a template instantiated with a file-local argument) are included
-    too: nvcc binds their symbols locally, and a comparison with AMD code objects, where every
-    kernel is a global symbol, needs them.
+    The kernels are its entry functions, what a loader looks up by name: global and weak symbols,
+    and local ones, the kernels of internal linkage (a ``static`` kernel, one in an anonymous
+    namespace, a template instantiated with a file-local argument), which nvcc binds locally and
+    cuModuleGetFunction finds all the same (docs/loader.md, "Kernel names").
     """
     elf = Elf(data, path, machine=EM_CUDA, what="an NVIDIA cubin")
     if elf.abi_version == 8:
@@ -122,7 +121,7 @@ def read_cubin(data: Buffer, path: str, *, internal: bool = False) -> Cubin:
     for symbol in symbols:
         if not (
             symbol.type == STT_FUNC
-            and (symbol.bind in (STB_GLOBAL, STB_WEAK) or (internal and symbol.bind == STB_LOCAL))
+            and symbol.bind in (STB_GLOBAL, STB_WEAK, STB_LOCAL)
             and symbol.other & _STO_CUDA_ENTRY
         ):
             continue
@@ -258,8 +257,8 @@ class Ptx:
 
 @dataclass(frozen=True)
 class PtxKernel:
-    """One ``.entry``: its name, whether other modules may see it (``.visible``: a kernel the
-    loader can look up) and its parameters, laid out as the PTX ISA places them (each at the next
+    """One ``.entry``: its name, whether other modules may see it (``.visible``; the loader finds
+    the others too, a ``static`` kernel's, after the driver's JIT) and its parameters, laid out as the PTX ISA places them (each at the next
     multiple of its alignment)."""
 
     name: str

@@ -146,6 +146,12 @@ class Module:
         if found is not None:
             return found
         params = self._params.get(name)
+        per_unit = [k for k in self.kernel_names if k.startswith(name + "@")]
+        if params is None and per_unit:
+            raise UsageError(
+                f"module {self.name}: several of its translation units define a kernel {name!r} "
+                f"of internal linkage; ask for one by its unit: {', '.join(per_unit)}"
+            )
         if params is None:
             raise UsageError(
                 f"module {self.name} has no kernel {name!r}; kernels: {', '.join(self.kernel_names)}"
