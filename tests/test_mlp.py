@@ -171,9 +171,11 @@ def test_silu_and_mul_grid_takes_8_byte_vectors_below_132_blocks(
     [
         (1, 4096, "bfloat16", ("rms_norm_short", 1, (512, 1))),
         (64, 4096, "bfloat16", ("rms_norm_short", 64, (512, 1))),
-        (132, 8192, "float16", ("rms_norm_short", 132, (1024, 1))),
+        (132, 4096, "float16", ("rms_norm_short", 132, (512, 1))),
         (2, 8, "bfloat16", ("rms_norm_short", 2, (64, 1))),  # at least BLOCK_MIN threads
-        (1, 4096, "float32", ("rms_norm_short", 1, (1024, 1))),
+        (1, 2048, "float32", ("rms_norm_short", 1, (512, 1))),
+        (1, 4096, "float32", ("rms_norm", 1, (256, 1))),  # 1024 vectors: slower short (H200)
+        (132, 8192, "float16", ("rms_norm", 132, (256, 1))),
         (133, 4096, "bfloat16", ("rms_norm", 133, (128, 1))),  # more rows than SMs
         (1, 4099, "bfloat16", ("rms_norm", 1, (256, 1))),  # not whole vectors: 513, 4 a thread
         (1, 16384, "bfloat16", ("rms_norm", 1, (512, 1))),  # 2048 vectors: too many

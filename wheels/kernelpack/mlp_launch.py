@@ -32,6 +32,10 @@ ROW_BLOCK_MAX = 512  # kRowBlockThreads, the row kernels' __launch_bounds__
 # SHORT_ROWS_MAX rows (one block a row, all at once on an H100's or H200's 132 SMs).
 SHORT_ROW_THREADS = 1024  # kShortRowThreads
 SHORT_ROWS_MAX = 132
+# ... and for rows of at most this many vectors: on the H200 (2026-11-23, bench-mlp-notes.md) rows
+# of 512 vectors (4096 16-bit columns) gained 0.1 µs, rows of 1024 (4096 float32 columns) lost
+# 0.5-0.8 µs against the general kernel (1 and 64 rows, both norms).
+SHORT_ROW_VECTORS_MAX = 512
 CACHED_CHUNKS = 4  # kCachedChunks: vectors per thread kept in registers across RMSNorm's two passes
 BACKWARD_CACHED_CHUNKS = 4  # kBackwardCachedChunks: the same for the backward kernel
 MAX_GRID_Y = 65535
@@ -134,9 +138,12 @@ def row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, tuple[int, int]
 
 def short_rows(rows: int, cols: int, dtype: str) -> bool:
     """Whether the forward norms of ``rows`` rows of ``cols`` take the short-row kernels: few
-    rows, each a whole number of 16-byte vectors, at most one a thread."""
+    rows, each a whole number of 16-byte vectors, at most one a thread and SHORT_ROW_VECTORS_MAX
+    in all."""
     width = _vector_width(dtype)
-    return 0 < rows <= SHORT_ROWS_MAX and cols % width == 0 and cols // width <= SHORT_ROW_THREADS
+    return (
+        0 < rows <= SHORT_ROWS_MAX and cols % width == 0 and cols // width <= SHORT_ROW_VECTORS_MAX
+    )
 
 
 def norm_launch(op: str, rows: int, cols: int, dtype: str) -> tuple[str, int, tuple[int, int]]:
