@@ -99,8 +99,15 @@ def test_following_the_page_gives_installed_queryable_wheels(
     # the kernels the objects define, macro-made and template instances included
     assert vecops["modules"]["elementwise"]["kernels"] == ["relu_f32", "square_f32", "square_f64"]
     assert vecops["modules"]["axpy"]["kernels"] == ["axpy<double>", "axpy<float>"]
-    # two translation units device-linked: their public kernels, the static ones left out
-    assert vecops["modules"]["dot"]["kernels"] == ["dot_f32", "scale<float>", "sumsq_f32"]
+    # two translation units device-linked: their kernels, and each unit's static `clear` named
+    # after its unit (docs/loader.md, "Kernel names")
+    assert vecops["modules"]["dot"]["kernels"] == [
+        "clear@dot.cu",
+        "clear@norm.cu",
+        "dot_f32",
+        "scale<float>",
+        "sumsq_f32",
+    ]
 
     routed = subprocess.run(
         [
