@@ -28,7 +28,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
 ]
 
-from kernelpack import torch_ops  # noqa: E402,F401  (registers torch.ops.kernelpack)
+from kernelpack import torch_ops  # noqa: E402  (registers torch.ops.kernelpack)
 
 OPS = torch.ops.kernelpack
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -229,11 +229,125 @@ def test_rms_norm_backward(
         assert bool(copy_buffer.isnan().all()), "grad_x_copy written though not asked for"
 
 
+# (rows, cols, grid, threads): the host's geometry (grid and threads None), and others the kernel
+# must also get right: fewer blocks than rows (a block takes several), more blocks than rows
+# (blocks without rows), rows longer than the registers' chunks, odd lengths (the scalar path).
+SHORT_CASES = [
+    (1, 8, None, None),
+    (1, 4096, None, None),
+    (2, 4096, None, None),
+    (3, 136, None, None),
+    (64, 4096, None, None),
+    (132, 8192, None, None),
+    (1, 4104, 1, 64),
+    (5, 1000, 2, 128),
+    (3, 200, 6, 64),
+    (9, 9000, 4, 512),
+    (2, 7, 2, 64),
+]
+
+
+@pytest.mark.parametrize("extra", [False, True])
+@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize(("rows", "cols", "grid", "threads"), SHORT_CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rms_norm_weight_gradient_is_deterministic(rng: Any, dtype: str) -> None:
-    x = randn(rng, (4096, 4096), dtype)
-    weight = randn(rng, (4096,), dtype)
-    grad = randn(rng, (4096, 4096), dtype)
+def test_rms_norm_backward_short(
+    rng: Any,
+    dtype: str,
+    rows: int,
+    cols: int,
+    grid: int | None,
+    threads: int | None,
+    offset: int,
+    extra: bool,
+) -> None:
+    """The one-kernel backward of few rows, launched directly into poisoned outputs and a
+    poisoned partial-sum buffer; its barrier counter ends with its low bits as they were."""
+    seed = rng[1]
+    x = randn(rng, (rows, cols), dtype, offset)
+    weight = randn(rng, (cols,), dtype, offset)
+    grad = randn(rng, (rows, cols), dtype, offset)
+    grad_extra = randn(rng, (rows, cols), dtype, offset) if extra else None
+    x_buffer, grad_x = poisoned((rows, cols), x.dtype, offset)
+    weight_buffer, grad_weight = poisoned((cols,), x.dtype, offset)
+    if threads is None:
+        threads = mlp_launch.short_backward_threads(rows, cols, dtype, 132) or 512
+    blocks = rows if grid is None else grid
+    direct = rows == 1 and blocks == 1
+    partial = torch.full((blocks, cols), math.nan, device="cuda")
+    arrived = torch.zeros(1, dtype=torch.int32, device="cuda")
+    kernel = mlp_launch.load_kernel(
+        "cuda:0", mlp_launch.kernel_name("rms_norm_backward_short", dtype)
+    )
+    kernel.launch(
+        blocks,
+        threads,
+        x.data_ptr(),
+        weight.data_ptr(),
+        grad.data_ptr(),
+        grad_extra.data_ptr() if extra else 0,
+        grad_x.data_ptr(),
+        grad_weight.data_ptr(),
+        0 if direct else partial.data_ptr(),
+        0 if direct else arrived.data_ptr(),
+        rows,
+        cols,
+        EPS,
+        stream=stream(),
+    )
+    ref_x, terms_x, ref_weight, terms_weight = ref_rms_norm_grads(x, weight, grad, EPS)
+    if grad_extra is not None:
+        ref_x = ref_x + grad_extra.double()
+        terms_x = terms_x + grad_extra.double().abs()
+    what = (
+        f"short backward {rows}x{cols}+{offset} grid {blocks}x{threads}{' extra' if extra else ''}"
+    )
+    assert_close(grad_x, ref_x, terms_x, dtype, seed, what + " d_x")
+    assert_close(grad_weight, ref_weight, terms_weight, dtype, seed, what + " d_w", 1e-5 * 40)
+    assert_guards(x_buffer, offset, rows * cols)
+    assert_guards(weight_buffer, offset, cols)
+    assert int(arrived.item()) & 0x7FFFFFFF == 0, "the barrier left its counter changed"
+    if direct:
+        assert bool(partial.isnan().all()), "one row in one block needs no partial sums"
+
+
+def test_short_backward_on_two_streams_at_once(rng: Any) -> None:
+    """Two streams' backward launches overlapping, each with its stream's barrier counter (the
+    op keeps one a stream), many times over: every result right."""
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    cases = []
+    for _ in range(2):
+        x = randn(rng, (64, 4096), "bfloat16")
+        weight = randn(rng, (4096,), "bfloat16")
+        grad = randn(rng, (64, 4096), "bfloat16")
+        cases.append((x, weight, grad))
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    results: list[list[Any]] = [[], []]
+    for _ in range(20):
+        for k, s in enumerate(streams):
+            with torch.cuda.stream(s):
+                x, weight, grad = cases[k]
+                results[k].append(OPS.rms_norm_backward(grad, x, weight, EPS))
+    torch.cuda.synchronize()
+    for k, (x, weight, grad) in enumerate(cases):
+        ref_x, terms_x, ref_weight, terms_weight = ref_rms_norm_grads(x, weight, grad, EPS)
+        for grad_x, grad_weight in results[k]:
+            assert_close(grad_x, ref_x, terms_x, "bfloat16", rng[1], "two streams d_x")
+            assert_close(grad_weight, ref_weight, terms_weight, "bfloat16", rng[1], "d_w", 4e-4)
+    assert len({key for key in torch_ops._BARRIER_COUNTERS if key[0] == 0}) >= 2
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096), (64, 4096), (1, 4096)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_weight_gradient_is_deterministic(
+    rng: Any, dtype: str, shape: tuple[int, int]
+) -> None:
+    """Bit for bit the same gradients every run, through the general backward (4096 rows) and
+    the short-row one (64 and 1 row)."""
+    x = randn(rng, shape, dtype)
+    weight = randn(rng, shape[-1:], dtype)
+    grad = randn(rng, shape, dtype)
     results = [OPS.rms_norm_backward(grad, x, weight, EPS) for _ in range(3)]
     for grad_x, grad_weight in results[1:]:
         assert torch.equal(grad_x, results[0][0])

@@ -50,6 +50,15 @@ MAX_GRID_THREADS = 2**31
 # 374 at 132; float32 431 us at 132 blocks of 512, 450 at 264. Each block writes one row of
 # float32 partial weight gradients (deterministic: summed in a fixed order by a second kernel).
 BACKWARD_RESIDENT_THREADS = 132 * 512
+# The short-row backward (rms_norm_backward_short: input and weight gradients in one kernel, the
+# blocks meeting at one grid barrier): at most SHORT_BACKWARD_THREADS threads a row
+# (kShortBackwardThreads), each with at most SHORT_BACKWARD_CHUNKS vectors (kShortBackwardChunks),
+# one block a row, for at most SHORT_BACKWARD_ROWS_MAX rows and no more rows than the device has
+# SMs (the barrier needs every block resident at once; one block of at most 512 threads fits any
+# SM or CU).
+SHORT_BACKWARD_THREADS = 512
+SHORT_BACKWARD_CHUNKS = 2
+SHORT_BACKWARD_ROWS_MAX = 132
 # The weight-gradient sum's block: 32 columns by 8 slices of the partial rows (kWeightGradThreads,
 # 256, bounds their product); with fewer partial rows, fewer slices and up to 128 columns.
 WEIGHT_GRAD_COLUMNS = 32
@@ -166,6 +175,24 @@ def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
     fixed order."""
     threads = max(BLOCK_MIN, _row_threads(cols, dtype, BACKWARD_CACHED_CHUNKS))
     return min(rows, BACKWARD_RESIDENT_THREADS // threads), threads
+
+
+def short_backward_threads(rows: int, cols: int, dtype: str, sms: int) -> int:
+    """Threads a row of the short-row backward for ``rows`` rows of ``cols`` on a device of
+    ``sms`` SMs (a power of two, at least BLOCK_MIN, each thread at most SHORT_BACKWARD_CHUNKS
+    vectors), or 0 where the shape takes the general backward: more rows than
+    SHORT_BACKWARD_ROWS_MAX or than SMs, rows not a whole number of 16-byte vectors, or rows too
+    long for the registers. Its grid is one block a row."""
+    width = _vector_width(dtype)
+    chunks = cols // width
+    if not (
+        0 < rows <= min(SHORT_BACKWARD_ROWS_MAX, sms)
+        and cols % width == 0
+        and 0 < chunks <= SHORT_BACKWARD_CHUNKS * SHORT_BACKWARD_THREADS
+    ):
+        return 0
+    per_thread = -(-chunks // SHORT_BACKWARD_CHUNKS)
+    return max(BLOCK_MIN, 1 << (per_thread - 1).bit_length())
 
 
 def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, int]]:
@@ -321,4 +348,43 @@ def launch_rms_norm_backward(
     columns, block = weight_grad_geometry(cols, grid)
     load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(
         columns, block, partial, grad_weight, grid, cols, stream=stream
+    )
+
+
+def launch_rms_norm_backward_short(
+    device: str,
+    dtype: str,
+    x: Any,
+    weight: Any,
+    grad: Any,
+    grad_extra: Any,
+    grad_x: Any,
+    grad_weight: Any,
+    partial: Any,
+    arrived: Any,
+    rows: int,
+    cols: int,
+    threads: int,
+    eps: float,
+    stream: int,
+) -> None:
+    """grad_x = the input gradient of RMSNorm plus grad_extra (unless 0) and grad_weight, in one
+    kernel of one block a row (``threads`` from :func:`short_backward_threads`): ``partial`` is
+    float32 scratch of rows x cols and ``arrived`` the stream's barrier counter (a zeroed uint32
+    that no other launch uses at the same time), both 0 for one row."""
+    load_kernel(device, kernel_name("rms_norm_backward_short", dtype)).launch(
+        rows,
+        threads,
+        x,
+        weight,
+        grad,
+        grad_extra,
+        grad_x,
+        grad_weight,
+        partial,
+        arrived,
+        rows,
+        cols,
+        eps,
+        stream=stream,
     )
