@@ -10,8 +10,8 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         64x4096 and SwiGLU at 1x11008, bfloat16 (rows slower than a peer), after a warm-up, inside
         the NVTX range
         "profile": run it under ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
-    python bench/profile_mlp.py kernels
-        GPU µs of each kernel of forward+backward RMSNorm and add+RMSNorm at 16384x8192 (ours,
+    python bench/profile_mlp.py kernels [--shapes 1x4096,64x4096,16384x8192]
+        GPU µs of each kernel of forward+backward RMSNorm and add+RMSNorm at each shape (ours,
         torch.compile's, Liger-Kernel's; bfloat16 and float32), backward included
         (torch.profiler, which sees autograd's thread too)
     python bench/profile_mlp.py geometry
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import re
 import statistics
 from collections.abc import Callable
@@ -241,16 +242,17 @@ def workload() -> None:
     print("workload done", flush=True)
 
 
-def kernels() -> None:
-    """GPU µs of every kernel of forward+backward RMSNorm and add+RMSNorm at 16384x8192 (ours,
-    torch.compile's, Liger-Kernel's), backward included, from torch.profiler: mean of 5 calls."""
+def kernels(shapes: list[tuple[int, int]]) -> None:
+    """GPU µs of every kernel of forward+backward RMSNorm and add+RMSNorm at each of ``shapes``
+    (ours, torch.compile's, Liger-Kernel's), backward included, from torch.profiler: mean of 5
+    calls."""
     from torch.profiler import ProfilerActivity, profile
 
     rms, add = _implementations()
-    for dtype in (torch.bfloat16, torch.float32):
-        big = [torch.randn(16384, 8192, device="cuda").to(dtype).requires_grad_() for _ in "xr"]
-        weight = torch.randn(8192, device="cuda").to(dtype).requires_grad_()
-        grad = torch.randn(16384, 8192, device="cuda").to(dtype)
+    for (rows_, cols), dtype in itertools.product(shapes, (torch.bfloat16, torch.float32)):
+        big = [torch.randn(rows_, cols, device="cuda").to(dtype).requires_grad_() for _ in "xr"]
+        weight = torch.randn(cols, device="cuda").to(dtype).requires_grad_()
+        grad = torch.randn(rows_, cols, device="cuda").to(dtype)
         rows = {
             f"rms_norm {name}": _forward_backward(f, (big[0], weight), (grad,))
             for name, f in rms.items()
@@ -267,11 +269,12 @@ def kernels() -> None:
                 for _ in range(5):
                     call()
                 torch.cuda.synchronize()
-            print(f"\n{str(dtype).removeprefix('torch.')} 16384x8192 fwd+bwd {label}:", flush=True)
+            name = str(dtype).removeprefix("torch.")
+            print(f"\n{name} {rows_}x{cols} fwd+bwd {label}:", flush=True)
             total = 0.0
             for event in trace.key_averages():
                 us = event.device_time_total / 5
-                if us > 0.5:
+                if us > 0.05:
                     total += us
                     print(f"  {us:9.2f} µs  {event.key[:90]}", flush=True)
             print(f"  {total:9.2f} µs  all kernels", flush=True)
@@ -567,6 +570,9 @@ def main() -> None:
         help="variants: NAME:CUBIN:ELEMENTS:SLICES; forward-variants: NAME:CUBIN",
     )
     parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument(
+        "--shapes", default="16384x8192", help="kernels: comma-separated ROWSxCOLS, e.g. 1x4096"
+    )
     parser.add_argument("--batches", type=int, default=7)
     args = parser.parse_args()
     if args.what == "host":
@@ -574,7 +580,8 @@ def main() -> None:
     elif args.what == "workload":
         workload()
     elif args.what == "kernels":
-        kernels()
+        sizes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
+        kernels([(rows, cols) for rows, cols in sizes])
     elif args.what == "geometry":
         geometry(args.batches)
     elif args.what == "weight-sum":

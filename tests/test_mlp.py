@@ -189,24 +189,24 @@ def test_short_rows_take_the_short_row_kernel(
 
 
 @pytest.mark.parametrize(
-    ("rows", "cols", "dtype", "sms", "expected"),
+    ("rows", "cols", "dtype", "expected"),
     [
-        (1, 4096, "bfloat16", 132, 256),  # 512 vectors, two a thread
-        (64, 4096, "float32", 132, 512),  # 1024 vectors: the most two a thread hold
-        (132, 8192, "float16", 132, 512),
-        (2, 8, "bfloat16", 132, 64),  # at least BLOCK_MIN threads
-        (133, 4096, "bfloat16", 132, 0),  # more rows than the bound
-        (40, 4096, "bfloat16", 32, 0),  # more rows than SMs: the barrier needs every block
-        (32, 4096, "bfloat16", 32, 256),
-        (1, 8192, "float32", 132, 0),  # 2048 vectors: too long
-        (1, 4100, "bfloat16", 132, 0),  # not whole vectors
-        (0, 4096, "bfloat16", 132, 0),
+        (1, 4096, "bfloat16", 512),  # 512 vectors, one a thread
+        (64, 4096, "float32", 512),  # 1024 vectors, two a thread
+        (132, 8192, "float16", 512),
+        (2, 8, "bfloat16", 64),  # at least BLOCK_MIN threads
+        (3, 136, "bfloat16", 64),  # 17 vectors
+        (1, 2048, "bfloat16", 256),
+        (133, 4096, "bfloat16", 0),  # more rows than the bound
+        (1, 8192, "float32", 0),  # 2048 vectors: too long
+        (1, 4100, "bfloat16", 0),  # not whole vectors
+        (0, 4096, "bfloat16", 0),
     ],
 )
 def test_short_backward_takes_few_short_rows(
-    rows: int, cols: int, dtype: str, sms: int, expected: int
+    rows: int, cols: int, dtype: str, expected: int
 ) -> None:
-    assert mlp_launch.short_backward_threads(rows, cols, dtype, sms) == expected
+    assert mlp_launch.short_backward_threads(rows, cols, dtype) == expected
 
 
 @pytest.mark.parametrize(

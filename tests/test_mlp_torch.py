@@ -28,7 +28,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
 ]
 
-from kernelpack import torch_ops  # noqa: E402  (registers torch.ops.kernelpack)
+from kernelpack import torch_ops  # noqa: E402,F401  (registers torch.ops.kernelpack)
 
 OPS = torch.ops.kernelpack
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -261,8 +261,9 @@ def test_rms_norm_backward_short(
     offset: int,
     extra: bool,
 ) -> None:
-    """The one-kernel backward of few rows, launched directly into poisoned outputs and a
-    poisoned partial-sum buffer; its barrier counter ends with its low bits as they were."""
+    """The short-row backward launched directly into poisoned outputs and a poisoned partial-sum
+    buffer, then (unless one row in one block wrote the weight gradient itself) the weight sum
+    over its grid's partial rows."""
     seed = rng[1]
     x = randn(rng, (rows, cols), dtype, offset)
     weight = randn(rng, (cols,), dtype, offset)
@@ -271,15 +272,12 @@ def test_rms_norm_backward_short(
     x_buffer, grad_x = poisoned((rows, cols), x.dtype, offset)
     weight_buffer, grad_weight = poisoned((cols,), x.dtype, offset)
     if threads is None:
-        threads = mlp_launch.short_backward_threads(rows, cols, dtype, 132) or 512
+        threads = mlp_launch.short_backward_threads(rows, cols, dtype) or 512
     blocks = rows if grid is None else grid
     direct = rows == 1 and blocks == 1
     partial = torch.full((blocks, cols), math.nan, device="cuda")
-    arrived = torch.zeros(1, dtype=torch.int32, device="cuda")
-    kernel = mlp_launch.load_kernel(
-        "cuda:0", mlp_launch.kernel_name("rms_norm_backward_short", dtype)
-    )
-    kernel.launch(
+    name = mlp_launch.kernel_name("rms_norm_backward_short", dtype)
+    mlp_launch.load_kernel("cuda:0", name).launch(
         blocks,
         threads,
         x.data_ptr(),
@@ -289,53 +287,30 @@ def test_rms_norm_backward_short(
         grad_x.data_ptr(),
         grad_weight.data_ptr(),
         0 if direct else partial.data_ptr(),
-        0 if direct else arrived.data_ptr(),
         rows,
         cols,
         EPS,
         stream=stream(),
     )
+    if direct:
+        assert bool(partial.isnan().all()), "one row in one block needs no partial sums"
+    else:
+        assert bool(weight_buffer.isnan().all()), "the kernel wrote grad_weight beside partial"
+        columns, block = mlp_launch.weight_grad_geometry(cols, blocks)
+        sum_name = mlp_launch.kernel_name("rms_norm_weight_grad", dtype)
+        mlp_launch.load_kernel("cuda:0", sum_name).launch(
+            columns, block, partial, grad_weight, blocks, cols, stream=stream()
+        )
     ref_x, terms_x, ref_weight, terms_weight = ref_rms_norm_grads(x, weight, grad, EPS)
     if grad_extra is not None:
         ref_x = ref_x + grad_extra.double()
         terms_x = terms_x + grad_extra.double().abs()
-    what = (
-        f"short backward {rows}x{cols}+{offset} grid {blocks}x{threads}{' extra' if extra else ''}"
-    )
+    what = f"short backward {rows}x{cols}+{offset} grid {blocks}x{threads}"
+    what += " extra" if extra else ""
     assert_close(grad_x, ref_x, terms_x, dtype, seed, what + " d_x")
     assert_close(grad_weight, ref_weight, terms_weight, dtype, seed, what + " d_w", 1e-5 * 40)
     assert_guards(x_buffer, offset, rows * cols)
     assert_guards(weight_buffer, offset, cols)
-    assert int(arrived.item()) & 0x7FFFFFFF == 0, "the barrier left its counter changed"
-    if direct:
-        assert bool(partial.isnan().all()), "one row in one block needs no partial sums"
-
-
-def test_short_backward_on_two_streams_at_once(rng: Any) -> None:
-    """Two streams' backward launches overlapping, each with its stream's barrier counter (the
-    op keeps one a stream), many times over: every result right."""
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    cases = []
-    for _ in range(2):
-        x = randn(rng, (64, 4096), "bfloat16")
-        weight = randn(rng, (4096,), "bfloat16")
-        grad = randn(rng, (64, 4096), "bfloat16")
-        cases.append((x, weight, grad))
-    for s in streams:
-        s.wait_stream(torch.cuda.current_stream())
-    results: list[list[Any]] = [[], []]
-    for _ in range(20):
-        for k, s in enumerate(streams):
-            with torch.cuda.stream(s):
-                x, weight, grad = cases[k]
-                results[k].append(OPS.rms_norm_backward(grad, x, weight, EPS))
-    torch.cuda.synchronize()
-    for k, (x, weight, grad) in enumerate(cases):
-        ref_x, terms_x, ref_weight, terms_weight = ref_rms_norm_grads(x, weight, grad, EPS)
-        for grad_x, grad_weight in results[k]:
-            assert_close(grad_x, ref_x, terms_x, "bfloat16", rng[1], "two streams d_x")
-            assert_close(grad_weight, ref_weight, terms_weight, "bfloat16", rng[1], "d_w", 4e-4)
-    assert len({key for key in torch_ops._BARRIER_COUNTERS if key[0] == 0}) >= 2
 
 
 @pytest.mark.parametrize("shape", [(4096, 4096), (64, 4096), (1, 4096)])

@@ -26,9 +26,8 @@
 //                            one row a block at a time; the grid sets the rows of `partial`.
 //   rms_norm_backward_short_*
 //                            blockDim.x threads per row (a power of two, at least a wavefront,
-//                            at most kShortBackwardThreads), one row a block at a time, every
-//                            block resident at once (a grid barrier); the grid sets the rows of
-//                            `partial`.
+//                            at most kShortBackwardThreads), one row a block at a time; the grid
+//                            sets the rows of `partial` (none: one row in one block).
 //
 // Backward kernels: the gradients of each forward op, in float32 arithmetic; the weight gradient
 // of RMSNorm is reduced deterministically (per-block partial sums, then a fixed-order sum).
@@ -868,54 +867,81 @@ __device__ __forceinline__ void rms_norm_backward(const T* x, const T* weight, c
   }
 }
 
-// ---- short-row backward: the input and weight gradients in one kernel ------------------------
+// ---- short-row backward ----------------------------------------------------------------------
 //
-// Few rows (the host's choice, at most one a block and no more blocks than SMs): the general
-// backward's weight sum is a kernel of its own, and at these sizes every kernel is bound by its
-// launch latency, not by bytes (H200, 1 x 4096 bfloat16: forward 2.8 us, backward and sum 8.4,
-// torch.compile's two kernels 5.1 in all; docs/bench-mlp-notes.md). Here one kernel does both:
-// each block takes its rows (one row a block at the host's geometry), keeps up to
-// kShortBackwardChunks vectors of x and dy a thread in registers, stores the input gradient and
-// its own row of float32 weight-gradient shares to `partial`; the blocks then wait for each other
-// at one grid barrier and each sums a slice of the columns over all rows of `partial` in a fixed
-// order (the same bits every run for a shape: the order depends on the grid, the block and the
-// columns, all of them the host's functions of the shape). One row and one block: the shares are
-// the weight gradient, written at once, with no barrier and no `partial`.
-//
-// The barrier needs every block resident at once: the host launches at most one block an SM
-// (rows <= the device's SMs), each at most kShortBackwardThreads threads. `arrived` is a counter
-// the host keeps per stream, zero when first made: the barrier adds exactly 2**31 to it, so it
-// ends with its low bits as it started (cooperative groups' grid barrier works the same way).
+// Few rows (the host's choice: at most SHORT_BACKWARD_ROWS_MAX, one block a row). At these sizes
+// every kernel is bound by its latency, not by bytes (H200, 1 x 4096 bfloat16: the general
+// backward and its weight sum 8.4 us, torch.compile's whole backward one kernel of 1.6 us;
+// docs/bench-mlp-notes.md), so this kernel shortens the chain of each thread: one (at most
+// kShortBackwardChunks) vector of x, dy, the weight and grad_extra a thread, all loaded at once
+// before the row's sums and held in registers to the stores. One row in one block stores the
+// weight gradient itself (its shares are the gradient), so a 1-row backward is one kernel; more
+// rows write their shares to `partial`, one float32 row a block, which rms_norm_weight_grad sums
+// in a fixed order as for the general kernel. (A grid barrier instead of the second kernel was
+// tried on the H200: at 64 x 4096 bfloat16 the kernel took 9.5 us, the barrier's fences and
+// atomics costing more than a kernel boundary.)
 constexpr int kShortBackwardThreads = 512;
 constexpr int kShortBackwardChunks = 2;
 
-__device__ __forceinline__ void grid_barrier(unsigned int* arrived) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1u) : 1u;
-    __threadfence();  // this block's stores reach every SM before the others pass
-    const unsigned int old = atomicAdd(arrived, add);
-    // The top bit flips when the last block arrives.
-    while (((old ^ *reinterpret_cast<volatile unsigned int*>(arrived)) & 0x80000000u) == 0u) {
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
-
-// Stores a chunk's kWidth weight-gradient shares to `slot` (a float row of partial sums), or adds
-// them to what is there (rows after the block's first).
+// A float row's kWidth entries from `shares`: 16-byte stores where kWidth is a multiple of 4 (the
+// vector path: `slot` is then 16-byte aligned, rows being whole vectors), else one at a time.
+// With `add` the shares are added to what is there (a block's rows after its first).
 template <int kWidth>
 __device__ __forceinline__ void put_shares(float* slot, const float (&shares)[kWidth], bool add) {
+  if constexpr (kWidth % 4 == 0) {
 #pragma unroll
-  for (int k = 0; k < kWidth; ++k) {
-    slot[k] = add ? slot[k] + shares[k] : shares[k];
+    for (int k = 0; k < kWidth; k += 4) {
+      float4* at = reinterpret_cast<float4*>(slot + k);
+      float4 value = make_float4(shares[k], shares[k + 1], shares[k + 2], shares[k + 3]);
+      if (add) {
+        const float4 old = *at;
+        value.x += old.x;
+        value.y += old.y;
+        value.z += old.z;
+        value.w += old.w;
+      }
+      *at = value;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      slot[k] = add ? slot[k] + shares[k] : shares[k];
+    }
   }
 }
 
-// Pass over the rows of one block: the input gradient of each, and the weight-gradient shares
-// into registers (cached chunks) or this block's row of `partial` (the rest); with `direct` (one
-// row, one block) the shares are the weight gradient, stored to grad_weight in T.
+// One chunk's pass 2 from registers: stores its input gradient to grad_x_row (plus the chunk of
+// grad_extra with kExtra) and returns its weight-gradient shares, dy * x * scale.
+template <typename Access, bool kExtra>
+__device__ __forceinline__ void short_chunk(typename Access::Raw values,
+                                            typename Access::Raw grads,
+                                            typename Access::Raw weights,
+                                            typename Access::Raw extras, float scale,
+                                            float correction, float (&shares)[Access::kWidth],
+                                            typename Access::Raw& grad_x) {
+  constexpr int kWidth = Access::kWidth;
+  float v[kWidth];
+  float g[kWidth];
+  float w[kWidth];
+  float e[kWidth];
+  Access::unpack(values, v);
+  Access::unpack(grads, g);
+  Access::unpack(weights, w);
+  if constexpr (kExtra) {
+    Access::unpack(extras, e);
+  }
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) {
+    shares[k] = g[k] * v[k] * scale;
+    const float d = scale * w[k] * g[k] - v[k] * correction;
+    v[k] = kExtra ? d + e[k] : d;
+  }
+  grad_x = Access::pack(v);
+}
+
+// The rows of one block. With `direct` (one row, one block) the shares are the weight gradient,
+// stored to grad_weight in T; otherwise they go to this block's row of `partial` (the cached
+// chunks' summed in registers over the block's rows, the rest's added in `partial`).
 template <typename Access, bool kExtra, typename T>
 __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight, const T* grad,
                                                     const T* grad_extra, T* grad_x,
@@ -946,12 +972,18 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
     T* grad_x_row = grad_x + offset;
     Raw values[kCached];
     Raw grads[kCached];
+    Raw weights[kCached];
+    Raw extras[kCached];
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
       if (i < chunks) {
         values[c] = Access::load(x_row, i);
         grads[c] = Access::load(grad_row, i);
+        weights[c] = Access::load(weight, i);
+        if constexpr (kExtra) {
+          extras[c] = Access::load(grad_extra_row, i);
+        }
       }
     }
     float sum_squares = 0.0f;
@@ -960,7 +992,17 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
       if (i < chunks) {
-        backward_sums<Access>(values[c], grads[c], weight, i, sum_squares, sum_dot);
+        float v[kWidth];
+        float g[kWidth];
+        float w[kWidth];
+        Access::unpack(values[c], v);
+        Access::unpack(grads[c], g);
+        Access::unpack(weights[c], w);
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) {
+          sum_squares += v[k] * v[k];
+          sum_dot += g[k] * w[k] * v[k];
+        }
       }
     }
     for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
@@ -975,8 +1017,10 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
       if (i < chunks) {
-        backward_chunk<Access, kExtra>(values[c], grads[c], weight, grad_extra_row, grad_x_row,
-                                       static_cast<T*>(nullptr), i, scale, correction, shares);
+        Raw out;
+        short_chunk<Access, kExtra>(values[c], grads[c], weights[c], extras[c], scale,
+                                    correction, shares, out);
+        Access::store(grad_x_row, i, out);
 #pragma unroll
         for (int k = 0; k < kWidth; ++k) {
           sums[c][k] += shares[k];
@@ -1006,7 +1050,7 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
       }
     }
   }
-  // A block without rows (more blocks than rows) still writes its row of zeros: the sum reads it.
+  // A block without rows (more blocks than rows) writes its row of zeros: the sum reads it.
   if (!direct && first_row) {
     for (int i = static_cast<int>(threadIdx.x); i < chunks; i += stride) {
       const float zeros[kWidth] = {};
@@ -1015,74 +1059,15 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
   }
 }
 
-// After the barrier: grad_weight of this block's slice of the columns, each the sum over the
-// gridDim.x rows of `partial` in a fixed order. The columns are taken kGroup at a time (4: one
-// 16-byte load of partial sums; 1 where the rows are not whole groups); a block owns
-// ceil(groups / gridDim.x) groups, its threads split into slices of the rows where it owns
-// fewer groups than threads, and slice 0 adds the slices' sums in order.
-template <int kGroup, typename T>
-__device__ __forceinline__ void short_weight_sum(const float* partial, T* grad_weight,
-                                                 long long cols, float* shared_sums) {
-  const int blocks = static_cast<int>(gridDim.x);
-  const int threads = static_cast<int>(blockDim.x);
-  const int thread = static_cast<int>(threadIdx.x);
-  const long long groups = cols / kGroup;
-  const long long per_block = (groups + blocks - 1) / blocks;
-  const long long first = static_cast<long long>(blockIdx.x) * per_block;
-  const long long left = groups - first;
-  const int owned = static_cast<int>(left < per_block ? (left > 0 ? left : 0) : per_block);
-  for (int base = 0; base < owned; base += threads) {
-    const int width = owned - base < threads ? owned - base : threads;
-    const int slices = threads / width;
-    const int group = thread % width;
-    const int slice = thread / width;
-    const long long column = (first + base + group) * kGroup;
-    float sum[kGroup] = {};
-    if (slice < slices) {
-      for (int b = slice; b < blocks; b += slices) {
-        const float* source = partial + static_cast<long long>(b) * cols + column;
-        if constexpr (kGroup == 4) {
-          const float4 loaded = __ldcg(reinterpret_cast<const float4*>(source));
-          sum[0] += loaded.x;
-          sum[1] += loaded.y;
-          sum[2] += loaded.z;
-          sum[3] += loaded.w;
-        } else {
-          sum[0] += __ldcg(source);
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < kGroup; ++k) {
-        shared_sums[thread * kGroup + k] = sum[k];
-      }
-    }
-    __syncthreads();
-    if (thread < width) {
-#pragma unroll
-      for (int k = 0; k < kGroup; ++k) {
-        float total = 0.0f;
-        for (int s = 0; s < slices; ++s) {
-          total += shared_sums[(s * width + thread) * kGroup + k];
-        }
-        const float in[1] = {total};
-        ScalarAccess<T>::store(grad_weight, column + k, ScalarAccess<T>::pack(in));
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// blockDim.x threads a row (a power of two, at least a wavefront), blockDim.y == 1, every block
-// resident at once; `partial` float32 [gridDim.x, cols] and `arrived` unused (may be null) when
-// rows == 1 and gridDim.x == 1.
+// blockDim.x threads a row (a power of two, at least a wavefront), blockDim.y == 1; `partial`
+// float32 [gridDim.x, cols], unused (may be null) when rows == 1 and gridDim.x == 1.
 template <typename T>
 __device__ __forceinline__ void rms_norm_backward_short(const T* x, const T* weight, const T* grad,
                                                         const T* grad_extra, T* grad_x,
                                                         T* grad_weight, float* partial,
-                                                        unsigned int* arrived, long long rows,
-                                                        long long cols, float eps) {
+                                                        long long rows, long long cols,
+                                                        float eps) {
   __shared__ float slots[kp::kMaxBlockThreads];
-  __shared__ float shared_sums[kShortBackwardThreads * 4];
   constexpr int kWidth = VectorAccess<T>::kWidth;
   const bool direct = rows == 1 && gridDim.x == 1;
   const bool vectors = vector_aligned(x) && vector_aligned(weight) && vector_aligned(grad) &&
@@ -1105,19 +1090,6 @@ __device__ __forceinline__ void rms_norm_backward_short(const T* x, const T* wei
   } else {
     short_backward_rows<ScalarAccess<T>, false>(x, weight, grad, grad_extra, grad_x, grad_weight,
                                                 partial, direct, rows, cols, eps, slots);
-  }
-  if (direct) {
-    return;
-  }
-  if (gridDim.x > 1) {
-    grid_barrier(arrived);
-  } else {
-    __syncthreads();  // one block: its own shares, written by its other threads
-  }
-  if (vector_aligned(partial) && cols % 4 == 0) {
-    short_weight_sum<4>(partial, grad_weight, cols, shared_sums);
-  } else {
-    short_weight_sum<1>(partial, grad_weight, cols, shared_sums);
   }
 }
 
@@ -1144,6 +1116,9 @@ __device__ __forceinline__ void rms_norm_weight_grad(const float* partial, T* gr
     const long long j = first + threadIdx.x;
     float sum = 0.0f;
     if (j < cols) {
+      // Unrolled so that several rows' loads are in flight at once (each is an L2 round trip);
+      // the additions keep their order.
+#pragma unroll 8
       for (long long b = threadIdx.y; b < blocks; b += blockDim.y) {
         sum += partial[b * cols + j];
       }
@@ -1237,16 +1212,16 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   ::rms_norm_backward(x, weight, grad, grad_extra, grad_x, grad_x_copy, partial, rows, cols, eps);
 }
 
-// The input and weight gradients of few rows in one kernel (the host's choice): grad_extra may be
-// null; partial is float32 [gridDim.x, cols] and arrived the stream's barrier counter, both
-// unused (may be null) for one row in one block.
+// The backward of few rows (the host's choice): grad_extra may be null; one row in one block
+// writes grad_weight, other grids their rows of partial (float32 [gridDim.x, cols]), which
+// rms_norm_weight_grad then sums, and leave grad_weight alone.
 template <typename T>
 __global__ void __launch_bounds__(kShortBackwardThreads, 1)
     rms_norm_backward_short(const T* x, const T* weight, const T* grad, const T* grad_extra,
-                            T* grad_x, T* grad_weight, float* partial, unsigned int* arrived,
-                            long long rows, long long cols, float eps) {
-  ::rms_norm_backward_short(x, weight, grad, grad_extra, grad_x, grad_weight, partial, arrived,
-                            rows, cols, eps);
+                            T* grad_x, T* grad_weight, float* partial, long long rows,
+                            long long cols, float eps) {
+  ::rms_norm_backward_short(x, weight, grad, grad_extra, grad_x, grad_weight, partial, rows, cols,
+                            eps);
 }
 
 template <typename T>
@@ -1272,8 +1247,8 @@ __global__ void __launch_bounds__(kWeightGradThreads)
   template __global__ void rms_norm_backward<T>(const T*, const T*, const T*, const T*, T*, T*, \
                                                 float*, long long, long long, float);           \
   template __global__ void rms_norm_backward_short<T>(const T*, const T*, const T*, const T*, \
-                                                      T*, T*, float*, unsigned int*, long long, \
-                                                      long long, float);                        \
+                                                      T*, T*, float*, long long, long long,     \
+                                                      float);                                   \
   template __global__ void rms_norm_weight_grad<T>(const float*, T*, long long, long long);
 
 MLP_KERNELS(float)

@@ -117,17 +117,16 @@ def _output(out: object, like: Array, shape: tuple[int, ...]) -> Array | None:
 
 
 class TorchPlan:
-    """What torch calls on one (dtype, device) need, found once: the device's and dtype's names,
-    its SM (or CU) count, and torch's raw current-stream accessor (read on every call: a capture
-    or a ``torch.cuda.stream`` block changes it)."""
+    """What torch calls on one (dtype, device) need, found once: the device's and dtype's names
+    and torch's raw current-stream accessor (read on every call: a capture or a
+    ``torch.cuda.stream`` block changes it)."""
 
-    __slots__ = ("device", "dtype", "empty_like", "index", "sms", "stream")
+    __slots__ = ("device", "dtype", "empty_like", "index", "stream")
 
     def __init__(self, device: str, dtype: str, index: int, torch: Any) -> None:
         self.device = device
         self.dtype = dtype
         self.index = index
-        self.sms = int(torch.cuda.get_device_properties(index).multi_processor_count)
         self.stream = torch._C._cuda_getCurrentRawStream
         self.empty_like = torch.empty_like
 

@@ -50,12 +50,11 @@ MAX_GRID_THREADS = 2**31
 # 374 at 132; float32 431 us at 132 blocks of 512, 450 at 264. Each block writes one row of
 # float32 partial weight gradients (deterministic: summed in a fixed order by a second kernel).
 BACKWARD_RESIDENT_THREADS = 132 * 512
-# The short-row backward (rms_norm_backward_short: input and weight gradients in one kernel, the
-# blocks meeting at one grid barrier): at most SHORT_BACKWARD_THREADS threads a row
+# The short-row backward (rms_norm_backward_short: one block a row, a thread a vector of x, dy, the
+# weight and grad_extra held from load to store; one row's weight gradient written by the kernel,
+# more rows' summed by rms_norm_weight_grad): at most SHORT_BACKWARD_THREADS threads a row
 # (kShortBackwardThreads), each with at most SHORT_BACKWARD_CHUNKS vectors (kShortBackwardChunks),
-# one block a row, for at most SHORT_BACKWARD_ROWS_MAX rows and no more rows than the device has
-# SMs (the barrier needs every block resident at once; one block of at most 512 threads fits any
-# SM or CU).
+# for at most SHORT_BACKWARD_ROWS_MAX rows (one block a row on an H100's or H200's 132 SMs).
 SHORT_BACKWARD_THREADS = 512
 SHORT_BACKWARD_CHUNKS = 2
 SHORT_BACKWARD_ROWS_MAX = 132
@@ -177,22 +176,21 @@ def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
     return min(rows, BACKWARD_RESIDENT_THREADS // threads), threads
 
 
-def short_backward_threads(rows: int, cols: int, dtype: str, sms: int) -> int:
-    """Threads a row of the short-row backward for ``rows`` rows of ``cols`` on a device of
-    ``sms`` SMs (a power of two, at least BLOCK_MIN, each thread at most SHORT_BACKWARD_CHUNKS
-    vectors), or 0 where the shape takes the general backward: more rows than
-    SHORT_BACKWARD_ROWS_MAX or than SMs, rows not a whole number of 16-byte vectors, or rows too
-    long for the registers. Its grid is one block a row."""
+def short_backward_threads(rows: int, cols: int, dtype: str) -> int:
+    """Threads a row of the short-row backward for ``rows`` rows of ``cols`` (a power of two, at
+    least BLOCK_MIN: a thread a 16-byte vector up to SHORT_BACKWARD_THREADS, then up to
+    SHORT_BACKWARD_CHUNKS vectors a thread), or 0 where the shape takes the general backward:
+    more rows than SHORT_BACKWARD_ROWS_MAX, rows not a whole number of vectors, or too long for
+    the registers. Its grid is one block a row."""
     width = _vector_width(dtype)
     chunks = cols // width
     if not (
-        0 < rows <= min(SHORT_BACKWARD_ROWS_MAX, sms)
+        0 < rows <= SHORT_BACKWARD_ROWS_MAX
         and cols % width == 0
         and 0 < chunks <= SHORT_BACKWARD_CHUNKS * SHORT_BACKWARD_THREADS
     ):
         return 0
-    per_thread = -(-chunks // SHORT_BACKWARD_CHUNKS)
-    return max(BLOCK_MIN, 1 << (per_thread - 1).bit_length())
+    return max(BLOCK_MIN, min(SHORT_BACKWARD_THREADS, 1 << (chunks - 1).bit_length()))
 
 
 def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, int]]:
@@ -361,17 +359,16 @@ def launch_rms_norm_backward_short(
     grad_x: Any,
     grad_weight: Any,
     partial: Any,
-    arrived: Any,
     rows: int,
     cols: int,
     threads: int,
     eps: float,
     stream: int,
 ) -> None:
-    """grad_x = the input gradient of RMSNorm plus grad_extra (unless 0) and grad_weight, in one
-    kernel of one block a row (``threads`` from :func:`short_backward_threads`): ``partial`` is
-    float32 scratch of rows x cols and ``arrived`` the stream's barrier counter (a zeroed uint32
-    that no other launch uses at the same time), both 0 for one row."""
+    """grad_x = the input gradient of RMSNorm plus grad_extra (unless 0), and grad_weight: one
+    block a row of ``threads`` (:func:`short_backward_threads`); one row is one kernel, more rows
+    write float32 shares to ``partial`` (rows x cols; 0 for one row) and rms_norm_weight_grad
+    sums them."""
     load_kernel(device, kernel_name("rms_norm_backward_short", dtype)).launch(
         rows,
         threads,
@@ -382,9 +379,13 @@ def launch_rms_norm_backward_short(
         grad_x,
         grad_weight,
         partial,
-        arrived,
         rows,
         cols,
         eps,
         stream=stream,
     )
+    if rows > 1:
+        columns, block = weight_grad_geometry(cols, rows)
+        load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(
+            columns, block, partial, grad_weight, rows, cols, stream=stream
+        )

@@ -249,25 +249,6 @@ def _silu_and_mul_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return grad_x
 
 
-_BARRIER_COUNTERS: dict[tuple[int, int], Tensor] = {}  # (device index, raw stream) -> counter
-
-
-def _barrier_counter(device: torch.device, index: int, stream: int) -> Tensor | None:
-    """The grid-barrier counter of the short-row backward on ``stream``: a uint32 zeroed once and
-    left as it was by every launch (mlp.cu grid_barrier), one per stream so that no two launches
-    that may overlap share one; kept for the process (a few bytes a stream). None while the
-    stream is being captured into a CUDA graph: a graph would keep the address of a counter that
-    eager launches on another stream use at the same time, and a counter made during capture
-    would belong to the graph's memory pool; the general backward serves then."""
-    if torch.cuda.is_current_stream_capturing():
-        return None
-    counter = _BARRIER_COUNTERS.get((index, stream))
-    if counter is None:
-        counter = torch.zeros(1, dtype=torch.int32, device=device)
-        _BARRIER_COUNTERS[(index, stream)] = counter
-    return counter
-
-
 def _norm_backward(
     grad: Tensor, grad_sum: Tensor | None, x: Tensor, weight: Tensor, eps: float
 ) -> tuple[Tensor, Tensor]:
@@ -281,14 +262,11 @@ def _norm_backward(
     grad_weight = torch.empty_like(weight)
     plan = mlp.torch_plan(x)
     device, stream = plan.device, plan.stream(plan.index)
-    threads = mlp_launch.short_backward_threads(rows, cols, dtype, plan.sms)
-    arrived: Any = 0
-    if threads and rows > 1:
-        arrived = _barrier_counter(x.device, plan.index, stream)
-    if threads and arrived is not None:
-        partial: Any = (
-            0 if rows == 1 else torch.empty((rows, cols), dtype=torch.float32, device=x.device)
-        )
+    threads = mlp_launch.short_backward_threads(rows, cols, dtype)
+    if threads:
+        partial: Any = 0
+        if rows > 1:
+            partial = torch.empty((rows, cols), dtype=torch.float32, device=x.device)
         mlp_launch.launch_rms_norm_backward_short(
             device,
             dtype,
@@ -299,7 +277,6 @@ def _norm_backward(
             grad_x,
             grad_weight,
             partial,
-            arrived,
             rows,
             cols,
             threads,
