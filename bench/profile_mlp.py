@@ -80,14 +80,6 @@ def host(calls: int) -> None:
     device = gate.device
     shape = (1, 4096)
     empty = torch.empty
-    twin = mlp_hot.python_hot_call(  # the same hot call in Python: what the C call saves
-        mlp_hot.SPECS["swiglu"],
-        mlp_hot.TORCH_TYPES,
-        mlp_hot.PREPARED["swiglu"],
-        raw,
-        torch.empty_like,
-        torch.is_grad_enabled,
-    )
     empty_strided = torch.empty_strided
     strides = (4096, 1)
 
@@ -133,7 +125,6 @@ def host(calls: int) -> None:
         ("gate.is_cuda", lambda: gate.is_cuda),
         ("gate.data_ptr()", gate.data_ptr),
         ("gate.requires_grad", lambda: gate.requires_grad),
-        ("hot call in Python (mlp_hot.python_hot_call), out=", lambda: twin(gate, up, out)),
         ("hot call, out= (checks, stream, launch in one C call)", lambda: hot(gate, up, out)),
         ("hot call below autograd, allocating", lambda: below(gate, up, None)),
         ("kernelpack.mlp.swiglu", lambda: mlp.swiglu(gate, up)),
