@@ -49,6 +49,10 @@ struct Elem<float> {
   static __device__ __forceinline__ Bits from_float(float value) { return __float_as_uint(value); }
 };
 
+// The 16-bit types also pack two floats into one 32-bit word (the first in the low half) with one
+// paired conversion, where one at a time takes a conversion, a shift and an or each: fewer
+// instructions in the chain of a thread, which is what short rows wait on. The rounding is the
+// same (to nearest even).
 template <>
 struct Elem<__half> {
   using Bits = unsigned short;
@@ -57,6 +61,11 @@ struct Elem<__half> {
   }
   static __device__ __forceinline__ Bits from_float(float value) {
     return __half_as_ushort(__float2half_rn(value));
+  }
+  static __device__ __forceinline__ unsigned int pack2(float low, float high) {
+    const __half2 pair = __floats2half2_rn(low, high);
+    return static_cast<unsigned int>(__half_as_ushort(__low2half(pair))) |
+           (static_cast<unsigned int>(__half_as_ushort(__high2half(pair))) << 16);
   }
 };
 
@@ -69,6 +78,11 @@ struct Elem<__nv_bfloat16> {
   }
   static __device__ __forceinline__ Bits from_float(float value) {
     return __bfloat16_as_ushort(__float2bfloat16(value));
+  }
+  static __device__ __forceinline__ unsigned int pack2(float low, float high) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+    return static_cast<unsigned int>(__bfloat16_as_ushort(__low2bfloat16(pair))) |
+           (static_cast<unsigned int>(__bfloat16_as_ushort(__high2bfloat16(pair))) << 16);
   }
 };
 
@@ -152,11 +166,10 @@ struct VectorAccess {
     constexpr int kPerWord = kWidth / kWords;
 #pragma unroll
     for (int w = 0; w < kWords; ++w) {
-      words[w] = 0;
-#pragma unroll
-      for (int k = 0; k < kPerWord; ++k) {
-        const unsigned int bits = Elem<T>::from_float(in[w * kPerWord + k]);
-        words[w] |= bits << (k * 8 * sizeof(Bits));
+      if constexpr (kPerWord == 2) {
+        words[w] = Elem<T>::pack2(in[2 * w], in[2 * w + 1]);
+      } else {
+        words[w] = Elem<T>::from_float(in[w]);
       }
     }
     return RawVector<kBytes>::from(words);
@@ -426,6 +439,45 @@ __device__ __forceinline__ void rms_norm(const T* x, const T* residual, T* resid
   }
 }
 
+// Sum over the lanes of one wavefront, every lane receiving it: the butterfly unrolled, offsets
+// from half the widest wavefront (64 lanes) down to 1, those not below warpSize skipped (on NVIDIA
+// a test ptxas decides, warpSize being 32). kp::warp_sum walks the same offsets in a loop, whose
+// bookkeeping sits in the chain of every short row.
+constexpr int kWidestWave = 64;
+
+__device__ __forceinline__ float lanes_sum(float value) {
+#pragma unroll
+  for (int offset = kWidestWave / 2; offset > 0; offset /= 2) {
+    if (offset < warpSize) {
+      value += __shfl_xor_sync(0xffffffff, value, offset);
+    }
+  }
+  return value;
+}
+
+// kp::row_sum for the short forward kernels (blockDim.y == 1, one row a block) with the unrolled
+// lane sums; the same contract, the same order of additions.
+__device__ __forceinline__ float short_row_sum(float value, float* slots) {
+  const int width = static_cast<int>(blockDim.x);
+  if (width <= warpSize) {
+    for (int offset = width / 2; offset > 0; offset /= 2) {
+      value += __shfl_xor_sync(0xffffffff, value, offset);
+    }
+    return value;
+  }
+  const int thread = static_cast<int>(threadIdx.x);
+  const int lane = thread % warpSize;
+  const int waves = width / warpSize;
+  value = lanes_sum(value);
+  if (lane == 0) {
+    slots[thread / warpSize] = value;
+  }
+  __syncthreads();
+  value = lanes_sum(lane < waves ? slots[lane] : 0.0f);
+  __syncthreads();
+  return value;
+}
+
 // Short rows (the host's choice for few rows, up to kShortRowThreads vectors a row): one block a
 // row, one 16-byte vector a thread, held in registers from the load to the store, the weight's
 // vector loaded beside it. Why a kernel of its own (ncu on the H200 at 1 x 4096 bfloat16,
@@ -439,7 +491,7 @@ constexpr int kShortRowThreads = 1024;
 template <bool kAddResidual, typename T>
 __device__ __forceinline__ void rms_norm_short_vector(const T* x, const T* residual,
                                                       T* residual_out, const T* weight, T* out,
-                                                      int chunks, long long cols, float eps,
+                                                      int chunks, float inverse_cols, float eps,
                                                       float* slots) {
   using Access = VectorAccess<T>;
   using Raw = typename Access::Raw;
@@ -476,8 +528,8 @@ __device__ __forceinline__ void rms_norm_short_vector(const T* x, const T* resid
       sum_squares += v[k] * v[k];
     }
   }
-  sum_squares = kp::row_sum(sum_squares, slots);
-  const float scale = rsqrtf(sum_squares / static_cast<float>(cols) + eps);
+  sum_squares = short_row_sum(sum_squares, slots);
+  const float scale = rsqrtf(sum_squares * inverse_cols + eps);
   if (here) {
     float w[kWidth];
     Access::unpack(weights, w);
@@ -492,7 +544,8 @@ __device__ __forceinline__ void rms_norm_short_vector(const T* x, const T* resid
 template <bool kAddResidual, typename T>
 __device__ __forceinline__ void rms_norm_short_scalar(const T* x, const T* residual,
                                                       T* residual_out, const T* weight, T* out,
-                                                      long long cols, float eps, float* slots) {
+                                                      long long cols, float inverse_cols,
+                                                      float eps, float* slots) {
   using Access = ScalarAccess<T>;
   const int n = static_cast<int>(cols);
   const int stride = static_cast<int>(blockDim.x);
@@ -510,8 +563,8 @@ __device__ __forceinline__ void rms_norm_short_scalar(const T* x, const T* resid
     }
     sum_squares += v[0] * v[0];
   }
-  sum_squares = kp::row_sum(sum_squares, slots);
-  const float scale = rsqrtf(sum_squares / static_cast<float>(cols) + eps);
+  sum_squares = short_row_sum(sum_squares, slots);
+  const float scale = rsqrtf(sum_squares * inverse_cols + eps);
   // The same thread reads back what it read (or wrote to residual) above: no barrier needed.
   const T* source = kAddResidual ? residual_out : x;
   for (int i = static_cast<int>(threadIdx.x); i < n; i += stride) {
@@ -535,17 +588,20 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
       vector_aligned(x) && vector_aligned(weight) && vector_aligned(out) &&
       (!kAddResidual || (vector_aligned(residual) && vector_aligned(residual_out))) &&
       cols % kWidth == 0 && cols / kWidth <= static_cast<long long>(blockDim.x);
+  // mean(x^2) as a product: the reciprocal is taken while the loads are in flight, where a
+  // division would sit in the chain after the reduction
+  const float inverse_cols = 1.0f / static_cast<float>(cols);
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     const long long offset = row * cols;
     const T* residual_row = kAddResidual ? residual + offset : nullptr;
     T* residual_out_row = kAddResidual ? residual_out + offset : nullptr;
     if (vectors) {
       rms_norm_short_vector<kAddResidual>(x + offset, residual_row, residual_out_row, weight,
-                                          out + offset, static_cast<int>(cols / kWidth), cols,
-                                          eps, slots);
+                                          out + offset, static_cast<int>(cols / kWidth),
+                                          inverse_cols, eps, slots);
     } else {
       rms_norm_short_scalar<kAddResidual>(x + offset, residual_row, residual_out_row, weight,
-                                          out + offset, cols, eps, slots);
+                                          out + offset, cols, inverse_cols, eps, slots);
     }
   }
 }
@@ -676,18 +732,19 @@ __device__ __forceinline__ void row_sum_pair(float& first, float& second, float*
   const int thread = static_cast<int>(threadIdx.y) * width + static_cast<int>(threadIdx.x);
   const int lane = thread % warpSize;
   const int waves = width / warpSize;
-  first = kp::warp_sum(first);
-  second = kp::warp_sum(second);
+  first = lanes_sum(first);
+  second = lanes_sum(second);
   if (lane == 0) {
     slots[2 * (thread / warpSize)] = first;
     slots[2 * (thread / warpSize) + 1] = second;
   }
   __syncthreads();
   const int row_slots = 2 * static_cast<int>(threadIdx.y) * waves;
-  first = kp::warp_sum(lane < waves ? slots[row_slots + 2 * lane] : 0.0f);
-  second = kp::warp_sum(lane < waves ? slots[row_slots + 2 * lane + 1] : 0.0f);
+  first = lanes_sum(lane < waves ? slots[row_slots + 2 * lane] : 0.0f);
+  second = lanes_sum(lane < waves ? slots[row_slots + 2 * lane + 1] : 0.0f);
   __syncthreads();
 }
+
 
 // Pass 1 of one chunk of a row: adds its share of the row's two sums, sum(x^2) and
 // sum(dy * w * x).
@@ -940,8 +997,10 @@ __device__ __forceinline__ void short_chunk(typename Access::Raw values,
 }
 
 // The rows of one block. With `direct` (one row, one block) the shares are the weight gradient,
-// stored to grad_weight in T; otherwise they go to this block's row of `partial` (the cached
-// chunks' summed in registers over the block's rows, the rest's added in `partial`).
+// stored to grad_weight in T; otherwise they go to this block's row of `partial`, the first row's
+// stored and the later rows' (a grid smaller than the rows) added there. (Not summed in registers
+// across rows: at the host's one row a block that would only cost registers, and gfx9-generic
+// spilled.)
 template <typename Access, bool kExtra, typename T>
 __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight, const T* grad,
                                                     const T* grad_extra, T* grad_x,
@@ -954,14 +1013,6 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
   const int stride = static_cast<int>(blockDim.x);
   const int chunks = static_cast<int>(cols / kWidth);
   float* partial_row = direct ? nullptr : partial + static_cast<long long>(blockIdx.x) * cols;
-  float sums[kCached][kWidth];
-#pragma unroll
-  for (int c = 0; c < kCached; ++c) {
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) {
-      sums[c][k] = 0.0f;
-    }
-  }
   const float inverse_cols = 1.0f / static_cast<float>(cols);
   bool first_row = true;
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -1021,9 +1072,10 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
         short_chunk<Access, kExtra>(values[c], grads[c], weights[c], extras[c], scale,
                                     correction, shares, out);
         Access::store(grad_x_row, i, out);
-#pragma unroll
-        for (int k = 0; k < kWidth; ++k) {
-          sums[c][k] += shares[k];
+        if (direct) {
+          Access::store(grad_weight, i, Access::pack(shares));
+        } else {
+          put_shares(partial_row + static_cast<long long>(i) * kWidth, shares, !first_row);
         }
       }
     }
@@ -1038,17 +1090,6 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
       }
     }
     first_row = false;
-  }
-#pragma unroll
-  for (int c = 0; c < kCached; ++c) {
-    const int i = static_cast<int>(threadIdx.x) + c * stride;
-    if (i < chunks) {
-      if (direct) {
-        Access::store(grad_weight, i, Access::pack(sums[c]));
-      } else {
-        put_shares(partial_row + static_cast<long long>(i) * kWidth, sums[c], false);
-      }
-    }
   }
   // A block without rows (more blocks than rows) writes its row of zeros: the sum reads it.
   if (!direct && first_row) {
