@@ -20,6 +20,10 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
     python bench/profile_mlp.py forward-variants NAME:CUBIN ...
         rms_norm and swiglu forward of each cubin (mlp.cu built alone with a change) at several
         threads a row, GPU µs per call and the error against float64
+    python bench/profile_mlp.py short-geometry
+        the short-row forward and backward kernels at 1 and 64 rows of 4096 at other threads a
+        row than the host's, and the weight sum of 64 partial rows at other block shapes, beside
+        torch.compile's and Liger-Kernel's forward
     python bench/profile_mlp.py weight-sum
         the RMSNorm weight-gradient sum over 1 to 4 partial rows at the host's geometry against
         the 32-column, 8-slice block, GPU µs per call
@@ -54,6 +58,7 @@ from bench_mlp import (  # the benchmark's own measures, so the figures agree
 from kernelpack import mlp, mlp_hot, mlp_launch, torch_ops
 
 EPS = 1e-6
+DTYPE_NAMES = ("bfloat16", "float16", "float32")
 
 
 def host(calls: int) -> None:
@@ -541,6 +546,68 @@ def weight_sum(batches: int) -> None:
                 )
 
 
+def short_geometry(batches: int) -> None:
+    """The short-row kernels at other geometries than the host's (any is right: a thread takes up
+    to two vectors of a row, the weight sum any block shape), beside torch.compile's and
+    Liger-Kernel's forward: GPU µs per call queued ahead of the GPU."""
+    rms, _ = _implementations()
+    print("\nshort forward (rms_norm_short): GPU µs per call at threads a row", flush=True)
+    for (rows, cols), dtype in itertools.product(((1, 4096), (64, 4096)), DTYPE_NAMES):
+        x = torch.randn(rows, cols, device="cuda").to(getattr(torch, dtype))
+        w = torch.randn(cols, device="cuda").to(x.dtype)
+        out = torch.empty_like(x)
+        for label in ("compile", "liger"):
+            us = _queued_us(functools.partial(rms[label], x, w), batches)
+            print(f"{dtype:8s} {rows:3d}x{cols} {label:10s} {us:6.2f}", flush=True)
+        kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm_short", dtype))
+        chunks = cols // (16 // x.element_size())
+        for threads in (t for t in (128, 256, 512) if chunks <= 2 * t):
+            run = functools.partial(
+                kernel.launch, rows, threads, x, w, out, rows, cols, EPS, stream=0
+            )
+            now = mlp_launch.norm_launch("rms_norm", rows, cols, dtype)
+            mark = " (now)" if now[0] == "rms_norm_short" and now[2][0] == threads else ""
+            us = _queued_us(run, batches)
+            print(f"{dtype:8s} {rows:3d}x{cols} ours {threads:3d}{mark:6s} {us:6.2f}", flush=True)
+        if now[0] != "rms_norm_short":
+            general = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm", dtype))
+            run = functools.partial(
+                general.launch, now[1], now[2], x, w, out, rows, cols, EPS, stream=0
+            )
+            print(f"{dtype:8s} {rows:3d}x{cols} ours general (now) {_queued_us(run, batches):6.2f}")
+    print("\nshort backward (kernel alone): GPU µs per call at threads a row", flush=True)
+    for (rows, cols), dtype in itertools.product(((1, 4096), (64, 4096)), DTYPE_NAMES):
+        x, dy = (torch.randn(rows, cols, device="cuda").to(getattr(torch, dtype)) for _ in "xd")
+        w = torch.randn(cols, device="cuda").to(x.dtype)
+        grad_x, grad_w = torch.empty_like(x), torch.empty_like(w)
+        partial = torch.empty(rows, cols, device="cuda")
+        name = mlp_launch.kernel_name("rms_norm_backward_short", dtype)
+        kernel = mlp_launch.load_kernel("cuda:0", name)
+        chunks = cols // (16 // x.element_size())
+        host = mlp_launch.short_backward_threads(rows, cols, dtype)
+        for threads in (t for t in (128, 256, 512) if chunks <= 2 * t):
+            scratch = 0 if rows == 1 else partial
+            launch_args = (rows, threads, x, w, dy, 0, grad_x, grad_w, scratch, rows, cols, EPS)
+            run = functools.partial(kernel.launch, *launch_args, stream=0)
+            mark = " (now)" if threads == host else ""
+            us = _queued_us(run, batches)
+            print(f"{dtype:8s} {rows:3d}x{cols} ours {threads:3d}{mark:6s} {us:6.2f}", flush=True)
+    print("\nweight sum of 64 partial rows: GPU µs per call at (columns, slices)", flush=True)
+    for cols, dtype in itertools.product((4096, 8192), ("bfloat16", "float32")):
+        partial = torch.randn(64, cols, device="cuda")
+        out = torch.empty(cols, device="cuda", dtype=getattr(torch, dtype))
+        kernel = mlp_launch.load_kernel(
+            "cuda:0", mlp_launch.kernel_name("rms_norm_weight_grad", dtype)
+        )
+        host_block = mlp_launch.weight_grad_geometry(cols, 64)[1]
+        for block in ((32, 8), (64, 4), (128, 2), (16, 16), (32, 4), (64, 2)):
+            grid = -(-cols // block[0])
+            run = functools.partial(kernel.launch, grid, block, partial, out, 64, cols, stream=0)
+            mark = " (now)" if block == host_block else ""
+            us = _queued_us(run, batches)
+            print(f"{dtype:8s} 64x{cols} {block}{mark:6s} {us:6.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -553,6 +620,7 @@ def main() -> None:
             "geometry",
             "forward-variants",
             "weight-sum",
+            "short-geometry",
         ],
     )
     parser.add_argument(
@@ -577,6 +645,8 @@ def main() -> None:
         geometry(args.batches)
     elif args.what == "weight-sum":
         weight_sum(args.batches)
+    elif args.what == "short-geometry":
+        short_geometry(args.batches)
     elif args.what == "forward-variants":
         forward_variants(args.specs, args.batches)
     else:

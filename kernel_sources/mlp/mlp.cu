@@ -478,17 +478,21 @@ __device__ __forceinline__ float short_row_sum(float value, float* slots) {
   return value;
 }
 
-// Short rows (the host's choice for few rows, up to kShortRowThreads vectors a row): one block a
-// row, one 16-byte vector a thread, held in registers from the load to the store, the weight's
-// vector loaded beside it. Why a kernel of its own (ncu on the H200 at 1 x 4096 bfloat16,
-// docs/bench-mlp-notes.md): the general kernel's warps each issued about 535 instructions for its
-// four cached vectors, one warp a scheduler, where Liger-Kernel's issued 254; here a warp issues
-// one vector's. (Tested, not yet timed beside the general kernel: the notes say so.) A misaligned
-// row (or one not a whole number of vectors) takes the scalar loop, twice over the row, which is
-// slow but right.
-constexpr int kShortRowThreads = 1024;
+// Short rows (the host's choice for few rows, up to kShortForwardChunks * kShortRowThreads vectors
+// a row): one block a row, one or two 16-byte vectors a thread, held in registers from the load to
+// the store, the weight's vectors loaded beside them. Why a kernel of its own (ncu on the H200 at
+// 1 x 4096 bfloat16, docs/bench-mlp-notes.md): the general kernel's warps each issued about 535
+// instructions for its four cached vectors, one warp a scheduler, where Liger-Kernel's issued
+// 254; here a warp issues one or two vectors'. A misaligned row (or one not a whole number of
+// vectors) takes the scalar loop, twice over the row, which is slow but right.
+constexpr int kShortRowThreads = 512;
 
-template <bool kAddResidual, typename T>
+// Vectors a thread of the short forward: one, or two where the host gives a row half as many
+// threads as vectors (the geometry Liger-Kernel's 1 x 4096 kernel has: half the warps in the
+// reduction). Each count is its own instantiation, so one vector a thread pays nothing for two.
+constexpr int kShortForwardChunks = 2;
+
+template <int kChunks, bool kAddResidual, typename T>
 __device__ __forceinline__ void rms_norm_short_vector(const T* x, const T* residual,
                                                       T* residual_out, const T* weight, T* out,
                                                       int chunks, float inverse_cols, float eps,
@@ -496,48 +500,59 @@ __device__ __forceinline__ void rms_norm_short_vector(const T* x, const T* resid
   using Access = VectorAccess<T>;
   using Raw = typename Access::Raw;
   constexpr int kWidth = Access::kWidth;
-  const int i = static_cast<int>(threadIdx.x);
-  const bool here = i < chunks;
-  Raw value{};
-  Raw weights{};
-  Raw residuals{};
-  if (here) {
-    value = Access::load(x, i);
-    if constexpr (kAddResidual) {
-      residuals = Access::load(residual, i);
+  const int stride = static_cast<int>(blockDim.x);
+  Raw values[kChunks];
+  Raw weights[kChunks];
+  Raw residuals[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = static_cast<int>(threadIdx.x) + c * stride;
+    if (i < chunks) {
+      values[c] = Access::load(x, i);
+      if constexpr (kAddResidual) {
+        residuals[c] = Access::load(residual, i);
+      }
+      weights[c] = Access::load(weight, i);
     }
-    weights = Access::load(weight, i);
   }
-  float v[kWidth];
+  float v[kChunks][kWidth];
   float sum_squares = 0.0f;
-  if (here) {
-    Access::unpack(value, v);
-    if constexpr (kAddResidual) {
-      float r[kWidth];
-      Access::unpack(residuals, r);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = static_cast<int>(threadIdx.x) + c * stride;
+    if (i < chunks) {
+      Access::unpack(values[c], v[c]);
+      if constexpr (kAddResidual) {
+        float r[kWidth];
+        Access::unpack(residuals[c], r);
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) {
+          v[c][k] += r[k];
+        }
+        const Raw stored = Access::pack(v[c]);
+        Access::store(residual_out, i, stored);
+        Access::unpack(stored, v[c]);  // the sum as stored, rounded to T
+      }
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) {
-        v[k] += r[k];
+        sum_squares += v[c][k] * v[c][k];
       }
-      value = Access::pack(v);
-      Access::store(residual_out, i, value);
-      Access::unpack(value, v);  // the sum as stored, rounded to T
-    }
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) {
-      sum_squares += v[k] * v[k];
     }
   }
   sum_squares = short_row_sum(sum_squares, slots);
   const float scale = rsqrtf(sum_squares * inverse_cols + eps);
-  if (here) {
-    float w[kWidth];
-    Access::unpack(weights, w);
 #pragma unroll
-    for (int k = 0; k < kWidth; ++k) {
-      v[k] = v[k] * scale * w[k];
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = static_cast<int>(threadIdx.x) + c * stride;
+    if (i < chunks) {
+      float w[kWidth];
+      Access::unpack(weights[c], w);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        v[c][k] = v[c][k] * scale * w[k];
+      }
+      Access::store(out, i, Access::pack(v[c]));
     }
-    Access::store(out, i, Access::pack(v));
   }
 }
 
@@ -587,7 +602,8 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
   const bool vectors =
       vector_aligned(x) && vector_aligned(weight) && vector_aligned(out) &&
       (!kAddResidual || (vector_aligned(residual) && vector_aligned(residual_out))) &&
-      cols % kWidth == 0 && cols / kWidth <= static_cast<long long>(blockDim.x);
+      cols % kWidth == 0 &&
+      cols / kWidth <= static_cast<long long>(kShortForwardChunks) * blockDim.x;
   // mean(x^2) as a product: the reciprocal is taken while the loads are in flight, where a
   // division would sit in the chain after the reduction
   const float inverse_cols = 1.0f / static_cast<float>(cols);
@@ -595,10 +611,14 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
     const long long offset = row * cols;
     const T* residual_row = kAddResidual ? residual + offset : nullptr;
     T* residual_out_row = kAddResidual ? residual_out + offset : nullptr;
-    if (vectors) {
-      rms_norm_short_vector<kAddResidual>(x + offset, residual_row, residual_out_row, weight,
-                                          out + offset, static_cast<int>(cols / kWidth),
-                                          inverse_cols, eps, slots);
+    if (vectors && cols / kWidth <= static_cast<long long>(blockDim.x)) {
+      rms_norm_short_vector<1, kAddResidual>(x + offset, residual_row, residual_out_row, weight,
+                                             out + offset, static_cast<int>(cols / kWidth),
+                                             inverse_cols, eps, slots);
+    } else if (vectors) {
+      rms_norm_short_vector<kShortForwardChunks, kAddResidual>(
+          x + offset, residual_row, residual_out_row, weight, out + offset,
+          static_cast<int>(cols / kWidth), inverse_cols, eps, slots);
     } else {
       rms_norm_short_scalar<kAddResidual>(x + offset, residual_row, residual_out_row, weight,
                                           out + offset, cols, inverse_cols, eps, slots);

@@ -30,7 +30,7 @@ ROW_BLOCK_MAX = 512  # kRowBlockThreads, the row kernels' __launch_bounds__
 # The short-row forward norms (rms_norm_short, add_rms_norm_short): one 16-byte vector a thread,
 # one block a row, at most kShortRowThreads threads; the host takes them for at most
 # SHORT_ROWS_MAX rows (one block a row, all at once on an H100's or H200's 132 SMs).
-SHORT_ROW_THREADS = 1024  # kShortRowThreads
+SHORT_ROW_THREADS = 512  # kShortRowThreads (each thread takes up to two vectors)
 SHORT_ROWS_MAX = 132
 # ... and for rows of at most this many vectors: on the H200 (2026-11-23, bench-mlp-notes.md) rows
 # of 512 vectors (4096 16-bit columns) gained 0.1 µs, rows of 1024 (4096 float32 columns) lost
