@@ -1021,7 +1021,12 @@ __device__ __forceinline__ void short_chunk(typename Access::Raw values,
 // stored and the later rows' (a grid smaller than the rows) added there. (Not summed in registers
 // across rows: at the host's one row a block that would only cost registers, and gfx9-generic
 // spilled.)
-template <typename Access, bool kExtra, typename T>
+//
+// kCached vectors a thread stay in registers: with one, its weight and grad_extra vectors too,
+// loaded beside x and dy; with two (rows of more vectors than threads), only x and dy, the others
+// read in pass 2 as the general kernel does (from L1), which keeps the two-vector form under the
+// 128 registers a 512-thread block leaves a thread on gfx9.
+template <int kCached, typename Access, bool kExtra, typename T>
 __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight, const T* grad,
                                                     const T* grad_extra, T* grad_x,
                                                     T* grad_weight, float* partial, bool direct,
@@ -1029,7 +1034,7 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
                                                     float* slots) {
   using Raw = typename Access::Raw;
   constexpr int kWidth = Access::kWidth;
-  constexpr int kCached = kShortBackwardChunks;
+  constexpr bool kCacheAll = kCached == 1;
   const int stride = static_cast<int>(blockDim.x);
   const int chunks = static_cast<int>(cols / kWidth);
   float* partial_row = direct ? nullptr : partial + static_cast<long long>(blockIdx.x) * cols;
@@ -1051,9 +1056,11 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
       if (i < chunks) {
         values[c] = Access::load(x_row, i);
         grads[c] = Access::load(grad_row, i);
-        weights[c] = Access::load(weight, i);
-        if constexpr (kExtra) {
-          extras[c] = Access::load(grad_extra_row, i);
+        if constexpr (kCacheAll) {
+          weights[c] = Access::load(weight, i);
+          if constexpr (kExtra) {
+            extras[c] = Access::load(grad_extra_row, i);
+          }
         }
       }
     }
@@ -1068,7 +1075,7 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
         float w[kWidth];
         Access::unpack(values[c], v);
         Access::unpack(grads[c], g);
-        Access::unpack(weights[c], w);
+        Access::unpack(kCacheAll ? weights[c] : Access::load(weight, i), w);
 #pragma unroll
         for (int k = 0; k < kWidth; ++k) {
           sum_squares += v[k] * v[k];
@@ -1089,8 +1096,13 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
       const int i = static_cast<int>(threadIdx.x) + c * stride;
       if (i < chunks) {
         Raw out;
-        short_chunk<Access, kExtra>(values[c], grads[c], weights[c], extras[c], scale,
-                                    correction, shares, out);
+        Raw extra{};
+        if constexpr (kExtra) {
+          extra = kCacheAll ? extras[c] : Access::load(grad_extra_row, i);
+        }
+        short_chunk<Access, kExtra>(values[c], grads[c],
+                                    kCacheAll ? weights[c] : Access::load(weight, i), extra,
+                                    scale, correction, shares, out);
         Access::store(grad_x_row, i, out);
         if (direct) {
           Access::store(grad_weight, i, Access::pack(shares));
@@ -1135,22 +1147,35 @@ __device__ __forceinline__ void rms_norm_backward_short(const T* x, const T* wei
                        vector_aligned(grad_extra) && vector_aligned(grad_x) &&
                        vector_aligned(grad_weight) && vector_aligned(partial) &&
                        cols % kWidth == 0;
-  if (vectors) {
+  constexpr int kTwo = kShortBackwardChunks;
+  if (vectors && cols / kWidth <= static_cast<long long>(blockDim.x)) {
     if (grad_extra != nullptr) {
-      short_backward_rows<VectorAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
-                                                 grad_weight, partial, direct, rows, cols, eps,
-                                                 slots);
+      short_backward_rows<1, VectorAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
+                                                    grad_weight, partial, direct, rows, cols, eps,
+                                                    slots);
     } else {
-      short_backward_rows<VectorAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
-                                                  grad_weight, partial, direct, rows, cols, eps,
-                                                  slots);
+      short_backward_rows<1, VectorAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
+                                                     grad_weight, partial, direct, rows, cols,
+                                                     eps, slots);
+    }
+  } else if (vectors) {
+    if (grad_extra != nullptr) {
+      short_backward_rows<kTwo, VectorAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
+                                                       grad_weight, partial, direct, rows, cols,
+                                                       eps, slots);
+    } else {
+      short_backward_rows<kTwo, VectorAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
+                                                        grad_weight, partial, direct, rows, cols,
+                                                        eps, slots);
     }
   } else if (grad_extra != nullptr) {
-    short_backward_rows<ScalarAccess<T>, true>(x, weight, grad, grad_extra, grad_x, grad_weight,
-                                               partial, direct, rows, cols, eps, slots);
+    short_backward_rows<kTwo, ScalarAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
+                                                     grad_weight, partial, direct, rows, cols,
+                                                     eps, slots);
   } else {
-    short_backward_rows<ScalarAccess<T>, false>(x, weight, grad, grad_extra, grad_x, grad_weight,
-                                                partial, direct, rows, cols, eps, slots);
+    short_backward_rows<kTwo, ScalarAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
+                                                      grad_weight, partial, direct, rows, cols,
+                                                      eps, slots);
   }
 }
 
