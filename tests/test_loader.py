@@ -608,6 +608,92 @@ class NvccCompiler:
         return Compiled(out.read_bytes(), {})
 
 
+class NamingCompiler:
+    """NVRTC stand-in: names the kernels it is asked for as NVRTC's lowered names would (here
+    ``lowered_<n>``, so the test can tell them from the index's symbols)."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        self.names = names
+        self.asked: list[list[str]] = []
+
+    def version(self) -> str:
+        return "nvrtc 13.0 (naming)"
+
+    def compile(
+        self, source: str, name: str, target: str, kernels: Sequence[str] = ()
+    ) -> Compiled:
+        self.asked.append(list(kernels))
+        symbols = {k: v for k, v in self.names.items() if k in kernels}
+        return Compiled(payload(target), symbols, "" if symbols else "rejected (test)")
+
+
+class MissingRuntime(RecordingRuntime):
+    """A runtime whose images hold no kernel (cuModuleGetFunction: CUDA_ERROR_NOT_FOUND)."""
+
+    def function(self, module: LoadedModule, name: str) -> int:
+        raise RuntimeLibraryError(f"cuModuleGetFunction({name}) failed: CUDA_ERROR_NOT_FOUND")
+
+
+def test_run_time_compiled_kernels_are_looked_up_by_their_compilers_names(
+    tmp_path: Path, cache: DiskCache
+) -> None:
+    """The compiler's symbol for a name wins over the index's (an unnamed namespace's symbol
+    carries a hash of the unit that nvcc and NVRTC compute differently); the names come back
+    from the disk cache with the object; where the compiler named none, the index's stands."""
+    index = make_package(tmp_path / "pkg", nvidia=("sm_80",))  # nothing fits the H100
+    gpus = mixed_machine()[2:]
+    compiler = NamingCompiler({"axpy": "lowered_axpy"})
+    made, runtimes = make_loader(
+        index, tmp_path / "pkg", gpus, cache, compilers=lambda vendor: compiler
+    )
+    with pytest.warns(KernelpackWarning, match="compiled its source with nvrtc"):
+        made.load("demo").kernel("axpy")
+    assert compiler.asked == [["axpy"]]  # every kernel of the index, by its name
+    assert runtimes["nvidia"].functions == ["lowered_axpy"]
+
+    again, runtimes = make_loader(
+        index, tmp_path / "pkg", gpus, DiskCache(cache.folder), compilers=lambda vendor: compiler
+    )
+    with pytest.warns(KernelpackWarning):
+        again.load("demo").kernel("axpy")
+    assert len(compiler.asked) == 1  # from the cache, names included
+    assert runtimes["nvidia"].functions == ["lowered_axpy"]
+
+    silent = NamingCompiler({})
+    fresh, runtimes = make_loader(
+        index, tmp_path / "pkg", gpus, DiskCache(tmp_path / "c2"), compilers=lambda v: silent
+    )
+    with pytest.warns(KernelpackWarning):
+        fresh.load("demo").kernel("axpy")
+    assert runtimes["nvidia"].functions == [AXPY_SYMBOL]
+
+
+def test_a_kernel_missing_from_a_run_time_compiled_image_says_how_it_was_looked_up(
+    tmp_path: Path, cache: DiskCache
+) -> None:
+    index = make_package(tmp_path / "pkg", nvidia=("sm_80",))
+    made = Loader(
+        index=index,
+        root=tmp_path / "pkg",
+        gpus=mixed_machine()[2:],
+        runtimes=MissingRuntime,
+        compilers=lambda vendor: NamingCompiler({}),  # type: ignore[arg-type,return-value]
+        cache=cache,
+        fragments=list,
+    )
+    with pytest.warns(KernelpackWarning):
+        module = made.load("demo")
+    with pytest.raises(RuntimeLibraryError) as raised:
+        module.kernel("axpy")
+    message = str(raised.value)
+    assert message.startswith(
+        f"kernel 'axpy' of module demo: cuModuleGetFunction({AXPY_SYMBOL}) failed: "
+        "CUDA_ERROR_NOT_FOUND: the module was compiled at run time (sm_90 compiled by nvrtc 13.0 "
+        f"(naming)) and the kernel looked up as '{AXPY_SYMBOL}', the symbol of the prebuilt images"
+    )
+    assert "rejected (test)" in message and "install the device wheel" in message
+
+
 @pytest.mark.nvcc
 def test_no_prebuilt_image_compiles_the_source_once(tmp_path: Path, cache: DiskCache) -> None:
     index = make_package(tmp_path / "pkg", amd=("gfx1100",), nvidia=("sm_80",))

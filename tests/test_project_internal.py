@@ -52,11 +52,34 @@ def _kernel(linkage: str, name: str, expression: str) -> str:
     return text
 
 
+# Templates of internal linkage: instantiated with a static function's address (as candle's moe/
+# does) and with a type of an unnamed namespace.
+_TEMPLATES = """\
+static __device__ float add_one(float v) { return v + 1.0f; }
+typedef float (*unary)(float);
+template <unary F>
+__global__ void apply(const float* x, float* y, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = F(x[i]);
+}
+template __global__ void apply<&add_one>(const float*, float*, unsigned);
+namespace {
+struct Local { float offset; };
+template <typename T>
+__global__ void local_t(const float* x, float* y, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] - 3.0f;
+}
+template __global__ void local_t<Local>(const float*, float*, unsigned);
+}  // namespace
+"""
+
 # module -> unit -> (linkage, kernel, y as a function of x in C, and in numpy by the name below)
 SOURCES = {
     "solo/solo.cu": _kernel("static", "bump", "x[i] + 1.0f")
     + _kernel("anonymous", "twice", "x[i] * 2.0f")
-    + _kernel("extern", "open", "x[i] - 4.0f"),
+    + _kernel("extern", "open", "x[i] - 4.0f")
+    + _TEMPLATES,
     "pair/a.cu": _kernel("static", "bump", "x[i] + 1.0f")
     + _kernel("anonymous", "times", "x[i] * 2.0f")
     + _kernel("static", "only_a", "x[i] - 3.0f")
@@ -67,7 +90,13 @@ SOURCES = {
 }
 # Written by hand from SOURCES: name -> y(x).
 EXPECTED = {
-    "solo": {"bump": 1.0, "twice": ("*", 2.0), "open": -4.0},
+    "solo": {
+        "bump": 1.0,
+        "twice": ("*", 2.0),
+        "open": -4.0,
+        "apply<&add_one>": 1.0,
+        "local_t<Local>": -3.0,
+    },
     "pair": {
         "bump@a.cu": 1.0,
         "bump@b.cu": 5.0,

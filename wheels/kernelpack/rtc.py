@@ -77,8 +77,14 @@ class Compiled(NamedTuple):
 class SourceCompiler:
     """NVRTC or hipRTC: a module's CUDA source compiled for one GPU when no prebuilt image fits."""
 
-    def __init__(self, kind: str, lib: ctypes.CDLL | None = None) -> None:
+    def __init__(
+        self, kind: str, lib: Any = None, *, name_expressions: bool | None = None
+    ) -> None:
         self.kind = kind
+        # whether compile() asks for the kernels' symbols by name: NVRTC's are the only way to
+        # an unnamed namespace's hashed symbol; hipRTC's need HIP's spelling of the names, and
+        # clang's symbols are the index's already (module docstring)
+        self.name_expressions = kind == "nvrtc" if name_expressions is None else name_expressions
         self._prefix = kind  # "nvrtc" / "hiprtc": the two APIs differ only in their prefix
         self._lib = lib if lib is not None else open_library(kind)
         self._fn("GetErrorString").restype = ctypes.c_char_p
@@ -108,7 +114,7 @@ class SourceCompiler:
         resolve), the source is compiled once more without them, so a module that compiles is
         never refused for its names; ``note`` then says why the index's symbols stand in."""
         expressions = {}
-        if self.kind == "nvrtc":
+        if self.name_expressions:
             expressions = {k: e for k in kernels if (e := name_expression(k)) is not None}
         try:
             return self._compile(source, name, target, expressions)
