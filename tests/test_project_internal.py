@@ -10,9 +10,12 @@ readelf's symbol tables; the GPU test launches every kernel against numpy.
 
 from __future__ import annotations
 
+import ctypes
 import re
 import subprocess
+import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 from build_project import make_project
@@ -34,6 +37,7 @@ from buildsys.modules import KernelModule
 from buildsys.report import failure_error
 from kernelpack.formats import read_bundle
 from kernelpack.index import KernelResources
+from kernelpack.rtc import Compiled, SourceCompiler, name_expression
 
 _KERNEL = """\
 __global__ void {name}(const float* x, float* y, unsigned n) {{
@@ -89,7 +93,7 @@ SOURCES = {
     + _kernel("extern", "mixed", "x[i] + 7.0f"),
 }
 # Written by hand from SOURCES: name -> y(x).
-EXPECTED = {
+EXPECTED: dict[str, dict[str, float | tuple[str, float]]] = {
     "solo": {
         "bump": 1.0,
         "twice": ("*", 2.0),
@@ -343,3 +347,140 @@ def test_internal_kernels_launch_from_cubins_and_ptx(tmp_path: Path) -> None:
     result = project.build()
     assert not result.failed, failure_error(result)
     _check_every_kernel(project.settings.out, "solo", "compute_90 ptx")
+
+
+# ---------------------------------------------------------------------------------------------
+# Run-time compilation: NVRTC asked for each kernel's symbol by the index's name
+
+
+def test_name_expressions_spell_the_index_names() -> None:
+    for name in ("bump", "twice", "apply<&add_one>", "local_t<Local>", "ops::add<float>"):
+        assert name_expression(name) == "&" + name
+    assert name_expression("mul_mat_q<(ggml_type)2, 64, false>") == (
+        "&mul_mat_q<(ggml_type)2, 64, false>"
+    )
+    for unspellable in (
+        "k<(anonymous namespace)::{lambda(int)#1}>",
+        "k<{unnamed type#1}>",
+        "k<(float)[3fc00000]>",
+        "clear@dot.cu",
+    ):
+        assert name_expression(unspellable) is None, unspellable
+
+
+class FakeNvrtc:
+    """libnvrtc's calls that SourceCompiler makes, answered as NVRTC documents them: lowered
+    names for the name expressions added before the compile; a compile error where a rejected
+    expression was added."""
+
+    def __init__(self, lowered: dict[str, str], rejected: frozenset[str] = frozenset()) -> None:
+        self.lowered, self.rejected = lowered, rejected
+        self.added: list[list[str]] = []
+        self.log = b""
+        lib = self
+
+        def create(program: Any, source: bytes, name: bytes, *rest: object) -> int:
+            program._obj.value = 1
+            lib.added.append([])
+            return 0
+
+        def add(program: object, expression: bytes) -> int:
+            lib.added[-1].append(expression.decode())
+            return 0
+
+        def compile_program(program: object, count: int, options: object) -> int:
+            bad = [e for e in lib.added[-1] if e in lib.rejected]
+            lib.log = b"".join(
+                b'demo.cu(9): error: identifier "%s" is undefined\n' % e.encode() for e in bad
+            )
+            return 6 if bad else 0  # NVRTC_ERROR_COMPILATION
+
+        def log_size(program: object, size: Any) -> int:
+            size._obj.value = len(lib.log) + 1
+            return 0
+
+        def log(program: object, buffer: Any) -> int:
+            ctypes.memmove(buffer, lib.log + b"\0", len(lib.log) + 1)
+            return 0
+
+        def cubin_size(program: object, size: Any) -> int:
+            size._obj.value = len(CUBIN)
+            return 0
+
+        def cubin(program: object, buffer: Any) -> int:
+            ctypes.memmove(buffer, CUBIN, len(CUBIN))
+            return 0
+
+        def lowered_name(program: object, expression: bytes, out: Any) -> int:
+            out._obj.value = lib.lowered[expression.decode()].encode()
+            return 0
+
+        self.nvrtcCreateProgram = create
+        self.nvrtcAddNameExpression = add
+        self.nvrtcCompileProgram = compile_program
+        self.nvrtcGetProgramLogSize = log_size
+        self.nvrtcGetProgramLog = log
+        self.nvrtcGetCUBINSize = cubin_size
+        self.nvrtcGetCUBIN = cubin
+        self.nvrtcGetLoweredName = lowered_name
+        self.nvrtcDestroyProgram = lambda program: 0
+        self.nvrtcGetErrorString = lambda code: b"NVRTC_ERROR_COMPILATION"
+
+
+CUBIN = b"\x7fELF cubin"
+# An unnamed namespace's kernel in the form nvcc gives its symbol, the unit's hashes made up
+# here; what NVRTC names it is measured on the GPU (test below): only the compiler knows
+TWICE = "_ZN37_GLOBAL__N__1f9b2b3c_7_solo_cu_e3b0c4425twiceEPKfPfj"
+
+
+def test_nvrtc_is_asked_for_every_kernels_symbol_by_its_name() -> None:
+    fake = FakeNvrtc({"&twice": TWICE, "&bump": "_Z4bumpPKfPfj", "&open": "_Z4openPKfPfj"})
+    compiler = SourceCompiler("nvrtc", fake)
+    compiled = compiler.compile("source", "solo", "sm_90", ["bump", "twice", "open", "k@a.cu"])
+    assert fake.added == [["&bump", "&twice", "&open"]]  # k@a.cu: no expression spells it
+    assert compiled == Compiled(
+        CUBIN, {"bump": "_Z4bumpPKfPfj", "twice": TWICE, "open": "_Z4openPKfPfj"}, ""
+    )
+    assert Compiled.from_bytes(compiled.to_bytes()) == compiled
+
+
+def test_rejected_name_expressions_leave_the_index_symbols_and_say_why() -> None:
+    fake = FakeNvrtc({"&bump": "_Z4bumpPKfPfj"}, rejected=frozenset({"&twice"}))
+    compiled = SourceCompiler("nvrtc", fake).compile("source", "solo", "sm_90", ["bump", "twice"])
+    assert fake.added == [["&bump", "&twice"], []]  # compiled once more without names
+    assert compiled.image == CUBIN and compiled.symbols == {}
+    assert compiled.note == (
+        'nvrtc rejected the kernels\' name expressions (demo.cu(9): error: identifier "&twice" '
+        "is undefined), so no kernel was looked up by the symbol it gave"
+    )
+
+
+def test_hiprtc_is_not_asked_for_names_unless_told() -> None:
+    """docs/loader.md, "Run-time compilation": clang's symbols in a one-file compile are the
+    index's, and hipRTC's name expressions would need HIP's spelling of the names."""
+    fake = FakeNvrtc({"&twice": "_ZN12_GLOBAL__N_15twiceEPKfPfj"})
+    compiled = SourceCompiler("hiprtc", _as_hiprtc(fake)).compile("s", "solo", "gfx942", ["twice"])
+    assert fake.added == [[]] and compiled.symbols == {}
+    asking = SourceCompiler("hiprtc", _as_hiprtc(fake), name_expressions=True)
+    assert asking.compile("s", "solo", "gfx942", ["twice"]).symbols == {
+        "twice": "_ZN12_GLOBAL__N_15twiceEPKfPfj"
+    }
+
+
+def _as_hiprtc(fake: FakeNvrtc) -> object:
+    """The same calls under hipRTC's names (its code object calls are GetCode/GetCodeSize)."""
+    calls = {
+        name.replace("nvrtc", "hiprtc"): getattr(fake, name)
+        for name in vars(fake)
+        if name.startswith("nvrtc")
+    }
+    calls["hiprtcGetCodeSize"], calls["hiprtcGetCode"] = fake.nvrtcGetCUBINSize, fake.nvrtcGetCUBIN
+    return types.SimpleNamespace(**calls)
+
+
+def test_a_cache_entry_that_is_no_compiled_module_is_a_miss() -> None:
+    entry = Compiled(CUBIN, {"twice": TWICE}, "").to_bytes()
+    assert Compiled.from_bytes(CUBIN) is None  # an entry of an older kernelpack: the bare cubin
+    assert Compiled.from_bytes(entry[:9]) is None
+    damaged = entry.replace(b'"symbols"', b'"symbolz"')
+    assert Compiled.from_bytes(damaged) is None
