@@ -11,11 +11,12 @@ readelf's symbol tables; the GPU test launches every kernel against numpy.
 from __future__ import annotations
 
 import ctypes
+import json
 import re
 import subprocess
 import types
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from build_project import make_project
@@ -38,6 +39,9 @@ from buildsys.report import failure_error
 from kernelpack.formats import read_bundle
 from kernelpack.index import KernelResources
 from kernelpack.rtc import Compiled, SourceCompiler, name_expression
+
+if TYPE_CHECKING:
+    from buildsys.toolchain import Toolchain
 
 _KERNEL = """\
 __global__ void {name}(const float* x, float* y, unsigned n) {{
@@ -269,9 +273,23 @@ def _readelf_symbols(path: Path) -> dict[str, str]:
     return found
 
 
+WHEELS = Path(__file__).resolve().parent.parent / "wheels"
+HIPRTC_PROBE = """
+import json, sys
+from kernelpack.formats import read_code_object
+from kernelpack.rtc import SourceCompiler
+source, target, names = open(sys.argv[1]).read(), sys.argv[2], json.loads(sys.argv[3])
+plain = SourceCompiler("hiprtc").compile(source, "solo", target, names)
+asked = SourceCompiler("hiprtc", name_expressions=True).compile(source, "solo", target, names)
+kernels = sorted(k.name for k in read_code_object(plain.image, "hiprtc").kernels)
+print(json.dumps({"plain": plain.symbols, "kernels": kernels, "lowered": asked.symbols,
+                  "note": asked.note}))
+"""
+
+
 @pytest.mark.toolchain
 def test_amd_internal_kernels_are_in_the_index_and_global_in_the_code_object(
-    tmp_path: Path, amd_toolchain: object
+    tmp_path: Path, amd_toolchain: Toolchain
 ) -> None:
     """hipModuleGetFunction finds a kernel by its symbol and descriptor (``<symbol>.kd``), which
     clang makes global (a plain unit) or weak (a device link): readelf says so for each."""
@@ -290,6 +308,20 @@ def test_amd_internal_kernels_are_in_the_index_and_global_in_the_code_object(
         for symbol in image["symbols"].values():
             assert bindings.get(symbol) in ("GLOBAL", "WEAK"), (symbol, bindings.get(symbol))
             assert bindings.get(symbol + ".kd") in ("GLOBAL", "WEAK"), symbol
+
+    # hipRTC on the one-file module's hipified source: clang names every kernel as in the
+    # index (no hash of the unit), and hipRTC's own name lookup agrees
+    solo = index["modules"]["solo"]
+    symbols = solo["images"][0]["symbols"]
+    argv = [
+        *("/usr/bin/env", f"PYTHONPATH={WHEELS}", "python3", "-c", HIPRTC_PROBE),
+        *(str((out / solo["source"]).with_suffix(".hip")), "gfx942", json.dumps(sorted(symbols))),
+    ]
+    done = subprocess.run(amd_toolchain.command(argv), capture_output=True, text=True, check=True)
+    compiled = json.loads(done.stdout)
+    assert compiled["plain"] == {}  # not asked by default: the index's symbols stand
+    assert compiled["kernels"] == sorted(symbols.values())
+    assert compiled["lowered"] == symbols and compiled["note"] == ""
 
 
 @pytest.mark.nvcc
