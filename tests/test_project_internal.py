@@ -344,14 +344,14 @@ def test_nvidia_internal_kernels_are_in_the_index_and_local_entries_of_the_cubin
 # GPU: every kernel launched through the loader, from a cubin (plain and linked) and from PTX
 
 
-def _check_every_kernel(out: Path, module_name: str, image_kind: str) -> None:
+def _check_every_kernel(out: Path, module_name: str, image_kind: str, **loader: Any) -> None:
     import numpy as np
     import torch
 
     from kernelpack.loader import Loader
 
     index = read_index((out / "_index.py").read_text())
-    module = Loader(index=index, root=out, fragments=list).load(module_name)
+    module = Loader(index=index, root=out, fragments=list, **loader).load(module_name)
     assert image_kind in module.image, module.image
     rng = np.random.default_rng()
     n = 40_009
@@ -516,3 +516,55 @@ def test_a_cache_entry_that_is_no_compiled_module_is_a_miss() -> None:
     assert Compiled.from_bytes(entry[:9]) is None
     damaged = entry.replace(b'"symbols"', b'"symbolz"')
     assert Compiled.from_bytes(damaged) is None
+
+
+class Keeping:
+    """A run-time compiler that keeps what it made, for the test to read the names it gave."""
+
+    def __init__(self, inner: SourceCompiler) -> None:
+        self.inner = inner
+        self.made: list[Compiled] = []
+
+    def version(self) -> str:
+        return self.inner.version()
+
+    def compile(self, source: str, name: str, target: str, kernels: list[str]) -> Compiled:
+        self.made.append(self.inner.compile(source, name, target, kernels))
+        return self.made[-1]
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_internal_kernels_launch_when_compiled_at_run_time(tmp_path: Path) -> None:
+    """No image fits the GPU (sm_80 cubins only; an sm_90 GPU runs none): NVRTC compiles the
+    module's embedded source, names each kernel's symbol by the index's name, and every kernel
+    (static, unnamed namespace, templates of internal linkage) launches against numpy; a second
+    loader takes object and names from the disk cache."""
+    from kernelpack.cache import DiskCache
+    from kernelpack.errors import KernelpackWarning, RuntimeLibraryError
+    from kernelpack.rtc import open_compiler
+
+    try:
+        nvrtc = Keeping(open_compiler("nvidia"))
+    except RuntimeLibraryError as error:
+        pytest.skip(str(error))
+    solo_only = {k: v for k, v in SOURCES.items() if k.startswith("solo/")}
+    project = make_project(tmp_path, files=solo_only, matrix='[nvidia]\ntargets = ["sm_80"]\n')
+    result = project.build()
+    assert not result.failed, failure_error(result)
+    out = project.settings.out
+    cache = DiskCache(tmp_path / "cache")
+    with pytest.warns(KernelpackWarning, match="compiled its source with nvrtc"):
+        _check_every_kernel(
+            out, "solo", "compiled by nvrtc", compilers=lambda v: nvrtc, cache=cache
+        )
+    (made,) = nvrtc.made
+    assert sorted(made.symbols) == sorted(EXPECTED["solo"]) and made.note == ""
+    built = read_index((out / "_index.py").read_text())["modules"]["solo"]["images"][0]
+    for name, symbol in sorted(made.symbols.items()):  # for the record (-rP)
+        print(f"{name}: nvrtc {symbol}, nvcc {built['symbols'][name]}")
+    with pytest.warns(KernelpackWarning):
+        _check_every_kernel(
+            out, "solo", "compiled by nvrtc", compilers=lambda v: nvrtc, cache=cache
+        )
+    assert len(nvrtc.made) == 1
