@@ -568,3 +568,10 @@ def test_internal_kernels_launch_when_compiled_at_run_time(tmp_path: Path) -> No
             out, "solo", "compiled by nvrtc", compilers=lambda v: nvrtc, cache=cache
         )
     assert len(nvrtc.made) == 1
+
+    # a name the source does not resolve: NVRTC rejects it, the module compiles without names
+    source = (out / "device" / "solo.cu").read_text()
+    rejected = nvrtc.inner.compile(source, "solo", "sm_90", ["twice", "no_such_kernel"])
+    assert rejected.symbols == {} and rejected.image.startswith(b"\x7fELF")
+    assert rejected.note.startswith("nvrtc rejected the kernels' name expressions ("), rejected.note
+    print(rejected.note)  # for the record: NVRTC's first error line
