@@ -619,9 +619,7 @@ class NamingCompiler:
     def version(self) -> str:
         return "nvrtc 13.0 (naming)"
 
-    def compile(
-        self, source: str, name: str, target: str, kernels: Sequence[str] = ()
-    ) -> Compiled:
+    def compile(self, source: str, name: str, target: str, kernels: Sequence[str] = ()) -> Compiled:
         self.asked.append(list(kernels))
         symbols = {k: v for k, v in self.names.items() if k in kernels}
         return Compiled(payload(target), symbols, "" if symbols else "rejected (test)")

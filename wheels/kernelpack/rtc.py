@@ -77,9 +77,7 @@ class Compiled(NamedTuple):
 class SourceCompiler:
     """NVRTC or hipRTC: a module's CUDA source compiled for one GPU when no prebuilt image fits."""
 
-    def __init__(
-        self, kind: str, lib: Any = None, *, name_expressions: bool | None = None
-    ) -> None:
+    def __init__(self, kind: str, lib: Any = None, *, name_expressions: bool | None = None) -> None:
         self.kind = kind
         # whether compile() asks for the kernels' symbols by name: NVRTC's are the only way to
         # an unnamed namespace's hashed symbol; hipRTC's need HIP's spelling of the names, and
