@@ -666,6 +666,29 @@ def test_run_time_compiled_kernels_are_looked_up_by_their_compilers_names(
     assert runtimes["nvidia"].functions == [AXPY_SYMBOL]
 
 
+def test_hiprtc_is_asked_for_names_only_where_the_index_has_no_amd_symbols(
+    tmp_path: Path, cache: DiskCache
+) -> None:
+    """clang gives internal kernels the same symbols in every one-file compile, so the index's
+    code objects' symbols stand; a package built for NVIDIA only has none for AMD, and hipRTC
+    names them (docs/loader.md, "Run-time compilation")."""
+    laptop = mixed_machine()[:1]  # gfx1100
+    for amd, nvidia, asked, looked_up in [
+        (("gfx90a",), (), [], AXPY_SYMBOL),  # the index's gfx90a symbols stand
+        ((), ("sm_80",), ["axpy"], "lowered_axpy"),
+    ]:
+        root = tmp_path / "_".join(amd + nvidia)
+        index = make_package(root, amd=amd, nvidia=nvidia)
+        compiler = NamingCompiler({"axpy": "lowered_axpy"})
+        made, runtimes = make_loader(
+            index, root, laptop, DiskCache(root / "cache"), compilers=lambda v, c=compiler: c
+        )
+        with pytest.warns(KernelpackWarning, match="no prebuilt image of module demo fits gfx1100"):
+            made.load("demo").kernel("axpy")
+        assert compiler.asked == [asked]
+        assert runtimes["amd"].functions == [looked_up]
+
+
 def test_a_kernel_missing_from_a_run_time_compiled_image_says_how_it_was_looked_up(
     tmp_path: Path, cache: DiskCache
 ) -> None:

@@ -279,8 +279,8 @@ import json, sys
 from kernelpack.formats import read_code_object
 from kernelpack.rtc import SourceCompiler
 source, target, names = open(sys.argv[1]).read(), sys.argv[2], json.loads(sys.argv[3])
-plain = SourceCompiler("hiprtc").compile(source, "solo", target, names)
-asked = SourceCompiler("hiprtc", name_expressions=True).compile(source, "solo", target, names)
+plain = SourceCompiler("hiprtc").compile(source, "solo", target)
+asked = SourceCompiler("hiprtc").compile(source, "solo", target, names)
 kernels = sorted(k.name for k in read_code_object(plain.image, "hiprtc").kernels)
 print(json.dumps({"plain": plain.symbols, "kernels": kernels, "lowered": asked.symbols,
                   "note": asked.note}))
@@ -319,7 +319,7 @@ def test_amd_internal_kernels_are_in_the_index_and_global_in_the_code_object(
     ]
     done = subprocess.run(amd_toolchain.command(argv), capture_output=True, text=True, check=True)
     compiled = json.loads(done.stdout)
-    assert compiled["plain"] == {}  # not asked by default: the index's symbols stand
+    assert compiled["plain"] == {}  # given no names, it names none
     assert compiled["kernels"] == sorted(symbols.values())
     assert compiled["lowered"] == symbols and compiled["note"] == ""
 
@@ -487,16 +487,11 @@ def test_rejected_name_expressions_leave_the_index_symbols_and_say_why() -> None
     )
 
 
-def test_hiprtc_is_not_asked_for_names_unless_told() -> None:
-    """docs/loader.md, "Run-time compilation": clang's symbols in a one-file compile are the
-    index's, and hipRTC's name expressions would need HIP's spelling of the names."""
+def test_hiprtc_is_asked_the_same_way() -> None:
     fake = FakeNvrtc({"&twice": "_ZN12_GLOBAL__N_15twiceEPKfPfj"})
     compiled = SourceCompiler("hiprtc", _as_hiprtc(fake)).compile("s", "solo", "gfx942", ["twice"])
-    assert fake.added == [[]] and compiled.symbols == {}
-    asking = SourceCompiler("hiprtc", _as_hiprtc(fake), name_expressions=True)
-    assert asking.compile("s", "solo", "gfx942", ["twice"]).symbols == {
-        "twice": "_ZN12_GLOBAL__N_15twiceEPKfPfj"
-    }
+    assert fake.added == [["&twice"]]
+    assert compiled.symbols == {"twice": "_ZN12_GLOBAL__N_15twiceEPKfPfj"}
 
 
 def _as_hiprtc(fake: FakeNvrtc) -> object:

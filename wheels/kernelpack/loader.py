@@ -335,7 +335,10 @@ class Loader:
         compiled = Compiled.from_bytes(cached) if cached is not None else None
         if compiled is None:
             _debug(f"{module}: compiling its source with {version} for {target}")
-            compiled = compiler.compile(source, module, target, kernels)
+            # NVRTC's symbols for internal kernels are its own; clang's are the index's
+            # (docs/loader.md, "Run-time compilation"), so hipRTC is asked where there are none
+            ask = gpu.vendor == "nvidia" or not self._vendor_symbols(module, gpu.vendor)
+            compiled = compiler.compile(source, module, target, kernels if ask else [])
             self.cache.put(key, compiled.to_bytes())
         if compiled.note:
             _debug(f"{module}: {compiled.note}")

@@ -3,13 +3,12 @@
 The loader keeps what they make in the disk cache, keyed by the source's hash, the target and the
 compiler's version (:meth:`SourceCompiler.version`), so each GPU compiles a module once.
 
-A kernel is looked up by its symbol. NVRTC is asked for each kernel's symbol by its name
-(``nvrtcAddNameExpression`` with ``&<name>``, then ``nvrtcGetLoweredName``): the index's names are
-C++ as the CUDA source spells them (docs/loader.md, "Kernel names"), and only the compiler knows
-the symbol of a kernel in an unnamed namespace, which nvcc and NVRTC name after a hash of the
-translation unit. hipRTC is not asked (docs/loader.md, "Run-time compilation"): its lookup
-matches names as its own demangler spells them, which misses exactly the internal kernels, and
-clang gives those the same symbols in every one-file compile, so the index's are right.
+A kernel is looked up by its symbol. The compiler can be asked for the symbols of the kernels
+it is given by name (a name expression ``&<name>``, then the lowered name): the index's names are
+C++ as the CUDA source spells them (docs/loader.md, "Kernel names"). The loader asks NVRTC always
+(only it knows the symbol of a kernel in an unnamed namespace, which nvcc and NVRTC name after
+different hashes of the translation unit), hipRTC only where the index has no AMD symbols (clang's
+are the same in every one-file compile; docs/loader.md, "Run-time compilation").
 """
 
 from __future__ import annotations
@@ -77,12 +76,8 @@ class Compiled(NamedTuple):
 class SourceCompiler:
     """NVRTC or hipRTC: a module's CUDA source compiled for one GPU when no prebuilt image fits."""
 
-    def __init__(self, kind: str, lib: Any = None, *, name_expressions: bool | None = None) -> None:
+    def __init__(self, kind: str, lib: Any = None) -> None:
         self.kind = kind
-        # whether compile() asks for the kernels' symbols by name: NVRTC's are the only way to
-        # an unnamed namespace's hashed symbol; hipRTC's need HIP's spelling of the names, and
-        # clang's symbols are the index's already (module docstring)
-        self.name_expressions = kind == "nvrtc" if name_expressions is None else name_expressions
         self._prefix = kind  # "nvrtc" / "hiprtc": the two APIs differ only in their prefix
         self._lib = lib if lib is not None else open_library(kind)
         self._fn("GetErrorString").restype = ctypes.c_char_p
@@ -106,14 +101,13 @@ class SourceCompiler:
 
     def compile(self, source: str, name: str, target: str, kernels: Sequence[str] = ()) -> Compiled:
         """A cubin (NVRTC, target sm_XY) or an AMDGPU code object (hipRTC, target gfx...), with
-        NVRTC's symbol for each of ``kernels`` (the index's names) that a name expression spells.
+        the compiler's symbol for each of ``kernels`` (index names) that a name expression spells
+        (``nvrtcAddNameExpression`` / ``hiprtcAddNameExpression``, then ``...GetLoweredName``).
 
         Should NVRTC reject the name expressions (a name the rule spells that the source cannot
         resolve), the source is compiled once more without them, so a module that compiles is
         never refused for its names; ``note`` then says why the index's symbols stand in."""
-        expressions = {}
-        if self.name_expressions:
-            expressions = {k: e for k in kernels if (e := name_expression(k)) is not None}
+        expressions = {k: e for k in kernels if (e := name_expression(k)) is not None}
         try:
             return self._compile(source, name, target, expressions)
         except CompileError as error:
