@@ -104,9 +104,10 @@ class SourceCompiler:
         the compiler's symbol for each of ``kernels`` (index names) that a name expression spells
         (``nvrtcAddNameExpression`` / ``hiprtcAddNameExpression``, then ``...GetLoweredName``).
 
-        Should NVRTC reject the name expressions (a name the rule spells that the source cannot
-        resolve), the source is compiled once more without them, so a module that compiles is
-        never refused for its names; ``note`` then says why the index's symbols stand in."""
+        Should the compiler reject the name expressions (a name the rule spells that the source
+        cannot resolve), the source is compiled once more without them, so a module that
+        compiles is never refused for its names; ``note`` then says why the index's symbols
+        stand in."""
         expressions = {k: e for k in kernels if (e := name_expression(k)) is not None}
         try:
             return self._compile(source, name, target, expressions)
