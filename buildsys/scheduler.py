@@ -7,10 +7,11 @@ they read are checked by the cache from the compiler's dependency output (builds
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -101,6 +102,29 @@ def job_key(job: Job, plan: JobPlan, trees: SourceTrees) -> str:
     return key_of(fields)
 
 
+LINK_HEARTBEAT_S = 300.0  # while a link runs, a line at least this often (CI logs stay alive)
+
+
+@contextlib.contextmanager
+def still(report: Callable[[Job, str], None], job: Job, doing: str, every: float) -> Iterator[None]:
+    """While the body runs, ``report`` "still <doing> (<n> min)" every ``every`` seconds: a link of
+    tens of minutes (candle's mmq_gguf for an AMD target) is never a silent stretch of a log."""
+    done = threading.Event()
+    started = time.monotonic()
+
+    def beat() -> None:
+        while not done.wait(every):
+            report(job, f"still {doing} ({(time.monotonic() - started) / 60:.0f} min)")
+
+    thread = threading.Thread(target=beat, name=f"still {job.label}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 def _as_written(unit: str) -> str:
     """A unit as its author wrote it: the hipified copy ``dot.hip`` of an AMD job is ``dot.cu``."""
     return unit.removesuffix(".hip") + ".cu" if unit.endswith(".hip") else unit
@@ -166,7 +190,10 @@ def _compile(
                 f"linking its {len(units)} units into one image with {linker}: the step that "
                 "waits for them all, and for a large module the longest",
             )
-        if len(batch) == 1:
+        if len(batch) == 1 and units:  # the link: minutes for a large module, said as it goes
+            with still(report, job, f"linking its {len(units)} units", LINK_HEARTBEAT_S):
+                problems = [run(batch[0])]
+        elif len(batch) == 1:
             problems = [run(batch[0])]
         else:
             with ThreadPoolExecutor(max_workers=len(batch)) as unit_pool:

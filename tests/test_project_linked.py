@@ -10,6 +10,8 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -224,3 +226,28 @@ def test_a_one_file_jobs_cache_key_is_its_one_command_and_source() -> None:
             "source_sha256": f"hash of {job.source}",
         }
         assert job_key(job, plan, Trees()) == key_of(expected)  # type: ignore[arg-type]
+
+
+def test_a_long_link_is_said_to_be_running_until_it_ends() -> None:
+    """The heartbeat of a link (LINK_HEARTBEAT_S: 5 minutes in a build), here every 10 ms: lines
+    while the body runs, none once it has ended."""
+    from buildsys.jobs import Job
+    from buildsys.matrix import MatrixTarget
+    from buildsys.modules import KernelModule
+    from buildsys.scheduler import still
+
+    said: list[tuple[str, str]] = []
+    target = MatrixTarget("amd", "gfx942", "code_object", "gfx942")
+    job = Job(KernelModule("dot", "dot/dot.cu", ("dot/norm.cu",)), target)
+    beat = threading.Event()
+
+    def report(reported: Job, text: str) -> None:
+        said.append((reported.label, text))
+        beat.set()
+
+    with still(report, job, "linking its 2 units", 0.01):
+        assert beat.wait(60)  # the first line comes while the body runs
+    after = len(said)
+    time.sleep(0.05)
+    assert len(said) == after >= 1
+    assert set(said) == {("dot gfx942", "still linking its 2 units (0 min)")}
