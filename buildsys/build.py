@@ -73,7 +73,7 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
     hip_tree, hipify_diagnostics = hipify_tree(tree, modules, cache)
     for line in hipify_diagnostics:
         print(f"hipify: {line}", file=sys.stderr)
-    sources = [module_sources(tree, hip_tree, module) for module in modules]
+    sources = [module_sources(tree, hip_tree, module, settings) for module in modules]
     findings = parse_findings(hipify_diagnostics)
     if any(t.vendor == "amd" for t in targets):
         _stop_on_hipify_errors(sources, modules, findings)
@@ -122,20 +122,41 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
     return result
 
 
-def module_sources(tree: SourceTree, hip_tree: SourceTree, module: KernelModule) -> ModuleSources:
+def module_sources(
+    tree: SourceTree, hip_tree: SourceTree, module: KernelModule, settings: BuildSettings
+) -> ModuleSources:
     """A module's self-contained sources (its units with their includes pasted in), kernels to
     come. A linked module's units are not one source: no run-time compiler links them, so its
-    index names no source (ModuleSources.embedded) and its sources only count for the hash."""
+    index names no source (ModuleSources.embedded) and its sources only count for the hash.
+
+    A one-file module's source starts with the defines its compile jobs get (``-D`` from
+    ``[tool.kernelpack]``, per vendor: :func:`embedded_defines`), as ``#define`` lines: NVRTC and hipRTC compile the
+    embedded text alone, and a source that needs its project's defines (vecops' VECOPS_BLOCK)
+    would fail or mean something else without them."""
     cuda = [inline_includes(tree, unit) for unit in module.sources]
     hip = [inline_includes(hip_tree, hip_main(unit)) for unit in module.sources]
+    cuda_defines = hip_defines = ""
+    if not module.linked:
+        cuda_defines = define_lines(embedded_defines(settings, module.name, "nvidia"))
+        hip_defines = define_lines(embedded_defines(settings, module.name, "amd"))
     return ModuleSources(
         name=module.name,
         kernels={},
-        cuda="".join(cuda),
-        hip="".join(hip),
+        cuda=cuda_defines + "".join(cuda),
+        hip=hip_defines + "".join(hip),
         embedded=not module.linked,
         hip_units=tuple(hip),
     )
+
+
+def define_lines(defines: Sequence[str]) -> str:
+    """``-D`` values as the preprocessor lines they stand for: ``NAME=VALUE`` is ``#define NAME
+    VALUE``, a bare ``NAME`` is ``#define NAME 1``."""
+    lines = []
+    for define in defines:
+        name, equals, value = define.partition("=")
+        lines.append(f"#define {name} {value if equals else '1'}\n")
+    return "".join(lines)
 
 
 def _discover(
@@ -235,18 +256,36 @@ def _include_folders(settings: BuildSettings) -> list[Path]:
     return folders
 
 
+def job_defines(settings: BuildSettings, module: str, vendor: str) -> list[str]:
+    """The ``-D`` values a module's compile jobs for ``vendor`` get: the project's, AMD's own
+    (USE_ROCM) for AMD targets, then the module's."""
+    defines = [*settings.defines]
+    if vendor == "amd":
+        defines += settings.amd_defines
+    found = settings.modules.get(module)
+    return defines + list(found.defines if found is not None else ())
+
+
+def embedded_defines(settings: BuildSettings, module: str, vendor: str) -> list[str]:
+    """The defines a run-time compile of the module's embedded source needs: the jobs' defines
+    and the ``-DNAME[=VALUE]`` among the module's flags (its other flags have no run-time
+    equivalent: docs/your-kernels.md)."""
+    found = settings.modules.get(module)
+    flags = found.flags if found is not None else ()
+    return job_defines(settings, module, vendor) + [
+        flag[2:] for flag in flags if flag.startswith("-D") and len(flag) > 2
+    ]
+
+
 def compile_extras(settings: BuildSettings, include_folders: Sequence[Path], job: Job) -> list[str]:
     """A job's defines, include folders (tree paths relative to the module's folder) and its
     module's own flags, from the settings."""
     module = settings.modules.get(job.module.name)
-    defines = [*settings.defines]
-    if job.target.vendor == "amd":
-        defines += settings.amd_defines
+    defines = job_defines(settings, job.module.name, job.target.vendor)
     folders = [INCLUDE_DIR] + [
         extra_include_dir(include_folders.index(f)) for f in settings.include_dirs
     ]
     if module is not None:
-        defines += module.defines
         folders += [extra_include_dir(include_folders.index(f)) for f in module.include_dirs]
     extras = [f"-D{define}" for define in defines]
     for folder in folders:

@@ -6,6 +6,7 @@ the one error naming each failure.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +15,7 @@ from kernelpack.index import KernelResources
 
 from .discovery import absent_targets
 from .errors import BuildError
-from .jobs import BuildResult, Outcome
+from .jobs import BuildResult, Job, Outcome
 
 
 class Reporter:
@@ -26,6 +27,7 @@ class Reporter:
         self.done = 0
         self.enabled = enabled and to_compile > 0
         self._bar: Any = None
+        self._lock = threading.Lock()  # steps come from the jobs' threads
         if not self.enabled:
             return
         if use_rich():
@@ -45,6 +47,17 @@ class Reporter:
         else:
             cached = total - to_compile
             print(f"build: {total} jobs, {cached} cached, {to_compile} to compile", file=sys.stderr)
+
+    def step(self, job: Job, text: str) -> None:
+        """A step of a long job as it happens (a linked module's units and link): one line above
+        the bar on a terminal, a plain line elsewhere, so no long stretch of the build is silent."""
+        if not self.enabled:
+            return
+        with self._lock:
+            if self._bar is not None:
+                self._bar.console.print(f"[dim]{job.label}: {text}[/dim]")
+            else:
+                print(f"build: {job.label}: {text}", file=sys.stderr, flush=True)
 
     def finished(self, outcome: Outcome) -> None:
         if not self.enabled:

@@ -7,10 +7,11 @@ they read are checked by the cache from the compiler's dependency output (builds
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -62,7 +63,9 @@ def run_jobs(
             while queue or pending:
                 while queue and len(pending) < plan.jobs and not (failed and not plan.keep_going):
                     job, key = queue.pop(0)
-                    pending[pool.submit(_compile, job, key, plan, cache, trees, slots)] = job
+                    pending[
+                        pool.submit(_compile, job, key, plan, cache, trees, slots, reporter.step)
+                    ] = job
                 if not pending:
                     break
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -99,6 +102,34 @@ def job_key(job: Job, plan: JobPlan, trees: SourceTrees) -> str:
     return key_of(fields)
 
 
+LINK_HEARTBEAT_S = 300.0  # while a link runs, a line at least this often (CI logs stay alive)
+
+
+@contextlib.contextmanager
+def still(report: Callable[[Job, str], None], job: Job, doing: str, every: float) -> Iterator[None]:
+    """While the body runs, ``report`` "still <doing> (<n> min)" every ``every`` seconds: a link of
+    tens of minutes (candle's mmq_gguf for an AMD target) is never a silent stretch of a log."""
+    done = threading.Event()
+    started = time.monotonic()
+
+    def beat() -> None:
+        while not done.wait(every):
+            report(job, f"still {doing} ({(time.monotonic() - started) / 60:.0f} min)")
+
+    thread = threading.Thread(target=beat, name=f"still {job.label}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def _as_written(unit: str) -> str:
+    """A unit as its author wrote it: the hipified copy ``dot.hip`` of an AMD job is ``dot.cu``."""
+    return unit.removesuffix(".hip") + ".cu" if unit.endswith(".hip") else unit
+
+
 def _compile(
     job: Job,
     key: str,
@@ -106,13 +137,20 @@ def _compile(
     cache: BuildCache,
     trees: SourceTrees,
     slots: threading.Semaphore,
+    report: Callable[[Job, str], None],
 ) -> Outcome:
     """Run a job's commands; a linked module's units compile side by side, then link. Every
     compiler process holds one of the build's ``slots`` (``jobs`` of them), so a linked module
-    uses idle slots without the build ever running more than ``jobs`` compilers at once."""
+    uses idle slots without the build ever running more than ``jobs`` compilers at once.
+
+    A linked module's job is the build's longest (candle's mmq_gguf: 11 units, then an LTO link
+    of tens of minutes for one AMD target), so its steps are reported as they start and end
+    (``report``): the units, each unit compiled, and the link."""
     toolchain = plan.toolchains[job.kind]
     folder = trees.folder(job.tree_name) / job.module.name
     started = time.monotonic()
+    units_done: list[str] = []
+    lock = threading.Lock()
 
     def run(command: tuple[list[str], str]) -> str:
         """'' when the command succeeded, else what went wrong."""
@@ -125,6 +163,13 @@ def _compile(
             except OSError as error:
                 return f"{argv[0]}: {error.strerror}"
         if result.returncode == 0:
+            if job.module.linked and command[1]:  # a unit (a link writes no depfile)
+                with lock:
+                    units_done.append(argv[-3])
+                    count = len(units_done)
+                seconds = time.monotonic() - started
+                unit = _as_written(argv[-3])
+                report(job, f"unit {unit} compiled ({count}/{len(units)}, {seconds:.0f} s)")
             return ""
         message = (result.stderr + result.stdout).strip() or f"exit status {result.returncode}"
         if job.module.linked:
@@ -135,7 +180,20 @@ def _compile(
     *units, last = _commands(job, plan, job.output)
     dependencies: list[str] = []
     for batch in [units, [last]] if units else [[last]]:
-        if len(batch) == 1:
+        if units and batch is units:
+            names = ", ".join(_as_written(argv[-3]) for argv, _ in units)
+            report(job, f"compiling its {len(units)} units side by side ({names})")
+        elif units:
+            linker = "nvlink" if job.kind == "cubin" else "clang's LTO link (lld)"
+            report(
+                job,
+                f"linking its {len(units)} units into one image with {linker}: the step that "
+                "waits for them all, and for a large module the longest",
+            )
+        if len(batch) == 1 and units:  # the link: minutes for a large module, said as it goes
+            with still(report, job, f"linking its {len(units)} units", LINK_HEARTBEAT_S):
+                problems = [run(batch[0])]
+        elif len(batch) == 1:
             problems = [run(batch[0])]
         else:
             with ThreadPoolExecutor(max_workers=len(batch)) as unit_pool:

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -451,6 +451,20 @@ def main_wheels(args: argparse.Namespace) -> int:
         return make_wheels(meta, device_dir, settings.dist, epoch=epoch, as_json=args.json)
 
 
+def _stages(*, enabled: bool) -> Callable[[str], None]:
+    """Where ``wheels`` is, one plain line per step on stderr (none with --json): after the
+    build's own progress, packing a large module's images (a 30 MB cubin: minutes) is not silent."""
+    started = time.monotonic()
+
+    def say(text: str) -> None:
+        if enabled:
+            print(
+                f"wheels: {text} [{time.monotonic() - started:.0f} s]", file=sys.stderr, flush=True
+            )
+
+    return say
+
+
 def make_wheels(
     meta: ProjectMetadata, device_dir: Path, dist: Path, *, epoch: int, as_json: bool
 ) -> int:
@@ -460,18 +474,24 @@ def make_wheels(
     from .simple_index import write_simple_index  # both import this module
     from .variants import write_variants
 
+    say = _stages(enabled=not as_json)
     for stale in [*dist.glob("*.whl"), *dist.glob("*-variants.json")]:
         stale.unlink()
     stamp_index(device_dir, meta)
+    images = sum(p.stat().st_size for p in device_dir.rglob("*") if p.is_file())
     with tempfile.TemporaryDirectory(prefix="kernelpack-fat-") as staging:
+        say(f"the fat wheel ({images / 1e6:.1f} MB of device files; pip wheel, then auditwheel)")
         built, verdict = build_fat_wheel(meta, device_dir, Path(staging), epoch=epoch)
+        say("the host wheel and the device wheels, split from the fat wheel")
         split = split_wheels(meta, built, device_dir, dist, epoch=epoch)
+        say("the variant wheels and the variants JSON")
         variants = write_variants(meta, built, split[0], dist, epoch=epoch)
     extras = []  # the runtime ships its builder beside it (its provider: buildsys.variants)
     if meta.is_runtime:
         name, files = builder_wheel_files(meta.version)
         extras.append(write_wheel(dist / name, files, epoch=epoch))
     write_simple_index(dist, [*split, *variants, *extras])
+    say(f"done: {dist}")
     fat = variants[0]  # the null variant: the fat wheel under a name of its own
     wheels = [fat, *split, *(v for v in variants[1:] if v.suffix == ".whl"), *extras]
     kinds = ["fat", "host"] + ["device"] * (len(split) - 1)

@@ -9,11 +9,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from buildsys import REPO_ROOT
 from buildsys.index_writer import read_index
+
+if TYPE_CHECKING:
+    from buildsys.toolchain import Toolchain
 
 PYPROJECT = """\
 [project]
@@ -50,8 +54,17 @@ SOURCES = {
 }
 
 
+HIPRTC = """
+import sys
+from kernelpack.formats import read_code_object
+from kernelpack.rtc import SourceCompiler
+compiled = SourceCompiler("hiprtc").compile(open(sys.argv[1]).read(), "scale", "gfx90a")
+print(*(k.name for k in read_code_object(compiled.image, "hiprtc").kernels))
+"""
+
+
 @pytest.mark.toolchain
-def test_a_project_builds_with_its_own_config(tmp_path: Path, amd_toolchain: object) -> None:
+def test_a_project_builds_with_its_own_config(tmp_path: Path, amd_toolchain: Toolchain) -> None:
     project = tmp_path / "demo"
     (project / "pyproject.toml").parent.mkdir(parents=True)
     (project / "pyproject.toml").write_text(PYPROJECT)
@@ -75,3 +88,17 @@ def test_a_project_builds_with_its_own_config(tmp_path: Path, amd_toolchain: obj
     assert [i["target"] for i in index["modules"]["scale"]["images"]] == ["gfx90a"]
     # the self-contained source has the extra include folder's header pasted in
     assert "EXTRA_FACTOR 3.0f" in (out / "device" / "scale.cu").read_text()
+    # and starts with the defines the compiler got, so that hipRTC (below) and NVRTC compile it
+    # alone: the #error lines above check them again
+    defines = "#define FROM_PROJECT 1\n#define FROM_MODULE 1\n#define FROM_FLAGS 1\n"
+    assert (out / "device" / "scale.cu").read_text().startswith(defines + "#line 1 ")
+    hip = (out / "device" / "scale.hip").read_text()
+    assert hip.startswith("#define FROM_PROJECT 1\n#define USE_ROCM 1\n#define FROM_MODULE 1\n")
+    assert (out / "device" / "plain.cu").read_text().startswith("#define FROM_PROJECT 1\n#line ")
+    argv = [
+        *("/usr/bin/env", f"PYTHONPATH={REPO_ROOT / 'wheels'}", "python3", "-c", HIPRTC),
+        str(out / "device" / "scale.hip"),
+    ]
+    done = subprocess.run(amd_toolchain.command(argv), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["scale"]

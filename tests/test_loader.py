@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from kernelpack.index import Image, Index
 from kernelpack.libraries import open_library
 from kernelpack.loader import Loader
 from kernelpack.oncemap import OnceMap
+from kernelpack.rtc import Compiled
 from kernelpack.runtime import LoadedModule, Runtime
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
@@ -595,7 +596,8 @@ class NvccCompiler:
         done = subprocess.run([self.nvcc, "--version"], capture_output=True, text=True)
         return f"nvcc {done.stdout.splitlines()[-1]}"
 
-    def compile(self, source: str, name: str, target: str) -> bytes:
+    def compile(self, source: str, name: str, target: str, kernels: Sequence[str] = ()) -> Compiled:
+        """Names no kernel: the index's symbols stand, as where NVRTC rejects the names."""
         self.compiles += 1
         src = self.folder / f"{name}.cu"
         src.write_text(source)
@@ -603,7 +605,114 @@ class NvccCompiler:
         subprocess.run(
             [self.nvcc, "-cubin", f"-arch={target}", str(src), "-o", str(out)], check=True
         )
-        return out.read_bytes()
+        return Compiled(out.read_bytes(), {})
+
+
+class NamingCompiler:
+    """NVRTC stand-in: names the kernels it is asked for as NVRTC's lowered names would (here
+    ``lowered_<n>``, so the test can tell them from the index's symbols)."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        self.names = names
+        self.asked: list[list[str]] = []
+
+    def version(self) -> str:
+        return "nvrtc 13.0 (naming)"
+
+    def compile(self, source: str, name: str, target: str, kernels: Sequence[str] = ()) -> Compiled:
+        self.asked.append(list(kernels))
+        symbols = {k: v for k, v in self.names.items() if k in kernels}
+        return Compiled(payload(target), symbols, "" if symbols else "rejected (test)")
+
+
+class MissingRuntime(RecordingRuntime):
+    """A runtime whose images hold no kernel (cuModuleGetFunction: CUDA_ERROR_NOT_FOUND)."""
+
+    def function(self, module: LoadedModule, name: str) -> int:
+        raise RuntimeLibraryError(f"cuModuleGetFunction({name}) failed: CUDA_ERROR_NOT_FOUND")
+
+
+def test_run_time_compiled_kernels_are_looked_up_by_their_compilers_names(
+    tmp_path: Path, cache: DiskCache
+) -> None:
+    """The compiler's symbol for a name wins over the index's (an unnamed namespace's symbol
+    carries a hash of the unit that nvcc and NVRTC compute differently); the names come back
+    from the disk cache with the object; where the compiler named none, the index's stands."""
+    index = make_package(tmp_path / "pkg", nvidia=("sm_80",))  # nothing fits the H100
+    gpus = mixed_machine()[2:]
+    compiler = NamingCompiler({"axpy": "lowered_axpy"})
+    made, runtimes = make_loader(
+        index, tmp_path / "pkg", gpus, cache, compilers=lambda vendor: compiler
+    )
+    with pytest.warns(KernelpackWarning, match="compiled its source with nvrtc"):
+        made.load("demo").kernel("axpy")
+    assert compiler.asked == [["axpy"]]  # every kernel of the index, by its name
+    assert runtimes["nvidia"].functions == ["lowered_axpy"]
+
+    again, runtimes = make_loader(
+        index, tmp_path / "pkg", gpus, DiskCache(cache.folder), compilers=lambda vendor: compiler
+    )
+    with pytest.warns(KernelpackWarning):
+        again.load("demo").kernel("axpy")
+    assert len(compiler.asked) == 1  # from the cache, names included
+    assert runtimes["nvidia"].functions == ["lowered_axpy"]
+
+    silent = NamingCompiler({})
+    fresh, runtimes = make_loader(
+        index, tmp_path / "pkg", gpus, DiskCache(tmp_path / "c2"), compilers=lambda v: silent
+    )
+    with pytest.warns(KernelpackWarning):
+        fresh.load("demo").kernel("axpy")
+    assert runtimes["nvidia"].functions == [AXPY_SYMBOL]
+
+
+def test_hiprtc_is_asked_for_names_only_where_the_index_has_no_amd_symbols(
+    tmp_path: Path, cache: DiskCache
+) -> None:
+    """clang gives internal kernels the same symbols in every one-file compile, so the index's
+    code objects' symbols stand; a package built for NVIDIA only has none for AMD, and hipRTC
+    names them (docs/loader.md, "Run-time compilation")."""
+    laptop = mixed_machine()[:1]  # gfx1100
+    for amd, nvidia, asked, looked_up in [
+        (("gfx90a",), (), [], AXPY_SYMBOL),  # the index's gfx90a symbols stand
+        ((), ("sm_80",), ["axpy"], "lowered_axpy"),
+    ]:
+        root = tmp_path / "_".join(amd + nvidia)
+        index = make_package(root, amd=amd, nvidia=nvidia)
+        compiler = NamingCompiler({"axpy": "lowered_axpy"})
+        made, runtimes = make_loader(
+            index, root, laptop, DiskCache(root / "cache"), compilers=lambda v, c=compiler: c
+        )
+        with pytest.warns(KernelpackWarning, match="no prebuilt image of module demo fits gfx1100"):
+            made.load("demo").kernel("axpy")
+        assert compiler.asked == [asked]
+        assert runtimes["amd"].functions == [looked_up]
+
+
+def test_a_kernel_missing_from_a_run_time_compiled_image_says_how_it_was_looked_up(
+    tmp_path: Path, cache: DiskCache
+) -> None:
+    index = make_package(tmp_path / "pkg", nvidia=("sm_80",))
+    made = Loader(
+        index=index,
+        root=tmp_path / "pkg",
+        gpus=mixed_machine()[2:],
+        runtimes=MissingRuntime,
+        compilers=lambda vendor: NamingCompiler({}),  # type: ignore[arg-type,return-value]
+        cache=cache,
+        fragments=list,
+    )
+    with pytest.warns(KernelpackWarning):
+        module = made.load("demo")
+    with pytest.raises(RuntimeLibraryError) as raised:
+        module.kernel("axpy")
+    message = str(raised.value)
+    assert message.startswith(
+        f"kernel 'axpy' of module demo: cuModuleGetFunction({AXPY_SYMBOL}) failed: "
+        "CUDA_ERROR_NOT_FOUND: the module was compiled at run time (sm_90 compiled by nvrtc 13.0 "
+        f"(naming)) and the kernel looked up as '{AXPY_SYMBOL}', the symbol of the prebuilt images"
+    )
+    assert "rejected (test)" in message and "install the device wheel" in message
 
 
 @pytest.mark.nvcc
@@ -791,9 +900,10 @@ class RecordingCompiler:
     def version(self) -> str:
         return "hiprtc 6.4 (recording)"
 
-    def compile(self, source: str, name: str, target: str) -> bytes:
+    def compile(self, source: str, name: str, target: str, kernels: Sequence[str] = ()) -> Compiled:
         self.asked.append((source, target))
-        return (Path(__file__).parent / "fixtures" / "objects" / f"{target}.co").read_bytes()
+        data = (Path(__file__).parent / "fixtures" / "objects" / f"{target}.co").read_bytes()
+        return Compiled(data, {})
 
 
 def test_amd_compiles_the_hipified_source(tmp_path: Path, cache: DiskCache) -> None:

@@ -38,7 +38,7 @@ except RuntimeLibraryError as error:
     result["init"] = str(error)
 compiler = SourceCompiler("hiprtc")
 result["compiler"] = compiler.version()
-code = read_code_object(compiler.compile(source, "demo", target), "compiled")
+code = read_code_object(compiler.compile(source, "demo", target).image, "compiled")
 result["target"] = str(code.target)
 result["kernels"] = {k.name: k.wavefront for k in code.kernels}
 try:

@@ -10,9 +10,13 @@ readelf's symbol tables; the GPU test launches every kernel against numpy.
 
 from __future__ import annotations
 
+import ctypes
+import json
 import re
 import subprocess
+import types
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from build_project import make_project
@@ -34,6 +38,10 @@ from buildsys.modules import KernelModule
 from buildsys.report import failure_error
 from kernelpack.formats import read_bundle
 from kernelpack.index import KernelResources
+from kernelpack.rtc import Compiled, SourceCompiler, name_expression
+
+if TYPE_CHECKING:
+    from buildsys.toolchain import Toolchain
 
 _KERNEL = """\
 __global__ void {name}(const float* x, float* y, unsigned n) {{
@@ -52,11 +60,34 @@ def _kernel(linkage: str, name: str, expression: str) -> str:
     return text
 
 
+# Templates of internal linkage: instantiated with a static function's address (as candle's moe/
+# does) and with a type of an unnamed namespace.
+_TEMPLATES = """\
+static __device__ float add_one(float v) { return v + 1.0f; }
+typedef float (*unary)(float);
+template <unary F>
+__global__ void apply(const float* x, float* y, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = F(x[i]);
+}
+template __global__ void apply<&add_one>(const float*, float*, unsigned);
+namespace {
+struct Local { float offset; };
+template <typename T>
+__global__ void local_t(const float* x, float* y, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] - 3.0f;
+}
+template __global__ void local_t<Local>(const float*, float*, unsigned);
+}  // namespace
+"""
+
 # module -> unit -> (linkage, kernel, y as a function of x in C, and in numpy by the name below)
 SOURCES = {
     "solo/solo.cu": _kernel("static", "bump", "x[i] + 1.0f")
     + _kernel("anonymous", "twice", "x[i] * 2.0f")
-    + _kernel("extern", "open", "x[i] - 4.0f"),
+    + _kernel("extern", "open", "x[i] - 4.0f")
+    + _TEMPLATES,
     "pair/a.cu": _kernel("static", "bump", "x[i] + 1.0f")
     + _kernel("anonymous", "times", "x[i] * 2.0f")
     + _kernel("static", "only_a", "x[i] - 3.0f")
@@ -66,8 +97,14 @@ SOURCES = {
     + _kernel("extern", "mixed", "x[i] + 7.0f"),
 }
 # Written by hand from SOURCES: name -> y(x).
-EXPECTED = {
-    "solo": {"bump": 1.0, "twice": ("*", 2.0), "open": -4.0},
+EXPECTED: dict[str, dict[str, float | tuple[str, float]]] = {
+    "solo": {
+        "bump": 1.0,
+        "twice": ("*", 2.0),
+        "open": -4.0,
+        "apply<&add_one>": 1.0,
+        "local_t<Local>": -3.0,
+    },
     "pair": {
         "bump@a.cu": 1.0,
         "bump@b.cu": 5.0,
@@ -236,9 +273,23 @@ def _readelf_symbols(path: Path) -> dict[str, str]:
     return found
 
 
+WHEELS = Path(__file__).resolve().parent.parent / "wheels"
+HIPRTC_PROBE = """
+import json, sys
+from kernelpack.formats import read_code_object
+from kernelpack.rtc import SourceCompiler
+source, target, names = open(sys.argv[1]).read(), sys.argv[2], json.loads(sys.argv[3])
+plain = SourceCompiler("hiprtc").compile(source, "solo", target)
+asked = SourceCompiler("hiprtc").compile(source, "solo", target, names)
+kernels = sorted(k.name for k in read_code_object(plain.image, "hiprtc").kernels)
+print(json.dumps({"plain": plain.symbols, "kernels": kernels, "lowered": asked.symbols,
+                  "note": asked.note}))
+"""
+
+
 @pytest.mark.toolchain
 def test_amd_internal_kernels_are_in_the_index_and_global_in_the_code_object(
-    tmp_path: Path, amd_toolchain: object
+    tmp_path: Path, amd_toolchain: Toolchain
 ) -> None:
     """hipModuleGetFunction finds a kernel by its symbol and descriptor (``<symbol>.kd``), which
     clang makes global (a plain unit) or weak (a device link): readelf says so for each."""
@@ -257,6 +308,20 @@ def test_amd_internal_kernels_are_in_the_index_and_global_in_the_code_object(
         for symbol in image["symbols"].values():
             assert bindings.get(symbol) in ("GLOBAL", "WEAK"), (symbol, bindings.get(symbol))
             assert bindings.get(symbol + ".kd") in ("GLOBAL", "WEAK"), symbol
+
+    # hipRTC on the one-file module's hipified source: clang names every kernel as in the
+    # index (no hash of the unit), and hipRTC's own name lookup agrees
+    solo = index["modules"]["solo"]
+    symbols = solo["images"][0]["symbols"]
+    argv = [
+        *("/usr/bin/env", f"PYTHONPATH={WHEELS}", "python3", "-c", HIPRTC_PROBE),
+        *(str((out / solo["source"]).with_suffix(".hip")), "gfx942", json.dumps(sorted(symbols))),
+    ]
+    done = subprocess.run(amd_toolchain.command(argv), capture_output=True, text=True, check=True)
+    compiled = json.loads(done.stdout)
+    assert compiled["plain"] == {}  # given no names, it names none
+    assert compiled["kernels"] == sorted(symbols.values())
+    assert compiled["lowered"] == symbols and compiled["note"] == ""
 
 
 @pytest.mark.nvcc
@@ -279,14 +344,14 @@ def test_nvidia_internal_kernels_are_in_the_index_and_local_entries_of_the_cubin
 # GPU: every kernel launched through the loader, from a cubin (plain and linked) and from PTX
 
 
-def _check_every_kernel(out: Path, module_name: str, image_kind: str) -> None:
+def _check_every_kernel(out: Path, module_name: str, image_kind: str, **loader: Any) -> None:
     import numpy as np
     import torch
 
     from kernelpack.loader import Loader
 
     index = read_index((out / "_index.py").read_text())
-    module = Loader(index=index, root=out, fragments=list).load(module_name)
+    module = Loader(index=index, root=out, fragments=list, **loader).load(module_name)
     assert image_kind in module.image, module.image
     rng = np.random.default_rng()
     n = 40_009
@@ -314,3 +379,194 @@ def test_internal_kernels_launch_from_cubins_and_ptx(tmp_path: Path) -> None:
     result = project.build()
     assert not result.failed, failure_error(result)
     _check_every_kernel(project.settings.out, "solo", "compute_90 ptx")
+
+
+# ---------------------------------------------------------------------------------------------
+# Run-time compilation: NVRTC asked for each kernel's symbol by the index's name
+
+
+def test_name_expressions_spell_the_index_names() -> None:
+    for name in ("bump", "twice", "apply<&add_one>", "local_t<Local>", "ops::add<float>"):
+        assert name_expression(name) == "&" + name
+    assert name_expression("mul_mat_q<(ggml_type)2, 64, false>") == (
+        "&mul_mat_q<(ggml_type)2, 64, false>"
+    )
+    for unspellable in (
+        "k<(anonymous namespace)::{lambda(int)#1}>",
+        "k<{unnamed type#1}>",
+        "k<(float)[3fc00000]>",
+        "clear@dot.cu",
+    ):
+        assert name_expression(unspellable) is None, unspellable
+
+
+class FakeNvrtc:
+    """libnvrtc's calls that SourceCompiler makes, answered as NVRTC documents them: lowered
+    names for the name expressions added before the compile; a compile error where a rejected
+    expression was added."""
+
+    def __init__(self, lowered: dict[str, str], rejected: frozenset[str] = frozenset()) -> None:
+        self.lowered, self.rejected = lowered, rejected
+        self.added: list[list[str]] = []
+        self.log = b""
+        lib = self
+
+        def create(program: Any, source: bytes, name: bytes, *rest: object) -> int:
+            program._obj.value = 1
+            lib.added.append([])
+            return 0
+
+        def add(program: object, expression: bytes) -> int:
+            lib.added[-1].append(expression.decode())
+            return 0
+
+        def compile_program(program: object, count: int, options: object) -> int:
+            bad = [e for e in lib.added[-1] if e in lib.rejected]
+            lib.log = b"".join(
+                b'demo.cu(9): error: identifier "%s" is undefined\n' % e.encode() for e in bad
+            )
+            return 6 if bad else 0  # NVRTC_ERROR_COMPILATION
+
+        def log_size(program: object, size: Any) -> int:
+            size._obj.value = len(lib.log) + 1
+            return 0
+
+        def log(program: object, buffer: Any) -> int:
+            ctypes.memmove(buffer, lib.log + b"\0", len(lib.log) + 1)
+            return 0
+
+        def cubin_size(program: object, size: Any) -> int:
+            size._obj.value = len(CUBIN)
+            return 0
+
+        def cubin(program: object, buffer: Any) -> int:
+            ctypes.memmove(buffer, CUBIN, len(CUBIN))
+            return 0
+
+        def lowered_name(program: object, expression: bytes, out: Any) -> int:
+            out._obj.value = lib.lowered[expression.decode()].encode()
+            return 0
+
+        self.nvrtcCreateProgram = create
+        self.nvrtcAddNameExpression = add
+        self.nvrtcCompileProgram = compile_program
+        self.nvrtcGetProgramLogSize = log_size
+        self.nvrtcGetProgramLog = log
+        self.nvrtcGetCUBINSize = cubin_size
+        self.nvrtcGetCUBIN = cubin
+        self.nvrtcGetLoweredName = lowered_name
+        self.nvrtcDestroyProgram = lambda program: 0
+        self.nvrtcGetErrorString = lambda code: b"NVRTC_ERROR_COMPILATION"
+
+
+CUBIN = b"\x7fELF cubin"
+# An unnamed namespace's kernel in the form nvcc gives its symbol, the unit's hashes made up
+# here; what NVRTC names it is measured on the GPU (test below): only the compiler knows
+TWICE = "_ZN37_GLOBAL__N__1f9b2b3c_7_solo_cu_e3b0c4425twiceEPKfPfj"
+
+
+def test_nvrtc_is_asked_for_every_kernels_symbol_by_its_name() -> None:
+    fake = FakeNvrtc({"&twice": TWICE, "&bump": "_Z4bumpPKfPfj", "&open": "_Z4openPKfPfj"})
+    compiler = SourceCompiler("nvrtc", fake)
+    compiled = compiler.compile("source", "solo", "sm_90", ["bump", "twice", "open", "k@a.cu"])
+    assert fake.added == [["&bump", "&twice", "&open"]]  # k@a.cu: no expression spells it
+    assert compiled == Compiled(
+        CUBIN, {"bump": "_Z4bumpPKfPfj", "twice": TWICE, "open": "_Z4openPKfPfj"}, ""
+    )
+    assert Compiled.from_bytes(compiled.to_bytes()) == compiled
+
+
+def test_rejected_name_expressions_leave_the_index_symbols_and_say_why() -> None:
+    fake = FakeNvrtc({"&bump": "_Z4bumpPKfPfj"}, rejected=frozenset({"&twice"}))
+    compiled = SourceCompiler("nvrtc", fake).compile("source", "solo", "sm_90", ["bump", "twice"])
+    assert fake.added == [["&bump", "&twice"], []]  # compiled once more without names
+    assert compiled.image == CUBIN and compiled.symbols == {}
+    assert compiled.note == (
+        'nvrtc rejected the kernels\' name expressions (demo.cu(9): error: identifier "&twice" '
+        "is undefined), so no kernel was looked up by the symbol it gave"
+    )
+
+
+def test_hiprtc_is_asked_the_same_way() -> None:
+    fake = FakeNvrtc({"&twice": "_ZN12_GLOBAL__N_15twiceEPKfPfj"})
+    compiled = SourceCompiler("hiprtc", _as_hiprtc(fake)).compile("s", "solo", "gfx942", ["twice"])
+    assert fake.added == [["&twice"]]
+    assert compiled.symbols == {"twice": "_ZN12_GLOBAL__N_15twiceEPKfPfj"}
+
+
+def _as_hiprtc(fake: FakeNvrtc) -> object:
+    """The same calls under hipRTC's names (its code object calls are GetCode/GetCodeSize)."""
+    calls = {
+        name.replace("nvrtc", "hiprtc"): getattr(fake, name)
+        for name in vars(fake)
+        if name.startswith("nvrtc")
+    }
+    calls["hiprtcGetCodeSize"], calls["hiprtcGetCode"] = fake.nvrtcGetCUBINSize, fake.nvrtcGetCUBIN
+    return types.SimpleNamespace(**calls)
+
+
+def test_a_cache_entry_that_is_no_compiled_module_is_a_miss() -> None:
+    entry = Compiled(CUBIN, {"twice": TWICE}, "").to_bytes()
+    assert Compiled.from_bytes(CUBIN) is None  # an entry of an older kernelpack: the bare cubin
+    assert Compiled.from_bytes(entry[:9]) is None
+    damaged = entry.replace(b'"symbols"', b'"symbolz"')
+    assert Compiled.from_bytes(damaged) is None
+
+
+class Keeping:
+    """A run-time compiler that keeps what it made, for the test to read the names it gave."""
+
+    def __init__(self, inner: SourceCompiler) -> None:
+        self.inner = inner
+        self.made: list[Compiled] = []
+
+    def version(self) -> str:
+        return self.inner.version()
+
+    def compile(self, source: str, name: str, target: str, kernels: list[str]) -> Compiled:
+        self.made.append(self.inner.compile(source, name, target, kernels))
+        return self.made[-1]
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_internal_kernels_launch_when_compiled_at_run_time(tmp_path: Path) -> None:
+    """No image fits the GPU (sm_80 cubins only; an sm_90 GPU runs none): NVRTC compiles the
+    module's embedded source, names each kernel's symbol by the index's name, and every kernel
+    (static, unnamed namespace, templates of internal linkage) launches against numpy; a second
+    loader takes object and names from the disk cache."""
+    from kernelpack.cache import DiskCache
+    from kernelpack.errors import KernelpackWarning, RuntimeLibraryError
+    from kernelpack.rtc import open_compiler
+
+    try:
+        nvrtc = Keeping(open_compiler("nvidia"))
+    except RuntimeLibraryError as error:
+        pytest.skip(str(error))
+    solo_only = {k: v for k, v in SOURCES.items() if k.startswith("solo/")}
+    project = make_project(tmp_path, files=solo_only, matrix='[nvidia]\ntargets = ["sm_80"]\n')
+    result = project.build()
+    assert not result.failed, failure_error(result)
+    out = project.settings.out
+    cache = DiskCache(tmp_path / "cache")
+    with pytest.warns(KernelpackWarning, match="compiled its source with nvrtc"):
+        _check_every_kernel(
+            out, "solo", "compiled by nvrtc", compilers=lambda v: nvrtc, cache=cache
+        )
+    (made,) = nvrtc.made
+    assert sorted(made.symbols) == sorted(EXPECTED["solo"]) and made.note == ""
+    built = read_index((out / "_index.py").read_text())["modules"]["solo"]["images"][0]
+    for name, symbol in sorted(made.symbols.items()):  # for the record (-rP)
+        print(f"{name}: nvrtc {symbol}, nvcc {built['symbols'][name]}")
+    with pytest.warns(KernelpackWarning):
+        _check_every_kernel(
+            out, "solo", "compiled by nvrtc", compilers=lambda v: nvrtc, cache=cache
+        )
+    assert len(nvrtc.made) == 1
+
+    # a name the source does not resolve: NVRTC rejects it, the module compiles without names
+    source = (out / "device" / "solo.cu").read_text()
+    rejected = nvrtc.inner.compile(source, "solo", "sm_90", ["twice", "no_such_kernel"])
+    assert rejected.symbols == {} and rejected.image.startswith(b"\x7fELF")
+    assert rejected.note.startswith("nvrtc rejected the kernels' name expressions ("), rejected.note
+    print(rejected.note)  # for the record: NVRTC's first error line

@@ -6,9 +6,12 @@ before anything compiles."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -33,10 +36,13 @@ def _dot_project(tmp_path: Path) -> Path:
     return project
 
 
-def _build(project: Path, targets: str) -> subprocess.CompletedProcess[str]:
+def _build(
+    project: Path, targets: str, *, cache: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env = builder_env()
     argv = [sys.executable, "-m", "buildsys", "build", "--project", str(project)]
     argv += ["--targets", targets, "--out", str(project / "out"), "--jobs", "2"]
+    argv += ["--cache-dir", str(cache)] if cache is not None else []
     return subprocess.run(argv, cwd=project, capture_output=True, text=True, env=env)
 
 
@@ -63,7 +69,7 @@ def test_a_ptx_target_of_a_linked_module_is_refused_before_compiling(tmp_path: P
 )
 def test_a_linked_module_is_one_image_with_every_units_kernels(tmp_path: Path, target: str) -> None:
     project = _dot_project(tmp_path)
-    result = _build(project, target)
+    result = _build(project, target, cache=tmp_path / "cache")  # compiled: its steps reported
     assert result.returncode == 0, result.stderr[-3000:]
     index = read_index((project / "out" / "_index.py").read_text())
     dot = index["modules"]["dot"]
@@ -76,6 +82,18 @@ def test_a_linked_module_is_one_image_with_every_units_kernels(tmp_path: Path, t
     assert sorted(p.suffix for p in (project / "out" / "device").iterdir()) == [
         ".hsaco" if target.startswith("gfx") else ".cubin"
     ]
+    # the linked job's steps, as they happen (CI mode: plain lines on stderr, in this order)
+    label = f"build: dot {target}: "
+    steps = [line.removeprefix(label) for line in result.stderr.splitlines() if label in line]
+    assert steps[0] == "compiling its 2 units side by side (dot.cu, norm.cu)", steps
+    units = [re.fullmatch(r"unit (\S+) compiled \((\d)/2, \d+ s\)", line) for line in steps[1:3]]
+    assert [(m[1], m[2]) if m else line for m, line in zip(units, steps[1:3], strict=True)] in (
+        [("dot.cu", "1"), ("norm.cu", "2")],
+        [("norm.cu", "1"), ("dot.cu", "2")],
+    )
+    linker = "clang's LTO link (lld)" if target.startswith("gfx") else "nvlink"
+    assert steps[3].startswith(f"linking its 2 units into one image with {linker}: "), steps
+    assert len(steps) == 4, steps
 
     # without dot_term's definition the link fails, naming the step
     source = project / "kernel_sources" / "dot" / "dot.cu"
@@ -208,3 +226,28 @@ def test_a_one_file_jobs_cache_key_is_its_one_command_and_source() -> None:
             "source_sha256": f"hash of {job.source}",
         }
         assert job_key(job, plan, Trees()) == key_of(expected)  # type: ignore[arg-type]
+
+
+def test_a_long_link_is_said_to_be_running_until_it_ends() -> None:
+    """The heartbeat of a link (LINK_HEARTBEAT_S: 5 minutes in a build), here every 10 ms: lines
+    while the body runs, none once it has ended."""
+    from buildsys.jobs import Job
+    from buildsys.matrix import MatrixTarget
+    from buildsys.modules import KernelModule
+    from buildsys.scheduler import still
+
+    said: list[tuple[str, str]] = []
+    target = MatrixTarget("amd", "gfx942", "code_object", "gfx942")
+    job = Job(KernelModule("dot", "dot/dot.cu", ("dot/norm.cu",)), target)
+    beat = threading.Event()
+
+    def report(reported: Job, text: str) -> None:
+        said.append((reported.label, text))
+        beat.set()
+
+    with still(report, job, "linking its 2 units", 0.01):
+        assert beat.wait(60)  # the first line comes while the body runs
+    after = len(said)
+    time.sleep(0.05)
+    assert len(said) == after >= 1
+    assert set(said) == {("dot gfx942", "still linking its 2 units (0 min)")}

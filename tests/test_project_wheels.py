@@ -49,6 +49,7 @@ def vecops_dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             cwd=tmp_path_factory.getbasetemp(),
         )
         assert result.returncode == 0, result.stderr[-3000:]
+        (out.parent / "stderr.txt").write_text(result.stderr)  # what the user saw (CI mode)
         outs.append(out)
     return outs[0], outs[1]
 
@@ -86,6 +87,24 @@ def test_the_wheels_are_named_after_the_project_and_byte_identical(
         "vecops-kernels-device-gfx942",
         "vecops-kernels-device-gfx1100",
     }
+
+
+@pytest.mark.toolchain
+def test_each_step_of_the_packing_is_said_as_it_starts(vecops_dists: tuple[Path, Path]) -> None:
+    """After the build's progress, packing a large module's images takes minutes: one plain line
+    per step on stderr (CI mode), none of them silent."""
+    stderr = (vecops_dists[0].parent / "stderr.txt").read_text()
+    stages = [line for line in stderr.splitlines() if line.startswith("wheels: ")]
+    expected = [
+        "wheels: the fat wheel (",
+        "wheels: the host wheel and the device wheels, split from the fat wheel [",
+        "wheels: the variant wheels and the variants JSON [",
+        f"wheels: done: {vecops_dists[0]} [",
+    ]
+    assert len(stages) == len(expected), stages
+    for line, start in zip(stages, expected, strict=True):
+        assert line.startswith(start) and line.endswith(" s]"), line
+    assert " MB of device files; pip wheel, then auditwheel) [" in stages[0]
 
 
 @pytest.mark.toolchain

@@ -110,6 +110,7 @@ class Module:
         symbols: dict[str, str] | None = None,
         *,
         image_symbols: bool = False,
+        lookup: Callable[[str, str], str] | None = None,
     ) -> None:
         self.name = name
         self.gpu = gpu
@@ -121,6 +122,9 @@ class Module:
         # not here is its own symbol (C linkage)
         self._symbols = symbols or {}
         self._image_symbols = image_symbols  # whether the symbols are the loaded image's own
+        # for an image compiled at run time: (name, symbol) -> how the symbol was chosen, added
+        # to the runtime's error when it finds no such kernel
+        self._lookup = lookup
         self._read_resources = resources
         self._resources: dict[str, KernelResources] | None = None
         self._runtime = runtime
@@ -166,7 +170,16 @@ class Module:
             found = self._kernels.get(name)
             if found is None:
                 signature = kargs.Signature.from_index(name, params)
-                function = self._runtime.function(self._loaded, self._symbols.get(name, name))
+                symbol = self._symbols.get(name, name)
+                try:
+                    function = self._runtime.function(self._loaded, symbol)
+                except RuntimeLibraryError as error:
+                    if self._lookup is None:
+                        raise
+                    raise RuntimeLibraryError(
+                        f"kernel {name!r} of module {self.name}: {error}: "
+                        f"{self._lookup(name, symbol)}"
+                    ) from None
                 found = self._kernels[name] = Kernel(name, self, signature, self._runtime, function)
             return found
 

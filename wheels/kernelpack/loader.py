@@ -47,7 +47,7 @@ from .oncemap import OnceMap
 
 if TYPE_CHECKING:
     from .detect import Gpu, NvidiaDevice
-    from .rtc import SourceCompiler
+    from .rtc import Compiled, SourceCompiler
     from .runtime import Runtime
 
 
@@ -226,9 +226,12 @@ class Loader:
         ordinal = runtime.ordinal_for(gpu.location or None, gpu.index)
         if choice.located is None:
             assert compiler is not None
-            data, image, why = self._compiled(module, entry, gpu, compiler)
-            symbols = self._vendor_symbols(module, gpu.vendor)
+            compiled, image, why = self._compiled(module, entry, gpu, compiler)
+            data = compiled.image
+            index_symbols = self._vendor_symbols(module, gpu.vendor)
+            symbols = {**index_symbols, **compiled.symbols}
             resources = _resources_of(data, gpu.vendor, image, symbols)
+            lookup = _compiled_lookup(image, compiled, index_symbols)
         else:
             located = choice.located
             data = self.image_bytes(located)
@@ -237,6 +240,7 @@ class Loader:
             resources = lambda: recorded  # noqa: E731
             image = located.label
             why = next((r for r in choice.reasons if "selected" in r), "")
+            lookup = None
             if located.image["kind"] == "ptx":
                 data = self._driver_compiled(runtime, ordinal, located, gpu)
                 if not recorded and data.startswith(b"\x7fELF"):
@@ -254,6 +258,7 @@ class Loader:
             loaded,
             symbols,
             image_symbols=choice.located is not None,
+            lookup=lookup,
         )
 
     def _vendor_symbols(self, module: str, vendor: str) -> dict[str, str]:
@@ -313,16 +318,30 @@ class Loader:
 
     def _compiled(
         self, module: str, entry: ModuleEntry, gpu: Gpu, compiler: SourceCompiler
-    ) -> tuple[bytes, str, str]:
+    ) -> tuple[Compiled, str, str]:
+        """The module's source compiled for ``gpu`` (or from the disk cache: the object with the
+        symbols its compiler gave the index's kernel names), its label and why."""
+        from .rtc import Compiled
+
         target = _compile_target(gpu)
         version = compiler.version()
         source = self.source_text(module, entry, gpu.vendor)
-        key = cache_key("source", hashlib.sha256(source.encode()).hexdigest(), target, version)
-        data = self.cache.get(key)
-        if data is None:
+        kernels = sorted(entry["kernels"])
+        names = hashlib.sha256("\n".join(kernels).encode()).hexdigest()
+        key = cache_key(
+            "source", hashlib.sha256(source.encode()).hexdigest(), names, target, version
+        )
+        cached = self.cache.get(key)
+        compiled = Compiled.from_bytes(cached) if cached is not None else None
+        if compiled is None:
             _debug(f"{module}: compiling its source with {version} for {target}")
-            data = compiler.compile(source, module, target)
-            self.cache.put(key, data)
+            # NVRTC's symbols for internal kernels are its own; clang's are the index's
+            # (docs/loader.md, "Run-time compilation"), so hipRTC is asked where there are none
+            ask = gpu.vendor == "nvidia" or not self._vendor_symbols(module, gpu.vendor)
+            compiled = compiler.compile(source, module, target, kernels if ask else [])
+            self.cache.put(key, compiled.to_bytes())
+        if compiled.note:
+            _debug(f"{module}: {compiled.note}")
         if (module, target) not in self._said:
             self._said.add((module, target))
             warnings.warn(
@@ -332,7 +351,7 @@ class Loader:
                 KernelpackWarning,
                 stacklevel=4,
             )
-        return data, f"{target} compiled by {version}", "no prebuilt image fits"
+        return compiled, f"{target} compiled by {version}", "no prebuilt image fits"
 
     def source_text(self, module: str, entry: ModuleEntry, vendor: str) -> str:
         """The module's CUDA source, checked against the index; for AMD the builder's hipified
@@ -372,6 +391,33 @@ def _resources_of(
         return {names.get(symbol, symbol): figures for symbol, figures in found.items()}
 
     return read
+
+
+def _compiled_lookup(
+    label: str, compiled: Compiled, recorded: Mapping[str, str]
+) -> Callable[[str, str], str]:
+    """For a kernel of a module compiled at run time that the runtime did not find: how its
+    symbol was chosen, and what to do (docs/loader.md, "Run-time compilation")."""
+
+    def explain(name: str, symbol: str) -> str:
+        if name in compiled.symbols:
+            how = "the symbol its compiler gave its name"
+        elif name in recorded:
+            how = (
+                "the symbol of the prebuilt images in the index, which a run-time compile "
+                "reproduces except for a kernel in an unnamed namespace (named after a hash "
+                "of the translation unit)"
+            )
+        else:
+            how = "its own name (the index records no symbol for it on this vendor)"
+        note = f"; {compiled.note}" if compiled.note else ""
+        return (
+            f"the module was compiled at run time ({label}) and the kernel looked up as "
+            f"{symbol!r}, {how}{note}; install the device wheel with a prebuilt image for "
+            "this GPU (python -m kernelpack info names it)"
+        )
+
+    return explain
 
 
 def _driver_probe(environ: Mapping[str, str]) -> list[NvidiaDevice]:
