@@ -431,7 +431,9 @@ def test_fused_add_rms_norm(torch_rng: Any, dtype: str, rows: int, cols: int, la
 # (grid, threads per row, rows per block) the ops never pick for 1001 rows: grids that stride over
 # the rows, rows narrower than, as wide as and wider than a wavefront, last blocks past the end.
 # (kernel suffix, grid, threads a row, rows a block): the general kernels, then the short-row ones
-# (one row a block; 264 columns of float32 are 66 vectors, more than 64 threads: the scalar loop)
+# (one row a block, a thread one or two vectors, the scalar loop past that: 264 columns are 33
+# 16-bit vectors, 66 float32 ones; at 64 threads float32 takes two vectors a thread, at 32 threads
+# float32 and at 16 every dtype the scalar loop)
 ROW_GEOMETRIES = [
     ("", 1, 1, 64),
     ("", 3, 8, 16),
@@ -441,7 +443,9 @@ ROW_GEOMETRIES = [
     ("", 7, 2, 256),
     ("_short", 1, 64, 1),
     ("_short", 3, 128, 1),
-    ("_short", 2, 1024, 1),
+    ("_short", 2, 512, 1),
+    ("_short", 3, 32, 1),
+    ("_short", 2, 16, 1),
 ]
 
 
