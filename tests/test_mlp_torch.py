@@ -333,7 +333,8 @@ def test_rms_norm_weight_gradient_is_deterministic(
 
 
 @pytest.mark.parametrize(
-    ("grid", "block"), [(1, (32, 3)), (2, (16, 8)), (7, (32, 8)), (3, (128, 1)), (1, (64, 4))]
+    ("grid", "block"),
+    [(1, (32, 3)), (2, (16, 8)), (7, (32, 8)), (3, (128, 1)), (1, (64, 4)), (4, (16, 16))],
 )
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_weight_gradient_sum_is_right_on_any_geometry(
