@@ -21,7 +21,8 @@
 //                            block, at most kRowBlockThreads threads; grid-stride over the rows.
 //   rms_norm_short_*, add_rms_norm_short_*
 //                            one row a block at a time (grid-stride), blockDim.x threads (a power
-//                            of two, at most kShortRowThreads), blockDim.y == 1.
+//                            of two, at most kShortRowThreads), blockDim.y == 1; a thread takes
+//                            one or two vectors of a row (the scalar loop past that).
 //   rms_norm_backward_*      blockDim.x threads per row (a power of two, at least a wavefront),
 //                            one row a block at a time; the grid sets the rows of `partial`.
 //   rms_norm_backward_short_*
