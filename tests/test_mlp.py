@@ -13,8 +13,10 @@ The argument checks run on numpy arrays and need no GPU: they fail before anythi
 from __future__ import annotations
 
 import math
+import re
 import secrets
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -186,6 +188,28 @@ def test_short_rows_take_the_short_row_kernel(
     rows: int, cols: int, dtype: str, expected: tuple[str, int, tuple[int, int]]
 ) -> None:
     assert mlp_launch.norm_launch("rms_norm", rows, cols, dtype) == expected
+
+
+# mlp_launch's constants that must agree with mlp.cu's (launch bounds, vectors a thread), by name
+MIRRORED = {
+    "kVectorBytes": mlp_launch.VECTOR_BYTES,
+    "kNarrowBytes": mlp_launch.NARROW_BYTES,
+    "kElementwiseBlockThreads": mlp_launch.ELEMENTWISE_BLOCK,
+    "kRowBlockThreads": mlp_launch.ROW_BLOCK_MAX,
+    "kCachedChunks": mlp_launch.CACHED_CHUNKS,
+    "kShortRowThreads": mlp_launch.SHORT_ROW_THREADS,
+    "kBackwardCachedChunks": mlp_launch.BACKWARD_CACHED_CHUNKS,
+    "kShortBackwardThreads": mlp_launch.SHORT_BACKWARD_THREADS,
+    "kShortBackwardChunks": mlp_launch.SHORT_BACKWARD_CHUNKS,
+    "kWeightGradThreads": mlp_launch.WEIGHT_GRAD_THREADS,
+}
+
+
+def test_launch_constants_match_the_kernel_source() -> None:
+    """Each constant the host mirrors has the value mlp.cu gives it (read from the source)."""
+    source = (Path(__file__).resolve().parent.parent / "kernel_sources/mlp/mlp.cu").read_text()
+    found = dict(re.findall(r"^constexpr int (k\w+) = (\d+);", source, flags=re.MULTILINE))
+    assert {name: int(found[name]) for name in MIRRORED} == MIRRORED
 
 
 @pytest.mark.parametrize(
