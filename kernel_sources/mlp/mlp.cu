@@ -97,7 +97,8 @@ __device__ __forceinline__ bool vector_aligned(const void* pointer) {
 // float32). Chosen by the launch geometry: a grid with a thread for every 8-byte chunk asks for it
 // (kernelpack.mlp_launch gives short inputs such a grid: with one 16-byte vector a thread they
 // leave most SMs idle and each thread's chain of eight sigmoids long, the profile of the 1-row
-// rows behind torch.compile in docs/bench-mlp-notes.md; tested, not yet timed).
+// rows behind torch.compile in docs/bench-mlp-notes.md; timed on the H200: 1x11008 bfloat16
+// silu_and_mul 2.07 against 2.17 us, swiglu 2.06 against 2.01, no clear gain either way).
 constexpr int kNarrowBytes = 8;
 
 template <int kBytes>
