@@ -10,8 +10,8 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         64x4096 and SwiGLU at 1x11008, bfloat16 (rows slower than a peer), after a warm-up, inside
         the NVTX range
         "profile": run it under ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
-    python bench/profile_mlp.py kernels
-        GPU µs of each kernel of forward+backward RMSNorm and add+RMSNorm at 16384x8192 (ours,
+    python bench/profile_mlp.py kernels [--shapes 1x4096,64x4096,16384x8192]
+        GPU µs of each kernel of forward+backward RMSNorm and add+RMSNorm at each shape (ours,
         torch.compile's, Liger-Kernel's; bfloat16 and float32), backward included
         (torch.profiler, which sees autograd's thread too)
     python bench/profile_mlp.py geometry
@@ -20,6 +20,10 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
     python bench/profile_mlp.py forward-variants NAME:CUBIN ...
         rms_norm and swiglu forward of each cubin (mlp.cu built alone with a change) at several
         threads a row, GPU µs per call and the error against float64
+    python bench/profile_mlp.py short-geometry
+        the short-row forward and backward kernels at 1 and 64 rows of 4096 at other threads a
+        row than the host's, and the weight sum of 64 partial rows at other block shapes, beside
+        torch.compile's and Liger-Kernel's forward
     python bench/profile_mlp.py weight-sum
         the RMSNorm weight-gradient sum over 1 to 4 partial rows at the host's geometry against
         the 32-column, 8-slice block, GPU µs per call
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import re
 import statistics
 from collections.abc import Callable
@@ -53,6 +58,7 @@ from bench_mlp import (  # the benchmark's own measures, so the figures agree
 from kernelpack import mlp, mlp_hot, mlp_launch, torch_ops
 
 EPS = 1e-6
+DTYPE_NAMES = ("bfloat16", "float16", "float32")
 
 
 def host(calls: int) -> None:
@@ -79,14 +85,6 @@ def host(calls: int) -> None:
     device = gate.device
     shape = (1, 4096)
     empty = torch.empty
-    twin = mlp_hot.python_hot_call(  # the same hot call in Python: what the C call saves
-        mlp_hot.SPECS["swiglu"],
-        mlp_hot.TORCH_TYPES,
-        mlp_hot.PREPARED["swiglu"],
-        raw,
-        torch.empty_like,
-        torch.is_grad_enabled,
-    )
     empty_strided = torch.empty_strided
     strides = (4096, 1)
 
@@ -132,7 +130,6 @@ def host(calls: int) -> None:
         ("gate.is_cuda", lambda: gate.is_cuda),
         ("gate.data_ptr()", gate.data_ptr),
         ("gate.requires_grad", lambda: gate.requires_grad),
-        ("hot call in Python (mlp_hot.python_hot_call), out=", lambda: twin(gate, up, out)),
         ("hot call, out= (checks, stream, launch in one C call)", lambda: hot(gate, up, out)),
         ("hot call below autograd, allocating", lambda: below(gate, up, None)),
         ("kernelpack.mlp.swiglu", lambda: mlp.swiglu(gate, up)),
@@ -241,16 +238,17 @@ def workload() -> None:
     print("workload done", flush=True)
 
 
-def kernels() -> None:
-    """GPU µs of every kernel of forward+backward RMSNorm and add+RMSNorm at 16384x8192 (ours,
-    torch.compile's, Liger-Kernel's), backward included, from torch.profiler: mean of 5 calls."""
+def kernels(shapes: list[tuple[int, int]]) -> None:
+    """GPU µs of every kernel of forward+backward RMSNorm and add+RMSNorm at each of ``shapes``
+    (ours, torch.compile's, Liger-Kernel's), backward included, from torch.profiler: mean of 5
+    calls."""
     from torch.profiler import ProfilerActivity, profile
 
     rms, add = _implementations()
-    for dtype in (torch.bfloat16, torch.float32):
-        big = [torch.randn(16384, 8192, device="cuda").to(dtype).requires_grad_() for _ in "xr"]
-        weight = torch.randn(8192, device="cuda").to(dtype).requires_grad_()
-        grad = torch.randn(16384, 8192, device="cuda").to(dtype)
+    for (rows_, cols), dtype in itertools.product(shapes, (torch.bfloat16, torch.float32)):
+        big = [torch.randn(rows_, cols, device="cuda").to(dtype).requires_grad_() for _ in "xr"]
+        weight = torch.randn(cols, device="cuda").to(dtype).requires_grad_()
+        grad = torch.randn(rows_, cols, device="cuda").to(dtype)
         rows = {
             f"rms_norm {name}": _forward_backward(f, (big[0], weight), (grad,))
             for name, f in rms.items()
@@ -267,11 +265,12 @@ def kernels() -> None:
                 for _ in range(5):
                     call()
                 torch.cuda.synchronize()
-            print(f"\n{str(dtype).removeprefix('torch.')} 16384x8192 fwd+bwd {label}:", flush=True)
+            name = str(dtype).removeprefix("torch.")
+            print(f"\n{name} {rows_}x{cols} fwd+bwd {label}:", flush=True)
             total = 0.0
             for event in trace.key_averages():
                 us = event.device_time_total / 5
-                if us > 0.5:
+                if us > 0.05:
                     total += us
                     print(f"  {us:9.2f} µs  {event.key[:90]}", flush=True)
             print(f"  {total:9.2f} µs  all kernels", flush=True)
@@ -547,6 +546,68 @@ def weight_sum(batches: int) -> None:
                 )
 
 
+def short_geometry(batches: int) -> None:
+    """The short-row kernels at other geometries than the host's (any is right: a thread takes up
+    to two vectors of a row, the weight sum any block shape), beside torch.compile's and
+    Liger-Kernel's forward: GPU µs per call queued ahead of the GPU."""
+    rms, _ = _implementations()
+    print("\nshort forward (rms_norm_short): GPU µs per call at threads a row", flush=True)
+    for (rows, cols), dtype in itertools.product(((1, 4096), (64, 4096)), DTYPE_NAMES):
+        x = torch.randn(rows, cols, device="cuda").to(getattr(torch, dtype))
+        w = torch.randn(cols, device="cuda").to(x.dtype)
+        out = torch.empty_like(x)
+        for label in ("compile", "liger"):
+            us = _queued_us(functools.partial(rms[label], x, w), batches)
+            print(f"{dtype:8s} {rows:3d}x{cols} {label:10s} {us:6.2f}", flush=True)
+        kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm_short", dtype))
+        chunks = cols // (16 // x.element_size())
+        for threads in (t for t in (128, 256, 512) if chunks <= 2 * t):
+            run = functools.partial(
+                kernel.launch, rows, threads, x, w, out, rows, cols, EPS, stream=0
+            )
+            now = mlp_launch.norm_launch("rms_norm", rows, cols, dtype)
+            mark = " (now)" if now[0] == "rms_norm_short" and now[2][0] == threads else ""
+            us = _queued_us(run, batches)
+            print(f"{dtype:8s} {rows:3d}x{cols} ours {threads:3d}{mark:6s} {us:6.2f}", flush=True)
+        if now[0] != "rms_norm_short":
+            general = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm", dtype))
+            run = functools.partial(
+                general.launch, now[1], now[2], x, w, out, rows, cols, EPS, stream=0
+            )
+            print(f"{dtype:8s} {rows:3d}x{cols} ours general (now) {_queued_us(run, batches):6.2f}")
+    print("\nshort backward (kernel alone): GPU µs per call at threads a row", flush=True)
+    for (rows, cols), dtype in itertools.product(((1, 4096), (64, 4096)), DTYPE_NAMES):
+        x, dy = (torch.randn(rows, cols, device="cuda").to(getattr(torch, dtype)) for _ in "xd")
+        w = torch.randn(cols, device="cuda").to(x.dtype)
+        grad_x, grad_w = torch.empty_like(x), torch.empty_like(w)
+        partial = torch.empty(rows, cols, device="cuda")
+        name = mlp_launch.kernel_name("rms_norm_backward_short", dtype)
+        kernel = mlp_launch.load_kernel("cuda:0", name)
+        chunks = cols // (16 // x.element_size())
+        host = mlp_launch.short_backward_threads(rows, cols, dtype)
+        for threads in (t for t in (128, 256, 512) if chunks <= 2 * t):
+            scratch = 0 if rows == 1 else partial
+            launch_args = (rows, threads, x, w, dy, 0, grad_x, grad_w, scratch, rows, cols, EPS)
+            run = functools.partial(kernel.launch, *launch_args, stream=0)
+            mark = " (now)" if threads == host else ""
+            us = _queued_us(run, batches)
+            print(f"{dtype:8s} {rows:3d}x{cols} ours {threads:3d}{mark:6s} {us:6.2f}", flush=True)
+    print("\nweight sum of 64 partial rows: GPU µs per call at (columns, slices)", flush=True)
+    for cols, dtype in itertools.product((4096, 8192), ("bfloat16", "float32")):
+        partial = torch.randn(64, cols, device="cuda")
+        out = torch.empty(cols, device="cuda", dtype=getattr(torch, dtype))
+        kernel = mlp_launch.load_kernel(
+            "cuda:0", mlp_launch.kernel_name("rms_norm_weight_grad", dtype)
+        )
+        host_block = mlp_launch.weight_grad_geometry(cols, 64)[1]
+        for block in ((32, 8), (64, 4), (128, 2), (16, 16), (32, 4), (64, 2)):
+            grid = -(-cols // block[0])
+            run = functools.partial(kernel.launch, grid, block, partial, out, 64, cols, stream=0)
+            mark = " (now)" if block == host_block else ""
+            us = _queued_us(run, batches)
+            print(f"{dtype:8s} 64x{cols} {block}{mark:6s} {us:6.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -559,6 +620,7 @@ def main() -> None:
             "geometry",
             "forward-variants",
             "weight-sum",
+            "short-geometry",
         ],
     )
     parser.add_argument(
@@ -567,6 +629,9 @@ def main() -> None:
         help="variants: NAME:CUBIN:ELEMENTS:SLICES; forward-variants: NAME:CUBIN",
     )
     parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument(
+        "--shapes", default="16384x8192", help="kernels: comma-separated ROWSxCOLS, e.g. 1x4096"
+    )
     parser.add_argument("--batches", type=int, default=7)
     args = parser.parse_args()
     if args.what == "host":
@@ -574,11 +639,14 @@ def main() -> None:
     elif args.what == "workload":
         workload()
     elif args.what == "kernels":
-        kernels()
+        sizes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
+        kernels([(rows, cols) for rows, cols in sizes])
     elif args.what == "geometry":
         geometry(args.batches)
     elif args.what == "weight-sum":
         weight_sum(args.batches)
+    elif args.what == "short-geometry":
+        short_geometry(args.batches)
     elif args.what == "forward-variants":
         forward_variants(args.specs, args.batches)
     else:

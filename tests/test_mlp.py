@@ -13,8 +13,10 @@ The argument checks run on numpy arrays and need no GPU: they fail before anythi
 from __future__ import annotations
 
 import math
+import re
 import secrets
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -188,6 +190,49 @@ def test_short_rows_take_the_short_row_kernel(
     assert mlp_launch.norm_launch("rms_norm", rows, cols, dtype) == expected
 
 
+# mlp_launch's constants that must agree with mlp.cu's (launch bounds, vectors a thread), by name
+MIRRORED = {
+    "kVectorBytes": mlp_launch.VECTOR_BYTES,
+    "kNarrowBytes": mlp_launch.NARROW_BYTES,
+    "kElementwiseBlockThreads": mlp_launch.ELEMENTWISE_BLOCK,
+    "kRowBlockThreads": mlp_launch.ROW_BLOCK_MAX,
+    "kCachedChunks": mlp_launch.CACHED_CHUNKS,
+    "kShortRowThreads": mlp_launch.SHORT_ROW_THREADS,
+    "kBackwardCachedChunks": mlp_launch.BACKWARD_CACHED_CHUNKS,
+    "kShortBackwardThreads": mlp_launch.SHORT_BACKWARD_THREADS,
+    "kShortBackwardChunks": mlp_launch.SHORT_BACKWARD_CHUNKS,
+    "kWeightGradThreads": mlp_launch.WEIGHT_GRAD_THREADS,
+}
+
+
+def test_launch_constants_match_the_kernel_source() -> None:
+    """Each constant the host mirrors has the value mlp.cu gives it (read from the source)."""
+    source = (Path(__file__).resolve().parent.parent / "kernel_sources/mlp/mlp.cu").read_text()
+    found = dict(re.findall(r"^constexpr int (k\w+) = (\d+);", source, flags=re.MULTILINE))
+    assert {name: int(found[name]) for name in MIRRORED} == MIRRORED
+
+
+@pytest.mark.parametrize(
+    ("rows", "cols", "dtype", "expected"),
+    [
+        (1, 4096, "bfloat16", 512),  # 512 vectors, one a thread
+        (64, 4096, "float32", 512),  # 1024 vectors, two a thread
+        (132, 8192, "float16", 512),
+        (2, 8, "bfloat16", 64),  # at least BLOCK_MIN threads
+        (3, 136, "bfloat16", 64),  # 17 vectors
+        (1, 2048, "bfloat16", 256),
+        (133, 4096, "bfloat16", 0),  # more rows than the bound
+        (1, 8192, "float32", 0),  # 2048 vectors: too long
+        (1, 4100, "bfloat16", 0),  # not whole vectors
+        (0, 4096, "bfloat16", 0),
+    ],
+)
+def test_short_backward_takes_few_short_rows(
+    rows: int, cols: int, dtype: str, expected: int
+) -> None:
+    assert mlp_launch.short_backward_threads(rows, cols, dtype) == expected
+
+
 @pytest.mark.parametrize(
     ("cols", "partial_rows", "expected"),
     [
@@ -195,6 +240,10 @@ def test_short_rows_take_the_short_row_kernel(
         (4096, 2, (32, (128, 2))),
         (4096, 3, (64, (64, 4))),
         (4096, 264, (128, (32, 8))),
+        (4096, 64, (256, (16, 16))),  # the short backward's partial rows
+        (8192, 132, (512, (16, 16))),
+        (4096, 31, (128, (32, 8))),
+        (4096, 133, (128, (32, 8))),
         (300, 5, (10, (32, 8))),
         (64, 0, (1, (128, 1))),  # no rows: the sum writes zeros
     ],
@@ -410,7 +459,9 @@ def test_fused_add_rms_norm(torch_rng: Any, dtype: str, rows: int, cols: int, la
 # (grid, threads per row, rows per block) the ops never pick for 1001 rows: grids that stride over
 # the rows, rows narrower than, as wide as and wider than a wavefront, last blocks past the end.
 # (kernel suffix, grid, threads a row, rows a block): the general kernels, then the short-row ones
-# (one row a block; 264 columns of float32 are 66 vectors, more than 64 threads: the scalar loop)
+# (one row a block, a thread one or two vectors, the scalar loop past that: 264 columns are 33
+# 16-bit vectors, 66 float32 ones; at 64 threads float32 takes two vectors a thread, at 32 threads
+# float32 and at 16 every dtype the scalar loop)
 ROW_GEOMETRIES = [
     ("", 1, 1, 64),
     ("", 3, 8, 16),
@@ -420,7 +471,9 @@ ROW_GEOMETRIES = [
     ("", 7, 2, 256),
     ("_short", 1, 64, 1),
     ("_short", 3, 128, 1),
-    ("_short", 2, 1024, 1),
+    ("_short", 2, 512, 1),
+    ("_short", 3, 32, 1),
+    ("_short", 2, 16, 1),
 ]
 
 

@@ -1,7 +1,7 @@
 """The MLP ops' torch hot path on the CPU side: the C hot call (launcher.c's TorchHotPath, compiled
-here from source) and its pure-Python twin accept exactly the calls the full checks would, and
-hand every other call back (NotImplemented) without launching, so that kernelpack.mlp's full
-checks still raise their one clear error for each bad argument.
+here from source) accepts exactly the calls the full checks would, and hands every other call
+back (NotImplemented) without launching, so that kernelpack.mlp's full checks still raise their
+one clear error for each bad argument. Without the extension there is no hot path at all.
 
 CPU tensors stand in for GPU ones: an entry prepared for device index -1 (what get_device() gives
 on the CPU) with a launch that records its arguments. The C Launcher's own path is driven through
@@ -73,12 +73,11 @@ class Hot:
         )
 
 
-@pytest.fixture(params=["c", "python"])
-def make_hot(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    """A hot-call factory with python_hot_call's signature: the C type's or the Python one."""
-    if request.param == "python":
-        return mlp_hot.python_hot_call
-    hot_type = request.getfixturevalue("native").TorchHotPath
+@pytest.fixture
+def make_hot(native: Any) -> Callable[..., Any]:
+    """A hot-call factory: (spec, torch types, prepared, stream, empty_like, grad_enabled) -> the
+    C hot call."""
+    hot_type = native.TorchHotPath
 
     def make(spec: mlp_hot.HotSpec, *rest: Any) -> Any:
         return hot_type(spec.kind, *rest).call
@@ -139,7 +138,8 @@ def test_an_accepted_call_launches_the_entry_once(make_hot: Callable[..., Any], 
     pointers = [*inputs, *results]
     eps = [1e-6] if spec.eps else []
     assert positional[:2] == (entry[1], entry[2])
-    assert all(a is b for a, b in zip(positional[2:], pointers, strict=False))
+    # the addresses, read by the hot call (the launcher then takes plain ints)
+    assert list(positional[2 : 2 + len(pointers)]) == [t.data_ptr() for t in pointers]
     assert list(positional[2 + len(pointers) :]) == [*entry[3], *eps]
     assert keywords == {"stream": STREAM_BASE - 1}
 
@@ -151,7 +151,7 @@ def test_out_is_written_not_allocated(make_hot: Callable[..., Any], op: str) -> 
     args = [*good_args(op)[:-1], out]
     assert hot.call(*args) is out
     ((positional, _),) = hot.launch.calls
-    assert positional[2 + mlp_hot.SPECS[op].inputs] is out
+    assert positional[2 + mlp_hot.SPECS[op].inputs] == out.data_ptr()
 
 
 def transposed(tensor: Any) -> Any:
@@ -364,3 +364,21 @@ def test_the_hot_call_keeps_no_reference_it_should_not(
         if tensor is not None and all(tensor is not a for a in args):
             assert sys.getrefcount(tensor) == 3  # results, tensor, getrefcount's argument
     assert [sys.getrefcount(entry), *(sys.getrefcount(t) for t in tensors)] == counts
+
+
+def test_without_the_extension_there_is_no_hot_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the C extension was not built, torch_enable leaves every hot call off (each answers
+    NotImplemented, so kernelpack.mlp and torch.ops take the full checks)."""
+    monkeypatch.setattr(mlp_hot, "_native_types", lambda: (None, None))
+    saved = (dict(mlp_hot.HOT), dict(mlp_hot.HOT_BELOW_AUTOGRAD))
+    try:
+        for table in (mlp_hot.HOT, mlp_hot.HOT_BELOW_AUTOGRAD):
+            table.update(dict.fromkeys(mlp_hot.SPECS, mlp_hot._not_hot))
+        mlp_hot.torch_enable(torch)
+        args = good_args("swiglu")
+        for table in (mlp_hot.HOT, mlp_hot.HOT_BELOW_AUTOGRAD):
+            assert all(call is mlp_hot._not_hot for call in table.values())
+            assert table["swiglu"](*args) is NotImplemented
+    finally:
+        mlp_hot.HOT.update(saved[0])
+        mlp_hot.HOT_BELOW_AUTOGRAD.update(saved[1])

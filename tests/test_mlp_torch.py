@@ -229,11 +229,100 @@ def test_rms_norm_backward(
         assert bool(copy_buffer.isnan().all()), "grad_x_copy written though not asked for"
 
 
+# (rows, cols, grid, threads): the host's geometry (grid and threads None), and others the kernel
+# must also get right: fewer blocks than rows (a block takes several), more blocks than rows
+# (blocks without rows), rows longer than the registers' chunks, odd lengths (the scalar path).
+SHORT_CASES = [
+    (1, 8, None, None),
+    (1, 4096, None, None),
+    (2, 4096, None, None),
+    (3, 136, None, None),
+    (64, 4096, None, None),
+    (132, 8192, None, None),
+    (1, 4104, 1, 64),
+    (5, 1000, 2, 128),
+    (3, 200, 6, 64),
+    (9, 9000, 4, 512),
+    (2, 7, 2, 64),
+]
+
+
+@pytest.mark.parametrize("extra", [False, True])
+@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize(("rows", "cols", "grid", "threads"), SHORT_CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rms_norm_weight_gradient_is_deterministic(rng: Any, dtype: str) -> None:
-    x = randn(rng, (4096, 4096), dtype)
-    weight = randn(rng, (4096,), dtype)
-    grad = randn(rng, (4096, 4096), dtype)
+def test_rms_norm_backward_short(
+    rng: Any,
+    dtype: str,
+    rows: int,
+    cols: int,
+    grid: int | None,
+    threads: int | None,
+    offset: int,
+    extra: bool,
+) -> None:
+    """The short-row backward launched directly into poisoned outputs and a poisoned partial-sum
+    buffer, then (unless one row in one block wrote the weight gradient itself) the weight sum
+    over its grid's partial rows."""
+    seed = rng[1]
+    x = randn(rng, (rows, cols), dtype, offset)
+    weight = randn(rng, (cols,), dtype, offset)
+    grad = randn(rng, (rows, cols), dtype, offset)
+    grad_extra = randn(rng, (rows, cols), dtype, offset) if extra else None
+    x_buffer, grad_x = poisoned((rows, cols), x.dtype, offset)
+    weight_buffer, grad_weight = poisoned((cols,), x.dtype, offset)
+    if threads is None:
+        threads = mlp_launch.short_backward_threads(rows, cols, dtype) or 512
+    blocks = rows if grid is None else grid
+    direct = rows == 1 and blocks == 1
+    partial = torch.full((blocks, cols), math.nan, device="cuda")
+    name = mlp_launch.kernel_name("rms_norm_backward_short", dtype)
+    mlp_launch.load_kernel("cuda:0", name).launch(
+        blocks,
+        threads,
+        x.data_ptr(),
+        weight.data_ptr(),
+        grad.data_ptr(),
+        grad_extra.data_ptr() if extra else 0,
+        grad_x.data_ptr(),
+        grad_weight.data_ptr(),
+        0 if direct else partial.data_ptr(),
+        rows,
+        cols,
+        EPS,
+        stream=stream(),
+    )
+    if direct:
+        assert bool(partial.isnan().all()), "one row in one block needs no partial sums"
+    else:
+        assert bool(weight_buffer.isnan().all()), "the kernel wrote grad_weight beside partial"
+        columns, block = mlp_launch.weight_grad_geometry(cols, blocks)
+        sum_name = mlp_launch.kernel_name("rms_norm_weight_grad", dtype)
+        mlp_launch.load_kernel("cuda:0", sum_name).launch(
+            columns, block, partial, grad_weight, blocks, cols, stream=stream()
+        )
+    ref_x, terms_x, ref_weight, terms_weight = ref_rms_norm_grads(x, weight, grad, EPS)
+    if grad_extra is not None:
+        ref_x = ref_x + grad_extra.double()
+        terms_x = terms_x + grad_extra.double().abs()
+    what = f"short backward {rows}x{cols}+{offset} grid {blocks}x{threads}"
+    what += " extra" if extra else ""
+    assert_close(grad_x, ref_x, terms_x, dtype, seed, what + " d_x")
+    assert_close(grad_weight, ref_weight, terms_weight, dtype, seed, what + " d_w", 1e-5 * 40)
+    assert_guards(x_buffer, offset, rows * cols)
+    assert_guards(weight_buffer, offset, cols)
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096), (64, 4096), (1, 4096)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_weight_gradient_is_deterministic(
+    rng: Any, dtype: str, shape: tuple[int, int]
+) -> None:
+    """Bit for bit the same gradients every run, through the general backward (4096 rows) and
+    the short-row one (64 and 1 row)."""
+    x = randn(rng, shape, dtype)
+    weight = randn(rng, shape[-1:], dtype)
+    grad = randn(rng, shape, dtype)
     results = [OPS.rms_norm_backward(grad, x, weight, EPS) for _ in range(3)]
     for grad_x, grad_weight in results[1:]:
         assert torch.equal(grad_x, results[0][0])
@@ -244,7 +333,8 @@ def test_rms_norm_weight_gradient_is_deterministic(rng: Any, dtype: str) -> None
 
 
 @pytest.mark.parametrize(
-    ("grid", "block"), [(1, (32, 3)), (2, (16, 8)), (7, (32, 8)), (3, (128, 1)), (1, (64, 4))]
+    ("grid", "block"),
+    [(1, (32, 3)), (2, (16, 8)), (7, (32, 8)), (3, (128, 1)), (1, (64, 4)), (4, (16, 16))],
 )
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_weight_gradient_sum_is_right_on_any_geometry(

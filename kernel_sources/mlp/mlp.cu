@@ -21,9 +21,14 @@
 //                            block, at most kRowBlockThreads threads; grid-stride over the rows.
 //   rms_norm_short_*, add_rms_norm_short_*
 //                            one row a block at a time (grid-stride), blockDim.x threads (a power
-//                            of two, at most kShortRowThreads), blockDim.y == 1.
+//                            of two, at most kShortRowThreads), blockDim.y == 1; a thread takes
+//                            one or two vectors of a row (the scalar loop past that).
 //   rms_norm_backward_*      blockDim.x threads per row (a power of two, at least a wavefront),
 //                            one row a block at a time; the grid sets the rows of `partial`.
+//   rms_norm_backward_short_*
+//                            blockDim.x threads per row (a power of two, at least a wavefront,
+//                            at most kShortBackwardThreads), one row a block at a time; the grid
+//                            sets the rows of `partial` (none: one row in one block).
 //
 // Backward kernels: the gradients of each forward op, in float32 arithmetic; the weight gradient
 // of RMSNorm is reduced deterministically (per-block partial sums, then a fixed-order sum).
@@ -45,6 +50,10 @@ struct Elem<float> {
   static __device__ __forceinline__ Bits from_float(float value) { return __float_as_uint(value); }
 };
 
+// The 16-bit types also pack two floats into one 32-bit word (the first in the low half) with one
+// paired conversion, where one at a time takes a conversion, a shift and an or each: fewer
+// instructions in the chain of a thread, which is what short rows wait on. The rounding is the
+// same (to nearest even).
 template <>
 struct Elem<__half> {
   using Bits = unsigned short;
@@ -53,6 +62,11 @@ struct Elem<__half> {
   }
   static __device__ __forceinline__ Bits from_float(float value) {
     return __half_as_ushort(__float2half_rn(value));
+  }
+  static __device__ __forceinline__ unsigned int pack2(float low, float high) {
+    const __half2 pair = __floats2half2_rn(low, high);
+    return static_cast<unsigned int>(__half_as_ushort(__low2half(pair))) |
+           (static_cast<unsigned int>(__half_as_ushort(__high2half(pair))) << 16);
   }
 };
 
@@ -66,6 +80,11 @@ struct Elem<__nv_bfloat16> {
   static __device__ __forceinline__ Bits from_float(float value) {
     return __bfloat16_as_ushort(__float2bfloat16(value));
   }
+  static __device__ __forceinline__ unsigned int pack2(float low, float high) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+    return static_cast<unsigned int>(__bfloat16_as_ushort(__low2bfloat16(pair))) |
+           (static_cast<unsigned int>(__bfloat16_as_ushort(__high2bfloat16(pair))) << 16);
+  }
 };
 
 constexpr int kVectorBytes = 16;
@@ -78,7 +97,8 @@ __device__ __forceinline__ bool vector_aligned(const void* pointer) {
 // float32). Chosen by the launch geometry: a grid with a thread for every 8-byte chunk asks for it
 // (kernelpack.mlp_launch gives short inputs such a grid: with one 16-byte vector a thread they
 // leave most SMs idle and each thread's chain of eight sigmoids long, the profile of the 1-row
-// rows behind torch.compile in docs/bench-mlp-notes.md; tested, not yet timed).
+// rows behind torch.compile in docs/bench-mlp-notes.md; timed on the H200: 1x11008 bfloat16
+// silu_and_mul 2.07 against 2.17 us, swiglu 2.06 against 2.01, no clear gain either way).
 constexpr int kNarrowBytes = 8;
 
 template <int kBytes>
@@ -148,11 +168,10 @@ struct VectorAccess {
     constexpr int kPerWord = kWidth / kWords;
 #pragma unroll
     for (int w = 0; w < kWords; ++w) {
-      words[w] = 0;
-#pragma unroll
-      for (int k = 0; k < kPerWord; ++k) {
-        const unsigned int bits = Elem<T>::from_float(in[w * kPerWord + k]);
-        words[w] |= bits << (k * 8 * sizeof(Bits));
+      if constexpr (kPerWord == 2) {
+        words[w] = Elem<T>::pack2(in[2 * w], in[2 * w + 1]);
+      } else {
+        words[w] = Elem<T>::from_float(in[w]);
       }
     }
     return RawVector<kBytes>::from(words);
@@ -422,73 +441,128 @@ __device__ __forceinline__ void rms_norm(const T* x, const T* residual, T* resid
   }
 }
 
-// Short rows (the host's choice for few rows, up to kShortRowThreads vectors a row): one block a
-// row, one 16-byte vector a thread, held in registers from the load to the store, the weight's
-// vector loaded beside it. Why a kernel of its own (ncu on the H200 at 1 x 4096 bfloat16,
-// docs/bench-mlp-notes.md): the general kernel's warps each issued about 535 instructions for its
-// four cached vectors, one warp a scheduler, where Liger-Kernel's issued 254; here a warp issues
-// one vector's. (Tested, not yet timed beside the general kernel: the notes say so.) A misaligned
-// row (or one not a whole number of vectors) takes the scalar loop, twice over the row, which is
-// slow but right.
-constexpr int kShortRowThreads = 1024;
+// Sum over the lanes of one wavefront, every lane receiving it: the butterfly unrolled, offsets
+// from half the widest wavefront (64 lanes) down to 1, those not below warpSize skipped (on NVIDIA
+// a test ptxas decides, warpSize being 32). kp::warp_sum walks the same offsets in a loop, whose
+// bookkeeping sits in the chain of every short row.
+constexpr int kWidestWave = 64;
 
-template <bool kAddResidual, typename T>
+__device__ __forceinline__ float lanes_sum(float value) {
+#pragma unroll
+  for (int offset = kWidestWave / 2; offset > 0; offset /= 2) {
+    if (offset < warpSize) {
+      value += __shfl_xor_sync(0xffffffff, value, offset);
+    }
+  }
+  return value;
+}
+
+// kp::row_sum for the short forward kernels (blockDim.y == 1, one row a block) with the unrolled
+// lane sums; the same contract, the same order of additions.
+__device__ __forceinline__ float short_row_sum(float value, float* slots) {
+  const int width = static_cast<int>(blockDim.x);
+  if (width <= warpSize) {
+    for (int offset = width / 2; offset > 0; offset /= 2) {
+      value += __shfl_xor_sync(0xffffffff, value, offset);
+    }
+    return value;
+  }
+  const int thread = static_cast<int>(threadIdx.x);
+  const int lane = thread % warpSize;
+  const int waves = width / warpSize;
+  value = lanes_sum(value);
+  if (lane == 0) {
+    slots[thread / warpSize] = value;
+  }
+  __syncthreads();
+  value = lanes_sum(lane < waves ? slots[lane] : 0.0f);
+  __syncthreads();
+  return value;
+}
+
+// Short rows (the host's choice for few rows, up to kShortForwardChunks * kShortRowThreads vectors
+// a row): one block a row, one or two 16-byte vectors a thread, held in registers from the load to
+// the store, the weight's vectors loaded beside them. Why a kernel of its own (ncu on the H200 at
+// 1 x 4096 bfloat16, docs/bench-mlp-notes.md): the general kernel's warps each issued about 535
+// instructions for its four cached vectors, one warp a scheduler, where Liger-Kernel's issued
+// 254; here a warp issues one or two vectors'. A misaligned row (or one not a whole number of
+// vectors) takes the scalar loop, twice over the row, which is slow but right.
+constexpr int kShortRowThreads = 512;
+
+// Vectors a thread of the short forward: one, or two where the host gives a row half as many
+// threads as vectors (the geometry Liger-Kernel's 1 x 4096 kernel has: half the warps in the
+// reduction). Each count is its own instantiation, so one vector a thread pays nothing for two.
+constexpr int kShortForwardChunks = 2;
+
+template <int kChunks, bool kAddResidual, typename T>
 __device__ __forceinline__ void rms_norm_short_vector(const T* x, const T* residual,
                                                       T* residual_out, const T* weight, T* out,
-                                                      int chunks, long long cols, float eps,
+                                                      int chunks, float inverse_cols, float eps,
                                                       float* slots) {
   using Access = VectorAccess<T>;
   using Raw = typename Access::Raw;
   constexpr int kWidth = Access::kWidth;
-  const int i = static_cast<int>(threadIdx.x);
-  const bool here = i < chunks;
-  Raw value{};
-  Raw weights{};
-  Raw residuals{};
-  if (here) {
-    value = Access::load(x, i);
-    if constexpr (kAddResidual) {
-      residuals = Access::load(residual, i);
+  const int stride = static_cast<int>(blockDim.x);
+  Raw values[kChunks];
+  Raw weights[kChunks];
+  Raw residuals[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = static_cast<int>(threadIdx.x) + c * stride;
+    if (i < chunks) {
+      values[c] = Access::load(x, i);
+      if constexpr (kAddResidual) {
+        residuals[c] = Access::load(residual, i);
+      }
+      weights[c] = Access::load(weight, i);
     }
-    weights = Access::load(weight, i);
   }
-  float v[kWidth];
+  float v[kChunks][kWidth];
   float sum_squares = 0.0f;
-  if (here) {
-    Access::unpack(value, v);
-    if constexpr (kAddResidual) {
-      float r[kWidth];
-      Access::unpack(residuals, r);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = static_cast<int>(threadIdx.x) + c * stride;
+    if (i < chunks) {
+      Access::unpack(values[c], v[c]);
+      if constexpr (kAddResidual) {
+        float r[kWidth];
+        Access::unpack(residuals[c], r);
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) {
+          v[c][k] += r[k];
+        }
+        const Raw stored = Access::pack(v[c]);
+        Access::store(residual_out, i, stored);
+        Access::unpack(stored, v[c]);  // the sum as stored, rounded to T
+      }
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) {
-        v[k] += r[k];
+        sum_squares += v[c][k] * v[c][k];
       }
-      value = Access::pack(v);
-      Access::store(residual_out, i, value);
-      Access::unpack(value, v);  // the sum as stored, rounded to T
-    }
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) {
-      sum_squares += v[k] * v[k];
     }
   }
-  sum_squares = kp::row_sum(sum_squares, slots);
-  const float scale = rsqrtf(sum_squares / static_cast<float>(cols) + eps);
-  if (here) {
-    float w[kWidth];
-    Access::unpack(weights, w);
+  sum_squares = short_row_sum(sum_squares, slots);
+  const float scale = rsqrtf(sum_squares * inverse_cols + eps);
 #pragma unroll
-    for (int k = 0; k < kWidth; ++k) {
-      v[k] = v[k] * scale * w[k];
+  for (int c = 0; c < kChunks; ++c) {
+    const int i = static_cast<int>(threadIdx.x) + c * stride;
+    if (i < chunks) {
+      float w[kWidth];
+      Access::unpack(weights[c], w);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        v[c][k] = v[c][k] * scale * w[k];
+      }
+      Access::store(out, i, Access::pack(v[c]));
     }
-    Access::store(out, i, Access::pack(v));
   }
 }
 
 template <bool kAddResidual, typename T>
 __device__ __forceinline__ void rms_norm_short_scalar(const T* x, const T* residual,
                                                       T* residual_out, const T* weight, T* out,
-                                                      long long cols, float eps, float* slots) {
+                                                      long long cols, float inverse_cols,
+                                                      float eps, float* slots) {
   using Access = ScalarAccess<T>;
   const int n = static_cast<int>(cols);
   const int stride = static_cast<int>(blockDim.x);
@@ -506,8 +580,8 @@ __device__ __forceinline__ void rms_norm_short_scalar(const T* x, const T* resid
     }
     sum_squares += v[0] * v[0];
   }
-  sum_squares = kp::row_sum(sum_squares, slots);
-  const float scale = rsqrtf(sum_squares / static_cast<float>(cols) + eps);
+  sum_squares = short_row_sum(sum_squares, slots);
+  const float scale = rsqrtf(sum_squares * inverse_cols + eps);
   // The same thread reads back what it read (or wrote to residual) above: no barrier needed.
   const T* source = kAddResidual ? residual_out : x;
   for (int i = static_cast<int>(threadIdx.x); i < n; i += stride) {
@@ -530,18 +604,26 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
   const bool vectors =
       vector_aligned(x) && vector_aligned(weight) && vector_aligned(out) &&
       (!kAddResidual || (vector_aligned(residual) && vector_aligned(residual_out))) &&
-      cols % kWidth == 0 && cols / kWidth <= static_cast<long long>(blockDim.x);
+      cols % kWidth == 0 &&
+      cols / kWidth <= static_cast<long long>(kShortForwardChunks) * blockDim.x;
+  // mean(x^2) as a product: the reciprocal is taken while the loads are in flight, where a
+  // division would sit in the chain after the reduction
+  const float inverse_cols = 1.0f / static_cast<float>(cols);
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     const long long offset = row * cols;
     const T* residual_row = kAddResidual ? residual + offset : nullptr;
     T* residual_out_row = kAddResidual ? residual_out + offset : nullptr;
-    if (vectors) {
-      rms_norm_short_vector<kAddResidual>(x + offset, residual_row, residual_out_row, weight,
-                                          out + offset, static_cast<int>(cols / kWidth), cols,
-                                          eps, slots);
+    if (vectors && cols / kWidth <= static_cast<long long>(blockDim.x)) {
+      rms_norm_short_vector<1, kAddResidual>(x + offset, residual_row, residual_out_row, weight,
+                                             out + offset, static_cast<int>(cols / kWidth),
+                                             inverse_cols, eps, slots);
+    } else if (vectors) {
+      rms_norm_short_vector<kShortForwardChunks, kAddResidual>(
+          x + offset, residual_row, residual_out_row, weight, out + offset,
+          static_cast<int>(cols / kWidth), inverse_cols, eps, slots);
     } else {
       rms_norm_short_scalar<kAddResidual>(x + offset, residual_row, residual_out_row, weight,
-                                          out + offset, cols, eps, slots);
+                                          out + offset, cols, inverse_cols, eps, slots);
     }
   }
 }
@@ -672,18 +754,19 @@ __device__ __forceinline__ void row_sum_pair(float& first, float& second, float*
   const int thread = static_cast<int>(threadIdx.y) * width + static_cast<int>(threadIdx.x);
   const int lane = thread % warpSize;
   const int waves = width / warpSize;
-  first = kp::warp_sum(first);
-  second = kp::warp_sum(second);
+  first = lanes_sum(first);
+  second = lanes_sum(second);
   if (lane == 0) {
     slots[2 * (thread / warpSize)] = first;
     slots[2 * (thread / warpSize) + 1] = second;
   }
   __syncthreads();
   const int row_slots = 2 * static_cast<int>(threadIdx.y) * waves;
-  first = kp::warp_sum(lane < waves ? slots[row_slots + 2 * lane] : 0.0f);
-  second = kp::warp_sum(lane < waves ? slots[row_slots + 2 * lane + 1] : 0.0f);
+  first = lanes_sum(lane < waves ? slots[row_slots + 2 * lane] : 0.0f);
+  second = lanes_sum(lane < waves ? slots[row_slots + 2 * lane + 1] : 0.0f);
   __syncthreads();
 }
+
 
 // Pass 1 of one chunk of a row: adds its share of the row's two sums, sum(x^2) and
 // sum(dy * w * x).
@@ -863,6 +946,241 @@ __device__ __forceinline__ void rms_norm_backward(const T* x, const T* weight, c
   }
 }
 
+// ---- short-row backward ----------------------------------------------------------------------
+//
+// Few rows (the host's choice: at most SHORT_BACKWARD_ROWS_MAX, one block a row). At these sizes
+// every kernel is bound by its latency, not by bytes (H200, 1 x 4096 bfloat16: the general
+// backward and its weight sum 8.4 us, torch.compile's whole backward one kernel of 1.6 us;
+// docs/bench-mlp-notes.md), so this kernel shortens the chain of each thread: one (at most
+// kShortBackwardChunks) vector of x, dy, the weight and grad_extra a thread, all loaded at once
+// before the row's sums and held in registers to the stores. One row in one block stores the
+// weight gradient itself (its shares are the gradient), so a 1-row backward is one kernel; more
+// rows write their shares to `partial`, one float32 row a block, which rms_norm_weight_grad sums
+// in a fixed order as for the general kernel. (A grid barrier instead of the second kernel was
+// tried on the H200: at 64 x 4096 bfloat16 the kernel took 9.5 us, the barrier's fences and
+// atomics costing more than a kernel boundary.)
+constexpr int kShortBackwardThreads = 512;
+constexpr int kShortBackwardChunks = 2;
+
+// A float row's kWidth entries from `shares`: 16-byte stores where kWidth is a multiple of 4 (the
+// vector path: `slot` is then 16-byte aligned, rows being whole vectors), else one at a time.
+// With `add` the shares are added to what is there (a block's rows after its first).
+template <int kWidth>
+__device__ __forceinline__ void put_shares(float* slot, const float (&shares)[kWidth], bool add) {
+  if constexpr (kWidth % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < kWidth; k += 4) {
+      float4* at = reinterpret_cast<float4*>(slot + k);
+      float4 value = make_float4(shares[k], shares[k + 1], shares[k + 2], shares[k + 3]);
+      if (add) {
+        const float4 old = *at;
+        value.x += old.x;
+        value.y += old.y;
+        value.z += old.z;
+        value.w += old.w;
+      }
+      *at = value;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      slot[k] = add ? slot[k] + shares[k] : shares[k];
+    }
+  }
+}
+
+// One chunk's pass 2 from registers: stores its input gradient to grad_x_row (plus the chunk of
+// grad_extra with kExtra) and returns its weight-gradient shares, dy * x * scale.
+template <typename Access, bool kExtra>
+__device__ __forceinline__ void short_chunk(typename Access::Raw values,
+                                            typename Access::Raw grads,
+                                            typename Access::Raw weights,
+                                            typename Access::Raw extras, float scale,
+                                            float correction, float (&shares)[Access::kWidth],
+                                            typename Access::Raw& grad_x) {
+  constexpr int kWidth = Access::kWidth;
+  float v[kWidth];
+  float g[kWidth];
+  float w[kWidth];
+  float e[kWidth];
+  Access::unpack(values, v);
+  Access::unpack(grads, g);
+  Access::unpack(weights, w);
+  if constexpr (kExtra) {
+    Access::unpack(extras, e);
+  }
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) {
+    shares[k] = g[k] * v[k] * scale;
+    const float d = scale * w[k] * g[k] - v[k] * correction;
+    v[k] = kExtra ? d + e[k] : d;
+  }
+  grad_x = Access::pack(v);
+}
+
+// The rows of one block. With `direct` (one row, one block) the shares are the weight gradient,
+// stored to grad_weight in T; otherwise they go to this block's row of `partial`, the first row's
+// stored and the later rows' (a grid smaller than the rows) added there. (Not summed in registers
+// across rows: at the host's one row a block that would only cost registers, and gfx9-generic
+// spilled.)
+//
+// kCached vectors a thread stay in registers: with one, its weight and grad_extra vectors too,
+// loaded beside x and dy; with two (rows of more vectors than threads), only x and dy, the others
+// read in pass 2 as the general kernel does (from L1), which keeps the two-vector form under the
+// 128 registers a 512-thread block leaves a thread on gfx9.
+template <int kCached, typename Access, bool kExtra, typename T>
+__device__ __forceinline__ void short_backward_rows(const T* x, const T* weight, const T* grad,
+                                                    const T* grad_extra, T* grad_x,
+                                                    T* grad_weight, float* partial, bool direct,
+                                                    long long rows, long long cols, float eps,
+                                                    float* slots) {
+  using Raw = typename Access::Raw;
+  constexpr int kWidth = Access::kWidth;
+  constexpr bool kCacheAll = kCached == 1;
+  const int stride = static_cast<int>(blockDim.x);
+  const int chunks = static_cast<int>(cols / kWidth);
+  float* partial_row = direct ? nullptr : partial + static_cast<long long>(blockIdx.x) * cols;
+  const float inverse_cols = 1.0f / static_cast<float>(cols);
+  bool first_row = true;
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const long long offset = row * cols;
+    const T* x_row = x + offset;
+    const T* grad_row = grad + offset;
+    const T* grad_extra_row = kExtra ? grad_extra + offset : nullptr;
+    T* grad_x_row = grad_x + offset;
+    Raw values[kCached];
+    Raw grads[kCached];
+    Raw weights[kCached];
+    Raw extras[kCached];
+#pragma unroll
+    for (int c = 0; c < kCached; ++c) {
+      const int i = static_cast<int>(threadIdx.x) + c * stride;
+      if (i < chunks) {
+        values[c] = Access::load(x_row, i);
+        grads[c] = Access::load(grad_row, i);
+        if constexpr (kCacheAll) {
+          weights[c] = Access::load(weight, i);
+          if constexpr (kExtra) {
+            extras[c] = Access::load(grad_extra_row, i);
+          }
+        }
+      }
+    }
+    float sum_squares = 0.0f;
+    float sum_dot = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kCached; ++c) {
+      const int i = static_cast<int>(threadIdx.x) + c * stride;
+      if (i < chunks) {
+        float v[kWidth];
+        float g[kWidth];
+        float w[kWidth];
+        Access::unpack(values[c], v);
+        Access::unpack(grads[c], g);
+        Access::unpack(kCacheAll ? weights[c] : Access::load(weight, i), w);
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) {
+          sum_squares += v[k] * v[k];
+          sum_dot += g[k] * w[k] * v[k];
+        }
+      }
+    }
+    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
+      backward_sums<Access>(Access::load(x_row, i), Access::load(grad_row, i), weight, i,
+                            sum_squares, sum_dot);
+    }
+    row_sum_pair(sum_squares, sum_dot, slots);
+    const float scale = rsqrtf(sum_squares * inverse_cols + eps);
+    const float correction = sum_dot * scale * scale * scale * inverse_cols;
+    float shares[kWidth];
+#pragma unroll
+    for (int c = 0; c < kCached; ++c) {
+      const int i = static_cast<int>(threadIdx.x) + c * stride;
+      if (i < chunks) {
+        Raw out;
+        Raw extra{};
+        if constexpr (kExtra) {
+          extra = kCacheAll ? extras[c] : Access::load(grad_extra_row, i);
+        }
+        short_chunk<Access, kExtra>(values[c], grads[c],
+                                    kCacheAll ? weights[c] : Access::load(weight, i), extra,
+                                    scale, correction, shares, out);
+        Access::store(grad_x_row, i, out);
+        if (direct) {
+          Access::store(grad_weight, i, Access::pack(shares));
+        } else {
+          put_shares(partial_row + static_cast<long long>(i) * kWidth, shares, !first_row);
+        }
+      }
+    }
+    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
+      backward_chunk<Access, kExtra>(Access::load(x_row, i), Access::load(grad_row, i), weight,
+                                     grad_extra_row, grad_x_row, static_cast<T*>(nullptr), i,
+                                     scale, correction, shares);
+      if (direct) {
+        Access::store(grad_weight, i, Access::pack(shares));
+      } else {
+        put_shares(partial_row + static_cast<long long>(i) * kWidth, shares, !first_row);
+      }
+    }
+    first_row = false;
+  }
+  // A block without rows (more blocks than rows) writes its row of zeros: the sum reads it.
+  if (!direct && first_row) {
+    for (int i = static_cast<int>(threadIdx.x); i < chunks; i += stride) {
+      const float zeros[kWidth] = {};
+      put_shares(partial_row + static_cast<long long>(i) * kWidth, zeros, false);
+    }
+  }
+}
+
+// blockDim.x threads a row (a power of two, at least a wavefront), blockDim.y == 1; `partial`
+// float32 [gridDim.x, cols], unused (may be null) when rows == 1 and gridDim.x == 1.
+template <typename T>
+__device__ __forceinline__ void rms_norm_backward_short(const T* x, const T* weight, const T* grad,
+                                                        const T* grad_extra, T* grad_x,
+                                                        T* grad_weight, float* partial,
+                                                        long long rows, long long cols,
+                                                        float eps) {
+  __shared__ float slots[kp::kMaxBlockThreads];
+  constexpr int kWidth = VectorAccess<T>::kWidth;
+  const bool direct = rows == 1 && gridDim.x == 1;
+  const bool vectors = vector_aligned(x) && vector_aligned(weight) && vector_aligned(grad) &&
+                       vector_aligned(grad_extra) && vector_aligned(grad_x) &&
+                       vector_aligned(grad_weight) && vector_aligned(partial) &&
+                       cols % kWidth == 0;
+  constexpr int kTwo = kShortBackwardChunks;
+  if (vectors && cols / kWidth <= static_cast<long long>(blockDim.x)) {
+    if (grad_extra != nullptr) {
+      short_backward_rows<1, VectorAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
+                                                    grad_weight, partial, direct, rows, cols, eps,
+                                                    slots);
+    } else {
+      short_backward_rows<1, VectorAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
+                                                     grad_weight, partial, direct, rows, cols,
+                                                     eps, slots);
+    }
+  } else if (vectors) {
+    if (grad_extra != nullptr) {
+      short_backward_rows<kTwo, VectorAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
+                                                       grad_weight, partial, direct, rows, cols,
+                                                       eps, slots);
+    } else {
+      short_backward_rows<kTwo, VectorAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
+                                                        grad_weight, partial, direct, rows, cols,
+                                                        eps, slots);
+    }
+  } else if (grad_extra != nullptr) {
+    short_backward_rows<kTwo, ScalarAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
+                                                     grad_weight, partial, direct, rows, cols,
+                                                     eps, slots);
+  } else {
+    short_backward_rows<kTwo, ScalarAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
+                                                      grad_weight, partial, direct, rows, cols,
+                                                      eps, slots);
+  }
+}
+
 // The weight-gradient sum's block bound: blockDim.x columns by blockDim.y slices of the rows of
 // `partial`. (Measured on the H200 at 264 rows of 8192: one thread a column summing all the rows
 // in turn, 64 blocks of 128 threads, took 14 us, latency-bound; 32 columns by 8 slices take 8.6
@@ -886,6 +1204,9 @@ __device__ __forceinline__ void rms_norm_weight_grad(const float* partial, T* gr
     const long long j = first + threadIdx.x;
     float sum = 0.0f;
     if (j < cols) {
+      // Unrolled so that several rows' loads are in flight at once (each is an L2 round trip);
+      // the additions keep their order.
+#pragma unroll 8
       for (long long b = threadIdx.y; b < blocks; b += blockDim.y) {
         sum += partial[b * cols + j];
       }
@@ -979,6 +1300,18 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   ::rms_norm_backward(x, weight, grad, grad_extra, grad_x, grad_x_copy, partial, rows, cols, eps);
 }
 
+// The backward of few rows (the host's choice): grad_extra may be null; one row in one block
+// writes grad_weight, other grids their rows of partial (float32 [gridDim.x, cols]), which
+// rms_norm_weight_grad then sums, and leave grad_weight alone.
+template <typename T>
+__global__ void __launch_bounds__(kShortBackwardThreads, 1)
+    rms_norm_backward_short(const T* x, const T* weight, const T* grad, const T* grad_extra,
+                            T* grad_x, T* grad_weight, float* partial, long long rows,
+                            long long cols, float eps) {
+  ::rms_norm_backward_short(x, weight, grad, grad_extra, grad_x, grad_weight, partial, rows, cols,
+                            eps);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kWeightGradThreads)
     rms_norm_weight_grad(const float* partial, T* grad_weight, long long blocks, long long cols) {
@@ -1001,6 +1334,9 @@ __global__ void __launch_bounds__(kWeightGradThreads)
                                                     long long);                                 \
   template __global__ void rms_norm_backward<T>(const T*, const T*, const T*, const T*, T*, T*, \
                                                 float*, long long, long long, float);           \
+  template __global__ void rms_norm_backward_short<T>(const T*, const T*, const T*, const T*, \
+                                                      T*, T*, float*, long long, long long,     \
+                                                      float);                                   \
   template __global__ void rms_norm_weight_grad<T>(const float*, T*, long long, long long);
 
 MLP_KERNELS(float)

@@ -1,5 +1,6 @@
 """The MLP ops' hot path for torch tensors: a call's checks, its allocation and its launch in one C
-call (``kernelpack._launcher.TorchHotPath``), or in Python where that extension was not built.
+call (``kernelpack._launcher.TorchHotPath``). Where that extension was not built there is no hot
+path: every call goes through the full checks, which are the same checks in Python.
 
 Why: at 1 x 4096 a kernel runs for about 2 µs and cuLaunchKernel costs 3.2 µs of the host's time
 from C, so every microsecond of Python per call shows (docs/bench-mlp-notes.md has the steps).
@@ -93,23 +94,21 @@ def _default_stream(index: int) -> int:
 
 def torch_enable(torch: Any) -> None:
     """Turn the hot calls on (once torch is in use): torch's tensor types, its raw-stream
-    accessor, empty_like and grad mode, in C where the extension was built."""
+    accessor, empty_like and grad mode, handed to the C extension's hot calls. Where the
+    extension was not built they stay off."""
     if HOT["swiglu"] is not _not_hot:
         return
     TORCH_TYPES.update((torch.Tensor, torch.nn.Parameter))
     stream = getattr(torch._C, "_cuda_getCurrentRawStream", _default_stream)
     empty_like = torch.empty_like
     native, _ = _native_types()
+    if native is None:  # no extension, no hot path: every call takes the full checks
+        return
     for op, spec in SPECS.items():
         for table, grad_enabled in ((HOT, torch.is_grad_enabled), (HOT_BELOW_AUTOGRAD, _never)):
-            if native is not None:
-                table[op] = native(
-                    spec.kind, TORCH_TYPES, PREPARED[op], stream, empty_like, grad_enabled
-                ).call
-            else:
-                table[op] = python_hot_call(
-                    spec, TORCH_TYPES, PREPARED[op], stream, empty_like, grad_enabled
-                )
+            table[op] = native(
+                spec.kind, TORCH_TYPES, PREPARED[op], stream, empty_like, grad_enabled
+            ).call
 
 
 def entry_key(tensor: Any) -> Key:
@@ -197,46 +196,3 @@ def finish(
     if spec.allocates == 0:
         return None
     return results[0] if len(results) == 1 else results
-
-
-def python_hot_call(
-    spec: HotSpec,
-    torch_types: set[type],
-    prepared: dict[Key, Entry],
-    stream: Callable[[int], int],
-    empty_like: Callable[[Any], Any],
-    grad_enabled: Callable[[], bool],
-) -> Callable[..., Any]:
-    """The hot call where the C extension was not built: launcher.c's hot_call, line by line."""
-    inputs, weight = spec.inputs, spec.weight
-
-    def call(*args: Any) -> Any:
-        out = args[-1] if spec.out else None
-        eps = args[inputs] if spec.eps else None
-        tensors = args[:inputs] if out is None else (*args[:inputs], out)
-        if any(type(t) not in torch_types for t in tensors):
-            return NotImplemented
-        if eps is not None and not (type(eps) is float and 0.0 <= eps < math.inf):
-            return NotImplemented
-        first = tensors[0]
-        dtype, index, shape = first.dtype, first.get_device(), first.shape
-        entry = prepared.get((dtype, index, shape))
-        if entry is None:
-            return NotImplemented
-        result_shape = shape if entry[5] is None else entry[5]
-        for i, tensor in enumerate(tensors):
-            if i > 0:
-                expected = entry[4] if i == weight else result_shape if i >= inputs else shape
-                if (
-                    tensor.dtype is not dtype
-                    or tensor.get_device() != index
-                    or tensor.shape != expected
-                ):
-                    return NotImplemented
-            if not tensor.is_contiguous():
-                return NotImplemented
-        if grad_enabled() and any(t.requires_grad for t in tensors):
-            return NotImplemented
-        return finish(spec, entry, args, stream(index), empty_like)
-
-    return call

@@ -30,7 +30,7 @@ ROW_BLOCK_MAX = 512  # kRowBlockThreads, the row kernels' __launch_bounds__
 # The short-row forward norms (rms_norm_short, add_rms_norm_short): one 16-byte vector a thread,
 # one block a row, at most kShortRowThreads threads; the host takes them for at most
 # SHORT_ROWS_MAX rows (one block a row, all at once on an H100's or H200's 132 SMs).
-SHORT_ROW_THREADS = 1024  # kShortRowThreads
+SHORT_ROW_THREADS = 512  # kShortRowThreads (each thread takes up to two vectors)
 SHORT_ROWS_MAX = 132
 # ... and for rows of at most this many vectors: on the H200 (2026-11-23, bench-mlp-notes.md) rows
 # of 512 vectors (4096 16-bit columns) gained 0.1 µs, rows of 1024 (4096 float32 columns) lost
@@ -50,12 +50,26 @@ MAX_GRID_THREADS = 2**31
 # 374 at 132; float32 431 us at 132 blocks of 512, 450 at 264. Each block writes one row of
 # float32 partial weight gradients (deterministic: summed in a fixed order by a second kernel).
 BACKWARD_RESIDENT_THREADS = 132 * 512
+# The short-row backward (rms_norm_backward_short: one block a row, a thread a vector of x, dy, the
+# weight and grad_extra held from load to store; one row's weight gradient written by the kernel,
+# more rows' summed by rms_norm_weight_grad): at most SHORT_BACKWARD_THREADS threads a row
+# (kShortBackwardThreads), each with at most SHORT_BACKWARD_CHUNKS vectors (kShortBackwardChunks),
+# for at most SHORT_BACKWARD_ROWS_MAX rows (one block a row on an H100's or H200's 132 SMs).
+SHORT_BACKWARD_THREADS = 512
+SHORT_BACKWARD_CHUNKS = 2
+SHORT_BACKWARD_ROWS_MAX = 132
 # The weight-gradient sum's block: 32 columns by 8 slices of the partial rows (kWeightGradThreads,
 # 256, bounds their product); with fewer partial rows, fewer slices and up to 128 columns.
 WEIGHT_GRAD_COLUMNS = 32
 WEIGHT_GRAD_SLICES = 8
 WEIGHT_GRAD_THREADS = 256
 WEIGHT_GRAD_COLUMNS_MAX = 128
+# ... and for the short backward's partial rows (32 to SHORT_BACKWARD_ROWS_MAX of them), 16 columns
+# by 16 slices: on the H200 at 64 partial rows of 4096 and 8192 columns (bfloat16 and float32) the
+# sum took 2.85-3.08 µs against 3.38-3.49 at 32 by 8 (64 by 4: 4.5-4.7; 128 by 2: 7.2-7.3;
+# profile_mlp.py short-geometry, docs/bench-mlp-notes.md).
+WEIGHT_GRAD_NARROW = (16, 16)
+WEIGHT_GRAD_NARROW_ROWS = range(32, SHORT_BACKWARD_ROWS_MAX + 1)
 
 
 _MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
@@ -168,17 +182,40 @@ def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
     return min(rows, BACKWARD_RESIDENT_THREADS // threads), threads
 
 
+def short_backward_threads(rows: int, cols: int, dtype: str) -> int:
+    """Threads a row of the short-row backward for ``rows`` rows of ``cols`` (a power of two, at
+    least BLOCK_MIN: a thread a 16-byte vector up to SHORT_BACKWARD_THREADS, then up to
+    SHORT_BACKWARD_CHUNKS vectors a thread), or 0 where the shape takes the general backward:
+    more rows than SHORT_BACKWARD_ROWS_MAX, rows not a whole number of vectors, or too long for
+    the registers. Its grid is one block a row."""
+    width = _vector_width(dtype)
+    chunks = cols // width
+    if not (
+        0 < rows <= SHORT_BACKWARD_ROWS_MAX
+        and cols % width == 0
+        and 0 < chunks <= SHORT_BACKWARD_CHUNKS * SHORT_BACKWARD_THREADS
+    ):
+        return 0
+    return max(BLOCK_MIN, min(SHORT_BACKWARD_THREADS, 1 << (chunks - 1).bit_length()))
+
+
 def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, int]]:
     """(grid, block as (columns, slices)) of the weight-gradient sum over ``partial_rows`` rows
     of partial sums: WEIGHT_GRAD_SLICES slices of the rows by 32 columns (128 bytes a row of
     partial sums, read whole), one block per column group; with fewer partial rows than slices,
     a slice per row (a power of two) and the block's other threads on more columns, up to 128
     (at 1 x 4096 the 8-slice block launched 128 blocks to add one row, 0.5 µs slower than 32
-    blocks of 128 columns: docs/bench-mlp-notes.md). A function of the shape alone (the partial
+    blocks of 128 columns: docs/bench-mlp-notes.md); 32 to 132 partial rows (the short backward's)
+    16 columns by 16 slices (WEIGHT_GRAD_NARROW). A function of the shape alone (the partial
     rows are backward_row_geometry's grid), so a shape's sum, and its bits, are the same every
     run."""
-    slices = min(WEIGHT_GRAD_SLICES, 1 << max(partial_rows - 1, 0).bit_length())
-    columns = max(WEIGHT_GRAD_COLUMNS, min(WEIGHT_GRAD_COLUMNS_MAX, WEIGHT_GRAD_THREADS // slices))
+    if partial_rows in WEIGHT_GRAD_NARROW_ROWS:
+        columns, slices = WEIGHT_GRAD_NARROW
+    else:
+        slices = min(WEIGHT_GRAD_SLICES, 1 << max(partial_rows - 1, 0).bit_length())
+        columns = max(
+            WEIGHT_GRAD_COLUMNS, min(WEIGHT_GRAD_COLUMNS_MAX, WEIGHT_GRAD_THREADS // slices)
+        )
     return min(-(-cols // columns), _grid_cap(columns * slices)), (columns, slices)
 
 
@@ -322,3 +359,45 @@ def launch_rms_norm_backward(
     load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(
         columns, block, partial, grad_weight, grid, cols, stream=stream
     )
+
+
+def launch_rms_norm_backward_short(
+    device: str,
+    dtype: str,
+    x: Any,
+    weight: Any,
+    grad: Any,
+    grad_extra: Any,
+    grad_x: Any,
+    grad_weight: Any,
+    partial: Any,
+    rows: int,
+    cols: int,
+    threads: int,
+    eps: float,
+    stream: int,
+) -> None:
+    """grad_x = the input gradient of RMSNorm plus grad_extra (unless 0), and grad_weight: one
+    block a row of ``threads`` (:func:`short_backward_threads`); one row is one kernel, more rows
+    write float32 shares to ``partial`` (rows x cols; 0 for one row) and rms_norm_weight_grad
+    sums them."""
+    load_kernel(device, kernel_name("rms_norm_backward_short", dtype)).launch(
+        rows,
+        threads,
+        x,
+        weight,
+        grad,
+        grad_extra,
+        grad_x,
+        grad_weight,
+        partial,
+        rows,
+        cols,
+        eps,
+        stream=stream,
+    )
+    if rows > 1:
+        columns, block = weight_grad_geometry(cols, rows)
+        load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(
+            columns, block, partial, grad_weight, rows, cols, stream=stream
+        )

@@ -260,10 +260,32 @@ def _norm_backward(
     rows, cols = _rows(x)
     grad_x = torch.empty_like(x)
     grad_weight = torch.empty_like(weight)
-    blocks = mlp_launch.backward_row_geometry(rows, cols, dtype)[0] if rows else 0
-    partial = torch.empty((max(blocks, 1), cols), dtype=torch.float32, device=x.device)
     plan = mlp.torch_plan(x)
     device, stream = plan.device, plan.stream(plan.index)
+    threads = mlp_launch.short_backward_threads(rows, cols, dtype)
+    if threads:
+        partial: Any = 0
+        if rows > 1:
+            partial = torch.empty((rows, cols), dtype=torch.float32, device=x.device)
+        mlp_launch.launch_rms_norm_backward_short(
+            device,
+            dtype,
+            x,
+            weight,
+            grad,
+            extra,
+            grad_x,
+            grad_weight,
+            partial,
+            rows,
+            cols,
+            threads,
+            eps,
+            stream,
+        )
+        return grad_x, grad_weight
+    blocks = mlp_launch.backward_row_geometry(rows, cols, dtype)[0] if rows else 0
+    partial = torch.empty((max(blocks, 1), cols), dtype=torch.float32, device=x.device)
     mlp_launch.launch_rms_norm_backward(
         device,
         dtype,

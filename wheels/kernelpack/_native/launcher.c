@@ -437,8 +437,8 @@ static PyType_Spec launcher_spec = {
 
 /* ---- the torch hot path ----------------------------------------------------------------------
  * kernelpack.mlp's ops on torch tensors, checked, allocated and launched in one call: the same
- * checks the full path makes (kernelpack/mlp.py), read here without bytecode between them; the
- * pure-Python twin where this extension was not built is mlp_hot.python_hot_call.
+ * checks the full path makes (kernelpack/mlp.py), read here without bytecode between them.
+ * Where this extension was not built there is no hot path: every call takes the full checks.
  * Measured on the H200's host: docs/bench-mlp-notes.md. */
 
 enum hot_kind {
@@ -707,14 +707,15 @@ static PyObject *hot_call(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     PyObject *made[2] = {NULL, NULL};
+    PyObject *pointers[HOT_MAX_TENSORS + 2];
+    PyObject *addresses[HOT_MAX_TENSORS + 2] = {NULL};
+    int pointer_count = 0;
     int allocated = out == Py_None ? spec->allocates : 0;
     for (int i = 0; i < allocated; i++) {
         if ((made[i] = hot_result(self, entry, tensors[0])) == NULL) goto failed;
     }
     /* The launch's pointers: the inputs, then the results (out=, the new ones, or, in place,
      * x and residual). */
-    PyObject *pointers[HOT_MAX_TENSORS + 2];
-    int pointer_count = 0;
     for (int i = 0; i < spec->inputs; i++) pointers[pointer_count++] = args[i];
     if (self->kind == HOT_FUSED_ADD_RMS_NORM) {
         pointers[pointer_count++] = args[0];
@@ -724,11 +725,19 @@ static PyObject *hot_call(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     } else {
         for (int i = 0; i < allocated; i++) pointers[pointer_count++] = made[i];
     }
-    if (hot_launch(self, entry, pointers, pointer_count, eps, index) < 0) goto failed;
+    /* Their addresses, read once here: the launcher then takes plain ints (a tensor would cost
+     * it a type lookup and an is_cuda read each, which the checks above made needless: every
+     * tensor is on the entry's device, whose index is a GPU's). */
+    for (int i = 0; i < pointer_count; i++) {
+        if ((addresses[i] = PyObject_CallMethodObjArgs(pointers[i], s_data_ptr, NULL)) == NULL)
+            goto failed;
+    }
+    if (hot_launch(self, entry, addresses, pointer_count, eps, index) < 0) goto failed;
     if (self->kind == HOT_FUSED_ADD_RMS_NORM) result = Py_NewRef(Py_None);
     else if (self->kind == HOT_ADD_RMS_NORM) result = PyTuple_Pack(2, made[0], made[1]);
     else result = Py_NewRef(allocated ? made[0] : out);
 failed:
+    for (int i = 0; i < pointer_count; i++) Py_XDECREF(addresses[i]);
     Py_XDECREF(made[0]);
     Py_XDECREF(made[1]);
 done:
