@@ -21,9 +21,10 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         rms_norm and swiglu forward of each cubin (mlp.cu built alone with a change) at several
         threads a row, GPU µs per call and the error against float64
     python bench/profile_mlp.py short-geometry
-        the short-row forward and backward kernels at 1 and 64 rows of 4096 at other threads a
-        row than the host's, and the weight sum of 64 partial rows at other block shapes, beside
-        torch.compile's and Liger-Kernel's forward
+        the short-row forward kernel at 1 and 64 rows of 4096 and 8192 at other threads a row
+        than the host's, the general and the fixed-length kernels beside it, the short backward
+        at other threads a row, and the weight sum of 64 partial rows at other block shapes,
+        beside torch.compile's and Liger-Kernel's forward
     python bench/profile_mlp.py weight-sum
         the RMSNorm weight-gradient sum over 1 to 4 partial rows at the host's geometry against
         the 32-column, 8-slice block, GPU µs per call
@@ -548,33 +549,44 @@ def weight_sum(batches: int) -> None:
 
 def short_geometry(batches: int) -> None:
     """The short-row kernels at other geometries than the host's (any is right: a thread takes up
-    to two vectors of a row, the weight sum any block shape), beside torch.compile's and
-    Liger-Kernel's forward: GPU µs per call queued ahead of the GPU."""
+    to two vectors of a row, the weight sum any block shape), the general and the fixed-length
+    forward beside them, and torch.compile's and Liger-Kernel's forward: GPU µs per call queued
+    ahead of the GPU."""
     rms, _ = _implementations()
-    print("\nshort forward (rms_norm_short): GPU µs per call at threads a row", flush=True)
-    for (rows, cols), dtype in itertools.product(((1, 4096), (64, 4096)), DTYPE_NAMES):
+    print("\nforward (rms_norm_short at threads a row, general, fixed): GPU µs a call", flush=True)
+    shapes = ((1, 4096), (64, 4096), (1, 8192), (64, 8192))
+    for (rows, cols), dtype in itertools.product(shapes, DTYPE_NAMES):
         x = torch.randn(rows, cols, device="cuda").to(getattr(torch, dtype))
         w = torch.randn(cols, device="cuda").to(x.dtype)
         out = torch.empty_like(x)
         for label in ("compile", "liger"):
             us = _queued_us(functools.partial(rms[label], x, w), batches)
             print(f"{dtype:8s} {rows:3d}x{cols} {label:10s} {us:6.2f}", flush=True)
-        kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm_short", dtype))
+        now = mlp_launch.norm_launch("rms_norm", rows, cols, dtype)
+        short = mlp_launch.kernel_name("rms_norm_short", dtype)
+        kernel = mlp_launch.load_kernel("cuda:0", short)
         chunks = cols // (16 // x.element_size())
         for threads in (t for t in (128, 256, 512) if chunks <= 2 * t):
             run = functools.partial(
                 kernel.launch, rows, threads, x, w, out, rows, cols, EPS, stream=0
             )
-            now = mlp_launch.norm_launch("rms_norm", rows, cols, dtype)
-            mark = " (now)" if now[0] == "rms_norm_short" and now[2][0] == threads else ""
+            mark = " (now)" if now[0] == short and now[2][0] == threads else ""
             us = _queued_us(run, batches)
             print(f"{dtype:8s} {rows:3d}x{cols} ours {threads:3d}{mark:6s} {us:6.2f}", flush=True)
-        if now[0] != "rms_norm_short":
-            general = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm", dtype))
+        general = mlp_launch.kernel_name("rms_norm", dtype)
+        grid, block = mlp_launch.row_geometry(rows, cols, dtype)
+        others = [("general", general, grid, block)]
+        if cols in mlp_launch.FIXED_COLUMNS:
+            fixed = mlp_launch.kernel_name("rms_norm_fixed", dtype, cols)
+            others.append(("fixed", fixed, rows, (mlp_launch.fixed_threads(cols, dtype), 1)))
+        for label, name, grid, block in others:
+            kernel = mlp_launch.load_kernel("cuda:0", name)
             run = functools.partial(
-                general.launch, now[1], now[2], x, w, out, rows, cols, EPS, stream=0
+                kernel.launch, grid, block, x, w, out, rows, cols, EPS, stream=0
             )
-            print(f"{dtype:8s} {rows:3d}x{cols} ours general (now) {_queued_us(run, batches):6.2f}")
+            mark = " (now)" if now[0] == name else ""
+            us = _queued_us(run, batches)
+            print(f"{dtype:8s} {rows:3d}x{cols} ours {label}{mark:6s} {us:6.2f}", flush=True)
     print("\nshort backward (kernel alone): GPU µs per call at threads a row", flush=True)
     for (rows, cols), dtype in itertools.product(((1, 4096), (64, 4096)), DTYPE_NAMES):
         x, dy = (torch.randn(rows, cols, device="cuda").to(getattr(torch, dtype)) for _ in "xd")

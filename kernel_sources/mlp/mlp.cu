@@ -628,6 +628,130 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
   }
 }
 
+// Rows of one fixed length (LLaMA's hidden sizes, kernelpack.mlp_launch's FIXED_COLUMNS; the
+// host's choice for few rows of such a length): rms_norm_short with the row length a constant.
+// Why (ncu on the H200 at 1 x 4096 bfloat16, docs/bench-mlp-notes.md): the short kernel's warps
+// issued 244 instructions, Triton's (compiled for the one shape) 136, and at one block a row they
+// all sit in the chain the kernel waits on. Here the length, the threads, the vectors a thread
+// and 1 / cols are constants: no bound checks, no length arithmetic, a block sum of a known
+// number of wavefronts. Any row length or misaligned pointer still gives the right answer (the
+// scalar loop, tested), so the host's memo of a launch per shape needs no alignment in its key.
+// Vectors a thread: kFixedChunks for each kFixedRowVectors (begun) of a row, so two up to 1024
+// vectors a row (512 threads), four up to 2048.
+constexpr int kFixedChunks = 2;
+constexpr int kFixedRowVectors = 1024;
+
+template <typename T, int kCols>
+struct FixedRow {
+  static constexpr int kWidth = VectorAccess<T>::kWidth;
+  static constexpr int kVectors = kCols / kWidth;
+  static constexpr int kChunks =
+      (kVectors + kFixedRowVectors - 1) / kFixedRowVectors * kFixedChunks;
+  static constexpr int kThreads = kVectors / kChunks;
+  static_assert(kCols % kWidth == 0 && kVectors % kChunks == 0, "whole vectors a thread");
+  static_assert(kThreads % kWidestWave == 0 && kThreads <= kShortRowThreads,
+                "whole wavefronts, at most kShortRowThreads");
+};
+
+// kp::row_sum over exactly kThreads threads (whole wavefronts), the same order of additions.
+template <int kThreads>
+__device__ __forceinline__ float fixed_row_sum(float value, float* slots) {
+  const int thread = static_cast<int>(threadIdx.x);
+  const int lane = thread % warpSize;
+  value = lanes_sum(value);
+  if (lane == 0) {
+    slots[thread / warpSize] = value;
+  }
+  __syncthreads();
+  value = lanes_sum(lane < kThreads / warpSize ? slots[lane] : 0.0f);
+  __syncthreads();
+  return value;
+}
+
+template <int kCols, bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm_fixed_vector(const T* x, const T* residual,
+                                                      T* residual_out, const T* weight, T* out,
+                                                      float eps, float* slots) {
+  using Access = VectorAccess<T>;
+  using Raw = typename Access::Raw;
+  using Row = FixedRow<T, kCols>;
+  constexpr int kWidth = Row::kWidth;
+  constexpr int kChunks = Row::kChunks;
+  constexpr int kThreads = Row::kThreads;
+  const int thread = static_cast<int>(threadIdx.x);
+  Raw values[kChunks];
+  Raw weights[kChunks];
+  Raw residuals[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    values[c] = Access::load(x, thread + c * kThreads);
+    if constexpr (kAddResidual) {
+      residuals[c] = Access::load(residual, thread + c * kThreads);
+    }
+    weights[c] = Access::load(weight, thread + c * kThreads);
+  }
+  float v[kChunks][kWidth];
+  float sum_squares = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    Access::unpack(values[c], v[c]);
+    if constexpr (kAddResidual) {
+      float r[kWidth];
+      Access::unpack(residuals[c], r);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        v[c][k] += r[k];
+      }
+      const Raw stored = Access::pack(v[c]);
+      Access::store(residual_out, thread + c * kThreads, stored);
+      Access::unpack(stored, v[c]);  // the sum as stored, rounded to T
+    }
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      sum_squares += v[c][k] * v[c][k];
+    }
+  }
+  sum_squares = fixed_row_sum<kThreads>(sum_squares, slots);
+  constexpr float kInverseCols = 1.0f / static_cast<float>(kCols);
+  const float scale = rsqrtf(sum_squares * kInverseCols + eps);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    float w[kWidth];
+    Access::unpack(weights[c], w);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      v[c][k] = v[c][k] * scale * w[k];
+    }
+    Access::store(out, thread + c * kThreads, Access::pack(v[c]));
+  }
+}
+
+// blockDim.x == FixedRow<T, kCols>::kThreads, blockDim.y == 1; the blocks stride over the rows.
+// Rows of another length than kCols, or misaligned pointers, take rms_norm_short's scalar loop.
+template <int kCols, bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T* residual_out,
+                                               const T* weight, T* out, long long rows,
+                                               long long cols, float eps) {
+  __shared__ float slots[kp::kMaxBlockThreads];
+  const bool vectors =
+      cols == kCols && vector_aligned(x) && vector_aligned(weight) && vector_aligned(out) &&
+      (!kAddResidual || (vector_aligned(residual) && vector_aligned(residual_out)));
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    if (vectors) {
+      const long long offset = row * kCols;
+      rms_norm_fixed_vector<kCols, kAddResidual>(
+          x + offset, kAddResidual ? residual + offset : nullptr,
+          kAddResidual ? residual_out + offset : nullptr, weight, out + offset, eps, slots);
+    } else {
+      const long long offset = row * cols;
+      rms_norm_short_scalar<kAddResidual>(x + offset, kAddResidual ? residual + offset : nullptr,
+                                          kAddResidual ? residual_out + offset : nullptr, weight,
+                                          out + offset, cols, 1.0f / static_cast<float>(cols),
+                                          eps, slots);
+    }
+  }
+}
+
 // ---- backward ---------------------------------------------------------------------------------
 
 // d/dg and d/du of silu(g) * u, times the incoming gradient dy: with s = sigmoid(g),
@@ -1279,6 +1403,25 @@ __global__ void __launch_bounds__(kShortRowThreads, 1)
   ::rms_norm_short<true>(x, residual, residual_out, weight, out, rows, cols, eps);
 }
 
+// The same two ops for few rows of kCols (LLaMA's hidden sizes): blockDim.x ==
+// FixedRow<T, kCols>::kThreads. Right for any row length (the scalar loop), fast for kCols. (The
+// bound in parentheses: HIP's __launch_bounds__ is a macro, and the template's comma would split
+// its arguments.)
+template <typename T, int kCols>
+__global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
+    rms_norm_fixed(const T* x, const T* weight, T* out, long long rows, long long cols,
+                   float eps) {
+  ::rms_norm_fixed<kCols, false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr),
+                                 weight, out, rows, cols, eps);
+}
+
+template <typename T, int kCols>
+__global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
+    add_rms_norm_fixed(const T* x, const T* residual, const T* weight, T* out, T* residual_out,
+                       long long rows, long long cols, float eps) {
+  ::rms_norm_fixed<kCols, true>(x, residual, residual_out, weight, out, rows, cols, eps);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     swiglu_backward(const T* gate, const T* up, const T* grad, T* grad_gate, T* grad_up,
@@ -1344,5 +1487,25 @@ MLP_KERNELS(__half)
 MLP_KERNELS(__nv_bfloat16)
 
 #undef MLP_KERNELS
+
+// The fixed-length forward norms, per storage type and row length (kernelpack.mlp_launch's
+// FIXED_COLUMNS: LLaMA's hidden sizes).
+#define MLP_FIXED_KERNELS(T, COLS)                                                           \
+  template __global__ void rms_norm_fixed<T, COLS>(const T*, const T*, T*, long long, long long, \
+                                                   float);                                     \
+  template __global__ void add_rms_norm_fixed<T, COLS>(const T*, const T*, const T*, T*, T*,   \
+                                                       long long, long long, float);
+
+#define MLP_FIXED_LENGTHS(T) \
+  MLP_FIXED_KERNELS(T, 4096) \
+  MLP_FIXED_KERNELS(T, 5120) \
+  MLP_FIXED_KERNELS(T, 8192)
+
+MLP_FIXED_LENGTHS(float)
+MLP_FIXED_LENGTHS(__half)
+MLP_FIXED_LENGTHS(__nv_bfloat16)
+
+#undef MLP_FIXED_LENGTHS
+#undef MLP_FIXED_KERNELS
 
 }  // namespace mlp

@@ -36,6 +36,13 @@ SHORT_ROWS_MAX = 132
 # of 512 vectors (4096 16-bit columns) gained 0.1 µs, rows of 1024 (4096 float32 columns) lost
 # 0.5-0.8 µs against the general kernel (1 and 64 rows, both norms).
 SHORT_ROW_VECTORS_MAX = 512
+# The fixed-length forward norms (rms_norm_fixed, add_rms_norm_fixed: mlp.cu's FixedRow, the row
+# length a template argument): the host takes them instead of the short-row kernels for these row
+# lengths (LLaMA's hidden sizes; mlp.cu instantiates each), at most SHORT_ROWS_MAX rows; a thread
+# takes FIXED_CHUNKS vectors for each FIXED_ROW_VECTORS (begun) of a row.
+FIXED_COLUMNS = (4096, 5120, 8192)
+FIXED_CHUNKS = 2  # kFixedChunks
+FIXED_ROW_VECTORS = 1024  # kFixedRowVectors
 CACHED_CHUNKS = 4  # kCachedChunks: vectors per thread kept in registers across RMSNorm's two passes
 BACKWARD_CACHED_CHUNKS = 4  # kBackwardCachedChunks: the same for the backward kernel
 MAX_GRID_Y = 65535
@@ -76,9 +83,10 @@ _MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
 _KERNELS: dict[tuple[str, str], Any] = {}  # ("cuda:0", kernel name) -> Kernel
 
 
-def kernel_name(op: str, dtype: str) -> str:
-    """The kernel of ``op`` ("swiglu") for ``dtype`` ("bfloat16"): "mlp::swiglu<__nv_bfloat16>"."""
-    return f"mlp::{op}<{KERNEL_TYPE[dtype]}>"
+def kernel_name(op: str, dtype: str, *arguments: int) -> str:
+    """The kernel of ``op`` ("swiglu") for ``dtype`` ("bfloat16"): "mlp::swiglu<__nv_bfloat16>";
+    a template's further arguments after the type ("mlp::rms_norm_fixed<float, 4096>")."""
+    return "mlp::{}<{}>".format(op, ", ".join((KERNEL_TYPE[dtype], *map(str, arguments))))
 
 
 def load_kernel(device: str, name: str) -> Any:
@@ -160,17 +168,29 @@ def short_rows(rows: int, cols: int, dtype: str) -> bool:
     )
 
 
+def fixed_threads(cols: int, dtype: str) -> int:
+    """Threads a row of the fixed-length norms for rows of ``cols`` (one of FIXED_COLUMNS), as
+    mlp.cu's FixedRow<T, cols>::kThreads: two vectors a thread up to 1024 vectors, four past."""
+    vectors = cols // _vector_width(dtype)
+    chunks = -(-vectors // FIXED_ROW_VECTORS) * FIXED_CHUNKS
+    return vectors // chunks
+
+
 def norm_launch(op: str, rows: int, cols: int, dtype: str) -> tuple[str, int, tuple[int, int]]:
-    """(kernel op, grid, block as (threads per row, rows per block)) of a forward norm (``op``
-    "rms_norm" or "add_rms_norm"): the short-row kernel, one block a row and a thread per vector
-    (a power of two, at least BLOCK_MIN), where :func:`short_rows` says so, else the general
-    kernel at :func:`row_geometry`."""
+    """(kernel name, grid, block as (threads per row, rows per block)) of a forward norm (``op``
+    "rms_norm" or "add_rms_norm"): for few rows of one of FIXED_COLUMNS the fixed-length kernel
+    (one block a row at :func:`fixed_threads`), else the short-row kernel, one block a row and a
+    thread per vector (a power of two, at least BLOCK_MIN), where :func:`short_rows` says so, else
+    the general kernel at :func:`row_geometry`."""
+    if 0 < rows <= SHORT_ROWS_MAX and cols in FIXED_COLUMNS:
+        name = kernel_name(f"{op}_fixed", dtype, cols)
+        return name, rows, (fixed_threads(cols, dtype), 1)
     if short_rows(rows, cols, dtype):
         chunks = cols // _vector_width(dtype)
         threads = max(BLOCK_MIN, 1 << (chunks - 1).bit_length())
-        return f"{op}_short", rows, (threads, 1)
+        return kernel_name(f"{op}_short", dtype), rows, (threads, 1)
     grid, block = row_geometry(rows, cols, dtype)
-    return op, grid, block
+    return kernel_name(op, dtype), grid, block
 
 
 def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
@@ -258,9 +278,7 @@ def launch_rms_norm(
     if rows * cols == 0:
         return
     name, grid, block = norm_launch("rms_norm", rows, cols, dtype)
-    load_kernel(device, kernel_name(name, dtype)).launch(
-        grid, block, x, weight, out, rows, cols, eps, stream=stream
-    )
+    load_kernel(device, name).launch(grid, block, x, weight, out, rows, cols, eps, stream=stream)
 
 
 def launch_add_rms_norm(
@@ -281,7 +299,7 @@ def launch_add_rms_norm(
     if rows * cols == 0:
         return
     name, grid, block = norm_launch("add_rms_norm", rows, cols, dtype)
-    load_kernel(device, kernel_name(name, dtype)).launch(
+    load_kernel(device, name).launch(
         grid, block, x, residual, weight, out, residual_out, rows, cols, eps, stream=stream
     )
 
