@@ -1310,6 +1310,8 @@ __device__ __forceinline__ void rms_norm_backward_short(const T* x, const T* wei
 // in turn, 64 blocks of 128 threads, took 14 us, latency-bound; 32 columns by 8 slices take 8.6
 // us; docs/bench-mlp-notes.md.)
 constexpr int kWeightGradThreads = 256;
+// Rows of `partial` a thread of the weight-gradient sum has in flight at once.
+constexpr int kWeightGradInFlight = 8;
 
 // grad_weight[j] = the sum over b of partial[b][j]. Slice y of a block sums the rows b = y, y +
 // blockDim.y, ... of its columns in turn, then slice 0 adds the slices' sums in order, so that
@@ -1328,11 +1330,23 @@ __device__ __forceinline__ void rms_norm_weight_grad(const float* partial, T* gr
     const long long j = first + threadIdx.x;
     float sum = 0.0f;
     if (j < cols) {
-      // Unrolled so that several rows' loads are in flight at once (each is an L2 round trip);
-      // the additions keep their order.
-#pragma unroll 8
-      for (long long b = threadIdx.y; b < blocks; b += blockDim.y) {
-        sum += partial[b * cols + j];
+      // kWeightGradInFlight rows' loads issued before any of their additions (each is an L2
+      // round trip), those past the last row predicated off and added as zeros: the additions
+      // keep their order. (A loop unrolled by the compiler kept a test between its loads, and
+      // each addition waited for its load before the next load issued: at 64 partial rows and
+      // 16 slices, four round trips in turn; at 264 rows and 8 slices, 33.)
+      for (long long first_b = threadIdx.y; first_b < blocks;
+           first_b += kWeightGradInFlight * static_cast<long long>(blockDim.y)) {
+        float values[kWeightGradInFlight];
+#pragma unroll
+        for (int k = 0; k < kWeightGradInFlight; ++k) {
+          const long long b = first_b + static_cast<long long>(k) * blockDim.y;
+          values[k] = b < blocks ? partial[b * cols + j] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kWeightGradInFlight; ++k) {
+          sum += values[k];
+        }
       }
     }
     slices[slot] = sum;
