@@ -23,7 +23,7 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
     python bench/profile_mlp.py short-geometry
         the short-row forward kernel at 1 and 64 rows of 4096 and 8192 at other threads a row
         than the host's, the general and the fixed-length kernels beside it, the short backward
-        at other threads a row, and the weight sum of 64 partial rows at other block shapes,
+        at other threads a row and the fixed-length one, and the weight sum of 64 partial rows at other block shapes,
         beside torch.compile's and Liger-Kernel's forward
     python bench/profile_mlp.py weight-sum
         the RMSNorm weight-gradient sum over 1 to 4 partial rows at the host's geometry against
@@ -597,13 +597,21 @@ def short_geometry(batches: int) -> None:
         kernel = mlp_launch.load_kernel("cuda:0", name)
         chunks = cols // (16 // x.element_size())
         host = mlp_launch.short_backward_threads(rows, cols, dtype)
+        fixed = mlp_launch.fixed_backward(cols, dtype)
         for threads in (t for t in (128, 256, 512) if chunks <= 2 * t):
             scratch = 0 if rows == 1 else partial
             launch_args = (rows, threads, x, w, dy, 0, grad_x, grad_w, scratch, rows, cols, EPS)
             run = functools.partial(kernel.launch, *launch_args, stream=0)
-            mark = " (now)" if threads == host else ""
+            mark = " (now)" if threads == host and not fixed else ""
             us = _queued_us(run, batches)
             print(f"{dtype:8s} {rows:3d}x{cols} ours {threads:3d}{mark:6s} {us:6.2f}", flush=True)
+            if fixed and threads == mlp_launch.SHORT_BACKWARD_THREADS:
+                name = mlp_launch.kernel_name("rms_norm_backward_fixed", dtype, cols)
+                run = functools.partial(
+                    mlp_launch.load_kernel("cuda:0", name).launch, *launch_args, stream=0
+                )
+                us = _queued_us(run, batches)
+                print(f"{dtype:8s} {rows:3d}x{cols} ours fixed (now) {us:6.2f}", flush=True)
     print("\nweight sum of 64 partial rows: GPU µs per call at (columns, slices)", flush=True)
     for cols, dtype in itertools.product((4096, 8192), ("bfloat16", "float32")):
         partial = torch.randn(64, cols, device="cuda")

@@ -221,6 +221,17 @@ def test_launch_constants_match_the_kernel_source() -> None:
     assert {name: int(found[name]) for name in MIRRORED} == MIRRORED
     fixed = re.findall(r"^  MLP_FIXED_KERNELS\(T, (\d+)\)", source, flags=re.MULTILINE)
     assert tuple(int(cols) for cols in fixed) == mlp_launch.FIXED_COLUMNS
+    # the fixed-length backward: instantiated exactly where the host takes it
+    types = {kernel_type: dtype for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items()}
+    backward = re.findall(r"^MLP_FIXED_BACKWARD\((\w+), (\d+)\)", source, flags=re.MULTILINE)
+    taken = {
+        (dtype, cols)
+        for dtype in DTYPES
+        for cols in mlp_launch.FIXED_COLUMNS
+        if mlp_launch.fixed_backward(cols, dtype)
+    }
+    assert {(types[t], int(cols)) for t, cols in backward} == taken
+    assert taken == {(d, 4096) for d in DTYPES} | {("float16", 8192), ("bfloat16", 8192)}
 
 
 @pytest.mark.parametrize(

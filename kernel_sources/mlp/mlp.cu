@@ -1148,11 +1148,15 @@ __device__ __forceinline__ void short_chunk(typename Access::Raw values,
 // across rows: at the host's one row a block that would only cost registers, and gfx9-generic
 // spilled.)
 //
+// With kCols (not 0) rows are kCols long and blockDim.x is kShortBackwardThreads, which times
+// kCached covers a row exactly (rms_norm_backward_fixed): the length, 1 / cols and the stride are
+// constants and no vector needs a bound check, as in the fixed-length forward.
+//
 // kCached vectors a thread stay in registers: with one, its weight and grad_extra vectors too,
 // loaded beside x and dy; with two (rows of more vectors than threads), only x and dy, the others
 // read in pass 2 as the general kernel does (from L1), which keeps the two-vector form under the
 // 128 registers a 512-thread block leaves a thread on gfx9.
-template <int kCached, typename Access, bool kExtra, typename T>
+template <int kCached, typename Access, bool kExtra, int kCols = 0, typename T>
 __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight, const T* grad,
                                                     const T* grad_extra, T* grad_x,
                                                     T* grad_weight, float* partial, bool direct,
@@ -1161,13 +1165,16 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
   using Raw = typename Access::Raw;
   constexpr int kWidth = Access::kWidth;
   constexpr bool kCacheAll = kCached == 1;
-  const int stride = static_cast<int>(blockDim.x);
-  const int chunks = static_cast<int>(cols / kWidth);
-  float* partial_row = direct ? nullptr : partial + static_cast<long long>(blockIdx.x) * cols;
-  const float inverse_cols = 1.0f / static_cast<float>(cols);
+  constexpr bool kFixed = kCols != 0;
+  static_assert(!kFixed || kCols / kWidth == kCached * kShortBackwardThreads, "rows covered");
+  const long long length = kFixed ? kCols : cols;
+  const int stride = kFixed ? kShortBackwardThreads : static_cast<int>(blockDim.x);
+  const int chunks = static_cast<int>(length / kWidth);
+  float* partial_row = direct ? nullptr : partial + static_cast<long long>(blockIdx.x) * length;
+  const float inverse_cols = 1.0f / static_cast<float>(length);
   bool first_row = true;
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-    const long long offset = row * cols;
+    const long long offset = row * length;
     const T* x_row = x + offset;
     const T* grad_row = grad + offset;
     const T* grad_extra_row = kExtra ? grad_extra + offset : nullptr;
@@ -1179,7 +1186,7 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
-      if (i < chunks) {
+      if (kFixed || i < chunks) {
         values[c] = Access::load(x_row, i);
         grads[c] = Access::load(grad_row, i);
         if constexpr (kCacheAll) {
@@ -1195,7 +1202,7 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
-      if (i < chunks) {
+      if (kFixed || i < chunks) {
         float v[kWidth];
         float g[kWidth];
         float w[kWidth];
@@ -1209,7 +1216,8 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
         }
       }
     }
-    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
+    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; !kFixed && i < chunks;
+         i += stride) {
       backward_sums<Access>(Access::load(x_row, i), Access::load(grad_row, i), weight, i,
                             sum_squares, sum_dot);
     }
@@ -1220,7 +1228,7 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
-      if (i < chunks) {
+      if (kFixed || i < chunks) {
         Raw out;
         Raw extra{};
         if constexpr (kExtra) {
@@ -1237,7 +1245,8 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
         }
       }
     }
-    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
+    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; !kFixed && i < chunks;
+         i += stride) {
       backward_chunk<Access, kExtra>(Access::load(x_row, i), Access::load(grad_row, i), weight,
                                      grad_extra_row, grad_x_row, static_cast<T*>(nullptr), i,
                                      scale, correction, shares);
@@ -1294,6 +1303,41 @@ __device__ __forceinline__ void rms_norm_backward_short(const T* x, const T* wei
                                                         grad_weight, partial, direct, rows, cols,
                                                         eps, slots);
     }
+  } else if (grad_extra != nullptr) {
+    short_backward_rows<kTwo, ScalarAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
+                                                     grad_weight, partial, direct, rows, cols,
+                                                     eps, slots);
+  } else {
+    short_backward_rows<kTwo, ScalarAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
+                                                      grad_weight, partial, direct, rows, cols,
+                                                      eps, slots);
+  }
+}
+
+// Rows of a fixed length (kCols, the host's choice where kShortBackwardThreads threads of one or
+// two vectors cover a row exactly: 4096 columns, and 8192 of 16-bit types) with the length a
+// constant, as the fixed-length forward; other lengths and misaligned pointers take the scalar
+// loop (right, slow). blockDim.x == kShortBackwardThreads, blockDim.y == 1.
+template <int kCols, typename T>
+__device__ __forceinline__ void rms_norm_backward_fixed(const T* x, const T* weight, const T* grad,
+                                                        const T* grad_extra, T* grad_x,
+                                                        T* grad_weight, float* partial,
+                                                        long long rows, long long cols,
+                                                        float eps) {
+  __shared__ float slots[kp::kMaxBlockThreads];
+  constexpr int kCached = kCols / VectorAccess<T>::kWidth / kShortBackwardThreads;
+  const bool direct = rows == 1 && gridDim.x == 1;
+  const bool vectors = cols == kCols && vector_aligned(x) && vector_aligned(weight) &&
+                       vector_aligned(grad) && vector_aligned(grad_extra) &&
+                       vector_aligned(grad_x) && vector_aligned(grad_weight) &&
+                       vector_aligned(partial);
+  constexpr int kTwo = kShortBackwardChunks;
+  if (vectors && grad_extra != nullptr) {
+    short_backward_rows<kCached, VectorAccess<T>, true, kCols>(
+        x, weight, grad, grad_extra, grad_x, grad_weight, partial, direct, rows, cols, eps, slots);
+  } else if (vectors) {
+    short_backward_rows<kCached, VectorAccess<T>, false, kCols>(
+        x, weight, grad, grad_extra, grad_x, grad_weight, partial, direct, rows, cols, eps, slots);
   } else if (grad_extra != nullptr) {
     short_backward_rows<kTwo, ScalarAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
                                                      grad_weight, partial, direct, rows, cols,
@@ -1469,6 +1513,16 @@ __global__ void __launch_bounds__(kShortBackwardThreads, 1)
                             eps);
 }
 
+// The same for rows of kCols (rms_norm_backward_fixed above): blockDim.x == kShortBackwardThreads.
+template <typename T, int kCols>
+__global__ void __launch_bounds__(kShortBackwardThreads, 1)
+    rms_norm_backward_fixed(const T* x, const T* weight, const T* grad, const T* grad_extra,
+                            T* grad_x, T* grad_weight, float* partial, long long rows,
+                            long long cols, float eps) {
+  ::rms_norm_backward_fixed<kCols>(x, weight, grad, grad_extra, grad_x, grad_weight, partial,
+                                   rows, cols, eps);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kWeightGradThreads)
     rms_norm_weight_grad(const float* partial, T* grad_weight, long long blocks, long long cols) {
@@ -1521,5 +1575,20 @@ MLP_FIXED_LENGTHS(__nv_bfloat16)
 
 #undef MLP_FIXED_LENGTHS
 #undef MLP_FIXED_KERNELS
+
+// The fixed-length backward where kShortBackwardThreads threads of one or two vectors cover a row
+// (kernelpack.mlp_launch.fixed_backward): 512 or 1024 vectors.
+#define MLP_FIXED_BACKWARD(T, COLS)                                                         \
+  template __global__ void rms_norm_backward_fixed<T, COLS>(const T*, const T*, const T*,   \
+                                                            const T*, T*, T*, float*,       \
+                                                            long long, long long, float);
+
+MLP_FIXED_BACKWARD(float, 4096)
+MLP_FIXED_BACKWARD(__half, 4096)
+MLP_FIXED_BACKWARD(__half, 8192)
+MLP_FIXED_BACKWARD(__nv_bfloat16, 4096)
+MLP_FIXED_BACKWARD(__nv_bfloat16, 8192)
+
+#undef MLP_FIXED_BACKWARD
 
 }  // namespace mlp

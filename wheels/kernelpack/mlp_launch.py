@@ -219,6 +219,21 @@ def short_backward_threads(rows: int, cols: int, dtype: str) -> int:
     return max(BLOCK_MIN, min(SHORT_BACKWARD_THREADS, 1 << (chunks - 1).bit_length()))
 
 
+def fixed_backward(cols: int, dtype: str) -> bool:
+    """Whether the short-row backward of rows of ``cols`` takes the fixed-length kernel
+    (rms_norm_backward_fixed, the row length a template argument): one of FIXED_COLUMNS that
+    SHORT_BACKWARD_THREADS threads of one or SHORT_BACKWARD_CHUNKS vectors cover exactly (mlp.cu
+    instantiates those: 4096 columns, and 8192 of 16-bit types)."""
+    width = _vector_width(dtype)
+    per_thread, left = divmod(cols // width, SHORT_BACKWARD_THREADS)
+    return (
+        cols in FIXED_COLUMNS
+        and cols % width == 0
+        and left == 0
+        and per_thread in (1, SHORT_BACKWARD_CHUNKS)
+    )
+
+
 def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, int]]:
     """(grid, block as (columns, slices)) of the weight-gradient sum over ``partial_rows`` rows
     of partial sums: WEIGHT_GRAD_SLICES slices of the rows by 32 columns (128 bytes a row of
@@ -396,10 +411,14 @@ def launch_rms_norm_backward_short(
     stream: int,
 ) -> None:
     """grad_x = the input gradient of RMSNorm plus grad_extra (unless 0), and grad_weight: one
-    block a row of ``threads`` (:func:`short_backward_threads`); one row is one kernel, more rows
-    write float32 shares to ``partial`` (rows x cols; 0 for one row) and rms_norm_weight_grad
-    sums them."""
-    load_kernel(device, kernel_name("rms_norm_backward_short", dtype)).launch(
+    block a row of ``threads`` (:func:`short_backward_threads`; the fixed-length kernel where
+    :func:`fixed_backward` says so); one row is one kernel, more rows write float32 shares to
+    ``partial`` (rows x cols; 0 for one row) and rms_norm_weight_grad sums them."""
+    if threads == SHORT_BACKWARD_THREADS and fixed_backward(cols, dtype):
+        name = kernel_name("rms_norm_backward_fixed", dtype, cols)
+    else:
+        name = kernel_name("rms_norm_backward_short", dtype)
+    load_kernel(device, name).launch(
         rows,
         threads,
         x,
