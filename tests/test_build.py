@@ -50,6 +50,8 @@ REAL_KERNELS = {
             for t in MLP_TYPES
             for c in (4096, 5120, 8192)
         ),
+        *(f"mlp::rms_norm_backward_fixed<{t}, 4096>" for t in MLP_TYPES),
+        *(f"mlp::rms_norm_backward_fixed<{t}, 8192>" for t in ("__half", "__nv_bfloat16")),
     ],
     "walk": [
         *(f"walk_residues<{m}>" for m in (2, 3, 4)),
