@@ -7,8 +7,8 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         checks, and the whole op through kernelpack.mlp and torch.ops.kernelpack
     python bench/profile_mlp.py workload
         one call of ours, torch.compile's and Liger-Kernel's forward RMSNorm at 1x4096 and
-        64x4096 and SwiGLU at 1x11008, bfloat16 (rows slower than a peer), after a warm-up, inside
-        the NVTX range
+        64x4096 (bfloat16) and SwiGLU at 1x11008 (bfloat16) and 64x11008 (float32), rows slower
+        than a peer, after a warm-up, inside the NVTX range
         "profile": run it under ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
     python bench/profile_mlp.py kernels [--shapes 1x4096,64x4096,16384x8192]
         GPU µs of each kernel of forward+backward RMSNorm and add+RMSNorm at each shape (ours,
@@ -220,12 +220,13 @@ def workload() -> None:
         x = torch.randn(rows, 4096, device="cuda").to(bf16)
         w = torch.randn(4096, device="cuda").to(bf16)
         calls += [functools.partial(function, x, w) for function in rms.values()]
-    gate, up = (torch.randn(1, 11008, device="cuda").to(bf16) for _ in "gu")
     compiled = torch.compile(lambda g, u: F.silu(g) * u, dynamic=False)
-    calls += [
-        functools.partial(function, gate, up)
-        for function in (torch.ops.kernelpack.swiglu, compiled, LigerSiLUMulFunction.apply)
-    ]
+    for rows, dtype in ((1, bf16), (64, torch.float32)):
+        gate, up = (torch.randn(rows, 11008, device="cuda").to(dtype) for _ in "gu")
+        calls += [
+            functools.partial(function, gate, up)
+            for function in (torch.ops.kernelpack.swiglu, compiled, LigerSiLUMulFunction.apply)
+        ]
     for call in calls:
         for _ in range(3):
             call()
