@@ -66,17 +66,14 @@ SHORT_BACKWARD_THREADS = 512
 SHORT_BACKWARD_CHUNKS = 2
 SHORT_BACKWARD_ROWS_MAX = 132
 # The weight-gradient sum's block: 32 columns by 8 slices of the partial rows (kWeightGradThreads,
-# 256, bounds their product); with fewer partial rows, fewer slices and up to 128 columns.
+# 256, bounds their product); with fewer partial rows, fewer slices and up to 128 columns. (On the
+# H200 at 64 partial rows, once each thread had 8 rows' loads in flight: 32 by 8 2.51-2.75 µs,
+# 16 by 16 2.74-3.28, 64 by 4 2.93-3.10; before, with one load in flight, 16 by 16 had been the
+# fastest; profile_mlp.py short-geometry, docs/bench-mlp-notes.md.)
 WEIGHT_GRAD_COLUMNS = 32
 WEIGHT_GRAD_SLICES = 8
 WEIGHT_GRAD_THREADS = 256
 WEIGHT_GRAD_COLUMNS_MAX = 128
-# ... and for the short backward's partial rows (32 to SHORT_BACKWARD_ROWS_MAX of them), 16 columns
-# by 16 slices: on the H200 at 64 partial rows of 4096 and 8192 columns (bfloat16 and float32) the
-# sum took 2.85-3.08 µs against 3.38-3.49 at 32 by 8 (64 by 4: 4.5-4.7; 128 by 2: 7.2-7.3;
-# profile_mlp.py short-geometry, docs/bench-mlp-notes.md).
-WEIGHT_GRAD_NARROW = (16, 16)
-WEIGHT_GRAD_NARROW_ROWS = range(32, SHORT_BACKWARD_ROWS_MAX + 1)
 
 
 _MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
@@ -240,17 +237,11 @@ def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, 
     partial sums, read whole), one block per column group; with fewer partial rows than slices,
     a slice per row (a power of two) and the block's other threads on more columns, up to 128
     (at 1 x 4096 the 8-slice block launched 128 blocks to add one row, 0.5 µs slower than 32
-    blocks of 128 columns: docs/bench-mlp-notes.md); 32 to 132 partial rows (the short backward's)
-    16 columns by 16 slices (WEIGHT_GRAD_NARROW). A function of the shape alone (the partial
+    blocks of 128 columns: docs/bench-mlp-notes.md). A function of the shape alone (the partial
     rows are backward_row_geometry's grid), so a shape's sum, and its bits, are the same every
     run."""
-    if partial_rows in WEIGHT_GRAD_NARROW_ROWS:
-        columns, slices = WEIGHT_GRAD_NARROW
-    else:
-        slices = min(WEIGHT_GRAD_SLICES, 1 << max(partial_rows - 1, 0).bit_length())
-        columns = max(
-            WEIGHT_GRAD_COLUMNS, min(WEIGHT_GRAD_COLUMNS_MAX, WEIGHT_GRAD_THREADS // slices)
-        )
+    slices = min(WEIGHT_GRAD_SLICES, 1 << max(partial_rows - 1, 0).bit_length())
+    columns = max(WEIGHT_GRAD_COLUMNS, min(WEIGHT_GRAD_COLUMNS_MAX, WEIGHT_GRAD_THREADS // slices))
     return min(-(-cols // columns), _grid_cap(columns * slices)), (columns, slices)
 
 
