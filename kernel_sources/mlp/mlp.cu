@@ -23,6 +23,11 @@
 //                            one row a block at a time (grid-stride), blockDim.x threads (a power
 //                            of two, at most kShortRowThreads), blockDim.y == 1; a thread takes
 //                            one or two vectors of a row (the scalar loop past that).
+//   rms_norm_fixed_*, add_rms_norm_fixed_*
+//                            (T, COLS): one row a block at a time (grid-stride), blockDim.x ==
+//                            FixedRow<T, COLS>::kThreads, blockDim.y == 1.
+//   rms_norm_backward_fixed_*
+//                            (T, COLS): as rms_norm_backward_short_* at kShortBackwardThreads.
 //   rms_norm_backward_*      blockDim.x threads per row (a power of two, at least a wavefront),
 //                            one row a block at a time; the grid sets the rows of `partial`.
 //   rms_norm_backward_short_*
