@@ -559,6 +559,9 @@ def main() -> None:
         default=330,
         help="seconds after which no new row is started (bench/gpu_all.sh stops it at 400)",
     )
+    parser.add_argument(
+        "--sizes", default="", help="comma-separated ROWSxCOLS to time (default: every op's own)"
+    )
     parser.add_argument("--host-only", action="store_true", help="only the host cost per call")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -577,9 +580,12 @@ def main() -> None:
     rows: list[Row] = []
     left_out: list[str] = []
     ops = [op for op in OP_LIST if op.name in args.ops.split(",")]
+    sizes = {tuple(int(n) for n in size.split("x")) for size in args.sizes.split(",") if size}
     for dtype in [] if args.host_only else args.dtypes.split(","):
         for op in ops:
             for r, c in op.sizes:
+                if sizes and (r, c) not in sizes:
+                    continue
                 if time.monotonic() - began > args.budget:
                     left_out.append(f"{op.name} {dtype} {r}x{c}")
                     continue

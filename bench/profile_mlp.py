@@ -7,8 +7,8 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         checks, and the whole op through kernelpack.mlp and torch.ops.kernelpack
     python bench/profile_mlp.py workload
         one call of ours, torch.compile's and Liger-Kernel's forward RMSNorm at 1x4096 and
-        64x4096 and SwiGLU at 1x11008, bfloat16 (rows slower than a peer), after a warm-up, inside
-        the NVTX range
+        64x4096 (bfloat16) and SwiGLU at 1x11008 (bfloat16) and 64x11008 (float32), rows slower
+        than a peer, after a warm-up, inside the NVTX range
         "profile": run it under ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
     python bench/profile_mlp.py kernels [--shapes 1x4096,64x4096,16384x8192]
         GPU µs of each kernel of forward+backward RMSNorm and add+RMSNorm at each shape (ours,
@@ -21,9 +21,10 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         rms_norm and swiglu forward of each cubin (mlp.cu built alone with a change) at several
         threads a row, GPU µs per call and the error against float64
     python bench/profile_mlp.py short-geometry
-        the short-row forward and backward kernels at 1 and 64 rows of 4096 at other threads a
-        row than the host's, and the weight sum of 64 partial rows at other block shapes, beside
-        torch.compile's and Liger-Kernel's forward
+        the short-row forward kernel at 1 and 64 rows of 4096 and 8192 at other threads a row
+        than the host's, the general and the fixed-length kernels beside it, the short backward
+        at other threads a row and the fixed-length one, and the weight sum of 64 partial rows at other block shapes,
+        beside torch.compile's and Liger-Kernel's forward
     python bench/profile_mlp.py weight-sum
         the RMSNorm weight-gradient sum over 1 to 4 partial rows at the host's geometry against
         the 32-column, 8-slice block, GPU µs per call
@@ -219,12 +220,13 @@ def workload() -> None:
         x = torch.randn(rows, 4096, device="cuda").to(bf16)
         w = torch.randn(4096, device="cuda").to(bf16)
         calls += [functools.partial(function, x, w) for function in rms.values()]
-    gate, up = (torch.randn(1, 11008, device="cuda").to(bf16) for _ in "gu")
     compiled = torch.compile(lambda g, u: F.silu(g) * u, dynamic=False)
-    calls += [
-        functools.partial(function, gate, up)
-        for function in (torch.ops.kernelpack.swiglu, compiled, LigerSiLUMulFunction.apply)
-    ]
+    for rows, dtype in ((1, bf16), (64, torch.float32)):
+        gate, up = (torch.randn(rows, 11008, device="cuda").to(dtype) for _ in "gu")
+        calls += [
+            functools.partial(function, gate, up)
+            for function in (torch.ops.kernelpack.swiglu, compiled, LigerSiLUMulFunction.apply)
+        ]
     for call in calls:
         for _ in range(3):
             call()
@@ -548,33 +550,44 @@ def weight_sum(batches: int) -> None:
 
 def short_geometry(batches: int) -> None:
     """The short-row kernels at other geometries than the host's (any is right: a thread takes up
-    to two vectors of a row, the weight sum any block shape), beside torch.compile's and
-    Liger-Kernel's forward: GPU µs per call queued ahead of the GPU."""
+    to two vectors of a row, the weight sum any block shape), the general and the fixed-length
+    forward beside them, and torch.compile's and Liger-Kernel's forward: GPU µs per call queued
+    ahead of the GPU."""
     rms, _ = _implementations()
-    print("\nshort forward (rms_norm_short): GPU µs per call at threads a row", flush=True)
-    for (rows, cols), dtype in itertools.product(((1, 4096), (64, 4096)), DTYPE_NAMES):
+    print("\nforward (rms_norm_short at threads a row, general, fixed): GPU µs a call", flush=True)
+    shapes = ((1, 4096), (64, 4096), (1, 8192), (64, 8192))
+    for (rows, cols), dtype in itertools.product(shapes, DTYPE_NAMES):
         x = torch.randn(rows, cols, device="cuda").to(getattr(torch, dtype))
         w = torch.randn(cols, device="cuda").to(x.dtype)
         out = torch.empty_like(x)
         for label in ("compile", "liger"):
             us = _queued_us(functools.partial(rms[label], x, w), batches)
             print(f"{dtype:8s} {rows:3d}x{cols} {label:10s} {us:6.2f}", flush=True)
-        kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm_short", dtype))
+        now = mlp_launch.norm_launch("rms_norm", rows, cols, dtype)
+        short = mlp_launch.kernel_name("rms_norm_short", dtype)
+        kernel = mlp_launch.load_kernel("cuda:0", short)
         chunks = cols // (16 // x.element_size())
         for threads in (t for t in (128, 256, 512) if chunks <= 2 * t):
             run = functools.partial(
                 kernel.launch, rows, threads, x, w, out, rows, cols, EPS, stream=0
             )
-            now = mlp_launch.norm_launch("rms_norm", rows, cols, dtype)
-            mark = " (now)" if now[0] == "rms_norm_short" and now[2][0] == threads else ""
+            mark = " (now)" if now[0] == short and now[2][0] == threads else ""
             us = _queued_us(run, batches)
             print(f"{dtype:8s} {rows:3d}x{cols} ours {threads:3d}{mark:6s} {us:6.2f}", flush=True)
-        if now[0] != "rms_norm_short":
-            general = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm", dtype))
+        general = mlp_launch.kernel_name("rms_norm", dtype)
+        grid, block = mlp_launch.row_geometry(rows, cols, dtype)
+        others = [("general", general, grid, block)]
+        if cols in mlp_launch.FIXED_COLUMNS:
+            fixed = mlp_launch.kernel_name("rms_norm_fixed", dtype, cols)
+            others.append(("fixed", fixed, rows, (mlp_launch.fixed_threads(cols, dtype), 1)))
+        for label, name, grid, block in others:
+            kernel = mlp_launch.load_kernel("cuda:0", name)
             run = functools.partial(
-                general.launch, now[1], now[2], x, w, out, rows, cols, EPS, stream=0
+                kernel.launch, grid, block, x, w, out, rows, cols, EPS, stream=0
             )
-            print(f"{dtype:8s} {rows:3d}x{cols} ours general (now) {_queued_us(run, batches):6.2f}")
+            mark = " (now)" if now[0] == name else ""
+            us = _queued_us(run, batches)
+            print(f"{dtype:8s} {rows:3d}x{cols} ours {label}{mark:6s} {us:6.2f}", flush=True)
     print("\nshort backward (kernel alone): GPU µs per call at threads a row", flush=True)
     for (rows, cols), dtype in itertools.product(((1, 4096), (64, 4096)), DTYPE_NAMES):
         x, dy = (torch.randn(rows, cols, device="cuda").to(getattr(torch, dtype)) for _ in "xd")
@@ -585,13 +598,21 @@ def short_geometry(batches: int) -> None:
         kernel = mlp_launch.load_kernel("cuda:0", name)
         chunks = cols // (16 // x.element_size())
         host = mlp_launch.short_backward_threads(rows, cols, dtype)
+        fixed = mlp_launch.fixed_backward(cols, dtype)
         for threads in (t for t in (128, 256, 512) if chunks <= 2 * t):
             scratch = 0 if rows == 1 else partial
             launch_args = (rows, threads, x, w, dy, 0, grad_x, grad_w, scratch, rows, cols, EPS)
             run = functools.partial(kernel.launch, *launch_args, stream=0)
-            mark = " (now)" if threads == host else ""
+            mark = " (now)" if threads == host and not fixed else ""
             us = _queued_us(run, batches)
             print(f"{dtype:8s} {rows:3d}x{cols} ours {threads:3d}{mark:6s} {us:6.2f}", flush=True)
+            if fixed and threads == mlp_launch.SHORT_BACKWARD_THREADS:
+                name = mlp_launch.kernel_name("rms_norm_backward_fixed", dtype, cols)
+                run = functools.partial(
+                    mlp_launch.load_kernel("cuda:0", name).launch, *launch_args, stream=0
+                )
+                us = _queued_us(run, batches)
+                print(f"{dtype:8s} {rows:3d}x{cols} ours fixed (now) {us:6.2f}", flush=True)
     print("\nweight sum of 64 partial rows: GPU µs per call at (columns, slices)", flush=True)
     for cols, dtype in itertools.product((4096, 8192), ("bfloat16", "float32")):
         partial = torch.randn(64, cols, device="cuda")

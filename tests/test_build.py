@@ -35,12 +35,24 @@ ALL_JOBS = {(m, t) for m in ("other", "tiny") for t in AMD_TARGETS}
 MLP_FORWARD = ("swiglu", "silu_and_mul", "rms_norm", "add_rms_norm")
 MLP_FORWARD += ("rms_norm_short", "add_rms_norm_short")
 MLP_OPS = (*MLP_FORWARD, "swiglu_backward", "silu_and_mul_backward", "rms_norm_backward")
-MLP_OPS += ("rms_norm_weight_grad",)
+MLP_OPS += ("rms_norm_backward_short", "rms_norm_weight_grad")
+MLP_TYPES = ("float", "__half", "__nv_bfloat16")
+MLP_FIXED = ("rms_norm_fixed", "add_rms_norm_fixed")  # also templated on the row length
 # walk.cu's register walks: residues D <= 4 (D <= 2 for m = 4), float64 D <= 4, 3, 1 for m = 2, 3, 4
 RESIDUE_DEGREES = {2: 4, 3: 4, 4: 2}
 FLOAT_DEGREES = {2: 4, 3: 3, 4: 1}
 REAL_KERNELS = {
-    "mlp": [f"mlp::{op}<{t}>" for op in MLP_OPS for t in ("float", "__half", "__nv_bfloat16")],
+    "mlp": [
+        *(f"mlp::{op}<{t}>" for op in MLP_OPS for t in MLP_TYPES),
+        *(
+            f"mlp::{op}<{t}, {c}>"
+            for op in MLP_FIXED
+            for t in MLP_TYPES
+            for c in (4096, 5120, 8192)
+        ),
+        *(f"mlp::rms_norm_backward_fixed<{t}, 4096>" for t in MLP_TYPES),
+        *(f"mlp::rms_norm_backward_fixed<{t}, 8192>" for t in ("__half", "__nv_bfloat16")),
+    ],
     "walk": [
         *(f"walk_residues<{m}>" for m in (2, 3, 4)),
         *(f"walk_float<{m}>" for m in (2, 3, 4)),

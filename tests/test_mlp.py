@@ -53,6 +53,9 @@ ROW_CASES = [
     (3, 4096),
     (2, 4099),
     (2, 8192),
+    (1, 5120),
+    (132, 8192),  # the fixed-length kernels up to 132 rows, the general one above
+    (133, 8192),
     (1, 16384),
     (2, 32776),
     (2, 65536),
@@ -171,23 +174,27 @@ def test_silu_and_mul_grid_takes_8_byte_vectors_below_132_blocks(
 @pytest.mark.parametrize(
     ("rows", "cols", "dtype", "expected"),
     [
-        (1, 4096, "bfloat16", ("rms_norm_short", 1, (512, 1))),
-        (64, 4096, "bfloat16", ("rms_norm_short", 64, (512, 1))),
-        (132, 4096, "float16", ("rms_norm_short", 132, (512, 1))),
-        (2, 8, "bfloat16", ("rms_norm_short", 2, (64, 1))),  # at least BLOCK_MIN threads
-        (1, 2048, "float32", ("rms_norm_short", 1, (512, 1))),
-        (1, 4096, "float32", ("rms_norm", 1, (256, 1))),  # 1024 vectors: slower short (H200)
-        (132, 8192, "float16", ("rms_norm", 132, (256, 1))),
-        (133, 4096, "bfloat16", ("rms_norm", 133, (128, 1))),  # more rows than SMs
-        (1, 4099, "bfloat16", ("rms_norm", 1, (256, 1))),  # not whole vectors: 513, 4 a thread
-        (1, 16384, "bfloat16", ("rms_norm", 1, (512, 1))),  # 2048 vectors: too many
-        (1, 8192, "float32", ("rms_norm", 1, (512, 1))),
+        (1, 4096, "bfloat16", ("rms_norm_fixed<__nv_bfloat16, 4096>", 1, (256, 1))),
+        (64, 4096, "bfloat16", ("rms_norm_fixed<__nv_bfloat16, 4096>", 64, (256, 1))),
+        (132, 4096, "float16", ("rms_norm_fixed<__half, 4096>", 132, (256, 1))),
+        (1, 4096, "float32", ("rms_norm_fixed<float, 4096>", 1, (512, 1))),  # 1024 vectors
+        (64, 5120, "bfloat16", ("rms_norm_fixed<__nv_bfloat16, 5120>", 64, (320, 1))),
+        (1, 5120, "float32", ("rms_norm_fixed<float, 5120>", 1, (320, 1))),  # 1280: 4 a thread
+        (132, 8192, "float16", ("rms_norm_fixed<__half, 8192>", 132, (512, 1))),
+        (1, 8192, "float32", ("rms_norm_fixed<float, 8192>", 1, (512, 1))),  # 2048: 4 a thread
+        (2, 8, "bfloat16", ("rms_norm_short<__nv_bfloat16>", 2, (64, 1))),  # at least BLOCK_MIN
+        (1, 2048, "float32", ("rms_norm_short<float>", 1, (512, 1))),
+        (3, 4104, "bfloat16", ("rms_norm<__nv_bfloat16>", 3, (256, 1))),  # 513 vectors: general
+        (133, 4096, "bfloat16", ("rms_norm<__nv_bfloat16>", 133, (128, 1))),  # more rows than SMs
+        (1, 4099, "bfloat16", ("rms_norm<__nv_bfloat16>", 1, (256, 1))),  # 513, 4 a thread
+        (1, 16384, "bfloat16", ("rms_norm<__nv_bfloat16>", 1, (512, 1))),  # 2048 vectors
     ],
 )
-def test_short_rows_take_the_short_row_kernel(
+def test_few_rows_take_the_fixed_or_short_row_kernels(
     rows: int, cols: int, dtype: str, expected: tuple[str, int, tuple[int, int]]
 ) -> None:
-    assert mlp_launch.norm_launch("rms_norm", rows, cols, dtype) == expected
+    name, grid, block = expected
+    assert mlp_launch.norm_launch("rms_norm", rows, cols, dtype) == ("mlp::" + name, grid, block)
 
 
 # mlp_launch's constants that must agree with mlp.cu's (launch bounds, vectors a thread), by name
@@ -202,6 +209,8 @@ MIRRORED = {
     "kShortBackwardThreads": mlp_launch.SHORT_BACKWARD_THREADS,
     "kShortBackwardChunks": mlp_launch.SHORT_BACKWARD_CHUNKS,
     "kWeightGradThreads": mlp_launch.WEIGHT_GRAD_THREADS,
+    "kFixedChunks": mlp_launch.FIXED_CHUNKS,
+    "kFixedRowVectors": mlp_launch.FIXED_ROW_VECTORS,
 }
 
 
@@ -210,6 +219,19 @@ def test_launch_constants_match_the_kernel_source() -> None:
     source = (Path(__file__).resolve().parent.parent / "kernel_sources/mlp/mlp.cu").read_text()
     found = dict(re.findall(r"^constexpr int (k\w+) = (\d+);", source, flags=re.MULTILINE))
     assert {name: int(found[name]) for name in MIRRORED} == MIRRORED
+    fixed = re.findall(r"^  MLP_FIXED_KERNELS\(T, (\d+)\)", source, flags=re.MULTILINE)
+    assert tuple(int(cols) for cols in fixed) == mlp_launch.FIXED_COLUMNS
+    # the fixed-length backward: instantiated exactly where the host takes it
+    types = {kernel_type: dtype for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items()}
+    backward = re.findall(r"^MLP_FIXED_BACKWARD\((\w+), (\d+)\)", source, flags=re.MULTILINE)
+    taken = {
+        (dtype, cols)
+        for dtype in DTYPES
+        for cols in mlp_launch.FIXED_COLUMNS
+        if mlp_launch.fixed_backward(cols, dtype)
+    }
+    assert {(types[t], int(cols)) for t, cols in backward} == taken
+    assert taken == {(d, 4096) for d in DTYPES} | {("float16", 8192), ("bfloat16", 8192)}
 
 
 @pytest.mark.parametrize(
@@ -240,8 +262,8 @@ def test_short_backward_takes_few_short_rows(
         (4096, 2, (32, (128, 2))),
         (4096, 3, (64, (64, 4))),
         (4096, 264, (128, (32, 8))),
-        (4096, 64, (256, (16, 16))),  # the short backward's partial rows
-        (8192, 132, (512, (16, 16))),
+        (4096, 64, (128, (32, 8))),  # the short backward's partial rows
+        (8192, 132, (256, (32, 8))),
         (4096, 31, (128, (32, 8))),
         (4096, 133, (128, (32, 8))),
         (300, 5, (10, (32, 8))),
@@ -524,6 +546,63 @@ def test_row_kernels_are_right_on_any_geometry(
     what = f"fused_add_rms_norm{kind} {rows}x{cols} grid {grid} block {threads}x{per_block}"
     assert_close(torch_rng, residual, stored_sum.double(), dtype, what + " residual")
     assert_close(torch_rng, x, ref_rms_norm(torch, stored_sum, weight, EPS), dtype, what + " x")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("grid", [1, 7])
+@pytest.mark.parametrize("length", ["fixed", "other"])
+@pytest.mark.parametrize("fixed_cols", mlp_launch.FIXED_COLUMNS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fixed_row_kernels_are_right_on_any_grid_and_row_length(
+    torch_rng: Any, dtype: str, fixed_cols: int, length: str, grid: int
+) -> None:
+    """The fixed-length kernels launched directly over 67 rows: grids that stride over the rows,
+    and rows of another length than the kernel's (the scalar loop) are right too."""
+    torch = torch_rng[0]
+    rows = 67
+    cols = fixed_cols if length == "fixed" else 263
+    threads = mlp_launch.fixed_threads(fixed_cols, dtype)
+    stream = torch.cuda.current_stream().cuda_stream
+    x = randn(torch_rng, (rows, cols), dtype)
+    weight = randn(torch_rng, (cols,), dtype)
+    buffer, out = poisoned(torch_rng, (rows, cols), dtype)
+    name = mlp_launch.kernel_name("rms_norm_fixed", dtype, fixed_cols)
+    mlp_launch.load_kernel("cuda:0", name).launch(
+        grid,
+        (threads, 1),
+        x.data_ptr(),
+        weight.data_ptr(),
+        out.data_ptr(),
+        rows,
+        cols,
+        EPS,
+        stream=stream,
+    )
+    what = f"{name} {rows}x{cols} grid {grid}"
+    assert_close(torch_rng, out, ref_rms_norm(torch, x, weight, EPS), dtype, what)
+    assert_guards_intact(buffer, 0, rows * cols)
+
+    residual_buffer, residual = poisoned(torch_rng, (rows, cols), dtype)
+    residual.copy_(randn(torch_rng, (rows, cols), dtype))
+    stored_sum = (x.double() + residual.double()).to(x.dtype)
+    name = mlp_launch.kernel_name("add_rms_norm_fixed", dtype, fixed_cols)
+    mlp_launch.load_kernel("cuda:0", name).launch(
+        grid,
+        (threads, 1),
+        x.data_ptr(),
+        residual.data_ptr(),
+        weight.data_ptr(),
+        x.data_ptr(),
+        residual.data_ptr(),
+        rows,
+        cols,
+        EPS,
+        stream=stream,
+    )
+    what = f"{name} in place {rows}x{cols} grid {grid}"
+    assert_close(torch_rng, residual, stored_sum.double(), dtype, what + " residual")
+    assert_close(torch_rng, x, ref_rms_norm(torch, stored_sum, weight, EPS), dtype, what + " x")
+    assert_guards_intact(residual_buffer, 0, rows * cols)
 
 
 @pytest.mark.gpu

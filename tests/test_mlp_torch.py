@@ -261,9 +261,63 @@ def test_rms_norm_backward_short(
     offset: int,
     extra: bool,
 ) -> None:
-    """The short-row backward launched directly into poisoned outputs and a poisoned partial-sum
-    buffer, then (unless one row in one block wrote the weight gradient itself) the weight sum
-    over its grid's partial rows."""
+    name = mlp_launch.kernel_name("rms_norm_backward_short", dtype)
+    check_short_backward(rng, name, dtype, rows, cols, grid, threads, offset, extra)
+
+
+# (rows, cols, grid, fixed length): the fixed-length backward at the host's geometry (grid None),
+# with fewer and more blocks than rows, and on rows of another length (the scalar loop)
+FIXED_BACKWARD_CASES = [
+    (1, 4096, None, 4096),
+    (64, 4096, None, 4096),
+    (5, 4096, 2, 4096),
+    (3, 4096, 6, 4096),
+    (1, 8192, None, 8192),
+    (132, 8192, None, 8192),
+    (3, 1000, None, 4096),
+]
+
+
+@pytest.mark.parametrize("extra", [False, True])
+@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize(
+    ("dtype", "rows", "cols", "grid", "length"),
+    [
+        (dtype, *case)
+        for dtype in DTYPES
+        for case in FIXED_BACKWARD_CASES
+        if mlp_launch.fixed_backward(case[3], dtype)  # float32 8192 has none (2048 vectors)
+    ],
+)
+def test_rms_norm_backward_fixed(
+    rng: Any,
+    dtype: str,
+    rows: int,
+    cols: int,
+    grid: int | None,
+    length: int,
+    offset: int,
+    extra: bool,
+) -> None:
+    name = mlp_launch.kernel_name("rms_norm_backward_fixed", dtype, length)
+    threads = mlp_launch.SHORT_BACKWARD_THREADS
+    check_short_backward(rng, name, dtype, rows, cols, grid, threads, offset, extra)
+
+
+def check_short_backward(
+    rng: Any,
+    name: str,
+    dtype: str,
+    rows: int,
+    cols: int,
+    grid: int | None,
+    threads: int | None,
+    offset: int,
+    extra: bool,
+) -> None:
+    """The short-row backward ``name`` launched directly into poisoned outputs and a poisoned
+    partial-sum buffer, then (unless one row in one block wrote the weight gradient itself) the
+    weight sum over its grid's partial rows."""
     seed = rng[1]
     x = randn(rng, (rows, cols), dtype, offset)
     weight = randn(rng, (cols,), dtype, offset)
@@ -276,7 +330,6 @@ def test_rms_norm_backward_short(
     blocks = rows if grid is None else grid
     direct = rows == 1 and blocks == 1
     partial = torch.full((blocks, cols), math.nan, device="cuda")
-    name = mlp_launch.kernel_name("rms_norm_backward_short", dtype)
     mlp_launch.load_kernel("cuda:0", name).launch(
         blocks,
         threads,
@@ -305,7 +358,7 @@ def test_rms_norm_backward_short(
     if grad_extra is not None:
         ref_x = ref_x + grad_extra.double()
         terms_x = terms_x + grad_extra.double().abs()
-    what = f"short backward {rows}x{cols}+{offset} grid {blocks}x{threads}"
+    what = f"{name} {rows}x{cols}+{offset} grid {blocks}x{threads}"
     what += " extra" if extra else ""
     assert_close(grad_x, ref_x, terms_x, dtype, seed, what + " d_x")
     assert_close(grad_weight, ref_weight, terms_weight, dtype, seed, what + " d_w", 1e-5 * 40)

@@ -23,6 +23,11 @@
 //                            one row a block at a time (grid-stride), blockDim.x threads (a power
 //                            of two, at most kShortRowThreads), blockDim.y == 1; a thread takes
 //                            one or two vectors of a row (the scalar loop past that).
+//   rms_norm_fixed_*, add_rms_norm_fixed_*
+//                            (T, COLS): one row a block at a time (grid-stride), blockDim.x ==
+//                            FixedRow<T, COLS>::kThreads, blockDim.y == 1.
+//   rms_norm_backward_fixed_*
+//                            (T, COLS): as rms_norm_backward_short_* at kShortBackwardThreads.
 //   rms_norm_backward_*      blockDim.x threads per row (a power of two, at least a wavefront),
 //                            one row a block at a time; the grid sets the rows of `partial`.
 //   rms_norm_backward_short_*
@@ -628,6 +633,130 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
   }
 }
 
+// Rows of one fixed length (LLaMA's hidden sizes, kernelpack.mlp_launch's FIXED_COLUMNS; the
+// host's choice for few rows of such a length): rms_norm_short with the row length a constant.
+// Why (ncu on the H200 at 1 x 4096 bfloat16, docs/bench-mlp-notes.md): the short kernel's warps
+// issued 244 instructions, Triton's (compiled for the one shape) 136, and at one block a row they
+// all sit in the chain the kernel waits on. Here the length, the threads, the vectors a thread
+// and 1 / cols are constants: no bound checks, no length arithmetic, a block sum of a known
+// number of wavefronts. Any row length or misaligned pointer still gives the right answer (the
+// scalar loop, tested), so the host's memo of a launch per shape needs no alignment in its key.
+// Vectors a thread: kFixedChunks for each kFixedRowVectors (begun) of a row, so two up to 1024
+// vectors a row (512 threads), four up to 2048.
+constexpr int kFixedChunks = 2;
+constexpr int kFixedRowVectors = 1024;
+
+template <typename T, int kCols>
+struct FixedRow {
+  static constexpr int kWidth = VectorAccess<T>::kWidth;
+  static constexpr int kVectors = kCols / kWidth;
+  static constexpr int kChunks =
+      (kVectors + kFixedRowVectors - 1) / kFixedRowVectors * kFixedChunks;
+  static constexpr int kThreads = kVectors / kChunks;
+  static_assert(kCols % kWidth == 0 && kVectors % kChunks == 0, "whole vectors a thread");
+  static_assert(kThreads % kWidestWave == 0 && kThreads <= kShortRowThreads,
+                "whole wavefronts, at most kShortRowThreads");
+};
+
+// kp::row_sum over exactly kThreads threads (whole wavefronts), the same order of additions.
+template <int kThreads>
+__device__ __forceinline__ float fixed_row_sum(float value, float* slots) {
+  const int thread = static_cast<int>(threadIdx.x);
+  const int lane = thread % warpSize;
+  value = lanes_sum(value);
+  if (lane == 0) {
+    slots[thread / warpSize] = value;
+  }
+  __syncthreads();
+  value = lanes_sum(lane < kThreads / warpSize ? slots[lane] : 0.0f);
+  __syncthreads();
+  return value;
+}
+
+template <int kCols, bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm_fixed_vector(const T* x, const T* residual,
+                                                      T* residual_out, const T* weight, T* out,
+                                                      float eps, float* slots) {
+  using Access = VectorAccess<T>;
+  using Raw = typename Access::Raw;
+  using Row = FixedRow<T, kCols>;
+  constexpr int kWidth = Row::kWidth;
+  constexpr int kChunks = Row::kChunks;
+  constexpr int kThreads = Row::kThreads;
+  const int thread = static_cast<int>(threadIdx.x);
+  Raw values[kChunks];
+  Raw weights[kChunks];
+  Raw residuals[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    values[c] = Access::load(x, thread + c * kThreads);
+    if constexpr (kAddResidual) {
+      residuals[c] = Access::load(residual, thread + c * kThreads);
+    }
+    weights[c] = Access::load(weight, thread + c * kThreads);
+  }
+  float v[kChunks][kWidth];
+  float sum_squares = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    Access::unpack(values[c], v[c]);
+    if constexpr (kAddResidual) {
+      float r[kWidth];
+      Access::unpack(residuals[c], r);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        v[c][k] += r[k];
+      }
+      const Raw stored = Access::pack(v[c]);
+      Access::store(residual_out, thread + c * kThreads, stored);
+      Access::unpack(stored, v[c]);  // the sum as stored, rounded to T
+    }
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      sum_squares += v[c][k] * v[c][k];
+    }
+  }
+  sum_squares = fixed_row_sum<kThreads>(sum_squares, slots);
+  constexpr float kInverseCols = 1.0f / static_cast<float>(kCols);
+  const float scale = rsqrtf(sum_squares * kInverseCols + eps);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    float w[kWidth];
+    Access::unpack(weights[c], w);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      v[c][k] = v[c][k] * scale * w[k];
+    }
+    Access::store(out, thread + c * kThreads, Access::pack(v[c]));
+  }
+}
+
+// blockDim.x == FixedRow<T, kCols>::kThreads, blockDim.y == 1; the blocks stride over the rows.
+// Rows of another length than kCols, or misaligned pointers, take rms_norm_short's scalar loop.
+template <int kCols, bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T* residual_out,
+                                               const T* weight, T* out, long long rows,
+                                               long long cols, float eps) {
+  __shared__ float slots[kp::kMaxBlockThreads];
+  const bool vectors =
+      cols == kCols && vector_aligned(x) && vector_aligned(weight) && vector_aligned(out) &&
+      (!kAddResidual || (vector_aligned(residual) && vector_aligned(residual_out)));
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    if (vectors) {
+      const long long offset = row * kCols;
+      rms_norm_fixed_vector<kCols, kAddResidual>(
+          x + offset, kAddResidual ? residual + offset : nullptr,
+          kAddResidual ? residual_out + offset : nullptr, weight, out + offset, eps, slots);
+    } else {
+      const long long offset = row * cols;
+      rms_norm_short_scalar<kAddResidual>(x + offset, kAddResidual ? residual + offset : nullptr,
+                                          kAddResidual ? residual_out + offset : nullptr, weight,
+                                          out + offset, cols, 1.0f / static_cast<float>(cols),
+                                          eps, slots);
+    }
+  }
+}
+
 // ---- backward ---------------------------------------------------------------------------------
 
 // d/dg and d/du of silu(g) * u, times the incoming gradient dy: with s = sigmoid(g),
@@ -1024,11 +1153,15 @@ __device__ __forceinline__ void short_chunk(typename Access::Raw values,
 // across rows: at the host's one row a block that would only cost registers, and gfx9-generic
 // spilled.)
 //
+// With kCols (not 0) rows are kCols long and blockDim.x is kShortBackwardThreads, which times
+// kCached covers a row exactly (rms_norm_backward_fixed): the length, 1 / cols and the stride are
+// constants and no vector needs a bound check, as in the fixed-length forward.
+//
 // kCached vectors a thread stay in registers: with one, its weight and grad_extra vectors too,
 // loaded beside x and dy; with two (rows of more vectors than threads), only x and dy, the others
 // read in pass 2 as the general kernel does (from L1), which keeps the two-vector form under the
 // 128 registers a 512-thread block leaves a thread on gfx9.
-template <int kCached, typename Access, bool kExtra, typename T>
+template <int kCached, typename Access, bool kExtra, int kCols = 0, typename T>
 __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight, const T* grad,
                                                     const T* grad_extra, T* grad_x,
                                                     T* grad_weight, float* partial, bool direct,
@@ -1037,13 +1170,16 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
   using Raw = typename Access::Raw;
   constexpr int kWidth = Access::kWidth;
   constexpr bool kCacheAll = kCached == 1;
-  const int stride = static_cast<int>(blockDim.x);
-  const int chunks = static_cast<int>(cols / kWidth);
-  float* partial_row = direct ? nullptr : partial + static_cast<long long>(blockIdx.x) * cols;
-  const float inverse_cols = 1.0f / static_cast<float>(cols);
+  constexpr bool kFixed = kCols != 0;
+  static_assert(!kFixed || kCols / kWidth == kCached * kShortBackwardThreads, "rows covered");
+  const long long length = kFixed ? kCols : cols;
+  const int stride = kFixed ? kShortBackwardThreads : static_cast<int>(blockDim.x);
+  const int chunks = static_cast<int>(length / kWidth);
+  float* partial_row = direct ? nullptr : partial + static_cast<long long>(blockIdx.x) * length;
+  const float inverse_cols = 1.0f / static_cast<float>(length);
   bool first_row = true;
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-    const long long offset = row * cols;
+    const long long offset = row * length;
     const T* x_row = x + offset;
     const T* grad_row = grad + offset;
     const T* grad_extra_row = kExtra ? grad_extra + offset : nullptr;
@@ -1055,7 +1191,7 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
-      if (i < chunks) {
+      if (kFixed || i < chunks) {
         values[c] = Access::load(x_row, i);
         grads[c] = Access::load(grad_row, i);
         if constexpr (kCacheAll) {
@@ -1071,7 +1207,7 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
-      if (i < chunks) {
+      if (kFixed || i < chunks) {
         float v[kWidth];
         float g[kWidth];
         float w[kWidth];
@@ -1085,7 +1221,8 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
         }
       }
     }
-    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
+    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; !kFixed && i < chunks;
+         i += stride) {
       backward_sums<Access>(Access::load(x_row, i), Access::load(grad_row, i), weight, i,
                             sum_squares, sum_dot);
     }
@@ -1096,7 +1233,7 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
-      if (i < chunks) {
+      if (kFixed || i < chunks) {
         Raw out;
         Raw extra{};
         if constexpr (kExtra) {
@@ -1113,7 +1250,8 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
         }
       }
     }
-    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
+    for (int i = static_cast<int>(threadIdx.x) + kCached * stride; !kFixed && i < chunks;
+         i += stride) {
       backward_chunk<Access, kExtra>(Access::load(x_row, i), Access::load(grad_row, i), weight,
                                      grad_extra_row, grad_x_row, static_cast<T*>(nullptr), i,
                                      scale, correction, shares);
@@ -1181,11 +1319,48 @@ __device__ __forceinline__ void rms_norm_backward_short(const T* x, const T* wei
   }
 }
 
+// Rows of a fixed length (kCols, the host's choice where kShortBackwardThreads threads of one or
+// two vectors cover a row exactly: 4096 columns, and 8192 of 16-bit types) with the length a
+// constant, as the fixed-length forward; other lengths and misaligned pointers take the scalar
+// loop (right, slow). blockDim.x == kShortBackwardThreads, blockDim.y == 1.
+template <int kCols, typename T>
+__device__ __forceinline__ void rms_norm_backward_fixed(const T* x, const T* weight, const T* grad,
+                                                        const T* grad_extra, T* grad_x,
+                                                        T* grad_weight, float* partial,
+                                                        long long rows, long long cols,
+                                                        float eps) {
+  __shared__ float slots[kp::kMaxBlockThreads];
+  constexpr int kCached = kCols / VectorAccess<T>::kWidth / kShortBackwardThreads;
+  const bool direct = rows == 1 && gridDim.x == 1;
+  const bool vectors = cols == kCols && vector_aligned(x) && vector_aligned(weight) &&
+                       vector_aligned(grad) && vector_aligned(grad_extra) &&
+                       vector_aligned(grad_x) && vector_aligned(grad_weight) &&
+                       vector_aligned(partial);
+  constexpr int kTwo = kShortBackwardChunks;
+  if (vectors && grad_extra != nullptr) {
+    short_backward_rows<kCached, VectorAccess<T>, true, kCols>(
+        x, weight, grad, grad_extra, grad_x, grad_weight, partial, direct, rows, cols, eps, slots);
+  } else if (vectors) {
+    short_backward_rows<kCached, VectorAccess<T>, false, kCols>(
+        x, weight, grad, grad_extra, grad_x, grad_weight, partial, direct, rows, cols, eps, slots);
+  } else if (grad_extra != nullptr) {
+    short_backward_rows<kTwo, ScalarAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
+                                                     grad_weight, partial, direct, rows, cols,
+                                                     eps, slots);
+  } else {
+    short_backward_rows<kTwo, ScalarAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
+                                                      grad_weight, partial, direct, rows, cols,
+                                                      eps, slots);
+  }
+}
+
 // The weight-gradient sum's block bound: blockDim.x columns by blockDim.y slices of the rows of
 // `partial`. (Measured on the H200 at 264 rows of 8192: one thread a column summing all the rows
 // in turn, 64 blocks of 128 threads, took 14 us, latency-bound; 32 columns by 8 slices take 8.6
 // us; docs/bench-mlp-notes.md.)
 constexpr int kWeightGradThreads = 256;
+// Rows of `partial` a thread of the weight-gradient sum has in flight at once.
+constexpr int kWeightGradInFlight = 8;
 
 // grad_weight[j] = the sum over b of partial[b][j]. Slice y of a block sums the rows b = y, y +
 // blockDim.y, ... of its columns in turn, then slice 0 adds the slices' sums in order, so that
@@ -1204,11 +1379,23 @@ __device__ __forceinline__ void rms_norm_weight_grad(const float* partial, T* gr
     const long long j = first + threadIdx.x;
     float sum = 0.0f;
     if (j < cols) {
-      // Unrolled so that several rows' loads are in flight at once (each is an L2 round trip);
-      // the additions keep their order.
-#pragma unroll 8
-      for (long long b = threadIdx.y; b < blocks; b += blockDim.y) {
-        sum += partial[b * cols + j];
+      // kWeightGradInFlight rows' loads issued before any of their additions (each is an L2
+      // round trip), those past the last row predicated off and added as zeros: the additions
+      // keep their order. (A loop unrolled by the compiler kept a test between its loads, and
+      // each addition waited for its load before the next load issued: at 64 partial rows and
+      // 16 slices, four round trips in turn; at 264 rows and 8 slices, 33.)
+      for (long long first_b = threadIdx.y; first_b < blocks;
+           first_b += kWeightGradInFlight * static_cast<long long>(blockDim.y)) {
+        float values[kWeightGradInFlight];
+#pragma unroll
+        for (int k = 0; k < kWeightGradInFlight; ++k) {
+          const long long b = first_b + static_cast<long long>(k) * blockDim.y;
+          values[k] = b < blocks ? partial[b * cols + j] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kWeightGradInFlight; ++k) {
+          sum += values[k];
+        }
       }
     }
     slices[slot] = sum;
@@ -1279,6 +1466,25 @@ __global__ void __launch_bounds__(kShortRowThreads, 1)
   ::rms_norm_short<true>(x, residual, residual_out, weight, out, rows, cols, eps);
 }
 
+// The same two ops for few rows of kCols (LLaMA's hidden sizes): blockDim.x ==
+// FixedRow<T, kCols>::kThreads. Right for any row length (the scalar loop), fast for kCols. (The
+// bound in parentheses: HIP's __launch_bounds__ is a macro, and the template's comma would split
+// its arguments.)
+template <typename T, int kCols>
+__global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
+    rms_norm_fixed(const T* x, const T* weight, T* out, long long rows, long long cols,
+                   float eps) {
+  ::rms_norm_fixed<kCols, false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr),
+                                 weight, out, rows, cols, eps);
+}
+
+template <typename T, int kCols>
+__global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
+    add_rms_norm_fixed(const T* x, const T* residual, const T* weight, T* out, T* residual_out,
+                       long long rows, long long cols, float eps) {
+  ::rms_norm_fixed<kCols, true>(x, residual, residual_out, weight, out, rows, cols, eps);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     swiglu_backward(const T* gate, const T* up, const T* grad, T* grad_gate, T* grad_up,
@@ -1310,6 +1516,16 @@ __global__ void __launch_bounds__(kShortBackwardThreads, 1)
                             long long cols, float eps) {
   ::rms_norm_backward_short(x, weight, grad, grad_extra, grad_x, grad_weight, partial, rows, cols,
                             eps);
+}
+
+// The same for rows of kCols (rms_norm_backward_fixed above): blockDim.x == kShortBackwardThreads.
+template <typename T, int kCols>
+__global__ void __launch_bounds__(kShortBackwardThreads, 1)
+    rms_norm_backward_fixed(const T* x, const T* weight, const T* grad, const T* grad_extra,
+                            T* grad_x, T* grad_weight, float* partial, long long rows,
+                            long long cols, float eps) {
+  ::rms_norm_backward_fixed<kCols>(x, weight, grad, grad_extra, grad_x, grad_weight, partial,
+                                   rows, cols, eps);
 }
 
 template <typename T>
@@ -1344,5 +1560,40 @@ MLP_KERNELS(__half)
 MLP_KERNELS(__nv_bfloat16)
 
 #undef MLP_KERNELS
+
+// The fixed-length forward norms, per storage type and row length (kernelpack.mlp_launch's
+// FIXED_COLUMNS: LLaMA's hidden sizes).
+#define MLP_FIXED_KERNELS(T, COLS)                                                           \
+  template __global__ void rms_norm_fixed<T, COLS>(const T*, const T*, T*, long long, long long, \
+                                                   float);                                     \
+  template __global__ void add_rms_norm_fixed<T, COLS>(const T*, const T*, const T*, T*, T*,   \
+                                                       long long, long long, float);
+
+#define MLP_FIXED_LENGTHS(T) \
+  MLP_FIXED_KERNELS(T, 4096) \
+  MLP_FIXED_KERNELS(T, 5120) \
+  MLP_FIXED_KERNELS(T, 8192)
+
+MLP_FIXED_LENGTHS(float)
+MLP_FIXED_LENGTHS(__half)
+MLP_FIXED_LENGTHS(__nv_bfloat16)
+
+#undef MLP_FIXED_LENGTHS
+#undef MLP_FIXED_KERNELS
+
+// The fixed-length backward where kShortBackwardThreads threads of one or two vectors cover a row
+// (kernelpack.mlp_launch.fixed_backward): 512 or 1024 vectors.
+#define MLP_FIXED_BACKWARD(T, COLS)                                                         \
+  template __global__ void rms_norm_backward_fixed<T, COLS>(const T*, const T*, const T*,   \
+                                                            const T*, T*, T*, float*,       \
+                                                            long long, long long, float);
+
+MLP_FIXED_BACKWARD(float, 4096)
+MLP_FIXED_BACKWARD(__half, 4096)
+MLP_FIXED_BACKWARD(__half, 8192)
+MLP_FIXED_BACKWARD(__nv_bfloat16, 4096)
+MLP_FIXED_BACKWARD(__nv_bfloat16, 8192)
+
+#undef MLP_FIXED_BACKWARD
 
 }  // namespace mlp

@@ -132,7 +132,7 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
     cols = shape[-1] if shape else 1
     weight_shape = result_shape = None
     sizes: tuple[int, ...]
-    kernel = KERNEL_OF[op]
+    name = kernel_name(KERNEL_OF[op], dtype)
     geometry: tuple[Any, Any] = (1, 1)  # no elements: nothing is launched
     if op == "swiglu":
         rows, sizes = n, (n,)
@@ -148,11 +148,11 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
         if rows * cols and op == "silu_and_mul":
             geometry = silu_and_mul_geometry(rows, cols, dtype)
         elif rows * cols:
-            kernel, grid, block = norm_launch(kernel, rows, cols, dtype)
+            name, grid, block = norm_launch(KERNEL_OF[op], rows, cols, dtype)
             geometry = (grid, block)
     launch = None
     if rows * cols:
-        launch = load_kernel(device, kernel_name(kernel, dtype)).launch
+        launch = load_kernel(device, name).launch
         _, launcher_type = _native_types()
         owner = getattr(launch, "__self__", None)
         if launcher_type is not None and type(owner) is launcher_type:

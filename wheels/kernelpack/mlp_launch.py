@@ -36,6 +36,13 @@ SHORT_ROWS_MAX = 132
 # of 512 vectors (4096 16-bit columns) gained 0.1 µs, rows of 1024 (4096 float32 columns) lost
 # 0.5-0.8 µs against the general kernel (1 and 64 rows, both norms).
 SHORT_ROW_VECTORS_MAX = 512
+# The fixed-length forward norms (rms_norm_fixed, add_rms_norm_fixed: mlp.cu's FixedRow, the row
+# length a template argument): the host takes them instead of the short-row kernels for these row
+# lengths (LLaMA's hidden sizes; mlp.cu instantiates each), at most SHORT_ROWS_MAX rows; a thread
+# takes FIXED_CHUNKS vectors for each FIXED_ROW_VECTORS (begun) of a row.
+FIXED_COLUMNS = (4096, 5120, 8192)
+FIXED_CHUNKS = 2  # kFixedChunks
+FIXED_ROW_VECTORS = 1024  # kFixedRowVectors
 CACHED_CHUNKS = 4  # kCachedChunks: vectors per thread kept in registers across RMSNorm's two passes
 BACKWARD_CACHED_CHUNKS = 4  # kBackwardCachedChunks: the same for the backward kernel
 MAX_GRID_Y = 65535
@@ -59,26 +66,24 @@ SHORT_BACKWARD_THREADS = 512
 SHORT_BACKWARD_CHUNKS = 2
 SHORT_BACKWARD_ROWS_MAX = 132
 # The weight-gradient sum's block: 32 columns by 8 slices of the partial rows (kWeightGradThreads,
-# 256, bounds their product); with fewer partial rows, fewer slices and up to 128 columns.
+# 256, bounds their product); with fewer partial rows, fewer slices and up to 128 columns. (On the
+# H200 at 64 partial rows, once each thread had 8 rows' loads in flight: 32 by 8 2.51-2.75 µs,
+# 16 by 16 2.74-3.28, 64 by 4 2.93-3.10; before, with one load in flight, 16 by 16 had been the
+# fastest; profile_mlp.py short-geometry, docs/bench-mlp-notes.md.)
 WEIGHT_GRAD_COLUMNS = 32
 WEIGHT_GRAD_SLICES = 8
 WEIGHT_GRAD_THREADS = 256
 WEIGHT_GRAD_COLUMNS_MAX = 128
-# ... and for the short backward's partial rows (32 to SHORT_BACKWARD_ROWS_MAX of them), 16 columns
-# by 16 slices: on the H200 at 64 partial rows of 4096 and 8192 columns (bfloat16 and float32) the
-# sum took 2.85-3.08 µs against 3.38-3.49 at 32 by 8 (64 by 4: 4.5-4.7; 128 by 2: 7.2-7.3;
-# profile_mlp.py short-geometry, docs/bench-mlp-notes.md).
-WEIGHT_GRAD_NARROW = (16, 16)
-WEIGHT_GRAD_NARROW_ROWS = range(32, SHORT_BACKWARD_ROWS_MAX + 1)
 
 
 _MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
 _KERNELS: dict[tuple[str, str], Any] = {}  # ("cuda:0", kernel name) -> Kernel
 
 
-def kernel_name(op: str, dtype: str) -> str:
-    """The kernel of ``op`` ("swiglu") for ``dtype`` ("bfloat16"): "mlp::swiglu<__nv_bfloat16>"."""
-    return f"mlp::{op}<{KERNEL_TYPE[dtype]}>"
+def kernel_name(op: str, dtype: str, *arguments: int) -> str:
+    """The kernel of ``op`` ("swiglu") for ``dtype`` ("bfloat16"): "mlp::swiglu<__nv_bfloat16>";
+    a template's further arguments after the type ("mlp::rms_norm_fixed<float, 4096>")."""
+    return "mlp::{}<{}>".format(op, ", ".join((KERNEL_TYPE[dtype], *map(str, arguments))))
 
 
 def load_kernel(device: str, name: str) -> Any:
@@ -160,17 +165,29 @@ def short_rows(rows: int, cols: int, dtype: str) -> bool:
     )
 
 
+def fixed_threads(cols: int, dtype: str) -> int:
+    """Threads a row of the fixed-length norms for rows of ``cols`` (one of FIXED_COLUMNS), as
+    mlp.cu's FixedRow<T, cols>::kThreads: two vectors a thread up to 1024 vectors, four past."""
+    vectors = cols // _vector_width(dtype)
+    chunks = -(-vectors // FIXED_ROW_VECTORS) * FIXED_CHUNKS
+    return vectors // chunks
+
+
 def norm_launch(op: str, rows: int, cols: int, dtype: str) -> tuple[str, int, tuple[int, int]]:
-    """(kernel op, grid, block as (threads per row, rows per block)) of a forward norm (``op``
-    "rms_norm" or "add_rms_norm"): the short-row kernel, one block a row and a thread per vector
-    (a power of two, at least BLOCK_MIN), where :func:`short_rows` says so, else the general
-    kernel at :func:`row_geometry`."""
+    """(kernel name, grid, block as (threads per row, rows per block)) of a forward norm (``op``
+    "rms_norm" or "add_rms_norm"): for few rows of one of FIXED_COLUMNS the fixed-length kernel
+    (one block a row at :func:`fixed_threads`), else the short-row kernel, one block a row and a
+    thread per vector (a power of two, at least BLOCK_MIN), where :func:`short_rows` says so, else
+    the general kernel at :func:`row_geometry`."""
+    if 0 < rows <= SHORT_ROWS_MAX and cols in FIXED_COLUMNS:
+        name = kernel_name(f"{op}_fixed", dtype, cols)
+        return name, rows, (fixed_threads(cols, dtype), 1)
     if short_rows(rows, cols, dtype):
         chunks = cols // _vector_width(dtype)
         threads = max(BLOCK_MIN, 1 << (chunks - 1).bit_length())
-        return f"{op}_short", rows, (threads, 1)
+        return kernel_name(f"{op}_short", dtype), rows, (threads, 1)
     grid, block = row_geometry(rows, cols, dtype)
-    return op, grid, block
+    return kernel_name(op, dtype), grid, block
 
 
 def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
@@ -199,23 +216,32 @@ def short_backward_threads(rows: int, cols: int, dtype: str) -> int:
     return max(BLOCK_MIN, min(SHORT_BACKWARD_THREADS, 1 << (chunks - 1).bit_length()))
 
 
+def fixed_backward(cols: int, dtype: str) -> bool:
+    """Whether the short-row backward of rows of ``cols`` takes the fixed-length kernel
+    (rms_norm_backward_fixed, the row length a template argument): one of FIXED_COLUMNS that
+    SHORT_BACKWARD_THREADS threads of one or SHORT_BACKWARD_CHUNKS vectors cover exactly (mlp.cu
+    instantiates those: 4096 columns, and 8192 of 16-bit types)."""
+    width = _vector_width(dtype)
+    per_thread, left = divmod(cols // width, SHORT_BACKWARD_THREADS)
+    return (
+        cols in FIXED_COLUMNS
+        and cols % width == 0
+        and left == 0
+        and per_thread in (1, SHORT_BACKWARD_CHUNKS)
+    )
+
+
 def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, int]]:
     """(grid, block as (columns, slices)) of the weight-gradient sum over ``partial_rows`` rows
     of partial sums: WEIGHT_GRAD_SLICES slices of the rows by 32 columns (128 bytes a row of
     partial sums, read whole), one block per column group; with fewer partial rows than slices,
     a slice per row (a power of two) and the block's other threads on more columns, up to 128
     (at 1 x 4096 the 8-slice block launched 128 blocks to add one row, 0.5 µs slower than 32
-    blocks of 128 columns: docs/bench-mlp-notes.md); 32 to 132 partial rows (the short backward's)
-    16 columns by 16 slices (WEIGHT_GRAD_NARROW). A function of the shape alone (the partial
+    blocks of 128 columns: docs/bench-mlp-notes.md). A function of the shape alone (the partial
     rows are backward_row_geometry's grid), so a shape's sum, and its bits, are the same every
     run."""
-    if partial_rows in WEIGHT_GRAD_NARROW_ROWS:
-        columns, slices = WEIGHT_GRAD_NARROW
-    else:
-        slices = min(WEIGHT_GRAD_SLICES, 1 << max(partial_rows - 1, 0).bit_length())
-        columns = max(
-            WEIGHT_GRAD_COLUMNS, min(WEIGHT_GRAD_COLUMNS_MAX, WEIGHT_GRAD_THREADS // slices)
-        )
+    slices = min(WEIGHT_GRAD_SLICES, 1 << max(partial_rows - 1, 0).bit_length())
+    columns = max(WEIGHT_GRAD_COLUMNS, min(WEIGHT_GRAD_COLUMNS_MAX, WEIGHT_GRAD_THREADS // slices))
     return min(-(-cols // columns), _grid_cap(columns * slices)), (columns, slices)
 
 
@@ -258,9 +284,7 @@ def launch_rms_norm(
     if rows * cols == 0:
         return
     name, grid, block = norm_launch("rms_norm", rows, cols, dtype)
-    load_kernel(device, kernel_name(name, dtype)).launch(
-        grid, block, x, weight, out, rows, cols, eps, stream=stream
-    )
+    load_kernel(device, name).launch(grid, block, x, weight, out, rows, cols, eps, stream=stream)
 
 
 def launch_add_rms_norm(
@@ -281,7 +305,7 @@ def launch_add_rms_norm(
     if rows * cols == 0:
         return
     name, grid, block = norm_launch("add_rms_norm", rows, cols, dtype)
-    load_kernel(device, kernel_name(name, dtype)).launch(
+    load_kernel(device, name).launch(
         grid, block, x, residual, weight, out, residual_out, rows, cols, eps, stream=stream
     )
 
@@ -378,10 +402,14 @@ def launch_rms_norm_backward_short(
     stream: int,
 ) -> None:
     """grad_x = the input gradient of RMSNorm plus grad_extra (unless 0), and grad_weight: one
-    block a row of ``threads`` (:func:`short_backward_threads`); one row is one kernel, more rows
-    write float32 shares to ``partial`` (rows x cols; 0 for one row) and rms_norm_weight_grad
-    sums them."""
-    load_kernel(device, kernel_name("rms_norm_backward_short", dtype)).launch(
+    block a row of ``threads`` (:func:`short_backward_threads`; the fixed-length kernel where
+    :func:`fixed_backward` says so); one row is one kernel, more rows write float32 shares to
+    ``partial`` (rows x cols; 0 for one row) and rms_norm_weight_grad sums them."""
+    if threads == SHORT_BACKWARD_THREADS and fixed_backward(cols, dtype):
+        name = kernel_name("rms_norm_backward_fixed", dtype, cols)
+    else:
+        name = kernel_name("rms_norm_backward_short", dtype)
+    load_kernel(device, name).launch(
         rows,
         threads,
         x,
