@@ -141,13 +141,13 @@ def test_in_place_op_refuses_read_only_numpy_arrays() -> None:
 @pytest.mark.parametrize(
     ("n", "dtype", "expected"),
     [
-        (11008, "bfloat16", (22, 128)),  # 1 row: 8-byte vectors, 2752 of them
-        (11008, "float32", (43, 128)),  # 2 float32 a thread: 5504
-        (14336, "float16", (28, 128)),
+        (11008, "bfloat16", (43, 64)),  # 1 row: 2752 8-byte vectors, 22 blocks of 128: 64
+        (11008, "float32", (86, 64)),  # 2 float32 a thread: 5504, 43 blocks of 128: 64
+        (14336, "float16", (56, 64)),
         (64 * 11008, "bfloat16", (688, 128)),  # 688 blocks of 16-byte vectors: enough
         (4096 * 132, "bfloat16", (528, 128)),  # 528 blocks of 16-byte vectors
         (8 * 128 * 131, "bfloat16", (262, 128)),  # 131 blocks of 16 bytes: 8-byte ones instead
-        (1, "float32", (1, 128)),
+        (1, "float32", (1, 64)),
     ],
 )
 def test_swiglu_grid_takes_8_byte_vectors_below_132_blocks(
@@ -159,9 +159,9 @@ def test_swiglu_grid_takes_8_byte_vectors_below_132_blocks(
 @pytest.mark.parametrize(
     ("rows", "cols", "dtype", "expected"),
     [
-        (1, 11008, "bfloat16", ((22, 1), 128)),
+        (1, 11008, "bfloat16", ((43, 1), 64)),
         (64, 11008, "bfloat16", ((11, 64), 128)),  # 704 blocks: 16-byte vectors
-        (3, 4099, "float32", ((17, 3), 128)),  # 1025 vectors of 8 bytes, rounded up
+        (3, 4099, "float32", ((33, 3), 64)),  # 2050 8-byte vectors: 17x3 blocks of 128, of 64
         (70_001, 8, "bfloat16", ((1, 65535), 64)),
     ],
 )
@@ -395,7 +395,7 @@ ROW_LAYOUTS = {"aligned": (0, 0, 0), "all+1": (1, 1, 1), "second+1": (0, 1, 0)}
 @pytest.mark.parametrize("layout", ["aligned", "all+1", "last+1", "all+4"])
 @pytest.mark.parametrize(
     ("rows", "cols"),
-    [(1, 1), (3, 3), (2, 8), (5, 9), (1, 4096), (3, 4099), (2, 11008), (70_001, 8)],
+    [(1, 1), (3, 3), (2, 8), (5, 9), (1, 4096), (3, 4099), (1, 11008), (64, 11008), (70_001, 8)],
 )
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_and_mul(torch_rng: Any, dtype: str, rows: int, cols: int, layout: str) -> None:
@@ -410,14 +410,15 @@ def test_silu_and_mul(torch_rng: Any, dtype: str, rows: int, cols: int, layout: 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("grid", [1, 5, 40])  # 16-byte vectors striding (1, 5); 8-byte (40)
+@pytest.mark.parametrize("block", [64, 128])  # the host's two block sizes
 @pytest.mark.parametrize("offset", [0, 4, 1])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_elementwise_kernels_are_right_on_any_grid(
-    torch_rng: Any, dtype: str, grid: int, offset: int
+    torch_rng: Any, dtype: str, grid: int, block: int, offset: int
 ) -> None:
     """swiglu and silu_and_mul launched directly: a grid with a thread for every 8-byte vector
     takes them, a smaller one the 16-byte vectors (striding), misaligned arrays the scalar path;
-    each is right."""
+    each is right, in blocks of 64 threads as of 128."""
     torch = torch_rng[0]
     stream = torch.cuda.current_stream().cuda_stream
     n = 4101  # a tail past the last vector of either width
@@ -425,17 +426,19 @@ def test_elementwise_kernels_are_right_on_any_grid(
     up = randn(torch_rng, (n,), dtype, offset=offset)
     buffer, out = poisoned(torch_rng, (n,), dtype, offset=offset)
     kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("swiglu", dtype))
-    kernel.launch(grid, 128, gate.data_ptr(), up.data_ptr(), out.data_ptr(), n, stream=stream)
-    assert_close(torch_rng, out, ref_swiglu(gate, up), dtype, f"swiglu grid {grid} +{offset}")
+    kernel.launch(grid, block, gate.data_ptr(), up.data_ptr(), out.data_ptr(), n, stream=stream)
+    assert_close(
+        torch_rng, out, ref_swiglu(gate, up), dtype, f"swiglu grid {grid}x{block} +{offset}"
+    )
     assert_guards_intact(buffer, offset, n)
 
     rows, cols = 3, 4104
     x = randn(torch_rng, (rows, 2 * cols), dtype, offset=offset)
     buffer, out = poisoned(torch_rng, (rows, cols), dtype, offset=offset)
     kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("silu_and_mul", dtype))
-    kernel.launch((grid, rows), 128, x.data_ptr(), out.data_ptr(), rows, cols, stream=stream)
+    kernel.launch((grid, rows), block, x.data_ptr(), out.data_ptr(), rows, cols, stream=stream)
     reference = ref_swiglu(x[:, :cols], x[:, cols:])
-    assert_close(torch_rng, out, reference, dtype, f"silu_and_mul grid {grid} +{offset}")
+    assert_close(torch_rng, out, reference, dtype, f"silu_and_mul grid {grid}x{block} +{offset}")
     assert_guards_intact(buffer, offset, rows * cols)
 
 
