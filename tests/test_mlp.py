@@ -141,13 +141,13 @@ def test_in_place_op_refuses_read_only_numpy_arrays() -> None:
 @pytest.mark.parametrize(
     ("n", "dtype", "expected"),
     [
-        (11008, "bfloat16", (43, 64)),  # 1 row: 2752 8-byte vectors, 22 blocks of 128: 64
-        (11008, "float32", (86, 64)),  # 2 float32 a thread: 5504, 43 blocks of 128: 64
-        (14336, "float16", (56, 64)),
+        (11008, "bfloat16", (22, 128)),  # 1 row: 8-byte vectors, 2752 of them
+        (11008, "float32", (43, 128)),  # 2 float32 a thread: 5504
+        (14336, "float16", (28, 128)),
         (64 * 11008, "bfloat16", (688, 128)),  # 688 blocks of 16-byte vectors: enough
         (4096 * 132, "bfloat16", (528, 128)),  # 528 blocks of 16-byte vectors
         (8 * 128 * 131, "bfloat16", (262, 128)),  # 131 blocks of 16 bytes: 8-byte ones instead
-        (1, "float32", (1, 64)),
+        (1, "float32", (1, 128)),
     ],
 )
 def test_swiglu_grid_takes_8_byte_vectors_below_132_blocks(
@@ -159,9 +159,9 @@ def test_swiglu_grid_takes_8_byte_vectors_below_132_blocks(
 @pytest.mark.parametrize(
     ("rows", "cols", "dtype", "expected"),
     [
-        (1, 11008, "bfloat16", ((43, 1), 64)),
+        (1, 11008, "bfloat16", ((22, 1), 128)),
         (64, 11008, "bfloat16", ((11, 64), 128)),  # 704 blocks: 16-byte vectors
-        (3, 4099, "float32", ((33, 3), 64)),  # 2050 8-byte vectors: 17x3 blocks of 128, of 64
+        (3, 4099, "float32", ((17, 3), 128)),  # 1025 vectors of 8 bytes, rounded up
         (70_001, 8, "bfloat16", ((1, 65535), 64)),
     ],
 )
@@ -410,7 +410,7 @@ def test_silu_and_mul(torch_rng: Any, dtype: str, rows: int, cols: int, layout: 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("grid", [1, 5, 40])  # 16-byte vectors striding (1, 5); 8-byte (40)
-@pytest.mark.parametrize("block", [64, 128])  # the host's two block sizes
+@pytest.mark.parametrize("block", [64, 128])  # 128, and 64: silu_and_mul on short rows
 @pytest.mark.parametrize("offset", [0, 4, 1])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_elementwise_kernels_are_right_on_any_grid(

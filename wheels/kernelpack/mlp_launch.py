@@ -24,9 +24,6 @@ NARROW_BYTES = 8  # kNarrowBytes: the elementwise kernels' vector on short input
 # or H200's SMs) get a thread for every 8-byte vector instead: twice the blocks, half the chain
 # of sigmoids a thread (the kernels see the grid and take 8-byte vectors; mlp.cu narrow_grid).
 NARROW_BELOW_BLOCKS = 132
-# Where even the 8-byte grid of 128-thread blocks is short of them (one row of 11008: 22 blocks of
-# 16-bit, 43 of float32), BLOCK_MIN-thread blocks: twice the SMs at work (torch.compile's Triton
-# kernel spreads one 16-bit row over 43; ncu, docs/bench-mlp-notes.md, fifth session).
 ELEMENTWISE_BLOCK = 128  # kElementwiseBlockThreads, the elementwise kernels' __launch_bounds__
 BLOCK_MIN = 64  # the smallest block: a multiple of every wavefront width (32 and 64)
 ROW_BLOCK_MAX = 512  # kRowBlockThreads, the row kernels' __launch_bounds__
@@ -115,34 +112,21 @@ def _vector_width(dtype: str, vector_bytes: int = VECTOR_BYTES) -> int:
 
 def swiglu_geometry(n: int, dtype: str) -> tuple[int, int]:
     """(grid, block) of the elementwise kernels over n elements: one 16-byte vector a thread,
-    or one 8-byte vector where that grid would be short of NARROW_BELOW_BLOCKS blocks, in
-    BLOCK_MIN-thread blocks where even that one would be."""
+    or one 8-byte vector where that grid would be short of NARROW_BELOW_BLOCKS blocks."""
     chunks = -(-n // _vector_width(dtype))
-    block = ELEMENTWISE_BLOCK
-    if -(-chunks // block) < NARROW_BELOW_BLOCKS:
+    if -(-chunks // ELEMENTWISE_BLOCK) < NARROW_BELOW_BLOCKS:
         chunks = -(-n // _vector_width(dtype, NARROW_BYTES))
-        if -(-chunks // block) < NARROW_BELOW_BLOCKS:
-            block = BLOCK_MIN
-    return min(-(-chunks // block), _grid_cap(block)), block
-
-
-# The elementwise geometries to try in turn, the first with NARROW_BELOW_BLOCKS blocks winning:
-# (vector bytes, the most threads a block).
-_ELEMENTWISE_STEPS = (
-    (VECTOR_BYTES, ELEMENTWISE_BLOCK),
-    (NARROW_BYTES, ELEMENTWISE_BLOCK),
-    (NARROW_BYTES, BLOCK_MIN),
-)
+    return min(-(-chunks // ELEMENTWISE_BLOCK), _grid_cap(ELEMENTWISE_BLOCK)), ELEMENTWISE_BLOCK
 
 
 def silu_and_mul_geometry(rows: int, cols: int, dtype: str) -> tuple[tuple[int, int], int]:
     """((grid x over the columns, grid y over the rows), block) of silu_and_mul and its backward:
     one 16-byte vector a thread, or one 8-byte vector where that grid would be short of
-    NARROW_BELOW_BLOCKS blocks, in BLOCK_MIN-thread blocks where even that one would be."""
+    NARROW_BELOW_BLOCKS blocks."""
     grid_y = min(rows, MAX_GRID_Y)
-    for vector_bytes, block_max in _ELEMENTWISE_STEPS:
+    for vector_bytes in (VECTOR_BYTES, NARROW_BYTES):
         chunks = -(-cols // _vector_width(dtype, vector_bytes))
-        block = min(max(BLOCK_MIN, 1 << (chunks - 1).bit_length()), block_max)
+        block = min(max(BLOCK_MIN, 1 << (chunks - 1).bit_length()), ELEMENTWISE_BLOCK)
         grid_x = min(-(-chunks // block), _grid_cap(block * grid_y))
         if grid_x * grid_y >= NARROW_BELOW_BLOCKS:
             break
