@@ -25,6 +25,11 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         than the host's, the general and the fixed-length kernels beside it, the short backward
         at other threads a row and the fixed-length one, and the weight sum of 64 partial rows at other block shapes,
         beside torch.compile's and Liger-Kernel's forward
+    python bench/profile_mlp.py elementwise-geometry
+        swiglu and silu_and_mul, forward and backward kernels, at 1 and 64 rows of 11008 (every
+        dtype) at several geometries (16- or 8-byte vectors, blocks of 64 or 128, one vector a
+        thread or two by striding over half the grid), the host's marked, beside torch.compile's
+        and Liger-Kernel's forward: GPU µs per call queued ahead of the GPU
     python bench/profile_mlp.py weight-sum
         the RMSNorm weight-gradient sum over 1 to 4 partial rows at the host's geometry against
         the 32-column, 8-slice block, GPU µs per call
@@ -629,6 +634,90 @@ def short_geometry(batches: int) -> None:
             print(f"{dtype:8s} 64x{cols} {block}{mark:6s} {us:6.2f}", flush=True)
 
 
+def _elementwise_geometries(cols: int, width: int) -> list[tuple[str, int, int]]:
+    """(label, grid over the columns, block) of the elementwise kernels to time: one 16-byte
+    vector a thread in blocks of 128, one 8-byte vector in blocks of 128 or 64 (16-byte vectors in
+    blocks of 64 would be the same launch: the kernels see a thread for every 8-byte vector), and
+    16-byte vectors over half the grid (two a thread, the kernels striding)."""
+    out = []
+    for vector_bytes, block in ((16, 128), (8, 128), (8, 64)):
+        grid = -(-cols // (width * vector_bytes // 16) // block)
+        out.append((f"{vector_bytes:2d} B x{block:3d}", grid, block))
+    wide = -(-cols // width // 128)
+    out.append(("16 B x128 half grid", -(-wide // 2), 128))
+    return out
+
+
+def elementwise_geometry(batches: int) -> None:
+    """swiglu and silu_and_mul, forward and backward kernels, launched at several geometries
+    (any is right: the kernels take the 8-byte vector when the grid has a thread for each, else
+    the 16-byte one, striding), beside torch.compile's and Liger-Kernel's forward: GPU µs per
+    call queued ahead of the GPU."""
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+    def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return F.silu(gate) * up
+
+    def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        return F.silu(x[..., :half]) * x[..., half:]
+
+    compiled = {
+        "swiglu": torch.compile(silu_mul, dynamic=False),
+        "silu_and_mul": torch.compile(silu_and_mul, dynamic=False),
+    }
+    print("\nelementwise kernels: GPU µs per call at (vector, block)", flush=True)
+    for (rows, cols), dtype in itertools.product(((1, 11008), (64, 11008)), DTYPE_NAMES):
+        torch_dtype = getattr(torch, dtype)
+        width = 16 // torch_dtype.itemsize
+        x = torch.randn(rows, 2 * cols, device="cuda").to(torch_dtype)
+        gate, up = x[:, :cols].contiguous(), x[:, cols:].contiguous()
+        grad = torch.randn(rows, cols, device="cuda").to(torch_dtype)
+        out, grad_gate, grad_up = (torch.empty_like(gate) for _ in "ogu")
+        grad_x = torch.empty_like(x)
+        n = rows * cols
+        peers = {
+            "swiglu": {
+                "compile": lambda g=gate, u=up: compiled["swiglu"](g, u),
+                "liger": lambda g=gate, u=up: LigerSiLUMulFunction.apply(g, u),
+            },
+            "silu_and_mul": {"compile": lambda x=x: compiled["silu_and_mul"](x)},
+        }
+        shape = f"{dtype:8s} {rows:2d}x{cols}"
+        for op, calls in peers.items():
+            for label, call in calls.items():
+                us = _queued_us(call, batches)
+                print(f"{shape} {op:12s} forward  {label:24s} {us:6.2f}", flush=True)
+        host = {
+            "swiglu": mlp_launch.swiglu_geometry(n, dtype),
+            "silu_and_mul": mlp_launch.silu_and_mul_geometry(rows, cols, dtype),
+        }
+        for label, grid, block in _elementwise_geometries(n, width):
+            launches = {
+                ("swiglu", "forward"): (grid, block, gate, up, out, n),
+                ("swiglu", "backward"): (grid, block, gate, up, grad, grad_gate, grad_up, n),
+            }
+            for (op, way), args in launches.items():
+                name = op if way == "forward" else f"{op}_backward"
+                kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name(name, dtype))
+                us = _queued_us(functools.partial(kernel.launch, *args, stream=0), batches)
+                mark = " (now)" if host[op] == (grid, block) else ""
+                print(f"{shape} {op:12s} {way:8s} {label}{mark:6s} {us:6.2f}", flush=True)
+        for label, grid, block in _elementwise_geometries(cols, width):
+            launches = {
+                "forward": ((grid, rows), block, x, out, rows, cols),
+                "backward": ((grid, rows), block, x, grad, grad_x, rows, cols),
+            }
+            for way, args in launches.items():
+                name = "silu_and_mul" if way == "forward" else "silu_and_mul_backward"
+                kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name(name, dtype))
+                us = _queued_us(functools.partial(kernel.launch, *args, stream=0), batches)
+                mark = " (now)" if host["silu_and_mul"] == ((grid, rows), block) else ""
+                print(
+                    f"{shape} {'silu_and_mul':12s} {way:8s} {label}{mark:6s} {us:6.2f}", flush=True
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -642,6 +731,7 @@ def main() -> None:
             "forward-variants",
             "weight-sum",
             "short-geometry",
+            "elementwise-geometry",
         ],
     )
     parser.add_argument(
@@ -668,6 +758,8 @@ def main() -> None:
         weight_sum(args.batches)
     elif args.what == "short-geometry":
         short_geometry(args.batches)
+    elif args.what == "elementwise-geometry":
+        elementwise_geometry(args.batches)
     elif args.what == "forward-variants":
         forward_variants(args.specs, args.batches)
     else:

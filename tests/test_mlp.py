@@ -395,7 +395,7 @@ ROW_LAYOUTS = {"aligned": (0, 0, 0), "all+1": (1, 1, 1), "second+1": (0, 1, 0)}
 @pytest.mark.parametrize("layout", ["aligned", "all+1", "last+1", "all+4"])
 @pytest.mark.parametrize(
     ("rows", "cols"),
-    [(1, 1), (3, 3), (2, 8), (5, 9), (1, 4096), (3, 4099), (2, 11008), (70_001, 8)],
+    [(1, 1), (3, 3), (2, 8), (5, 9), (1, 4096), (3, 4099), (1, 11008), (64, 11008), (70_001, 8)],
 )
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_and_mul(torch_rng: Any, dtype: str, rows: int, cols: int, layout: str) -> None:
@@ -410,14 +410,15 @@ def test_silu_and_mul(torch_rng: Any, dtype: str, rows: int, cols: int, layout: 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("grid", [1, 5, 40])  # 16-byte vectors striding (1, 5); 8-byte (40)
+@pytest.mark.parametrize("block", [64, 128])  # 128, and 64: silu_and_mul on short rows
 @pytest.mark.parametrize("offset", [0, 4, 1])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_elementwise_kernels_are_right_on_any_grid(
-    torch_rng: Any, dtype: str, grid: int, offset: int
+    torch_rng: Any, dtype: str, grid: int, block: int, offset: int
 ) -> None:
     """swiglu and silu_and_mul launched directly: a grid with a thread for every 8-byte vector
     takes them, a smaller one the 16-byte vectors (striding), misaligned arrays the scalar path;
-    each is right."""
+    each is right, in blocks of 64 threads as of 128."""
     torch = torch_rng[0]
     stream = torch.cuda.current_stream().cuda_stream
     n = 4101  # a tail past the last vector of either width
@@ -425,17 +426,19 @@ def test_elementwise_kernels_are_right_on_any_grid(
     up = randn(torch_rng, (n,), dtype, offset=offset)
     buffer, out = poisoned(torch_rng, (n,), dtype, offset=offset)
     kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("swiglu", dtype))
-    kernel.launch(grid, 128, gate.data_ptr(), up.data_ptr(), out.data_ptr(), n, stream=stream)
-    assert_close(torch_rng, out, ref_swiglu(gate, up), dtype, f"swiglu grid {grid} +{offset}")
+    kernel.launch(grid, block, gate.data_ptr(), up.data_ptr(), out.data_ptr(), n, stream=stream)
+    assert_close(
+        torch_rng, out, ref_swiglu(gate, up), dtype, f"swiglu grid {grid}x{block} +{offset}"
+    )
     assert_guards_intact(buffer, offset, n)
 
     rows, cols = 3, 4104
     x = randn(torch_rng, (rows, 2 * cols), dtype, offset=offset)
     buffer, out = poisoned(torch_rng, (rows, cols), dtype, offset=offset)
     kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("silu_and_mul", dtype))
-    kernel.launch((grid, rows), 128, x.data_ptr(), out.data_ptr(), rows, cols, stream=stream)
+    kernel.launch((grid, rows), block, x.data_ptr(), out.data_ptr(), rows, cols, stream=stream)
     reference = ref_swiglu(x[:, :cols], x[:, cols:])
-    assert_close(torch_rng, out, reference, dtype, f"silu_and_mul grid {grid} +{offset}")
+    assert_close(torch_rng, out, reference, dtype, f"silu_and_mul grid {grid}x{block} +{offset}")
     assert_guards_intact(buffer, offset, rows * cols)
 
 

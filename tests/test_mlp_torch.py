@@ -119,7 +119,7 @@ def stream() -> int:
 
 # 1: every array one element in, the scalar path; 4: 8 bytes in for 16-bit dtypes (8-byte vectors)
 @pytest.mark.parametrize("offset", [0, 1, 4])
-@pytest.mark.parametrize("n", [1, 7, 8, 9, 4099, 65536, 1_000_003])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 4099, 11008, 65536, 64 * 11008, 1_000_003])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_swiglu_backward(rng: Any, dtype: str, n: int, offset: int) -> None:
     gate = randn(rng, (n,), dtype, offset) * 4  # past the sigmoid's knee both ways
@@ -145,7 +145,10 @@ def test_swiglu_backward(rng: Any, dtype: str, n: int, offset: int) -> None:
 
 
 @pytest.mark.parametrize("offset", [0, 1, 4])
-@pytest.mark.parametrize(("rows", "cols"), [(1, 1), (3, 3), (2, 8), (5, 9), (3, 4096), (70_001, 8)])
+@pytest.mark.parametrize(
+    ("rows", "cols"),
+    [(1, 1), (3, 3), (2, 8), (5, 9), (3, 4096), (1, 11008), (64, 11008), (70_001, 8)],
+)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_and_mul_backward(rng: Any, dtype: str, rows: int, cols: int, offset: int) -> None:
     x = randn(rng, (rows, 2 * cols), dtype, offset) * 4
