@@ -5,12 +5,18 @@
 // in moving 16-byte vectors: a kernel checks the alignment of its pointers (and of the row
 // stride) itself and takes the vector path when they allow it, the scalar path otherwise, so a
 // misaligned view is slower but never wrong. Indices are 64-bit (32-bit inside one row of
-// RMSNorm, whose rows are at most 2**30 elements).
+// RMSNorm, whose rows are at most 2**30 elements, and in the exact elementwise forms).
 //
-// Launch geometry (chosen by kernelpack.mlp; any grid gives the right answer, the loops stride):
+// Launch geometry (chosen by kernelpack.mlp; any grid gives the right answer, the loops stride,
+// except in the exact forms):
 //   swiglu_*, swiglu_backward_*
 //                            1-D grid over the elements, blocks of kElementwiseBlockThreads; a
 //                            grid with a thread for every 8-byte chunk gets 8-byte vectors.
+//   swiglu_exact_*, silu_and_mul_exact_* and their backwards
+//                            as the general ones, but the grid must have a thread for every
+//                            8-byte chunk (grid.y one a row), the row be a whole number of them
+//                            and the arrays hold fewer than 2**31 elements
+//                            (kernelpack.mlp_launch.exact_elementwise).
 //   rms_norm_weight_grad_*   grid.x over the columns, blockDim.x columns by blockDim.y slices
 //                            of the rows of `partial`, at most kWeightGradThreads threads.
 //   silu_and_mul_*, silu_and_mul_backward_*
@@ -1524,7 +1530,7 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul(x, out, rows, cols);
 }
 
-// The exact forms of the two (the host's choice, as mlp_launch.elementwise_launch says).
+// The exact forms of the two (the host's choice: kernelpack.mlp_launch.exact_elementwise).
 template <typename T>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     swiglu_exact(const T* gate, const T* up, T* out, long long n) {
