@@ -651,7 +651,8 @@ def _elementwise_geometries(cols: int, width: int) -> list[tuple[str, int, int]]
 def elementwise_geometry(batches: int) -> None:
     """swiglu and silu_and_mul, forward and backward kernels, launched at several geometries
     (any is right: the kernels take the 8-byte vector when the grid has a thread for each, else
-    the 16-byte one, striding), beside torch.compile's and Liger-Kernel's forward: GPU µs per
+    the 16-byte one, striding; where the grid has a thread for each 8-byte vector, the exact
+    form too, "_exact"), beside torch.compile's and Liger-Kernel's forward: GPU µs per
     call queued ahead of the GPU."""
     from liger_kernel.ops.swiglu import LigerSiLUMulFunction
 
@@ -697,25 +698,34 @@ def elementwise_geometry(batches: int) -> None:
                 ("swiglu", "forward"): (grid, block, gate, up, out, n),
                 ("swiglu", "backward"): (grid, block, gate, up, grad, grad_gate, grad_up, n),
             }
+            exact = mlp_launch.exact_elementwise(grid * block, 1, n, dtype)
             for (op, way), args in launches.items():
                 name = op if way == "forward" else f"{op}_backward"
-                kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name(name, dtype))
-                us = _queued_us(functools.partial(kernel.launch, *args, stream=0), batches)
-                mark = " (now)" if host[op] == (grid, block) else ""
-                print(f"{shape} {op:12s} {way:8s} {label}{mark:6s} {us:6.2f}", flush=True)
+                for form in ("", "_exact") if exact else ("",):
+                    kernel = mlp_launch.load_kernel(
+                        "cuda:0", mlp_launch.kernel_name(name + form, dtype)
+                    )
+                    us = _queued_us(functools.partial(kernel.launch, *args, stream=0), batches)
+                    mark = " (now)" if host[op] == (grid, block) else ""
+                    print(f"{shape} {op:12s} {way:8s} {label}{form}{mark:6s} {us:6.2f}", flush=True)
         for label, grid, block in _elementwise_geometries(cols, width):
             launches = {
                 "forward": ((grid, rows), block, x, out, rows, cols),
                 "backward": ((grid, rows), block, x, grad, grad_x, rows, cols),
             }
+            exact = mlp_launch.exact_elementwise(grid * block, rows, cols, dtype)
             for way, args in launches.items():
                 name = "silu_and_mul" if way == "forward" else "silu_and_mul_backward"
-                kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name(name, dtype))
-                us = _queued_us(functools.partial(kernel.launch, *args, stream=0), batches)
-                mark = " (now)" if host["silu_and_mul"] == ((grid, rows), block) else ""
-                print(
-                    f"{shape} {'silu_and_mul':12s} {way:8s} {label}{mark:6s} {us:6.2f}", flush=True
-                )
+                for form in ("", "_exact") if exact else ("",):
+                    kernel = mlp_launch.load_kernel(
+                        "cuda:0", mlp_launch.kernel_name(name + form, dtype)
+                    )
+                    us = _queued_us(functools.partial(kernel.launch, *args, stream=0), batches)
+                    mark = " (now)" if host["silu_and_mul"] == ((grid, rows), block) else ""
+                    print(
+                        f"{shape} {'silu_and_mul':12s} {way:8s} {label}{form}{mark:6s} {us:6.2f}",
+                        flush=True,
+                    )
 
 
 def main() -> None:

@@ -62,7 +62,9 @@ ROW_CASES = [
     (100_003, 8),
     (70_001, 1),
 ]
-SWIGLU_SIZES = [1, 2, 7, 8, 9, 15, 17, 4095, 4099, 65536, 1_000_003]
+# 8, 4100, 11008 and 65536 take the exact kernels (mlp_launch.exact_elementwise) for every dtype,
+# 4100 with an odd number of 8-byte vectors; the others the general ones
+SWIGLU_SIZES = [1, 2, 7, 8, 9, 15, 17, 4095, 4099, 4100, 11008, 65536, 1_000_003]
 
 
 # ---- argument checks: numpy arrays, no GPU needed ---------------------------------------------
@@ -154,6 +156,61 @@ def test_swiglu_grid_takes_8_byte_vectors_below_132_blocks(
     n: int, dtype: str, expected: tuple[int, int]
 ) -> None:
     assert mlp_launch.swiglu_geometry(n, dtype) == expected
+
+
+@pytest.mark.parametrize(
+    ("n", "dtype", "exact"),
+    [
+        (11008, "bfloat16", True),  # 2752 8-byte vectors, 2816 threads
+        (11008, "float32", True),
+        (4100, "float16", True),  # 1025 vectors
+        (4099, "bfloat16", False),  # a tail past the last 8-byte vector
+        (4098, "float32", True),  # float32's 8-byte vector is 2 elements
+        (4098, "bfloat16", False),
+        (64 * 11008, "bfloat16", False),  # a grid of 16-byte vectors: not one thread a vector
+        (8 * 128 * 131, "bfloat16", True),  # 16-byte blocks short of 132: 8-byte ones, exact
+    ],
+)
+def test_swiglu_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
+    n: int, dtype: str, exact: bool
+) -> None:
+    """The host's choice of mlp.cu's exact form, against a hand count of the 8-byte vectors and
+    the grid's threads; forward and backward alike, on swiglu_geometry's grid."""
+    kernel = "_exact" if exact else ""
+    for op in ("swiglu", "swiglu_backward"):
+        expected = f"mlp::{op}{kernel}<{mlp_launch.KERNEL_TYPE[dtype]}>"
+        geometry = mlp_launch.swiglu_geometry(n, dtype)
+        assert mlp_launch.swiglu_launch(op, n, dtype) == (expected, geometry)
+
+
+@pytest.mark.parametrize(
+    ("rows", "cols", "dtype", "exact"),
+    [
+        (1, 11008, "bfloat16", True),
+        (1, 11008, "float32", True),
+        (3, 4099, "float32", False),  # a row is not a whole number of 8-byte vectors
+        (3, 4100, "float16", True),
+        (64, 11008, "bfloat16", False),  # 16-byte vectors, striding
+        (65_535, 8, "bfloat16", True),  # a grid row for each row
+        (70_001, 8, "bfloat16", False),  # more rows than grid.y: the row loop
+    ],
+)
+def test_silu_and_mul_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
+    rows: int, cols: int, dtype: str, exact: bool
+) -> None:
+    kernel = "_exact" if exact else ""
+    for op in ("silu_and_mul", "silu_and_mul_backward"):
+        expected = f"mlp::{op}{kernel}<{mlp_launch.KERNEL_TYPE[dtype]}>"
+        geometry = mlp_launch.silu_and_mul_geometry(rows, cols, dtype)
+        assert mlp_launch.silu_and_mul_launch(op, rows, cols, dtype) == (expected, geometry)
+
+
+def test_exact_kernels_index_fewer_than_2_31_elements() -> None:
+    """Their 32-bit index: x of silu_and_mul holds 2 * rows * cols elements (swiglu's count is
+    bounded the same way), whatever threads the grid has."""
+    assert mlp_launch.exact_elementwise(2**29, 1, 2**30 - 2, "float32")
+    assert not mlp_launch.exact_elementwise(2**29, 1, 2**30, "float32")
+    assert not mlp_launch.exact_elementwise(2**20, 2**11, 2**19, "bfloat16")
 
 
 @pytest.mark.parametrize(

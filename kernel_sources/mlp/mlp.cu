@@ -5,12 +5,18 @@
 // in moving 16-byte vectors: a kernel checks the alignment of its pointers (and of the row
 // stride) itself and takes the vector path when they allow it, the scalar path otherwise, so a
 // misaligned view is slower but never wrong. Indices are 64-bit (32-bit inside one row of
-// RMSNorm, whose rows are at most 2**30 elements).
+// RMSNorm, whose rows are at most 2**30 elements, and in the exact elementwise forms).
 //
-// Launch geometry (chosen by kernelpack.mlp; any grid gives the right answer, the loops stride):
+// Launch geometry (chosen by kernelpack.mlp; any grid gives the right answer, the loops stride,
+// except in the exact forms):
 //   swiglu_*, swiglu_backward_*
 //                            1-D grid over the elements, blocks of kElementwiseBlockThreads; a
 //                            grid with a thread for every 8-byte chunk gets 8-byte vectors.
+//   swiglu_exact_*, silu_and_mul_exact_* and their backwards
+//                            as the general ones, but the grid must have a thread for every
+//                            8-byte chunk (grid.y one a row), the row be a whole number of them
+//                            and the arrays hold fewer than 2**31 elements
+//                            (kernelpack.mlp_launch.exact_elementwise).
 //   rms_norm_weight_grad_*   grid.x over the columns, blockDim.x columns by blockDim.y slices
 //                            of the rows of `partial`, at most kWeightGradThreads threads.
 //   silu_and_mul_*, silu_and_mul_backward_*
@@ -227,15 +233,32 @@ __device__ __forceinline__ float silu_mul(float gate, float up) {
 // 512 x 4096, and are as fast at large sizes; a grid capped to a few blocks per SM is slower.)
 constexpr int kElementwiseBlockThreads = 128;
 
-// out[i] = silu(gate[i]) * up[i] for the chunks [0, end), the threads of grid.x striding over
-// them one chunk at a time. (Measured on the H100: one 16-byte vector per thread and step beats
-// two, whose larger tiles leave fewer threads in flight at mid sizes.)
-template <typename Access, typename T>
+// chunk(i) for this thread's chunks of [0, end): the threads of grid.x striding over them, or with
+// kExact (the host's exact forms, mlp::swiglu_exact) the one chunk of a thread by a 32-bit index,
+// no loop: the grid has a thread for each chunk and the arrays fewer than 2**31 elements.
+template <bool kExact, typename Chunk>
+__device__ __forceinline__ void for_each_chunk(long long end, const Chunk& chunk) {
+  if constexpr (kExact) {
+    const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < static_cast<int>(end)) {
+      chunk(i);
+    }
+  } else {
+    const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+    for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < end;
+         i += stride) {
+      chunk(i);
+    }
+  }
+}
+
+// out[i] = silu(gate[i]) * up[i] for the chunks [0, end), as for_each_chunk deals them. (Measured
+// on the H100: one 16-byte vector per thread and step beats two, whose larger tiles leave fewer
+// threads in flight at mid sizes.)
+template <bool kExact, typename Access, typename T>
 __device__ __forceinline__ void silu_mul_chunks(const T* gate, const T* up, T* out, long long end) {
   constexpr int kWidth = Access::kWidth;
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < end;
-       i += stride) {
+  const auto chunk = [&](auto i) {
     float g[kWidth];
     float u[kWidth];
     Access::unpack(Access::load(gate, i), g);
@@ -245,7 +268,8 @@ __device__ __forceinline__ void silu_mul_chunks(const T* gate, const T* up, T* o
       g[k] = silu_mul(g[k], u[k]);
     }
     Access::store(out, i, Access::pack(g));
-  }
+  };
+  for_each_chunk<kExact>(end, chunk);
 }
 
 template <typename T>
@@ -254,15 +278,15 @@ __device__ __forceinline__ void swiglu(const T* gate, const T* up, T* out, long 
   if (narrow_grid<T>(n) && aligned_to<kNarrowBytes>(gate) && aligned_to<kNarrowBytes>(up) &&
       aligned_to<kNarrowBytes>(out)) {
     constexpr int kWidth = NarrowAccess<T>::kWidth;
-    silu_mul_chunks<NarrowAccess<T>>(gate, up, out, n / kWidth);
+    silu_mul_chunks<false, NarrowAccess<T>>(gate, up, out, n / kWidth);
     done = n / kWidth * kWidth;
   } else if (vector_aligned(gate) && vector_aligned(up) && vector_aligned(out)) {
     constexpr int kWidth = VectorAccess<T>::kWidth;
-    silu_mul_chunks<VectorAccess<T>>(gate, up, out, n / kWidth);
+    silu_mul_chunks<false, VectorAccess<T>>(gate, up, out, n / kWidth);
     done = n / kWidth * kWidth;
   }
   // The misaligned arrays, or the tail past the last whole vector.
-  silu_mul_chunks<ScalarAccess<T>>(gate + done, up + done, out + done, n - done);
+  silu_mul_chunks<false, ScalarAccess<T>>(gate + done, up + done, out + done, n - done);
 }
 
 // x is [rows, 2 * cols] (gate then up in each row), out is [rows, cols].
@@ -272,7 +296,7 @@ __device__ __forceinline__ void silu_and_mul_rows(const T* x, T* out, long long 
   const long long chunks = cols / Access::kWidth;
   for (long long row = blockIdx.y; row < rows; row += gridDim.y) {
     const T* gate = x + row * 2 * cols;
-    silu_mul_chunks<Access>(gate, gate + cols, out + row * cols, chunks);
+    silu_mul_chunks<false, Access>(gate, gate + cols, out + row * cols, chunks);
   }
 }
 
@@ -285,6 +309,45 @@ __device__ __forceinline__ void silu_and_mul(const T* x, T* out, long long rows,
     silu_and_mul_rows<NarrowAccess<T>>(x, out, rows, cols);
   } else if (vector_aligned(x) && vector_aligned(out) && cols % VectorAccess<T>::kWidth == 0) {
     silu_and_mul_rows<VectorAccess<T>>(x, out, rows, cols);
+  } else {
+    silu_and_mul_rows<ScalarAccess<T>>(x, out, rows, cols);
+  }
+}
+
+// The exact forms (mlp::swiglu_exact, mlp::silu_and_mul_exact): the host takes them where n (cols)
+// is a whole number of 8-byte vectors, the grid has a thread for each (grid.y one a row) and the
+// arrays hold fewer than 2**31 elements, so a thread takes its one vector with none of the general
+// form's run-time choices (vector width, grid-stride and row loops, 64-bit indices, the tail):
+// the sixth session's profile of 1x11008 (docs/bench-mlp-notes.md). The alignment test stays, one
+// test for all the pointers (the host's hot path prepares a launch per shape, not per address):
+// a misaligned view takes the general scalar loop.
+__device__ __forceinline__ bool narrow_aligned(const void* a, const void* b, const void* c,
+                                               const void* d = nullptr,
+                                               const void* e = nullptr) {
+  return ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b) |
+           reinterpret_cast<unsigned long long>(c) | reinterpret_cast<unsigned long long>(d) |
+           reinterpret_cast<unsigned long long>(e)) %
+          kNarrowBytes) == 0;
+}
+
+template <typename T>
+__device__ __forceinline__ void swiglu_exact(const T* gate, const T* up, T* out, long long n) {
+  if (narrow_aligned(gate, up, out)) {
+    silu_mul_chunks<true, NarrowAccess<T>>(gate, up, out, n / NarrowAccess<T>::kWidth);
+  } else {
+    silu_mul_chunks<false, ScalarAccess<T>>(gate, up, out, n);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void silu_and_mul_exact(const T* x, T* out, long long rows,
+                                                   long long cols) {
+  if (narrow_aligned(x, out, out)) {
+    const int row = static_cast<int>(blockIdx.y);
+    const int width = static_cast<int>(cols);
+    const T* gate = x + row * 2 * width;
+    silu_mul_chunks<true, NarrowAccess<T>>(gate, gate + width, out + row * width,
+                                           width / NarrowAccess<T>::kWidth);
   } else {
     silu_and_mul_rows<ScalarAccess<T>>(x, out, rows, cols);
   }
@@ -769,14 +832,12 @@ __device__ __forceinline__ void silu_mul_grads(float gate, float up, float dy, f
   d_gate = dy * up * sigmoid * (1.0f + gate * (1.0f - sigmoid));
 }
 
-template <typename Access, typename T>
+template <bool kExact, typename Access, typename T>
 __device__ __forceinline__ void silu_mul_backward_chunks(const T* gate, const T* up, const T* grad,
                                                          T* grad_gate, T* grad_up,
                                                          long long end) {
   constexpr int kWidth = Access::kWidth;
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < end;
-       i += stride) {
+  const auto chunk = [&](auto i) {
     float g[kWidth];
     float u[kWidth];
     float dy[kWidth];
@@ -793,7 +854,8 @@ __device__ __forceinline__ void silu_mul_backward_chunks(const T* gate, const T*
     }
     Access::store(grad_gate, i, Access::pack(g));
     Access::store(grad_up, i, Access::pack(u));
-  }
+  };
+  for_each_chunk<kExact>(end, chunk);
 }
 
 template <typename T>
@@ -804,15 +866,17 @@ __device__ __forceinline__ void swiglu_backward(const T* gate, const T* up, cons
       aligned_to<kNarrowBytes>(grad) && aligned_to<kNarrowBytes>(grad_gate) &&
       aligned_to<kNarrowBytes>(grad_up)) {
     constexpr int kWidth = NarrowAccess<T>::kWidth;
-    silu_mul_backward_chunks<NarrowAccess<T>>(gate, up, grad, grad_gate, grad_up, n / kWidth);
+    silu_mul_backward_chunks<false, NarrowAccess<T>>(gate, up, grad, grad_gate, grad_up,
+                                                     n / kWidth);
     done = n / kWidth * kWidth;
   } else if (vector_aligned(gate) && vector_aligned(up) && vector_aligned(grad) &&
              vector_aligned(grad_gate) && vector_aligned(grad_up)) {
     constexpr int kWidth = VectorAccess<T>::kWidth;
-    silu_mul_backward_chunks<VectorAccess<T>>(gate, up, grad, grad_gate, grad_up, n / kWidth);
+    silu_mul_backward_chunks<false, VectorAccess<T>>(gate, up, grad, grad_gate, grad_up,
+                                                     n / kWidth);
     done = n / kWidth * kWidth;
   }
-  silu_mul_backward_chunks<ScalarAccess<T>>(gate + done, up + done, grad + done,
+  silu_mul_backward_chunks<false, ScalarAccess<T>>(gate + done, up + done, grad + done,
                                             grad_gate + done, grad_up + done, n - done);
 }
 
@@ -824,7 +888,7 @@ __device__ __forceinline__ void silu_and_mul_backward_rows(const T* x, const T* 
   for (long long row = blockIdx.y; row < rows; row += gridDim.y) {
     const T* gate = x + row * 2 * cols;
     T* grad_gate = grad_x + row * 2 * cols;
-    silu_mul_backward_chunks<Access>(gate, gate + cols, grad + row * cols, grad_gate,
+    silu_mul_backward_chunks<false, Access>(gate, gate + cols, grad + row * cols, grad_gate,
                                      grad_gate + cols, chunks);
   }
 }
@@ -838,6 +902,34 @@ __device__ __forceinline__ void silu_and_mul_backward(const T* x, const T* grad,
   } else if (vector_aligned(x) && vector_aligned(grad) && vector_aligned(grad_x) &&
              cols % VectorAccess<T>::kWidth == 0) {
     silu_and_mul_backward_rows<VectorAccess<T>>(x, grad, grad_x, rows, cols);
+  } else {
+    silu_and_mul_backward_rows<ScalarAccess<T>>(x, grad, grad_x, rows, cols);
+  }
+}
+
+// The exact forms of the two backwards (as swiglu_exact).
+template <typename T>
+__device__ __forceinline__ void swiglu_backward_exact(const T* gate, const T* up, const T* grad,
+                                                      T* grad_gate, T* grad_up, long long n) {
+  if (narrow_aligned(gate, up, grad, grad_gate, grad_up)) {
+    silu_mul_backward_chunks<true, NarrowAccess<T>>(gate, up, grad, grad_gate, grad_up,
+                                                    n / NarrowAccess<T>::kWidth);
+  } else {
+    silu_mul_backward_chunks<false, ScalarAccess<T>>(gate, up, grad, grad_gate, grad_up, n);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T* grad, T* grad_x,
+                                                            long long rows, long long cols) {
+  if (narrow_aligned(x, grad, grad_x)) {
+    const int row = static_cast<int>(blockIdx.y);
+    const int width = static_cast<int>(cols);
+    const T* gate = x + row * 2 * width;
+    T* grad_gate = grad_x + row * 2 * width;
+    silu_mul_backward_chunks<true, NarrowAccess<T>>(gate, gate + width, grad + row * width,
+                                                    grad_gate, grad_gate + width,
+                                                    width / NarrowAccess<T>::kWidth);
   } else {
     silu_and_mul_backward_rows<ScalarAccess<T>>(x, grad, grad_x, rows, cols);
   }
@@ -1432,6 +1524,19 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul(x, out, rows, cols);
 }
 
+// The exact forms of the two (the host's choice: kernelpack.mlp_launch.exact_elementwise).
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu_exact(const T* gate, const T* up, T* out, long long n) {
+  ::swiglu_exact(gate, up, out, n);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_exact(const T* x, T* out, long long rows, long long cols) {
+  ::silu_and_mul_exact(x, out, rows, cols);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kRowBlockThreads)
     rms_norm(const T* x, const T* weight, T* out, long long rows, long long cols, float eps) {
@@ -1498,6 +1603,20 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul_backward(x, grad, grad_x, rows, cols);
 }
 
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu_backward_exact(const T* gate, const T* up, const T* grad, T* grad_gate, T* grad_up,
+                          long long n) {
+  ::swiglu_backward_exact(gate, up, grad, grad_gate, grad_up, n);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_backward_exact(const T* x, const T* grad, T* grad_x, long long rows,
+                                long long cols) {
+  ::silu_and_mul_backward_exact(x, grad, grad_x, rows, cols);
+}
+
 // grad_extra and grad_x_copy may be null; partial is float32 [gridDim.x, cols].
 template <typename T>
 __global__ void __launch_bounds__(kRowBlockThreads)
@@ -1538,6 +1657,12 @@ __global__ void __launch_bounds__(kWeightGradThreads)
 #define MLP_KERNELS(T)                                                                          \
   template __global__ void swiglu<T>(const T*, const T*, T*, long long);                        \
   template __global__ void silu_and_mul<T>(const T*, T*, long long, long long);                 \
+  template __global__ void swiglu_exact<T>(const T*, const T*, T*, long long);                  \
+  template __global__ void silu_and_mul_exact<T>(const T*, T*, long long, long long);           \
+  template __global__ void swiglu_backward_exact<T>(const T*, const T*, const T*, T*, T*,       \
+                                                    long long);                                 \
+  template __global__ void silu_and_mul_backward_exact<T>(const T*, const T*, T*, long long,    \
+                                                          long long);                           \
   template __global__ void rms_norm<T>(const T*, const T*, T*, long long, long long, float);    \
   template __global__ void add_rms_norm<T>(const T*, const T*, const T*, T*, T*, long long,     \
                                            long long, float);                                   \

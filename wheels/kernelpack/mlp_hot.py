@@ -22,8 +22,8 @@ from .mlp_launch import (
     kernel_name,
     load_kernel,
     norm_launch,
-    silu_and_mul_geometry,
-    swiglu_geometry,
+    silu_and_mul_launch,
+    swiglu_launch,
 )
 
 
@@ -136,7 +136,7 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
     geometry: tuple[Any, Any] = (1, 1)  # no elements: nothing is launched
     if op == "swiglu":
         rows, sizes = n, (n,)
-        geometry = swiglu_geometry(n, dtype)
+        name, geometry = swiglu_launch(op, n, dtype)
     else:
         if op == "silu_and_mul":
             cols //= 2
@@ -146,7 +146,7 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
         rows = n // shape[-1] if cols else 0
         sizes = (rows, cols)
         if rows * cols and op == "silu_and_mul":
-            geometry = silu_and_mul_geometry(rows, cols, dtype)
+            name, geometry = silu_and_mul_launch(op, rows, cols, dtype)
         elif rows * cols:
             name, grid, block = norm_launch(KERNEL_OF[op], rows, cols, dtype)
             geometry = (grid, block)

@@ -133,6 +133,33 @@ def silu_and_mul_geometry(rows: int, cols: int, dtype: str) -> tuple[tuple[int, 
     return (grid_x, grid_y), block
 
 
+def swiglu_launch(op: str, n: int, dtype: str) -> tuple[str, tuple[int, int]]:
+    """(kernel name, (grid, block)) of ``op`` ("swiglu" or "swiglu_backward") over n elements: the
+    exact form ("mlp::swiglu_exact<float>") where :func:`exact_elementwise` allows it."""
+    grid, block = swiglu_geometry(n, dtype)
+    exact = exact_elementwise(grid * block, 1, n, dtype)
+    return kernel_name(op + "_exact" if exact else op, dtype), (grid, block)
+
+
+def silu_and_mul_launch(
+    op: str, rows: int, cols: int, dtype: str
+) -> tuple[str, tuple[tuple[int, int], int]]:
+    """(kernel name, (grid, block)) of ``op`` ("silu_and_mul" or "silu_and_mul_backward"), the
+    exact form where :func:`exact_elementwise` allows it (cols: the output's row)."""
+    (grid_x, grid_y), block = silu_and_mul_geometry(rows, cols, dtype)
+    exact = grid_y == rows and exact_elementwise(grid_x * block, rows, cols, dtype)
+    return kernel_name(op + "_exact" if exact else op, dtype), ((grid_x, grid_y), block)
+
+
+def exact_elementwise(threads: int, rows: int, cols: int, dtype: str) -> bool:
+    """Whether the elementwise kernels' exact form (mlp.cu swiglu_exact: a thread for one 8-byte
+    vector, 32-bit indices, no loop) covers ``rows`` rows of ``cols`` elements (a row's
+    gate and up, 2 * cols, for silu_and_mul) with ``threads`` threads a row: a whole number of
+    8-byte vectors, a thread for each, fewer than 2**31 elements in the largest array."""
+    width = _vector_width(dtype, NARROW_BYTES)
+    return cols % width == 0 and threads * width >= cols and rows * 2 * cols < MAX_GRID_THREADS
+
+
 def _row_threads(cols: int, dtype: str, cached: int) -> int:
     """Threads a row gets: a power of two, enough that each keeps at most ``cached`` vectors in
     registers. (Tried on the H200: one vector a thread for rows no more than the SMs, 512
@@ -253,10 +280,8 @@ def launch_swiglu(
 ) -> None:
     if n == 0:
         return
-    grid, block = swiglu_geometry(n, dtype)
-    load_kernel(device, kernel_name("swiglu", dtype)).launch(
-        grid, block, gate, up, out, n, stream=stream
-    )
+    name, (grid, block) = swiglu_launch("swiglu", n, dtype)
+    load_kernel(device, name).launch(grid, block, gate, up, out, n, stream=stream)
 
 
 def launch_silu_and_mul(
@@ -264,10 +289,8 @@ def launch_silu_and_mul(
 ) -> None:
     if rows * cols == 0:
         return
-    grid, block = silu_and_mul_geometry(rows, cols, dtype)
-    load_kernel(device, kernel_name("silu_and_mul", dtype)).launch(
-        grid, block, x, out, rows, cols, stream=stream
-    )
+    name, (grid, block) = silu_and_mul_launch("silu_and_mul", rows, cols, dtype)
+    load_kernel(device, name).launch(grid, block, x, out, rows, cols, stream=stream)
 
 
 def launch_rms_norm(
@@ -323,8 +346,8 @@ def launch_swiglu_backward(
 ) -> None:
     if n == 0:
         return
-    grid, block = swiglu_geometry(n, dtype)
-    load_kernel(device, kernel_name("swiglu_backward", dtype)).launch(
+    name, (grid, block) = swiglu_launch("swiglu_backward", n, dtype)
+    load_kernel(device, name).launch(
         grid, block, gate, up, grad, grad_gate, grad_up, n, stream=stream
     )
 
@@ -334,10 +357,8 @@ def launch_silu_and_mul_backward(
 ) -> None:
     if rows * cols == 0:
         return
-    grid, block = silu_and_mul_geometry(rows, cols, dtype)
-    load_kernel(device, kernel_name("silu_and_mul_backward", dtype)).launch(
-        grid, block, x, grad, grad_x, rows, cols, stream=stream
-    )
+    name, (grid, block) = silu_and_mul_launch("silu_and_mul_backward", rows, cols, dtype)
+    load_kernel(device, name).launch(grid, block, x, grad, grad_x, rows, cols, stream=stream)
 
 
 def launch_rms_norm_backward(
