@@ -36,6 +36,12 @@ MLP_FORWARD = ("swiglu", "silu_and_mul", "rms_norm", "add_rms_norm")
 MLP_FORWARD += ("rms_norm_short", "add_rms_norm_short")
 MLP_OPS = (*MLP_FORWARD, "swiglu_backward", "silu_and_mul_backward", "rms_norm_backward")
 MLP_OPS += ("rms_norm_backward_short", "rms_norm_weight_grad")
+MLP_OPS += (
+    "swiglu_exact",
+    "silu_and_mul_exact",
+    "swiglu_backward_exact",
+    "silu_and_mul_backward_exact",
+)
 MLP_TYPES = ("float", "__half", "__nv_bfloat16")
 MLP_FIXED = ("rms_norm_fixed", "add_rms_norm_fixed")  # also templated on the row length
 # walk.cu's register walks: residues D <= 4 (D <= 2 for m = 4), float64 D <= 4, 3, 1 for m = 2, 3, 4
