@@ -274,3 +274,80 @@ def test_multi_warp_tiles_compile_for_wave64_and_wave32(
         (code_object,) = tmp_path.glob(f"*{target}*")
         kernels = {k.name for k in read_code_object(code_object.read_bytes(), target).kernels}
         assert kernels == {f"_Z9tile_sumsILj{n}EEvPKfPfPj" for n in (64, 128, 512)}, target
+
+
+# Every overload of __dp4a, through the translator as real code reaches it.
+DOT4_SOURCE = """\
+__global__ void signed_dot(const int* a, const int* b, int* c) {
+  c[threadIdx.x] = __dp4a(a[threadIdx.x], b[threadIdx.x], c[threadIdx.x]);
+}
+__global__ void unsigned_dot(const unsigned* a, const unsigned* b, unsigned* c) {
+  c[threadIdx.x] = __dp4a(a[threadIdx.x], b[threadIdx.x], c[threadIdx.x]);
+}
+__global__ void char4_dot(const char4* a, const char4* b, int* c) {
+  c[threadIdx.x] = __dp4a(a[threadIdx.x], b[threadIdx.x], c[threadIdx.x]);
+}
+__global__ void uchar4_dot(const uchar4* a, const uchar4* b, unsigned* c) {
+  c[threadIdx.x] = __dp4a(a[threadIdx.x], b[threadIdx.x], c[threadIdx.x]);
+}
+"""
+# The 8-bit dot-product instruction each overload must become, per target, from AMD's ISA
+# manuals (Vega 7nm: V_DOT4_I32_I8 / V_DOT4_U32_U8; CDNA1-3 and RDNA2 add the accumulating
+# V_DOT4C_I32_I8, which the compiler prefers; RDNA3 / RDNA4 replace the signed one by
+# V_DOT4_I32_IU8, whose NEG_LO bits make operand 0 and 1 signed). gfx900 and gfx1010 have none:
+# they keep the lane loop that nvcc checks against CUDA's __dp4a on the GPU.
+SIGNED_IU8 = "v_dot4_i32_iu8 neg_lo:[1,1,0]"
+DOT4_INSTRUCTIONS: dict[str, tuple[str, str] | None] = {
+    "gfx900": None,
+    "gfx906": ("v_dot4_i32_i8", "v_dot4_u32_u8"),
+    "gfx90a": ("v_dot4c_i32_i8_e32", "v_dot4_u32_u8"),
+    "gfx942": ("v_dot4c_i32_i8_e32", "v_dot4_u32_u8"),
+    "gfx1010": None,
+    "gfx1030": ("v_dot4c_i32_i8", "v_dot4_u32_u8"),
+    "gfx1100": (SIGNED_IU8, "v_dot4_u32_u8"),
+    "gfx1201": (SIGNED_IU8, "v_dot4_u32_u8"),
+}
+_DOT_RE = re.compile(r"^\s*(v_dot\S*)\s*(.*?)\s*//")
+
+
+def _dot_instructions(toolchain: Toolchain, code_object: Path, target: str) -> dict[str, list[str]]:
+    """Per kernel: its v_dot instructions, each with its operand-modifier fields ("neg_lo:...")."""
+    listing = toolchain.run(["llvm-objdump", "-d", f"--mcpu={target}", str(code_object)]).stdout
+    found: dict[str, list[str]] = {}
+    function = ""
+    for line in listing.splitlines():
+        header = re.match(r"^[0-9a-f]+ <_Z\d+(\w+?)_dot.*>:$", line)
+        if header:
+            function = header[1]
+            found[function] = []
+            continue
+        dot = _DOT_RE.match(line)
+        if dot and function:
+            fields = [word for word in dot[2].split() if ":" in word]
+            found[function].append(" ".join([dot[1], *fields]))
+    return found
+
+
+def test_dp4a_is_one_dot_instruction_where_the_target_has_one(
+    amd_toolchain: Toolchain, tmp_path: Path
+) -> None:
+    """__dp4a's four overloads compile to the target's 8-bit dot instruction (signed ones to the
+    signed form), and to no dot instruction on the targets without one."""
+    result = hipify_source(DOT4_SOURCE, "dot.cu")
+    assert "#include <kernelpack_hip_compat.h>" in result.text
+    source = tmp_path / "dot.hip"
+    source.write_text(result.text)
+    flags = ["-std=c++17", "-w", "-O3", "-I", str(COMPAT_DIR), "-x", "hip"]
+    targets = [f"--offload-arch={target}" for target in DOT4_INSTRUCTIONS]
+    device = ["hipcc", *flags, *targets, "--cuda-device-only", "--no-gpu-bundle-output", "-c"]
+    amd_toolchain.run([*device, str(source)], cwd=tmp_path)
+    for target, instructions in DOT4_INSTRUCTIONS.items():
+        (code_object,) = tmp_path.glob(f"*-{target}*")
+        found = _dot_instructions(amd_toolchain, code_object, target)
+        if instructions is None:
+            assert found == {"signed": [], "unsigned": [], "char4": [], "uchar4": []}, target
+        else:
+            signed, unsigned = instructions
+            expected = {"signed": [signed], "char4": [signed]}
+            expected |= {"unsigned": [unsigned], "uchar4": [unsigned]}
+            assert found == expected, target
