@@ -152,7 +152,7 @@ void offsets(const long long* counts, long long* result, int n, cudaStream_t str
 }
 """
 )
-_GLOBAL_ACCESS_RE = re.compile(r"^\s*(global_(?:load|store)_dwordx[24])\s+([^/]*)//")
+_GLOBAL_ACCESS_RE = re.compile(r"(global_(?:load|store)_dwordx[24])\s+(.*)")
 CACHE_BITS = frozenset({"sc0", "sc1", "nt", "glc", "slc", "dlc"})  # gfx9 and gfx10 spellings
 
 
@@ -164,21 +164,31 @@ def _rocprim_version(include: Path) -> tuple[int, int]:
     return int(major[1]), int(minor[1])
 
 
-def _global_accesses(toolchain: Toolchain, code_object: Path, target: str) -> dict[str, set[str]]:
-    """Per function of the code object: each 64- and 128-bit global load and store, as the
-    instruction and its cache bits ("global_load_dwordx4 sc1")."""
+def _disassembly(toolchain: Toolchain, code_object: Path, target: str) -> dict[str, list[str]]:
+    """Per function of the code object: its instructions as llvm-objdump writes them, without the
+    encoding comment ("v_dot4c_i32_i8_e32 v3, v1, v2")."""
     listing = toolchain.run(["llvm-objdump", "-d", f"--mcpu={target}", str(code_object)]).stdout
-    accesses: dict[str, set[str]] = {}
-    function = ""
+    functions: dict[str, list[str]] = {}
+    instructions: list[str] | None = None
     for line in listing.splitlines():
         header = re.match(r"^[0-9a-f]+ <(.+)>:$", line)
         if header:
-            function = header[1]
-            continue
-        access = _GLOBAL_ACCESS_RE.match(line)
-        if access:
-            bits = sorted(CACHE_BITS.intersection(access[2].split()))
-            accesses.setdefault(function, set()).add(" ".join([access[1], *bits]))
+            instructions = functions.setdefault(header[1], [])
+        elif instructions is not None and line.startswith("\t"):
+            instructions.append(line.split("//")[0].strip())
+    return functions
+
+
+def _global_accesses(toolchain: Toolchain, code_object: Path, target: str) -> dict[str, set[str]]:
+    """Per function of the code object: each 64- and 128-bit global load and store, as the
+    instruction and its cache bits ("global_load_dwordx4 sc1")."""
+    accesses: dict[str, set[str]] = {}
+    for function, instructions in _disassembly(toolchain, code_object, target).items():
+        for instruction in instructions:
+            access = _GLOBAL_ACCESS_RE.match(instruction)
+            if access:
+                bits = sorted(CACHE_BITS.intersection(access[2].split()))
+                accesses.setdefault(function, set()).add(" ".join([access[1], *bits]))
     return accesses
 
 
@@ -307,24 +317,21 @@ DOT4_INSTRUCTIONS: dict[str, tuple[str, str] | None] = {
     "gfx1100": (SIGNED_IU8, "v_dot4_u32_u8"),
     "gfx1201": (SIGNED_IU8, "v_dot4_u32_u8"),
 }
-_DOT_RE = re.compile(r"^\s*(v_dot\S*)\s*(.*?)\s*//")
+_KERNEL_RE = re.compile(r"_Z\d+(\w+?)_dot")
 
 
 def _dot_instructions(toolchain: Toolchain, code_object: Path, target: str) -> dict[str, list[str]]:
-    """Per kernel: its v_dot instructions, each with its operand-modifier fields ("neg_lo:...")."""
-    listing = toolchain.run(["llvm-objdump", "-d", f"--mcpu={target}", str(code_object)]).stdout
+    """Per kernel ("signed", ...): its v_dot instructions, each with its operand-modifier fields
+    ("v_dot4_i32_iu8 neg_lo:[1,1,0]")."""
     found: dict[str, list[str]] = {}
-    function = ""
-    for line in listing.splitlines():
-        header = re.match(r"^[0-9a-f]+ <_Z\d+(\w+?)_dot.*>:$", line)
-        if header:
-            function = header[1]
-            found[function] = []
-            continue
-        dot = _DOT_RE.match(line)
-        if dot and function:
-            fields = [word for word in dot[2].split() if ":" in word]
-            found[function].append(" ".join([dot[1], *fields]))
+    for function, instructions in _disassembly(toolchain, code_object, target).items():
+        kernel = _KERNEL_RE.match(function)
+        if kernel:
+            found[kernel[1]] = [
+                " ".join([words[0], *(word for word in words[1:] if ":" in word)])
+                for words in (instruction.split() for instruction in instructions)
+                if words[0].startswith("v_dot")
+            ]
     return found
 
 
