@@ -10,6 +10,11 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         64x4096 (bfloat16) and SwiGLU at 1x11008 (bfloat16) and 64x11008 (float32), rows slower
         than a peer, after a warm-up, inside the NVTX range
         "profile": run it under ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
+    python bench/profile_mlp.py backward-workload
+        one forward+backward of ours and torch.compile's RMSNorm at 1x4096 and 64x4096
+        (bfloat16) after a warm-up, between cudaProfilerStart and cudaProfilerStop (the backward
+        runs on autograd's thread, which an NVTX range does not see): run it under
+        ``ncu --profile-from-start off``
     python bench/profile_mlp.py kernels [--shapes 1x4096,64x4096,16384x8192]
         GPU µs of each kernel of forward+backward RMSNorm and add+RMSNorm at each shape (ours,
         torch.compile's, Liger-Kernel's; bfloat16 and float32), backward included
@@ -243,6 +248,28 @@ def workload() -> None:
     torch.cuda.synchronize()
     nvtx.range_pop()
     print("workload done", flush=True)
+
+
+def backward_workload() -> None:
+    """Forward+backward RMSNorm rows behind torch.compile, ours and compile's once each, inside
+    the profiler's start and stop, which hold for every thread."""
+    rms, _ = _implementations()
+    calls: list[Callable[[], object]] = []
+    for rows in (1, 64):
+        x = torch.randn(rows, 4096, device="cuda").to(torch.bfloat16).requires_grad_()
+        w = torch.randn(4096, device="cuda").to(x.dtype).requires_grad_()
+        grad = torch.randn_like(x)
+        calls += [_forward_backward(rms[name], (x, w), (grad,)) for name in ("ours", "compile")]
+    for call in calls:
+        for _ in range(3):
+            call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    print("backward workload done", flush=True)
 
 
 def kernels(shapes: list[tuple[int, int]]) -> None:
@@ -735,6 +762,7 @@ def main() -> None:
         choices=[
             "host",
             "workload",
+            "backward-workload",
             "kernels",
             "variants",
             "geometry",
@@ -759,6 +787,8 @@ def main() -> None:
         host(args.calls)
     elif args.what == "workload":
         workload()
+    elif args.what == "backward-workload":
+        backward_workload()
     elif args.what == "kernels":
         sizes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
         kernels([(rows, cols) for rows, cols in sizes])

@@ -313,6 +313,22 @@ def test_short_backward_takes_few_short_rows(
 
 
 @pytest.mark.parametrize(
+    ("rows", "dtype", "expected"),
+    [
+        (1, "bfloat16", ()),  # one row: the kernel writes the weight gradient itself
+        (1, "float32", ()),
+        (64, "bfloat16", (64,)),  # a scale a row, the weight sum reading the inputs
+        (64, "float16", (64,)),
+        (64, "float32", (64, 4096)),  # float32 shares, a row a row
+    ],
+)
+def test_short_backward_scratch_follows_the_dtype(
+    rows: int, dtype: str, expected: tuple[int, ...]
+) -> None:
+    assert mlp_launch.short_backward_scratch(rows, 4096, dtype) == expected
+
+
+@pytest.mark.parametrize(
     ("cols", "partial_rows", "expected"),
     [
         (4096, 1, (32, (128, 1))),

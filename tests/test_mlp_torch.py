@@ -318,9 +318,10 @@ def check_short_backward(
     offset: int,
     extra: bool,
 ) -> None:
-    """The short-row backward ``name`` launched directly into poisoned outputs and a poisoned
-    partial-sum buffer, then (unless one row in one block wrote the weight gradient itself) the
-    weight sum over its grid's partial rows."""
+    """The short-row backward ``name`` launched directly into poisoned outputs and poisoned
+    scratch, then (unless one row in one block wrote the weight gradient itself) its weight sum:
+    over the rows from the inputs and the row scales (16-bit types), or over the grid's rows of
+    float32 shares (float32)."""
     seed = rng[1]
     x = randn(rng, (rows, cols), dtype, offset)
     weight = randn(rng, (cols,), dtype, offset)
@@ -332,7 +333,8 @@ def check_short_backward(
         threads = mlp_launch.short_backward_threads(rows, cols, dtype) or 512
     blocks = rows if grid is None else grid
     direct = rows == 1 and blocks == 1
-    partial = torch.full((blocks, cols), math.nan, device="cuda")
+    row_scales = dtype in mlp_launch.ROW_SCALE_DTYPES
+    scratch = torch.full((rows,) if row_scales else (blocks, cols), math.nan, device="cuda")
     mlp_launch.load_kernel("cuda:0", name).launch(
         blocks,
         threads,
@@ -342,20 +344,29 @@ def check_short_backward(
         grad_extra.data_ptr() if extra else 0,
         grad_x.data_ptr(),
         grad_weight.data_ptr(),
-        0 if direct else partial.data_ptr(),
+        0 if direct else scratch.data_ptr(),
         rows,
         cols,
         EPS,
         stream=stream(),
     )
     if direct:
-        assert bool(partial.isnan().all()), "one row in one block needs no partial sums"
+        assert bool(scratch.isnan().all()), "one row in one block needs no scratch"
+    elif row_scales:
+        assert bool(weight_buffer.isnan().all()), "the kernel wrote grad_weight beside the scales"
+        want = (x.double().square().mean(1) + EPS).rsqrt()
+        assert bool(((scratch.double() - want).abs() <= 1e-5 * want).all()), "row scales"
+        columns, block = mlp_launch.weight_grad_geometry(cols, rows)
+        sum_name = mlp_launch.kernel_name("rms_norm_weight_grad_inputs", dtype)
+        mlp_launch.load_kernel("cuda:0", sum_name).launch(
+            columns, block, x, grad, scratch, grad_weight, rows, cols, stream=stream()
+        )
     else:
-        assert bool(weight_buffer.isnan().all()), "the kernel wrote grad_weight beside partial"
+        assert bool(weight_buffer.isnan().all()), "the kernel wrote grad_weight beside its shares"
         columns, block = mlp_launch.weight_grad_geometry(cols, blocks)
         sum_name = mlp_launch.kernel_name("rms_norm_weight_grad", dtype)
         mlp_launch.load_kernel("cuda:0", sum_name).launch(
-            columns, block, partial, grad_weight, blocks, cols, stream=stream()
+            columns, block, scratch, grad_weight, blocks, cols, stream=stream()
         )
     ref_x, terms_x, ref_weight, terms_weight = ref_rms_norm_grads(x, weight, grad, EPS)
     if grad_extra is not None:

@@ -17,8 +17,10 @@
 //                            8-byte chunk (grid.y one a row), the row be a whole number of them
 //                            and the arrays hold fewer than 2**31 elements
 //                            (kernelpack.mlp_launch.exact_elementwise).
-//   rms_norm_weight_grad_*   grid.x over the columns, blockDim.x columns by blockDim.y slices
-//                            of the rows of `partial`, at most kWeightGradThreads threads.
+//   rms_norm_weight_grad_*, rms_norm_weight_grad_inputs_*
+//                            grid.x over the columns, blockDim.x columns by blockDim.y slices
+//                            of the rows (of `partial`, or of the inputs), at most
+//                            kWeightGradThreads threads.
 //   silu_and_mul_*, silu_and_mul_backward_*
 //                            grid.x over the columns of the output, grid.y over the rows; blocks
 //                            of at most kElementwiseBlockThreads (8-byte vectors as swiglu's).
@@ -38,11 +40,13 @@
 //                            one row a block at a time; the grid sets the rows of `partial`.
 //   rms_norm_backward_short_*
 //                            blockDim.x threads per row (a power of two, at least a wavefront,
-//                            at most kShortBackwardThreads), one row a block at a time; the grid
-//                            sets the rows of `partial` (none: one row in one block).
+//                            at most kShortBackwardThreads), one row a block at a time; 16-bit
+//                            types: any grid (each row's scale goes to `scratch`), float32: the
+//                            grid sets the rows of `scratch`; unused for one row in one block.
 //
 // Backward kernels: the gradients of each forward op, in float32 arithmetic; the weight gradient
-// of RMSNorm is reduced deterministically (per-block partial sums, then a fixed-order sum).
+// of RMSNorm is reduced deterministically (per-block partial sums or the rows' own shares, then a
+// fixed-order sum).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -100,8 +104,20 @@ struct Elem<__nv_bfloat16> {
 
 constexpr int kVectorBytes = 16;
 
+// Whether every pointer is kBytes-aligned (a null one is): one test of all their bits together. A
+// test a pointer, joined by &&, compiles to a chain of branches, each waiting on its own
+// parameter's load, at the head of every thread's path: what the latency-bound kernels (the
+// exact, short and fixed-length forms) cannot afford (the short backward's SASS on the H200,
+// docs/bench-mlp-notes.md). The general kernels keep the chain, one pointer a test (their
+// registers were tuned with it; with one test ptxas gave the general rms_norm<__half> 64
+// registers and a spill on sm_90).
+template <int kBytes, typename... Pointers>
+__device__ __forceinline__ bool all_aligned(const Pointers*... pointers) {
+  return ((reinterpret_cast<unsigned long long>(pointers) | ...) % kBytes) == 0;
+}
+
 __device__ __forceinline__ bool vector_aligned(const void* pointer) {
-  return reinterpret_cast<unsigned long long>(pointer) % kVectorBytes == 0;
+  return all_aligned<kVectorBytes>(pointer);
 }
 
 // The narrower vector of the elementwise kernels on short inputs: 8 bytes (4 16-bit elements, 2
@@ -111,11 +127,6 @@ __device__ __forceinline__ bool vector_aligned(const void* pointer) {
 // rows behind torch.compile in docs/bench-mlp-notes.md; timed on the H200: 1x11008 bfloat16
 // silu_and_mul 2.07 against 2.17 us, swiglu 2.06 against 2.01, no clear gain either way).
 constexpr int kNarrowBytes = 8;
-
-template <int kBytes>
-__device__ __forceinline__ bool aligned_to(const void* pointer) {
-  return reinterpret_cast<unsigned long long>(pointer) % kBytes == 0;
-}
 
 // A vector of 16 or 8 bytes as 32-bit words, and back.
 template <int kBytes>
@@ -275,8 +286,8 @@ __device__ __forceinline__ void silu_mul_chunks(const T* gate, const T* up, T* o
 template <typename T>
 __device__ __forceinline__ void swiglu(const T* gate, const T* up, T* out, long long n) {
   long long done = 0;
-  if (narrow_grid<T>(n) && aligned_to<kNarrowBytes>(gate) && aligned_to<kNarrowBytes>(up) &&
-      aligned_to<kNarrowBytes>(out)) {
+  if (narrow_grid<T>(n) && all_aligned<kNarrowBytes>(gate) && all_aligned<kNarrowBytes>(up) &&
+      all_aligned<kNarrowBytes>(out)) {
     constexpr int kWidth = NarrowAccess<T>::kWidth;
     silu_mul_chunks<false, NarrowAccess<T>>(gate, up, out, n / kWidth);
     done = n / kWidth * kWidth;
@@ -304,7 +315,7 @@ template <typename T>
 __device__ __forceinline__ void silu_and_mul(const T* x, T* out, long long rows, long long cols) {
   // Every row start is aligned when the base is and the row of the output is a whole number of
   // vectors (the input row is twice as long).
-  if (narrow_grid<T>(cols) && aligned_to<kNarrowBytes>(x) && aligned_to<kNarrowBytes>(out) &&
+  if (narrow_grid<T>(cols) && all_aligned<kNarrowBytes>(x) && all_aligned<kNarrowBytes>(out) &&
       cols % NarrowAccess<T>::kWidth == 0) {
     silu_and_mul_rows<NarrowAccess<T>>(x, out, rows, cols);
   } else if (vector_aligned(x) && vector_aligned(out) && cols % VectorAccess<T>::kWidth == 0) {
@@ -321,18 +332,9 @@ __device__ __forceinline__ void silu_and_mul(const T* x, T* out, long long rows,
 // the sixth session's profile of 1x11008 (docs/bench-mlp-notes.md). The alignment test stays, one
 // test for all the pointers (the host's hot path prepares a launch per shape, not per address):
 // a misaligned view takes the general scalar loop.
-__device__ __forceinline__ bool narrow_aligned(const void* a, const void* b, const void* c,
-                                               const void* d = nullptr,
-                                               const void* e = nullptr) {
-  return ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b) |
-           reinterpret_cast<unsigned long long>(c) | reinterpret_cast<unsigned long long>(d) |
-           reinterpret_cast<unsigned long long>(e)) %
-          kNarrowBytes) == 0;
-}
-
 template <typename T>
 __device__ __forceinline__ void swiglu_exact(const T* gate, const T* up, T* out, long long n) {
-  if (narrow_aligned(gate, up, out)) {
+  if (all_aligned<kNarrowBytes>(gate, up, out)) {
     silu_mul_chunks<true, NarrowAccess<T>>(gate, up, out, n / NarrowAccess<T>::kWidth);
   } else {
     silu_mul_chunks<false, ScalarAccess<T>>(gate, up, out, n);
@@ -342,7 +344,7 @@ __device__ __forceinline__ void swiglu_exact(const T* gate, const T* up, T* out,
 template <typename T>
 __device__ __forceinline__ void silu_and_mul_exact(const T* x, T* out, long long rows,
                                                    long long cols) {
-  if (narrow_aligned(x, out, out)) {
+  if (all_aligned<kNarrowBytes>(x, out)) {
     const int row = static_cast<int>(blockIdx.y);
     const int width = static_cast<int>(cols);
     const T* gate = x + row * 2 * width;
@@ -670,9 +672,7 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
   __shared__ float slots[kp::kMaxBlockThreads];
   constexpr int kWidth = VectorAccess<T>::kWidth;
   const bool vectors =
-      vector_aligned(x) && vector_aligned(weight) && vector_aligned(out) &&
-      (!kAddResidual || (vector_aligned(residual) && vector_aligned(residual_out))) &&
-      cols % kWidth == 0 &&
+      all_aligned<kVectorBytes>(x, weight, out, residual, residual_out) && cols % kWidth == 0 &&
       cols / kWidth <= static_cast<long long>(kShortForwardChunks) * blockDim.x;
   // mean(x^2) as a product: the reciprocal is taken while the loads are in flight, where a
   // division would sit in the chain after the reduction
@@ -802,8 +802,7 @@ __device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T*
                                                long long cols, float eps) {
   __shared__ float slots[kp::kMaxBlockThreads];
   const bool vectors =
-      cols == kCols && vector_aligned(x) && vector_aligned(weight) && vector_aligned(out) &&
-      (!kAddResidual || (vector_aligned(residual) && vector_aligned(residual_out)));
+      cols == kCols && all_aligned<kVectorBytes>(x, weight, out, residual, residual_out);
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     if (vectors) {
       const long long offset = row * kCols;
@@ -862,9 +861,9 @@ template <typename T>
 __device__ __forceinline__ void swiglu_backward(const T* gate, const T* up, const T* grad,
                                                 T* grad_gate, T* grad_up, long long n) {
   long long done = 0;
-  if (narrow_grid<T>(n) && aligned_to<kNarrowBytes>(gate) && aligned_to<kNarrowBytes>(up) &&
-      aligned_to<kNarrowBytes>(grad) && aligned_to<kNarrowBytes>(grad_gate) &&
-      aligned_to<kNarrowBytes>(grad_up)) {
+  if (narrow_grid<T>(n) && all_aligned<kNarrowBytes>(gate) && all_aligned<kNarrowBytes>(up) &&
+      all_aligned<kNarrowBytes>(grad) && all_aligned<kNarrowBytes>(grad_gate) &&
+      all_aligned<kNarrowBytes>(grad_up)) {
     constexpr int kWidth = NarrowAccess<T>::kWidth;
     silu_mul_backward_chunks<false, NarrowAccess<T>>(gate, up, grad, grad_gate, grad_up,
                                                      n / kWidth);
@@ -896,8 +895,8 @@ __device__ __forceinline__ void silu_and_mul_backward_rows(const T* x, const T* 
 template <typename T>
 __device__ __forceinline__ void silu_and_mul_backward(const T* x, const T* grad, T* grad_x,
                                                       long long rows, long long cols) {
-  if (narrow_grid<T>(cols) && aligned_to<kNarrowBytes>(x) && aligned_to<kNarrowBytes>(grad) &&
-      aligned_to<kNarrowBytes>(grad_x) && cols % NarrowAccess<T>::kWidth == 0) {
+  if (narrow_grid<T>(cols) && all_aligned<kNarrowBytes>(x) && all_aligned<kNarrowBytes>(grad) &&
+      all_aligned<kNarrowBytes>(grad_x) && cols % NarrowAccess<T>::kWidth == 0) {
     silu_and_mul_backward_rows<NarrowAccess<T>>(x, grad, grad_x, rows, cols);
   } else if (vector_aligned(x) && vector_aligned(grad) && vector_aligned(grad_x) &&
              cols % VectorAccess<T>::kWidth == 0) {
@@ -911,7 +910,7 @@ __device__ __forceinline__ void silu_and_mul_backward(const T* x, const T* grad,
 template <typename T>
 __device__ __forceinline__ void swiglu_backward_exact(const T* gate, const T* up, const T* grad,
                                                       T* grad_gate, T* grad_up, long long n) {
-  if (narrow_aligned(gate, up, grad, grad_gate, grad_up)) {
+  if (all_aligned<kNarrowBytes>(gate, up, grad, grad_gate, grad_up)) {
     silu_mul_backward_chunks<true, NarrowAccess<T>>(gate, up, grad, grad_gate, grad_up,
                                                     n / NarrowAccess<T>::kWidth);
   } else {
@@ -922,7 +921,7 @@ __device__ __forceinline__ void swiglu_backward_exact(const T* gate, const T* up
 template <typename T>
 __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T* grad, T* grad_x,
                                                             long long rows, long long cols) {
-  if (narrow_aligned(x, grad, grad_x)) {
+  if (all_aligned<kNarrowBytes>(x, grad, grad_x)) {
     const int row = static_cast<int>(blockIdx.y);
     const int width = static_cast<int>(cols);
     const T* gate = x + row * 2 * width;
@@ -1175,13 +1174,24 @@ __device__ __forceinline__ void rms_norm_backward(const T* x, const T* weight, c
 // docs/bench-mlp-notes.md), so this kernel shortens the chain of each thread: one (at most
 // kShortBackwardChunks) vector of x, dy, the weight and grad_extra a thread, all loaded at once
 // before the row's sums and held in registers to the stores. One row in one block stores the
-// weight gradient itself (its shares are the gradient), so a 1-row backward is one kernel; more
-// rows write their shares to `partial`, one float32 row a block, which rms_norm_weight_grad sums
-// in a fixed order as for the general kernel. (A grid barrier instead of the second kernel was
-// tried on the H200: at 64 x 4096 bfloat16 the kernel took 9.5 us, the barrier's fences and
-// atomics costing more than a kernel boundary.)
+// weight gradient itself (its shares are the gradient), so a 1-row backward is one kernel. More
+// rows leave, in `scratch`, what a second kernel sums in a fixed order (kRowScales):
+//   16-bit types: each row's scale, one float32 a row, and rms_norm_weight_grad_inputs sums
+//     dy * x * scale over the rows from the inputs, as torch.compile's backward does. Its loads
+//     are the 4 bytes an element that float32 shares would be, and this kernel stores a third
+//     less (H200, 64 x 4096 bfloat16, torch.profiler: backward 2.74 -> 2.00 us, weight sum 1.89
+//     -> 1.98; docs/bench-mlp-notes.md);
+//   float32: a float32 row of shares a block, summed by rms_norm_weight_grad as the general
+//     kernel's; read from the inputs they would be twice the bytes (backward 2.53 -> 2.23 us, but
+//     weight sum 1.87 -> 2.37).
+// (A grid barrier instead of the second kernel was tried on the H200: at 64 x 4096 bfloat16 the
+// kernel took 9.5 us, the barrier's fences and atomics costing more than a kernel boundary.)
 constexpr int kShortBackwardThreads = 512;
 constexpr int kShortBackwardChunks = 2;
+
+// Whether the short backward of T leaves row scales (16-bit types) rather than shares, above.
+template <typename T>
+constexpr bool kRowScales = sizeof(T) == 2;
 
 // A float row's kWidth entries from `shares`: 16-byte stores where kWidth is a multiple of 4 (the
 // vector path: `slot` is then 16-byte aligned, rows being whole vectors), else one at a time.
@@ -1210,8 +1220,8 @@ __device__ __forceinline__ void put_shares(float* slot, const float (&shares)[kW
   }
 }
 
-// One chunk's pass 2 from registers: stores its input gradient to grad_x_row (plus the chunk of
-// grad_extra with kExtra) and returns its weight-gradient shares, dy * x * scale.
+// One chunk's pass 2 from registers: its input gradient (plus the chunk of grad_extra with
+// kExtra) in `grad_x`, and its weight-gradient shares, dy * x * scale.
 template <typename Access, bool kExtra>
 __device__ __forceinline__ void short_chunk(typename Access::Raw values,
                                             typename Access::Raw grads,
@@ -1240,10 +1250,10 @@ __device__ __forceinline__ void short_chunk(typename Access::Raw values,
 }
 
 // The rows of one block. With `direct` (one row, one block) the shares are the weight gradient,
-// stored to grad_weight in T; otherwise they go to this block's row of `partial`, the first row's
-// stored and the later rows' (a grid smaller than the rows) added there. (Not summed in registers
-// across rows: at the host's one row a block that would only cost registers, and gfx9-generic
-// spilled.)
+// stored to grad_weight in T; otherwise the block stores each of its rows' scale to `scratch`
+// (kRowScales) or its shares to its row of `scratch`, the first row's stored and the later rows'
+// (a grid smaller than the rows) added there. (Not summed in registers across rows: at the host's
+// one row a block that would only cost registers, and gfx9-generic spilled.)
 //
 // With kCols (not 0) rows are kCols long and blockDim.x is kShortBackwardThreads, which times
 // kCached covers a row exactly (rms_norm_backward_fixed): the length, 1 / cols and the stride are
@@ -1256,7 +1266,7 @@ __device__ __forceinline__ void short_chunk(typename Access::Raw values,
 template <int kCached, typename Access, bool kExtra, int kCols = 0, typename T>
 __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight, const T* grad,
                                                     const T* grad_extra, T* grad_x,
-                                                    T* grad_weight, float* partial, bool direct,
+                                                    T* grad_weight, float* scratch, bool direct,
                                                     long long rows, long long cols, float eps,
                                                     float* slots) {
   using Raw = typename Access::Raw;
@@ -1267,8 +1277,9 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
   const long long length = kFixed ? kCols : cols;
   const int stride = kFixed ? kShortBackwardThreads : static_cast<int>(blockDim.x);
   const int chunks = static_cast<int>(length / kWidth);
-  float* partial_row = direct ? nullptr : partial + static_cast<long long>(blockIdx.x) * length;
   const float inverse_cols = 1.0f / static_cast<float>(length);
+  float* partial_row =
+      direct || kRowScales<T> ? nullptr : scratch + static_cast<long long>(blockIdx.x) * length;
   bool first_row = true;
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     const long long offset = row * length;
@@ -1321,6 +1332,9 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
     row_sum_pair(sum_squares, sum_dot, slots);
     const float scale = rsqrtf(sum_squares * inverse_cols + eps);
     const float correction = sum_dot * scale * scale * scale * inverse_cols;
+    if (kRowScales<T> && !direct && threadIdx.x == 0) {
+      scratch[row] = scale;
+    }
     float shares[kWidth];
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
@@ -1337,7 +1351,7 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
         Access::store(grad_x_row, i, out);
         if (direct) {
           Access::store(grad_weight, i, Access::pack(shares));
-        } else {
+        } else if constexpr (!kRowScales<T>) {
           put_shares(partial_row + static_cast<long long>(i) * kWidth, shares, !first_row);
         }
       }
@@ -1349,14 +1363,15 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
                                      scale, correction, shares);
       if (direct) {
         Access::store(grad_weight, i, Access::pack(shares));
-      } else {
+      } else if constexpr (!kRowScales<T>) {
         put_shares(partial_row + static_cast<long long>(i) * kWidth, shares, !first_row);
       }
     }
     first_row = false;
   }
-  // A block without rows (more blocks than rows) writes its row of zeros: the sum reads it.
-  if (!direct && first_row) {
+  // Shares: a block without rows (more blocks than rows) writes its row of zeros, which the sum
+  // reads.
+  if (!kRowScales<T> && !direct && first_row) {
     for (int i = static_cast<int>(threadIdx.x); i < chunks; i += stride) {
       const float zeros[kWidth] = {};
       put_shares(partial_row + static_cast<long long>(i) * kWidth, zeros, false);
@@ -1364,49 +1379,51 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
   }
 }
 
-// blockDim.x threads a row (a power of two, at least a wavefront), blockDim.y == 1; `partial`
-// float32 [gridDim.x, cols], unused (may be null) when rows == 1 and gridDim.x == 1.
+// blockDim.x threads a row (a power of two, at least a wavefront), blockDim.y == 1; `scratch`
+// float32 [rows] (kRowScales<T>) or [gridDim.x, cols], unused (may be null) when rows == 1 and
+// gridDim.x == 1.
 template <typename T>
 __device__ __forceinline__ void rms_norm_backward_short(const T* x, const T* weight, const T* grad,
                                                         const T* grad_extra, T* grad_x,
-                                                        T* grad_weight, float* partial,
+                                                        T* grad_weight, float* scratch,
                                                         long long rows, long long cols,
                                                         float eps) {
   __shared__ float slots[kp::kMaxBlockThreads];
   constexpr int kWidth = VectorAccess<T>::kWidth;
   const bool direct = rows == 1 && gridDim.x == 1;
-  const bool vectors = vector_aligned(x) && vector_aligned(weight) && vector_aligned(grad) &&
-                       vector_aligned(grad_extra) && vector_aligned(grad_x) &&
-                       vector_aligned(grad_weight) && vector_aligned(partial) &&
-                       cols % kWidth == 0;
+  // float32 shares are stored as 16-byte vectors
+  const float* shares = kRowScales<T> ? nullptr : scratch;
+  const bool vectors =
+      all_aligned<kVectorBytes>(x, weight, grad, grad_extra, grad_x, grad_weight, shares) &&
+      cols % kWidth == 0;
   constexpr int kTwo = kShortBackwardChunks;
   if (vectors && cols / kWidth <= static_cast<long long>(blockDim.x)) {
     if (grad_extra != nullptr) {
       short_backward_rows<1, VectorAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
-                                                    grad_weight, partial, direct, rows, cols, eps,
+                                                    grad_weight, scratch, direct, rows, cols, eps,
                                                     slots);
     } else {
       short_backward_rows<1, VectorAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
-                                                     grad_weight, partial, direct, rows, cols,
-                                                     eps, slots);
+                                                     grad_weight, scratch, direct, rows, cols, eps,
+                                                     slots);
     }
   } else if (vectors) {
     if (grad_extra != nullptr) {
       short_backward_rows<kTwo, VectorAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
-                                                       grad_weight, partial, direct, rows, cols,
+                                                       grad_weight, scratch, direct, rows, cols,
                                                        eps, slots);
     } else {
       short_backward_rows<kTwo, VectorAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
-                                                        grad_weight, partial, direct, rows, cols,
+                                                        grad_weight, scratch, direct, rows, cols,
                                                         eps, slots);
     }
   } else if (grad_extra != nullptr) {
     short_backward_rows<kTwo, ScalarAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
-                                                     grad_weight, partial, direct, rows, cols,
-                                                     eps, slots);
+                                                     grad_weight, scratch, direct, rows, cols, eps,
+                                                     slots);
   } else {
     short_backward_rows<kTwo, ScalarAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
-                                                      grad_weight, partial, direct, rows, cols,
+                                                      grad_weight, scratch, direct, rows, cols,
                                                       eps, slots);
   }
 }
@@ -1418,50 +1435,94 @@ __device__ __forceinline__ void rms_norm_backward_short(const T* x, const T* wei
 template <int kCols, typename T>
 __device__ __forceinline__ void rms_norm_backward_fixed(const T* x, const T* weight, const T* grad,
                                                         const T* grad_extra, T* grad_x,
-                                                        T* grad_weight, float* partial,
+                                                        T* grad_weight, float* scratch,
                                                         long long rows, long long cols,
                                                         float eps) {
   __shared__ float slots[kp::kMaxBlockThreads];
   constexpr int kCached = kCols / VectorAccess<T>::kWidth / kShortBackwardThreads;
   const bool direct = rows == 1 && gridDim.x == 1;
-  const bool vectors = cols == kCols && vector_aligned(x) && vector_aligned(weight) &&
-                       vector_aligned(grad) && vector_aligned(grad_extra) &&
-                       vector_aligned(grad_x) && vector_aligned(grad_weight) &&
-                       vector_aligned(partial);
+  const float* shares = kRowScales<T> ? nullptr : scratch;
+  const bool vectors = cols == kCols && all_aligned<kVectorBytes>(x, weight, grad, grad_extra,
+                                                                  grad_x, grad_weight, shares);
   constexpr int kTwo = kShortBackwardChunks;
   if (vectors && grad_extra != nullptr) {
     short_backward_rows<kCached, VectorAccess<T>, true, kCols>(
-        x, weight, grad, grad_extra, grad_x, grad_weight, partial, direct, rows, cols, eps, slots);
+        x, weight, grad, grad_extra, grad_x, grad_weight, scratch, direct, rows, cols, eps, slots);
   } else if (vectors) {
     short_backward_rows<kCached, VectorAccess<T>, false, kCols>(
-        x, weight, grad, grad_extra, grad_x, grad_weight, partial, direct, rows, cols, eps, slots);
+        x, weight, grad, grad_extra, grad_x, grad_weight, scratch, direct, rows, cols, eps, slots);
   } else if (grad_extra != nullptr) {
     short_backward_rows<kTwo, ScalarAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
-                                                     grad_weight, partial, direct, rows, cols,
-                                                     eps, slots);
+                                                     grad_weight, scratch, direct, rows, cols, eps,
+                                                     slots);
   } else {
     short_backward_rows<kTwo, ScalarAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
-                                                      grad_weight, partial, direct, rows, cols,
+                                                      grad_weight, scratch, direct, rows, cols,
                                                       eps, slots);
   }
 }
 
-// The weight-gradient sum's block bound: blockDim.x columns by blockDim.y slices of the rows of
-// `partial`. (Measured on the H200 at 264 rows of 8192: one thread a column summing all the rows
-// in turn, 64 blocks of 128 threads, took 14 us, latency-bound; 32 columns by 8 slices take 8.6
-// us; docs/bench-mlp-notes.md.)
+// The weight-gradient sum's block bound: blockDim.x columns by blockDim.y slices of the rows.
+// (Measured on the H200 at 264 rows of 8192: one thread a column summing all the rows in turn, 64
+// blocks of 128 threads, took 14 us, latency-bound; 32 columns by 8 slices take 8.6 us;
+// docs/bench-mlp-notes.md.)
 constexpr int kWeightGradThreads = 256;
-// Rows of `partial` a thread of the weight-gradient sum has in flight at once.
+// Rows a thread of the weight-gradient sum has in flight at once.
 constexpr int kWeightGradInFlight = 8;
 
-// grad_weight[j] = the sum over b of partial[b][j]. Slice y of a block sums the rows b = y, y +
-// blockDim.y, ... of its columns in turn, then slice 0 adds the slices' sums in order, so that
-// for a given geometry (the host's depends on cols alone) every run gives the same bits. The
-// loop bound is the block's first column, the same for all its threads, so every thread meets
-// the barriers.
+// Where the weight-gradient sum reads row b's share of column j, in two steps, its loads then its
+// value, so that a thread issues all its rows' loads before it waits on any (ptxas kept the order
+// of a share computed whole: at 64 x 4096 bfloat16 the three loads of each row waited on the
+// previous row's product, eight L2 round trips in turn, 2.62 us against torch.compile's 1.70).
+// From the general backward's float32 partial sums, one row a block ...
+struct PartialShares {
+  using Loaded = float;
+
+  const float* partial;
+  long long cols;
+
+  __device__ __forceinline__ Loaded load(long long b, long long j) const {
+    return partial[b * cols + j];
+  }
+  __device__ __forceinline__ float value(Loaded loaded) const { return loaded; }
+};
+
+// ... or from the short backward's inputs and row scales: dy * x * scale, the product its direct
+// form stores for one row.
 template <typename T>
-__device__ __forceinline__ void rms_norm_weight_grad(const float* partial, T* grad_weight,
-                                                     long long blocks, long long cols) {
+struct InputShares {
+  struct Loaded {
+    typename ScalarAccess<T>::Raw x;
+    typename ScalarAccess<T>::Raw grad;
+    float scale;
+  };
+
+  const T* x;
+  const T* grad;
+  const float* scales;
+  long long cols;
+
+  __device__ __forceinline__ Loaded load(long long b, long long j) const {
+    return {ScalarAccess<T>::load(x, b * cols + j), ScalarAccess<T>::load(grad, b * cols + j),
+            scales[b]};
+  }
+  __device__ __forceinline__ float value(const Loaded& loaded) const {
+    float v[1];
+    float g[1];
+    ScalarAccess<T>::unpack(loaded.x, v);
+    ScalarAccess<T>::unpack(loaded.grad, g);
+    return g[0] * v[0] * loaded.scale;
+  }
+};
+
+// grad_weight[j] = the sum over the rows b of row b's share of column j. Slice y of a block sums the rows b =
+// y, y + blockDim.y, ... of its columns in turn, then slice 0 adds the slices' sums in order, so
+// that for a given geometry (the host's depends on the shape alone) every run gives the same
+// bits. The loop bound is the block's first column, the same for all its threads, so every
+// thread meets the barriers.
+template <typename T, typename Shares>
+__device__ __forceinline__ void weight_grad(const Shares& share, T* grad_weight, long long rows,
+                                            long long cols) {
   __shared__ float slices[kWeightGradThreads];
   const int width = static_cast<int>(blockDim.x);
   const int slot = static_cast<int>(threadIdx.y) * width + static_cast<int>(threadIdx.x);
@@ -1472,21 +1533,23 @@ __device__ __forceinline__ void rms_norm_weight_grad(const float* partial, T* gr
     float sum = 0.0f;
     if (j < cols) {
       // kWeightGradInFlight rows' loads issued before any of their additions (each is an L2
-      // round trip), those past the last row predicated off and added as zeros: the additions
-      // keep their order. (A loop unrolled by the compiler kept a test between its loads, and
-      // each addition waited for its load before the next load issued: at 64 partial rows and
-      // 16 slices, four round trips in turn; at 264 rows and 8 slices, 33.)
-      for (long long first_b = threadIdx.y; first_b < blocks;
+      // round trip), those past the last row reading the last row and added as zeros: the
+      // additions keep their order. (A loop unrolled by the compiler kept a test between its
+      // loads, and each addition waited for its load before the next load issued: at 64 partial
+      // rows and 16 slices, four round trips in turn; at 264 rows and 8 slices, 33. With three
+      // loads a row, `b < rows ? load : 0` compiled to a branch around each row's loads.)
+      for (long long first_b = threadIdx.y; first_b < rows;
            first_b += kWeightGradInFlight * static_cast<long long>(blockDim.y)) {
-        float values[kWeightGradInFlight];
+        typename Shares::Loaded loaded[kWeightGradInFlight];
 #pragma unroll
         for (int k = 0; k < kWeightGradInFlight; ++k) {
           const long long b = first_b + static_cast<long long>(k) * blockDim.y;
-          values[k] = b < blocks ? partial[b * cols + j] : 0.0f;
+          loaded[k] = share.load(b < rows ? b : rows - 1, j);
         }
 #pragma unroll
         for (int k = 0; k < kWeightGradInFlight; ++k) {
-          sum += values[k];
+          const long long b = first_b + static_cast<long long>(k) * blockDim.y;
+          sum += b < rows ? share.value(loaded[k]) : 0.0f;
         }
       }
     }
@@ -1626,14 +1689,15 @@ __global__ void __launch_bounds__(kRowBlockThreads)
 }
 
 // The backward of few rows (the host's choice): grad_extra may be null; one row in one block
-// writes grad_weight, other grids their rows of partial (float32 [gridDim.x, cols]), which
-// rms_norm_weight_grad then sums, and leave grad_weight alone.
+// writes grad_weight, other grids leave grad_weight alone and write to scratch each row's scale
+// (16-bit types: float32 [rows], summed with the inputs by rms_norm_weight_grad_inputs) or their
+// float32 shares (float32: [gridDim.x, cols], summed by rms_norm_weight_grad).
 template <typename T>
 __global__ void __launch_bounds__(kShortBackwardThreads, 1)
     rms_norm_backward_short(const T* x, const T* weight, const T* grad, const T* grad_extra,
-                            T* grad_x, T* grad_weight, float* partial, long long rows,
+                            T* grad_x, T* grad_weight, float* scratch, long long rows,
                             long long cols, float eps) {
-  ::rms_norm_backward_short(x, weight, grad, grad_extra, grad_x, grad_weight, partial, rows, cols,
+  ::rms_norm_backward_short(x, weight, grad, grad_extra, grad_x, grad_weight, scratch, rows, cols,
                             eps);
 }
 
@@ -1641,16 +1705,26 @@ __global__ void __launch_bounds__(kShortBackwardThreads, 1)
 template <typename T, int kCols>
 __global__ void __launch_bounds__(kShortBackwardThreads, 1)
     rms_norm_backward_fixed(const T* x, const T* weight, const T* grad, const T* grad_extra,
-                            T* grad_x, T* grad_weight, float* partial, long long rows,
+                            T* grad_x, T* grad_weight, float* scratch, long long rows,
                             long long cols, float eps) {
-  ::rms_norm_backward_fixed<kCols>(x, weight, grad, grad_extra, grad_x, grad_weight, partial,
+  ::rms_norm_backward_fixed<kCols>(x, weight, grad, grad_extra, grad_x, grad_weight, scratch,
                                    rows, cols, eps);
 }
 
+// grad_weight = the column sums of partial (float32 [blocks, cols], rms_norm_backward's).
 template <typename T>
 __global__ void __launch_bounds__(kWeightGradThreads)
     rms_norm_weight_grad(const float* partial, T* grad_weight, long long blocks, long long cols) {
-  ::rms_norm_weight_grad(partial, grad_weight, blocks, cols);
+  ::weight_grad(PartialShares{partial, cols}, grad_weight, blocks, cols);
+}
+
+// grad_weight = the sum over the rows of grad * x * scales[row] (scales float32 [rows], the short
+// backward's).
+template <typename T>
+__global__ void __launch_bounds__(kWeightGradThreads)
+    rms_norm_weight_grad_inputs(const T* x, const T* grad, const float* scales, T* grad_weight,
+                                long long rows, long long cols) {
+  ::weight_grad(InputShares<T>{x, grad, scales, cols}, grad_weight, rows, cols);
 }
 
 // Every op for one storage type.
@@ -1685,6 +1759,16 @@ MLP_KERNELS(__half)
 MLP_KERNELS(__nv_bfloat16)
 
 #undef MLP_KERNELS
+
+// The weight sum from the inputs, for the types whose short backward leaves row scales
+// (kRowScales).
+template __global__ void rms_norm_weight_grad_inputs<__half>(const __half*, const __half*,
+                                                             const float*, __half*, long long,
+                                                             long long);
+template __global__ void rms_norm_weight_grad_inputs<__nv_bfloat16>(const __nv_bfloat16*,
+                                                                    const __nv_bfloat16*,
+                                                                    const float*, __nv_bfloat16*,
+                                                                    long long, long long);
 
 // The fixed-length forward norms, per storage type and row length (kernelpack.mlp_launch's
 // FIXED_COLUMNS: LLaMA's hidden sizes).

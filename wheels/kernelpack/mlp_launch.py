@@ -59,12 +59,16 @@ MAX_GRID_THREADS = 2**31
 BACKWARD_RESIDENT_THREADS = 132 * 512
 # The short-row backward (rms_norm_backward_short: one block a row, a thread a vector of x, dy, the
 # weight and grad_extra held from load to store; one row's weight gradient written by the kernel,
-# more rows' summed by rms_norm_weight_grad): at most SHORT_BACKWARD_THREADS threads a row
+# more rows' summed by a second kernel, ROW_SCALE_DTYPES below): at most SHORT_BACKWARD_THREADS threads a row
 # (kShortBackwardThreads), each with at most SHORT_BACKWARD_CHUNKS vectors (kShortBackwardChunks),
 # for at most SHORT_BACKWARD_ROWS_MAX rows (one block a row on an H100's or H200's 132 SMs).
 SHORT_BACKWARD_THREADS = 512
 SHORT_BACKWARD_CHUNKS = 2
 SHORT_BACKWARD_ROWS_MAX = 132
+# The dtypes whose short backward of more than one row leaves each row's scale for
+# rms_norm_weight_grad_inputs (mlp.cu's kRowScales: 16-bit types); float32 leaves a float32 row of
+# shares a row for rms_norm_weight_grad.
+ROW_SCALE_DTYPES = ("bfloat16", "float16")
 # The weight-gradient sum's block: 32 columns by 8 slices of the partial rows (kWeightGradThreads,
 # 256, bounds their product); with fewer partial rows, fewer slices and up to 128 columns. (On the
 # H200 at 64 partial rows, once each thread had 8 rows' loads in flight: 32 by 8 2.51-2.75 µs,
@@ -258,9 +262,17 @@ def fixed_backward(cols: int, dtype: str) -> bool:
     )
 
 
+def short_backward_scratch(rows: int, cols: int, dtype: str) -> tuple[int, ...]:
+    """The float32 scratch the short-row backward of ``rows`` rows leaves for its weight sum: a
+    scale a row (ROW_SCALE_DTYPES) or a row of shares a row; none for one row."""
+    if rows == 1:
+        return ()
+    return (rows,) if dtype in ROW_SCALE_DTYPES else (rows, cols)
+
+
 def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, int]]:
     """(grid, block as (columns, slices)) of the weight-gradient sum over ``partial_rows`` rows
-    of partial sums: WEIGHT_GRAD_SLICES slices of the rows by 32 columns (128 bytes a row of
+    (of partial sums, or the short backward's rows of inputs): WEIGHT_GRAD_SLICES slices of the rows by 32 columns (128 bytes a row of
     partial sums, read whole), one block per column group; with fewer partial rows than slices,
     a slice per row (a power of two) and the block's other threads on more columns, up to 128
     (at 1 x 4096 the 8-slice block launched 128 blocks to add one row, 0.5 µs slower than 32
@@ -415,7 +427,7 @@ def launch_rms_norm_backward_short(
     grad_extra: Any,
     grad_x: Any,
     grad_weight: Any,
-    partial: Any,
+    scratch: Any,
     rows: int,
     cols: int,
     threads: int,
@@ -424,8 +436,10 @@ def launch_rms_norm_backward_short(
 ) -> None:
     """grad_x = the input gradient of RMSNorm plus grad_extra (unless 0), and grad_weight: one
     block a row of ``threads`` (:func:`short_backward_threads`; the fixed-length kernel where
-    :func:`fixed_backward` says so); one row is one kernel, more rows write float32 shares to
-    ``partial`` (rows x cols; 0 for one row) and rms_norm_weight_grad sums them."""
+    :func:`fixed_backward` says so); one row is one kernel; more rows leave in ``scratch``
+    (float32 of :func:`short_backward_scratch`'s shape; 0 for one row) each row's scale, which
+    rms_norm_weight_grad_inputs sums with the inputs, or float32 shares, which
+    rms_norm_weight_grad sums."""
     if threads == SHORT_BACKWARD_THREADS and fixed_backward(cols, dtype):
         name = kernel_name("rms_norm_backward_fixed", dtype, cols)
     else:
@@ -439,14 +453,20 @@ def launch_rms_norm_backward_short(
         grad_extra,
         grad_x,
         grad_weight,
-        partial,
+        scratch,
         rows,
         cols,
         eps,
         stream=stream,
     )
-    if rows > 1:
-        columns, block = weight_grad_geometry(cols, rows)
+    if rows == 1:
+        return
+    columns, block = weight_grad_geometry(cols, rows)
+    if dtype in ROW_SCALE_DTYPES:
+        load_kernel(device, kernel_name("rms_norm_weight_grad_inputs", dtype)).launch(
+            columns, block, x, grad, scratch, grad_weight, rows, cols, stream=stream
+        )
+    else:
         load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(
-            columns, block, partial, grad_weight, rows, cols, stream=stream
+            columns, block, scratch, grad_weight, rows, cols, stream=stream
         )

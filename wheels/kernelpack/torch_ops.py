@@ -264,9 +264,8 @@ def _norm_backward(
     device, stream = plan.device, plan.stream(plan.index)
     threads = mlp_launch.short_backward_threads(rows, cols, dtype)
     if threads:
-        partial: Any = 0
-        if rows > 1:
-            partial = torch.empty((rows, cols), dtype=torch.float32, device=x.device)
+        shape = mlp_launch.short_backward_scratch(rows, cols, dtype)
+        scratch: Any = torch.empty(shape, dtype=torch.float32, device=x.device) if shape else 0
         mlp_launch.launch_rms_norm_backward_short(
             device,
             dtype,
@@ -276,7 +275,7 @@ def _norm_backward(
             extra,
             grad_x,
             grad_weight,
-            partial,
+            scratch,
             rows,
             cols,
             threads,
