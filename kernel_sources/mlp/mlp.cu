@@ -1515,11 +1515,11 @@ struct InputShares {
   }
 };
 
-// grad_weight[j] = the sum over the rows b of row b's share of column j. Slice y of a block sums the rows b =
-// y, y + blockDim.y, ... of its columns in turn, then slice 0 adds the slices' sums in order, so
-// that for a given geometry (the host's depends on the shape alone) every run gives the same
-// bits. The loop bound is the block's first column, the same for all its threads, so every
-// thread meets the barriers.
+// grad_weight[j] = the sum over the rows b of row b's share of column j. Slice y of a block sums
+// the rows b = y, y + blockDim.y, ... of its columns in turn, then slice 0 adds the slices' sums
+// in order, so that for a given geometry (the host's depends on the shape alone) every run gives
+// the same bits. The loop bound is the block's first column, the same for all its threads, so
+// every thread meets the barriers.
 template <typename T, typename Shares>
 __device__ __forceinline__ void weight_grad(const Shares& share, T* grad_weight, long long rows,
                                             long long cols) {

@@ -59,9 +59,10 @@ MAX_GRID_THREADS = 2**31
 BACKWARD_RESIDENT_THREADS = 132 * 512
 # The short-row backward (rms_norm_backward_short: one block a row, a thread a vector of x, dy, the
 # weight and grad_extra held from load to store; one row's weight gradient written by the kernel,
-# more rows' summed by a second kernel, ROW_SCALE_DTYPES below): at most SHORT_BACKWARD_THREADS threads a row
-# (kShortBackwardThreads), each with at most SHORT_BACKWARD_CHUNKS vectors (kShortBackwardChunks),
-# for at most SHORT_BACKWARD_ROWS_MAX rows (one block a row on an H100's or H200's 132 SMs).
+# more rows' summed by a second kernel, ROW_SCALE_DTYPES below): at most SHORT_BACKWARD_THREADS
+# threads a row (kShortBackwardThreads), each with at most SHORT_BACKWARD_CHUNKS vectors
+# (kShortBackwardChunks), for at most SHORT_BACKWARD_ROWS_MAX rows (one block a row on an H100's
+# or H200's 132 SMs).
 SHORT_BACKWARD_THREADS = 512
 SHORT_BACKWARD_CHUNKS = 2
 SHORT_BACKWARD_ROWS_MAX = 132
@@ -272,13 +273,13 @@ def short_backward_scratch(rows: int, cols: int, dtype: str) -> tuple[int, ...]:
 
 def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, int]]:
     """(grid, block as (columns, slices)) of the weight-gradient sum over ``partial_rows`` rows
-    (of partial sums, or the short backward's rows of inputs): WEIGHT_GRAD_SLICES slices of the rows by 32 columns (128 bytes a row of
-    partial sums, read whole), one block per column group; with fewer partial rows than slices,
-    a slice per row (a power of two) and the block's other threads on more columns, up to 128
-    (at 1 x 4096 the 8-slice block launched 128 blocks to add one row, 0.5 µs slower than 32
-    blocks of 128 columns: docs/bench-mlp-notes.md). A function of the shape alone (the partial
-    rows are backward_row_geometry's grid), so a shape's sum, and its bits, are the same every
-    run."""
+    (of partial sums, or the short backward's rows of inputs): WEIGHT_GRAD_SLICES slices of the
+    rows by 32 columns (128 bytes a row of partial sums, read whole), one block per column group;
+    with fewer partial rows than slices, a slice per row (a power of two) and the block's other
+    threads on more columns, up to 128 (at 1 x 4096 the 8-slice block launched 128 blocks to add
+    one row, 0.5 µs slower than 32 blocks of 128 columns: docs/bench-mlp-notes.md). A function of
+    the shape alone (the partial rows are backward_row_geometry's grid), so a shape's sum, and its
+    bits, are the same every run."""
     slices = min(WEIGHT_GRAD_SLICES, 1 << max(partial_rows - 1, 0).bit_length())
     columns = max(WEIGHT_GRAD_COLUMNS, min(WEIGHT_GRAD_COLUMNS_MAX, WEIGHT_GRAD_THREADS // slices))
     return min(-(-cols // columns), _grid_cap(columns * slices)), (columns, slices)
