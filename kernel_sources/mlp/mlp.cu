@@ -1071,9 +1071,9 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* 
     const T* grad_extra_row = kExtra ? grad_extra + offset : nullptr;
     T* grad_x_row = grad_x + offset;
     T* grad_x_copy_row = grad_x_copy != nullptr ? grad_x_copy + offset : nullptr;
+    const float scale = row_scales[row];  // the forward's, loaded beside the row
     // The first kCached chunks of a thread stay in registers between the passes; the rest of a
     // long row is read again in pass 2.
-    const float scale = row_scales[row];
     Raw values[kCached];
     Raw grads[kCached];
 #pragma unroll
@@ -1291,7 +1291,7 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const float* row
     const T* grad_row = grad + offset;
     const T* grad_extra_row = kExtra ? grad_extra + offset : nullptr;
     T* grad_x_row = grad_x + offset;
-    const float scale = row_scales[row];
+    const float scale = row_scales[row];  // the forward's, loaded beside the row
     Raw values[kCached];
     Raw grads[kCached];
     Raw weights[kCached];
