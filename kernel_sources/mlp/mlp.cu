@@ -374,12 +374,16 @@ constexpr int kRowBlockThreads = 512;
 // In place (fused_add_rms_norm) out is x and residual_out is residual: each element is read by
 // the thread that later writes it, so the aliasing is safe. Every thread of the block takes
 // part: a thread past the last row passes chunks = 0, loads and stores nothing, and only joins
-// the reduction. Returns the row's scale, 1 / sqrt(mean(x^2) + eps), the float the row was
-// multiplied by.
+// the reduction. block_scales: null, or the row scales from the block's first row on (indexed by
+// threadIdx.y), where thread 0 of the row stores its scale 1 / sqrt(mean(x^2) + eps), the float
+// the row was multiplied by. (Addressed so, from a base the block shares and threadIdx.y, which
+// the reduction keeps anyway, the store holds no register through the passes: indexed by the row
+// it spilled the general norms on gfx9-generic; stored before pass 2, rms_norm<__nv_bfloat16> on
+// sm_120.)
 template <typename Access, bool kAddResidual, typename T>
-__device__ __forceinline__ float rms_norm_row(const T* x, const T* residual, T* residual_out,
+__device__ __forceinline__ void rms_norm_row(const T* x, const T* residual, T* residual_out,
                                              const T* weight, T* out, int chunks, long long cols,
-                                             float eps, float* slots) {
+                                             float eps, float* slots, float* block_scales) {
   using Raw = typename Access::Raw;
   constexpr int kWidth = Access::kWidth;
   // Indices inside a row are 32-bit (the host refuses rows longer than 2**30 elements, so i +
@@ -482,7 +486,9 @@ __device__ __forceinline__ float rms_norm_row(const T* x, const T* residual, T* 
     }
     Access::store(out, i, Access::pack(v));
   }
-  return scale;
+  if (block_scales != nullptr && chunks != 0 && threadIdx.x == 0) {
+    block_scales[threadIdx.y] = scale;
+  }
 }
 
 // row_scales: null, or float32 [rows], where thread 0 of each row stores the row's scale (for the
@@ -507,19 +513,16 @@ __device__ __forceinline__ void rms_norm(const T* x, const T* residual, T* resid
     const long long offset = here ? row * cols : 0;
     const T* residual_row = kAddResidual ? residual + offset : nullptr;
     T* residual_out_row = kAddResidual ? residual_out + offset : nullptr;
-    float scale;
+    float* block_scales = row_scales != nullptr ? row_scales + first : nullptr;
     if (vectors) {
-      scale = rms_norm_row<VectorAccess<T>, kAddResidual>(
+      rms_norm_row<VectorAccess<T>, kAddResidual>(
           x + offset, residual_row, residual_out_row, weight, out + offset,
-          here ? static_cast<int>(cols / kWidth) : 0, cols, eps, slots);
+          here ? static_cast<int>(cols / kWidth) : 0, cols, eps, slots, block_scales);
     } else {
-      scale = rms_norm_row<ScalarAccess<T>, kAddResidual>(x + offset, residual_row,
-                                                          residual_out_row, weight, out + offset,
-                                                          here ? static_cast<int>(cols) : 0, cols,
-                                                          eps, slots);
-    }
-    if (row_scales != nullptr && here && threadIdx.x == 0) {
-      row_scales[row] = scale;
+      rms_norm_row<ScalarAccess<T>, kAddResidual>(x + offset, residual_row, residual_out_row,
+                                                  weight, out + offset,
+                                                  here ? static_cast<int>(cols) : 0, cols, eps,
+                                                  slots, block_scales);
     }
   }
 }
