@@ -653,27 +653,27 @@ def test_row_kernels_are_right_on_any_geometry(
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("grid", [1, 7])
-@pytest.mark.parametrize("length", ["fixed", "other"])
+@pytest.mark.parametrize("layout", ROW_LAYOUTS)
 @pytest.mark.parametrize("fixed_cols", mlp_launch.FIXED_COLUMNS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_fixed_row_kernels_are_right_on_any_grid_and_row_length(
-    torch_rng: Any, dtype: str, fixed_cols: int, length: str, grid: int
+def test_fixed_row_kernels_are_right_at_any_alignment(
+    torch_rng: Any, dtype: str, fixed_cols: int, layout: str
 ) -> None:
-    """The fixed-length kernels launched directly over 67 rows: grids that stride over the rows,
-    and rows of another length than the kernel's (the scalar loop) are right too."""
+    """The fixed-length kernels launched directly over 67 rows, a block for each (their exact
+    contract): misaligned arrays, whose vectors the kernel loads rounded down and then drops for
+    the scalar loop, are right too, and nothing outside the outputs is written."""
     torch = torch_rng[0]
-    rows = 67
-    cols = fixed_cols if length == "fixed" else 263
+    rows, cols = 67, fixed_cols
+    x_at, weight_at, out_at = ROW_LAYOUTS[layout]
     threads = mlp_launch.fixed_threads(fixed_cols, dtype)
     stream = torch.cuda.current_stream().cuda_stream
-    x = randn(torch_rng, (rows, cols), dtype)
-    weight = randn(torch_rng, (cols,), dtype)
-    buffer, out = poisoned(torch_rng, (rows, cols), dtype)
+    x = randn(torch_rng, (rows, cols), dtype, offset=x_at)
+    weight = randn(torch_rng, (cols,), dtype, offset=weight_at)
+    buffer, out = poisoned(torch_rng, (rows, cols), dtype, offset=out_at)
     scales_buffer, scales = poisoned(torch_rng, (rows,), "float32")
     name = mlp_launch.kernel_name("rms_norm_fixed", dtype, fixed_cols)
     mlp_launch.load_kernel("cuda:0", name).launch(
-        grid,
+        rows,
         (threads, 1),
         x.data_ptr(),
         weight.data_ptr(),
@@ -684,18 +684,19 @@ def test_fixed_row_kernels_are_right_on_any_grid_and_row_length(
         EPS,
         stream=stream,
     )
-    what = f"{name} {rows}x{cols} grid {grid}"
+    what = f"{name} {rows}x{cols} {layout}"
     assert_close(torch_rng, out, ref_rms_norm(torch, x, weight, EPS), dtype, what)
-    assert_guards_intact(buffer, 0, rows * cols)
+    assert_guards_intact(buffer, out_at, rows * cols)
     assert_row_scales(torch_rng, scales_buffer, scales, x, EPS, what)
 
-    residual_buffer, residual = poisoned(torch_rng, (rows, cols), dtype)
+    residual_buffer, residual = poisoned(torch_rng, (rows, cols), dtype, offset=out_at)
     residual.copy_(randn(torch_rng, (rows, cols), dtype))
     stored_sum = (x.double() + residual.double()).to(x.dtype)
+    expected_x = ref_rms_norm(torch, stored_sum, weight, EPS)
     scales_buffer, scales = poisoned(torch_rng, (rows,), "float32")
     name = mlp_launch.kernel_name("add_rms_norm_fixed", dtype, fixed_cols)
     mlp_launch.load_kernel("cuda:0", name).launch(
-        grid,
+        rows,
         (threads, 1),
         x.data_ptr(),
         residual.data_ptr(),
@@ -708,19 +709,20 @@ def test_fixed_row_kernels_are_right_on_any_grid_and_row_length(
         EPS,
         stream=stream,
     )
-    what = f"{name} in place {rows}x{cols} grid {grid}"
+    what = f"{name} in place {rows}x{cols} {layout}"
     assert_close(torch_rng, residual, stored_sum.double(), dtype, what + " residual")
-    assert_close(torch_rng, x, ref_rms_norm(torch, stored_sum, weight, EPS), dtype, what + " x")
-    assert_guards_intact(residual_buffer, 0, rows * cols)
+    assert_close(torch_rng, x, expected_x, dtype, what + " x")
+    assert_guards_intact(residual_buffer, out_at, rows * cols)
     assert_row_scales(torch_rng, scales_buffer, scales, stored_sum, EPS, what)
 
 
 # (kernel, its template's row length or None, grid, threads a row, rows a block): each form of
-# the forward norms at a grid that strides over the 67 rows (rows past the grid)
+# the forward norms, the general and short ones at a grid that strides over the 67 rows (rows
+# past the grid), the fixed one (exact) at a block a row
 NULL_SCALE_FORMS = [
     ("", None, 5, 64, 2),
     ("_short", None, 7, 64, 1),
-    ("_fixed", 4096, 7, None, 1),
+    ("_fixed", 4096, None, None, 1),
 ]
 
 
@@ -733,7 +735,7 @@ def test_forward_norms_store_no_row_scales_when_given_null(
     dtype: str,
     kind: str,
     fixed: int | None,
-    grid: int,
+    grid: int | None,
     threads: int | None,
     per_block: int,
     add: bool,
@@ -756,7 +758,7 @@ def test_forward_norms_store_no_row_scales_when_given_null(
         outs = [out.data_ptr() for _, out in buffers]
         inputs = [x.data_ptr(), residual.data_ptr()] if add else [x.data_ptr()]
         mlp_launch.load_kernel("cuda:0", name).launch(
-            grid,
+            grid or rows,
             (threads, per_block),
             *inputs,
             weight.data_ptr(),

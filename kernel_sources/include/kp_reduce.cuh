@@ -19,6 +19,14 @@ namespace kp {
 // which this bound keeps on 32 lanes and wider.
 constexpr int kMaxBlockThreads = 1024;
 
+// A thread's lane in its wavefront, and its wavefront in the block, by a mask and a shift: the
+// compiler learns warpSize (a power of two, 32 or 64) only at its last step (ptxas, the AMD
+// backend), so `thread % warpSize` or `/ warpSize` in the source stays a generic integer division
+// (on the H200, conversions and a reciprocal ahead of a short kernel's first load, in its SASS);
+// the mask and the shift become constants there.
+__device__ __forceinline__ int lane_of(int thread) { return thread & (warpSize - 1); }
+__device__ __forceinline__ int wave_of(int thread) { return thread >> (31 - __clz(warpSize)); }
+
 // Sum over the lanes of one wavefront; every lane receives the total.
 __device__ __forceinline__ float warp_sum(float value) {
   for (int offset = warpSize / 2; offset > 0; offset /= 2) {
@@ -43,11 +51,11 @@ __device__ __forceinline__ float row_sum(float value, float* slots) {
     return value;
   }
   const int thread = static_cast<int>(threadIdx.y) * width + static_cast<int>(threadIdx.x);
-  const int lane = thread % warpSize;
-  const int waves = width / warpSize;
+  const int lane = lane_of(thread);
+  const int waves = wave_of(width);
   value = warp_sum(value);
   if (lane == 0) {
-    slots[thread / warpSize] = value;
+    slots[wave_of(thread)] = value;
   }
   __syncthreads();
   value = warp_sum(lane < waves ? slots[static_cast<int>(threadIdx.y) * waves + lane] : 0.0f);

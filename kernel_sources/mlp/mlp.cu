@@ -32,8 +32,9 @@
 //                            of two, at most kShortRowThreads), blockDim.y == 1; a thread takes
 //                            one or two vectors of a row (the scalar loop past that).
 //   rms_norm_fixed_*, add_rms_norm_fixed_*
-//                            (T, COLS): one row a block at a time (grid-stride), blockDim.x ==
-//                            FixedRow<T, COLS>::kThreads, blockDim.y == 1.
+//                            (T, COLS): exact, as the exact elementwise forms: rows of exactly
+//                            COLS elements, a block for each row (no loop), blockDim.x ==
+//                            FixedRow<T, COLS>::kThreads, blockDim.y == 1; any alignment.
 //   rms_norm_backward_fixed_*
 //                            (T, COLS): as rms_norm_backward_short_* at kShortBackwardThreads.
 //   rms_norm_backward_*      blockDim.x threads per row (a power of two, at least a wavefront),
@@ -376,10 +377,9 @@ constexpr int kRowBlockThreads = 512;
 // part: a thread past the last row passes chunks = 0, loads and stores nothing, and only joins
 // the reduction. block_scales: null, or the row scales from the block's first row on (indexed by
 // threadIdx.y), where thread 0 of the row stores its scale 1 / sqrt(mean(x^2) + eps), the float
-// the row was multiplied by. (Addressed so, from a base the block shares and threadIdx.y, which
-// the reduction keeps anyway, the store holds no register through the passes: indexed by the row
-// it spilled the general norms on gfx9-generic; stored before pass 2, rms_norm<__nv_bfloat16> on
-// sm_120.)
+// the row is multiplied by. (Addressed so, from a base the block shares and threadIdx.y, which
+// the reduction keeps anyway, and stored before pass 2, the store holds no register through the
+// passes: indexed by the row after pass 2 it spilled these kernels on gfx9-generic and sm_90.)
 template <typename Access, bool kAddResidual, typename T>
 __device__ __forceinline__ void rms_norm_row(const T* x, const T* residual, T* residual_out,
                                              const T* weight, T* out, int chunks, long long cols,
@@ -456,6 +456,9 @@ __device__ __forceinline__ void rms_norm_row(const T* x, const T* residual, T* r
 
   sum_squares = kp::row_sum(sum_squares, slots);
   const float scale = rsqrtf(sum_squares / static_cast<float>(cols) + eps);
+  if (block_scales != nullptr && chunks != 0 && threadIdx.x == 0) {
+    block_scales[threadIdx.y] = scale;
+  }
 
   // Pass 2: scale, weight, store. The rest of a long row is read again from what this same thread
   // read (or wrote to residual) in pass 1, so no barrier is needed.
@@ -485,9 +488,6 @@ __device__ __forceinline__ void rms_norm_row(const T* x, const T* residual, T* r
       v[k] = v[k] * scale * w[k];
     }
     Access::store(out, i, Access::pack(v));
-  }
-  if (block_scales != nullptr && chunks != 0 && threadIdx.x == 0) {
-    block_scales[threadIdx.y] = scale;
   }
 }
 
@@ -554,11 +554,11 @@ __device__ __forceinline__ float short_row_sum(float value, float* slots) {
     return value;
   }
   const int thread = static_cast<int>(threadIdx.x);
-  const int lane = thread % warpSize;
-  const int waves = width / warpSize;
+  const int lane = kp::lane_of(thread);
+  const int waves = kp::wave_of(width);
   value = lanes_sum(value);
   if (lane == 0) {
-    slots[thread / warpSize] = value;
+    slots[kp::wave_of(thread)] = value;
   }
   __syncthreads();
   value = lanes_sum(lane < waves ? slots[lane] : 0.0f);
@@ -722,13 +722,20 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
 }
 
 // Rows of one fixed length (LLaMA's hidden sizes, kernelpack.mlp_launch's FIXED_COLUMNS; the
-// host's choice for few rows of such a length): rms_norm_short with the row length a constant.
-// Why (ncu on the H200 at 1 x 4096 bfloat16, docs/bench-mlp-notes.md): the short kernel's warps
-// issued 244 instructions, Triton's (compiled for the one shape) 136, and at one block a row they
-// all sit in the chain the kernel waits on. Here the length, the threads, the vectors a thread
-// and 1 / cols are constants: no bound checks, no length arithmetic, a block sum of a known
-// number of wavefronts. Any row length or misaligned pointer still gives the right answer (the
-// scalar loop, tested), so the host's memo of a launch per shape needs no alignment in its key.
+// host's choice for few rows of such a length), in an exact form: one block a row (the grid has a
+// block for each row), rows of exactly kCols elements, as the host launches it. The length, the
+// threads, the vectors a thread and 1 / cols are constants: no bound checks, no length arithmetic,
+// no row loop, a block sum of a known number of wavefronts. Why so bare (H200, 1 x 4096 bfloat16,
+// kernels queued back to back, docs/bench-mlp-notes.md): the short kernel's warps issued 244
+// instructions, Triton's (compiled for the one shape) 136, all in the one chain the kernel waits
+// on; and with a row loop, or with the alignment test ahead of the loads, this kernel took 2.30
+// us a call where the same code without both took 2.09 (Liger-Kernel's 2.30): back to back, the
+// time per kernel moves in steps of about 0.21 us.
+// A misaligned pointer still gives the right answer: the loads read from the pointers rounded
+// down to 16 bytes (in bounds: inside the row's first 16-byte granule, of the same allocation), so
+// they issue while the alignment test resolves; the block sums what they read either way, and only
+// then does a misaligned row drop it and take the scalar loop (tested). The host's memo of a
+// launch per shape so needs no alignment in its key.
 // Vectors a thread: kFixedChunks for each kFixedRowVectors (begun) of a row, so two up to 1024
 // vectors a row (512 threads), four up to 2048.
 constexpr int kFixedChunks = 2;
@@ -746,42 +753,96 @@ struct FixedRow {
                 "whole wavefronts, at most kShortRowThreads");
 };
 
-// kp::row_sum over exactly kThreads threads (whole wavefronts), the same order of additions.
+// kp::row_sum over exactly kThreads threads (whole wavefronts), the same sums, without the closing
+// barrier (the fixed kernels sum one row a block; their scalar loop takes other slots). Its second
+// step sums the slots in groups of lanes (the wavefronts' count rounded up to a power of two: 5120
+// 16-bit columns take 320 threads), each group reading all the slots and zeros past them, so that
+// every lane has the total after log2(group) steps where kp::row_sum takes log2(warpSize) (whose
+// further lanes add zeros: the same sum).
+constexpr int kNarrowestWave = 32;
+
+__host__ __device__ constexpr int ceil_power_of_two(int n) {
+  int power = 1;
+  while (power < n) {
+    power *= 2;
+  }
+  return power;
+}
+
 template <int kThreads>
 __device__ __forceinline__ float fixed_row_sum(float value, float* slots) {
+  constexpr int kGroupThreads = ceil_power_of_two(kThreads);
   const int thread = static_cast<int>(threadIdx.x);
-  const int lane = thread % warpSize;
+  const int lane = kp::lane_of(thread);
   value = lanes_sum(value);
   if (lane == 0) {
-    slots[thread / warpSize] = value;
+    slots[kp::wave_of(thread)] = value;
   }
   __syncthreads();
-  value = lanes_sum(lane < kThreads / warpSize ? slots[lane] : 0.0f);
-  __syncthreads();
+  const int group = kp::wave_of(kGroupThreads);
+  const int slot = lane & (group - 1);
+  value = slot < kp::wave_of(kThreads) ? slots[slot] : 0.0f;
+#pragma unroll
+  for (int offset = kGroupThreads / kNarrowestWave / 2; offset > 0; offset /= 2) {
+    if (offset < group) {
+      value += __shfl_xor_sync(0xffffffff, value, offset);
+    }
+  }
   return value;
 }
 
+// A pointer rounded down to kBytes: the fixed kernels' loads ahead of their alignment test. By
+// pointer arithmetic, so that the compiler keeps the kernel argument's address space (through an
+// integer it issued generic loads, not global ones).
+template <int kBytes, typename T>
+__device__ __forceinline__ const T* aligned_down(const T* pointer) {
+  const unsigned long long past = reinterpret_cast<unsigned long long>(pointer) % kBytes;
+  return pointer - past / sizeof(T);
+}
+
+// The fixed kernels' misaligned row: the scalar loop, out of line, so that the vector path is the
+// kernel's straight line (inlined, ptxas placed this loop first and the vector path after a jump).
 template <int kCols, bool kAddResidual, typename T>
-__device__ __forceinline__ float rms_norm_fixed_vector(const T* x, const T* residual,
-                                                      T* residual_out, const T* weight, T* out,
-                                                      float eps, float* slots) {
+__device__ __noinline__ void fixed_scalar_row(const T* x, const T* residual, T* residual_out,
+                                              const T* weight, T* out, float* row_scale, float eps,
+                                              float* slots) {
+  const float scale = rms_norm_short_scalar<kAddResidual>(
+      x, residual, residual_out, weight, out, kCols, 1.0f / static_cast<float>(kCols), eps, slots);
+  if (row_scale != nullptr && threadIdx.x == 0) {
+    *row_scale = scale;
+  }
+}
+
+// Row blockIdx.x of kCols elements (the grid has a block for each row); any alignment. row_scales
+// as rms_norm's.
+template <int kCols, bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T* residual_out,
+                                               const T* weight, T* out, float* row_scales,
+                                               float eps) {
   using Access = VectorAccess<T>;
   using Raw = typename Access::Raw;
   using Row = FixedRow<T, kCols>;
   constexpr int kWidth = Row::kWidth;
   constexpr int kChunks = Row::kChunks;
   constexpr int kThreads = Row::kThreads;
+  constexpr float kInverseCols = 1.0f / static_cast<float>(kCols);
+  __shared__ float slots[kp::kMaxBlockThreads];
+  const bool vectors = all_aligned<kVectorBytes>(x, weight, out, residual, residual_out);
+  const long long offset = blockIdx.x * static_cast<long long>(kCols);
   const int thread = static_cast<int>(threadIdx.x);
+  const T* x_row = aligned_down<kVectorBytes>(x) + offset;
+  const T* residual_row = kAddResidual ? aligned_down<kVectorBytes>(residual) + offset : nullptr;
+  const T* weight_row = aligned_down<kVectorBytes>(weight);
   Raw values[kChunks];
   Raw weights[kChunks];
   Raw residuals[kChunks];
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    values[c] = Access::load(x, thread + c * kThreads);
+    values[c] = Access::load(x_row, thread + c * kThreads);
     if constexpr (kAddResidual) {
-      residuals[c] = Access::load(residual, thread + c * kThreads);
+      residuals[c] = Access::load(residual_row, thread + c * kThreads);
     }
-    weights[c] = Access::load(weight, thread + c * kThreads);
+    weights[c] = Access::load(weight_row, thread + c * kThreads);
   }
   float v[kChunks][kWidth];
   float sum_squares = 0.0f;
@@ -796,7 +857,9 @@ __device__ __forceinline__ float rms_norm_fixed_vector(const T* x, const T* resi
         v[c][k] += r[k];
       }
       const Raw stored = Access::pack(v[c]);
-      Access::store(residual_out, thread + c * kThreads, stored);
+      if (vectors) {
+        Access::store(residual_out + offset, thread + c * kThreads, stored);
+      }
       Access::unpack(stored, v[c]);  // the sum as stored, rounded to T
     }
 #pragma unroll
@@ -805,7 +868,14 @@ __device__ __forceinline__ float rms_norm_fixed_vector(const T* x, const T* resi
     }
   }
   sum_squares = fixed_row_sum<kThreads>(sum_squares, slots);
-  constexpr float kInverseCols = 1.0f / static_cast<float>(kCols);
+  if (!vectors) {
+    fixed_scalar_row<kCols, kAddResidual>(
+        x + offset, kAddResidual ? residual + offset : nullptr,
+        kAddResidual ? residual_out + offset : nullptr, weight, out + offset,
+        row_scales != nullptr ? row_scales + blockIdx.x : nullptr, eps,
+        slots + kp::kMaxBlockThreads / 2);
+    return;
+  }
   const float scale = rsqrtf(sum_squares * kInverseCols + eps);
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
@@ -815,38 +885,10 @@ __device__ __forceinline__ float rms_norm_fixed_vector(const T* x, const T* resi
     for (int k = 0; k < kWidth; ++k) {
       v[c][k] = v[c][k] * scale * w[k];
     }
-    Access::store(out, thread + c * kThreads, Access::pack(v[c]));
+    Access::store(out + offset, thread + c * kThreads, Access::pack(v[c]));
   }
-  return scale;
-}
-
-// blockDim.x == FixedRow<T, kCols>::kThreads, blockDim.y == 1; the blocks stride over the rows.
-// Rows of another length than kCols, or misaligned pointers, take rms_norm_short's scalar loop.
-// row_scales as rms_norm's.
-template <int kCols, bool kAddResidual, typename T>
-__device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T* residual_out,
-                                               const T* weight, T* out, float* row_scales,
-                                               long long rows, long long cols, float eps) {
-  __shared__ float slots[kp::kMaxBlockThreads];
-  const bool vectors =
-      cols == kCols && all_aligned<kVectorBytes>(x, weight, out, residual, residual_out);
-  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-    float scale;
-    if (vectors) {
-      const long long offset = row * kCols;
-      scale = rms_norm_fixed_vector<kCols, kAddResidual>(
-          x + offset, kAddResidual ? residual + offset : nullptr,
-          kAddResidual ? residual_out + offset : nullptr, weight, out + offset, eps, slots);
-    } else {
-      const long long offset = row * cols;
-      scale = rms_norm_short_scalar<kAddResidual>(
-          x + offset, kAddResidual ? residual + offset : nullptr,
-          kAddResidual ? residual_out + offset : nullptr, weight, out + offset, cols,
-          1.0f / static_cast<float>(cols), eps, slots);
-    }
-    if (row_scales != nullptr && threadIdx.x == 0) {
-      row_scales[row] = scale;
-    }
+  if (row_scales != nullptr && threadIdx.x == 0) {
+    row_scales[blockIdx.x] = scale;
   }
 }
 
@@ -1334,11 +1376,7 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const float* row
          i += stride) {
       backward_sum<Access>(Access::load(x_row, i), Access::load(grad_row, i), weight, i, sum_dot);
     }
-    if constexpr (kFixed) {
-      sum_dot = fixed_row_sum<kShortBackwardThreads>(sum_dot, slots);
-    } else {
-      sum_dot = short_row_sum(sum_dot, slots);
-    }
+    sum_dot = short_row_sum(sum_dot, slots);
     const float correction = sum_dot * scale * scale * scale * inverse_cols;
     float shares[kWidth];
 #pragma unroll
@@ -1644,24 +1682,24 @@ __global__ void __launch_bounds__(kShortRowThreads, 1)
   ::rms_norm_short<true>(x, residual, residual_out, weight, out, row_scales, rows, cols, eps);
 }
 
-// The same two ops for few rows of kCols (LLaMA's hidden sizes): blockDim.x ==
-// FixedRow<T, kCols>::kThreads. Right for any row length (the scalar loop), fast for kCols. (The
-// bound in parentheses: HIP's __launch_bounds__ is a macro, and the template's comma would split
-// its arguments.)
+// The same two ops for few rows of kCols (LLaMA's hidden sizes), exact: a block for each row of
+// kCols elements, blockDim.x == FixedRow<T, kCols>::kThreads; rows and cols are the host's sizes,
+// as every form takes them, and not read. (The bound in parentheses: HIP's __launch_bounds__ is a
+// macro, and the template's comma would split its arguments.)
 template <typename T, int kCols>
 __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
-    rms_norm_fixed(const T* x, const T* weight, T* out, float* row_scales, long long rows,
-                   long long cols, float eps) {
+    rms_norm_fixed(const T* x, const T* weight, T* out, float* row_scales,
+                   long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
   ::rms_norm_fixed<kCols, false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr),
-                                 weight, out, row_scales, rows, cols, eps);
+                                 weight, out, row_scales, eps);
 }
 
 template <typename T, int kCols>
 __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
     add_rms_norm_fixed(const T* x, const T* residual, const T* weight, T* out, T* residual_out,
-                       float* row_scales, long long rows, long long cols, float eps) {
-  ::rms_norm_fixed<kCols, true>(x, residual, residual_out, weight, out, row_scales, rows, cols,
-                                eps);
+                       float* row_scales, long long /* rows: the grid */,
+                       long long /* cols: kCols */, float eps) {
+  ::rms_norm_fixed<kCols, true>(x, residual, residual_out, weight, out, row_scales, eps);
 }
 
 template <typename T>

@@ -39,7 +39,8 @@ SHORT_ROW_VECTORS_MAX = 512
 # The fixed-length forward norms (rms_norm_fixed, add_rms_norm_fixed: mlp.cu's FixedRow, the row
 # length a template argument): the host takes them instead of the short-row kernels for these row
 # lengths (LLaMA's hidden sizes; mlp.cu instantiates each), at most SHORT_ROWS_MAX rows; a thread
-# takes FIXED_CHUNKS vectors for each FIXED_ROW_VECTORS (begun) of a row.
+# takes FIXED_CHUNKS vectors for each FIXED_ROW_VECTORS (begun) of a row. They are exact forms:
+# the grid must have a block for each row and the rows be of the kernel's length (any alignment).
 FIXED_COLUMNS = (4096, 5120, 8192)
 FIXED_CHUNKS = 2  # kFixedChunks
 FIXED_ROW_VECTORS = 1024  # kFixedRowVectors
@@ -209,7 +210,7 @@ def fixed_threads(cols: int, dtype: str) -> int:
 def norm_launch(op: str, rows: int, cols: int, dtype: str) -> tuple[str, int, tuple[int, int]]:
     """(kernel name, grid, block as (threads per row, rows per block)) of a forward norm (``op``
     "rms_norm" or "add_rms_norm"): for few rows of one of FIXED_COLUMNS the fixed-length kernel
-    (one block a row at :func:`fixed_threads`), else the short-row kernel, one block a row and a
+    (exact: a block for each row, at :func:`fixed_threads`), else the short-row kernel, one block a row and a
     thread per vector (a power of two, at least BLOCK_MIN), where :func:`short_rows` says so, else
     the general kernel at :func:`row_geometry`."""
     if 0 < rows <= SHORT_ROWS_MAX and cols in FIXED_COLUMNS:
