@@ -582,9 +582,9 @@ constexpr int kShortForwardChunks = 2;
 
 template <int kChunks, bool kAddResidual, typename T>
 __device__ __forceinline__ float rms_norm_short_vector(const T* x, const T* residual,
-                                                      T* residual_out, const T* weight, T* out,
-                                                      int chunks, float inverse_cols, float eps,
-                                                      float* slots) {
+                                                       T* residual_out, const T* weight, T* out,
+                                                       int chunks, float inverse_cols, float eps,
+                                                       float* slots) {
   using Access = VectorAccess<T>;
   using Raw = typename Access::Raw;
   constexpr int kWidth = Access::kWidth;
@@ -647,9 +647,9 @@ __device__ __forceinline__ float rms_norm_short_vector(const T* x, const T* resi
 
 template <bool kAddResidual, typename T>
 __device__ __forceinline__ float rms_norm_short_scalar(const T* x, const T* residual,
-                                                      T* residual_out, const T* weight, T* out,
-                                                      long long cols, float inverse_cols,
-                                                      float eps, float* slots) {
+                                                       T* residual_out, const T* weight, T* out,
+                                                       long long cols, float inverse_cols,
+                                                       float eps, float* slots) {
   using Access = ScalarAccess<T>;
   const int n = static_cast<int>(cols);
   const int stride = static_cast<int>(blockDim.x);
@@ -1300,8 +1300,9 @@ __device__ __forceinline__ void short_chunk(typename Access::Raw values,
 // The rows of one block, each with its scale from the forward's row_scales. With `direct` (one
 // row, one block) the shares are the weight gradient, stored to grad_weight in T; otherwise the
 // block stores nothing more (kRowScales) or its shares to its row of `scratch`, the first row's
-// stored and the later rows' (a grid smaller than the rows) added there. (Not summed in registers across rows: at the host's
-// one row a block that would only cost registers, and gfx9-generic spilled.)
+// stored and the later rows' (a grid smaller than the rows) added there. (Not summed in
+// registers across rows: at the host's one row a block that would only cost registers, and
+// gfx9-generic spilled.)
 //
 // With kCols (not 0) rows are kCols long and blockDim.x is kShortBackwardThreads, which times
 // kCached covers a row exactly (rms_norm_backward_fixed): the length, 1 / cols and the stride are
