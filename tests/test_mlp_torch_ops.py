@@ -274,3 +274,56 @@ def test_norms_wanting_a_gradient_save_their_row_scales(
     with torch.no_grad(), Record():
         getattr(OPS, name)(x, *others, weight, 1e-5)
     assert [call[0] for call in calls] == [name]
+
+
+# Importing torch's dynamo (torch 2.11) warns through torch.jit's deprecated script_method.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+def test_compile_traces_a_training_step_through_the_row_scales() -> None:
+    """torch.compile(fullgraph=True) over a training step of the norms, on meta tensors (no GPU):
+    the forward graph runs the _with_scale ops, the backward graph the backward ops (which read
+    their row scales); without gradients the norms stay as they are (the inference path)."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    graphs: list[tuple[str, list[str]]] = []
+
+    def keep(kind: str) -> Callable[[Any, Any], Any]:
+        def compiler(graph: Any, inputs: Any) -> Any:
+            calls = [n.target for n in graph.graph.nodes if n.op == "call_function"]
+            graphs.append(
+                (kind, [t._opname for t in calls if getattr(t, "namespace", "") == "kernelpack"])
+            )
+            return make_boxed_func(graph.forward)
+
+        return compiler
+
+    def backend(module: Any, inputs: Any) -> Any:
+        return aot_module_simplified(
+            module,
+            inputs,
+            fw_compiler=keep("forward"),
+            bw_compiler=keep("backward"),
+            inference_compiler=keep("inference"),
+        )
+
+    def step(x: Any, residual: Any, w1: Any, w2: Any) -> Any:
+        h, summed = OPS.add_rms_norm(x, residual, w1, 1e-6)
+        return OPS.rms_norm(OPS.swiglu(h, summed), w2, 1e-6)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    inputs = [
+        meta(*shape, dtype=torch.float32).requires_grad_()
+        for shape in [(6, 64), (6, 64), (64,), (64,)]
+    ]
+    grads = torch.autograd.grad(compiled(*inputs).sum(), inputs)
+    assert [tuple(g.shape) for g in grads] == [(6, 64), (6, 64), (64,), (64,)]
+    assert graphs == [
+        ("forward", ["add_rms_norm_with_scale", "swiglu", "rms_norm_with_scale"]),
+        ("backward", ["rms_norm_backward", "swiglu_backward", "add_rms_norm_backward"]),
+    ]
+    graphs.clear()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(step, fullgraph=True, backend=backend)(*inputs)
+    assert graphs == [("inference", ["add_rms_norm", "swiglu", "rms_norm"])]
