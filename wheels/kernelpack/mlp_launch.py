@@ -53,7 +53,7 @@ MAX_ROW = 2**30  # the row kernels index inside a row in 32 bits
 MAX_GRID_THREADS = 2**31
 # The RMSNorm backward kernel's grid: as many blocks as are resident at once on an H100/H200, so
 # that all of them start together, counted as 132 SMs of 512 resident threads (sm_90: 16-bit rows
-# of 8192 take 256 threads at 122-125 registers, two blocks an SM; float32 rows 512 threads at
+# of 8192 take 256 threads at 119-125 registers, two blocks an SM; float32 rows 512 threads at
 # 108, one). Measured on the H200 at 16384 x 8192: bfloat16 257 us at 264 blocks of 256, 302 at 528,
 # 374 at 132; float32 431 us at 132 blocks of 512, 450 at 264. Each block writes one row of
 # float32 partial weight gradients (deterministic: summed in a fixed order by a second kernel).
