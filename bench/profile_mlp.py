@@ -23,8 +23,9 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         the forward kernels of the rows behind a peer (1-row SwiGLU, RMSNorm at 1 to 16384
         rows) launched at several geometries beside torch.compile's and Liger-Kernel's
     python bench/profile_mlp.py forward-variants NAME:CUBIN ...
-        rms_norm and swiglu forward of each cubin (mlp.cu built alone with a change) at several
-        threads a row, GPU µs per call and the error against float64
+        rms_norm and swiglu forward of each cubin (mlp.cu built alone with a change; its kernels
+        with this source's parameters: row_scales after out) at several threads a row, GPU µs
+        per call and the error against float64
     python bench/profile_mlp.py short-geometry
         the short-row forward kernel at 1 and 64 rows of 4096 and 8192 at other threads a row
         than the host's, the general and the fixed-length kernels beside it, the short backward
@@ -39,8 +40,9 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         the RMSNorm weight-gradient sum over 1 to 4 partial rows at the host's geometry against
         the 32-column, 8-slice block, GPU µs per call
     python bench/profile_mlp.py variants NAME:CUBIN:ELEMENTS:SLICES ...
-        rms_norm_backward of each cubin (mlp.cu built alone, e.g. before and after a change),
-        ELEMENTS a thread for 16-bit dtypes (32-bit: 16), at several grids, its weight sum
+        rms_norm_backward of each cubin (mlp.cu built alone, e.g. before and after a change; its
+        kernels with this source's parameters: the forward's row scales after x), ELEMENTS a
+        thread for 16-bit dtypes (32-bit: 16), at several grids, its weight sum
         launched as 32 columns by SLICES slices a block (0: one 128-thread column a thread, the
         form before 2026-11-23): GPU µs per call of both kernels and of the weight sum alone
         (CUDA events, median of batches) and the error against a float64 reference
@@ -371,18 +373,9 @@ def _variant_row(
         cupy.asarray(t.view(view)) for t in (x, weight, grad, grad_x, grad_weight)
     )
     p_ = cupy.asarray(partial)
-    kernel_args = (
-        x_,
-        w_,
-        g_,
-        null,
-        gx_,
-        null,
-        p_,
-        cupy.int64(rows),
-        cupy.int64(cols),
-        cupy.float32(EPS),
-    )
+    # the forward's row scales, which the backward reads (here from float64)
+    s_ = cupy.asarray((x.double().square().mean(-1) + EPS).rsqrt().float())
+    kernel_args = (x_, s_, w_, g_, null, gx_, null, p_, cupy.int64(rows), cupy.int64(cols))
     reduce_args = (p_, gw_, cupy.int64(grid), cupy.int64(cols))
 
     sliced = ((-(-cols // 32),), (32, slices))
@@ -490,7 +483,14 @@ def geometry(batches: int) -> None:
                 per_block = max(1, 64 // threads)
                 grid = min(-(-rows // per_block), 2**31 // (threads * per_block))
                 run = functools.partial(
-                    kernel.launch, grid, (threads, per_block), x, w, out, rows, cols, EPS, stream=0
+                    kernel.launch,
+                    grid,
+                    (threads, per_block),
+                    *(x, w, out, 0),  # no row scales (the inference path)
+                    rows,
+                    cols,
+                    EPS,
+                    stream=0,
                 )
                 mark = " (now)" if now[1][0] == threads else ""
                 us = _queued_us(run, batches)
@@ -518,7 +518,8 @@ def forward_variants(specs: list[str], batches: int) -> None:
                 per_block = max(1, 64 // threads)
                 args = tuple(cupy.asarray(t.view(view)) for t in (x, w, out))
                 grid = -(-rows // per_block)
-                full = (*args, cupy.int64(rows), cupy.int64(cols), cupy.float32(EPS))
+                null = cupy.uint64(0)  # no row scales (the inference path)
+                full = (*args, null, cupy.int64(rows), cupy.int64(cols), cupy.float32(EPS))
                 run = functools.partial(kernel, (grid,), (threads, per_block), full)
                 run()
                 torch.cuda.synchronize()
@@ -601,7 +602,7 @@ def short_geometry(batches: int) -> None:
         chunks = cols // (16 // x.element_size())
         for threads in (t for t in (128, 256, 512) if chunks <= 2 * t):
             run = functools.partial(
-                kernel.launch, rows, threads, x, w, out, rows, cols, EPS, stream=0
+                kernel.launch, rows, threads, x, w, out, 0, rows, cols, EPS, stream=0
             )
             mark = " (now)" if now[0] == short and now[2][0] == threads else ""
             us = _queued_us(run, batches)
@@ -615,7 +616,7 @@ def short_geometry(batches: int) -> None:
         for label, name, grid, block in others:
             kernel = mlp_launch.load_kernel("cuda:0", name)
             run = functools.partial(
-                kernel.launch, grid, block, x, w, out, rows, cols, EPS, stream=0
+                kernel.launch, grid, block, x, w, out, 0, rows, cols, EPS, stream=0
             )
             mark = " (now)" if now[0] == name else ""
             us = _queued_us(run, batches)
@@ -626,14 +627,15 @@ def short_geometry(batches: int) -> None:
         w = torch.randn(cols, device="cuda").to(x.dtype)
         grad_x, grad_w = torch.empty_like(x), torch.empty_like(w)
         partial = torch.empty(rows, cols, device="cuda")
+        scales = (x.double().square().mean(-1) + EPS).rsqrt().float()  # the forward's
         name = mlp_launch.kernel_name("rms_norm_backward_short", dtype)
         kernel = mlp_launch.load_kernel("cuda:0", name)
         chunks = cols // (16 // x.element_size())
         host = mlp_launch.short_backward_threads(rows, cols, dtype)
         fixed = mlp_launch.fixed_backward(cols, dtype)
         for threads in (t for t in (128, 256, 512) if chunks <= 2 * t):
-            scratch = 0 if rows == 1 else partial
-            launch_args = (rows, threads, x, w, dy, 0, grad_x, grad_w, scratch, rows, cols, EPS)
+            scratch = 0 if mlp_launch.short_backward_scratch(rows, cols, dtype) is None else partial
+            launch_args = (rows, threads, x, scales, w, dy, 0, grad_x, grad_w, scratch, rows, cols)
             run = functools.partial(kernel.launch, *launch_args, stream=0)
             mark = " (now)" if threads == host and not fixed else ""
             us = _queued_us(run, batches)

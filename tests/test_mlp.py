@@ -315,15 +315,15 @@ def test_short_backward_takes_few_short_rows(
 @pytest.mark.parametrize(
     ("rows", "dtype", "expected"),
     [
-        (1, "bfloat16", ()),  # one row: the kernel writes the weight gradient itself
-        (1, "float32", ()),
-        (64, "bfloat16", (64,)),  # a scale a row, the weight sum reading the inputs
-        (64, "float16", (64,)),
+        (1, "bfloat16", None),  # one row: the kernel writes the weight gradient itself
+        (1, "float32", None),
+        (64, "bfloat16", None),  # the weight sum reads the inputs and the forward's row scales
+        (64, "float16", None),
         (64, "float32", (64, 4096)),  # float32 shares, a row a row
     ],
 )
 def test_short_backward_scratch_follows_the_dtype(
-    rows: int, dtype: str, expected: tuple[int, ...]
+    rows: int, dtype: str, expected: tuple[int, ...] | None
 ) -> None:
     assert mlp_launch.short_backward_scratch(rows, 4096, dtype) == expected
 
@@ -421,6 +421,28 @@ def ref_swiglu(gate: Any, up: Any) -> Any:
 def ref_rms_norm(torch: Any, x: Any, weight: Any, eps: float) -> Any:
     x = x.double()
     return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * weight.double()
+
+
+# Row scales: a float32 sum of squares (positive terms: a thread's few dozen at most in turn, then
+# a tree of a few levels), its square root taken by rsqrtf (2 ulp)
+ROW_SCALE_TOLERANCE = 4e-6
+
+
+def assert_row_scales(
+    rng: tuple[Any, Any, int], buffer: Any, scales: Any, of: Any, eps: float, what: str
+) -> None:
+    """The row scales a forward norm stored (a view at the start of a NaN-poisoned ``buffer``)
+    against float64's 1 / sqrt(mean(x^2) + eps) of ``of`` (x, or the stored sum), and nothing
+    stored past them."""
+    want = (of.double().square().mean(-1) + eps).rsqrt()
+    bad = ~((scales.double() - want).abs() <= ROW_SCALE_TOLERANCE * want)  # NaN counts as bad
+    if bool(bad.any()):
+        index = int(bad.nonzero()[0])
+        raise AssertionError(
+            f"{what} (seed {rng[2]}): {int(bad.sum())} of {bad.numel()} row scales off; first "
+            f"row {index}: got {scales[index].item()!r}, expected {want[index].item()!r}"
+        )
+    assert_guards_intact(buffer, 0, scales.numel())
 
 
 # all+4: 8 bytes in for the 16-bit dtypes (their 8-byte vectors only), 16 for float32
@@ -589,12 +611,14 @@ def test_row_kernels_are_right_on_any_geometry(
     x = randn(torch_rng, (rows, cols), dtype)
     weight = randn(torch_rng, (cols,), dtype)
     buffer, out = poisoned(torch_rng, (rows, cols), dtype)
+    scales_buffer, scales = poisoned(torch_rng, (rows,), "float32")
     mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm" + kind, dtype)).launch(
         grid,
         (threads, per_block),
         x.data_ptr(),
         weight.data_ptr(),
         out.data_ptr(),
+        scales.data_ptr(),
         rows,
         cols,
         EPS,
@@ -603,9 +627,11 @@ def test_row_kernels_are_right_on_any_geometry(
     what = f"rms_norm{kind} {rows}x{cols} grid {grid} block {threads}x{per_block}"
     assert_close(torch_rng, out, ref_rms_norm(torch, x, weight, EPS), dtype, what)
     assert_guards_intact(buffer, 0, rows * cols)
+    assert_row_scales(torch_rng, scales_buffer, scales, x, EPS, what)
 
     residual = randn(torch_rng, (rows, cols), dtype)
     stored_sum = (x.double() + residual.double()).to(x.dtype)
+    scales_buffer, scales = poisoned(torch_rng, (rows,), "float32")
     mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("add_rms_norm" + kind, dtype)).launch(
         grid,
         (threads, per_block),
@@ -614,6 +640,7 @@ def test_row_kernels_are_right_on_any_geometry(
         weight.data_ptr(),
         x.data_ptr(),
         residual.data_ptr(),
+        scales.data_ptr(),
         rows,
         cols,
         EPS,
@@ -622,6 +649,7 @@ def test_row_kernels_are_right_on_any_geometry(
     what = f"fused_add_rms_norm{kind} {rows}x{cols} grid {grid} block {threads}x{per_block}"
     assert_close(torch_rng, residual, stored_sum.double(), dtype, what + " residual")
     assert_close(torch_rng, x, ref_rms_norm(torch, stored_sum, weight, EPS), dtype, what + " x")
+    assert_row_scales(torch_rng, scales_buffer, scales, stored_sum, EPS, what)
 
 
 @pytest.mark.gpu
@@ -642,6 +670,7 @@ def test_fixed_row_kernels_are_right_at_any_alignment(
     x = randn(torch_rng, (rows, cols), dtype, offset=x_at)
     weight = randn(torch_rng, (cols,), dtype, offset=weight_at)
     buffer, out = poisoned(torch_rng, (rows, cols), dtype, offset=out_at)
+    scales_buffer, scales = poisoned(torch_rng, (rows,), "float32")
     name = mlp_launch.kernel_name("rms_norm_fixed", dtype, fixed_cols)
     mlp_launch.load_kernel("cuda:0", name).launch(
         rows,
@@ -649,6 +678,7 @@ def test_fixed_row_kernels_are_right_at_any_alignment(
         x.data_ptr(),
         weight.data_ptr(),
         out.data_ptr(),
+        scales.data_ptr(),
         rows,
         cols,
         EPS,
@@ -657,11 +687,13 @@ def test_fixed_row_kernels_are_right_at_any_alignment(
     what = f"{name} {rows}x{cols} {layout}"
     assert_close(torch_rng, out, ref_rms_norm(torch, x, weight, EPS), dtype, what)
     assert_guards_intact(buffer, out_at, rows * cols)
+    assert_row_scales(torch_rng, scales_buffer, scales, x, EPS, what)
 
     residual_buffer, residual = poisoned(torch_rng, (rows, cols), dtype, offset=out_at)
     residual.copy_(randn(torch_rng, (rows, cols), dtype))
     stored_sum = (x.double() + residual.double()).to(x.dtype)
     expected_x = ref_rms_norm(torch, stored_sum, weight, EPS)
+    scales_buffer, scales = poisoned(torch_rng, (rows,), "float32")
     name = mlp_launch.kernel_name("add_rms_norm_fixed", dtype, fixed_cols)
     mlp_launch.load_kernel("cuda:0", name).launch(
         rows,
@@ -671,6 +703,7 @@ def test_fixed_row_kernels_are_right_at_any_alignment(
         weight.data_ptr(),
         x.data_ptr(),
         residual.data_ptr(),
+        scales.data_ptr(),
         rows,
         cols,
         EPS,
@@ -680,6 +713,72 @@ def test_fixed_row_kernels_are_right_at_any_alignment(
     assert_close(torch_rng, residual, stored_sum.double(), dtype, what + " residual")
     assert_close(torch_rng, x, expected_x, dtype, what + " x")
     assert_guards_intact(residual_buffer, out_at, rows * cols)
+    assert_row_scales(torch_rng, scales_buffer, scales, stored_sum, EPS, what)
+
+
+# (kernel, its template's row length or None, grid, threads a row, rows a block): each form of
+# the forward norms, the general and short ones at a grid that strides over the 67 rows (rows
+# past the grid), the fixed one (exact) at a block a row
+NULL_SCALE_FORMS = [
+    ("", None, 5, 64, 2),
+    ("_short", None, 7, 64, 1),
+    ("_fixed", 4096, None, None, 1),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("add", [False, True])
+@pytest.mark.parametrize(("kind", "fixed", "grid", "threads", "per_block"), NULL_SCALE_FORMS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_norms_store_no_row_scales_when_given_null(
+    torch_rng: Any,
+    dtype: str,
+    kind: str,
+    fixed: int | None,
+    grid: int | None,
+    threads: int | None,
+    per_block: int,
+    add: bool,
+) -> None:
+    """A null row_scales (the inference path's): the same bits out as with row scales, nothing
+    written outside the outputs (all poisoned, with guards), the earlier launch's row scales
+    left as they were."""
+    torch = torch_rng[0]
+    rows, cols = 67, fixed or 264
+    op = ("add_rms_norm" if add else "rms_norm") + kind
+    name = mlp_launch.kernel_name(op, dtype, *([fixed] if fixed else []))
+    threads = threads or mlp_launch.fixed_threads(cols, dtype)
+    stream = torch.cuda.current_stream().cuda_stream
+    x, residual = randn(torch_rng, (rows, cols), dtype), randn(torch_rng, (rows, cols), dtype)
+    weight = randn(torch_rng, (cols,), dtype)
+    scales_buffer, scales = poisoned(torch_rng, (rows,), "float32")
+    results = []
+    for row_scales in (scales.data_ptr(), 0):
+        buffers = [poisoned(torch_rng, (rows, cols), dtype) for _ in range(2 if add else 1)]
+        outs = [out.data_ptr() for _, out in buffers]
+        inputs = [x.data_ptr(), residual.data_ptr()] if add else [x.data_ptr()]
+        mlp_launch.load_kernel("cuda:0", name).launch(
+            grid or rows,
+            (threads, per_block),
+            *inputs,
+            weight.data_ptr(),
+            *outs,
+            row_scales,
+            rows,
+            cols,
+            EPS,
+            stream=stream,
+        )
+        for buffer, _ in buffers:
+            assert_guards_intact(buffer, 0, rows * cols)
+        results.append([out.clone() for _, out in buffers])
+        if row_scales:
+            stored = scales.clone()  # what the launch with null must leave as it is
+    of = (x.double() + residual.double()).to(x.dtype) if add else x
+    assert_row_scales(torch_rng, scales_buffer, scales, of, EPS, name)
+    for with_scales, without in zip(*results, strict=True):
+        assert torch.equal(with_scales, without), f"{name}: null row_scales changed the result"
+    assert torch.equal(scales, stored)
 
 
 @pytest.mark.gpu

@@ -16,6 +16,7 @@ import math
 import struct
 import sys
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -55,7 +56,7 @@ def entry_for(op: str, launch: Any) -> mlp_hot.Entry:
         return (launch, 1, 128, (rows * cols,), None, None)
     if op == "silu_and_mul":
         return (launch, (1, rows), 64, (rows, cols // 2), None, (rows, cols // 2))
-    return (launch, 1, (64, 1), (rows, cols), (cols,), None)
+    return (launch, 1, (64, 1), (0, rows, cols), (cols,), None)  # a null row_scales first
 
 
 class Hot:
@@ -304,14 +305,14 @@ def test_the_c_hot_call_drives_the_c_launcher_directly(native: Any) -> None:
 
     def record(function: int, *rest: Any) -> int:
         dims, stream, params = rest[:6], rest[7], rest[8]
-        seen.append((dims, stream or 0, [ctypes.string_at(params[i], 8) for i in range(6)]))
+        seen.append((dims, stream or 0, [ctypes.string_at(params[i], 8) for i in range(7)]))
         return 0
 
     launch_fn, get_current, push = LAUNCH(record), GET_CURRENT(lambda out: 0), PUSH(lambda c: 0)
     launcher = native.Launcher(
         launch=mlp_hot_address(launch_fn),
         function=0x1234,
-        codes="PPPqqf",
+        codes="PPPPqqf",
         binding=0,
         get_current=mlp_hot_address(get_current),
         enter=mlp_hot_address(push),
@@ -331,11 +332,11 @@ def test_the_c_hot_call_drives_the_c_launcher_directly(native: Any) -> None:
     result = hot(x, weight, eps, None)
     ((dims, stream, slots),) = seen
     assert dims == (1, 1, 1, 64, 1, 1) and stream == STREAM_BASE - 1
-    addresses = [x.data_ptr(), weight.data_ptr(), result.data_ptr()]
-    assert slots[:5] == [struct.pack("<Q", a) for a in addresses] + [
+    addresses = [x.data_ptr(), weight.data_ptr(), result.data_ptr(), 0]  # row_scales null
+    assert slots[:6] == [struct.pack("<Q", a) for a in addresses] + [
         struct.pack("<q", v) for v in SHAPE
     ]
-    assert slots[5][:4] == struct.pack("<f", eps)
+    assert slots[6][:4] == struct.pack("<f", eps)
 
 
 def mlp_hot_address(function: Any) -> int:
@@ -382,3 +383,18 @@ def test_without_the_extension_there_is_no_hot_path(monkeypatch: pytest.MonkeyPa
     finally:
         mlp_hot.HOT.update(saved[0])
         mlp_hot.HOT_BELOW_AUTOGRAD.update(saved[1])
+
+
+@pytest.mark.parametrize("op", list(mlp_hot.SPECS))
+def test_prepare_makes_the_entry_these_tests_assume(
+    monkeypatch: pytest.MonkeyPatch, op: str
+) -> None:
+    """prepare()'s entry for a bfloat16 tensor of SHAPE takes, after the tensors' pointers, what
+    entry_for's does: the norms a null row_scales (0: the hot path stores no row scales), then
+    the sizes."""
+    launch = Recording()
+    monkeypatch.setattr(mlp_hot, "load_kernel", lambda device, name: SimpleNamespace(launch=launch))
+    monkeypatch.setitem(mlp_hot.PREPARED, op, {})
+    entry = mlp_hot.prepare(op, bf16(*SHAPE), "cuda:0")
+    assert entry[0] is launch
+    assert entry[3:] == entry_for(op, launch)[3:]

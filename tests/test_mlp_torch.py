@@ -28,7 +28,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
 ]
 
-from kernelpack import torch_ops  # noqa: E402,F401  (registers torch.ops.kernelpack)
+from kernelpack import torch_ops  # noqa: E402  (registers torch.ops.kernelpack)
 
 OPS = torch.ops.kernelpack
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -39,6 +39,9 @@ ROUNDING = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 ABSOLUTE = {"float32": 1e-30, "float16": 2.0**-24, "bfloat16": 1e-30}  # float16 subnormals
 GUARD = 64
 EPS = 1e-6
+# Row scales: a float32 sum of squares (positive terms: a thread's few in turn, then a tree of a
+# few levels, about 30 roundings at most), its square root taken by rsqrtf (2 ulp)
+ROW_SCALE_TOLERANCE = 4e-6
 
 
 @pytest.fixture
@@ -108,6 +111,12 @@ def ref_rms_norm_grads(x: Any, weight: Any, grad: Any, eps: float) -> tuple[Any,
     terms_x = (r * w * dy).abs() + x.abs() * r**3 * (dy * w * x).abs().sum(-1, keepdim=True) / cols
     flat = (dy * x * r).reshape(-1, cols)
     return grad_x, terms_x, flat.sum(0), flat.abs().sum(0)
+
+
+def ref_row_scales(x: Any, eps: float) -> Any:
+    """Each row's scale 1 / sqrt(mean(x^2) + eps), from float64, as the float32 the backward
+    kernels read (what the forward stores; test_mlp.py checks the forward's against the same)."""
+    return (x.double().square().mean(-1) + eps).rsqrt().float().contiguous()
 
 
 # ---- the backward kernels, launched directly --------------------------------------------------
@@ -199,10 +208,12 @@ def test_rms_norm_backward(
     weight_buffer, grad_weight = poisoned((cols,), x.dtype, offset)
     blocks = mlp_launch.backward_row_geometry(rows, cols, dtype)[0]
     partial = torch.full((blocks, cols), math.nan, device="cuda")
+    row_scales = ref_row_scales(x, EPS)
     mlp_launch.launch_rms_norm_backward(
         "cuda:0",
         dtype,
         x.data_ptr(),
+        row_scales.data_ptr(),
         weight.data_ptr(),
         grad.data_ptr(),
         grad_extra.data_ptr() if extra else 0,
@@ -212,7 +223,6 @@ def test_rms_norm_backward(
         grad_weight.data_ptr(),
         rows,
         cols,
-        EPS,
         stream(),
     )
     ref_x, terms_x, ref_weight, terms_weight = ref_rms_norm_grads(x, weight, grad, EPS)
@@ -318,10 +328,11 @@ def check_short_backward(
     offset: int,
     extra: bool,
 ) -> None:
-    """The short-row backward ``name`` launched directly into poisoned outputs and poisoned
-    scratch, then (unless one row in one block wrote the weight gradient itself) its weight sum:
-    over the rows from the inputs and the row scales (16-bit types), or over the grid's rows of
-    float32 shares (float32)."""
+    """The short-row backward ``name`` launched directly into poisoned outputs (and poisoned
+    scratch for float32 shares; null scratch where the kernel must not write any: one row in one
+    block, and 16-bit types), with row scales from float64, then (unless one row in one block
+    wrote the weight gradient itself) its weight sum: over the rows from the inputs and the row
+    scales (16-bit types), or over the grid's rows of float32 shares (float32)."""
     seed = rng[1]
     x = randn(rng, (rows, cols), dtype, offset)
     weight = randn(rng, (cols,), dtype, offset)
@@ -333,33 +344,32 @@ def check_short_backward(
         threads = mlp_launch.short_backward_threads(rows, cols, dtype) or 512
     blocks = rows if grid is None else grid
     direct = rows == 1 and blocks == 1
-    row_scales = dtype in mlp_launch.ROW_SCALE_DTYPES
-    scratch = torch.full((rows,) if row_scales else (blocks, cols), math.nan, device="cuda")
+    from_inputs = dtype in mlp_launch.ROW_SCALE_DTYPES
+    scratch = torch.full((blocks, cols), math.nan, device="cuda")
+    row_scales = ref_row_scales(x, EPS)
     mlp_launch.load_kernel("cuda:0", name).launch(
         blocks,
         threads,
         x.data_ptr(),
+        row_scales.data_ptr(),
         weight.data_ptr(),
         grad.data_ptr(),
         grad_extra.data_ptr() if extra else 0,
         grad_x.data_ptr(),
         grad_weight.data_ptr(),
-        0 if direct else scratch.data_ptr(),
+        0 if direct or from_inputs else scratch.data_ptr(),
         rows,
         cols,
-        EPS,
         stream=stream(),
     )
     if direct:
-        assert bool(scratch.isnan().all()), "one row in one block needs no scratch"
-    elif row_scales:
-        assert bool(weight_buffer.isnan().all()), "the kernel wrote grad_weight beside the scales"
-        want = (x.double().square().mean(1) + EPS).rsqrt()
-        assert bool(((scratch.double() - want).abs() <= 1e-5 * want).all()), "row scales"
+        pass  # the kernel wrote grad_weight itself
+    elif from_inputs:
+        assert bool(weight_buffer.isnan().all()), "the kernel wrote grad_weight"
         columns, block = mlp_launch.weight_grad_geometry(cols, rows)
         sum_name = mlp_launch.kernel_name("rms_norm_weight_grad_inputs", dtype)
         mlp_launch.load_kernel("cuda:0", sum_name).launch(
-            columns, block, x, grad, scratch, grad_weight, rows, cols, stream=stream()
+            columns, block, x, grad, row_scales, grad_weight, rows, cols, stream=stream()
         )
     else:
         assert bool(weight_buffer.isnan().all()), "the kernel wrote grad_weight beside its shares"
@@ -390,7 +400,8 @@ def test_rms_norm_weight_gradient_is_deterministic(
     x = randn(rng, shape, dtype)
     weight = randn(rng, shape[-1:], dtype)
     grad = randn(rng, shape, dtype)
-    results = [OPS.rms_norm_backward(grad, x, weight, EPS) for _ in range(3)]
+    row_scales = ref_row_scales(x, EPS)
+    results = [OPS.rms_norm_backward(grad, x, weight, row_scales) for _ in range(3)]
     for grad_x, grad_weight in results[1:]:
         assert torch.equal(grad_x, results[0][0])
         assert torch.equal(
@@ -422,7 +433,10 @@ def test_weight_gradient_sum_is_right_on_any_geometry(
 def test_rms_norm_backward_of_no_rows_gives_a_zero_weight_gradient() -> None:
     weight = torch.ones(64, device="cuda")
     grad_x, grad_weight = OPS.rms_norm_backward(
-        torch.empty(0, 64, device="cuda"), torch.empty(0, 64, device="cuda"), weight, EPS
+        torch.empty(0, 64, device="cuda"),
+        torch.empty(0, 64, device="cuda"),
+        weight,
+        torch.empty(0, device="cuda"),
     )
     assert grad_x.shape == (0, 64) and bool((grad_weight == 0).all())
 
@@ -439,6 +453,8 @@ def op_inputs(dtype: Any, rows: int = 5, cols: int = 96, grad: bool = True) -> d
         "silu_and_mul": (make(rows, 2 * cols),),
         "rms_norm": (make(rows, cols), make(cols), 1e-5),
         "add_rms_norm": (make(rows, cols), make(rows, cols), make(cols), 1e-5),
+        "rms_norm_with_scale": (make(rows, cols), make(cols), 1e-5),
+        "add_rms_norm_with_scale": (make(rows, cols), make(rows, cols), make(cols), 1e-5),
     }
 
 
@@ -451,9 +467,10 @@ def test_opcheck_on_the_gpu(dtype: Any) -> None:
         ("fused_add_rms_norm", (x.clone(), x.clone(), weight, 1e-6)),
         ("swiglu_backward", (x, x * 2, x * 3)),
         ("silu_and_mul_backward", (x[:, :32].contiguous(), x)),
-        ("rms_norm_backward", (x, x * 2, weight, 1e-6)),
-        ("add_rms_norm_backward", (x, x * 2, x * 3, weight, 1e-6)),
+        ("rms_norm_backward", (x, x * 2, weight, ref_row_scales(x * 2, 1e-6))),
+        ("add_rms_norm_backward", (x, x * 2, x * 3, weight, ref_row_scales(x * 3, 1e-6))),
     ]
+    assert sorted(name for name, _ in cases) == sorted(torch_ops.SCHEMAS)
     for name, args in cases:
         results = torch.library.opcheck(getattr(OPS, name), args)
         assert set(results.values()) == {"SUCCESS"}, (name, results)
@@ -621,3 +638,26 @@ def test_torch_compile_fullgraph_forward_and_backward(mode: str) -> None:
         assert relative(out, expected_out) < 1e-5
         for g, e in zip(grads, expected, strict=True):
             assert relative(g, e) < 1e-5
+
+
+@pytest.mark.parametrize("shape", [(1, 4096), (64, 4096), (3, 136), (300, 4096), (2, 3, 263)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_with_scale_ops_give_the_norms_and_their_row_scales(
+    rng: Any, dtype: str, shape: tuple[int, ...]
+) -> None:
+    """The training path's forward: the same bits as the inference path's norm (which stores no
+    row scales), and row scales (float32, x.shape[:-1]) within float32 rounding of float64's."""
+    x, residual = randn(rng, shape, dtype), randn(rng, shape, dtype)
+    weight = randn(rng, shape[-1:], dtype)
+    out, row_scales = OPS.rms_norm_with_scale(x, weight, EPS)
+    assert torch.equal(out, OPS.rms_norm(x, weight, EPS))
+    checks = [(row_scales, x, "rms_norm_with_scale")]
+    out, summed, row_scales = OPS.add_rms_norm_with_scale(x, residual, weight, EPS)
+    want_out, want_summed = OPS.add_rms_norm(x, residual, weight, EPS)
+    assert torch.equal(out, want_out) and torch.equal(summed, want_summed)
+    checks.append((row_scales, summed, "add_rms_norm_with_scale"))
+    for got, of, what in checks:
+        assert (got.shape, got.dtype, got.is_contiguous()) == (shape[:-1], torch.float32, True)
+        want = (of.double().square().mean(-1) + EPS).rsqrt()
+        bad = ~((got.double() - want).abs() <= ROW_SCALE_TOLERANCE * want)
+        assert not bool(bad.any()), f"{what} {dtype} {shape} (seed {rng[1]}): row scales off"

@@ -48,6 +48,14 @@ EXPECTED_SCHEMAS = {
     "float eps=1e-06) -> (Tensor, Tensor)",
     "fused_add_rms_norm": "kernelpack::fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, "
     "Tensor weight, float eps=1e-06) -> ()",
+    "rms_norm_with_scale": "kernelpack::rms_norm_with_scale(Tensor x, Tensor weight, "
+    "float eps=1e-06) -> (Tensor, Tensor)",
+    "add_rms_norm_with_scale": "kernelpack::add_rms_norm_with_scale(Tensor x, Tensor residual, "
+    "Tensor weight, float eps=1e-06) -> (Tensor, Tensor, Tensor)",
+    "rms_norm_backward": "kernelpack::rms_norm_backward(Tensor grad, Tensor x, Tensor weight, "
+    "Tensor row_scales) -> (Tensor, Tensor)",
+    "add_rms_norm_backward": "kernelpack::add_rms_norm_backward(Tensor grad, Tensor grad_sum, "
+    "Tensor summed, Tensor weight, Tensor row_scales) -> (Tensor, Tensor)",
 }
 
 
@@ -82,7 +90,16 @@ def test_fake_shapes_and_dtypes(dtype: Any) -> None:
     grad_gate, grad_up = OPS.swiglu_backward(x, x, x)
     assert grad_gate.shape == grad_up.shape == (2, 3, 8)
     assert OPS.silu_and_mul_backward(meta(2, 3, 4, dtype=dtype), x).shape == (2, 3, 8)
-    grad_x, grad_weight = OPS.rms_norm_backward(x, x, weight, 1e-6)
+    out, row_scales = OPS.rms_norm_with_scale(x, weight)
+    assert (out.shape, out.dtype) == ((2, 3, 8), dtype)
+    assert (row_scales.shape, row_scales.dtype) == ((2, 3), torch.float32)
+    assert row_scales.is_contiguous()
+    out, summed, row_scales = OPS.add_rms_norm_with_scale(x, x, weight)
+    assert out.shape == summed.shape == (2, 3, 8) and out.dtype == summed.dtype == dtype
+    assert (row_scales.shape, row_scales.dtype) == ((2, 3), torch.float32)
+    grad_x, grad_weight = OPS.rms_norm_backward(x, x, weight, row_scales)
+    assert (grad_x.shape, grad_weight.shape, grad_weight.dtype) == ((2, 3, 8), (8,), dtype)
+    grad_x, grad_weight = OPS.add_rms_norm_backward(x, x, x, weight, row_scales)
     assert (grad_x.shape, grad_weight.shape, grad_weight.dtype) == ((2, 3, 8), (8,), dtype)
 
 
@@ -108,7 +125,26 @@ BAD_CALLS: list[tuple[Callable[[], object], str]] = [
     (lambda: OPS.add_rms_norm(meta(2, 8), meta(2, 9), meta(8)), "residual: shape"),
     (lambda: OPS.fused_add_rms_norm(meta(2, 8), meta(3, 8), meta(8)), "residual: shape"),
     (lambda: OPS.rms_norm(meta(2, 8), torch.empty(8, dtype=torch.bfloat16)), "weight: on cpu"),
+    (lambda: OPS.rms_norm_with_scale(meta(2, 8), meta(7)), "weight: shape (7,)"),
+    (lambda: OPS.add_rms_norm_with_scale(meta(2, 8), meta(2, 8), meta(8), -1.0), "eps: must"),
+    (lambda: backward(meta(2, 8), meta(2, dtype=torch.bfloat16)), "row_scales: dtype bfloat16"),
+    (lambda: backward(meta(2, 8), meta(3, dtype=torch.float32)), "row_scales: shape (3,)"),
+    (lambda: backward(meta(2, 8), meta(2, 1, dtype=torch.float32)), "row_scales: shape (2, 1)"),
+    (lambda: backward(meta(2, 8), torch.empty(2)), "row_scales: on cpu, but x is on meta"),
+    (
+        lambda: backward(meta(2, 3, 8), meta(3, 2, dtype=torch.float32).t()),
+        "row_scales: must be contiguous",
+    ),
+    (
+        lambda: OPS.add_rms_norm_backward(*[meta(2, 8)] * 3, meta(8), torch.empty(2)),
+        "row_scales: on cpu",
+    ),
 ]
+
+
+def backward(x: Any, row_scales: Any) -> Any:
+    """rms_norm_backward of x (bfloat16) with a weight of ones and the given row scales."""
+    return OPS.rms_norm_backward(x, x, meta(x.shape[-1]), row_scales)
 
 
 @pytest.mark.parametrize(("call", "message"), BAD_CALLS)
@@ -122,6 +158,7 @@ def opcheck_cases(dtype: Any) -> list[tuple[str, tuple[Any, ...]]]:
         return t.requires_grad_()
 
     x, weight = meta(3, 16, dtype=dtype), meta(16, dtype=dtype)
+    row_scales = meta(3, dtype=torch.float32)
     return [
         ("swiglu", (grad(meta(3, 16, dtype=dtype)), grad(meta(3, 16, dtype=dtype)))),
         ("silu_and_mul", (grad(meta(3, 16, dtype=dtype)),)),
@@ -131,10 +168,15 @@ def opcheck_cases(dtype: Any) -> list[tuple[str, tuple[Any, ...]]]:
             (grad(meta(3, 16, dtype=dtype)), grad(meta(3, 16, dtype=dtype)), grad(weight), 1e-5),
         ),
         ("fused_add_rms_norm", (x, meta(3, 16, dtype=dtype), weight, 1e-6)),
+        ("rms_norm_with_scale", (grad(meta(3, 16, dtype=dtype)), grad(meta(16, dtype=dtype)))),
+        (
+            "add_rms_norm_with_scale",
+            (grad(meta(3, 16, dtype=dtype)), grad(meta(3, 16, dtype=dtype)), grad(weight), 1e-5),
+        ),
         ("swiglu_backward", (x, x, x)),
         ("silu_and_mul_backward", (meta(3, 8, dtype=dtype), x)),
-        ("rms_norm_backward", (x, x, weight, 1e-6)),
-        ("add_rms_norm_backward", (x, x, x, weight, 1e-6)),
+        ("rms_norm_backward", (x, x, weight, row_scales)),
+        ("add_rms_norm_backward", (x, x, x, weight, row_scales)),
     ]
 
 
@@ -179,7 +221,7 @@ def test_autograd_kernel_gives_the_hot_call_every_argument(
         return "launched"
 
     monkeypatch.setitem(torch_ops.HOT, name, record)
-    kernel = torch_ops._autograd_kernel(name, *torch_ops.AUTOGRAD[name])
+    kernel = torch_ops._autograd_kernel(name)
     spec = mlp_hot.SPECS[name]
     tensors = tuple(torch.zeros(2, 8) for _ in range(spec.inputs))
     given = (*tensors, 1e-3) if eps_given and spec.eps else tensors
@@ -189,3 +231,99 @@ def test_autograd_kernel_gives_the_hot_call_every_argument(
     eps = (1e-3 if eps_given else torch_ops.DEFAULT_EPS,) if spec.eps else ()
     out = (None,) if spec.out else ()
     assert seen == [(*tensors, *eps, *out)]
+
+
+@pytest.mark.parametrize(
+    ("name", "inputs", "through", "backward"),
+    [
+        ("rms_norm", 2, "rms_norm_with_scale", "rms_norm_backward"),
+        ("add_rms_norm", 3, "add_rms_norm_with_scale", "add_rms_norm_backward"),
+    ],
+)
+def test_norms_wanting_a_gradient_save_their_row_scales(
+    name: str, inputs: int, through: str, backward: str
+) -> None:
+    """Where a gradient is wanted, rms_norm and add_rms_norm run as their _with_scale ops and
+    the backward op is handed those row scales (float32, one a row); where none is, the op runs
+    as itself. Seen from below autograd (a dispatch mode) on meta tensors."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            result = func(*args, **(kwargs or {}))
+            if func.namespace == "kernelpack":
+                calls.append((func._opname, args))
+            return result
+
+    x = meta(3, 5, 16).requires_grad_()
+    others = [meta(3, 5, 16).requires_grad_() for _ in range(inputs - 2)]
+    weight = meta(16).requires_grad_()
+    with Record():
+        result = getattr(OPS, name)(x, *others, weight, 1e-5)
+        first = result if name == "rms_norm" else result[0]
+        assert first.shape == (3, 5, 16) and first.requires_grad
+        torch.autograd.grad(first.sum(), [x, weight])
+    assert [call[0] for call in calls] == [through, backward]
+    row_scales = calls[1][1][-1]
+    assert (row_scales.shape, row_scales.dtype) == ((3, 5), torch.float32)
+    calls.clear()
+    with torch.no_grad(), Record():
+        getattr(OPS, name)(x, *others, weight, 1e-5)
+    assert [call[0] for call in calls] == [name]
+
+
+# Importing torch's dynamo (torch 2.11) warns through torch.jit's deprecated script_method.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+def test_compile_traces_a_training_step_through_the_row_scales() -> None:
+    """torch.compile(fullgraph=True) over a training step of the norms, on meta tensors (no GPU):
+    the forward graph runs the _with_scale ops, the backward graph the backward ops (which read
+    their row scales); without gradients the norms stay as they are (the inference path)."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    graphs: list[tuple[str, list[str]]] = []
+
+    def keep(kind: str) -> Callable[[Any, Any], Any]:
+        def compiler(graph: Any, inputs: Any) -> Any:
+            calls = [n.target for n in graph.graph.nodes if n.op == "call_function"]
+            graphs.append(
+                (kind, [t._opname for t in calls if getattr(t, "namespace", "") == "kernelpack"])
+            )
+            return make_boxed_func(graph.forward)
+
+        return compiler
+
+    def backend(module: Any, inputs: Any) -> Any:
+        return aot_module_simplified(
+            module,
+            inputs,
+            fw_compiler=keep("forward"),
+            bw_compiler=keep("backward"),
+            inference_compiler=keep("inference"),
+        )
+
+    def step(x: Any, residual: Any, w1: Any, w2: Any) -> Any:
+        h, summed = OPS.add_rms_norm(x, residual, w1, 1e-6)
+        return OPS.rms_norm(OPS.swiglu(h, summed), w2, 1e-6)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    inputs = [
+        meta(*shape, dtype=torch.float32).requires_grad_()
+        for shape in [(6, 64), (6, 64), (64,), (64,)]
+    ]
+    grads = torch.autograd.grad(compiled(*inputs).sum(), inputs)
+    assert [tuple(g.shape) for g in grads] == [(6, 64), (6, 64), (64,), (64,)]
+    assert graphs == [
+        ("forward", ["add_rms_norm_with_scale", "swiglu", "rms_norm_with_scale"]),
+        ("backward", ["rms_norm_backward", "swiglu_backward", "add_rms_norm_backward"]),
+    ]
+    graphs.clear()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(step, fullgraph=True, backend=backend)(*inputs)
+    assert graphs == [("inference", ["add_rms_norm", "swiglu", "rms_norm"])]

@@ -19,8 +19,8 @@
 //                            (kernelpack.mlp_launch.exact_elementwise).
 //   rms_norm_weight_grad_*, rms_norm_weight_grad_inputs_*
 //                            grid.x over the columns, blockDim.x columns by blockDim.y slices
-//                            of the rows (of `partial`, or of the inputs), at most
-//                            kWeightGradThreads threads.
+//                            of the rows (of `partial`, or of the inputs and the forward's row
+//                            scales), at most kWeightGradThreads threads.
 //   silu_and_mul_*, silu_and_mul_backward_*
 //                            grid.x over the columns of the output, grid.y over the rows; blocks
 //                            of at most kElementwiseBlockThreads (8-byte vectors as swiglu's).
@@ -42,12 +42,17 @@
 //   rms_norm_backward_short_*
 //                            blockDim.x threads per row (a power of two, at least a wavefront,
 //                            at most kShortBackwardThreads), one row a block at a time; 16-bit
-//                            types: any grid (each row's scale goes to `scratch`), float32: the
-//                            grid sets the rows of `scratch`; unused for one row in one block.
+//                            types: any grid (`scratch` unused), float32: the grid sets the rows
+//                            of `scratch`; unused for one row in one block.
+//
+// Row scales: every forward norm (rms_norm_*, add_rms_norm_*, each form) takes `row_scales`,
+// null (inference: nothing stored) or float32 [rows], to which it stores each row's scale
+// 1 / sqrt(mean(x^2) + eps), the float it multiplied the row by. The RMSNorm backward kernels
+// (rms_norm_backward_*) take those scales, required, instead of eps.
 //
 // Backward kernels: the gradients of each forward op, in float32 arithmetic; the weight gradient
-// of RMSNorm is reduced deterministically (per-block partial sums or the rows' own shares, then a
-// fixed-order sum).
+// of RMSNorm is reduced deterministically (per-block partial sums, the rows' own shares, or the
+// inputs and row scales, then a fixed-order sum).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -415,11 +420,15 @@ constexpr int kRowBlockThreads = 512;
 // In place (fused_add_rms_norm) out is x and residual_out is residual: each element is read by
 // the thread that later writes it, so the aliasing is safe. Every thread of the block takes
 // part: a thread past the last row passes chunks = 0, loads and stores nothing, and only joins
-// the reduction.
+// the reduction. block_scales: null, or the row scales from the block's first row on (indexed by
+// threadIdx.y), where thread 0 of the row stores its scale 1 / sqrt(mean(x^2) + eps), the float
+// the row is multiplied by. (Addressed so, from a base the block shares and threadIdx.y, which
+// the reduction keeps anyway, and stored before pass 2, the store holds no register through the
+// passes: indexed by the row after pass 2 it spilled these kernels on gfx9-generic and sm_90.)
 template <typename Access, bool kAddResidual, typename T>
 __device__ __forceinline__ void rms_norm_row(const T* x, const T* residual, T* residual_out,
                                              const T* weight, T* out, int chunks, long long cols,
-                                             float eps, float* slots) {
+                                             float eps, float* slots, float* block_scales) {
   using Raw = typename Access::Raw;
   constexpr int kWidth = Access::kWidth;
   // Indices inside a row are 32-bit (the host refuses rows longer than 2**30 elements, so i +
@@ -492,6 +501,9 @@ __device__ __forceinline__ void rms_norm_row(const T* x, const T* residual, T* r
 
   sum_squares = kp::row_sum(sum_squares, slots);
   const float scale = rsqrtf(sum_squares / static_cast<float>(cols) + eps);
+  if (block_scales != nullptr && chunks != 0 && threadIdx.x == 0) {
+    block_scales[threadIdx.y] = scale;
+  }
 
   // Pass 2: scale, weight, store. The rest of a long row is read again from what this same thread
   // read (or wrote to residual) in pass 1, so no barrier is needed.
@@ -524,10 +536,12 @@ __device__ __forceinline__ void rms_norm_row(const T* x, const T* residual, T* r
   }
 }
 
+// row_scales: null, or float32 [rows], where thread 0 of each row stores the row's scale (for the
+// backward, which then needs one sum a row instead of two).
 template <bool kAddResidual, typename T>
 __device__ __forceinline__ void rms_norm(const T* x, const T* residual, T* residual_out,
-                                         const T* weight, T* out, long long rows, long long cols,
-                                         float eps) {
+                                         const T* weight, T* out, float* row_scales,
+                                         long long rows, long long cols, float eps) {
   __shared__ float slots[kp::kMaxBlockThreads];
   constexpr int kWidth = VectorAccess<T>::kWidth;
   const bool vectors =
@@ -544,15 +558,16 @@ __device__ __forceinline__ void rms_norm(const T* x, const T* residual, T* resid
     const long long offset = here ? row * cols : 0;
     const T* residual_row = kAddResidual ? residual + offset : nullptr;
     T* residual_out_row = kAddResidual ? residual_out + offset : nullptr;
+    float* block_scales = row_scales != nullptr ? row_scales + first : nullptr;
     if (vectors) {
       rms_norm_row<VectorAccess<T>, kAddResidual>(
           x + offset, residual_row, residual_out_row, weight, out + offset,
-          here ? static_cast<int>(cols / kWidth) : 0, cols, eps, slots);
+          here ? static_cast<int>(cols / kWidth) : 0, cols, eps, slots, block_scales);
     } else {
       rms_norm_row<ScalarAccess<T>, kAddResidual>(x + offset, residual_row, residual_out_row,
                                                   weight, out + offset,
                                                   here ? static_cast<int>(cols) : 0, cols, eps,
-                                                  slots);
+                                                  slots, block_scales);
     }
   }
 }
@@ -573,8 +588,8 @@ __device__ __forceinline__ float lanes_sum(float value) {
   return value;
 }
 
-// kp::row_sum for the short forward kernels (blockDim.y == 1, one row a block) with the unrolled
-// lane sums; the same contract, the same order of additions.
+// kp::row_sum for the kernels of one row a block (blockDim.y == 1: the short forward norms, the
+// backward ones) with the unrolled lane sums; the same contract, the same order of additions.
 __device__ __forceinline__ float short_row_sum(float value, float* slots) {
   const int width = static_cast<int>(blockDim.x);
   if (width <= warpSize) {
@@ -611,10 +626,10 @@ constexpr int kShortRowThreads = 512;
 constexpr int kShortForwardChunks = 2;
 
 template <int kChunks, bool kAddResidual, typename T>
-__device__ __forceinline__ void rms_norm_short_vector(const T* x, const T* residual,
-                                                      T* residual_out, const T* weight, T* out,
-                                                      int chunks, float inverse_cols, float eps,
-                                                      float* slots) {
+__device__ __forceinline__ float rms_norm_short_vector(const T* x, const T* residual,
+                                                       T* residual_out, const T* weight, T* out,
+                                                       int chunks, float inverse_cols, float eps,
+                                                       float* slots) {
   using Access = VectorAccess<T>;
   using Raw = typename Access::Raw;
   constexpr int kWidth = Access::kWidth;
@@ -672,13 +687,14 @@ __device__ __forceinline__ void rms_norm_short_vector(const T* x, const T* resid
       Access::store(out, i, Access::pack(v[c]));
     }
   }
+  return scale;
 }
 
 template <bool kAddResidual, typename T>
-__device__ __forceinline__ void rms_norm_short_scalar(const T* x, const T* residual,
-                                                      T* residual_out, const T* weight, T* out,
-                                                      long long cols, float inverse_cols,
-                                                      float eps, float* slots) {
+__device__ __forceinline__ float rms_norm_short_scalar(const T* x, const T* residual,
+                                                       T* residual_out, const T* weight, T* out,
+                                                       long long cols, float inverse_cols,
+                                                       float eps, float* slots) {
   using Access = ScalarAccess<T>;
   const int n = static_cast<int>(cols);
   const int stride = static_cast<int>(blockDim.x);
@@ -708,13 +724,15 @@ __device__ __forceinline__ void rms_norm_short_scalar(const T* x, const T* resid
     v[0] = v[0] * scale * w[0];
     Access::store(out, i, Access::pack(v));
   }
+  return scale;
 }
 
 // blockDim.x threads a row (a power of two), blockDim.y == 1; the blocks stride over the rows.
+// row_scales as rms_norm's.
 template <bool kAddResidual, typename T>
 __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T* residual_out,
-                                               const T* weight, T* out, long long rows,
-                                               long long cols, float eps) {
+                                               const T* weight, T* out, float* row_scales,
+                                               long long rows, long long cols, float eps) {
   __shared__ float slots[kp::kMaxBlockThreads];
   constexpr int kWidth = VectorAccess<T>::kWidth;
   const bool vectors =
@@ -727,17 +745,23 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
     const long long offset = row * cols;
     const T* residual_row = kAddResidual ? residual + offset : nullptr;
     T* residual_out_row = kAddResidual ? residual_out + offset : nullptr;
+    float scale;
     if (vectors && cols / kWidth <= static_cast<long long>(blockDim.x)) {
-      rms_norm_short_vector<1, kAddResidual>(x + offset, residual_row, residual_out_row, weight,
-                                             out + offset, static_cast<int>(cols / kWidth),
-                                             inverse_cols, eps, slots);
+      scale = rms_norm_short_vector<1, kAddResidual>(x + offset, residual_row, residual_out_row,
+                                                     weight, out + offset,
+                                                     static_cast<int>(cols / kWidth),
+                                                     inverse_cols, eps, slots);
     } else if (vectors) {
-      rms_norm_short_vector<kShortForwardChunks, kAddResidual>(
+      scale = rms_norm_short_vector<kShortForwardChunks, kAddResidual>(
           x + offset, residual_row, residual_out_row, weight, out + offset,
           static_cast<int>(cols / kWidth), inverse_cols, eps, slots);
     } else {
-      rms_norm_short_scalar<kAddResidual>(x + offset, residual_row, residual_out_row, weight,
-                                          out + offset, cols, inverse_cols, eps, slots);
+      scale = rms_norm_short_scalar<kAddResidual>(x + offset, residual_row, residual_out_row,
+                                                  weight, out + offset, cols, inverse_cols, eps,
+                                                  slots);
+    }
+    if (row_scales != nullptr && threadIdx.x == 0) {
+      row_scales[row] = scale;
     }
   }
 }
@@ -816,15 +840,21 @@ __device__ __forceinline__ float fixed_row_sum(float value, float* slots) {
 // kernel's straight line (inlined, ptxas placed this loop first and the vector path after a jump).
 template <int kCols, bool kAddResidual, typename T>
 __device__ __noinline__ void fixed_scalar_row(const T* x, const T* residual, T* residual_out,
-                                              const T* weight, T* out, float eps, float* slots) {
-  rms_norm_short_scalar<kAddResidual>(x, residual, residual_out, weight, out, kCols,
-                                      1.0f / static_cast<float>(kCols), eps, slots);
+                                              const T* weight, T* out, float* row_scale, float eps,
+                                              float* slots) {
+  const float scale = rms_norm_short_scalar<kAddResidual>(
+      x, residual, residual_out, weight, out, kCols, 1.0f / static_cast<float>(kCols), eps, slots);
+  if (row_scale != nullptr && threadIdx.x == 0) {
+    *row_scale = scale;
+  }
 }
 
-// Row blockIdx.x of kCols elements (the grid has a block for each row); any alignment.
+// Row blockIdx.x of kCols elements (the grid has a block for each row); any alignment. row_scales
+// as rms_norm's.
 template <int kCols, bool kAddResidual, typename T>
 __device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T* residual_out,
-                                               const T* weight, T* out, float eps) {
+                                               const T* weight, T* out, float* row_scales,
+                                               float eps) {
   using Access = VectorAccess<T>;
   using Raw = typename Access::Raw;
   using Row = FixedRow<T, kCols>;
@@ -875,9 +905,11 @@ __device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T*
   }
   sum_squares = fixed_row_sum<kThreads>(sum_squares, slots);
   if (!vectors) {
-    fixed_scalar_row<kCols, kAddResidual>(x + offset, kAddResidual ? residual + offset : nullptr,
-                                          kAddResidual ? residual_out + offset : nullptr, weight,
-                                          out + offset, eps, slots + kp::kMaxBlockThreads / 2);
+    fixed_scalar_row<kCols, kAddResidual>(
+        x + offset, kAddResidual ? residual + offset : nullptr,
+        kAddResidual ? residual_out + offset : nullptr, weight, out + offset,
+        row_scales != nullptr ? row_scales + blockIdx.x : nullptr, eps,
+        slots + kp::kMaxBlockThreads / 2);
     return;
   }
   const float scale = rsqrtf(sum_squares * kInverseCols + eps);
@@ -890,6 +922,9 @@ __device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T*
       v[c][k] = v[c][k] * scale * w[k];
     }
     Access::store(out + offset, thread + c * kThreads, Access::pack(v[c]));
+  }
+  if (row_scales != nullptr && threadIdx.x == 0) {
+    row_scales[blockIdx.x] = scale;
   }
 }
 
@@ -1062,6 +1097,9 @@ __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T*
 //   grad_x = r * w * dy - x * r^3 * mean(dy * w * x)   (+ grad_extra, the gradient that reaches
 //            the same input another way: the residual stream of add_rms_norm)
 //   grad_w = sum over rows of dy * x * r
+// r is the forward's, read from its row_scales (one float32 a row): a row needs one sum,
+// sum(dy * w * x), where recomputing r took a second, sum(x^2) (torch.compile's backward saves
+// r too; docs/bench-mlp-notes.md).
 // One row at a time per block (blockDim.x threads, blockDim.y == 1), the blocks striding over the
 // rows in a fixed order. The weight gradient is deterministic: each block sums its rows into
 // registers (the cached chunks) or into its own row of `partial` (the rest of a long row, which
@@ -1079,45 +1117,14 @@ __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T*
 // and stored. Four vectors a thread double the bytes each thread asks for, and 256 threads a row
 // (at most 128 registers) leave room for two blocks an SM, one loading while the other reduces.
 // To stay under 128 registers without spills, the weight is read again for every row (from L1:
-// the same row for every row) rather than held in registers, and the two sums of a row share one
-// trip through shared memory.
+// the same row for every row) rather than held in registers.
 constexpr int kBackwardCachedChunks = 4;
 
-// Both sums of a row at once: one trip through shared memory and two barriers where two
-// kp::row_sum calls take two and four. Same contract as kp::row_sum; `slots` holds two floats a
-// wavefront.
-__device__ __forceinline__ void row_sum_pair(float& first, float& second, float* slots) {
-  const int width = static_cast<int>(blockDim.x);
-  if (width <= warpSize) {
-    for (int offset = width / 2; offset > 0; offset /= 2) {
-      first += __shfl_xor_sync(0xffffffff, first, offset);
-      second += __shfl_xor_sync(0xffffffff, second, offset);
-    }
-    return;
-  }
-  const int thread = static_cast<int>(threadIdx.y) * width + static_cast<int>(threadIdx.x);
-  const int lane = thread % warpSize;
-  const int waves = width / warpSize;
-  first = lanes_sum(first);
-  second = lanes_sum(second);
-  if (lane == 0) {
-    slots[2 * (thread / warpSize)] = first;
-    slots[2 * (thread / warpSize) + 1] = second;
-  }
-  __syncthreads();
-  const int row_slots = 2 * static_cast<int>(threadIdx.y) * waves;
-  first = lanes_sum(lane < waves ? slots[row_slots + 2 * lane] : 0.0f);
-  second = lanes_sum(lane < waves ? slots[row_slots + 2 * lane + 1] : 0.0f);
-  __syncthreads();
-}
-
-
-// Pass 1 of one chunk of a row: adds its share of the row's two sums, sum(x^2) and
-// sum(dy * w * x).
+// Pass 1 of one chunk of a row: adds its share of the row's sum, sum(dy * w * x).
 template <typename Access, typename T>
-__device__ __forceinline__ void backward_sums(typename Access::Raw values,
-                                              typename Access::Raw grads, const T* weight, int i,
-                                              float& sum_squares, float& sum_dot) {
+__device__ __forceinline__ void backward_sum(typename Access::Raw values,
+                                             typename Access::Raw grads, const T* weight, int i,
+                                             float& sum_dot) {
   constexpr int kWidth = Access::kWidth;
   float v[kWidth];
   float g[kWidth];
@@ -1127,7 +1134,6 @@ __device__ __forceinline__ void backward_sums(typename Access::Raw values,
   Access::unpack(Access::load(weight, i), w);
 #pragma unroll
   for (int k = 0; k < kWidth; ++k) {
-    sum_squares += v[k] * v[k];
     sum_dot += g[k] * w[k] * v[k];
   }
 }
@@ -1167,11 +1173,12 @@ __device__ __forceinline__ void backward_chunk(typename Access::Raw values,
 }
 
 template <typename Access, bool kExtra, typename T>
-__device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weight, const T* grad,
+__device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* row_scales,
+                                                       const T* weight, const T* grad,
                                                        const T* grad_extra, T* grad_x,
                                                        T* grad_x_copy, float* partial,
                                                        long long rows, long long cols,
-                                                       float eps, float* slots) {
+                                                       float* slots) {
   using Raw = typename Access::Raw;
   constexpr int kWidth = Access::kWidth;
   constexpr int kCached = kBackwardCachedChunks;
@@ -1195,6 +1202,7 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weig
     const T* grad_extra_row = kExtra ? grad_extra + offset : nullptr;
     T* grad_x_row = grad_x + offset;
     T* grad_x_copy_row = grad_x_copy != nullptr ? grad_x_copy + offset : nullptr;
+    const float scale = row_scales[row];  // the forward's, loaded beside the row
     // The first kCached chunks of a thread stay in registers between the passes; the rest of a
     // long row is read again in pass 2.
     Raw values[kCached];
@@ -1207,21 +1215,18 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weig
         grads[c] = Access::load(grad_row, i);
       }
     }
-    float sum_squares = 0.0f;
     float sum_dot = 0.0f;  // sum of dy * w * x
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
       if (i < chunks) {
-        backward_sums<Access>(values[c], grads[c], weight, i, sum_squares, sum_dot);
+        backward_sum<Access>(values[c], grads[c], weight, i, sum_dot);
       }
     }
     for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
-      backward_sums<Access>(Access::load(x_row, i), Access::load(grad_row, i), weight, i,
-                            sum_squares, sum_dot);
+      backward_sum<Access>(Access::load(x_row, i), Access::load(grad_row, i), weight, i, sum_dot);
     }
-    row_sum_pair(sum_squares, sum_dot, slots);
-    const float scale = rsqrtf(sum_squares * inverse_cols + eps);
+    sum_dot = short_row_sum(sum_dot, slots);
     const float correction = sum_dot * scale * scale * scale * inverse_cols;
 
     // The weight gradient's shares: the cached chunks' into registers, the rest's into this
@@ -1264,10 +1269,11 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const T* weig
 }
 
 template <typename T>
-__device__ __forceinline__ void rms_norm_backward(const T* x, const T* weight, const T* grad,
+__device__ __forceinline__ void rms_norm_backward(const T* x, const float* row_scales,
+                                                  const T* weight, const T* grad,
                                                   const T* grad_extra, T* grad_x, T* grad_x_copy,
-                                                  float* partial, long long rows, long long cols,
-                                                  float eps) {
+                                                  float* partial, long long rows,
+                                                  long long cols) {
   __shared__ float slots[kp::kMaxBlockThreads];
   constexpr int kWidth = VectorAccess<T>::kWidth;
   const bool vectors = vector_aligned(x) && vector_aligned(weight) && vector_aligned(grad) &&
@@ -1275,18 +1281,21 @@ __device__ __forceinline__ void rms_norm_backward(const T* x, const T* weight, c
                        vector_aligned(grad_x_copy) && cols % kWidth == 0;
   if (vectors) {
     if (grad_extra != nullptr) {
-      rms_norm_backward_rows<VectorAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
-                                                    grad_x_copy, partial, rows, cols, eps, slots);
+      rms_norm_backward_rows<VectorAccess<T>, true>(x, row_scales, weight, grad, grad_extra,
+                                                    grad_x, grad_x_copy, partial, rows, cols,
+                                                    slots);
     } else {
-      rms_norm_backward_rows<VectorAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
-                                                     grad_x_copy, partial, rows, cols, eps, slots);
+      rms_norm_backward_rows<VectorAccess<T>, false>(x, row_scales, weight, grad, grad_extra,
+                                                     grad_x, grad_x_copy, partial, rows, cols,
+                                                     slots);
     }
   } else if (grad_extra != nullptr) {
-    rms_norm_backward_rows<ScalarAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
-                                                  grad_x_copy, partial, rows, cols, eps, slots);
+    rms_norm_backward_rows<ScalarAccess<T>, true>(x, row_scales, weight, grad, grad_extra, grad_x,
+                                                  grad_x_copy, partial, rows, cols, slots);
   } else {
-    rms_norm_backward_rows<ScalarAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
-                                                   grad_x_copy, partial, rows, cols, eps, slots);
+    rms_norm_backward_rows<ScalarAccess<T>, false>(x, row_scales, weight, grad, grad_extra,
+                                                   grad_x, grad_x_copy, partial, rows, cols,
+                                                   slots);
   }
 }
 
@@ -1299,21 +1308,22 @@ __device__ __forceinline__ void rms_norm_backward(const T* x, const T* weight, c
 // kShortBackwardChunks) vector of x, dy, the weight and grad_extra a thread, all loaded at once
 // before the row's sums and held in registers to the stores. One row in one block stores the
 // weight gradient itself (its shares are the gradient), so a 1-row backward is one kernel. More
-// rows leave, in `scratch`, what a second kernel sums in a fixed order (kRowScales):
-//   16-bit types: each row's scale, one float32 a row, and rms_norm_weight_grad_inputs sums
-//     dy * x * scale over the rows from the inputs, as torch.compile's backward does. Its loads
-//     are the 4 bytes an element that float32 shares would be, and this kernel stores a third
-//     less (H200, 64 x 4096 bfloat16, torch.profiler: backward 2.74 -> 2.00 us, weight sum 1.89
-//     -> 1.98; docs/bench-mlp-notes.md);
-//   float32: a float32 row of shares a block, summed by rms_norm_weight_grad as the general
-//     kernel's; read from the inputs they would be twice the bytes (backward 2.53 -> 2.23 us, but
-//     weight sum 1.87 -> 2.37).
+// rows take a second kernel that sums in a fixed order (kRowScales):
+//   16-bit types: rms_norm_weight_grad_inputs sums dy * x * scale over the rows from the inputs
+//     and the forward's row scales, as torch.compile's backward does, and this kernel stores no
+//     weight-gradient shares. Its loads are the 4 bytes an element that float32 shares would be,
+//     and this kernel stores a third less (H200, 64 x 4096 bfloat16, torch.profiler: backward
+//     2.74 -> 2.00 us, weight sum 1.89 -> 1.98; docs/bench-mlp-notes.md);
+//   float32: a float32 row of shares a block in `scratch`, summed by rms_norm_weight_grad as the
+//     general kernel's; read from the inputs they would be twice the bytes (backward 2.53 ->
+//     2.23 us, but weight sum 1.87 -> 2.37).
 // (A grid barrier instead of the second kernel was tried on the H200: at 64 x 4096 bfloat16 the
 // kernel took 9.5 us, the barrier's fences and atomics costing more than a kernel boundary.)
 constexpr int kShortBackwardThreads = 512;
 constexpr int kShortBackwardChunks = 2;
 
-// Whether the short backward of T leaves row scales (16-bit types) rather than shares, above.
+// Whether the weight sum after the short backward of T reads the inputs and row scales (16-bit
+// types) rather than shares the backward leaves in `scratch`, above.
 template <typename T>
 constexpr bool kRowScales = sizeof(T) == 2;
 
@@ -1373,11 +1383,12 @@ __device__ __forceinline__ void short_chunk(typename Access::Raw values,
   grad_x = Access::pack(v);
 }
 
-// The rows of one block. With `direct` (one row, one block) the shares are the weight gradient,
-// stored to grad_weight in T; otherwise the block stores each of its rows' scale to `scratch`
-// (kRowScales) or its shares to its row of `scratch`, the first row's stored and the later rows'
-// (a grid smaller than the rows) added there. (Not summed in registers across rows: at the host's
-// one row a block that would only cost registers, and gfx9-generic spilled.)
+// The rows of one block, each with its scale from the forward's row_scales. With `direct` (one
+// row, one block) the shares are the weight gradient, stored to grad_weight in T; otherwise the
+// block stores nothing more (kRowScales) or its shares to its row of `scratch`, the first row's
+// stored and the later rows' (a grid smaller than the rows) added there. (Not summed in
+// registers across rows: at the host's one row a block that would only cost registers, and
+// gfx9-generic spilled.)
 //
 // With kCols (not 0) rows are kCols long and blockDim.x is kShortBackwardThreads, which times
 // kCached covers a row exactly (rms_norm_backward_fixed): the length, 1 / cols and the stride are
@@ -1388,10 +1399,11 @@ __device__ __forceinline__ void short_chunk(typename Access::Raw values,
 // read in pass 2 as the general kernel does (from L1), which keeps the two-vector form under the
 // 128 registers a 512-thread block leaves a thread on gfx9.
 template <int kCached, typename Access, bool kExtra, int kCols = 0, typename T>
-__device__ __forceinline__ void short_backward_rows(const T* x, const T* weight, const T* grad,
+__device__ __forceinline__ void short_backward_rows(const T* x, const float* row_scales,
+                                                    const T* weight, const T* grad,
                                                     const T* grad_extra, T* grad_x,
                                                     T* grad_weight, float* scratch, bool direct,
-                                                    long long rows, long long cols, float eps,
+                                                    long long rows, long long cols,
                                                     float* slots) {
   using Raw = typename Access::Raw;
   constexpr int kWidth = Access::kWidth;
@@ -1411,6 +1423,7 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
     const T* grad_row = grad + offset;
     const T* grad_extra_row = kExtra ? grad_extra + offset : nullptr;
     T* grad_x_row = grad_x + offset;
+    const float scale = row_scales[row];  // the forward's, loaded beside the row
     Raw values[kCached];
     Raw grads[kCached];
     Raw weights[kCached];
@@ -1429,7 +1442,6 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
         }
       }
     }
-    float sum_squares = 0.0f;
     float sum_dot = 0.0f;
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
@@ -1443,22 +1455,16 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
         Access::unpack(kCacheAll ? weights[c] : Access::load(weight, i), w);
 #pragma unroll
         for (int k = 0; k < kWidth; ++k) {
-          sum_squares += v[k] * v[k];
           sum_dot += g[k] * w[k] * v[k];
         }
       }
     }
     for (int i = static_cast<int>(threadIdx.x) + kCached * stride; !kFixed && i < chunks;
          i += stride) {
-      backward_sums<Access>(Access::load(x_row, i), Access::load(grad_row, i), weight, i,
-                            sum_squares, sum_dot);
+      backward_sum<Access>(Access::load(x_row, i), Access::load(grad_row, i), weight, i, sum_dot);
     }
-    row_sum_pair(sum_squares, sum_dot, slots);
-    const float scale = rsqrtf(sum_squares * inverse_cols + eps);
+    sum_dot = short_row_sum(sum_dot, slots);
     const float correction = sum_dot * scale * scale * scale * inverse_cols;
-    if (kRowScales<T> && !direct && threadIdx.x == 0) {
-      scratch[row] = scale;
-    }
     float shares[kWidth];
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
@@ -1503,52 +1509,52 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const T* weight,
   }
 }
 
-// blockDim.x threads a row (a power of two, at least a wavefront), blockDim.y == 1; `scratch`
-// float32 [rows] (kRowScales<T>) or [gridDim.x, cols], unused (may be null) when rows == 1 and
-// gridDim.x == 1.
+// blockDim.x threads a row (a power of two, at least a wavefront), blockDim.y == 1; row_scales
+// float32 [rows], the forward's; `scratch` float32 [gridDim.x, cols] (float32 shares), unused
+// (may be null) for 16-bit types (kRowScales<T>) and when rows == 1 and gridDim.x == 1.
 template <typename T>
-__device__ __forceinline__ void rms_norm_backward_short(const T* x, const T* weight, const T* grad,
+__device__ __forceinline__ void rms_norm_backward_short(const T* x, const float* row_scales,
+                                                        const T* weight, const T* grad,
                                                         const T* grad_extra, T* grad_x,
                                                         T* grad_weight, float* scratch,
-                                                        long long rows, long long cols,
-                                                        float eps) {
+                                                        long long rows, long long cols) {
   __shared__ float slots[kp::kMaxBlockThreads];
   constexpr int kWidth = VectorAccess<T>::kWidth;
   const bool direct = rows == 1 && gridDim.x == 1;
   // float32 shares are stored as 16-byte vectors
-  const float* shares = kRowScales<T> ? nullptr : scratch;
+  float* shares = kRowScales<T> ? nullptr : scratch;
   const bool vectors =
       all_aligned<kVectorBytes>(x, weight, grad, grad_extra, grad_x, grad_weight, shares) &&
       cols % kWidth == 0;
   constexpr int kTwo = kShortBackwardChunks;
   if (vectors && cols / kWidth <= static_cast<long long>(blockDim.x)) {
     if (grad_extra != nullptr) {
-      short_backward_rows<1, VectorAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
-                                                    grad_weight, scratch, direct, rows, cols, eps,
-                                                    slots);
+      short_backward_rows<1, VectorAccess<T>, true>(x, row_scales, weight, grad, grad_extra,
+                                                    grad_x, grad_weight, shares, direct, rows,
+                                                    cols, slots);
     } else {
-      short_backward_rows<1, VectorAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
-                                                     grad_weight, scratch, direct, rows, cols, eps,
-                                                     slots);
+      short_backward_rows<1, VectorAccess<T>, false>(x, row_scales, weight, grad, grad_extra,
+                                                     grad_x, grad_weight, shares, direct, rows,
+                                                     cols, slots);
     }
   } else if (vectors) {
     if (grad_extra != nullptr) {
-      short_backward_rows<kTwo, VectorAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
-                                                       grad_weight, scratch, direct, rows, cols,
-                                                       eps, slots);
+      short_backward_rows<kTwo, VectorAccess<T>, true>(x, row_scales, weight, grad, grad_extra,
+                                                       grad_x, grad_weight, shares, direct, rows,
+                                                       cols, slots);
     } else {
-      short_backward_rows<kTwo, VectorAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
-                                                        grad_weight, scratch, direct, rows, cols,
-                                                        eps, slots);
+      short_backward_rows<kTwo, VectorAccess<T>, false>(x, row_scales, weight, grad, grad_extra,
+                                                        grad_x, grad_weight, shares, direct, rows,
+                                                        cols, slots);
     }
   } else if (grad_extra != nullptr) {
-    short_backward_rows<kTwo, ScalarAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
-                                                     grad_weight, scratch, direct, rows, cols, eps,
-                                                     slots);
+    short_backward_rows<kTwo, ScalarAccess<T>, true>(x, row_scales, weight, grad, grad_extra,
+                                                     grad_x, grad_weight, shares, direct, rows,
+                                                     cols, slots);
   } else {
-    short_backward_rows<kTwo, ScalarAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
-                                                      grad_weight, scratch, direct, rows, cols,
-                                                      eps, slots);
+    short_backward_rows<kTwo, ScalarAccess<T>, false>(x, row_scales, weight, grad, grad_extra,
+                                                      grad_x, grad_weight, shares, direct, rows,
+                                                      cols, slots);
   }
 }
 
@@ -1557,32 +1563,34 @@ __device__ __forceinline__ void rms_norm_backward_short(const T* x, const T* wei
 // constant, as the fixed-length forward; other lengths and misaligned pointers take the scalar
 // loop (right, slow). blockDim.x == kShortBackwardThreads, blockDim.y == 1.
 template <int kCols, typename T>
-__device__ __forceinline__ void rms_norm_backward_fixed(const T* x, const T* weight, const T* grad,
+__device__ __forceinline__ void rms_norm_backward_fixed(const T* x, const float* row_scales,
+                                                        const T* weight, const T* grad,
                                                         const T* grad_extra, T* grad_x,
                                                         T* grad_weight, float* scratch,
-                                                        long long rows, long long cols,
-                                                        float eps) {
+                                                        long long rows, long long cols) {
   __shared__ float slots[kp::kMaxBlockThreads];
   constexpr int kCached = kCols / VectorAccess<T>::kWidth / kShortBackwardThreads;
   const bool direct = rows == 1 && gridDim.x == 1;
-  const float* shares = kRowScales<T> ? nullptr : scratch;
+  float* shares = kRowScales<T> ? nullptr : scratch;
   const bool vectors = cols == kCols && all_aligned<kVectorBytes>(x, weight, grad, grad_extra,
                                                                   grad_x, grad_weight, shares);
   constexpr int kTwo = kShortBackwardChunks;
   if (vectors && grad_extra != nullptr) {
-    short_backward_rows<kCached, VectorAccess<T>, true, kCols>(
-        x, weight, grad, grad_extra, grad_x, grad_weight, scratch, direct, rows, cols, eps, slots);
+    short_backward_rows<kCached, VectorAccess<T>, true, kCols>(x, row_scales, weight, grad,
+                                                               grad_extra, grad_x, grad_weight,
+                                                               shares, direct, rows, cols, slots);
   } else if (vectors) {
-    short_backward_rows<kCached, VectorAccess<T>, false, kCols>(
-        x, weight, grad, grad_extra, grad_x, grad_weight, scratch, direct, rows, cols, eps, slots);
+    short_backward_rows<kCached, VectorAccess<T>, false, kCols>(x, row_scales, weight, grad,
+                                                                grad_extra, grad_x, grad_weight,
+                                                                shares, direct, rows, cols, slots);
   } else if (grad_extra != nullptr) {
-    short_backward_rows<kTwo, ScalarAccess<T>, true>(x, weight, grad, grad_extra, grad_x,
-                                                     grad_weight, scratch, direct, rows, cols, eps,
-                                                     slots);
+    short_backward_rows<kTwo, ScalarAccess<T>, true>(x, row_scales, weight, grad, grad_extra,
+                                                     grad_x, grad_weight, shares, direct, rows,
+                                                     cols, slots);
   } else {
-    short_backward_rows<kTwo, ScalarAccess<T>, false>(x, weight, grad, grad_extra, grad_x,
-                                                      grad_weight, scratch, direct, rows, cols,
-                                                      eps, slots);
+    short_backward_rows<kTwo, ScalarAccess<T>, false>(x, row_scales, weight, grad, grad_extra,
+                                                      grad_x, grad_weight, shares, direct, rows,
+                                                      cols, slots);
   }
 }
 
@@ -1724,11 +1732,14 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul_exact(x, out, rows, cols);
 }
 
+// row_scales: null (inference), or float32 [rows] to receive each row's scale (training: the
+// backward's input), in every form of the forward norms.
 template <typename T>
 __global__ void __launch_bounds__(kRowBlockThreads)
-    rms_norm(const T* x, const T* weight, T* out, long long rows, long long cols, float eps) {
+    rms_norm(const T* x, const T* weight, T* out, float* row_scales, long long rows,
+             long long cols, float eps) {
   ::rms_norm<false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out,
-                    rows, cols, eps);
+                    row_scales, rows, cols, eps);
 }
 
 // residual_out = x + residual, out = rms_norm(residual_out); fused_add_rms_norm passes out = x
@@ -1736,8 +1747,8 @@ __global__ void __launch_bounds__(kRowBlockThreads)
 template <typename T>
 __global__ void __launch_bounds__(kRowBlockThreads)
     add_rms_norm(const T* x, const T* residual, const T* weight, T* out, T* residual_out,
-                 long long rows, long long cols, float eps) {
-  ::rms_norm<true>(x, residual, residual_out, weight, out, rows, cols, eps);
+                 float* row_scales, long long rows, long long cols, float eps) {
+  ::rms_norm<true>(x, residual, residual_out, weight, out, row_scales, rows, cols, eps);
 }
 
 // The same two ops for short rows (the host's choice for few rows): one block a row, one vector a
@@ -1745,17 +1756,17 @@ __global__ void __launch_bounds__(kRowBlockThreads)
 // add_rms_norm_short to 32 registers and spilled 4 bytes.
 template <typename T>
 __global__ void __launch_bounds__(kShortRowThreads, 1)
-    rms_norm_short(const T* x, const T* weight, T* out, long long rows, long long cols,
-                   float eps) {
+    rms_norm_short(const T* x, const T* weight, T* out, float* row_scales, long long rows,
+                   long long cols, float eps) {
   ::rms_norm_short<false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight,
-                          out, rows, cols, eps);
+                          out, row_scales, rows, cols, eps);
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kShortRowThreads, 1)
     add_rms_norm_short(const T* x, const T* residual, const T* weight, T* out, T* residual_out,
-                       long long rows, long long cols, float eps) {
-  ::rms_norm_short<true>(x, residual, residual_out, weight, out, rows, cols, eps);
+                       float* row_scales, long long rows, long long cols, float eps) {
+  ::rms_norm_short<true>(x, residual, residual_out, weight, out, row_scales, rows, cols, eps);
 }
 
 // The same two ops for few rows of kCols (LLaMA's hidden sizes), exact: a block for each row of
@@ -1764,17 +1775,18 @@ __global__ void __launch_bounds__(kShortRowThreads, 1)
 // macro, and the template's comma would split its arguments.)
 template <typename T, int kCols>
 __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
-    rms_norm_fixed(const T* x, const T* weight, T* out, long long /* rows: the grid */,
-                   long long /* cols: kCols */, float eps) {
+    rms_norm_fixed(const T* x, const T* weight, T* out, float* row_scales,
+                   long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
   ::rms_norm_fixed<kCols, false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr),
-                                 weight, out, eps);
+                                 weight, out, row_scales, eps);
 }
 
 template <typename T, int kCols>
 __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
     add_rms_norm_fixed(const T* x, const T* residual, const T* weight, T* out, T* residual_out,
-                       long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<kCols, true>(x, residual, residual_out, weight, out, eps);
+                       float* row_scales, long long /* rows: the grid */,
+                       long long /* cols: kCols */, float eps) {
+  ::rms_norm_fixed<kCols, true>(x, residual, residual_out, weight, out, row_scales, eps);
 }
 
 template <typename T>
@@ -1804,35 +1816,39 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul_backward_exact(x, grad, grad_x, rows, cols);
 }
 
-// grad_extra and grad_x_copy may be null; partial is float32 [gridDim.x, cols].
+// row_scales is float32 [rows], the forward's (rms_norm's row_scales); grad_extra and
+// grad_x_copy may be null; partial is float32 [gridDim.x, cols].
 template <typename T>
 __global__ void __launch_bounds__(kRowBlockThreads)
-    rms_norm_backward(const T* x, const T* weight, const T* grad, const T* grad_extra, T* grad_x,
-                      T* grad_x_copy, float* partial, long long rows, long long cols, float eps) {
-  ::rms_norm_backward(x, weight, grad, grad_extra, grad_x, grad_x_copy, partial, rows, cols, eps);
+    rms_norm_backward(const T* x, const float* row_scales, const T* weight, const T* grad,
+                      const T* grad_extra, T* grad_x, T* grad_x_copy, float* partial,
+                      long long rows, long long cols) {
+  ::rms_norm_backward(x, row_scales, weight, grad, grad_extra, grad_x, grad_x_copy, partial, rows,
+                      cols);
 }
 
-// The backward of few rows (the host's choice): grad_extra may be null; one row in one block
-// writes grad_weight, other grids leave grad_weight alone and write to scratch each row's scale
-// (16-bit types: float32 [rows], summed with the inputs by rms_norm_weight_grad_inputs) or their
-// float32 shares (float32: [gridDim.x, cols], summed by rms_norm_weight_grad).
+// The backward of few rows (the host's choice): row_scales the forward's; grad_extra may be null;
+// one row in one block writes grad_weight, other grids leave grad_weight alone and leave its sum
+// to a second kernel: 16-bit types rms_norm_weight_grad_inputs, from the inputs and row_scales
+// (scratch unused, may be null); float32 rms_norm_weight_grad, from the float32 shares written to
+// scratch ([gridDim.x, cols]).
 template <typename T>
 __global__ void __launch_bounds__(kShortBackwardThreads, 1)
-    rms_norm_backward_short(const T* x, const T* weight, const T* grad, const T* grad_extra,
-                            T* grad_x, T* grad_weight, float* scratch, long long rows,
-                            long long cols, float eps) {
-  ::rms_norm_backward_short(x, weight, grad, grad_extra, grad_x, grad_weight, scratch, rows, cols,
-                            eps);
+    rms_norm_backward_short(const T* x, const float* row_scales, const T* weight, const T* grad,
+                            const T* grad_extra, T* grad_x, T* grad_weight, float* scratch,
+                            long long rows, long long cols) {
+  ::rms_norm_backward_short(x, row_scales, weight, grad, grad_extra, grad_x, grad_weight, scratch,
+                            rows, cols);
 }
 
 // The same for rows of kCols (rms_norm_backward_fixed above): blockDim.x == kShortBackwardThreads.
 template <typename T, int kCols>
 __global__ void __launch_bounds__(kShortBackwardThreads, 1)
-    rms_norm_backward_fixed(const T* x, const T* weight, const T* grad, const T* grad_extra,
-                            T* grad_x, T* grad_weight, float* scratch, long long rows,
-                            long long cols, float eps) {
-  ::rms_norm_backward_fixed<kCols>(x, weight, grad, grad_extra, grad_x, grad_weight, scratch,
-                                   rows, cols, eps);
+    rms_norm_backward_fixed(const T* x, const float* row_scales, const T* weight, const T* grad,
+                            const T* grad_extra, T* grad_x, T* grad_weight, float* scratch,
+                            long long rows, long long cols) {
+  ::rms_norm_backward_fixed<kCols>(x, row_scales, weight, grad, grad_extra, grad_x, grad_weight,
+                                   scratch, rows, cols);
 }
 
 // grad_weight = the column sums of partial (float32 [blocks, cols], rms_norm_backward's).
@@ -1842,8 +1858,8 @@ __global__ void __launch_bounds__(kWeightGradThreads)
   ::weight_grad(PartialShares{partial, cols}, grad_weight, blocks, cols);
 }
 
-// grad_weight = the sum over the rows of grad * x * scales[row] (scales float32 [rows], the short
-// backward's).
+// grad_weight = the sum over the rows of grad * x * scales[row] (scales float32 [rows], the
+// forward's row_scales).
 template <typename T>
 __global__ void __launch_bounds__(kWeightGradThreads)
     rms_norm_weight_grad_inputs(const T* x, const T* grad, const float* scales, T* grad_weight,
@@ -1861,21 +1877,22 @@ __global__ void __launch_bounds__(kWeightGradThreads)
                                                     long long);                                 \
   template __global__ void silu_and_mul_backward_exact<T>(const T*, const T*, T*, long long,    \
                                                           long long);                           \
-  template __global__ void rms_norm<T>(const T*, const T*, T*, long long, long long, float);    \
-  template __global__ void add_rms_norm<T>(const T*, const T*, const T*, T*, T*, long long,     \
-                                           long long, float);                                   \
-  template __global__ void rms_norm_short<T>(const T*, const T*, T*, long long, long long,       \
-                                             float);                                            \
-  template __global__ void add_rms_norm_short<T>(const T*, const T*, const T*, T*, T*,          \
+  template __global__ void rms_norm<T>(const T*, const T*, T*, float*, long long, long long,    \
+                                       float);                                                  \
+  template __global__ void add_rms_norm<T>(const T*, const T*, const T*, T*, T*, float*,        \
+                                           long long, long long, float);                        \
+  template __global__ void rms_norm_short<T>(const T*, const T*, T*, float*, long long,          \
+                                             long long, float);                                 \
+  template __global__ void add_rms_norm_short<T>(const T*, const T*, const T*, T*, T*, float*,  \
                                                  long long, long long, float);                  \
   template __global__ void swiglu_backward<T>(const T*, const T*, const T*, T*, T*, long long); \
   template __global__ void silu_and_mul_backward<T>(const T*, const T*, T*, long long,          \
                                                     long long);                                 \
-  template __global__ void rms_norm_backward<T>(const T*, const T*, const T*, const T*, T*, T*, \
-                                                float*, long long, long long, float);           \
-  template __global__ void rms_norm_backward_short<T>(const T*, const T*, const T*, const T*, \
-                                                      T*, T*, float*, long long, long long,     \
-                                                      float);                                   \
+  template __global__ void rms_norm_backward<T>(const T*, const float*, const T*, const T*,    \
+                                                const T*, T*, T*, float*, long long, long long); \
+  template __global__ void rms_norm_backward_short<T>(const T*, const float*, const T*,         \
+                                                      const T*, const T*, T*, T*, float*,       \
+                                                      long long, long long);                    \
   template __global__ void rms_norm_weight_grad<T>(const float*, T*, long long, long long);
 
 MLP_KERNELS(float)
@@ -1897,10 +1914,10 @@ template __global__ void rms_norm_weight_grad_inputs<__nv_bfloat16>(const __nv_b
 // The fixed-length forward norms, per storage type and row length (kernelpack.mlp_launch's
 // FIXED_COLUMNS: LLaMA's hidden sizes).
 #define MLP_FIXED_KERNELS(T, COLS)                                                           \
-  template __global__ void rms_norm_fixed<T, COLS>(const T*, const T*, T*, long long, long long, \
-                                                   float);                                     \
+  template __global__ void rms_norm_fixed<T, COLS>(const T*, const T*, T*, float*, long long,   \
+                                                   long long, float);                          \
   template __global__ void add_rms_norm_fixed<T, COLS>(const T*, const T*, const T*, T*, T*,   \
-                                                       long long, long long, float);
+                                                       float*, long long, long long, float);
 
 #define MLP_FIXED_LENGTHS(T) \
   MLP_FIXED_KERNELS(T, 4096) \
@@ -1917,9 +1934,9 @@ MLP_FIXED_LENGTHS(__nv_bfloat16)
 // The fixed-length backward where kShortBackwardThreads threads of one or two vectors cover a row
 // (kernelpack.mlp_launch.fixed_backward): 512 or 1024 vectors.
 #define MLP_FIXED_BACKWARD(T, COLS)                                                         \
-  template __global__ void rms_norm_backward_fixed<T, COLS>(const T*, const T*, const T*,   \
-                                                            const T*, T*, T*, float*,       \
-                                                            long long, long long, float);
+  template __global__ void rms_norm_backward_fixed<T, COLS>(const T*, const float*, const T*, \
+                                                            const T*, const T*, T*, T*,     \
+                                                            float*, long long, long long);
 
 MLP_FIXED_BACKWARD(float, 4096)
 MLP_FIXED_BACKWARD(__half, 4096)

@@ -287,8 +287,8 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, out: Any = None) -> Any:
         "rms_norm",
         [a, w, result],
         [2],
-        lambda device, p, stream: launch_rms_norm(
-            device, a.dtype, p[0], p[1], p[2], rows, cols, eps_value, stream
+        lambda device, p, stream: launch_rms_norm(  # no row scales: no backward here
+            device, a.dtype, p[0], p[1], p[2], 0, rows, cols, eps_value, stream
         ),
     )
     return result.value
@@ -325,6 +325,6 @@ def fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) ->
         [a, r, w],
         [0, 1],
         lambda device, p, stream: launch_add_rms_norm(  # out = x, residual_out = residual
-            device, a.dtype, p[0], p[1], p[2], p[0], p[1], rows, cols, eps_value, stream
+            device, a.dtype, p[0], p[1], p[2], p[0], p[1], 0, rows, cols, eps_value, stream
         ),
     )

@@ -52,8 +52,10 @@ SPECS = {
 KERNEL_OF = {op: op.removeprefix("fused_") for op in SPECS}
 
 # A prepared launch, launcher.c's entry: (launch: a C Launcher, another launch callable, or None
-# when there are no elements; grid; block; the sizes the kernel takes after its pointers; the
-# weight's shape or None; the result's shape, None where it is the first input's)
+# when there are no elements; grid; block; the integers the kernel takes after the tensors'
+# pointers: its sizes, for the norms after a null row_scales (0: the hot path, inference, stores
+# no row scales); the weight's shape or None; the result's shape, None where it is the first
+# input's)
 Entry = tuple[Any, Any, Any, tuple[int, ...], Any, Any]
 Key = tuple[Any, int, Any]  # (torch dtype, device index, the first tensor's torch.Size)
 
@@ -131,11 +133,11 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
     n = math.prod(shape)
     cols = shape[-1] if shape else 1
     weight_shape = result_shape = None
-    sizes: tuple[int, ...]
+    after_pointers: tuple[int, ...]
     name = kernel_name(KERNEL_OF[op], dtype)
     geometry: tuple[Any, Any] = (1, 1)  # no elements: nothing is launched
     if op == "swiglu":
-        rows, sizes = n, (n,)
+        rows, after_pointers = n, (n,)
         name, geometry = swiglu_launch(op, n, dtype)
     else:
         if op == "silu_and_mul":
@@ -144,7 +146,7 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
         else:
             weight_shape = shape[-1:]
         rows = n // shape[-1] if cols else 0
-        sizes = (rows, cols)
+        after_pointers = (rows, cols) if op == "silu_and_mul" else (0, rows, cols)
         if rows * cols and op == "silu_and_mul":
             name, geometry = silu_and_mul_launch(op, rows, cols, dtype)
         elif rows * cols:
@@ -157,18 +159,25 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
         owner = getattr(launch, "__self__", None)
         if launcher_type is not None and type(owner) is launcher_type:
             launch = owner  # launcher.c calls its launch without the bound method
-    memo[key] = entry = (launch, geometry[0], geometry[1], sizes, weight_shape, result_shape)
+    memo[key] = entry = (
+        launch,
+        geometry[0],
+        geometry[1],
+        after_pointers,
+        weight_shape,
+        result_shape,
+    )
     return entry
 
 
 def launch_entry(entry: Entry, pointers: tuple[Any, ...], eps: float | None, stream: int) -> None:
     """An entry's launch from Python, as launcher.c's hot_launch makes it."""
-    launch, grid, block, sizes = entry[0], entry[1], entry[2], entry[3]
+    launch, grid, block, after_pointers = entry[0], entry[1], entry[2], entry[3]
     if launch is None:
         return
     call: Any = getattr(launch, "launch", launch)  # a C Launcher's launch, or the callable
     extra = () if eps is None else (eps,)
-    call(grid, block, *pointers, *sizes, *extra, stream=stream)
+    call(grid, block, *pointers, *after_pointers, *extra, stream=stream)
 
 
 def finish(

@@ -53,23 +53,24 @@ MAX_ROW = 2**30  # the row kernels index inside a row in 32 bits
 MAX_GRID_THREADS = 2**31
 # The RMSNorm backward kernel's grid: as many blocks as are resident at once on an H100/H200, so
 # that all of them start together, counted as 132 SMs of 512 resident threads (sm_90: 16-bit rows
-# of 8192 take 256 threads at 126 registers, two blocks an SM; float32 rows 512 threads at 104,
-# one). Measured on the H200 at 16384 x 8192: bfloat16 257 us at 264 blocks of 256, 302 at 528,
+# of 8192 take 256 threads at 119-125 registers, two blocks an SM; float32 rows 512 threads at
+# 108, one). Measured on the H200 at 16384 x 8192: bfloat16 257 us at 264 blocks of 256, 302 at 528,
 # 374 at 132; float32 431 us at 132 blocks of 512, 450 at 264. Each block writes one row of
 # float32 partial weight gradients (deterministic: summed in a fixed order by a second kernel).
 BACKWARD_RESIDENT_THREADS = 132 * 512
 # The short-row backward (rms_norm_backward_short: one block a row, a thread a vector of x, dy, the
-# weight and grad_extra held from load to store; one row's weight gradient written by the kernel,
-# more rows' summed by a second kernel, ROW_SCALE_DTYPES below): at most SHORT_BACKWARD_THREADS
+# weight and grad_extra held from load to store, each row's scale the forward's; one row's weight
+# gradient written by the kernel, more rows' summed by a second kernel, ROW_SCALE_DTYPES below): at most SHORT_BACKWARD_THREADS
 # threads a row (kShortBackwardThreads), each with at most SHORT_BACKWARD_CHUNKS vectors
 # (kShortBackwardChunks), for at most SHORT_BACKWARD_ROWS_MAX rows (one block a row on an H100's
 # or H200's 132 SMs).
 SHORT_BACKWARD_THREADS = 512
 SHORT_BACKWARD_CHUNKS = 2
 SHORT_BACKWARD_ROWS_MAX = 132
-# The dtypes whose short backward of more than one row leaves each row's scale for
-# rms_norm_weight_grad_inputs (mlp.cu's kRowScales: 16-bit types); float32 leaves a float32 row of
-# shares a row for rms_norm_weight_grad.
+# The dtypes whose short backward of more than one row has its weight gradient summed by
+# rms_norm_weight_grad_inputs from the inputs and the forward's row scales, with no scratch
+# (mlp.cu's kRowScales: 16-bit types); float32 leaves a float32 row of shares a row in scratch for
+# rms_norm_weight_grad.
 ROW_SCALE_DTYPES = ("bfloat16", "float16")
 # The weight-gradient sum's block: 32 columns by 8 slices of the partial rows (kWeightGradThreads,
 # 256, bounds their product); with fewer partial rows, fewer slices and up to 128 columns. (On the
@@ -264,12 +265,14 @@ def fixed_backward(cols: int, dtype: str) -> bool:
     )
 
 
-def short_backward_scratch(rows: int, cols: int, dtype: str) -> tuple[int, ...]:
-    """The float32 scratch the short-row backward of ``rows`` rows leaves for its weight sum: a
-    scale a row (ROW_SCALE_DTYPES) or a row of shares a row; none for one row."""
-    if rows == 1:
-        return ()
-    return (rows,) if dtype in ROW_SCALE_DTYPES else (rows, cols)
+def short_backward_scratch(rows: int, cols: int, dtype: str) -> tuple[int, ...] | None:
+    """The shape of the float32 scratch the short-row backward of ``rows`` rows leaves for its
+    weight sum: a row of shares a row (float32), or None where it needs none: one row (the kernel
+    writes the weight gradient itself) and ROW_SCALE_DTYPES (the sum reads the inputs and the
+    forward's row scales)."""
+    if rows == 1 or dtype in ROW_SCALE_DTYPES:
+        return None
+    return (rows, cols)
 
 
 def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, int]]:
@@ -287,6 +290,9 @@ def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, 
 
 
 # ---- launches: addresses (ints or tensors, which the launcher reads) and sizes ----------------
+# A forward norm's ``row_scales`` is 0 (null: nothing stored, the inference path) or float32
+# [rows], which receives each row's scale 1 / sqrt(mean(x^2) + eps); the backward's is that
+# array, required.
 
 
 def launch_swiglu(
@@ -313,15 +319,19 @@ def launch_rms_norm(
     x: Any,
     weight: Any,
     out: Any,
+    row_scales: Any,
     rows: int,
     cols: int,
     eps: float,
     stream: int,
 ) -> None:
+    """out = rms_norm(x), and each row's scale to ``row_scales`` unless it is 0."""
     if rows * cols == 0:
         return
     name, grid, block = norm_launch("rms_norm", rows, cols, dtype)
-    load_kernel(device, name).launch(grid, block, x, weight, out, rows, cols, eps, stream=stream)
+    load_kernel(device, name).launch(
+        grid, block, x, weight, out, row_scales, rows, cols, eps, stream=stream
+    )
 
 
 def launch_add_rms_norm(
@@ -332,18 +342,31 @@ def launch_add_rms_norm(
     weight: Any,
     out: Any,
     residual_out: Any,
+    row_scales: Any,
     rows: int,
     cols: int,
     eps: float,
     stream: int,
 ) -> None:
-    """residual_out = x + residual (rounded to the dtype), out = rms_norm(residual_out); in place
-    when out is x and residual_out is residual (fused_add_rms_norm)."""
+    """residual_out = x + residual (rounded to the dtype), out = rms_norm(residual_out), and each
+    row's scale to ``row_scales`` unless it is 0; in place when out is x and residual_out is
+    residual (fused_add_rms_norm)."""
     if rows * cols == 0:
         return
     name, grid, block = norm_launch("add_rms_norm", rows, cols, dtype)
     load_kernel(device, name).launch(
-        grid, block, x, residual, weight, out, residual_out, rows, cols, eps, stream=stream
+        grid,
+        block,
+        x,
+        residual,
+        weight,
+        out,
+        residual_out,
+        row_scales,
+        rows,
+        cols,
+        eps,
+        stream=stream,
     )
 
 
@@ -379,6 +402,7 @@ def launch_rms_norm_backward(
     device: str,
     dtype: str,
     x: Any,
+    row_scales: Any,
     weight: Any,
     grad: Any,
     grad_extra: Any,
@@ -388,11 +412,11 @@ def launch_rms_norm_backward(
     grad_weight: Any,
     rows: int,
     cols: int,
-    eps: float,
     stream: int,
 ) -> None:
     """grad_x (and grad_x_copy unless 0) = the input gradient of RMSNorm plus grad_extra (unless
-    0); grad_weight from ``partial``, float32 scratch of backward_row_geometry's grid x cols."""
+    0), from x and the forward's row scales; grad_weight from ``partial``, float32 scratch of
+    backward_row_geometry's grid x cols."""
     if cols == 0:
         return
     if rows:
@@ -401,6 +425,7 @@ def launch_rms_norm_backward(
             grid,
             threads,
             x,
+            row_scales,
             weight,
             grad,
             grad_extra,
@@ -409,7 +434,6 @@ def launch_rms_norm_backward(
             partial,
             rows,
             cols,
-            eps,
             stream=stream,
         )
     else:
@@ -424,6 +448,7 @@ def launch_rms_norm_backward_short(
     device: str,
     dtype: str,
     x: Any,
+    row_scales: Any,
     weight: Any,
     grad: Any,
     grad_extra: Any,
@@ -433,15 +458,15 @@ def launch_rms_norm_backward_short(
     rows: int,
     cols: int,
     threads: int,
-    eps: float,
     stream: int,
 ) -> None:
-    """grad_x = the input gradient of RMSNorm plus grad_extra (unless 0), and grad_weight: one
-    block a row of ``threads`` (:func:`short_backward_threads`; the fixed-length kernel where
-    :func:`fixed_backward` says so); one row is one kernel; more rows leave in ``scratch``
-    (float32 of :func:`short_backward_scratch`'s shape; 0 for one row) each row's scale, which
-    rms_norm_weight_grad_inputs sums with the inputs, or float32 shares, which
-    rms_norm_weight_grad sums."""
+    """grad_x = the input gradient of RMSNorm plus grad_extra (unless 0), and grad_weight, from x
+    and the forward's row scales: one block a row of ``threads`` (:func:`short_backward_threads`;
+    the fixed-length kernel where :func:`fixed_backward` says so); one row is one kernel; more
+    rows' weight gradient is summed by a second kernel, rms_norm_weight_grad_inputs from the
+    inputs and row scales (ROW_SCALE_DTYPES), or rms_norm_weight_grad from the float32 shares
+    the backward leaves in ``scratch`` (of :func:`short_backward_scratch`'s shape; 0 where that
+    is None)."""
     if threads == SHORT_BACKWARD_THREADS and fixed_backward(cols, dtype):
         name = kernel_name("rms_norm_backward_fixed", dtype, cols)
     else:
@@ -450,6 +475,7 @@ def launch_rms_norm_backward_short(
         rows,
         threads,
         x,
+        row_scales,
         weight,
         grad,
         grad_extra,
@@ -458,7 +484,6 @@ def launch_rms_norm_backward_short(
         scratch,
         rows,
         cols,
-        eps,
         stream=stream,
     )
     if rows == 1:
@@ -466,7 +491,7 @@ def launch_rms_norm_backward_short(
     columns, block = weight_grad_geometry(cols, rows)
     if dtype in ROW_SCALE_DTYPES:
         load_kernel(device, kernel_name("rms_norm_weight_grad_inputs", dtype)).launch(
-            columns, block, x, grad, scratch, grad_weight, rows, cols, stream=stream
+            columns, block, x, grad, row_scales, grad_weight, rows, cols, stream=stream
         )
     else:
         load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(

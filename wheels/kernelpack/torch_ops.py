@@ -12,6 +12,12 @@ them:
 - ``add_rms_norm(x, residual, weight, eps=1e-6) -> (rms_norm(x + residual), x + residual)``
 - ``fused_add_rms_norm(x, residual, weight, eps=1e-6) -> ()``: the same in place (x gets the norm,
   residual the sum), declared as mutating both, for inference; no autograd (use add_rms_norm).
+- ``rms_norm_with_scale(x, weight, eps=1e-6) -> (rms_norm(x), row scales)`` and
+  ``add_rms_norm_with_scale(x, residual, weight, eps=1e-6) -> (norm, sum, row scales)``: the two
+  norms with each row's scale 1 / sqrt(mean(x^2) + eps) besides (float32, shape x.shape[:-1]),
+  which their backward reads, so that it computes one sum a row instead of two. rms_norm and
+  add_rms_norm take these where a gradient is wanted (the scales are not differentiable), and
+  stay on the inference path, which stores no scales, where none is.
 
 Inputs may be any layout (they are made contiguous), on one GPU, of one dtype among float32,
 float16 and bfloat16; a bad argument raises kernelpack's UsageError (a ValueError) naming it, from
@@ -48,13 +54,22 @@ SCHEMAS = {
     ),
     "swiglu_backward": "swiglu_backward(Tensor grad, Tensor gate, Tensor up) -> (Tensor, Tensor)",
     "silu_and_mul_backward": "silu_and_mul_backward(Tensor grad, Tensor x) -> Tensor",
+    "rms_norm_with_scale": (
+        "rms_norm_with_scale(Tensor x, Tensor weight, float eps=1e-06) -> (Tensor, Tensor)"
+    ),
+    "add_rms_norm_with_scale": (
+        "add_rms_norm_with_scale(Tensor x, Tensor residual, Tensor weight, float eps=1e-06) "
+        "-> (Tensor, Tensor, Tensor)"
+    ),
+    # row_scales: the forward's (the _with_scale ops' last result)
     "rms_norm_backward": (
-        "rms_norm_backward(Tensor grad, Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)"
+        "rms_norm_backward(Tensor grad, Tensor x, Tensor weight, Tensor row_scales) "
+        "-> (Tensor, Tensor)"
     ),
     # one input gradient: x's and residual's are the same (the sum's)
     "add_rms_norm_backward": (
         "add_rms_norm_backward(Tensor grad, Tensor grad_sum, Tensor summed, Tensor weight, "
-        "float eps) -> (Tensor, Tensor)"
+        "Tensor row_scales) -> (Tensor, Tensor)"
     ),
 }
 
@@ -100,16 +115,37 @@ def _shape(name: str, tensor: torch.Tensor, shape: Any, what: str) -> None:
         )
 
 
-def _check_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> str:
+def _check_rows(x: torch.Tensor, weight: torch.Tensor) -> str:
+    """x's rows and the weight of a norm (forward or backward): the dtype name."""
     if x.dim() == 0:
         raise UsageError("x: must have at least one dimension (the normalised one)")
     if x.shape[-1] > mlp_launch.MAX_ROW:
         raise UsageError(f"x: rows of {x.shape[-1]} elements; at most 2**30 are supported")
     dtype = _same(("x", x), ("weight", weight))
     _shape("weight", weight, x.shape[-1:], "x's last dimension")
+    return dtype
+
+
+def _check_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> str:
+    dtype = _check_rows(x, weight)
     if not (math.isfinite(eps) and eps >= 0.0):
         raise UsageError(f"eps: must be a finite number >= 0, got {eps!r}")
     return dtype
+
+
+def _check_row_scales(row_scales: torch.Tensor, x: torch.Tensor) -> None:
+    """The forward's row scales, as the backward kernels read them: float32, one a row of x,
+    contiguous, on x's device."""
+    if row_scales.dtype != torch.float32:
+        raise UsageError(
+            f"row_scales: dtype {str(row_scales.dtype).removeprefix('torch.')}; expected "
+            "float32 (the row scales rms_norm_with_scale returns)"
+        )
+    if row_scales.device != x.device:
+        raise UsageError(f"row_scales: on {row_scales.device}, but x is on {x.device}")
+    _shape("row_scales", row_scales, x.shape[:-1], "x's leading dimensions")
+    if not row_scales.is_contiguous():
+        raise UsageError("row_scales: must be contiguous (as rms_norm_with_scale returns them)")
 
 
 def _check_swiglu(gate: torch.Tensor, up: torch.Tensor) -> str:
@@ -146,9 +182,10 @@ def _check_norm_backward(
     grad_sum: torch.Tensor | None,
     x: torch.Tensor,
     weight: torch.Tensor,
-    eps: float,
+    row_scales: torch.Tensor,
 ) -> str:
-    dtype = _check_norm(x, weight, eps)
+    dtype = _check_rows(x, weight)
+    _check_row_scales(row_scales, x)
     _check_grad(grad, ("x", x), x.shape, "x's")
     if grad_sum is not None:
         _same(("x", x), ("grad_sum", grad_sum))
@@ -165,6 +202,11 @@ def _like(tensor: torch.Tensor, shape: Any = None) -> torch.Tensor:
     """A new tensor of tensor's dtype and device, tensor's shape unless given (fakes)."""
     size = tensor.shape if shape is None else shape
     return torch.empty(size, dtype=tensor.dtype, device=tensor.device)
+
+
+def _row_scales_like(x: torch.Tensor) -> torch.Tensor:
+    """A new float32 tensor for x's row scales: one a row, on x's device."""
+    return torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
 
 
 # ---- real implementations (CUDA dispatch key) ------------------------------------------------
@@ -220,6 +262,49 @@ def _fused_add_rms_norm(
         mlp.torch_run("fused_add_rms_norm", x, residual, weight.contiguous(), float(eps))
 
 
+def _norm_with_scale(
+    x: Tensor, residual: Tensor | None, weight: Tensor, eps: float
+) -> tuple[Tensor, ...]:
+    """(norm, row scales), or with a residual (norm, sum, row scales): the forward norms of the
+    training path, which store each row's scale (not the hot path's launch, which stores none).
+    Rows of no elements get NaN scales, as the kernel's 0 / 0 would give."""
+    if residual is None:
+        dtype = _check_norm(x, weight, eps)
+    else:
+        dtype = _check_add_rms_norm(x, residual, weight, eps)
+    x, weight = x.contiguous(), weight.contiguous()
+    out = torch.empty_like(x)
+    row_scales = _row_scales_like(x)
+    rows, cols = _rows(x)
+    if cols == 0:
+        row_scales.fill_(math.nan)
+    plan = mlp.torch_plan(x)
+    device, stream = plan.device, plan.stream(plan.index)
+    if residual is None:
+        mlp_launch.launch_rms_norm(
+            device, dtype, x, weight, out, row_scales, rows, cols, float(eps), stream
+        )
+        return out, row_scales
+    residual = residual.contiguous()
+    summed = torch.empty_like(x)
+    mlp_launch.launch_add_rms_norm(
+        device, dtype, x, residual, weight, out, summed, row_scales, rows, cols, float(eps), stream
+    )
+    return out, summed, row_scales
+
+
+def _rms_norm_with_scale(x: Tensor, weight: Tensor, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
+    out, row_scales = _norm_with_scale(x, None, weight, eps)
+    return out, row_scales
+
+
+def _add_rms_norm_with_scale(
+    x: Tensor, residual: Tensor, weight: Tensor, eps: float = 1e-6
+) -> tuple[Tensor, Tensor, Tensor]:
+    out, summed, row_scales = _norm_with_scale(x, residual, weight, eps)
+    return out, summed, row_scales
+
+
 def _swiglu_backward(
     grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -250,11 +335,12 @@ def _silu_and_mul_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def _norm_backward(
-    grad: Tensor, grad_sum: Tensor | None, x: Tensor, weight: Tensor, eps: float
+    grad: Tensor, grad_sum: Tensor | None, x: Tensor, weight: Tensor, row_scales: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """(input gradient, weight gradient) of RMSNorm; with grad_sum (add_rms_norm, x being the
-    sum), the input gradient is the sum's, which x and the residual share."""
-    dtype = _check_norm_backward(grad, grad_sum, x, weight, eps)
+    """(input gradient, weight gradient) of RMSNorm from x and the forward's row scales; with
+    grad_sum (add_rms_norm, x being the sum), the input gradient is the sum's, which x and the
+    residual share."""
+    dtype = _check_norm_backward(grad, grad_sum, x, weight, row_scales)
     grad, x, weight = grad.contiguous(), x.contiguous(), weight.contiguous()
     extra = 0 if grad_sum is None else grad_sum.contiguous()
     rows, cols = _rows(x)
@@ -265,11 +351,14 @@ def _norm_backward(
     threads = mlp_launch.short_backward_threads(rows, cols, dtype)
     if threads:
         shape = mlp_launch.short_backward_scratch(rows, cols, dtype)
-        scratch: Any = torch.empty(shape, dtype=torch.float32, device=x.device) if shape else 0
+        scratch: Any = (
+            0 if shape is None else torch.empty(shape, dtype=torch.float32, device=x.device)
+        )
         mlp_launch.launch_rms_norm_backward_short(
             device,
             dtype,
             x,
+            row_scales,
             weight,
             grad,
             extra,
@@ -279,7 +368,6 @@ def _norm_backward(
             rows,
             cols,
             threads,
-            eps,
             stream,
         )
         return grad_x, grad_weight
@@ -289,6 +377,7 @@ def _norm_backward(
         device,
         dtype,
         x,
+        row_scales,
         weight,
         grad,
         extra,
@@ -298,16 +387,15 @@ def _norm_backward(
         grad_weight,
         rows,
         cols,
-        eps,
         stream,
     )
     return grad_x, grad_weight
 
 
 def _rms_norm_backward(
-    grad: Tensor, x: Tensor, weight: Tensor, eps: float
+    grad: Tensor, x: Tensor, weight: Tensor, row_scales: Tensor
 ) -> tuple[Tensor, Tensor]:
-    return _norm_backward(grad, None, x, weight, eps)
+    return _norm_backward(grad, None, x, weight, row_scales)
 
 
 # ---- fake implementations: shapes, dtypes and the same checks --------------------------------
@@ -341,6 +429,20 @@ def _fused_add_rms_norm_fake(
     _check_add_rms_norm(x, residual, weight, eps)
 
 
+def _rms_norm_with_scale_fake(
+    x: Tensor, weight: Tensor, eps: float = 1e-6
+) -> tuple[Tensor, Tensor]:
+    _check_norm(x, weight, eps)
+    return _like(x), _row_scales_like(x)
+
+
+def _add_rms_norm_with_scale_fake(
+    x: Tensor, residual: Tensor, weight: Tensor, eps: float = 1e-6
+) -> tuple[Tensor, Tensor, Tensor]:
+    _check_add_rms_norm(x, residual, weight, eps)
+    return _like(x), _like(x), _row_scales_like(x)
+
+
 def _swiglu_backward_fake(
     grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -356,16 +458,16 @@ def _silu_and_mul_backward_fake(grad: torch.Tensor, x: torch.Tensor) -> torch.Te
 
 
 def _norm_backward_fake(
-    grad: Tensor, grad_sum: Tensor | None, x: Tensor, weight: Tensor, eps: float
+    grad: Tensor, grad_sum: Tensor | None, x: Tensor, weight: Tensor, row_scales: Tensor
 ) -> tuple[Tensor, Tensor]:
-    _check_norm_backward(grad, grad_sum, x, weight, eps)
+    _check_norm_backward(grad, grad_sum, x, weight, row_scales)
     return _like(x), _like(x, weight.shape)
 
 
 def _rms_norm_backward_fake(
-    grad: Tensor, x: Tensor, weight: Tensor, eps: float
+    grad: Tensor, x: Tensor, weight: Tensor, row_scales: Tensor
 ) -> tuple[Tensor, Tensor]:
-    return _norm_backward_fake(grad, None, x, weight, eps)
+    return _norm_backward_fake(grad, None, x, weight, row_scales)
 
 
 # ---- autograd: the backward passes are kernels too --------------------------------------------
@@ -391,28 +493,35 @@ def _silu_and_mul_grad(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
     return result
 
 
+# The norms' row scales are a by-product for the backward, not a function to differentiate:
+# marked so, autograd gives them no gradient (what reaches their backward for them is zeros).
+
+
 def _save_rms_norm(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    ctx.save_for_backward(inputs[0], inputs[1])
-    ctx.eps = inputs[2]
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(inputs[0], inputs[1], output[1])  # x, the weight, the row scales
 
 
-def _rms_norm_grad(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-    x, weight = ctx.saved_tensors
-    grad_x, grad_weight = torch.ops.kernelpack.rms_norm_backward(grad, x, weight, ctx.eps)
+def _rms_norm_grad(
+    ctx: Any, grad: torch.Tensor, grad_row_scales: torch.Tensor
+) -> tuple[torch.Tensor | None, ...]:
+    x, weight, row_scales = ctx.saved_tensors
+    grad_x, grad_weight = torch.ops.kernelpack.rms_norm_backward(grad, x, weight, row_scales)
     return grad_x, grad_weight, None
 
 
 def _save_add_rms_norm(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    ctx.save_for_backward(output[1], inputs[2])  # the sum, as stored, and the weight
-    ctx.eps = inputs[3]
+    ctx.mark_non_differentiable(output[2])
+    # the sum, as stored, the weight and the row scales
+    ctx.save_for_backward(output[1], inputs[2], output[2])
 
 
 def _add_rms_norm_grad(
-    ctx: Any, grad: torch.Tensor, grad_sum: torch.Tensor
+    ctx: Any, grad: torch.Tensor, grad_sum: torch.Tensor, grad_row_scales: torch.Tensor
 ) -> tuple[torch.Tensor | None, ...]:
-    summed, weight = ctx.saved_tensors
+    summed, weight, row_scales = ctx.saved_tensors
     grad_input, grad_weight = torch.ops.kernelpack.add_rms_norm_backward(
-        grad, grad_sum, summed, weight, ctx.eps
+        grad, grad_sum, summed, weight, row_scales
     )
     # x and residual reach the output only through their sum: one gradient serves both (as
     # autograd's own add does), so the backward writes it once
@@ -425,28 +534,62 @@ IMPLEMENTATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "rms_norm": (_rms_norm, _rms_norm_fake),
     "add_rms_norm": (_add_rms_norm, _add_rms_norm_fake),
     "fused_add_rms_norm": (_fused_add_rms_norm, _fused_add_rms_norm_fake),
+    "rms_norm_with_scale": (_rms_norm_with_scale, _rms_norm_with_scale_fake),
+    "add_rms_norm_with_scale": (_add_rms_norm_with_scale, _add_rms_norm_with_scale_fake),
     "swiglu_backward": (_swiglu_backward, _swiglu_backward_fake),
     "silu_and_mul_backward": (_silu_and_mul_backward, _silu_and_mul_backward_fake),
     "rms_norm_backward": (_rms_norm_backward, _rms_norm_backward_fake),
-    # (grad, grad_sum, summed, weight, eps): the norm's backward with the sum's gradient added
+    # (grad, grad_sum, summed, weight, row_scales): the norm's backward with the sum's gradient
+    # added
     "add_rms_norm_backward": (_norm_backward, _norm_backward_fake),
 }
 
+# op -> (backward, setup_context) of its autograd formula
 AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "swiglu": (_swiglu_grad, _save_swiglu),
     "silu_and_mul": (_silu_and_mul_grad, _save_silu_and_mul),
-    "rms_norm": (_rms_norm_grad, _save_rms_norm),
-    "add_rms_norm": (_add_rms_norm_grad, _save_add_rms_norm),
+    "rms_norm_with_scale": (_rms_norm_grad, _save_rms_norm),
+    "add_rms_norm_with_scale": (_add_rms_norm_grad, _save_add_rms_norm),
+}
+
+# op -> (the op with its autograd formula, how many of its results are the op's): where a
+# gradient is wanted the norms run as their _with_scale ops, whose row scales the backward reads,
+# and return the results they share; where none is, they stay on the hot path (no scales stored).
+THROUGH: dict[str, tuple[str, int]] = {
+    "rms_norm": ("rms_norm_with_scale", 1),
+    "add_rms_norm": ("add_rms_norm_with_scale", 2),
 }
 
 
-def _autograd_kernel(
-    name: str, backward: Callable[..., Any], setup: Callable[..., Any]
-) -> Callable[..., Any]:
-    """The op's kernel for the Autograd dispatch key: where a gradient is wanted, the one
-    torch.library.register_autograd makes from ``backward`` and ``setup``; otherwise, on plain
-    CUDA tensors with nothing between autograd and the CUDA kernel (no mode, fake or functional
-    tensor, vmap: the keys left below autograd show it), the CUDA implementation at once.
+def _with_grad(name: str) -> Callable[..., Any]:
+    """The op's kernel (keyset, *args) where a gradient is wanted: the one
+    torch.library.register_autograd makes from its AUTOGRAD formula, or for a THROUGH op a call
+    of the op that has the formula (dispatched afresh, so that its own Autograd kernel records
+    the backward) and the results the two share."""
+    from torch._library import autograd as library_autograd  # what register_autograd uses
+
+    ops = getattr(torch.ops, NAMESPACE)
+    if name in THROUGH:
+        through, shared = THROUGH[name]
+        formula_op = getattr(ops, through).default
+        if shared == 1:
+            return lambda keyset, *args: formula_op(*args)[0]
+        return lambda keyset, *args: formula_op(*args)[:shared]
+    backward, setup = AUTOGRAD[name]
+    return library_autograd.make_autograd_impl(
+        getattr(ops, name).default, library_autograd.Info(backward, setup)
+    )
+
+
+def _no_hot_call(*args: Any) -> Any:
+    return NotImplemented
+
+
+def _autograd_kernel(name: str) -> Callable[..., Any]:
+    """The op's kernel for the Autograd dispatch key: where a gradient is wanted,
+    :func:`_with_grad`'s; otherwise, on plain CUDA tensors with nothing between autograd and the
+    CUDA kernel (no mode, fake or functional tensor, vmap: the keys left below autograd show it),
+    the CUDA implementation at once (its hot call first, for the ops that have one).
 
     Why: register_autograd's kernel redispatches even when no gradient is wanted, through Python
     frames that cost more than the launch (profiled on the H200, docs/bench-mlp-notes.md).
@@ -454,10 +597,8 @@ def _autograd_kernel(
     straight to CUDA is remembered by the keyset's bits (one call where the keyset arithmetic
     takes four, each a few hundred ns).
     """
-    from torch._library import autograd as library_autograd  # what register_autograd uses
-
     op = getattr(getattr(torch.ops, NAMESPACE), name).default
-    with_grad = library_autograd.make_autograd_impl(op, library_autograd.Info(backward, setup))
+    with_grad = _with_grad(name)
     real = IMPLEMENTATIONS[name][0]
     below_autograd = torch._C._after_autograd_keyset
     falls_through = torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView)  # functional op
@@ -466,13 +607,15 @@ def _autograd_kernel(
 
     straight: dict[int, bool] = {}  # keyset's bits -> whether CUDA is next below autograd
     # The CUDA implementation's hot call, made here without its Python frame (out= None where
-    # the op's hot call takes one); anything it does not take goes to the implementation.
-    hot = HOT[name]
-    spec = mlp_hot.SPECS[name]
-    tail = (None,) if spec.out else ()
+    # the op's hot call takes one); anything it does not take goes to the implementation. The
+    # _with_scale ops have none (the hot path stores no row scales).
+    spec = mlp_hot.SPECS.get(name)
+    hot = HOT[name] if spec is not None else _no_hot_call
+    tail = (None,) if spec is not None and spec.out else ()
     # The dispatcher leaves a trailing argument given at its default out of args (eps=1e-06 in
     # every schema here), which the hot call needs: put back
-    defaults = (DEFAULT_EPS,) if spec.eps else ()
+    defaults = (DEFAULT_EPS,) if spec is not None and spec.eps else ()
+    inputs = spec.inputs if spec is not None else 0
 
     def kernel(keyset: Any, *args: Any) -> Any:
         if grad_enabled() and any_requires_grad(*args):
@@ -485,7 +628,7 @@ def _autograd_kernel(
             below = keyset & below_autograd
             cuda_next = straight[bits] = (below - falls_through).highestPriorityTypeId() == cuda
         if cuda_next:
-            result = hot(*args, *defaults[len(args) - spec.inputs :], *tail)
+            result = hot(*args, *defaults[len(args) - inputs :], *tail)
             return real(*args) if result is NotImplemented else result
         with torch._C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & below_autograd, *args)
@@ -508,9 +651,8 @@ def register() -> None:
             real, fake = IMPLEMENTATIONS[name]
             library.impl(name, real, "CUDA")
             torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
-        for name, (backward, setup) in AUTOGRAD.items():
-            kernel = _autograd_kernel(name, backward, setup)
-            library.impl(name, kernel, "Autograd", with_keyset=True)
+        for name in (*AUTOGRAD, *THROUGH):
+            library.impl(name, _autograd_kernel(name), "Autograd", with_keyset=True)
         _LIBRARY.append(library)
 
 

@@ -468,7 +468,8 @@ static const HotSpec hot_specs[] = {
 
 /* A prepared entry: (launch, grid, block, sizes, weight shape, result shape). launch is a
  * Launcher (called here directly), another callable (launch(grid, block, *args, stream=)) or None
- * (no elements: nothing to launch); sizes the integers the kernel takes after its pointers;
+ * (no elements: nothing to launch); sizes the integers the kernel takes after the tensors'
+ * pointers (a norm's null row_scales, then the sizes);
  * the weight shape None where the op has no weight; the result shape None where it is the first
  * input's. */
 enum { ENTRY_LAUNCH, ENTRY_GRID, ENTRY_BLOCK, ENTRY_SIZES, ENTRY_WEIGHT, ENTRY_RESULT, ENTRY_ITEMS };
