@@ -528,6 +528,25 @@ def test_autograd_against_float64(name: str, dtype: Any, tolerance: float) -> No
         assert relative(g, e) < tolerance, (name, f"grad of input {position}", relative(g, e))
 
 
+@pytest.mark.parametrize("used", ["norm", "sum"])
+def test_add_rms_norm_gradients_when_one_output_reaches_the_loss(used: str) -> None:
+    """The gradients of an output no loss used are None, not zeros (no fill kernel): the
+    backward takes the norm's gradient alone, or passes the sum's to x and the residual."""
+    x, residual, weight, eps = op_inputs(torch.float32, rows=5, cols=136)["add_rms_norm"]
+    normed, summed = OPS.add_rms_norm(x, residual, weight, eps)
+    out, index = (normed, 0) if used == "norm" else (summed, 1)
+    grad_out = torch.randn_like(out)
+    got = torch.autograd.grad(out, [x, residual, weight], grad_out, allow_unused=True)
+    wide = [a.detach().double().requires_grad_() for a in (x, residual, weight)]
+    expected_out = reference("add_rms_norm")(*wide, eps)[index]
+    expected = torch.autograd.grad(expected_out, wide, grad_out.double(), allow_unused=True)
+    for position, (g, e) in enumerate(zip(got, expected, strict=True)):
+        if e is None:
+            assert g is None or not bool(g.any()), (used, position)
+            continue
+        assert g is not None and relative(g, e) < 2e-6, (used, position)
+
+
 def test_mlp_api_takes_the_autograd_path_for_tensors_that_need_it() -> None:
     gate = torch.randn(4, 64, device="cuda", requires_grad=True)
     up = torch.randn(4, 64, device="cuda", requires_grad=True)

@@ -264,9 +264,9 @@ def test_norms_wanting_a_gradient_save_their_row_scales(
     weight = meta(16).requires_grad_()
     with Record():
         result = getattr(OPS, name)(x, *others, weight, 1e-5)
-        first = result if name == "rms_norm" else result[0]
-        assert first.shape == (3, 5, 16) and first.requires_grad
-        torch.autograd.grad(first.sum(), [x, weight])
+        outputs = (result,) if name == "rms_norm" else result
+        assert outputs[0].shape == (3, 5, 16) and outputs[0].requires_grad
+        torch.autograd.grad(sum(output.sum() for output in outputs), [x, weight])
     assert [call[0] for call in calls] == [through, backward]
     row_scales = calls[1][1][-1]
     assert (row_scales.shape, row_scales.dtype) == ((3, 5), torch.float32)

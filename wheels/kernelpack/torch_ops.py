@@ -494,17 +494,22 @@ def _silu_and_mul_grad(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
 
 
 # The norms' row scales are a by-product for the backward, not a function to differentiate:
-# marked so, autograd gives them no gradient (what reaches their backward for them is zeros).
+# marked so, they get no gradient. The gradients of outputs that reached no loss stay None
+# (set_materialize_grads(False)): materialised, the row scales' zeros cost a fill kernel in every
+# backward (0.76 µs at 1 x 4096 on the H200, torch.profiler; docs/bench-mlp-notes.md).
 
 
 def _save_rms_norm(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(inputs[0], inputs[1], output[1])  # x, the weight, the row scales
 
 
 def _rms_norm_grad(
-    ctx: Any, grad: torch.Tensor, grad_row_scales: torch.Tensor
-) -> tuple[torch.Tensor | None, ...]:
+    ctx: Any, grad: Tensor | None, grad_row_scales: Tensor | None
+) -> tuple[Tensor | None, ...]:
+    if grad is None:
+        return None, None, None
     x, weight, row_scales = ctx.saved_tensors
     grad_x, grad_weight = torch.ops.kernelpack.rms_norm_backward(grad, x, weight, row_scales)
     return grad_x, grad_weight, None
@@ -512,17 +517,25 @@ def _rms_norm_grad(
 
 def _save_add_rms_norm(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     ctx.mark_non_differentiable(output[2])
+    ctx.set_materialize_grads(False)
     # the sum, as stored, the weight and the row scales
     ctx.save_for_backward(output[1], inputs[2], output[2])
 
 
 def _add_rms_norm_grad(
-    ctx: Any, grad: torch.Tensor, grad_sum: torch.Tensor, grad_row_scales: torch.Tensor
-) -> tuple[torch.Tensor | None, ...]:
+    ctx: Any, grad: Tensor | None, grad_sum: Tensor | None, grad_row_scales: Tensor | None
+) -> tuple[Tensor | None, ...]:
     summed, weight, row_scales = ctx.saved_tensors
-    grad_input, grad_weight = torch.ops.kernelpack.add_rms_norm_backward(
-        grad, grad_sum, summed, weight, row_scales
-    )
+    if grad is None:  # only the sum reached a loss: its gradient is x's and the residual's
+        return grad_sum, grad_sum, None, None
+    if grad_sum is None:
+        grad_input, grad_weight = torch.ops.kernelpack.rms_norm_backward(
+            grad, summed, weight, row_scales
+        )
+    else:
+        grad_input, grad_weight = torch.ops.kernelpack.add_rms_norm_backward(
+            grad, grad_sum, summed, weight, row_scales
+        )
     # x and residual reach the output only through their sum: one gradient serves both (as
     # autograd's own add does), so the backward writes it once
     return grad_input, grad_input, grad_weight, None
