@@ -126,15 +126,6 @@ __device__ __forceinline__ bool vector_aligned(const void* pointer) {
   return all_aligned<kVectorBytes>(pointer);
 }
 
-// A pointer rounded down to kBytes: the exact kernels' loads ahead of their alignment test. By
-// pointer arithmetic, so that the compiler keeps the kernel argument's address space (through an
-// integer it issued generic loads, not global ones).
-template <int kBytes, typename T>
-__device__ __forceinline__ const T* aligned_down(const T* pointer) {
-  const unsigned long long past = reinterpret_cast<unsigned long long>(pointer) % kBytes;
-  return pointer - past / sizeof(T);
-}
-
 // The narrower vector of the elementwise kernels on short inputs: 8 bytes (4 16-bit elements, 2
 // float32). Chosen by the launch geometry: a grid with a thread for every 8-byte chunk asks for it
 // (kernelpack.mlp_launch gives short inputs such a grid: with one 16-byte vector a thread they
@@ -281,24 +272,21 @@ __device__ __forceinline__ void for_each_chunk(long long end, const Chunk& chunk
 // out[i] = silu(gate[i]) * up[i] for the chunks [0, end), as for_each_chunk deals them. (Measured
 // on the H100: one 16-byte vector per thread and step beats two, whose larger tiles leave fewer
 // threads in flight at mid sizes.)
-template <typename Access, typename T>
-__device__ __forceinline__ typename Access::Raw silu_mul_chunk(const T* gate, const T* up,
-                                                               long long i) {
-  constexpr int kWidth = Access::kWidth;
-  float g[kWidth];
-  float u[kWidth];
-  Access::unpack(Access::load(gate, i), g);
-  Access::unpack(Access::load(up, i), u);
-#pragma unroll
-  for (int k = 0; k < kWidth; ++k) {
-    g[k] = silu_mul(g[k], u[k]);
-  }
-  return Access::pack(g);
-}
-
 template <bool kExact, typename Access, typename T>
 __device__ __forceinline__ void silu_mul_chunks(const T* gate, const T* up, T* out, long long end) {
-  for_each_chunk<kExact>(end, [&](auto i) { Access::store(out, i, silu_mul_chunk<Access>(gate, up, i)); });
+  constexpr int kWidth = Access::kWidth;
+  const auto chunk = [&](auto i) {
+    float g[kWidth];
+    float u[kWidth];
+    Access::unpack(Access::load(gate, i), g);
+    Access::unpack(Access::load(up, i), u);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      g[k] = silu_mul(g[k], u[k]);
+    }
+    Access::store(out, i, Access::pack(g));
+  };
+  for_each_chunk<kExact>(end, chunk);
 }
 
 template <typename T>
@@ -347,62 +335,29 @@ __device__ __forceinline__ void silu_and_mul(const T* x, T* out, long long rows,
 // is a whole number of 8-byte vectors, the grid has a thread for each (grid.y one a row) and the
 // arrays hold fewer than 2**31 elements, so a thread takes its one vector with none of the general
 // form's run-time choices (vector width, grid-stride and row loops, 64-bit indices, the tail):
-// the sixth session's profile of 1x11008 (docs/bench-mlp-notes.md). The alignment test stays (the
-// host's hot path prepares a launch per shape, not per address) but not ahead of the loads, as in
-// the fixed-length norms: a thread loads and computes its vector from the arrays rounded down to
-// 8 bytes, and stores it where every array is aligned; a misaligned call drops it and takes the
-// scalar loop, out of line.
-template <typename T>
-__device__ __noinline__ void swiglu_scalar(const T* gate, const T* up, T* out, long long n) {
-  silu_mul_chunks<false, ScalarAccess<T>>(gate, up, out, n);
-}
-
+// the sixth session's profile of 1x11008 (docs/bench-mlp-notes.md). The alignment test stays, one
+// test for all the pointers (the host's hot path prepares a launch per shape, not per address):
+// a misaligned view takes the general scalar loop.
 template <typename T>
 __device__ __forceinline__ void swiglu_exact(const T* gate, const T* up, T* out, long long n) {
-  using Access = NarrowAccess<T>;
-  const bool aligned = all_aligned<kNarrowBytes>(gate, up, out);
-  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  const bool mine = i < static_cast<int>(n / Access::kWidth);
-  typename Access::Raw result{};
-  if (mine) {
-    result = silu_mul_chunk<Access>(aligned_down<kNarrowBytes>(gate),
-                                    aligned_down<kNarrowBytes>(up), i);
+  if (all_aligned<kNarrowBytes>(gate, up, out)) {
+    silu_mul_chunks<true, NarrowAccess<T>>(gate, up, out, n / NarrowAccess<T>::kWidth);
+  } else {
+    silu_mul_chunks<false, ScalarAccess<T>>(gate, up, out, n);
   }
-  if (!aligned) {
-    swiglu_scalar(gate, up, out, n);
-    return;
-  }
-  if (mine) {
-    Access::store(out, i, result);
-  }
-}
-
-template <typename T>
-__device__ __noinline__ void silu_and_mul_scalar(const T* x, T* out, long long rows,
-                                                 long long cols) {
-  silu_and_mul_rows<ScalarAccess<T>>(x, out, rows, cols);
 }
 
 template <typename T>
 __device__ __forceinline__ void silu_and_mul_exact(const T* x, T* out, long long rows,
                                                    long long cols) {
-  using Access = NarrowAccess<T>;
-  const bool aligned = all_aligned<kNarrowBytes>(x, out);
-  const int row = static_cast<int>(blockIdx.y);
-  const int width = static_cast<int>(cols);
-  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  const bool mine = i < width / Access::kWidth;
-  typename Access::Raw result{};
-  if (mine) {
-    const T* gate = aligned_down<kNarrowBytes>(x) + row * 2 * width;
-    result = silu_mul_chunk<Access>(gate, gate + width, i);
-  }
-  if (!aligned) {
-    silu_and_mul_scalar(x, out, rows, cols);
-    return;
-  }
-  if (mine) {
-    Access::store(out + row * width, i, result);
+  if (all_aligned<kNarrowBytes>(x, out)) {
+    const int row = static_cast<int>(blockIdx.y);
+    const int width = static_cast<int>(cols);
+    const T* gate = x + row * 2 * width;
+    silu_mul_chunks<true, NarrowAccess<T>>(gate, gate + width, out + row * width,
+                                           width / NarrowAccess<T>::kWidth);
+  } else {
+    silu_and_mul_rows<ScalarAccess<T>>(x, out, rows, cols);
   }
 }
 
@@ -836,6 +791,15 @@ __device__ __forceinline__ float fixed_row_sum(float value, float* slots) {
   return value;
 }
 
+// A pointer rounded down to kBytes: the fixed kernels' loads ahead of their alignment test. By
+// pointer arithmetic, so that the compiler keeps the kernel argument's address space (through an
+// integer it issued generic loads, not global ones).
+template <int kBytes, typename T>
+__device__ __forceinline__ const T* aligned_down(const T* pointer) {
+  const unsigned long long past = reinterpret_cast<unsigned long long>(pointer) % kBytes;
+  return pointer - past / sizeof(T);
+}
+
 // The fixed kernels' misaligned row: the scalar loop, out of line, so that the vector path is the
 // kernel's straight line (inlined, ptxas placed this loop first and the vector path after a jump).
 template <int kCols, bool kAddResidual, typename T>
@@ -940,41 +904,28 @@ __device__ __forceinline__ void silu_mul_grads(float gate, float up, float dy, f
   d_gate = dy * up * sigmoid * (1.0f + gate * (1.0f - sigmoid));
 }
 
-// Chunk i's gradients of gate and up, in `grad_gate` and `grad_up`.
-template <typename Access, typename T>
-__device__ __forceinline__ void silu_mul_backward_chunk(const T* gate, const T* up, const T* grad,
-                                                        long long i,
-                                                        typename Access::Raw& grad_gate,
-                                                        typename Access::Raw& grad_up) {
-  constexpr int kWidth = Access::kWidth;
-  float g[kWidth];
-  float u[kWidth];
-  float dy[kWidth];
-  Access::unpack(Access::load(gate, i), g);
-  Access::unpack(Access::load(up, i), u);
-  Access::unpack(Access::load(grad, i), dy);
-#pragma unroll
-  for (int k = 0; k < kWidth; ++k) {
-    float d_gate;
-    float d_up;
-    silu_mul_grads(g[k], u[k], dy[k], d_gate, d_up);
-    g[k] = d_gate;
-    u[k] = d_up;
-  }
-  grad_gate = Access::pack(g);
-  grad_up = Access::pack(u);
-}
-
 template <bool kExact, typename Access, typename T>
 __device__ __forceinline__ void silu_mul_backward_chunks(const T* gate, const T* up, const T* grad,
                                                          T* grad_gate, T* grad_up,
                                                          long long end) {
+  constexpr int kWidth = Access::kWidth;
   const auto chunk = [&](auto i) {
-    typename Access::Raw d_gate;
-    typename Access::Raw d_up;
-    silu_mul_backward_chunk<Access>(gate, up, grad, i, d_gate, d_up);
-    Access::store(grad_gate, i, d_gate);
-    Access::store(grad_up, i, d_up);
+    float g[kWidth];
+    float u[kWidth];
+    float dy[kWidth];
+    Access::unpack(Access::load(gate, i), g);
+    Access::unpack(Access::load(up, i), u);
+    Access::unpack(Access::load(grad, i), dy);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      float d_gate;
+      float d_up;
+      silu_mul_grads(g[k], u[k], dy[k], d_gate, d_up);
+      g[k] = d_gate;
+      u[k] = d_up;
+    }
+    Access::store(grad_gate, i, Access::pack(g));
+    Access::store(grad_up, i, Access::pack(u));
   };
   for_each_chunk<kExact>(end, chunk);
 }
@@ -1028,68 +979,31 @@ __device__ __forceinline__ void silu_and_mul_backward(const T* x, const T* grad,
   }
 }
 
-// The exact forms of the two backwards (as swiglu_exact: the loads ahead of the alignment test).
-template <typename T>
-__device__ __noinline__ void swiglu_backward_scalar(const T* gate, const T* up, const T* grad,
-                                                    T* grad_gate, T* grad_up, long long n) {
-  silu_mul_backward_chunks<false, ScalarAccess<T>>(gate, up, grad, grad_gate, grad_up, n);
-}
-
+// The exact forms of the two backwards (as swiglu_exact).
 template <typename T>
 __device__ __forceinline__ void swiglu_backward_exact(const T* gate, const T* up, const T* grad,
                                                       T* grad_gate, T* grad_up, long long n) {
-  using Access = NarrowAccess<T>;
-  const bool aligned = all_aligned<kNarrowBytes>(gate, up, grad, grad_gate, grad_up);
-  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  const bool mine = i < static_cast<int>(n / Access::kWidth);
-  typename Access::Raw d_gate{};
-  typename Access::Raw d_up{};
-  if (mine) {
-    silu_mul_backward_chunk<Access>(aligned_down<kNarrowBytes>(gate),
-                                    aligned_down<kNarrowBytes>(up),
-                                    aligned_down<kNarrowBytes>(grad), i, d_gate, d_up);
+  if (all_aligned<kNarrowBytes>(gate, up, grad, grad_gate, grad_up)) {
+    silu_mul_backward_chunks<true, NarrowAccess<T>>(gate, up, grad, grad_gate, grad_up,
+                                                    n / NarrowAccess<T>::kWidth);
+  } else {
+    silu_mul_backward_chunks<false, ScalarAccess<T>>(gate, up, grad, grad_gate, grad_up, n);
   }
-  if (!aligned) {
-    swiglu_backward_scalar(gate, up, grad, grad_gate, grad_up, n);
-    return;
-  }
-  if (mine) {
-    Access::store(grad_gate, i, d_gate);
-    Access::store(grad_up, i, d_up);
-  }
-}
-
-template <typename T>
-__device__ __noinline__ void silu_and_mul_backward_scalar(const T* x, const T* grad, T* grad_x,
-                                                          long long rows, long long cols) {
-  silu_and_mul_backward_rows<ScalarAccess<T>>(x, grad, grad_x, rows, cols);
 }
 
 template <typename T>
 __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T* grad, T* grad_x,
                                                             long long rows, long long cols) {
-  using Access = NarrowAccess<T>;
-  const bool aligned = all_aligned<kNarrowBytes>(x, grad, grad_x);
-  const int row = static_cast<int>(blockIdx.y);
-  const int width = static_cast<int>(cols);
-  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  const bool mine = i < width / Access::kWidth;
-  typename Access::Raw d_gate{};
-  typename Access::Raw d_up{};
-  if (mine) {
-    const T* gate = aligned_down<kNarrowBytes>(x) + row * 2 * width;
-    silu_mul_backward_chunk<Access>(gate, gate + width,
-                                    aligned_down<kNarrowBytes>(grad) + row * width, i, d_gate,
-                                    d_up);
-  }
-  if (!aligned) {
-    silu_and_mul_backward_scalar(x, grad, grad_x, rows, cols);
-    return;
-  }
-  if (mine) {
+  if (all_aligned<kNarrowBytes>(x, grad, grad_x)) {
+    const int row = static_cast<int>(blockIdx.y);
+    const int width = static_cast<int>(cols);
+    const T* gate = x + row * 2 * width;
     T* grad_gate = grad_x + row * 2 * width;
-    Access::store(grad_gate, i, d_gate);
-    Access::store(grad_gate + width, i, d_up);
+    silu_mul_backward_chunks<true, NarrowAccess<T>>(gate, gate + width, grad + row * width,
+                                                    grad_gate, grad_gate + width,
+                                                    width / NarrowAccess<T>::kWidth);
+  } else {
+    silu_and_mul_backward_rows<ScalarAccess<T>>(x, grad, grad_x, rows, cols);
   }
 }
 
