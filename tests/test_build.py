@@ -27,6 +27,7 @@ from buildsys.modules import read_tree
 from buildsys.report import failure_error
 from buildsys.settings import FLAGS, BuildSettings
 from buildsys.toolchain import Toolchain, cuda_toolchain
+from kernelpack import mlp_launch
 from kernelpack.formats import read_bundle
 
 ALL_JOBS = {(m, t) for m in ("other", "tiny") for t in AMD_TARGETS}
@@ -363,3 +364,27 @@ def test_real_sources_build_for_the_default_matrix(
         wanted = [t.target for t in matrix.targets if settings.vendor in (None, t.vendor)]
         assert targets == sorted(wanted)
     check_bundles(settings.out, [t.target for t in matrix.amd])
+    for image in index["modules"]["mlp"]["images"]:
+        if image["target"] == "sm_90":
+            check_general_norms_share_an_sm(image["kernels"])
+
+
+# An sm_90 multiprocessor's registers, and the unit a warp's are allocated in (32 lanes of 8):
+# the CUDA C++ Programming Guide's table for compute capability 9.0, and its occupancy calculator.
+SM90_REGISTERS = 65_536
+SM90_WARP_REGISTER_UNIT = 256
+
+
+def check_general_norms_share_an_sm(kernels: dict[str, dict[str, int]]) -> None:
+    """The general forward norms at LLaMA's 8192 columns keep at least two blocks an SM on the
+    H100/H200, by their registers (ptxas's, read from the cubin) and the host's block: at one,
+    the float32 kernel took 94 µs where it takes 68 at 4096 x 8192 (docs/bench-mlp-notes.md,
+    ninth session), which a change anywhere in mlp.cu's includes can cause. No spill either."""
+    for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items():
+        threads, rows_per_block = mlp_launch.row_geometry(4096, 8192, dtype)[1]
+        resources = kernels[f"mlp::rms_norm<{kernel_type}>"]
+        unit = SM90_WARP_REGISTER_UNIT
+        per_warp = -(-resources["registers"] * 32 // unit) * unit
+        blocks = SM90_REGISTERS // (per_warp * threads * rows_per_block // 32)
+        assert blocks >= 2, (dtype, resources["registers"], threads * rows_per_block)
+        assert resources["spills"] == 0, (dtype, resources)
