@@ -64,15 +64,16 @@ PREPARED: dict[str, dict[Key, Entry]] = {op: {} for op in SPECS}
 _PREPARED_KEPT = 4096  # entries an op keeps before its memo starts over
 
 
-def _not_hot(*args: object) -> Any:
+def not_hot(*args: object) -> Any:
+    """The hot call of an op that has none (yet): the caller's full checks serve."""
     return NotImplemented
 
 
 # op -> its hot call: the entry point of kernelpack.mlp (autograd wanted: not hot), and the one
 # of torch.ops.kernelpack's CUDA kernels (called below autograd: requires_grad is not read).
 # Both answer NotImplemented until torch_enable() ran.
-HOT: dict[str, Callable[..., Any]] = {op: _not_hot for op in SPECS}
-HOT_BELOW_AUTOGRAD: dict[str, Callable[..., Any]] = {op: _not_hot for op in SPECS}
+HOT: dict[str, Callable[..., Any]] = {op: not_hot for op in SPECS}
+HOT_BELOW_AUTOGRAD: dict[str, Callable[..., Any]] = {op: not_hot for op in SPECS}
 
 
 def _native_types() -> tuple[Any, Any]:
@@ -98,7 +99,7 @@ def torch_enable(torch: Any) -> None:
     """Turn the hot calls on (once torch is in use): torch's tensor types, its raw-stream
     accessor, empty_like and grad mode, handed to the C extension's hot calls. Where the
     extension was not built they stay off."""
-    if HOT["swiglu"] is not _not_hot:
+    if HOT["swiglu"] is not not_hot:
         return
     TORCH_TYPES.update((torch.Tensor, torch.nn.Parameter))
     stream = getattr(torch._C, "_cuda_getCurrentRawStream", _default_stream)

@@ -60,10 +60,10 @@ MAX_GRID_THREADS = 2**31
 BACKWARD_RESIDENT_THREADS = 132 * 512
 # The short-row backward (rms_norm_backward_short: one block a row, a thread a vector of x, dy, the
 # weight and grad_extra held from load to store, each row's scale the forward's; one row's weight
-# gradient written by the kernel, more rows' summed by a second kernel, ROW_SCALE_DTYPES below): at most SHORT_BACKWARD_THREADS
-# threads a row (kShortBackwardThreads), each with at most SHORT_BACKWARD_CHUNKS vectors
-# (kShortBackwardChunks), for at most SHORT_BACKWARD_ROWS_MAX rows (one block a row on an H100's
-# or H200's 132 SMs).
+# gradient written by the kernel, more rows' summed by a second kernel, ROW_SCALE_DTYPES below):
+# at most SHORT_BACKWARD_THREADS threads a row (kShortBackwardThreads), each with at most
+# SHORT_BACKWARD_CHUNKS vectors (kShortBackwardChunks), for at most SHORT_BACKWARD_ROWS_MAX rows
+# (one block a row on an H100's or H200's 132 SMs).
 SHORT_BACKWARD_THREADS = 512
 SHORT_BACKWARD_CHUNKS = 2
 SHORT_BACKWARD_ROWS_MAX = 132
@@ -212,9 +212,9 @@ def fixed_threads(cols: int, dtype: str) -> int:
 def norm_launch(op: str, rows: int, cols: int, dtype: str) -> tuple[str, int, tuple[int, int]]:
     """(kernel name, grid, block as (threads per row, rows per block)) of a forward norm (``op``
     "rms_norm" or "add_rms_norm"): for few rows of one of FIXED_COLUMNS the fixed-length kernel
-    (exact: a block for each row, at :func:`fixed_threads`), else the short-row kernel, one block a row and a
-    thread per vector (a power of two, at least BLOCK_MIN), where :func:`short_rows` says so, else
-    the general kernel at :func:`row_geometry`."""
+    (exact: a block for each row, at :func:`fixed_threads`), else the short-row kernel, one block
+    a row and a thread per vector (a power of two, at least BLOCK_MIN), where :func:`short_rows`
+    says so, else the general kernel at :func:`row_geometry`."""
     if 0 < rows <= SHORT_ROWS_MAX and cols in FIXED_COLUMNS:
         name = kernel_name(f"{op}_fixed", dtype, cols)
         return name, rows, (fixed_threads(cols, dtype), 1)

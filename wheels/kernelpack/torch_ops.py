@@ -594,10 +594,6 @@ def _with_grad(name: str) -> Callable[..., Any]:
     )
 
 
-def _no_hot_call(*args: Any) -> Any:
-    return NotImplemented
-
-
 def _autograd_kernel(name: str) -> Callable[..., Any]:
     """The op's kernel for the Autograd dispatch key: where a gradient is wanted,
     :func:`_with_grad`'s; otherwise, on plain CUDA tensors with nothing between autograd and the
@@ -623,7 +619,7 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
     # the op's hot call takes one); anything it does not take goes to the implementation. The
     # _with_scale ops have none (the hot path stores no row scales).
     spec = mlp_hot.SPECS.get(name)
-    hot = HOT[name] if spec is not None else _no_hot_call
+    hot = HOT[name] if spec is not None else mlp_hot.not_hot
     tail = (None,) if spec is not None and spec.out else ()
     # The dispatcher leaves a trailing argument given at its default out of args (eps=1e-06 in
     # every schema here), which the hot call needs: put back
