@@ -783,20 +783,24 @@ def test_forward_norms_store_no_row_scales_when_given_null(
 
 @pytest.mark.gpu
 def test_runs_on_the_callers_current_stream(torch_rng: Any) -> None:
-    """On a stream held back by a long sleep, the op must see a copy queued before it there."""
+    """On a stream held back by a long sleep, the op must see a copy queued before it there: the
+    shape's first call (the full checks), then its second (the hot path), each allocating and
+    with out=."""
     torch = torch_rng[0]
-    n = 1 << 20
+    n = 1 << 20 | 8  # a shape no other test runs, so that its first call takes the full checks
     gate = randn(torch_rng, (n,), "float32")
     up = randn(torch_rng, (n,), "float32")
-    new_gate = randn(torch_rng, (n,), "float32")
     stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        torch.cuda._sleep(100_000_000)
-        gate.copy_(new_gate)
-        out = mlp.swiglu(gate, up)
-    stream.synchronize()
-    assert_close(torch_rng, out, ref_swiglu(new_gate, up), "float32", "swiglu on a side stream")
+    for call in ("first call", "hot call", "hot call, out="):
+        new_gate = randn(torch_rng, (n,), "float32")
+        out = torch.full_like(gate, math.nan) if call.endswith("out=") else None
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(100_000_000)
+            gate.copy_(new_gate)
+            result = mlp.swiglu(gate, up, out=out)
+        stream.synchronize()
+        assert_close(torch_rng, result, ref_swiglu(new_gate, up), "float32", f"swiglu, {call}")
 
 
 @pytest.mark.gpu

@@ -4,23 +4,28 @@ back (NotImplemented) without launching, so that kernelpack.mlp's full checks st
 one clear error for each bad argument. Without the extension there is no hot path at all.
 
 CPU tensors stand in for GPU ones: an entry prepared for device index -1 (what get_device() gives
-on the CPU) with a launch that records its arguments. The C Launcher's own path is driven through
-a real C function pointer (the recording launch of test_loader_launch), so what it would give the
-driver, pointers, sizes, eps and stream, is read back as bytes.
+on the CPU) with a launch that records its arguments. The tensors are read through torch's own
+DLPack exchange API, as on the GPU (on the CPU its current stream is null). The C Launcher's own
+path is driven through a real C function pointer (the recording launch of test_loader_launch), so
+what it would give the driver, pointers, sizes, eps and stream, is read back as bytes. The
+exchange API's declarations in the launcher are compiled beside torch's dlpack.h and compared.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
+import shutil
 import struct
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_loader_launch import CONTEXT, GET_CURRENT, LAUNCH, PUSH, fail, native
+from test_loader_launch import CONTEXT, GET_CURRENT, LAUNCH, NATIVE_SOURCE, PUSH, fail, native
 
 torch = pytest.importorskip("torch", reason="torch is in the test dependency group")
 pytestmark = pytest.mark.torch
@@ -31,8 +36,8 @@ from kernelpack.errors import UsageError  # noqa: E402
 __all__ = ["native"]  # the fixture, imported from test_loader_launch
 
 SHAPE = (2, 8)
-STREAM_BASE = 0x5000  # the fake stream accessor's answer: STREAM_BASE + device index
 BF16 = torch.bfloat16
+EXCHANGE = torch.Tensor.__dlpack_c_exchange_api__  # torch's DLPack C exchange API (a capsule)
 
 
 class Recording:
@@ -43,10 +48,6 @@ class Recording:
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         self.calls.append((args, kwargs))
-
-
-def fake_stream(index: int) -> int:
-    return STREAM_BASE + index
 
 
 def entry_for(op: str, launch: Any) -> mlp_hot.Entry:
@@ -69,15 +70,13 @@ class Hot:
         self.prepared: dict[mlp_hot.Key, mlp_hot.Entry] = {
             (BF16, -1, torch.Size(SHAPE)): entry_for(op, self.launch)
         }
-        self.call = make(
-            mlp_hot.SPECS[op], types, self.prepared, fake_stream, torch.empty_like, grad_enabled
-        )
+        self.call = make(mlp_hot.SPECS[op], types, self.prepared, EXCHANGE, grad_enabled)
 
 
 @pytest.fixture
 def make_hot(native: Any) -> Callable[..., Any]:
-    """A hot-call factory: (spec, torch types, prepared, stream, empty_like, grad_enabled) -> the
-    C hot call."""
+    """A hot-call factory: (spec, torch types, prepared, exchange API, grad_enabled) -> the C hot
+    call."""
     hot_type = native.TorchHotPath
 
     def make(spec: mlp_hot.HotSpec, *rest: Any) -> Any:
@@ -90,14 +89,11 @@ def bf16(*shape: int) -> Any:
     return torch.randn(shape).to(BF16)
 
 
-class OnDevice1(torch.Tensor):
-    """A tensor that says it is on device 1 (another GPU than the entry's)."""
-
-    def get_device(self) -> int:
-        return 1
+class Subclass(torch.Tensor):
+    """A tensor type the hot calls were not told of."""
 
 
-TYPES = {torch.Tensor, torch.nn.Parameter, OnDevice1}
+TYPES = {torch.Tensor, torch.nn.Parameter}
 
 
 def good_args(op: str) -> list[Any]:
@@ -142,7 +138,7 @@ def test_an_accepted_call_launches_the_entry_once(make_hot: Callable[..., Any], 
     # the addresses, read by the hot call (the launcher then takes plain ints)
     assert list(positional[2 : 2 + len(pointers)]) == [t.data_ptr() for t in pointers]
     assert list(positional[2 + len(pointers) :]) == [*entry[3], *eps]
-    assert keywords == {"stream": STREAM_BASE - 1}
+    assert keywords == {"stream": 0}  # torch's current stream for the CPU: none
 
 
 @pytest.mark.parametrize("op", ["swiglu", "silu_and_mul", "rms_norm"])
@@ -160,20 +156,22 @@ def transposed(tensor: Any) -> Any:
     return tensor.t().contiguous().t()
 
 
-def on_device_1(tensor: Any) -> Any:
-    return tensor.as_subclass(OnDevice1)
+def elsewhere(tensor: Any) -> Any:
+    """The same tensor on another device than the first's: here on the CPU, meta; on the GPU,
+    the CPU."""
+    return tensor.to("meta") if tensor.device.type == "cpu" else tensor.cpu()
 
 
 # (op, argument position, what makes it wrong (given that argument, or the first where the
 # argument is an out= None), the full checks' message on the GPU): each is one way a call must
 # leave the hot path, after which kernelpack.mlp's full checks raise the message. None: the full
-# path accepts it (an int eps is valid, just not hot; a tensor that only says it is on another
-# device), or the op is torch.ops' alone (add_rms_norm)
+# path accepts it (an int eps is valid, just not hot), or the op is torch.ops' alone
+# (add_rms_norm)
 REJECTIONS: list[tuple[str, int, Callable[[Any], Any], str | None]] = [
     ("swiglu", 0, lambda t: t.float(), "up: dtype bfloat16 differs from gate's float32"),
     ("swiglu", 1, lambda t: t.half(), "up: dtype float16 differs from gate's bfloat16"),
     ("swiglu", 1, lambda t: t.float().cpu().numpy(), "up: dtype float32 differs from gate's"),
-    ("swiglu", 1, on_device_1, None),
+    ("swiglu", 1, elsewhere, "up: a torch tensor on cpu is not on a GPU"),
     ("swiglu", 1, transposed, "up: must be C-contiguous"),
     ("swiglu", 0, transposed, "gate: must be C-contiguous"),
     ("swiglu", 1, lambda t: t[:, :4].contiguous(), r"up: shape \(2, 4\) does not match gate's"),
@@ -184,7 +182,7 @@ REJECTIONS: list[tuple[str, int, Callable[[Any], Any], str | None]] = [
     ("silu_and_mul", 1, lambda t: t.clone(), r"out: shape \(2, 8\) does not match"),
     ("rms_norm", 1, lambda t: t[:4].contiguous(), r"weight: shape \(4,\) does not match"),
     ("rms_norm", 1, lambda t: t.half(), "weight: dtype float16 differs from x's bfloat16"),
-    ("rms_norm", 1, on_device_1, None),
+    ("rms_norm", 1, elsewhere, "weight: a torch tensor on cpu is not on a GPU"),
     ("rms_norm", 2, lambda _: 1, None),
     ("rms_norm", 2, lambda _: True, "eps: expected a float, got bool"),
     ("rms_norm", 2, lambda _: math.nan, "eps: must be a finite number >= 0"),
@@ -196,7 +194,7 @@ REJECTIONS: list[tuple[str, int, Callable[[Any], Any], str | None]] = [
     ("fused_add_rms_norm", 1, lambda t: t[:1].contiguous(), r"residual: shape \(1, 8\)"),
     ("fused_add_rms_norm", 1, transposed, "residual: must be C-contiguous"),
     ("fused_add_rms_norm", 2, lambda t: t[:4].contiguous(), r"weight: shape \(4,\)"),
-    ("add_rms_norm", 1, on_device_1, None),
+    ("add_rms_norm", 1, elsewhere, None),
     ("add_rms_norm", 0, lambda t: t.repeat(2, 1)[:3], None),  # a shape not prepared
 ]
 
@@ -216,12 +214,47 @@ def test_every_wrong_argument_leaves_the_hot_path(
     assert hot.launch.calls == []
 
 
+@pytest.mark.parametrize(("op", "position", "wrong", "message"), REJECTIONS)
+def test_every_wrong_argument_leaves_the_hot_path_after_a_good_call(
+    make_hot: Callable[..., Any], op: str, position: int, wrong: Any, message: str | None
+) -> None:
+    """The same, once a good call made the hot call remember the first tensor's shape."""
+    hot = Hot(make_hot, op, torch.is_grad_enabled, TYPES)
+    assert hot.call(*good_args(op)) is not NotImplemented
+    assert hot.call(*wrong_args(op, position, wrong, good_args(op))) is NotImplemented
+    assert len(hot.launch.calls) == 1
+
+
+def test_more_shapes_than_the_hot_call_remembers_each_launch_their_own_entry(
+    make_hot: Callable[..., Any],
+) -> None:
+    """Shapes taken in turn, more of them than the hot call keeps (launcher.c's HOT_SLOTS), each
+    launch their own entry every time, however often one is looked up again."""
+    hot = Hot(make_hot, "swiglu", torch.is_grad_enabled, TYPES)
+    shapes = [(rows, 8) for rows in range(1, 8)]
+    hot.prepared.update(
+        {
+            (BF16, -1, torch.Size(shape)): (hot.launch, rows, 128, (rows * 8,), None, None)
+            for rows, shape in enumerate(shapes, 1)
+        }
+    )
+    for _ in range(3):
+        for rows, shape in enumerate(shapes, 1):
+            gate, up = bf16(*shape), bf16(*shape)
+            result = hot.call(gate, up, None)
+            positional, _ = hot.launch.calls[-1]
+            assert result.shape == shape
+            assert positional[:3] == (rows, 128, gate.data_ptr())
+            assert positional[-1] == rows * 8
+    assert len(hot.launch.calls) == 3 * len(shapes)
+
+
 @pytest.mark.parametrize("op", list(mlp_hot.SPECS))
 def test_requires_grad_leaves_the_hot_path_only_where_grad_mode_is_on(
     make_hot: Callable[..., Any], op: str
 ) -> None:
     hot = Hot(make_hot, op, torch.is_grad_enabled, TYPES)
-    below = Hot(make_hot, op, mlp_hot._never, TYPES)  # torch.ops' CUDA kernels: below autograd
+    below = Hot(make_hot, op, None, TYPES)  # torch.ops' CUDA kernels: below autograd
     for position in range(mlp_hot.SPECS[op].inputs):
         args = good_args(op)
         args[position] = torch.nn.Parameter(args[position])
@@ -236,7 +269,7 @@ def test_requires_grad_leaves_the_hot_path_only_where_grad_mode_is_on(
 def test_an_unknown_tensor_type_leaves_the_hot_path(make_hot: Callable[..., Any]) -> None:
     hot = Hot(make_hot, "swiglu", torch.is_grad_enabled, {torch.Tensor})
     gate, up, _ = good_args("swiglu")
-    assert hot.call(gate, on_device_1(up), None) is NotImplemented
+    assert hot.call(gate, up.as_subclass(Subclass), None) is NotImplemented
     assert hot.call(gate, [1.0] * 16, None) is NotImplemented
     assert hot.launch.calls == []
 
@@ -298,6 +331,20 @@ def test_kernelpack_mlp_takes_the_hot_call(mlp_on_cpu_entries: dict[str, Hot], o
     assert len(mlp_on_cpu_entries[op].launch.calls) == 1
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", list(MLP_OPS))
+def test_on_the_gpu_a_shapes_second_call_is_hot(op: str) -> None:
+    """With the built extension and torch's exchange API on the GPU, once a shape went through
+    the full checks, kernelpack.mlp's hot call and torch.ops' below autograd both take the next
+    call of it (neither hands it back)."""
+    args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in good_args(op)]
+    MLP_OPS[op](list(args))
+    with torch.no_grad():
+        assert mlp_hot.HOT[op](*args) is not NotImplemented
+    assert mlp_hot.HOT_BELOW_AUTOGRAD[op](*args) is not NotImplemented
+    torch.cuda.synchronize()
+
+
 def test_the_c_hot_call_drives_the_c_launcher_directly(native: Any) -> None:
     """An entry whose launch is a C Launcher: the hot call packs through it with no Python frame;
     the recording driver function sees the tensors' addresses, the sizes, eps and the stream."""
@@ -325,13 +372,11 @@ def test_the_c_hot_call_drives_the_c_launcher_directly(native: Any) -> None:
         fail=fail,
     )
     prepared = {(BF16, -1, torch.Size(SHAPE)): entry_for("rms_norm", launcher)}
-    hot = native.TorchHotPath(
-        2, TYPES, prepared, fake_stream, torch.empty_like, torch.is_grad_enabled
-    ).call
+    hot = native.TorchHotPath(2, TYPES, prepared, EXCHANGE, torch.is_grad_enabled).call
     x, weight, eps, _ = good_args("rms_norm")
     result = hot(x, weight, eps, None)
     ((dims, stream, slots),) = seen
-    assert dims == (1, 1, 1, 64, 1, 1) and stream == STREAM_BASE - 1
+    assert dims == (1, 1, 1, 64, 1, 1) and stream == 0
     addresses = [x.data_ptr(), weight.data_ptr(), result.data_ptr(), 0]  # row_scales null
     assert slots[:6] == [struct.pack("<Q", a) for a in addresses] + [
         struct.pack("<q", v) for v in SHAPE
@@ -348,13 +393,15 @@ def test_the_hot_call_keeps_no_reference_it_should_not(
     make_hot: Callable[..., Any], op: str
 ) -> None:
     """A hundred calls, accepted and refused, leave the entry's, the arguments' and the
-    results' reference counts as they were (the C call owns its references exactly)."""
+    results' reference counts as they were (the C call owns its references exactly); the hot call
+    keeps one reference to the entry, where it remembers the shape, and lets it go with itself."""
     hot = Hot(make_hot, op, torch.is_grad_enabled, TYPES)
     entry = hot.prepared[(BF16, -1, torch.Size(SHAPE))]
     args = good_args(op)
     refused = wrong_args(op, 0, transposed, args)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]  # None and eps are shared widely
-    counts = [sys.getrefcount(entry), *(sys.getrefcount(t) for t in tensors)]
+    before = sys.getrefcount(entry)
+    counts = [before + 1, *(sys.getrefcount(t) for t in tensors)]
     for _ in range(100):
         result = hot.call(*args)
         assert hot.call(*refused) is NotImplemented
@@ -365,6 +412,8 @@ def test_the_hot_call_keeps_no_reference_it_should_not(
         if tensor is not None and all(tensor is not a for a in args):
             assert sys.getrefcount(tensor) == 3  # results, tensor, getrefcount's argument
     assert [sys.getrefcount(entry), *(sys.getrefcount(t) for t in tensors)] == counts
+    del hot.call  # the C hot call, and with it the slot's reference
+    assert sys.getrefcount(entry) == before
 
 
 def test_without_the_extension_there_is_no_hot_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -398,3 +447,70 @@ def test_prepare_makes_the_entry_these_tests_assume(
     entry = mlp_hot.prepare(op, bf16(*SHAPE), "cuda:0")
     assert entry[0] is launch
     assert entry[3:] == entry_for(op, launch)[3:]
+
+
+# (ours, torch's dlpack.h): each struct of dlpack_exchange.h and the one it declares
+DLPACK_STRUCTS = {
+    "kp_dl_version": ("DLPackVersion", ["major", "minor"]),
+    "kp_dl_device": ("DLDevice", ["type:device_type", "id:device_id"]),
+    "kp_dl_dtype": ("DLDataType", ["code", "bits", "lanes"]),
+    "kp_dl_tensor": (
+        "DLTensor",
+        ["data", "device", "ndim", "dtype", "shape", "strides", "byte_offset"],
+    ),
+    "kp_dl_managed": (
+        "DLManagedTensorVersioned",
+        ["version", "manager_ctx", "deleter", "flags", "tensor:dl_tensor"],
+    ),
+    "kp_dl_exchange_header": ("DLPackExchangeAPIHeader", ["version", "prev_api"]),
+    "kp_dl_exchange_api": (
+        "DLPackExchangeAPI",
+        [
+            "header",
+            "allocate:managed_tensor_allocator",
+            "managed_from_object:managed_tensor_from_py_object_no_sync",
+            "managed_to_object:managed_tensor_to_py_object_no_sync",
+            "view_from_object:dltensor_from_py_object_no_sync",
+            "current_stream:current_work_stream",
+        ],
+    ),
+}
+
+
+def test_the_launchers_dlpack_declarations_match_torchs_dlpack_h(tmp_path: Path) -> None:
+    """launcher.c reads torch's tensors through its own declarations of DLPack's exchange API
+    (dlpack_exchange.h): compiled beside the dlpack.h torch ships, every struct has the size, and
+    every field the offset, of the one it declares; the major version and the capsule's name
+    agree too."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    torch_header = Path(torch.__file__).parent / "include" / "ATen" / "dlpack.h"
+    checks = [
+        '_Static_assert(KP_DL_MAJOR == DLPACK_MAJOR_VERSION, "major version");',
+    ]
+    for ours, (theirs, fields) in DLPACK_STRUCTS.items():
+        checks.append(f'_Static_assert(sizeof({ours}) == sizeof({theirs}), "{ours}");')
+        for field in fields:
+            mine, _, their = field.partition(":")
+            checks.append(
+                f"_Static_assert(offsetof({ours}, {mine}) == offsetof({theirs}, {their or mine}),"
+                f' "{ours}.{mine}");'
+            )
+    source = tmp_path / "layout.c"
+    source.write_text(
+        "#include <stddef.h>\n"
+        f'#include "{torch_header}"\n'
+        f'#include "{NATIVE_SOURCE.parent / "dlpack_exchange.h"}"\n' + "\n".join(checks) + "\n"
+    )
+    compiled = subprocess.run(
+        [compiler, "-fsyntax-only", "-std=c11", str(source)], capture_output=True, text=True
+    )
+    assert compiled.returncode == 0, compiled.stderr
+    capsule_name = ctypes.pythonapi.PyCapsule_GetName
+    capsule_name.restype, capsule_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    assert capsule_name(EXCHANGE) == b"dlpack_exchange_api"
+    assert (
+        '#define KP_DL_EXCHANGE_CAPSULE "dlpack_exchange_api"'
+        in (NATIVE_SOURCE.parent / "dlpack_exchange.h").read_text()
+    )

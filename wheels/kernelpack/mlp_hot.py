@@ -6,10 +6,13 @@ Why: at 1 x 4096 a kernel runs for about 2 µs and cuLaunchKernel costs 3.2 µs 
 from C, so every microsecond of Python per call shows (docs/bench-mlp-notes.md has the steps).
 A call of :mod:`kernelpack.mlp` looks its op up in :data:`HOT` and calls it once: the checks the
 full path makes (torch tensor, one dtype and device, C-contiguous, the shapes, eps, no autograd
-wanted) are read off the tensors there, the kernel's launch was prepared per (dtype, device,
-shape) by the first call that went through the full checks, and anything not accepted returns
-``NotImplemented``, after which the caller's full checks name what is wrong. Nothing here
-raises for bad input; an allocation or a launch that fails raises as it would anywhere.
+wanted) are made there on what torch's DLPack C exchange API reports of each tensor (no Python
+attribute reads), results are allocated through the same API, the kernel's launch was prepared
+per (dtype, device, shape) by the first call that went through the full checks, and anything not
+accepted returns ``NotImplemented``, after which the caller's full checks name what is wrong.
+Nothing here raises for bad input; a launch that fails raises as it would anywhere, and an
+allocation that fails leaves the hot path, so that the full path's allocation raises torch's
+own error.
 """
 
 from __future__ import annotations
@@ -85,33 +88,27 @@ def _native_types() -> tuple[Any, Any]:
     return TorchHotPath, Launcher
 
 
-def _never() -> bool:
-    return False
-
-
-def _default_stream(index: int) -> int:
-    """A CPU-only torch's stand-in for the raw-stream accessor: it has no GPU tensors, so no
-    entry is ever prepared and no hot call ever launches."""
-    return 0
-
-
 def torch_enable(torch: Any) -> None:
-    """Turn the hot calls on (once torch is in use): torch's tensor types, its raw-stream
-    accessor, empty_like and grad mode, handed to the C extension's hot calls. Where the
-    extension was not built they stay off."""
+    """Turn the hot calls on (once torch is in use): torch's tensor types, its DLPack exchange API
+    (``torch.Tensor.__dlpack_c_exchange_api__``, torch 2.10 and later) and grad mode, handed to
+    the C extension's hot calls. Where the extension was not built, or torch has no exchange API
+    of a version the extension reads, they stay off: every call takes the full checks."""
     if HOT["swiglu"] is not not_hot:
         return
     TORCH_TYPES.update((torch.Tensor, torch.nn.Parameter))
-    stream = getattr(torch._C, "_cuda_getCurrentRawStream", _default_stream)
-    empty_like = torch.empty_like
     native, _ = _native_types()
-    if native is None:  # no extension, no hot path: every call takes the full checks
+    exchange = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
+    if native is None or exchange is None:
         return
-    for op, spec in SPECS.items():
-        for table, grad_enabled in ((HOT, torch.is_grad_enabled), (HOT_BELOW_AUTOGRAD, _never)):
-            table[op] = native(
-                spec.kind, TORCH_TYPES, PREPARED[op], stream, empty_like, grad_enabled
-            ).call
+    try:
+        for op, spec in SPECS.items():
+            for table, grad_enabled in ((HOT, torch.is_grad_enabled), (HOT_BELOW_AUTOGRAD, None)):
+                table[op] = native(
+                    spec.kind, TORCH_TYPES, PREPARED[op], exchange, grad_enabled
+                ).call
+    except ValueError:  # an exchange API of another major version: no hot path
+        HOT.update(dict.fromkeys(SPECS, not_hot))
+        HOT_BELOW_AUTOGRAD.update(dict.fromkeys(SPECS, not_hot))
 
 
 def entry_key(tensor: Any) -> Key:

@@ -12,9 +12,10 @@
  *
  * TorchHotPath is kernelpack.mlp's hot path for torch tensors in one C call: the checks of the
  * tensors (type, dtype, device, contiguity, requires_grad, shapes, eps), the allocation of the
- * result and the launch. It describes no problem either: anything it does not accept returns
- * NotImplemented, and the caller's full checks then name what is wrong (or launch, and prepare
- * the shape so that its next call is accepted here).
+ * result and the launch, reading the tensors and allocating through DLPack's C exchange API,
+ * which torch publishes (dlpack_exchange.h). It describes no problem either: anything it does
+ * not accept returns NotImplemented, and the caller's full checks then name what is wrong (or
+ * launch, and prepare the shape so that its next call is accepted here).
  */
 #ifndef Py_LIMITED_API /* CMake's USE_SABI defines it from pyproject's wheel.py-api */
 #define Py_LIMITED_API 0x030b0000
@@ -26,6 +27,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "dlpack_exchange.h"
 
 #define MAX_PARAMS 64
 #define ARGUMENT_ERROR (-1)
@@ -65,7 +68,7 @@ typedef struct {
 #define LAUNCHER_OBJECTS(X) X(pointer_getters) X(pointer_of) X(torch_getter) X(stream_of) X(fail)
 
 static PyObject *s_is_cuda, *s_data_ptr, *s_shared_mem, *s_stream;
-static PyObject *s_dtype, *s_shape, *s_get_device, *s_is_contiguous, *s_requires_grad, *s_new_empty;
+static PyObject *s_dtype, *s_shape, *s_get_device, *s_requires_grad;
 static PyObject *s_stream_kwnames; /* ("stream",): the keyword names of a hot-path launch */
 static PyTypeObject *s_launcher_type;
 
@@ -437,9 +440,10 @@ static PyType_Spec launcher_spec = {
 
 /* ---- the torch hot path ----------------------------------------------------------------------
  * kernelpack.mlp's ops on torch tensors, checked, allocated and launched in one call: the same
- * checks the full path makes (kernelpack/mlp.py), read here without bytecode between them.
- * Where this extension was not built there is no hot path: every call takes the full checks.
- * Measured on the H200's host: docs/bench-mlp-notes.md. */
+ * checks the full path makes (kernelpack/mlp.py), made here on what DLPack's C exchange API
+ * (dlpack_exchange.h) reports of each tensor, with no call into Python between them. Where this
+ * extension was not built, or torch does not publish the exchange API, there is no hot path:
+ * every call takes the full checks. Measured on the H200's host: docs/bench-mlp-notes.md. */
 
 enum hot_kind {
     HOT_SWIGLU = 0,
@@ -465,6 +469,8 @@ static const HotSpec hot_specs[] = {
 #define HOT_KINDS ((int)(sizeof hot_specs / sizeof hot_specs[0]))
 #define HOT_MAX_TENSORS 5
 #define HOT_MAX_ARGS 16
+#define HOT_MAX_DIMS 8  /* tensors of more dimensions take the full checks */
+#define HOT_SLOTS 4     /* the shapes a hot call remembers; older ones are looked up again */
 
 /* A prepared entry: (launch, grid, block, sizes, weight shape, result shape). launch is a
  * Launcher (called here directly), another callable (launch(grid, block, *args, stream=)) or None
@@ -475,20 +481,38 @@ static const HotSpec hot_specs[] = {
 enum { ENTRY_LAUNCH, ENTRY_GRID, ENTRY_BLOCK, ENTRY_SIZES, ENTRY_WEIGHT, ENTRY_RESULT, ENTRY_ITEMS };
 
 typedef struct {
+    int ndim;
+    int64_t sizes[HOT_MAX_DIMS];
+} HotShape;
+
+/* An entry found for a first tensor's DLPack dtype, device and shape, with the shapes the other
+ * tensors must have, as C integers: the memo's lookup (a key of torch objects, read through
+ * Python) is made once for each, not on every call. */
+typedef struct {
+    PyObject *entry; /* NULL: an empty slot */
+    kp_dl_dtype dtype;
+    kp_dl_device device;
+    HotShape first, weight, result;
+} HotSlot;
+
+typedef struct {
     PyObject_HEAD
     int kind;
     PyObject *torch_types;  /* set: the tensor types accepted (torch.Tensor, nn.Parameter) */
-    PyObject *prepared;     /* dict: (dtype, device index, shape) -> entry */
-    PyObject *stream;       /* callable(device index) -> the current raw stream */
-    PyObject *empty_like;   /* torch.empty_like */
-    PyObject *grad_enabled; /* torch.is_grad_enabled */
+    PyObject *prepared;     /* dict: (torch dtype, device index, torch.Size) -> entry */
+    PyObject *exchange;     /* the capsule of torch's DLPack exchange API */
+    PyObject *grad_enabled; /* torch.is_grad_enabled, or None below autograd (never read) */
+    const kp_dl_exchange_api *api;
+    int next_slot;
+    HotSlot slots[HOT_SLOTS];
 } HotPath;
 
-#define HOT_OBJECTS(X) X(torch_types) X(prepared) X(stream) X(empty_like) X(grad_enabled)
+#define HOT_OBJECTS(X) X(torch_types) X(prepared) X(exchange) X(grad_enabled)
 
 #define VISIT_HOT(name) Py_VISIT(((HotPath *)self)->name);
 static int hot_traverse(PyObject *self, visitproc visit, void *arg) {
     HOT_OBJECTS(VISIT_HOT)
+    for (int i = 0; i < HOT_SLOTS; i++) Py_VISIT(((HotPath *)self)->slots[i].entry);
     return 0;
 }
 #undef VISIT_HOT
@@ -496,6 +520,7 @@ static int hot_traverse(PyObject *self, visitproc visit, void *arg) {
 #define CLEAR_HOT(name) Py_CLEAR(((HotPath *)self)->name);
 static int hot_clear(PyObject *self) {
     HOT_OBJECTS(CLEAR_HOT)
+    for (int i = 0; i < HOT_SLOTS; i++) Py_CLEAR(((HotPath *)self)->slots[i].entry);
     return 0;
 }
 #undef CLEAR_HOT
@@ -511,107 +536,143 @@ static void hot_dealloc(PyObject *self) {
 
 static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     int kind;
-    PyObject *torch_types, *prepared, *stream, *empty_like, *grad_enabled;
-    static char *names[] = {"kind", "torch_types", "prepared", "stream", "empty_like",
-                            "grad_enabled", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iOOOOO", names, &kind, &torch_types,
-                                     &prepared, &stream, &empty_like, &grad_enabled))
+    PyObject *torch_types, *prepared, *exchange, *grad_enabled;
+    static char *names[] = {"kind", "torch_types", "prepared", "exchange", "grad_enabled", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iOOOO", names, &kind, &torch_types, &prepared,
+                                     &exchange, &grad_enabled))
         return NULL;
     if (kind < 0 || kind >= HOT_KINDS) {
         PyErr_Format(PyExc_ValueError, "unknown hot-path kind %d", kind);
         return NULL;
     }
-    if (!PyAnySet_Check(torch_types) || !PyDict_Check(prepared) || !PyCallable_Check(stream) ||
-        !PyCallable_Check(empty_like) || !PyCallable_Check(grad_enabled)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "torch_types must be a set, prepared a dict, the others callables");
+    if (!PyAnySet_Check(torch_types) || !PyDict_Check(prepared) ||
+        !(grad_enabled == Py_None || PyCallable_Check(grad_enabled))) {
+        PyErr_SetString(PyExc_TypeError, "torch_types must be a set, prepared a dict, "
+                                         "grad_enabled a callable or None");
+        return NULL;
+    }
+    const kp_dl_exchange_api *api = PyCapsule_GetPointer(exchange, KP_DL_EXCHANGE_CAPSULE);
+    if (api == NULL) return NULL;
+    if (api->header.version.major != KP_DL_MAJOR || api->allocate == NULL ||
+        api->managed_to_object == NULL || api->view_from_object == NULL ||
+        api->current_stream == NULL) {
+        PyErr_Format(PyExc_ValueError,
+                     "a DLPack exchange API of version %u.%u without the functions this needs",
+                     api->header.version.major, api->header.version.minor);
         return NULL;
     }
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     HotPath *self = (HotPath *)alloc(type, 0);
     if (self == NULL) return NULL;
     self->kind = kind;
+    self->api = api;
 #define TAKE_HOT(name) self->name = Py_NewRef(name);
     HOT_OBJECTS(TAKE_HOT)
 #undef TAKE_HOT
     return (PyObject *)self;
 }
 
-/* 1 when obj.name is `expected` (identity), 0 when not or on an error (cleared). */
-static int attr_is(PyObject *obj, PyObject *name, PyObject *expected) {
-    PyObject *value = PyObject_GetAttr(obj, name);
-    if (value == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int same = value == expected;
-    Py_DECREF(value);
-    return same;
+static int same_dtype(kp_dl_dtype a, kp_dl_dtype b) {
+    return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
 }
 
-/* 1 when obj.method() == expected, 0 when not or on an error (cleared). */
-static int method_equals(PyObject *obj, PyObject *method, PyObject *expected) {
-    PyObject *value = PyObject_CallMethodObjArgs(obj, method, NULL);
-    if (value == NULL) {
-        PyErr_Clear();
-        return 0;
+static int same_device(kp_dl_device a, kp_dl_device b) { return a.type == b.type && a.id == b.id; }
+
+static int shape_is(const kp_dl_tensor *tensor, const HotShape *shape) {
+    if (tensor->ndim != shape->ndim) return 0;
+    for (int d = 0; d < shape->ndim; d++) {
+        if (tensor->shape[d] != shape->sizes[d]) return 0;
     }
-    int equal = PyObject_RichCompareBool(value, expected, Py_EQ);
-    Py_DECREF(value);
-    if (equal < 0) PyErr_Clear();
-    return equal == 1;
+    return 1;
 }
 
-/* 1 when obj.shape == expected, 0 when not or on an error (cleared). */
-static int shape_is(PyObject *obj, PyObject *expected) {
-    PyObject *shape = PyObject_GetAttr(obj, s_shape);
-    if (shape == NULL) {
-        PyErr_Clear();
-        return 0;
+/* torch's is_contiguous(): no elements, or row-major strides over the dimensions longer than 1
+ * (DLPack's NULL strides mean row-major). */
+static int contiguous(const kp_dl_tensor *tensor) {
+    if (tensor->strides == NULL) return 1;
+    for (int d = 0; d < tensor->ndim; d++) {
+        if (tensor->shape[d] == 0) return 1;
     }
-    int equal = PyObject_RichCompareBool(shape, expected, Py_EQ);
-    Py_DECREF(shape);
-    if (equal < 0) PyErr_Clear();
-    return equal == 1;
+    int64_t expected = 1;
+    for (int d = tensor->ndim - 1; d >= 0; d--) {
+        if (tensor->shape[d] == 1) continue;
+        if (tensor->strides[d] != expected) return 0;
+        expected *= tensor->shape[d];
+    }
+    return 1;
 }
 
-/* The entry prepared for the first tensor's (dtype, device index, shape), with its dtype, index
- * and shape, all new references (the entry's too: a call on another thread may clear the memo
- * while the launch has released the GIL), or NULL when none was prepared (no exception left
- * set). */
-static PyObject *hot_entry(HotPath *self, PyObject *first, PyObject **dtype, PyObject **index,
-                           PyObject **shape) {
-    *dtype = PyObject_GetAttr(first, s_dtype);
-    *index = *dtype ? PyObject_CallMethodObjArgs(first, s_get_device, NULL) : NULL;
-    *shape = *index ? PyObject_GetAttr(first, s_shape) : NULL;
-    PyObject *key = *shape ? PyTuple_Pack(3, *dtype, *index, *shape) : NULL;
-    PyObject *entry = key ? PyDict_GetItemWithError(self->prepared, key) : NULL;
+/* A shape of the entry's (a tuple of ints, or None for `otherwise`) as C integers; 0, or -1 when
+ * it is none (no exception left set). */
+static int read_shape(PyObject *value, const HotShape *otherwise, HotShape *out) {
+    if (value == Py_None) {
+        *out = *otherwise;
+        return 0;
+    }
+    Py_ssize_t ndim = PyTuple_Check(value) ? PyTuple_Size(value) : -1;
+    if (ndim < 0 || ndim > HOT_MAX_DIMS) return -1;
+    out->ndim = (int)ndim;
+    for (Py_ssize_t d = 0; d < ndim; d++) {
+        long long size;
+        if (read_i64(PyTuple_GetItem(value, d), &size)) return -1;
+        out->sizes[d] = size;
+    }
+    return 0;
+}
+
+/* The slot of the entry prepared for the first tensor's dtype, device and shape: one remembered,
+ * or else the memo's entry (keyed by the tensor's torch dtype, device index and torch.Size) put
+ * into the next slot. NULL when none was prepared (no exception left set). */
+static HotSlot *hot_slot(HotPath *self, PyObject *first, const kp_dl_tensor *view) {
+    if (view->ndim > HOT_MAX_DIMS) return NULL;
+    for (int i = 0; i < HOT_SLOTS; i++) {
+        HotSlot *slot = &self->slots[i];
+        if (slot->entry != NULL && same_dtype(slot->dtype, view->dtype) &&
+            same_device(slot->device, view->device) && shape_is(view, &slot->first))
+            return slot;
+    }
+    PyObject *dtype = PyObject_GetAttr(first, s_dtype);
+    PyObject *index = dtype ? PyObject_CallMethodObjArgs(first, s_get_device, NULL) : NULL;
+    PyObject *shape = index ? PyObject_GetAttr(first, s_shape) : NULL;
+    PyObject *key = shape ? PyTuple_Pack(3, dtype, index, shape) : NULL;
+    PyObject *entry = key ? Py_XNewRef(PyDict_GetItemWithError(self->prepared, key)) : NULL;
+    Py_XDECREF(dtype);
+    Py_XDECREF(index);
+    Py_XDECREF(shape);
     Py_XDECREF(key);
-    if (entry != NULL && (!PyTuple_Check(entry) || PyTuple_Size(entry) != ENTRY_ITEMS)) entry = NULL;
-    if (entry == NULL) PyErr_Clear();
-    return Py_XNewRef(entry);
+    HotSlot found = {.entry = entry, .dtype = view->dtype, .device = view->device};
+    found.first.ndim = view->ndim;
+    memcpy(found.first.sizes, view->shape, sizeof(int64_t) * (size_t)view->ndim);
+    if (entry == NULL || !PyTuple_Check(entry) || PyTuple_Size(entry) != ENTRY_ITEMS ||
+        read_shape(PyTuple_GetItem(entry, ENTRY_WEIGHT), &found.first, &found.weight) ||
+        read_shape(PyTuple_GetItem(entry, ENTRY_RESULT), &found.first, &found.result)) {
+        PyErr_Clear();
+        Py_XDECREF(entry);
+        return NULL;
+    }
+    HotSlot *slot = &self->slots[self->next_slot];
+    self->next_slot = (self->next_slot + 1) % HOT_SLOTS;
+    PyObject *replaced = slot->entry;
+    *slot = found; /* takes the entry's reference */
+    Py_XDECREF(replaced);
+    return slot;
 }
 
-/* Whether the call's tensors pass the hot path's checks (the first's are done by hot_entry's
- * lookup): each a torch tensor type, the first's dtype and device, C-contiguous, the shape the
- * entry says, none requiring grad while grad mode is on. */
-static int hot_accepts(HotPath *self, const HotSpec *spec, PyObject *entry, PyObject *const *tensors,
-                       int count, PyObject *dtype, PyObject *index, PyObject *shape) {
-    PyObject *weight_shape = PyTuple_GetItem(entry, ENTRY_WEIGHT);
-    PyObject *result_shape = PyTuple_GetItem(entry, ENTRY_RESULT);
-    if (result_shape == Py_None) result_shape = shape;
+/* Whether the call's tensors pass the hot path's checks (the first's dtype, device and shape were
+ * the slot's lookup): the first's dtype and device, the shape the slot says, C-contiguous, none
+ * requiring grad while grad mode is on. */
+static int hot_accepts(HotPath *self, const HotSpec *spec, const HotSlot *slot,
+                       PyObject *const *tensors, const kp_dl_tensor *views, int count) {
     for (int i = 0; i < count; i++) {
-        PyObject *tensor = tensors[i];
-        if (i > 0) {
-            PyObject *expected = i == spec->weight ? weight_shape
-                                 : i >= spec->inputs ? result_shape
-                                                     : shape;
-            if (!attr_is(tensor, s_dtype, dtype) || !method_equals(tensor, s_get_device, index) ||
-                !shape_is(tensor, expected))
-                return 0;
-        }
-        if (!method_equals(tensor, s_is_contiguous, Py_True)) return 0;
+        const kp_dl_tensor *view = &views[i];
+        const HotShape *expected = i == spec->weight ? &slot->weight
+                                   : i >= spec->inputs ? &slot->result
+                                                       : &slot->first;
+        if (!same_dtype(view->dtype, slot->dtype) || !same_device(view->device, slot->device) ||
+            !shape_is(view, expected) || !contiguous(view))
+            return 0;
     }
+    if (self->grad_enabled == Py_None) return 1;
     PyObject *grad = PyObject_CallNoArgs(self->grad_enabled);
     if (grad == NULL) {
         PyErr_Clear();
@@ -620,22 +681,52 @@ static int hot_accepts(HotPath *self, const HotSpec *spec, PyObject *entry, PyOb
     int grad_mode = grad == Py_True;
     Py_DECREF(grad);
     for (int i = 0; grad_mode && i < count; i++) {
-        if (!attr_is(tensors[i], s_requires_grad, Py_False)) return 0;
+        PyObject *wants = PyObject_GetAttr(tensors[i], s_requires_grad);
+        int refused = wants != Py_False;
+        Py_XDECREF(wants);
+        if (refused) {
+            PyErr_Clear();
+            return 0;
+        }
     }
     return 1;
 }
 
-/* A new result of the entry's shape, the first tensor's dtype and device. */
-static PyObject *hot_result(HotPath *self, PyObject *entry, PyObject *first) {
-    PyObject *result_shape = PyTuple_GetItem(entry, ENTRY_RESULT);
-    if (result_shape == Py_None) return PyObject_CallFunctionObjArgs(self->empty_like, first, NULL);
-    return PyObject_CallMethodObjArgs(first, s_new_empty, result_shape, NULL);
+static void allocation_failed(void *context, const char *kind, const char *message) {
+    (void)context, (void)kind, (void)message; /* the full path allocates again, and raises */
 }
 
-/* The entry's launch over the pointers, its sizes and eps, on the device's current stream;
- * 0, or -1 with the launch's exception set. */
-static int hot_launch(HotPath *self, PyObject *entry, PyObject *const *pointers, int count,
-                      PyObject *eps, PyObject *index) {
+/* A new C-contiguous tensor of the slot's result shape, dtype and device (torch's allocator,
+ * through the exchange API), with its address; NULL (no exception left set) when torch could not
+ * make it: the call then leaves the hot path, whose allocation raises torch's own error. */
+static PyObject *hot_result(HotPath *self, const HotSlot *slot, PyObject **address) {
+    kp_dl_tensor prototype = {
+        .device = slot->device,
+        .ndim = slot->result.ndim,
+        .dtype = slot->dtype,
+        .shape = (int64_t *)slot->result.sizes,
+    };
+    kp_dl_managed *made = NULL;
+    void *tensor = NULL;
+    if (self->api->allocate(&prototype, &made, NULL, allocation_failed) != 0 || made == NULL)
+        return NULL;
+    uintptr_t data = (uintptr_t)made->tensor.data + (uintptr_t)made->tensor.byte_offset;
+    if (self->api->managed_to_object(made, &tensor) != 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if ((*address = PyLong_FromUnsignedLongLong(data)) == NULL) {
+        PyErr_Clear();
+        Py_DECREF((PyObject *)tensor);
+        return NULL;
+    }
+    return (PyObject *)tensor;
+}
+
+/* The entry's launch over the addresses, its sizes and eps, on the stream; 0, or -1 with the
+ * launch's exception set. */
+static int hot_launch(PyObject *entry, PyObject *const *addresses, int count, PyObject *eps,
+                      PyObject *stream) {
     PyObject *launch = PyTuple_GetItem(entry, ENTRY_LAUNCH);
     if (launch == Py_None) return 0;
     PyObject *sizes = PyTuple_GetItem(entry, ENTRY_SIZES);
@@ -648,11 +739,9 @@ static int hot_launch(HotPath *self, PyObject *entry, PyObject *const *pointers,
     Py_ssize_t n = 0;
     argv[n++] = PyTuple_GetItem(entry, ENTRY_GRID);
     argv[n++] = PyTuple_GetItem(entry, ENTRY_BLOCK);
-    for (int i = 0; i < count; i++) argv[n++] = pointers[i];
+    for (int i = 0; i < count; i++) argv[n++] = addresses[i];
     for (Py_ssize_t i = 0; i < size_count; i++) argv[n++] = PyTuple_GetItem(sizes, i);
     if (eps != NULL) argv[n++] = eps;
-    PyObject *stream = PyObject_CallFunctionObjArgs(self->stream, index, NULL);
-    if (stream == NULL) return -1;
     PyObject *done;
     if (Py_TYPE(launch) == s_launcher_type) {
         argv[n] = stream; /* the keyword argument follows the positional ones */
@@ -668,7 +757,6 @@ static int hot_launch(HotPath *self, PyObject *entry, PyObject *const *pointers,
         Py_XDECREF(positional);
         Py_XDECREF(keywords);
     }
-    Py_DECREF(stream);
     if (done == NULL) return -1;
     Py_DECREF(done);
     return 0;
@@ -687,11 +775,13 @@ static PyObject *hot_call(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     PyObject *out = spec->out ? args[expected - 1] : Py_None;
     PyObject *eps = spec->eps ? args[spec->inputs] : NULL;
     PyObject *tensors[HOT_MAX_TENSORS];
+    kp_dl_tensor views[HOT_MAX_TENSORS];
     int count = 0;
     for (int i = 0; i < spec->inputs; i++) tensors[count++] = args[i];
     if (out != Py_None) tensors[count++] = out;
     for (int i = 0; i < count; i++) {
-        if (PySet_Contains(self->torch_types, (PyObject *)Py_TYPE(tensors[i])) != 1) {
+        if (PySet_Contains(self->torch_types, (PyObject *)Py_TYPE(tensors[i])) != 1 ||
+            self->api->view_from_object(tensors[i], &views[i]) != 0) {
             PyErr_Clear();
             Py_RETURN_NOTIMPLEMENTED;
         }
@@ -700,40 +790,42 @@ static PyObject *hot_call(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         double value = PyFloat_CheckExact(eps) ? PyFloat_AsDouble(eps) : -1.0;
         if (!(value >= 0.0 && isfinite(value))) Py_RETURN_NOTIMPLEMENTED;
     }
-    PyObject *dtype, *index, *shape, *result = NULL;
-    PyObject *entry = hot_entry(self, tensors[0], &dtype, &index, &shape);
-    if (entry == NULL ||
-        !hot_accepts(self, spec, entry, tensors, count, dtype, index, shape)) {
-        result = Py_NewRef(Py_NotImplemented);
-        goto done;
-    }
-    PyObject *made[2] = {NULL, NULL};
-    PyObject *pointers[HOT_MAX_TENSORS + 2];
-    PyObject *addresses[HOT_MAX_TENSORS + 2] = {NULL};
-    int pointer_count = 0;
-    int allocated = out == Py_None ? spec->allocates : 0;
-    for (int i = 0; i < allocated; i++) {
-        if ((made[i] = hot_result(self, entry, tensors[0])) == NULL) goto failed;
+    const HotSlot *found = hot_slot(self, tensors[0], &views[0]);
+    if (found == NULL || !hot_accepts(self, spec, found, tensors, views, count))
+        Py_RETURN_NOTIMPLEMENTED;
+    /* A copy, and a reference to its entry: what runs from here on (an allocation's garbage
+     * collection, another thread while the launch has released the GIL) may reuse the slot. */
+    const HotSlot slot = *found;
+    void *raw_stream = NULL;
+    if (self->api->current_stream(slot.device.type, slot.device.id, &raw_stream) != 0) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
     }
     /* The launch's pointers: the inputs, then the results (out=, the new ones, or, in place,
-     * x and residual). */
-    for (int i = 0; i < spec->inputs; i++) pointers[pointer_count++] = args[i];
+     * x and residual). The views' addresses are read before anything is allocated. */
+    PyObject *entry = Py_NewRef(slot.entry);
+    PyObject *addresses[HOT_MAX_TENSORS + 2] = {NULL};
+    PyObject *made[2] = {NULL, NULL};
+    PyObject *stream = NULL, *result = NULL;
+    int pointer_count = 0;
+    for (int i = 0; i < count; i++) {
+        uintptr_t data = (uintptr_t)views[i].data + (uintptr_t)views[i].byte_offset;
+        if ((addresses[pointer_count++] = PyLong_FromUnsignedLongLong(data)) == NULL) goto failed;
+    }
     if (self->kind == HOT_FUSED_ADD_RMS_NORM) {
-        pointers[pointer_count++] = args[0];
-        pointers[pointer_count++] = args[1];
-    } else if (allocated == 0) {
-        pointers[pointer_count++] = out;
-    } else {
-        for (int i = 0; i < allocated; i++) pointers[pointer_count++] = made[i];
+        addresses[pointer_count++] = Py_NewRef(addresses[0]);
+        addresses[pointer_count++] = Py_NewRef(addresses[1]);
     }
-    /* Their addresses, read once here: the launcher then takes plain ints (a tensor would cost
-     * it a type lookup and an is_cuda read each, which the checks above made needless: every
-     * tensor is on the entry's device, whose index is a GPU's). */
-    for (int i = 0; i < pointer_count; i++) {
-        if ((addresses[i] = PyObject_CallMethodObjArgs(pointers[i], s_data_ptr, NULL)) == NULL)
+    int allocated = out == Py_None ? spec->allocates : 0;
+    for (int i = 0; i < allocated; i++) {
+        if ((made[i] = hot_result(self, &slot, &addresses[pointer_count])) == NULL) {
+            result = Py_NewRef(Py_NotImplemented);
             goto failed;
+        }
+        pointer_count++;
     }
-    if (hot_launch(self, entry, addresses, pointer_count, eps, index) < 0) goto failed;
+    if ((stream = PyLong_FromVoidPtr(raw_stream)) == NULL) goto failed;
+    if (hot_launch(entry, addresses, pointer_count, eps, stream) < 0) goto failed;
     if (self->kind == HOT_FUSED_ADD_RMS_NORM) result = Py_NewRef(Py_None);
     else if (self->kind == HOT_ADD_RMS_NORM) result = PyTuple_Pack(2, made[0], made[1]);
     else result = Py_NewRef(allocated ? made[0] : out);
@@ -741,11 +833,8 @@ failed:
     for (int i = 0; i < pointer_count; i++) Py_XDECREF(addresses[i]);
     Py_XDECREF(made[0]);
     Py_XDECREF(made[1]);
-done:
-    Py_XDECREF(entry);
-    Py_XDECREF(dtype);
-    Py_XDECREF(index);
-    Py_XDECREF(shape);
+    Py_XDECREF(stream);
+    Py_DECREF(entry);
     return result;
 }
 
@@ -797,8 +886,7 @@ PyMODINIT_FUNC PyInit__launcher(void) {
     }
 #define INTERN(name) (s_##name = PyUnicode_InternFromString(#name))
     if (!INTERN(is_cuda) || !INTERN(data_ptr) || !INTERN(shared_mem) || !INTERN(stream) ||
-        !INTERN(dtype) || !INTERN(shape) || !INTERN(get_device) || !INTERN(is_contiguous) ||
-        !INTERN(requires_grad) || !INTERN(new_empty) ||
+        !INTERN(dtype) || !INTERN(shape) || !INTERN(get_device) || !INTERN(requires_grad) ||
         !(s_stream_kwnames = PyTuple_Pack(1, s_stream)) ||
         PyModule_AddIntConstant(module, "ARGUMENT_ERROR", ARGUMENT_ERROR) < 0 ||
         PyModule_AddIntConstant(module, "MAX_PARAMS", MAX_PARAMS) < 0) {
