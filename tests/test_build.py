@@ -376,15 +376,19 @@ SM90_WARP_REGISTER_UNIT = 256
 
 
 def check_general_norms_share_an_sm(kernels: dict[str, dict[str, int]]) -> None:
-    """The general forward norms at LLaMA's 8192 columns keep at least two blocks an SM on the
-    H100/H200, by their registers (ptxas's, read from the cubin) and the host's block: at one,
-    the float32 kernel took 94 µs where it takes 68 at 4096 x 8192 (docs/bench-mlp-notes.md,
-    ninth session), which a change anywhere in mlp.cu's includes can cause. No spill either."""
+    """The general forward norms at LLaMA's 8192 columns keep two 512-thread blocks' worth of
+    threads on an SM of the H100/H200, by their registers (ptxas's, read from the cubin) and the
+    host's block: at half that, the float32 kernel took 94 µs where it takes 68 at 4096 x 8192
+    (docs/bench-mlp-notes.md, ninth session), which a change anywhere in mlp.cu's includes can
+    cause, and the 16-bit ones (256 threads, three blocks at 74 registers) were 5-7% slower
+    (tenth session). Spills: none, but for the few bytes bfloat16 spills to L1 at the 64 registers
+    its __launch_bounds__ asks for, measured faster than three blocks without them."""
     for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items():
         threads, rows_per_block = mlp_launch.row_geometry(4096, 8192, dtype)[1]
         resources = kernels[f"mlp::rms_norm<{kernel_type}>"]
         unit = SM90_WARP_REGISTER_UNIT
         per_warp = -(-resources["registers"] * 32 // unit) * unit
         blocks = SM90_REGISTERS // (per_warp * threads * rows_per_block // 32)
-        assert blocks >= 2, (dtype, resources["registers"], threads * rows_per_block)
-        assert resources["spills"] == 0, (dtype, resources)
+        resident = blocks * threads * rows_per_block
+        assert resident >= 2 * mlp_launch.ROW_BLOCK_MAX, (dtype, resources["registers"], resident)
+        assert resources["spills"] <= (16 if dtype == "bfloat16" else 0), (dtype, resources)

@@ -62,9 +62,10 @@ ROW_CASES = [
     (100_003, 8),
     (70_001, 1),
 ]
-# 8, 4100, 11008 and 65536 take the exact kernels (mlp_launch.exact_elementwise) for every dtype,
-# 4100 with an odd number of 8-byte vectors; the others the general ones
-SWIGLU_SIZES = [1, 2, 7, 8, 9, 15, 17, 4095, 4099, 4100, 11008, 65536, 1_000_003]
+# 8, 4100, 11008 and 65536 take the exact kernels (mlp_launch.exact_elementwise) in 8-byte vectors
+# for every dtype, 4100 with an odd number of them, and 64 * 11008 in 16-byte vectors; the others
+# the general ones
+SWIGLU_SIZES = [1, 2, 7, 8, 9, 15, 17, 4095, 4099, 4100, 11008, 65536, 64 * 11008, 1_000_003]
 
 
 # ---- argument checks: numpy arrays, no GPU needed ---------------------------------------------
@@ -167,15 +168,17 @@ def test_swiglu_grid_takes_8_byte_vectors_below_132_blocks(
         (4099, "bfloat16", False),  # a tail past the last 8-byte vector
         (4098, "float32", True),  # float32's 8-byte vector is 2 elements
         (4098, "bfloat16", False),
-        (64 * 11008, "bfloat16", False),  # a grid of 16-byte vectors: not one thread a vector
+        (64 * 11008, "bfloat16", True),  # 88064 16-byte vectors, 688 blocks: a thread for each
+        (64 * 11008, "float32", True),  # 176128 16-byte vectors, 1376 blocks
+        (64 * 11008 + 4, "bfloat16", False),  # a tail past the last 16-byte vector
         (8 * 128 * 131, "bfloat16", True),  # 16-byte blocks short of 132: 8-byte ones, exact
     ],
 )
 def test_swiglu_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
     n: int, dtype: str, exact: bool
 ) -> None:
-    """The host's choice of mlp.cu's exact form, against a hand count of the 8-byte vectors and
-    the grid's threads; forward and backward alike, on swiglu_geometry's grid."""
+    """The host's choice of mlp.cu's exact form, against a hand count of the grid's vectors and
+    threads; forward and backward alike, on swiglu_geometry's grid."""
     kernel = "_exact" if exact else ""
     for op in ("swiglu", "swiglu_backward"):
         expected = f"mlp::{op}{kernel}<{mlp_launch.KERNEL_TYPE[dtype]}>"
@@ -190,7 +193,8 @@ def test_swiglu_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
         (1, 11008, "float32", True),
         (3, 4099, "float32", False),  # a row is not a whole number of 8-byte vectors
         (3, 4100, "float16", True),
-        (64, 11008, "bfloat16", False),  # 16-byte vectors, striding
+        (64, 11008, "bfloat16", True),  # 1376 16-byte vectors a row, 11 blocks of 128 a row
+        (64, 11004, "bfloat16", False),  # a row is not a whole number of 16-byte vectors
         (65_535, 8, "bfloat16", True),  # a grid row for each row
         (70_001, 8, "bfloat16", False),  # more rows than grid.y: the row loop
     ],

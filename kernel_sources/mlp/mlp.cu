@@ -332,33 +332,53 @@ __device__ __forceinline__ void silu_and_mul(const T* x, T* out, long long rows,
 }
 
 // The exact forms (mlp::swiglu_exact, mlp::silu_and_mul_exact): the host takes them where n (cols)
-// is a whole number of 8-byte vectors, the grid has a thread for each (grid.y one a row) and the
-// arrays hold fewer than 2**31 elements, so a thread takes its one vector with none of the general
-// form's run-time choices (vector width, grid-stride and row loops, 64-bit indices, the tail):
-// the sixth session's profile of 1x11008 (docs/bench-mlp-notes.md). The alignment test stays, one
-// test for all the pointers (the host's hot path prepares a launch per shape, not per address):
-// a misaligned view takes the general scalar loop.
+// is a whole number of the grid's vectors, the grid has a thread for each (grid.y one a row) and
+// the arrays hold fewer than 2**31 elements, so a thread takes its one vector with none of the
+// general form's run-time choices (grid-stride and row loops, 64-bit indices, the tail): the sixth
+// session's profile of 1x11008 (docs/bench-mlp-notes.md). The vector is the one the grid was sized
+// for: 8 bytes where it has a thread for each 8-byte chunk (narrow_grid: short inputs), else 16
+// (measured on the H200 at 64 x 11008: docs/bench-mlp-notes.md, tenth session). The alignment
+// test stays, one test for all the pointers (the host's hot path prepares a launch per shape, not
+// per address): a misaligned view takes the general scalar loop.
+// The test is narrow_grid's, in 32 bits (n is below 2**31 and a whole number of narrow vectors,
+// the grid at most 2**31 threads): its 64-bit form, a dozen instructions before the first load,
+// cost the 1-row rows 0.04 us on the H200.
+template <typename T, typename Body>
+__device__ __forceinline__ void exact_vector(long long n, const Body& body) {
+  if (static_cast<unsigned>(n) / NarrowAccess<T>::kWidth <= gridDim.x * blockDim.x) {
+    body(NarrowAccess<T>{});
+  } else {
+    body(VectorAccess<T>{});
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ void swiglu_exact(const T* gate, const T* up, T* out, long long n) {
-  if (all_aligned<kNarrowBytes>(gate, up, out)) {
-    silu_mul_chunks<true, NarrowAccess<T>>(gate, up, out, n / NarrowAccess<T>::kWidth);
-  } else {
-    silu_mul_chunks<false, ScalarAccess<T>>(gate, up, out, n);
-  }
+  exact_vector<T>(n, [&](auto access) {
+    using Access = decltype(access);
+    if (all_aligned<sizeof(typename Access::Raw)>(gate, up, out)) {
+      silu_mul_chunks<true, Access>(gate, up, out, n / Access::kWidth);
+    } else {
+      silu_mul_chunks<false, ScalarAccess<T>>(gate, up, out, n);
+    }
+  });
 }
 
 template <typename T>
 __device__ __forceinline__ void silu_and_mul_exact(const T* x, T* out, long long rows,
                                                    long long cols) {
-  if (all_aligned<kNarrowBytes>(x, out)) {
-    const int row = static_cast<int>(blockIdx.y);
-    const int width = static_cast<int>(cols);
-    const T* gate = x + row * 2 * width;
-    silu_mul_chunks<true, NarrowAccess<T>>(gate, gate + width, out + row * width,
-                                           width / NarrowAccess<T>::kWidth);
-  } else {
-    silu_and_mul_rows<ScalarAccess<T>>(x, out, rows, cols);
-  }
+  exact_vector<T>(cols, [&](auto access) {
+    using Access = decltype(access);
+    if (all_aligned<sizeof(typename Access::Raw)>(x, out)) {
+      const int row = static_cast<int>(blockIdx.y);
+      const int width = static_cast<int>(cols);
+      const T* gate = x + row * 2 * width;
+      silu_mul_chunks<true, Access>(gate, gate + width, out + row * width,
+                                    width / Access::kWidth);
+    } else {
+      silu_and_mul_rows<ScalarAccess<T>>(x, out, rows, cols);
+    }
+  });
 }
 
 // Chunks of a row each thread keeps in registers between the two passes of RMSNorm. The host
@@ -983,28 +1003,33 @@ __device__ __forceinline__ void silu_and_mul_backward(const T* x, const T* grad,
 template <typename T>
 __device__ __forceinline__ void swiglu_backward_exact(const T* gate, const T* up, const T* grad,
                                                       T* grad_gate, T* grad_up, long long n) {
-  if (all_aligned<kNarrowBytes>(gate, up, grad, grad_gate, grad_up)) {
-    silu_mul_backward_chunks<true, NarrowAccess<T>>(gate, up, grad, grad_gate, grad_up,
-                                                    n / NarrowAccess<T>::kWidth);
-  } else {
-    silu_mul_backward_chunks<false, ScalarAccess<T>>(gate, up, grad, grad_gate, grad_up, n);
-  }
+  exact_vector<T>(n, [&](auto access) {
+    using Access = decltype(access);
+    if (all_aligned<sizeof(typename Access::Raw)>(gate, up, grad, grad_gate, grad_up)) {
+      silu_mul_backward_chunks<true, Access>(gate, up, grad, grad_gate, grad_up,
+                                             n / Access::kWidth);
+    } else {
+      silu_mul_backward_chunks<false, ScalarAccess<T>>(gate, up, grad, grad_gate, grad_up, n);
+    }
+  });
 }
 
 template <typename T>
 __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T* grad, T* grad_x,
                                                             long long rows, long long cols) {
-  if (all_aligned<kNarrowBytes>(x, grad, grad_x)) {
-    const int row = static_cast<int>(blockIdx.y);
-    const int width = static_cast<int>(cols);
-    const T* gate = x + row * 2 * width;
-    T* grad_gate = grad_x + row * 2 * width;
-    silu_mul_backward_chunks<true, NarrowAccess<T>>(gate, gate + width, grad + row * width,
-                                                    grad_gate, grad_gate + width,
-                                                    width / NarrowAccess<T>::kWidth);
-  } else {
-    silu_and_mul_backward_rows<ScalarAccess<T>>(x, grad, grad_x, rows, cols);
-  }
+  exact_vector<T>(cols, [&](auto access) {
+    using Access = decltype(access);
+    if (all_aligned<sizeof(typename Access::Raw)>(x, grad, grad_x)) {
+      const int row = static_cast<int>(blockIdx.y);
+      const int width = static_cast<int>(cols);
+      const T* gate = x + row * 2 * width;
+      T* grad_gate = grad_x + row * 2 * width;
+      silu_mul_backward_chunks<true, Access>(gate, gate + width, grad + row * width, grad_gate,
+                                             grad_gate + width, width / Access::kWidth);
+    } else {
+      silu_and_mul_backward_rows<ScalarAccess<T>>(x, grad, grad_x, rows, cols);
+    }
+  });
 }
 
 // RMSNorm backward, y = x * r * w with r = 1 / sqrt(mean(x^2) + eps):
@@ -1646,10 +1671,21 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul_exact(x, out, rows, cols);
 }
 
+// The blocks of kRowBlockThreads an SM the general forward rms_norm is built for at least (its
+// __launch_bounds__): 64 registers a thread on NVIDIA. Float32 rows of 8192 take 512 threads: at
+// 74 registers one block fits an SM, and it took 94 us where it takes 68 at 4096 x 8192 (ninth
+// session; ptxas's own choice was 64 until then, and 78 with an explicit bound of one block).
+// 16-bit rows of 8192 take 256 threads: at the 74 registers ptxas gives them unbounded, three
+// blocks fit, at 64 four. On the H200 (docs/bench-mlp-notes.md, tenth session): bfloat16
+// 4096 x 8192 38.1 -> 36.4 us, 16384 x 8192 139.1 -> 130.9, 512 x 5120 7.6 -> 6.4; float16
+// 38.4 -> 35.7, 139.6 -> 130.0, 7.6 -> 6.4, with 10 bytes of bfloat16 spilled to L1 on sm_90;
+// float32 as fast. (add_rms_norm, bounded so, was no faster.)
+constexpr int kRowNormMinBlocks = 2;
+
 // row_scales: null (inference), or float32 [rows] to receive each row's scale (training: the
 // backward's input), in every form of the forward norms.
 template <typename T>
-__global__ void __launch_bounds__(kRowBlockThreads)
+__global__ void __launch_bounds__(kRowBlockThreads, kRowNormMinBlocks)
     rms_norm(const T* x, const T* weight, T* out, float* row_scales, long long rows,
              long long cols, float eps) {
   ::rms_norm<false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out,

@@ -159,11 +159,15 @@ def silu_and_mul_launch(
 
 
 def exact_elementwise(threads: int, rows: int, cols: int, dtype: str) -> bool:
-    """Whether the elementwise kernels' exact form (mlp.cu swiglu_exact: a thread for one 8-byte
-    vector, 32-bit indices, no loop) covers ``rows`` rows of ``cols`` elements (a row's
-    gate and up, 2 * cols, for silu_and_mul) with ``threads`` threads a row: a whole number of
-    8-byte vectors, a thread for each, fewer than 2**31 elements in the largest array."""
+    """Whether the elementwise kernels' exact form (mlp.cu swiglu_exact: a thread for one vector,
+    32-bit indices, no loop) covers ``rows`` rows of ``cols`` elements (a row's gate and up,
+    2 * cols, for silu_and_mul) with ``threads`` threads a row: a whole number of the grid's
+    vectors (8 bytes where the threads cover the row in 8-byte vectors, as the kernel's
+    narrow_grid reads the grid, else 16), a thread for each, fewer than 2**31 elements in the
+    largest array."""
     width = _vector_width(dtype, NARROW_BYTES)
+    if threads * width < cols:
+        width = _vector_width(dtype)
     return cols % width == 0 and threads * width >= cols and rows * 2 * cols < MAX_GRID_THREADS
 
 
