@@ -186,9 +186,10 @@ def row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, tuple[int, int]
     kernels. Rows that need fewer than BLOCK_MIN threads share a block of BLOCK_MIN. (Measured on
     the H100 from 1 x 4096 to 16384 x 8192: several rows of 64 or more threads to a block were
     slower everywhere, and twice the threads to a row were at best 2% faster and up to 20% slower
-    at 512 rows.) Float32 rows of 8192 take 512 threads, so its kernel must stay at 64 registers
-    for two blocks to share an SM on sm_90: at 74 it took 94 µs where it takes 68 at 4096 x 8192
-    on the H200 (tests/test_build.py checks the built cubin)."""
+    at 512 rows.) The kernel is bounded to 64 registers (mlp.cu kRowNormMinBlocks), so that two
+    512-thread blocks share an SM on sm_90, four of 256 (16-bit rows of 8192): at 74, float32
+    took 94 µs where it takes 68 at 4096 x 8192 on the H200 (tests/test_build.py checks the built
+    cubin)."""
     threads = _row_threads(cols, dtype, CACHED_CHUNKS)
     per_block = max(1, BLOCK_MIN // threads)
     grid = min(-(-rows // per_block), _grid_cap(threads * per_block))
