@@ -68,7 +68,7 @@ from bench_mlp import (  # the benchmark's own measures, so the figures agree
     host_us_per_call,
 )
 
-from kernelpack import mlp, mlp_hot, mlp_launch, torch_ops
+from kernelpack import mlp, mlp_hot, mlp_launch, nn, torch_ops
 
 EPS = 1e-6
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
@@ -95,6 +95,7 @@ def host(calls: int) -> None:
     entry = mlp_hot.PREPARED["swiglu"][mlp_hot.entry_key(gate)]
     bound = getattr(entry[0], "launch", entry[0])
     ops = torch.ops.kernelpack
+    norm_module = nn.RMSNorm(4096, eps=EPS, device="cuda", dtype=bf16)
     device = gate.device
     shape = (1, 4096)
     empty = torch.empty
@@ -166,6 +167,8 @@ def host(calls: int) -> None:
             lambda: ops.fused_add_rms_norm.default(gate, residual, weight, EPS),
         ),
         ("eager F.silu(g) * u", lambda: F.silu(gate) * up),
+        ("kernelpack.nn.RMSNorm(4096) module", lambda: norm_module(gate)),
+        ("eager F.rms_norm", lambda: F.rms_norm(gate, (4096,), weight, EPS)),
     ]
     for mode_name, mode in (("no_grad", torch.no_grad), ("inference_mode", torch.inference_mode)):
         print(f"\nhost µs per call, {mode_name}, 1x4096 bfloat16, {calls} calls a loop", flush=True)
@@ -174,7 +177,7 @@ def host(calls: int) -> None:
                 print(f"{host_us_per_call(call, calls):8.2f}  {name}", flush=True)
     with torch.enable_grad():
         print("\ngrad enabled, inputs not requiring grad:", flush=True)
-        for name, call in steps[-10:-1]:
+        for name, call in steps[-12:]:
             print(f"{host_us_per_call(call, calls):8.2f}  {name}", flush=True)
 
 

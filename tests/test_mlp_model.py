@@ -174,3 +174,39 @@ def test_swapped_model_matches_the_original(dtype: Any, tolerance: float, compil
             name,
             relative(grad, expected_grads[name]),
         )
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tolerance"), [(torch.float32, 2e-5), (torch.bfloat16, 3e-2)], ids=["f32", "bf16"]
+)
+def test_swapped_model_decodes_through_the_hot_calls(
+    dtype: Any, tolerance: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under torch.inference_mode the swapped modules take kernelpack.mlp's hot calls (after
+    the first pass, which prepares each shape through torch.ops), and the logits still match
+    the reference's."""
+    from kernelpack import mlp_hot
+
+    torch.manual_seed(4321)
+    original = randomised(TinyLlama()).to("cuda", dtype)
+    swapped = TinyLlama(norm=kp_nn.RMSNorm, mlp=kp_nn.SwiGLUMLP).to("cuda", dtype)
+    swapped.load_state_dict(original.state_dict())
+    reference = TinyLlama().to("cuda", torch.float64 if dtype == torch.float32 else dtype)
+    reference.load_state_dict(original.state_dict())
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQUENCE), device="cuda")
+    with torch.inference_mode():
+        swapped(tokens)
+        answers: list[bool] = []
+        for op in ("rms_norm", "swiglu"):
+            hot = mlp_hot.HOT[op]
+
+            def recorded(*args: Any, hot: Any = hot) -> Any:
+                result = hot(*args)
+                answers.append(result is not NotImplemented)
+                return result
+
+            monkeypatch.setitem(mlp_hot.HOT, op, recorded)
+        logits = swapped(tokens)
+        expected = reference(tokens)
+    assert len(answers) == 3 * LAYERS + 1 and all(answers)
+    assert relative(logits, expected) < tolerance

@@ -207,6 +207,77 @@ def test_modules_have_llamas_parameters() -> None:
     assert norm(x).shape == (2, 5, 64)
 
 
+class RecordingHot:
+    """A hot call that records its arguments and answers ``answer`` (NotImplemented: hand back)."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __call__(self, *args: Any) -> Any:
+        self.calls.append(args)
+        return self.answer
+
+
+def modules_on_meta() -> tuple[Any, Any, Any]:
+    return (
+        nn.RMSNorm(64, eps=1e-5, device="meta"),
+        nn.SwiGLUMLP(64, 176, device="meta"),
+        meta(2, 5, 64, dtype=torch.float32),
+    )
+
+
+def test_modules_run_eagerly_take_the_hot_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run eagerly, each module first offers its op to kernelpack.mlp's hot call, with every
+    argument, and returns what it gives."""
+    norm, block, x = modules_on_meta()
+    answers = {"rms_norm": meta(2, 5, 64, dtype=torch.float32), "swiglu": meta(2, 5, 176)}
+    hots = {op: RecordingHot(answer) for op, answer in answers.items()}
+    for op, hot in hots.items():
+        monkeypatch.setitem(mlp_hot.HOT, op, hot)
+    assert norm(x) is answers["rms_norm"]
+    ((args),) = hots["rms_norm"].calls
+    assert args[0] is x and args[1] is norm.weight and args[2:] == (1e-5, None)
+    assert block(x).shape == (2, 5, 64)
+    ((gate, up, out),) = hots["swiglu"].calls
+    assert gate.shape == up.shape == (2, 5, 176) and out is None
+
+
+def test_modules_take_the_op_where_the_hot_call_hands_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hot call that hands the call back (autograd wanted, a shape not prepared, no GPU): the
+    module runs torch.ops.kernelpack's op, here its meta implementation."""
+    norm, block, x = modules_on_meta()
+    hots = {op: RecordingHot(NotImplemented) for op in ("rms_norm", "swiglu")}
+    for op, hot in hots.items():
+        monkeypatch.setitem(mlp_hot.HOT, op, hot)
+    assert norm(x).shape == (2, 5, 64) and block(x).shape == (2, 5, 64)
+    assert [len(hot.calls) for hot in hots.values()] == [1, 1]
+
+
+def test_compiled_modules_trace_the_ops_not_the_hot_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under torch.compile(fullgraph=True) the modules never reach the hot call (its C function
+    would break the graph): the graph holds torch.ops.kernelpack's ops."""
+    norm, block, x = modules_on_meta()
+    hots = {op: RecordingHot(NotImplemented) for op in ("rms_norm", "swiglu")}
+    for op, hot in hots.items():
+        monkeypatch.setitem(mlp_hot.HOT, op, hot)
+    seen: list[str] = []
+
+    def backend(graph: Any, inputs: Any) -> Any:
+        seen.extend(str(n.target) for n in graph.graph.nodes if n.op == "call_function")
+        return graph.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(lambda t: block(norm(t)), fullgraph=True, backend=backend)(x)
+    assert out.shape == (2, 5, 64)
+    assert [name for name in seen if "kernelpack" in name] == [
+        "kernelpack.rms_norm",
+        "kernelpack.swiglu",
+    ]
+    assert [hot.calls for hot in hots.values()] == [[], []]
+
+
 @pytest.mark.parametrize("eps_given", [False, True])
 @pytest.mark.parametrize("name", ["rms_norm", "add_rms_norm", "swiglu"])
 def test_autograd_kernel_gives_the_hot_call_every_argument(

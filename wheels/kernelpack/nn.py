@@ -3,7 +3,9 @@
 :class:`RMSNorm` and :class:`SwiGLUMLP` have the parameters, names and arithmetic of LLaMA's
 ``LlamaRMSNorm`` and ``LlamaMLP`` (Hugging Face transformers), so a state dict moves between them
 and a model's modules can be swapped in place. They call ``torch.ops.kernelpack.*``, so they train
-(the backward passes are kernels too) and compile without graph breaks.
+(the backward passes are kernels too) and compile without graph breaks; run eagerly where no
+gradient is wanted (inference, decoding), they take kernelpack.mlp's hot call instead, the same
+kernel for about half torch.ops' host time a call (docs/bench-mlp-notes.md, tenth session).
 
 Differences, all within rounding: LlamaRMSNorm rounds the normalised value to the input's dtype
 and then multiplies by the weight; here the product is taken in float32 and rounded once. The
@@ -14,9 +16,15 @@ from __future__ import annotations
 
 import torch
 
-from . import torch_ops
+from . import mlp_hot, torch_ops
 
 torch_ops.register()
+
+
+def _eager() -> bool:
+    """Whether the module runs eagerly: torch.compile and torch.export trace the ops instead
+    (their tracer cannot enter the hot call, a C function of kernelpack's)."""
+    return not torch.compiler.is_compiling()
 
 
 class RMSNorm(torch.nn.Module):
@@ -37,6 +45,10 @@ class RMSNorm(torch.nn.Module):
         weight: torch.Tensor = self.weight
         if weight.dtype != hidden_states.dtype:
             weight = weight.to(hidden_states.dtype)
+        if _eager():  # the hot call hands back (NotImplemented) any call autograd must see
+            hot = mlp_hot.HOT["rms_norm"](hidden_states, weight, self.variance_epsilon, None)
+            if hot is not NotImplemented:
+                return hot  # type: ignore[no-any-return]
         result: torch.Tensor = torch.ops.kernelpack.rms_norm(
             hidden_states, weight, self.variance_epsilon
         )
@@ -66,6 +78,9 @@ class SwiGLUMLP(torch.nn.Module):
         self.down_proj = torch.nn.Linear(intermediate_size, hidden_size, **options)  # type: ignore[arg-type]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = torch.ops.kernelpack.swiglu(self.gate_proj(x), self.up_proj(x))
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        hidden = mlp_hot.HOT["swiglu"](gate, up, None) if _eager() else NotImplemented
+        if hidden is NotImplemented:
+            hidden = torch.ops.kernelpack.swiglu(gate, up)
         result: torch.Tensor = self.down_proj(hidden)
         return result
