@@ -15,6 +15,8 @@ weight takes the input's dtype when they differ (LLaMA would promote the result 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from . import mlp_hot, torch_ops
@@ -22,10 +24,12 @@ from . import mlp_hot, torch_ops
 torch_ops.register()
 
 
-def _eager() -> bool:
-    """Whether the module runs eagerly: torch.compile and torch.export trace the ops instead
-    (their tracer cannot enter the hot call, a C function of kernelpack's)."""
-    return not torch.compiler.is_compiling()
+def _hot(op: str, *args: object) -> Any:
+    """kernelpack.mlp's hot call of ``op`` where the module runs eagerly, which hands back
+    (NotImplemented) any call autograd must see; NotImplemented under torch.compile and
+    torch.export, which trace the op instead (their tracer cannot enter the hot call, a C
+    function of kernelpack's)."""
+    return NotImplemented if torch.compiler.is_compiling() else mlp_hot.HOT[op](*args)
 
 
 class RMSNorm(torch.nn.Module):
@@ -46,13 +50,9 @@ class RMSNorm(torch.nn.Module):
         weight: torch.Tensor = self.weight
         if weight.dtype != hidden_states.dtype:
             weight = weight.to(hidden_states.dtype)
-        if _eager():  # the hot call hands back (NotImplemented) any call autograd must see
-            hot = mlp_hot.HOT["rms_norm"](hidden_states, weight, self.variance_epsilon, None)
-            if hot is not NotImplemented:
-                return hot  # type: ignore[no-any-return]
-        result: torch.Tensor = torch.ops.kernelpack.rms_norm(
-            hidden_states, weight, self.variance_epsilon
-        )
+        result: torch.Tensor = _hot("rms_norm", hidden_states, weight, self.variance_epsilon, None)
+        if result is NotImplemented:
+            result = torch.ops.kernelpack.rms_norm(hidden_states, weight, self.variance_epsilon)
         return result
 
     def extra_repr(self) -> str:
@@ -80,7 +80,7 @@ class SwiGLUMLP(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_proj(x), self.up_proj(x)
-        hidden = mlp_hot.HOT["swiglu"](gate, up, None) if _eager() else NotImplemented
+        hidden = _hot("swiglu", gate, up, None)
         if hidden is NotImplemented:
             hidden = torch.ops.kernelpack.swiglu(gate, up)
         result: torch.Tensor = self.down_proj(hidden)
