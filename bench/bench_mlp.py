@@ -15,8 +15,9 @@ and the gaps between them), free of Python's per-call cost, which is measured ap
 call of a loop at 1x4096). Inputs rotate over enough buffer sets to move ~200 MB per round, so
 mid-size calls read from memory rather than from the L2. GB/s counts the bytes each pass must move
 at least (inputs read once, outputs written once; the backward reads the saved inputs and the
-incoming gradients and writes the input gradients). Forward and backward: one forward, then
-torch.autograd.grad of its outputs with fixed random output gradients (no .grad accumulation).
+incoming gradients and writes the input gradients, once where two inputs share one: add_rms_norm's
+x and residual). Forward and backward: one forward, then torch.autograd.grad of its outputs with
+fixed random output gradients (no .grad accumulation).
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ OP_LIST = [
         _add_rms_norm_eager,
         NORM_SIZES,
         lambda r, c, s: (4 * r * c + c) * s,
-        lambda r, c, s: (5 * r * c + 2 * c) * s,
+        # x and residual reach the outputs only through their sum: one gradient serves both
+        lambda r, c, s: (4 * r * c + 2 * c) * s,
     ),
     Op(
         "fused_add_rms_norm",
@@ -460,7 +462,8 @@ def render(
         "GPU µs per call: batches of calls queued behind a GPU sleep, between CUDA events, median",
         "over batches, inputs rotated over ~200 MB of buffers. GB/s counts the bytes each pass must",
         "move (forward: inputs read once, outputs written once; backward: saved inputs and incoming",
-        "gradients read once, input gradients written once). kernelpack: `torch.ops.kernelpack.*`;",
+        "gradients read once, input gradients written once: add_rms_norm's x and residual share",
+        "one). kernelpack: `torch.ops.kernelpack.*`;",
         "Liger-Kernel: `LigerSiLUMulFunction`, `LigerFusedGateUpSiLUMulFunction`,",
         '`LigerRMSNormFunction` (casting mode "llama", not in place), `LigerFusedAddRMSNormFunction`;',
         "torch.compile (default mode, static shapes) of `F.silu(g) * u`,",

@@ -1045,10 +1045,10 @@ __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T*
 // registers (the cached chunks) or into its own row of `partial` (the rest of a long row, which
 // only this thread touches), then writes that row of float32 partial sums; a second kernel adds
 // the rows of `partial` in order. No atomics, so every run gives the same bits.
-// Chunks (16-byte vectors) of a row each thread of the backward kernel keeps in registers (x
-// and dy, and the weight gradient's running sums in float32): 4 whatever the dtype, as the forward
-// kernel. The host gives a row enough threads for rows up to 4 * kRowBlockThreads vectors (8192
-// float32, 16384 float16); longer rows go through memory.
+// Chunks (16-byte vectors) of a row each thread of the backward kernel keeps in registers (x,
+// dy and grad_extra, and the weight gradient's running sums in float32): 4 whatever the dtype, as
+// the forward kernel. The host gives a row enough threads for rows up to 4 * kRowBlockThreads
+// vectors (8192 float32, 16384 float16); longer rows go through memory.
 //
 // Why the kernel is shaped so (profiled on the H200 at 16384 x 8192, docs/bench-mlp-notes.md):
 // it waits for each row's loads, so what counts is the bytes an SM has in flight. With 16
@@ -1057,7 +1057,10 @@ __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T*
 // and stored. Four vectors a thread double the bytes each thread asks for, and 256 threads a row
 // (at most 128 registers) leave room for two blocks an SM, one loading while the other reduces.
 // To stay under 128 registers without spills, the weight is read again for every row (from L1:
-// the same row for every row) rather than held in registers.
+// the same row for every row) rather than held in registers. grad_extra is loaded with x and dy,
+// not after the reduction: read in pass 2 it was a second wait a row, with nothing else in
+// flight (H200, add_rms_norm's backward kernel 8-22% faster loaded early: float32 16384 x 8192
+// 609.7 -> 501.1 us, bfloat16 329.3 -> 270.1; at most 124 registers on sm_90, no spill).
 constexpr int kBackwardCachedChunks = 4;
 
 // Pass 1 of one chunk of a row: adds its share of the row's sum, sum(dy * w * x).
@@ -1078,16 +1081,15 @@ __device__ __forceinline__ void backward_sum(typename Access::Raw values,
   }
 }
 
-// Pass 2 of one chunk of a row: stores its input gradient (to grad_x, and grad_x_copy unless
-// null; plus grad_extra's chunk with kExtra) and returns in `contribution` its share of the weight
-// gradient, dy * x * scale, which the caller adds to its register sums or to its partial row.
-template <typename Access, bool kExtra, typename T>
-__device__ __forceinline__ void backward_chunk(typename Access::Raw values,
-                                               typename Access::Raw grads, const T* weight,
-                                               const T* grad_extra_row, T* grad_x_row,
-                                               T* grad_x_copy_row, int i, float scale,
-                                               float correction,
-                                               float (&contribution)[Access::kWidth]) {
+// One chunk's pass 2 from registers: its input gradient (plus the chunk of grad_extra with
+// kExtra) in `grad_x`, and its weight-gradient shares, dy * x * scale.
+template <typename Access, bool kExtra>
+__device__ __forceinline__ void gradient_chunk(typename Access::Raw values,
+                                               typename Access::Raw grads,
+                                               typename Access::Raw weights,
+                                               typename Access::Raw extras, float scale,
+                                               float correction, float (&shares)[Access::kWidth],
+                                               typename Access::Raw& grad_x) {
   constexpr int kWidth = Access::kWidth;
   float v[kWidth];
   float g[kWidth];
@@ -1095,21 +1097,47 @@ __device__ __forceinline__ void backward_chunk(typename Access::Raw values,
   float e[kWidth];
   Access::unpack(values, v);
   Access::unpack(grads, g);
-  Access::unpack(Access::load(weight, i), w);
+  Access::unpack(weights, w);
   if constexpr (kExtra) {
-    Access::unpack(Access::load(grad_extra_row, i), e);
+    Access::unpack(extras, e);
   }
 #pragma unroll
   for (int k = 0; k < kWidth; ++k) {
-    contribution[k] = g[k] * v[k] * scale;
+    shares[k] = g[k] * v[k] * scale;
     const float d = scale * w[k] * g[k] - v[k] * correction;
     v[k] = kExtra ? d + e[k] : d;
   }
-  const typename Access::Raw out = Access::pack(v);
+  grad_x = Access::pack(v);
+}
+
+// Stores chunk i of a row's input gradient to grad_x, and to grad_x_copy unless null.
+template <typename Access, typename T>
+__device__ __forceinline__ void store_gradient(T* grad_x_row, T* grad_x_copy_row, int i,
+                                               typename Access::Raw out) {
   Access::store(grad_x_row, i, out);
   if (grad_x_copy_row != nullptr) {
     Access::store(grad_x_copy_row, i, out);
   }
+}
+
+// Pass 2 of one chunk read from memory (the part of a long row no thread keeps in registers):
+// stores its input gradient (to grad_x, and grad_x_copy unless null; plus grad_extra's chunk with
+// kExtra) and returns in `shares` its share of the weight gradient, which the caller adds to its
+// partial row.
+template <typename Access, bool kExtra, typename T>
+__device__ __forceinline__ void backward_chunk(const T* x_row, const T* grad_row, const T* weight,
+                                               const T* grad_extra_row, T* grad_x_row,
+                                               T* grad_x_copy_row, int i, float scale,
+                                               float correction,
+                                               float (&shares)[Access::kWidth]) {
+  typename Access::Raw extra{};
+  if constexpr (kExtra) {
+    extra = Access::load(grad_extra_row, i);
+  }
+  typename Access::Raw out;
+  gradient_chunk<Access, kExtra>(Access::load(x_row, i), Access::load(grad_row, i),
+                                 Access::load(weight, i), extra, scale, correction, shares, out);
+  store_gradient<Access>(grad_x_row, grad_x_copy_row, i, out);
 }
 
 template <typename Access, bool kExtra, typename T>
@@ -1143,16 +1171,21 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* 
     T* grad_x_row = grad_x + offset;
     T* grad_x_copy_row = grad_x_copy != nullptr ? grad_x_copy + offset : nullptr;
     const float scale = row_scales[row];  // the forward's, loaded beside the row
-    // The first kCached chunks of a thread stay in registers between the passes; the rest of a
-    // long row is read again in pass 2.
+    // The first kCached chunks of a thread stay in registers between the passes (grad_extra's
+    // too, loaded here though only pass 2 reads it); the rest of a long row is read again in
+    // pass 2.
     Raw values[kCached];
     Raw grads[kCached];
+    Raw extras[kCached];
 #pragma unroll
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
       if (i < chunks) {
         values[c] = Access::load(x_row, i);
         grads[c] = Access::load(grad_row, i);
+        if constexpr (kExtra) {
+          extras[c] = Access::load(grad_extra_row, i);
+        }
       }
     }
     float sum_dot = 0.0f;  // sum of dy * w * x
@@ -1176,8 +1209,14 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* 
     for (int c = 0; c < kCached; ++c) {
       const int i = static_cast<int>(threadIdx.x) + c * stride;
       if (i < chunks) {
-        backward_chunk<Access, kExtra>(values[c], grads[c], weight, grad_extra_row, grad_x_row,
-                                       grad_x_copy_row, i, scale, correction, contribution);
+        Raw out;
+        Raw extra{};
+        if constexpr (kExtra) {
+          extra = extras[c];
+        }
+        gradient_chunk<Access, kExtra>(values[c], grads[c], Access::load(weight, i), extra,
+                                       scale, correction, contribution, out);
+        store_gradient<Access>(grad_x_row, grad_x_copy_row, i, out);
 #pragma unroll
         for (int k = 0; k < kWidth; ++k) {
           sums[c][k] += contribution[k];
@@ -1185,9 +1224,8 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* 
       }
     }
     for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
-      backward_chunk<Access, kExtra>(Access::load(x_row, i), Access::load(grad_row, i), weight,
-                                     grad_extra_row, grad_x_row, grad_x_copy_row, i, scale,
-                                     correction, contribution);
+      backward_chunk<Access, kExtra>(x_row, grad_row, weight, grad_extra_row, grad_x_row,
+                                     grad_x_copy_row, i, scale, correction, contribution);
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) {
         float& slot = partial_row[static_cast<long long>(i) * kWidth + k];
@@ -1294,34 +1332,6 @@ __device__ __forceinline__ void put_shares(float* slot, const float (&shares)[kW
   }
 }
 
-// One chunk's pass 2 from registers: its input gradient (plus the chunk of grad_extra with
-// kExtra) in `grad_x`, and its weight-gradient shares, dy * x * scale.
-template <typename Access, bool kExtra>
-__device__ __forceinline__ void short_chunk(typename Access::Raw values,
-                                            typename Access::Raw grads,
-                                            typename Access::Raw weights,
-                                            typename Access::Raw extras, float scale,
-                                            float correction, float (&shares)[Access::kWidth],
-                                            typename Access::Raw& grad_x) {
-  constexpr int kWidth = Access::kWidth;
-  float v[kWidth];
-  float g[kWidth];
-  float w[kWidth];
-  float e[kWidth];
-  Access::unpack(values, v);
-  Access::unpack(grads, g);
-  Access::unpack(weights, w);
-  if constexpr (kExtra) {
-    Access::unpack(extras, e);
-  }
-#pragma unroll
-  for (int k = 0; k < kWidth; ++k) {
-    shares[k] = g[k] * v[k] * scale;
-    const float d = scale * w[k] * g[k] - v[k] * correction;
-    v[k] = kExtra ? d + e[k] : d;
-  }
-  grad_x = Access::pack(v);
-}
 
 // The rows of one block, each with its scale from the forward's row_scales. With `direct` (one
 // row, one block) the shares are the weight gradient, stored to grad_weight in T; otherwise the
@@ -1415,7 +1425,7 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const float* row
         if constexpr (kExtra) {
           extra = kCacheAll ? extras[c] : Access::load(grad_extra_row, i);
         }
-        short_chunk<Access, kExtra>(values[c], grads[c],
+        gradient_chunk<Access, kExtra>(values[c], grads[c],
                                     kCacheAll ? weights[c] : Access::load(weight, i), extra,
                                     scale, correction, shares, out);
         Access::store(grad_x_row, i, out);
@@ -1428,9 +1438,8 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const float* row
     }
     for (int i = static_cast<int>(threadIdx.x) + kCached * stride; !kFixed && i < chunks;
          i += stride) {
-      backward_chunk<Access, kExtra>(Access::load(x_row, i), Access::load(grad_row, i), weight,
-                                     grad_extra_row, grad_x_row, static_cast<T*>(nullptr), i,
-                                     scale, correction, shares);
+      backward_chunk<Access, kExtra>(x_row, grad_row, weight, grad_extra_row, grad_x_row,
+                                     static_cast<T*>(nullptr), i, scale, correction, shares);
       if (direct) {
         Access::store(grad_weight, i, Access::pack(shares));
       } else if constexpr (!kRowScales<T>) {
