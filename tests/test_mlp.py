@@ -62,7 +62,7 @@ ROW_CASES = [
     (100_003, 8),
     (70_001, 1),
 ]
-# 8, 4100, 11008 and 65536 take the exact kernels (mlp_launch.exact_elementwise) in 8-byte vectors
+# 8, 4100, 11008 and 65536 take the exact kernels (mlp_launch.exact_vector_bytes) in 8-byte vectors
 # for every dtype, 4100 with an odd number of them, and 64 * 11008 in 16-byte vectors; the others
 # the general ones
 SWIGLU_SIZES = [1, 2, 7, 8, 9, 15, 17, 4095, 4099, 4100, 11008, 65536, 64 * 11008, 1_000_003]
@@ -160,61 +160,68 @@ def test_swiglu_grid_takes_8_byte_vectors_below_132_blocks(
 
 
 @pytest.mark.parametrize(
-    ("n", "dtype", "exact"),
+    ("n", "dtype", "vector_bytes"),
     [
-        (11008, "bfloat16", True),  # 2752 8-byte vectors, 2816 threads
-        (11008, "float32", True),
-        (4100, "float16", True),  # 1025 vectors
-        (4099, "bfloat16", False),  # a tail past the last 8-byte vector
-        (4098, "float32", True),  # float32's 8-byte vector is 2 elements
-        (4098, "bfloat16", False),
-        (64 * 11008, "bfloat16", True),  # 88064 16-byte vectors, 688 blocks: a thread for each
-        (64 * 11008, "float32", True),  # 176128 16-byte vectors, 1376 blocks
-        (64 * 11008 + 4, "bfloat16", False),  # a tail past the last 16-byte vector
-        (8 * 128 * 131, "bfloat16", True),  # 16-byte blocks short of 132: 8-byte ones, exact
+        (11008, "bfloat16", 8),  # 2752 8-byte vectors, 2816 threads
+        (11008, "float32", 8),
+        (4100, "float16", 8),  # 1025 vectors
+        (4099, "bfloat16", 0),  # a tail past the last 8-byte vector
+        (4098, "float32", 8),  # float32's 8-byte vector is 2 elements
+        (4098, "bfloat16", 0),
+        (64 * 11008, "bfloat16", 16),  # 88064 16-byte vectors, 688 blocks: a thread for each
+        (64 * 11008, "float32", 16),  # 176128 16-byte vectors, 1376 blocks
+        (64 * 11008 + 4, "bfloat16", 0),  # a tail past the last 16-byte vector
+        (8 * 128 * 131, "bfloat16", 8),  # 16-byte blocks short of 132: 8-byte ones, exact
     ],
 )
 def test_swiglu_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
-    n: int, dtype: str, exact: bool
+    n: int, dtype: str, vector_bytes: int
 ) -> None:
-    """The host's choice of mlp.cu's exact form, against a hand count of the grid's vectors and
-    threads; forward and backward alike, on swiglu_geometry's grid."""
-    kernel = "_exact" if exact else ""
+    """The host's choice of mlp.cu's exact form and its vector, against a hand count of the
+    grid's vectors and threads; forward and backward alike, on swiglu_geometry's grid."""
     for op in ("swiglu", "swiglu_backward"):
-        expected = f"mlp::{op}{kernel}<{mlp_launch.KERNEL_TYPE[dtype]}>"
+        expected = _expected_kernel(op, dtype, vector_bytes)
         geometry = mlp_launch.swiglu_geometry(n, dtype)
         assert mlp_launch.swiglu_launch(op, n, dtype) == (expected, geometry)
 
 
 @pytest.mark.parametrize(
-    ("rows", "cols", "dtype", "exact"),
+    ("rows", "cols", "dtype", "vector_bytes"),
     [
-        (1, 11008, "bfloat16", True),
-        (1, 11008, "float32", True),
-        (3, 4099, "float32", False),  # a row is not a whole number of 8-byte vectors
-        (3, 4100, "float16", True),
-        (64, 11008, "bfloat16", True),  # 1376 16-byte vectors a row, 11 blocks of 128 a row
-        (64, 11004, "bfloat16", False),  # a row is not a whole number of 16-byte vectors
-        (65_535, 8, "bfloat16", True),  # a grid row for each row
-        (70_001, 8, "bfloat16", False),  # more rows than grid.y: the row loop
+        (1, 11008, "bfloat16", 8),
+        (1, 11008, "float32", 8),
+        (3, 4099, "float32", 0),  # a row is not a whole number of 8-byte vectors
+        (3, 4100, "float16", 8),
+        (64, 11008, "bfloat16", 16),  # 1376 16-byte vectors a row, 11 blocks of 128 a row
+        (64, 11004, "bfloat16", 0),  # a row is not a whole number of 16-byte vectors
+        (65_535, 8, "bfloat16", 8),  # a grid row for each row
+        (70_001, 8, "bfloat16", 0),  # more rows than grid.y: the row loop
     ],
 )
 def test_silu_and_mul_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
-    rows: int, cols: int, dtype: str, exact: bool
+    rows: int, cols: int, dtype: str, vector_bytes: int
 ) -> None:
-    kernel = "_exact" if exact else ""
     for op in ("silu_and_mul", "silu_and_mul_backward"):
-        expected = f"mlp::{op}{kernel}<{mlp_launch.KERNEL_TYPE[dtype]}>"
+        expected = _expected_kernel(op, dtype, vector_bytes)
         geometry = mlp_launch.silu_and_mul_geometry(rows, cols, dtype)
         assert mlp_launch.silu_and_mul_launch(op, rows, cols, dtype) == (expected, geometry)
+
+
+def _expected_kernel(op: str, dtype: str, vector_bytes: int) -> str:
+    """The kernel name written out by hand: mlp.cu's exact form in vectors of ``vector_bytes``,
+    or (0) the general kernel."""
+    kernel_type = mlp_launch.KERNEL_TYPE[dtype]
+    if vector_bytes:
+        return f"mlp::{op}_exact<{kernel_type}, {vector_bytes}>"
+    return f"mlp::{op}<{kernel_type}>"
 
 
 def test_exact_kernels_index_fewer_than_2_31_elements() -> None:
     """Their 32-bit index: x of silu_and_mul holds 2 * rows * cols elements (swiglu's count is
     bounded the same way), whatever threads the grid has."""
-    assert mlp_launch.exact_elementwise(2**29, 1, 2**30 - 2, "float32")
-    assert not mlp_launch.exact_elementwise(2**29, 1, 2**30, "float32")
-    assert not mlp_launch.exact_elementwise(2**20, 2**11, 2**19, "bfloat16")
+    assert mlp_launch.exact_vector_bytes(2**29, 1, 2**30 - 2, "float32") == 8
+    assert mlp_launch.exact_vector_bytes(2**29, 1, 2**30, "float32") == 0
+    assert mlp_launch.exact_vector_bytes(2**20, 2**11, 2**19, "bfloat16") == 0
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,10 @@
 //                            1-D grid over the elements, blocks of kElementwiseBlockThreads; a
 //                            grid with a thread for every 8-byte chunk gets 8-byte vectors.
 //   swiglu_exact_*, silu_and_mul_exact_* and their backwards
-//                            as the general ones, but the grid must have a thread for every
-//                            8-byte chunk (grid.y one a row), the row be a whole number of them
-//                            and the arrays hold fewer than 2**31 elements
-//                            (kernelpack.mlp_launch.exact_elementwise).
+//                            (T, BYTES): as the general ones, but the grid must have a thread
+//                            for every BYTES-byte vector (grid.y one a row), the row be a whole
+//                            number of them and the arrays hold fewer than 2**31 elements
+//                            (kernelpack.mlp_launch.exact_vector_bytes).
 //   rms_norm_weight_grad_*, rms_norm_weight_grad_inputs_*
 //                            grid.x over the columns, blockDim.x columns by blockDim.y slices
 //                            of the rows (of `partial`, or of the inputs and the forward's row
@@ -124,6 +124,15 @@ __device__ __forceinline__ bool all_aligned(const Pointers*... pointers) {
 
 __device__ __forceinline__ bool vector_aligned(const void* pointer) {
   return all_aligned<kVectorBytes>(pointer);
+}
+
+// A pointer rounded down to kBytes: loads ahead of an alignment test (the fixed norms, the exact
+// elementwise forms). By pointer arithmetic, so that the compiler keeps the kernel argument's
+// address space (through an integer it issued generic loads, not global ones).
+template <int kBytes, typename T>
+__device__ __forceinline__ const T* aligned_down(const T* pointer) {
+  const unsigned long long past = reinterpret_cast<unsigned long long>(pointer) % kBytes;
+  return pointer - past / sizeof(T);
 }
 
 // The narrower vector of the elementwise kernels on short inputs: 8 bytes (4 16-bit elements, 2
@@ -250,43 +259,40 @@ __device__ __forceinline__ float silu_mul(float gate, float up) {
 // 512 x 4096, and are as fast at large sizes; a grid capped to a few blocks per SM is slower.)
 constexpr int kElementwiseBlockThreads = 128;
 
-// chunk(i) for this thread's chunks of [0, end): the threads of grid.x striding over them, or with
-// kExact (the host's exact forms, mlp::swiglu_exact) the one chunk of a thread by a 32-bit index,
-// no loop: the grid has a thread for each chunk and the arrays fewer than 2**31 elements.
-template <bool kExact, typename Chunk>
+// chunk(i) for this thread's chunks of [0, end): the threads of grid.x striding over them.
+template <typename Chunk>
 __device__ __forceinline__ void for_each_chunk(long long end, const Chunk& chunk) {
-  if constexpr (kExact) {
-    const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-    if (i < static_cast<int>(end)) {
-      chunk(i);
-    }
-  } else {
-    const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-    for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < end;
-         i += stride) {
-      chunk(i);
-    }
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < end;
+       i += stride) {
+    chunk(i);
   }
+}
+
+// silu(gate) * up of one vector of each.
+template <typename Access>
+__device__ __forceinline__ typename Access::Raw silu_mul_vector(typename Access::Raw gate,
+                                                                typename Access::Raw up) {
+  constexpr int kWidth = Access::kWidth;
+  float g[kWidth];
+  float u[kWidth];
+  Access::unpack(gate, g);
+  Access::unpack(up, u);
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) {
+    g[k] = silu_mul(g[k], u[k]);
+  }
+  return Access::pack(g);
 }
 
 // out[i] = silu(gate[i]) * up[i] for the chunks [0, end), as for_each_chunk deals them. (Measured
 // on the H100: one 16-byte vector per thread and step beats two, whose larger tiles leave fewer
 // threads in flight at mid sizes.)
-template <bool kExact, typename Access, typename T>
+template <typename Access, typename T>
 __device__ __forceinline__ void silu_mul_chunks(const T* gate, const T* up, T* out, long long end) {
-  constexpr int kWidth = Access::kWidth;
-  const auto chunk = [&](auto i) {
-    float g[kWidth];
-    float u[kWidth];
-    Access::unpack(Access::load(gate, i), g);
-    Access::unpack(Access::load(up, i), u);
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) {
-      g[k] = silu_mul(g[k], u[k]);
-    }
-    Access::store(out, i, Access::pack(g));
-  };
-  for_each_chunk<kExact>(end, chunk);
+  for_each_chunk(end, [&](auto i) {
+    Access::store(out, i, silu_mul_vector<Access>(Access::load(gate, i), Access::load(up, i)));
+  });
 }
 
 template <typename T>
@@ -295,15 +301,15 @@ __device__ __forceinline__ void swiglu(const T* gate, const T* up, T* out, long 
   if (narrow_grid<T>(n) && all_aligned<kNarrowBytes>(gate) && all_aligned<kNarrowBytes>(up) &&
       all_aligned<kNarrowBytes>(out)) {
     constexpr int kWidth = NarrowAccess<T>::kWidth;
-    silu_mul_chunks<false, NarrowAccess<T>>(gate, up, out, n / kWidth);
+    silu_mul_chunks<NarrowAccess<T>>(gate, up, out, n / kWidth);
     done = n / kWidth * kWidth;
   } else if (vector_aligned(gate) && vector_aligned(up) && vector_aligned(out)) {
     constexpr int kWidth = VectorAccess<T>::kWidth;
-    silu_mul_chunks<false, VectorAccess<T>>(gate, up, out, n / kWidth);
+    silu_mul_chunks<VectorAccess<T>>(gate, up, out, n / kWidth);
     done = n / kWidth * kWidth;
   }
   // The misaligned arrays, or the tail past the last whole vector.
-  silu_mul_chunks<false, ScalarAccess<T>>(gate + done, up + done, out + done, n - done);
+  silu_mul_chunks<ScalarAccess<T>>(gate + done, up + done, out + done, n - done);
 }
 
 // x is [rows, 2 * cols] (gate then up in each row), out is [rows, cols].
@@ -313,7 +319,7 @@ __device__ __forceinline__ void silu_and_mul_rows(const T* x, T* out, long long 
   const long long chunks = cols / Access::kWidth;
   for (long long row = blockIdx.y; row < rows; row += gridDim.y) {
     const T* gate = x + row * 2 * cols;
-    silu_mul_chunks<false, Access>(gate, gate + cols, out + row * cols, chunks);
+    silu_mul_chunks<Access>(gate, gate + cols, out + row * cols, chunks);
   }
 }
 
@@ -331,55 +337,83 @@ __device__ __forceinline__ void silu_and_mul(const T* x, T* out, long long rows,
   }
 }
 
-// The exact forms (mlp::swiglu_exact, mlp::silu_and_mul_exact): the host takes them where n (cols)
-// is a whole number of the grid's vectors, the grid has a thread for each (grid.y one a row) and
-// the arrays hold fewer than 2**31 elements, so a thread takes its one vector with none of the
-// general form's run-time choices (grid-stride and row loops, 64-bit indices, the tail): the sixth
-// session's profile of 1x11008 (docs/bench-mlp-notes.md). The vector is the one the grid was sized
-// for: 8 bytes where it has a thread for each 8-byte chunk (narrow_grid: short inputs), else 16
-// (measured on the H200 at 64 x 11008: docs/bench-mlp-notes.md, tenth session). The alignment
-// test stays, one test for all the pointers (the host's hot path prepares a launch per shape, not
-// per address): a misaligned view takes the general scalar loop.
-// The test is narrow_grid's, in 32 bits (n is below 2**31 and a whole number of narrow vectors,
-// the grid at most 2**31 threads): a 1-row kernel waits on it before its first load, and on the
-// H200 its 64-bit form cost 1 x 11008 up to 0.08 us against the 8-byte form alone, this one
-// 0.00-0.05.
-template <typename T, typename Body>
-__device__ __forceinline__ void exact_vector(long long n, const Body& body) {
-  if (static_cast<unsigned>(n) / NarrowAccess<T>::kWidth <= gridDim.x * blockDim.x) {
-    body(NarrowAccess<T>{});
-  } else {
-    body(VectorAccess<T>{});
+// The exact forms (mlp::swiglu_exact, mlp::silu_and_mul_exact and their backwards, templated on
+// the vector's bytes): the host takes them where n (cols) is a whole number of vectors, the grid
+// has a thread for each (grid.y one a row) and the arrays hold fewer than 2**31 elements, so a
+// thread takes its one vector with none of the general form's run-time choices (grid-stride and
+// row loops, 64-bit indices, the tail): the sixth session's profile of 1x11008
+// (docs/bench-mlp-notes.md). The vector is the one the host sized the grid for: 8 bytes where the
+// grid has a thread for each 8-byte chunk (short inputs), else 16. A thread issues its loads
+// first, from the pointers rounded down to the vector (aligned_down: the same addresses where
+// they are aligned, and never before the start of an allocation, which is aligned), then tests
+// the alignment of all the pointers, once; a misaligned view (the test is the same in every
+// thread) takes the general scalar loop, out of line so that the vector path is the kernel's
+// straight line. So a 1-row kernel's first loads wait on no test: with the tests ahead of the
+// loads (the width read from the grid, then the alignment), 1 x 11008 took 0.04-0.06 us more on
+// the H200 (docs/bench-mlp-notes.md, eleventh session).
+//
+// This thread's vector in an exact form: a 32-bit index over grid.x.
+__device__ __forceinline__ int exact_chunk() {
+  return static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+}
+
+template <typename T>
+__device__ __noinline__ void swiglu_scalar(const T* gate, const T* up, T* out, long long n) {
+  silu_mul_chunks<ScalarAccess<T>>(gate, up, out, n);
+}
+
+template <typename Access, typename T>
+__device__ __forceinline__ void swiglu_exact(const T* gate, const T* up, T* out, long long n) {
+  using Raw = typename Access::Raw;
+  constexpr int kBytes = sizeof(Raw);
+  const int i = exact_chunk();
+  const bool mine = i < static_cast<int>(n) / Access::kWidth;
+  Raw g{};
+  Raw u{};
+  if (mine) {
+    g = Access::load(aligned_down<kBytes>(gate), i);
+    u = Access::load(aligned_down<kBytes>(up), i);
+  }
+  const Raw result = silu_mul_vector<Access>(g, u);
+  if (!all_aligned<kBytes>(gate, up, out)) {
+    swiglu_scalar(gate, up, out, n);
+    return;
+  }
+  if (mine) {
+    Access::store(out, i, result);
   }
 }
 
 template <typename T>
-__device__ __forceinline__ void swiglu_exact(const T* gate, const T* up, T* out, long long n) {
-  exact_vector<T>(n, [&](auto access) {
-    using Access = decltype(access);
-    if (all_aligned<sizeof(typename Access::Raw)>(gate, up, out)) {
-      silu_mul_chunks<true, Access>(gate, up, out, n / Access::kWidth);
-    } else {
-      silu_mul_chunks<false, ScalarAccess<T>>(gate, up, out, n);
-    }
-  });
+__device__ __noinline__ void silu_and_mul_scalar(const T* x, T* out, long long rows,
+                                                 long long cols) {
+  silu_and_mul_rows<ScalarAccess<T>>(x, out, rows, cols);
 }
 
-template <typename T>
+template <typename Access, typename T>
 __device__ __forceinline__ void silu_and_mul_exact(const T* x, T* out, long long rows,
                                                    long long cols) {
-  exact_vector<T>(cols, [&](auto access) {
-    using Access = decltype(access);
-    if (all_aligned<sizeof(typename Access::Raw)>(x, out)) {
-      const int row = static_cast<int>(blockIdx.y);
-      const int width = static_cast<int>(cols);
-      const T* gate = x + row * 2 * width;
-      silu_mul_chunks<true, Access>(gate, gate + width, out + row * width,
-                                    width / Access::kWidth);
-    } else {
-      silu_and_mul_rows<ScalarAccess<T>>(x, out, rows, cols);
-    }
-  });
+  using Raw = typename Access::Raw;
+  constexpr int kBytes = sizeof(Raw);
+  const int i = exact_chunk();
+  const int row = static_cast<int>(blockIdx.y);
+  const int width = static_cast<int>(cols);
+  const bool mine = i < width / Access::kWidth;
+  const T* gate = aligned_down<kBytes>(x) + row * 2 * width;
+  Raw g{};
+  Raw u{};
+  if (mine) {
+    g = Access::load(gate, i);
+    u = Access::load(gate + width, i);
+  }
+  const Raw result = silu_mul_vector<Access>(g, u);
+  if (!all_aligned<kBytes>(x, out)) {
+    silu_and_mul_scalar(x, out, rows, cols);
+    return;
+  }
+  if (mine) {
+    Access::store(out + row * width, i, result);
+  }
 }
 
 // Chunks of a row each thread keeps in registers between the two passes of RMSNorm. The host
@@ -812,15 +846,6 @@ __device__ __forceinline__ float fixed_row_sum(float value, float* slots) {
   return value;
 }
 
-// A pointer rounded down to kBytes: the fixed kernels' loads ahead of their alignment test. By
-// pointer arithmetic, so that the compiler keeps the kernel argument's address space (through an
-// integer it issued generic loads, not global ones).
-template <int kBytes, typename T>
-__device__ __forceinline__ const T* aligned_down(const T* pointer) {
-  const unsigned long long past = reinterpret_cast<unsigned long long>(pointer) % kBytes;
-  return pointer - past / sizeof(T);
-}
-
 // The fixed kernels' misaligned row: the scalar loop, out of line, so that the vector path is the
 // kernel's straight line (inlined, ptxas placed this loop first and the vector path after a jump).
 template <int kCols, bool kAddResidual, typename T>
@@ -925,30 +950,44 @@ __device__ __forceinline__ void silu_mul_grads(float gate, float up, float dy, f
   d_gate = dy * up * sigmoid * (1.0f + gate * (1.0f - sigmoid));
 }
 
-template <bool kExact, typename Access, typename T>
+// The gradients of one vector of gate and up, from one of dy.
+template <typename Access>
+__device__ __forceinline__ void silu_mul_grads_vector(typename Access::Raw gate,
+                                                      typename Access::Raw up,
+                                                      typename Access::Raw grad,
+                                                      typename Access::Raw& grad_gate,
+                                                      typename Access::Raw& grad_up) {
+  constexpr int kWidth = Access::kWidth;
+  float g[kWidth];
+  float u[kWidth];
+  float dy[kWidth];
+  Access::unpack(gate, g);
+  Access::unpack(up, u);
+  Access::unpack(grad, dy);
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) {
+    float d_gate;
+    float d_up;
+    silu_mul_grads(g[k], u[k], dy[k], d_gate, d_up);
+    g[k] = d_gate;
+    u[k] = d_up;
+  }
+  grad_gate = Access::pack(g);
+  grad_up = Access::pack(u);
+}
+
+template <typename Access, typename T>
 __device__ __forceinline__ void silu_mul_backward_chunks(const T* gate, const T* up, const T* grad,
                                                          T* grad_gate, T* grad_up,
                                                          long long end) {
-  constexpr int kWidth = Access::kWidth;
-  const auto chunk = [&](auto i) {
-    float g[kWidth];
-    float u[kWidth];
-    float dy[kWidth];
-    Access::unpack(Access::load(gate, i), g);
-    Access::unpack(Access::load(up, i), u);
-    Access::unpack(Access::load(grad, i), dy);
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) {
-      float d_gate;
-      float d_up;
-      silu_mul_grads(g[k], u[k], dy[k], d_gate, d_up);
-      g[k] = d_gate;
-      u[k] = d_up;
-    }
-    Access::store(grad_gate, i, Access::pack(g));
-    Access::store(grad_up, i, Access::pack(u));
-  };
-  for_each_chunk<kExact>(end, chunk);
+  for_each_chunk(end, [&](auto i) {
+    typename Access::Raw d_gate;
+    typename Access::Raw d_up;
+    silu_mul_grads_vector<Access>(Access::load(gate, i), Access::load(up, i),
+                                  Access::load(grad, i), d_gate, d_up);
+    Access::store(grad_gate, i, d_gate);
+    Access::store(grad_up, i, d_up);
+  });
 }
 
 template <typename T>
@@ -959,17 +998,15 @@ __device__ __forceinline__ void swiglu_backward(const T* gate, const T* up, cons
       all_aligned<kNarrowBytes>(grad) && all_aligned<kNarrowBytes>(grad_gate) &&
       all_aligned<kNarrowBytes>(grad_up)) {
     constexpr int kWidth = NarrowAccess<T>::kWidth;
-    silu_mul_backward_chunks<false, NarrowAccess<T>>(gate, up, grad, grad_gate, grad_up,
-                                                     n / kWidth);
+    silu_mul_backward_chunks<NarrowAccess<T>>(gate, up, grad, grad_gate, grad_up, n / kWidth);
     done = n / kWidth * kWidth;
   } else if (vector_aligned(gate) && vector_aligned(up) && vector_aligned(grad) &&
              vector_aligned(grad_gate) && vector_aligned(grad_up)) {
     constexpr int kWidth = VectorAccess<T>::kWidth;
-    silu_mul_backward_chunks<false, VectorAccess<T>>(gate, up, grad, grad_gate, grad_up,
-                                                     n / kWidth);
+    silu_mul_backward_chunks<VectorAccess<T>>(gate, up, grad, grad_gate, grad_up, n / kWidth);
     done = n / kWidth * kWidth;
   }
-  silu_mul_backward_chunks<false, ScalarAccess<T>>(gate + done, up + done, grad + done,
+  silu_mul_backward_chunks<ScalarAccess<T>>(gate + done, up + done, grad + done,
                                             grad_gate + done, grad_up + done, n - done);
 }
 
@@ -981,7 +1018,7 @@ __device__ __forceinline__ void silu_and_mul_backward_rows(const T* x, const T* 
   for (long long row = blockIdx.y; row < rows; row += gridDim.y) {
     const T* gate = x + row * 2 * cols;
     T* grad_gate = grad_x + row * 2 * cols;
-    silu_mul_backward_chunks<false, Access>(gate, gate + cols, grad + row * cols, grad_gate,
+    silu_mul_backward_chunks<Access>(gate, gate + cols, grad + row * cols, grad_gate,
                                      grad_gate + cols, chunks);
   }
 }
@@ -1002,35 +1039,75 @@ __device__ __forceinline__ void silu_and_mul_backward(const T* x, const T* grad,
 
 // The exact forms of the two backwards (as swiglu_exact).
 template <typename T>
+__device__ __noinline__ void swiglu_backward_scalar(const T* gate, const T* up, const T* grad,
+                                                    T* grad_gate, T* grad_up, long long n) {
+  silu_mul_backward_chunks<ScalarAccess<T>>(gate, up, grad, grad_gate, grad_up, n);
+}
+
+template <typename Access, typename T>
 __device__ __forceinline__ void swiglu_backward_exact(const T* gate, const T* up, const T* grad,
                                                       T* grad_gate, T* grad_up, long long n) {
-  exact_vector<T>(n, [&](auto access) {
-    using Access = decltype(access);
-    if (all_aligned<sizeof(typename Access::Raw)>(gate, up, grad, grad_gate, grad_up)) {
-      silu_mul_backward_chunks<true, Access>(gate, up, grad, grad_gate, grad_up,
-                                             n / Access::kWidth);
-    } else {
-      silu_mul_backward_chunks<false, ScalarAccess<T>>(gate, up, grad, grad_gate, grad_up, n);
-    }
-  });
+  using Raw = typename Access::Raw;
+  constexpr int kBytes = sizeof(Raw);
+  const int i = exact_chunk();
+  const bool mine = i < static_cast<int>(n) / Access::kWidth;
+  Raw g{};
+  Raw u{};
+  Raw dy{};
+  if (mine) {
+    g = Access::load(aligned_down<kBytes>(gate), i);
+    u = Access::load(aligned_down<kBytes>(up), i);
+    dy = Access::load(aligned_down<kBytes>(grad), i);
+  }
+  Raw d_gate;
+  Raw d_up;
+  silu_mul_grads_vector<Access>(g, u, dy, d_gate, d_up);
+  if (!all_aligned<kBytes>(gate, up, grad, grad_gate, grad_up)) {
+    swiglu_backward_scalar(gate, up, grad, grad_gate, grad_up, n);
+    return;
+  }
+  if (mine) {
+    Access::store(grad_gate, i, d_gate);
+    Access::store(grad_up, i, d_up);
+  }
 }
 
 template <typename T>
+__device__ __noinline__ void silu_and_mul_backward_scalar(const T* x, const T* grad, T* grad_x,
+                                                          long long rows, long long cols) {
+  silu_and_mul_backward_rows<ScalarAccess<T>>(x, grad, grad_x, rows, cols);
+}
+
+template <typename Access, typename T>
 __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T* grad, T* grad_x,
                                                             long long rows, long long cols) {
-  exact_vector<T>(cols, [&](auto access) {
-    using Access = decltype(access);
-    if (all_aligned<sizeof(typename Access::Raw)>(x, grad, grad_x)) {
-      const int row = static_cast<int>(blockIdx.y);
-      const int width = static_cast<int>(cols);
-      const T* gate = x + row * 2 * width;
-      T* grad_gate = grad_x + row * 2 * width;
-      silu_mul_backward_chunks<true, Access>(gate, gate + width, grad + row * width, grad_gate,
-                                             grad_gate + width, width / Access::kWidth);
-    } else {
-      silu_and_mul_backward_rows<ScalarAccess<T>>(x, grad, grad_x, rows, cols);
-    }
-  });
+  using Raw = typename Access::Raw;
+  constexpr int kBytes = sizeof(Raw);
+  const int i = exact_chunk();
+  const int row = static_cast<int>(blockIdx.y);
+  const int width = static_cast<int>(cols);
+  const bool mine = i < width / Access::kWidth;
+  const T* gate = aligned_down<kBytes>(x) + row * 2 * width;
+  Raw g{};
+  Raw u{};
+  Raw dy{};
+  if (mine) {
+    g = Access::load(gate, i);
+    u = Access::load(gate + width, i);
+    dy = Access::load(aligned_down<kBytes>(grad) + row * width, i);
+  }
+  Raw d_gate;
+  Raw d_up;
+  silu_mul_grads_vector<Access>(g, u, dy, d_gate, d_up);
+  if (!all_aligned<kBytes>(x, grad, grad_x)) {
+    silu_and_mul_backward_scalar(x, grad, grad_x, rows, cols);
+    return;
+  }
+  if (mine) {
+    T* grad_gate = grad_x + row * 2 * width;
+    Access::store(grad_gate, i, d_gate);
+    Access::store(grad_gate + width, i, d_up);
+  }
 }
 
 // RMSNorm backward, y = x * r * w with r = 1 / sqrt(mean(x^2) + eps):
@@ -1668,17 +1745,17 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul(x, out, rows, cols);
 }
 
-// The exact forms of the two (the host's choice: kernelpack.mlp_launch.exact_elementwise).
-template <typename T>
+// The exact forms of the two (the host's choice: kernelpack.mlp_launch.exact_vector_bytes).
+template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     swiglu_exact(const T* gate, const T* up, T* out, long long n) {
-  ::swiglu_exact(gate, up, out, n);
+  ::swiglu_exact<VectorAccess<T, kBytes>>(gate, up, out, n);
 }
 
-template <typename T>
+template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     silu_and_mul_exact(const T* x, T* out, long long rows, long long cols) {
-  ::silu_and_mul_exact(x, out, rows, cols);
+  ::silu_and_mul_exact<VectorAccess<T, kBytes>>(x, out, rows, cols);
 }
 
 // The blocks of kRowBlockThreads an SM the general forward rms_norm is built for at least (its
@@ -1762,18 +1839,18 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul_backward(x, grad, grad_x, rows, cols);
 }
 
-template <typename T>
+template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     swiglu_backward_exact(const T* gate, const T* up, const T* grad, T* grad_gate, T* grad_up,
                           long long n) {
-  ::swiglu_backward_exact(gate, up, grad, grad_gate, grad_up, n);
+  ::swiglu_backward_exact<VectorAccess<T, kBytes>>(gate, up, grad, grad_gate, grad_up, n);
 }
 
-template <typename T>
+template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     silu_and_mul_backward_exact(const T* x, const T* grad, T* grad_x, long long rows,
                                 long long cols) {
-  ::silu_and_mul_backward_exact(x, grad, grad_x, rows, cols);
+  ::silu_and_mul_backward_exact<VectorAccess<T, kBytes>>(x, grad, grad_x, rows, cols);
 }
 
 // row_scales is float32 [rows], the forward's (rms_norm's row_scales); grad_extra and
@@ -1831,12 +1908,6 @@ __global__ void __launch_bounds__(kWeightGradThreads)
 #define MLP_KERNELS(T)                                                                          \
   template __global__ void swiglu<T>(const T*, const T*, T*, long long);                        \
   template __global__ void silu_and_mul<T>(const T*, T*, long long, long long);                 \
-  template __global__ void swiglu_exact<T>(const T*, const T*, T*, long long);                  \
-  template __global__ void silu_and_mul_exact<T>(const T*, T*, long long, long long);           \
-  template __global__ void swiglu_backward_exact<T>(const T*, const T*, const T*, T*, T*,       \
-                                                    long long);                                 \
-  template __global__ void silu_and_mul_backward_exact<T>(const T*, const T*, T*, long long,    \
-                                                          long long);                           \
   template __global__ void rms_norm<T>(const T*, const T*, T*, float*, long long, long long,    \
                                        float);                                                  \
   template __global__ void add_rms_norm<T>(const T*, const T*, const T*, T*, T*, float*,        \
@@ -1860,6 +1931,27 @@ MLP_KERNELS(__half)
 MLP_KERNELS(__nv_bfloat16)
 
 #undef MLP_KERNELS
+
+// The exact elementwise forms for one storage type and vector (kernelpack.mlp_launch's
+// exact_vector_bytes: 8 or 16 bytes).
+#define MLP_EXACT_KERNELS(T, BYTES)                                                             \
+  template __global__ void swiglu_exact<T, BYTES>(const T*, const T*, T*, long long);           \
+  template __global__ void silu_and_mul_exact<T, BYTES>(const T*, T*, long long, long long);    \
+  template __global__ void swiglu_backward_exact<T, BYTES>(const T*, const T*, const T*, T*,    \
+                                                           T*, long long);                      \
+  template __global__ void silu_and_mul_backward_exact<T, BYTES>(const T*, const T*, T*,        \
+                                                                 long long, long long);
+
+#define MLP_EXACT_VECTORS(T) \
+  MLP_EXACT_KERNELS(T, 8)    \
+  MLP_EXACT_KERNELS(T, 16)
+
+MLP_EXACT_VECTORS(float)
+MLP_EXACT_VECTORS(__half)
+MLP_EXACT_VECTORS(__nv_bfloat16)
+
+#undef MLP_EXACT_VECTORS
+#undef MLP_EXACT_KERNELS
 
 // The weight sum from the inputs, for the types whose short backward leaves row scales
 // (kRowScales).

@@ -142,33 +142,43 @@ def silu_and_mul_geometry(rows: int, cols: int, dtype: str) -> tuple[tuple[int, 
 
 def swiglu_launch(op: str, n: int, dtype: str) -> tuple[str, tuple[int, int]]:
     """(kernel name, (grid, block)) of ``op`` ("swiglu" or "swiglu_backward") over n elements: the
-    exact form ("mlp::swiglu_exact<float>") where :func:`exact_elementwise` allows it."""
+    exact form ("mlp::swiglu_exact<float, 16>") where :func:`exact_vector_bytes` allows it."""
     grid, block = swiglu_geometry(n, dtype)
-    exact = exact_elementwise(grid * block, 1, n, dtype)
-    return kernel_name(op + "_exact" if exact else op, dtype), (grid, block)
+    vector_bytes = exact_vector_bytes(grid * block, 1, n, dtype)
+    return _exact_or_general(op, dtype, vector_bytes), (grid, block)
 
 
 def silu_and_mul_launch(
     op: str, rows: int, cols: int, dtype: str
 ) -> tuple[str, tuple[tuple[int, int], int]]:
     """(kernel name, (grid, block)) of ``op`` ("silu_and_mul" or "silu_and_mul_backward"), the
-    exact form where :func:`exact_elementwise` allows it (cols: the output's row)."""
+    exact form where :func:`exact_vector_bytes` allows it (cols: the output's row)."""
     (grid_x, grid_y), block = silu_and_mul_geometry(rows, cols, dtype)
-    exact = grid_y == rows and exact_elementwise(grid_x * block, rows, cols, dtype)
-    return kernel_name(op + "_exact" if exact else op, dtype), ((grid_x, grid_y), block)
+    vector_bytes = exact_vector_bytes(grid_x * block, rows, cols, dtype) if grid_y == rows else 0
+    return _exact_or_general(op, dtype, vector_bytes), ((grid_x, grid_y), block)
 
 
-def exact_elementwise(threads: int, rows: int, cols: int, dtype: str) -> bool:
-    """Whether the elementwise kernels' exact form (mlp.cu swiglu_exact: a thread for one vector,
-    32-bit indices, no loop) covers ``rows`` rows of ``cols`` elements (a row's gate and up,
-    2 * cols, for silu_and_mul) with ``threads`` threads a row: a whole number of the grid's
-    vectors (8 bytes where the threads cover the row in 8-byte vectors, as the kernel's
-    narrow_grid reads the grid, else 16), a thread for each, fewer than 2**31 elements in the
-    largest array."""
-    width = _vector_width(dtype, NARROW_BYTES)
-    if threads * width < cols:
-        width = _vector_width(dtype)
-    return cols % width == 0 and threads * width >= cols and rows * 2 * cols < MAX_GRID_THREADS
+def exact_vector_bytes(threads: int, rows: int, cols: int, dtype: str) -> int:
+    """The vector (8 or 16 bytes) of the elementwise kernels' exact form (mlp.cu swiglu_exact: a
+    thread for one vector, 32-bit indices, no loop) over ``rows`` rows of ``cols`` elements (a
+    row's gate and up, 2 * cols, for silu_and_mul) with ``threads`` threads a row, or 0 where it
+    does not cover them. The vector is the one the grid was sized for: 8 bytes where the threads
+    cover a row in 8-byte vectors, else 16; the form needs a row of a whole number of them, a
+    thread for each, and fewer than 2**31 elements in the largest array."""
+    vector_bytes = NARROW_BYTES
+    if threads * _vector_width(dtype, vector_bytes) < cols:
+        vector_bytes = VECTOR_BYTES
+    width = _vector_width(dtype, vector_bytes)
+    covered = cols % width == 0 and threads * width >= cols
+    return vector_bytes if covered and rows * 2 * cols < MAX_GRID_THREADS else 0
+
+
+def _exact_or_general(op: str, dtype: str, vector_bytes: int) -> str:
+    """The exact form of an elementwise op in vectors of ``vector_bytes``, or (0) its general
+    kernel."""
+    if vector_bytes:
+        return kernel_name(op + "_exact", dtype, vector_bytes)
+    return kernel_name(op, dtype)
 
 
 def _row_threads(cols: int, dtype: str, cached: int) -> int:
