@@ -349,7 +349,7 @@ __device__ __forceinline__ void silu_and_mul(const T* x, T* out, long long rows,
 // the alignment of all the pointers, once; a misaligned view (the test is the same in every
 // thread) takes the general scalar loop, out of line so that the vector path is the kernel's
 // straight line. So a 1-row kernel's first loads wait on no test: with the tests ahead of the
-// loads (the width read from the grid, then the alignment), 1 x 11008 took 0.04-0.06 us more on
+// loads (the width read from the grid, then the alignment), 1 x 11008 took 0.03-0.07 us more on
 // the H200 (docs/bench-mlp-notes.md, eleventh session).
 //
 // This thread's vector in an exact form: a 32-bit index over grid.x.
@@ -1136,8 +1136,9 @@ __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T*
 // To stay under 128 registers without spills, the weight is read again for every row (from L1:
 // the same row for every row) rather than held in registers. grad_extra is loaded with x and dy,
 // not after the reduction: read in pass 2 it was a second wait a row, with nothing else in
-// flight (H200, add_rms_norm's backward kernel 8-22% faster loaded early: float32 16384 x 8192
-// 609.7 -> 501.1 us, bfloat16 329.3 -> 270.1; at most 124 registers on sm_90, no spill).
+// flight (H200, add_rms_norm's backward kernel 1.07-1.23 times as fast loaded early: float32
+// 16384 x 8192 609.7 -> 501.1 us, bfloat16 329.3 -> 270.1; at most 124 registers on sm_90, no
+// spill).
 constexpr int kBackwardCachedChunks = 4;
 
 // Pass 1 of one chunk of a row: adds its share of the row's sum, sum(dy * w * x).
