@@ -352,9 +352,44 @@ __device__ __forceinline__ void silu_and_mul(const T* x, T* out, long long rows,
 // loads (the width read from the grid, then the alignment), 1 x 11008 took 0.03-0.07 us more on
 // the H200 (docs/bench-mlp-notes.md, eleventh session).
 //
-// This thread's vector in an exact form: a 32-bit index over grid.x.
-__device__ __forceinline__ int exact_chunk() {
-  return static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+// This thread's vector in an exact form: its 32-bit index over grid.x, whether its row (of
+// `width` elements) has one, and for silu_and_mul's forms (grid.y one a row, the input's row gate
+// then up) the row's start in the input and in the output.
+struct ExactChunk {
+  int i;
+  bool mine;
+  int width;
+  int input_row;
+  int output_row;
+};
+
+// swiglu's forms: one row of n elements.
+template <typename Access>
+__device__ __forceinline__ ExactChunk exact_chunk(long long n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  const int width = static_cast<int>(n);
+  return {i, i < width / Access::kWidth, width, 0, 0};
+}
+
+// silu_and_mul's forms: row blockIdx.y of `cols` outputs.
+template <typename Access>
+__device__ __forceinline__ ExactChunk exact_row_chunk(long long cols) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  const int row = static_cast<int>(blockIdx.y);
+  const int width = static_cast<int>(cols);
+  return {i, i < width / Access::kWidth, width, row * 2 * width, row * width};
+}
+
+// The thread's vector of `array` (its row's start), loaded from the pointer rounded down to the
+// vector ahead of the alignment test, or zeros where the thread has none. (A row's start is a
+// whole number of vectors past the array's, so rounding either down is the same.)
+template <typename Access, typename T>
+__device__ __forceinline__ typename Access::Raw exact_load(const T* array, const ExactChunk& at) {
+  typename Access::Raw raw{};
+  if (at.mine) {
+    raw = Access::load(aligned_down<sizeof(raw)>(array), at.i);
+  }
+  return raw;
 }
 
 template <typename T>
@@ -364,23 +399,15 @@ __device__ __noinline__ void swiglu_scalar(const T* gate, const T* up, T* out, l
 
 template <typename Access, typename T>
 __device__ __forceinline__ void swiglu_exact(const T* gate, const T* up, T* out, long long n) {
-  using Raw = typename Access::Raw;
-  constexpr int kBytes = sizeof(Raw);
-  const int i = exact_chunk();
-  const bool mine = i < static_cast<int>(n) / Access::kWidth;
-  Raw g{};
-  Raw u{};
-  if (mine) {
-    g = Access::load(aligned_down<kBytes>(gate), i);
-    u = Access::load(aligned_down<kBytes>(up), i);
-  }
-  const Raw result = silu_mul_vector<Access>(g, u);
-  if (!all_aligned<kBytes>(gate, up, out)) {
+  const ExactChunk at = exact_chunk<Access>(n);
+  const typename Access::Raw result =
+      silu_mul_vector<Access>(exact_load<Access>(gate, at), exact_load<Access>(up, at));
+  if (!all_aligned<sizeof(result)>(gate, up, out)) {
     swiglu_scalar(gate, up, out, n);
     return;
   }
-  if (mine) {
-    Access::store(out, i, result);
+  if (at.mine) {
+    Access::store(out, at.i, result);
   }
 }
 
@@ -393,26 +420,16 @@ __device__ __noinline__ void silu_and_mul_scalar(const T* x, T* out, long long r
 template <typename Access, typename T>
 __device__ __forceinline__ void silu_and_mul_exact(const T* x, T* out, long long rows,
                                                    long long cols) {
-  using Raw = typename Access::Raw;
-  constexpr int kBytes = sizeof(Raw);
-  const int i = exact_chunk();
-  const int row = static_cast<int>(blockIdx.y);
-  const int width = static_cast<int>(cols);
-  const bool mine = i < width / Access::kWidth;
-  const T* gate = aligned_down<kBytes>(x) + row * 2 * width;
-  Raw g{};
-  Raw u{};
-  if (mine) {
-    g = Access::load(gate, i);
-    u = Access::load(gate + width, i);
-  }
-  const Raw result = silu_mul_vector<Access>(g, u);
-  if (!all_aligned<kBytes>(x, out)) {
+  const ExactChunk at = exact_row_chunk<Access>(cols);
+  const T* gate = x + at.input_row;
+  const typename Access::Raw result = silu_mul_vector<Access>(
+      exact_load<Access>(gate, at), exact_load<Access>(gate + at.width, at));
+  if (!all_aligned<sizeof(result)>(x, out)) {
     silu_and_mul_scalar(x, out, rows, cols);
     return;
   }
-  if (mine) {
-    Access::store(out + row * width, i, result);
+  if (at.mine) {
+    Access::store(out + at.output_row, at.i, result);
   }
 }
 
@@ -1047,28 +1064,18 @@ __device__ __noinline__ void swiglu_backward_scalar(const T* gate, const T* up, 
 template <typename Access, typename T>
 __device__ __forceinline__ void swiglu_backward_exact(const T* gate, const T* up, const T* grad,
                                                       T* grad_gate, T* grad_up, long long n) {
-  using Raw = typename Access::Raw;
-  constexpr int kBytes = sizeof(Raw);
-  const int i = exact_chunk();
-  const bool mine = i < static_cast<int>(n) / Access::kWidth;
-  Raw g{};
-  Raw u{};
-  Raw dy{};
-  if (mine) {
-    g = Access::load(aligned_down<kBytes>(gate), i);
-    u = Access::load(aligned_down<kBytes>(up), i);
-    dy = Access::load(aligned_down<kBytes>(grad), i);
-  }
-  Raw d_gate;
-  Raw d_up;
-  silu_mul_grads_vector<Access>(g, u, dy, d_gate, d_up);
-  if (!all_aligned<kBytes>(gate, up, grad, grad_gate, grad_up)) {
+  const ExactChunk at = exact_chunk<Access>(n);
+  typename Access::Raw d_gate;
+  typename Access::Raw d_up;
+  silu_mul_grads_vector<Access>(exact_load<Access>(gate, at), exact_load<Access>(up, at),
+                                exact_load<Access>(grad, at), d_gate, d_up);
+  if (!all_aligned<sizeof(d_gate)>(gate, up, grad, grad_gate, grad_up)) {
     swiglu_backward_scalar(gate, up, grad, grad_gate, grad_up, n);
     return;
   }
-  if (mine) {
-    Access::store(grad_gate, i, d_gate);
-    Access::store(grad_up, i, d_up);
+  if (at.mine) {
+    Access::store(grad_gate, at.i, d_gate);
+    Access::store(grad_up, at.i, d_up);
   }
 }
 
@@ -1081,32 +1088,21 @@ __device__ __noinline__ void silu_and_mul_backward_scalar(const T* x, const T* g
 template <typename Access, typename T>
 __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T* grad, T* grad_x,
                                                             long long rows, long long cols) {
-  using Raw = typename Access::Raw;
-  constexpr int kBytes = sizeof(Raw);
-  const int i = exact_chunk();
-  const int row = static_cast<int>(blockIdx.y);
-  const int width = static_cast<int>(cols);
-  const bool mine = i < width / Access::kWidth;
-  const T* gate = aligned_down<kBytes>(x) + row * 2 * width;
-  Raw g{};
-  Raw u{};
-  Raw dy{};
-  if (mine) {
-    g = Access::load(gate, i);
-    u = Access::load(gate + width, i);
-    dy = Access::load(aligned_down<kBytes>(grad) + row * width, i);
-  }
-  Raw d_gate;
-  Raw d_up;
-  silu_mul_grads_vector<Access>(g, u, dy, d_gate, d_up);
-  if (!all_aligned<kBytes>(x, grad, grad_x)) {
+  const ExactChunk at = exact_row_chunk<Access>(cols);
+  const T* gate = x + at.input_row;
+  typename Access::Raw d_gate;
+  typename Access::Raw d_up;
+  silu_mul_grads_vector<Access>(exact_load<Access>(gate, at),
+                                exact_load<Access>(gate + at.width, at),
+                                exact_load<Access>(grad + at.output_row, at), d_gate, d_up);
+  if (!all_aligned<sizeof(d_gate)>(x, grad, grad_x)) {
     silu_and_mul_backward_scalar(x, grad, grad_x, rows, cols);
     return;
   }
-  if (mine) {
-    T* grad_gate = grad_x + row * 2 * width;
-    Access::store(grad_gate, i, d_gate);
-    Access::store(grad_gate + width, i, d_up);
+  if (at.mine) {
+    T* grad_gate = grad_x + at.input_row;
+    Access::store(grad_gate, at.i, d_gate);
+    Access::store(grad_gate + at.width, at.i, d_up);
   }
 }
 
@@ -1410,7 +1406,6 @@ __device__ __forceinline__ void put_shares(float* slot, const float (&shares)[kW
   }
 }
 
-
 // The rows of one block, each with its scale from the forward's row_scales. With `direct` (one
 // row, one block) the shares are the weight gradient, stored to grad_weight in T; otherwise the
 // block stores nothing more (kRowScales) or its shares to its row of `scratch`, the first row's
@@ -1504,8 +1499,8 @@ __device__ __forceinline__ void short_backward_rows(const T* x, const float* row
           extra = kCacheAll ? extras[c] : Access::load(grad_extra_row, i);
         }
         gradient_chunk<Access, kExtra>(values[c], grads[c],
-                                    kCacheAll ? weights[c] : Access::load(weight, i), extra,
-                                    scale, correction, shares, out);
+                                       kCacheAll ? weights[c] : Access::load(weight, i), extra,
+                                       scale, correction, shares, out);
         Access::store(grad_x_row, i, out);
         if (direct) {
           Access::store(grad_weight, i, Access::pack(shares));
