@@ -358,3 +358,44 @@ def test_dp4a_is_one_dot_instruction_where_the_target_has_one(
             expected = {"signed": [signed], "char4": [signed]}
             expected |= {"unsigned": [unsigned], "uchar4": [unsigned]}
             assert found == expected, target
+
+
+# Helpers in an anonymous namespace calling the cache-hinted accesses on types HIP declares none
+# for (mlp.cu's VectorAccess and ScalarAccess do so).
+HINTED_SOURCE = """\
+namespace {
+template <typename Raw>
+struct Streaming {
+  static __device__ Raw load(const Raw* base, int i) { return __ldcs(base + i); }
+  static __device__ void store(Raw* base, int i, Raw value) { __stcs(base + i, value); }
+};
+}  // namespace
+
+__global__ void hinted_copy(const unsigned* words, unsigned* words_out, const unsigned short* halves,
+                            unsigned short* halves_out, const uint4* vectors, uint4* vectors_out) {
+  const int i = threadIdx.x;
+  Streaming<unsigned>::store(words_out, i, Streaming<unsigned>::load(words, i));
+  Streaming<unsigned short>::store(halves_out, i, Streaming<unsigned short>::load(halves, i));
+  Streaming<uint4>::store(vectors_out, i, Streaming<uint4>::load(vectors, i));
+}
+"""
+
+
+def test_cache_hints_compile_from_an_anonymous_namespace(
+    amd_toolchain: Toolchain, tmp_path: Path
+) -> None:
+    """amd_hip_fp16.h declares its __half __ldcs in an anonymous namespace, where a call from
+    another anonymous namespace stops looking: the compat header's templates for every other type
+    must be found there too (they failed to compile for unsigned int before they were)."""
+    result = hipify_source(HINTED_SOURCE, "hinted.cu")
+    assert "#include <kernelpack_hip_compat.h>" in result.text
+    source = tmp_path / "hinted.hip"
+    source.write_text(result.text)
+    flags = ["-std=c++17", "-w", "-I", str(COMPAT_DIR), "-x", "hip", "--offload-arch=gfx942"]
+    amd_toolchain.run(
+        ["hipcc", *flags, "--cuda-device-only", "--no-gpu-bundle-output", "-c", str(source)],
+        cwd=tmp_path,
+    )
+    (device_object,) = tmp_path.glob("*gfx942*")
+    kernels = {k.name for k in read_code_object(device_object.read_bytes(), "hinted").kernels}
+    assert kernels == {"_Z11hinted_copyPKjPjPKtPtPK15HIP_vector_typeIjLj4EEPS6_"}

@@ -281,6 +281,12 @@ __host__ __device__ inline void KP_COMPAT(__trap)() { __builtin_trap(); }
 #define KP_STORE(name)                                                     \
   template <typename T>                                                    \
   __device__ inline void KP_COMPAT(name)(T* address, T value) { *address = value; }
+// In an anonymous namespace, beside HIP's own: amd_hip_fp16.h declares its __half loads in one,
+// and every anonymous namespace of a translation unit is the same. A call from code in an
+// anonymous namespace (kernels often keep their helpers there) finds that namespace's __ldcs and
+// looks no further: declared at global scope, these templates were not found from there, and
+// __ldcs of an unsigned int failed to compile. Calls from any other scope see both.
+namespace {
 KP_LOAD(__ldcs)
 KP_LOAD(__ldcg)
 KP_LOAD(__ldca)
@@ -291,6 +297,7 @@ KP_STORE(__stcs)
 KP_STORE(__stcg)
 KP_STORE(__stwb)
 KP_STORE(__stwt)
+}  // namespace
 
 // ---- 16-bit atomicCAS ---------------------------------------------------------------------
 // A 32-bit compare-and-swap on the aligned word holding the half-word, retried while the other
