@@ -372,6 +372,13 @@ def host_rows(liger: Any) -> dict[str, dict[str, float]]:
         ),
         "torch.empty_like": host_us_per_call(lambda: torch.empty_like(gate)),
     }
+    aten = torch.ops.aten
+    with torch.no_grad():  # torch's own ops, as the table's torch.ops column is timed
+        table["floor"] |= {
+            "torch.neg": host_us_per_call(lambda: torch.neg(gate)),
+            "aten.neg through torch.ops": host_us_per_call(lambda: aten.neg.default(gate)),
+            "aten.alias through torch.ops": host_us_per_call(lambda: aten.alias.default(gate)),
+        }
     driver = driver_floor_us()
     if driver is not None:
         table["floor"]["cuLaunchKernel"] = driver
@@ -530,6 +537,12 @@ def render(
                 else f"; cuLaunchKernel alone, called from C in a loop (bench/launch_floor.cu), "
                 f"{driver:.2f} µs."
             ),
+            "torch's own ops, under `torch.no_grad()`: `torch.neg(x)` (one kernel, allocating) "
+            f"{floor['torch.neg']:.2f} µs; the same op through torch.ops "
+            f"(`torch.ops.aten.neg.default`, a C++ kernel called through the dispatcher) "
+            f"{floor['aten.neg through torch.ops']:.2f} µs; the dispatcher with no kernel "
+            f"(`torch.ops.aten.alias.default`, a view) "
+            f"{floor['aten.alias through torch.ops']:.2f} µs.",
         ]
     lines += [
         "",

@@ -144,6 +144,13 @@ def host(calls: int) -> None:
         ("gate.is_cuda", lambda: gate.is_cuda),
         ("gate.data_ptr()", gate.data_ptr),
         ("gate.requires_grad", lambda: gate.requires_grad),
+        ("torch.neg(x) (one aten kernel)", lambda: torch.neg(gate)),
+        ("torch.neg(x, out=)", lambda: torch.neg(gate, out=out)),
+        ("torch.ops.aten.neg.default(x)", lambda: torch.ops.aten.neg.default(gate)),
+        (
+            "torch.ops.aten.alias.default(x) (the dispatcher, no kernel)",
+            lambda: torch.ops.aten.alias.default(gate),
+        ),
         ("hot call, out= (checks, stream, launch in one C call)", lambda: hot(gate, up, out)),
         ("hot call below autograd, allocating", lambda: below(gate, up, None)),
         ("kernelpack.mlp.swiglu", lambda: mlp.swiglu(gate, up)),
