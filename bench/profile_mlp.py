@@ -6,9 +6,9 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         Python loop, the stream accessor, allocation, the bare launch (ints, then tensors), the
         checks, and the whole op through kernelpack.mlp and torch.ops.kernelpack
     python bench/profile_mlp.py workload
-        one call of ours, torch.compile's and Liger-Kernel's forward RMSNorm at 1x4096 and
-        64x4096 (bfloat16) and SwiGLU at 1x11008 (bfloat16) and 64x11008 (float32), rows slower
-        than a peer, after a warm-up, inside the NVTX range
+        one call of ours, torch.compile's and Liger-Kernel's forward of the rows behind a peer
+        in the last run (rms_norm 4096/16384x8192, add_rms_norm 64x4096, swiglu and silu_and_mul
+        at 1 and 64 rows of 11008), after a warm-up, inside the NVTX range
         "profile": run it under ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
     python bench/profile_mlp.py backward-workload
         one forward+backward of ours and torch.compile's RMSNorm at 1x4096 and 64x4096
@@ -231,24 +231,40 @@ def _implementations() -> tuple[dict[str, Callable[..., Any]], dict[str, Callabl
 
 
 def workload() -> None:
-    """The slow forward rows, each implementation once inside the NVTX range "profile" (the
-    backward runs on autograd's own thread, outside the range: see ``kernels``)."""
-    rms, _ = _implementations()
+    """The forward rows behind a peer in the last benchmark run (docs/bench-mlp-notes.md), each
+    implementation once inside the NVTX range "profile" (the backward runs on autograd's own
+    thread, outside the range: see ``kernels``): rms_norm at 4096 and 16384 x 8192 (bfloat16),
+    add_rms_norm at 64 x 4096 (float16, float32), swiglu and silu_and_mul at 1 x 11008 (float32,
+    bfloat16) and at 64 x 11008 (float32); ours, torch.compile's (one compiled function a shape)
+    and Liger-Kernel's where it has the op."""
     from liger_kernel.ops.swiglu import LigerSiLUMulFunction
 
-    bf16 = torch.bfloat16
+    torch_ops.register()
+    ops = torch.ops.kernelpack
+    rms, add = _implementations()
     calls: list[Callable[[], object]] = []
-    for rows in (1, 64):
-        x = torch.randn(rows, 4096, device="cuda").to(bf16)
-        w = torch.randn(4096, device="cuda").to(bf16)
+
+    def compiled(function: Callable[..., Any]) -> Callable[..., Any]:
+        return torch.compile(function, dynamic=False)
+
+    for rows in (4096, 16384):
+        x = torch.randn(rows, 8192, device="cuda").to(torch.bfloat16)
+        w = torch.randn(8192, device="cuda").to(torch.bfloat16)
+        rms["compile"] = compiled(lambda x, w: F.rms_norm(x, w.shape, w, EPS))
         calls += [functools.partial(function, x, w) for function in rms.values()]
-    compiled = torch.compile(lambda g, u: F.silu(g) * u, dynamic=False)
-    for rows, dtype in ((1, bf16), (64, torch.float32)):
+    for dtype in (torch.float16, torch.float32):
+        x, r = (torch.randn(64, 4096, device="cuda").to(dtype) for _ in "xr")
+        w = torch.randn(4096, device="cuda").to(dtype)
+        add["compile"] = compiled(lambda x, r, w: (F.rms_norm(x + r, w.shape, w, EPS), x + r))
+        calls += [functools.partial(function, x, r, w) for function in add.values()]
+    for rows, dtype in ((1, torch.float32), (64, torch.float32)):
         gate, up = (torch.randn(rows, 11008, device="cuda").to(dtype) for _ in "gu")
-        calls += [
-            functools.partial(function, gate, up)
-            for function in (torch.ops.kernelpack.swiglu, compiled, LigerSiLUMulFunction.apply)
-        ]
+        swiglu = (ops.swiglu, compiled(lambda g, u: F.silu(g) * u), LigerSiLUMulFunction.apply)
+        calls += [functools.partial(function, gate, up) for function in swiglu]
+    for rows, dtype in ((1, torch.bfloat16), (64, torch.float32)):
+        pair = torch.randn(rows, 2 * 11008, device="cuda").to(dtype)
+        halves = compiled(lambda x: F.silu(x[..., :11008]) * x[..., 11008:])
+        calls += [functools.partial(function, pair) for function in (ops.silu_and_mul, halves)]
     for call in calls:
         for _ in range(3):
             call()
@@ -737,12 +753,13 @@ def elementwise_geometry(batches: int) -> None:
                 ("swiglu", "forward"): (grid, block, gate, up, out, n),
                 ("swiglu", "backward"): (grid, block, gate, up, grad, grad_gate, grad_up, n),
             }
-            exact = mlp_launch.exact_elementwise(grid * block, 1, n, dtype)
+            vector_bytes = mlp_launch.exact_vector_bytes(grid * block, 1, n, dtype)
             for (op, way), args in launches.items():
                 name = op if way == "forward" else f"{op}_backward"
-                for form in ("", "_exact") if exact else ("",):
+                for form in ("", "_exact") if vector_bytes else ("",):
+                    extra = (vector_bytes,) if form else ()
                     kernel = mlp_launch.load_kernel(
-                        "cuda:0", mlp_launch.kernel_name(name + form, dtype)
+                        "cuda:0", mlp_launch.kernel_name(name + form, dtype, *extra)
                     )
                     us = _queued_us(functools.partial(kernel.launch, *args, stream=0), batches)
                     mark = " (now)" if host[op] == (grid, block) else ""
@@ -752,12 +769,13 @@ def elementwise_geometry(batches: int) -> None:
                 "forward": ((grid, rows), block, x, out, rows, cols),
                 "backward": ((grid, rows), block, x, grad, grad_x, rows, cols),
             }
-            exact = mlp_launch.exact_elementwise(grid * block, rows, cols, dtype)
+            vector_bytes = mlp_launch.exact_vector_bytes(grid * block, rows, cols, dtype)
             for way, args in launches.items():
                 name = "silu_and_mul" if way == "forward" else "silu_and_mul_backward"
-                for form in ("", "_exact") if exact else ("",):
+                for form in ("", "_exact") if vector_bytes else ("",):
+                    extra = (vector_bytes,) if form else ()
                     kernel = mlp_launch.load_kernel(
-                        "cuda:0", mlp_launch.kernel_name(name + form, dtype)
+                        "cuda:0", mlp_launch.kernel_name(name + form, dtype, *extra)
                     )
                     us = _queued_us(functools.partial(kernel.launch, *args, stream=0), batches)
                     mark = " (now)" if host["silu_and_mul"] == ((grid, rows), block) else ""
