@@ -235,13 +235,13 @@ def workload() -> None:
     implementation once inside the NVTX range "profile" (the backward runs on autograd's own
     thread, outside the range: see ``kernels``): rms_norm at 4096 and 16384 x 8192 (bfloat16),
     add_rms_norm at 64 x 4096 (float16, float32), swiglu and silu_and_mul at 1 x 11008 (float32,
-    bfloat16) and at 64 x 11008 (float32); ours, torch.compile's (one compiled function a shape)
-    and Liger-Kernel's where it has the op."""
+    bfloat16) and at 64 x 11008 (float32); ours, torch.compile's and Liger-Kernel's where it has
+    the op; torch.compile gets a new function for each shape, as bench_mlp.py compiles one for
+    each row."""
     from liger_kernel.ops.swiglu import LigerSiLUMulFunction
 
-    torch_ops.register()
+    rms, add = _implementations()  # registers torch.ops.kernelpack
     ops = torch.ops.kernelpack
-    rms, add = _implementations()
     calls: list[Callable[[], object]] = []
 
     def compiled(function: Callable[..., Any]) -> Callable[..., Any]:
