@@ -44,7 +44,7 @@ MLP_EXACT = (  # also templated on the vector's bytes
     "silu_and_mul_backward_exact",
 )
 MLP_TYPES = ("float", "__half", "__nv_bfloat16")
-MLP_FIXED = ("rms_norm_fixed", "add_rms_norm_fixed")  # also templated on the row length
+MLP_FIXED = ("rms_norm_fixed", "rms_norm_fixed_full", "add_rms_norm_fixed")  # and on the length
 # walk.cu's register walks: residues D <= 4 (D <= 2 for m = 4), float64 D <= 4, 3, 1 for m = 2, 3, 4
 RESIDUE_DEGREES = {2: 4, 3: 4, 4: 2}
 FLOAT_DEGREES = {2: 4, 3: 3, 4: 1}
@@ -366,30 +366,72 @@ def test_real_sources_build_for_the_default_matrix(
         assert targets == sorted(wanted)
     check_bundles(settings.out, [t.target for t in matrix.amd])
     for image in index["modules"]["mlp"]["images"]:
+        fixed = {
+            name: resources
+            for name, resources in image["kernels"].items()
+            if name.split("<")[0].removeprefix("mlp::") in MLP_FIXED
+        }
+        assert len(fixed) == len(MLP_FIXED) * len(MLP_TYPES) * len(mlp_launch.FIXED_COLUMNS)
+        spilled = {name: resources for name, resources in fixed.items() if resources["spills"]}
+        # HIP reads __launch_bounds__'s second argument as waves a SIMD: the fixed forms' bound
+        # for NVIDIA made gfx9-generic spill (mlp.cu kBoundCountsBlocks)
+        assert not spilled, (image["target"], spilled)
         if image["target"] == "sm_90":
             check_general_norms_share_an_sm(image["kernels"])
+            check_fixed_norms_fill_an_sm(image["kernels"])
 
 
-# An sm_90 multiprocessor's registers, and the unit a warp's are allocated in (32 lanes of 8):
-# the CUDA C++ Programming Guide's table for compute capability 9.0, and its occupancy calculator.
+# An sm_90 multiprocessor's registers, the unit a warp's are allocated in (32 lanes of 8) and its
+# resident threads: the CUDA C++ Programming Guide's table for compute capability 9.0, and its
+# occupancy calculator.
 SM90_REGISTERS = 65_536
 SM90_WARP_REGISTER_UNIT = 256
+SM90_THREADS = 2048
+
+
+def sm90_resident_threads(registers: int, block_threads: int) -> int:
+    """Threads of blocks of ``block_threads`` an sm_90 SM holds at once, as their registers allow
+    (the only limit these kernels meet: their shared memory is a few slots)."""
+    per_warp = -(-registers * 32 // SM90_WARP_REGISTER_UNIT) * SM90_WARP_REGISTER_UNIT
+    blocks = SM90_REGISTERS // (per_warp * block_threads // 32)
+    return min(blocks * block_threads, SM90_THREADS // block_threads * block_threads)
 
 
 def check_general_norms_share_an_sm(kernels: dict[str, dict[str, int]]) -> None:
-    """The general forward norms at LLaMA's 8192 columns keep two 512-thread blocks' worth of
-    threads on an SM of the H100/H200, by their registers (ptxas's, read from the cubin) and the
-    host's block: at half that, the float32 kernel took 94 µs where it takes 68 at 4096 x 8192
-    (docs/bench-mlp-notes.md, ninth session), which a change anywhere in mlp.cu's includes can
+    """The general forward norms at long rows (6144 columns: the lengths of 4097 to 8192 not of
+    FIXED_COLUMNS take the same block) keep two 512-thread blocks' worth of threads on an SM of
+    the H100/H200, by their registers (ptxas's, read from the cubin) and the host's block: at half
+    that, the float32 kernel took 94 µs where it takes 68 at 4096 x 8192 (docs/bench-mlp-notes.md,
+    ninth session, when rows of 8192 took it), which a change anywhere in mlp.cu's includes can
     cause, and the 16-bit ones (256 threads, three blocks at 74 registers) were 5-7% slower
     (tenth session). Spills: none, but for the few bytes bfloat16 spills to L1 at the 64 registers
     its __launch_bounds__ asks for, measured faster than three blocks without them."""
     for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items():
-        threads, rows_per_block = mlp_launch.row_geometry(4096, 8192, dtype)[1]
+        threads, rows_per_block = mlp_launch.row_geometry(4096, 6144, dtype)[1]
+        assert threads == mlp_launch.row_geometry(4096, 8192, dtype)[1][0]
         resources = kernels[f"mlp::rms_norm<{kernel_type}>"]
-        unit = SM90_WARP_REGISTER_UNIT
-        per_warp = -(-resources["registers"] * 32 // unit) * unit
-        blocks = SM90_REGISTERS // (per_warp * threads * rows_per_block // 32)
-        resident = blocks * threads * rows_per_block
+        resident = sm90_resident_threads(resources["registers"], threads * rows_per_block)
         assert resident >= 2 * mlp_launch.ROW_BLOCK_MAX, (dtype, resources["registers"], resident)
         assert resources["spills"] <= (16 if dtype == "bfloat16" else 0), (dtype, resources)
+
+
+def check_fixed_norms_fill_an_sm(kernels: dict[str, dict[str, int]]) -> None:
+    """The fixed-length rms_norm for many rows (rms_norm_fixed_full) fills an SM of the
+    H100/H200 where a thread keeps FIXED_CHUNKS vectors (16-bit rows up to 8192, float32 up to
+    4096): at ptxas's own 40 registers, three blocks of 512, bfloat16 took 36.56 µs at 4096 x 8192
+    where it takes 35.67 at 32 (docs/bench-mlp-notes.md, thirteenth session). Elsewhere two
+    blocks' worth of 512 threads at least, as the general kernel's; no spills anywhere."""
+    for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items():
+        for cols in mlp_launch.FIXED_COLUMNS:
+            threads = mlp_launch.fixed_threads(cols, dtype)
+            resources = kernels[f"mlp::rms_norm_fixed_full<{kernel_type}, {cols}>"]
+            resident = sm90_resident_threads(resources["registers"], threads)
+            vectors = cols * mlp_launch.ITEM_SIZE[dtype] // mlp_launch.VECTOR_BYTES
+            full = SM90_THREADS // threads * threads  # 1920 of 320-thread blocks (5120 16-bit)
+            wanted = (
+                full
+                if threads * mlp_launch.FIXED_CHUNKS == vectors
+                else 2 * mlp_launch.ROW_BLOCK_MAX
+            )
+            assert resident >= wanted, (dtype, cols, resources["registers"], resident)
+            assert resources["spills"] == 0, (dtype, cols, resources)

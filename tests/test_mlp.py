@@ -54,8 +54,8 @@ ROW_CASES = [
     (2, 4099),
     (2, 8192),
     (1, 5120),
-    (132, 8192),  # the fixed-length kernels up to 132 rows, the general one above
-    (133, 8192),
+    (133, 8192),  # the fixed-length kernels, at any number of rows
+    (133, 8200),  # the general kernel: more rows than SMs, each longer than its cached chunks
     (1, 16384),
     (2, 32776),
     (2, 65536),
@@ -253,12 +253,18 @@ def test_silu_and_mul_grid_takes_8_byte_vectors_below_132_blocks(
         (2, 8, "bfloat16", ("rms_norm_short<__nv_bfloat16>", 2, (64, 1))),  # at least BLOCK_MIN
         (1, 2048, "float32", ("rms_norm_short<float>", 1, (512, 1))),
         (3, 4104, "bfloat16", ("rms_norm<__nv_bfloat16>", 3, (256, 1))),  # 513 vectors: general
-        (133, 4096, "bfloat16", ("rms_norm<__nv_bfloat16>", 133, (128, 1))),  # more rows than SMs
+        # more rows than SMs: the form bounded to fill an SM
+        (133, 4096, "bfloat16", ("rms_norm_fixed_full<__nv_bfloat16, 4096>", 133, (256, 1))),
+        (16384, 8192, "float32", ("rms_norm_fixed_full<float, 8192>", 16384, (512, 1))),
+        # a block a row while the grid has fewer than MAX_GRID_THREADS threads, then the general
+        (2**22 - 1, 8192, "float16", ("rms_norm_fixed_full<__half, 8192>", 2**22 - 1, (512, 1))),
+        (2**22, 8192, "bfloat16", ("rms_norm<__nv_bfloat16>", 2**22, (256, 1))),
+        (133, 4104, "bfloat16", ("rms_norm<__nv_bfloat16>", 133, (256, 1))),  # 513 vectors
         (1, 4099, "bfloat16", ("rms_norm<__nv_bfloat16>", 1, (256, 1))),  # 513, 4 a thread
         (1, 16384, "bfloat16", ("rms_norm<__nv_bfloat16>", 1, (512, 1))),  # 2048 vectors
     ],
 )
-def test_few_rows_take_the_fixed_or_short_row_kernels(
+def test_norm_launch_takes_the_fixed_short_or_general_kernel(
     rows: int, cols: int, dtype: str, expected: tuple[str, int, tuple[int, int]]
 ) -> None:
     name, grid, block = expected
@@ -664,15 +670,16 @@ def test_row_kernels_are_right_on_any_geometry(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("form", ["rms_norm_fixed", "rms_norm_fixed_full"])
 @pytest.mark.parametrize("layout", ROW_LAYOUTS)
 @pytest.mark.parametrize("fixed_cols", mlp_launch.FIXED_COLUMNS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_fixed_row_kernels_are_right_at_any_alignment(
-    torch_rng: Any, dtype: str, fixed_cols: int, layout: str
+    torch_rng: Any, dtype: str, fixed_cols: int, layout: str, form: str
 ) -> None:
-    """The fixed-length kernels launched directly over 67 rows, a block for each (their exact
-    contract): misaligned arrays, whose vectors the kernel loads rounded down and then drops for
-    the scalar loop, are right too, and nothing outside the outputs is written."""
+    """The fixed-length kernels (both forms) launched directly over 67 rows, a block for each
+    (their exact contract): misaligned arrays, whose vectors the kernel loads rounded down and then
+    drops for the scalar loop, are right too, and nothing outside the outputs is written."""
     torch = torch_rng[0]
     rows, cols = 67, fixed_cols
     x_at, weight_at, out_at = ROW_LAYOUTS[layout]
@@ -682,7 +689,7 @@ def test_fixed_row_kernels_are_right_at_any_alignment(
     weight = randn(torch_rng, (cols,), dtype, offset=weight_at)
     buffer, out = poisoned(torch_rng, (rows, cols), dtype, offset=out_at)
     scales_buffer, scales = poisoned(torch_rng, (rows,), "float32")
-    name = mlp_launch.kernel_name("rms_norm_fixed", dtype, fixed_cols)
+    name = mlp_launch.kernel_name(form, dtype, fixed_cols)
     mlp_launch.load_kernel("cuda:0", name).launch(
         rows,
         (threads, 1),

@@ -31,7 +31,7 @@
 //                            one row a block at a time (grid-stride), blockDim.x threads (a power
 //                            of two, at most kShortRowThreads), blockDim.y == 1; a thread takes
 //                            one or two vectors of a row (the scalar loop past that).
-//   rms_norm_fixed_*, add_rms_norm_fixed_*
+//   rms_norm_fixed_*, rms_norm_fixed_full_*, add_rms_norm_fixed_*
 //                            (T, COLS): exact, as the exact elementwise forms: rows of exactly
 //                            COLS elements, a block for each row (no loop), blockDim.x ==
 //                            FixedRow<T, COLS>::kThreads, blockDim.y == 1; any alignment.
@@ -793,16 +793,16 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
   }
 }
 
-// Rows of one fixed length (LLaMA's hidden sizes, kernelpack.mlp_launch's FIXED_COLUMNS; the
-// host's choice for few rows of such a length), in an exact form: one block a row (the grid has a
+// Rows of one fixed length (LLaMA's hidden sizes, kernelpack.mlp_launch's FIXED_COLUMNS; the host's
+// choice for rows of such a length, few or many), in an exact form: one block a row (the grid has a
 // block for each row), rows of exactly kCols elements, as the host launches it. The length, the
 // threads, the vectors a thread and 1 / cols are constants: no bound checks, no length arithmetic,
 // no row loop, a block sum of a known number of wavefronts. Why so bare (H200, 1 x 4096 bfloat16,
 // kernels queued back to back, docs/bench-mlp-notes.md): the short kernel's warps issued 244
 // instructions, Triton's (compiled for the one shape) 136, all in the one chain the kernel waits
-// on; and with a row loop, or with the alignment test ahead of the loads, this kernel took 2.30
-// us a call where the same code without both took 2.09 (Liger-Kernel's 2.30): back to back, the
-// time per kernel moves in steps of about 0.21 us.
+// on; and with a row loop, or with the alignment test ahead of the loads, this kernel took 2.30 us
+// a call where the same code without both took 2.09 (Liger-Kernel's 2.30): back to back, the time
+// per kernel moves in steps of about 0.21 us.
 // A misaligned pointer still gives the right answer: the loads read from the pointers rounded
 // down to 16 bytes (in bounds: inside the row's first 16-byte granule, of the same allocation), so
 // they issue while the alignment test resolves; the block sums what they read either way, and only
@@ -812,6 +812,15 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
 // vectors a row (512 threads), four up to 2048.
 constexpr int kFixedChunks = 2;
 constexpr int kFixedRowVectors = 1024;
+constexpr int kFullSmThreads = 2048;  // resident threads an SM of sm_80 and sm_90 holds
+// Whether __launch_bounds__'s second argument counts blocks an SM, as CUDA's does. HIP's is
+// waves a SIMD (hipcc makes it amdgpu_waves_per_eu), a bound of its own: eight of them left
+// gfx9-generic's 16-bit rms_norm_fixed_full of 4096 columns 32 registers, and it spilled.
+#if defined(__HIP_PLATFORM_AMD__)
+constexpr bool kBoundCountsBlocks = false;
+#else
+constexpr bool kBoundCountsBlocks = true;
+#endif
 
 template <typename T, int kCols>
 struct FixedRow {
@@ -823,6 +832,14 @@ struct FixedRow {
   static_assert(kCols % kWidth == 0 && kVectors % kChunks == 0, "whole vectors a thread");
   static_assert(kThreads % kWidestWave == 0 && kThreads <= kShortRowThreads,
                 "whole wavefronts, at most kShortRowThreads");
+  // The blocks an SM rms_norm_fixed_full is bounded to (its __launch_bounds__): on NVIDIA as
+  // many as fill an sm_90 SM (2048 threads, so 32 registers a thread) where a thread keeps
+  // kFixedChunks vectors of the row and of the weight (16 registers), else one, ptxas's own
+  // choice (float32 rows of 8192, four vectors a thread, spilled at 32). On SMs of 1536 threads
+  // (sm_86, sm_89, sm_120) ptxas ignores a bound past them, with a warning, and its 40 registers
+  // fill them. On AMD one (kBoundCountsBlocks), the compiler's own choice.
+  static constexpr int kFullMinBlocks =
+      kBoundCountsBlocks && kChunks == kFixedChunks ? kFullSmThreads / kThreads : 1;
 };
 
 // kp::row_sum over exactly kThreads threads (whole wavefronts), the same sums, without the closing
@@ -1763,6 +1780,8 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
 // 4096 x 8192 38.1 -> 36.4 us, 16384 x 8192 139.1 -> 130.9, 512 x 5120 7.6 -> 6.4; float16
 // 38.4 -> 35.7, 139.6 -> 130.0, 7.6 -> 6.4, with 10 bytes of bfloat16 spilled to L1 on sm_90;
 // float32 as fast. (add_rms_norm, at 116 registers in bfloat16, keeps its bound: not tried.)
+// Rows of 8192 have taken the fixed-length kernels since the thirteenth session; the general
+// ones keep the other lengths, whose threads a row follow the same rule (6144: as 8192).
 constexpr int kRowNormMinBlocks = 2;
 
 // row_scales: null (inference), or float32 [rows] to receive each row's scale (training: the
@@ -1802,7 +1821,7 @@ __global__ void __launch_bounds__(kShortRowThreads, 1)
   ::rms_norm_short<true>(x, residual, residual_out, weight, out, row_scales, rows, cols, eps);
 }
 
-// The same two ops for few rows of kCols (LLaMA's hidden sizes), exact: a block for each row of
+// The same two ops for rows of kCols (LLaMA's hidden sizes), exact: a block for each row of
 // kCols elements, blockDim.x == FixedRow<T, kCols>::kThreads; rows and cols are the host's sizes,
 // as every form takes them, and not read. (The bound in parentheses: HIP's __launch_bounds__ is a
 // macro, and the template's comma would split its arguments.)
@@ -1810,6 +1829,22 @@ template <typename T, int kCols>
 __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
     rms_norm_fixed(const T* x, const T* weight, T* out, float* row_scales,
                    long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
+  ::rms_norm_fixed<kCols, false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr),
+                                 weight, out, row_scales, eps);
+}
+
+// rms_norm_fixed for more rows than the SMs (the host's choice), its registers bounded so that
+// its blocks fill an SM (FixedRow::kFullMinBlocks). On the H200 (docs/bench-mlp-notes.md,
+// thirteenth session), against rms_norm_fixed at ptxas's 40-42 registers, in 16-bit: 512 x 8192
+// 6.0 us where it took 7.0, 4096 x 8192 35.7 where it took 36.6, 4096 x 4096 19.0 where 19.8;
+// but up to 132 rows 0.01-0.04 us slower (1 x 4096 2.15 against 2.11), where no SM holds more
+// than one row's block either way. add_rms_norm_fixed, a vector of the residual more, has no
+// such form: bounded so, bfloat16 spilled and 16384 x 8192 took 268 us, not 259.
+template <typename T, int kCols>
+__global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
+                                  (FixedRow<T, kCols>::kFullMinBlocks))
+    rms_norm_fixed_full(const T* x, const T* weight, T* out, float* row_scales,
+                        long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
   ::rms_norm_fixed<kCols, false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr),
                                  weight, out, row_scales, eps);
 }
@@ -1964,6 +1999,8 @@ template __global__ void rms_norm_weight_grad_inputs<__nv_bfloat16>(const __nv_b
 #define MLP_FIXED_KERNELS(T, COLS)                                                           \
   template __global__ void rms_norm_fixed<T, COLS>(const T*, const T*, T*, float*, long long,   \
                                                    long long, float);                          \
+  template __global__ void rms_norm_fixed_full<T, COLS>(const T*, const T*, T*, float*,         \
+                                                        long long, long long, float);          \
   template __global__ void add_rms_norm_fixed<T, COLS>(const T*, const T*, const T*, T*, T*,   \
                                                        float*, long long, long long, float);
 

@@ -37,10 +37,15 @@ SHORT_ROWS_MAX = 132
 # 0.5-0.8 µs against the general kernel (1 and 64 rows, both norms).
 SHORT_ROW_VECTORS_MAX = 512
 # The fixed-length forward norms (rms_norm_fixed, add_rms_norm_fixed: mlp.cu's FixedRow, the row
-# length a template argument): the host takes them instead of the short-row kernels for these row
-# lengths (LLaMA's hidden sizes; mlp.cu instantiates each), at most SHORT_ROWS_MAX rows; a thread
-# takes FIXED_CHUNKS vectors for each FIXED_ROW_VECTORS (begun) of a row. They are exact forms:
-# the grid must have a block for each row and the rows be of the kernel's length (any alignment).
+# length a template argument): the host takes them for rows of these lengths (LLaMA's hidden
+# sizes; mlp.cu instantiates each), few or many; a thread takes FIXED_CHUNKS vectors for each
+# FIXED_ROW_VECTORS (begun) of a row. They are exact forms: the grid must have a block for each
+# row and the rows be of the kernel's length (any alignment). rms_norm takes its form bounded to
+# fill an SM (rms_norm_fixed_full) for more than SHORT_ROWS_MAX rows. Measured on the H200
+# against the general kernel, the host's choice past 132 rows until then (docs/bench-mlp-notes.md,
+# thirteenth session): rows of 5120 took 14-19% less in every dtype, both norms (bfloat16
+# rms_norm 4096 x 5120 23.2 us against 28.6), 512 and 1024 rows of 4096 and 8192 3-13% less, and
+# from 4096 rows on within about 1% either way (float16 add_rms_norm 16384 x 8192 1.3% more).
 FIXED_COLUMNS = (4096, 5120, 8192)
 FIXED_CHUNKS = 2  # kFixedChunks
 FIXED_ROW_VECTORS = 1024  # kFixedRowVectors
@@ -226,12 +231,15 @@ def fixed_threads(cols: int, dtype: str) -> int:
 
 def norm_launch(op: str, rows: int, cols: int, dtype: str) -> tuple[str, int, tuple[int, int]]:
     """(kernel name, grid, block as (threads per row, rows per block)) of a forward norm (``op``
-    "rms_norm" or "add_rms_norm"): for few rows of one of FIXED_COLUMNS the fixed-length kernel
-    (exact: a block for each row, at :func:`fixed_threads`), else the short-row kernel, one block
-    a row and a thread per vector (a power of two, at least BLOCK_MIN), where :func:`short_rows`
-    says so, else the general kernel at :func:`row_geometry`."""
-    if 0 < rows <= SHORT_ROWS_MAX and cols in FIXED_COLUMNS:
-        name = kernel_name(f"{op}_fixed", dtype, cols)
+    "rms_norm" or "add_rms_norm"): for rows of one of FIXED_COLUMNS the fixed-length kernel
+    (exact: a block for each row, at :func:`fixed_threads`, so for fewer rows than a grid of
+    MAX_GRID_THREADS holds; rms_norm's bounded to fill an SM past SHORT_ROWS_MAX rows), else the
+    short-row kernel, one block a row and a thread per vector (a power of two, at least
+    BLOCK_MIN), where :func:`short_rows` says so, else the general kernel at
+    :func:`row_geometry`."""
+    if cols in FIXED_COLUMNS and 0 < rows * fixed_threads(cols, dtype) < MAX_GRID_THREADS:
+        full = op == "rms_norm" and rows > SHORT_ROWS_MAX
+        name = kernel_name(f"{op}_fixed_full" if full else f"{op}_fixed", dtype, cols)
         return name, rows, (fixed_threads(cols, dtype), 1)
     if short_rows(rows, cols, dtype):
         chunks = cols // _vector_width(dtype)
