@@ -12,18 +12,20 @@ that the whole batch is queued before the GPU reaches it (three times the host's
 it, measured on the warm-up calls), between two CUDA events; time per call =
 event time / calls, median over the batches, after a warm-up. So the times are GPU times (kernels
 and the gaps between them), free of Python's per-call cost, which is measured apart (wall time per
-call of a loop at 1x4096). Inputs rotate over enough buffer sets to move ~200 MB per round, so
-mid-size calls read from memory rather than from the L2. GB/s counts the bytes each pass must move
-at least (inputs read once, outputs written once; the backward reads the saved inputs and the
-incoming gradients and writes the input gradients, once where two inputs share one: add_rms_norm's
-x and residual). Forward and backward: one forward, then torch.autograd.grad of its outputs with
-fixed random output gradients (no .grad accumulation).
+call of a loop at 1x4096, the fastest of five loops). Inputs rotate over enough buffer sets to
+move ~200 MB per round, so mid-size calls read from memory rather than from the L2. GB/s counts
+the bytes each pass must move at least (inputs read once, outputs written once; the backward reads
+the saved inputs and the incoming gradients and writes the input gradients, once where two inputs
+share one: add_rms_norm's x and residual). Forward and backward: one forward, then
+torch.autograd.grad of its outputs with fixed random output gradients (no .grad accumulation).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import functools
 import math
 import platform
 import shutil
@@ -33,9 +35,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -199,20 +202,39 @@ def gpu_time_us(call: Callable[[int], object], sets: int, batches: int) -> tuple
     return statistics.median(samples), all_ahead
 
 
-def host_us_per_call(call: Callable[[], object], calls: int = 3000) -> float:
-    """Wall time per call of a loop of calls (launch-bound at 1x4096: the host's cost), median
-    of five loops."""
-    for _ in range(100):
-        call()
+# A call whose host cost is timed: the context it runs in (torch.no_grad, torch.inference_mode or
+# contextlib.nullcontext), and the call.
+HostCall = tuple[Callable[[], AbstractContextManager[Any]], Callable[[], object]]
+Key = TypeVar("Key")
+
+
+def host_us_per_calls(calls: dict[Key, HostCall], per_loop: int = 3000) -> dict[Key, float]:
+    """Wall time per call of each of ``calls`` in loops of ``per_loop`` calls (launch-bound at
+    1x4096: the host's cost), the fastest of five loops. The loops are interleaved, the first loop
+    of every call before the second of any, and the fastest is kept: what else runs on the host
+    only adds to a loop, and a slow stretch of it, which lasts seconds, then falls on every row of
+    the table alike. (On the lent H200, one row after another, median of five: swiglu with out=
+    read 6.13 and 4.52 µs a call seconds apart, and the host table's first rows the slowest.)"""
+    for context, call in calls.values():
+        with context():
+            for _ in range(100):
+                call()
     torch.cuda.synchronize()
-    samples = []
+    fastest = dict.fromkeys(calls, math.inf)
     for _ in range(5):
-        began = time.perf_counter()
-        for _ in range(calls):
-            call()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - began) * 1e6 / calls)
-    return statistics.median(samples)
+        for name, (context, call) in calls.items():
+            with context():
+                began = time.perf_counter()
+                for _ in range(per_loop):
+                    call()
+                torch.cuda.synchronize()
+                fastest[name] = min(fastest[name], (time.perf_counter() - began) * 1e6 / per_loop)
+    return fastest
+
+
+def host_us_per_call(call: Callable[[], object], per_loop: int = 3000) -> float:
+    """:func:`host_us_per_calls` of one call, in the caller's context."""
+    return host_us_per_calls({"call": (contextlib.nullcontext, call)}, per_loop)["call"]
 
 
 def copy_bandwidth(batches: int) -> float:
@@ -348,16 +370,15 @@ def driver_floor_us() -> float | None:
 
 def host_rows(liger: Any) -> dict[str, dict[str, float]]:
     """Host µs per call at 1x4096 bfloat16 (silu_and_mul: 1x8192 in, 1x4096 out), forward."""
-    framework = {
+    framework: dict[str, Callable[..., object]] = {
         "swiglu": mlp.swiglu,
         "silu_and_mul": mlp.silu_and_mul,
         "rms_norm": lambda x, w: mlp.rms_norm(x, w, EPS),
         "fused_add_rms_norm": lambda x, r, w: mlp.fused_add_rms_norm(x, r, w, EPS),
     }
-    table: dict[str, dict[str, float]] = {}
     gate, up = _randn(1, 4096, dtype=torch.bfloat16), _randn(1, 4096, dtype=torch.bfloat16)
     out = torch.empty_like(gate)
-    into = {  # kernelpack.mlp with out=: no allocation
+    into: dict[str, Callable[..., object]] = {  # kernelpack.mlp with out=: no allocation
         "swiglu": lambda g, u: mlp.swiglu(g, u, out=out),
         "silu_and_mul": lambda x: mlp.silu_and_mul(x, out=out),
         "rms_norm": lambda x, w: mlp.rms_norm(x, w, EPS, out=out),
@@ -366,45 +387,49 @@ def host_rows(liger: Any) -> dict[str, dict[str, float]]:
     grid, block = mlp_launch.swiglu_geometry(4096, "bfloat16")
     addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
     stream = int(torch.cuda.current_stream().cuda_stream)
-    table["floor"] = {
-        "bare launch": host_us_per_call(
-            lambda: kernel.launch(grid, block, *addresses, 4096, stream=stream)
-        ),
-        "torch.empty_like": host_us_per_call(lambda: torch.empty_like(gate)),
-    }
     aten = torch.ops.aten
-    with torch.no_grad():  # torch's own ops, as the table's torch.ops column is timed
-        table["floor"] |= {
-            "torch.neg": host_us_per_call(lambda: torch.neg(gate)),
-            "aten.neg through torch.ops": host_us_per_call(lambda: aten.neg.default(gate)),
-            "aten.alias through torch.ops": host_us_per_call(lambda: aten.alias.default(gate)),
-        }
-    driver = driver_floor_us()
-    if driver is not None:
-        table["floor"]["cuLaunchKernel"] = driver
-    print(f"host µs/call floor: {table['floor']}", flush=True)
+    plain, no_grad = contextlib.nullcontext, torch.no_grad
+    calls: dict[tuple[str, str], HostCall] = {
+        ("floor", "bare launch"): (
+            plain,
+            lambda: kernel.launch(grid, block, *addresses, 4096, stream=stream),
+        ),
+        ("floor", "torch.empty_like"): (plain, lambda: torch.empty_like(gate)),
+        # torch's own ops, as the table's torch.ops column is timed
+        ("floor", "torch.neg"): (no_grad, lambda: torch.neg(gate)),
+        ("floor", "aten.neg through torch.ops"): (no_grad, lambda: aten.neg.default(gate)),
+        ("floor", "aten.alias through torch.ops"): (no_grad, lambda: aten.alias.default(gate)),
+    }
     torch._dynamo.reset()  # the host cost of compile without the guards of other shapes
     for op in OP_LIST:
         single = op.inputs(1, 4096, torch.bfloat16)
+        ours = functools.partial(op.ours, *single)
+        calls[op.name, "torch.ops.kernelpack"] = (no_grad, ours)
+        calls[op.name, "eager"] = (no_grad, functools.partial(op.eager, *single))
         compiled = torch.compile(op.eager, dynamic=False)
-        calls: dict[str, Callable[[], object]] = {
-            "torch.ops.kernelpack": lambda op=op, s=single: op.ours(*s),
-            "eager": lambda op=op, s=single: op.eager(*s),
-            "compile": lambda c=compiled, s=single: c(*s),
-        }
+        calls[op.name, "compile"] = (no_grad, functools.partial(compiled, *single))
         if op.name in framework:
-            calls["kernelpack.mlp"] = lambda f=framework[op.name], s=single: f(*s)
+            calls[op.name, "kernelpack.mlp"] = (
+                no_grad,
+                functools.partial(framework[op.name], *single),
+            )
         if op.name in into:
-            calls["kernelpack.mlp out="] = lambda f=into[op.name], s=single: f(*s)
+            calls[op.name, "kernelpack.mlp out="] = (
+                no_grad,
+                functools.partial(into[op.name], *single),
+            )
         liger_fn = liger.get(op.name) if liger else None
         if liger_fn is not None:
-            calls["Liger"] = lambda f=liger_fn, s=single: f(*s)
-        with torch.no_grad():
-            table[op.name] = {name: host_us_per_call(call) for name, call in calls.items()}
-        with torch.inference_mode():
-            inference = host_us_per_call(calls["torch.ops.kernelpack"])
-        table[op.name]["torch.ops, inference_mode"] = inference
-        print(f"host µs/call {op.name}: {table[op.name]}", flush=True)
+            calls[op.name, "Liger"] = (no_grad, functools.partial(liger_fn, *single))
+        calls[op.name, "torch.ops, inference_mode"] = (torch.inference_mode, ours)
+    table: dict[str, dict[str, float]] = {}
+    for (row, column), us in host_us_per_calls(calls).items():
+        table.setdefault(row, {})[column] = us
+    driver = driver_floor_us()
+    if driver is not None:
+        table["floor"]["cuLaunchKernel"] = driver
+    for row, columns in table.items():
+        print(f"host µs/call {row}: {columns}", flush=True)
     return table
 
 
@@ -516,7 +541,8 @@ def render(
             )
     lines += [
         "",
-        "## Host cost per call (µs, forward, a loop of calls at 1x4096 bfloat16, wall time)",
+        "## Host cost per call (µs, forward, the fastest of five loops of calls at 1x4096 "
+        "bfloat16, wall time)",
         "",
         "kernelpack.mlp is the framework-neutral API on torch tensors (its hot path), with",
         "`out=` given the same without allocating; torch.ops.kernelpack goes through torch's",

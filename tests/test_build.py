@@ -398,17 +398,17 @@ def sm90_resident_threads(registers: int, block_threads: int) -> int:
 
 
 def check_general_norms_share_an_sm(kernels: dict[str, dict[str, int]]) -> None:
-    """The general forward norms at long rows (6144 columns: the lengths of 4097 to 8192 not of
-    FIXED_COLUMNS take the same block) keep two 512-thread blocks' worth of threads on an SM of
-    the H100/H200, by their registers (ptxas's, read from the cubin) and the host's block: at half
-    that, the float32 kernel took 94 µs where it takes 68 at 4096 x 8192 (docs/bench-mlp-notes.md,
-    ninth session, when rows of 8192 took it), which a change anywhere in mlp.cu's includes can
-    cause, and the 16-bit ones (256 threads, three blocks at 74 registers) were 5-7% slower
-    (tenth session). Spills: none, but for the few bytes bfloat16 spills to L1 at the 64 registers
-    its __launch_bounds__ asks for, measured faster than three blocks without them."""
+    """The general forward norms at the block of rows of 8192 columns (since the thirteenth
+    session the fixed-length kernels' rows; the general kernels' for 7168 and other lengths of
+    as many threads) keep two 512-thread blocks' worth of threads on an SM of the H100/H200, by
+    their registers (ptxas's, read from the cubin) and the host's block: at half that, the float32
+    kernel took 94 µs where it takes 68 at 4096 x 8192 (docs/bench-mlp-notes.md, ninth session),
+    which a change anywhere in mlp.cu's includes can cause, and the 16-bit ones (256 threads,
+    three blocks at 74 registers) were 5-7% slower (tenth session). Spills: none, but for the few
+    bytes bfloat16 spills to L1 at the 64 registers its __launch_bounds__ asks for, measured
+    faster than three blocks without them."""
     for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items():
-        threads, rows_per_block = mlp_launch.row_geometry(4096, 6144, dtype)[1]
-        assert threads == mlp_launch.row_geometry(4096, 8192, dtype)[1][0]
+        threads, rows_per_block = mlp_launch.row_geometry(4096, 8192, dtype)[1]
         resources = kernels[f"mlp::rms_norm<{kernel_type}>"]
         resident = sm90_resident_threads(resources["registers"], threads * rows_per_block)
         assert resident >= 2 * mlp_launch.ROW_BLOCK_MAX, (dtype, resources["registers"], resident)

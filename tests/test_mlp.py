@@ -252,15 +252,20 @@ def test_silu_and_mul_grid_takes_8_byte_vectors_below_132_blocks(
         (1, 8192, "float32", ("rms_norm_fixed<float, 8192>", 1, (512, 1))),  # 2048: 4 a thread
         (2, 8, "bfloat16", ("rms_norm_short<__nv_bfloat16>", 2, (64, 1))),  # at least BLOCK_MIN
         (1, 2048, "float32", ("rms_norm_short<float>", 1, (512, 1))),
-        (3, 4104, "bfloat16", ("rms_norm<__nv_bfloat16>", 3, (256, 1))),  # 513 vectors: general
         # more rows than SMs: the form bounded to fill an SM
         (133, 4096, "bfloat16", ("rms_norm_fixed_full<__nv_bfloat16, 4096>", 133, (256, 1))),
         (16384, 8192, "float32", ("rms_norm_fixed_full<float, 8192>", 16384, (512, 1))),
         # a block a row while the grid has fewer than MAX_GRID_THREADS threads, then the general
         (2**22 - 1, 8192, "float16", ("rms_norm_fixed_full<__half, 8192>", 2**22 - 1, (512, 1))),
         (2**22, 8192, "bfloat16", ("rms_norm<__nv_bfloat16>", 2**22, (256, 1))),
-        (133, 4104, "bfloat16", ("rms_norm<__nv_bfloat16>", 133, (256, 1))),  # 513 vectors
-        (1, 4099, "bfloat16", ("rms_norm<__nv_bfloat16>", 1, (256, 1))),  # 513, 4 a thread
+        # the general kernel: 513 vectors, 4 a thread, in whole blocks of 64 threads (not 256)
+        (3, 4104, "bfloat16", ("rms_norm<__nv_bfloat16>", 3, (192, 1))),
+        (133, 4104, "bfloat16", ("rms_norm<__nv_bfloat16>", 133, (192, 1))),
+        (4096, 4104, "float32", ("rms_norm<float>", 4096, (320, 1))),  # 1026 vectors
+        (4096, 7168, "float32", ("rms_norm<float>", 4096, (448, 1))),
+        (4096, 2048, "float32", ("rms_norm<float>", 4096, (128, 1))),  # 512: a power of two
+        (4096, 200, "float32", ("rms_norm<float>", 1024, (16, 4))),  # rows sharing a block
+        (1, 4099, "bfloat16", ("rms_norm<__nv_bfloat16>", 1, (192, 1))),  # 513, misaligned
         (1, 16384, "bfloat16", ("rms_norm<__nv_bfloat16>", 1, (512, 1))),  # 2048 vectors
     ],
 )

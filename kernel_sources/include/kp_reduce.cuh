@@ -6,9 +6,10 @@
 // slot in shared memory. The shuffles use the full mask of the CUDA spelling; hipify turns it into
 // the full mask of the target's wavefront.
 //
-// Contract for callers: blockDim.x is a power of two (so a row wider than a wavefront is whole
-// wavefronts on every target), blockDim.x * blockDim.y is at most kMaxBlockThreads, every thread
-// of the block calls the reduction, and `slots` points to shared memory of kMaxBlockThreads floats.
+// Contract for callers: blockDim.x is a power of two, or a multiple of 64 (the widest wavefront),
+// so that a row wider than a wavefront is whole wavefronts on every target; blockDim.x *
+// blockDim.y is at most kMaxBlockThreads, every thread of the block calls the reduction, and
+// `slots` points to shared memory of kMaxBlockThreads floats.
 #pragma once
 
 namespace kp {

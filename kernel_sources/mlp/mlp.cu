@@ -25,8 +25,9 @@
 //                            grid.x over the columns of the output, grid.y over the rows; blocks
 //                            of at most kElementwiseBlockThreads (8-byte vectors as swiglu's).
 //   rms_norm_*, add_rms_norm_*
-//                            blockDim.x threads per row (a power of two), blockDim.y rows per
-//                            block, at most kRowBlockThreads threads; grid-stride over the rows.
+//                            blockDim.x threads per row (a power of two up to 64, a multiple of
+//                            64 past it), blockDim.y rows per block, at most kRowBlockThreads
+//                            threads; grid-stride over the rows.
 //   rms_norm_short_*, add_rms_norm_short_*
 //                            one row a block at a time (grid-stride), blockDim.x threads (a power
 //                            of two, at most kShortRowThreads), blockDim.y == 1; a thread takes

@@ -186,14 +186,34 @@ def _exact_or_general(op: str, dtype: str, vector_bytes: int) -> str:
     return kernel_name(op, dtype)
 
 
+def _threads_needed(cols: int, dtype: str, cached: int) -> int:
+    """Threads a row of ``cols`` needs so that each keeps at most ``cached`` vectors."""
+    vectors = -(-cols // _vector_width(dtype))
+    return -(-vectors // cached)
+
+
 def _row_threads(cols: int, dtype: str, cached: int) -> int:
     """Threads a row gets: a power of two, enough that each keeps at most ``cached`` vectors in
     registers. (Tried on the H200: one vector a thread for rows no more than the SMs, 512
     threads at 1 x 4096, made the small forward rows 0.1-0.25 us slower; docs/bench-mlp-notes.md.)
     """
-    chunks = -(-cols // _vector_width(dtype))
-    per_thread = -(-chunks // cached)
-    return min(1 << (per_thread - 1).bit_length(), ROW_BLOCK_MAX)
+    needed = _threads_needed(cols, dtype, cached)
+    return min(1 << (needed - 1).bit_length(), ROW_BLOCK_MAX)
+
+
+def _forward_row_threads(cols: int, dtype: str) -> int:
+    """Threads a row of the general forward norms: as :func:`_row_threads` for rows that share a
+    block (BLOCK_MIN threads or fewer), whole blocks of BLOCK_MIN past that, so that no thread
+    idles through a cached vector the row does not have. On the H200 (docs/bench-mlp-notes.md,
+    thirteenth session), the power of two against this, rms_norm: bfloat16 rows of 4104 (513
+    vectors: 256 threads or 192) 95.2 against 81.9 µs at 16384 rows, of 6144 108.9 against 100.3;
+    float32 rows of 4104 (1026: 512 or 320) 187.1 against 137.6, of 5632 to 7168 1-4% less from
+    4096 rows (up to 1.6% more at 512); add_rms_norm float32 0.3-5% less, bfloat16 the same
+    within 0.5% from 512 rows; both up to 0.09 µs more at 64 rows."""
+    needed = _threads_needed(cols, dtype, CACHED_CHUNKS)
+    if needed <= BLOCK_MIN:
+        return _row_threads(cols, dtype, CACHED_CHUNKS)
+    return min(-(-needed // BLOCK_MIN) * BLOCK_MIN, ROW_BLOCK_MAX)
 
 
 def row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, tuple[int, int]]:
@@ -205,7 +225,7 @@ def row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, tuple[int, int]
     512-thread blocks share an SM on sm_90, four of 256 (16-bit rows of 8192): at 74, float32
     took 94 µs where it takes 68 at 4096 x 8192 on the H200 (tests/test_build.py checks the built
     cubin)."""
-    threads = _row_threads(cols, dtype, CACHED_CHUNKS)
+    threads = _forward_row_threads(cols, dtype)
     per_block = max(1, BLOCK_MIN // threads)
     grid = min(-(-rows // per_block), _grid_cap(threads * per_block))
     return grid, (threads, per_block)
