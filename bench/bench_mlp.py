@@ -232,11 +232,6 @@ def host_us_per_calls(calls: dict[Key, HostCall], per_loop: int = 3000) -> dict[
     return fastest
 
 
-def host_us_per_call(call: Callable[[], object], per_loop: int = 3000) -> float:
-    """:func:`host_us_per_calls` of one call, in the caller's context."""
-    return host_us_per_calls({"call": (contextlib.nullcontext, call)}, per_loop)["call"]
-
-
 def copy_bandwidth(batches: int) -> float:
     """GB/s of a large device-to-device copy, counting bytes read plus written."""
     source = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")

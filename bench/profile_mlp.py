@@ -2,7 +2,8 @@
 kernels of the rows slower than a peer under the profiler, and RMSNorm backward variants timed.
 
     python bench/profile_mlp.py host [--calls N]
-        host µs per call (wall time of a loop, 1x4096 bfloat16) of each step a call takes: the
+        host µs per call (wall time of a loop, the fastest of five, the loops of every step
+        interleaved as bench_mlp.py's; 1x4096 bfloat16) of each step a call takes: the
         Python loop, the stream accessor, allocation, the bare launch (ints, then tensors), the
         checks, and the whole op through kernelpack.mlp and torch.ops.kernelpack
     python bench/profile_mlp.py workload
@@ -64,8 +65,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from bench_mlp import (  # the benchmark's own measures, so the figures agree
+    HostCall,
     gpu_time_us,
-    host_us_per_call,
+    host_us_per_calls,
 )
 
 from kernelpack import mlp, mlp_hot, mlp_launch, nn, torch_ops
@@ -177,15 +179,24 @@ def host(calls: int) -> None:
         ("kernelpack.nn.RMSNorm(4096) module", lambda: norm_module(gate)),
         ("eager F.rms_norm", lambda: F.rms_norm(gate, (4096,), weight, EPS)),
     ]
-    for mode_name, mode in (("no_grad", torch.no_grad), ("inference_mode", torch.inference_mode)):
-        print(f"\nhost µs per call, {mode_name}, 1x4096 bfloat16, {calls} calls a loop", flush=True)
-        with mode():
-            for name, call in steps:
-                print(f"{host_us_per_call(call, calls):8.2f}  {name}", flush=True)
-    with torch.enable_grad():
-        print("\ngrad enabled, inputs not requiring grad:", flush=True)
-        for name, call in steps[-12:]:
-            print(f"{host_us_per_call(call, calls):8.2f}  {name}", flush=True)
+    sections = (
+        (f"host µs per call, no_grad, 1x4096 bfloat16, {calls} calls a loop", torch.no_grad, steps),
+        (
+            f"host µs per call, inference_mode, 1x4096 bfloat16, {calls} calls a loop",
+            torch.inference_mode,
+            steps,
+        ),
+        ("grad enabled, inputs not requiring grad:", torch.enable_grad, steps[-12:]),
+    )
+    timed: dict[tuple[str, str], HostCall] = {
+        (title, name): (mode, call) for title, mode, rows in sections for name, call in rows
+    }
+    print(f"timing {len(timed)} calls, their loops interleaved", flush=True)
+    measured = host_us_per_calls(timed, calls)
+    for title, _, rows in sections:
+        print(f"\n{title}")
+        for name, _ in rows:
+            print(f"{measured[title, name]:8.2f}  {name}")
 
 
 def _forward_backward(
