@@ -420,7 +420,8 @@ def check_fixed_norms_fill_an_sm(kernels: dict[str, dict[str, int]]) -> None:
     H100/H200 where a thread keeps FIXED_CHUNKS vectors (16-bit rows up to 8192, float32 up to
     4096): at ptxas's own 40 registers, three blocks of 512, bfloat16 took 36.56 µs at 4096 x 8192
     where it takes 35.67 at 32 (docs/bench-mlp-notes.md, thirteenth session). Elsewhere two
-    blocks' worth of 512 threads at least, as the general kernel's; no spills anywhere."""
+    blocks' worth of 512 threads at least, as the general kernel's. (That no fixed kernel spills,
+    on any target, the caller checks.)"""
     for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items():
         for cols in mlp_launch.FIXED_COLUMNS:
             threads = mlp_launch.fixed_threads(cols, dtype)
@@ -434,4 +435,3 @@ def check_fixed_norms_fill_an_sm(kernels: dict[str, dict[str, int]]) -> None:
                 else 2 * mlp_launch.ROW_BLOCK_MAX
             )
             assert resident >= wanted, (dtype, cols, resources["registers"], resident)
-            assert resources["spills"] == 0, (dtype, cols, resources)

@@ -361,7 +361,7 @@ def test_dp4a_is_one_dot_instruction_where_the_target_has_one(
 
 
 # Helpers in an anonymous namespace calling the cache-hinted accesses on types HIP declares none
-# for (mlp.cu's VectorAccess and ScalarAccess do so).
+# for, as a kernel's load and store helpers do (mlp.cu's did, in a form since withdrawn).
 HINTED_SOURCE = """\
 namespace {
 template <typename Raw>

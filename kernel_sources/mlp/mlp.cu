@@ -1782,7 +1782,8 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
 // 38.4 -> 35.7, 139.6 -> 130.0, 7.6 -> 6.4, with 10 bytes of bfloat16 spilled to L1 on sm_90;
 // float32 as fast. (add_rms_norm, at 116 registers in bfloat16, keeps its bound: not tried.)
 // Rows of 8192 have taken the fixed-length kernels since the thirteenth session; the general
-// ones keep the other lengths, whose threads a row follow the same rule (6144: as 8192).
+// ones keep the other lengths, in whole blocks of 64 threads (kernelpack.mlp_launch's
+// _forward_row_threads), and tests/test_build.py checks this bound at 8192's block.
 constexpr int kRowNormMinBlocks = 2;
 
 // row_scales: null (inference), or float32 [rows] to receive each row's scale (training: the
