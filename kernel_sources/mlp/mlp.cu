@@ -1841,7 +1841,10 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
 // 6.0 us where it took 7.0, 4096 x 8192 35.7 where it took 36.6, 4096 x 4096 19.0 where 19.8;
 // but up to 132 rows 0.01-0.04 us slower (1 x 4096 2.15 against 2.11), where no SM holds more
 // than one row's block either way. add_rms_norm_fixed, a vector of the residual more, has no
-// such form: bounded so, bfloat16 spilled and 16384 x 8192 took 268 us, not 259.
+// such form: bounded so, bfloat16 spilled and 16384 x 8192 took 268 us, not 259. It wants the
+// other way: float16's, at ptxas's 40 registers, fits three blocks an SM, and capped at two (by
+// dynamic shared memory) took 1.0-1.6% less at 4096 and 16384 x 8192 (fourteenth session; no
+// cap the loader can give yet, docs/bench-mlp-notes.md).
 template <typename T, int kCols>
 __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
                                   (FixedRow<T, kCols>::kFullMinBlocks))
