@@ -379,6 +379,7 @@ def test_real_sources_build_for_the_default_matrix(
         if image["target"] == "sm_90":
             check_general_norms_share_an_sm(image["kernels"])
             check_fixed_norms_fill_an_sm(image["kernels"])
+            check_fixed_caps_hold_fewer(image["kernels"])
 
 
 # An sm_90 multiprocessor's registers, the unit a warp's are allocated in (32 lanes of 8) and its
@@ -435,3 +436,17 @@ def check_fixed_norms_fill_an_sm(kernels: dict[str, dict[str, int]]) -> None:
                 else 2 * mlp_launch.ROW_BLOCK_MAX
             )
             assert resident >= wanted, (dtype, cols, resources["registers"], resident)
+
+
+def check_fixed_caps_hold_fewer(kernels: dict[str, dict[str, int]]) -> None:
+    """Each cap of mlp_launch.FIXED_BLOCKS_PER_SM holds its kernel to fewer blocks an sm_90 SM
+    than its registers and threads allow: the counts were measured against the uncapped kernel
+    at ptxas's registers (docs/bench-mlp-notes.md, fifteenth session), and a kernel that no longer
+    fits more blocks than its cap wants measuring again, not a cap that does nothing."""
+    types = mlp_launch.KERNEL_TYPE
+    for (op, dtype, cols), blocks in mlp_launch.FIXED_BLOCKS_PER_SM.items():
+        form = "rms_norm_fixed_full" if op == "rms_norm" else f"{op}_fixed"
+        threads = mlp_launch.fixed_threads(cols, dtype)
+        registers = kernels[f"mlp::{form}<{types[dtype]}, {cols}>"]["registers"]
+        natural = sm90_resident_threads(registers, threads) // threads
+        assert natural > blocks, (op, dtype, cols, registers, natural, blocks)

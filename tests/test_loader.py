@@ -38,7 +38,7 @@ from kernelpack.libraries import open_library
 from kernelpack.loader import Loader
 from kernelpack.oncemap import OnceMap
 from kernelpack.rtc import Compiled
-from kernelpack.runtime import LoadedModule, Runtime
+from kernelpack.runtime import SHARED_MEM_UNIT, LoadedModule, Runtime, capping_shared_mem
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
 
@@ -959,3 +959,82 @@ def test_device_numbers_follow_the_visible_devices_variables(
     assert runtimes["amd"].loads == [(0, payload("gfx90a"))]  # HIP numbers it 0 after the filter
     with pytest.raises(UsageError, match=r"1 hip device\(s\) visible, hip:0 to hip:0"):
         made.load("demo", 1)
+
+
+# An sm_90 multiprocessor's shared memory, the driver's reservation a block and the most a block
+# may opt in to (cuDeviceGetAttribute on the H200: 233472, 1024, 232448).
+SM90_SHARED = 233_472
+SM90_RESERVED = 1024
+SM90_OPT_IN = 232_448
+
+
+def occupancy(natural: int, static: int, reserved: int, dynamic: int) -> int:
+    """Blocks a multiprocessor holds, as CUDA's occupancy calculator counts them: the fewer of
+    what threads and registers allow (``natural``) and what its shared memory holds, a block
+    taking its static and dynamic shared memory and the driver's reservation in whole 128-byte
+    units."""
+    per_block = -(-(static + dynamic + reserved) // 128) * 128
+    return min(natural, SM90_SHARED // per_block) if per_block else natural
+
+
+@pytest.mark.parametrize("static", [0, 256, 4100])
+def test_capping_shared_mem_holds_the_blocks_with_the_least(static: int) -> None:
+    """The shared memory found holds a multiprocessor to exactly the blocks asked for, and a unit
+    less would let one more in; none where registers and threads already allow no more."""
+    natural = 6
+
+    def resident(dynamic: int) -> int:
+        return occupancy(natural, static, SM90_RESERVED, dynamic)
+
+    most = SM90_OPT_IN - static
+    for blocks in range(1, natural):
+        shared = capping_shared_mem(resident, blocks, SM90_SHARED, SM90_RESERVED, static, most)
+        assert resident(shared) == blocks and 0 < shared <= most
+        assert resident(shared - SHARED_MEM_UNIT) > blocks
+    for blocks in (natural, natural + 1):
+        assert capping_shared_mem(resident, blocks, SM90_SHARED, SM90_RESERVED, static, most) == 0
+
+
+def test_capping_shared_mem_climbs_where_the_reported_figures_fall_short() -> None:
+    """A driver that reserves less a block than it reports holds one block more at the amount the
+    reported figures give: the search climbs from there a unit at a time to the count."""
+
+    def resident(dynamic: int) -> int:
+        return occupancy(6, 0, 0, dynamic)
+
+    shared = capping_shared_mem(resident, 2, SM90_SHARED, SM90_RESERVED, 0, SM90_OPT_IN)
+    assert resident(SM90_SHARED // 3 - SM90_RESERVED + 1) == 3  # where the search starts
+    assert resident(shared) == 2 and resident(shared - SHARED_MEM_UNIT) == 3
+
+
+def test_capping_shared_mem_says_when_no_amount_caps() -> None:
+    """Where shared memory does not limit the blocks (a calculator that ignores it), the search
+    ends at the most a block may ask for and says so."""
+    with pytest.raises(RuntimeLibraryError, match="keeps a multiprocessor to 2 blocks"):
+        capping_shared_mem(lambda dynamic: 4, 2, SM90_SHARED, SM90_RESERVED, 0, SM90_OPT_IN)
+
+
+def test_kernel_caches_its_caps_and_checks_the_counts(tmp_path: Path, cache: DiskCache) -> None:
+    """Kernel.shared_mem_for_blocks asks the runtime once per (threads, blocks), and refuses
+    counts that are not positive ints; the recording runtime, as HIP's, caps nothing (0)."""
+    index = make_package(tmp_path / "pkg", amd=(), nvidia=("sm_90",))
+    made, runtimes = make_loader(index, tmp_path / "pkg", mixed_machine(), cache)
+    kernel = made.load("demo", "cuda:0").kernel("axpy")
+    runtime = runtimes["nvidia"]
+    asked: list[tuple[int, int]] = []
+
+    def shared_mem_for_blocks(
+        module: LoadedModule, function: int, threads: int, blocks: int
+    ) -> int:
+        asked.append((threads, blocks))
+        return 1000 * blocks
+
+    runtime.shared_mem_for_blocks = shared_mem_for_blocks  # type: ignore[method-assign]
+    assert kernel.shared_mem_for_blocks(512, 2) == 2000
+    assert kernel.shared_mem_for_blocks(512, 2) == 2000
+    assert kernel.shared_mem_for_blocks(256, 3) == 3000
+    assert asked == [(512, 2), (256, 3)]
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(UsageError, match="must be a positive int"):
+            kernel.shared_mem_for_blocks(512, bad)  # type: ignore[arg-type]
+    assert Runtime.shared_mem_for_blocks(runtime, LoadedModule(1, 0), 1, 512, 2) == 0

@@ -17,6 +17,7 @@ import re
 import secrets
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ import pytest
 
 from kernelpack import mlp, mlp_launch
 from kernelpack.errors import UsageError
+from kernelpack.targets import NvidiaTarget
 
 DTYPES = ["float32", "float16", "bfloat16"]
 # Largest relative error allowed. float32 is computed with the fast exp and reciprocal (a few ulp);
@@ -55,6 +57,9 @@ ROW_CASES = [
     (2, 8192),
     (1, 5120),
     (133, 8192),  # the fixed-length kernels, at any number of rows
+    (4096, 4096),  # ... held to fewer blocks an SM on sm_90 (mlp_launch.FIXED_BLOCKS_PER_SM)
+    (4096, 5120),
+    (4096, 8192),
     (133, 8200),  # the general kernel: more rows than SMs, each longer than its cached chunks
     (1, 16384),
     (2, 32776),
@@ -273,7 +278,59 @@ def test_norm_launch_takes_the_fixed_short_or_general_kernel(
     rows: int, cols: int, dtype: str, expected: tuple[str, int, tuple[int, int]]
 ) -> None:
     name, grid, block = expected
-    assert mlp_launch.norm_launch("rms_norm", rows, cols, dtype) == ("mlp::" + name, grid, block)
+    launch = mlp_launch.norm_launch("rms_norm", rows, cols, dtype)
+    assert launch[:3] == ("mlp::" + name, grid, block)
+
+
+@pytest.mark.parametrize(
+    ("op", "rows", "cols", "dtype", "blocks"),
+    [
+        ("add_rms_norm", 16384, 8192, "float16", 2),
+        ("add_rms_norm", 4096, 8192, "float16", 2),
+        ("add_rms_norm", 4095, 8192, "float16", 0),  # fewer rows: capped, slower
+        ("add_rms_norm", 512, 8192, "float16", 0),
+        ("add_rms_norm", 4096, 8192, "float32", 1),
+        ("add_rms_norm", 4096, 4096, "bfloat16", 3),
+        ("add_rms_norm", 4096, 8192, "bfloat16", 0),  # no cap was faster
+        ("add_rms_norm", 4096, 4104, "float16", 0),  # the general kernel
+        ("add_rms_norm", 2**22, 8192, "float16", 0),  # the general kernel: too many rows
+        ("rms_norm", 4096, 4096, "float32", 3),
+        ("rms_norm", 4096, 4096, "bfloat16", 0),
+        ("rms_norm", 64, 5120, "float32", 0),
+    ],
+)
+def test_norm_launch_caps_the_fixed_kernels_past_the_sms(
+    op: str, rows: int, cols: int, dtype: str, blocks: int
+) -> None:
+    """The fixed-length kernels are held to fewer blocks an SM from FIXED_CAP_ROWS rows on (with
+    fewer the capped grid took more waves and was slower), where the H200 measured a cap
+    faster."""
+    assert mlp_launch.norm_launch(op, rows, cols, dtype).blocks_per_sm == blocks
+
+
+def test_norm_shared_mem_caps_only_the_measured_targets() -> None:
+    """norm_shared_mem asks the kernel for the cap's shared memory on sm_90 alone (the counts are
+    the H200's), for the block's threads; elsewhere, and uncapped, 0."""
+    asked: list[tuple[int, int]] = []
+
+    def kernel_on(target: str) -> Any:
+        def shared_mem_for_blocks(threads: int, blocks: int) -> int:
+            asked.append((threads, blocks))
+            return 77_825
+
+        gpu = SimpleNamespace(target=NvidiaTarget.parse(target))
+        return SimpleNamespace(
+            module=SimpleNamespace(gpu=gpu), shared_mem_for_blocks=shared_mem_for_blocks
+        )
+
+    capped = mlp_launch.norm_launch("add_rms_norm", 4096, 8192, "float16")
+    assert mlp_launch.norm_shared_mem(kernel_on("sm_90"), capped) == 77_825
+    assert asked == [(512, 2)]
+    assert mlp_launch.norm_shared_mem(kernel_on("sm_80"), capped) == 0
+    assert mlp_launch.norm_shared_mem(kernel_on("sm_120"), capped) == 0
+    uncapped = mlp_launch.norm_launch("add_rms_norm", 1024, 8192, "float16")
+    assert mlp_launch.norm_shared_mem(kernel_on("sm_90"), uncapped) == 0
+    assert asked == [(512, 2)]
 
 
 # mlp_launch's constants that must agree with mlp.cu's (launch bounds, vectors a thread), by name

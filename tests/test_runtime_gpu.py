@@ -48,6 +48,21 @@ template __global__ void add<float>(float *, const float *, int);
 
 extern "C" __global__ void nothing() {}
 
+// Each block counts itself in on its SM, notes the most counted in at once, holds the SM for
+// `spin` cycles (all its threads wait at the barrier) and counts itself out.
+extern "C" __global__ void resident(unsigned *count, unsigned *most, long long spin) {
+    if (threadIdx.x == 0) {
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        atomicMax(&most[sm], atomicAdd(&count[sm], 1u) + 1u);
+        long long start = clock64();
+        while (clock64() - start < spin) {
+        }
+        atomicSub(&count[sm], 1u);
+    }
+    __syncthreads();
+}
+
 __global__ void scalars(long long *ints, double *reals, signed char a, unsigned char b,
                                    short c, unsigned short d, int e, unsigned int f, long long g,
                                    unsigned long long h, float i, double j, bool k) {
@@ -110,7 +125,14 @@ def build_package(root: Path, *, nvcc: str = "nvcc") -> Index:
     for target, image in built.items():
         image["symbols"] = named.symbols[target]
         image["kernels"] = named.resources[target] if image["kind"] == "cubin" else {}
-    assert sorted(named.params) == ["add", "axpy", "nothing", "ops::add<float>", "scalars"]
+    assert sorted(named.params) == [
+        "add",
+        "axpy",
+        "nothing",
+        "ops::add<float>",
+        "resident",
+        "scalars",
+    ]
     return {
         "schema": 2,
         "version": "0.0.0",
@@ -456,6 +478,39 @@ def test_bad_launches_say_why(package: tuple[Index, Path], tmp_path: Path, torch
     with pytest.raises(UsageError, match=r"argument 3 \(int\): expected an integer, got float"):
         kernel.launch(1, 4, y, y, 1.0, 4.0)
     check_axpy(torch, kernel, 100)  # the context is still good
+
+
+def most_resident(torch: Any, kernel: Any, threads: int, shared_mem: int) -> int:
+    """The most blocks of ``resident`` seen on one SM at once, over a grid of 16 blocks an SM
+    (each holding its SM for about 50 µs), launched with ``shared_mem``."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    count = torch.zeros(1024, dtype=torch.int32, device="cuda")
+    most = torch.zeros(1024, dtype=torch.int32, device="cuda")
+    kernel.launch(sms * 16, threads, count, most, 100_000, shared_mem=shared_mem)
+    torch.cuda.synchronize()
+    assert int(count.abs().sum()) == 0  # every block counted itself out
+    return int(most.max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_shared_mem_for_blocks_holds_an_sm_to_the_count(
+    package: tuple[Index, Path], tmp_path: Path, torch: Any, binding: str
+) -> None:
+    """Launched with the shared memory Kernel.shared_mem_for_blocks gives, the blocks seen on an
+    SM at once are the count asked for (one needs past 48 KB, which the kernel must be allowed);
+    uncapped, as many as an SM's threads allow; at that count no shared memory is asked."""
+    kernel = (
+        make_loader(package, DiskCache(tmp_path), binding=binding).load("demo").kernel("resident")
+    )
+    threads = 256
+    natural = torch.cuda.get_device_properties(0).max_threads_per_multi_processor // threads
+    assert most_resident(torch, kernel, threads, 0) == natural
+    for blocks in (1, 3, natural - 1):
+        shared = kernel.shared_mem_for_blocks(threads, blocks)
+        assert shared > (48 * 1024 if blocks == 1 else 0)
+        assert most_resident(torch, kernel, threads, shared) == blocks
+    assert kernel.shared_mem_for_blocks(threads, natural) == 0
 
 
 @pytest.mark.gpu

@@ -1843,8 +1843,9 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
 // than one row's block either way. add_rms_norm_fixed, a vector of the residual more, has no
 // such form: bounded so, bfloat16 spilled and 16384 x 8192 took 268 us, not 259. It wants the
 // other way: float16's, at ptxas's 40 registers, fits three blocks an SM, and capped at two (by
-// dynamic shared memory) took 1.0-1.6% less at 4096 and 16384 x 8192 (fourteenth session; no
-// cap the loader can give yet, docs/bench-mlp-notes.md).
+// dynamic shared memory) took 1.0-1.6% less at 4096 and 16384 x 8192. The host now holds both
+// forms so on sm_90 from 4096 rows on, where the H200 measured it faster (mlp_launch.py's
+// FIXED_BLOCKS_PER_SM, docs/bench-mlp-notes.md, fifteenth session).
 template <typename T, int kCols>
 __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
                                   (FixedRow<T, kCols>::kFullMinBlocks))

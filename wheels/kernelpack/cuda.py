@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 from . import launching
 from .errors import RuntimeLibraryError
 from .libraries import cuda_version_text, open_library
-from .runtime import Runtime, c_string, int_out, load_module, module_function
+from .runtime import (
+    Runtime,
+    c_string,
+    capping_shared_mem,
+    int_out,
+    load_module,
+    module_function,
+)
 
 if TYPE_CHECKING:
     from . import args as kargs
@@ -26,6 +33,11 @@ if TYPE_CHECKING:
 _CU_JIT_INPUT_PTX = 1
 _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81
+_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+_CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111
+_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
 class CudaDriver:
@@ -39,6 +51,18 @@ class CudaDriver:
         lib_ = self.lib
         lib_.cuGetErrorName.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p))
         lib_.cuCtxPushCurrent_v2.argtypes = (ctypes.c_void_p,)
+        lib_.cuFuncGetAttribute.argtypes = (
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_int,
+            ctypes.c_void_p,
+        )
+        lib_.cuFuncSetAttribute.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
+        lib_.cuOccupancyMaxActiveBlocksPerMultiprocessor.argtypes = (
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_size_t,
+        )
         launching.declare_module_calls(
             lib_.cuModuleLoadData, lib_.cuModuleGetFunction, lib_.cuLaunchKernel
         )
@@ -76,14 +100,13 @@ class CudaDriver:
         return c_string(text.value)
 
     def compute_capability(self, ordinal: int) -> tuple[int, int]:
-        device, attribute = self.device(ordinal), self.lib.cuDeviceGetAttribute
-        major = int_out(
-            self.check, attribute, _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device
-        )
-        minor = int_out(
-            self.check, attribute, _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device
-        )
+        major = self.attribute(ordinal, _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        minor = self.attribute(ordinal, _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
         return major, minor
+
+    def attribute(self, ordinal: int, attribute: int) -> int:
+        """cuDeviceGetAttribute of the device ``ordinal``."""
+        return int_out(self.check, self.lib.cuDeviceGetAttribute, attribute, self.device(ordinal))
 
     def name(self, ordinal: int) -> str:
         text = ctypes.create_string_buffer(256)
@@ -187,6 +210,55 @@ class CudaRuntime(Runtime):
 
     def function(self, module: LoadedModule, name: str) -> int:
         return module_function(self.driver.check, self._lib.cuModuleGetFunction, module, name)
+
+    def shared_mem_for_blocks(
+        self, module: LoadedModule, function: int, threads: int, blocks: int
+    ) -> int:
+        """The driver's occupancy calculator (cuOccupancyMaxActiveBlocksPerMultiprocessor) asked
+        for the least dynamic shared memory that holds ``function`` to ``blocks`` blocks of
+        ``threads`` a multiprocessor; the function is first allowed the most a block may have
+        (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: past 48 KB a launch must opt in)."""
+        driver, lib, ordinal = self.driver, self._lib, module.ordinal
+        shared: list[int] = []
+
+        def function_attribute(attribute: int) -> int:
+            return int_out(driver.check, lib.cuFuncGetAttribute, attribute, function)
+
+        def resident(dynamic: int) -> int:
+            return int_out(
+                driver.check,
+                lib.cuOccupancyMaxActiveBlocksPerMultiprocessor,
+                function,
+                threads,
+                dynamic,
+            )
+
+        def cap() -> int:
+            static = function_attribute(_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+            most = driver.attribute(ordinal, _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            most -= static
+            code: int = lib.cuFuncSetAttribute(
+                function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, most
+            )
+            if code == 0:
+                shared.append(
+                    capping_shared_mem(
+                        resident,
+                        blocks,
+                        driver.attribute(
+                            ordinal, _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+                        ),
+                        driver.attribute(
+                            ordinal, _CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK
+                        ),
+                        static,
+                        most,
+                    )
+                )
+            return code
+
+        self._in_context(ordinal, cap, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+        return shared[0]
 
     def jit_ptx(self, ordinal: int, ptx: bytes) -> bytes:
         """PTX compiled by the driver into a cubin for this device (then cached on disk by the

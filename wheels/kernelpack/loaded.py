@@ -35,6 +35,10 @@ class Kernel:
 
     ``info`` holds the kernel's resources: registers, LDS, scratch, spills, wavefront size and
     the largest block it allows (from the index, or read off the object compiled at run time).
+
+    ``shared_mem_for_blocks(threads, blocks)`` is the ``shared_mem`` that holds the kernel to at
+    most ``blocks`` blocks a multiprocessor (a memory-bound kernel can move its bytes faster with
+    fewer blocks in flight than its registers allow).
     """
 
     launch: LaunchFn
@@ -51,6 +55,8 @@ class Kernel:
         self.module = module
         self.signature = signature
         self._runtime = runtime
+        self._function = function
+        self._capping: dict[tuple[int, int], int] = {}  # (threads, blocks) -> shared memory
         self.launch = runtime.launcher(module._loaded, function, signature, self._fail)
 
     @property
@@ -61,6 +67,22 @@ class Kernel:
     def params(self) -> list[KernelParam]:
         """The parameter layout the index records (types as the demangled symbol spells them)."""
         return [dict(p) for p in self.module._params[self.name]]  # type: ignore[misc]
+
+    def shared_mem_for_blocks(self, threads: int, blocks: int) -> int:
+        """The dynamic shared memory (``launch(..., shared_mem=)``) with which at most ``blocks``
+        blocks of ``threads`` threads are resident on one multiprocessor of the module's device,
+        the kernel allowed it; 0 where its registers and threads already allow no more, and on
+        AMD GPUs (the runtime caps nothing there). Worked out by the vendor's occupancy
+        calculator once per (threads, blocks)."""
+        for name, value in (("threads", threads), ("blocks", blocks)):
+            if type(value) is not int or value < 1:
+                raise UsageError(f"{name} must be a positive int, got {value!r}")
+        found = self._capping.get((threads, blocks))
+        if found is None:
+            found = self._capping[(threads, blocks)] = self._runtime.shared_mem_for_blocks(
+                self.module._loaded, self._function, threads, blocks
+            )
+        return found
 
     def _fail(
         self,

@@ -17,14 +17,17 @@ own error.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .mlp_launch import (
+    NormLaunch,
     kernel_name,
     load_kernel,
     norm_launch,
+    norm_shared_mem,
     silu_and_mul_launch,
     swiglu_launch,
 )
@@ -134,6 +137,7 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
     after_pointers: tuple[int, ...]
     name = kernel_name(KERNEL_OF[op], dtype)
     geometry: tuple[Any, Any] = (1, 1)  # no elements: nothing is launched
+    norm: NormLaunch | None = None
     if op == "swiglu":
         rows, after_pointers = n, (n,)
         name, geometry = swiglu_launch(op, n, dtype)
@@ -148,14 +152,21 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
         if rows * cols and op == "silu_and_mul":
             name, geometry = silu_and_mul_launch(op, rows, cols, dtype)
         elif rows * cols:
-            name, grid, block = norm_launch(KERNEL_OF[op], rows, cols, dtype)
-            geometry = (grid, block)
+            norm = norm_launch(KERNEL_OF[op], rows, cols, dtype)
+            name, geometry = norm.name, (norm.grid, norm.block)
     launch = None
     if rows * cols:
-        launch = load_kernel(device, name).launch
+        kernel = load_kernel(device, name)
+        launch = kernel.launch
+        shared_mem = norm_shared_mem(kernel, norm) if norm is not None else 0
         _, launcher_type = _native_types()
         owner = getattr(launch, "__self__", None)
-        if launcher_type is not None and type(owner) is launcher_type:
+        if shared_mem:
+            # a callable launcher.c calls with the stream as a keyword, a little slower than a
+            # Launcher: only norms held to fewer blocks an SM, FIXED_CAP_ROWS rows or more, whose
+            # kernels run for tens of microseconds
+            launch = functools.partial(launch, shared_mem=shared_mem)
+        elif launcher_type is not None and type(owner) is launcher_type:
             launch = owner  # launcher.c calls its launch without the bound method
     memo[key] = entry = (
         launch,

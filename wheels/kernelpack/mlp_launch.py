@@ -8,7 +8,7 @@ framework is :mod:`kernelpack.mlp`'s job; it and :mod:`kernelpack.torch_ops` cal
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 MODULE = "mlp"
 
@@ -47,6 +47,35 @@ SHORT_ROW_VECTORS_MAX = 512
 # rms_norm 4096 x 5120 23.2 us against 28.6), 512 and 1024 rows of 4096 and 8192 3-13% less, and
 # from 4096 rows on within about 1% either way (float16 add_rms_norm 16384 x 8192 1.3% more).
 FIXED_COLUMNS = (4096, 5120, 8192)
+# The blocks an SM the fixed-length forward norms are held to from FIXED_CAP_ROWS rows on, on the
+# targets of FIXED_CAP_TARGETS: (op, dtype, cols) -> blocks, fewer than their registers and
+# threads allow, the cap made by dynamic shared memory (Kernel.shared_mem_for_blocks). The rows
+# move faster with fewer in flight. Measured on the H200 (docs/bench-mlp-notes.md, fifteenth
+# session) through launch_add_rms_norm and launch_rms_norm, µs at 4096 and 16384 rows,
+# uncapped -> capped: add_rms_norm bfloat16 4096 35.72 -> 34.92 and 132.75 -> 131.18 (5 an SM ->
+# 3), float16 4096 35.82 -> 34.87, 133.02 -> 131.11 (6 -> 3), float16 5120 43.31 -> 42.75,
+# 163.02 -> 161.95 (4 -> 3), float16 8192 68.54 -> 67.49, 261.45 -> 259.90 (3 -> 2), float32
+# 4096 68.20 -> 67.25, 261.75 -> 258.82 (4 -> 2), float32 8192 132.40 -> 130.97, 519.62 ->
+# 512.46 (2 -> 1); rms_norm (rms_norm_fixed_full) float32 4096 35.38 -> 35.05, 131.18 -> 129.50
+# (4 -> 3), float32 5120 43.31 -> 42.52, 162.81 -> 160.86 (4 -> 3). Chosen from a sweep of every
+# count (kept where both row counts gained 0.5% or more): no cap helped bfloat16 add_rms_norm
+# 8192 or 16-bit rms_norm (every cap 1-60% slower), bfloat16 add_rms_norm 5120 and float32 5120
+# gained 0.3-0.7%, and shared memory taken without capping (the L1 carve-out alone) was up to 8%
+# slower: the counts are the H200's, not a rule. Fewer rows lose: at 512 rows the capped grid
+# takes two waves where the uncapped one took one (2-13% slower), at 1024 from 1.2% faster to
+# 2.4% slower.
+FIXED_BLOCKS_PER_SM = {
+    ("add_rms_norm", "bfloat16", 4096): 3,
+    ("add_rms_norm", "float16", 4096): 3,
+    ("add_rms_norm", "float16", 5120): 3,
+    ("add_rms_norm", "float16", 8192): 2,
+    ("add_rms_norm", "float32", 4096): 2,
+    ("add_rms_norm", "float32", 8192): 1,
+    ("rms_norm", "float32", 4096): 3,
+    ("rms_norm", "float32", 5120): 3,
+}
+FIXED_CAP_ROWS = 4096
+FIXED_CAP_TARGETS = ("sm_90",)
 FIXED_CHUNKS = 2  # kFixedChunks
 FIXED_ROW_VECTORS = 1024  # kFixedRowVectors
 CACHED_CHUNKS = 4  # kCachedChunks: vectors per thread kept in registers across RMSNorm's two passes
@@ -249,24 +278,44 @@ def fixed_threads(cols: int, dtype: str) -> int:
     return vectors // chunks
 
 
-def norm_launch(op: str, rows: int, cols: int, dtype: str) -> tuple[str, int, tuple[int, int]]:
-    """(kernel name, grid, block as (threads per row, rows per block)) of a forward norm (``op``
-    "rms_norm" or "add_rms_norm"): for rows of one of FIXED_COLUMNS the fixed-length kernel
-    (exact: a block for each row, at :func:`fixed_threads`, so for fewer rows than a grid of
-    MAX_GRID_THREADS holds; rms_norm's bounded to fill an SM past SHORT_ROWS_MAX rows), else the
-    short-row kernel, one block a row and a thread per vector (a power of two, at least
+class NormLaunch(NamedTuple):
+    """A forward norm's launch: its kernel, grid and block (threads per row, rows per block), and
+    the blocks an SM it is held to on FIXED_CAP_TARGETS (0: as many as fit)."""
+
+    name: str
+    grid: int
+    block: tuple[int, int]
+    blocks_per_sm: int
+
+
+def norm_launch(op: str, rows: int, cols: int, dtype: str) -> NormLaunch:
+    """The launch of a forward norm (``op`` "rms_norm" or "add_rms_norm"): for rows of one of
+    FIXED_COLUMNS the fixed-length kernel (exact: a block for each row, at :func:`fixed_threads`,
+    so for fewer rows than a grid of MAX_GRID_THREADS holds; rms_norm's bounded to fill an SM,
+    past SHORT_ROWS_MAX rows; both held to FIXED_BLOCKS_PER_SM from FIXED_CAP_ROWS rows on),
+    else the short-row kernel, one block a row and a thread per vector (a power of two, at least
     BLOCK_MIN), where :func:`short_rows` says so, else the general kernel at
     :func:`row_geometry`."""
     if cols in FIXED_COLUMNS and 0 < rows * fixed_threads(cols, dtype) < MAX_GRID_THREADS:
         full = op == "rms_norm" and rows > SHORT_ROWS_MAX
         name = kernel_name(f"{op}_fixed_full" if full else f"{op}_fixed", dtype, cols)
-        return name, rows, (fixed_threads(cols, dtype), 1)
+        blocks = FIXED_BLOCKS_PER_SM.get((op, dtype, cols), 0) if rows >= FIXED_CAP_ROWS else 0
+        return NormLaunch(name, rows, (fixed_threads(cols, dtype), 1), blocks)
     if short_rows(rows, cols, dtype):
         chunks = cols // _vector_width(dtype)
         threads = max(BLOCK_MIN, 1 << (chunks - 1).bit_length())
-        return kernel_name(f"{op}_short", dtype), rows, (threads, 1)
+        return NormLaunch(kernel_name(f"{op}_short", dtype), rows, (threads, 1), 0)
     grid, block = row_geometry(rows, cols, dtype)
-    return kernel_name(op, dtype), grid, block
+    return NormLaunch(kernel_name(op, dtype), grid, block, 0)
+
+
+def norm_shared_mem(kernel: Any, launch: NormLaunch) -> int:
+    """The ``shared_mem`` of a forward norm's launch: what holds it to ``launch.blocks_per_sm``
+    on the targets that count was measured on (FIXED_CAP_TARGETS), else 0."""
+    if not launch.blocks_per_sm or str(kernel.module.gpu.target) not in FIXED_CAP_TARGETS:
+        return 0
+    threads, rows_per_block = launch.block
+    return int(kernel.shared_mem_for_blocks(threads * rows_per_block, launch.blocks_per_sm))
 
 
 def backward_row_geometry(rows: int, cols: int, dtype: str) -> tuple[int, int]:
@@ -358,6 +407,34 @@ def launch_silu_and_mul(
     load_kernel(device, name).launch(grid, block, x, out, rows, cols, stream=stream)
 
 
+def _launch_norm(
+    device: str,
+    op: str,
+    dtype: str,
+    pointers: tuple[Any, ...],
+    rows: int,
+    cols: int,
+    eps: float,
+    stream: int,
+) -> None:
+    """A forward norm's launch at :func:`norm_launch`'s kernel and geometry, held to its blocks an
+    SM where :func:`norm_shared_mem` says so; nothing for no elements."""
+    if rows * cols == 0:
+        return
+    launch = norm_launch(op, rows, cols, dtype)
+    kernel = load_kernel(device, launch.name)
+    kernel.launch(
+        launch.grid,
+        launch.block,
+        *pointers,
+        rows,
+        cols,
+        eps,
+        shared_mem=norm_shared_mem(kernel, launch),
+        stream=stream,
+    )
+
+
 def launch_rms_norm(
     device: str,
     dtype: str,
@@ -371,12 +448,8 @@ def launch_rms_norm(
     stream: int,
 ) -> None:
     """out = rms_norm(x), and each row's scale to ``row_scales`` unless it is 0."""
-    if rows * cols == 0:
-        return
-    name, grid, block = norm_launch("rms_norm", rows, cols, dtype)
-    load_kernel(device, name).launch(
-        grid, block, x, weight, out, row_scales, rows, cols, eps, stream=stream
-    )
+    pointers = (x, weight, out, row_scales)
+    _launch_norm(device, "rms_norm", dtype, pointers, rows, cols, eps, stream)
 
 
 def launch_add_rms_norm(
@@ -396,23 +469,8 @@ def launch_add_rms_norm(
     """residual_out = x + residual (rounded to the dtype), out = rms_norm(residual_out), and each
     row's scale to ``row_scales`` unless it is 0; in place when out is x and residual_out is
     residual (fused_add_rms_norm)."""
-    if rows * cols == 0:
-        return
-    name, grid, block = norm_launch("add_rms_norm", rows, cols, dtype)
-    load_kernel(device, name).launch(
-        grid,
-        block,
-        x,
-        residual,
-        weight,
-        out,
-        residual_out,
-        row_scales,
-        rows,
-        cols,
-        eps,
-        stream=stream,
-    )
+    pointers = (x, residual, weight, out, residual_out, row_scales)
+    _launch_norm(device, "add_rms_norm", dtype, pointers, rows, cols, eps, stream)
 
 
 def launch_swiglu_backward(

@@ -16,6 +16,8 @@ import ctypes
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .errors import RuntimeLibraryError
+
 if TYPE_CHECKING:
     from . import args as kargs
 
@@ -64,6 +66,16 @@ class Runtime:
     def error_name(self, code: int) -> str:
         raise NotImplementedError
 
+    def shared_mem_for_blocks(
+        self, module: LoadedModule, function: int, threads: int, blocks: int
+    ) -> int:
+        """The dynamic shared memory a launch of ``function`` in blocks of ``threads`` asks for so
+        that at most ``blocks`` of its blocks are resident on a multiprocessor at once, with the
+        function allowed that much; 0 where registers and threads already allow no more. This
+        runtime caps nothing (0): HIP's occupancy is waves a SIMD, which the compiler's bounds set,
+        and no cap was measured on an AMD GPU."""
+        return 0
+
     def ordinal_for(self, pci_bus_id: str | None, position: int) -> int:
         """The runtime's number for a detected GPU: matched by PCI address where detection knows
         it (the runtime may order devices differently), else its position among this vendor's."""
@@ -109,6 +121,39 @@ def module_function(check: CheckFn, get_function: Any, module: LoadedModule, nam
     status = get_function(ctypes.byref(handle), module.handle, name.encode())
     check(status, f"{get_function.__name__}({name})")
     return handle.value or 0
+
+
+# Shared memory is allocated to a block in whole units of this many bytes (the CUDA occupancy
+# calculator's "shared memory allocation unit size" on sm_80 to sm_120).
+SHARED_MEM_UNIT = 128
+
+
+def capping_shared_mem(
+    resident: Callable[[int], int],
+    blocks: int,
+    per_multiprocessor: int,
+    reserved_per_block: int,
+    static_per_block: int,
+    most: int,
+) -> int:
+    """The least dynamic shared memory with which at most ``blocks`` blocks are resident on a
+    multiprocessor, by the vendor's occupancy calculator ``resident(dynamic bytes) -> blocks``;
+    0 where ``resident(0)`` is no more than ``blocks``. The search starts where the
+    multiprocessor's shared memory (``per_multiprocessor``, each block taking the driver's
+    ``reserved_per_block`` and its own static ``static_per_block`` besides) holds ``blocks`` blocks
+    and not one more, and climbs by allocation units to ``most`` (the most a block may ask for)."""
+    if resident(0) <= blocks:
+        return 0
+    shared = per_multiprocessor // (blocks + 1) - reserved_per_block - static_per_block + 1
+    shared = max(shared, 1)
+    while shared <= most:
+        if resident(shared) <= blocks:
+            return shared
+        shared += SHARED_MEM_UNIT
+    raise RuntimeLibraryError(
+        f"no dynamic shared memory up to {most} bytes a block keeps a multiprocessor to "
+        f"{blocks} blocks"
+    )
 
 
 def open_runtime(vendor: str) -> Runtime:
