@@ -382,19 +382,24 @@ def test_real_sources_build_for_the_default_matrix(
             check_fixed_caps_hold_fewer(image["kernels"])
 
 
-# An sm_90 multiprocessor's registers, the unit a warp's are allocated in (32 lanes of 8) and its
-# resident threads: the CUDA C++ Programming Guide's table for compute capability 9.0, and its
-# occupancy calculator.
+# An sm_90 multiprocessor's registers, the unit a warp's are allocated in (32 lanes of 8), the
+# sub-partitions its registers are split among (a warp's all in one) and its resident threads:
+# the CUDA C++ Programming Guide's table for compute capability 9.0, and its occupancy calculator.
 SM90_REGISTERS = 65_536
 SM90_WARP_REGISTER_UNIT = 256
+SM90_SUB_PARTITIONS = 4
 SM90_THREADS = 2048
 
 
 def sm90_resident_threads(registers: int, block_threads: int) -> int:
     """Threads of blocks of ``block_threads`` an sm_90 SM holds at once, as their registers allow
-    (the only limit these kernels meet: their shared memory is a few slots)."""
+    (the only limit these kernels meet: their shared memory is a few slots). Warps fit each
+    sub-partition's registers whole: 40 registers a thread let 12 warps into each of the four, 48
+    in all, so four blocks of 320 threads, not the five the SM's total would hold (the driver's
+    cuOccupancyMaxActiveBlocksPerMultiprocessor said four on the H200, fifteenth session)."""
     per_warp = -(-registers * 32 // SM90_WARP_REGISTER_UNIT) * SM90_WARP_REGISTER_UNIT
-    blocks = SM90_REGISTERS // (per_warp * block_threads // 32)
+    warps = SM90_REGISTERS // SM90_SUB_PARTITIONS // per_warp * SM90_SUB_PARTITIONS
+    blocks = warps // (block_threads // 32)
     return min(blocks * block_threads, SM90_THREADS // block_threads * block_threads)
 
 
