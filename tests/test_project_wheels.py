@@ -180,7 +180,7 @@ def test_pip_wheel_through_the_backend_gives_the_fat_wheel(
             "--no-index",
             "-q",
             str(EXAMPLE),
-            "-C",
+            "--config-settings",  # pip 23.1 and later also take -C
             f"targets={TARGETS}",
             "-w",
             str(tmp_path),
@@ -246,7 +246,7 @@ def test_a_bad_config_setting_is_one_line(tmp_path: Path) -> None:
             "--no-deps",
             "--no-index",
             str(EXAMPLE),
-            "-C",
+            "--config-settings",  # pip 23.1 and later also take -C
             "tragets=gfx942",
             "-w",
             str(tmp_path),
