@@ -641,7 +641,7 @@ def short_geometry(batches: int) -> None:
             run = functools.partial(
                 kernel.launch, rows, threads, x, w, out, 0, rows, cols, EPS, stream=0
             )
-            mark = " (now)" if now[0] == short and now[2][0] == threads else ""
+            mark = " (now)" if now.name == short and now.block[0] == threads else ""
             us = _queued_us(run, batches)
             print(f"{dtype:8s} {rows:3d}x{cols} ours {threads:3d}{mark:6s} {us:6.2f}", flush=True)
         general = mlp_launch.kernel_name("rms_norm", dtype)
@@ -655,7 +655,7 @@ def short_geometry(batches: int) -> None:
             run = functools.partial(
                 kernel.launch, grid, block, x, w, out, 0, rows, cols, EPS, stream=0
             )
-            mark = " (now)" if now[0] == name else ""
+            mark = " (now)" if now.name == name else ""
             us = _queued_us(run, batches)
             print(f"{dtype:8s} {rows:3d}x{cols} ours {label}{mark:6s} {us:6.2f}", flush=True)
     print("\nshort backward (kernel alone): GPU µs per call at threads a row", flush=True)
