@@ -182,10 +182,17 @@ def float_error_bounds(
     (c from _magnitude_matrix), each step's product adds m roundings, so the float product
     differs from the exact one by at most gamma * |M(0)|...|M(d-1)| entrywise, with
     gamma = 2 d (c + m + 1) eps (twice the first-order figure).
+
+    The walk rescales its product every step so that the largest entry is near 1; an entry
+    far below the largest then becomes subnormal or zero, an absolute error of 2^-1074 of the
+    largest entry (at most |M(0)|...|M(n)|'s largest) that the later steps multiply on like any
+    entry: the flush matrix F(n+1) = F(n) |M(n)| + largest(n) J carries it (J all ones), and
+    adds 2^-1070 F(d) (a margin of 16) to the error of each entry at step d.
     """
     m = program.m
     exact = [[int(i == j) for j in range(m)] for i in range(m)]
     magnitude = [row[:] for row in exact]
+    flush = [[0] * m for _ in range(m)]
     largest = 0
     roundings = 0
     bounds: dict[int, tuple[float, float] | None] = {}
@@ -196,6 +203,8 @@ def float_error_bounds(
         largest = max(largest, held)
         exact = _times(exact, step_matrix(program, position))
         magnitude = _times(magnitude, step)
+        largest_entry = max(v for row in magnitude for v in row)
+        flush = [[v + largest_entry for v in row] for row in _times(flush, step)]
         d = n + 1
         if d not in steps:
             continue
@@ -205,15 +214,12 @@ def float_error_bounds(
             continue
         gamma = 2.0 * d * (roundings + m + 1) * EPS
         est = _ratio(p, q)
-        # The rescaled product holds entries far below its largest one as subnormals or zeros:
-        # an absolute error of 2^-1074 of the largest entry per rounding, 2^-1000 here.
-        largest_entry = max(v for row in magnitude for v in row)
-        flushed = 2.0**-1000 * _ratio(largest_entry, abs(q))
-        relative_q = gamma * _ratio(magnitude[1][m - 1], abs(q)) + flushed
+        flushed_p, flushed_q = (2.0**-1070 * _ratio(flush[i][m - 1], abs(q)) for i in (0, 1))
+        relative_q = gamma * _ratio(magnitude[1][m - 1], abs(q)) + flushed_q
         if not relative_q < 1e-3:  # q_d itself is not known to float accuracy
             bounds[d] = None
             continue
-        est_error = gamma * _ratio(magnitude[0][m - 1], abs(q)) + flushed + abs(est) * relative_q
+        est_error = gamma * _ratio(magnitude[0][m - 1], abs(q)) + flushed_p + abs(est) * relative_q
         est_error = est_error / (1 - relative_q) + 4 * EPS * abs(est)
         distance = abs(est - target)
         if distance <= 1e-12 * abs(target) or not est_error < 1e-3 * distance:
@@ -224,7 +230,7 @@ def float_error_bounds(
         delta = -1.0 - log_distance / log_q
         # ln|q_d| = ln|mantissa| + exponent * ln 2: two terms as large as the log of the
         # product's largest entry, each rounded once
-        scale = math.log(max(2, *(v for row in magnitude for v in row)))
+        scale = math.log(max(2, largest_entry))
         log_q_error = relative_q + 4 * EPS * (abs(log_q) + 2 * scale)
         delta_error = 2 * (distance_error / abs(log_q) + abs(delta + 1) * log_q_error / abs(log_q))
         bounds[d] = (est_error, delta_error + 1e-14 * abs(delta))
@@ -324,6 +330,27 @@ def check_random_programs(walker: Walker, m: int, dim: int, programs: int, walks
 @pytest.mark.parametrize("m", [2, 3, 4])
 def test_numpy_walker_matches_reference_on_random_programs(m: int, dim: int) -> None:
     check_random_programs(run_numpy, m, dim, programs=12, walks=6)
+
+
+def test_float_error_bounds_carry_entries_flushed_to_zero() -> None:
+    """A case CI drew (the seed's second program, m = 4): walk 0 starts at the int64 edge, so
+    entries of M reach 10^284; at step 2 an entry of the product's second row falls 10^-454
+    below the largest and the rescaled float product holds it as zero, and by step 6 what grew
+    from it is most of q_6, so the float est_6 has the wrong sign. The bounds must give that
+    estimate up (they once claimed 1e-12 relative accuracy for it)."""
+    rng = np.random.default_rng(303197928887008455710605903588410163545)
+    for _ in range(2):
+        program, arguments = random_case(rng, 4, 2, 6, max_depth=30)
+    shifts, dirs = arguments["shifts"], arguments["dirs"]
+    steps = (arguments["depth1"], arguments["depth2"])
+    expected = reference(program, **arguments)  # type: ignore[arg-type]
+    result = run_numpy(program, **arguments)  # type: ignore[arg-type]
+    assert steps == (5, 6) and expected.alive[0]
+    assert np.sign(result.est2[0]) != np.sign(expected.est2[0])  # the flush, as seen in CI
+    target = arguments["target"]
+    bounds = float_error_bounds(program, shifts[0].tolist(), dirs[0].tolist(), target, steps)  # type: ignore[index, arg-type]
+    assert bounds[1] is None
+    assert_walks_agree(result, expected, program, shifts, dirs, steps, target)  # type: ignore[arg-type]
 
 
 # The three classic continued fractions, each as a walk whose estimate tends to the constant:
