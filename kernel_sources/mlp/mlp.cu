@@ -823,6 +823,26 @@ constexpr bool kBoundCountsBlocks = false;
 constexpr bool kBoundCountsBlocks = true;
 #endif
 
+// A vector of a row that the block reads twice, loaded with PTX's L1::evict_last and an L2
+// evict_last policy, as torch.compile's two-pass rms_norm loads its first pass: both caches keep
+// the line for the second read. On AMD a plain load (no such hint in this form): AMD's builds keep
+// their rows in registers and do not call it (FixedRow::kFullRereadsRow, unmeasured there).
+template <typename T>
+__device__ __forceinline__ uint4 load_kept(const T* base, long long i) {
+  const uint4* address = reinterpret_cast<const uint4*>(base) + i;
+#if defined(__HIP_PLATFORM_AMD__)
+  return *address;
+#else
+  uint4 v;
+  unsigned long long policy;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(address), "l"(policy));
+  return v;
+#endif
+}
+
 template <typename T, int kCols>
 struct FixedRow {
   static constexpr int kWidth = VectorAccess<T>::kWidth;
@@ -841,6 +861,12 @@ struct FixedRow {
   // fill them. On AMD one (kBoundCountsBlocks), the compiler's own choice.
   static constexpr int kFullMinBlocks =
       kBoundCountsBlocks && kChunks == kFixedChunks ? kFullSmThreads / kThreads : 1;
+  // Whether rms_norm_fixed_full reads its row twice, the first time through load_kept, instead of
+  // keeping it in registers across the block sum: torch.compile's shape. On the H200, inputs
+  // rotated past the L2 (docs/bench-mlp-notes.md, sixteenth session), 16-bit rows of 8192 took
+  // 127.7 us at 16384 rows where the registers took 129.7 (compile 127.8), 10.2 at 1024 where
+  // 10.3, level at 4096; rows of 4096 and 5120 and float32 rows gained nothing or lost. NVIDIA only.
+  static constexpr bool kFullRereadsRow = kBoundCountsBlocks && sizeof(T) == 2 && kCols == 8192;
 };
 
 // kp::row_sum over exactly kThreads threads (whole wavefronts), the same sums, without the closing
@@ -895,11 +921,13 @@ __device__ __noinline__ void fixed_scalar_row(const T* x, const T* residual, T* 
 }
 
 // Row blockIdx.x of kCols elements (the grid has a block for each row); any alignment. row_scales
-// as rms_norm's.
-template <int kCols, bool kAddResidual, typename T>
+// as rms_norm's. kRereadRow: the row is read again after the block sum (the first read through
+// load_kept) rather than kept in registers; the same arithmetic, the same result.
+template <int kCols, bool kAddResidual, bool kRereadRow = false, typename T>
 __device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T* residual_out,
                                                const T* weight, T* out, float* row_scales,
                                                float eps) {
+  static_assert(!(kRereadRow && kAddResidual), "the sum with the residual is kept, not reread");
   using Access = VectorAccess<T>;
   using Raw = typename Access::Raw;
   using Row = FixedRow<T, kCols>;
@@ -919,11 +947,15 @@ __device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T*
   Raw residuals[kChunks];
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    values[c] = Access::load(x_row, thread + c * kThreads);
+    if constexpr (kRereadRow) {
+      values[c] = load_kept(x_row, thread + c * kThreads);
+    } else {
+      values[c] = Access::load(x_row, thread + c * kThreads);
+      weights[c] = Access::load(weight_row, thread + c * kThreads);
+    }
     if constexpr (kAddResidual) {
       residuals[c] = Access::load(residual_row, thread + c * kThreads);
     }
-    weights[c] = Access::load(weight_row, thread + c * kThreads);
   }
   float v[kChunks][kWidth];
   float sum_squares = 0.0f;
@@ -958,6 +990,17 @@ __device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T*
     return;
   }
   const float scale = rsqrtf(sum_squares * kInverseCols + eps);
+  if constexpr (kRereadRow) {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      values[c] = Access::load(x_row, thread + c * kThreads);
+      weights[c] = Access::load(weight_row, thread + c * kThreads);
+    }
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      Access::unpack(values[c], v[c]);
+    }
+  }
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     float w[kWidth];
@@ -1851,8 +1894,8 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
                                   (FixedRow<T, kCols>::kFullMinBlocks))
     rms_norm_fixed_full(const T* x, const T* weight, T* out, float* row_scales,
                         long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<kCols, false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr),
-                                 weight, out, row_scales, eps);
+  ::rms_norm_fixed<kCols, false, FixedRow<T, kCols>::kFullRereadsRow>(
+      x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out, row_scales, eps);
 }
 
 template <typename T, int kCols>
