@@ -633,7 +633,9 @@ def short_geometry(batches: int) -> None:
         for label in ("compile", "liger"):
             us = _queued_us(functools.partial(rms[label], x, w), batches)
             print(f"{dtype:8s} {rows:3d}x{cols} {label:10s} {us:6.2f}", flush=True)
-        now = mlp_launch.norm_launch("rms_norm", rows, cols, dtype)
+        now = mlp_launch.norm_launch(
+            "rms_norm", rows, cols, dtype, mlp_launch.device_target("cuda:0")
+        )
         short = mlp_launch.kernel_name("rms_norm_short", dtype)
         kernel = mlp_launch.load_kernel("cuda:0", short)
         chunks = cols // (16 // x.element_size())

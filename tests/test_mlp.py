@@ -25,7 +25,6 @@ import pytest
 
 from kernelpack import mlp, mlp_launch
 from kernelpack.errors import UsageError
-from kernelpack.targets import NvidiaTarget
 
 DTYPES = ["float32", "float16", "bfloat16"]
 # Largest relative error allowed. float32 is computed with the fast exp and reciprocal (a few ulp);
@@ -259,7 +258,12 @@ def test_silu_and_mul_grid_takes_8_byte_vectors_below_132_blocks(
         (1, 2048, "float32", ("rms_norm_short<float>", 1, (512, 1))),
         # more rows than SMs: the form bounded to fill an SM
         (133, 4096, "bfloat16", ("rms_norm_fixed_full<__nv_bfloat16, 4096>", 133, (256, 1))),
-        (16384, 8192, "float32", ("rms_norm_fixed_full<float, 8192>", 16384, (512, 1))),
+        (8191, 8192, "float32", ("rms_norm_fixed_full<float, 8192>", 8191, (512, 1))),
+        (16384, 8192, "bfloat16", ("rms_norm_fixed_full<__nv_bfloat16, 8192>", 16384, (512, 1))),
+        # float32 rows of 8192 from 8192 rows on: two vectors a thread (2048 vectors a row)
+        (8192, 8192, "float32", ("rms_norm_fixed_wide<float, 8192>", 8192, (1024, 1))),
+        (2**21 - 1, 8192, "float32", ("rms_norm_fixed_wide<float, 8192>", 2**21 - 1, (1024, 1))),
+        (2**21, 8192, "float32", ("rms_norm_fixed_full<float, 8192>", 2**21, (512, 1))),
         # a block a row while the grid has fewer than MAX_GRID_THREADS threads, then the general
         (2**22 - 1, 8192, "float16", ("rms_norm_fixed_full<__half, 8192>", 2**22 - 1, (512, 1))),
         (2**22, 8192, "bfloat16", ("rms_norm<__nv_bfloat16>", 2**22, (256, 1))),
@@ -278,8 +282,20 @@ def test_norm_launch_takes_the_fixed_short_or_general_kernel(
     rows: int, cols: int, dtype: str, expected: tuple[str, int, tuple[int, int]]
 ) -> None:
     name, grid, block = expected
-    launch = mlp_launch.norm_launch("rms_norm", rows, cols, dtype)
+    launch = mlp_launch.norm_launch("rms_norm", rows, cols, dtype, "sm_90")
     assert launch[:3] == ("mlp::" + name, grid, block)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_120", "gfx942"])
+def test_norm_launch_takes_the_h200_choices_on_sm_90_alone(target: str) -> None:
+    """Elsewhere rms_norm's float32 rows of 8192 keep rms_norm_fixed_full at every row count, and
+    no fixed kernel is held to fewer blocks an SM: the wide form and the caps were measured on
+    the H200."""
+    rows = 16384
+    launch = mlp_launch.norm_launch("rms_norm", rows, 8192, "float32", target)
+    assert launch == ("mlp::rms_norm_fixed_full<float, 8192>", rows, (512, 1), 0)
+    for op, dtype, cols in mlp_launch.FIXED_BLOCKS_PER_SM:
+        assert mlp_launch.norm_launch(op, rows, cols, dtype, target).blocks_per_sm == 0
 
 
 @pytest.mark.parametrize(
@@ -305,31 +321,24 @@ def test_norm_launch_caps_the_fixed_kernels_past_the_sms(
     """The fixed-length kernels are held to fewer blocks an SM from FIXED_CAP_ROWS rows on (with
     fewer the capped grid took more waves and was slower), where the H200 measured a cap
     faster."""
-    assert mlp_launch.norm_launch(op, rows, cols, dtype).blocks_per_sm == blocks
+    assert mlp_launch.norm_launch(op, rows, cols, dtype, "sm_90").blocks_per_sm == blocks
 
 
-def test_norm_shared_mem_caps_only_the_measured_targets() -> None:
-    """norm_shared_mem asks the kernel for the cap's shared memory on sm_90 alone (the counts are
-    the H200's), for the block's threads; elsewhere, and uncapped, 0."""
+def test_norm_shared_mem_asks_the_kernel_for_capped_launches_alone() -> None:
+    """norm_shared_mem asks the kernel for the cap's shared memory, for the block's threads;
+    uncapped, 0 without asking."""
     asked: list[tuple[int, int]] = []
 
-    def kernel_on(target: str) -> Any:
-        def shared_mem_for_blocks(threads: int, blocks: int) -> int:
-            asked.append((threads, blocks))
-            return 77_825
+    def shared_mem_for_blocks(threads: int, blocks: int) -> int:
+        asked.append((threads, blocks))
+        return 77_825
 
-        gpu = SimpleNamespace(target=NvidiaTarget.parse(target))
-        return SimpleNamespace(
-            module=SimpleNamespace(gpu=gpu), shared_mem_for_blocks=shared_mem_for_blocks
-        )
-
-    capped = mlp_launch.norm_launch("add_rms_norm", 4096, 8192, "float16")
-    assert mlp_launch.norm_shared_mem(kernel_on("sm_90"), capped) == 77_825
+    kernel = SimpleNamespace(shared_mem_for_blocks=shared_mem_for_blocks)
+    capped = mlp_launch.norm_launch("add_rms_norm", 4096, 8192, "float16", "sm_90")
+    assert mlp_launch.norm_shared_mem(kernel, capped) == 77_825
     assert asked == [(512, 2)]
-    assert mlp_launch.norm_shared_mem(kernel_on("sm_80"), capped) == 0
-    assert mlp_launch.norm_shared_mem(kernel_on("sm_120"), capped) == 0
-    uncapped = mlp_launch.norm_launch("add_rms_norm", 1024, 8192, "float16")
-    assert mlp_launch.norm_shared_mem(kernel_on("sm_90"), uncapped) == 0
+    uncapped = mlp_launch.norm_launch("add_rms_norm", 1024, 8192, "float16", "sm_90")
+    assert mlp_launch.norm_shared_mem(kernel, uncapped) == 0
     assert asked == [(512, 2)]
 
 
@@ -347,6 +356,7 @@ MIRRORED = {
     "kWeightGradThreads": mlp_launch.WEIGHT_GRAD_THREADS,
     "kFixedChunks": mlp_launch.FIXED_CHUNKS,
     "kFixedRowVectors": mlp_launch.FIXED_ROW_VECTORS,
+    "kWideRowVectors": mlp_launch.WIDE_ROW_VECTORS,
 }
 
 
@@ -357,8 +367,10 @@ def test_launch_constants_match_the_kernel_source() -> None:
     assert {name: int(found[name]) for name in MIRRORED} == MIRRORED
     fixed = re.findall(r"^  MLP_FIXED_KERNELS\(T, (\d+)\)", source, flags=re.MULTILINE)
     assert tuple(int(cols) for cols in fixed) == mlp_launch.FIXED_COLUMNS
-    # the fixed-length backward: instantiated exactly where the host takes it
+    wide = re.findall(r"^template __global__ void rms_norm_fixed_wide<(\w+), (\d+)>", source, re.M)
     types = {kernel_type: dtype for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items()}
+    assert {(types[t], int(cols)) for t, cols in wide} == set(mlp_launch.WIDE_FROM_ROWS)
+    # the fixed-length backward: instantiated exactly where the host takes it
     backward = re.findall(r"^MLP_FIXED_BACKWARD\((\w+), (\d+)\)", source, flags=re.MULTILINE)
     taken = {
         (dtype, cols)
@@ -731,21 +743,34 @@ def test_row_kernels_are_right_on_any_geometry(
     assert_row_scales(torch_rng, scales_buffer, scales, stored_sum, EPS, what)
 
 
+# (form, dtype, cols) of the fixed-length rms_norm kernels mlp.cu instantiates
+FIXED_FORMS = [
+    *(
+        (form, dtype, cols)
+        for form in ("rms_norm_fixed", "rms_norm_fixed_full")
+        for dtype in DTYPES
+        for cols in mlp_launch.FIXED_COLUMNS
+    ),
+    *(("rms_norm_fixed_wide", dtype, cols) for dtype, cols in mlp_launch.WIDE_FROM_ROWS),
+]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("form", ["rms_norm_fixed", "rms_norm_fixed_full"])
 @pytest.mark.parametrize("layout", ROW_LAYOUTS)
-@pytest.mark.parametrize("fixed_cols", mlp_launch.FIXED_COLUMNS)
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("form", "dtype", "fixed_cols"), FIXED_FORMS)
 def test_fixed_row_kernels_are_right_at_any_alignment(
     torch_rng: Any, dtype: str, fixed_cols: int, layout: str, form: str
 ) -> None:
-    """The fixed-length kernels (both forms) launched directly over 67 rows, a block for each
-    (their exact contract): misaligned arrays, whose vectors the kernel loads rounded down and then
-    drops for the scalar loop, are right too, and nothing outside the outputs is written."""
+    """The fixed-length kernels (every form, and add_rms_norm's) launched directly over 67 rows, a
+    block for each (their exact contract): misaligned arrays, whose vectors the kernel loads
+    rounded down and then drops for the scalar loop, are right too, and nothing outside the
+    outputs is written."""
     torch = torch_rng[0]
     rows, cols = 67, fixed_cols
     x_at, weight_at, out_at = ROW_LAYOUTS[layout]
-    threads = mlp_launch.fixed_threads(fixed_cols, dtype)
+    wide = form == "rms_norm_fixed_wide"
+    row_vectors = mlp_launch.WIDE_ROW_VECTORS if wide else mlp_launch.FIXED_ROW_VECTORS
+    threads = mlp_launch.fixed_threads(fixed_cols, dtype, row_vectors)
     stream = torch.cuda.current_stream().cuda_stream
     x = randn(torch_rng, (rows, cols), dtype, offset=x_at)
     weight = randn(torch_rng, (cols,), dtype, offset=weight_at)
@@ -777,7 +802,7 @@ def test_fixed_row_kernels_are_right_at_any_alignment(
     name = mlp_launch.kernel_name("add_rms_norm_fixed", dtype, fixed_cols)
     mlp_launch.load_kernel("cuda:0", name).launch(
         rows,
-        (threads, 1),
+        (mlp_launch.fixed_threads(fixed_cols, dtype), 1),
         x.data_ptr(),
         residual.data_ptr(),
         weight.data_ptr(),

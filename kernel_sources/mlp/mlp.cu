@@ -36,6 +36,8 @@
 //                            (T, COLS): exact, as the exact elementwise forms: rows of exactly
 //                            COLS elements, a block for each row (no loop), blockDim.x ==
 //                            FixedRow<T, COLS>::kThreads, blockDim.y == 1; any alignment.
+//   rms_norm_fixed_wide_*
+//                            (float, 8192): the same, at FixedRow<T, COLS, kWideRowVectors>::kThreads.
 //   rms_norm_backward_fixed_*
 //                            (T, COLS): as rms_norm_backward_short_* at kShortBackwardThreads.
 //   rms_norm_backward_*      blockDim.x threads per row (a power of two, at least a wavefront),
@@ -813,6 +815,8 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
 // vectors a row (512 threads), four up to 2048.
 constexpr int kFixedChunks = 2;
 constexpr int kFixedRowVectors = 1024;
+// rms_norm_fixed_wide's geometry: two vectors a thread up to 2048 (1024 threads).
+constexpr int kWideRowVectors = 2048;
 constexpr int kFullSmThreads = 2048;  // resident threads an SM of sm_80 and sm_90 holds
 // Whether __launch_bounds__'s second argument counts blocks an SM, as CUDA's does. HIP's is
 // waves a SIMD (hipcc makes it amdgpu_waves_per_eu), a bound of its own: eight of them left
@@ -843,16 +847,16 @@ __device__ __forceinline__ uint4 load_kept(const T* base, long long i) {
 #endif
 }
 
-template <typename T, int kCols>
+template <typename T, int kCols, int kRowVectors = kFixedRowVectors>
 struct FixedRow {
+  static constexpr int kLength = kCols;
   static constexpr int kWidth = VectorAccess<T>::kWidth;
   static constexpr int kVectors = kCols / kWidth;
-  static constexpr int kChunks =
-      (kVectors + kFixedRowVectors - 1) / kFixedRowVectors * kFixedChunks;
+  static constexpr int kChunks = (kVectors + kRowVectors - 1) / kRowVectors * kFixedChunks;
   static constexpr int kThreads = kVectors / kChunks;
   static_assert(kCols % kWidth == 0 && kVectors % kChunks == 0, "whole vectors a thread");
-  static_assert(kThreads % kWidestWave == 0 && kThreads <= kShortRowThreads,
-                "whole wavefronts, at most kShortRowThreads");
+  static_assert(kThreads % kWidestWave == 0 && kThreads <= kp::kMaxBlockThreads,
+                "whole wavefronts, at most a block");
   // The blocks an SM rms_norm_fixed_full is bounded to (its __launch_bounds__): on NVIDIA as
   // many as fill an sm_90 SM (2048 threads, so 32 registers a thread) where a thread keeps
   // kFixedChunks vectors of the row and of the weight (16 registers), else one, ptxas's own
@@ -920,17 +924,17 @@ __device__ __noinline__ void fixed_scalar_row(const T* x, const T* residual, T* 
   }
 }
 
-// Row blockIdx.x of kCols elements (the grid has a block for each row); any alignment. row_scales
-// as rms_norm's. kRereadRow: the row is read again after the block sum (the first read through
+// Row blockIdx.x of Row::kLength elements (the grid has a block for each row, of Row::kThreads);
+// any alignment. row_scales as rms_norm's. kRereadRow: the row is read again after the block sum (the first read through
 // load_kept) rather than kept in registers; the same arithmetic, the same result.
-template <int kCols, bool kAddResidual, bool kRereadRow = false, typename T>
+template <typename Row, bool kAddResidual, bool kRereadRow = false, typename T>
 __device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T* residual_out,
                                                const T* weight, T* out, float* row_scales,
                                                float eps) {
   static_assert(!(kRereadRow && kAddResidual), "the sum with the residual is kept, not reread");
   using Access = VectorAccess<T>;
   using Raw = typename Access::Raw;
-  using Row = FixedRow<T, kCols>;
+  constexpr int kCols = Row::kLength;
   constexpr int kWidth = Row::kWidth;
   constexpr int kChunks = Row::kChunks;
   constexpr int kThreads = Row::kThreads;
@@ -1874,8 +1878,9 @@ template <typename T, int kCols>
 __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
     rms_norm_fixed(const T* x, const T* weight, T* out, float* row_scales,
                    long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<kCols, false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr),
-                                 weight, out, row_scales, eps);
+  ::rms_norm_fixed<FixedRow<T, kCols>, false>(x, static_cast<const T*>(nullptr),
+                                               static_cast<T*>(nullptr), weight, out, row_scales,
+                                               eps);
 }
 
 // rms_norm_fixed for more rows than the SMs (the host's choice), its registers bounded so that
@@ -1894,7 +1899,22 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
                                   (FixedRow<T, kCols>::kFullMinBlocks))
     rms_norm_fixed_full(const T* x, const T* weight, T* out, float* row_scales,
                         long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<kCols, false, FixedRow<T, kCols>::kFullRereadsRow>(
+  ::rms_norm_fixed<FixedRow<T, kCols>, false, FixedRow<T, kCols>::kFullRereadsRow>(
+      x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out, row_scales, eps);
+}
+
+// rms_norm_fixed_full in two vectors a thread (FixedRow's geometry up to kWideRowVectors: 1024
+// threads for float32 rows of 8192, not 512 of four vectors), the row read twice on NVIDIA
+// (load_kept), for the host to take for many rows. On the H200 (docs/bench-mlp-notes.md,
+// sixteenth session) float32 rows of 8192: 127.7 us at 8192 rows where rms_norm_fixed_full took
+// 129.3, 250.9 at 16384 where 256.6 (compile 252.6), level at 6144, 1-3% slower at 4096 and
+// fewer; mlp_launch.WIDE_FROM_ROWS. Instantiated for those rows alone.
+template <typename T, int kCols>
+__global__ void __launch_bounds__((FixedRow<T, kCols, kWideRowVectors>::kThreads),
+                                  (FixedRow<T, kCols, kWideRowVectors>::kFullMinBlocks))
+    rms_norm_fixed_wide(const T* x, const T* weight, T* out, float* row_scales,
+                        long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
+  ::rms_norm_fixed<FixedRow<T, kCols, kWideRowVectors>, false, kBoundCountsBlocks>(
       x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out, row_scales, eps);
 }
 
@@ -1903,7 +1923,8 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
     add_rms_norm_fixed(const T* x, const T* residual, const T* weight, T* out, T* residual_out,
                        float* row_scales, long long /* rows: the grid */,
                        long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<kCols, true>(x, residual, residual_out, weight, out, row_scales, eps);
+  ::rms_norm_fixed<FixedRow<T, kCols>, true>(x, residual, residual_out, weight, out, row_scales,
+                                             eps);
 }
 
 template <typename T>
@@ -2064,6 +2085,9 @@ MLP_FIXED_LENGTHS(__nv_bfloat16)
 
 #undef MLP_FIXED_LENGTHS
 #undef MLP_FIXED_KERNELS
+
+template __global__ void rms_norm_fixed_wide<float, 8192>(const float*, const float*, float*,
+                                                          float*, long long, long long, float);
 
 // The fixed-length backward where kShortBackwardThreads threads of one or two vectors cover a row
 // (kernelpack.mlp_launch.fixed_backward): 512 or 1024 vectors.

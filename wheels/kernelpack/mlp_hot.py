@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 from .mlp_launch import (
     NormLaunch,
+    device_target,
     kernel_name,
     load_kernel,
     norm_launch,
@@ -152,7 +153,7 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
         if rows * cols and op == "silu_and_mul":
             name, geometry = silu_and_mul_launch(op, rows, cols, dtype)
         elif rows * cols:
-            norm = norm_launch(KERNEL_OF[op], rows, cols, dtype)
+            norm = norm_launch(KERNEL_OF[op], rows, cols, dtype, device_target(device))
             name, geometry = norm.name, (norm.grid, norm.block)
     launch = None
     if rows * cols:

@@ -48,7 +48,7 @@ SHORT_ROW_VECTORS_MAX = 512
 # from 4096 rows on within about 1% either way (float16 add_rms_norm 16384 x 8192 1.3% more).
 FIXED_COLUMNS = (4096, 5120, 8192)
 # The blocks an SM the fixed-length forward norms are held to from FIXED_CAP_ROWS rows on, on the
-# targets of FIXED_CAP_TARGETS: (op, dtype, cols) -> blocks, fewer than their registers and
+# targets of TUNED_TARGETS: (op, dtype, cols) -> blocks, fewer than their registers and
 # threads allow, the cap made by dynamic shared memory (Kernel.shared_mem_for_blocks). The rows
 # move faster with fewer in flight. Measured on the H200 (docs/bench-mlp-notes.md, fifteenth
 # session) through launch_add_rms_norm and launch_rms_norm, µs at 4096 and 16384 rows,
@@ -75,7 +75,17 @@ FIXED_BLOCKS_PER_SM = {
     ("rms_norm", "float32", 5120): 3,
 }
 FIXED_CAP_ROWS = 4096
-FIXED_CAP_TARGETS = ("sm_90",)
+# rms_norm's fixed-length form in two vectors a thread, its row read twice (rms_norm_fixed_wide,
+# mlp.cu instantiates these): (dtype, cols) -> the rows from which the host takes it, on
+# TUNED_TARGETS. Measured on the H200 (docs/bench-mlp-notes.md, sixteenth session), float32 rows
+# of 8192 against rms_norm_fixed_full: 6144 rows 96.59 us against 96.49, 8192 127.68 against
+# 129.32, 16384 250.88 against 256.55 (compile 252.57); 4096 rows 66.06 against 65.28.
+WIDE_FROM_ROWS = {("float32", 8192): 8192}
+WIDE_ROW_VECTORS = 2048  # kWideRowVectors
+# The targets the choices above were measured on (the H200's), which alone take them: elsewhere
+# the fixed forms run at the blocks their registers allow, and rms_norm_fixed_wide's blocks of
+# 1024 threads would leave a third of an SM of 1536 threads (sm_86, sm_89, sm_120) idle.
+TUNED_TARGETS = ("sm_90",)
 FIXED_CHUNKS = 2  # kFixedChunks
 FIXED_ROW_VECTORS = 1024  # kFixedRowVectors
 CACHED_CHUNKS = 4  # kCachedChunks: vectors per thread kept in registers across RMSNorm's two passes
@@ -127,17 +137,26 @@ def kernel_name(op: str, dtype: str, *arguments: int) -> str:
     return "mlp::{}<{}>".format(op, ", ".join((KERNEL_TYPE[dtype], *map(str, arguments))))
 
 
+def _module(device: str) -> Any:
+    module = _MODULES.get(device)
+    if module is None:
+        from . import loader
+
+        module = _MODULES[device] = loader.load(MODULE, device=device)
+    return module
+
+
 def load_kernel(device: str, name: str) -> Any:
     """The kernel ``name`` on ``device`` ("cuda:0"), loaded once per process."""
     kernel = _KERNELS.get((device, name))
     if kernel is None:
-        module = _MODULES.get(device)
-        if module is None:
-            from . import loader
-
-            module = _MODULES[device] = loader.load(MODULE, device=device)
-        kernel = _KERNELS[(device, name)] = module.kernel(name)
+        kernel = _KERNELS[(device, name)] = _module(device).kernel(name)
     return kernel
+
+
+def device_target(device: str) -> str:
+    """The code-object target of the module loaded on ``device`` ("sm_90"), loading it once."""
+    return str(_module(device).gpu.target)
 
 
 # ---- launch geometry: pure integer functions of the shape -------------------------------------
@@ -270,17 +289,19 @@ def short_rows(rows: int, cols: int, dtype: str) -> bool:
     )
 
 
-def fixed_threads(cols: int, dtype: str) -> int:
+def fixed_threads(cols: int, dtype: str, row_vectors: int = FIXED_ROW_VECTORS) -> int:
     """Threads a row of the fixed-length norms for rows of ``cols`` (one of FIXED_COLUMNS), as
-    mlp.cu's FixedRow<T, cols>::kThreads: two vectors a thread up to 1024 vectors, four past."""
+    mlp.cu's FixedRow<T, cols, row_vectors>::kThreads: two vectors a thread up to
+    ``row_vectors`` vectors (FIXED_ROW_VECTORS, or WIDE_ROW_VECTORS for rms_norm_fixed_wide),
+    four past."""
     vectors = cols // _vector_width(dtype)
-    chunks = -(-vectors // FIXED_ROW_VECTORS) * FIXED_CHUNKS
+    chunks = -(-vectors // row_vectors) * FIXED_CHUNKS
     return vectors // chunks
 
 
 class NormLaunch(NamedTuple):
     """A forward norm's launch: its kernel, grid and block (threads per row, rows per block), and
-    the blocks an SM it is held to on FIXED_CAP_TARGETS (0: as many as fit)."""
+    the blocks an SM it is held to (0: as many as fit)."""
 
     name: str
     grid: int
@@ -288,18 +309,27 @@ class NormLaunch(NamedTuple):
     blocks_per_sm: int
 
 
-def norm_launch(op: str, rows: int, cols: int, dtype: str) -> NormLaunch:
-    """The launch of a forward norm (``op`` "rms_norm" or "add_rms_norm"): for rows of one of
-    FIXED_COLUMNS the fixed-length kernel (exact: a block for each row, at :func:`fixed_threads`,
-    so for fewer rows than a grid of MAX_GRID_THREADS holds; rms_norm's bounded to fill an SM,
-    past SHORT_ROWS_MAX rows; both held to FIXED_BLOCKS_PER_SM from FIXED_CAP_ROWS rows on),
-    else the short-row kernel, one block a row and a thread per vector (a power of two, at least
-    BLOCK_MIN), where :func:`short_rows` says so, else the general kernel at
-    :func:`row_geometry`."""
+def norm_launch(op: str, rows: int, cols: int, dtype: str, target: str) -> NormLaunch:
+    """The launch of a forward norm (``op`` "rms_norm" or "add_rms_norm") on ``target`` (the
+    device's code-object target, "sm_90"): for rows of one of FIXED_COLUMNS the fixed-length
+    kernel (exact: a block for each row, at :func:`fixed_threads`, so for fewer rows than a grid
+    of MAX_GRID_THREADS holds; rms_norm's bounded to fill an SM, past SHORT_ROWS_MAX rows; on
+    TUNED_TARGETS, rms_norm's wide form from WIDE_FROM_ROWS rows on, and both held to
+    FIXED_BLOCKS_PER_SM from FIXED_CAP_ROWS rows on), else the short-row kernel, one block a row
+    and a thread per vector (a power of two, at least BLOCK_MIN), where :func:`short_rows` says
+    so, else the general kernel at :func:`row_geometry`."""
     if cols in FIXED_COLUMNS and 0 < rows * fixed_threads(cols, dtype) < MAX_GRID_THREADS:
+        tuned = target in TUNED_TARGETS
+        wide_from = WIDE_FROM_ROWS.get((dtype, cols)) if op == "rms_norm" and tuned else None
+        threads = fixed_threads(cols, dtype, WIDE_ROW_VECTORS)
+        if wide_from is not None and wide_from <= rows < MAX_GRID_THREADS // threads:
+            return NormLaunch(
+                kernel_name("rms_norm_fixed_wide", dtype, cols), rows, (threads, 1), 0
+            )
         full = op == "rms_norm" and rows > SHORT_ROWS_MAX
         name = kernel_name(f"{op}_fixed_full" if full else f"{op}_fixed", dtype, cols)
-        blocks = FIXED_BLOCKS_PER_SM.get((op, dtype, cols), 0) if rows >= FIXED_CAP_ROWS else 0
+        capped = tuned and rows >= FIXED_CAP_ROWS
+        blocks = FIXED_BLOCKS_PER_SM.get((op, dtype, cols), 0) if capped else 0
         return NormLaunch(name, rows, (fixed_threads(cols, dtype), 1), blocks)
     if short_rows(rows, cols, dtype):
         chunks = cols // _vector_width(dtype)
@@ -310,9 +340,9 @@ def norm_launch(op: str, rows: int, cols: int, dtype: str) -> NormLaunch:
 
 
 def norm_shared_mem(kernel: Any, launch: NormLaunch) -> int:
-    """The ``shared_mem`` of a forward norm's launch: what holds it to ``launch.blocks_per_sm``
-    on the targets that count was measured on (FIXED_CAP_TARGETS), else 0."""
-    if not launch.blocks_per_sm or str(kernel.module.gpu.target) not in FIXED_CAP_TARGETS:
+    """The ``shared_mem`` of a forward norm's launch: what holds it to ``launch.blocks_per_sm``,
+    else 0."""
+    if not launch.blocks_per_sm:
         return 0
     threads, rows_per_block = launch.block
     return int(kernel.shared_mem_for_blocks(threads * rows_per_block, launch.blocks_per_sm))
@@ -421,7 +451,7 @@ def _launch_norm(
     SM where :func:`norm_shared_mem` says so; nothing for no elements."""
     if rows * cols == 0:
         return
-    launch = norm_launch(op, rows, cols, dtype)
+    launch = norm_launch(op, rows, cols, dtype, device_target(device))
     kernel = load_kernel(device, launch.name)
     kernel.launch(
         launch.grid,
