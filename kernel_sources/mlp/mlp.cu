@@ -37,7 +37,8 @@
 //                            COLS elements, a block for each row (no loop), blockDim.x ==
 //                            FixedRow<T, COLS>::kThreads, blockDim.y == 1; any alignment.
 //   rms_norm_fixed_wide_*
-//                            (float, 8192): the same, at FixedRow<T, COLS, kWideRowVectors>::kThreads.
+//                            (float, 8192): the same, blockDim.x ==
+//                            FixedRow<T, COLS, kWideRowVectors>::kThreads.
 //   rms_norm_backward_fixed_*
 //                            (T, COLS): as rms_norm_backward_short_* at kShortBackwardThreads.
 //   rms_norm_backward_*      blockDim.x threads per row (a power of two, at least a wavefront),
@@ -830,7 +831,7 @@ constexpr bool kBoundCountsBlocks = true;
 // A vector of a row that the block reads twice, loaded with PTX's L1::evict_last and an L2
 // evict_last policy, as torch.compile's two-pass rms_norm loads its first pass: both caches keep
 // the line for the second read. On AMD a plain load (no such hint in this form): AMD's builds keep
-// their rows in registers and do not call it (FixedRow::kFullRereadsRow, unmeasured there).
+// their rows in registers and do not call it (kFullRereadsRow, unmeasured there).
 template <typename T>
 __device__ __forceinline__ uint4 load_kept(const T* base, long long i) {
   const uint4* address = reinterpret_cast<const uint4*>(base) + i;
@@ -865,13 +866,16 @@ struct FixedRow {
   // fill them. On AMD one (kBoundCountsBlocks), the compiler's own choice.
   static constexpr int kFullMinBlocks =
       kBoundCountsBlocks && kChunks == kFixedChunks ? kFullSmThreads / kThreads : 1;
-  // Whether rms_norm_fixed_full reads its row twice, the first time through load_kept, instead of
-  // keeping it in registers across the block sum: torch.compile's shape. On the H200, inputs
-  // rotated past the L2 (docs/bench-mlp-notes.md, sixteenth session), 16-bit rows of 8192 took
-  // 127.7 us at 16384 rows where the registers took 129.7 (compile 127.8), 10.2 at 1024 where
-  // 10.3, level at 4096; rows of 4096 and 5120 and float32 rows gained nothing or lost. NVIDIA only.
-  static constexpr bool kFullRereadsRow = kBoundCountsBlocks && sizeof(T) == 2 && kCols == 8192;
 };
+
+// Whether rms_norm_fixed_full reads its row twice, the first time through load_kept, instead of
+// keeping it in registers across the block sum: torch.compile's shape. On the H200, inputs
+// rotated past the L2 (docs/bench-mlp-notes.md, sixteenth session), 16-bit rows of 8192 took
+// 127.7 us at 16384 rows where the registers took 129.7 (compile 127.8), 10.2 at 1024 where
+// 10.3, level at 4096; rows of 4096 and 5120 and float32 rows gained nothing or lost.
+// NVIDIA only.
+template <typename T, int kCols>
+constexpr bool kFullRereadsRow = kBoundCountsBlocks && sizeof(T) == 2 && kCols == 8192;
 
 // kp::row_sum over exactly kThreads threads (whole wavefronts), the same sums, without the closing
 // barrier (the fixed kernels sum one row a block; their scalar loop takes other slots). Its second
@@ -925,8 +929,9 @@ __device__ __noinline__ void fixed_scalar_row(const T* x, const T* residual, T* 
 }
 
 // Row blockIdx.x of Row::kLength elements (the grid has a block for each row, of Row::kThreads);
-// any alignment. row_scales as rms_norm's. kRereadRow: the row is read again after the block sum (the first read through
-// load_kept) rather than kept in registers; the same arithmetic, the same result.
+// any alignment. row_scales as rms_norm's. kRereadRow: the row is read again after the block sum
+// (the first read through load_kept) rather than kept in registers; the same arithmetic, the
+// same result.
 template <typename Row, bool kAddResidual, bool kRereadRow = false, typename T>
 __device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T* residual_out,
                                                const T* weight, T* out, float* row_scales,
@@ -1899,7 +1904,7 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
                                   (FixedRow<T, kCols>::kFullMinBlocks))
     rms_norm_fixed_full(const T* x, const T* weight, T* out, float* row_scales,
                         long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<FixedRow<T, kCols>, false, FixedRow<T, kCols>::kFullRereadsRow>(
+  ::rms_norm_fixed<FixedRow<T, kCols>, false, kFullRereadsRow<T, kCols>>(
       x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out, row_scales, eps);
 }
 
