@@ -443,6 +443,7 @@ def test_prepare_makes_the_entry_these_tests_assume(
     the sizes."""
     launch = Recording()
     monkeypatch.setattr(mlp_hot, "load_kernel", lambda device, name: SimpleNamespace(launch=launch))
+    monkeypatch.setattr(mlp_hot, "device_target", lambda device: "sm_90")
     monkeypatch.setitem(mlp_hot.PREPARED, op, {})
     entry = mlp_hot.prepare(op, bf16(*SHAPE), "cuda:0")
     assert entry[0] is launch
