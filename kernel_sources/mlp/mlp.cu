@@ -819,19 +819,23 @@ constexpr int kFixedRowVectors = 1024;
 // rms_norm_fixed_wide's geometry: two vectors a thread up to 2048 (1024 threads).
 constexpr int kWideRowVectors = 2048;
 constexpr int kFullSmThreads = 2048;  // resident threads an SM of sm_80 and sm_90 holds
-// Whether __launch_bounds__'s second argument counts blocks an SM, as CUDA's does. HIP's is
-// waves a SIMD (hipcc makes it amdgpu_waves_per_eu), a bound of its own: eight of them left
-// gfx9-generic's 16-bit rms_norm_fixed_full of 4096 columns 32 registers, and it spilled.
+// kBoundCountsBlocks: whether __launch_bounds__'s second argument counts blocks an SM, as CUDA's
+// does. HIP's is waves a SIMD (hipcc makes it amdgpu_waves_per_eu), a bound of its own: eight of
+// them left gfx9-generic's 16-bit rms_norm_fixed_full of 4096 columns 32 registers, and it
+// spilled. kCacheHints: whether load_kept's cache hints exist (PTX's); where not, the fixed norms
+// keep their rows in registers rather than read them twice (kFullRereadsRow, rms_norm_fixed_wide).
 #if defined(__HIP_PLATFORM_AMD__)
 constexpr bool kBoundCountsBlocks = false;
+constexpr bool kCacheHints = false;
 #else
 constexpr bool kBoundCountsBlocks = true;
+constexpr bool kCacheHints = true;
 #endif
 
 // A vector of a row that the block reads twice, loaded with PTX's L1::evict_last and an L2
 // evict_last policy, as torch.compile's two-pass rms_norm loads its first pass: both caches keep
 // the line for the second read. On AMD a plain load (no such hint in this form): AMD's builds keep
-// their rows in registers and do not call it (kFullRereadsRow, unmeasured there).
+// their rows in registers and do not call it (kCacheHints; unmeasured there).
 template <typename T>
 __device__ __forceinline__ uint4 load_kept(const T* base, long long i) {
   const uint4* address = reinterpret_cast<const uint4*>(base) + i;
@@ -875,7 +879,7 @@ struct FixedRow {
 // 10.3, level at 4096; rows of 4096 and 5120 and float32 rows gained nothing or lost.
 // NVIDIA only.
 template <typename T, int kCols>
-constexpr bool kFullRereadsRow = kBoundCountsBlocks && sizeof(T) == 2 && kCols == 8192;
+constexpr bool kFullRereadsRow = kCacheHints && sizeof(T) == 2 && kCols == 8192;
 
 // kp::row_sum over exactly kThreads threads (whole wavefronts), the same sums, without the closing
 // barrier (the fixed kernels sum one row a block; their scalar loop takes other slots). Its second
@@ -1919,7 +1923,7 @@ __global__ void __launch_bounds__((FixedRow<T, kCols, kWideRowVectors>::kThreads
                                   (FixedRow<T, kCols, kWideRowVectors>::kFullMinBlocks))
     rms_norm_fixed_wide(const T* x, const T* weight, T* out, float* row_scales,
                         long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<FixedRow<T, kCols, kWideRowVectors>, false, kBoundCountsBlocks>(
+  ::rms_norm_fixed<FixedRow<T, kCols, kWideRowVectors>, false, kCacheHints>(
       x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out, row_scales, eps);
 }
 
