@@ -70,7 +70,7 @@ def _randn(*shape: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(shape, device="cuda", dtype=torch.float32).to(dtype)
 
 
-def _liger() -> Any:
+def liger_functions() -> Any:
     """Liger-Kernel's autograd functions (None where it is not installed)."""
     try:
         from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
@@ -169,13 +169,24 @@ OP_LIST = [
 ]
 
 
-def gpu_time_us(call: Callable[[int], object], sets: int, batches: int) -> tuple[float, bool]:
-    """Median GPU time per call (µs), and whether every batch was queued ahead of the GPU.
+@dataclass(frozen=True)
+class Timing:
+    """GPU µs per call of each timed batch, in the order the rounds ran, and whether every batch
+    was queued ahead of the GPU."""
 
-    The sleep before each batch lasts SLEEP_MARGIN times the host's time to queue the batch (the
-    warm-up calls, timed), at least SLEEP_CYCLES: forward+backward through autograd costs the
-    host hundreds of µs a call, which a fixed ~8 ms sleep did not cover at 25 calls.
-    """
+    batches_us: tuple[float, ...]
+    queued_ahead: bool
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.batches_us)
+
+
+def _sleep_cycles(call: Callable[[int], object], sets: int) -> int:
+    """Warms ``call`` up and returns the GPU sleep to queue a batch of it behind: SLEEP_MARGIN
+    times the host's time to queue the batch (the warm-up calls, timed), at least SLEEP_CYCLES.
+    Forward+backward through autograd costs the host hundreds of µs a call, which a fixed ~8 ms
+    sleep did not cover at 25 calls."""
     for i in range(WARMUP_CALLS):
         call(i % sets)
     torch.cuda.synchronize()
@@ -184,22 +195,57 @@ def gpu_time_us(call: Callable[[int], object], sets: int, batches: int) -> tuple
         call(i % sets)
     queue_us = (time.perf_counter() - began) * 1e6 / WARMUP_CALLS
     torch.cuda.synchronize()
-    batch_cycles = SLEEP_MARGIN * CALLS_PER_BATCH * queue_us * SM_CYCLES_PER_US
-    sleep_cycles = max(SLEEP_CYCLES, int(batch_cycles))
+    return max(SLEEP_CYCLES, int(SLEEP_MARGIN * CALLS_PER_BATCH * queue_us * SM_CYCLES_PER_US))
+
+
+def gpu_times_us(
+    calls: dict[str, Callable[[int], object]], sets: int, batches: int
+) -> dict[str, Timing]:
+    """The GPU time per call of each of ``calls`` (called with the index of the input set), in
+    ``batches`` rounds. Round b times batch b of every call, each behind its own sleep, the order
+    rotated by one each round. Interleaved so, a drift of the GPU's state over the seconds a row
+    takes falls on every implementation alike, and round b of two calls is a pair: how many
+    rounds one wins says whether a gap in the medians is more than the run's spread (the
+    fourteenth session saw one kernel's time move 1% between processes, its peer's not). Each
+    batch takes the next input sets of the ring, not the sets the batch before it just read:
+    those would still be in the L2 (a first try of this harness made the peers' 64 x 4096
+    add_rms_norm 15% faster so, in the rounds they followed ours)."""
+    sleeps = {name: _sleep_cycles(call, sets) for name, call in calls.items()}
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
-    samples = []
-    all_ahead = True
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    ahead = dict.fromkeys(calls, True)
+    names = list(calls)
+    position = 0  # in the ring of input sets, which every batch of every call moves along
     for batch in range(batches):
-        torch.cuda._sleep(sleep_cycles)
-        start.record()
-        for i in range(CALLS_PER_BATCH):
-            call((batch * CALLS_PER_BATCH + i) % sets)
-        end.record()
-        all_ahead &= not start.query()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / CALLS_PER_BATCH)
-    return statistics.median(samples), all_ahead
+        turn = batch % len(names)
+        for name in names[turn:] + names[:turn]:
+            torch.cuda._sleep(sleeps[name])
+            start.record()
+            for i in range(CALLS_PER_BATCH):
+                calls[name]((position + i) % sets)
+            end.record()
+            position += CALLS_PER_BATCH
+            ahead[name] &= not start.query()
+            end.synchronize()
+            samples[name].append(start.elapsed_time(end) * 1e3 / CALLS_PER_BATCH)
+    return {name: Timing(tuple(samples[name]), ahead[name]) for name in names}
+
+
+def rounds_at_least_as_fast(ours: Timing, theirs: Timing) -> int:
+    """In how many paired rounds ours took at most their time."""
+    return sum(a <= b for a, b in zip(ours.batches_us, theirs.batches_us, strict=True))
+
+
+def rounds_settling_behind(rounds: int) -> int | None:
+    """The fewest of ``rounds`` paired rounds ours must lose for a sign test to call it slower
+    (two-sided, p < 0.05: a fair coin loses that many or more, or wins that many or more, less
+    than one time in twenty); None where even losing every round would not (fewer than 6)."""
+    for lost in range(rounds // 2 + 1, rounds + 1):
+        tail = sum(math.comb(rounds, k) for k in range(lost, rounds + 1)) / 2**rounds
+        if 2 * tail < 0.05:
+            return lost
+    return None
 
 
 # A call whose host cost is timed: the context it runs in (torch.no_grad, torch.inference_mode or
@@ -236,8 +282,8 @@ def copy_bandwidth(batches: int) -> float:
     """GB/s of a large device-to-device copy, counting bytes read plus written."""
     source = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")
     target = torch.empty_like(source)
-    microseconds, _ = gpu_time_us(lambda _: target.copy_(source), 1, batches)
-    return 2 * COPY_BYTES / microseconds / 1e3
+    copy = gpu_times_us({"copy": lambda _: target.copy_(source)}, 1, batches)["copy"]
+    return 2 * COPY_BYTES / copy.median_us / 1e3
 
 
 def _tensors(values: Any) -> tuple[torch.Tensor, ...]:
@@ -262,11 +308,24 @@ class Row:
     rows: int
     cols: int
     passes: str  # "forward" or "forward+backward"
-    ours_us: float
-    liger_us: float | None
-    compiled_us: float
-    gbps: float
-    queued_ahead: bool
+    ours: Timing
+    liger: Timing | None
+    compiled: Timing
+    moved_bytes: int
+
+    @property
+    def gbps(self) -> float:
+        return self.moved_bytes / self.ours.median_us / 1e3
+
+    @property
+    def queued_ahead(self) -> bool:
+        peers = [self.compiled] + ([] if self.liger is None else [self.liger])
+        return self.ours.queued_ahead and all(peer.queued_ahead for peer in peers)
+
+    def peers(self) -> dict[str, Timing]:
+        """The peers measured on this row, by the name the table gives them."""
+        named = {"Liger-Kernel": self.liger, "torch.compile": self.compiled}
+        return {name: timing for name, timing in named.items() if timing is not None}
 
 
 def _check(op: Op, ours: Any, reference: Any, what: str) -> None:
@@ -328,18 +387,17 @@ def measure_pass(
             f"{dtype} {rows}x{cols}",
         )
     with torch.enable_grad() if grad else torch.no_grad():
-        times = {name: gpu_time_us(call, sets, batches) for name, call in implementations.items()}
+        times = gpu_times_us(implementations, sets, batches)
     return Row(
         op.name,
         dtype,
         rows,
         cols,
         which,
-        times["ours"][0],
-        times["liger"][0] if "liger" in times else None,
-        times["compiled"][0],
-        moved / times["ours"][0] / 1e3,
-        all(ahead for _, ahead in times.values()),
+        times["ours"],
+        times.get("liger"),
+        times["compiled"],
+        moved,
     )
 
 
@@ -452,11 +510,58 @@ def machine() -> str:
     )
 
 
-def _ratio(theirs: float | None, ours: float) -> str:
-    return "-" if theirs is None else f"{theirs / ours:.2f}x"
+def _versus(ours: Timing, theirs: Timing | None) -> str:
+    """Their median over ours, and the paired rounds in which ours was at least as fast."""
+    if theirs is None:
+        return "-"
+    rounds = rounds_at_least_as_fast(ours, theirs)
+    return f"{theirs.median_us / ours.median_us:.2f}x {rounds}/{len(ours.batches_us)}"
 
 
-def _us(value: float | None) -> str:
+@dataclass(frozen=True)
+class Gap:
+    """A row whose median is slower than a peer's, and in how many paired rounds."""
+
+    row: Row
+    peer: str
+    lost_rounds: int
+
+    @property
+    def us(self) -> float:
+        return self.row.ours.median_us - self.row.peers()[self.peer].median_us
+
+    @property
+    def beyond_spread(self) -> bool | None:
+        """Whether a sign test over the rounds calls ours slower; None: too few rounds to tell."""
+        settling = rounds_settling_behind(len(self.row.ours.batches_us))
+        return None if settling is None else self.lost_rounds >= settling
+
+    def line(self) -> str:
+        r, rounds = self.row, len(self.row.ours.batches_us)
+        verdict = {None: "too few rounds to tell", True: "beyond", False: "within"}[
+            self.beyond_spread
+        ]
+        return (
+            f"- {r.op} {r.dtype} {r.rows}x{r.cols} {r.passes}, behind {self.peer} by "
+            f"{self.us:.2f} µs ({self.us / r.peers()[self.peer].median_us:.1%}): slower in "
+            f"{self.lost_rounds} of {rounds} rounds, {verdict}"
+            + (" the run's spread" if self.beyond_spread is not None else "")
+        )
+
+
+def gaps(rows: list[Row]) -> list[Gap]:
+    """Each row and peer where ours has the slower median."""
+    return [
+        Gap(r, peer, len(r.ours.batches_us) - rounds_at_least_as_fast(r.ours, theirs))
+        for r in rows
+        for peer, theirs in r.peers().items()
+        if r.ours.median_us > theirs.median_us
+    ]
+
+
+def _us(value: float | Timing | None) -> str:
+    if isinstance(value, Timing):
+        value = value.median_us
     return "-" if value is None else f"{value:.2f}"
 
 
@@ -487,10 +592,13 @@ def render(
         f"Device copy bandwidth (1 GiB device-to-device, read + written): **{copy_gbps:.0f} GB/s**.",
         "",
         "GPU µs per call: batches of calls queued behind a GPU sleep, between CUDA events, median",
-        "over batches, inputs rotated over ~200 MB of buffers. GB/s counts the bytes each pass must",
-        "move (forward: inputs read once, outputs written once; backward: saved inputs and incoming",
-        "gradients read once, input gradients written once: add_rms_norm's x and residual share",
-        "one). kernelpack: `torch.ops.kernelpack.*`;",
+        "over the rounds; inputs rotated over ~200 MB of buffers. A row runs its implementations'",
+        "batches interleaved, a batch of each a round, so that a drift of the machine over the row",
+        "falls on all of them alike; the cells vs Liger and vs compile give the peer's median over",
+        "ours, then the rounds in which ours was at least as fast. GB/s counts the bytes each pass",
+        "must move (forward: inputs read once, outputs written once; backward: saved inputs and",
+        "incoming gradients read once, input gradients written once: add_rms_norm's x and residual",
+        "share one). kernelpack: `torch.ops.kernelpack.*`;",
         "Liger-Kernel: `LigerSiLUMulFunction`, `LigerFusedGateUpSiLUMulFunction`,",
         '`LigerRMSNormFunction` (casting mode "llama", not in place), `LigerFusedAddRMSNormFunction`;',
         "torch.compile (default mode, static shapes) of `F.silu(g) * u`,",
@@ -503,14 +611,15 @@ def render(
     if not rows:
         lines.append("No GPU rows were measured (--host-only).")
     else:
-        beat_liger = [r for r in rows if r.liger_us is None or r.ours_us <= r.liger_us]
-        beat_compile = [r for r in rows if r.ours_us <= r.compiled_us]
-        lines += [
-            "## Goals",
-            "",
-            f"- At least as fast as Liger-Kernel: {len(beat_liger)} of {len(rows)} rows",
-            f"- At least as fast as torch.compile: {len(beat_compile)} of {len(rows)} rows",
-        ]
+        behind = gaps(rows)
+        lines += ["## Goals", ""]
+        for peer in ("Liger-Kernel", "torch.compile"):
+            theirs = [gap for gap in behind if gap.peer == peer]
+            beyond = [gap for gap in theirs if gap.beyond_spread]
+            lines.append(
+                f"- At least as fast as {peer}: {len(rows) - len(theirs)} of {len(rows)} rows; "
+                f"behind it beyond the run's spread: {len(beyond)}"
+            )
         not_ahead = [r for r in rows if not r.queued_ahead]
         if not_ahead:
             lines.append(
@@ -530,10 +639,24 @@ def render(
         for r in rows:
             lines.append(
                 f"| {r.op} | {r.dtype} | {r.rows}x{r.cols}{'' if r.queued_ahead else ' *'} | "
-                f"{r.passes} | {r.ours_us:.2f} | {r.gbps:.0f} | {r.gbps / copy_gbps:.0%} | "
-                f"{_us(r.liger_us)} | {r.compiled_us:.2f} | {_ratio(r.liger_us, r.ours_us)} | "
-                f"{_ratio(r.compiled_us, r.ours_us)} |"
+                f"{r.passes} | {r.ours.median_us:.2f} | {r.gbps:.0f} | {r.gbps / copy_gbps:.0%} | "
+                f"{_us(r.liger)} | {r.compiled.median_us:.2f} | {_versus(r.ours, r.liger)} | "
+                f"{_versus(r.ours, r.compiled)} |"
             )
+        settling = rounds_settling_behind(len(rows[0].ours.batches_us))
+        lines += [
+            "",
+            "## Rows behind a peer",
+            "",
+            "Beyond the run's spread: slower in so many paired rounds that a fair coin would lose "
+            + (
+                f"as many (here {settling}) less than one time in twenty (a two-sided sign test)."
+                if settling is not None
+                else "as many less than one time in twenty; this run has too few rounds to say."
+            ),
+            "",
+            *([gap.line() for gap in behind] or ["None."]),
+        ]
     lines += [
         "",
         "## Host cost per call (µs, forward, the fastest of five loops of calls at 1x4096 "
@@ -609,7 +732,7 @@ def main() -> None:
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, value)
     torch._dynamo.config.automatic_dynamic_shapes = False
-    liger = _liger()
+    liger = liger_functions()
 
     copy_gbps = copy_bandwidth(args.batches)
     print(f"copy bandwidth: {copy_gbps:.0f} GB/s", flush=True)
@@ -630,8 +753,9 @@ def main() -> None:
                     rows.append(row)
                     print(
                         f"{row.op:18s} {dtype:8s} {r:5d}x{c:<5d} {row.passes:16s} ours "
-                        f"{row.ours_us:9.2f} µs {row.gbps:5.0f} GB/s liger {_us(row.liger_us):>9s} "
-                        f"compile {row.compiled_us:9.2f}" + ("" if row.queued_ahead else " (host)"),
+                        f"{row.ours.median_us:9.2f} µs {row.gbps:5.0f} GB/s liger "
+                        f"{_us(row.liger):>9s} compile {row.compiled.median_us:9.2f}"
+                        + ("" if row.queued_ahead else " (host)"),
                         flush=True,
                     )
                 torch._dynamo.reset()  # keeps compile's guard lists short

@@ -6,11 +6,11 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         interleaved as bench_mlp.py's; 1x4096 bfloat16) of each step a call takes: the
         Python loop, the stream accessor, allocation, the bare launch (ints, then tensors), the
         checks, and the whole op through kernelpack.mlp and torch.ops.kernelpack
-    python bench/profile_mlp.py workload
-        one call of ours, torch.compile's and Liger-Kernel's forward of the rows behind a peer
-        in the last run (rms_norm 4096/16384x8192, add_rms_norm 64x4096, swiglu and silu_and_mul
-        at 1 and 64 rows of 11008), after a warm-up, inside the NVTX range
-        "profile": run it under ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
+    python bench/profile_mlp.py workload [OP:DTYPE:ROWSxCOLS ...]
+        one call of ours, torch.compile's and Liger-Kernel's forward of each row (default: the
+        rows behind a peer beyond the run's spread in the last run, ROWS_BEHIND), after a
+        warm-up, inside the NVTX range "profile": run it under
+        ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
     python bench/profile_mlp.py backward-workload
         one forward+backward of ours and torch.compile's RMSNorm at 1x4096 and 64x4096
         (bfloat16) after a warm-up, between cudaProfilerStart and cudaProfilerStop (the backward
@@ -64,10 +64,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from bench_mlp import (  # the benchmark's own measures, so the figures agree
+from bench_mlp import (  # the benchmark's own measures and ops, so the figures agree
+    DTYPES,
+    OP_LIST,
     HostCall,
-    gpu_time_us,
+    gpu_times_us,
     host_us_per_calls,
+    liger_functions,
 )
 
 from kernelpack import mlp, mlp_hot, mlp_launch, nn, torch_ops
@@ -241,41 +244,48 @@ def _implementations() -> tuple[dict[str, Callable[..., Any]], dict[str, Callabl
     return rms, add
 
 
-def workload() -> None:
-    """The forward rows behind a peer in the last benchmark run (docs/bench-mlp-notes.md), each
-    implementation once inside the NVTX range "profile" (the backward runs on autograd's own
-    thread, outside the range: see ``kernels``): rms_norm at 4096 and 16384 x 8192 (bfloat16),
-    add_rms_norm at 64 x 4096 (float16, float32), swiglu and silu_and_mul at 1 x 11008 (float32,
-    bfloat16) and at 64 x 11008 (float32); ours, torch.compile's and Liger-Kernel's where it has
-    the op; torch.compile gets a new function for each shape, as bench_mlp.py compiles one for
-    each row."""
-    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+# The forward rows behind a peer beyond the run's spread in the last benchmark run
+# (docs/bench-mlp.md's "Rows behind a peer"), as OP:DTYPE:ROWSxCOLS: workload's default.
+ROWS_BEHIND = (
+    "swiglu:float32:1x11008",
+    "silu_and_mul:bfloat16:1x11008",
+    "silu_and_mul:float16:1x11008",
+    "add_rms_norm:bfloat16:64x4096",
+    "silu_and_mul:float32:64x11008",
+    "add_rms_norm:float16:16384x8192",
+    "rms_norm:float32:16384x8192",
+    "silu_and_mul:bfloat16:4096x14336",
+    "silu_and_mul:float16:4096x14336",
+    "swiglu:bfloat16:16384x14336",
+    "silu_and_mul:bfloat16:16384x14336",
+)
 
-    rms, add = _implementations()  # registers torch.ops.kernelpack
-    ops = torch.ops.kernelpack
+
+def workload(specs: list[str]) -> None:
+    """One forward call of ours, torch.compile's and Liger-Kernel's (where it has the op), in that
+    order, of each row OP:DTYPE:ROWSxCOLS, with bench_mlp.py's inputs and functions (a compiled
+    function a row, as it compiles), after a warm-up, inside the NVTX range "profile": run it
+    under ``ncu --nvtx --nvtx-include profile/`` for their kernels alone. The backward runs on
+    autograd's own thread, outside the range: see ``kernels`` and ``backward-workload``."""
+
+    torch_ops.register()
+    ops = {op.name: op for op in OP_LIST}
+    liger = liger_functions() or {}
     calls: list[Callable[[], object]] = []
-
-    def compiled(function: Callable[..., Any]) -> Callable[..., Any]:
-        return torch.compile(function, dynamic=False)
-
-    for rows in (4096, 16384):
-        x = torch.randn(rows, 8192, device="cuda").to(torch.bfloat16)
-        w = torch.randn(8192, device="cuda").to(torch.bfloat16)
-        rms["compile"] = compiled(lambda x, w: F.rms_norm(x, w.shape, w, EPS))
-        calls += [functools.partial(function, x, w) for function in rms.values()]
-    for dtype in (torch.float16, torch.float32):
-        x, r = (torch.randn(64, 4096, device="cuda").to(dtype) for _ in "xr")
-        w = torch.randn(4096, device="cuda").to(dtype)
-        add["compile"] = compiled(lambda x, r, w: (F.rms_norm(x + r, w.shape, w, EPS), x + r))
-        calls += [functools.partial(function, x, r, w) for function in add.values()]
-    for rows, dtype in ((1, torch.float32), (64, torch.float32)):
-        gate, up = (torch.randn(rows, 11008, device="cuda").to(dtype) for _ in "gu")
-        swiglu = (ops.swiglu, compiled(lambda g, u: F.silu(g) * u), LigerSiLUMulFunction.apply)
-        calls += [functools.partial(function, gate, up) for function in swiglu]
-    for rows, dtype in ((1, torch.bfloat16), (64, torch.float32)):
-        pair = torch.randn(rows, 2 * 11008, device="cuda").to(dtype)
-        halves = compiled(lambda x: F.silu(x[..., :11008]) * x[..., 11008:])
-        calls += [functools.partial(function, pair) for function in (ops.silu_and_mul, halves)]
+    for spec in specs:
+        name, dtype, size = spec.split(":")
+        rows, cols = (int(n) for n in size.split("x"))
+        op = ops[name]
+        inputs = op.inputs(rows, cols, DTYPES[dtype])
+        implementations = {
+            "ours": op.ours,
+            "compile": torch.compile(op.eager, dynamic=False),
+            "liger": liger.get(name),
+        }
+        for label, function in implementations.items():
+            if function is not None:
+                calls.append(functools.partial(function, *inputs))
+                print(f"call {len(calls)}: {spec} {label}", flush=True)
     for call in calls:
         for _ in range(3):
             call()
@@ -472,7 +482,7 @@ def variants(specs: list[str], batches: int) -> None:
 
 def _queued_us(call: Callable[[], object], batches: int) -> float:
     """GPU µs per call of ``call`` queued ahead of the GPU (bench_mlp's own measure)."""
-    return gpu_time_us(lambda _: call(), 1, batches)[0]
+    return gpu_times_us({"call": lambda _: call()}, 1, batches)["call"].median_us
 
 
 def geometry(batches: int) -> None:
@@ -607,7 +617,7 @@ def weight_sum(batches: int) -> None:
                 ):
                     args = (grid, block, partial, out, rows, cols)
                     call = functools.partial(_launch_on_current_stream, kernel.launch, args)
-                    times.append(gpu_time_us(call, 1, batches)[0])
+                    times.append(gpu_times_us({"call": call}, 1, batches)["call"].median_us)
                     call(0)
                     sums.append(out.clone())
                 same = bool(torch.equal(sums[0], sums[1]))
@@ -818,7 +828,8 @@ def main() -> None:
     parser.add_argument(
         "specs",
         nargs="*",
-        help="variants: NAME:CUBIN:ELEMENTS:SLICES; forward-variants: NAME:CUBIN",
+        help="variants: NAME:CUBIN:ELEMENTS:SLICES; forward-variants: NAME:CUBIN; workload: "
+        "OP:DTYPE:ROWSxCOLS (default: the rows behind a peer in the last run)",
     )
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument(
@@ -829,7 +840,7 @@ def main() -> None:
     if args.what == "host":
         host(args.calls)
     elif args.what == "workload":
-        workload()
+        workload(args.specs or list(ROWS_BEHIND))
     elif args.what == "backward-workload":
         backward_workload()
     elif args.what == "kernels":
