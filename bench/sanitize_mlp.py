@@ -48,7 +48,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
             check(
                 out, gd * gd.sigmoid() * x[:, cols:].double(), dtype, f"silu_and_mul {rows}x{cols}"
             )
-        wide = ((8192, 8192),) if dtype == torch.float32 else ()  # rms_norm_fixed_wide (sm_90)
+        reread = ((8192, 8192),) if dtype == torch.float32 else ()  # rms_norm_fixed_reread (sm_90)
         for rows, cols in (
             (3, 1),
             (2, 9),
@@ -58,7 +58,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
             (133, 8192),  # rms_norm_fixed_full reading its 16-bit row twice (sm_90)
             (4096, 4096),  # the fixed-length kernels held to fewer blocks an SM (sm_90)
             (1, 65536),
-            *wide,
+            *reread,
         ):
             x = view(rows * cols, dtype, off).view(rows, cols)
             w = view(cols, dtype, off)

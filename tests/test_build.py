@@ -58,7 +58,7 @@ REAL_KERNELS = {
             for t in MLP_TYPES
             for c in (4096, 5120, 8192)
         ),
-        "mlp::rms_norm_fixed_wide<float, 8192>",
+        "mlp::rms_norm_fixed_reread<float, 8192>",
         *(f"mlp::rms_norm_backward_fixed<{t}, 4096>" for t in MLP_TYPES),
         *(f"mlp::rms_norm_backward_fixed<{t}, 8192>" for t in ("__half", "__nv_bfloat16")),
         *(f"mlp::rms_norm_weight_grad_inputs<{t}>" for t in ("__half", "__nv_bfloat16")),
@@ -426,8 +426,9 @@ def check_fixed_norms_fill_an_sm(kernels: dict[str, dict[str, int]]) -> None:
     """The fixed-length rms_norm for many rows (rms_norm_fixed_full) fills an SM of the
     H100/H200 where a thread keeps FIXED_CHUNKS vectors (16-bit rows up to 8192, float32 up to
     4096): at ptxas's own 40 registers, three blocks of 512, bfloat16 took 36.56 µs at 4096 x 8192
-    where it takes 35.67 at 32 (docs/bench-mlp-notes.md, thirteenth session); rms_norm_fixed_wide
-    in two blocks of 1024 threads, the registers its two reads leave it. Elsewhere two
+    where it takes 35.67 at 32 (docs/bench-mlp-notes.md, thirteenth session); rms_norm_fixed_reread
+    in REREAD_BLOCKS_PER_SM blocks, torch.compile's occupancy, which its two reads leave the
+    registers for (seventeenth session). Elsewhere two
     blocks' worth of 512 threads at least, as the general kernel's. (That no fixed kernel spills,
     on any target, the caller checks.)"""
     for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items():
@@ -443,11 +444,11 @@ def check_fixed_norms_fill_an_sm(kernels: dict[str, dict[str, int]]) -> None:
                 else 2 * mlp_launch.ROW_BLOCK_MAX
             )
             assert resident >= wanted, (dtype, cols, resources["registers"], resident)
-    for dtype, cols in mlp_launch.WIDE_FROM_ROWS:  # two vectors a thread: two blocks of 1024
-        threads = mlp_launch.fixed_threads(cols, dtype, mlp_launch.WIDE_ROW_VECTORS)
-        resources = kernels[f"mlp::rms_norm_fixed_wide<{mlp_launch.KERNEL_TYPE[dtype]}, {cols}>"]
-        resident = sm90_resident_threads(resources["registers"], threads)
-        assert resident == SM90_THREADS, (dtype, cols, resources["registers"], resident)
+    for dtype, cols in mlp_launch.REREAD_FROM_ROWS:  # bounded to REREAD_BLOCKS_PER_SM blocks
+        threads = mlp_launch.fixed_threads(cols, dtype)
+        kernel = f"mlp::rms_norm_fixed_reread<{mlp_launch.KERNEL_TYPE[dtype]}, {cols}>"
+        resident = sm90_resident_threads(kernels[kernel]["registers"], threads)
+        assert resident >= mlp_launch.REREAD_BLOCKS_PER_SM * threads, (kernel, resident)
 
 
 def check_fixed_caps_hold_fewer(kernels: dict[str, dict[str, int]]) -> None:

@@ -260,10 +260,10 @@ def test_silu_and_mul_grid_takes_8_byte_vectors_below_132_blocks(
         (133, 4096, "bfloat16", ("rms_norm_fixed_full<__nv_bfloat16, 4096>", 133, (256, 1))),
         (8191, 8192, "float32", ("rms_norm_fixed_full<float, 8192>", 8191, (512, 1))),
         (16384, 8192, "bfloat16", ("rms_norm_fixed_full<__nv_bfloat16, 8192>", 16384, (512, 1))),
-        # float32 rows of 8192 from 8192 rows on: two vectors a thread (2048 vectors a row)
-        (8192, 8192, "float32", ("rms_norm_fixed_wide<float, 8192>", 8192, (1024, 1))),
-        (2**21 - 1, 8192, "float32", ("rms_norm_fixed_wide<float, 8192>", 2**21 - 1, (1024, 1))),
-        (2**21, 8192, "float32", ("rms_norm_fixed_full<float, 8192>", 2**21, (512, 1))),
+        # float32 rows of 8192 from 8192 rows on: the row read twice
+        (8192, 8192, "float32", ("rms_norm_fixed_reread<float, 8192>", 8192, (512, 1))),
+        (2**22 - 1, 8192, "float32", ("rms_norm_fixed_reread<float, 8192>", 2**22 - 1, (512, 1))),
+        (2**22, 8192, "float32", ("rms_norm<float>", 2**22, (512, 1))),
         # a block a row while the grid has fewer than MAX_GRID_THREADS threads, then the general
         (2**22 - 1, 8192, "float16", ("rms_norm_fixed_full<__half, 8192>", 2**22 - 1, (512, 1))),
         (2**22, 8192, "bfloat16", ("rms_norm<__nv_bfloat16>", 2**22, (256, 1))),
@@ -289,7 +289,7 @@ def test_norm_launch_takes_the_fixed_short_or_general_kernel(
 @pytest.mark.parametrize("target", ["sm_80", "sm_120", "gfx942"])
 def test_norm_launch_takes_the_h200_choices_on_sm_90_alone(target: str) -> None:
     """Elsewhere rms_norm's float32 rows of 8192 keep rms_norm_fixed_full at every row count, and
-    no fixed kernel is held to fewer blocks an SM: the wide form and the caps were measured on
+    no fixed kernel is held to fewer blocks an SM: the reread form and the caps were measured on
     the H200."""
     rows = 16384
     launch = mlp_launch.norm_launch("rms_norm", rows, 8192, "float32", target)
@@ -356,7 +356,7 @@ MIRRORED = {
     "kWeightGradThreads": mlp_launch.WEIGHT_GRAD_THREADS,
     "kFixedChunks": mlp_launch.FIXED_CHUNKS,
     "kFixedRowVectors": mlp_launch.FIXED_ROW_VECTORS,
-    "kWideRowVectors": mlp_launch.WIDE_ROW_VECTORS,
+    "kRereadMinBlocks": mlp_launch.REREAD_BLOCKS_PER_SM,
 }
 
 
@@ -367,9 +367,11 @@ def test_launch_constants_match_the_kernel_source() -> None:
     assert {name: int(found[name]) for name in MIRRORED} == MIRRORED
     fixed = re.findall(r"^  MLP_FIXED_KERNELS\(T, (\d+)\)", source, flags=re.MULTILINE)
     assert tuple(int(cols) for cols in fixed) == mlp_launch.FIXED_COLUMNS
-    wide = re.findall(r"^template __global__ void rms_norm_fixed_wide<(\w+), (\d+)>", source, re.M)
+    reread = re.findall(
+        r"^template __global__ void rms_norm_fixed_reread<(\w+), (\d+)>", source, re.M
+    )
     types = {kernel_type: dtype for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items()}
-    assert {(types[t], int(cols)) for t, cols in wide} == set(mlp_launch.WIDE_FROM_ROWS)
+    assert {(types[t], int(cols)) for t, cols in reread} == set(mlp_launch.REREAD_FROM_ROWS)
     # the fixed-length backward: instantiated exactly where the host takes it
     backward = re.findall(r"^MLP_FIXED_BACKWARD\((\w+), (\d+)\)", source, flags=re.MULTILINE)
     taken = {
@@ -751,7 +753,7 @@ FIXED_FORMS = [
         for dtype in DTYPES
         for cols in mlp_launch.FIXED_COLUMNS
     ),
-    *(("rms_norm_fixed_wide", dtype, cols) for dtype, cols in mlp_launch.WIDE_FROM_ROWS),
+    *(("rms_norm_fixed_reread", dtype, cols) for dtype, cols in mlp_launch.REREAD_FROM_ROWS),
 ]
 
 
@@ -768,9 +770,7 @@ def test_fixed_row_kernels_are_right_at_any_alignment(
     torch = torch_rng[0]
     rows, cols = 67, fixed_cols
     x_at, weight_at, out_at = ROW_LAYOUTS[layout]
-    wide = form == "rms_norm_fixed_wide"
-    row_vectors = mlp_launch.WIDE_ROW_VECTORS if wide else mlp_launch.FIXED_ROW_VECTORS
-    threads = mlp_launch.fixed_threads(fixed_cols, dtype, row_vectors)
+    threads = mlp_launch.fixed_threads(fixed_cols, dtype)
     stream = torch.cuda.current_stream().cuda_stream
     x = randn(torch_rng, (rows, cols), dtype, offset=x_at)
     weight = randn(torch_rng, (cols,), dtype, offset=weight_at)

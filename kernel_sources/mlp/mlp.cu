@@ -36,9 +36,8 @@
 //                            (T, COLS): exact, as the exact elementwise forms: rows of exactly
 //                            COLS elements, a block for each row (no loop), blockDim.x ==
 //                            FixedRow<T, COLS>::kThreads, blockDim.y == 1; any alignment.
-//   rms_norm_fixed_wide_*
-//                            (float, 8192): the same, blockDim.x ==
-//                            FixedRow<T, COLS, kWideRowVectors>::kThreads.
+//   rms_norm_fixed_reread_*
+//                            (float, 8192): the same.
 //   rms_norm_backward_fixed_*
 //                            (T, COLS): as rms_norm_backward_short_* at kShortBackwardThreads.
 //   rms_norm_backward_*      blockDim.x threads per row (a power of two, at least a wavefront),
@@ -816,14 +815,16 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
 // vectors a row (512 threads), four up to 2048.
 constexpr int kFixedChunks = 2;
 constexpr int kFixedRowVectors = 1024;
-// rms_norm_fixed_wide's geometry: two vectors a thread up to 2048 (1024 threads).
-constexpr int kWideRowVectors = 2048;
+// The blocks an SM rms_norm_fixed_reread is bounded to on NVIDIA: torch.compile's occupancy for
+// float32 rows of 8192 (512 threads at 40 registers).
+constexpr int kRereadMinBlocks = 3;
 constexpr int kFullSmThreads = 2048;  // resident threads an SM of sm_80 and sm_90 holds
 // kBoundCountsBlocks: whether __launch_bounds__'s second argument counts blocks an SM, as CUDA's
 // does. HIP's is waves a SIMD (hipcc makes it amdgpu_waves_per_eu), a bound of its own: eight of
 // them left gfx9-generic's 16-bit rms_norm_fixed_full of 4096 columns 32 registers, and it
 // spilled. kCacheHints: whether load_kept's cache hints exist (PTX's); where not, the fixed norms
-// keep their rows in registers rather than read them twice (kFullRereadsRow, rms_norm_fixed_wide).
+// keep their rows in registers rather than read them twice (kFullRereadsRow,
+// rms_norm_fixed_reread).
 #if defined(__HIP_PLATFORM_AMD__)
 constexpr bool kBoundCountsBlocks = false;
 constexpr bool kCacheHints = false;
@@ -852,12 +853,13 @@ __device__ __forceinline__ uint4 load_kept(const T* base, long long i) {
 #endif
 }
 
-template <typename T, int kCols, int kRowVectors = kFixedRowVectors>
+template <typename T, int kCols>
 struct FixedRow {
   static constexpr int kLength = kCols;
   static constexpr int kWidth = VectorAccess<T>::kWidth;
   static constexpr int kVectors = kCols / kWidth;
-  static constexpr int kChunks = (kVectors + kRowVectors - 1) / kRowVectors * kFixedChunks;
+  static constexpr int kChunks =
+      (kVectors + kFixedRowVectors - 1) / kFixedRowVectors * kFixedChunks;
   static constexpr int kThreads = kVectors / kChunks;
   static_assert(kCols % kWidth == 0 && kVectors % kChunks == 0, "whole vectors a thread");
   static_assert(kThreads % kWidestWave == 0 && kThreads <= kp::kMaxBlockThreads,
@@ -1912,18 +1914,19 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
       x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out, row_scales, eps);
 }
 
-// rms_norm_fixed_full in two vectors a thread (FixedRow's geometry up to kWideRowVectors: 1024
-// threads for float32 rows of 8192, not 512 of four vectors), the row read twice on NVIDIA
-// (load_kept), for the host to take for many rows. On the H200 (docs/bench-mlp-notes.md,
-// sixteenth session) float32 rows of 8192: 127.7 us at 8192 rows where rms_norm_fixed_full took
-// 129.3, 250.9 at 16384 where 256.6 (compile 252.6), level at 6144, 1-3% slower at 4096 and
-// fewer; mlp_launch.WIDE_FROM_ROWS. Instantiated for those rows alone.
+// rms_norm_fixed_full's geometry with its row read twice on NVIDIA (load_kept) and its registers
+// bounded to kRereadMinBlocks blocks an SM, torch.compile's shape for float32 rows of 8192, for
+// the host to take for many rows (mlp_launch.REREAD_FROM_ROWS). On the H200
+// (docs/bench-mlp-notes.md, seventeenth session), float32 16384 x 8192 in the benchmark: 253.6 us
+// where two vectors a thread in blocks of 1024 (two an SM, the sixteenth session's form) took
+// 256.1 and rms_norm_fixed_full 256.5 (compile 253.2); bounded to four blocks (32 registers),
+// 260.8. Instantiated for those rows alone.
 template <typename T, int kCols>
-__global__ void __launch_bounds__((FixedRow<T, kCols, kWideRowVectors>::kThreads),
-                                  (FixedRow<T, kCols, kWideRowVectors>::kFullMinBlocks))
-    rms_norm_fixed_wide(const T* x, const T* weight, T* out, float* row_scales,
-                        long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<FixedRow<T, kCols, kWideRowVectors>, false, kCacheHints>(
+__global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
+                                  (kBoundCountsBlocks ? kRereadMinBlocks : 1))
+    rms_norm_fixed_reread(const T* x, const T* weight, T* out, float* row_scales,
+                          long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
+  ::rms_norm_fixed<FixedRow<T, kCols>, false, kCacheHints>(
       x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out, row_scales, eps);
 }
 
@@ -2095,8 +2098,8 @@ MLP_FIXED_LENGTHS(__nv_bfloat16)
 #undef MLP_FIXED_LENGTHS
 #undef MLP_FIXED_KERNELS
 
-template __global__ void rms_norm_fixed_wide<float, 8192>(const float*, const float*, float*,
-                                                          float*, long long, long long, float);
+template __global__ void rms_norm_fixed_reread<float, 8192>(const float*, const float*, float*,
+                                                            float*, long long, long long, float);
 
 // The fixed-length backward where kShortBackwardThreads threads of one or two vectors cover a row
 // (kernelpack.mlp_launch.fixed_backward): 512 or 1024 vectors.

@@ -75,16 +75,17 @@ FIXED_BLOCKS_PER_SM = {
     ("rms_norm", "float32", 5120): 3,
 }
 FIXED_CAP_ROWS = 4096
-# rms_norm's fixed-length form in two vectors a thread, its row read twice (rms_norm_fixed_wide,
-# mlp.cu instantiates these): (dtype, cols) -> the rows from which the host takes it, on
-# TUNED_TARGETS. Measured on the H200 (docs/bench-mlp-notes.md, sixteenth session), float32 rows
-# of 8192 against rms_norm_fixed_full: 6144 rows 96.59 us against 96.49, 8192 127.68 against
-# 129.32, 16384 250.88 against 256.55 (compile 252.57); 4096 rows 66.06 against 65.28.
-WIDE_FROM_ROWS = {("float32", 8192): 8192}
-WIDE_ROW_VECTORS = 2048  # kWideRowVectors
+# rms_norm's fixed-length form with its row read twice and its registers bounded to
+# REREAD_BLOCKS_PER_SM blocks an SM (rms_norm_fixed_reread, mlp.cu instantiates these):
+# (dtype, cols) -> the rows from which the host takes it, on TUNED_TARGETS. Measured on the H200
+# (docs/bench-mlp-notes.md, seventeenth session) at 16384 rows: 253.6 us against
+# rms_norm_fixed_full's 256.5 (compile 253.2). The rows from which it pays are the sixteenth
+# session's, for the same two reads in blocks of 1024: level at 6144 rows, 1.3% faster at 8192,
+# 1-3% slower at 4096 and fewer.
+REREAD_FROM_ROWS = {("float32", 8192): 8192}
+REREAD_BLOCKS_PER_SM = 3  # kRereadMinBlocks
 # The targets the choices above were measured on (the H200's), which alone take them: elsewhere
-# the fixed forms run at the blocks their registers allow, and rms_norm_fixed_wide's blocks of
-# 1024 threads would leave a third of an SM of 1536 threads (sm_86, sm_89, sm_120) idle.
+# the fixed forms run at the blocks their registers allow.
 TUNED_TARGETS = ("sm_90",)
 FIXED_CHUNKS = 2  # kFixedChunks
 FIXED_ROW_VECTORS = 1024  # kFixedRowVectors
@@ -289,13 +290,12 @@ def short_rows(rows: int, cols: int, dtype: str) -> bool:
     )
 
 
-def fixed_threads(cols: int, dtype: str, row_vectors: int = FIXED_ROW_VECTORS) -> int:
+def fixed_threads(cols: int, dtype: str) -> int:
     """Threads a row of the fixed-length norms for rows of ``cols`` (one of FIXED_COLUMNS), as
-    mlp.cu's FixedRow<T, cols, row_vectors>::kThreads: two vectors a thread up to
-    ``row_vectors`` vectors (FIXED_ROW_VECTORS, or WIDE_ROW_VECTORS for rms_norm_fixed_wide),
+    mlp.cu's FixedRow<T, cols>::kThreads: two vectors a thread up to FIXED_ROW_VECTORS vectors,
     four past."""
     vectors = cols // _vector_width(dtype)
-    chunks = -(-vectors // row_vectors) * FIXED_CHUNKS
+    chunks = -(-vectors // FIXED_ROW_VECTORS) * FIXED_CHUNKS
     return vectors // chunks
 
 
@@ -314,23 +314,21 @@ def norm_launch(op: str, rows: int, cols: int, dtype: str, target: str) -> NormL
     device's code-object target, "sm_90"): for rows of one of FIXED_COLUMNS the fixed-length
     kernel (exact: a block for each row, at :func:`fixed_threads`, so for fewer rows than a grid
     of MAX_GRID_THREADS holds; rms_norm's bounded to fill an SM, past SHORT_ROWS_MAX rows; on
-    TUNED_TARGETS, rms_norm's wide form from WIDE_FROM_ROWS rows on, and both held to
+    TUNED_TARGETS, rms_norm's reread form from REREAD_FROM_ROWS rows on, and both held to
     FIXED_BLOCKS_PER_SM from FIXED_CAP_ROWS rows on), else the short-row kernel, one block a row
     and a thread per vector (a power of two, at least BLOCK_MIN), where :func:`short_rows` says
     so, else the general kernel at :func:`row_geometry`."""
     if cols in FIXED_COLUMNS and 0 < rows * fixed_threads(cols, dtype) < MAX_GRID_THREADS:
         tuned = target in TUNED_TARGETS
-        wide_from = WIDE_FROM_ROWS.get((dtype, cols)) if op == "rms_norm" and tuned else None
-        threads = fixed_threads(cols, dtype, WIDE_ROW_VECTORS)
-        if wide_from is not None and wide_from <= rows < MAX_GRID_THREADS // threads:
-            return NormLaunch(
-                kernel_name("rms_norm_fixed_wide", dtype, cols), rows, (threads, 1), 0
-            )
+        block = (fixed_threads(cols, dtype), 1)
+        reread_from = REREAD_FROM_ROWS.get((dtype, cols)) if op == "rms_norm" and tuned else None
+        if reread_from is not None and rows >= reread_from:
+            return NormLaunch(kernel_name("rms_norm_fixed_reread", dtype, cols), rows, block, 0)
         full = op == "rms_norm" and rows > SHORT_ROWS_MAX
         name = kernel_name(f"{op}_fixed_full" if full else f"{op}_fixed", dtype, cols)
         capped = tuned and rows >= FIXED_CAP_ROWS
         blocks = FIXED_BLOCKS_PER_SM.get((op, dtype, cols), 0) if capped else 0
-        return NormLaunch(name, rows, (fixed_threads(cols, dtype), 1), blocks)
+        return NormLaunch(name, rows, block, blocks)
     if short_rows(rows, cols, dtype):
         chunks = cols // _vector_width(dtype)
         threads = max(BLOCK_MIN, 1 << (chunks - 1).bit_length())
