@@ -10,14 +10,17 @@ of the same function written with torch's operations, all in this one run.
 How GPU times are taken: a batch of back-to-back calls is queued behind a GPU sleep long enough
 that the whole batch is queued before the GPU reaches it (three times the host's time to queue it,
 measured on the warm-up calls), between two CUDA events; time per call = event time / calls, median
-over the batches, after a warm-up. So the times are GPU times (kernels and the gaps between them),
-free of Python's per-call cost, which is measured apart (wall time per call of a loop at 1x4096,
-the fastest of five loops, every row's loops interleaved). Inputs rotate over enough buffer sets to
-move ~200 MB per round, so mid-size calls read from memory rather than from the L2. GB/s counts the
-bytes each pass must move at least (inputs read once, outputs written once; the backward reads the
-saved inputs and the incoming gradients and writes the input gradients, once where two inputs share
-one: add_rms_norm's x and residual). Forward and backward: one forward, then torch.autograd.grad of
-its outputs with fixed random output gradients (no .grad accumulation).
+over the batches, after a warm-up. A row's implementations run interleaved, a batch of each a
+round, so each round pairs them; the table gives the rounds ours won, and "Rows behind a peer" says
+which gaps a sign test over the rounds calls more than the run's spread. So the times are GPU times
+(kernels and the gaps between them), free of Python's per-call cost, which is measured apart (wall
+time per call of a loop at 1x4096, the fastest of five loops, every row's loops interleaved).
+Inputs rotate over enough buffer sets to move ~200 MB per round, so mid-size calls read from memory
+rather than from the L2. GB/s counts the bytes each pass must move at least (inputs read once,
+outputs written once; the backward reads the saved inputs and the incoming gradients and writes the
+input gradients, once where two inputs share one: add_rms_norm's x and residual). Forward and
+backward: one forward, then torch.autograd.grad of its outputs with fixed random output gradients
+(no .grad accumulation).
 """
 
 from __future__ import annotations
