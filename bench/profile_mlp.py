@@ -11,6 +11,10 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         rows behind a peer beyond the run's spread in the last run, ROWS_BEHIND), after a
         warm-up, inside the NVTX range "profile": run it under
         ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
+    python bench/profile_mlp.py queue [OP:DTYPE:ROWSxCOLS ...]
+        the same rows, a batch of calls of each implementation queued back to back as
+        bench_mlp.py's, traced by torch.profiler: per call the span, the kernels' time in it and
+        the idle rest between calls, which ncu does not see
     python bench/profile_mlp.py backward-workload
         one forward+backward of ours and torch.compile's RMSNorm at 1x4096 and 64x4096
         (bfloat16) after a warm-up, between cudaProfilerStart and cudaProfilerStop (the backward
@@ -56,8 +60,10 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
+import json
 import re
 import statistics
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,8 +71,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from bench_mlp import (  # the benchmark's own measures and ops, so the figures agree
+    CALLS_PER_BATCH,
     DTYPES,
+    MAX_SETS,
     OP_LIST,
+    ROTATE_BYTES,
+    SLEEP_CYCLES,
     HostCall,
     gpu_times_us,
     host_us_per_calls,
@@ -297,6 +307,60 @@ def workload(specs: list[str]) -> None:
     torch.cuda.synchronize()
     nvtx.range_pop()
     print("workload done", flush=True)
+
+
+def queue(specs: list[str]) -> None:
+    """Each row OP:DTYPE:ROWSxCOLS as ``workload`` takes them, but CALLS_PER_BATCH forward calls of
+    each implementation queued back to back behind a GPU sleep, as bench_mlp.py's batches (inputs
+    rotated over its ring of sets), traced by torch.profiler (CUPTI's kernel timestamps): per call,
+    the span from the first kernel's start to the last one's end, the kernels' own time in it, and
+    the idle rest, which ncu (kernels alone) does not see."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch_ops.register()
+    ops = {op.name: op for op in OP_LIST}
+    liger = liger_functions() or {}
+    print(f"{'row':34s} {'':8s} {'span':>8s} {'kernels':>8s} {'idle':>7s}  µs a call", flush=True)
+    for spec in specs:
+        name, dtype, size = spec.split(":")
+        rows, cols = (int(n) for n in size.split("x"))
+        op = ops[name]
+        item = torch.finfo(DTYPES[dtype]).bits // 8
+        sets = max(1, min(MAX_SETS, -(-ROTATE_BYTES // op.forward_bytes(rows, cols, item))))
+        inputs = [op.inputs(rows, cols, DTYPES[dtype]) for _ in range(sets)]
+        implementations = {
+            "ours": op.ours,
+            "compile": torch.compile(op.eager, dynamic=False),
+            "liger": liger.get(name),
+        }
+        for label, function in implementations.items():
+            if function is None:
+                continue
+            for i in range(sets):
+                function(*inputs[i])
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as trace:
+                torch.cuda._sleep(SLEEP_CYCLES)
+                for i in range(CALLS_PER_BATCH):
+                    function(*inputs[i % sets])
+                torch.cuda.synchronize()
+            with tempfile.TemporaryDirectory() as folder:
+                path = Path(folder) / "trace.json"
+                trace.export_chrome_trace(str(path))
+                events = json.loads(path.read_text())["traceEvents"]
+            kernels = sorted(
+                (event["ts"], event["dur"])
+                for event in events
+                if event.get("cat") == "kernel" and "spin_kernel" not in event["name"]
+            )
+            span = (kernels[-1][0] + kernels[-1][1] - kernels[0][0]) / CALLS_PER_BATCH
+            busy = sum(duration for _, duration in kernels) / CALLS_PER_BATCH
+            print(
+                f"{spec:34s} {label:8s} {span:8.2f} {busy:8.2f} {span - busy:7.2f}  "
+                f"({len(kernels) // CALLS_PER_BATCH} kernels a call)",
+                flush=True,
+            )
+        torch._dynamo.reset()
 
 
 def backward_workload() -> None:
@@ -815,6 +879,7 @@ def main() -> None:
         choices=[
             "host",
             "workload",
+            "queue",
             "backward-workload",
             "kernels",
             "variants",
@@ -828,7 +893,7 @@ def main() -> None:
     parser.add_argument(
         "specs",
         nargs="*",
-        help="variants: NAME:CUBIN:ELEMENTS:SLICES; forward-variants: NAME:CUBIN; workload: "
+        help="variants: NAME:CUBIN:ELEMENTS:SLICES; forward-variants: NAME:CUBIN; workload and queue: "
         "OP:DTYPE:ROWSxCOLS (default: the rows behind a peer in the last run)",
     )
     parser.add_argument("--calls", type=int, default=3000)
@@ -841,6 +906,8 @@ def main() -> None:
         host(args.calls)
     elif args.what == "workload":
         workload(args.specs or list(ROWS_BEHIND))
+    elif args.what == "queue":
+        queue(args.specs or list(ROWS_BEHIND))
     elif args.what == "backward-workload":
         backward_workload()
     elif args.what == "kernels":
