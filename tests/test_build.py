@@ -425,12 +425,12 @@ def check_general_norms_share_an_sm(kernels: dict[str, dict[str, int]]) -> None:
 def check_fixed_norms_fill_an_sm(kernels: dict[str, dict[str, int]]) -> None:
     """The fixed-length rms_norm for many rows (rms_norm_fixed_full) fills an SM of the
     H100/H200 where a thread keeps FIXED_CHUNKS vectors (16-bit rows up to 8192, float32 up to
-    4096): at ptxas's own 40 registers, three blocks of 512, bfloat16 took 36.56 µs at 4096 x 8192
-    where it takes 35.67 at 32 (docs/bench-mlp-notes.md, thirteenth session); rms_norm_fixed_reread
-    in REREAD_BLOCKS_PER_SM blocks, torch.compile's occupancy, which its two reads leave the
-    registers for (seventeenth session). Elsewhere two
-    blocks' worth of 512 threads at least, as the general kernel's. (That no fixed kernel spills,
-    on any target, the caller checks.)"""
+    4096): at ptxas's own 40 registers, three blocks of 512, bfloat16 took 36.56 µs at 4096 x
+    8192 where it takes 35.67 at 32 (docs/bench-mlp-notes.md, thirteenth session);
+    rms_norm_fixed_reread in REREAD_BLOCKS_PER_SM blocks, torch.compile's occupancy, which its
+    two reads leave the registers for (seventeenth session). Elsewhere two blocks' worth of 512
+    threads at least, as the general kernel's. (That no fixed kernel spills, on any target, the
+    caller checks.)"""
     for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items():
         for cols in mlp_launch.FIXED_COLUMNS:
             threads = mlp_launch.fixed_threads(cols, dtype)
