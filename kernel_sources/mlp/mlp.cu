@@ -855,7 +855,6 @@ __device__ __forceinline__ uint4 load_kept(const T* base, long long i) {
 
 template <typename T, int kCols>
 struct FixedRow {
-  static constexpr int kLength = kCols;
   static constexpr int kWidth = VectorAccess<T>::kWidth;
   static constexpr int kVectors = kCols / kWidth;
   static constexpr int kChunks =
@@ -934,18 +933,17 @@ __device__ __noinline__ void fixed_scalar_row(const T* x, const T* residual, T* 
   }
 }
 
-// Row blockIdx.x of Row::kLength elements (the grid has a block for each row, of Row::kThreads);
-// any alignment. row_scales as rms_norm's. kRereadRow: the row is read again after the block sum
-// (the first read through load_kept) rather than kept in registers; the same arithmetic, the
-// same result.
-template <typename Row, bool kAddResidual, bool kRereadRow = false, typename T>
+// Row blockIdx.x of kCols elements (the grid has a block for each row); any alignment. row_scales
+// as rms_norm's. kRereadRow: the row is read again after the block sum (the first read through
+// load_kept) rather than kept in registers; the same arithmetic, the same result.
+template <int kCols, bool kAddResidual, bool kRereadRow = false, typename T>
 __device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T* residual_out,
                                                const T* weight, T* out, float* row_scales,
                                                float eps) {
   static_assert(!(kRereadRow && kAddResidual), "the sum with the residual is kept, not reread");
   using Access = VectorAccess<T>;
   using Raw = typename Access::Raw;
-  constexpr int kCols = Row::kLength;
+  using Row = FixedRow<T, kCols>;
   constexpr int kWidth = Row::kWidth;
   constexpr int kChunks = Row::kChunks;
   constexpr int kThreads = Row::kThreads;
@@ -1889,9 +1887,8 @@ template <typename T, int kCols>
 __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
     rms_norm_fixed(const T* x, const T* weight, T* out, float* row_scales,
                    long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<FixedRow<T, kCols>, false>(x, static_cast<const T*>(nullptr),
-                                               static_cast<T*>(nullptr), weight, out, row_scales,
-                                               eps);
+  ::rms_norm_fixed<kCols, false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr),
+                                 weight, out, row_scales, eps);
 }
 
 // rms_norm_fixed for more rows than the SMs (the host's choice), its registers bounded so that
@@ -1910,7 +1907,7 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
                                   (FixedRow<T, kCols>::kFullMinBlocks))
     rms_norm_fixed_full(const T* x, const T* weight, T* out, float* row_scales,
                         long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<FixedRow<T, kCols>, false, kFullRereadsRow<T, kCols>>(
+  ::rms_norm_fixed<kCols, false, kFullRereadsRow<T, kCols>>(
       x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out, row_scales, eps);
 }
 
@@ -1926,7 +1923,7 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
                                   (kBoundCountsBlocks ? kRereadMinBlocks : 1))
     rms_norm_fixed_reread(const T* x, const T* weight, T* out, float* row_scales,
                           long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<FixedRow<T, kCols>, false, kCacheHints>(
+  ::rms_norm_fixed<kCols, false, kCacheHints>(
       x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out, row_scales, eps);
 }
 
@@ -1935,8 +1932,7 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
     add_rms_norm_fixed(const T* x, const T* residual, const T* weight, T* out, T* residual_out,
                        float* row_scales, long long /* rows: the grid */,
                        long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<FixedRow<T, kCols>, true>(x, residual, residual_out, weight, out, row_scales,
-                                             eps);
+  ::rms_norm_fixed<kCols, true>(x, residual, residual_out, weight, out, row_scales, eps);
 }
 
 template <typename T>
