@@ -185,6 +185,12 @@ class Timing:
         return statistics.median(self.batches_us)
 
 
+def input_sets(moved_bytes: int) -> int:
+    """How many input sets a row rotates over so that its calls move ~ROTATE_BYTES a round (mid-size
+    calls then read from memory rather than from the L2), at most MAX_SETS."""
+    return max(1, min(MAX_SETS, math.ceil(ROTATE_BYTES / moved_bytes)))
+
+
 def _sleep_cycles(call: Callable[[int], object], sets: int) -> int:
     """Warms ``call`` up and returns the GPU sleep to queue a batch of it behind: SLEEP_MARGIN
     times the host's time to queue the batch (the warm-up calls, timed), at least SLEEP_CYCLES.
@@ -352,7 +358,7 @@ def measure_pass(
     if grad:
         assert op.backward_bytes is not None
         moved += op.backward_bytes(rows, cols, item)
-    sets = max(1, min(MAX_SETS, math.ceil(ROTATE_BYTES / moved)))
+    sets = input_sets(moved)
     inputs = [
         tuple(t.requires_grad_(grad) for t in op.inputs(rows, cols, torch_dtype))
         for _ in range(sets)
@@ -541,14 +547,16 @@ class Gap:
 
     def line(self) -> str:
         r, rounds = self.row, len(self.row.ours.batches_us)
-        verdict = {None: "too few rounds to tell", True: "beyond", False: "within"}[
-            self.beyond_spread
-        ]
+        beyond = self.beyond_spread
+        verdict = (
+            "too few rounds to tell"
+            if beyond is None
+            else f"{'beyond' if beyond else 'within'} the run's spread"
+        )
         return (
             f"- {r.op} {r.dtype} {r.rows}x{r.cols} {r.passes}, behind {self.peer} by "
             f"{self.us:.2f} µs ({self.us / r.peers()[self.peer].median_us:.1%}): slower in "
             f"{self.lost_rounds} of {rounds} rounds, {verdict}"
-            + (" the run's spread" if self.beyond_spread is not None else "")
         )
 
 

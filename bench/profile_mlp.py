@@ -73,13 +73,12 @@ import torch.nn.functional as F
 from bench_mlp import (  # the benchmark's own measures and ops, so the figures agree
     CALLS_PER_BATCH,
     DTYPES,
-    MAX_SETS,
     OP_LIST,
-    ROTATE_BYTES,
     SLEEP_CYCLES,
     HostCall,
     gpu_times_us,
     host_us_per_calls,
+    input_sets,
     liger_functions,
 )
 
@@ -271,31 +270,39 @@ ROWS_BEHIND = (
 )
 
 
+def _row_implementations(
+    spec: str, liger: dict[str, Any]
+) -> tuple[Any, tuple[int, int, torch.dtype], dict[str, Callable[..., Any]]]:
+    """A row OP:DTYPE:ROWSxCOLS as bench_mlp.py measures it: its Op, (rows, cols, dtype), and
+    ours, torch.compile's (a compiled function a row, as bench_mlp.py compiles) and Liger-Kernel's
+    forward where it has the op, in that order."""
+    name, dtype, size = spec.split(":")
+    rows, cols = (int(n) for n in size.split("x"))
+    op = next(op for op in OP_LIST if op.name == name)
+    implementations = {
+        "ours": op.ours,
+        "compile": torch.compile(op.eager, dynamic=False),
+        "liger": liger.get(name),
+    }
+    present = {label: f for label, f in implementations.items() if f is not None}
+    return op, (rows, cols, DTYPES[dtype]), present
+
+
 def workload(specs: list[str]) -> None:
     """One forward call of ours, torch.compile's and Liger-Kernel's (where it has the op), in that
     order, of each row OP:DTYPE:ROWSxCOLS, with bench_mlp.py's inputs and functions (a compiled
     function a row, as it compiles), after a warm-up, inside the NVTX range "profile": run it
     under ``ncu --nvtx --nvtx-include profile/`` for their kernels alone. The backward runs on
     autograd's own thread, outside the range: see ``kernels`` and ``backward-workload``."""
-
     torch_ops.register()
-    ops = {op.name: op for op in OP_LIST}
     liger = liger_functions() or {}
     calls: list[Callable[[], object]] = []
     for spec in specs:
-        name, dtype, size = spec.split(":")
-        rows, cols = (int(n) for n in size.split("x"))
-        op = ops[name]
-        inputs = op.inputs(rows, cols, DTYPES[dtype])
-        implementations = {
-            "ours": op.ours,
-            "compile": torch.compile(op.eager, dynamic=False),
-            "liger": liger.get(name),
-        }
+        op, shape, implementations = _row_implementations(spec, liger)
+        inputs = op.inputs(*shape)
         for label, function in implementations.items():
-            if function is not None:
-                calls.append(functools.partial(function, *inputs))
-                print(f"call {len(calls)}: {spec} {label}", flush=True)
+            calls.append(functools.partial(function, *inputs))
+            print(f"call {len(calls)}: {spec} {label}", flush=True)
     for call in calls:
         for _ in range(3):
             call()
@@ -318,24 +325,13 @@ def queue(specs: list[str]) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     torch_ops.register()
-    ops = {op.name: op for op in OP_LIST}
     liger = liger_functions() or {}
     print(f"{'row':34s} {'':8s} {'span':>8s} {'kernels':>8s} {'idle':>7s}  µs a call", flush=True)
     for spec in specs:
-        name, dtype, size = spec.split(":")
-        rows, cols = (int(n) for n in size.split("x"))
-        op = ops[name]
-        item = torch.finfo(DTYPES[dtype]).bits // 8
-        sets = max(1, min(MAX_SETS, -(-ROTATE_BYTES // op.forward_bytes(rows, cols, item))))
-        inputs = [op.inputs(rows, cols, DTYPES[dtype]) for _ in range(sets)]
-        implementations = {
-            "ours": op.ours,
-            "compile": torch.compile(op.eager, dynamic=False),
-            "liger": liger.get(name),
-        }
+        op, (rows, cols, dtype), implementations = _row_implementations(spec, liger)
+        sets = input_sets(op.forward_bytes(rows, cols, torch.finfo(dtype).bits // 8))
+        inputs = [op.inputs(rows, cols, dtype) for _ in range(sets)]
         for label, function in implementations.items():
-            if function is None:
-                continue
             for i in range(sets):
                 function(*inputs[i])
             torch.cuda.synchronize()
@@ -893,8 +889,8 @@ def main() -> None:
     parser.add_argument(
         "specs",
         nargs="*",
-        help="variants: NAME:CUBIN:ELEMENTS:SLICES; forward-variants: NAME:CUBIN; workload and queue: "
-        "OP:DTYPE:ROWSxCOLS (default: the rows behind a peer in the last run)",
+        help="variants: NAME:CUBIN:ELEMENTS:SLICES; forward-variants: NAME:CUBIN; workload and "
+        "queue: OP:DTYPE:ROWSxCOLS (default: the rows behind a peer in the last run)",
     )
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument(
