@@ -130,6 +130,7 @@ WEIGHT_GRAD_COLUMNS_MAX = 128
 
 _MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
 _KERNELS: dict[tuple[str, str], Any] = {}  # ("cuda:0", kernel name) -> Kernel
+_TARGETS: dict[str, str] = {}  # "cuda:0" -> its module's code-object target, "sm_90"
 
 
 def kernel_name(op: str, dtype: str, *arguments: int) -> str:
@@ -156,8 +157,12 @@ def load_kernel(device: str, name: str) -> Any:
 
 
 def device_target(device: str) -> str:
-    """The code-object target of the module loaded on ``device`` ("sm_90"), loading it once."""
-    return str(_module(device).gpu.target)
+    """The code-object target of the module loaded on ``device`` ("sm_90"), loading it once and
+    naming it once (the norms' launches ask on every call)."""
+    target = _TARGETS.get(device)
+    if target is None:
+        target = _TARGETS[device] = str(_module(device).gpu.target)
+    return target
 
 
 # ---- launch geometry: pure integer functions of the shape -------------------------------------
