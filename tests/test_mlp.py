@@ -68,7 +68,7 @@ ROW_CASES = [
 ]
 # 8, 4100, 11008 and 65536 take the exact kernels (mlp_launch.exact_vector_bytes) in 8-byte vectors
 # for every dtype, 4100 with an odd number of them, and 64 * 11008 in 16-byte vectors; the others
-# the general ones
+# the general ones, as do misaligned views of every size
 SWIGLU_SIZES = [1, 2, 7, 8, 9, 15, 17, 4095, 4099, 4100, 11008, 65536, 64 * 11008, 1_000_003]
 
 
@@ -184,9 +184,9 @@ def test_swiglu_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
     """The host's choice of mlp.cu's exact form and its vector, against a hand count of the
     grid's vectors and threads; forward and backward alike, on swiglu_geometry's grid."""
     for op in ("swiglu", "swiglu_backward"):
-        expected = _expected_kernel(op, dtype, vector_bytes)
-        geometry = mlp_launch.swiglu_geometry(n, dtype)
-        assert mlp_launch.swiglu_launch(op, n, dtype) == (expected, geometry)
+        launch = mlp_launch.swiglu_launch(op, n, dtype)
+        assert (launch.grid, launch.block) == mlp_launch.swiglu_geometry(n, dtype)
+        _assert_exact_where_aligned(launch, op, dtype, vector_bytes)
 
 
 @pytest.mark.parametrize(
@@ -206,18 +206,41 @@ def test_silu_and_mul_takes_the_exact_kernel_where_a_thread_has_one_whole_vector
     rows: int, cols: int, dtype: str, vector_bytes: int
 ) -> None:
     for op in ("silu_and_mul", "silu_and_mul_backward"):
-        expected = _expected_kernel(op, dtype, vector_bytes)
-        geometry = mlp_launch.silu_and_mul_geometry(rows, cols, dtype)
-        assert mlp_launch.silu_and_mul_launch(op, rows, cols, dtype) == (expected, geometry)
+        launch = mlp_launch.silu_and_mul_launch(op, rows, cols, dtype)
+        assert (launch.grid, launch.block) == mlp_launch.silu_and_mul_geometry(rows, cols, dtype)
+        _assert_exact_where_aligned(launch, op, dtype, vector_bytes)
 
 
-def _expected_kernel(op: str, dtype: str, vector_bytes: int) -> str:
-    """The kernel name written out by hand: mlp.cu's exact form in vectors of ``vector_bytes``,
-    or (0) the general kernel."""
+def _assert_exact_where_aligned(
+    launch: mlp_launch.ElementwiseLaunch, op: str, dtype: str, vector_bytes: int
+) -> None:
+    """The kernel names written out by hand: mlp.cu's exact form in vectors of ``vector_bytes``
+    for pointers aligned to them (16 bytes, or 8), the general kernel for pointers short of that
+    (4, 2 bytes) and wherever (0) the form does not cover the shape."""
     kernel_type = mlp_launch.KERNEL_TYPE[dtype]
-    if vector_bytes:
-        return f"mlp::{op}_exact<{kernel_type}, {vector_bytes}>"
-    return f"mlp::{op}<{kernel_type}>"
+    general = f"mlp::{op}<{kernel_type}>"
+    exact = f"mlp::{op}_exact<{kernel_type}, {vector_bytes}>" if vector_bytes else general
+    assert launch.general == general
+    for pointers_alignment in (16, 8, 4, 2):
+        aligned = vector_bytes and pointers_alignment % vector_bytes == 0
+        assert launch.kernel_for(pointers_alignment) == (exact if aligned else general)
+
+
+@pytest.mark.parametrize(
+    ("addresses", "expected"),
+    [
+        ((0x7F00_0000_1000,), 16),
+        ((0x7F00_0000_1000, 0x7F00_0000_1008), 8),
+        ((0x7F00_0000_1000, 0x7F00_0000_1004, 0x7F00_0000_1010), 4),
+        ((0x7F00_0000_1002,), 2),
+        ((0x7F00_0000_1003, 0x7F00_0000_1000), 1),
+        ((0, 0x7F00_0000_1040), 16),  # a null pointer (an unused one) divides by anything
+    ],
+)
+def test_alignment_of_is_the_largest_vector_dividing_every_address(
+    addresses: tuple[int, ...], expected: int
+) -> None:
+    assert mlp_launch.alignment_of(*addresses) == expected
 
 
 def test_exact_kernels_index_fewer_than_2_31_elements() -> None:
@@ -560,6 +583,43 @@ def test_swiglu(torch_rng: Any, dtype: str, n: int, layout: str) -> None:
     assert mlp.swiglu(gate, up, out=out) is out
     assert_close(torch_rng, out, ref_swiglu(gate, up), dtype, f"swiglu n={n} {layout}")
     assert_guards_intact(buffer, out_at, n)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_misaligned_views_of_a_prepared_shape_take_the_general_kernels(
+    torch_rng: Any, dtype: str
+) -> None:
+    """1 x 11008 goes to the exact forms, 8-byte vectors whose pointers mlp.cu does not test. Once
+    an aligned call prepared the shape's launches, views one element into their buffers must
+    leave kernelpack.mlp's hot call (the full path takes the general kernel) and take the
+    prepared entry's general kernel through torch.ops.kernelpack; each is right, and out= is
+    written within its bounds."""
+    torch = torch_rng[0]
+    from kernelpack import torch_ops
+
+    torch_ops.register()
+    cols = 11008
+    for offset in (0, 1, 0, 1):  # aligned first: the shape's entries are the exact forms'
+        gate = randn(torch_rng, (1, cols), dtype, offset=offset)
+        up = randn(torch_rng, (1, cols), dtype, offset=offset)
+        x = randn(torch_rng, (1, 2 * cols), dtype, offset=offset)
+        swiglu_expected = ref_swiglu(gate, up)
+        pair_expected = ref_swiglu(x[:, :cols], x[:, cols:])
+        what = f"1x{cols} {offset} element(s) in"
+        swiglu_buffer, swiglu_out = poisoned(torch_rng, (1, cols), dtype, offset=offset)
+        pair_buffer, pair_out = poisoned(torch_rng, (1, cols), dtype, offset=offset)
+        assert mlp.swiglu(gate, up, out=swiglu_out) is swiglu_out
+        assert mlp.silu_and_mul(x, out=pair_out) is pair_out
+        assert_close(torch_rng, swiglu_out, swiglu_expected, dtype, "mlp.swiglu " + what)
+        assert_close(torch_rng, pair_out, pair_expected, dtype, "mlp.silu_and_mul " + what)
+        assert_guards_intact(swiglu_buffer, offset, cols)
+        assert_guards_intact(pair_buffer, offset, cols)
+        ops = torch.ops.kernelpack
+        assert_close(torch_rng, ops.swiglu(gate, up), swiglu_expected, dtype, "ops.swiglu " + what)
+        assert_close(
+            torch_rng, ops.silu_and_mul(x), pair_expected, dtype, "ops.silu_and_mul " + what
+        )
 
 
 @pytest.mark.gpu

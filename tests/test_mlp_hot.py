@@ -50,14 +50,16 @@ class Recording:
         self.calls.append((args, kwargs))
 
 
-def entry_for(op: str, launch: Any) -> mlp_hot.Entry:
-    """The entry prepare() would make for a bfloat16 first tensor of SHAPE (op's shapes)."""
+def entry_for(op: str, launch: Any, general: Any = None) -> mlp_hot.Entry:
+    """The entry prepare() would make for a bfloat16 first tensor of SHAPE (op's shapes): the
+    elementwise ops' exact forms in 8-byte vectors (a thread for each of 16 and 2 x 4 elements),
+    whose pointers must be 8-byte aligned, the general kernel ``general`` otherwise."""
     rows, cols = SHAPE
     if op == "swiglu":
-        return (launch, 1, 128, (rows * cols,), None, None)
+        return (launch, 1, 128, (rows * cols,), None, None, 8, general)
     if op == "silu_and_mul":
-        return (launch, (1, rows), 64, (rows, cols // 2), None, (rows, cols // 2))
-    return (launch, 1, (64, 1), (0, rows, cols), (cols,), None)  # a null row_scales first
+        return (launch, (1, rows), 64, (rows, cols // 2), None, (rows, cols // 2), 8, general)
+    return (launch, 1, (64, 1), (0, rows, cols), (cols,), None, 1, None)  # null row_scales first
 
 
 class Hot:
@@ -225,6 +227,56 @@ def test_every_wrong_argument_leaves_the_hot_path_after_a_good_call(
     assert len(hot.launch.calls) == 1
 
 
+def shifted(tensor: Any, elements: int) -> Any:
+    """A copy of ``tensor`` (contiguous) starting ``elements`` elements into its own buffer."""
+    buffer = torch.empty(elements + tensor.numel(), dtype=tensor.dtype)
+    view = buffer[elements:].view(tensor.shape)
+    view.copy_(tensor)
+    return view
+
+
+@pytest.mark.parametrize("op", list(mlp_hot.SPECS))
+def test_a_pointer_short_of_the_entrys_alignment_leaves_the_hot_path(
+    make_hot: Callable[..., Any], op: str
+) -> None:
+    """Each tensor (out= too) one bfloat16 element into its buffer: 2-byte aligned, short of the
+    elementwise entries' 8 bytes, which the hot call then hands back unlaunched; 4 elements in
+    (8 bytes) is enough. The norms' entries need no alignment."""
+    hot = Hot(make_hot, op, torch.is_grad_enabled, TYPES)
+    needs = hot.prepared[(BF16, -1, torch.Size(SHAPE))][6]
+    args = good_args(op)
+    if mlp_hot.SPECS[op].out:
+        args[-1] = bf16(*result_shape(op))
+    tensors = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
+    launches = 0
+    for position in tensors:
+        for elements in (1, 4):
+            moved = list(args)
+            moved[position] = shifted(args[position], elements)
+            result = hot.call(*moved)
+            accepted = (moved[position].data_ptr() % needs) == 0
+            assert (result is not NotImplemented) == accepted, (position, elements)
+            launches += accepted
+    assert len(hot.launch.calls) == launches
+    assert needs == (8 if op in ("swiglu", "silu_and_mul") else 1)
+
+
+def test_launch_entry_takes_the_general_kernel_for_pointers_short_of_the_alignment() -> None:
+    """The full path's launch of a prepared entry (kernelpack.mlp.torch_run): the exact form for
+    8-byte aligned addresses, the entry's general kernel for any pointer short of that."""
+    exact, general = Recording(), Recording()
+    entry = entry_for("swiglu", exact, general)
+    mlp_hot.launch_entry(entry, (0x1000, 0x2008, 0x3010), None, 7)
+    mlp_hot.launch_entry(entry, (0x1000, 0x2004, 0x3010), None, 7)
+    mlp_hot.launch_entry(entry, (0x1000, 0x2008, 0x3002), None, 7)
+    assert [args[2:5] for args, _ in exact.calls] == [(0x1000, 0x2008, 0x3010)]
+    assert [args[2:5] for args, _ in general.calls] == [
+        (0x1000, 0x2004, 0x3010),
+        (0x1000, 0x2008, 0x3002),
+    ]
+    assert all(keywords == {"stream": 7} for _, keywords in exact.calls + general.calls)
+
+
 def test_more_shapes_than_the_hot_call_remembers_each_launch_their_own_entry(
     make_hot: Callable[..., Any],
 ) -> None:
@@ -234,7 +286,7 @@ def test_more_shapes_than_the_hot_call_remembers_each_launch_their_own_entry(
     shapes = [(rows, 8) for rows in range(1, 8)]
     hot.prepared.update(
         {
-            (BF16, -1, torch.Size(shape)): (hot.launch, rows, 128, (rows * 8,), None, None)
+            (BF16, -1, torch.Size(shape)): (hot.launch, rows, 128, (rows * 8,), None, None, 1, None)
             for rows, shape in enumerate(shapes, 1)
         }
     )
@@ -447,7 +499,7 @@ def test_prepare_makes_the_entry_these_tests_assume(
     monkeypatch.setitem(mlp_hot.PREPARED, op, {})
     entry = mlp_hot.prepare(op, bf16(*SHAPE), "cuda:0")
     assert entry[0] is launch
-    assert entry[3:] == entry_for(op, launch)[3:]
+    assert entry[3:] == entry_for(op, launch, launch)[3:]
 
 
 # (ours, torch's dlpack.h): each struct of dlpack_exchange.h and the one it declares

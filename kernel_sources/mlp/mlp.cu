@@ -4,8 +4,9 @@
 // in float32 whatever the storage type. All of them are bound by memory bandwidth, so the work is
 // in moving 16-byte vectors: a kernel checks the alignment of its pointers (and of the row
 // stride) itself and takes the vector path when they allow it, the scalar path otherwise, so a
-// misaligned view is slower but never wrong. Indices are 64-bit (32-bit inside one row of
-// RMSNorm, whose rows are at most 2**30 elements, and in the exact elementwise forms).
+// misaligned view is slower but never wrong; the exact elementwise forms alone leave the test to
+// the host, which launches them only on aligned pointers. Indices are 64-bit (32-bit inside one
+// row of RMSNorm, whose rows are at most 2**30 elements, and in the exact elementwise forms).
 //
 // Launch geometry (chosen by kernelpack.mlp; any grid gives the right answer, the loops stride,
 // except in the exact forms):
@@ -15,8 +16,9 @@
 //   swiglu_exact_*, silu_and_mul_exact_* and their backwards
 //                            (T, BYTES): as the general ones, but the grid must have a thread
 //                            for every BYTES-byte vector (grid.y one a row), the row be a whole
-//                            number of them and the arrays hold fewer than 2**31 elements
-//                            (kernelpack.mlp_launch.exact_vector_bytes).
+//                            number of them, every pointer BYTES-aligned and the arrays hold
+//                            fewer than 2**31 elements (kernelpack.mlp_launch.exact_vector_bytes);
+//                            the arguments are the general kernel's (rows unread).
 //   rms_norm_weight_grad_*, rms_norm_weight_grad_inputs_*
 //                            grid.x over the columns, blockDim.x columns by blockDim.y slices
 //                            of the rows (of `partial`, or of the inputs and the forward's row
@@ -116,7 +118,7 @@ constexpr int kVectorBytes = 16;
 // Whether every pointer is kBytes-aligned (a null one is): one test of all their bits together. A
 // test a pointer, joined by &&, compiles to a chain of branches, each waiting on its own
 // parameter's load, at the head of every thread's path: what the latency-bound kernels (the
-// exact, short and fixed-length forms) cannot afford (the short backward's SASS on the H200,
+// short and fixed-length forms) cannot afford (the short backward's SASS on the H200,
 // docs/bench-mlp-notes.md). The general kernels keep the chain, one pointer a test (their
 // registers were tuned with it; with one test ptxas gave the general rms_norm<__half> 64
 // registers and a spill on sm_90).
@@ -129,9 +131,9 @@ __device__ __forceinline__ bool vector_aligned(const void* pointer) {
   return all_aligned<kVectorBytes>(pointer);
 }
 
-// A pointer rounded down to kBytes: loads ahead of an alignment test (the fixed norms, the exact
-// elementwise forms). By pointer arithmetic, so that the compiler keeps the kernel argument's
-// address space (through an integer it issued generic loads, not global ones).
+// A pointer rounded down to kBytes: loads ahead of an alignment test (the fixed norms). By pointer
+// arithmetic, so that the compiler keeps the kernel argument's address space (through an integer
+// it issued generic loads, not global ones).
 template <int kBytes, typename T>
 __device__ __forceinline__ const T* aligned_down(const T* pointer) {
   const unsigned long long past = reinterpret_cast<unsigned long long>(pointer) % kBytes;
@@ -249,12 +251,27 @@ struct ScalarAccess {
   }
 };
 
-// silu(g) * u = g * sigmoid(g) * u. The fast reciprocal (2 ulp) avoids the slow path of the IEEE
-// division, which costs a stack frame; for g below about -87 it gives 0, the limit of sigmoid, so
-// the result is a signed zero and never inf * 0.
+// sigmoid(g) = 1 / (1 + 2^(-g log2(e))) in the hardware's approximate exp2 and reciprocal (2 ulp;
+// the IEEE division's slow path costs a stack frame). On NVIDIA they flush denormals (.ftz): the
+// non-ftz forms __expf and __fdividef compile to, scaling around each MUFU op, cost 12 of
+// bfloat16 swiglu_exact's 74 instructions and 0.01-0.03 us at 1 x 11008 on the H200, for values
+// that only move a sigmoid within 2**-126 of 0 or 1 (the same bits on random data; eighteenth
+// session). For g below about -88 it gives 0, the limit of sigmoid.
+__device__ __forceinline__ float sigmoid(float gate) {
+#if defined(__HIP_PLATFORM_AMD__)
+  return __fdividef(1.0f, 1.0f + __expf(-gate));
+#else
+  float power;
+  float reciprocal;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(power) : "f"(gate * -1.4426950408889634f));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(reciprocal) : "f"(1.0f + power));
+  return reciprocal;
+#endif
+}
+
+// silu(g) * u = g * sigmoid(g) * u; for g below about -88 a signed zero, never inf * 0.
 __device__ __forceinline__ float silu_mul(float gate, float up) {
-  const float sigmoid = __fdividef(1.0f, 1.0f + __expf(-gate));
-  return gate * sigmoid * up;
+  return gate * sigmoid(gate) * up;
 }
 
 // The block size of the elementwise kernels, also their __launch_bounds__. (Measured on the H100:
@@ -346,93 +363,64 @@ __device__ __forceinline__ void silu_and_mul(const T* x, T* out, long long rows,
 // thread takes its one vector with none of the general form's run-time choices (grid-stride and
 // row loops, 64-bit indices, the tail): the sixth session's profile of 1x11008
 // (docs/bench-mlp-notes.md). The vector is the one the host sized the grid for: 8 bytes where the
-// grid has a thread for each 8-byte chunk (short inputs), else 16. A thread issues its loads
-// first, from the pointers rounded down to the vector (aligned_down: the same addresses where
-// they are aligned, and never before the start of an allocation, which is aligned), then tests
-// the alignment of all the pointers, once; a misaligned view (the test is the same in every
-// thread) takes the general scalar loop, out of line so that the vector path is the kernel's
-// straight line. So a 1-row kernel's first loads wait on no test: with the tests ahead of the
-// loads (the width read from the grid, then the alignment), 1 x 11008 took 0.03-0.07 us more on
-// the H200 (docs/bench-mlp-notes.md, eleventh session).
+// grid has a thread for each 8-byte chunk (short inputs), else 16. Every pointer must be aligned
+// to that vector: the host checks the call's addresses and launches the general kernel (same
+// arguments) for a misaligned view, so a thread's path is its loads, the arithmetic and its
+// store, with no test. An alignment test in the kernel, even after the loads with the scalar loop
+// out of line, cost 1 x 11008 of a 16-bit type 0.04-0.06 us on the H200 against the same kernel
+// without it (docs/bench-mlp-notes.md, seventeenth session). A thread past the row's last vector
+// loads the row's first (an exact row has one) and stores nothing: with no branch ahead of the
+// loads, the pointers' constant loads run beside the index arithmetic instead of after its test,
+// 0.1 us of 2 at 1 x 11008 (eighteenth session).
 //
-// This thread's vector in an exact form: its 32-bit index over grid.x, whether its row (of
-// `width` elements) has one, and for silu_and_mul's forms (grid.y one a row, the input's row gate
-// then up) the row's start in the input and in the output.
+// This thread's vectors in an exact form, as 32-bit vector indices: whether it has one, and its
+// index in gate, up and out (and dy); for silu_and_mul's forms (grid.y one a row) gate and up are
+// the halves of x's row. Where it has none they are its row's first vectors.
 struct ExactChunk {
-  int i;
   bool mine;
-  int width;
-  int input_row;
-  int output_row;
+  int gate;
+  int up;
+  int out;
 };
 
 // swiglu's forms: one row of n elements.
 template <typename Access>
 __device__ __forceinline__ ExactChunk exact_chunk(long long n) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  const int width = static_cast<int>(n);
-  return {i, i < width / Access::kWidth, width, 0, 0};
+  const bool mine = i < static_cast<int>(n) / Access::kWidth;
+  const int vector = mine ? i : 0;
+  return {mine, vector, vector, vector};
 }
 
-// silu_and_mul's forms: row blockIdx.y of `cols` outputs.
+// silu_and_mul's forms: row blockIdx.y of `cols` outputs, of 2 * cols inputs.
 template <typename Access>
 __device__ __forceinline__ ExactChunk exact_row_chunk(long long cols) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   const int row = static_cast<int>(blockIdx.y);
-  const int width = static_cast<int>(cols);
-  return {i, i < width / Access::kWidth, width, row * 2 * width, row * width};
-}
-
-// The thread's vector of `array` (its row's start), loaded from the pointer rounded down to the
-// vector ahead of the alignment test, or zeros where the thread has none. (A row's start is a
-// whole number of vectors past the array's, so rounding either down is the same.)
-template <typename Access, typename T>
-__device__ __forceinline__ typename Access::Raw exact_load(const T* array, const ExactChunk& at) {
-  typename Access::Raw raw{};
-  if (at.mine) {
-    raw = Access::load(aligned_down<sizeof(raw)>(array), at.i);
-  }
-  return raw;
-}
-
-template <typename T>
-__device__ __noinline__ void swiglu_scalar(const T* gate, const T* up, T* out, long long n) {
-  silu_mul_chunks<ScalarAccess<T>>(gate, up, out, n);
+  const int vectors = static_cast<int>(cols) / Access::kWidth;
+  const bool mine = i < vectors;
+  const int vector = mine ? i : 0;
+  const int gate = row * 2 * vectors + vector;
+  return {mine, gate, gate + vectors, row * vectors + vector};
 }
 
 template <typename Access, typename T>
 __device__ __forceinline__ void swiglu_exact(const T* gate, const T* up, T* out, long long n) {
   const ExactChunk at = exact_chunk<Access>(n);
   const typename Access::Raw result =
-      silu_mul_vector<Access>(exact_load<Access>(gate, at), exact_load<Access>(up, at));
-  if (!all_aligned<sizeof(result)>(gate, up, out)) {
-    swiglu_scalar(gate, up, out, n);
-    return;
-  }
+      silu_mul_vector<Access>(Access::load(gate, at.gate), Access::load(up, at.up));
   if (at.mine) {
-    Access::store(out, at.i, result);
+    Access::store(out, at.out, result);
   }
-}
-
-template <typename T>
-__device__ __noinline__ void silu_and_mul_scalar(const T* x, T* out, long long rows,
-                                                 long long cols) {
-  silu_and_mul_rows<ScalarAccess<T>>(x, out, rows, cols);
 }
 
 template <typename Access, typename T>
-__device__ __forceinline__ void silu_and_mul_exact(const T* x, T* out, long long rows,
-                                                   long long cols) {
+__device__ __forceinline__ void silu_and_mul_exact(const T* x, T* out, long long cols) {
   const ExactChunk at = exact_row_chunk<Access>(cols);
-  const T* gate = x + at.input_row;
-  const typename Access::Raw result = silu_mul_vector<Access>(
-      exact_load<Access>(gate, at), exact_load<Access>(gate + at.width, at));
-  if (!all_aligned<sizeof(result)>(x, out)) {
-    silu_and_mul_scalar(x, out, rows, cols);
-    return;
-  }
+  const typename Access::Raw result =
+      silu_mul_vector<Access>(Access::load(x, at.gate), Access::load(x, at.up));
   if (at.mine) {
-    Access::store(out + at.output_row, at.i, result);
+    Access::store(out, at.out, result);
   }
 }
 
@@ -1032,13 +1020,13 @@ __device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T*
 // ---- backward ---------------------------------------------------------------------------------
 
 // d/dg and d/du of silu(g) * u, times the incoming gradient dy: with s = sigmoid(g),
-// d_up = dy * g * s and d_gate = dy * u * s * (1 + g * (1 - s)). The same fast reciprocal as the
-// forward; for g below about -87 it gives s = 0 and both gradients are signed zeros.
+// d_up = dy * g * s and d_gate = dy * u * s * (1 + g * (1 - s)). The forward's sigmoid; for g
+// below about -88 it gives s = 0 and both gradients are signed zeros.
 __device__ __forceinline__ void silu_mul_grads(float gate, float up, float dy, float& d_gate,
                                                float& d_up) {
-  const float sigmoid = __fdividef(1.0f, 1.0f + __expf(-gate));
-  d_up = dy * gate * sigmoid;
-  d_gate = dy * up * sigmoid * (1.0f + gate * (1.0f - sigmoid));
+  const float s = sigmoid(gate);
+  d_up = dy * gate * s;
+  d_gate = dy * up * s * (1.0f + gate * (1.0f - s));
 }
 
 // The gradients of one vector of gate and up, from one of dy.
@@ -1129,54 +1117,31 @@ __device__ __forceinline__ void silu_and_mul_backward(const T* x, const T* grad,
 }
 
 // The exact forms of the two backwards (as swiglu_exact).
-template <typename T>
-__device__ __noinline__ void swiglu_backward_scalar(const T* gate, const T* up, const T* grad,
-                                                    T* grad_gate, T* grad_up, long long n) {
-  silu_mul_backward_chunks<ScalarAccess<T>>(gate, up, grad, grad_gate, grad_up, n);
-}
-
 template <typename Access, typename T>
 __device__ __forceinline__ void swiglu_backward_exact(const T* gate, const T* up, const T* grad,
                                                       T* grad_gate, T* grad_up, long long n) {
   const ExactChunk at = exact_chunk<Access>(n);
   typename Access::Raw d_gate;
   typename Access::Raw d_up;
-  silu_mul_grads_vector<Access>(exact_load<Access>(gate, at), exact_load<Access>(up, at),
-                                exact_load<Access>(grad, at), d_gate, d_up);
-  if (!all_aligned<sizeof(d_gate)>(gate, up, grad, grad_gate, grad_up)) {
-    swiglu_backward_scalar(gate, up, grad, grad_gate, grad_up, n);
-    return;
-  }
+  silu_mul_grads_vector<Access>(Access::load(gate, at.gate), Access::load(up, at.up),
+                                Access::load(grad, at.out), d_gate, d_up);
   if (at.mine) {
-    Access::store(grad_gate, at.i, d_gate);
-    Access::store(grad_up, at.i, d_up);
+    Access::store(grad_gate, at.gate, d_gate);
+    Access::store(grad_up, at.up, d_up);
   }
-}
-
-template <typename T>
-__device__ __noinline__ void silu_and_mul_backward_scalar(const T* x, const T* grad, T* grad_x,
-                                                          long long rows, long long cols) {
-  silu_and_mul_backward_rows<ScalarAccess<T>>(x, grad, grad_x, rows, cols);
 }
 
 template <typename Access, typename T>
 __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T* grad, T* grad_x,
-                                                            long long rows, long long cols) {
+                                                            long long cols) {
   const ExactChunk at = exact_row_chunk<Access>(cols);
-  const T* gate = x + at.input_row;
   typename Access::Raw d_gate;
   typename Access::Raw d_up;
-  silu_mul_grads_vector<Access>(exact_load<Access>(gate, at),
-                                exact_load<Access>(gate + at.width, at),
-                                exact_load<Access>(grad + at.output_row, at), d_gate, d_up);
-  if (!all_aligned<sizeof(d_gate)>(x, grad, grad_x)) {
-    silu_and_mul_backward_scalar(x, grad, grad_x, rows, cols);
-    return;
-  }
+  silu_mul_grads_vector<Access>(Access::load(x, at.gate), Access::load(x, at.up),
+                                Access::load(grad, at.out), d_gate, d_up);
   if (at.mine) {
-    T* grad_gate = grad_x + at.input_row;
-    Access::store(grad_gate, at.i, d_gate);
-    Access::store(grad_gate + at.width, at.i, d_up);
+    Access::store(grad_x, at.gate, d_gate);
+    Access::store(grad_x, at.up, d_up);
   }
 }
 
@@ -1825,7 +1790,7 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
 template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     silu_and_mul_exact(const T* x, T* out, long long rows, long long cols) {
-  ::silu_and_mul_exact<VectorAccess<T, kBytes>>(x, out, rows, cols);
+  ::silu_and_mul_exact<VectorAccess<T, kBytes>>(x, out, cols);
 }
 
 // The blocks of kRowBlockThreads an SM the general forward rms_norm is built for at least (its
@@ -1959,7 +1924,7 @@ template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     silu_and_mul_backward_exact(const T* x, const T* grad, T* grad_x, long long rows,
                                 long long cols) {
-  ::silu_and_mul_backward_exact<VectorAccess<T, kBytes>>(x, grad, grad_x, rows, cols);
+  ::silu_and_mul_backward_exact<VectorAccess<T, kBytes>>(x, grad, grad_x, cols);
 }
 
 // row_scales is float32 [rows], the forward's (rms_norm's row_scales); grad_extra and

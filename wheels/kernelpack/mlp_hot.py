@@ -23,7 +23,9 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .mlp_launch import (
+    ElementwiseLaunch,
     NormLaunch,
+    alignment_of,
     device_target,
     kernel_name,
     load_kernel,
@@ -62,8 +64,11 @@ KERNEL_OF = {op: op.removeprefix("fused_") for op in SPECS}
 # when there are no elements; grid; block; the integers the kernel takes after the tensors'
 # pointers: its sizes, for the norms after a null row_scales (0: the hot path, inference, stores
 # no row scales); the weight's shape or None; the result's shape, None where it is the first
-# input's)
-Entry = tuple[Any, Any, Any, tuple[int, ...], Any, Any]
+# input's; the alignment in bytes every pointer must have for this launch (an exact elementwise
+# form's vector, else 1); the general kernel's launch, same grid and arguments, for pointers
+# short of it (None where the alignment is 1). The C hot call refuses pointers short of the
+# alignment (the full path then launches the general kernel).
+Entry = tuple[Any, Any, Any, tuple[int, ...], Any, Any, int, Any]
 Key = tuple[Any, int, Any]  # (torch dtype, device index, the first tensor's torch.Size)
 
 TORCH_TYPES: set[type] = set()  # torch.Tensor and the subclasses accepted (nn.Parameter)
@@ -139,9 +144,10 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
     name = kernel_name(KERNEL_OF[op], dtype)
     geometry: tuple[Any, Any] = (1, 1)  # no elements: nothing is launched
     norm: NormLaunch | None = None
+    elementwise: ElementwiseLaunch | None = None
     if op == "swiglu":
         rows, after_pointers = n, (n,)
-        name, geometry = swiglu_launch(op, n, dtype)
+        elementwise = swiglu_launch(op, n, dtype) if n else None
     else:
         if op == "silu_and_mul":
             cols //= 2
@@ -151,24 +157,27 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
         rows = n // shape[-1] if cols else 0
         after_pointers = (rows, cols) if op == "silu_and_mul" else (0, rows, cols)
         if rows * cols and op == "silu_and_mul":
-            name, geometry = silu_and_mul_launch(op, rows, cols, dtype)
+            elementwise = silu_and_mul_launch(op, rows, cols, dtype)
         elif rows * cols:
             norm = norm_launch(KERNEL_OF[op], rows, cols, dtype, device_target(device))
             name, geometry = norm.name, (norm.grid, norm.block)
+    alignment, general = 1, None
+    if elementwise is not None:
+        name, geometry = elementwise.name, (elementwise.grid, elementwise.block)
+        alignment = elementwise.alignment
+        if alignment > 1:
+            general = _bare_launch(load_kernel(device, elementwise.general).launch)
     launch = None
     if rows * cols:
         kernel = load_kernel(device, name)
-        launch = kernel.launch
         shared_mem = norm_shared_mem(kernel, norm) if norm is not None else 0
-        _, launcher_type = _native_types()
-        owner = getattr(launch, "__self__", None)
         if shared_mem:
             # a callable launcher.c calls with the stream as a keyword, a little slower than a
             # Launcher: only norms held to fewer blocks an SM, FIXED_CAP_ROWS rows or more, whose
             # kernels run for tens of microseconds
-            launch = functools.partial(launch, shared_mem=shared_mem)
-        elif launcher_type is not None and type(owner) is launcher_type:
-            launch = owner  # launcher.c calls its launch without the bound method
+            launch = functools.partial(kernel.launch, shared_mem=shared_mem)
+        else:
+            launch = _bare_launch(kernel.launch)
     memo[key] = entry = (
         launch,
         geometry[0],
@@ -176,15 +185,30 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
         after_pointers,
         weight_shape,
         result_shape,
+        alignment,
+        general,
     )
     return entry
 
 
+def _bare_launch(launch: Any) -> Any:
+    """A kernel's bound launch method as launcher.c calls it fastest: its C Launcher itself (called
+    without the bound method), or the method where the extension was not built."""
+    _, launcher_type = _native_types()
+    owner = getattr(launch, "__self__", None)
+    if launcher_type is not None and type(owner) is launcher_type:
+        return owner
+    return launch
+
+
 def launch_entry(entry: Entry, pointers: tuple[Any, ...], eps: float | None, stream: int) -> None:
-    """An entry's launch from Python, as launcher.c's hot_launch makes it."""
+    """An entry's launch from Python, as launcher.c's hot_launch makes it; the general kernel's
+    where the pointers are short of the entry's alignment (which the hot call refuses)."""
     launch, grid, block, after_pointers = entry[0], entry[1], entry[2], entry[3]
     if launch is None:
         return
+    if entry[6] > 1 and alignment_of(*pointers) % entry[6]:
+        launch = entry[7]
     call: Any = getattr(launch, "launch", launch)  # a C Launcher's launch, or the callable
     extra = () if eps is None else (eps,)
     call(grid, block, *pointers, *after_pointers, *extra, stream=stream)

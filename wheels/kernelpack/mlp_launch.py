@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from .arrays import pointer_of
+
 MODULE = "mlp"
 
 # dtype name -> the template argument of its kernels: mlp.cu defines each op as a template,
@@ -199,22 +201,46 @@ def silu_and_mul_geometry(rows: int, cols: int, dtype: str) -> tuple[tuple[int, 
     return (grid_x, grid_y), block
 
 
-def swiglu_launch(op: str, n: int, dtype: str) -> tuple[str, tuple[int, int]]:
-    """(kernel name, (grid, block)) of ``op`` ("swiglu" or "swiglu_backward") over n elements: the
-    exact form ("mlp::swiglu_exact<float, 16>") where :func:`exact_vector_bytes` allows it."""
+class ElementwiseLaunch(NamedTuple):
+    """An elementwise op's launch for a shape: ``name`` the kernel for pointers aligned to
+    ``alignment`` bytes (the exact form, "mlp::swiglu_exact<float, 16>", where
+    :func:`exact_vector_bytes` allows it; else the general kernel, alignment 1), ``general`` the
+    general kernel ("mlp::swiglu<float>"), which takes the same arguments on the same grid and any
+    alignment. The exact forms do not test their pointers (mlp.cu): :meth:`kernel_for` is the
+    choice for a call's pointers."""
+
+    name: str
+    general: str
+    grid: Any  # int, or (x, y) for silu_and_mul's
+    block: int
+    alignment: int
+
+    def kernel_for(self, pointers_alignment: int) -> str:
+        """The kernel for pointers aligned to ``pointers_alignment`` (:func:`alignment_of`)."""
+        return self.name if pointers_alignment % self.alignment == 0 else self.general
+
+
+def swiglu_launch(op: str, n: int, dtype: str) -> ElementwiseLaunch:
+    """``op``'s launch ("swiglu" or "swiglu_backward") over n elements."""
     grid, block = swiglu_geometry(n, dtype)
     vector_bytes = exact_vector_bytes(grid * block, 1, n, dtype)
-    return _exact_or_general(op, dtype, vector_bytes), (grid, block)
+    return _elementwise_launch(op, dtype, vector_bytes, grid, block)
 
 
-def silu_and_mul_launch(
-    op: str, rows: int, cols: int, dtype: str
-) -> tuple[str, tuple[tuple[int, int], int]]:
-    """(kernel name, (grid, block)) of ``op`` ("silu_and_mul" or "silu_and_mul_backward"), the
-    exact form where :func:`exact_vector_bytes` allows it (cols: the output's row)."""
+def silu_and_mul_launch(op: str, rows: int, cols: int, dtype: str) -> ElementwiseLaunch:
+    """``op``'s launch ("silu_and_mul" or "silu_and_mul_backward") over rows of cols outputs."""
     (grid_x, grid_y), block = silu_and_mul_geometry(rows, cols, dtype)
     vector_bytes = exact_vector_bytes(grid_x * block, rows, cols, dtype) if grid_y == rows else 0
-    return _exact_or_general(op, dtype, vector_bytes), ((grid_x, grid_y), block)
+    return _elementwise_launch(op, dtype, vector_bytes, (grid_x, grid_y), block)
+
+
+def alignment_of(*pointers: Any) -> int:
+    """The largest power of two, up to VECTOR_BYTES, that divides every address (ints, or arrays
+    the launcher reads: :func:`kernelpack.arrays.pointer_of`); a null pointer divides by any."""
+    bits = 0
+    for pointer in pointers:
+        bits |= pointer_of(pointer)
+    return min(bits & -bits, VECTOR_BYTES) if bits else VECTOR_BYTES
 
 
 def exact_vector_bytes(threads: int, rows: int, cols: int, dtype: str) -> int:
@@ -232,12 +258,16 @@ def exact_vector_bytes(threads: int, rows: int, cols: int, dtype: str) -> int:
     return vector_bytes if covered and rows * 2 * cols < MAX_GRID_THREADS else 0
 
 
-def _exact_or_general(op: str, dtype: str, vector_bytes: int) -> str:
-    """The exact form of an elementwise op in vectors of ``vector_bytes``, or (0) its general
-    kernel."""
+def _elementwise_launch(
+    op: str, dtype: str, vector_bytes: int, grid: Any, block: int
+) -> ElementwiseLaunch:
+    """An elementwise op's launch: its exact form in vectors of ``vector_bytes``, or (0) its
+    general kernel alone."""
+    general = kernel_name(op, dtype)
     if vector_bytes:
-        return kernel_name(op + "_exact", dtype, vector_bytes)
-    return kernel_name(op, dtype)
+        exact = kernel_name(op + "_exact", dtype, vector_bytes)
+        return ElementwiseLaunch(exact, general, grid, block, vector_bytes)
+    return ElementwiseLaunch(general, general, grid, block, 1)
 
 
 def _threads_needed(cols: int, dtype: str, cached: int) -> int:
@@ -427,8 +457,9 @@ def launch_swiglu(
 ) -> None:
     if n == 0:
         return
-    name, (grid, block) = swiglu_launch("swiglu", n, dtype)
-    load_kernel(device, name).launch(grid, block, gate, up, out, n, stream=stream)
+    launch = swiglu_launch("swiglu", n, dtype)
+    name = launch.kernel_for(alignment_of(gate, up, out))
+    load_kernel(device, name).launch(launch.grid, launch.block, gate, up, out, n, stream=stream)
 
 
 def launch_silu_and_mul(
@@ -436,8 +467,9 @@ def launch_silu_and_mul(
 ) -> None:
     if rows * cols == 0:
         return
-    name, (grid, block) = silu_and_mul_launch("silu_and_mul", rows, cols, dtype)
-    load_kernel(device, name).launch(grid, block, x, out, rows, cols, stream=stream)
+    launch = silu_and_mul_launch("silu_and_mul", rows, cols, dtype)
+    name = launch.kernel_for(alignment_of(x, out))
+    load_kernel(device, name).launch(launch.grid, launch.block, x, out, rows, cols, stream=stream)
 
 
 def _launch_norm(
@@ -519,9 +551,10 @@ def launch_swiglu_backward(
 ) -> None:
     if n == 0:
         return
-    name, (grid, block) = swiglu_launch("swiglu_backward", n, dtype)
+    launch = swiglu_launch("swiglu_backward", n, dtype)
+    name = launch.kernel_for(alignment_of(gate, up, grad, grad_gate, grad_up))
     load_kernel(device, name).launch(
-        grid, block, gate, up, grad, grad_gate, grad_up, n, stream=stream
+        launch.grid, launch.block, gate, up, grad, grad_gate, grad_up, n, stream=stream
     )
 
 
@@ -530,8 +563,11 @@ def launch_silu_and_mul_backward(
 ) -> None:
     if rows * cols == 0:
         return
-    name, (grid, block) = silu_and_mul_launch("silu_and_mul_backward", rows, cols, dtype)
-    load_kernel(device, name).launch(grid, block, x, grad, grad_x, rows, cols, stream=stream)
+    launch = silu_and_mul_launch("silu_and_mul_backward", rows, cols, dtype)
+    name = launch.kernel_for(alignment_of(x, grad, grad_x))
+    load_kernel(device, name).launch(
+        launch.grid, launch.block, x, grad, grad_x, rows, cols, stream=stream
+    )
 
 
 def launch_rms_norm_backward(

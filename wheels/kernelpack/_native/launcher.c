@@ -472,13 +472,25 @@ static const HotSpec hot_specs[] = {
 #define HOT_MAX_DIMS 8  /* tensors of more dimensions take the full checks */
 #define HOT_SLOTS 4     /* the shapes a hot call remembers; older ones are looked up again */
 
-/* A prepared entry: (launch, grid, block, sizes, weight shape, result shape). launch is a
- * Launcher (called here directly), another callable (launch(grid, block, *args, stream=)) or None
- * (no elements: nothing to launch); sizes the integers the kernel takes after the tensors'
- * pointers (a norm's null row_scales, then the sizes);
- * the weight shape None where the op has no weight; the result shape None where it is the first
- * input's. */
-enum { ENTRY_LAUNCH, ENTRY_GRID, ENTRY_BLOCK, ENTRY_SIZES, ENTRY_WEIGHT, ENTRY_RESULT, ENTRY_ITEMS };
+/* A prepared entry: (launch, grid, block, sizes, weight shape, result shape, alignment, general
+ * launch). launch is a Launcher (called here directly), another callable (launch(grid, block,
+ * *args, stream=)) or None (no elements: nothing to launch); sizes the integers the kernel takes
+ * after the tensors' pointers (a norm's null row_scales, then the sizes); the weight shape None
+ * where the op has no weight; the result shape None where it is the first input's; alignment the
+ * bytes every pointer must be aligned to (an exact elementwise form's vector, else 1): a call
+ * short of it is not for the hot path. The general launch, for those calls, is the Python
+ * side's (kernelpack/mlp_hot.py). */
+enum {
+    ENTRY_LAUNCH,
+    ENTRY_GRID,
+    ENTRY_BLOCK,
+    ENTRY_SIZES,
+    ENTRY_WEIGHT,
+    ENTRY_RESULT,
+    ENTRY_ALIGNMENT,
+    ENTRY_GENERAL,
+    ENTRY_ITEMS
+};
 
 typedef struct {
     int ndim;
@@ -493,6 +505,7 @@ typedef struct {
     kp_dl_dtype dtype;
     kp_dl_device device;
     HotShape first, weight, result;
+    unsigned long long alignment; /* a power of two */
 } HotSlot;
 
 typedef struct {
@@ -645,7 +658,9 @@ static HotSlot *hot_slot(HotPath *self, PyObject *first, const kp_dl_tensor *vie
     memcpy(found.first.sizes, view->shape, sizeof(int64_t) * (size_t)view->ndim);
     if (entry == NULL || !PyTuple_Check(entry) || PyTuple_Size(entry) != ENTRY_ITEMS ||
         read_shape(PyTuple_GetItem(entry, ENTRY_WEIGHT), &found.first, &found.weight) ||
-        read_shape(PyTuple_GetItem(entry, ENTRY_RESULT), &found.first, &found.result)) {
+        read_shape(PyTuple_GetItem(entry, ENTRY_RESULT), &found.first, &found.result) ||
+        read_u64(PyTuple_GetItem(entry, ENTRY_ALIGNMENT), &found.alignment) ||
+        found.alignment == 0 || (found.alignment & (found.alignment - 1))) {
         PyErr_Clear();
         Py_XDECREF(entry);
         return NULL;
@@ -697,9 +712,11 @@ static void allocation_failed(void *context, const char *kind, const char *messa
 }
 
 /* A new C-contiguous tensor of the slot's result shape, dtype and device (torch's allocator,
- * through the exchange API), with its address; NULL (no exception left set) when torch could not
- * make it: the call then leaves the hot path, whose allocation raises torch's own error. */
-static PyObject *hot_result(HotPath *self, const HotSlot *slot, PyObject **address) {
+ * through the exchange API), with its address, which is also or-ed into *bits; NULL (no
+ * exception left set) when torch could not make it: the call then leaves the hot path, whose
+ * allocation raises torch's own error. */
+static PyObject *hot_result(HotPath *self, const HotSlot *slot, PyObject **address,
+                            uintptr_t *bits) {
     kp_dl_tensor prototype = {
         .device = slot->device,
         .ndim = slot->result.ndim,
@@ -711,6 +728,7 @@ static PyObject *hot_result(HotPath *self, const HotSlot *slot, PyObject **addre
     if (self->api->allocate(&prototype, &made, NULL, allocation_failed) != 0 || made == NULL)
         return NULL;
     uintptr_t data = (uintptr_t)made->tensor.data + (uintptr_t)made->tensor.byte_offset;
+    *bits |= data;
     if (self->api->managed_to_object(made, &tensor) != 0) {
         PyErr_Clear();
         return NULL;
@@ -802,7 +820,12 @@ static PyObject *hot_call(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NOTIMPLEMENTED;
     }
     /* The launch's pointers: the inputs, then the results (out=, the new ones, or, in place,
-     * x and residual). The views' addresses are read before anything is allocated. */
+     * x and residual). The views' addresses are read before anything is allocated; all of them
+     * or-ed together (bits) must have the entry's alignment. */
+    uintptr_t bits = 0;
+    for (int i = 0; i < count; i++)
+        bits |= (uintptr_t)views[i].data + (uintptr_t)views[i].byte_offset;
+    if (bits % slot.alignment) Py_RETURN_NOTIMPLEMENTED;
     PyObject *entry = Py_NewRef(slot.entry);
     PyObject *addresses[HOT_MAX_TENSORS + 2] = {NULL};
     PyObject *made[2] = {NULL, NULL};
@@ -818,11 +841,15 @@ static PyObject *hot_call(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     }
     int allocated = out == Py_None ? spec->allocates : 0;
     for (int i = 0; i < allocated; i++) {
-        if ((made[i] = hot_result(self, &slot, &addresses[pointer_count])) == NULL) {
+        if ((made[i] = hot_result(self, &slot, &addresses[pointer_count], &bits)) == NULL) {
             result = Py_NewRef(Py_NotImplemented);
             goto failed;
         }
         pointer_count++;
+    }
+    if (bits % slot.alignment) { /* never on CUDA, whose allocator gives 512-byte blocks */
+        result = Py_NewRef(Py_NotImplemented);
+        goto failed;
     }
     if ((stream = PyLong_FromVoidPtr(raw_stream)) == NULL) goto failed;
     if (hot_launch(entry, addresses, pointer_count, eps, stream) < 0) goto failed;
