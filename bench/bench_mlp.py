@@ -191,7 +191,7 @@ def input_sets(moved_bytes: int) -> int:
     return max(1, min(MAX_SETS, math.ceil(ROTATE_BYTES / moved_bytes)))
 
 
-def _sleep_cycles(call: Callable[[int], object], sets: int) -> int:
+def sleep_cycles(call: Callable[[int], object], sets: int) -> int:
     """Warms ``call`` up and returns the GPU sleep to queue a batch of it behind: SLEEP_MARGIN
     times the host's time to queue the batch (the warm-up calls, timed), at least SLEEP_CYCLES.
     Forward+backward through autograd costs the host hundreds of µs a call, which a fixed ~8 ms
@@ -219,7 +219,7 @@ def gpu_times_us(
     batch takes the next input sets of the ring, not the sets the batch before it just read:
     those would still be in the L2 (a first try of this harness made the peers' 64 x 4096
     add_rms_norm 15% faster so, in the rounds they followed ours)."""
-    sleeps = {name: _sleep_cycles(call, sets) for name, call in calls.items()}
+    sleeps = {name: sleep_cycles(call, sets) for name, call in calls.items()}
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     samples: dict[str, list[float]] = {name: [] for name in calls}
@@ -348,9 +348,20 @@ def measure(op: Op, liger: Any, dtype: str, rows: int, cols: int, batches: int) 
     return [measure_pass(op, liger, dtype, rows, cols, batches, which) for which in passes]
 
 
-def measure_pass(
-    op: Op, liger: Any, dtype: str, rows: int, cols: int, batches: int, which: str
-) -> Row:
+@dataclass
+class PassCalls:
+    """One row's pass as the benchmark times it: each implementation's call (it takes the index of
+    its input set), the number of input sets, and the bytes a call must move."""
+
+    calls: dict[str, Callable[[int], object]]
+    sets: int
+    moved_bytes: int
+    backward: bool
+
+
+def pass_calls(op: Op, liger: Any, dtype: str, rows: int, cols: int, which: str) -> PassCalls:
+    """Ours, Liger-Kernel's (where it has the op) and torch.compile's call of one row's pass
+    ("forward" or "forward+backward"), on fresh inputs; ours checked against eager torch first."""
     torch_dtype = DTYPES[dtype]
     item = torch.finfo(torch_dtype).bits // 8
     grad = which != "forward"
@@ -395,8 +406,15 @@ def measure_pass(
             check_eager[0] if expected is None else expected,
             f"{dtype} {rows}x{cols}",
         )
-    with torch.enable_grad() if grad else torch.no_grad():
-        times = gpu_times_us(implementations, sets, batches)
+    return PassCalls(implementations, sets, moved, grad)
+
+
+def measure_pass(
+    op: Op, liger: Any, dtype: str, rows: int, cols: int, batches: int, which: str
+) -> Row:
+    prepared = pass_calls(op, liger, dtype, rows, cols, which)
+    with torch.enable_grad() if prepared.backward else torch.no_grad():
+        times = gpu_times_us(prepared.calls, prepared.sets, batches)
     return Row(
         op.name,
         dtype,
@@ -406,7 +424,7 @@ def measure_pass(
         times["ours"],
         times.get("liger"),
         times["compiled"],
-        moved,
+        prepared.moved_bytes,
     )
 
 

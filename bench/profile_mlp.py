@@ -11,10 +11,11 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         rows behind a peer beyond the run's spread in the last run, ROWS_BEHIND), after a
         warm-up, inside the NVTX range "profile": run it under
         ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
-    python bench/profile_mlp.py queue [OP:DTYPE:ROWSxCOLS ...]
-        the same rows, a batch of calls of each implementation queued back to back as
-        bench_mlp.py's, traced by torch.profiler: per call the span, the kernels' time in it and
-        the idle rest between calls, which ncu does not see
+    python bench/profile_mlp.py queue [OP:DTYPE:ROWSxCOLS[:forward+backward] ...]
+        the same rows (forward, or forward+backward), a batch of calls of each implementation
+        queued back to back as bench_mlp.py's, traced by torch.profiler: per call the span, the
+        kernels' time in it and the idle rest between calls, which ncu does not see, and each
+        kernel's time
     python bench/profile_mlp.py backward-workload
         one forward+backward of ours and torch.compile's RMSNorm at 1x4096 and 64x4096
         (bfloat16) after a warm-up, between cudaProfilerStart and cudaProfilerStop (the backward
@@ -74,12 +75,12 @@ from bench_mlp import (  # the benchmark's own measures and ops, so the figures 
     CALLS_PER_BATCH,
     DTYPES,
     OP_LIST,
-    SLEEP_CYCLES,
     HostCall,
     gpu_times_us,
     host_us_per_calls,
-    input_sets,
     liger_functions,
+    pass_calls,
+    sleep_cycles,
 )
 
 from kernelpack import mlp, mlp_hot, mlp_launch, nn, torch_ops
@@ -256,14 +257,12 @@ def _implementations() -> tuple[dict[str, Callable[..., Any]], dict[str, Callabl
 # The forward rows behind a peer beyond the run's spread in the last benchmark run
 # (docs/bench-mlp.md's "Rows behind a peer"), as OP:DTYPE:ROWSxCOLS: workload's default.
 ROWS_BEHIND = (
-    "add_rms_norm:bfloat16:64x4096",
-    "swiglu:float32:64x11008",
-    "add_rms_norm:float16:16384x8192",
-    "rms_norm:float32:16384x8192",
+    "swiglu:float32:1x11008",
     "swiglu:bfloat16:16384x14336",
-    "swiglu:float16:16384x14336",
     "silu_and_mul:bfloat16:16384x14336",
     "silu_and_mul:float16:16384x14336",
+    "add_rms_norm:float16:16384x8192",
+    "rms_norm:float32:16384x8192",
 )
 
 
@@ -314,45 +313,52 @@ def workload(specs: list[str]) -> None:
 
 
 def queue(specs: list[str]) -> None:
-    """Each row OP:DTYPE:ROWSxCOLS as ``workload`` takes them, but CALLS_PER_BATCH forward calls of
-    each implementation queued back to back behind a GPU sleep, as bench_mlp.py's batches (inputs
-    rotated over its ring of sets), traced by torch.profiler (CUPTI's kernel timestamps): per call,
-    the span from the first kernel's start to the last one's end, the kernels' own time in it, and
-    the idle rest, which ncu (kernels alone) does not see."""
+    """Each row OP:DTYPE:ROWSxCOLS[:PASS] (PASS: forward, the default, or forward+backward) with
+    bench_mlp.py's calls (its inputs, functions and ring of input sets), CALLS_PER_BATCH calls of
+    each implementation queued back to back behind a GPU sleep (its warm-up and sleep), as its
+    batches, traced by torch.profiler (CUPTI's kernel timestamps, which see autograd's thread):
+    per call, the span from the first kernel's start to the last one's end, the kernels' own time
+    in it, and the idle rest, which ncu (kernels alone) does not see; then each kernel's µs a
+    call."""
     from torch.profiler import ProfilerActivity, profile
 
     torch_ops.register()
     liger = liger_functions() or {}
-    print(f"{'row':34s} {'':8s} {'span':>8s} {'kernels':>8s} {'idle':>7s}  µs a call", flush=True)
+    print(f"{'row':50s} {'':8s} {'span':>8s} {'kernels':>8s} {'idle':>7s}  µs a call", flush=True)
     for spec in specs:
-        op, (rows, cols, dtype), implementations = _row_implementations(spec, liger)
-        sets = input_sets(op.forward_bytes(rows, cols, torch.finfo(dtype).bits // 8))
-        inputs = [op.inputs(rows, cols, dtype) for _ in range(sets)]
-        for label, function in implementations.items():
-            for i in range(sets):
-                function(*inputs[i])
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as trace:
-                torch.cuda._sleep(SLEEP_CYCLES)
-                for i in range(CALLS_PER_BATCH):
-                    function(*inputs[i % sets])
-                torch.cuda.synchronize()
+        name, dtype, size, *which = spec.split(":")
+        rows, cols = (int(n) for n in size.split("x"))
+        op = next(op for op in OP_LIST if op.name == name)
+        prepared = pass_calls(op, liger, dtype, rows, cols, which[0] if which else "forward")
+        for label, call in prepared.calls.items():
+            with torch.enable_grad() if prepared.backward else torch.no_grad():
+                sleep = sleep_cycles(call, prepared.sets)
+                with profile(activities=[ProfilerActivity.CUDA]) as trace:
+                    torch.cuda._sleep(sleep)
+                    for i in range(CALLS_PER_BATCH):
+                        call(i % prepared.sets)
+                    torch.cuda.synchronize()
             with tempfile.TemporaryDirectory() as folder:
                 path = Path(folder) / "trace.json"
                 trace.export_chrome_trace(str(path))
                 events = json.loads(path.read_text())["traceEvents"]
             kernels = sorted(
-                (event["ts"], event["dur"])
+                (event["ts"], event["dur"], event["name"])
                 for event in events
                 if event.get("cat") == "kernel" and "spin_kernel" not in event["name"]
             )
             span = (kernels[-1][0] + kernels[-1][1] - kernels[0][0]) / CALLS_PER_BATCH
-            busy = sum(duration for _, duration in kernels) / CALLS_PER_BATCH
+            busy = sum(duration for _, duration, _ in kernels) / CALLS_PER_BATCH
             print(
-                f"{spec:34s} {label:8s} {span:8.2f} {busy:8.2f} {span - busy:7.2f}  "
+                f"{spec:50s} {label:8s} {span:8.2f} {busy:8.2f} {span - busy:7.2f}  "
                 f"({len(kernels) // CALLS_PER_BATCH} kernels a call)",
                 flush=True,
             )
+            by_name: dict[str, float] = {}
+            for _, duration, kernel in kernels:
+                by_name[kernel] = by_name.get(kernel, 0.0) + duration / CALLS_PER_BATCH
+            for kernel, us in by_name.items():
+                print(f"{'':60s}{us:8.2f}  {kernel[:100]}", flush=True)
         torch._dynamo.reset()
 
 
@@ -886,8 +892,8 @@ def main() -> None:
     parser.add_argument(
         "specs",
         nargs="*",
-        help="variants: NAME:CUBIN:ELEMENTS:SLICES; forward-variants: NAME:CUBIN; workload and "
-        "queue: OP:DTYPE:ROWSxCOLS (default: the rows behind a peer in the last run)",
+        help="variants: NAME:CUBIN:ELEMENTS:SLICES; forward-variants: NAME:CUBIN; workload: "
+        "OP:DTYPE:ROWSxCOLS, queue: OP:DTYPE:ROWSxCOLS[:forward+backward] (default: the rows behind a peer in the last run)",
     )
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument(

@@ -44,7 +44,12 @@ MLP_EXACT = (  # also templated on the vector's bytes
     "silu_and_mul_backward_exact",
 )
 MLP_TYPES = ("float", "__half", "__nv_bfloat16")
-MLP_FIXED = ("rms_norm_fixed", "rms_norm_fixed_full", "add_rms_norm_fixed")  # and on the length
+MLP_FIXED = (
+    "rms_norm_fixed",
+    "rms_norm_fixed_full",
+    "add_rms_norm_fixed",
+    "add_rms_norm_fixed_full",
+)  # and on the length
 # walk.cu's register walks: residues D <= 4 (D <= 2 for m = 4), float64 D <= 4, 3, 1 for m = 2, 3, 4
 RESIDUE_DEGREES = {2: 4, 3: 4, 4: 2}
 FLOAT_DEGREES = {2: 4, 3: 3, 4: 1}
@@ -458,7 +463,7 @@ def check_fixed_caps_hold_fewer(kernels: dict[str, dict[str, int]]) -> None:
     fits more blocks than its cap wants measuring again, not a cap that does nothing."""
     types = mlp_launch.KERNEL_TYPE
     for (op, dtype, cols), blocks in mlp_launch.FIXED_BLOCKS_PER_SM.items():
-        form = "rms_norm_fixed_full" if op == "rms_norm" else f"{op}_fixed"
+        form = f"{op}_fixed_full"
         threads = mlp_launch.fixed_threads(cols, dtype)
         registers = kernels[f"mlp::{form}<{types[dtype]}, {cols}>"]["registers"]
         natural = sm90_resident_threads(registers, threads) // threads

@@ -309,6 +309,32 @@ def test_norm_launch_takes_the_fixed_short_or_general_kernel(
     assert launch[:3] == ("mlp::" + name, grid, block)
 
 
+@pytest.mark.parametrize(
+    ("rows", "dtype", "form"),
+    [
+        (1, "bfloat16", "add_rms_norm_fixed_full"),  # 16-bit: few rows are faster without
+        (63, "float16", "add_rms_norm_fixed_full"),
+        (64, "bfloat16", "add_rms_norm_fixed"),
+        (132, "float16", "add_rms_norm_fixed"),
+        (1, "float32", "add_rms_norm_fixed"),
+        (133, "float32", "add_rms_norm_fixed_full"),  # more rows than SMs
+        (133, "bfloat16", "add_rms_norm_fixed_full"),
+    ],
+)
+def test_add_rms_norm_streams_its_rows_from_the_measured_row_count(
+    rows: int, dtype: str, form: str
+) -> None:
+    """add_rms_norm's fixed-length rows take the streaming few-row form (add_rms_norm_fixed) from
+    STREAMING_FROM_ROWS rows (every count for float32) to SHORT_ROWS_MAX, the form for many rows
+    (add_rms_norm_fixed_full) elsewhere: the row counts written out by hand."""
+    launch = mlp_launch.norm_launch("add_rms_norm", rows, 4096, dtype, "sm_90")
+    assert launch[:3] == (
+        mlp_launch.kernel_name(form, dtype, 4096),
+        rows,
+        (256 if dtype != "float32" else 512, 1),
+    )
+
+
 @pytest.mark.parametrize("target", ["sm_80", "sm_120", "gfx942"])
 def test_norm_launch_takes_the_h200_choices_on_sm_90_alone(target: str) -> None:
     """Elsewhere rms_norm's float32 rows of 8192 keep rms_norm_fixed_full at every row count, and
@@ -859,7 +885,8 @@ def test_fixed_row_kernels_are_right_at_any_alignment(
     stored_sum = (x.double() + residual.double()).to(x.dtype)
     expected_x = ref_rms_norm(torch, stored_sum, weight, EPS)
     scales_buffer, scales = poisoned(torch_rng, (rows,), "float32")
-    name = mlp_launch.kernel_name("add_rms_norm_fixed", dtype, fixed_cols)
+    add_form = "add_rms_norm_fixed_full" if form == "rms_norm_fixed_full" else "add_rms_norm_fixed"
+    name = mlp_launch.kernel_name(add_form, dtype, fixed_cols)
     mlp_launch.load_kernel("cuda:0", name).launch(
         rows,
         (mlp_launch.fixed_threads(fixed_cols, dtype), 1),
@@ -888,6 +915,7 @@ NULL_SCALE_FORMS = [
     ("", None, 5, 64, 2),
     ("_short", None, 7, 64, 1),
     ("_fixed", 4096, None, None, 1),
+    ("_fixed_full", 4096, None, None, 1),
 ]
 
 

@@ -34,7 +34,7 @@
 //                            one row a block at a time (grid-stride), blockDim.x threads (a power
 //                            of two, at most kShortRowThreads), blockDim.y == 1; a thread takes
 //                            one or two vectors of a row (the scalar loop past that).
-//   rms_norm_fixed_*, rms_norm_fixed_full_*, add_rms_norm_fixed_*
+//   rms_norm_fixed_*, rms_norm_fixed_full_*, add_rms_norm_fixed_*, add_rms_norm_fixed_full_*
 //                            (T, COLS): exact, as the exact elementwise forms: rows of exactly
 //                            COLS elements, a block for each row (no loop), blockDim.x ==
 //                            FixedRow<T, COLS>::kThreads, blockDim.y == 1; any alignment.
@@ -222,6 +222,60 @@ struct VectorAccess {
 
 template <typename T>
 using NarrowAccess = VectorAccess<T, kNarrowBytes>;
+
+// VectorAccess for data a kernel reads or writes once: on NVIDIA PTX's .cs ("cache streaming",
+// evict first in L1 and L2) on loads and stores alike. Taken (RowAccess) by the 16-byte exact
+// elementwise forms and by the fixed norms' few-row forms (rms_norm_fixed, add_rms_norm_fixed),
+// for their rows only (not for the weight, which every row reads). Why, on the H200 (kernels
+// queued back to back as the benchmark's batches, each form against the same code without the
+// hints in one process; docs/bench-mlp-notes.md, nineteenth session): the idle time between one
+// kernel's end and the next one's start was 1.1-1.4 us after ours at 64 rows, 0.9-1.0 after
+// torch.compile's and after an empty kernel, and with .cs 0.9-1.0; float32 SwiGLU at 64 x 11008
+// took 4.02 us a call where it took 4.64 (compile 4.52), float32 add_rms_norm at 64 x 4096 3.39
+// where 3.57 (compile 3.95). At one row the idle time was the same either way: the 8-byte exact
+// forms (one short row) keep VectorAccess, and 16-bit add_rms_norm takes its form for many rows
+// below 64 rows (kernelpack.mlp_launch.STREAMING_FROM_ROWS). For many rows the evicted lines
+// cost the next kernel: backwards that read the forward's input and output again took 2.4-3.7%
+// longer in a benchmark run with .cs forward norms at 4096 and 16384 rows, so the forms for many
+// rows (rms_norm_fixed_full, add_rms_norm_fixed_full, rms_norm_fixed_reread) keep VectorAccess;
+// the elementwise forms were level there (SwiGLU 16384 x 14336, forward and backward). .cs on the
+// loads alone, or loads that skip L1, took 4-5% longer at the largest rows. On AMD plain accesses
+// (unmeasured there).
+template <typename T, int kBytes = kVectorBytes>
+struct StreamingAccess : VectorAccess<T, kBytes> {
+  using Raw = typename VectorAccess<T, kBytes>::Raw;
+
+  static __device__ __forceinline__ Raw load(const T* base, long long i) {
+#if defined(__HIP_PLATFORM_AMD__)
+    return VectorAccess<T, kBytes>::load(base, i);
+#else
+    return __ldcs(reinterpret_cast<const Raw*>(base) + i);
+#endif
+  }
+  static __device__ __forceinline__ void store(T* base, long long i, Raw raw) {
+#if defined(__HIP_PLATFORM_AMD__)
+    VectorAccess<T, kBytes>::store(base, i, raw);
+#else
+    __stcs(reinterpret_cast<Raw*>(base) + i, raw);
+#endif
+  }
+};
+
+// StreamingAccess where kStreaming, else VectorAccess.
+template <bool kStreaming, typename T, int kBytes = kVectorBytes>
+struct RowAccess {
+  using Type = VectorAccess<T, kBytes>;
+};
+
+template <typename T, int kBytes>
+struct RowAccess<true, T, kBytes> {
+  using Type = StreamingAccess<T, kBytes>;
+};
+
+// The exact elementwise forms' access: streaming for the 16-byte vectors, not for the 8-byte ones
+// of one short row.
+template <typename T, int kBytes>
+using ExactAccess = typename RowAccess<kBytes == kVectorBytes, T, kBytes>::Type;
 
 // Whether the grid asks for the narrow vector: a thread (along x) for every narrow chunk of n
 // elements. The same for every thread of the grid.
@@ -922,14 +976,17 @@ __device__ __noinline__ void fixed_scalar_row(const T* x, const T* residual, T* 
 }
 
 // Row blockIdx.x of kCols elements (the grid has a block for each row); any alignment. row_scales
-// as rms_norm's. kRereadRow: the row is read again after the block sum (the first read through
+// as rms_norm's. kStreaming: the row's loads and stores through StreamingAccess (the forms for few
+// rows). kRereadRow: the row is read again after the block sum (the first read through
 // load_kept) rather than kept in registers; the same arithmetic, the same result.
-template <int kCols, bool kAddResidual, bool kRereadRow = false, typename T>
+template <int kCols, bool kAddResidual, bool kStreaming, bool kRereadRow = false, typename T>
 __device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T* residual_out,
                                                const T* weight, T* out, float* row_scales,
                                                float eps) {
   static_assert(!(kRereadRow && kAddResidual), "the sum with the residual is kept, not reread");
-  using Access = VectorAccess<T>;
+  static_assert(!(kRereadRow && kStreaming), "the first read keeps the lines for the second");
+  // The row's loads and stores (the weight's through VectorAccess: every row reads it).
+  using Access = typename RowAccess<kStreaming, T>::Type;
   using Raw = typename Access::Raw;
   using Row = FixedRow<T, kCols>;
   constexpr int kWidth = Row::kWidth;
@@ -952,7 +1009,7 @@ __device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T*
       values[c] = load_kept(x_row, thread + c * kThreads);
     } else {
       values[c] = Access::load(x_row, thread + c * kThreads);
-      weights[c] = Access::load(weight_row, thread + c * kThreads);
+      weights[c] = VectorAccess<T>::load(weight_row, thread + c * kThreads);
     }
     if constexpr (kAddResidual) {
       residuals[c] = Access::load(residual_row, thread + c * kThreads);
@@ -995,7 +1052,7 @@ __device__ __forceinline__ void rms_norm_fixed(const T* x, const T* residual, T*
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       values[c] = Access::load(x_row, thread + c * kThreads);
-      weights[c] = Access::load(weight_row, thread + c * kThreads);
+      weights[c] = VectorAccess<T>::load(weight_row, thread + c * kThreads);
     }
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
@@ -1784,13 +1841,13 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
 template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     swiglu_exact(const T* gate, const T* up, T* out, long long n) {
-  ::swiglu_exact<VectorAccess<T, kBytes>>(gate, up, out, n);
+  ::swiglu_exact<ExactAccess<T, kBytes>>(gate, up, out, n);
 }
 
 template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     silu_and_mul_exact(const T* x, T* out, long long rows, long long cols) {
-  ::silu_and_mul_exact<VectorAccess<T, kBytes>>(x, out, cols);
+  ::silu_and_mul_exact<ExactAccess<T, kBytes>>(x, out, cols);
 }
 
 // The blocks of kRowBlockThreads an SM the general forward rms_norm is built for at least (its
@@ -1852,8 +1909,8 @@ template <typename T, int kCols>
 __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
     rms_norm_fixed(const T* x, const T* weight, T* out, float* row_scales,
                    long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<kCols, false>(x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr),
-                                 weight, out, row_scales, eps);
+  ::rms_norm_fixed<kCols, false, true>(x, static_cast<const T*>(nullptr),
+                                       static_cast<T*>(nullptr), weight, out, row_scales, eps);
 }
 
 // rms_norm_fixed for more rows than the SMs (the host's choice), its registers bounded so that
@@ -1861,18 +1918,19 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
 // thirteenth session), against rms_norm_fixed at ptxas's 40-42 registers, in 16-bit: 512 x 8192
 // 6.0 us where it took 7.0, 4096 x 8192 35.7 where it took 36.6, 4096 x 4096 19.0 where 19.8;
 // but up to 132 rows 0.01-0.04 us slower (1 x 4096 2.15 against 2.11), where no SM holds more
-// than one row's block either way. add_rms_norm_fixed, a vector of the residual more, has no
-// such form: bounded so, bfloat16 spilled and 16384 x 8192 took 268 us, not 259. It wants the
-// other way: float16's, at ptxas's 40 registers, fits three blocks an SM, and capped at two (by
-// dynamic shared memory) took 1.0-1.6% less at 4096 and 16384 x 8192. The host now holds both
-// forms so on sm_90 from 4096 rows on, where the H200 measured it faster (mlp_launch.py's
-// FIXED_BLOCKS_PER_SM, docs/bench-mlp-notes.md, fifteenth session).
+// than one row's block either way. add_rms_norm's form for many rows (add_rms_norm_fixed_full),
+// a vector of the residual more, is not bounded so: bounded, bfloat16 spilled and 16384 x 8192
+// took 268 us, not 259. It wants the other way: float16's, at ptxas's 40 registers, fits three
+// blocks an SM, and capped at two (by dynamic shared memory) took 1.0-1.6% less at 4096 and
+// 16384 x 8192. The host now holds both forms so on sm_90 from 4096 rows on, where the H200
+// measured it faster (mlp_launch.py's FIXED_BLOCKS_PER_SM, docs/bench-mlp-notes.md, fifteenth
+// session).
 template <typename T, int kCols>
 __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
                                   (FixedRow<T, kCols>::kFullMinBlocks))
     rms_norm_fixed_full(const T* x, const T* weight, T* out, float* row_scales,
                         long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<kCols, false, kFullRereadsRow<T, kCols>>(
+  ::rms_norm_fixed<kCols, false, false, kFullRereadsRow<T, kCols>>(
       x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out, row_scales, eps);
 }
 
@@ -1888,7 +1946,7 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
                                   (kBoundCountsBlocks ? kRereadMinBlocks : 1))
     rms_norm_fixed_reread(const T* x, const T* weight, T* out, float* row_scales,
                           long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<kCols, false, kCacheHints>(
+  ::rms_norm_fixed<kCols, false, false, kCacheHints>(
       x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out, row_scales, eps);
 }
 
@@ -1897,7 +1955,17 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
     add_rms_norm_fixed(const T* x, const T* residual, const T* weight, T* out, T* residual_out,
                        float* row_scales, long long /* rows: the grid */,
                        long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<kCols, true>(x, residual, residual_out, weight, out, row_scales, eps);
+  ::rms_norm_fixed<kCols, true, true>(x, residual, residual_out, weight, out, row_scales, eps);
+}
+
+// add_rms_norm_fixed for more rows than the SMs (the host's choice): the same, its rows through
+// VectorAccess (StreamingAccess's comment says why).
+template <typename T, int kCols>
+__global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
+    add_rms_norm_fixed_full(const T* x, const T* residual, const T* weight, T* out,
+                            T* residual_out, float* row_scales, long long /* rows: the grid */,
+                            long long /* cols: kCols */, float eps) {
+  ::rms_norm_fixed<kCols, true, false>(x, residual, residual_out, weight, out, row_scales, eps);
 }
 
 template <typename T>
@@ -1917,14 +1985,14 @@ template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     swiglu_backward_exact(const T* gate, const T* up, const T* grad, T* grad_gate, T* grad_up,
                           long long n) {
-  ::swiglu_backward_exact<VectorAccess<T, kBytes>>(gate, up, grad, grad_gate, grad_up, n);
+  ::swiglu_backward_exact<ExactAccess<T, kBytes>>(gate, up, grad, grad_gate, grad_up, n);
 }
 
 template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     silu_and_mul_backward_exact(const T* x, const T* grad, T* grad_x, long long rows,
                                 long long cols) {
-  ::silu_and_mul_backward_exact<VectorAccess<T, kBytes>>(x, grad, grad_x, cols);
+  ::silu_and_mul_backward_exact<ExactAccess<T, kBytes>>(x, grad, grad_x, cols);
 }
 
 // row_scales is float32 [rows], the forward's (rms_norm's row_scales); grad_extra and
@@ -2045,7 +2113,10 @@ template __global__ void rms_norm_weight_grad_inputs<__nv_bfloat16>(const __nv_b
   template __global__ void rms_norm_fixed_full<T, COLS>(const T*, const T*, T*, float*,         \
                                                         long long, long long, float);          \
   template __global__ void add_rms_norm_fixed<T, COLS>(const T*, const T*, const T*, T*, T*,   \
-                                                       float*, long long, long long, float);
+                                                       float*, long long, long long, float);   \
+  template __global__ void add_rms_norm_fixed_full<T, COLS>(const T*, const T*, const T*, T*,   \
+                                                            T*, float*, long long, long long,  \
+                                                            float);
 
 #define MLP_FIXED_LENGTHS(T) \
   MLP_FIXED_KERNELS(T, 4096) \

@@ -42,13 +42,23 @@ SHORT_ROW_VECTORS_MAX = 512
 # length a template argument): the host takes them for rows of these lengths (LLaMA's hidden
 # sizes; mlp.cu instantiates each), few or many; a thread takes FIXED_CHUNKS vectors for each
 # FIXED_ROW_VECTORS (begun) of a row. They are exact forms: the grid must have a block for each
-# row and the rows be of the kernel's length (any alignment). rms_norm takes its form bounded to
-# fill an SM (rms_norm_fixed_full) for more than SHORT_ROWS_MAX rows. Measured on the H200
-# against the general kernel, the host's choice past 132 rows until then (docs/bench-mlp-notes.md,
-# thirteenth session): rows of 5120 took 14-19% less in every dtype, both norms (bfloat16
-# rms_norm 4096 x 5120 23.2 us against 28.6), 512 and 1024 rows of 4096 and 8192 3-13% less, and
-# from 4096 rows on within about 1% either way (float16 add_rms_norm 16384 x 8192 1.3% more).
+# row and the rows be of the kernel's length (any alignment). For more than SHORT_ROWS_MAX rows
+# both take their form for many rows (rms_norm_fixed_full, bounded to fill an SM;
+# add_rms_norm_fixed_full), which reads and writes its rows without the few-row forms' streaming
+# cache hints (mlp.cu's StreamingAccess says why). Measured on the H200 against the general
+# kernel, the host's choice past 132 rows until then (docs/bench-mlp-notes.md, thirteenth
+# session): rows of 5120 took 14-19% less in every dtype, both norms (bfloat16 rms_norm 4096 x
+# 5120 23.2 us against 28.6), 512 and 1024 rows of 4096 and 8192 3-13% less, and from 4096 rows
+# on within about 1% either way (float16 add_rms_norm 16384 x 8192 1.3% more).
 FIXED_COLUMNS = (4096, 5120, 8192)
+# (op, dtype) -> the fewest rows that take the streaming few-row form; fewer take the form for many
+# rows. 16-bit add_rms_norm's streaming form holds 48 registers where the other holds 43, and
+# alone it took longer; from about 64 rows its shorter idle time after it pays. Measured on the
+# H200 (docs/bench-mlp-notes.md, nineteenth session), rows of 4096, streaming against not, µs a
+# call: bfloat16 1 row 2.49 against 2.30 (Liger-Kernel 2.34), 2 rows 2.49 / 2.39, 8 rows 2.54 /
+# 2.50, 64 rows 2.93 / 2.94; float16 2.48 / 2.29, 2.48 / 2.38, 2.52 / 2.51, 2.90 / 2.94; float32
+# took the streaming form faster at every count (1 row 2.68 / 2.69, 64 rows 3.14 / 3.56).
+STREAMING_FROM_ROWS = {("add_rms_norm", "bfloat16"): 64, ("add_rms_norm", "float16"): 64}
 # The blocks an SM the fixed-length forward norms are held to from FIXED_CAP_ROWS rows on, on the
 # targets of TUNED_TARGETS: (op, dtype, cols) -> blocks, fewer than their registers and
 # threads allow, the cap made by dynamic shared memory (Kernel.shared_mem_for_blocks). The rows
@@ -348,7 +358,8 @@ def norm_launch(op: str, rows: int, cols: int, dtype: str, target: str) -> NormL
     """The launch of a forward norm (``op`` "rms_norm" or "add_rms_norm") on ``target`` (the
     device's code-object target, "sm_90"): for rows of one of FIXED_COLUMNS the fixed-length
     kernel (exact: a block for each row, at :func:`fixed_threads`, so for fewer rows than a grid
-    of MAX_GRID_THREADS holds; rms_norm's bounded to fill an SM, past SHORT_ROWS_MAX rows; on
+    of MAX_GRID_THREADS holds; past SHORT_ROWS_MAX rows, and below STREAMING_FROM_ROWS, the form
+    for many rows; on
     TUNED_TARGETS, rms_norm's reread form from REREAD_FROM_ROWS rows on, and both held to
     FIXED_BLOCKS_PER_SM from FIXED_CAP_ROWS rows on), else the short-row kernel, one block a row
     and a thread per vector (a power of two, at least BLOCK_MIN), where :func:`short_rows` says
@@ -359,7 +370,7 @@ def norm_launch(op: str, rows: int, cols: int, dtype: str, target: str) -> NormL
         reread_from = REREAD_FROM_ROWS.get((dtype, cols)) if op == "rms_norm" and tuned else None
         if reread_from is not None and rows >= reread_from:
             return NormLaunch(kernel_name("rms_norm_fixed_reread", dtype, cols), rows, block, 0)
-        full = op == "rms_norm" and rows > SHORT_ROWS_MAX
+        full = not STREAMING_FROM_ROWS.get((op, dtype), 1) <= rows <= SHORT_ROWS_MAX
         name = kernel_name(f"{op}_fixed_full" if full else f"{op}_fixed", dtype, cols)
         capped = tuned and rows >= FIXED_CAP_ROWS
         blocks = FIXED_BLOCKS_PER_SM.get((op, dtype, cols), 0) if capped else 0
