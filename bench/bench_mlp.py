@@ -348,10 +348,11 @@ def measure(op: Op, liger: Any, dtype: str, rows: int, cols: int, batches: int) 
     return [measure_pass(op, liger, dtype, rows, cols, batches, which) for which in passes]
 
 
-@dataclass
+@dataclass(frozen=True)
 class PassCalls:
     """One row's pass as the benchmark times it: each implementation's call (it takes the index of
-    its input set), the number of input sets, and the bytes a call must move."""
+    its input set), the number of input sets, the bytes a call must move, and whether the pass is
+    forward+backward (timed under torch.enable_grad)."""
 
     calls: dict[str, Callable[[int], object]]
     sets: int

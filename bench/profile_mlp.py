@@ -7,7 +7,7 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         Python loop, the stream accessor, allocation, the bare launch (ints, then tensors), the
         checks, and the whole op through kernelpack.mlp and torch.ops.kernelpack
     python bench/profile_mlp.py workload [OP:DTYPE:ROWSxCOLS ...]
-        one call of ours, torch.compile's and Liger-Kernel's forward of each row (default: the
+        one call of ours, Liger-Kernel's and torch.compile's forward of each row (default: the
         rows behind a peer beyond the run's spread in the last run, ROWS_BEHIND), after a
         warm-up, inside the NVTX range "profile": run it under
         ``ncu --nvtx --nvtx-include profile/`` for their kernels alone
@@ -73,9 +73,9 @@ import torch
 import torch.nn.functional as F
 from bench_mlp import (  # the benchmark's own measures and ops, so the figures agree
     CALLS_PER_BATCH,
-    DTYPES,
     OP_LIST,
     HostCall,
+    PassCalls,
     gpu_times_us,
     host_us_per_calls,
     liger_functions,
@@ -266,70 +266,57 @@ ROWS_BEHIND = (
 )
 
 
-def _row_implementations(
-    spec: str, liger: dict[str, Any]
-) -> tuple[Any, tuple[int, int, torch.dtype], dict[str, Callable[..., Any]]]:
-    """A row OP:DTYPE:ROWSxCOLS as bench_mlp.py measures it: its Op, (rows, cols, dtype), and
-    ours, torch.compile's (a compiled function a row, as bench_mlp.py compiles) and Liger-Kernel's
-    forward where it has the op, in that order."""
-    name, dtype, size = spec.split(":")
+def _row_calls(spec: str, liger: dict[str, Any]) -> PassCalls:
+    """A row OP:DTYPE:ROWSxCOLS[:PASS] (PASS: forward, the default, or forward+backward) as
+    bench_mlp.py measures it: its calls (ours, Liger-Kernel's where it has the op, torch.compile's,
+    each taking the index of its input set), checked against eager torch."""
+    name, dtype, size, *which = spec.split(":")
     rows, cols = (int(n) for n in size.split("x"))
     op = next(op for op in OP_LIST if op.name == name)
-    implementations = {
-        "ours": op.ours,
-        "compile": torch.compile(op.eager, dynamic=False),
-        "liger": liger.get(name),
-    }
-    present = {label: f for label, f in implementations.items() if f is not None}
-    return op, (rows, cols, DTYPES[dtype]), present
+    return pass_calls(op, liger, dtype, rows, cols, which[0] if which else "forward")
 
 
 def workload(specs: list[str]) -> None:
-    """One forward call of ours, torch.compile's and Liger-Kernel's (where it has the op), in that
-    order, of each row OP:DTYPE:ROWSxCOLS, with bench_mlp.py's inputs and functions (a compiled
-    function a row, as it compiles), after a warm-up, inside the NVTX range "profile": run it
-    under ``ncu --nvtx --nvtx-include profile/`` for their kernels alone. The backward runs on
+    """One forward call of ours, Liger-Kernel's (where it has the op) and torch.compile's, in that
+    order, of each row OP:DTYPE:ROWSxCOLS, with bench_mlp.py's calls (a compiled function a row,
+    as it compiles), after a warm-up, inside the NVTX range "profile": run it under
+    ``ncu --nvtx --nvtx-include profile/`` for their kernels alone. The backward runs on
     autograd's own thread, outside the range: see ``kernels`` and ``backward-workload``."""
     torch_ops.register()
     liger = liger_functions() or {}
     calls: list[Callable[[], object]] = []
     for spec in specs:
-        op, shape, implementations = _row_implementations(spec, liger)
-        inputs = op.inputs(*shape)
-        for label, function in implementations.items():
-            calls.append(functools.partial(function, *inputs))
+        for label, call in _row_calls(spec, liger).calls.items():
+            calls.append(functools.partial(call, 0))
             print(f"call {len(calls)}: {spec} {label}", flush=True)
-    for call in calls:
-        for _ in range(3):
+    with torch.no_grad():
+        for call in calls:
+            for _ in range(3):
+                call()
+        torch.cuda.synchronize()
+        nvtx: Any = torch.cuda.nvtx  # untyped in torch
+        nvtx.range_push("profile")
+        for call in calls:
             call()
-    torch.cuda.synchronize()
-    nvtx: Any = torch.cuda.nvtx  # untyped in torch
-    nvtx.range_push("profile")
-    for call in calls:
-        call()
-    torch.cuda.synchronize()
-    nvtx.range_pop()
+        torch.cuda.synchronize()
+        nvtx.range_pop()
     print("workload done", flush=True)
 
 
 def queue(specs: list[str]) -> None:
-    """Each row OP:DTYPE:ROWSxCOLS[:PASS] (PASS: forward, the default, or forward+backward) with
-    bench_mlp.py's calls (its inputs, functions and ring of input sets), CALLS_PER_BATCH calls of
-    each implementation queued back to back behind a GPU sleep (its warm-up and sleep), as its
-    batches, traced by torch.profiler (CUPTI's kernel timestamps, which see autograd's thread):
-    per call, the span from the first kernel's start to the last one's end, the kernels' own time
-    in it, and the idle rest, which ncu (kernels alone) does not see; then each kernel's µs a
-    call."""
+    """Each row OP:DTYPE:ROWSxCOLS[:PASS] (:func:`_row_calls`) with bench_mlp.py's calls (its
+    inputs, functions and ring of input sets), CALLS_PER_BATCH calls of each implementation
+    queued back to back behind a GPU sleep (its warm-up and sleep), as its batches, traced by
+    torch.profiler (CUPTI's kernel timestamps, which see autograd's thread): per call, the span
+    from the first kernel's start to the last one's end, the kernels' own time in it, and the
+    idle rest, which ncu (kernels alone) does not see; then each kernel's µs a call."""
     from torch.profiler import ProfilerActivity, profile
 
     torch_ops.register()
     liger = liger_functions() or {}
     print(f"{'row':50s} {'':8s} {'span':>8s} {'kernels':>8s} {'idle':>7s}  µs a call", flush=True)
     for spec in specs:
-        name, dtype, size, *which = spec.split(":")
-        rows, cols = (int(n) for n in size.split("x"))
-        op = next(op for op in OP_LIST if op.name == name)
-        prepared = pass_calls(op, liger, dtype, rows, cols, which[0] if which else "forward")
+        prepared = _row_calls(spec, liger)
         for label, call in prepared.calls.items():
             with torch.enable_grad() if prepared.backward else torch.no_grad():
                 sleep = sleep_cycles(call, prepared.sets)

@@ -358,20 +358,20 @@ def norm_launch(op: str, rows: int, cols: int, dtype: str, target: str) -> NormL
     """The launch of a forward norm (``op`` "rms_norm" or "add_rms_norm") on ``target`` (the
     device's code-object target, "sm_90"): for rows of one of FIXED_COLUMNS the fixed-length
     kernel (exact: a block for each row, at :func:`fixed_threads`, so for fewer rows than a grid
-    of MAX_GRID_THREADS holds; past SHORT_ROWS_MAX rows, and below STREAMING_FROM_ROWS, the form
-    for many rows; on
-    TUNED_TARGETS, rms_norm's reread form from REREAD_FROM_ROWS rows on, and both held to
-    FIXED_BLOCKS_PER_SM from FIXED_CAP_ROWS rows on), else the short-row kernel, one block a row
-    and a thread per vector (a power of two, at least BLOCK_MIN), where :func:`short_rows` says
-    so, else the general kernel at :func:`row_geometry`."""
+    of MAX_GRID_THREADS holds; the few-row form from STREAMING_FROM_ROWS rows to SHORT_ROWS_MAX,
+    the form for many rows elsewhere; on TUNED_TARGETS, rms_norm's reread form from
+    REREAD_FROM_ROWS rows on, and both held to FIXED_BLOCKS_PER_SM from FIXED_CAP_ROWS rows on),
+    else the short-row kernel, one block a row and a thread per vector (a power of two, at least
+    BLOCK_MIN), where :func:`short_rows` says so, else the general kernel at
+    :func:`row_geometry`."""
     if cols in FIXED_COLUMNS and 0 < rows * fixed_threads(cols, dtype) < MAX_GRID_THREADS:
         tuned = target in TUNED_TARGETS
         block = (fixed_threads(cols, dtype), 1)
         reread_from = REREAD_FROM_ROWS.get((dtype, cols)) if op == "rms_norm" and tuned else None
         if reread_from is not None and rows >= reread_from:
             return NormLaunch(kernel_name("rms_norm_fixed_reread", dtype, cols), rows, block, 0)
-        full = not STREAMING_FROM_ROWS.get((op, dtype), 1) <= rows <= SHORT_ROWS_MAX
-        name = kernel_name(f"{op}_fixed_full" if full else f"{op}_fixed", dtype, cols)
+        few_rows = STREAMING_FROM_ROWS.get((op, dtype), 1) <= rows <= SHORT_ROWS_MAX
+        name = kernel_name(f"{op}_fixed" if few_rows else f"{op}_fixed_full", dtype, cols)
         capped = tuned and rows >= FIXED_CAP_ROWS
         blocks = FIXED_BLOCKS_PER_SM.get((op, dtype, cols), 0) if capped else 0
         return NormLaunch(name, rows, block, blocks)
