@@ -67,6 +67,7 @@ REAL_KERNELS = {
         *(f"mlp::rms_norm_backward_fixed<{t}, 4096>" for t in MLP_TYPES),
         *(f"mlp::rms_norm_backward_fixed<{t}, 8192>" for t in ("__half", "__nv_bfloat16")),
         *(f"mlp::rms_norm_weight_grad_inputs<{t}>" for t in ("__half", "__nv_bfloat16")),
+        *(f"mlp::rms_norm_weight_grad_input_pairs<{t}>" for t in ("__half", "__nv_bfloat16")),
     ],
     "walk": [
         *(f"walk_residues<{m}>" for m in (2, 3, 4)),

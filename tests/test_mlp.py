@@ -403,6 +403,7 @@ MIRRORED = {
     "kShortBackwardThreads": mlp_launch.SHORT_BACKWARD_THREADS,
     "kShortBackwardChunks": mlp_launch.SHORT_BACKWARD_CHUNKS,
     "kWeightGradThreads": mlp_launch.WEIGHT_GRAD_THREADS,
+    "kWeightGradInFlight": mlp_launch.WEIGHT_GRAD_IN_FLIGHT,
     "kFixedChunks": mlp_launch.FIXED_CHUNKS,
     "kFixedRowVectors": mlp_launch.FIXED_ROW_VECTORS,
     "kRereadMinBlocks": mlp_launch.REREAD_BLOCKS_PER_SM,
@@ -489,6 +490,24 @@ def test_weight_gradient_sum_slices_follow_the_partial_rows(
     cols: int, partial_rows: int, expected: tuple[int, tuple[int, int]]
 ) -> None:
     assert mlp_launch.weight_grad_geometry(cols, partial_rows) == expected
+
+
+@pytest.mark.parametrize(
+    ("cols", "rows", "expected"),
+    [
+        (4096, 2, (64, (32, 8))),  # 2048 pairs, 32 a block
+        (4096, 64, (64, (32, 8))),  # 8 rows a slice
+        (4096, 65, (128, (16, 16))),  # 9 rows a slice at 8 slices: 16
+        (4096, 129, (256, (8, 32))),  # 17 rows a slice at 16 slices: 32
+        (8192, 129, (512, (8, 32))),
+        (8192, 1000, (512, (8, 32))),  # no more than 32 slices
+        (302, 5, (5, (32, 8))),  # 151 pairs
+    ],
+)
+def test_weight_gradient_pairs_slice_the_rows_to_one_round_of_loads(
+    cols: int, rows: int, expected: tuple[int, tuple[int, int]]
+) -> None:
+    assert mlp_launch.weight_grad_pairs_geometry(cols, rows) == expected
 
 
 # ---- GPU: torch inputs, float64 references ----------------------------------------------------

@@ -332,7 +332,8 @@ def check_short_backward(
     scratch for float32 shares; null scratch where the kernel must not write any: one row in one
     block, and 16-bit types), with row scales from float64, then (unless one row in one block
     wrote the weight gradient itself) its weight sum: over the rows from the inputs and the row
-    scales (16-bit types), or over the grid's rows of float32 shares (float32)."""
+    scales (16-bit types; in pairs of columns on aligned views of even rows, a column a thread
+    on the others), or over the grid's rows of float32 shares (float32)."""
     seed = rng[1]
     x = randn(rng, (rows, cols), dtype, offset)
     weight = randn(rng, (cols,), dtype, offset)
@@ -366,10 +367,8 @@ def check_short_backward(
         pass  # the kernel wrote grad_weight itself
     elif from_inputs:
         assert bool(weight_buffer.isnan().all()), "the kernel wrote grad_weight"
-        columns, block = mlp_launch.weight_grad_geometry(cols, rows)
-        sum_name = mlp_launch.kernel_name("rms_norm_weight_grad_inputs", dtype)
-        mlp_launch.load_kernel("cuda:0", sum_name).launch(
-            columns, block, x, grad, row_scales, grad_weight, rows, cols, stream=stream()
+        mlp_launch.launch_rms_norm_weight_grad_inputs(
+            "cuda:0", dtype, x, grad, row_scales, grad_weight, rows, cols, stream()
         )
     else:
         assert bool(weight_buffer.isnan().all()), "the kernel wrote grad_weight beside its shares"
@@ -427,6 +426,32 @@ def test_weight_gradient_sum_is_right_on_any_geometry(
     kernel.launch(grid, block, partial, grad_weight, blocks, cols, stream=stream())
     want = partial.double().sum(0)
     assert_close(grad_weight, want, partial.double().abs().sum(0), dtype, rng[1], f"{block}")
+    assert_guards(buffer, 0, cols)
+
+
+@pytest.mark.parametrize(
+    ("grid", "block"),
+    [(1, (32, 3)), (2, (16, 8)), (7, (32, 8)), (3, (128, 1)), (1, (8, 32)), (4, (16, 16))],
+)
+@pytest.mark.parametrize("dtype", mlp_launch.ROW_SCALE_DTYPES)
+def test_weight_gradient_sum_in_pairs_is_right_on_any_geometry(
+    rng: Any, dtype: str, grid: int, block: tuple[int, int]
+) -> None:
+    """The 16-bit sum from the inputs in pairs of columns, at geometries other than the host's:
+    fewer blocks than groups of pairs (the blocks stride), slices that do not divide the rows,
+    32 slices."""
+    rows, cols = 37, 302
+    x = randn(rng, (rows, cols), dtype)
+    grad = randn(rng, (rows, cols), dtype)
+    row_scales = ref_row_scales(x, EPS)
+    buffer, grad_weight = poisoned((cols,), x.dtype)
+    name = mlp_launch.kernel_name("rms_norm_weight_grad_input_pairs", dtype)
+    mlp_launch.load_kernel("cuda:0", name).launch(
+        grid, block, x, grad, row_scales, grad_weight, rows, cols, stream=stream()
+    )
+    terms = grad.double() * x.double() * row_scales.double()[:, None]
+    want = terms.sum(0)
+    assert_close(grad_weight, want, terms.abs().sum(0), dtype, rng[1], f"{block}")
     assert_guards(buffer, 0, cols)
 
 

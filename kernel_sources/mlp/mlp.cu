@@ -23,6 +23,9 @@
 //                            grid.x over the columns, blockDim.x columns by blockDim.y slices
 //                            of the rows (of `partial`, or of the inputs and the forward's row
 //                            scales), at most kWeightGradThreads threads.
+//   rms_norm_weight_grad_input_pairs_*
+//                            the same over pairs of columns: exact, cols even and x, grad and
+//                            grad_weight 4-byte aligned (kernelpack.mlp_launch's choice).
 //   silu_and_mul_*, silu_and_mul_backward_*
 //                            grid.x over the columns of the output, grid.y over the rows; blocks
 //                            of at most kElementwiseBlockThreads (8-byte vectors as swiglu's).
@@ -178,6 +181,13 @@ struct RawVector<8> {
   }
 };
 
+template <>
+struct RawVector<4> {
+  using Type = unsigned int;
+  static __device__ __forceinline__ void words(Type raw, unsigned int (&out)[1]) { out[0] = raw; }
+  static __device__ __forceinline__ Type from(const unsigned int (&in)[1]) { return in[0]; }
+};
+
 // Access to chunk i of an array: one vector of kBytes (16 unless said), kWidth elements ...
 template <typename T, int kBytes = kVectorBytes>
 struct VectorAccess {
@@ -222,6 +232,10 @@ struct VectorAccess {
 
 template <typename T>
 using NarrowAccess = VectorAccess<T, kNarrowBytes>;
+
+// Two 16-bit elements as one 32-bit word: the 16-bit weight sum's columns (weight_grad).
+template <typename T>
+using PairAccess = VectorAccess<T, 4>;
 
 // VectorAccess for data a kernel reads or writes once: on NVIDIA PTX's .cs ("cache streaming",
 // evict first in L1 and L2) on loads and stores alike. Taken (RowAccess) by the 16-byte exact
@@ -1717,15 +1731,17 @@ __device__ __forceinline__ void rms_norm_backward_fixed(const T* x, const float*
 // blocks of 128 threads, took 14 us, latency-bound; 32 columns by 8 slices take 8.6 us;
 // docs/bench-mlp-notes.md.)
 constexpr int kWeightGradThreads = 256;
-// Rows a thread of the weight-gradient sum has in flight at once.
+// Rows a thread of the weight-gradient sum has in flight at once, and slices' sums slice 0 adds.
 constexpr int kWeightGradInFlight = 8;
 
-// Where the weight-gradient sum reads row b's share of column j, in two steps, its loads then its
-// value, so that a thread issues all its rows' loads before it waits on any (ptxas kept the order
-// of a share computed whole: at 64 x 4096 bfloat16 the three loads of each row waited on the
-// previous row's product, eight L2 round trips in turn, 2.62 us against torch.compile's 1.70).
-// From the general backward's float32 partial sums, one row a block ...
+// Where the weight-gradient sum reads row b's share of column group j (kWidth columns), in two
+// steps, its loads then its values, so that a thread issues all its rows' loads before it waits
+// on any (ptxas kept the order of a share computed whole: at 64 x 4096 bfloat16 the three loads
+// of each row waited on the previous row's product, eight L2 round trips in turn, 2.62 us against
+// torch.compile's 1.70). From the general backward's float32 partial sums, one row a block, a
+// column a group ...
 struct PartialShares {
+  static constexpr int kWidth = 1;
   using Loaded = float;
 
   const float* partial;
@@ -1734,84 +1750,116 @@ struct PartialShares {
   __device__ __forceinline__ Loaded load(long long b, long long j) const {
     return partial[b * cols + j];
   }
-  __device__ __forceinline__ float value(Loaded loaded) const { return loaded; }
+  __device__ __forceinline__ void values(Loaded loaded, float (&out)[1]) const { out[0] = loaded; }
 };
 
 // ... or from the short backward's inputs and row scales: dy * x * scale, the product its direct
-// form stores for one row.
-template <typename T>
+// form stores for one row, a group of Access's kWidth columns (`groups` of them a row).
+template <typename T, typename Access>
 struct InputShares {
+  static constexpr int kWidth = Access::kWidth;
   struct Loaded {
-    typename ScalarAccess<T>::Raw x;
-    typename ScalarAccess<T>::Raw grad;
+    typename Access::Raw x;
+    typename Access::Raw grad;
     float scale;
   };
 
   const T* x;
   const T* grad;
   const float* scales;
-  long long cols;
+  long long groups;
 
   __device__ __forceinline__ Loaded load(long long b, long long j) const {
-    return {ScalarAccess<T>::load(x, b * cols + j), ScalarAccess<T>::load(grad, b * cols + j),
-            scales[b]};
+    return {Access::load(x, b * groups + j), Access::load(grad, b * groups + j), scales[b]};
   }
-  __device__ __forceinline__ float value(const Loaded& loaded) const {
-    float v[1];
-    float g[1];
-    ScalarAccess<T>::unpack(loaded.x, v);
-    ScalarAccess<T>::unpack(loaded.grad, g);
-    return g[0] * v[0] * loaded.scale;
+  __device__ __forceinline__ void values(const Loaded& loaded, float (&out)[kWidth]) const {
+    float v[kWidth];
+    float g[kWidth];
+    Access::unpack(loaded.x, v);
+    Access::unpack(loaded.grad, g);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      out[k] = g[k] * v[k] * loaded.scale;
+    }
   }
 };
 
-// grad_weight[j] = the sum over the rows b of row b's share of column j. Slice y of a block sums
-// the rows b = y, y + blockDim.y, ... of its columns in turn, then slice 0 adds the slices' sums
-// in order, so that for a given geometry (the host's depends on the shape alone) every run gives
-// the same bits. The loop bound is the block's first column, the same for all its threads, so
-// every thread meets the barriers.
-template <typename T, typename Shares>
+// grad_weight's group j (Access: kWidth columns, Shares' width) = the sum over the rows b of row
+// b's share of it, for `groups` groups. Slice y of a block sums the rows b = y, y + blockDim.y,
+// ... of its groups in turn, then slice 0 adds the slices' sums in order, so that for a given
+// geometry (the host's depends on the shape alone) every run gives the same bits. The loop bound
+// is the block's first group, the same for all its threads, so every thread meets the barriers.
+// A thread past the last group loads the last one's rows and stores nothing, so that its loads
+// wait on no test (as in the exact elementwise forms), and slice 0 loads kWeightGradInFlight
+// slices' sums before it adds them. On the H200 at 64 x 4096 float16 the sum in pairs took 1.8 us
+// alone so, 2.3-2.8 with a load and an addition a slice in turn; after the backward 2.1, 3.1 with a
+// test a slice (docs/bench-mlp-notes.md, twentieth session).
+template <typename Access, typename Shares, typename T>
 __device__ __forceinline__ void weight_grad(const Shares& share, T* grad_weight, long long rows,
-                                            long long cols) {
-  __shared__ float slices[kWeightGradThreads];
+                                            long long groups) {
+  constexpr int kWidth = Shares::kWidth;
+  static_assert(Access::kWidth == kWidth, "a group stored as it is summed");
+  __shared__ float slices[kWidth][kWeightGradThreads];
   const int width = static_cast<int>(blockDim.x);
   const int slot = static_cast<int>(threadIdx.y) * width + static_cast<int>(threadIdx.x);
   const long long stride = static_cast<long long>(gridDim.x) * width;
-  for (long long first = static_cast<long long>(blockIdx.x) * width; first < cols;
+  for (long long first = static_cast<long long>(blockIdx.x) * width; first < groups;
        first += stride) {
     const long long j = first + threadIdx.x;
-    float sum = 0.0f;
-    if (j < cols) {
-      // kWeightGradInFlight rows' loads issued before any of their additions (each is an L2
-      // round trip), those past the last row reading the last row and added as zeros: the
-      // additions keep their order. (A loop unrolled by the compiler kept a test between its
-      // loads, and each addition waited for its load before the next load issued: at 64 partial
-      // rows and 16 slices, four round trips in turn; at 264 rows and 8 slices, 33. With three
-      // loads a row, `b < rows ? load : 0` compiled to a branch around each row's loads.)
-      for (long long first_b = threadIdx.y; first_b < rows;
-           first_b += kWeightGradInFlight * static_cast<long long>(blockDim.y)) {
-        typename Shares::Loaded loaded[kWeightGradInFlight];
+    const long long loaded_group = j < groups ? j : groups - 1;
+    float sum[kWidth] = {};
+    // kWeightGradInFlight rows' loads issued before any of their additions (each is an L2 round
+    // trip), those past the last row reading the last row and added as zeros: the additions
+    // keep their order. (A loop unrolled by the compiler kept a test between its loads, and each
+    // addition waited for its load before the next load issued: at 64 partial rows and 16
+    // slices, four round trips in turn; at 264 rows and 8 slices, 33. With three loads a row,
+    // `b < rows ? load : 0` compiled to a branch around each row's loads.)
+    for (long long first_b = threadIdx.y; first_b < rows;
+         first_b += kWeightGradInFlight * static_cast<long long>(blockDim.y)) {
+      typename Shares::Loaded loaded[kWeightGradInFlight];
 #pragma unroll
-        for (int k = 0; k < kWeightGradInFlight; ++k) {
-          const long long b = first_b + static_cast<long long>(k) * blockDim.y;
-          loaded[k] = share.load(b < rows ? b : rows - 1, j);
-        }
+      for (int k = 0; k < kWeightGradInFlight; ++k) {
+        const long long b = first_b + static_cast<long long>(k) * blockDim.y;
+        loaded[k] = share.load(b < rows ? b : rows - 1, loaded_group);
+      }
 #pragma unroll
-        for (int k = 0; k < kWeightGradInFlight; ++k) {
-          const long long b = first_b + static_cast<long long>(k) * blockDim.y;
-          sum += b < rows ? share.value(loaded[k]) : 0.0f;
+      for (int k = 0; k < kWeightGradInFlight; ++k) {
+        const long long b = first_b + static_cast<long long>(k) * blockDim.y;
+        float values[kWidth];
+        share.values(loaded[k], values);
+#pragma unroll
+        for (int w = 0; w < kWidth; ++w) {
+          sum[w] += b < rows ? values[w] : 0.0f;
         }
       }
     }
-    slices[slot] = sum;
+#pragma unroll
+    for (int w = 0; w < kWidth; ++w) {
+      slices[w][slot] = sum[w];
+    }
     __syncthreads();
-    if (threadIdx.y == 0 && j < cols) {
-      float total = 0.0f;
-      for (int y = 0; y < static_cast<int>(blockDim.y); ++y) {
-        total += slices[y * width + static_cast<int>(threadIdx.x)];
+    if (threadIdx.y == 0 && j < groups) {
+      const int height = static_cast<int>(blockDim.y);
+      float total[kWidth] = {};
+      for (int first_y = 0; first_y < height; first_y += kWeightGradInFlight) {
+        float parts[kWeightGradInFlight][kWidth];
+#pragma unroll
+        for (int k = 0; k < kWeightGradInFlight; ++k) {
+          const int y = first_y + k < height ? first_y + k : first_y;
+#pragma unroll
+          for (int w = 0; w < kWidth; ++w) {
+            parts[k][w] = slices[w][y * width + static_cast<int>(threadIdx.x)];
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < kWeightGradInFlight; ++k) {
+#pragma unroll
+          for (int w = 0; w < kWidth; ++w) {
+            total[w] += first_y + k < height ? parts[k][w] : 0.0f;
+          }
+        }
       }
-      const float in[1] = {total};
-      ScalarAccess<T>::store(grad_weight, j, ScalarAccess<T>::pack(in));
+      Access::store(grad_weight, j, Access::pack(total));
     }
     __syncthreads();
   }
@@ -2034,16 +2082,28 @@ __global__ void __launch_bounds__(kShortBackwardThreads, 1)
 template <typename T>
 __global__ void __launch_bounds__(kWeightGradThreads)
     rms_norm_weight_grad(const float* partial, T* grad_weight, long long blocks, long long cols) {
-  ::weight_grad(PartialShares{partial, cols}, grad_weight, blocks, cols);
+  ::weight_grad<ScalarAccess<T>>(PartialShares{partial, cols}, grad_weight, blocks, cols);
 }
 
 // grad_weight = the sum over the rows of grad * x * scales[row] (scales float32 [rows], the
-// forward's row_scales).
+// forward's row_scales), a column a thread ...
 template <typename T>
 __global__ void __launch_bounds__(kWeightGradThreads)
     rms_norm_weight_grad_inputs(const T* x, const T* grad, const float* scales, T* grad_weight,
                                 long long rows, long long cols) {
-  ::weight_grad(InputShares<T>{x, grad, scales, cols}, grad_weight, rows, cols);
+  using Access = ScalarAccess<T>;
+  ::weight_grad<Access>(InputShares<T, Access>{x, grad, scales, cols}, grad_weight, rows, cols);
+}
+
+// ... or, exact (the host's choice, as the exact elementwise forms), a pair of columns a thread:
+// cols even and x, grad and grad_weight 4-byte aligned; the grid over the cols / 2 pairs.
+template <typename T>
+__global__ void __launch_bounds__(kWeightGradThreads)
+    rms_norm_weight_grad_input_pairs(const T* x, const T* grad, const float* scales,
+                                     T* grad_weight, long long rows, long long cols) {
+  using Access = PairAccess<T>;
+  const long long pairs = cols / 2;
+  ::weight_grad<Access>(InputShares<T, Access>{x, grad, scales, pairs}, grad_weight, rows, pairs);
 }
 
 // Every op for one storage type.
@@ -2095,8 +2155,8 @@ MLP_EXACT_VECTORS(__nv_bfloat16)
 #undef MLP_EXACT_VECTORS
 #undef MLP_EXACT_KERNELS
 
-// The weight sum from the inputs, for the types whose short backward leaves row scales
-// (kRowScales).
+// The weight sum from the inputs, a column or a pair a thread, for the types whose short backward
+// leaves row scales (kRowScales).
 template __global__ void rms_norm_weight_grad_inputs<__half>(const __half*, const __half*,
                                                              const float*, __half*, long long,
                                                              long long);
@@ -2104,6 +2164,12 @@ template __global__ void rms_norm_weight_grad_inputs<__nv_bfloat16>(const __nv_b
                                                                     const __nv_bfloat16*,
                                                                     const float*, __nv_bfloat16*,
                                                                     long long, long long);
+template __global__ void rms_norm_weight_grad_input_pairs<__half>(const __half*, const __half*,
+                                                                  const float*, __half*,
+                                                                  long long, long long);
+template __global__ void rms_norm_weight_grad_input_pairs<__nv_bfloat16>(
+    const __nv_bfloat16*, const __nv_bfloat16*, const float*, __nv_bfloat16*, long long,
+    long long);
 
 // The fixed-length forward norms, per storage type and row length (kernelpack.mlp_launch's
 // FIXED_COLUMNS: LLaMA's hidden sizes).

@@ -124,8 +124,8 @@ BACKWARD_RESIDENT_THREADS = 132 * 512
 SHORT_BACKWARD_THREADS = 512
 SHORT_BACKWARD_CHUNKS = 2
 SHORT_BACKWARD_ROWS_MAX = 132
-# The dtypes whose short backward of more than one row has its weight gradient summed by
-# rms_norm_weight_grad_inputs from the inputs and the forward's row scales, with no scratch
+# The dtypes whose short backward of more than one row has its weight gradient summed
+# (launch_rms_norm_weight_grad_inputs) from the inputs and the forward's row scales, with no scratch
 # (mlp.cu's kRowScales: 16-bit types); float32 leaves a float32 row of shares a row in scratch for
 # rms_norm_weight_grad.
 ROW_SCALE_DTYPES = ("bfloat16", "float16")
@@ -138,6 +138,14 @@ WEIGHT_GRAD_COLUMNS = 32
 WEIGHT_GRAD_SLICES = 8
 WEIGHT_GRAD_THREADS = 256
 WEIGHT_GRAD_COLUMNS_MAX = 128
+# The 16-bit sum from the inputs in pairs of columns (rms_norm_weight_grad_input_pairs, where
+# the pointers allow): at least WEIGHT_GRAD_SLICES slices, more where a slice would have more than
+# WEIGHT_GRAD_IN_FLIGHT rows (kWeightGradInFlight: one round of loads), up to
+# WEIGHT_GRAD_SLICES_MAX. On the H200, pairs in 8 slices by 32: 64 x 4096
+# float16 2.83 µs a call queued against 3.05-3.07 a column a thread, 8 rows 2.51 against 2.82;
+# at 132 rows 16 slices 3.64, 8 slices 4.16 (docs/bench-mlp-notes.md, twentieth session).
+WEIGHT_GRAD_IN_FLIGHT = 8
+WEIGHT_GRAD_SLICES_MAX = 32
 
 
 _MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
@@ -457,6 +465,18 @@ def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, 
     return min(-(-cols // columns), _grid_cap(columns * slices)), (columns, slices)
 
 
+def weight_grad_pairs_geometry(cols: int, rows: int) -> tuple[int, tuple[int, int]]:
+    """(grid, block as (pairs, slices)) of the 16-bit weight sum from the inputs of ``rows`` rows
+    in pairs of columns (cols even): WEIGHT_GRAD_SLICES slices, or as many as keep a slice's rows
+    to WEIGHT_GRAD_IN_FLIGHT (a power of two, at most WEIGHT_GRAD_SLICES_MAX), the block's other
+    threads on pairs; a block a group of pairs. A function of the shape alone, as
+    :func:`weight_grad_geometry`."""
+    wanted = -(-rows // WEIGHT_GRAD_IN_FLIGHT)
+    slices = min(WEIGHT_GRAD_SLICES_MAX, max(WEIGHT_GRAD_SLICES, 1 << (wanted - 1).bit_length()))
+    pairs = WEIGHT_GRAD_THREADS // slices
+    return min(-(-(cols // 2) // pairs), _grid_cap(WEIGHT_GRAD_THREADS)), (pairs, slices)
+
+
 # ---- launches: addresses (ints or tensors, which the launcher reads) and sizes ----------------
 # A forward norm's ``row_scales`` is 0 (null: nothing stored, the inference path) or float32
 # [rows], which receives each row's scale 1 / sqrt(mean(x^2) + eps); the backward's is that
@@ -646,8 +666,9 @@ def launch_rms_norm_backward_short(
     """grad_x = the input gradient of RMSNorm plus grad_extra (unless 0), and grad_weight, from x
     and the forward's row scales: one block a row of ``threads`` (:func:`short_backward_threads`;
     the fixed-length kernel where :func:`fixed_backward` says so); one row is one kernel; more
-    rows' weight gradient is summed by a second kernel, rms_norm_weight_grad_inputs from the
-    inputs and row scales (ROW_SCALE_DTYPES), or rms_norm_weight_grad from the float32 shares
+    rows' weight gradient is summed by a second kernel, from the inputs and row scales
+    (ROW_SCALE_DTYPES: :func:`launch_rms_norm_weight_grad_inputs`), or rms_norm_weight_grad from
+    the float32 shares
     the backward leaves in ``scratch`` (of :func:`short_backward_scratch`'s shape; 0 where that
     is None)."""
     if threads == SHORT_BACKWARD_THREADS and fixed_backward(cols, dtype):
@@ -671,12 +692,38 @@ def launch_rms_norm_backward_short(
     )
     if rows == 1:
         return
-    columns, block = weight_grad_geometry(cols, rows)
     if dtype in ROW_SCALE_DTYPES:
-        load_kernel(device, kernel_name("rms_norm_weight_grad_inputs", dtype)).launch(
-            columns, block, x, grad, row_scales, grad_weight, rows, cols, stream=stream
+        launch_rms_norm_weight_grad_inputs(
+            device, dtype, x, grad, row_scales, grad_weight, rows, cols, stream
         )
     else:
+        columns, block = weight_grad_geometry(cols, rows)
         load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(
             columns, block, scratch, grad_weight, rows, cols, stream=stream
         )
+
+
+def launch_rms_norm_weight_grad_inputs(
+    device: str,
+    dtype: str,
+    x: Any,
+    grad: Any,
+    row_scales: Any,
+    grad_weight: Any,
+    rows: int,
+    cols: int,
+    stream: int,
+) -> None:
+    """grad_weight = the sum over the rows of grad * x * row_scales[row] (a 16-bit dtype of
+    ROW_SCALE_DTYPES): in pairs of columns where cols is even and x, grad and grad_weight are
+    4-byte aligned (:func:`weight_grad_pairs_geometry`), else a column a thread
+    (:func:`weight_grad_geometry`)."""
+    if cols % 2 == 0 and alignment_of(x, grad, grad_weight) >= 4:
+        grid, block = weight_grad_pairs_geometry(cols, rows)
+        name = kernel_name("rms_norm_weight_grad_input_pairs", dtype)
+    else:
+        grid, block = weight_grad_geometry(cols, rows)
+        name = kernel_name("rms_norm_weight_grad_inputs", dtype)
+    load_kernel(device, name).launch(
+        grid, block, x, grad, row_scales, grad_weight, rows, cols, stream=stream
+    )
