@@ -141,9 +141,10 @@ WEIGHT_GRAD_COLUMNS_MAX = 128
 # The 16-bit sum from the inputs in pairs of columns (rms_norm_weight_grad_input_pairs, where
 # the pointers allow): at least WEIGHT_GRAD_SLICES slices, more where a slice would have more than
 # WEIGHT_GRAD_IN_FLIGHT rows (kWeightGradInFlight: one round of loads), up to
-# WEIGHT_GRAD_SLICES_MAX. On the H200, pairs in 8 slices by 32: 64 x 4096
-# float16 2.83 µs a call queued against 3.05-3.07 a column a thread, 8 rows 2.51 against 2.82;
-# at 132 rows 16 slices 3.64, 8 slices 4.16 (docs/bench-mlp-notes.md, twentieth session).
+# WEIGHT_GRAD_SLICES_MAX. On the H200 after the float16 backward of rows of 4096 (µs, the kernel
+# traced): 2 rows 1.35 against 1.49 a column a thread, 8 rows 1.43-1.46 against 1.68, 64 rows
+# 2.10-2.16 against 2.08-2.09; 132 rows 2.79-2.88 in 32 slices, 3.06 in 16, 3.29 a column a thread
+# (docs/bench-mlp-notes.md, twentieth session).
 WEIGHT_GRAD_IN_FLIGHT = 8
 WEIGHT_GRAD_SLICES_MAX = 32
 
@@ -668,9 +669,8 @@ def launch_rms_norm_backward_short(
     the fixed-length kernel where :func:`fixed_backward` says so); one row is one kernel; more
     rows' weight gradient is summed by a second kernel, from the inputs and row scales
     (ROW_SCALE_DTYPES: :func:`launch_rms_norm_weight_grad_inputs`), or rms_norm_weight_grad from
-    the float32 shares
-    the backward leaves in ``scratch`` (of :func:`short_backward_scratch`'s shape; 0 where that
-    is None)."""
+    the float32 shares the backward leaves in ``scratch`` (of :func:`short_backward_scratch`'s
+    shape; 0 where that is None)."""
     if threads == SHORT_BACKWARD_THREADS and fixed_backward(cols, dtype):
         name = kernel_name("rms_norm_backward_fixed", dtype, cols)
     else:
