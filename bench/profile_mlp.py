@@ -266,14 +266,34 @@ ROWS_BEHIND = (
 )
 
 
+def _row_spec(spec: str) -> tuple[Any, str, int, int, str]:
+    """A row OP:DTYPE:ROWSxCOLS[:PASS] (PASS: forward, the default, or forward+backward) as (Op,
+    dtype, rows, cols, pass); ValueError saying what is wrong with it."""
+    parts = spec.split(":")
+    if not 3 <= len(parts) <= 4:
+        raise ValueError("not OP:DTYPE:ROWSxCOLS[:PASS]")
+    name, dtype, size, *rest = parts
+    op = next((op for op in OP_LIST if op.name == name), None)
+    which = rest[0] if rest else "forward"
+    if op is None:
+        raise ValueError(f"no op {name!r} (one of {', '.join(o.name for o in OP_LIST)})")
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"no dtype {dtype!r} (one of {', '.join(DTYPE_NAMES)})")
+    rows_cols = size.split("x")
+    if len(rows_cols) != 2 or not all(n.isdigit() and int(n) > 0 for n in rows_cols):
+        raise ValueError(f"size {size!r} is not ROWSxCOLS (positive integers, e.g. 64x4096)")
+    passes = ["forward"] + (["forward+backward"] if op.backward_bytes else [])
+    if which not in passes:
+        raise ValueError(f"pass {which!r} is not one of {', '.join(passes)}")
+    return op, dtype, int(rows_cols[0]), int(rows_cols[1]), which
+
+
 def _row_calls(spec: str, liger: dict[str, Any]) -> PassCalls:
-    """A row OP:DTYPE:ROWSxCOLS[:PASS] (PASS: forward, the default, or forward+backward) as
-    bench_mlp.py measures it: its calls (ours, Liger-Kernel's where it has the op, torch.compile's,
-    each taking the index of its input set), checked against eager torch."""
-    name, dtype, size, *which = spec.split(":")
-    rows, cols = (int(n) for n in size.split("x"))
-    op = next(op for op in OP_LIST if op.name == name)
-    return pass_calls(op, liger, dtype, rows, cols, which[0] if which else "forward")
+    """A row OP:DTYPE:ROWSxCOLS[:PASS] (:func:`_row_spec`) as bench_mlp.py measures it: its calls
+    (ours, Liger-Kernel's where it has the op, torch.compile's, each taking the index of its input
+    set), checked against eager torch."""
+    op, dtype, rows, cols, which = _row_spec(spec)
+    return pass_calls(op, liger, dtype, rows, cols, which)
 
 
 def workload(specs: list[str]) -> None:
@@ -880,7 +900,8 @@ def main() -> None:
         "specs",
         nargs="*",
         help="variants: NAME:CUBIN:ELEMENTS:SLICES; forward-variants: NAME:CUBIN; workload: "
-        "OP:DTYPE:ROWSxCOLS, queue: OP:DTYPE:ROWSxCOLS[:forward+backward] (default: the rows behind a peer in the last run)",
+        "OP:DTYPE:ROWSxCOLS, queue: OP:DTYPE:ROWSxCOLS[:forward+backward] (default: the rows "
+        "behind a peer in the last run)",
     )
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument(
@@ -888,6 +909,14 @@ def main() -> None:
     )
     parser.add_argument("--batches", type=int, default=7)
     args = parser.parse_args()
+    if args.what in ("workload", "queue"):
+        for spec in args.specs:
+            try:
+                which = _row_spec(spec)[4]
+            except ValueError as error:
+                parser.error(f"{args.what} row {spec!r}: {error}")
+            if args.what == "workload" and which != "forward":
+                parser.error(f"workload row {spec!r}: forward only (queue takes forward+backward)")
     if args.what == "host":
         host(args.calls)
     elif args.what == "workload":

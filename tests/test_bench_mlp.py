@@ -3,6 +3,11 @@ run's spread. The GPU timing itself runs on the lent GPU only (`nox -s gpu`)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("torch")
@@ -58,3 +63,29 @@ def test_a_row_of_few_rounds_is_not_judged() -> None:
     (gap,) = gaps([_row([2.0, 2.0, 2.0], [1.0, 1.0, 1.0], None)])
     assert gap.beyond_spread is None
     assert gap.line().endswith("slower in 3 of 3 rounds, too few rounds to tell")
+
+
+@pytest.mark.parametrize(
+    ("what", "spec", "message"),
+    [
+        ("queue", "rms_norm:float16", "not OP:DTYPE:ROWSxCOLS[:PASS]"),
+        ("queue", "rms_norm:int8:64x4096", "no dtype 'int8'"),
+        ("queue", "fused_add_rms_norm:float16:1x4096:forward+backward", "is not one of forward"),
+        ("workload", "rms_norm:float16:1x4096:forward+backward", "forward only"),
+    ],
+)
+def test_profile_mlp_names_a_bad_row_in_one_line(what: str, spec: str, message: str) -> None:
+    """A usage error before any GPU work: one line naming the row and what is wrong, status 2."""
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "wheels"), str(repo)])}
+    ran = subprocess.run(
+        [sys.executable, str(repo / "bench" / "profile_mlp.py"), what, spec],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert ran.returncode == 2, ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert f"{what} row {spec!r}: " in ran.stderr
+    assert message in ran.stderr

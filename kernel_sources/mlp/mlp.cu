@@ -4,9 +4,10 @@
 // in float32 whatever the storage type. All of them are bound by memory bandwidth, so the work is
 // in moving 16-byte vectors: a kernel checks the alignment of its pointers (and of the row
 // stride) itself and takes the vector path when they allow it, the scalar path otherwise, so a
-// misaligned view is slower but never wrong; the exact elementwise forms alone leave the test to
-// the host, which launches them only on aligned pointers. Indices are 64-bit (32-bit inside one
-// row of RMSNorm, whose rows are at most 2**30 elements, and in the exact elementwise forms).
+// misaligned view is slower but never wrong; the exact elementwise forms and the 16-bit weight sum
+// in pairs alone leave the test to the host, which launches them only on aligned pointers. Indices
+// are 64-bit (32-bit inside one row of RMSNorm, whose rows are at most 2**30 elements, and in the
+// exact elementwise forms).
 //
 // Launch geometry (chosen by kernelpack.mlp; any grid gives the right answer, the loops stride,
 // except in the exact forms):
