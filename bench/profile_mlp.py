@@ -799,9 +799,9 @@ def _elementwise_geometries(cols: int, width: int) -> list[tuple[str, int, int]]
 def elementwise_geometry(batches: int) -> None:
     """swiglu and silu_and_mul, forward and backward kernels, launched at several geometries
     (any is right: the kernels take the 8-byte vector when the grid has a thread for each, else
-    the 16-byte one, striding; where the grid has a thread for each 8-byte vector, the exact
-    form too, "_exact"), beside torch.compile's and Liger-Kernel's forward: GPU µs per
-    call queued ahead of the GPU."""
+    the 16-byte one, striding; where the grid has a thread for each vector, the exact form
+    too, "_exact", as the host names it: mlp_launch.exact_kernel_name), beside torch.compile's
+    and Liger-Kernel's forward: GPU µs per call queued ahead of the GPU."""
     from liger_kernel.ops.swiglu import LigerSiLUMulFunction
 
     def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -850,9 +850,11 @@ def elementwise_geometry(batches: int) -> None:
             for (op, way), args in launches.items():
                 name = op if way == "forward" else f"{op}_backward"
                 for form in ("", "_exact") if vector_bytes else ("",):
-                    extra = (vector_bytes,) if form else ()
                     kernel = mlp_launch.load_kernel(
-                        "cuda:0", mlp_launch.kernel_name(name + form, dtype, *extra)
+                        "cuda:0",
+                        mlp_launch.exact_kernel_name(name, dtype, vector_bytes, n)
+                        if form
+                        else mlp_launch.kernel_name(name, dtype),
                     )
                     us = _queued_us(functools.partial(kernel.launch, *args, stream=0), batches)
                     mark = " (now)" if host[op] == (grid, block) else ""
@@ -866,9 +868,11 @@ def elementwise_geometry(batches: int) -> None:
             for way, args in launches.items():
                 name = "silu_and_mul" if way == "forward" else "silu_and_mul_backward"
                 for form in ("", "_exact") if vector_bytes else ("",):
-                    extra = (vector_bytes,) if form else ()
                     kernel = mlp_launch.load_kernel(
-                        "cuda:0", mlp_launch.kernel_name(name + form, dtype, *extra)
+                        "cuda:0",
+                        mlp_launch.exact_kernel_name(name, dtype, vector_bytes, rows * cols)
+                        if form
+                        else mlp_launch.kernel_name(name, dtype),
                     )
                     us = _queued_us(functools.partial(kernel.launch, *args, stream=0), batches)
                     mark = " (now)" if host["silu_and_mul"] == ((grid, rows), block) else ""

@@ -37,7 +37,7 @@ MLP_FORWARD = ("swiglu", "silu_and_mul", "rms_norm", "add_rms_norm")
 MLP_FORWARD += ("rms_norm_short", "add_rms_norm_short")
 MLP_OPS = (*MLP_FORWARD, "swiglu_backward", "silu_and_mul_backward", "rms_norm_backward")
 MLP_OPS += ("rms_norm_backward_short", "rms_norm_weight_grad")
-MLP_EXACT = (  # also templated on the vector's bytes
+MLP_EXACT = (  # also templated on the vector's bytes; each with a 16-byte _streaming form
     "swiglu_exact",
     "silu_and_mul_exact",
     "swiglu_backward_exact",
@@ -57,6 +57,7 @@ REAL_KERNELS = {
     "mlp": [
         *(f"mlp::{op}<{t}>" for op in MLP_OPS for t in MLP_TYPES),
         *(f"mlp::{op}<{t}, {b}>" for op in MLP_EXACT for t in MLP_TYPES for b in (8, 16)),
+        *(f"mlp::{op}_streaming<{t}>" for op in MLP_EXACT for t in MLP_TYPES),
         *(
             f"mlp::{op}<{t}, {c}>"
             for op in MLP_FIXED

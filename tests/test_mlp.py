@@ -164,62 +164,71 @@ def test_swiglu_grid_takes_8_byte_vectors_below_132_blocks(
 
 
 @pytest.mark.parametrize(
-    ("n", "dtype", "vector_bytes"),
+    ("n", "dtype", "vector_bytes", "streaming"),
     [
-        (11008, "bfloat16", 8),  # 2752 8-byte vectors, 2816 threads
-        (11008, "float32", 8),
-        (4100, "float16", 8),  # 1025 vectors
-        (4099, "bfloat16", 0),  # a tail past the last 8-byte vector
-        (4098, "float32", 8),  # float32's 8-byte vector is 2 elements
-        (4098, "bfloat16", 0),
-        (64 * 11008, "bfloat16", 16),  # 88064 16-byte vectors, 688 blocks: a thread for each
-        (64 * 11008, "float32", 16),  # 176128 16-byte vectors, 1376 blocks
-        (64 * 11008 + 4, "bfloat16", 0),  # a tail past the last 16-byte vector
-        (8 * 128 * 131, "bfloat16", 8),  # 16-byte blocks short of 132: 8-byte ones, exact
+        (11008, "bfloat16", 8, False),  # 2752 8-byte vectors, 2816 threads
+        (11008, "float32", 8, False),
+        (4100, "float16", 8, False),  # 1025 vectors
+        (4099, "bfloat16", 0, False),  # a tail past the last 8-byte vector
+        (4098, "float32", 8, False),  # float32's 8-byte vector is 2 elements
+        (4098, "bfloat16", 0, False),
+        (64 * 11008, "bfloat16", 16, True),  # 88064 16-byte vectors, 688 blocks: a thread for each
+        (64 * 11008, "float32", 16, True),  # 176128 16-byte vectors, 1376 blocks
+        (64 * 11008 + 4, "bfloat16", 0, False),  # a tail past the last 16-byte vector
+        (8 * 128 * 131, "bfloat16", 8, False),  # 16-byte blocks short of 132: 8-byte ones, exact
+        (4096 * 14336, "bfloat16", 16, False),  # 336 MiB forward: plain 16-byte vectors
     ],
 )
 def test_swiglu_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
-    n: int, dtype: str, vector_bytes: int
+    n: int, dtype: str, vector_bytes: int, streaming: bool
 ) -> None:
     """The host's choice of mlp.cu's exact form and its vector, against a hand count of the
     grid's vectors and threads; forward and backward alike, on swiglu_geometry's grid."""
     for op in ("swiglu", "swiglu_backward"):
         launch = mlp_launch.swiglu_launch(op, n, dtype)
         assert (launch.grid, launch.block) == mlp_launch.swiglu_geometry(n, dtype)
-        _assert_exact_where_aligned(launch, op, dtype, vector_bytes)
+        _assert_exact_where_aligned(launch, op, dtype, vector_bytes, streaming)
 
 
 @pytest.mark.parametrize(
-    ("rows", "cols", "dtype", "vector_bytes"),
+    ("rows", "cols", "dtype", "vector_bytes", "streaming"),
     [
-        (1, 11008, "bfloat16", 8),
-        (1, 11008, "float32", 8),
-        (3, 4099, "float32", 0),  # a row is not a whole number of 8-byte vectors
-        (3, 4100, "float16", 8),
-        (64, 11008, "bfloat16", 16),  # 1376 16-byte vectors a row, 11 blocks of 128 a row
-        (64, 11004, "bfloat16", 0),  # a row is not a whole number of 16-byte vectors
-        (65_535, 8, "bfloat16", 8),  # a grid row for each row
-        (70_001, 8, "bfloat16", 0),  # more rows than grid.y: the row loop
+        (1, 11008, "bfloat16", 8, False),
+        (1, 11008, "float32", 8, False),
+        (3, 4099, "float32", 0, False),  # a row is not a whole number of 8-byte vectors
+        (3, 4100, "float16", 8, False),
+        (64, 11008, "bfloat16", 16, True),  # 1376 16-byte vectors a row, 11 blocks of 128 a row
+        (16384, 14336, "float32", 16, False),  # 2.6 GiB forward: plain 16-byte vectors
+        (64, 11004, "bfloat16", 0, False),  # a row is not a whole number of 16-byte vectors
+        (65_535, 8, "bfloat16", 8, False),  # a grid row for each row
+        (70_001, 8, "bfloat16", 0, False),  # more rows than grid.y: the row loop
     ],
 )
 def test_silu_and_mul_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
-    rows: int, cols: int, dtype: str, vector_bytes: int
+    rows: int, cols: int, dtype: str, vector_bytes: int, streaming: bool
 ) -> None:
     for op in ("silu_and_mul", "silu_and_mul_backward"):
         launch = mlp_launch.silu_and_mul_launch(op, rows, cols, dtype)
         assert (launch.grid, launch.block) == mlp_launch.silu_and_mul_geometry(rows, cols, dtype)
-        _assert_exact_where_aligned(launch, op, dtype, vector_bytes)
+        _assert_exact_where_aligned(launch, op, dtype, vector_bytes, streaming)
 
 
 def _assert_exact_where_aligned(
-    launch: mlp_launch.ElementwiseLaunch, op: str, dtype: str, vector_bytes: int
+    launch: mlp_launch.ElementwiseLaunch,
+    op: str,
+    dtype: str,
+    vector_bytes: int,
+    streaming: bool,
 ) -> None:
     """The kernel names written out by hand: mlp.cu's exact form in vectors of ``vector_bytes``
-    for pointers aligned to them (16 bytes, or 8), the general kernel for pointers short of that
+    (through streaming cache hints where ``streaming``: the 16-byte cases of 64 x 11008) for
+    pointers aligned to them (16 bytes, or 8), the general kernel for pointers short of that
     (4, 2 bytes) and wherever (0) the form does not cover the shape."""
     kernel_type = mlp_launch.KERNEL_TYPE[dtype]
     general = f"mlp::{op}<{kernel_type}>"
     exact = f"mlp::{op}_exact<{kernel_type}, {vector_bytes}>" if vector_bytes else general
+    if streaming:
+        exact = f"mlp::{op}_exact_streaming<{kernel_type}>"
     assert launch.general == general
     for pointers_alignment in (16, 8, 4, 2):
         aligned = vector_bytes and pointers_alignment % vector_bytes == 0
@@ -241,6 +250,37 @@ def test_alignment_of_is_the_largest_vector_dividing_every_address(
     addresses: tuple[int, ...], expected: int
 ) -> None:
     assert mlp_launch.alignment_of(*addresses) == expected
+
+
+@pytest.mark.parametrize(
+    ("op", "n", "dtype", "streaming"),
+    [
+        # gate, up and out of 2 bytes an element: 6 bytes, 64 MiB at 11_184_810.67 elements
+        ("swiglu", 11_184_808, "bfloat16", True),  # 67_108_848 bytes of 67_108_864
+        ("swiglu", 11_184_816, "bfloat16", False),  # 67_108_896 bytes
+        ("swiglu", 4 * 2**20, "float32", True),  # 3 arrays of 16 MiB: 48 MiB
+        ("swiglu", 8 * 2**20, "float32", False),  # 96 MiB
+        # the backward reads gate, up and the gradient and writes two gradients: 5 arrays
+        ("swiglu_backward", 6_710_880, "float16", True),  # 67_108_800 bytes of 67_108_864
+        ("swiglu_backward", 6_710_888, "float16", False),  # 67_108_880 bytes
+        ("swiglu", 8 * 2**20, "float16", True),  # 48 MiB forward, 80 MiB backward
+        ("swiglu_backward", 8 * 2**20, "float16", False),
+    ],
+)
+def test_exact_forms_stream_up_to_64_mib_moved(
+    op: str, n: int, dtype: str, streaming: bool
+) -> None:
+    """The host takes the 16-byte exact form through streaming cache hints where the call reads
+    and writes at most 64 MiB (STREAMING_MAX_BYTES), byte counts by hand."""
+    kernel_type = mlp_launch.KERNEL_TYPE[dtype]
+    launch = mlp_launch.swiglu_launch(op, n, dtype)
+    assert launch.alignment == 16
+    expected = (
+        f"mlp::{op}_exact_streaming<{kernel_type}>"
+        if streaming
+        else f"mlp::{op}_exact<{kernel_type}, 16>"
+    )
+    assert launch.name == expected
 
 
 def test_exact_kernels_index_fewer_than_2_31_elements() -> None:

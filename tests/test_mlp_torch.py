@@ -173,6 +173,63 @@ def test_silu_and_mul_backward(rng: Any, dtype: str, rows: int, cols: int, offse
     assert_guards(buffer, offset, rows * 2 * cols)
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_16_byte_exact_forms_are_right_streaming_or_not(
+    rng: Any, dtype: str, streaming: bool
+) -> None:
+    """Both 16-byte exact forms of the four elementwise kernels, through streaming cache hints
+    or plain accesses (the host takes plain ones past STREAMING_MAX_BYTES, more than a test
+    should move), launched by name on the host's grid for 64 x 11008, against float64."""
+    rows, cols = 64, 11008
+    n = rows * cols
+    kernel_type = mlp_launch.KERNEL_TYPE[dtype]
+
+    def kernel(op: str) -> Any:
+        form = f"_exact_streaming<{kernel_type}>" if streaming else f"_exact<{kernel_type}, 16>"
+        return mlp_launch.load_kernel("cuda:0", f"mlp::{op}{form}")
+
+    gate = randn(rng, (rows, cols), dtype) * 4
+    up, grad = randn(rng, (rows, cols), dtype), randn(rng, (rows, cols), dtype)
+    g, u = gate.double(), up.double()
+    ref_out = g * torch.sigmoid(g) * u
+    ref_gate, terms_gate, ref_up, terms_up = ref_swiglu_grads(gate, up, grad)
+    what = f"64x{cols} {'streaming' if streaming else 'plain'}"
+
+    launch = mlp_launch.swiglu_launch("swiglu", n, dtype)
+    assert launch.alignment == 16
+    out_buffer, out = poisoned((rows, cols), gate.dtype)
+    kernel("swiglu").launch(launch.grid, launch.block, gate, up, out, n, stream=stream())
+    assert_close(out, ref_out, ref_out.abs(), dtype, rng[1], "swiglu " + what)
+    assert_guards(out_buffer, 0, n)
+    launch = mlp_launch.swiglu_launch("swiglu_backward", n, dtype)
+    gate_buffer, grad_gate = poisoned((rows, cols), gate.dtype)
+    up_buffer, grad_up = poisoned((rows, cols), gate.dtype)
+    kernel("swiglu_backward").launch(
+        launch.grid, launch.block, gate, up, grad, grad_gate, grad_up, n, stream=stream()
+    )
+    assert_close(grad_gate, ref_gate, terms_gate, dtype, rng[1], "swiglu d_gate " + what)
+    assert_close(grad_up, ref_up, terms_up, dtype, rng[1], "swiglu d_up " + what)
+    assert_guards(gate_buffer, 0, n)
+    assert_guards(up_buffer, 0, n)
+
+    x = torch.cat((gate, up), dim=1)
+    launch = mlp_launch.silu_and_mul_launch("silu_and_mul", rows, cols, dtype)
+    assert launch.alignment == 16
+    out_buffer, out = poisoned((rows, cols), gate.dtype)
+    kernel("silu_and_mul").launch(launch.grid, launch.block, x, out, rows, cols, stream=stream())
+    assert_close(out, ref_out, ref_out.abs(), dtype, rng[1], "silu_and_mul " + what)
+    assert_guards(out_buffer, 0, n)
+    launch = mlp_launch.silu_and_mul_launch("silu_and_mul_backward", rows, cols, dtype)
+    x_buffer, grad_x = poisoned((rows, 2 * cols), gate.dtype)
+    kernel("silu_and_mul_backward").launch(
+        launch.grid, launch.block, x, grad, grad_x, rows, cols, stream=stream()
+    )
+    assert_close(grad_x[:, :cols], ref_gate, terms_gate, dtype, rng[1], "d_gate " + what)
+    assert_close(grad_x[:, cols:], ref_up, terms_up, dtype, rng[1], "d_up " + what)
+    assert_guards(x_buffer, 0, 2 * n)
+
+
 # Rows past the backward grid (264 blocks) and up to 100k, rows past the register cache (8192
 # elements), odd lengths (the scalar path), one row.
 NORM_CASES = [

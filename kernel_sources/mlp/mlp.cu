@@ -19,7 +19,8 @@
 //                            for every BYTES-byte vector (grid.y one a row), the row be a whole
 //                            number of them, every pointer BYTES-aligned and the arrays hold
 //                            fewer than 2**31 elements (kernelpack.mlp_launch.exact_vector_bytes);
-//                            the arguments are the general kernel's (rows unread).
+//                            the arguments are the general kernel's (rows unread). Their
+//                            *_exact_streaming forms (T): the same at BYTES 16.
 //   rms_norm_weight_grad_*, rms_norm_weight_grad_inputs_*
 //                            grid.x over the columns, blockDim.x columns by blockDim.y slices
 //                            of the rows (of `partial`, or of the inputs and the forward's row
@@ -239,9 +240,11 @@ template <typename T>
 using PairAccess = VectorAccess<T, 4>;
 
 // VectorAccess for data a kernel reads or writes once: on NVIDIA PTX's .cs ("cache streaming",
-// evict first in L1 and L2) on loads and stores alike. Taken (RowAccess) by the 16-byte exact
-// elementwise forms and by the fixed norms' few-row forms (rms_norm_fixed, add_rms_norm_fixed),
-// for their rows only (not for the weight, which every row reads). Why, on the H200 (kernels
+// evict first in L1 and L2) on loads and stores alike. Taken by the exact elementwise forms'
+// streaming kernels (swiglu_exact_streaming and the others: the host's choice for calls that move
+// little, kernelpack.mlp_launch.STREAMING_MAX_BYTES) and by the fixed norms' few-row forms
+// (rms_norm_fixed, add_rms_norm_fixed, through RowAccess), for their rows only (not for the
+// weight, which every row reads). Why, on the H200 (kernels
 // queued back to back as the benchmark's batches, each form against the same code without the
 // hints in one process; docs/bench-mlp-notes.md, nineteenth session): the idle time between one
 // kernel's end and the next one's start was 1.1-1.4 us after ours at 64 rows, 0.9-1.0 after
@@ -252,10 +255,12 @@ using PairAccess = VectorAccess<T, 4>;
 // below 64 rows (kernelpack.mlp_launch.STREAMING_FROM_ROWS). For many rows the evicted lines
 // cost the next kernel: backwards that read the forward's input and output again took 2.4-3.7%
 // longer in a benchmark run with .cs forward norms at 4096 and 16384 rows, so the forms for many
-// rows (rms_norm_fixed_full, add_rms_norm_fixed_full, rms_norm_fixed_reread) keep VectorAccess;
-// the elementwise forms were level there (SwiGLU 16384 x 14336, forward and backward). .cs on the
-// loads alone, or loads that skip L1, took 4-5% longer at the largest rows. On AMD plain accesses
-// (unmeasured there).
+// rows (rms_norm_fixed_full, add_rms_norm_fixed_full, rms_norm_fixed_reread) keep VectorAccess.
+// So do the exact elementwise forms for large calls: a .cs kernel right after a kernel with plain
+// accesses (a GEMM's output, a peer's batch) ran 3-6% longer than with plain accesses from about
+// 150 MB moved (twenty-first session; mlp_launch.STREAMING_MAX_BYTES). .cs on the loads alone, or
+// loads that skip L1, took 4-5% longer at the largest rows. On AMD plain accesses (unmeasured
+// there).
 template <typename T, int kBytes = kVectorBytes>
 struct StreamingAccess : VectorAccess<T, kBytes> {
   using Raw = typename VectorAccess<T, kBytes>::Raw;
@@ -277,20 +282,15 @@ struct StreamingAccess : VectorAccess<T, kBytes> {
 };
 
 // StreamingAccess where kStreaming, else VectorAccess.
-template <bool kStreaming, typename T, int kBytes = kVectorBytes>
+template <bool kStreaming, typename T>
 struct RowAccess {
-  using Type = VectorAccess<T, kBytes>;
+  using Type = VectorAccess<T>;
 };
 
-template <typename T, int kBytes>
-struct RowAccess<true, T, kBytes> {
-  using Type = StreamingAccess<T, kBytes>;
+template <typename T>
+struct RowAccess<true, T> {
+  using Type = StreamingAccess<T>;
 };
-
-// The exact elementwise forms' access: streaming for the 16-byte vectors, not for the 8-byte ones
-// of one short row.
-template <typename T, int kBytes>
-using ExactAccess = typename RowAccess<kBytes == kVectorBytes, T, kBytes>::Type;
 
 // Whether the grid asks for the narrow vector: a thread (along x) for every narrow chunk of n
 // elements. The same for every thread of the grid.
@@ -1886,17 +1886,31 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul(x, out, rows, cols);
 }
 
-// The exact forms of the two (the host's choice: kernelpack.mlp_launch.exact_vector_bytes).
+// The exact forms of the two (the host's choice: kernelpack.mlp_launch.exact_vector_bytes), and
+// their 16-byte forms through StreamingAccess, for calls that move little (the host's choice:
+// kernelpack.mlp_launch.STREAMING_MAX_BYTES).
 template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     swiglu_exact(const T* gate, const T* up, T* out, long long n) {
-  ::swiglu_exact<ExactAccess<T, kBytes>>(gate, up, out, n);
+  ::swiglu_exact<VectorAccess<T, kBytes>>(gate, up, out, n);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu_exact_streaming(const T* gate, const T* up, T* out, long long n) {
+  ::swiglu_exact<StreamingAccess<T>>(gate, up, out, n);
 }
 
 template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     silu_and_mul_exact(const T* x, T* out, long long rows, long long cols) {
-  ::silu_and_mul_exact<ExactAccess<T, kBytes>>(x, out, cols);
+  ::silu_and_mul_exact<VectorAccess<T, kBytes>>(x, out, cols);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_exact_streaming(const T* x, T* out, long long rows, long long cols) {
+  ::silu_and_mul_exact<StreamingAccess<T>>(x, out, cols);
 }
 
 // The blocks of kRowBlockThreads an SM the general forward rms_norm is built for at least (its
@@ -2034,14 +2048,28 @@ template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     swiglu_backward_exact(const T* gate, const T* up, const T* grad, T* grad_gate, T* grad_up,
                           long long n) {
-  ::swiglu_backward_exact<ExactAccess<T, kBytes>>(gate, up, grad, grad_gate, grad_up, n);
+  ::swiglu_backward_exact<VectorAccess<T, kBytes>>(gate, up, grad, grad_gate, grad_up, n);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu_backward_exact_streaming(const T* gate, const T* up, const T* grad, T* grad_gate,
+                                    T* grad_up, long long n) {
+  ::swiglu_backward_exact<StreamingAccess<T>>(gate, up, grad, grad_gate, grad_up, n);
 }
 
 template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     silu_and_mul_backward_exact(const T* x, const T* grad, T* grad_x, long long rows,
                                 long long cols) {
-  ::silu_and_mul_backward_exact<ExactAccess<T, kBytes>>(x, grad, grad_x, cols);
+  ::silu_and_mul_backward_exact<VectorAccess<T, kBytes>>(x, grad, grad_x, cols);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_backward_exact_streaming(const T* x, const T* grad, T* grad_x, long long rows,
+                                          long long cols) {
+  ::silu_and_mul_backward_exact<StreamingAccess<T>>(x, grad, grad_x, cols);
 }
 
 // row_scales is float32 [rows], the forward's (rms_norm's row_scales); grad_extra and
@@ -2145,15 +2173,26 @@ MLP_KERNELS(__nv_bfloat16)
   template __global__ void silu_and_mul_backward_exact<T, BYTES>(const T*, const T*, T*,        \
                                                                  long long, long long);
 
+// The 16-byte exact forms through StreamingAccess.
+#define MLP_EXACT_STREAMING_KERNELS(T)                                                          \
+  template __global__ void swiglu_exact_streaming<T>(const T*, const T*, T*, long long);        \
+  template __global__ void silu_and_mul_exact_streaming<T>(const T*, T*, long long, long long); \
+  template __global__ void swiglu_backward_exact_streaming<T>(const T*, const T*, const T*, T*, \
+                                                              T*, long long);                   \
+  template __global__ void silu_and_mul_backward_exact_streaming<T>(const T*, const T*, T*,     \
+                                                                    long long, long long);
+
 #define MLP_EXACT_VECTORS(T) \
   MLP_EXACT_KERNELS(T, 8)    \
-  MLP_EXACT_KERNELS(T, 16)
+  MLP_EXACT_KERNELS(T, 16)   \
+  MLP_EXACT_STREAMING_KERNELS(T)
 
 MLP_EXACT_VECTORS(float)
 MLP_EXACT_VECTORS(__half)
 MLP_EXACT_VECTORS(__nv_bfloat16)
 
 #undef MLP_EXACT_VECTORS
+#undef MLP_EXACT_STREAMING_KERNELS
 #undef MLP_EXACT_KERNELS
 
 // The weight sum from the inputs, a column or a pair a thread, for the types whose short backward

@@ -27,6 +27,18 @@ NARROW_BYTES = 8  # kNarrowBytes: the elementwise kernels' vector on short input
 # of sigmoids a thread (the kernels see the grid and take 8-byte vectors; mlp.cu narrow_grid).
 NARROW_BELOW_BLOCKS = 132
 ELEMENTWISE_BLOCK = 128  # kElementwiseBlockThreads, the elementwise kernels' __launch_bounds__
+# The 16-byte exact elementwise forms through streaming cache hints (mlp.cu's *_exact_streaming,
+# StreamingAccess) for calls that move at most this many bytes (read and written), through plain
+# accesses (*_exact) past it. Measured on the H200 over rows of 14336, each call right after a
+# plain kernel that wrote 64 MB elsewhere (as after a GEMM), µs, streaming / plain: SwiGLU forward
+# bfloat16 at 22 MB 9.90 / 10.35, 44 MB 14.74 / 15.65, 88 MB 25.33 / 25.41, 176 MB 47.12 / 45.86,
+# 352 MB 89.57 / 85.73, 1.4 GB 342.37 / 325.41 (float32 alike); its backward, bfloat16 at 37 MB
+# 14.48-15.74 / 13.71-13.74, 73 MB 22.16 / 22.10-22.66, 147 MB 40.13 / 38.46, 587 MB 148.19 /
+# 140.29, and float32 alike. Back to back (as the benchmark times them) streaming was the faster
+# by 0.1-0.8 µs at every size, but its first call after a plain kernel took 342 µs at 16384 x
+# 14336 bfloat16 where the next ones took 323, and in some runs every call 334-341
+# (docs/bench-mlp-notes.md, twenty-first session).
+STREAMING_MAX_BYTES = 64 * 2**20
 BLOCK_MIN = 64  # the smallest block: a multiple of every wavefront width (32 and 64)
 ROW_BLOCK_MAX = 512  # kRowBlockThreads, the row kernels' __launch_bounds__
 # The short-row forward norms (rms_norm_short, add_rms_norm_short): one 16-byte vector a thread,
@@ -222,11 +234,11 @@ def silu_and_mul_geometry(rows: int, cols: int, dtype: str) -> tuple[tuple[int, 
 
 class ElementwiseLaunch(NamedTuple):
     """An elementwise op's launch for a shape: ``name`` the kernel for pointers aligned to
-    ``alignment`` bytes (the exact form, "mlp::swiglu_exact<float, 16>", where
-    :func:`exact_vector_bytes` allows it; else the general kernel, alignment 1), ``general`` the
-    general kernel ("mlp::swiglu<float>"), which takes the same arguments on the same grid and any
-    alignment. The exact forms do not test their pointers (mlp.cu): :meth:`kernel_for` is the
-    choice for a call's pointers."""
+    ``alignment`` bytes (the exact form, "mlp::swiglu_exact<float, 16>" or
+    "mlp::swiglu_exact_streaming<float>", where :func:`exact_vector_bytes` allows it; else the
+    general kernel, alignment 1), ``general`` the general kernel ("mlp::swiglu<float>"), which
+    takes the same arguments on the same grid and any alignment. The exact forms do not test
+    their pointers (mlp.cu): :meth:`kernel_for` is the choice for a call's pointers."""
 
     name: str
     general: str
@@ -243,14 +255,22 @@ def swiglu_launch(op: str, n: int, dtype: str) -> ElementwiseLaunch:
     """``op``'s launch ("swiglu" or "swiglu_backward") over n elements."""
     grid, block = swiglu_geometry(n, dtype)
     vector_bytes = exact_vector_bytes(grid * block, 1, n, dtype)
-    return _elementwise_launch(op, dtype, vector_bytes, grid, block)
+    return _elementwise_launch(op, dtype, vector_bytes, grid, block, n)
 
 
 def silu_and_mul_launch(op: str, rows: int, cols: int, dtype: str) -> ElementwiseLaunch:
     """``op``'s launch ("silu_and_mul" or "silu_and_mul_backward") over rows of cols outputs."""
     (grid_x, grid_y), block = silu_and_mul_geometry(rows, cols, dtype)
     vector_bytes = exact_vector_bytes(grid_x * block, rows, cols, dtype) if grid_y == rows else 0
-    return _elementwise_launch(op, dtype, vector_bytes, (grid_x, grid_y), block)
+    return _elementwise_launch(op, dtype, vector_bytes, (grid_x, grid_y), block, rows * cols)
+
+
+def elementwise_bytes(op: str, outputs: int, dtype: str) -> int:
+    """The bytes ``op`` reads and writes for ``outputs`` elements of the forward's output: gate
+    and up read, the output written (3 arrays of that size); backward: gate, up and the gradient
+    read, both input gradients written (5)."""
+    arrays = 5 if op.endswith("_backward") else 3
+    return arrays * outputs * ITEM_SIZE[dtype]
 
 
 def alignment_of(*pointers: Any) -> int:
@@ -278,15 +298,26 @@ def exact_vector_bytes(threads: int, rows: int, cols: int, dtype: str) -> int:
 
 
 def _elementwise_launch(
-    op: str, dtype: str, vector_bytes: int, grid: Any, block: int
+    op: str, dtype: str, vector_bytes: int, grid: Any, block: int, outputs: int
 ) -> ElementwiseLaunch:
-    """An elementwise op's launch: its exact form in vectors of ``vector_bytes``, or (0) its
-    general kernel alone."""
+    """An elementwise op's launch over ``outputs`` elements of the forward's output: its exact
+    form in vectors of ``vector_bytes``, or (0) its general kernel alone."""
     general = kernel_name(op, dtype)
-    if vector_bytes:
-        exact = kernel_name(op + "_exact", dtype, vector_bytes)
-        return ElementwiseLaunch(exact, general, grid, block, vector_bytes)
-    return ElementwiseLaunch(general, general, grid, block, 1)
+    if not vector_bytes:
+        return ElementwiseLaunch(general, general, grid, block, 1)
+    exact = exact_kernel_name(op, dtype, vector_bytes, outputs)
+    return ElementwiseLaunch(exact, general, grid, block, vector_bytes)
+
+
+def exact_kernel_name(op: str, dtype: str, vector_bytes: int, outputs: int) -> str:
+    """``op``'s exact form in vectors of ``vector_bytes`` over ``outputs`` elements of the
+    forward's output: 16-byte vectors through streaming cache hints where the call moves at most
+    STREAMING_MAX_BYTES ("mlp::swiglu_exact_streaming<float>"), else plain
+    ("mlp::swiglu_exact<float, 16>")."""
+    moved = elementwise_bytes(op, outputs, dtype)
+    if vector_bytes == VECTOR_BYTES and moved <= STREAMING_MAX_BYTES:
+        return kernel_name(op + "_exact_streaming", dtype)
+    return kernel_name(op + "_exact", dtype, vector_bytes)
 
 
 def _threads_needed(cols: int, dtype: str, cached: int) -> int:
