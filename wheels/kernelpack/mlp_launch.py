@@ -34,9 +34,9 @@ ELEMENTWISE_BLOCK = 128  # kElementwiseBlockThreads, the elementwise kernels' __
 # bfloat16 at 22 MB 9.90 / 10.35, 44 MB 14.74 / 15.65, 88 MB 25.33 / 25.41, 176 MB 47.12 / 45.86,
 # 352 MB 89.57 / 85.73, 1.4 GB 342.37 / 325.41 (float32 alike); its backward, bfloat16 at 37 MB
 # 14.48-15.74 / 13.71-13.74, 73 MB 22.16 / 22.10-22.66, 147 MB 40.13 / 38.46, 587 MB 148.19 /
-# 140.29, and float32 alike. Back to back (as the benchmark times them) streaming was the faster
-# by 0.1-0.8 µs at every size, but its first call after a plain kernel took 342 µs at 16384 x
-# 14336 bfloat16 where the next ones took 323, and in some runs every call 334-341
+# 140.29, and float32 alike. Back to back (as the benchmark times them) streaming was mostly the
+# faster, by 0.1-0.8 µs, but its first call after a plain kernel took 342 µs at 16384 x 14336
+# bfloat16 where the next ones took 323, and in some runs every call 334-341
 # (docs/bench-mlp-notes.md, twenty-first session).
 STREAMING_MAX_BYTES = 64 * 2**20
 BLOCK_MIN = 64  # the smallest block: a multiple of every wavefront width (32 and 64)
