@@ -37,12 +37,14 @@ MLP_FORWARD = ("swiglu", "silu_and_mul", "rms_norm", "add_rms_norm")
 MLP_FORWARD += ("rms_norm_short", "add_rms_norm_short")
 MLP_OPS = (*MLP_FORWARD, "swiglu_backward", "silu_and_mul_backward", "rms_norm_backward")
 MLP_OPS += ("rms_norm_backward_short", "rms_norm_weight_grad")
-MLP_EXACT = (  # also templated on the vector's bytes; each with a 16-byte _streaming form
-    "swiglu_exact",
-    "silu_and_mul_exact",
-    "swiglu_backward_exact",
-    "silu_and_mul_backward_exact",
-)
+# The exact forms, each with a 16-byte _streaming form; also templated on the vector's bytes, the
+# forwards on 8 and 16, the backwards on 8 alone.
+MLP_EXACT_VECTORS = {
+    "swiglu_exact": (8, 16),
+    "silu_and_mul_exact": (8, 16),
+    "swiglu_backward_exact": (8,),
+    "silu_and_mul_backward_exact": (8,),
+}
 MLP_TYPES = ("float", "__half", "__nv_bfloat16")
 MLP_FIXED = (
     "rms_norm_fixed",
@@ -56,8 +58,13 @@ FLOAT_DEGREES = {2: 4, 3: 3, 4: 1}
 REAL_KERNELS = {
     "mlp": [
         *(f"mlp::{op}<{t}>" for op in MLP_OPS for t in MLP_TYPES),
-        *(f"mlp::{op}<{t}, {b}>" for op in MLP_EXACT for t in MLP_TYPES for b in (8, 16)),
-        *(f"mlp::{op}_streaming<{t}>" for op in MLP_EXACT for t in MLP_TYPES),
+        *(
+            f"mlp::{op}<{t}, {b}>"
+            for op, vectors in MLP_EXACT_VECTORS.items()
+            for t in MLP_TYPES
+            for b in vectors
+        ),
+        *(f"mlp::{op}_streaming<{t}>" for op in MLP_EXACT_VECTORS for t in MLP_TYPES),
         *(
             f"mlp::{op}<{t}, {c}>"
             for op in MLP_FIXED

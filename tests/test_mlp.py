@@ -176,14 +176,14 @@ def test_swiglu_grid_takes_8_byte_vectors_below_132_blocks(
         (64 * 11008, "float32", 16, True),  # 176128 16-byte vectors, 1376 blocks
         (64 * 11008 + 4, "bfloat16", 0, False),  # a tail past the last 16-byte vector
         (8 * 128 * 131, "bfloat16", 8, False),  # 16-byte blocks short of 132: 8-byte ones, exact
-        (4096 * 14336, "bfloat16", 16, False),  # 336 MiB forward: plain 16-byte vectors
     ],
 )
 def test_swiglu_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
     n: int, dtype: str, vector_bytes: int, streaming: bool
 ) -> None:
     """The host's choice of mlp.cu's exact form and its vector, against a hand count of the
-    grid's vectors and threads; forward and backward alike, on swiglu_geometry's grid."""
+    grid's vectors and threads; forward and backward alike (both move at most 64 MiB here), on
+    swiglu_geometry's grid."""
     for op in ("swiglu", "swiglu_backward"):
         launch = mlp_launch.swiglu_launch(op, n, dtype)
         assert (launch.grid, launch.block) == mlp_launch.swiglu_geometry(n, dtype)
@@ -198,7 +198,6 @@ def test_swiglu_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
         (3, 4099, "float32", 0, False),  # a row is not a whole number of 8-byte vectors
         (3, 4100, "float16", 8, False),
         (64, 11008, "bfloat16", 16, True),  # 1376 16-byte vectors a row, 11 blocks of 128 a row
-        (16384, 14336, "float32", 16, False),  # 2.6 GiB forward: plain 16-byte vectors
         (64, 11004, "bfloat16", 0, False),  # a row is not a whole number of 16-byte vectors
         (65_535, 8, "bfloat16", 8, False),  # a grid row for each row
         (70_001, 8, "bfloat16", 0, False),  # more rows than grid.y: the row loop
@@ -271,16 +270,66 @@ def test_exact_forms_stream_up_to_64_mib_moved(
     op: str, n: int, dtype: str, streaming: bool
 ) -> None:
     """The host takes the 16-byte exact form through streaming cache hints where the call reads
-    and writes at most 64 MiB (STREAMING_MAX_BYTES), byte counts by hand."""
+    and writes at most 64 MiB (STREAMING_MAX_BYTES), past it plain accesses (the backwards in
+    8-byte vectors); byte counts by hand."""
     kernel_type = mlp_launch.KERNEL_TYPE[dtype]
     launch = mlp_launch.swiglu_launch(op, n, dtype)
-    assert launch.alignment == 16
-    expected = (
-        f"mlp::{op}_exact_streaming<{kernel_type}>"
-        if streaming
-        else f"mlp::{op}_exact<{kernel_type}, 16>"
-    )
-    assert launch.name == expected
+    if streaming:
+        expected = (f"mlp::{op}_exact_streaming<{kernel_type}>", 16)
+    elif op == "swiglu_backward":
+        expected = (f"mlp::{op}_exact<{kernel_type}, 8>", 8)
+    else:
+        expected = (f"mlp::{op}_exact<{kernel_type}, 16>", 16)
+    assert (launch.name, launch.alignment) == expected
+
+
+@pytest.mark.parametrize(
+    ("op", "shape", "dtype", "grid", "name", "alignment"),
+    [
+        # gate, up and out: 3 arrays of 4096 * 14336 bfloat16, 336 MiB; a thread a 16-byte vector
+        # (8 elements): 7_340_032 threads, 57_344 blocks of 128
+        ("swiglu", (4096 * 14336,), "bfloat16", 57_344, "swiglu_exact<__nv_bfloat16, 16>", 16),
+        # 5 arrays, 560 MiB: a thread an 8-byte vector (4 elements), twice the blocks
+        (
+            "swiglu_backward",
+            (4096 * 14336,),
+            "bfloat16",
+            114_688,
+            "swiglu_backward_exact<__nv_bfloat16, 8>",
+            8,
+        ),
+        # 5 arrays of 8 * 2**20 float16, 80 MiB: 2**21 8-byte vectors
+        ("swiglu_backward", (8 * 2**20,), "float16", 16_384, "swiglu_backward_exact<__half, 8>", 8),
+        # rows of 14336 float32: 3584 16-byte vectors (28 blocks of 128) or 7168 8-byte ones (56)
+        (
+            "silu_and_mul",
+            (16384, 14336),
+            "float32",
+            (28, 16384),
+            "silu_and_mul_exact<float, 16>",
+            16,
+        ),
+        (
+            "silu_and_mul_backward",
+            (16384, 14336),
+            "float32",
+            (56, 16384),
+            "silu_and_mul_backward_exact<float, 8>",
+            8,
+        ),
+    ],
+)
+def test_backwards_past_64_mib_moved_take_8_byte_vectors(
+    op: str, shape: tuple[int, ...], dtype: str, grid: Any, name: str, alignment: int
+) -> None:
+    """Past STREAMING_MAX_BYTES the forwards take plain 16-byte vectors and the backwards plain
+    8-byte ones, on a grid with a thread for each; grids and names by hand."""
+    if len(shape) == 1:
+        launch = mlp_launch.swiglu_launch(op, shape[0], dtype)
+    else:
+        launch = mlp_launch.silu_and_mul_launch(op, *shape, dtype)
+    assert (launch.grid, launch.block) == (grid, 128)
+    assert (launch.name, launch.alignment) == (f"mlp::{name}", alignment)
 
 
 def test_exact_kernels_index_fewer_than_2_31_elements() -> None:

@@ -175,18 +175,23 @@ def test_silu_and_mul_backward(rng: Any, dtype: str, rows: int, cols: int, offse
 
 @pytest.mark.parametrize("streaming", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_16_byte_exact_forms_are_right_streaming_or_not(
-    rng: Any, dtype: str, streaming: bool
-) -> None:
-    """Both 16-byte exact forms of the four elementwise kernels, through streaming cache hints
-    or plain accesses (the host takes plain ones past STREAMING_MAX_BYTES, more than a test
-    should move), launched by name on the host's grid for 64 x 11008, against float64."""
+def test_exact_forms_are_right_streaming_or_not(rng: Any, dtype: str, streaming: bool) -> None:
+    """The exact forms of the four elementwise kernels the host takes up to STREAMING_MAX_BYTES
+    (16-byte vectors through streaming cache hints) and past it (plain accesses: the forwards in
+    16-byte vectors, the backwards in 8-byte ones), more than a test should move: launched by
+    name at 64 x 11008 on the grid the host sizes for their vector, against float64."""
     rows, cols = 64, 11008
     n = rows * cols
     kernel_type = mlp_launch.KERNEL_TYPE[dtype]
+    backward_bytes = mlp_launch.VECTOR_BYTES if streaming else mlp_launch.NARROW_BYTES
 
     def kernel(op: str) -> Any:
-        form = f"_exact_streaming<{kernel_type}>" if streaming else f"_exact<{kernel_type}, 16>"
+        vector_bytes = backward_bytes if op.endswith("_backward") else mlp_launch.VECTOR_BYTES
+        form = (
+            f"_exact_streaming<{kernel_type}>"
+            if streaming
+            else f"_exact<{kernel_type}, {vector_bytes}>"
+        )
         return mlp_launch.load_kernel("cuda:0", f"mlp::{op}{form}")
 
     gate = randn(rng, (rows, cols), dtype) * 4
@@ -202,11 +207,11 @@ def test_16_byte_exact_forms_are_right_streaming_or_not(
     kernel("swiglu").launch(launch.grid, launch.block, gate, up, out, n, stream=stream())
     assert_close(out, ref_out, ref_out.abs(), dtype, rng[1], "swiglu " + what)
     assert_guards(out_buffer, 0, n)
-    launch = mlp_launch.swiglu_launch("swiglu_backward", n, dtype)
+    grid, block = mlp_launch.swiglu_geometry(n, dtype, backward_bytes)
     gate_buffer, grad_gate = poisoned((rows, cols), gate.dtype)
     up_buffer, grad_up = poisoned((rows, cols), gate.dtype)
     kernel("swiglu_backward").launch(
-        launch.grid, launch.block, gate, up, grad, grad_gate, grad_up, n, stream=stream()
+        grid, block, gate, up, grad, grad_gate, grad_up, n, stream=stream()
     )
     assert_close(grad_gate, ref_gate, terms_gate, dtype, rng[1], "swiglu d_gate " + what)
     assert_close(grad_up, ref_up, terms_up, dtype, rng[1], "swiglu d_up " + what)
@@ -220,10 +225,10 @@ def test_16_byte_exact_forms_are_right_streaming_or_not(
     kernel("silu_and_mul").launch(launch.grid, launch.block, x, out, rows, cols, stream=stream())
     assert_close(out, ref_out, ref_out.abs(), dtype, rng[1], "silu_and_mul " + what)
     assert_guards(out_buffer, 0, n)
-    launch = mlp_launch.silu_and_mul_launch("silu_and_mul_backward", rows, cols, dtype)
+    grid_2d, block = mlp_launch.silu_and_mul_geometry(rows, cols, dtype, backward_bytes)
     x_buffer, grad_x = poisoned((rows, 2 * cols), gate.dtype)
     kernel("silu_and_mul_backward").launch(
-        launch.grid, launch.block, x, grad, grad_x, rows, cols, stream=stream()
+        grid_2d, block, x, grad, grad_x, rows, cols, stream=stream()
     )
     assert_close(grad_x[:, :cols], ref_gate, terms_gate, dtype, rng[1], "d_gate " + what)
     assert_close(grad_x[:, cols:], ref_up, terms_up, dtype, rng[1], "d_up " + what)

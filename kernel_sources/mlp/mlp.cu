@@ -20,7 +20,8 @@
 //                            number of them, every pointer BYTES-aligned and the arrays hold
 //                            fewer than 2**31 elements (kernelpack.mlp_launch.exact_vector_bytes);
 //                            the arguments are the general kernel's (rows unread). Their
-//                            *_exact_streaming forms (T): the same at BYTES 16.
+//                            *_exact_streaming forms (T): the same at BYTES 16; the backwards'
+//                            plain forms at BYTES 8 alone.
 //   rms_norm_weight_grad_*, rms_norm_weight_grad_inputs_*
 //                            grid.x over the columns, blockDim.x columns by blockDim.y slices
 //                            of the rows (of `partial`, or of the inputs and the forward's row
@@ -432,7 +433,8 @@ __device__ __forceinline__ void silu_and_mul(const T* x, T* out, long long rows,
 // thread takes its one vector with none of the general form's run-time choices (grid-stride and
 // row loops, 64-bit indices, the tail): the sixth session's profile of 1x11008
 // (docs/bench-mlp-notes.md). The vector is the one the host sized the grid for: 8 bytes where the
-// grid has a thread for each 8-byte chunk (short inputs), else 16. Every pointer must be aligned
+// grid has a thread for each 8-byte chunk (short inputs, and the backwards past
+// kernelpack.mlp_launch.STREAMING_MAX_BYTES), else 16. Every pointer must be aligned
 // to that vector: the host checks the call's addresses and launches the general kernel (same
 // arguments) for a misaligned view, so a thread's path is its loads, the arithmetic and its
 // store, with no test. An alignment test in the kernel, even after the loads with the scalar loop
@@ -2164,10 +2166,14 @@ MLP_KERNELS(__nv_bfloat16)
 #undef MLP_KERNELS
 
 // The exact elementwise forms for one storage type and vector (kernelpack.mlp_launch's
-// exact_vector_bytes: 8 or 16 bytes).
-#define MLP_EXACT_KERNELS(T, BYTES)                                                             \
+// exact_vector_bytes: 8 or 16 bytes). The backwards' plain forms in 8-byte vectors alone: the host
+// sizes their grid for 8-byte vectors wherever it takes plain accesses
+// (kernelpack.mlp_launch.widest_vector_bytes), for 16-byte ones only below STREAMING_MAX_BYTES.
+#define MLP_EXACT_FORWARD_KERNELS(T, BYTES)                                                     \
   template __global__ void swiglu_exact<T, BYTES>(const T*, const T*, T*, long long);           \
-  template __global__ void silu_and_mul_exact<T, BYTES>(const T*, T*, long long, long long);    \
+  template __global__ void silu_and_mul_exact<T, BYTES>(const T*, T*, long long, long long);
+
+#define MLP_EXACT_BACKWARD_KERNELS(T, BYTES)                                                    \
   template __global__ void swiglu_backward_exact<T, BYTES>(const T*, const T*, const T*, T*,    \
                                                            T*, long long);                      \
   template __global__ void silu_and_mul_backward_exact<T, BYTES>(const T*, const T*, T*,        \
@@ -2182,9 +2188,10 @@ MLP_KERNELS(__nv_bfloat16)
   template __global__ void silu_and_mul_backward_exact_streaming<T>(const T*, const T*, T*,     \
                                                                     long long, long long);
 
-#define MLP_EXACT_VECTORS(T) \
-  MLP_EXACT_KERNELS(T, 8)    \
-  MLP_EXACT_KERNELS(T, 16)   \
+#define MLP_EXACT_VECTORS(T)         \
+  MLP_EXACT_FORWARD_KERNELS(T, 8)  \
+  MLP_EXACT_FORWARD_KERNELS(T, 16) \
+  MLP_EXACT_BACKWARD_KERNELS(T, 8) \
   MLP_EXACT_STREAMING_KERNELS(T)
 
 MLP_EXACT_VECTORS(float)
@@ -2193,7 +2200,8 @@ MLP_EXACT_VECTORS(__nv_bfloat16)
 
 #undef MLP_EXACT_VECTORS
 #undef MLP_EXACT_STREAMING_KERNELS
-#undef MLP_EXACT_KERNELS
+#undef MLP_EXACT_BACKWARD_KERNELS
+#undef MLP_EXACT_FORWARD_KERNELS
 
 // The weight sum from the inputs, a column or a pair a thread, for the types whose short backward
 // leaves row scales (kRowScales).

@@ -29,7 +29,7 @@ NARROW_BELOW_BLOCKS = 132
 ELEMENTWISE_BLOCK = 128  # kElementwiseBlockThreads, the elementwise kernels' __launch_bounds__
 # The 16-byte exact elementwise forms through streaming cache hints (mlp.cu's *_exact_streaming,
 # StreamingAccess) for calls that move at most this many bytes (read and written), through plain
-# accesses (*_exact) past it. Measured on the H200 over rows of 14336, each call right after a
+# accesses (*_exact; the backwards in 8-byte vectors, widest_vector_bytes) past it. Measured on the H200 over rows of 14336, each call right after a
 # plain kernel that wrote 64 MB elsewhere (as after a GEMM), µs, streaming / plain: SwiGLU forward
 # bfloat16 at 22 MB 9.90 / 10.35, 44 MB 14.74 / 15.65, 88 MB 25.33 / 25.41, 176 MB 47.12 / 45.86,
 # 352 MB 89.57 / 85.73, 1.4 GB 342.37 / 325.41 (float32 alike); its backward, bfloat16 at 37 MB
@@ -209,21 +209,42 @@ def _vector_width(dtype: str, vector_bytes: int = VECTOR_BYTES) -> int:
     return vector_bytes // ITEM_SIZE[dtype]
 
 
-def swiglu_geometry(n: int, dtype: str) -> tuple[int, int]:
-    """(grid, block) of the elementwise kernels over n elements: one 16-byte vector a thread,
-    or one 8-byte vector where that grid would be short of NARROW_BELOW_BLOCKS blocks."""
-    chunks = -(-n // _vector_width(dtype))
+def widest_vector_bytes(op: str, outputs: int, dtype: str) -> int:
+    """The vector an elementwise op's grid is sized for over ``outputs`` elements of the
+    forward's output, unless that grid would be short of blocks: 16 bytes, 8 for the backwards
+    past STREAMING_MAX_BYTES moved (their plain exact forms *_backward_exact<T, 8>: mlp.cu builds
+    their 16-byte forms streaming only). The backwards read three arrays and write two; on the
+    H200 over rows of 14336, back to back, both took 0.1-0.9% less time in 8-byte vectors than in
+    16-byte ones, every dtype at 4096 and 16384 rows (µs: SwiGLU's bfloat16 at 4096 rows 138.01
+    against 138.69, 16384 543.50 against 545.30; float32 at 1024 rows 70.80 against 71.17, 4096
+    273.85 against 275.17, 16384 1090.21 against 1091.33), as torch.compile's float32 backward
+    did in 512 elements a block of 256 threads against 1024 of 128 (its autotuner picks between
+    the two, in some processes the slower). The forwards took 0.5-1% longer in 8-byte vectors
+    (docs/bench-mlp-notes.md, twenty-second session)."""
+    moved = elementwise_bytes(op, outputs, dtype)
+    if op.endswith("_backward") and moved > STREAMING_MAX_BYTES:
+        return NARROW_BYTES
+    return VECTOR_BYTES
+
+
+def swiglu_geometry(n: int, dtype: str, widest: int = VECTOR_BYTES) -> tuple[int, int]:
+    """(grid, block) of the elementwise kernels over n elements: one vector of ``widest`` bytes
+    a thread, or one 8-byte vector where that grid would be short of NARROW_BELOW_BLOCKS
+    blocks."""
+    chunks = -(-n // _vector_width(dtype, widest))
     if -(-chunks // ELEMENTWISE_BLOCK) < NARROW_BELOW_BLOCKS:
         chunks = -(-n // _vector_width(dtype, NARROW_BYTES))
     return min(-(-chunks // ELEMENTWISE_BLOCK), _grid_cap(ELEMENTWISE_BLOCK)), ELEMENTWISE_BLOCK
 
 
-def silu_and_mul_geometry(rows: int, cols: int, dtype: str) -> tuple[tuple[int, int], int]:
+def silu_and_mul_geometry(
+    rows: int, cols: int, dtype: str, widest: int = VECTOR_BYTES
+) -> tuple[tuple[int, int], int]:
     """((grid x over the columns, grid y over the rows), block) of silu_and_mul and its backward:
-    one 16-byte vector a thread, or one 8-byte vector where that grid would be short of
-    NARROW_BELOW_BLOCKS blocks."""
+    one vector of ``widest`` bytes a thread, or one 8-byte vector where that grid would be short
+    of NARROW_BELOW_BLOCKS blocks."""
     grid_y = min(rows, MAX_GRID_Y)
-    for vector_bytes in (VECTOR_BYTES, NARROW_BYTES):
+    for vector_bytes in (widest, NARROW_BYTES):
         chunks = -(-cols // _vector_width(dtype, vector_bytes))
         block = min(max(BLOCK_MIN, 1 << (chunks - 1).bit_length()), ELEMENTWISE_BLOCK)
         grid_x = min(-(-chunks // block), _grid_cap(block * grid_y))
@@ -253,14 +274,15 @@ class ElementwiseLaunch(NamedTuple):
 
 def swiglu_launch(op: str, n: int, dtype: str) -> ElementwiseLaunch:
     """``op``'s launch ("swiglu" or "swiglu_backward") over n elements."""
-    grid, block = swiglu_geometry(n, dtype)
+    grid, block = swiglu_geometry(n, dtype, widest_vector_bytes(op, n, dtype))
     vector_bytes = exact_vector_bytes(grid * block, 1, n, dtype)
     return _elementwise_launch(op, dtype, vector_bytes, grid, block, n)
 
 
 def silu_and_mul_launch(op: str, rows: int, cols: int, dtype: str) -> ElementwiseLaunch:
     """``op``'s launch ("silu_and_mul" or "silu_and_mul_backward") over rows of cols outputs."""
-    (grid_x, grid_y), block = silu_and_mul_geometry(rows, cols, dtype)
+    widest = widest_vector_bytes(op, rows * cols, dtype)
+    (grid_x, grid_y), block = silu_and_mul_geometry(rows, cols, dtype, widest)
     vector_bytes = exact_vector_bytes(grid_x * block, rows, cols, dtype) if grid_y == rows else 0
     return _elementwise_launch(op, dtype, vector_bytes, (grid_x, grid_y), block, rows * cols)
 
@@ -313,7 +335,8 @@ def exact_kernel_name(op: str, dtype: str, vector_bytes: int, outputs: int) -> s
     """``op``'s exact form in vectors of ``vector_bytes`` over ``outputs`` elements of the
     forward's output: 16-byte vectors through streaming cache hints where the call moves at most
     STREAMING_MAX_BYTES ("mlp::swiglu_exact_streaming<float>"), else plain
-    ("mlp::swiglu_exact<float, 16>")."""
+    ("mlp::swiglu_exact<float, 16>"; the backwards past it take 8-byte vectors,
+    :func:`widest_vector_bytes`)."""
     moved = elementwise_bytes(op, outputs, dtype)
     if vector_bytes == VECTOR_BYTES and moved <= STREAMING_MAX_BYTES:
         return kernel_name(op + "_exact_streaming", dtype)
