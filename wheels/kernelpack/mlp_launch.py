@@ -29,15 +29,15 @@ NARROW_BELOW_BLOCKS = 132
 ELEMENTWISE_BLOCK = 128  # kElementwiseBlockThreads, the elementwise kernels' __launch_bounds__
 # The 16-byte exact elementwise forms through streaming cache hints (mlp.cu's *_exact_streaming,
 # StreamingAccess) for calls that move at most this many bytes (read and written), through plain
-# accesses (*_exact; the backwards in 8-byte vectors, widest_vector_bytes) past it. Measured on the H200 over rows of 14336, each call right after a
-# plain kernel that wrote 64 MB elsewhere (as after a GEMM), µs, streaming / plain: SwiGLU forward
-# bfloat16 at 22 MB 9.90 / 10.35, 44 MB 14.74 / 15.65, 88 MB 25.33 / 25.41, 176 MB 47.12 / 45.86,
-# 352 MB 89.57 / 85.73, 1.4 GB 342.37 / 325.41 (float32 alike); its backward, bfloat16 at 37 MB
-# 14.48-15.74 / 13.71-13.74, 73 MB 22.16 / 22.10-22.66, 147 MB 40.13 / 38.46, 587 MB 148.19 /
-# 140.29, and float32 alike. Back to back (as the benchmark times them) streaming was mostly the
-# faster, by 0.1-0.8 µs, but its first call after a plain kernel took 342 µs at 16384 x 14336
-# bfloat16 where the next ones took 323, and in some runs every call 334-341
-# (docs/bench-mlp-notes.md, twenty-first session).
+# accesses (*_exact; the backwards in 8-byte vectors, widest_vector_bytes) past it. Measured on the
+# H200 over rows of 14336, each call right after a plain kernel that wrote 64 MB elsewhere (as after
+# a GEMM), µs, streaming / plain: SwiGLU forward bfloat16 at 22 MB 9.90 / 10.35, 44 MB 14.74 /
+# 15.65, 88 MB 25.33 / 25.41, 176 MB 47.12 / 45.86, 352 MB 89.57 / 85.73, 1.4 GB 342.37 / 325.41
+# (float32 alike); its backward, bfloat16 at 37 MB 14.48-15.74 / 13.71-13.74, 73 MB 22.16 /
+# 22.10-22.66, 147 MB 40.13 / 38.46, 587 MB 148.19 / 140.29, and float32 alike. Back to back (as the
+# benchmark times them) streaming was mostly the faster, by 0.1-0.8 µs, but its first call after a
+# plain kernel took 342 µs at 16384 x 14336 bfloat16 where the next ones took 323, and in some runs
+# every call 334-341 (docs/bench-mlp-notes.md, twenty-first session).
 STREAMING_MAX_BYTES = 64 * 2**20
 BLOCK_MIN = 64  # the smallest block: a multiple of every wavefront width (32 and 64)
 ROW_BLOCK_MAX = 512  # kRowBlockThreads, the row kernels' __launch_bounds__
