@@ -221,10 +221,17 @@ def widest_vector_bytes(op: str, outputs: int, dtype: str) -> int:
     did in 512 elements a block of 256 threads against 1024 of 128 (its autotuner picks between
     the two, in some processes the slower). The forwards took 0.5-1% longer in 8-byte vectors
     (docs/bench-mlp-notes.md, twenty-second session)."""
-    moved = elementwise_bytes(op, outputs, dtype)
-    if op.endswith("_backward") and moved > STREAMING_MAX_BYTES:
+    if op.endswith("_backward") and not within_streaming_bytes(op, outputs, dtype):
         return NARROW_BYTES
     return VECTOR_BYTES
+
+
+def within_streaming_bytes(op: str, outputs: int, dtype: str) -> bool:
+    """Whether ``op`` over ``outputs`` elements of the forward's output moves at most
+    STREAMING_MAX_BYTES: its exact form streams (16-byte vectors, streaming cache hints), where
+    past it the plain forms take over (the backwards' in 8-byte vectors). The one test both
+    choices read, so that they agree: mlp.cu builds no 16-byte plain backward."""
+    return elementwise_bytes(op, outputs, dtype) <= STREAMING_MAX_BYTES
 
 
 def swiglu_geometry(n: int, dtype: str, widest: int = VECTOR_BYTES) -> tuple[int, int]:
@@ -337,8 +344,7 @@ def exact_kernel_name(op: str, dtype: str, vector_bytes: int, outputs: int) -> s
     STREAMING_MAX_BYTES ("mlp::swiglu_exact_streaming<float>"), else plain
     ("mlp::swiglu_exact<float, 16>"; the backwards past it take 8-byte vectors,
     :func:`widest_vector_bytes`)."""
-    moved = elementwise_bytes(op, outputs, dtype)
-    if vector_bytes == VECTOR_BYTES and moved <= STREAMING_MAX_BYTES:
+    if vector_bytes == VECTOR_BYTES and within_streaming_bytes(op, outputs, dtype):
         return kernel_name(op + "_exact_streaming", dtype)
     return kernel_name(op + "_exact", dtype, vector_bytes)
 
