@@ -235,6 +235,46 @@ def test_exact_forms_are_right_streaming_or_not(rng: Any, dtype: str, streaming:
     assert_guards(x_buffer, 0, 2 * n)
 
 
+# Gates at the ends of the sigmoid: where e^-g overflows float32 (below about -88) and where it
+# underflows, as far out as float16 keeps g * u finite (|u| < 8); silu(g) * u is a signed zero
+# there, or g * u.
+SIGMOID_ENDS = [-8000.0, -1000.0, -100.0, -88.5, -87.0, -20.0, -1.0, -0.0]
+SIGMOID_ENDS += [-g for g in SIGMOID_ENDS]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_exact_forwards_at_the_ends_of_the_sigmoid(rng: Any, dtype: str, streaming: bool) -> None:
+    """The exact forwards past STREAMING_MAX_BYTES (plain, silu_mul_divided: g / (1 + e^-g)) and
+    up to it (streaming, the fast sigmoid), launched by name at 64 x 11008 on the host's grid,
+    with every gate at an end of the sigmoid: within float64's rounding, never NaN."""
+    rows, cols = 64, 11008
+    n = rows * cols
+    kernel_type = mlp_launch.KERNEL_TYPE[dtype]
+    form = f"_exact_streaming<{kernel_type}>" if streaming else f"_exact<{kernel_type}, 16>"
+    ends = torch.tensor(SIGMOID_ENDS, device="cuda", dtype=torch.float64)
+    gate = ends.repeat(n // len(SIGMOID_ENDS)).to(getattr(torch, dtype)).view(rows, cols)
+    up = randn(rng, (rows, cols), dtype)
+    g, u = gate.double(), up.double()
+    ref_out = g * torch.sigmoid(g) * u
+    what = f"64x{cols} {'streaming' if streaming else 'plain'} at the sigmoid's ends"
+
+    launch = mlp_launch.swiglu_launch("swiglu", n, dtype)
+    out_buffer, out = poisoned((rows, cols), gate.dtype)
+    kernel = mlp_launch.load_kernel("cuda:0", f"mlp::swiglu{form}")
+    kernel.launch(launch.grid, launch.block, gate, up, out, n, stream=stream())
+    assert_close(out, ref_out, ref_out.abs(), dtype, rng[1], "swiglu " + what)
+    assert_guards(out_buffer, 0, n)
+
+    x = torch.cat((gate, up), dim=1)
+    launch = mlp_launch.silu_and_mul_launch("silu_and_mul", rows, cols, dtype)
+    out_buffer, out = poisoned((rows, cols), gate.dtype)
+    kernel = mlp_launch.load_kernel("cuda:0", f"mlp::silu_and_mul{form}")
+    kernel.launch(launch.grid, launch.block, x, out, rows, cols, stream=stream())
+    assert_close(out, ref_out, ref_out.abs(), dtype, rng[1], "silu_and_mul " + what)
+    assert_guards(out_buffer, 0, n)
+
+
 # Rows past the backward grid (264 blocks) and up to 100k, rows past the register cache (8192
 # elements), odd lengths (the scalar path), one row.
 NORM_CASES = [

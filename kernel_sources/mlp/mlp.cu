@@ -344,6 +344,27 @@ __device__ __forceinline__ float silu_mul(float gate, float up) {
   return gate * sigmoid(gate) * up;
 }
 
+// silu(g) * u as g / (1 + e^-g) * u: an accurate exp (expf) and, on NVIDIA, a full-range
+// approximate division (PTX div.full, 2 ulp, no slow path), the instructions torch.compile's
+// Triton kernel issues for F.silu(g) * u; for g below about -88 a signed zero too (g / inf). More
+// instructions than silu_mul, and faster where the kernel runs at copy bandwidth: taken by the
+// plain 16-byte exact forwards, the host's choice for calls that move more than
+// kernelpack.mlp_launch.STREAMING_MAX_BYTES. On the H200 (docs/bench-mlp-notes.md, twenty-third
+// session), rows of 14336 into the same output, against the same kernel with silu_mul: bfloat16
+// SwiGLU 16384 rows 321.90 us against 322.08 (12 of 13 rounds won), 4096 83.01 against 83.11,
+// SiLU-and-mul 16384 322.01 against 322.12 (12 of 13), float16 0.02-0.08% faster, float32 level;
+// with an IEEE division 0.2% faster at 16384 rows and 0.1-0.2% slower at 2048-4096. On AMD the
+// same quotient in HIP's fast division (unmeasured there).
+__device__ __forceinline__ float silu_mul_divided(float gate, float up) {
+#if defined(__HIP_PLATFORM_AMD__)
+  return __fdividef(gate, 1.0f + expf(-gate)) * up;
+#else
+  float silu;
+  asm("div.full.f32 %0, %1, %2;" : "=f"(silu) : "f"(gate), "f"(1.0f + expf(-gate)));
+  return silu * up;
+#endif
+}
+
 // The block size of the elementwise kernels, also their __launch_bounds__. (Measured on the H100:
 // 128 threads spread small sizes over more SMs than 256 do, 1 to 2% faster from 1 x 4096 to
 // 512 x 4096, and are as fast at large sizes; a grid capped to a few blocks per SM is slower.)
@@ -359,8 +380,8 @@ __device__ __forceinline__ void for_each_chunk(long long end, const Chunk& chunk
   }
 }
 
-// silu(gate) * up of one vector of each.
-template <typename Access>
+// silu(gate) * up of one vector of each: through silu_mul, or silu_mul_divided where kDivided.
+template <typename Access, bool kDivided = false>
 __device__ __forceinline__ typename Access::Raw silu_mul_vector(typename Access::Raw gate,
                                                                 typename Access::Raw up) {
   constexpr int kWidth = Access::kWidth;
@@ -370,7 +391,7 @@ __device__ __forceinline__ typename Access::Raw silu_mul_vector(typename Access:
   Access::unpack(up, u);
 #pragma unroll
   for (int k = 0; k < kWidth; ++k) {
-    g[k] = silu_mul(g[k], u[k]);
+    g[k] = kDivided ? silu_mul_divided(g[k], u[k]) : silu_mul(g[k], u[k]);
   }
   return Access::pack(g);
 }
@@ -475,21 +496,21 @@ __device__ __forceinline__ ExactChunk exact_row_chunk(long long cols) {
   return {mine, gate, gate + vectors, row * vectors + vector};
 }
 
-template <typename Access, typename T>
+template <typename Access, bool kDivided, typename T>
 __device__ __forceinline__ void swiglu_exact(const T* gate, const T* up, T* out, long long n) {
   const ExactChunk at = exact_chunk<Access>(n);
   const typename Access::Raw result =
-      silu_mul_vector<Access>(Access::load(gate, at.gate), Access::load(up, at.up));
+      silu_mul_vector<Access, kDivided>(Access::load(gate, at.gate), Access::load(up, at.up));
   if (at.mine) {
     Access::store(out, at.out, result);
   }
 }
 
-template <typename Access, typename T>
+template <typename Access, bool kDivided, typename T>
 __device__ __forceinline__ void silu_and_mul_exact(const T* x, T* out, long long cols) {
   const ExactChunk at = exact_row_chunk<Access>(cols);
   const typename Access::Raw result =
-      silu_mul_vector<Access>(Access::load(x, at.gate), Access::load(x, at.up));
+      silu_mul_vector<Access, kDivided>(Access::load(x, at.gate), Access::load(x, at.up));
   if (at.mine) {
     Access::store(out, at.out, result);
   }
@@ -1890,29 +1911,31 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
 
 // The exact forms of the two (the host's choice: kernelpack.mlp_launch.exact_vector_bytes), and
 // their 16-byte forms through StreamingAccess, for calls that move little (the host's choice:
-// kernelpack.mlp_launch.STREAMING_MAX_BYTES).
+// kernelpack.mlp_launch.STREAMING_MAX_BYTES). The plain 16-byte forms serve only the calls past
+// it, the ones at copy bandwidth: they take silu_mul_divided; the 8-byte forms (short inputs) and
+// the streaming ones the fast sigmoid, which their calls gained from (sigmoid).
 template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     swiglu_exact(const T* gate, const T* up, T* out, long long n) {
-  ::swiglu_exact<VectorAccess<T, kBytes>>(gate, up, out, n);
+  ::swiglu_exact<VectorAccess<T, kBytes>, kBytes == kVectorBytes>(gate, up, out, n);
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     swiglu_exact_streaming(const T* gate, const T* up, T* out, long long n) {
-  ::swiglu_exact<StreamingAccess<T>>(gate, up, out, n);
+  ::swiglu_exact<StreamingAccess<T>, false>(gate, up, out, n);
 }
 
 template <typename T, int kBytes>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     silu_and_mul_exact(const T* x, T* out, long long rows, long long cols) {
-  ::silu_and_mul_exact<VectorAccess<T, kBytes>>(x, out, cols);
+  ::silu_and_mul_exact<VectorAccess<T, kBytes>, kBytes == kVectorBytes>(x, out, cols);
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     silu_and_mul_exact_streaming(const T* x, T* out, long long rows, long long cols) {
-  ::silu_and_mul_exact<StreamingAccess<T>>(x, out, cols);
+  ::silu_and_mul_exact<StreamingAccess<T>, false>(x, out, cols);
 }
 
 // The blocks of kRowBlockThreads an SM the general forward rms_norm is built for at least (its
