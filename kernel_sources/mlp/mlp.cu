@@ -352,9 +352,9 @@ __device__ __forceinline__ float silu_mul(float gate, float up) {
 // kernelpack.mlp_launch.STREAMING_MAX_BYTES. On the H200 (docs/bench-mlp-notes.md, twenty-third
 // session), rows of 14336 into the same output, against the same kernel with silu_mul: bfloat16
 // SwiGLU 16384 rows 321.90 us against 322.08 (12 of 13 rounds won), 4096 83.01 against 83.11,
-// SiLU-and-mul 16384 322.01 against 322.12 (12 of 13), float16 0.02-0.08% faster, float32 level;
-// with an IEEE division 0.2% faster at 16384 rows and 0.1-0.2% slower at 2048-4096. On AMD the
-// same quotient in HIP's fast division (unmeasured there).
+// SiLU-and-mul 16384 322.01 against 322.12 (12 of 13), float16 level to 0.07% faster, float32
+// level; with an IEEE division 0.2% faster at 16384 rows and 0.1-0.2% slower at 2048-4096. On
+// AMD the same quotient in HIP's fast division (unmeasured there).
 __device__ __forceinline__ float silu_mul_divided(float gate, float up) {
 #if defined(__HIP_PLATFORM_AMD__)
   return __fdividef(gate, 1.0f + expf(-gate)) * up;
