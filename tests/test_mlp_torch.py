@@ -173,6 +173,21 @@ def test_silu_and_mul_backward(rng: Any, dtype: str, rows: int, cols: int, offse
     assert_guards(buffer, offset, rows * 2 * cols)
 
 
+def exact_form(
+    op: str, dtype: str, streaming: bool, vector_bytes: int = mlp_launch.VECTOR_BYTES
+) -> Any:
+    """``op``'s exact form by name, whatever the host would choose for the call: the 16-byte
+    streaming one ("mlp::swiglu_exact_streaming<float>") or the plain one in vectors of
+    ``vector_bytes`` ("mlp::swiglu_exact<float, 16>")."""
+    kernel_type = mlp_launch.KERNEL_TYPE[dtype]
+    form = (
+        f"_exact_streaming<{kernel_type}>"
+        if streaming
+        else f"_exact<{kernel_type}, {vector_bytes}>"
+    )
+    return mlp_launch.load_kernel("cuda:0", f"mlp::{op}{form}")
+
+
 @pytest.mark.parametrize("streaming", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_exact_forms_are_right_streaming_or_not(rng: Any, dtype: str, streaming: bool) -> None:
@@ -182,17 +197,11 @@ def test_exact_forms_are_right_streaming_or_not(rng: Any, dtype: str, streaming:
     name at 64 x 11008 on the grid the host sizes for their vector, against float64."""
     rows, cols = 64, 11008
     n = rows * cols
-    kernel_type = mlp_launch.KERNEL_TYPE[dtype]
     backward_bytes = mlp_launch.VECTOR_BYTES if streaming else mlp_launch.NARROW_BYTES
 
     def kernel(op: str) -> Any:
         vector_bytes = backward_bytes if op.endswith("_backward") else mlp_launch.VECTOR_BYTES
-        form = (
-            f"_exact_streaming<{kernel_type}>"
-            if streaming
-            else f"_exact<{kernel_type}, {vector_bytes}>"
-        )
-        return mlp_launch.load_kernel("cuda:0", f"mlp::{op}{form}")
+        return exact_form(op, dtype, streaming, vector_bytes)
 
     gate = randn(rng, (rows, cols), dtype) * 4
     up, grad = randn(rng, (rows, cols), dtype), randn(rng, (rows, cols), dtype)
@@ -250,8 +259,6 @@ def test_exact_forwards_at_the_ends_of_the_sigmoid(rng: Any, dtype: str, streami
     with every gate at an end of the sigmoid: within float64's rounding, never NaN."""
     rows, cols = 64, 11008
     n = rows * cols
-    kernel_type = mlp_launch.KERNEL_TYPE[dtype]
-    form = f"_exact_streaming<{kernel_type}>" if streaming else f"_exact<{kernel_type}, 16>"
     ends = torch.tensor(SIGMOID_ENDS, device="cuda", dtype=torch.float64)
     gate = ends.repeat(n // len(SIGMOID_ENDS)).to(getattr(torch, dtype)).view(rows, cols)
     up = randn(rng, (rows, cols), dtype)
@@ -261,7 +268,7 @@ def test_exact_forwards_at_the_ends_of_the_sigmoid(rng: Any, dtype: str, streami
 
     launch = mlp_launch.swiglu_launch("swiglu", n, dtype)
     out_buffer, out = poisoned((rows, cols), gate.dtype)
-    kernel = mlp_launch.load_kernel("cuda:0", f"mlp::swiglu{form}")
+    kernel = exact_form("swiglu", dtype, streaming)
     kernel.launch(launch.grid, launch.block, gate, up, out, n, stream=stream())
     assert_close(out, ref_out, ref_out.abs(), dtype, rng[1], "swiglu " + what)
     assert_guards(out_buffer, 0, n)
@@ -269,7 +276,7 @@ def test_exact_forwards_at_the_ends_of_the_sigmoid(rng: Any, dtype: str, streami
     x = torch.cat((gate, up), dim=1)
     launch = mlp_launch.silu_and_mul_launch("silu_and_mul", rows, cols, dtype)
     out_buffer, out = poisoned((rows, cols), gate.dtype)
-    kernel = mlp_launch.load_kernel("cuda:0", f"mlp::silu_and_mul{form}")
+    kernel = exact_form("silu_and_mul", dtype, streaming)
     kernel.launch(launch.grid, launch.block, x, out, rows, cols, stream=stream())
     assert_close(out, ref_out, ref_out.abs(), dtype, rng[1], "silu_and_mul " + what)
     assert_guards(out_buffer, 0, n)
