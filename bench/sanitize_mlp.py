@@ -28,8 +28,9 @@ def check(got, ref, dtype, what):
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
     for off in (0, 1):
         # 4100 and 11008 take the exact kernels, which load misaligned views' vectors from
-        # pointers rounded down before they test the alignment
-        for n in (1, 9, 4099, 4100, 11008):
+        # pointers rounded down before they test the alignment; 800 x 14336 (past 64 MiB moved,
+        # whole blocks) the whole forms, and misaligned the general kernel on its own grid
+        for n in (1, 9, 4099, 4100, 11008, 800 * 14336):
             g, u = view(n, dtype, off), view(n, dtype, off)
             out = mlp.swiglu(g, u)
             gd = g.double()
@@ -41,7 +42,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
             expected_gate = dyd * ud * sigmoid * (1 + gd * (1 - sigmoid))
             check(grad_gate, expected_gate, dtype, f"swiglu_backward gate {n} {off}")
             check(grad_up, dyd * gd * sigmoid, dtype, f"swiglu_backward up {n} {off}")
-        for rows, cols in ((3, 9), (2, 4096), (1, 12)):
+        for rows, cols in ((3, 9), (2, 4096), (1, 12), (800, 14336)):
             x = view(rows * 2 * cols, dtype, off).view(rows, 2 * cols)
             out = mlp.silu_and_mul(x)
             gd = x[:, :cols].double()

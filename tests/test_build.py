@@ -45,6 +45,7 @@ MLP_EXACT_VECTORS = {
     "swiglu_backward_exact": (8,),
     "silu_and_mul_backward_exact": (8,),
 }
+MLP_WHOLE = ("swiglu_whole", "silu_and_mul_whole")  # the plain 16-byte forwards over whole blocks
 MLP_TYPES = ("float", "__half", "__nv_bfloat16")
 MLP_FIXED = (
     "rms_norm_fixed",
@@ -65,6 +66,7 @@ REAL_KERNELS = {
             for b in vectors
         ),
         *(f"mlp::{op}_streaming<{t}>" for op in MLP_EXACT_VECTORS for t in MLP_TYPES),
+        *(f"mlp::{op}<{t}>" for op in MLP_WHOLE for t in MLP_TYPES),
         *(
             f"mlp::{op}<{t}, {c}>"
             for op in MLP_FIXED

@@ -228,10 +228,10 @@ def _assert_exact_where_aligned(
     exact = f"mlp::{op}_exact<{kernel_type}, {vector_bytes}>" if vector_bytes else general
     if streaming:
         exact = f"mlp::{op}_exact_streaming<{kernel_type}>"
-    assert launch.general == general
+    assert (launch.general, launch.general_grid) == (general, launch.grid)
     for pointers_alignment in (16, 8, 4, 2):
         aligned = vector_bytes and pointers_alignment % vector_bytes == 0
-        assert launch.kernel_for(pointers_alignment) == (exact if aligned else general)
+        assert launch.kernel_for(pointers_alignment) == (exact if aligned else general, launch.grid)
 
 
 @pytest.mark.parametrize(
@@ -258,7 +258,7 @@ def test_alignment_of_is_the_largest_vector_dividing_every_address(
         ("swiglu", 11_184_808, "bfloat16", True),  # 67_108_848 bytes of 67_108_864
         ("swiglu", 11_184_816, "bfloat16", False),  # 67_108_896 bytes
         ("swiglu", 4 * 2**20, "float32", True),  # 3 arrays of 16 MiB: 48 MiB
-        ("swiglu", 8 * 2**20, "float32", False),  # 96 MiB
+        ("swiglu", 8 * 2**20 + 4, "float32", False),  # 96 MiB (not whole blocks: the exact form)
         # the backward reads gate, up and the gradient and writes two gradients: 5 arrays
         ("swiglu_backward", 6_710_880, "float16", True),  # 67_108_800 bytes of 67_108_864
         ("swiglu_backward", 6_710_888, "float16", False),  # 67_108_880 bytes
@@ -286,9 +286,16 @@ def test_exact_forms_stream_up_to_64_mib_moved(
 @pytest.mark.parametrize(
     ("op", "shape", "dtype", "grid", "name", "alignment"),
     [
-        # gate, up and out: 3 arrays of 4096 * 14336 bfloat16, 336 MiB; a thread a 16-byte vector
-        # (8 elements): 7_340_032 threads, 57_344 blocks of 128
-        ("swiglu", (4096 * 14336,), "bfloat16", 57_344, "swiglu_exact<__nv_bfloat16, 16>", 16),
+        # gate, up and out: 3 arrays of 4096 * 14336 + 8 bfloat16, 336 MiB; a thread a 16-byte
+        # vector (8 elements): 7_340_033 threads, 57_345 blocks of 128, the last not whole
+        (
+            "swiglu",
+            (4096 * 14336 + 8,),
+            "bfloat16",
+            57_345,
+            "swiglu_exact<__nv_bfloat16, 16>",
+            16,
+        ),
         # 5 arrays, 560 MiB: a thread an 8-byte vector (4 elements), twice the blocks
         (
             "swiglu_backward",
@@ -300,20 +307,20 @@ def test_exact_forms_stream_up_to_64_mib_moved(
         ),
         # 5 arrays of 8 * 2**20 float16, 80 MiB: 2**21 8-byte vectors
         ("swiglu_backward", (8 * 2**20,), "float16", 16_384, "swiglu_backward_exact<__half, 8>", 8),
-        # rows of 14336 float32: 3584 16-byte vectors (28 blocks of 128) or 7168 8-byte ones (56)
+        # rows of 11008 float32: 2752 16-byte vectors (21.5 blocks of 128) or 5504 8-byte ones (43)
         (
             "silu_and_mul",
-            (16384, 14336),
+            (16384, 11008),
             "float32",
-            (28, 16384),
+            (22, 16384),
             "silu_and_mul_exact<float, 16>",
             16,
         ),
         (
             "silu_and_mul_backward",
-            (16384, 14336),
+            (16384, 11008),
             "float32",
-            (56, 16384),
+            (43, 16384),
             "silu_and_mul_backward_exact<float, 8>",
             8,
         ),
@@ -330,6 +337,52 @@ def test_backwards_past_64_mib_moved_take_8_byte_vectors(
         launch = mlp_launch.silu_and_mul_launch(op, *shape, dtype)
     assert (launch.grid, launch.block) == (grid, 128)
     assert (launch.name, launch.alignment) == (f"mlp::{name}", alignment)
+
+
+@pytest.mark.parametrize(
+    ("op", "shape", "dtype", "grid", "general_grid"),
+    [
+        # 4096 * 14336 bfloat16: 7_340_032 16-byte vectors, 57_344 blocks of 128 exactly
+        ("swiglu", (4096 * 14336,), "bfloat16", 57_344, 57_344),
+        # 3 arrays of 11_185_152 float16 (10_923 blocks of 1024), 67_110_912 bytes: past 64 MiB
+        ("swiglu", (11_185_152,), "float16", 10_923, 10_923),
+        # rows of 14336 bfloat16: 1792 vectors, 14 blocks a row; the general kernel's 2-D grid
+        ("silu_and_mul", (4096, 14336), "bfloat16", 57_344, (14, 4096)),
+        # rows of 14336 float32: 3584 vectors, 28 blocks a row
+        ("silu_and_mul", (16384, 14336), "float32", 458_752, (28, 16384)),
+    ],
+)
+def test_forwards_past_64_mib_over_whole_blocks_take_the_whole_form(
+    op: str, shape: tuple[int, ...], dtype: str, grid: int, general_grid: Any
+) -> None:
+    """Past STREAMING_MAX_BYTES, where the elements (silu_and_mul: a row's) are a whole number
+    of blocks of 128 16-byte vectors, the forwards take mlp.cu's whole forms (silu_and_mul's
+    over a 1-D grid) for 16-byte aligned pointers, the general kernel on its own grid for any
+    pointer short of that; grids and names by hand."""
+    if len(shape) == 1:
+        launch = mlp_launch.swiglu_launch(op, shape[0], dtype)
+    else:
+        launch = mlp_launch.silu_and_mul_launch(op, *shape, dtype)
+    kernel_type = mlp_launch.KERNEL_TYPE[dtype]
+    whole = (f"mlp::{op}_whole<{kernel_type}>", grid)
+    general = (f"mlp::{op}<{kernel_type}>", general_grid)
+    assert (launch.block, launch.alignment) == (128, 16)
+    assert [launch.kernel_for(alignment) for alignment in (16, 8)] == [whole, general]
+
+
+@pytest.mark.parametrize(
+    ("op", "rows", "cols", "dtype"),
+    [
+        ("swiglu", 1, 11_185_144, "float16"),  # past 64 MiB, 10_922.99 blocks: the exact form
+        ("swiglu", 1, 64 * 14336, "bfloat16"),  # 56 blocks, 5.25 MiB: the streaming form
+        ("silu_and_mul", 4096, 11008, "bfloat16"),  # 10.75 blocks a row
+        ("swiglu_backward", 1, 4096 * 14336, "bfloat16"),  # a backward
+    ],
+)
+def test_whole_blocks_is_0_where_the_whole_form_does_not_serve(
+    op: str, rows: int, cols: int, dtype: str
+) -> None:
+    assert mlp_launch.whole_blocks(op, rows, cols, dtype) == 0
 
 
 def test_exact_kernels_index_fewer_than_2_31_elements() -> None:

@@ -53,12 +53,14 @@ class Recording:
 def entry_for(op: str, launch: Any, general: Any = None) -> mlp_hot.Entry:
     """The entry prepare() would make for a bfloat16 first tensor of SHAPE (op's shapes): the
     elementwise ops' exact forms in 8-byte vectors (a thread for each of 16 and 2 x 4 elements),
-    whose pointers must be 8-byte aligned, the general kernel ``general`` otherwise."""
+    whose pointers must be 8-byte aligned, the general kernel ``general`` on the same grid
+    otherwise."""
     rows, cols = SHAPE
     if op == "swiglu":
-        return (launch, 1, 128, (rows * cols,), None, None, 8, general)
+        return (launch, 1, 128, (rows * cols,), None, None, 8, (general, 1))
     if op == "silu_and_mul":
-        return (launch, (1, rows), 64, (rows, cols // 2), None, (rows, cols // 2), 8, general)
+        sizes = (rows, cols // 2)
+        return (launch, (1, rows), 64, sizes, None, sizes, 8, (general, (1, rows)))
     return (launch, 1, (64, 1), (0, rows, cols), (cols,), None, 1, None)  # null row_scales first
 
 
@@ -263,16 +265,17 @@ def test_a_pointer_short_of_the_entrys_alignment_leaves_the_hot_path(
 
 def test_launch_entry_takes_the_general_kernel_for_pointers_short_of_the_alignment() -> None:
     """The full path's launch of a prepared entry (kernelpack.mlp.torch_run): the exact form for
-    8-byte aligned addresses, the entry's general kernel for any pointer short of that."""
+    8-byte aligned addresses, the entry's general kernel, on its own grid (as a whole form's
+    general kernel has: mlp_launch.ElementwiseLaunch), for any pointer short of that."""
     exact, general = Recording(), Recording()
-    entry = entry_for("swiglu", exact, general)
+    entry = (*entry_for("swiglu", exact)[:7], (general, 3))
     mlp_hot.launch_entry(entry, (0x1000, 0x2008, 0x3010), None, 7)
     mlp_hot.launch_entry(entry, (0x1000, 0x2004, 0x3010), None, 7)
     mlp_hot.launch_entry(entry, (0x1000, 0x2008, 0x3002), None, 7)
-    assert [args[2:5] for args, _ in exact.calls] == [(0x1000, 0x2008, 0x3010)]
-    assert [args[2:5] for args, _ in general.calls] == [
-        (0x1000, 0x2004, 0x3010),
-        (0x1000, 0x2008, 0x3002),
+    assert [args[:5] for args, _ in exact.calls] == [(1, 128, 0x1000, 0x2008, 0x3010)]
+    assert [args[:5] for args, _ in general.calls] == [
+        (3, 128, 0x1000, 0x2004, 0x3010),
+        (3, 128, 0x1000, 0x2008, 0x3002),
     ]
     assert all(keywords == {"stream": 7} for _, keywords in exact.calls + general.calls)
 
@@ -500,6 +503,30 @@ def test_prepare_makes_the_entry_these_tests_assume(
     entry = mlp_hot.prepare(op, bf16(*SHAPE), "cuda:0")
     assert entry[0] is launch
     assert entry[3:] == entry_for(op, launch, launch)[3:]
+
+
+def test_prepare_keeps_the_general_kernels_own_grid_beside_a_whole_form(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """silu_and_mul over 4096 rows of 14336 bfloat16 outputs (past 64 MiB, 14 blocks a row):
+    the whole form over a 1-D grid of 57_344 blocks, for 16-byte aligned pointers; the general
+    kernel, for pointers short of that, over its 2-D grid of 14 x 4096 (on the whole form's
+    grid it would walk every row in one grid row); counted by hand."""
+    names: dict[Any, str] = {}
+
+    def load_kernel(device: str, name: str) -> Any:
+        launch = Recording()
+        names[launch] = name
+        return SimpleNamespace(launch=launch)
+
+    monkeypatch.setattr(mlp_hot, "load_kernel", load_kernel)
+    monkeypatch.setitem(mlp_hot.PREPARED, "silu_and_mul", {})
+    x = torch.empty(4096, 2 * 14336, dtype=torch.bfloat16, device="meta")
+    entry = mlp_hot.prepare("silu_and_mul", x, "cuda:0")
+    assert names[entry[0]] == "mlp::silu_and_mul_whole<__nv_bfloat16>"
+    assert (entry[1], entry[2], entry[6]) == (57_344, 128, 16)
+    general, general_grid = entry[7]
+    assert (names[general], general_grid) == ("mlp::silu_and_mul<__nv_bfloat16>", (14, 4096))
 
 
 # (ours, torch's dlpack.h): each struct of dlpack_exchange.h and the one it declares

@@ -282,6 +282,37 @@ def test_exact_forwards_at_the_ends_of_the_sigmoid(rng: Any, dtype: str, streami
     assert_guards(out_buffer, 0, n)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_whole_forms_are_right(rng: Any, dtype: str) -> None:
+    """The whole forms (mlp.cu's swiglu_whole and silu_and_mul_whole: the host's choice past
+    STREAMING_MAX_BYTES where a row is a whole number of blocks of 128 16-byte vectors),
+    launched by name at 24 x 14336 (14 blocks a row of a 16-bit type, 28 of float32) on the grid
+    counted by hand, a block for each 128 vectors (silu_and_mul's 1-D), with random gates and
+    the ends of the sigmoid among them, against float64."""
+    rows, cols = 24, 14336
+    n = rows * cols
+    gate = randn(rng, (rows, cols), dtype) * 4
+    gate.view(-1)[: len(SIGMOID_ENDS)] = torch.tensor(SIGMOID_ENDS, dtype=gate.dtype)
+    up = randn(rng, (rows, cols), dtype)
+    g, u = gate.double(), up.double()
+    ref_out = g * torch.sigmoid(g) * u
+    blocks = n // (128 * 16 // gate.element_size())
+    kernel_type = mlp_launch.KERNEL_TYPE[dtype]
+
+    out_buffer, out = poisoned((rows, cols), gate.dtype)
+    kernel = mlp_launch.load_kernel("cuda:0", f"mlp::swiglu_whole<{kernel_type}>")
+    kernel.launch(blocks, 128, gate, up, out, n, stream=stream())
+    assert_close(out, ref_out, ref_out.abs(), dtype, rng[1], "swiglu_whole 24x14336")
+    assert_guards(out_buffer, 0, n)
+
+    x = torch.cat((gate, up), dim=1)
+    out_buffer, out = poisoned((rows, cols), gate.dtype)
+    kernel = mlp_launch.load_kernel("cuda:0", f"mlp::silu_and_mul_whole<{kernel_type}>")
+    kernel.launch(blocks, 128, x, out, rows, cols, stream=stream())
+    assert_close(out, ref_out, ref_out.abs(), dtype, rng[1], "silu_and_mul_whole 24x14336")
+    assert_guards(out_buffer, 0, n)
+
+
 # Rows past the backward grid (264 blocks) and up to 100k, rows past the register cache (8192
 # elements), odd lengths (the scalar path), one row.
 NORM_CASES = [

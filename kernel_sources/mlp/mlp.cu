@@ -22,6 +22,12 @@
 //                            the arguments are the general kernel's (rows unread). Their
 //                            *_exact_streaming forms (T): the same at BYTES 16; the backwards'
 //                            plain forms at BYTES 8 alone.
+//   swiglu_whole_*, silu_and_mul_whole_*
+//                            (T): the plain exact forwards at BYTES 16 where the elements
+//                            (silu_and_mul: a row's outputs) are a whole number of blocks of
+//                            kElementwiseBlockThreads vectors, blockDim.x exactly that, a thread
+//                            for each vector and no more; silu_and_mul's grid is 1-D, rows x
+//                            blocks-a-row (kernelpack.mlp_launch.whole_blocks).
 //   rms_norm_weight_grad_*, rms_norm_weight_grad_inputs_*
 //                            grid.x over the columns, blockDim.x columns by blockDim.y slices
 //                            of the rows (of `partial`, or of the inputs and the forward's row
@@ -321,6 +327,34 @@ struct ScalarAccess {
   }
 };
 
+#if !defined(__HIP_PLATFORM_AMD__)
+// 2^x in the hardware's approximate exp2 (MUFU.EX2), denormals flushed (.ftz): the non-ftz form
+// scales around the MUFU op (below).
+__device__ __forceinline__ float exp2_flushed(float x) {
+  float power;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(power) : "f"(x));
+  return power;
+}
+
+// e^x as libdevice's expf computes it with denormals flushed (the expf of Triton's kernels, and so
+// of torch.compile's): x log2(e) split into an integer n, clamped to [-126, 126], and a remainder
+// r (x log2(e) - n, log2(e) in two parts so that r keeps its accuracy); 2^r from exp2_flushed,
+// 2^n made in the exponent bits. The integer is found in the low mantissa bits of `biased`, the
+// float 1.5 * 2^23 + 1 + floor(252 t) for t = x log2(e) / 252 + 1/2 clamped to [0, 1]: n + 127
+// there, which shifted into the exponent field is 2^n. 1 ulp or so over the float range; for x
+// below about -87 the result is 0 (flushed), above about 88 it is inf. The non-ftz expf, which
+// scales around the MUFU op for results that would be denormal, took the whole SiLU-and-mul
+// forwards 0.05-0.2% longer at copy bandwidth on the H200, 16-bit rows of 14336 (bfloat16 2048
+// rows 43.35-43.37 us against 43.27-43.31; docs/bench-mlp-notes.md, twenty-fourth session).
+__device__ __forceinline__ float exp_flushed(float x) {
+  const float t = __saturatef(__fmaf_rn(x, 0x1.77313ap-8f, 0.5f));
+  const float biased = __fmaf_rd(t, 252.0f, 0x1.800002p+23f);
+  const float high = __fmaf_rn(x, 0x1.715476p+0f, 0x1.8000fep+23f - biased);
+  const float reduced = __fmaf_rn(x, 0x1.4ae0c0p-26f, high);
+  return exp2_flushed(reduced) * __uint_as_float(__float_as_uint(biased) << 23);
+}
+#endif
+
 // sigmoid(g) = 1 / (1 + 2^(-g log2(e))) in the hardware's approximate exp2 and reciprocal (2 ulp;
 // the IEEE division's slow path costs a stack frame). On NVIDIA they flush denormals (.ftz): the
 // non-ftz forms __expf and __fdividef compile to, scaling around each MUFU op, cost 12 of
@@ -331,9 +365,8 @@ __device__ __forceinline__ float sigmoid(float gate) {
 #if defined(__HIP_PLATFORM_AMD__)
   return __fdividef(1.0f, 1.0f + __expf(-gate));
 #else
-  float power;
   float reciprocal;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(power) : "f"(gate * -1.4426950408889634f));
+  const float power = exp2_flushed(gate * -1.4426950408889634f);
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(reciprocal) : "f"(1.0f + power));
   return reciprocal;
 #endif
@@ -344,23 +377,24 @@ __device__ __forceinline__ float silu_mul(float gate, float up) {
   return gate * sigmoid(gate) * up;
 }
 
-// silu(g) * u as g / (1 + e^-g) * u: an accurate exp (expf) and, on NVIDIA, a full-range
-// approximate division (PTX div.full, 2 ulp, no slow path), the instructions torch.compile's
-// Triton kernel issues for F.silu(g) * u; for g below about -88 a signed zero too (g / inf). More
-// instructions than silu_mul, and faster where the kernel runs at copy bandwidth: taken by the
-// plain 16-byte exact forwards, the host's choice for calls that move more than
-// kernelpack.mlp_launch.STREAMING_MAX_BYTES. On the H200 (docs/bench-mlp-notes.md, twenty-third
-// session), rows of 14336 into the same output, against the same kernel with silu_mul: bfloat16
-// SwiGLU 16384 rows 321.90 us against 322.08 (12 of 13 rounds won), 4096 83.01 against 83.11,
-// SiLU-and-mul 16384 322.01 against 322.12 (12 of 13), float16 level to 0.07% faster, float32
-// level; with an IEEE division 0.2% faster at 16384 rows and 0.1-0.2% slower at 2048-4096. On
-// AMD the same quotient in HIP's fast division (unmeasured there).
+// silu(g) * u as g / (1 + e^-g) * u: on NVIDIA libdevice's expf with denormals flushed
+// (exp_flushed) and a full-range approximate division (PTX div.full, 2 ulp, no slow path), the
+// instructions torch.compile's Triton kernel issues for F.silu(g) * u; for g below about -88 a
+// signed zero too (g / inf). More instructions than silu_mul, and faster where the kernel runs at
+// copy bandwidth: taken by the plain 16-byte exact forwards, the host's choice for calls that move
+// more than kernelpack.mlp_launch.STREAMING_MAX_BYTES. On the H200 (docs/bench-mlp-notes.md,
+// twenty-third session), rows of 14336 into the same output, against the same kernel with
+// silu_mul (and the accurate expf then): bfloat16 SwiGLU 16384 rows 321.90 us against 322.08 (12
+// of 13 rounds won), 4096 83.01 against 83.11, SiLU-and-mul 16384 322.01 against 322.12 (12 of
+// 13), float16 level to 0.07% faster, float32 level; with an IEEE division 0.2% faster at 16384
+// rows and 0.1-0.2% slower at 2048-4096. On AMD the same quotient in HIP's expf and fast division
+// (unmeasured there).
 __device__ __forceinline__ float silu_mul_divided(float gate, float up) {
 #if defined(__HIP_PLATFORM_AMD__)
   return __fdividef(gate, 1.0f + expf(-gate)) * up;
 #else
   float silu;
-  asm("div.full.f32 %0, %1, %2;" : "=f"(silu) : "f"(gate), "f"(1.0f + expf(-gate)));
+  asm("div.full.f32 %0, %1, %2;" : "=f"(silu) : "f"(gate), "f"(1.0f + exp_flushed(-gate)));
   return silu * up;
 #endif
 }
@@ -514,6 +548,42 @@ __device__ __forceinline__ void silu_and_mul_exact(const T* x, T* out, long long
   if (at.mine) {
     Access::store(out, at.out, result);
   }
+}
+
+// The whole forms (mlp::swiglu_whole, mlp::silu_and_mul_whole): the plain 16-byte exact forwards
+// where the elements (silu_and_mul: each row's outputs) are a whole number of blocks of
+// kElementwiseBlockThreads vectors, so that every thread of the grid has a vector: no test before
+// the store, the vector index from the block index and the block's constant size (blockDim
+// unread), and silu_and_mul over a 1-D grid of rows x blocks-a-row, the row from the block index
+// by a run-time division. So does torch.compile's Triton kernel at LLaMA's sizes (14336 columns).
+// On the H200 (docs/bench-mlp-notes.md, twenty-fourth session), into one output against the 2-D
+// exact forms that served these calls before (with the test and the accurate expf), us:
+// SiLU-and-mul bfloat16 16384 x 14336 322.81-322.87 against 323.10-323.24 (13 of 13 rounds won),
+// 4096 83.30-83.34 against 83.37-83.38, float16 4096 83.27-83.31 against 83.32-83.37; SwiGLU and
+// float32 within 0.05% either way.
+__device__ __forceinline__ int whole_vector(int block) {
+  return block * kElementwiseBlockThreads + static_cast<int>(threadIdx.x);
+}
+
+template <typename T>
+__device__ __forceinline__ void swiglu_whole(const T* gate, const T* up, T* out) {
+  using Access = VectorAccess<T>;
+  const int i = whole_vector(static_cast<int>(blockIdx.x));
+  Access::store(out, i, silu_mul_vector<Access, true>(Access::load(gate, i), Access::load(up, i)));
+}
+
+template <typename T>
+__device__ __forceinline__ void silu_and_mul_whole(const T* x, T* out, long long cols) {
+  using Access = VectorAccess<T>;
+  const int vectors = static_cast<int>(cols) / Access::kWidth;
+  const int blocks_a_row = vectors / kElementwiseBlockThreads;
+  const int block = static_cast<int>(blockIdx.x);
+  const int row = block / blocks_a_row;
+  const int vector = whole_vector(block - row * blocks_a_row);
+  const int gate = row * 2 * vectors + vector;
+  const typename Access::Raw result =
+      silu_mul_vector<Access, true>(Access::load(x, gate), Access::load(x, gate + vectors));
+  Access::store(out, row * vectors + vector, result);
 }
 
 // Chunks of a row each thread keeps in registers between the two passes of RMSNorm. The host
@@ -1938,6 +2008,20 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul_exact<StreamingAccess<T>, false>(x, out, cols);
 }
 
+// The plain 16-byte exact forwards over whole blocks (the host's choice:
+// kernelpack.mlp_launch.whole_blocks); the arguments are the general kernels' (n, rows unread).
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu_whole(const T* gate, const T* up, T* out, long long n) {
+  ::swiglu_whole(gate, up, out);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_whole(const T* x, T* out, long long rows, long long cols) {
+  ::silu_and_mul_whole(x, out, cols);
+}
+
 // The blocks of kRowBlockThreads an SM the general forward rms_norm is built for at least (its
 // __launch_bounds__): 64 registers a thread on NVIDIA. Float32 rows of 8192 take 512 threads: at
 // 74 registers one block fits an SM, and it took 94 us where it takes 68 at 4096 x 8192 (ninth
@@ -2211,17 +2295,24 @@ MLP_KERNELS(__nv_bfloat16)
   template __global__ void silu_and_mul_backward_exact_streaming<T>(const T*, const T*, T*,     \
                                                                     long long, long long);
 
+// The plain 16-byte exact forwards over whole blocks.
+#define MLP_WHOLE_KERNELS(T)                                                                   \
+  template __global__ void swiglu_whole<T>(const T*, const T*, T*, long long);                 \
+  template __global__ void silu_and_mul_whole<T>(const T*, T*, long long, long long);
+
 #define MLP_EXACT_VECTORS(T)         \
   MLP_EXACT_FORWARD_KERNELS(T, 8)  \
   MLP_EXACT_FORWARD_KERNELS(T, 16) \
   MLP_EXACT_BACKWARD_KERNELS(T, 8) \
-  MLP_EXACT_STREAMING_KERNELS(T)
+  MLP_EXACT_STREAMING_KERNELS(T)   \
+  MLP_WHOLE_KERNELS(T)
 
 MLP_EXACT_VECTORS(float)
 MLP_EXACT_VECTORS(__half)
 MLP_EXACT_VECTORS(__nv_bfloat16)
 
 #undef MLP_EXACT_VECTORS
+#undef MLP_WHOLE_KERNELS
 #undef MLP_EXACT_STREAMING_KERNELS
 #undef MLP_EXACT_BACKWARD_KERNELS
 #undef MLP_EXACT_FORWARD_KERNELS

@@ -65,10 +65,10 @@ KERNEL_OF = {op: op.removeprefix("fused_") for op in SPECS}
 # pointers: its sizes, for the norms after a null row_scales (0: the hot path, inference, stores
 # no row scales); the weight's shape or None; the result's shape, None where it is the first
 # input's; the alignment in bytes every pointer must have for this launch (an exact elementwise
-# form's vector, else 1); the general kernel's launch, same grid and arguments, for pointers
-# short of it (None where the alignment is 1). The C hot call refuses pointers short of the
-# alignment (the full path then launches the general kernel).
-Entry = tuple[Any, Any, Any, tuple[int, ...], Any, Any, int, Any]
+# form's vector, else 1); the general kernel's launch and its grid (same block and arguments),
+# for pointers short of it (None where the alignment is 1). The C hot call refuses pointers short
+# of the alignment (the full path then launches the general kernel).
+Entry = tuple[Any, Any, Any, tuple[int, ...], Any, Any, int, tuple[Any, Any] | None]
 Key = tuple[Any, int, Any]  # (torch dtype, device index, the first tensor's torch.Size)
 
 TORCH_TYPES: set[type] = set()  # torch.Tensor and the subclasses accepted (nn.Parameter)
@@ -166,7 +166,8 @@ def prepare(op: str, tensor: Any, device: str) -> Entry:
         name, geometry = elementwise.name, (elementwise.grid, elementwise.block)
         alignment = elementwise.alignment
         if alignment > 1:
-            general = _bare_launch(load_kernel(device, elementwise.general).launch)
+            general_launch = _bare_launch(load_kernel(device, elementwise.general).launch)
+            general = (general_launch, elementwise.general_grid)
     launch = None
     if rows * cols:
         kernel = load_kernel(device, name)
@@ -202,13 +203,14 @@ def _bare_launch(launch: Any) -> Any:
 
 
 def launch_entry(entry: Entry, pointers: tuple[Any, ...], eps: float | None, stream: int) -> None:
-    """An entry's launch from Python, as launcher.c's hot_launch makes it; the general kernel's
-    where the pointers are short of the entry's alignment (which the hot call refuses)."""
+    """An entry's launch from Python, as launcher.c's hot_launch makes it; the general kernel's,
+    on its own grid, where the pointers are short of the entry's alignment (which the hot call
+    refuses)."""
     launch, grid, block, after_pointers = entry[0], entry[1], entry[2], entry[3]
     if launch is None:
         return
-    if entry[6] > 1 and alignment_of(*pointers) % entry[6]:
-        launch = entry[7]
+    if entry[7] is not None and alignment_of(*pointers) % entry[6]:
+        launch, grid = entry[7]
     call: Any = getattr(launch, "launch", launch)  # a C Launcher's launch, or the callable
     extra = () if eps is None else (eps,)
     call(grid, block, *pointers, *after_pointers, *extra, stream=stream)

@@ -261,29 +261,33 @@ def silu_and_mul_geometry(
 
 
 class ElementwiseLaunch(NamedTuple):
-    """An elementwise op's launch for a shape: ``name`` the kernel for pointers aligned to
-    ``alignment`` bytes (the exact form, "mlp::swiglu_exact<float, 16>" or
-    "mlp::swiglu_exact_streaming<float>", where :func:`exact_vector_bytes` allows it; else the
-    general kernel, alignment 1), ``general`` the general kernel ("mlp::swiglu<float>"), which
-    takes the same arguments on the same grid and any alignment. The exact forms do not test
-    their pointers (mlp.cu): :meth:`kernel_for` is the choice for a call's pointers."""
+    """An elementwise op's launch for a shape: ``name`` the kernel on ``grid`` for pointers
+    aligned to ``alignment`` bytes (an exact form, "mlp::swiglu_exact<float, 16>",
+    "mlp::swiglu_exact_streaming<float>" or "mlp::swiglu_whole<float>", where
+    :func:`exact_vector_bytes` allows it; else the general kernel, alignment 1), ``general`` the
+    general kernel ("mlp::swiglu<float>") on ``general_grid``, which takes the same arguments and
+    any alignment; ``block`` the threads of a block of both. The exact forms do not test their
+    pointers (mlp.cu): :meth:`kernel_for` is the choice for a call's pointers."""
 
     name: str
+    grid: Any  # int, or (x, y) for silu_and_mul's 2-D forms
     general: str
-    grid: Any  # int, or (x, y) for silu_and_mul's
+    general_grid: Any
     block: int
     alignment: int
 
-    def kernel_for(self, pointers_alignment: int) -> str:
-        """The kernel for pointers aligned to ``pointers_alignment`` (:func:`alignment_of`)."""
-        return self.name if pointers_alignment % self.alignment == 0 else self.general
+    def kernel_for(self, pointers_alignment: int) -> tuple[str, Any]:
+        """(kernel, grid) for pointers aligned to ``pointers_alignment`` (:func:`alignment_of`)."""
+        if pointers_alignment % self.alignment == 0:
+            return self.name, self.grid
+        return self.general, self.general_grid
 
 
 def swiglu_launch(op: str, n: int, dtype: str) -> ElementwiseLaunch:
     """``op``'s launch ("swiglu" or "swiglu_backward") over n elements."""
     grid, block = swiglu_geometry(n, dtype, widest_vector_bytes(op, n, dtype))
     vector_bytes = exact_vector_bytes(grid * block, 1, n, dtype)
-    return _elementwise_launch(op, dtype, vector_bytes, grid, block, n)
+    return _elementwise_launch(op, dtype, vector_bytes, grid, block, 1, n)
 
 
 def silu_and_mul_launch(op: str, rows: int, cols: int, dtype: str) -> ElementwiseLaunch:
@@ -291,7 +295,7 @@ def silu_and_mul_launch(op: str, rows: int, cols: int, dtype: str) -> Elementwis
     widest = widest_vector_bytes(op, rows * cols, dtype)
     (grid_x, grid_y), block = silu_and_mul_geometry(rows, cols, dtype, widest)
     vector_bytes = exact_vector_bytes(grid_x * block, rows, cols, dtype) if grid_y == rows else 0
-    return _elementwise_launch(op, dtype, vector_bytes, (grid_x, grid_y), block, rows * cols)
+    return _elementwise_launch(op, dtype, vector_bytes, (grid_x, grid_y), block, rows, cols)
 
 
 def elementwise_bytes(op: str, outputs: int, dtype: str) -> int:
@@ -327,15 +331,39 @@ def exact_vector_bytes(threads: int, rows: int, cols: int, dtype: str) -> int:
 
 
 def _elementwise_launch(
-    op: str, dtype: str, vector_bytes: int, grid: Any, block: int, outputs: int
+    op: str, dtype: str, vector_bytes: int, grid: Any, block: int, rows: int, cols: int
 ) -> ElementwiseLaunch:
-    """An elementwise op's launch over ``outputs`` elements of the forward's output: its exact
-    form in vectors of ``vector_bytes``, or (0) its general kernel alone."""
+    """An elementwise op's launch over ``rows`` rows of ``cols`` elements of the forward's
+    output (swiglu's: one row of n) on ``grid``: its whole form where :func:`whole_blocks` says
+    so (on its own grid, a block for each kElementwiseBlockThreads vectors), else its exact form in
+    vectors of ``vector_bytes``, or (0) its general kernel alone."""
     general = kernel_name(op, dtype)
     if not vector_bytes:
-        return ElementwiseLaunch(general, general, grid, block, 1)
-    exact = exact_kernel_name(op, dtype, vector_bytes, outputs)
-    return ElementwiseLaunch(exact, general, grid, block, vector_bytes)
+        return ElementwiseLaunch(general, grid, general, grid, block, 1)
+    blocks = whole_blocks(op, rows, cols, dtype) if vector_bytes == VECTOR_BYTES else 0
+    if blocks:
+        whole = kernel_name(op + "_whole", dtype)
+        return ElementwiseLaunch(whole, blocks, general, grid, block, vector_bytes)
+    exact = exact_kernel_name(op, dtype, vector_bytes, rows * cols)
+    return ElementwiseLaunch(exact, grid, general, grid, block, vector_bytes)
+
+
+def whole_blocks(op: str, rows: int, cols: int, dtype: str) -> int:
+    """The blocks of the whole form of ``op`` (mlp.cu's swiglu_whole and silu_and_mul_whole: the
+    plain 16-byte exact forwards with no test before the store, silu_and_mul's over a 1-D grid)
+    over ``rows`` rows of ``cols`` outputs, or 0 where it does not serve: a backward, a call of
+    at most STREAMING_MAX_BYTES (the streaming form's), or a row that is not a whole number of
+    blocks of ELEMENTWISE_BLOCK 16-byte vectors (14336 columns of a 16-bit type are 14 blocks,
+    11008 are not). The caller has checked the exact form's other conditions
+    (:func:`exact_vector_bytes`)."""
+    per_block = ELEMENTWISE_BLOCK * _vector_width(dtype)
+    if (
+        op.endswith("_backward")
+        or within_streaming_bytes(op, rows * cols, dtype)
+        or cols % per_block
+    ):
+        return 0
+    return rows * cols // per_block
 
 
 def exact_kernel_name(op: str, dtype: str, vector_bytes: int, outputs: int) -> str:
@@ -550,8 +578,8 @@ def launch_swiglu(
     if n == 0:
         return
     launch = swiglu_launch("swiglu", n, dtype)
-    name = launch.kernel_for(alignment_of(gate, up, out))
-    load_kernel(device, name).launch(launch.grid, launch.block, gate, up, out, n, stream=stream)
+    name, grid = launch.kernel_for(alignment_of(gate, up, out))
+    load_kernel(device, name).launch(grid, launch.block, gate, up, out, n, stream=stream)
 
 
 def launch_silu_and_mul(
@@ -560,8 +588,8 @@ def launch_silu_and_mul(
     if rows * cols == 0:
         return
     launch = silu_and_mul_launch("silu_and_mul", rows, cols, dtype)
-    name = launch.kernel_for(alignment_of(x, out))
-    load_kernel(device, name).launch(launch.grid, launch.block, x, out, rows, cols, stream=stream)
+    name, grid = launch.kernel_for(alignment_of(x, out))
+    load_kernel(device, name).launch(grid, launch.block, x, out, rows, cols, stream=stream)
 
 
 def _launch_norm(
@@ -644,9 +672,9 @@ def launch_swiglu_backward(
     if n == 0:
         return
     launch = swiglu_launch("swiglu_backward", n, dtype)
-    name = launch.kernel_for(alignment_of(gate, up, grad, grad_gate, grad_up))
+    name, grid = launch.kernel_for(alignment_of(gate, up, grad, grad_gate, grad_up))
     load_kernel(device, name).launch(
-        launch.grid, launch.block, gate, up, grad, grad_gate, grad_up, n, stream=stream
+        grid, launch.block, gate, up, grad, grad_gate, grad_up, n, stream=stream
     )
 
 
@@ -656,10 +684,8 @@ def launch_silu_and_mul_backward(
     if rows * cols == 0:
         return
     launch = silu_and_mul_launch("silu_and_mul_backward", rows, cols, dtype)
-    name = launch.kernel_for(alignment_of(x, grad, grad_x))
-    load_kernel(device, name).launch(
-        launch.grid, launch.block, x, grad, grad_x, rows, cols, stream=stream
-    )
+    name, grid = launch.kernel_for(alignment_of(x, grad, grad_x))
+    load_kernel(device, name).launch(grid, launch.block, x, grad, grad_x, rows, cols, stream=stream)
 
 
 def launch_rms_norm_backward(
