@@ -518,16 +518,20 @@ __device__ __forceinline__ ExactChunk exact_chunk(long long n) {
   return {mine, vector, vector, vector};
 }
 
+// silu_and_mul's vector `vector` of row `row` of `vectors` output vectors: x's row holds the gate's
+// vectors, then the up's.
+__device__ __forceinline__ ExactChunk row_chunk(bool mine, int row, int vector, int vectors) {
+  const int gate = row * 2 * vectors + vector;
+  return {mine, gate, gate + vectors, row * vectors + vector};
+}
+
 // silu_and_mul's forms: row blockIdx.y of `cols` outputs, of 2 * cols inputs.
 template <typename Access>
 __device__ __forceinline__ ExactChunk exact_row_chunk(long long cols) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  const int row = static_cast<int>(blockIdx.y);
   const int vectors = static_cast<int>(cols) / Access::kWidth;
   const bool mine = i < vectors;
-  const int vector = mine ? i : 0;
-  const int gate = row * 2 * vectors + vector;
-  return {mine, gate, gate + vectors, row * vectors + vector};
+  return row_chunk(mine, static_cast<int>(blockIdx.y), mine ? i : 0, vectors);
 }
 
 template <typename Access, bool kDivided, typename T>
@@ -579,11 +583,10 @@ __device__ __forceinline__ void silu_and_mul_whole(const T* x, T* out, long long
   const int blocks_a_row = vectors / kElementwiseBlockThreads;
   const int block = static_cast<int>(blockIdx.x);
   const int row = block / blocks_a_row;
-  const int vector = whole_vector(block - row * blocks_a_row);
-  const int gate = row * 2 * vectors + vector;
+  const ExactChunk at = row_chunk(true, row, whole_vector(block - row * blocks_a_row), vectors);
   const typename Access::Raw result =
-      silu_mul_vector<Access, true>(Access::load(x, gate), Access::load(x, gate + vectors));
-  Access::store(out, row * vectors + vector, result);
+      silu_mul_vector<Access, true>(Access::load(x, at.gate), Access::load(x, at.up));
+  Access::store(out, at.out, result);
 }
 
 // Chunks of a row each thread keeps in registers between the two passes of RMSNorm. The host

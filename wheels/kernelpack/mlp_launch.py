@@ -335,7 +335,7 @@ def _elementwise_launch(
 ) -> ElementwiseLaunch:
     """An elementwise op's launch over ``rows`` rows of ``cols`` elements of the forward's
     output (swiglu's: one row of n) on ``grid``: its whole form where :func:`whole_blocks` says
-    so (on its own grid, a block for each kElementwiseBlockThreads vectors), else its exact form in
+    so (on its own grid, a block for each ELEMENTWISE_BLOCK vectors), else its exact form in
     vectors of ``vector_bytes``, or (0) its general kernel alone."""
     general = kernel_name(op, dtype)
     if not vector_bytes:

@@ -473,8 +473,9 @@ static const HotSpec hot_specs[] = {
 #define HOT_SLOTS 4     /* the shapes a hot call remembers; older ones are looked up again */
 
 /* A prepared entry: (launch, grid, block, sizes, weight shape, result shape, alignment, general
- * launch and grid). launch is a Launcher (called here directly), another callable (launch(grid, block,
- * *args, stream=)) or None (no elements: nothing to launch); sizes the integers the kernel takes
+ * launch and grid). launch is a Launcher (called here directly), another callable
+ * (launch(grid, block, *args, stream=)) or None (no elements: nothing to launch); sizes the
+ * integers the kernel takes
  * after the tensors' pointers (a norm's null row_scales, then the sizes); the weight shape None
  * where the op has no weight; the result shape None where it is the first input's; alignment the
  * bytes every pointer must be aligned to (an exact elementwise form's vector, else 1): a call
