@@ -257,9 +257,11 @@ def _implementations() -> tuple[dict[str, Callable[..., Any]], dict[str, Callabl
 # The forward rows behind a peer beyond the run's spread in the last benchmark run
 # (docs/bench-mlp.md's "Rows behind a peer"), as OP:DTYPE:ROWSxCOLS: workload's default.
 ROWS_BEHIND = (
-    "swiglu:float16:4096x14336",
     "silu_and_mul:bfloat16:4096x14336",
     "silu_and_mul:bfloat16:16384x14336",
+    "silu_and_mul:float16:4096x14336",
+    "silu_and_mul:float16:1x11008",
+    "silu_and_mul:float32:1x11008",
     "add_rms_norm:float16:16384x8192",
     "rms_norm:float32:16384x8192",
 )

@@ -42,12 +42,26 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
             expected_gate = dyd * ud * sigmoid * (1 + gd * (1 - sigmoid))
             check(grad_gate, expected_gate, dtype, f"swiglu_backward gate {n} {off}")
             check(grad_up, dyd * gd * sigmoid, dtype, f"swiglu_backward up {n} {off}")
-        for rows, cols in ((3, 9), (2, 4096), (1, 12), (800, 14336)):
+        # (1, 12) and (1, 11008) a single row, swiglu's forms over its halves where aligned
+        for rows, cols in ((3, 9), (2, 4096), (1, 12), (1, 11008), (800, 14336)):
             x = view(rows * 2 * cols, dtype, off).view(rows, 2 * cols)
             out = mlp.silu_and_mul(x)
             gd = x[:, :cols].double()
+            ud = x[:, cols:].double()
+            sigmoid = gd.sigmoid()
+            check(out, gd * sigmoid * ud, dtype, f"silu_and_mul {rows}x{cols}")
+            dy = view(rows * cols, dtype, off).view(rows, cols)
+            grad_x = OPS.silu_and_mul_backward(dy, x)
+            dyd = dy.double()
+            expected_gate = dyd * ud * sigmoid * (1 + gd * (1 - sigmoid))
             check(
-                out, gd * gd.sigmoid() * x[:, cols:].double(), dtype, f"silu_and_mul {rows}x{cols}"
+                grad_x[:, :cols], expected_gate, dtype, f"silu_and_mul_backward gate {rows}x{cols}"
+            )
+            check(
+                grad_x[:, cols:],
+                dyd * gd * sigmoid,
+                dtype,
+                f"silu_and_mul_backward up {rows}x{cols}",
             )
         reread = ((8192, 8192),) if dtype == torch.float32 else ()  # rms_norm_fixed_reread (sm_90)
         for rows, cols in (

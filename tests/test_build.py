@@ -46,6 +46,8 @@ MLP_EXACT_VECTORS = {
     "silu_and_mul_backward_exact": (8,),
 }
 MLP_WHOLE = ("swiglu_whole", "silu_and_mul_whole")  # the plain 16-byte forwards over whole blocks
+# silu_and_mul's 8-byte exact forms over a single row, forward and backward
+MLP_ONE_ROW = ("silu_and_mul_one_row", "silu_and_mul_backward_one_row")
 MLP_TYPES = ("float", "__half", "__nv_bfloat16")
 MLP_FIXED = (
     "rms_norm_fixed",
@@ -66,7 +68,7 @@ REAL_KERNELS = {
             for b in vectors
         ),
         *(f"mlp::{op}_streaming<{t}>" for op in MLP_EXACT_VECTORS for t in MLP_TYPES),
-        *(f"mlp::{op}<{t}>" for op in MLP_WHOLE for t in MLP_TYPES),
+        *(f"mlp::{op}<{t}>" for op in (*MLP_WHOLE, *MLP_ONE_ROW) for t in MLP_TYPES),
         *(
             f"mlp::{op}<{t}, {c}>"
             for op in MLP_FIXED

@@ -164,22 +164,23 @@ def test_swiglu_grid_takes_8_byte_vectors_below_132_blocks(
 
 
 @pytest.mark.parametrize(
-    ("n", "dtype", "vector_bytes", "streaming"),
+    ("n", "dtype", "vector_bytes", "form"),
     [
-        (11008, "bfloat16", 8, False),  # 2752 8-byte vectors, 2816 threads
-        (11008, "float32", 8, False),
-        (4100, "float16", 8, False),  # 1025 vectors
-        (4099, "bfloat16", 0, False),  # a tail past the last 8-byte vector
-        (4098, "float32", 8, False),  # float32's 8-byte vector is 2 elements
-        (4098, "bfloat16", 0, False),
-        (64 * 11008, "bfloat16", 16, True),  # 88064 16-byte vectors, 688 blocks: a thread for each
-        (64 * 11008, "float32", 16, True),  # 176128 16-byte vectors, 1376 blocks
-        (64 * 11008 + 4, "bfloat16", 0, False),  # a tail past the last 16-byte vector
-        (8 * 128 * 131, "bfloat16", 8, False),  # 16-byte blocks short of 132: 8-byte ones, exact
+        (11008, "bfloat16", 8, "exact"),  # 2752 8-byte vectors, 2816 threads
+        (11008, "float32", 8, "exact"),
+        (4100, "float16", 8, "exact"),  # 1025 vectors
+        (4099, "bfloat16", 0, ""),  # a tail past the last 8-byte vector
+        (4098, "float32", 8, "exact"),  # float32's 8-byte vector is 2 elements
+        (4098, "bfloat16", 0, ""),
+        # 88064 16-byte vectors, 688 blocks: a thread for each
+        (64 * 11008, "bfloat16", 16, "exact_streaming"),
+        (64 * 11008, "float32", 16, "exact_streaming"),  # 176128 16-byte vectors, 1376 blocks
+        (64 * 11008 + 4, "bfloat16", 0, ""),  # a tail past the last 16-byte vector
+        (8 * 128 * 131, "bfloat16", 8, "exact"),  # 16-byte blocks short of 132: 8-byte ones
     ],
 )
 def test_swiglu_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
-    n: int, dtype: str, vector_bytes: int, streaming: bool
+    n: int, dtype: str, vector_bytes: int, form: str
 ) -> None:
     """The host's choice of mlp.cu's exact form and its vector, against a hand count of the
     grid's vectors and threads; forward and backward alike (both move at most 64 MiB here), on
@@ -187,29 +188,43 @@ def test_swiglu_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
     for op in ("swiglu", "swiglu_backward"):
         launch = mlp_launch.swiglu_launch(op, n, dtype)
         assert (launch.grid, launch.block) == mlp_launch.swiglu_geometry(n, dtype)
-        _assert_exact_where_aligned(launch, op, dtype, vector_bytes, streaming)
+        _assert_exact_where_aligned(launch, op, dtype, vector_bytes, form)
 
 
 @pytest.mark.parametrize(
-    ("rows", "cols", "dtype", "vector_bytes", "streaming"),
+    ("rows", "cols", "dtype", "vector_bytes", "form"),
     [
-        (1, 11008, "bfloat16", 8, False),
-        (1, 11008, "float32", 8, False),
-        (3, 4099, "float32", 0, False),  # a row is not a whole number of 8-byte vectors
-        (3, 4100, "float16", 8, False),
-        (64, 11008, "bfloat16", 16, True),  # 1376 16-byte vectors a row, 11 blocks of 128 a row
-        (64, 11004, "bfloat16", 0, False),  # a row is not a whole number of 16-byte vectors
-        (65_535, 8, "bfloat16", 8, False),  # a grid row for each row
-        (70_001, 8, "bfloat16", 0, False),  # more rows than grid.y: the row loop
+        (1, 11008, "bfloat16", 8, "one_row"),  # a single row: swiglu's form over its halves
+        (1, 11008, "float32", 8, "one_row"),
+        (1, 4099, "float32", 0, ""),  # a row is not a whole number of 8-byte vectors
+        (2, 11008, "bfloat16", 8, "exact"),
+        (3, 4099, "float32", 0, ""),
+        (3, 4100, "float16", 8, "exact"),
+        # 1376 16-byte vectors a row, 11 blocks of 128 a row
+        (64, 11008, "bfloat16", 16, "exact_streaming"),
+        (64, 11004, "bfloat16", 0, ""),  # a row is not a whole number of 16-byte vectors
+        (65_535, 8, "bfloat16", 8, "exact"),  # a grid row for each row
+        (70_001, 8, "bfloat16", 0, ""),  # more rows than grid.y: the row loop
     ],
 )
 def test_silu_and_mul_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
-    rows: int, cols: int, dtype: str, vector_bytes: int, streaming: bool
+    rows: int, cols: int, dtype: str, vector_bytes: int, form: str
 ) -> None:
     for op in ("silu_and_mul", "silu_and_mul_backward"):
         launch = mlp_launch.silu_and_mul_launch(op, rows, cols, dtype)
         assert (launch.grid, launch.block) == mlp_launch.silu_and_mul_geometry(rows, cols, dtype)
-        _assert_exact_where_aligned(launch, op, dtype, vector_bytes, streaming)
+        _assert_exact_where_aligned(launch, op, dtype, vector_bytes, form)
+
+
+def test_one_row_of_16_byte_vectors_keeps_the_2_d_exact_form() -> None:
+    """The single-row forms are built in 8-byte vectors alone: a row long enough for 132 blocks
+    of 16-byte vectors (135_168 bfloat16 outputs, 16_896 vectors) takes the streaming 2-D
+    form."""
+    launch = mlp_launch.silu_and_mul_launch("silu_and_mul", 1, 135_168, "bfloat16")
+    assert (launch.name, launch.grid) == (
+        "mlp::silu_and_mul_exact_streaming<__nv_bfloat16>",
+        (132, 1),
+    )
 
 
 def _assert_exact_where_aligned(
@@ -217,17 +232,20 @@ def _assert_exact_where_aligned(
     op: str,
     dtype: str,
     vector_bytes: int,
-    streaming: bool,
+    form: str,
 ) -> None:
-    """The kernel names written out by hand: mlp.cu's exact form in vectors of ``vector_bytes``
-    (through streaming cache hints where ``streaming``: the 16-byte cases of 64 x 11008) for
-    pointers aligned to them (16 bytes, or 8), the general kernel for pointers short of that
-    (4, 2 bytes) and wherever (0) the form does not cover the shape."""
+    """The kernel names written out by hand: mlp.cu's form ``form`` ("exact" in vectors of
+    ``vector_bytes``, "exact_streaming" through streaming cache hints: the 16-byte cases of 64 x
+    11008, "one_row" for silu_and_mul's single rows) for pointers aligned to ``vector_bytes``
+    (16 bytes, or 8), the general kernel for pointers short of that (4, 2 bytes) and wherever
+    (0) no form covers the shape."""
     kernel_type = mlp_launch.KERNEL_TYPE[dtype]
     general = f"mlp::{op}<{kernel_type}>"
-    exact = f"mlp::{op}_exact<{kernel_type}, {vector_bytes}>" if vector_bytes else general
-    if streaming:
-        exact = f"mlp::{op}_exact_streaming<{kernel_type}>"
+    exact = general
+    if form == "exact":
+        exact = f"mlp::{op}_exact<{kernel_type}, {vector_bytes}>"
+    elif form:
+        exact = f"mlp::{op}_{form}<{kernel_type}>"
     assert (launch.general, launch.general_grid) == (general, launch.grid)
     for pointers_alignment in (16, 8, 4, 2):
         aligned = vector_bytes and pointers_alignment % vector_bytes == 0

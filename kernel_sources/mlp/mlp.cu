@@ -2011,6 +2011,19 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul_exact<StreamingAccess<T>, false>(x, out, cols);
 }
 
+// silu_and_mul's 8-byte exact forms over a single row (the host's choice for one row in 8-byte
+// vectors, a decode step's call: kernelpack.mlp_launch.one_row_kernel): swiglu's exact forms over
+// the row's two halves. The 2-D forms put the row's index (blockIdx.y) ahead of both loads'
+// addresses and the up half's address after the gate's; on the H200 at 1 x 11008 (64 inputs in
+// the L2, docs/bench-mlp-notes.md, twenty-fifth session) swiglu's form over the two halves took
+// 1.80 us a call against the 2-D form's 1.87 in both 16-bit types (15 of 15 rounds), float32
+// 1.85 against 1.88.
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_one_row(const T* x, T* out, long long /* rows: 1 */, long long cols) {
+  ::swiglu_exact<NarrowAccess<T>, false>(x, x + cols, out, cols);
+}
+
 // The plain 16-byte exact forwards over whole blocks (the host's choice:
 // kernelpack.mlp_launch.whole_blocks); the arguments are the general kernels' (n, rows unread).
 template <typename T>
@@ -2184,6 +2197,14 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul_backward_exact<StreamingAccess<T>>(x, grad, grad_x, cols);
 }
 
+// The backward's form over a single row (as silu_and_mul_one_row).
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_backward_one_row(const T* x, const T* grad, T* grad_x, long long /* rows: 1 */,
+                                  long long cols) {
+  ::swiglu_backward_exact<NarrowAccess<T>>(x, x + cols, grad, grad_x, grad_x + cols, cols);
+}
+
 // row_scales is float32 [rows], the forward's (rms_norm's row_scales); grad_extra and
 // grad_x_copy may be null; partial is float32 [gridDim.x, cols].
 template <typename T>
@@ -2303,18 +2324,26 @@ MLP_KERNELS(__nv_bfloat16)
   template __global__ void swiglu_whole<T>(const T*, const T*, T*, long long);                 \
   template __global__ void silu_and_mul_whole<T>(const T*, T*, long long, long long);
 
+// silu_and_mul's 8-byte exact forms over a single row.
+#define MLP_ONE_ROW_KERNELS(T)                                                                  \
+  template __global__ void silu_and_mul_one_row<T>(const T*, T*, long long, long long);         \
+  template __global__ void silu_and_mul_backward_one_row<T>(const T*, const T*, T*, long long,  \
+                                                            long long);
+
 #define MLP_EXACT_VECTORS(T)         \
   MLP_EXACT_FORWARD_KERNELS(T, 8)  \
   MLP_EXACT_FORWARD_KERNELS(T, 16) \
   MLP_EXACT_BACKWARD_KERNELS(T, 8) \
   MLP_EXACT_STREAMING_KERNELS(T)   \
-  MLP_WHOLE_KERNELS(T)
+  MLP_WHOLE_KERNELS(T)             \
+  MLP_ONE_ROW_KERNELS(T)
 
 MLP_EXACT_VECTORS(float)
 MLP_EXACT_VECTORS(__half)
 MLP_EXACT_VECTORS(__nv_bfloat16)
 
 #undef MLP_EXACT_VECTORS
+#undef MLP_ONE_ROW_KERNELS
 #undef MLP_WHOLE_KERNELS
 #undef MLP_EXACT_STREAMING_KERNELS
 #undef MLP_EXACT_BACKWARD_KERNELS

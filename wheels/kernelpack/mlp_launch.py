@@ -344,8 +344,20 @@ def _elementwise_launch(
     if blocks:
         whole = kernel_name(op + "_whole", dtype)
         return ElementwiseLaunch(whole, blocks, general, grid, block, vector_bytes)
-    exact = exact_kernel_name(op, dtype, vector_bytes, rows * cols)
+    exact = one_row_kernel(op, dtype, rows, vector_bytes) or exact_kernel_name(
+        op, dtype, vector_bytes, rows * cols
+    )
     return ElementwiseLaunch(exact, grid, general, grid, block, vector_bytes)
+
+
+def one_row_kernel(op: str, dtype: str, rows: int, vector_bytes: int) -> str | None:
+    """silu_and_mul's or its backward's form over a single row ("mlp::silu_and_mul_one_row<float>":
+    swiglu's exact form over the row's two halves, mlp.cu says why) where a call of one row takes
+    the exact form in vectors of ``vector_bytes`` = NARROW_BYTES; else None (swiglu's calls are
+    one row of n already)."""
+    if op.startswith("silu_and_mul") and rows == 1 and vector_bytes == NARROW_BYTES:
+        return kernel_name(op + "_one_row", dtype)
+    return None
 
 
 def whole_blocks(op: str, rows: int, cols: int, dtype: str) -> int:
