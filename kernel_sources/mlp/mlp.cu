@@ -2016,7 +2016,7 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
 // the row's two halves. The 2-D forms put the row's index (blockIdx.y) ahead of both loads'
 // addresses and the up half's address after the gate's; on the H200 at 1 x 11008 (64 inputs in
 // the L2, docs/bench-mlp-notes.md, twenty-fifth session) swiglu's form over the two halves took
-// 1.80 us a call against the 2-D form's 1.87 in both 16-bit types (15 of 15 rounds), float32
+// 1.80 us a call against the 2-D form's 1.87 in both 16-bit types (14-15 of 15 rounds), float32
 // 1.85 against 1.88.
 template <typename T>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
