@@ -28,6 +28,10 @@
 //                            kElementwiseBlockThreads vectors, blockDim.x exactly that, a thread
 //                            for each vector and no more; silu_and_mul's grid is 1-D, rows x
 //                            blocks-a-row (kernelpack.mlp_launch.whole_blocks).
+//   silu_and_mul_one_row_*, silu_and_mul_backward_one_row_*
+//                            (T): the exact forms at BYTES 8 over a single row (rows unread),
+//                            as swiglu_exact_* over the row's two halves
+//                            (kernelpack.mlp_launch.one_row_kernel).
 //   rms_norm_weight_grad_*, rms_norm_weight_grad_inputs_*
 //                            grid.x over the columns, blockDim.x columns by blockDim.y slices
 //                            of the rows (of `partial`, or of the inputs and the forward's row
