@@ -25,44 +25,34 @@ def check(got, ref, dtype, what):
         sys.exit(1)
 
 
+def check_silu_mul(out, grad_gate, grad_up, g, u, dy, dtype, what):
+    """silu(g) * u and its two gradients for the incoming gradient dy, against float64."""
+    gd, ud, dyd = g.double(), u.double(), dy.double()
+    sigmoid = gd.sigmoid()
+    check(out, gd * sigmoid * ud, dtype, what)
+    check(grad_gate, dyd * ud * sigmoid * (1 + gd * (1 - sigmoid)), dtype, f"{what} d_gate")
+    check(grad_up, dyd * gd * sigmoid, dtype, f"{what} d_up")
+
+
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
     for off in (0, 1):
         # 4100 and 11008 take the exact kernels, which load misaligned views' vectors from
         # pointers rounded down before they test the alignment; 800 x 14336 (past 64 MiB moved,
         # whole blocks) the whole forms, and misaligned the general kernel on its own grid
         for n in (1, 9, 4099, 4100, 11008, 800 * 14336):
-            g, u = view(n, dtype, off), view(n, dtype, off)
+            g, u, dy = view(n, dtype, off), view(n, dtype, off), view(n, dtype, off)
             out = mlp.swiglu(g, u)
-            gd = g.double()
-            sigmoid = gd.sigmoid()
-            check(out, gd * sigmoid * u.double(), dtype, f"swiglu {n} {off}")
-            dy = view(n, dtype, off)
             grad_gate, grad_up = OPS.swiglu_backward(dy, g, u)
-            dyd, ud = dy.double(), u.double()
-            expected_gate = dyd * ud * sigmoid * (1 + gd * (1 - sigmoid))
-            check(grad_gate, expected_gate, dtype, f"swiglu_backward gate {n} {off}")
-            check(grad_up, dyd * gd * sigmoid, dtype, f"swiglu_backward up {n} {off}")
+            check_silu_mul(out, grad_gate, grad_up, g, u, dy, dtype, f"swiglu {n} {off}")
         # (1, 12) and (1, 11008) a single row, swiglu's forms over its halves where aligned
         for rows, cols in ((3, 9), (2, 4096), (1, 12), (1, 11008), (800, 14336)):
             x = view(rows * 2 * cols, dtype, off).view(rows, 2 * cols)
-            out = mlp.silu_and_mul(x)
-            gd = x[:, :cols].double()
-            ud = x[:, cols:].double()
-            sigmoid = gd.sigmoid()
-            check(out, gd * sigmoid * ud, dtype, f"silu_and_mul {rows}x{cols}")
             dy = view(rows * cols, dtype, off).view(rows, cols)
+            out = mlp.silu_and_mul(x)
             grad_x = OPS.silu_and_mul_backward(dy, x)
-            dyd = dy.double()
-            expected_gate = dyd * ud * sigmoid * (1 + gd * (1 - sigmoid))
-            check(
-                grad_x[:, :cols], expected_gate, dtype, f"silu_and_mul_backward gate {rows}x{cols}"
-            )
-            check(
-                grad_x[:, cols:],
-                dyd * gd * sigmoid,
-                dtype,
-                f"silu_and_mul_backward up {rows}x{cols}",
-            )
+            gate, up = x[:, :cols], x[:, cols:]
+            what = f"silu_and_mul {rows}x{cols} {off}"
+            check_silu_mul(out, grad_x[:, :cols], grad_x[:, cols:], gate, up, dy, dtype, what)
         reread = ((8192, 8192),) if dtype == torch.float32 else ()  # rms_norm_fixed_reread (sm_90)
         for rows, cols in (
             (3, 1),

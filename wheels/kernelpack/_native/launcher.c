@@ -475,12 +475,11 @@ static const HotSpec hot_specs[] = {
 /* A prepared entry: (launch, grid, block, sizes, weight shape, result shape, alignment, general
  * launch and grid). launch is a Launcher (called here directly), another callable
  * (launch(grid, block, *args, stream=)) or None (no elements: nothing to launch); sizes the
- * integers the kernel takes
- * after the tensors' pointers (a norm's null row_scales, then the sizes); the weight shape None
- * where the op has no weight; the result shape None where it is the first input's; alignment the
- * bytes every pointer must be aligned to (an exact elementwise form's vector, else 1): a call
- * short of it is not for the hot path. The general launch and its grid, for those calls, are the
- * Python side's (kernelpack/mlp_hot.py). */
+ * integers the kernel takes after the tensors' pointers (a norm's null row_scales, then the
+ * sizes); the weight shape None where the op has no weight; the result shape None where it is the
+ * first input's; alignment the bytes every pointer must be aligned to (an exact elementwise form's
+ * vector, else 1): a call short of it is not for the hot path. The general launch and its grid,
+ * for those calls, are the Python side's (kernelpack/mlp_hot.py). */
 enum {
     ENTRY_LAUNCH,
     ENTRY_GRID,
