@@ -8,12 +8,18 @@ permission bits stop nothing, which is why the cache checks owner and mode itsel
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import signal
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+from capped import WHEELS, run_capped
 from test_loader import make_loader, make_package, mixed_machine, payload
 
 from kernelpack import cli
@@ -22,6 +28,7 @@ from kernelpack.errors import KernelpackWarning
 from kernelpack.rtc import Compiled
 
 OTHER_UID = 54321  # no such user here
+HOUR_AGO = time.time() - 3600
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
 
 
@@ -264,3 +271,145 @@ def test_the_loader_still_loads_with_a_refused_folder(tmp_path: Path) -> None:
         payload("gfx11-generic"),
     ]
     assert list(folder.iterdir()) == []
+
+
+# -- temporary files of killed writers
+
+
+def aged(path: Path, size: int) -> Path:
+    path.write_bytes(bytes(size))
+    os.utime(path, (HOUR_AGO, HOUR_AGO))
+    return path
+
+
+def test_dead_writers_temporary_files_are_reclaimed_and_counted_in_the_bound(
+    tmp_path: Path,
+) -> None:
+    cache = DiskCache(tmp_path, max_bytes=4000)
+    cache.put(key(0), bytes(1000))  # 1040 bytes with its header
+    stale = aged(tmp_path / f".{key(1)}.bin.0123abcd.tmp", 60_000)
+    older_writers = aged(tmp_path / f".{key(2)}.bin.k3j_h1x9.tmp", 20_000)  # atomic_write's names
+    fresh = tmp_path / f".{key(3)}.bin.fedc.tmp"  # a writer that started a moment ago
+    fresh.write_bytes(bytes(1500))
+    held = aged(tmp_path / f".{key(4)}.bin.beef.tmp", 1500)  # old, but its writer is alive
+    with held.open("rb") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        cache.put(key(5), bytes(1000))
+    assert not stale.exists() and not older_writers.exists()
+    assert fresh.exists() and held.exists()
+    # the temporary files left count: 2 entries and 3000 bytes of them are over 4000, so the
+    # older entry went
+    assert cache.get(key(0)) is None and cache.get(key(5)) == bytes(1000)
+    assert cache.size() == 1040 + 3000
+
+
+def test_a_writer_killed_before_its_rename_leaves_a_file_the_next_write_reclaims(
+    tmp_path: Path,
+) -> None:
+    child = (
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from kernelpack.cache import DiskCache\n"
+        "os.replace = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "DiskCache(Path(sys.argv[1])).put(sys.argv[2], bytes(5_000_000))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(WHEELS)}
+    done = subprocess.run(
+        [sys.executable, "-c", child, str(tmp_path), key(1)], env=env, check=False
+    )
+    assert done.returncode == -signal.SIGKILL
+    (left,) = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert left.stat().st_size >= 5_000_000
+    cache = DiskCache(tmp_path)
+    assert cache.size() >= 5_000_000  # counted while it is there
+    os.utime(left, (HOUR_AGO, HOUR_AGO))
+    cache.put(key(2), b"next")
+    assert not left.exists()
+    assert cache.get(key(1)) is None and cache.get(key(2)) == b"next"
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from kernelpack.cache import DiskCache
+folder, entry, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+cache = DiskCache(folder)
+print("ready", flush=True)
+for i in range(100):
+    cache.put(entry, bytes([n]) * 200_000)
+    assert cache.get(entry) is not None
+"""
+
+
+def test_eight_racing_writers_some_killed_leave_a_whole_entry(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(WHEELS)}
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tmp_path), key(0), str(n)],
+            env=env,
+            stdout=subprocess.PIPE,
+        )
+        for n in range(8)
+    ]
+    for writer in writers:
+        assert writer.stdout is not None and writer.stdout.readline() == b"ready\n"
+    time.sleep(0.3)
+    for writer in writers[::2]:
+        writer.kill()
+    for writer in writers:
+        writer.wait(timeout=120)
+        assert writer.stdout is not None
+        writer.stdout.close()
+    assert [w.returncode for w in writers[1::2]] == [0, 0, 0, 0]
+    cache = DiskCache(tmp_path)
+    assert cache.get(key(0)) in [bytes([n]) * 200_000 for n in range(8)]
+    verified = cache.verify()
+    assert len(verified.good) == 1 and verified.removed == [] and verified.failed == []
+    for left in tmp_path.glob("*.tmp"):  # a killed writer's: reclaimed by the next write
+        os.utime(left, (HOUR_AGO, HOUR_AGO))
+    cache.put(key(1), b"x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [".key", key(0) + ".bin", key(1) + ".bin"]
+    )
+
+
+# -- `cache verify` over what is not an entry file (under a 2 GiB cap, within 5 s)
+
+
+def test_cache_verify_counts_fifos_device_links_and_huge_files_as_damaged(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path / "cache")
+    cache.put(key(0), b"a good entry")
+    fifo = cache.folder / (key(1) + ".bin")
+    os.mkfifo(fifo)
+    zero = cache.folder / (key(2) + ".bin")
+    zero.symlink_to("/dev/zero")
+    huge = cache.folder / (key(3) + ".bin")
+    with huge.open("wb") as handle:  # sparse: 3 GiB that take no disk
+        handle.truncate(3 << 30)
+    result = run_capped(["cache", "verify"], env={"KERNELPACK_CACHE_DIR": str(cache.folder)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert result.stdout.strip() == f"{cache.folder}: 1 entries good, 3 damaged and removed"
+    assert [p.name for p in cache.folder.glob("*.bin")] == [key(0) + ".bin"]
+    assert stat.S_ISCHR(os.stat("/dev/zero").st_mode)
+
+
+def test_get_of_a_fifo_entry_does_not_wait(tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    DiskCache(folder).put(key(0), b"makes the folder")
+    os.mkfifo(folder / (key(1) + ".bin"))
+    child = (
+        "import sys\nfrom pathlib import Path\nfrom kernelpack.cache import DiskCache\n"
+        "cache = DiskCache(Path(sys.argv[1]))\n"
+        "assert cache.get(sys.argv[2]) is None and cache.removed_bad == 1\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(WHEELS)}
+    done = subprocess.run(
+        [sys.executable, "-c", child, str(folder), key(1)],
+        env=env,
+        timeout=5,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
