@@ -119,6 +119,8 @@ def test_default_folder_follows_the_environment(tmp_path: Path) -> None:
     assert default_folder({"KERNELPACK_CACHE_DIR": str(tmp_path)}) == tmp_path
     assert default_folder({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "kernelpack"
     assert default_folder({}) == Path.home() / ".cache" / "kernelpack"
+    # the XDG rule: a relative XDG_CACHE_HOME is invalid, never a folder under the working one
+    assert default_folder({"XDG_CACHE_HOME": "cache"}) == Path.home() / ".cache" / "kernelpack"
 
 
 def test_concurrent_writers_leave_a_whole_entry(tmp_path: Path) -> None:
