@@ -24,7 +24,9 @@ def test_round_trip_in_a_private_folder(tmp_path: Path) -> None:
     cache.put(key(1), data)
     assert cache.get(key(1)) == data
     assert stat.S_IMODE(cache.folder.stat().st_mode) == 0o700
-    assert [p.name for p in cache.folder.iterdir()] == [key(1) + ".bin"]  # no temporary left over
+    names = sorted(p.name for p in cache.folder.iterdir())
+    assert names == [".key", key(1) + ".bin"]  # the folder's key, no temporary left over
+    assert stat.S_IMODE((cache.folder / ".key").stat().st_mode) == 0o600
     assert cache.get(key(2)) is None
 
 
@@ -117,6 +119,8 @@ def test_default_folder_follows_the_environment(tmp_path: Path) -> None:
     assert default_folder({"KERNELPACK_CACHE_DIR": str(tmp_path)}) == tmp_path
     assert default_folder({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "kernelpack"
     assert default_folder({}) == Path.home() / ".cache" / "kernelpack"
+    # the XDG rule: a relative XDG_CACHE_HOME is invalid, never a folder under the working one
+    assert default_folder({"XDG_CACHE_HOME": "cache"}) == Path.home() / ".cache" / "kernelpack"
 
 
 def test_concurrent_writers_leave_a_whole_entry(tmp_path: Path) -> None:
@@ -130,22 +134,23 @@ def test_concurrent_writers_leave_a_whole_entry(tmp_path: Path) -> None:
     for thread in threads:
         thread.join()
     assert cache.get(key(0)) in payloads
-    assert len(list(tmp_path.iterdir())) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".key", key(0) + ".bin"]
 
 
 @pytest.fixture
 def undeletable(monkeypatch: pytest.MonkeyPatch) -> set[Path]:
     """Files whose removal fails as in a read-only folder (EACCES); root ignores chmod, so the
-    refusal is injected at Path.unlink, which is what the cache calls."""
+    refusal is injected at os.unlink, which the cache calls relative to the folder's descriptor."""
     refused: set[Path] = set()
-    unlink = Path.unlink
+    unlink = os.unlink
 
-    def refusing(self: Path, missing_ok: bool = False) -> None:
-        if self in refused:
-            raise PermissionError(13, "Permission denied", str(self))
-        unlink(self, missing_ok=missing_ok)
+    def refusing(path: str, *, dir_fd: int | None = None) -> None:
+        folder = Path(os.readlink(f"/proc/self/fd/{dir_fd}")) if dir_fd is not None else Path()
+        if folder / path in refused:
+            raise PermissionError(13, "Permission denied", str(path))
+        unlink(path, dir_fd=dir_fd)
 
-    monkeypatch.setattr(Path, "unlink", refusing)
+    monkeypatch.setattr(os, "unlink", refusing)
     return refused
 
 

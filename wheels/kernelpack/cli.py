@@ -57,8 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     cache.add_argument(
         "action",
         choices=("path", "verify", "clear"),
-        help="path: where it is and its size; verify: check every entry, removing damaged ones; "
-        "clear: remove every entry",
+        help="path: where it is and its size (or why it is not used); verify: check every entry, "
+        "removing damaged ones; clear: remove every entry (verify and clear refuse a folder that "
+        "is not yours with mode 0700)",
     )
 
     from .sweep import add_parser as add_sweep
@@ -168,9 +169,12 @@ def _cache(args: argparse.Namespace) -> int:
         result["removed"] = len(sweep.removed)
         message = f"{cache.folder}: removed {len(sweep.removed)} entries"
     else:
+        refusal = cache.refusal()
         entries = cache.entries()
-        result.update(entries=len(entries), bytes=sum(e.size for e in entries))
+        result.update(entries=len(entries), bytes=cache.size(), refused=refusal)
         message = f"{cache.folder} ({len(entries)} entries, {result['bytes']} bytes)"
+        if refusal is not None:
+            message = refusal
     if args.action != "path":
         result["not_removed"] = [{"path": str(path), "error": why} for path, why in failed]
         if failed:

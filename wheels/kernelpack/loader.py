@@ -12,7 +12,9 @@
    the best; with KERNELPACK_DEBUG=1 every image's verdict goes to standard error;
 4. get the image's bytes (:func:`kernelpack.images.read_image`): straight from the package file,
    or from the disk cache for images inside compressed bundles and for PTX already compiled by the
-   driver; checked against the index's sha256 before they are loaded;
+   driver; checked against the index's sha256 before they are loaded (a cubin the driver compiled,
+   like an object compiled from source, is in no index: the cache's keyed digest checks it, and
+   the cache is used only in a folder of the user's own, :mod:`kernelpack.cache`);
 5. without a fitting image, compile the module's embedded source with NVRTC or hipRTC (cached on
    disk by source hash, target and compiler version; a warning says so once); without a compiler
    either, a NoImageError that says what to install or set (:mod:`kernelpack.hints`);
@@ -344,9 +346,10 @@ class Loader:
             _debug(f"{module}: {compiled.note}")
         if (module, target) not in self._said:
             self._said.add((module, target))
+            kept = "memory" if self.cache.in_memory else self.cache.folder
             warnings.warn(
                 f"kernelpack: no prebuilt image of module {module} fits {gpu.target}; compiled its "
-                f"source with {version} (cached in {self.cache.folder}). Install the device wheel "
+                f"source with {version} (cached in {kept}). Install the device wheel "
                 f"or rebuild with {target} to skip this",
                 KernelpackWarning,
                 stacklevel=4,

@@ -14,10 +14,12 @@ from pathlib import Path
 
 
 def user_cache_folder(environ: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_CACHE_HOME/kernelpack``, else ``~/.cache/kernelpack`` (the XDG base directory rule)."""
+    """``$XDG_CACHE_HOME/kernelpack``, else ``~/.cache/kernelpack`` (the XDG base directory rule:
+    a relative ``XDG_CACHE_HOME`` is invalid and ignored, so no cache lands in whatever folder a
+    command happens to run in, an untrusted checkout included)."""
     env = os.environ if environ is None else environ
-    xdg = env.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    xdg = Path(env.get("XDG_CACHE_HOME") or "").expanduser()
+    base = xdg if xdg.is_absolute() else Path.home() / ".cache"
     return base / "kernelpack"
 
 
