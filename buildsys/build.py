@@ -47,9 +47,10 @@ from .modules import (
     inline_includes,
     read_tree,
 )
+from .names import check_shell_path
 from .report import failure_error, print_summary
 from .scheduler import JobPlan, run_jobs
-from .settings import BuildSettings, check_writable_folder, resolve_settings
+from .settings import OPTIONS_BY_NAME, BuildSettings, check_writable_folder, resolve_settings
 from .toolchain import Toolchain, amd_toolchain, cuda_toolchain
 from .trees import SourceTrees, hipify_tree, scratch_folder, scratch_root
 
@@ -59,6 +60,8 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
     when every job succeeded (main_build turns a failure into BuildError after the summary)."""
     targets = select_targets(settings)
     check_writable_folder(settings.cache_dir, "cache_dir")
+    if any(t.vendor == "nvidia" for t in targets):  # nvcc compiles in the cache's scratch folders
+        check_shell_path(settings.cache_dir.resolve(), OPTIONS_BY_NAME["cache_dir"].option_flag)
     check_writable_folder(settings.out.parent, "out")
     if settings.out.exists() and not settings.out.is_dir():
         raise UsageError(

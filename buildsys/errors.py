@@ -20,3 +20,8 @@ class BuildError(CompileError):
 
 class HipifyError(BuildError):
     """hipify reported errors in sources an AMD target compiles: nothing was compiled (exit 1)."""
+
+
+class UnsafeNameError(UsageError):
+    """A project's module, file, define or flag that could not reach a compiler as written (see
+    buildsys.names for the grammar and why): exit status 2, naming it and the rename to make."""

@@ -23,6 +23,7 @@ from .discovery import object_kernels
 from .index_writer import BuiltImage
 from .matrix import MatrixTarget
 from .modules import KernelModule
+from .names import check_module_name, check_unit_name
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,21 @@ def hip_main(main: str) -> str:
     return main[: -len(".cu")] + ".hip"
 
 
+def cicc_source_path(tree_path: str) -> str:
+    """nvcc's option that names the source to cicc by its tree path (``module/unit.cu``).
+
+    cicc names internal-linkage symbols (_INTERNAL_<hash>, __nv_static_<hash>) after a hash of the
+    source's absolute path: the tree path in its place makes cold builds byte-identical. nvcc
+    pastes a -Xcicc value into its shell command unquoted (and splits it at commas), so both
+    parts are held to buildsys.names' grammar here too, not only where read_tree reads them: a
+    KernelModule made some other way is refused rather than pasted.
+    """
+    module, _, unit = tree_path.partition("/")
+    check_module_name(module, "the build's source tree")
+    check_unit_name(unit, module)
+    return f"-Xcicc=--orig_src_path_name={tree_path}"
+
+
 def compile_argv(
     job: Job,
     flags: Sequence[str],
@@ -120,9 +136,7 @@ def compile_argv(
         clang = ["-dependency-file", depfile, "-MT", output]
         hip_depfile = [part for option in clang for part in ("-Xclang", option)]
         return ["hipcc", *flags, *hip_target, *extra, *hip_depfile, source, "-o", output]
-    # cicc names internal-linkage symbols (_INTERNAL_<hash>, __nv_static_<hash>) after a hash of
-    # the source's absolute path: the tree path in its place makes cold builds byte-identical.
-    source_path = f"-Xcicc=--orig_src_path_name={tree_path}"
+    source_path = cicc_source_path(tree_path)
     depfile_options = ["-MMD", "-MF", depfile]
     target = f"-arch={job.target.target}"
     return ["nvcc", *flags, target, *extra, source_path, *depfile_options, source, "-o", output]

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from kernelpack.errors import UsageError
 
+from .names import check_module_name, check_unit_name
+
 INCLUDE_DIR = "include"
 # Tree folder of the project's extra include folders (settings include_dirs): the n-th one's files
 # are read into ".include/<n>/" of the tree, so they are hashed, hipified and written with the rest
@@ -87,7 +89,8 @@ def read_tree(
     each extra include folder go into the tree as ``.include/<n>/`` (:func:`extra_include_dir`).
 
     Every ``.cu`` file directly in a module folder is a translation unit of it (files in its
-    subfolders are headers or included fragments); a folder without one is a UsageError.
+    subfolders are headers or included fragments); a folder without one is a UsageError. Module
+    folders and units are named by buildsys.names' grammar, checked here where the names enter.
     """
     if not root.is_dir():
         raise UsageError(f"{root}: no such kernel sources folder")
@@ -103,8 +106,11 @@ def read_tree(
                     raise UsageError(f"{path}: not UTF-8 text") from None
         if folder.name == INCLUDE_DIR:
             continue
-        mains = sorted(p for p in files if p.startswith(f"{folder.name}/") and p.endswith(".cu"))
-        mains = [p for p in mains if "/" not in p[len(folder.name) + 1 :]]
+        check_module_name(folder.name, str(root))
+        units = [p.name for p in folder.iterdir() if p.is_file() and p.suffix == ".cu"]
+        for unit in units:
+            check_unit_name(unit, str(folder))
+        mains = sorted(f"{folder.name}/{unit}" for unit in units)
         if not mains:
             raise UsageError(
                 f"{folder}: a kernel module folder needs a .cu file (found none); "

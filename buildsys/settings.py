@@ -34,6 +34,7 @@ from kernelpack.images import IMAGE_KINDS
 from kernelpack.paths import user_cache_folder
 
 from . import REPO_ROOT
+from .names import check_define, check_flag
 
 ENV_PREFIX = "KERNELPACK_BUILD_"
 CONFIG_TABLE = "tool.kernelpack"
@@ -191,10 +192,15 @@ def _as_paths(value: object, where: str, base: Path) -> tuple[Path, ...]:
 def _as_defines(value: object, where: str, base: Path) -> tuple[str, ...]:
     defines = _as_list(value, where, base)
     for define in defines:
-        name = define.partition("=")[0]
-        if not name.replace("_", "a").isalnum() or name[0].isdigit():
-            raise UsageError(f"{where}: {define!r}: expected NAME or NAME=VALUE (a C identifier)")
+        check_define(define, where)
     return defines
+
+
+def _as_flags(value: object, where: str, base: Path) -> tuple[str, ...]:
+    flags = _as_list(value, where, base)
+    for flag in flags:
+        check_flag(flag, where)
+    return flags
 
 
 def _as_vendor(value: object, where: str, base: Path) -> str:
@@ -317,7 +323,7 @@ OPTIONS: tuple[Option, ...] = (
            "missing from some targets, per module (else such a build or merge fails)"),
 )  # fmt: skip  # one option per entry, read as a table (see above)
 OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
-_MODULE_KEYS = {"flags": _as_list, "defines": _as_defines, "include-dirs": _as_paths}
+_MODULE_KEYS = {"flags": _as_flags, "defines": _as_defines, "include-dirs": _as_paths}
 _FIELDS = {f.name for f in fields(BuildSettings)}
 assert all(option.name in _FIELDS for option in OPTIONS), "an option without a settings field"
 
