@@ -96,14 +96,11 @@ def read_tree(
         raise UsageError(f"{root}: no such kernel sources folder")
     files: dict[str, str] = {}
     modules: list[KernelModule] = []
+    inside = root.resolve()
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         for path in sorted(folder.rglob("*")):
             if path.is_file() and path.suffix in SOURCE_SUFFIXES:
-                relative = path.relative_to(root).as_posix()
-                try:
-                    files[relative] = path.read_text(encoding="utf-8")
-                except UnicodeDecodeError:
-                    raise UsageError(f"{path}: not UTF-8 text") from None
+                files[path.relative_to(root).as_posix()] = _read_source(path, inside)
         if folder.name == INCLUDE_DIR:
             continue
         check_module_name(folder.name, str(root))
@@ -122,15 +119,31 @@ def read_tree(
     for number, folder in enumerate(extra_includes):
         if not folder.is_dir():
             raise UsageError(f"{folder}: no such include folder (include-dirs)")
+        contained = folder.resolve()
         for path in sorted(folder.rglob("*")):
             if path.is_file() and path.suffix in SOURCE_SUFFIXES:
                 relative = f"{extra_include_dir(number)}/{path.relative_to(folder).as_posix()}"
-                try:
-                    files[relative] = path.read_text(encoding="utf-8")
-                except UnicodeDecodeError:
-                    raise UsageError(f"{path}: not UTF-8 text") from None
+                files[relative] = _read_source(path, contained)
     searched = (INCLUDE_DIR, *(extra_include_dir(n) for n in range(len(extra_includes))))
     return SourceTree(files, searched), modules
+
+
+def _read_source(path: Path, inside: Path) -> str:
+    """The text of a source file found under ``inside``, refused when it resolves outside it.
+
+    A project's tree is untrusted: a link ``kernel_sources/m/x.cuh -> ~/.ssh/id_rsa`` (or a linked
+    module folder) would otherwise be read, hashed and embedded in the wheel's sources. Links that
+    stay inside the folder are followed as the compiler would follow them.
+    """
+    resolved = path.resolve()
+    if not resolved.is_relative_to(inside):
+        raise UsageError(
+            f"{path}: links to {resolved}, outside {inside}; copy the file into the project"
+        )
+    try:
+        return resolved.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
 
 
 def extra_include_dir(number: int) -> str:

@@ -100,6 +100,34 @@ def test_module_folders_hold_one_or_several_translation_units(tmp_path: Path) ->
         read_tree(tmp_path)
 
 
+def test_links_out_of_the_tree_are_refused_and_links_inside_it_are_read(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOKEN=hunter2\n")
+    root = tmp_path / "kernel_sources"
+    (root / "m").mkdir(parents=True)
+    (root / "m" / "m.cu").write_text('#include "inner.cuh"\n')
+    (root / "m" / "real.cuh").write_text("// inside\n")
+    (root / "m" / "inner.cuh").symlink_to("real.cuh")
+    tree, _ = read_tree(root)
+    assert tree["m/inner.cuh"] == "// inside\n"
+    (root / "m" / "leak.cuh").symlink_to(secret)
+    with pytest.raises(UsageError, match=r"leak\.cuh: links to .*secret\.txt, outside"):
+        read_tree(root)
+    (root / "m" / "leak.cuh").unlink()
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "x.cu").write_text("// not the project's\n")
+    (root / "linked").symlink_to(outside)
+    with pytest.raises(UsageError, match=r"x\.cu: links to .*elsewhere/x\.cu, outside"):
+        read_tree(root)
+    (root / "linked").unlink()
+    include = tmp_path / "extra"
+    include.mkdir()
+    (include / "leak.h").symlink_to(secret)
+    with pytest.raises(UsageError, match=r"leak\.h: links to .*secret\.txt, outside .*extra"):
+        read_tree(root, [include])
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
