@@ -1,4 +1,4 @@
-"""An exact CPU evaluation of one walk, written apart from kernelpack.walk.exact, for tests.
+"""An exact CPU evaluation of one walk, written apart from kernelpack.walk.exact_walk (tests).
 
 The step matrix comes from sympy (each entry lambdified, so Python integers in, Python integers
 out), the product is a plain loop of Python integers, the reduction math.gcd, and the logarithms
@@ -40,7 +40,7 @@ def walk_delta(
         return -math.inf, 0
     divisor = math.gcd(p, q) * (1 if q > 0 else -1)
     p, q = p // divisor, q // divisor
-    with mp.workdps(3 * len(str(q)) + 60):
+    with mp.workdps(int(q.bit_length() * 0.302 * 3) + 60):  # three times the digits of q
         error = abs(mp.mpf(p) / q - value())
         digits = max(0, int(mp.floor(-mp.log10(error))))
         if q == 1:

@@ -4,7 +4,8 @@ SQLite, resumable (``python -m kernelpack sweep run|top``; docs/sweeps.md).
 - :mod:`.spec`: SPEC.toml, the walks it names and their shards;
 - :mod:`.store`: DIR/sweep.sqlite, one transaction per shard;
 - :mod:`.engine`: the shards through Dask distributed, progress, retries;
-- :mod:`.report`: the kept walks measured exactly (kernelpack.walk.exact) and ranked for ``top``.
+- :mod:`.report`: the kept walks measured exactly (kernelpack.walk.exact_walk), ranked for
+  ``top``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The store holds, per kept walk, its shift, direction and the float screen's estimate and delta;
 the spec holds the field, the depth and the target. Each walk is measured here from exact
-integers (kernelpack.walk.exact): ``delta_exact`` over the reduced fraction and ``digits``, the
-decimal places of p/q that agree with the target. Rows are ranked by delta_exact (best first,
+integers (kernelpack.walk.exact_walk): ``delta_exact`` over the reduced fraction and ``digits``,
+the decimal places of p/q that agree with the target. Rows are ranked by delta_exact (best first,
 ties by walk number); a walk whose exact delta cannot be had (its target resolves too little,
 say) keeps its screen values, carries the reason and comes last.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..walk.exact import exact
+from ..walk.exact_walk import exact
 from ..walk.targets import parse_target
 from .spec import Spec
 

@@ -27,7 +27,7 @@ The step matrix is a :class:`Program` (WALK.md's register machine), written by h
 from __future__ import annotations
 
 from .cpu import run_numpy
-from .exact import Exact, exact, exact_delta
+from .exact_walk import Exact, exact, exact_delta
 from .gpu import run
 from .inputs import WalkResult
 from .program import Op, Program, compile_program

@@ -10,8 +10,9 @@ of :data:`CONSTANTS` and :data:`FUNCTIONS`, and each mistake is one UsageError n
 A target's *resolution* says how far the number it was given as can be from the number meant: a
 Python float stands for every real within half an ulp of it, a bare decimal string (``"0.0855"``)
 for every real it truncates or rounds to (one unit in its last place); integers and expressions
-are exact (a decimal inside an expression is taken at its face value). An exact delta closer to
-the target than about a thousand times its resolution cannot be had from it (kernelpack.walk.exact).
+are exact (a decimal inside an expression is taken at its face value). An exact delta closer
+to the target than about a thousand times its resolution cannot be had from it
+(kernelpack.walk.exact_walk).
 """
 
 from __future__ import annotations
