@@ -811,7 +811,11 @@ PROGRAM = compile_program([["x", "y"], ["x*y", "1"]], ["x", "y"])
         ({"depth2": 11}, r"depth1, depth2: expected"),
         ({"depth1": 2.0}, r"depth1: expected an integer"),
         ({"target": math.nan}, r"target: expected a finite number"),
-        ({"target": "pi"}, r"target: expected a real number"),
+        (
+            {"target": "pie"},
+            r"target: 'pie': unknown name 'pie' at column 1; known: constants: catalan, e",
+        ),
+        ({"target": [0.5]}, r"target: expected a number, a decimal string or an expression"),
         (
             {"shifts": [[INT64_MAX - 8, 0], [0, 0]]},
             r"shifts, dirs: walk 0, axis 0: the position 9223372036854775799 \+ n \* 1 leaves the int64 range before n = 9",

@@ -1,7 +1,8 @@
 """The sweep contract on the CPU: `python -m kernelpack sweep run|top` with the numpy backend and
 Dask's local cluster. A sweep killed with SIGKILL part-way and resumed holds every shard once and
 the same walks as an uninterrupted sweep; those walks are the rule's (test_walk_select.rule) over
-an independent numpy walk of every walk; spec errors and a changed spec are refused with exit 2.
+an independent numpy walk of every walk; `top` ranks them by their exact delta (an independent
+exact walk of each); spec errors and a changed spec are refused with exit 2.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import sys
 import time
 from pathlib import Path
 
+import mpmath as mp
 import numpy as np
 import pytest
+from exact_reference import walk_delta
 from test_walk_select import rule
 
 from kernelpack.sweep.spec import load_spec
@@ -138,12 +141,30 @@ def test_sweep_killed_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) ->
         ]
     assert all(json.loads(str(r[6])) == shifts[int(str(r[0]))].tolist() for r in kept)
 
+    # top ranks every kept walk by its exact delta (an independent exact walk of each here)
     best = sweep("top", str(whole), "--json", "-k", "5")
     assert best.returncode == 0, best.stderr
-    listed = json.loads(best.stdout)["top"]
-    _, overall = rule(full.alive, full.delta2, None, 5)
+    report = json.loads(best.stdout)
+    assert report["ranked_by"] == "delta_exact" and report["exact_over"] == len(kept)
+    listed = report["top"]
+    spec_value = lambda: mp.mpf(spec.target)  # noqa: E731 (the float's exact binary value)
+    exact = {
+        int(str(r[0])): walk_delta(
+            spec.matrix,
+            spec.axes,
+            shifts[int(str(r[0]))].tolist(),
+            dirs[int(str(r[0]))].tolist(),
+            spec.depth,
+            spec_value,
+        )
+        for r in kept
+    }
+    overall = sorted(exact, key=lambda w: (-exact[w][0], w))[:5]
     assert [w["walk"] for w in listed] == overall
     assert [w["dir"] for w in listed] == [dirs[i].tolist() for i in overall]
+    for row in listed:
+        assert abs(row["delta_exact"] - exact[row["walk"]][0]) <= 1e-9
+        assert row["digits"] == exact[row["walk"]][1]
     np.testing.assert_array_equal([w["delta"] for w in listed], full.delta2[overall])
 
 
@@ -156,6 +177,9 @@ def test_sweep_killed_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) ->
         ("primes = [4]\n", "primes"),
         ("depth = 0\n", "depth = 0: expected an integer >= 1"),
         ('matrix = [["x +", "1"], ["1", "0"]]\n', "matrix"),
+        ('target = "6/zeta(3"\n', "target = '6/zeta(3': expected ')', got the end at column 9"),
+        ('target = "zeta(x)"\n', "target = 'zeta(x)': unknown name 'x' at column 6; known: "),
+        ("target = true\n", "target = True: expected a number, a decimal string or an expression"),
     ],
 )
 def test_spec_errors_are_one_line_with_exit_2(tmp_path: Path, edit: str, message: str) -> None:

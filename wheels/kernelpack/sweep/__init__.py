@@ -3,7 +3,9 @@ SQLite, resumable (``python -m kernelpack sweep run|top``; docs/sweeps.md).
 
 - :mod:`.spec`: SPEC.toml, the walks it names and their shards;
 - :mod:`.store`: DIR/sweep.sqlite, one transaction per shard;
-- :mod:`.engine`: the shards through Dask distributed, progress, retries.
+- :mod:`.engine`: the shards through Dask distributed, progress, retries;
+- :mod:`.report`: the kept walks measured exactly (kernelpack.walk.exact_walk), ranked for
+  ``top``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from .._console import print_json, print_table
 from .engine import EngineOptions, run_sweep
+from .report import DEFAULT_EXACT_OVER, rank_exact
 from .spec import Spec, load_spec
 from .store import Store
 
@@ -33,9 +36,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     run.add_argument("--retries", type=int, default=2, help="times a failed shard is retried")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
     run.set_defaults(handler=_run)
-    top = actions.add_parser("top", help="the best walks of DIR by delta, best first")
+    top = actions.add_parser("top", help="the best walks of DIR by exact delta, best first")
     top.add_argument("dir", type=Path, metavar="DIR")
     top.add_argument("-k", type=int, default=10, help="how many (default 10)")
+    top.add_argument(
+        "--exact-over",
+        type=int,
+        default=DEFAULT_EXACT_OVER,
+        metavar="N",
+        help=f"measure exactly the best N kept walks by the float screen (default "
+        f"{DEFAULT_EXACT_OVER}), and rank those by exact delta",
+    )
     top.add_argument("--json", action="store_true", help="print JSON for tools")
     top.set_defaults(handler=_top)
 
@@ -63,7 +74,8 @@ def _run(args: argparse.Namespace) -> int:
 def _top(args: argparse.Namespace) -> int:
     store, spec = Store.read(args.dir)
     try:
-        rows = store.top(max(0, args.k))
+        kept = store.top(max(0, args.exact_over, args.k))
+        kept_count = store.db.execute("SELECT count(*) FROM walks").fetchone()[0]
         walks_done = store.progress()[1]
     finally:
         store.close()
@@ -73,22 +85,56 @@ def _top(args: argparse.Namespace) -> int:
             f"{spec.top_k} this list holds only walks that were kept",
             file=sys.stderr,
         )
+    over = min(len(kept), max(0, args.exact_over, args.k))
+    if over < kept_count:
+        print(
+            f"note: exact deltas of the best {over:,} of the {kept_count:,} kept walks by the "
+            f"float screen; --exact-over {kept_count} ranks every kept walk",
+            file=sys.stderr,
+        )
+    rows = rank_exact(spec, kept[:over])[: max(0, args.k)]
     if args.json:
         print_json(
             {
                 "walks_done": walks_done,
                 "walks": spec.walks,
+                "target": spec.target,
+                "ranked_by": "delta_exact",
+                "exact_over": over,
                 "top": [
-                    {"walk": w, "delta": d, "est": e, "shift": s, "dir": r}
-                    for w, d, e, s, r in rows
+                    {
+                        "walk": row.walk,
+                        "delta_exact": row.delta_exact,
+                        "digits": row.digits,
+                        "delta": row.delta,
+                        "est": row.est,
+                        "shift": row.shift,
+                        "dir": row.dir,
+                        **({"note": row.note} if row.note else {}),
+                    }
+                    for row in rows
                 ],
             }
         )
         return 0
-    title = f"{args.dir}: best {len(rows)} of {walks_done:,}/{spec.walks:,} walks by delta"
+    title = f"{args.dir}: best {len(rows)} of {walks_done:,}/{spec.walks:,} walks by exact delta"
     print_table(
         title,
-        ("walk", "delta", "estimate", "shift", "dir"),
-        [(w, f"{d:.6g}", f"{e:.15g}", s, r) for w, d, e, s, r in rows],
+        ("walk", "delta (exact)", "digits", "delta (screen)", "estimate", "shift", "dir"),
+        [
+            (
+                row.walk,
+                "-" if row.delta_exact is None else f"{row.delta_exact:.9g}",
+                "-" if row.digits is None else row.digits,
+                f"{row.delta:.6g}",
+                f"{row.est:.15g}",
+                row.shift,
+                row.dir,
+            )
+            for row in rows
+        ],
     )
+    for row in rows:
+        if row.note:
+            print(f"walk {row.walk}: no exact delta: {row.note}", file=sys.stderr)
     return 0

@@ -4,7 +4,7 @@ Keys (all required but ``depth1``, ``min_delta``, ``top_k`` and ``shard_walks``)
 
     matrix = [["2*x + y + 1", "-(x + 1)**2"], ["1", "0"]]   # rows of expressions
     axes = ["x", "y"]
-    target = 1.2020569031595942
+    target = "1/zeta(3)"  # a float, a decimal string or an expression of known constants
     depth = 1000          # steps; estimates at depth1 and depth2 = depth
     depth1 = 500
     primes = 8            # the 8 largest primes below 2^31, or an explicit list
@@ -36,6 +36,7 @@ import numpy.typing as npt
 from ..errors import UsageError
 from ..walk import Program, compile_program
 from ..walk.inputs import PRIME_LIMIT, check_scalars, is_prime
+from ..walk.targets import parse_target
 
 KEYS = (
     "matrix",
@@ -70,7 +71,7 @@ def largest_primes(count: int) -> list[int]:
 class Spec:
     matrix: list[list[str]]
     axes: list[str]
-    target: float
+    target: float | str  # a number, or a decimal string or expression (kernelpack.walk.targets)
     depth: int
     depth1: int
     primes: list[int]
@@ -197,8 +198,15 @@ def load_spec(path: Path) -> Spec:
     else:
         raise _fail(path, "primes", primes, "expected a count or a list of primes")
     target = raw["target"]
-    if isinstance(target, bool) or not isinstance(target, (int, float)):
-        raise _fail(path, "target", target, "expected a number")
+    if isinstance(target, bool) or not isinstance(target, (int, float, str)):
+        raise _fail(path, "target", target, "expected a number, a decimal string or an expression")
+    try:
+        parse_target(target)
+    except ValueError as error:  # "target: 'TEXT': what" or "target: what"
+        what = str(error).removeprefix("target: ")
+        if isinstance(target, str):
+            what = what.removeprefix(f"{target.strip()!r}: ")
+        raise _fail(path, "target", target, what) from None
     try:
         scalars = check_scalars(program, prime_list, depth, depth1, depth, target)
     except ValueError as error:
@@ -212,7 +220,7 @@ def load_spec(path: Path) -> Spec:
     spec = Spec(
         matrix=matrix,
         axes=list(axes),
-        target=scalars.target,
+        target=target.strip() if isinstance(target, str) else scalars.target,
         depth=depth,
         depth1=depth1,
         primes=[int(p) for p in scalars.primes],

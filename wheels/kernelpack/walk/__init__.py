@@ -15,6 +15,11 @@ rule, on the GPU for :func:`run`), returned as :class:`Selection` records with e
 direction, estimate and delta. :func:`run` also takes shifts and dirs already on the GPU (torch,
 CuPy) and then leaves its outputs there. Sweeps over many GPUs: kernelpack.sweep.
 
+What a search reports is exact (docs/walk.md): :func:`exact_delta` (and :func:`exact`, with
+the digits and the reduced fraction) measures one walk from exact integers against a target
+given at any precision (:func:`parse_target`: a float, a decimal string, an expression of known
+constants); the walkers' delta1/delta2 are a float64 screen.
+
 The step matrix is a :class:`Program` (WALK.md's register machine), written by hand or by
 :func:`compile_program` from expressions such as ``[["0", "-n**2"], ["1", "2*n + 1"]]``.
 """
@@ -22,18 +27,25 @@ The step matrix is a :class:`Program` (WALK.md's register machine), written by h
 from __future__ import annotations
 
 from .cpu import run_numpy
+from .exact_walk import Exact, exact, exact_delta
 from .gpu import run
 from .inputs import WalkResult
 from .program import Op, Program, compile_program
 from .reference import reference
 from .select import Selection
+from .targets import Target, parse_target
 
 __all__ = [
+    "Exact",
     "Op",
     "Program",
     "Selection",
+    "Target",
     "WalkResult",
     "compile_program",
+    "exact",
+    "exact_delta",
+    "parse_target",
     "reference",
     "run",
     "run_numpy",

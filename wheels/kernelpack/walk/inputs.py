@@ -18,6 +18,7 @@ import numpy.typing as npt
 from ..errors import UsageError
 from .program import INT64_MAX, INT64_MIN, MAX_AXES, Program, integer_array
 from .select import Selection
+from .targets import parse_target
 
 MAX_PRIMES = 256
 PRIME_LIMIT = 2**31
@@ -246,12 +247,7 @@ def check_scalars(
             f"depth1, depth2: expected 1 <= depth1 <= depth2 <= depth ({depth_n}), "
             f"got {depth1_n} and {depth2_n}"
         )
-    try:
-        target_value = float(target)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise UsageError(f"target: expected a real number, got {target!r}") from None
-    if not math.isfinite(target_value):
-        raise UsageError(f"target: expected a finite number, got {target_value}")
+    target_value = parse_target(target).screen  # the screen's float64 of any target
     return Scalars(
         primes=prime_array, depth=depth_n, depth1=depth1_n, depth2=depth2_n, target=target_value
     )
