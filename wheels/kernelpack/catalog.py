@@ -156,10 +156,19 @@ def check_index(index: object, path: Path, owner: str = RUNTIME_PACKAGE) -> None
 def kernelpack_packages() -> list[str]:
     """Every installed kernelpack-built package's import name: kernelpack first, then the entry
     point group kernelpack.packages in name order."""
+    return list(package_registrations())
+
+
+def package_registrations() -> dict[str, str]:
+    """:func:`kernelpack_packages`, each with the distribution whose entry point names it
+    ("kernelpack" for kernelpack itself), so that a stale registration can say whose it is."""
     from importlib.metadata import entry_points
 
-    named = sorted(e.value.split(":")[0].strip() for e in entry_points(group=PACKAGES_ENTRY_POINTS))
-    return list(dict.fromkeys([RUNTIME_PACKAGE, *named]))
+    named: dict[str, str] = {}
+    for entry in entry_points(group=PACKAGES_ENTRY_POINTS):
+        dist = getattr(entry, "dist", None)
+        named.setdefault(entry.value.split(":")[0].strip(), dist.name if dist else "?")
+    return {RUNTIME_PACKAGE: RUNTIME_PACKAGE, **dict(sorted(named.items()))}
 
 
 def package_folder(package: str) -> Path:
@@ -270,6 +279,21 @@ def device_fragments(package: str = RUNTIME_PACKAGE) -> list[tuple[Index, Path, 
             continue
         found.append((fragment, root, device_package.__name__))
     return found
+
+
+class Unreadable(NamedTuple):
+    """An installed package whose index cannot be read: what ``info`` and ``doctor`` report in
+    its place (:func:`kernelpack.loader.installed_loaders`)."""
+
+    package: str
+    distribution: str  # whose kernelpack.packages entry point names it ("?" where none says)
+    problem: str  # one line: the file or registration at fault, why, and what to do
+
+    @property
+    def remedy(self) -> str:
+        """The pip commands that restore it: reinstall, or uninstall what is gone."""
+        name = self.package if self.distribution == "?" else self.distribution
+        return f"pip install --force-reinstall {name}, or pip uninstall {name} if it is gone"
 
 
 class Choice(NamedTuple):

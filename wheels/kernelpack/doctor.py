@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ._jsonfields import json_fields
-from .catalog import RUNTIME_PACKAGE
+from .catalog import RUNTIME_PACKAGE, Unreadable
 from .detect import Gpu
 from .hints import install_hint
 from .loader import Loader
@@ -77,6 +77,8 @@ def diagnose(
     runtimes: Mapping[str, str],
     environ: Mapping[str, str],
     runtimes_apply: bool = True,
+    unreadable: Sequence[Unreadable] = (),
+    gpus: Sequence[Gpu] | None = None,
 ) -> dict[str, Any]:
     """The doctor's report (what ``--json`` prints).
 
@@ -84,11 +86,14 @@ def diagnose(
     the GPUs this process sees and the installed indexes; ``hidden_from`` is the machine's GPUs
     read without the visible-devices variables; ``runtimes`` the vendor libraries' versions
     (kernelpack.libraries.library_versions); ``runtimes_apply`` False when the GPUs come from a
-    recorded topology, whose runtimes are not this machine's.
+    recorded topology, whose runtimes are not this machine's; ``unreadable`` the installed
+    packages whose index cannot be read (:func:`kernelpack.loader.installed_loaders`), one
+    ``package`` finding each; ``gpus`` replaces the first loader's GPUs (there may be no loader).
     """
     every = [loaders] if isinstance(loaders, Loader) else list(loaders)
     catalogs = {loader.package: loader.catalog(with_device_wheels=True) for loader in every}
-    gpus = every[0].gpus() if every else []
+    if gpus is None:
+        gpus = every[0].gpus() if every else []
     findings: list[Finding] = []
     rows: list[dict[str, Any]] = []
     hip = runtimes.get("hip", "not found")
@@ -148,6 +153,7 @@ def diagnose(
             findings += _xnack(position, gpu, environ, loader, catalogs[loader.package].modules)
 
     findings += _hidden(gpus, hidden_from, environ)
+    findings += [Finding("package", "error", None, u.problem, u.remedy) for u in unreadable]
     if not any(catalog.modules for catalog in catalogs.values()):
         findings.append(
             Finding(
@@ -173,6 +179,15 @@ def diagnose(
                 "indexes": catalog.origins,
             }
             for package, catalog in catalogs.items()
+        }
+        | {
+            broken.package: {
+                "distribution": broken.distribution,
+                "version": "",
+                "indexes": [],
+                "error": broken.problem,
+            }
+            for broken in unreadable
         },
     }
 
@@ -363,20 +378,23 @@ def run_doctor(json_output: bool, sysfs_root: str | None) -> int:
     import os
 
     from ._console import print_json, print_table
-    from .catalog import kernelpack_packages
     from .detect import detect_gpus
+    from .loader import installed_loaders
     from .runtime_support import runtime_versions
 
     environ = dict(os.environ)
     visible = detect_gpus(sysfs_root=sysfs_root, environ=environ)
     unfiltered = {k: v for k, v in environ.items() if k not in VISIBLE_DEVICES}
     machine = detect_gpus(sysfs_root=sysfs_root, environ=unfiltered)
+    loaders, unreadable = installed_loaders(visible)
     report = diagnose(
-        [Loader(package=package, gpus=visible) for package in kernelpack_packages()],
+        loaders,
         hidden_from=machine,
         runtimes=runtime_versions(),
         environ=environ,
         runtimes_apply=sysfs_root is None,
+        unreadable=unreadable,
+        gpus=visible,
     )
     errors = [f for f in report["findings"] if f["severity"] == "error"]
     if json_output:
