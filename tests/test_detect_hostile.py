@@ -7,20 +7,25 @@ The trees are the recorded RX 6600 machine (tests/fixtures/sysfs/rx6600-gfx1032:
 the GPU at node 1, render minor 128) with one thing changed: a property of 5,000 digits, a node
 folder named "²" (a digit to str.isdigit, not to int), the properties file or the DRM
 product_name linked to /dev/zero or replaced by a FIFO. The variables hold numbers of 5,000 digits,
-past Python's 4,300-digit limit on int().
+past Python's 4,300-digit limit on int(). A gfx803 GPU (Fiji, older than the target table) gets
+the right answer: info and doctor say that no kernelpack image can serve it, naming no command.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from capped import assert_one_line_refusal, run_capped
+from capped import WHEELS, assert_one_line_refusal, run_capped
 
+from buildsys.index_writer import render_index
 from kernelpack.detect import KFD_NODES, cuda_selection, hip_selection, rocr_selection
+from kernelpack.index import SCHEMA_VERSION, Image, Index
 
 RX6600 = Path(__file__).parent / "fixtures" / "sysfs" / "rx6600-gfx1032"
 GPU_NODE = KFD_NODES / "1"
@@ -164,3 +169,72 @@ LEADING_ZEROS = "0" * 5000 + "1"
 def test_selections_read_numbers_of_any_length(runtime: str, value: str, chosen: list[int]) -> None:
     uuids = ["GPU-0000000000000001", "GPU-0000000000000002"]
     assert SELECTIONS[runtime](uuids, value) == chosen
+
+
+def _site_with_gfx1030_images(tmp_path: Path) -> Path:
+    """A kernelpack-built package, hostpkg, with one module whose only image is for gfx1030."""
+    site = tmp_path / "site"
+    package = site / "hostpkg"
+    (package / "device").mkdir(parents=True)
+    data = b"hostpkg gfx1030 image"
+    (package / "device" / "ops.co").write_bytes(data)
+    (package / "__init__.py").write_text("")
+    image: Image = {
+        "vendor": "amd",
+        "target": "gfx1030",
+        "kind": "code_object",
+        "file": "device/ops.co",
+        "offset": 0,
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "compression": "none",
+        "kernels": {},
+        "symbols": {},
+    }
+    index: Index = {
+        "schema": SCHEMA_VERSION,
+        "version": "1.0",
+        "build": {"toolchains": {}, "flags": {}, "sources": {}},
+        "distribution": "hostpkg",
+        "package": "hostpkg",
+        "modules": {"ops": {"kernels": {}, "source": "", "source_sha256": "", "images": [image]}},
+    }
+    (package / "_index.py").write_text(render_index(index))
+    info = site / "hostpkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hostpkg\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[kernelpack.packages]\nhostpkg = hostpkg\n")
+    return site
+
+
+def test_info_and_doctor_on_a_gfx803_say_no_image_can_serve_it(tmp_path: Path) -> None:
+    """info raised KeyError (AMD_BY_NAME['gfx803']); doctor advised build --targets gfx803,
+    which the builder refuses."""
+    root = tmp_path / "sys"
+    shutil.copytree(RX6600, root)
+    properties = root / GPU_NODE / "properties"
+    properties.write_text(
+        properties.read_text().replace("gfx_target_version 100302", "gfx_target_version 80003")
+    )
+    site = _site_with_gfx1030_images(tmp_path)
+    environ = _environ(
+        KERNELPACK_CACHE_DIR=str(tmp_path / "cache"),
+        PYTHONPATH=os.pathsep.join([str(WHEELS), str(site)]),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    says = "no kernelpack image can serve gfx803: the builder makes code only for"
+    info = run_capped(["info", "--json", "--sysfs-root", str(root)], env=environ)
+    assert info.returncode == 0, info.stderr
+    [row] = json.loads(info.stdout)["packages"]["hostpkg"]["modules"]["ops"]["images"]
+    assert row["target"] == "gfx803" and row["image"] is None
+    assert len(row["advice"]) == 1 and row["advice"][0].startswith(says)
+    table = run_capped(["info", "--sysfs-root", str(root)], env=environ)
+    assert table.returncode == 0, table.stderr
+    assert says in table.stdout and "--targets gfx803" not in table.stdout
+    doctor = run_capped(["doctor", "--json", "--sysfs-root", str(root)], env=environ)
+    assert doctor.returncode == 1, doctor.stderr  # an error finding: no image fits
+    report = json.loads(doctor.stdout)
+    [finding] = [f for f in report["findings"] if f["code"] == "no-image"]
+    assert finding["advice"].startswith(says) and "gfx803" not in json.dumps(
+        report["gpus"][0]["install"]
+    )

@@ -31,7 +31,7 @@ from typing import Any, Literal
 from ._jsonfields import json_fields
 from .catalog import RUNTIME_PACKAGE, Unreadable
 from .detect import Gpu
-from .hints import install_hint
+from .hints import build_command, install_hint, unservable
 from .loader import Loader
 from .processors import AMD_BY_NAME, GENERIC_CODE_OBJECT_VERSION, GENERIC_MIN_ROCM
 from .targets import TargetId, agent_target, parse_target, runs_code_object_v6
@@ -122,8 +122,13 @@ def diagnose(
             missing = [m for m, image in modules.items() if image is None]
             if not missing:
                 continue
-            command = install_hint(_hardware_gpu(gpu), catalog)
-            install[loader.package] = command
+            hardware = _hardware_gpu(gpu)
+            build = build_command(hardware, catalog)
+            if build is None:  # gfx803, sm_70: say so, rather than name a command that fails
+                advice = unservable(hardware)
+            else:
+                install[loader.package] = command = install_hint(hardware, catalog)
+                advice = f"{command}; or build it: {build}"
             owner = "" if loader.package == RUNTIME_PACKAGE else f"of {loader.package} "
             findings.append(
                 Finding(
@@ -131,8 +136,7 @@ def diagnose(
                     "error",
                     position,
                     f"no installed image {owner}fits {gpu.target} for {', '.join(missing)}",
-                    f"{command}; or build it: python -m buildsys build --targets "
-                    f"{_hardware_gpu(gpu).target}",
+                    advice,
                 )
             )
         rows.append(
@@ -217,8 +221,9 @@ def _override(position: int, gpu: Gpu, loaders: Sequence[Loader]) -> list[Findin
                 f"unset {variable}: {gpu.hardware} then loads its own image",
             )
         ]
+    build = build_command(own)  # None: no image can serve the hardware (gfx803), nor a wheel
     hints = [install_hint(own, loader.catalog(with_device_wheels=True)) for loader in lacking]
-    if hints and all("if a device wheel" not in hint for hint in hints):
+    if build and hints and all("if a device wheel" not in hint for hint in hints):
         return [
             Finding(
                 "override",
@@ -234,8 +239,8 @@ def _override(position: int, gpu: Gpu, loaders: Sequence[Loader]) -> list[Findin
             "info",
             position,
             f"{what}; no image for {gpu.hardware} itself is installed or known",
-            f"keep {variable} only while the results are right, or build {gpu.hardware}: "
-            f"python -m buildsys build --targets {gpu.hardware}",
+            f"keep {variable} only while the results are right"
+            + (f", or build {gpu.hardware}: {build}" if build else f"; {unservable(own)}"),
         )
     ]
 

@@ -487,3 +487,24 @@ def supported_targets(gpu: GpuTarget, *, runtime_code_object_v6: bool | None = N
         if not isinstance(outcome, str):
             ranked.append((outcome[0], position, name))
     return [name for _, _, name in sorted(ranked)]
+
+
+def buildable_targets() -> list[str]:
+    """Every code target name the builder accepts in ``--targets`` and arch_matrix.toml
+    (buildsys.matrix): the AMD processors and generic targets of the table, its NVIDIA cubin
+    targets, and PTX for its portable ones (arch-specific PTX, compute_90a, is not built)."""
+    return [
+        name
+        for name in known_code_targets()
+        if not (name.startswith("compute_") and parse_target(name).arch_specific)
+    ]
+
+
+def build_targets_for(gpu: GpuTarget) -> list[str]:
+    """The targets the builder accepts whose images run on ``gpu``, best first as the loader
+    ranks them, portable code before arch-specific (what advice tells a user to build): the GPU's
+    own processor or sm_XY where the table has it, for a GPU newer than the table an older cubin
+    of its major or PTX. Empty where no target the builder accepts runs on it (gfx803, sm_70)."""
+    buildable = set(buildable_targets())
+    fitting = [name for name in supported_targets(gpu) if name in buildable]
+    return sorted(fitting, key=lambda name: parse_target(name).arch_specific)
