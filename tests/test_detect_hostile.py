@@ -25,7 +25,9 @@ from capped import WHEELS, assert_one_line_refusal, run_capped
 
 from buildsys.index_writer import render_index
 from kernelpack.detect import KFD_NODES, cuda_selection, hip_selection, rocr_selection
+from kernelpack.errors import UsageError
 from kernelpack.index import SCHEMA_VERSION, Image, Index
+from kernelpack.targets import parse_target
 
 RX6600 = Path(__file__).parent / "fixtures" / "sysfs" / "rx6600-gfx1032"
 GPU_NODE = KFD_NODES / "1"
@@ -126,6 +128,31 @@ def test_an_override_of_5000_digits_is_one_line(tmp_path: Path, variable: str, v
     assert_one_line_refusal(result)
     assert f"{variable}=" in result.stderr and "characters)" in result.stderr
     assert len(result.stderr) < 300  # the value is shortened, not echoed whole
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("KERNELPACK_TARGET", f"sm_{HUGE}"),
+        ("KERNELPACK_TARGET", f"compute_{HUGE}"),
+        ("KERNELPACK_TARGET", f"gfx{HUGE}"),
+        ("HSA_XNACK", HUGE),
+    ],
+    ids=["sm", "compute", "gfx", "xnack"],
+)
+def test_a_target_or_mode_of_5000_digits_is_one_short_line(variable: str, value: str) -> None:
+    """sm_<5,000 digits> met int()'s limit (a traceback); every such value is echoed shortened."""
+    result = run_capped(["detect", "--sysfs-root", str(RX6600)], env=_environ(**{variable: value}))
+    assert_one_line_refusal(result)
+    assert f"{variable}=" in result.stderr and len(result.stderr) < 300
+
+
+@pytest.mark.parametrize(
+    "name", [f"sm_{HUGE}", f"compute_{HUGE}a", f"gfx{HUGE}"], ids=["sm", "compute", "gfx"]
+)
+def test_the_target_parser_refuses_a_name_of_5000_digits(name: str) -> None:
+    with pytest.raises(UsageError, match=r"not an NVIDIA target|unknown AMD target"):
+        parse_target(name)
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,7 @@ from .targets import (
 HSA_CAP_SRAM_EDCSUPPORTED = 0x04000000
 
 Vendor = Literal["amd", "nvidia"]
+MAX_TARGET_NAME = 64  # the longest target id, "gfx908:sramecc+:xnack-", has 22 characters
 KFD_NODES = Path("class/kfd/kfd/topology/nodes")
 
 
@@ -228,7 +229,7 @@ def _xnack_mode(environ: Mapping[str, str]) -> bool:
     value = environ.get("HSA_XNACK", "")
     if value not in ("", "0", "1"):
         raise UsageError(
-            f"HSA_XNACK={value!r}: ROCm reads 1 (xnack on) or 0 (off); unset it or use one"
+            f"HSA_XNACK={_echo(value)}: ROCm reads 1 (xnack on) or 0 (off); unset it or use one"
         )
     return value == "1"
 
@@ -356,7 +357,8 @@ def parse_properties(text: str, path: str) -> dict[str, int]:
 
 
 def _echo(text: str) -> str:
-    """A line of a file as an error shows it: repr, at most 60 characters of it."""
+    """A line of a file or a variable's value as an error shows it: repr, at most 60 characters
+    of it."""
     return repr(text) if len(text) <= 60 else f"{text[:57]!r}... ({len(text)} characters)"
 
 
@@ -516,6 +518,11 @@ def _nvml_devices() -> list[NvidiaDevice] | None:
 
 def forced_target(value: str) -> GpuTarget:
     """The target KERNELPACK_TARGET names: an AMD target id or an NVIDIA GPU ``sm_XY``."""
+    if len(value.strip()) > MAX_TARGET_NAME:
+        raise UsageError(
+            f"KERNELPACK_TARGET={_echo(value)}: not a target name (target names have at most "
+            f"{MAX_TARGET_NAME} characters, such as gfx942, gfx90a:xnack+ or sm_90)"
+        )
     try:
         parsed = parse_target(value)
         if parsed.kind == "family":
@@ -529,7 +536,7 @@ def forced_target(value: str) -> GpuTarget:
         raise UsageError(f"KERNELPACK_TARGET={value!r}: {error}") from None
     if target.ptx or target.arch_specific:
         raise UsageError(
-            f"KERNELPACK_TARGET={value!r}: name the GPU, sm_{target.major}{target.minor}; "
+            f"KERNELPACK_TARGET={_echo(value)}: name the GPU, sm_{target.major}{target.minor}; "
             f"{target} is a code target"
         )
     return target

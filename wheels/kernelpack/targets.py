@@ -75,6 +75,10 @@ class TargetId:
         )
 
 
+# The longest name a suggestion is looked for: longer than any target id ("gfx908:sramecc+:xnack-")
+_LONGEST_SUGGESTED = 64
+
+
 def suggest(name: str, known: Mapping[str, object] | tuple[str, ...]) -> str:
     """'; did you mean X?' for the nearest known name, or '' when nothing is close.
 
@@ -82,6 +86,8 @@ def suggest(name: str, known: Mapping[str, object] | tuple[str, ...]) -> str:
     the name listed first (the common one): a mistyped gfx1110 is one edit from gfx1010, gfx1100
     and gfx1150, and gfx1100 is the likeliest.
     """
+    if len(name) > _LONGEST_SUGGESTED:  # no target is near it, and the search is quadratic
+        return ""
     scored = [
         (_edit_distance(name.lower(), k.lower()), -_common_prefix(name, k), i, k)
         for i, k in enumerate(known)
@@ -223,7 +229,9 @@ def _amd_fit_description(code: TargetId, agent: TargetId) -> str:
 
 # --- NVIDIA targets -------------------------------------------------------------------------------
 
-_NVIDIA_NAME = re.compile(r"(sm|compute)_(\d+)(\d)(a?)")
+# ASCII digits, at most four for the major (a longer name is no target; int() of one of 5,000
+# digits is a ValueError past Python's limit)
+_NVIDIA_NAME = re.compile(r"(sm|compute)_([0-9]{1,4})([0-9])(a?)")
 
 
 @dataclass(frozen=True, order=True)
