@@ -5,7 +5,10 @@ kernelpack itself and the entry point group ``kernelpack.packages``), each modul
 For every module and GPU the report says which image the loader would take (or what stands in,
 and what to do when nothing does), and it reads each chosen image and checks its sha256 against
 the index as a load would: an image that would be refused is reported damaged, with both digests
-whole, and the command exits 1. The same facts come out as a table or as ``--json``.
+whole, and the command exits 1. A package that cannot be read (a stale ``kernelpack.packages``
+registration, a damaged ``_index.py``) is listed with its error and no modules, the others as
+usual, and the command exits 2 with one ``error:`` line per such package. The same facts come
+out as a table or as ``--json``.
 """
 
 from __future__ import annotations
