@@ -8,16 +8,33 @@ the environment of each case; the expected advice is written out by hand per cas
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
-from kernelpack.detect import detect_gpus
+import pytest
+
+from buildsys.errors import MatrixError
+from buildsys.matrix import Matrix
+from kernelpack.detect import Gpu, detect_gpus
 from kernelpack.doctor import VISIBLE_DEVICES, diagnose
+from kernelpack.hints import fixes, unservable
 from kernelpack.index import Index
 from kernelpack.loader import Loader
-from kernelpack.targets import parse_target
+from kernelpack.processors import AMD_BY_NAME, AMD_PROCESSORS, NVIDIA_ARCHS
+from kernelpack.targets import (
+    GpuTarget,
+    NvidiaTarget,
+    agent_target,
+    buildable_targets,
+    known_code_targets,
+    parse_target,
+    select_image,
+    supported_targets,
+)
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
 DEFAULT_AMD = [
@@ -285,3 +302,78 @@ def test_no_override_advice_across_generations() -> None:
     advice = override_hint(gpu, ["gfx942", "sm_90"])
     assert "HSA_OVERRIDE_GFX_VERSION=9" not in advice and "gfx942" not in advice
     assert "HSA_OVERRIDE_GFX_VERSION=10.3.0" in override_hint(gpu, ["gfx942", "gfx1030"])
+
+
+# --- advice that works (issue 44 item 10): every target named is one the builder accepts --------
+
+BUILD_COMMAND = re.compile(r"python -m buildsys build (?:--project <[^>]*> )?--targets (\S+)")
+# GPUs the table has, and ones it has not: older (gfx803, Fiji; sm_70, Volta), newer than it.
+OUTSIDE_THE_TABLE = ("gfx803", "gfx1310", "sm_70", "sm_91", "sm_130")
+UNSERVABLE = ("gfx803", "gfx1310", "sm_70")
+
+
+def _gpu(name: str) -> Gpu:
+    """A GPU of ``name`` as detection makes it (features as ROCm's defaults set them)."""
+    if name.startswith("sm_"):
+        target: GpuTarget = NvidiaTarget.parse(name)
+        return Gpu(0, "nvidia", target, "", "", "", None, "nvml", name)
+    info = AMD_BY_NAME.get(name)
+    target = agent_target(name, sramecc=bool(info and info.sramecc), xnack=False)
+    return Gpu(0, "amd", target, "", "", "", 1, "kfd", name)
+
+
+def _builder_accepts(target: str) -> bool:
+    """What ``python -m buildsys build --targets TARGET`` does with the name: its own parser."""
+    try:
+        Matrix(Path("arch_matrix.toml"), ()).select([target])
+    except MatrixError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", known_code_targets(), ids=str)
+def test_buildable_targets_are_what_the_builder_accepts(name: str) -> None:
+    assert (name in buildable_targets()) == _builder_accepts(name)
+
+
+GPU_NAMES = [
+    *[p.name for p in AMD_PROCESSORS if not p.is_generic],
+    *[a.name for a in NVIDIA_ARCHS if not a.arch_specific],
+    *OUTSIDE_THE_TABLE,
+]
+
+
+def _doctor_advice(gpu: Gpu, installed: list[str]) -> list[str]:
+    loader = Loader(index=index(installed), root=SYSFS, fragments=list, gpus=[gpu])
+    report = diagnose(loader, hidden_from=[], runtimes=ROCM_64, environ={})
+    return [f["advice"] for f in report["findings"]]
+
+
+@pytest.mark.parametrize("name", GPU_NAMES, ids=str)
+def test_every_build_command_advised_names_a_target_the_builder_accepts(name: str) -> None:
+    """The advice of info and the NoImageError (hints.fixes), and of doctor (the no-image
+    finding, and the override finding for this hardware made to run gfx1030 code), for a GPU of
+    every kind with nothing installed that fits it, checked by the builder's own parser."""
+    gpu = _gpu(name)
+    catalog = Loader(index=index([]), root=SYSFS, fragments=list, gpus=[gpu]).catalog()
+    advice = fixes(gpu, catalog, ["gfx942", "sm_80"])
+    advice += _doctor_advice(gpu, ["compute_121" if gpu.vendor == "amd" else "gfx942"])
+    if gpu.vendor == "amd":
+        gfx1030 = agent_target("gfx1030", sramecc=False, xnack=False)
+        overridden = replace(gpu, target=gfx1030, override="HSA_OVERRIDE_GFX_VERSION=10.3.0")
+        advice += _doctor_advice(overridden, ["gfx1030"])
+    text = "\n".join(advice)
+    named = BUILD_COMMAND.findall(text)
+    assert all(_builder_accepts(target) for target in named), named
+    if name in UNSERVABLE:
+        assert named == [] and fixes(gpu, catalog, ["gfx942"]) == [unservable(gpu)]
+        assert f"no kernelpack image can serve {gpu.target}" in text
+        assert "pip install" not in text  # no wheel can exist for it
+        # ... and it is so: no target the builder accepts makes code this GPU runs
+        images = [
+            {"vendor": parse_target(t).vendor, "target": t, "kind": parse_target(t).image_kind}
+            for t in buildable_targets()
+        ]
+        assert select_image(images, gpu.target)[0] is None
+    else:
+        assert named and named[0] in supported_targets(gpu.target)

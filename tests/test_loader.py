@@ -848,6 +848,19 @@ def test_info_verifies_each_chosen_image(
             "module 'demo' image 0: no key 'target'",
         ),
         ("OTHER = 1", "it defines no INDEX"),
+        # issue 44 item 10: what no literal holds, and an import that fails inside the file
+        ("true", "NameError: name 'true' is not defined"),
+        ("INDEX = true", "NameError: name 'true' is not defined"),
+        ("import a_module_nobody_installed", "ModuleNotFoundError"),
+        ("INDEX = {}['schema']", "KeyError"),
+        (
+            "INDEX = {'schema': 2, 'version': '1.0', 'build': {}, 'modules': {'demo': {'kernels':"
+            " {}, 'source': '', 'source_sha256': '', 'images': [{'vendor': 'amd', 'target': "
+            "'gfx90a', 'kind': 'code_object', 'file': 'device/demo.hsaco', 'offset': 0, 'size': "
+            f"{1 << 50}, 'sha256': '{'0' * 64}', 'compression': 'none', 'kernels': {{}}, "
+            "'symbols': {}}]}}}",
+            "module 'demo' image 0: bytes 0 to 1125899906842624 lie outside any image file",
+        ),
     ],
 )
 def test_a_damaged_installed_index_is_one_line_and_exit_2(
@@ -872,6 +885,21 @@ def test_a_damaged_installed_index_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: {package / '_index.py'}: ")
     assert says in err and "reinstall damagedpkg" in err
+
+
+def test_an_installed_index_file_over_the_limit_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sparse _index.py past INDEX_FILE_LIMIT: refused by its size, before the import reads it."""
+    package = tmp_path / "site" / "hugepkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    with open(package / "_index.py", "wb") as file:
+        file.truncate(catalog.INDEX_FILE_LIMIT + 1)
+    monkeypatch.delitem(sys.modules, "hugepkg", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    with pytest.raises(UsageError, match=r"_index\.py: cannot be read \(OSError: \d+ bytes, over"):
+        catalog.package_index("hugepkg")
 
 
 def test_cache_commands(packaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

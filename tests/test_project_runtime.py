@@ -202,3 +202,38 @@ def test_doctor_names_the_package_a_gpu_has_no_image_of(
     assert alpha[0]["advice"].startswith('pip install "alpha[gfx942]"')
     assert report["gpus"][0]["install"]["alpha"] == 'pip install "alpha[gfx942]"'
     assert report["gpus"][0]["images"]["alpha"] == {"ops": None}
+
+
+def test_a_stale_registration_is_reported_alone_and_the_others_listed(
+    site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 44 item 11: an entry point naming a package that is gone emptied info for every
+    package (exit 2); now that package alone is an error line, and alpha, beta and kernelpack
+    are listed."""
+    info = site / "gamma-3.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gamma\nVersion: 3.0\n")
+    (info / "entry_points.txt").write_text("[kernelpack.packages]\ngamma = gamma\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", KernelpackWarning)  # alpha's stale device wheel
+        status = cli.main(["info", "--json", "--sysfs-root", str(SYSFS / "mi300x-8gpu")])
+    assert status == 2
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert {"kernelpack", "alpha", "beta", "gamma"} <= set(report["packages"])
+    assert report["packages"]["beta"]["modules"]["ops"]["kernels"] == ["beta_kernel"]
+    assert report["packages"]["beta"]["error"] is None
+    gamma = report["packages"]["gamma"]
+    assert gamma["modules"] == {} and gamma["distribution"] == "gamma"
+    assert gamma["error"] == (
+        "package 'gamma' is registered (entry point group kernelpack.packages, distribution "
+        "gamma) but no importable package has that name: reinstall gamma, or uninstall it if it "
+        "is gone"
+    )
+    assert captured.err.splitlines() == [f"error: {gamma['error']}"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", KernelpackWarning)
+        assert cli.main(["doctor", "--json", "--sysfs-root", str(SYSFS / "mi300x-8gpu")]) == 1
+    doctor = json.loads(capsys.readouterr().out)
+    assert [f["message"] for f in doctor["findings"] if f["code"] == "package"] == [gamma["error"]]
+    assert all(gpu["images"]["beta"] for gpu in doctor["gpus"])

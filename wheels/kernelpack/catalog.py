@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import stat
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from .errors import KernelpackWarning, UsageError
 from .index import SCHEMA_VERSION, Image, Index, ModuleEntry
+from .regular_files import IMAGE_FILE_LIMIT
 
 if TYPE_CHECKING:
     from .detect import Gpu
@@ -31,6 +34,8 @@ RUNTIME_PACKAGE = "kernelpack"
 PACKAGES_ENTRY_POINTS = "kernelpack.packages"
 DEVICE_ENTRY_POINTS = "kernelpack.device"
 INDEX_FILE = "_index.py"  # the builder writes it into the package folder
+# The largest _index.py imported: kernelpack's own, two modules and 30 targets, is 200 KB.
+INDEX_FILE_LIMIT = 64 << 20
 
 
 class Located(NamedTuple):
@@ -133,16 +138,37 @@ def check_index(index: object, path: Path, owner: str = RUNTIME_PACKAGE) -> None
         images = entry["images"]
         assert isinstance(images, list)
         for number, image in enumerate(images):
-            fields(image, _IMAGE_FIELDS, f"module {name!r} image {number}: ")
+            where = f"module {name!r} image {number}: "
+            placed = fields(image, _IMAGE_FIELDS, where)
+            offset, size = placed["offset"], placed["size"]
+            assert isinstance(offset, int) and isinstance(size, int)
+            # Checked before anything is read or allocated: no image a wheel ships is larger
+            # than the largest file the loader reads (an index claiming 2**50 bytes asked
+            # read() for a petabyte).
+            if offset < 0 or size < 0 or offset + size > IMAGE_FILE_LIMIT:
+                raise fail(
+                    where,
+                    f"bytes {offset} to {offset + size} lie outside any image file (at most "
+                    f"{IMAGE_FILE_LIMIT} bytes)",
+                )
 
 
 def kernelpack_packages() -> list[str]:
     """Every installed kernelpack-built package's import name: kernelpack first, then the entry
     point group kernelpack.packages in name order."""
+    return list(package_registrations())
+
+
+def package_registrations() -> dict[str, str]:
+    """:func:`kernelpack_packages`, each with the distribution whose entry point names it
+    ("kernelpack" for kernelpack itself), so that a stale registration can say whose it is."""
     from importlib.metadata import entry_points
 
-    named = sorted(e.value.split(":")[0].strip() for e in entry_points(group=PACKAGES_ENTRY_POINTS))
-    return list(dict.fromkeys([RUNTIME_PACKAGE, *named]))
+    named: dict[str, str] = {}
+    for entry in entry_points(group=PACKAGES_ENTRY_POINTS):
+        dist = getattr(entry, "dist", None)
+        named.setdefault(entry.value.split(":")[0].strip(), dist.name if dist else "?")
+    return {RUNTIME_PACKAGE: RUNTIME_PACKAGE, **dict(sorted(named.items()))}
 
 
 def package_folder(package: str) -> Path:
@@ -166,28 +192,59 @@ def package_index(package: str = RUNTIME_PACKAGE) -> Index | None:
     """
     name = f"{package}._index"
     folder = package_folder(package)
+    path = folder / INDEX_FILE
     try:
+        spec = importlib.util.find_spec(name)
+        if spec is None:
+            # the import system passes over what is not a regular file (a FIFO, a device)
+            _check_index_file(path, package)
+            return None
+        if spec.has_location and spec.origin:
+            path = Path(spec.origin)
+            _check_index_file(path, package)
         module = importlib.import_module(name)
+    except UsageError:
+        raise
     except ModuleNotFoundError as error:
-        if error.name != name:
-            raise
+        if error.name != name:  # the package's own import needs a module that is not there
+            raise _damaged(path, error, package) from None
         return None
-    except (SyntaxError, ValueError) as error:  # a truncated file, null bytes
+    except Exception as error:  # SyntaxError, NameError (JSON's true), TypeError, ...
         filename = getattr(error, "filename", None)
-        path = Path(filename) if filename else folder / INDEX_FILE
-        raise _damaged(path, error, package) from None
+        where = Path(filename) if isinstance(error, SyntaxError) and filename else path
+        raise _damaged(where, error, package) from None
+    path = Path(module.__file__ or path)
     index = getattr(module, "INDEX", None)
     if index is None:
-        path = Path(module.__file__ or folder / INDEX_FILE)
         raise _damaged(path, NameError("it defines no INDEX"), package)
     found: Index = index
     return found
 
 
+def _check_index_file(path: Path, package: str) -> None:
+    """A UsageError unless ``path`` is a regular file of at most INDEX_FILE_LIMIT bytes: the
+    import system passes over a FIFO or a device (the index would seem absent) and reads a file
+    of any size whole."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return  # absent (or only its bytecode is installed): no index, or the import says why
+    except OSError as error:
+        raise _damaged(path, error, package) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise _damaged(path, OSError("not a regular file"), package)
+    if info.st_size > INDEX_FILE_LIMIT:
+        raise _damaged(
+            path, OSError(f"{info.st_size} bytes, over the {INDEX_FILE_LIMIT}-byte limit"), package
+        )
+
+
 def _damaged(path: Path, error: Exception, package: str) -> UsageError:
+    detail = str(error).splitlines()[0][:200] if str(error) else ""
     return UsageError(
-        f"{path}: cannot be read ({type(error).__name__}: {error}); the installed index is "
-        f"damaged: reinstall {package}"
+        f"{path}: cannot be read ({type(error).__name__}: {detail}); it is not the index "
+        f"literal the builder writes: reinstall {package} (in a source tree, rebuild it: "
+        "python -m buildsys build)"
     )
 
 
@@ -222,6 +279,21 @@ def device_fragments(package: str = RUNTIME_PACKAGE) -> list[tuple[Index, Path, 
             continue
         found.append((fragment, root, device_package.__name__))
     return found
+
+
+class Unreadable(NamedTuple):
+    """An installed package whose index cannot be read: what ``info`` and ``doctor`` report in
+    its place (:func:`kernelpack.loader.installed_loaders`)."""
+
+    package: str
+    distribution: str  # whose kernelpack.packages entry point names it ("?" where none says)
+    problem: str  # one line: the file or registration at fault, why, and what to do
+
+    @property
+    def remedy(self) -> str:
+        """The pip commands that restore it: reinstall, or uninstall what is gone."""
+        name = self.package if self.distribution == "?" else self.distribution
+        return f"pip install --force-reinstall {name}, or pip uninstall {name} if it is gone"
 
 
 class Choice(NamedTuple):

@@ -129,18 +129,9 @@ def _detect(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .catalog import kernelpack_packages
-    from .info import info_report, print_info
-    from .loader import Loader
+    from .info import run_info
 
-    gpus = detect_gpus(sysfs_root=args.sysfs_root)
-    report = info_report([Loader(package=p, gpus=gpus) for p in kernelpack_packages()])
-    if args.json:
-        print_json(report)
-        for problem in report["problems"]:
-            print(f"damaged: {problem}", file=sys.stderr)
-        return 1 if report["problems"] else 0
-    return print_info(report)
+    return run_info(args.json, args.sysfs_root)
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -36,6 +36,7 @@ from typing import Literal
 from ._jsonfields import json_fields
 from .errors import UsageError
 from .processors import AMD_BY_NAME
+from .regular_files import SYSFS_FILE_LIMIT, read_regular_text
 from .targets import (
     GpuTarget,
     NvidiaTarget,
@@ -51,6 +52,7 @@ from .targets import (
 HSA_CAP_SRAM_EDCSUPPORTED = 0x04000000
 
 Vendor = Literal["amd", "nvidia"]
+MAX_TARGET_NAME = 64  # the longest target id, "gfx908:sramecc+:xnack-", has 22 characters
 KFD_NODES = Path("class/kfd/kfd/topology/nodes")
 
 
@@ -194,21 +196,32 @@ def _pci_address(domain: int, bus: int, devfn: int) -> str:
     return f"{domain:04x}:{bus:02x}:{devfn >> 3:02x}.{devfn & 7}"
 
 
-_OVERRIDE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+_OVERRIDE = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)")
+# C's LONG_MAX on the 64-bit systems ROCm runs on: where strtol saturates a longer number.
+_LONG_MAX = (1 << 63) - 1
+
+
+def _decimal(digits: str) -> int:
+    """The value of a string of ASCII decimal digits, however long: past 19 significant digits
+    it is _LONG_MAX, as C's strtol saturates, so a variable of 5,000 digits never meets Python's
+    4,300-digit limit on int() (a ValueError) and still names no GPU or processor."""
+    significant = digits.lstrip("0")
+    return _LONG_MAX if len(significant) > 19 else int(significant or "0")
 
 
 def _override_processor(variable: str, value: str) -> str:
     """The processor HSA_OVERRIDE_GFX_VERSION names; libhsakmt refuses the same values."""
     match = _OVERRIDE.fullmatch(value)
     if match is not None:
-        major, minor, step = (int(group) for group in match.groups())
+        major, minor, step = (_decimal(group) for group in match.groups())
         if major <= 63:
             try:
                 return processor_name(major, minor, step)
             except ValueError:
                 pass
     raise UsageError(
-        f"{variable}={value!r}: expected major.minor.stepping in decimal, e.g. 10.3.0 for gfx1030"
+        f"{variable}={_echo(value)}: expected major.minor.stepping in decimal, e.g. 10.3.0 for "
+        "gfx1030"
     )
 
 
@@ -216,7 +229,7 @@ def _xnack_mode(environ: Mapping[str, str]) -> bool:
     value = environ.get("HSA_XNACK", "")
     if value not in ("", "0", "1"):
         raise UsageError(
-            f"HSA_XNACK={value!r}: ROCm reads 1 (xnack on) or 0 (off); unset it or use one"
+            f"HSA_XNACK={_echo(value)}: ROCm reads 1 (xnack on) or 0 (off); unset it or use one"
         )
     return value == "1"
 
@@ -256,7 +269,8 @@ def _strtol(token: str) -> int | None:
         return None
     digits = match[2]
     base = 16 if digits[:2].lower() == "0x" else 8 if digits.startswith("0") else 10
-    number = int(digits, base)
+    # Power-of-two bases have no digit limit in int(); a decimal one saturates (_decimal).
+    number = _decimal(digits) if base == 10 else int(digits, base)
     return -number if match[1] == "-" else number
 
 
@@ -275,17 +289,19 @@ def hip_selection(uuids: Sequence[str], value: str) -> list[int]:
             token = next(
                 (str(i) for i, uuid in enumerate(uuids) if token in (uuid or "GPU-XX")), token
             )
-        if re.fullmatch(r"0|[1-9][0-9]*", token) is None or int(token) >= len(uuids):
+        index = _decimal(token) if re.fullmatch(r"0|[1-9][0-9]*", token) else len(uuids)
+        if index >= len(uuids):
             break
-        if int(token) not in chosen:
-            chosen.append(int(token))
+        if index not in chosen:
+            chosen.append(index)
     return chosen
 
 
 def _node_numbers(nodes_dir: Path) -> list[int]:
     numbers = []
     for entry in nodes_dir.iterdir():
-        if not entry.name.isdigit():
+        # ASCII digits only: "²" passes str.isdigit and fails int()
+        if not (entry.name.isascii() and entry.name.isdigit()):
             raise UsageError(f"{entry}: a KFD topology node folder is a number; this one is not")
         numbers.append(int(entry.name))
     return sorted(numbers)
@@ -322,25 +338,37 @@ def read_kfd_nodes(sysfs_root: Path, *, live: bool) -> list[KfdNode]:
 
 
 def parse_properties(text: str, path: str) -> dict[str, int]:
-    """A KFD properties file: one ``name value`` line each, values unsigned decimal integers."""
+    """A KFD properties file: one ``name value`` line each, values unsigned decimal integers of
+    at most 64 bits (the kernel prints u32 and u64 fields)."""
     properties: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), 1):
         fields = line.split()
         if not fields:
             continue
         if len(fields) != 2 or not fields[1].isascii() or not fields[1].isdigit():
-            raise UsageError(f"{path}: line {number}: expected 'name value', got {line!r}")
+            raise UsageError(f"{path}: line {number}: expected 'name value', got {_echo(line)}")
+        if len(fields[1]) > 20 or int(fields[1]) >= 1 << 64:
+            raise UsageError(
+                f"{path}: line {number}: {_echo(fields[0])} is a {len(fields[1])}-digit number, "
+                "past the 64 bits of a KFD property; give the properties file the kernel wrote"
+            )
         properties[fields[0]] = int(fields[1])
     return properties
 
 
+def _echo(text: str) -> str:
+    """A line of a file or a variable's value as an error shows it: repr, at most 60 characters
+    of it."""
+    return repr(text) if len(text) <= 60 else f"{text[:57]!r}... ({len(text)} characters)"
+
+
 def _read_text(path: Path) -> str | None:
+    """A sysfs attribute's text, None where it is absent; a FIFO, a device (a link to /dev/zero)
+    or a file over SYSFS_FILE_LIMIT is one UsageError, never a hang or a MemoryError."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return read_regular_text(path, limit=SYSFS_FILE_LIMIT, what="a sysfs attribute file")
     except (FileNotFoundError, NotADirectoryError):
         return None
-    except OSError as error:
-        raise UsageError(f"{path}: cannot read: {error.strerror}") from None
 
 
 # --- NVIDIA ---------------------------------------------------------------------------------------
@@ -379,7 +407,7 @@ def cuda_selection(uuids: Sequence[str], value: str) -> list[int]:
         token = entry.strip()
         index: int | None = None
         if re.fullmatch(r"[+-]?[0-9]+", token):
-            index = int(token)
+            index = -_decimal(token[1:]) if token[0] == "-" else _decimal(token.lstrip("+"))
         elif token.upper().startswith("GPU-"):
             hits = [i for i, uuid in enumerate(uuids) if uuid.lower().startswith(token.lower())]
             index = hits[0] if len(hits) == 1 else None
@@ -490,6 +518,11 @@ def _nvml_devices() -> list[NvidiaDevice] | None:
 
 def forced_target(value: str) -> GpuTarget:
     """The target KERNELPACK_TARGET names: an AMD target id or an NVIDIA GPU ``sm_XY``."""
+    if len(value.strip()) > MAX_TARGET_NAME:
+        raise UsageError(
+            f"KERNELPACK_TARGET={_echo(value)}: not a target name (target names have at most "
+            f"{MAX_TARGET_NAME} characters, such as gfx942, gfx90a:xnack+ or sm_90)"
+        )
     try:
         parsed = parse_target(value)
         if parsed.kind == "family":
@@ -503,7 +536,7 @@ def forced_target(value: str) -> GpuTarget:
         raise UsageError(f"KERNELPACK_TARGET={value!r}: {error}") from None
     if target.ptx or target.arch_specific:
         raise UsageError(
-            f"KERNELPACK_TARGET={value!r}: name the GPU, sm_{target.major}{target.minor}; "
+            f"KERNELPACK_TARGET={_echo(value)}: name the GPU, sm_{target.major}{target.minor}; "
             f"{target} is a code target"
         )
     return target

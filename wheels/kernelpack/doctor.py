@@ -29,9 +29,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ._jsonfields import json_fields
-from .catalog import RUNTIME_PACKAGE
+from .catalog import RUNTIME_PACKAGE, Unreadable
 from .detect import Gpu
-from .hints import install_hint
+from .hints import build_command, install_hint, unservable
 from .loader import Loader
 from .processors import AMD_BY_NAME, GENERIC_CODE_OBJECT_VERSION, GENERIC_MIN_ROCM
 from .targets import TargetId, agent_target, parse_target, runs_code_object_v6
@@ -77,6 +77,8 @@ def diagnose(
     runtimes: Mapping[str, str],
     environ: Mapping[str, str],
     runtimes_apply: bool = True,
+    unreadable: Sequence[Unreadable] = (),
+    gpus: Sequence[Gpu] | None = None,
 ) -> dict[str, Any]:
     """The doctor's report (what ``--json`` prints).
 
@@ -84,11 +86,14 @@ def diagnose(
     the GPUs this process sees and the installed indexes; ``hidden_from`` is the machine's GPUs
     read without the visible-devices variables; ``runtimes`` the vendor libraries' versions
     (kernelpack.libraries.library_versions); ``runtimes_apply`` False when the GPUs come from a
-    recorded topology, whose runtimes are not this machine's.
+    recorded topology, whose runtimes are not this machine's; ``unreadable`` the installed
+    packages whose index cannot be read (:func:`kernelpack.loader.installed_loaders`), one
+    ``package`` finding each; ``gpus`` replaces the first loader's GPUs (there may be no loader).
     """
     every = [loaders] if isinstance(loaders, Loader) else list(loaders)
     catalogs = {loader.package: loader.catalog(with_device_wheels=True) for loader in every}
-    gpus = every[0].gpus() if every else []
+    if gpus is None:
+        gpus = every[0].gpus() if every else []
     findings: list[Finding] = []
     rows: list[dict[str, Any]] = []
     hip = runtimes.get("hip", "not found")
@@ -117,8 +122,13 @@ def diagnose(
             missing = [m for m, image in modules.items() if image is None]
             if not missing:
                 continue
-            command = install_hint(_hardware_gpu(gpu), catalog)
-            install[loader.package] = command
+            hardware = _hardware_gpu(gpu)
+            build = build_command(hardware, catalog)
+            if build is None:  # gfx803, sm_70: say so, rather than name a command that fails
+                advice = unservable(hardware)
+            else:
+                install[loader.package] = command = install_hint(hardware, catalog)
+                advice = f"{command}; or build it: {build}"
             owner = "" if loader.package == RUNTIME_PACKAGE else f"of {loader.package} "
             findings.append(
                 Finding(
@@ -126,8 +136,7 @@ def diagnose(
                     "error",
                     position,
                     f"no installed image {owner}fits {gpu.target} for {', '.join(missing)}",
-                    f"{command}; or build it: python -m buildsys build --targets "
-                    f"{_hardware_gpu(gpu).target}",
+                    advice,
                 )
             )
         rows.append(
@@ -148,6 +157,7 @@ def diagnose(
             findings += _xnack(position, gpu, environ, loader, catalogs[loader.package].modules)
 
     findings += _hidden(gpus, hidden_from, environ)
+    findings += [Finding("package", "error", None, u.problem, u.remedy) for u in unreadable]
     if not any(catalog.modules for catalog in catalogs.values()):
         findings.append(
             Finding(
@@ -173,6 +183,15 @@ def diagnose(
                 "indexes": catalog.origins,
             }
             for package, catalog in catalogs.items()
+        }
+        | {
+            broken.package: {
+                "distribution": broken.distribution,
+                "version": "",
+                "indexes": [],
+                "error": broken.problem,
+            }
+            for broken in unreadable
         },
     }
 
@@ -202,8 +221,9 @@ def _override(position: int, gpu: Gpu, loaders: Sequence[Loader]) -> list[Findin
                 f"unset {variable}: {gpu.hardware} then loads its own image",
             )
         ]
+    build = build_command(own)  # None: no image can serve the hardware (gfx803), nor a wheel
     hints = [install_hint(own, loader.catalog(with_device_wheels=True)) for loader in lacking]
-    if hints and all("if a device wheel" not in hint for hint in hints):
+    if build and hints and all("if a device wheel" not in hint for hint in hints):
         return [
             Finding(
                 "override",
@@ -219,8 +239,8 @@ def _override(position: int, gpu: Gpu, loaders: Sequence[Loader]) -> list[Findin
             "info",
             position,
             f"{what}; no image for {gpu.hardware} itself is installed or known",
-            f"keep {variable} only while the results are right, or build {gpu.hardware}: "
-            f"python -m buildsys build --targets {gpu.hardware}",
+            f"keep {variable} only while the results are right"
+            + (f", or build {gpu.hardware}: {build}" if build else f"; {unservable(own)}"),
         )
     ]
 
@@ -363,20 +383,23 @@ def run_doctor(json_output: bool, sysfs_root: str | None) -> int:
     import os
 
     from ._console import print_json, print_table
-    from .catalog import kernelpack_packages
     from .detect import detect_gpus
+    from .loader import installed_loaders
     from .runtime_support import runtime_versions
 
     environ = dict(os.environ)
     visible = detect_gpus(sysfs_root=sysfs_root, environ=environ)
     unfiltered = {k: v for k, v in environ.items() if k not in VISIBLE_DEVICES}
     machine = detect_gpus(sysfs_root=sysfs_root, environ=unfiltered)
+    loaders, unreadable = installed_loaders(visible)
     report = diagnose(
-        [Loader(package=package, gpus=visible) for package in kernelpack_packages()],
+        loaders,
         hidden_from=machine,
         runtimes=runtime_versions(),
         environ=environ,
         runtimes_apply=sysfs_root is None,
+        unreadable=unreadable,
+        gpus=visible,
     )
     errors = [f for f in report["findings"] if f["severity"] == "error"]
     if json_output:

@@ -5,16 +5,20 @@ kernelpack itself and the entry point group ``kernelpack.packages``), each modul
 For every module and GPU the report says which image the loader would take (or what stands in,
 and what to do when nothing does), and it reads each chosen image and checks its sha256 against
 the index as a load would: an image that would be refused is reported damaged, with both digests
-whole, and the command exits 1. The same facts come out as a table or as ``--json``.
+whole, and the command exits 1. A package that cannot be read (a stale ``kernelpack.packages``
+registration, a damaged ``_index.py``) is listed with its error and no modules, the others as
+usual, and the command exits 2 with one ``error:`` line per such package. The same facts come
+out as a table or as ``--json``.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._console import print_table
+from ._console import print_table, printable
 from .cache import DiskCache
 from .devices import device_name
 from .errors import IntegrityError, NoImageError
@@ -22,18 +26,29 @@ from .hints import fixes
 from .images import read_image
 
 if TYPE_CHECKING:
-    from .catalog import Catalog, Choice
+    from .catalog import Catalog, Choice, Unreadable
+    from .detect import Gpu
     from .formats import BundleEntry
     from .loader import Loader
 
 
-def info_report(loaders: Sequence[Loader]) -> dict[str, Any]:
+def info_report(
+    loaders: Sequence[Loader],
+    *,
+    gpus: Sequence[Gpu] | None = None,
+    unreadable: Sequence[Unreadable] = (),
+) -> dict[str, Any]:
     """What ``python -m kernelpack info`` shows: GPUs; per package (one loader each, sharing the
     GPUs) and module its kernels and, per GPU, the image chosen (its sha256 checked) and why, or
-    why none and what to do; the cache and the runtime libraries."""
+    why none and what to do; the cache and the runtime libraries.
+
+    ``gpus`` defaults to the first loader's; ``unreadable`` are the installed packages whose
+    index could not be read (:func:`kernelpack.loader.installed_loaders`), each listed with its
+    ``error`` and no modules, after the others."""
     from .libraries import library_versions
 
-    gpus = loaders[0].gpus() if loaders else []
+    if gpus is None:
+        gpus = loaders[0].gpus() if loaders else []
     checks = _Checks()
     packages: dict[str, dict[str, Any]] = {}
     for loader in loaders:
@@ -49,6 +64,15 @@ def info_report(loaders: Sequence[Loader]) -> dict[str, Any]:
             "version": catalog.version,
             "indexes": catalog.origins,
             "modules": modules,
+            "error": None,
+        }
+    for broken in unreadable:
+        packages[broken.package] = {
+            "distribution": broken.distribution,
+            "version": "",
+            "indexes": [],
+            "modules": {},
+            "error": broken.problem,
         }
     cache = loaders[0].cache if loaders else DiskCache()
     entries = cache.entries()
@@ -155,6 +179,10 @@ def print_info(report: Mapping[str, Any]) -> int:
     )
     advice: dict[tuple[str, str, str], tuple[list[str], str, list[str]]] = {}
     for package, found in report["packages"].items():
+        if found["error"] is not None:
+            print()
+            print(f"{package}: cannot be read; its modules are not listed (see the error below)")
+            continue
         rows = []
         for module, entry in found["modules"].items():
             for row in entry["images"]:
@@ -206,4 +234,33 @@ def print_info(report: Mapping[str, Any]) -> int:
         f"(bound {cache['max_bytes']})"
     )
     print("runtimes: " + ", ".join(f"{kind} {text}" for kind, text in report["runtimes"].items()))
+    return info_status(report)
+
+
+def run_info(json_output: bool, sysfs_root: str | None) -> int:
+    """``python -m kernelpack info [--json] [--sysfs-root DIR]``: the report of every installed
+    package (:func:`kernelpack.loader.installed_loaders`) and its exit status (:func:`info_status`)."""
+    from ._console import print_json
+    from .detect import detect_gpus
+    from .loader import installed_loaders
+
+    gpus = detect_gpus(sysfs_root=sysfs_root)
+    loaders, unreadable = installed_loaders(gpus)
+    report = info_report(loaders, gpus=gpus, unreadable=unreadable)
+    if not json_output:
+        return print_info(report)
+    print_json(report)
+    for problem in report["problems"]:
+        print(f"damaged: {printable(problem)}", file=sys.stderr)
+    return info_status(report)
+
+
+def info_status(report: Mapping[str, Any]) -> int:
+    """2 when an installed package cannot be read (each is one ``error:`` line on standard
+    error), else 1 when a chosen file is damaged, else 0."""
+    errors = [found["error"] for found in report["packages"].values() if found["error"]]
+    for error in errors:
+        print(f"error: {printable(error)}", file=sys.stderr)
+    if errors:
+        return 2
     return 1 if report["problems"] else 0

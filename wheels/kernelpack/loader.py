@@ -440,6 +440,43 @@ def _compile_target(gpu: Gpu) -> str:
     return str(gpu.target)
 
 
+# ---- every installed package, for info and doctor ---------------------------------------------
+
+
+def installed_loaders(gpus: Sequence[Gpu]) -> tuple[list[Loader], list[installed.Unreadable]]:
+    """One Loader per installed kernelpack-built package (:func:`catalog.kernelpack_packages`)
+    whose index reads, device wheels merged, and each package that does not read with the line
+    that says why: a stale ``kernelpack.packages`` registration or a damaged index is that
+    package's problem alone, so ``info`` and ``doctor`` still list every other package."""
+    loaders: list[Loader] = []
+    unreadable: list[installed.Unreadable] = []
+    for package in installed.kernelpack_packages():
+        loader = Loader(package=package, gpus=gpus)
+        try:
+            installed.package_folder(package)
+        except UsageError:
+            distribution = installed.package_registrations().get(package, "?")
+            unreadable.append(
+                installed.Unreadable(
+                    package,
+                    distribution,
+                    f"package {package!r} is registered (entry point group "
+                    f"{installed.PACKAGES_ENTRY_POINTS}, distribution {distribution}) but no "
+                    f"importable package has that name: reinstall {distribution}, or uninstall "
+                    "it if it is gone",
+                )
+            )
+            continue
+        try:
+            loader.catalog(with_device_wheels=True)
+        except UsageError as error:
+            distribution = installed.package_registrations().get(package, package)
+            unreadable.append(installed.Unreadable(package, distribution, str(error)))
+            continue
+        loaders.append(loader)
+    return loaders, unreadable
+
+
 # ---- the process-wide loaders: one per package, sharing the runtimes and the GPUs ------------
 
 _PROCESS_RUNTIMES: OnceMap[str, Runtime] = OnceMap()

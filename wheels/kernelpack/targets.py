@@ -75,6 +75,10 @@ class TargetId:
         )
 
 
+# The longest name a suggestion is looked for: longer than any target id ("gfx908:sramecc+:xnack-")
+_LONGEST_SUGGESTED = 64
+
+
 def suggest(name: str, known: Mapping[str, object] | tuple[str, ...]) -> str:
     """'; did you mean X?' for the nearest known name, or '' when nothing is close.
 
@@ -82,6 +86,8 @@ def suggest(name: str, known: Mapping[str, object] | tuple[str, ...]) -> str:
     the name listed first (the common one): a mistyped gfx1110 is one edit from gfx1010, gfx1100
     and gfx1150, and gfx1100 is the likeliest.
     """
+    if len(name) > _LONGEST_SUGGESTED:  # no target is near it, and the search is quadratic
+        return ""
     scored = [
         (_edit_distance(name.lower(), k.lower()), -_common_prefix(name, k), i, k)
         for i, k in enumerate(known)
@@ -223,7 +229,9 @@ def _amd_fit_description(code: TargetId, agent: TargetId) -> str:
 
 # --- NVIDIA targets -------------------------------------------------------------------------------
 
-_NVIDIA_NAME = re.compile(r"(sm|compute)_(\d+)(\d)(a?)")
+# ASCII digits, at most four for the major (a longer name is no target; int() of one of 5,000
+# digits is a ValueError past Python's limit)
+_NVIDIA_NAME = re.compile(r"(sm|compute)_([0-9]{1,4})([0-9])(a?)")
 
 
 @dataclass(frozen=True, order=True)
@@ -487,3 +495,24 @@ def supported_targets(gpu: GpuTarget, *, runtime_code_object_v6: bool | None = N
         if not isinstance(outcome, str):
             ranked.append((outcome[0], position, name))
     return [name for _, _, name in sorted(ranked)]
+
+
+def buildable_targets() -> list[str]:
+    """Every code target name the builder accepts in ``--targets`` and arch_matrix.toml
+    (buildsys.matrix): the AMD processors and generic targets of the table, its NVIDIA cubin
+    targets, and PTX for its portable ones (arch-specific PTX, compute_90a, is not built)."""
+    return [
+        name
+        for name in known_code_targets()
+        if not (name.startswith("compute_") and parse_target(name).arch_specific)
+    ]
+
+
+def build_targets_for(gpu: GpuTarget) -> list[str]:
+    """The targets the builder accepts whose images run on ``gpu``, best first as the loader
+    ranks them, portable code before arch-specific (what advice tells a user to build): the GPU's
+    own processor or sm_XY where the table has it, for a GPU newer than the table an older cubin
+    of its major or PTX. Empty where no target the builder accepts runs on it (gfx803, sm_70)."""
+    buildable = set(buildable_targets())
+    fitting = [name for name in supported_targets(gpu) if name in buildable]
+    return sorted(fitting, key=lambda name: parse_target(name).arch_specific)
