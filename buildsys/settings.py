@@ -34,6 +34,8 @@ from kernelpack.images import IMAGE_KINDS
 from kernelpack.paths import user_cache_folder
 
 from . import REPO_ROOT
+from .errors import ProjectError
+from .metadata import checked_version
 
 ENV_PREFIX = "KERNELPACK_BUILD_"
 CONFIG_TABLE = "tool.kernelpack"
@@ -54,12 +56,22 @@ PROJECT_LAYOUT = {
 
 def package_version(project: Path = REPO_ROOT) -> str:
     """The version the wheels will carry: setuptools-scm's (as scikit-build-core computes it),
-    else pyproject's fallback_version where there is no git checkout or no setuptools-scm."""
+    else pyproject's fallback_version where there is no git checkout or no setuptools-scm.
+
+    Whichever it is, it must be a PEP 440 version (it names files): it is returned normalised, and
+    anything else is a ProjectError naming where it came from."""
+    path = project / "pyproject.toml"
     data = read_pyproject(project)
-    static = data.get("project", {}).get("version")
-    if isinstance(static, str):
-        return static
-    fallback = str(data.get("tool", {}).get("setuptools_scm", {}).get("fallback_version", "0.0.0"))
+    table = data.get("project", {})
+    if isinstance(table, dict) and "version" in table:
+        static = table["version"]
+        if not isinstance(static, str):
+            raise ProjectError(f'{path}: project.version = {static!r}: expected a string, "1.0.0"')
+        return checked_version(static, f"{path}: project.version")
+    fallback = checked_version(
+        str(data.get("tool", {}).get("setuptools_scm", {}).get("fallback_version", "0.0.0")),
+        f"{path}: tool.setuptools_scm.fallback_version",
+    )
     try:
         from setuptools_scm import get_version
     except ImportError:
@@ -68,7 +80,7 @@ def package_version(project: Path = REPO_ROOT) -> str:
         version: str = get_version(root=str(project), fallback_version=fallback)
     except (LookupError, OSError):
         return fallback
-    return version
+    return checked_version(version, f"{project}: the version setuptools-scm gives (git tags)")
 
 
 def environment_epoch(environ: Mapping[str, str] | None = None) -> int | None:
@@ -197,6 +209,10 @@ def _as_defines(value: object, where: str, base: Path) -> tuple[str, ...]:
     return defines
 
 
+def _as_version(value: object, where: str, base: Path) -> str:
+    return checked_version(_as_text(value, where, base), where)
+
+
 def _as_vendor(value: object, where: str, base: Path) -> str:
     text = _as_text(value, where, base)
     if text not in ("amd", "nvidia"):
@@ -245,6 +261,7 @@ def _as_kernel_lists(value: object, where: str, base: Path) -> dict[str, tuple[s
 
 
 TEXT = _Type("TEXT", _as_text)
+VERSION = _Type("VERSION", _as_version)
 KERNEL_LISTS = _Type("MODULE=KERNEL;...", _as_kernel_lists)
 PATH = _Type("PATH", _as_path)
 TARGETS = _Type("T,...", _as_targets)
@@ -306,7 +323,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("keep_going", SWITCH, _BUILD, "after a failed job, build the others anyway"),
     Option("provision", SWITCH, frozenset({"build", "toolchain", "wheels"}),
            "provision the AMD toolchain if none can build the targets (downloads over 1 GB)"),
-    Option("package_version", TEXT, _BUILD, "the version the index records"),
+    Option("package_version", VERSION, _BUILD, "the version the index records (PEP 440)"),
     Option("package", TEXT, frozenset({"wheels"}), "the import name of the project's package "
            "(default: [project] name with - and . as _)"),
     Option("defines", DEFINES, _BUILD, "preprocessor defines for every target"),
