@@ -29,7 +29,15 @@ from pathlib import Path
 from kernelpack.images import IMAGE_FILE_SUFFIXES
 
 from .errors import ProjectError
-from .metadata import checked_distribution, checked_import_name, checked_version
+from .metadata import (
+    checked_distribution,
+    checked_import_name,
+    checked_line,
+    checked_requirement,
+    checked_specifier,
+    checked_version,
+    core_metadata,
+)
 from .settings import BuildSettings, read_pyproject
 
 RUNTIME_DISTRIBUTION = "kernelpack"
@@ -104,9 +112,9 @@ class ProjectMetadata:
 
 
 def project_metadata(settings: BuildSettings) -> ProjectMetadata:
-    """The project's names and metadata from its pyproject.toml, its names and version checked by
-    their standards (buildsys.metadata); a missing or malformed field is a ProjectError naming the
-    file and the key."""
+    """The project's names and metadata from its pyproject.toml, each checked by its standard
+    (buildsys.metadata); a missing or malformed field is a ProjectError naming the file and the
+    key."""
     path = settings.project / "pyproject.toml"
     data = read_pyproject(settings.project)
     table = data.get("project")
@@ -123,7 +131,6 @@ def project_metadata(settings: BuildSettings) -> ProjectMetadata:
     if not isinstance(dependencies, list) or not all(isinstance(d, str) for d in dependencies):
         raise ProjectError(f"{path}: project.dependencies: expected a list of requirement strings")
     readme, readme_type = _readme(settings.project, table.get("readme"), path)
-    license_ = table.get("license", "")
     build_system = data.get("build-system", {})
     backend = build_system.get("build-backend", "") if isinstance(build_system, dict) else ""
     return ProjectMetadata(
@@ -131,14 +138,40 @@ def project_metadata(settings: BuildSettings) -> ProjectMetadata:
         name=name,
         package=package,
         version=checked_version(settings.version, f"{path}: project.version"),
-        summary=str(table.get("description", "")),
-        requires_python=str(table.get("requires-python", "")),
-        dependencies=tuple(dependencies),
+        summary=checked_line(_text(table, "description", path), f"{path}: project.description"),
+        requires_python=_requires_python(table, path),
+        dependencies=tuple(
+            checked_requirement(d, f"{path}: project.dependencies[{n}]")
+            for n, d in enumerate(dependencies)
+        ),
         readme=readme,
         readme_type=readme_type,
-        license=license_ if isinstance(license_, str) else str(license_.get("text", "")),
+        license=_license(table, path),
         backend=str(backend),
     )
+
+
+def _text(table: dict[str, object], key: str, path: Path) -> str:
+    value = table.get(key, "")
+    if not isinstance(value, str):
+        raise ProjectError(f"{path}: project.{key} = {value!r}: expected a string")
+    return value
+
+
+def _requires_python(table: dict[str, object], path: Path) -> str:
+    text = _text(table, "requires-python", path)
+    return checked_specifier(text, f"{path}: project.requires-python") if text else ""
+
+
+def _license(table: dict[str, object], path: Path) -> str:
+    """The license: an SPDX expression (``license = "MIT"``), or a table's ``text`` (of several
+    lines, written as continuation lines); a ``file`` table gives none."""
+    value = table.get("license", "")
+    if isinstance(value, dict):
+        value = value.get("text", "")
+    if not isinstance(value, str):
+        raise ProjectError(f'{path}: project.license: expected a string ("MIT") or {{text = ...}}')
+    return value
 
 
 def _readme(root: Path, value: object, path: Path) -> tuple[str, str]:
@@ -169,22 +202,18 @@ def _readme(root: Path, value: object, path: Path) -> tuple[str, str]:
 
 def metadata_text(meta: ProjectMetadata, runtime_requirement: str) -> str:
     """Core metadata 2.1 of the fat and host wheels (the host adds its extras later)."""
-    lines = [
-        "Metadata-Version: 2.1",
-        f"Name: {meta.name}",
-        f"Version: {meta.version}",
-    ]
+    fields = [("Metadata-Version", "2.1"), ("Name", meta.name), ("Version", meta.version)]
     if meta.summary:
-        lines.append(f"Summary: {meta.summary}")
+        fields.append(("Summary", meta.summary))
     if meta.license:
-        lines.append(f"License: {meta.license}")
+        fields.append(("License", meta.license))
     if meta.requires_python:
-        lines.append(f"Requires-Python: {meta.requires_python}")
+        fields.append(("Requires-Python", meta.requires_python))
     requirements = [*([] if meta.is_runtime else [runtime_requirement]), *meta.dependencies]
-    lines += [f"Requires-Dist: {r}" for r in requirements]
+    fields += [("Requires-Dist", r) for r in requirements]
     if meta.readme:
-        lines.append(f"Description-Content-Type: {meta.readme_type}")
-    return "\n".join(lines) + "\n\n" + meta.readme
+        fields.append(("Description-Content-Type", meta.readme_type))
+    return core_metadata(fields, meta.readme)
 
 
 def wheel_file(tag: str) -> bytes:
@@ -211,18 +240,19 @@ def pure_wheel_dist_info(
     path in the wheel (``<file_name>-<version>.dist-info/``, file_name as the wheel's own file
     name spells the distribution); ``entry_points`` maps a group to its names and objects."""
     dist_info = f"{file_name}-{version}.dist-info"
-    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", f"Summary: {summary}"]
+    fields = [("Metadata-Version", "2.1"), ("Name", name), ("Version", version)]
+    fields.append(("Summary", summary))
     if requires_python:
-        lines.append(f"Requires-Python: {requires_python}")
-    lines += [f"Requires-Dist: {requirement}" for requirement in requires]
+        fields.append(("Requires-Python", requires_python))
+    fields += [("Requires-Dist", requirement) for requirement in requires]
     if description:
-        lines.append("Description-Content-Type: text/markdown")
+        fields.append(("Description-Content-Type", "text/markdown"))
     groups = [
         f"[{group}]\n" + "".join(f"{key} = {value}\n" for key, value in entries.items())
         for group, entries in entry_points.items()
     ]
     return {
-        f"{dist_info}/METADATA": ("\n".join(lines) + "\n\n" + description).encode(),
+        f"{dist_info}/METADATA": core_metadata(fields, description).encode(),
         f"{dist_info}/WHEEL": wheel_file("py3-none-any"),
         f"{dist_info}/entry_points.txt": "\n".join(groups).encode(),
     }
@@ -362,8 +392,8 @@ def runtime_version() -> str:
 
 BUILDER_DISTRIBUTION = "kernelpack-buildsys"
 # What the builder needs at run time beside the kernelpack it packages with: the terminal tables,
-# the AMD bundles' compression, the checks of versions (buildsys.metadata), dynamic versions,
-# and auditwheel for projects with host code.
+# the AMD bundles' compression, the checks of versions and requirements (buildsys.metadata),
+# dynamic versions, and auditwheel for projects with host code.
 BUILDER_REQUIREMENTS = (
     "rich>=13",
     "zstandard>=0.22",

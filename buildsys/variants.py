@@ -40,6 +40,7 @@ from kernelpack.variant_plugin import FEATURES, NAMESPACE, property_value
 
 from .errors import BuildError
 from .index_writer import read_index
+from .metadata import add_fields
 from .wheels import DeviceGroup, device_groups, read_wheel, write_wheel
 
 if TYPE_CHECKING:
@@ -96,8 +97,7 @@ def _dist_info(files: dict[str, bytes]) -> str:
 
 
 def _with_requirement(metadata: str, requirement: str) -> str:
-    headers, _, body = metadata.partition("\n\n")
-    return f"{headers.rstrip(chr(10))}\nRequires-Dist: {requirement}\n\n{body}"
+    return add_fields(metadata, [("Requires-Dist", requirement)])
 
 
 def write_variants(
