@@ -38,7 +38,7 @@ from .metadata import (
     checked_version,
     core_metadata,
 )
-from .settings import BuildSettings, read_pyproject
+from .settings import BuildSettings, check_inside_project, read_pyproject
 
 RUNTIME_DISTRIBUTION = "kernelpack"
 # The entry point groups the loader reads (kernelpack.catalog): a package built by kernelpack, and
@@ -104,9 +104,17 @@ class ProjectMetadata:
         return f"{file_name_part(self.name)}-{self.version}.dist-info"
 
     def python_folder(self) -> Path | None:
-        """The package's own Python files: ``<package>/`` or ``src/<package>/``, else None."""
+        """The package's own Python files: ``<package>/`` or ``src/<package>/``, else None. It is
+        read into wheels and the sdist, and an editable install builds into it: a link that leads
+        outside the project is a ProjectError."""
         for folder in (self.root / self.package, self.root / "src" / self.package):
             if (folder / "__init__.py").is_file():
+                check_inside_project(
+                    self.root,
+                    folder,
+                    f"{self.root}: the package folder {folder.relative_to(self.root)}",
+                    "make it a folder of the project, not a link to elsewhere",
+                )
                 return folder
         return None
 

@@ -2,7 +2,9 @@
 its tree say is checked where it enters, before anything is compiled or written.
 
 - its version is a PEP 440 version (it names the sdist, its members and every wheel);
-- no field can add a line to PKG-INFO or METADATA (a line break of any kind is refused).
+- no field can add a line to PKG-INFO or METADATA (a line break of any kind is refused);
+- the paths it names (output, dist, cache, sources, includes; the defaults, links followed) stay
+  inside it, and a frontend's build takes the compile cache from the user, never from the project.
 
 Every check here happens before a compiler would run: no test needs one.
 """
@@ -211,3 +213,106 @@ def test_pkg_info_and_metadata_hold_the_fields_given_and_no_other(tmp_path: Path
     message = email.message_from_string(pkg_info)
     assert message.get_all("Requires-Dist") == [runtime_requirement(meta), "numpy>=1.24"]
     assert len(message.get_all("License") or []) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths (item 6)
+
+
+@pytest.fixture
+def other_package(tmp_path: Path) -> Path:
+    """Another installed package's folder, which no project build may touch."""
+    folder = tmp_path / "site-packages" / "other"
+    (folder / "device").mkdir(parents=True)
+    (folder / "_index.py").write_text("INDEX = {}\n")
+    (folder / "device" / "image.hsaco").write_bytes(b"\x7fELF")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("table", "command", "key"),
+    [
+        ('out = "{other}"', "build", "tool.kernelpack.out"),
+        ('out = "../site-packages/other"', "build", "tool.kernelpack.out"),
+        ('out = "~"', "build", "tool.kernelpack.out"),
+        ('out = "{other}"', "merge", "tool.kernelpack.out"),
+        ('dist = "{other}"', "wheels", "tool.kernelpack.dist"),
+        ('cache-dir = "{other}"', "build", "tool.kernelpack.cache-dir"),
+        ('sources = "{other}"', "build", "tool.kernelpack.sources"),
+        ('matrix = "../m.toml"', "build", "tool.kernelpack.matrix"),
+        ('include-dirs = ["inc", "{other}"]', "wheels", "tool.kernelpack.include-dirs"),
+        ('modules.m.include-dirs = ["{other}"]', "build", "modules.m.include-dirs"),
+    ],
+)
+def test_a_path_of_the_config_outside_the_project_is_refused(
+    tmp_path: Path, other_package: Path, table: str, command: str, key: str
+) -> None:
+    text = table.format(other=other_package)
+    root = write_project(tmp_path / "demo", f"{DEMO}[tool.kernelpack]\n{text}\n")
+    with pytest.raises(ProjectError, match=f"{key}: .* leads outside the project"):
+        settings_of(root, command=command)
+
+
+def test_a_default_path_through_a_link_to_outside_is_refused(
+    tmp_path: Path, other_package: Path
+) -> None:
+    """The default output build/device, where the project made build/device a link."""
+    root = write_project(tmp_path / "demo", DEMO)
+    (root / "build").mkdir()
+    (root / "build" / "device").symlink_to(other_package)
+    with pytest.raises(ProjectError, match=r"tool.kernelpack.out: .* leads outside the project"):
+        settings_of(root, command="build")
+
+
+def test_build_with_an_out_elsewhere_exits_2_and_touches_nothing(
+    tmp_path: Path, other_package: Path
+) -> None:
+    root = write_project(tmp_path / "demo", f'{DEMO}[tool.kernelpack]\nout = "{other_package}"\n')
+    before = {p: p.read_bytes() for p in other_package.rglob("*") if p.is_file()}
+    result = buildsys_cli(
+        "build", "--project", str(root), "--cache-dir", str(tmp_path / "cache"), "--targets",
+        "gfx942",
+    )  # fmt: skip
+    assert_one_line_refusal(result)
+    assert "tool.kernelpack.out" in result.stderr
+    assert {p: p.read_bytes() for p in other_package.rglob("*") if p.is_file()} == before
+
+
+def test_paths_the_user_gives_are_taken_as_given(tmp_path: Path, other_package: Path) -> None:
+    root = write_project(tmp_path / "demo", DEMO)
+    settings = settings_of(root, ("--out", str(other_package)), command="build")
+    assert settings.out == other_package
+    assert settings_of(root, KERNELPACK_BUILD_OUT=str(other_package), command="build").out == (
+        other_package
+    )
+    inside = write_project(tmp_path / "inside", f'{DEMO}[tool.kernelpack]\nout = "pkg/out"\n')
+    assert settings_of(inside, command="build").out == inside / "pkg" / "out"
+
+
+def test_the_pep517_backend_takes_the_cache_from_the_user_not_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write_project(tmp_path / "demo", f'{DEMO}[tool.kernelpack]\ncache-dir = "cache"\n')
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    monkeypatch.delenv("KERNELPACK_BUILD_CACHE_DIR", raising=False)
+    settings = backend._settings(None)
+    assert settings.cache_dir == tmp_path / "user-cache" / "kernelpack" / "build"
+    notice = capsys.readouterr().err.strip().splitlines()
+    assert len(notice) == 1 and "tool.kernelpack.cache-dir is not used" in notice[0]
+    chosen = backend._settings({"cache-dir": str(tmp_path / "mine")})
+    assert chosen.cache_dir == tmp_path / "mine"
+    monkeypatch.setenv("KERNELPACK_BUILD_CACHE_DIR", str(tmp_path / "env"))
+    assert backend._settings(None).cache_dir == tmp_path / "env"
+
+
+def test_a_package_folder_linked_to_another_package_is_refused(
+    tmp_path: Path, other_package: Path
+) -> None:
+    """An editable install builds into the package folder; wheels and the sdist read it."""
+    (other_package / "__init__.py").write_text("")
+    root = write_project(tmp_path / "demo", DEMO)
+    (root / "demo_kernels").symlink_to(other_package)
+    meta = project_metadata(settings_of(root))
+    with pytest.raises(ProjectError, match=r"package folder demo_kernels: .* leads outside"):
+        meta.python_folder()
