@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelpack.images import IMAGE_FILE_SUFFIXES
+from kernelpack.regular_files import read_regular
 
 from .errors import ProjectError
 from .metadata import (
@@ -37,10 +38,13 @@ from .metadata import (
     checked_specifier,
     checked_version,
     core_metadata,
+    shown,
 )
 from .settings import BuildSettings, check_inside_project, read_pyproject
 
 RUNTIME_DISTRIBUTION = "kernelpack"
+# The largest readme read into PKG-INFO and METADATA.
+README_LIMIT = 4 << 20
 # The entry point groups the loader reads (kernelpack.catalog): a package built by kernelpack, and
 # a device wheel of such a package (entry name "<package>.<group>").
 PACKAGES_ENTRY_POINTS = "kernelpack.packages"
@@ -183,17 +187,27 @@ def _license(table: dict[str, object], path: Path) -> str:
 
 
 def _readme(root: Path, value: object, path: Path) -> tuple[str, str]:
+    """The long description: a UTF-8 file inside the project (links followed), regular and of at
+    most README_LIMIT bytes, since it is published in PKG-INFO and METADATA."""
     if value is None:
         return "", ""
     file = (
         value if isinstance(value, str) else value.get("file") if isinstance(value, dict) else None
     )
-    if not isinstance(file, str):
+    if not isinstance(file, str) or not file:
         raise ProjectError(f"{path}: project.readme: expected a file name")
+    where = f"{path}: project.readme = {shown(file)}"
+    target = check_inside_project(
+        root, root / file, where, "name a file inside the project, like README.md"
+    )
     try:
-        text = (root / file).read_text(encoding="utf-8")
-    except OSError as error:
-        raise ProjectError(f"{path}: project.readme = {file!r}: {error.strerror}") from None
+        data = read_regular(target, limit=README_LIMIT, what="a readme file inside the project")
+    except (FileNotFoundError, NotADirectoryError):
+        raise ProjectError(f"{where}: no such file") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProjectError(f"{where}: not UTF-8 text") from None
     kind = (
         "text/markdown"
         if file.endswith(".md")
@@ -297,14 +311,19 @@ def load(module: str, device: Device = None) -> kernelpack.Module:
 '''
 
 
-def project_files(folder: Path) -> Iterator[tuple[str, Path]]:
+def project_files(folder: Path, *, root: Path | None = None) -> Iterator[tuple[str, Path]]:
     """Every file under ``folder`` a distribution carries (relative name, path), sorted; outputs,
-    caches and version control skipped."""
+    caches and version control skipped. A link to a file outside ``root`` (default: ``folder``) is
+    a ProjectError: a distribution carries the project's own files, never what a link reaches."""
     for path in sorted(folder.rglob("*")):
         relative = path.relative_to(folder)
         if any(part in _SKIPPED_PARTS or part.endswith(".egg-info") for part in relative.parts):
             continue
         if path.is_file() and not path.name.endswith((".pyc", ".pyo")):
+            if path.is_symlink():
+                check_inside_project(
+                    root or folder, path, "a file of the project", "replace the link with the file"
+                )
             yield relative.as_posix(), path
 
 
@@ -330,7 +349,7 @@ def plain_wheel_files(
     files: dict[str, bytes] = {}
     own = meta.python_folder()
     if own is not None:
-        for relative, path in project_files(own):
+        for relative, path in project_files(own, root=meta.root):
             if not is_build_output(relative):
                 files[f"{meta.package}/{relative}"] = path.read_bytes()
     else:

@@ -4,7 +4,9 @@ its tree say is checked where it enters, before anything is compiled or written.
 - its version is a PEP 440 version (it names the sdist, its members and every wheel);
 - no field can add a line to PKG-INFO or METADATA (a line break of any kind is refused);
 - the paths it names (output, dist, cache, sources, includes; the defaults, links followed) stay
-  inside it, and a frontend's build takes the compile cache from the user, never from the project.
+  inside it, and a frontend's build takes the compile cache from the user, never from the project;
+- its readme is a regular file inside the project (it is published in PKG-INFO and METADATA), and
+  the sdist carries no file a link reaches outside it.
 
 Every check here happens before a compiler would run: no test needs one.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import email
+import os
 import subprocess
 import sys
 import tarfile
@@ -316,3 +319,56 @@ def test_a_package_folder_linked_to_another_package_is_refused(
     meta = project_metadata(settings_of(root))
     with pytest.raises(ProjectError, match=r"package folder demo_kernels: .* leads outside"):
         meta.python_folder()
+
+
+# ---------------------------------------------------------------------------------------------
+# The readme (item 3)
+
+
+@pytest.mark.parametrize(
+    "link",
+    [None, "../secret.md", "/proc/self/environ"],
+    ids=["absolute-path", "link-to-outside", "link-to-environ"],
+)
+def test_a_readme_outside_the_project_is_refused(tmp_path: Path, link: str | None) -> None:
+    (tmp_path / "secret.md").write_text("TOKEN=hunter2\n")
+    readme = "/proc/self/environ" if link is None else "README.md"
+    root = write_project(tmp_path / "demo", DEMO + f'readme = "{readme}"\n')
+    if link is not None:
+        (root / "README.md").symlink_to(link)
+    with pytest.raises(ProjectError, match=r"project.readme = .*leads outside the project"):
+        project_metadata(settings_of(root))
+
+
+def test_a_readme_inside_the_project_is_read(tmp_path: Path) -> None:
+    root = write_project(
+        tmp_path / "demo", DEMO + 'readme = "README.md"\n', {"docs/intro.md": "# Demo\n"}
+    )
+    (root / "README.md").symlink_to("docs/intro.md")  # a link that stays inside is fine
+    meta = project_metadata(settings_of(root))
+    assert (meta.readme, meta.readme_type) == ("# Demo\n", "text/markdown")
+
+
+def test_a_fifo_readme_is_refused_in_one_line_not_waited_on(tmp_path: Path) -> None:
+    root = write_project(tmp_path / "demo", DEMO + 'readme = "README.md"\n')
+    os.mkfifo(root / "README.md")
+    result = buildsys_cli(
+        "wheels", "--project", str(root), "--out", str(tmp_path / "dist"), timeout=30
+    )
+    assert_one_line_refusal(result)
+    assert "README.md: is a FIFO" in result.stderr
+
+
+def test_a_link_to_a_file_outside_is_not_carried_by_the_sdist(tmp_path: Path) -> None:
+    (tmp_path / "secret.txt").write_text("TOKEN=hunter2\n")
+    root = write_project(tmp_path / "demo", DEMO, {"notes/inside.txt": "fine\n"})
+    (root / "notes" / "alias.txt").symlink_to("inside.txt")
+    meta = project_metadata(settings_of(root))
+    name, data = sdist_bytes(meta, epoch=315532800)
+    (tmp_path / name).write_bytes(data)
+    with tarfile.open(tmp_path / name) as archive:
+        alias = archive.extractfile("demo_kernels-1.0/notes/alias.txt")
+        assert alias is not None and alias.read() == b"fine\n"
+    (root / "notes" / "leak.txt").symlink_to(tmp_path / "secret.txt")
+    with pytest.raises(ProjectError, match=r"project: .*leak.txt leads outside the project"):
+        sdist_bytes(meta, epoch=315532800)
