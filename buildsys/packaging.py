@@ -29,6 +29,7 @@ from pathlib import Path
 from kernelpack.images import IMAGE_FILE_SUFFIXES
 from kernelpack.regular_files import read_regular
 
+from . import REPO_ROOT
 from .errors import ProjectError
 from .metadata import (
     checked_distribution,
@@ -43,6 +44,21 @@ from .metadata import (
 from .settings import BuildSettings, check_inside_project, read_pyproject
 
 RUNTIME_DISTRIBUTION = "kernelpack"
+RUNTIME_PACKAGE = "kernelpack"
+BUILDER_DISTRIBUTION = "kernelpack-buildsys"
+BUILDER_PACKAGE = "buildsys"
+PROVIDER_DISTRIBUTION = "kernelpack-variant-provider"  # buildsys.variants: the variant provider
+PROVIDER_PACKAGE = "kernelpack_variant_provider"
+# Every name kernelpack's own wheels install under or register (distribution names normalised,
+# import names in lower case): the runtime, its device wheels (buildsys.wheels.DeviceGroup, owner
+# kernelpack), the builder and the variant provider. Only kernelpack's own tree may use them
+# (:func:`own_name_claimed`); a wheel of another project under one would install over kernelpack.
+OWN_DISTRIBUTIONS = (RUNTIME_DISTRIBUTION, BUILDER_DISTRIBUTION, PROVIDER_DISTRIBUTION)
+OWN_DISTRIBUTION_PREFIXES = (f"{RUNTIME_DISTRIBUTION}-device-",)
+OWN_PACKAGES = (RUNTIME_PACKAGE, BUILDER_PACKAGE, PROVIDER_PACKAGE)
+OWN_PACKAGE_PREFIXES = (f"{RUNTIME_PACKAGE}_device_",)
+# A device group name no kernelpack device wheel has: it stands for a project's device wheels.
+DEVICE_NAME_PROBE = "probe"
 # The largest readme read into PKG-INFO and METADATA.
 README_LIMIT = 4 << 20
 # The entry point groups the loader reads (kernelpack.catalog): a package built by kernelpack, and
@@ -95,7 +111,8 @@ class ProjectMetadata:
 
     @property
     def is_runtime(self) -> bool:
-        """The project that ships kernelpack's runtime itself (which does not depend on itself)."""
+        """The project that ships kernelpack's runtime itself (which does not depend on itself):
+        only kernelpack's own tree may carry the name (:func:`project_metadata`)."""
         return self.distribution == RUNTIME_DISTRIBUTION
 
     @property
@@ -126,7 +143,7 @@ class ProjectMetadata:
 def project_metadata(settings: BuildSettings) -> ProjectMetadata:
     """The project's names and metadata from its pyproject.toml, each checked by its standard
     (buildsys.metadata); a missing or malformed field is a ProjectError naming the file and the
-    key."""
+    key, and so is one of kernelpack's own names outside kernelpack's own tree."""
     path = settings.project / "pyproject.toml"
     data = read_pyproject(settings.project)
     table = data.get("project")
@@ -139,6 +156,12 @@ def project_metadata(settings: BuildSettings) -> ProjectMetadata:
         settings.package or file_name_part(name),
         f"{path}: tool.kernelpack.package" if settings.package else f"{path}: project.name",
     )
+    claimed = own_name_claimed(name, package)
+    if claimed and not is_own_tree(settings.project):
+        raise ProjectError(
+            f"{path}: {claimed} is kernelpack's own (its wheels would install over kernelpack's: "
+            f"{', '.join(_own_names())}); give the project a name of its own"
+        )
     dependencies = table.get("dependencies", [])
     if not isinstance(dependencies, list) or not all(isinstance(d, str) for d in dependencies):
         raise ProjectError(f"{path}: project.dependencies: expected a list of requirement strings")
@@ -161,6 +184,37 @@ def project_metadata(settings: BuildSettings) -> ProjectMetadata:
         license=_license(table, path),
         backend=str(backend),
     )
+
+
+def is_own_tree(project: Path) -> bool:
+    """Whether ``project`` is kernelpack's own repository: the tree this builder runs from (a
+    checkout, or the unpacked sdist scikit-build-core builds kernelpack from). A project cannot
+    claim it by what its files say; only by holding the builder itself, which then is kernelpack's
+    (a project that ships a builder of its own runs that code, not this one, whatever it is named).
+    """
+    return project.resolve() == REPO_ROOT.resolve()
+
+
+def own_name_claimed(name: str, package: str) -> str:
+    """What of a project's names, or of its device wheels' names, is one of kernelpack's own
+    (OWN_DISTRIBUTIONS and the rest): "project.name 'kernelpack'", or "" when none is."""
+    distributions = (normalized(name), f"{normalized(name)}-device-{DEVICE_NAME_PROBE}")
+    for distribution in distributions:
+        if distribution in OWN_DISTRIBUTIONS or distribution.startswith(OWN_DISTRIBUTION_PREFIXES):
+            return f"project.name {shown(name)}"
+    for candidate in (package.lower(), f"{package.lower()}_device_{DEVICE_NAME_PROBE}"):
+        if candidate in OWN_PACKAGES or candidate.startswith(OWN_PACKAGE_PREFIXES):
+            return f"the import name {shown(package)}"
+    return ""
+
+
+def _own_names() -> list[str]:
+    return [
+        *OWN_DISTRIBUTIONS,
+        *(f"{prefix}*" for prefix in OWN_DISTRIBUTION_PREFIXES),
+        *(p for p in OWN_PACKAGES if p not in OWN_DISTRIBUTIONS),
+        *(f"{prefix}*" for prefix in OWN_PACKAGE_PREFIXES),
+    ]
 
 
 def _text(table: dict[str, object], key: str, path: Path) -> str:
@@ -417,7 +471,6 @@ def runtime_version() -> str:
 # ---------------------------------------------------------------------------------------------
 # The builder as a distribution of its own
 
-BUILDER_DISTRIBUTION = "kernelpack-buildsys"
 # What the builder needs at run time beside the kernelpack it packages with: the terminal tables,
 # the AMD bundles' compression, the checks of versions and requirements (buildsys.metadata),
 # dynamic versions, and auditwheel for projects with host code.
@@ -436,7 +489,7 @@ def builder_wheel_files(version: str) -> tuple[str, dict[str, bytes]]:
     compatibility header, the device wheel template) pinned to the kernelpack runtime of the same
     version, whose readers it uses; ``kernelpack-build`` is its command."""
     folder = Path(__file__).resolve().parent
-    files = {f"buildsys/{name}": path.read_bytes() for name, path in project_files(folder)}
+    files = {f"{BUILDER_PACKAGE}/{name}": path.read_bytes() for name, path in project_files(folder)}
     files |= pure_wheel_dist_info(
         BUILDER_DISTRIBUTION,
         version,

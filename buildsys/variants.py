@@ -41,6 +41,7 @@ from kernelpack.variant_plugin import FEATURES, NAMESPACE, property_value
 from .errors import BuildError
 from .index_writer import read_index
 from .metadata import add_fields
+from .packaging import PROVIDER_DISTRIBUTION, PROVIDER_PACKAGE
 from .wheels import DeviceGroup, device_groups, read_wheel, write_wheel
 
 if TYPE_CHECKING:
@@ -49,8 +50,6 @@ if TYPE_CHECKING:
 # variantlib 0.2.2's VARIANT_INFO_SCHEMA_URL: the schema version of variant.json it reads.
 VARIANT_SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
 NULL_LABEL = "null"
-PROVIDER_DISTRIBUTION = "kernelpack-variant-provider"
-PROVIDER_PACKAGE = "kernelpack_variant_provider"
 PROVIDER_API = f"{PROVIDER_PACKAGE}.variant_plugin:KernelpackVariantPlugin"
 # The kernelpack the builder runs with (a checkout's wheels/kernelpack, or the installed one).
 KERNELPACK_SOURCE = Path(kernelpack.__file__).resolve().parent

@@ -6,7 +6,8 @@ its tree say is checked where it enters, before anything is compiled or written.
 - the paths it names (output, dist, cache, sources, includes; the defaults, links followed) stay
   inside it, and a frontend's build takes the compile cache from the user, never from the project;
 - its readme is a regular file inside the project (it is published in PKG-INFO and METADATA), and
-  the sdist carries no file a link reaches outside it.
+  the sdist carries no file a link reaches outside it;
+- it cannot take one of kernelpack's own names, which only kernelpack's own tree may use.
 
 Every check here happens before a compiler would run: no test needs one.
 """
@@ -26,11 +27,12 @@ from builder_env import builder_env
 from capped import assert_one_line_refusal
 from packaging.metadata import Metadata
 
-from buildsys import backend
+from buildsys import REPO_ROOT, backend
 from buildsys.errors import ProjectError
 from buildsys.metadata import core_metadata
 from buildsys.packaging import (
     metadata_text,
+    own_name_claimed,
     project_metadata,
     pure_wheel_dist_info,
     runtime_requirement,
@@ -372,3 +374,75 @@ def test_a_link_to_a_file_outside_is_not_carried_by_the_sdist(tmp_path: Path) ->
     (root / "notes" / "leak.txt").symlink_to(tmp_path / "secret.txt")
     with pytest.raises(ProjectError, match=r"project: .*leak.txt leads outside the project"):
         sdist_bytes(meta, epoch=315532800)
+
+
+# ---------------------------------------------------------------------------------------------
+# kernelpack's own names (item 7)
+
+# Written out by hand from the wheels kernelpack's own `wheels` run makes (test_wheels's
+# expected_files) and the names they install: the runtime, a device wheel, the builder, the
+# variant provider.
+OWN_NAMES = [
+    ("kernelpack", None),
+    ("KernelPack", None),
+    ("kernelpack-device-sm90", None),
+    ("kernelpack.device.gfx11-generic", None),
+    ("kernelpack-device", None),  # its device wheels would be kernelpack-device-device-*
+    ("kernelpack-buildsys", None),
+    ("kernelpack_variant_provider", None),
+    ("demo", "kernelpack"),
+    ("demo", "Kernelpack"),
+    ("demo", "buildsys"),
+    ("demo", "kernelpack_device_sm90"),
+    ("demo", "kernelpack_variant_provider"),
+]
+
+
+@pytest.mark.parametrize(("name", "package"), OWN_NAMES)
+def test_a_project_cannot_take_kernelpacks_own_names(
+    tmp_path: Path, name: str, package: str | None
+) -> None:
+    table = "" if package is None else f'[tool.kernelpack]\npackage = "{package}"\n'
+    root = write_project(tmp_path / "demo", DEMO.replace("demo-kernels", name) + table)
+    with pytest.raises(ProjectError, match="is kernelpack's own"):
+        project_metadata(settings_of(root))
+
+
+@pytest.mark.parametrize(
+    "name", ["demo-kernels", "kernelpack-extras", "my-kernelpack", "kernelpackage"]
+)
+def test_other_names_are_the_projects_own(tmp_path: Path, name: str) -> None:
+    root = write_project(tmp_path / "demo", DEMO.replace("demo-kernels", name))
+    assert not project_metadata(settings_of(root)).is_runtime
+
+
+def test_a_copy_of_kernelpacks_pyproject_is_not_kernelpack(tmp_path: Path) -> None:
+    root = tmp_path / "kernelpack"
+    root.mkdir()
+    (root / "pyproject.toml").write_text((REPO_ROOT / "pyproject.toml").read_text())
+    (root / "buildsys").mkdir()
+    (root / "buildsys" / "__init__.py").write_text("")
+    with pytest.raises(ProjectError, match=r"project.name 'kernelpack' is kernelpack's own"):
+        project_metadata(settings_of(root))
+
+
+def test_kernelpacks_own_tree_is_the_runtime() -> None:
+    meta = project_metadata(resolve_settings(argparse.Namespace(), {}, command="wheels"))
+    assert meta.root == REPO_ROOT and meta.name == "kernelpack" and meta.is_runtime
+
+
+@pytest.mark.parametrize(
+    ("wheel", "package"),
+    [
+        ("kernelpack-1.0-cp311-abi3-manylinux_2_28_x86_64.whl", "kernelpack"),
+        ("kernelpack_device_gfx942-1.0-py3-none-any.whl", "kernelpack_device_gfx942"),
+        ("kernelpack_device_gfx11_generic-1.0-py3-none-any.whl", "kernelpack_device_gfx11_generic"),
+        ("kernelpack_device_ptx-1.0-py3-none-any.whl", "kernelpack_device_ptx"),
+        ("kernelpack_variant_provider-1.0-py3-none-any.whl", "kernelpack_variant_provider"),
+        ("kernelpack_buildsys-1.0-py3-none-any.whl", "buildsys"),
+    ],
+)
+def test_every_wheel_kernelpack_makes_is_under_a_name_of_its_own(wheel: str, package: str) -> None:
+    """Each distribution and the import package it installs (written out by hand)."""
+    assert own_name_claimed(wheel.split("-")[0], "demo")
+    assert own_name_claimed("demo", package)
