@@ -29,7 +29,7 @@ from pathlib import Path
 from kernelpack.images import IMAGE_FILE_SUFFIXES
 from kernelpack.regular_files import read_regular
 
-from . import REPO_ROOT
+from . import REPO_ROOT, WHEELS_DIR
 from .errors import ProjectError
 from .metadata import (
     checked_distribution,
@@ -187,12 +187,16 @@ def project_metadata(settings: BuildSettings) -> ProjectMetadata:
 
 
 def is_own_tree(project: Path) -> bool:
-    """Whether ``project`` is kernelpack's own repository: the tree this builder runs from (a
-    checkout, or the unpacked sdist scikit-build-core builds kernelpack from). A project cannot
-    claim it by what its files say; only by holding the builder itself, which then is kernelpack's
-    (a project that ships a builder of its own runs that code, not this one, whatever it is named).
+    """Whether ``project`` is kernelpack's own repository: the tree this builder runs from, whose
+    wheels/kernelpack is the runtime it packages with (a checkout, or the unpacked sdist that
+    scikit-build-core builds kernelpack from; never so for the builder installed as a wheel). A
+    project cannot claim it by what its files say; only by holding this builder, which then is
+    kernelpack's (a project that ships a builder of its own runs that code, whatever its name).
     """
-    return project.resolve() == REPO_ROOT.resolve()
+    import kernelpack
+
+    runtime = Path(kernelpack.__file__).resolve().parent
+    return project.resolve() == REPO_ROOT and runtime == (WHEELS_DIR / "kernelpack").resolve()
 
 
 def own_name_claimed(name: str, package: str) -> str:
@@ -454,7 +458,6 @@ def runtime_version() -> str:
     distribution's, or in a kernelpack checkout that checkout's."""
     import kernelpack
 
-    from . import REPO_ROOT, WHEELS_DIR
     from .settings import package_version
 
     folder = Path(kernelpack.__file__).resolve().parent

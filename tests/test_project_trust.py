@@ -27,10 +27,12 @@ from builder_env import builder_env
 from capped import assert_one_line_refusal
 from packaging.metadata import Metadata
 
+import kernelpack
 from buildsys import REPO_ROOT, backend
 from buildsys.errors import ProjectError
 from buildsys.metadata import core_metadata
 from buildsys.packaging import (
+    is_own_tree,
     metadata_text,
     own_name_claimed,
     project_metadata,
@@ -429,6 +431,15 @@ def test_a_copy_of_kernelpacks_pyproject_is_not_kernelpack(tmp_path: Path) -> No
 def test_kernelpacks_own_tree_is_the_runtime() -> None:
     meta = project_metadata(resolve_settings(argparse.Namespace(), {}, command="wheels"))
     assert meta.root == REPO_ROOT and meta.name == "kernelpack" and meta.is_runtime
+
+
+def test_the_tree_is_kernelpacks_only_with_the_runtime_it_packages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The builder installed as a wheel (its REPO_ROOT is site-packages) has no tree of its own."""
+    assert is_own_tree(REPO_ROOT)
+    monkeypatch.setattr(kernelpack, "__file__", str(tmp_path / "kernelpack" / "__init__.py"))
+    assert not is_own_tree(REPO_ROOT)
 
 
 @pytest.mark.parametrize(
