@@ -8,7 +8,8 @@ A project names it in its pyproject.toml (docs/your-kernels.md)::
 
 ``build_wheel`` compiles the project's kernels for its matrix (the builder's settings: defaults,
 ``[tool.kernelpack]``, ``KERNELPACK_BUILD_*``, then the frontend's config settings, e.g. ``pip wheel
-. -C targets=gfx942``) and writes the fat wheel, the same file ``python -m buildsys wheels`` makes
+. -C targets=gfx942``; the config's ``cache-dir`` excepted: the cache is the user's, see
+IGNORED_CONFIG) and writes the fat wheel, the same file ``python -m buildsys wheels`` makes
 as the null variant's content; ``build_sdist`` writes the project's files with PKG-INFO. The split
 and variant wheels need the whole set at once and come from ``python -m buildsys wheels``.
 
@@ -35,19 +36,46 @@ from kernelpack._console import debug_enabled
 from kernelpack.atomic import atomic_write
 from kernelpack.errors import KernelpackError, UsageError
 
-from .settings import OPTIONS, BuildSettings, resolve_settings
+from .settings import (
+    CONFIG_TABLE,
+    OPTIONS,
+    OPTIONS_BY_NAME,
+    BuildSettings,
+    check_inside_project,
+    project_config,
+    resolve_settings,
+)
 
 ConfigSettings = Mapping[str, str | list[str]] | None
 _Result = TypeVar("_Result")
 
 
+# Settings a project's own config does not choose here: a frontend builds whatever sdist it was
+# given, and the compile cache is the user's. Entries in a cache are taken as compiled from the
+# sources their key names; a cache the project points at (a folder it ships) could hold images no
+# source of it gives. Where the config names one, the build says so and uses the user's cache.
+IGNORED_CONFIG = ("cache_dir",)
+
+
 def _settings(config_settings: ConfigSettings) -> BuildSettings:
     """The wheels command's settings for the project in the current folder (where frontends run
-    the backend), the frontend's config settings standing for command-line options."""
+    the backend), the frontend's config settings standing for command-line options; the config's
+    IGNORED_CONFIG are not taken, with a notice."""
     allowed = {o.name.replace("_", "-"): o for o in OPTIONS if "wheels" in o.commands}
     allowed.pop("project")
     allowed.pop("dist")
-    given: dict[str, object] = {"project": str(Path.cwd())}
+    project = Path.cwd()
+    config = project_config(project)
+    for name in IGNORED_CONFIG:
+        if name in config:
+            ignored = OPTIONS_BY_NAME[name]
+            print(
+                f"notice: {project / 'pyproject.toml'}: {CONFIG_TABLE}.{ignored.config_key} is not "
+                "used when a frontend builds the project (the compile cache is the user's: "
+                f"{ignored.environment}, or -C {ignored.config_key}=DIR)",
+                file=sys.stderr,
+            )
+    given: dict[str, object] = {"project": str(project)}
     for key, value in (config_settings or {}).items():
         option = allowed.get(key.replace("_", "-"))
         if option is None:
@@ -59,7 +87,9 @@ def _settings(config_settings: ConfigSettings) -> BuildSettings:
             given[option.name] = option.type.parse(text, f"config setting {key}", Path.cwd())
         else:
             given[option.name] = text
-    return resolve_settings(argparse.Namespace(**given), command="wheels")
+    return resolve_settings(
+        argparse.Namespace(**given), command="wheels", ignore_config=IGNORED_CONFIG
+    )
 
 
 def _one_line_errors(step: Callable[[], _Result]) -> _Result:
@@ -144,6 +174,12 @@ def build_editable(
         package = meta.python_folder()
         if package is None:
             package = settings.project / EDITABLE_DIR / meta.package
+            check_inside_project(
+                settings.project,
+                package,
+                f"{settings.project}: the editable package folder {EDITABLE_DIR}/{meta.package}",
+                f"remove the link from {EDITABLE_DIR.split('/')[0]}/",
+            )
             package.mkdir(parents=True, exist_ok=True)
             atomic_write(package / "__init__.py", GENERATED_INIT.format(name=meta.name).encode())
         result = build(replace(settings, out=package), progress=False)

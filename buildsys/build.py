@@ -59,6 +59,7 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
     """Build what the settings ask. The result lists every job's outcome; outputs are written only
     when every job succeeded (main_build turns a failure into BuildError after the summary)."""
     targets = select_targets(settings)
+    version = settings.version  # a PEP 440 version, checked before anything is compiled
     check_writable_folder(settings.cache_dir, "cache_dir")
     if any(t.vendor == "nvidia" for t in targets):  # nvcc compiles in the cache's scratch folders
         check_shell_path(settings.cache_dir.resolve(), OPTIONS_BY_NAME["cache_dir"].option_flag)
@@ -110,7 +111,7 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
         sources,
         named,
         compress=settings.compress,
-        version=settings.version,
+        version=version,
         toolchains={tc.kind: f"{tc.name} {tc.version}" for tc in toolchains.values()},
         flags={kind: settings.flags[kind] for kind in used_kinds},
     )

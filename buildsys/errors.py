@@ -10,6 +10,12 @@ class MatrixError(UsageError):
     """arch_matrix.toml (or --targets) names something that cannot be built: exit status 2."""
 
 
+class ProjectError(UsageError):
+    """A kernel project's pyproject.toml or tree says something the builder does not take: a
+    version, name, requirement or field its standard does not allow, a path that leaves the
+    project, one of kernelpack's own names (exit status 2)."""
+
+
 class ToolchainError(CompileError):
     """No compiler can build what was asked, or provisioning one failed: exit status 1."""
 

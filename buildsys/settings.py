@@ -4,7 +4,8 @@ Precedence, later wins:
 
 1. the defaults written in :class:`BuildSettings`;
 2. the project's config: the ``[tool.kernelpack]`` table of ``<project>/pyproject.toml`` (keys are
-   the option names with dashes, ``cache-dir = "..."``; paths there are relative to the project);
+   the option names with dashes, ``cache-dir = "..."``; paths there are relative to the project
+   and, links followed, stay inside it, as the defaults must: the project is untrusted input);
    per-module flags in ``[tool.kernelpack.modules.<module>]`` (``flags``, ``defines``,
    ``include-dirs``);
 3. the environment: ``KERNELPACK_BUILD_<OPTION>`` for each option (``KERNELPACK_BUILD_TARGETS=
@@ -24,7 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ from kernelpack.images import IMAGE_KINDS
 from kernelpack.paths import user_cache_folder
 
 from . import REPO_ROOT
+from .errors import ProjectError
+from .metadata import checked_version
 from .names import check_define, check_flag
 
 ENV_PREFIX = "KERNELPACK_BUILD_"
@@ -55,12 +58,22 @@ PROJECT_LAYOUT = {
 
 def package_version(project: Path = REPO_ROOT) -> str:
     """The version the wheels will carry: setuptools-scm's (as scikit-build-core computes it),
-    else pyproject's fallback_version where there is no git checkout or no setuptools-scm."""
+    else pyproject's fallback_version where there is no git checkout or no setuptools-scm.
+
+    Whichever it is, it must be a PEP 440 version (it names files): it is returned normalised, and
+    anything else is a ProjectError naming where it came from."""
+    path = project / "pyproject.toml"
     data = read_pyproject(project)
-    static = data.get("project", {}).get("version")
-    if isinstance(static, str):
-        return static
-    fallback = str(data.get("tool", {}).get("setuptools_scm", {}).get("fallback_version", "0.0.0"))
+    table = data.get("project", {})
+    if isinstance(table, dict) and "version" in table:
+        static = table["version"]
+        if not isinstance(static, str):
+            raise ProjectError(f'{path}: project.version = {static!r}: expected a string, "1.0.0"')
+        return checked_version(static, f"{path}: project.version")
+    fallback = checked_version(
+        str(data.get("tool", {}).get("setuptools_scm", {}).get("fallback_version", "0.0.0")),
+        f"{path}: tool.setuptools_scm.fallback_version",
+    )
     try:
         from setuptools_scm import get_version
     except ImportError:
@@ -69,7 +82,7 @@ def package_version(project: Path = REPO_ROOT) -> str:
         version: str = get_version(root=str(project), fallback_version=fallback)
     except (LookupError, OSError):
         return fallback
-    return version
+    return checked_version(version, f"{project}: the version setuptools-scm gives (git tags)")
 
 
 def environment_epoch(environ: Mapping[str, str] | None = None) -> int | None:
@@ -203,6 +216,10 @@ def _as_flags(value: object, where: str, base: Path) -> tuple[str, ...]:
     return flags
 
 
+def _as_version(value: object, where: str, base: Path) -> str:
+    return checked_version(_as_text(value, where, base), where)
+
+
 def _as_vendor(value: object, where: str, base: Path) -> str:
     text = _as_text(value, where, base)
     if text not in ("amd", "nvidia"):
@@ -251,6 +268,7 @@ def _as_kernel_lists(value: object, where: str, base: Path) -> dict[str, tuple[s
 
 
 TEXT = _Type("TEXT", _as_text)
+VERSION = _Type("VERSION", _as_version)
 KERNEL_LISTS = _Type("MODULE=KERNEL;...", _as_kernel_lists)
 PATH = _Type("PATH", _as_path)
 TARGETS = _Type("T,...", _as_targets)
@@ -312,7 +330,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("keep_going", SWITCH, _BUILD, "after a failed job, build the others anyway"),
     Option("provision", SWITCH, frozenset({"build", "toolchain", "wheels"}),
            "provision the AMD toolchain if none can build the targets (downloads over 1 GB)"),
-    Option("package_version", TEXT, _BUILD, "the version the index records"),
+    Option("package_version", VERSION, _BUILD, "the version the index records (PEP 440)"),
     Option("package", TEXT, frozenset({"wheels"}), "the import name of the project's package "
            "(default: [project] name with - and . as _)"),
     Option("defines", DEFINES, _BUILD, "preprocessor defines for every target"),
@@ -412,9 +430,17 @@ def resolve_settings(
     environ: Mapping[str, str] | None = None,
     *,
     command: str = "build",
+    ignore_config: Collection[str] = (),
 ) -> BuildSettings:
     """BuildSettings for ``command`` from the defaults, the project's config, the environment and
-    the parsed arguments, in that order (the module's docstring)."""
+    the parsed arguments, in that order (the module's docstring).
+
+    The paths the project supplies for ``command`` (its config's, and the defaults inside it) must
+    lead to a place inside the project, links followed: a ProjectError otherwise
+    (:func:`check_inside_project`).
+    The paths the user gives (command line, environment) are taken as given. ``ignore_config``
+    names options whose config value is not taken (the PEP 517 backend's, buildsys.backend).
+    """
     environ = os.environ if environ is None else environ
     cwd = Path.cwd()
     given: dict[str, object] = {}
@@ -433,9 +459,58 @@ def resolve_settings(
     project = Path(str(given.get("project", default_project()))).resolve()
     values: dict[str, Any] = {name: project / path for name, path in PROJECT_LAYOUT.items()}
     values.update(project_config(project))
+    for name in ignore_config:
+        values.pop(name, None)
+    for name, value in values.items():
+        declared = OPTIONS_BY_NAME.get(name)
+        used = command in (declared.commands if declared is not None else _BUILD)
+        if used and name not in given:
+            _check_project_paths(project, name, value)
     values.update(given)
     values["project"] = project
     return BuildSettings(**values)
+
+
+def check_inside_project(project: Path, path: Path, where: str, remedy: str) -> Path:
+    """``path`` resolved (links followed), which must be ``project`` or inside it: else a
+    ProjectError naming ``where`` and ``remedy``. What a project names is read, written or
+    published by the build; outside the project it could be anything the user can reach."""
+    root = project.resolve()
+    resolved = path.resolve()
+    if not resolved.is_relative_to(root):
+        raise ProjectError(
+            f"{where}: {path} leads outside the project {root} (to {resolved}); {remedy}"
+        )
+    return resolved
+
+
+def _check_project_paths(project: Path, name: str, value: object) -> None:
+    """The paths of one setting the project supplied, each inside the project."""
+    pyproject = project / "pyproject.toml"
+    if name == "modules":
+        assert isinstance(value, Mapping)
+        for module, flags in value.items():
+            for path in flags.include_dirs:
+                check_inside_project(
+                    project,
+                    path,
+                    f"{pyproject}: {CONFIG_TABLE}.modules.{module}.include-dirs",
+                    "name a folder inside the project (vendor the headers there)",
+                )
+        return
+    paths = value if isinstance(value, tuple) else (value,)
+    option = OPTIONS_BY_NAME.get(name)
+    if option is None or not all(isinstance(p, Path) for p in paths):
+        return
+    for path in paths:
+        assert isinstance(path, Path)
+        check_inside_project(
+            project,
+            path,
+            f"{pyproject}: {CONFIG_TABLE}.{option.config_key}",
+            f"a project's paths stay inside it: name one there, or give {option.option_flag} "
+            f"({option.environment}) yourself",
+        )
 
 
 def default_project() -> Path:

@@ -40,6 +40,8 @@ from kernelpack.variant_plugin import FEATURES, NAMESPACE, property_value
 
 from .errors import BuildError
 from .index_writer import read_index
+from .metadata import add_fields
+from .packaging import PROVIDER_DISTRIBUTION, PROVIDER_PACKAGE
 from .wheels import DeviceGroup, device_groups, read_wheel, write_wheel
 
 if TYPE_CHECKING:
@@ -48,8 +50,6 @@ if TYPE_CHECKING:
 # variantlib 0.2.2's VARIANT_INFO_SCHEMA_URL: the schema version of variant.json it reads.
 VARIANT_SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
 NULL_LABEL = "null"
-PROVIDER_DISTRIBUTION = "kernelpack-variant-provider"
-PROVIDER_PACKAGE = "kernelpack_variant_provider"
 PROVIDER_API = f"{PROVIDER_PACKAGE}.variant_plugin:KernelpackVariantPlugin"
 # The kernelpack the builder runs with (a checkout's wheels/kernelpack, or the installed one).
 KERNELPACK_SOURCE = Path(kernelpack.__file__).resolve().parent
@@ -96,8 +96,7 @@ def _dist_info(files: dict[str, bytes]) -> str:
 
 
 def _with_requirement(metadata: str, requirement: str) -> str:
-    headers, _, body = metadata.partition("\n\n")
-    return f"{headers.rstrip(chr(10))}\nRequires-Dist: {requirement}\n\n{body}"
+    return add_fields(metadata, [("Requires-Dist", requirement)])
 
 
 def write_variants(

@@ -47,6 +47,7 @@ from .build import build
 from .errors import BuildError
 from .index_writer import BuiltImage, place_images, read_built_images, read_index, render_index
 from .merge import merge
+from .metadata import add_fields
 from .packaging import (
     DEVICE_ENTRY_POINTS,
     ProjectMetadata,
@@ -342,14 +343,15 @@ def split_wheels(
 
 def _add_extras(metadata: str, groups: list[DeviceGroup], version: str) -> str:
     """Provides-Extra per device wheel, pinned to the host's exact version, plus "all"."""
-    headers, _, body = metadata.partition("\n\n")
-    lines = [headers.rstrip("\n")]
+    fields = []
     for group in groups:
-        lines.append(f"Provides-Extra: {group.name}")
-        lines.append(f'Requires-Dist: {group.distribution}=={version}; extra == "{group.name}"')
-    lines.append("Provides-Extra: all")
-    lines += [f'Requires-Dist: {g.distribution}=={version}; extra == "all"' for g in groups]
-    return "\n".join(lines) + "\n\n" + body
+        fields.append(("Provides-Extra", group.name))
+        fields.append(
+            ("Requires-Dist", f'{group.distribution}=={version}; extra == "{group.name}"')
+        )
+    fields.append(("Provides-Extra", "all"))
+    fields += [("Requires-Dist", f'{g.distribution}=={version}; extra == "all"') for g in groups]
+    return add_fields(metadata, fields)
 
 
 def _device_wheel(
