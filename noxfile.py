@@ -6,6 +6,8 @@ Dependencies come from pyproject.toml's dependency groups, never repeated here. 
 
 from __future__ import annotations
 
+import os
+
 import nox
 
 nox.options.default_venv_backend = "venv"
@@ -54,6 +56,25 @@ def tests(session: nox.Session) -> None:
     """Run the tests; compiler tests provision the toolchain, GPU tests skip without a GPU."""
     _install_groups(session, "test")
     session.run("pytest", *session.posargs)
+
+
+# The processors the emulated suite runs (kernelpack.emulator.EMULATED_TARGETS).
+EMULATED_TARGETS = "gfx942,gfx950,gfx1100,gfx1201"
+
+
+@nox.session
+def amd(session: nox.Session) -> None:
+    """Run the emulated AMD suite (KERNELPACK_AMD_EMULATOR: a tinygrad checkout, docs/amd.md)."""
+    if not os.environ.get("KERNELPACK_AMD_EMULATOR", "").strip():
+        session.error(
+            "KERNELPACK_AMD_EMULATOR is not set: point it at a checkout of "
+            "https://github.com/tinygrad/tinygrad at the commit docs/amd.md names (the emulator "
+            "also needs clang on PATH)"
+        )
+    _install_groups(session, "test")
+    # the images the suite runs, into the package's folder as `nox -s build` puts them
+    session.run("python", "-m", "buildsys", "build", "--provision", "--targets", EMULATED_TARGETS)
+    session.run("pytest", "-m", "amd_emulator", "-s", *session.posargs)
 
 
 @nox.session

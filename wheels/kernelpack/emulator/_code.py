@@ -1,0 +1,191 @@
+"""A code object placed in host memory for the emulator, as the HSA loader places it on a GPU.
+
+The emulator reads instructions and data at plain host addresses (its memory is the process's), so
+a loaded image is a private copy of the object's allocated sections at their virtual addresses.
+Each kernel is found by name the way HIP finds it: the symbol ``<name>.kd`` gives its 64-byte kernel
+descriptor (llvm's amdhsa kernel_descriptor_t), whose entry offset gives the first instruction; the
+metadata note (read by :func:`kernelpack.formats.read_code_object`) gives its arguments.
+
+Instructions the emulator does not execute and that are no-ops on its memory are rewritten in that
+copy, kernel by kernel, as the table :data:`NO_OP_REWRITES` says, and counted; the installed image
+is never changed (it was checked against the index's sha256 before it got here).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._elf import Elf
+from ..errors import RuntimeLibraryError
+from ..formats import read_code_object
+
+EM_AMDGPU = 224
+SHT_NOBITS = 8
+SHT_RELA, SHT_REL = 4, 9
+STT_FUNC = 2
+S_NOP_0 = struct.pack("<I", 0xBF800000)  # s_nop 0: the same word on gfx9, gfx11 and gfx12
+# The emulator reads up to 16 bytes at the program counter; the copy ends in this much padding.
+TAIL_PADDING = 64
+
+# llvm's amdhsa kernel_descriptor_t (AMDGPUUsage, "Kernel Descriptor"): group (LDS) and private
+# (scratch) segment bytes, kernarg bytes, entry offset, rsrc3, rsrc1, rsrc2, code properties,
+# kernarg preload
+_DESCRIPTOR = struct.Struct("<IIIxxxxq20xIIIHH4x")
+# kernel_code_properties: the user SGPRs each enables, in the order the hardware loads them
+USER_SGPRS = (
+    (0x001, "private_segment_buffer", 4),
+    (0x002, "dispatch_ptr", 2),
+    (0x004, "queue_ptr", 2),
+    (0x008, "kernarg_segment_ptr", 2),
+    (0x010, "dispatch_id", 2),
+    (0x020, "flat_scratch_init", 2),
+    (0x040, "private_segment_size", 1),
+)
+WAVEFRONT_SIZE32 = 0x400
+
+
+@dataclass(frozen=True)
+class NoOpRewrite:
+    """An instruction the emulator cannot run that does nothing on its coherent memory, replaced
+    by as many ``s_nop 0`` as it has words: found by the decoder's op name (``op``), or by its
+    encoding (``words``, little-endian) where the decoder does not know it."""
+
+    arch: str
+    mnemonic: str
+    why: str
+    op: str = ""
+    words: bytes = b""
+
+
+NO_OP_REWRITES: tuple[NoOpRewrite, ...] = (
+    NoOpRewrite(
+        "rdna3",
+        "buffer_gl0_inv",
+        "invalidates the L0 cache after __syncthreads; the emulator does not decode it",
+        words=bytes.fromhex("0000ace000000000"),
+    ),
+    NoOpRewrite(
+        "rdna4",
+        "global_inv",
+        "invalidates caches after __syncthreads; the emulator decodes it but cannot run it",
+        op="GLOBAL_INV",
+    ),
+)
+
+
+@dataclass
+class KernelCode:
+    """One kernel of a placed image: where it starts, what its descriptor and metadata say."""
+
+    name: str  # the symbol (mangled for C++ kernels)
+    entry: int  # absolute address of the first instruction
+    size: int  # bytes of code (its function symbol's size)
+    group_segment: int  # static LDS bytes
+    private_segment: int  # scratch bytes a work-item
+    kernarg_size: int
+    rsrc2: int
+    properties: int  # kernel_code_properties
+    kernarg_preload: int
+    wavefront: int
+    args: tuple[Any, ...]  # kernelpack.code_objects.KernelArg: explicit and hidden
+    rewrites: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def user_sgprs(self) -> list[tuple[str, int]]:
+        """The user SGPRs the descriptor enables, in load order: (what, count)."""
+        return [(what, n) for bit, what, n in USER_SGPRS if self.properties & bit]
+
+
+class PlacedImage:
+    """A code object's allocated sections copied into host memory at their virtual addresses."""
+
+    def __init__(self, data: bytes, label: str, arch: str) -> None:
+        self.label = label
+        self.arch = arch
+        elf = Elf(data, label, machine=EM_AMDGPU, what="AMD code object")
+        for section in elf.sections:
+            if section.addr and section.type in (SHT_RELA, SHT_REL):
+                raise RuntimeLibraryError(
+                    f"{label}: has dynamic relocations ({section.name}); the emulated runtime "
+                    "loads objects without them only"
+                )
+        end = max(s.addr + s.size for s in elf.sections if s.addr)
+        self._memory = (ctypes.c_ubyte * (end + TAIL_PADDING))()
+        self.base = ctypes.addressof(self._memory)
+        for section in elf.sections:
+            if section.addr and section.type != SHT_NOBITS:
+                ctypes.memmove(self.base + section.addr, elf.contents(section), section.size)
+        table = elf.section(".symtab") or elf.section(".dynsym")
+        symbols = elf.symbols(table) if table is not None else []
+        self._symbols = {s.name: s for s in symbols if s.name}
+        self._functions = {s.value: s.size for s in symbols if s.type == STT_FUNC}
+        self._metadata = {k.name: k for k in read_code_object(data, label).kernels}
+        self._metadata.update({k.symbol: k for k in self._metadata.values()})
+        self._kernels: dict[str, KernelCode] = {}
+
+    def read(self, address: int, size: int) -> bytes:
+        return ctypes.string_at(address, size)
+
+    def kernel(self, symbol: str, decode: Callable[[bytes, str], Any]) -> KernelCode:
+        """The kernel whose symbol is ``symbol``, its no-op instructions rewritten (once)."""
+        found = self._kernels.get(symbol)
+        if found is not None:
+            return found
+        descriptor = self._symbols.get(symbol + ".kd")
+        metadata = self._metadata.get(symbol) or self._metadata.get(symbol + ".kd")
+        if descriptor is None or metadata is None:
+            raise RuntimeLibraryError(
+                f"{self.label}: no kernel {symbol!r} (no {symbol}.kd descriptor with metadata)"
+            )
+        kd = self.base + descriptor.value
+        group, private, kernarg, entry, _rsrc3, _rsrc1, rsrc2, properties, preload = (
+            _DESCRIPTOR.unpack(self.read(kd, _DESCRIPTOR.size))
+        )
+        start = descriptor.value + entry
+        size = self._functions.get(start) or (len(self._memory) - TAIL_PADDING - start)
+        code = KernelCode(
+            symbol,
+            self.base + start,
+            size,
+            group,
+            private,
+            kernarg,
+            rsrc2,
+            properties,
+            preload,
+            32 if properties & WAVEFRONT_SIZE32 else 64,
+            tuple(metadata.args),
+        )
+        self._rewrite(code, decode)
+        self._kernels[symbol] = code
+        return code
+
+    def _rewrite(self, code: KernelCode, decode: Callable[[bytes, str], Any]) -> None:
+        """Walks the kernel's instructions and rewrites the table's no-ops to s_nop; stops at the
+        first word the decoder does not know that no row names (the emulator would stop there
+        too, with its own message, should the kernel reach it)."""
+        rules = [r for r in NO_OP_REWRITES if r.arch == self.arch]
+        at, end = code.entry, code.entry + code.size
+        while at < end:
+            window = self.read(at, 16)
+            rule = next((r for r in rules if r.words and window.startswith(r.words)), None)
+            if rule is not None:
+                size = len(rule.words)
+            else:
+                try:
+                    inst = decode(window, self.arch)
+                    size = int(inst.size())
+                except Exception:  # the decoder's own error: an encoding it does not know
+                    return
+                op = getattr(inst, "op", None)
+                name = getattr(op, "name", "")
+                rule = next((r for r in rules if r.op and r.op == name), None)
+            if rule is not None:
+                ctypes.memmove(at, S_NOP_0 * (size // 4), size)
+                code.rewrites[rule.mnemonic] += 1
+            at += size
