@@ -55,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
             f"{args.out}: {summary['shards_done']}/{summary['shards']} shards, "
             f"{summary['walks_done']:,}/{summary['walks']:,} walks; this run "
             f"{summary['walks_this_run']:,} walks in {summary['seconds']:.1f} s "
-            f"({summary['triples_per_second']:.3g} triples/s), {len(summary['failures'])} failures"
+            f"({summary['triples_per_second']:.3g} triples/s), {summary['failures_total']} failures"
         )
     return 0
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from ..walk.select import Selection
 from .spec import Spec
 
 DATABASE = "sweep.sqlite"
+PENDING_BLOCK = 4096  # shards whose records are read at once when listing those still to do
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS shards (
@@ -96,8 +98,19 @@ class Store:
         spec = Spec.from_json(db.execute("SELECT value FROM meta WHERE key = 'spec'").fetchone()[0])
         return cls(folder, db), spec
 
-    def done(self) -> set[int]:
-        return {row[0] for row in self.db.execute("SELECT shard FROM shards")}
+    def pending(self, shards: int) -> Iterator[int]:
+        """The shards below ``shards`` not recorded, in order; the records are read a block at a
+        time as the iteration reaches them (memory independent of the count, and a shard that a
+        concurrent run records meanwhile is skipped when its block is read)."""
+        for low in range(0, shards, PENDING_BLOCK):
+            high = min(shards, low + PENDING_BLOCK)
+            done = {
+                int(row[0])
+                for row in self.db.execute(
+                    "SELECT shard FROM shards WHERE shard >= ? AND shard < ?", (low, high)
+                )
+            }
+            yield from (shard for shard in range(low, high) if shard not in done)
 
     def commit(self, result: ShardResult, attempts: int) -> bool:
         """Record a shard and its kept walks in one transaction; False if already recorded."""

@@ -1,0 +1,216 @@
+"""Sweeps met as an attacker or an unlucky user meets them (issue 44, items 8, 10 and 11): a spec
+of ten million shards, a damaged or locked results database, a full disk, an --out that is a
+file, a --scheduler where nothing listens, --workers -1. Each ends within seconds, in one line
+with exit status 2 (bad input) or 1 (a failure of the work that a rerun resumes), or, for the
+large spec, starts committing at once in a driver whose memory does not grow with the shards.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from capped import ADDRESS_SPACE_CAP, WHEELS
+
+from kernelpack.sweep import engine, store
+from kernelpack.sweep.spec import load_spec
+from kernelpack.sweep.store import ShardResult, Store
+from kernelpack.walk.select import Selection
+
+SPEC = """\
+matrix = [["2*x + y + 1", "-(x + 1)**2 * y"], ["1", "0"]]
+axes = ["x", "y"]
+target = 0.6
+depth = 4
+depth1 = 2
+primes = [65537]
+shifts = [[1, 4], [1, 4]]
+dirs = [[1, 2], [1, 2]]
+top_k = 2
+shard_walks = 16
+"""
+# ten million shards of one walk each
+LARGE = (
+    SPEC.replace("shifts = [[1, 4], [1, 4]]", "shifts = [[1, 1000], [1, 1000]]")
+    .replace("dirs = [[1, 2], [1, 2]]", "dirs = [[1, 10], [1, 1]]")
+    .replace("shard_walks = 16", "shard_walks = 1")
+    .replace("top_k = 2", "top_k = 1")
+)
+
+
+@pytest.fixture
+def spec_path(tmp_path: Path) -> Path:
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC)
+    return path
+
+
+def _cap_and_detach() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_CAP, ADDRESS_SPACE_CAP))
+    os.setsid()
+
+
+def _peak_rss_mib(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of a process, in MiB."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return tuple(int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))  # type: ignore[return-value]
+
+
+def _committed(out: Path) -> int:
+    try:
+        with sqlite3.connect(out / "sweep.sqlite", timeout=0.1) as db:
+            return int(db.execute("SELECT count(*) FROM shards").fetchone()[0])
+    except sqlite3.Error:  # not created yet
+        return 0
+
+
+def test_ten_million_shards_commit_at_once_in_bounded_memory(tmp_path: Path) -> None:
+    """The shards are generated and submitted lazily, a bounded window at a time: the first
+    commit comes within seconds (the local cluster's start) and the driver's memory stays flat
+    while shards commit, under the 2 GiB address-space cap. Before, the driver built every
+    shard's task first: nothing committed in 45 s, 1.2 GB and growing."""
+    path = tmp_path / "large.toml"
+    path.write_text(LARGE)
+    assert load_spec(path).shards == 10**7
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "kernelpack", "sweep", "run", str(path), "--out", str(out)]
+    with (tmp_path / "stderr").open("w") as stderr:
+        process = subprocess.Popen(
+            [*command, "--backend", "numpy", "--workers", "1"],
+            env={**os.environ, "PYTHONPATH": str(WHEELS)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            preexec_fn=_cap_and_detach,
+        )
+    started = time.monotonic()
+    first = at_first = None
+    try:
+        while time.monotonic() - started < 30 and process.poll() is None:
+            if first is None and _committed(out):
+                first, at_first = time.monotonic() - started, _peak_rss_mib(process.pid)[0]
+            if first is not None and time.monotonic() - started > first + 3:
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, (tmp_path / "stderr").read_text()[-2000:]
+        rss, peak = _peak_rss_mib(process.pid)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the driver and its Dask workers
+        process.wait()
+    assert first is not None and first < 20, f"no commit in {time.monotonic() - started:.0f} s"
+    assert at_first is not None and rss - at_first < 32 and peak < 400, (at_first, rss, peak)
+    # what was committed is whole and once: shard s holds walk s, nothing outside a shard row
+    with sqlite3.connect(out / "sweep.sqlite") as db:
+        shards = db.execute("SELECT count(*), min(shard), sum(walks) FROM shards").fetchone()
+        assert shards[0] >= 2 and shards[1] == 0 and shards[2] == shards[0]
+        assert db.execute(
+            "SELECT count(*) FROM walks WHERE walk != shard OR shard NOT IN (SELECT shard FROM shards)"
+        ).fetchone() == (0,)
+
+
+def _selection(walks: range) -> Selection:
+    n = len(walks)
+    return Selection(
+        np.array(walks, dtype=np.int64),
+        np.full(n, 0.5),
+        np.linspace(1.0, 0.0, n),
+        np.ones((n, 2), np.int64),
+        np.full((n, 2), 2, np.int64),
+    )
+
+
+def _result(spec_path: Path, shard: int) -> ShardResult:
+    start, stop = load_spec(spec_path).shard_range(shard)
+    return ShardResult(shard, stop - start, None, _selection(range(start, stop)), 0.1, "w")
+
+
+def _store(spec_path: Path, out: Path, shards: tuple[int, ...] = (0, 2)) -> Store:
+    opened = Store.open(out, load_spec(spec_path))
+    for shard in shards:
+        assert opened.commit(_result(spec_path, shard), 1)
+    return opened
+
+
+def test_pending_reads_the_store_a_block_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shards still to do, in order, across blocks; a shard another run records while the
+    iteration is under way is skipped when its block is reached."""
+    monkeypatch.setattr(store, "PENDING_BLOCK", 4)
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC.replace("shard_walks = 16", "shard_walks = 1"))  # 64 shards
+    opened = _store(path, tmp_path / "out", (0, 3, 4, 7, 8, 9, 10, 11, 63))
+    pending = opened.pending(64)
+    assert [next(pending) for _ in range(3)] == [1, 2, 5]
+    assert opened.commit(_result(path, 13), 1)  # a concurrent run, two blocks ahead
+    expected = [6, *range(12, 63)]
+    expected.remove(13)
+    assert list(pending) == expected
+    opened.close()
+
+
+def test_a_bounded_window_keeps_every_shard_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a window of two tasks, no more than two are in flight beyond those finished, a
+    failed shard is retried inside the window, and every shard is recorded once."""
+    distributed = pytest.importorskip("distributed")
+    monkeypatch.setattr(engine, "MIN_WINDOW", 2)
+    monkeypatch.setattr(engine, "WINDOW_PER_THREAD", 1)
+    real_run, real_client = engine.run_shard, engine._client
+    failed = tmp_path / "failed"
+
+    def flaky(spec_json: str, shard: int, backend: str) -> tuple[str, object, str]:
+        status, payload, worker = real_run(spec_json, shard, backend)
+        if shard == 3 and not failed.exists():
+            failed.write_text(worker)
+            return "failed", "injected", worker
+        return status, payload, worker
+
+    submitted: list[str] = []
+
+    def client(options: engine.EngineOptions) -> object:
+        made = real_client(options)
+        submit = made.submit
+
+        def recorded(*args: object, **kwargs: object) -> object:
+            submitted.append(str(kwargs["key"]))
+            return submit(*args, **kwargs)
+
+        made.submit = recorded
+        return made
+
+    monkeypatch.setattr(engine, "run_shard", flaky)
+    monkeypatch.setattr(engine, "_client", client)
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC.replace("shard_walks = 16", "shard_walks = 5"))  # 13 shards
+    spec = load_spec(path)
+    commits: list[int] = []
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        opened = Store.open(tmp_path / "out", spec)
+
+        def on_commit(shard: int) -> None:
+            commits.append(shard)
+            # tasks finished before this one: len(commits) - 1 commits and at most one failure
+            assert len(submitted) <= len(commits) - 1 + 1 + 2, (commits, submitted)
+
+        options = engine.EngineOptions("numpy", scheduler=cluster.scheduler_address)
+        summary = engine.run_sweep(spec, opened, options, on_commit)
+        attempts = dict(opened.db.execute("SELECT shard, attempts FROM shards").fetchall())
+        opened.close()
+    assert sorted(commits) == list(range(spec.shards)) == sorted(attempts)
+    assert attempts[3] == 2 and sum(attempts.values()) == spec.shards + 1
+    assert sorted(submitted) == sorted([f"shard-{s}-1" for s in range(13)] + ["shard-3-2"])
+    assert summary["walks_this_run"] == spec.walks and summary["failures_total"] == 1
