@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from capped import ADDRESS_SPACE_CAP, WHEELS
+from capped import ADDRESS_SPACE_CAP, WHEELS, assert_one_line_refusal, run_capped
 
 from kernelpack.sweep import engine, store
 from kernelpack.sweep.spec import load_spec
@@ -214,3 +215,41 @@ def test_a_bounded_window_keeps_every_shard_once(
     assert attempts[3] == 2 and sum(attempts.values()) == spec.shards + 1
     assert sorted(submitted) == sorted([f"shard-{s}-1" for s in range(13)] + ["shard-3-2"])
     assert summary["walks_this_run"] == spec.walks and summary["failures_total"] == 1
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (("--workers", "-1"), "--workers -1: expected a count of 1 or more"),
+        (("--workers", "0"), "--workers 0: expected a count of 1 or more"),
+        (("--retries", "-1"), "--retries -1: expected 0 or more"),
+        (("--scheduler", "nothing"), "--scheduler 'nothing': missing port number"),
+    ],
+)
+def test_bad_engine_options_are_one_line_exit_2(
+    tmp_path: Path, spec_path: Path, option: tuple[str, str], message: str
+) -> None:
+    """--workers -1 used to start a LocalCluster of -1 workers and wait for it forever."""
+    out = tmp_path / "out"
+    result = run_capped(
+        ["sweep", "run", str(spec_path), "--out", str(out), "--backend", "numpy", *option]
+    )
+    assert_one_line_refusal(result)
+    assert message in result.stderr, result.stderr
+
+
+def test_an_unreachable_scheduler_fails_within_seconds(tmp_path: Path, spec_path: Path) -> None:
+    """Dask's own connect timeout is 30 s and ends in an OSError's traceback."""
+    with socket.socket() as probe:  # a port where nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    started = time.monotonic()
+    args = ["sweep", "run", str(spec_path), "--out", str(tmp_path / "out"), "--backend", "numpy"]
+    result = run_capped([*args, "--scheduler", address], timeout=20)
+    assert time.monotonic() - started < 15
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: --scheduler {address}: no Dask scheduler answered within 5 s (Timed out trying "
+        f"to connect to {address} after 5 s); start one (`dask scheduler`) or check the address"
+    ]

@@ -41,10 +41,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _run(args: argparse.Namespace) -> int:
+    options = EngineOptions(args.backend, args.workers, args.scheduler, args.retries)
     spec = load_spec(args.spec)
     store = Store.open(args.out, spec)
     try:
-        options = EngineOptions(args.backend, args.workers, args.scheduler, args.retries)
         summary = run_sweep(spec, store, options)
     finally:
         store.close()

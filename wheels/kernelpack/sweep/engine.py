@@ -16,6 +16,7 @@ thread) is in flight, refilled as each finishes, and the shards still to do are 
 store a block at a time, so the driver's memory does not grow with the number of shards and the
 first commit comes as soon as the cluster has run one task. The store's check inside each
 commit keeps every shard exactly once whatever the window holds (a retry, a concurrent run).
+An unreachable ``--scheduler`` fails after ``connect_timeout`` seconds, not Dask's 30.
 """
 
 from __future__ import annotations
@@ -50,6 +51,22 @@ class EngineOptions:
     workers: int | None = None  # local workers; default: GPUs (gpu) or CPU cores (numpy)
     scheduler: str | None = None  # a running Dask scheduler's address
     retries: int = 2
+    connect_timeout: float = 5.0  # seconds to reach --scheduler (Dask's own default is 30)
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("gpu", "numpy"):
+            raise UsageError(f"--backend {self.backend!r}: expected gpu or numpy")
+        if self.workers is not None and (
+            isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1
+        ):
+            raise UsageError(
+                f"--workers {self.workers}: expected a count of 1 or more (leave it out for one "
+                "worker per GPU, or per CPU core with --backend numpy)"
+            )
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+            raise UsageError(f"--retries {self.retries}: expected 0 or more")
+        if not self.connect_timeout > 0:
+            raise UsageError(f"connect_timeout {self.connect_timeout}: expected seconds > 0")
 
 
 @functools.lru_cache(maxsize=4)
@@ -136,7 +153,19 @@ def _client(options: EngineOptions) -> Any:
             "sweep: needs Dask distributed; pip install 'kernelpack[sweep]' (or dask distributed)"
         ) from None
     if options.scheduler:
-        return distributed.Client(options.scheduler)
+        try:
+            return distributed.Client(options.scheduler, timeout=options.connect_timeout)
+        except ValueError as error:  # not an address
+            raise UsageError(
+                f"--scheduler {options.scheduler!r}: {error}; expected an address such as "
+                "tcp://HOST:8786"
+            ) from None
+        except OSError as error:  # nothing answered (TimeoutError is an OSError)
+            raise SweepError(
+                f"--scheduler {options.scheduler}: no Dask scheduler answered within "
+                f"{options.connect_timeout:g} s ({error}); start one (`dask scheduler`) or check "
+                "the address"
+            ) from None
     if options.backend == "gpu":
         from .. import detect
 
@@ -149,13 +178,18 @@ def _client(options: EngineOptions) -> Any:
 
         count = options.workers or max(1, len(os.sched_getaffinity(0)))
         resources = {}
-    cluster = distributed.LocalCluster(
-        n_workers=count,
-        threads_per_worker=1,
-        processes=True,
-        resources=resources,
-        dashboard_address=None,
-    )
+    try:
+        cluster = distributed.LocalCluster(
+            n_workers=count,
+            threads_per_worker=1,
+            processes=True,
+            resources=resources,
+            dashboard_address=None,
+        )
+    except OSError as error:  # no processes, ports or files left for the workers
+        raise SweepError(
+            f"sweep: could not start {count} local Dask workers ({error}); pass fewer --workers"
+        ) from None
     return distributed.Client(cluster)
 
 
