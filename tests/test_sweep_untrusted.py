@@ -253,3 +253,30 @@ def test_an_unreachable_scheduler_fails_within_seconds(tmp_path: Path, spec_path
         f"error: --scheduler {address}: no Dask scheduler answered within 5 s (Timed out trying "
         f"to connect to {address} after 5 s); start one (`dask scheduler`) or check the address"
     ]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ("shifts = [[1, 9223372036854775807], [1, 4]]", "walks: over 2^63 - 1"),
+        ("shifts = [[1, 9223372036854775808], [1, 4]]", "within int64"),
+        ("primes = 100000000", "primes = 100000000: expected a count of 1..256"),
+        ("shard_walks = 9223372036854775808", "shard_walks = 9223372036854775808: expected"),
+    ],
+)
+def test_a_spec_beyond_int64_is_one_line_exit_2(tmp_path: Path, edit: str, message: str) -> None:
+    """Walks are numbered in int64 and the prime count is the walker's: a spec past them used
+    to fill memory (every shard's task) or search for primes for ever."""
+    key = edit.split(" =")[0]
+    path = tmp_path / "spec.toml"
+    path.write_text(
+        "".join(line for line in SPEC.splitlines(keepends=True) if not line.startswith(key))
+        + edit
+        + "\n"
+    )
+    result = run_capped(
+        ["sweep", "run", str(path), "--out", str(tmp_path / "out"), "--backend", "numpy"],
+        timeout=20,
+    )
+    assert_one_line_refusal(result)
+    assert message in result.stderr and str(path) in result.stderr, result.stderr
