@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 from capped import ADDRESS_SPACE_CAP, WHEELS, assert_one_line_refusal, run_capped
 
+from kernelpack import cli
+from kernelpack.errors import SweepError, UsageError
 from kernelpack.sweep import engine, store
 from kernelpack.sweep.spec import load_spec
 from kernelpack.sweep.store import ShardResult, Store
@@ -215,6 +217,159 @@ def test_a_bounded_window_keeps_every_shard_once(
     assert attempts[3] == 2 and sum(attempts.values()) == spec.shards + 1
     assert sorted(submitted) == sorted([f"shard-{s}-1" for s in range(13)] + ["shard-3-2"])
     assert summary["walks_this_run"] == spec.walks and summary["failures_total"] == 1
+
+
+@pytest.mark.parametrize(
+    ("damage", "commands", "message"),
+    [
+        (b"\x8f\x13 not sqlite " * 300, ("run", "top"), "damaged (file is not a database)"),
+        (b"", ("top",), "damaged (no such table: meta)"),
+        (
+            "UPDATE meta SET value = replace(value, '\"top_k\":2', '\"top_k\":3') WHERE key = 'spec'",
+            ("run", "top"),
+            "meta.spec hashes to",
+        ),
+        ("UPDATE meta SET value = '{\"matrix\": 1' WHERE key = 'spec'", ("run", "top"), "not JSON"),
+        ("UPDATE meta SET value = '[1, 2]' WHERE key = 'spec'", ("top",), "a JSON object"),
+        (
+            "UPDATE meta SET value = replace(value, '\"shard_walks\":16', '\"shard_walks\":0') "
+            "WHERE key = 'spec'",
+            ("top",),
+            "shard_walks = 0",
+        ),
+        ("DELETE FROM meta WHERE key = 'spec_hash'", ("run", "top"), "no spec_hash"),
+        ("UPDATE meta SET value = '7' WHERE key = 'walks'", ("top",), "meta.walks"),
+        ("DROP TABLE walks", ("top",), "no such table: walks"),
+        ("UPDATE walks SET shifts = '[1, ' WHERE walk = 3", ("top",), "JSONDecodeError"),
+        ("UPDATE walks SET est = 'x' WHERE walk = 3", ("top",), "where a number belongs"),
+        ("UPDATE walks SET dirs = '[true]' WHERE walk = 3", ("top",), "list of integers"),
+    ],
+    ids=[
+        "random-bytes",
+        "empty",
+        "spec-edited",
+        "spec-not-json",
+        "spec-a-list",
+        "spec-bad-value",
+        "no-hash",
+        "walks-count",
+        "no-walks-table",
+        "shifts-not-json",
+        "est-text",
+        "dirs-not-ints",
+    ],
+)
+def test_a_damaged_store_is_one_line_exit_2(
+    tmp_path: Path, spec_path: Path, damage: str | bytes, commands: tuple[str, ...], message: str
+) -> None:
+    out = tmp_path / "out"
+    _store(spec_path, out).close()
+    database = out / "sweep.sqlite"
+    if isinstance(damage, bytes):
+        for suffix in ("-wal", "-shm"):
+            database.with_name(database.name + suffix).unlink(missing_ok=True)
+        database.write_bytes(damage)
+    else:
+        with sqlite3.connect(database) as db:
+            db.execute(damage)
+    for command in commands:
+        args = ["sweep", "top", str(out)] if command == "top" else ["sweep", "run"]
+        if command == "run":
+            args += [str(spec_path), "--out", str(out), "--backend", "numpy", "--workers", "1"]
+        result = run_capped(args, timeout=20)
+        assert_one_line_refusal(result)
+        assert str(database) in result.stderr and message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_store_that_is_not_a_file_is_refused(tmp_path: Path, spec_path: Path, kind: str) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    database = out / "sweep.sqlite"
+    database.mkdir() if kind == "directory" else os.mkfifo(database)
+    for args in (
+        ["sweep", "run", str(spec_path), "--out", str(out), "--backend", "numpy"],
+        ["sweep", "top", str(out)],
+    ):
+        result = run_capped(args, timeout=20)
+        assert_one_line_refusal(result)
+        assert f"{database}: not a regular file" in result.stderr, result.stderr
+
+
+def test_a_walk_recorded_without_its_shard_is_damage(tmp_path: Path, spec_path: Path) -> None:
+    """A shard row removed by hand while its walks stay: the rerun's commit meets the walks'
+    primary key, which is damage (exit 2), not a traceback; nothing of the shard is written."""
+    opened = _store(spec_path, tmp_path / "out")
+    opened.db.execute("DELETE FROM shards WHERE shard = 2")
+    with pytest.raises(UsageError, match=r"damaged \(UNIQUE constraint failed: walks.walk\)"):
+        opened.commit(_result(spec_path, 2), 1)
+    assert not opened.db.in_transaction
+    assert opened.db.execute("SELECT count(*) FROM shards").fetchone() == (1,)
+    opened.close()
+
+
+def test_a_full_disk_is_reported_as_such_and_loses_nothing(tmp_path: Path, spec_path: Path) -> None:
+    """SQLite rolls a transaction back itself on SQLITE_FULL; the ROLLBACK that followed
+    unconditionally failed and its "no transaction is active" hid the cause. The error now
+    names the full disk (exit 1), the shard is not recorded, and once there is room again the
+    same shard commits once."""
+    path = tmp_path / "spec.toml"
+    path.write_text(
+        SPEC.replace("shard_walks = 16", "shard_walks = 4000").replace(
+            "shifts = [[1, 4], [1, 4]]", "shifts = [[1, 40], [1, 50]]"
+        )
+    )
+    opened = _store(path, tmp_path / "out", ())
+    pages = opened.db.execute("PRAGMA page_count").fetchone()[0]
+    opened.db.execute(f"PRAGMA max_page_count = {pages + 2}")  # the disk as good as full
+    with pytest.raises(SweepError, match=r"database or disk is full.*rerun the same command"):
+        opened.commit(_result(path, 0), 1)
+    assert not opened.db.in_transaction
+    assert opened.progress() == (0, 0)
+    assert opened.db.execute("SELECT count(*) FROM walks").fetchone() == (0,)
+    opened.db.execute("PRAGMA max_page_count = 1073741823")  # room again
+    assert opened.commit(_result(path, 0), 1)
+    assert not opened.commit(_result(path, 0), 2)
+    assert opened.progress() == (1, 4000)
+    opened.close()
+
+
+def test_a_locked_store_is_one_line_exit_1(
+    tmp_path: Path,
+    spec_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Another process holding the write lock past the busy timeout: exit 1 (a rerun resumes),
+    one line naming the database, from `run` and from a commit under way."""
+    monkeypatch.setattr(store, "BUSY_TIMEOUT", 0.2)
+    out = tmp_path / "out"
+    opened = _store(spec_path, out)
+    holder = sqlite3.connect(out / "sweep.sqlite", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        status = cli.main(["sweep", "run", str(spec_path), "--out", str(out), "--backend", "numpy"])
+        with pytest.raises(SweepError, match="database is locked"):
+            opened.commit(_result(spec_path, 1), 1)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{out / 'sweep.sqlite'}: database is locked" in err and "rerun" in err
+    assert opened.commit(_result(spec_path, 1), 1)  # and once the lock is gone, it goes on
+    opened.close()
+
+
+def test_out_naming_a_file_is_one_line_exit_2(tmp_path: Path, spec_path: Path) -> None:
+    for out in (tmp_path / "a-file", tmp_path / "a-file" / "below"):
+        (tmp_path / "a-file").write_text("not a folder")
+        result = run_capped(
+            ["sweep", "run", str(spec_path), "--out", str(out), "--backend", "numpy"]
+        )
+        assert_one_line_refusal(result)
+        assert f"--out {out}" in result.stderr
 
 
 @pytest.mark.parametrize(
