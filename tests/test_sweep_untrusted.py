@@ -7,6 +7,7 @@ large spec, starts committing at once in a driver whose memory does not grow wit
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -435,3 +436,17 @@ def test_a_spec_beyond_int64_is_one_line_exit_2(tmp_path: Path, edit: str, messa
     )
     assert_one_line_refusal(result)
     assert message in result.stderr and str(path) in result.stderr, result.stderr
+
+
+def test_top_reads_the_folder_it_is_given_whatever_its_name(
+    tmp_path: Path, spec_path: Path
+) -> None:
+    """`top` opened f"file:{path}?mode=ro": in a folder named a?b#c SQLite read (and created,
+    writable) the file "a" beside it and reported no such table."""
+    folder = tmp_path / "a?b#c"
+    _store(spec_path, folder).close()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = run_capped(["sweep", "top", str(folder), "--json", "-k", "1"], timeout=20)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["top"][0]["walk"] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
