@@ -450,3 +450,36 @@ def test_top_reads_the_folder_it_is_given_whatever_its_name(
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["top"][0]["walk"] == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("fifo", "is a FIFO, not a regular file"),
+        ("/dev/zero", "is a device, not a regular file"),
+        (b"target = 1\n# \xe9\n", "not UTF-8 text (at byte 13)"),
+        ("x = " + "[" * 50000 + "]" * 50000 + "\n", "nested too deeply"),
+        (SPEC.replace('"2*x + y + 1"', '"' + "+".join(["x"] * 30000) + '"'), "too deep to parse"),
+        ("#" * (2 << 20), "over the 1048576-byte limit"),
+    ],
+    ids=["fifo", "device", "latin-1", "nested-arrays", "long-expression", "huge"],
+)
+def test_a_spec_file_that_is_no_spec_is_one_line_exit_2(
+    tmp_path: Path, content: str | bytes, message: str
+) -> None:
+    """SPEC.toml was read with Path.read_text: a FIFO hung, /dev/zero filled memory; deep
+    nesting ended in RecursionError's traceback from tomllib or Python's parser."""
+    path = tmp_path / "spec.toml"
+    if content == "fifo":
+        os.mkfifo(path)
+    elif content == "/dev/zero":
+        path = Path(content)
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    args = ["sweep", "run", str(path), "--out", str(tmp_path / "out"), "--backend", "numpy"]
+    result = run_capped(args, timeout=20)
+    assert_one_line_refusal(result)
+    assert f"{path}: " in result.stderr and message in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()

@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import UsageError
+from ..regular_files import read_regular
 from ..walk import Program, compile_program
 from ..walk.inputs import MAX_PRIMES, PRIME_LIMIT, check_scalars, is_prime
 
@@ -54,6 +55,7 @@ REQUIRED = ("matrix", "axes", "target", "depth", "primes", "shifts", "dirs")
 DEFAULT_SHARD_WALKS = 100_000
 DEFAULT_TOP_K = 100
 INT64_MAX = 2**63 - 1
+SPEC_FILE_LIMIT = 1 << 20  # bytes: a spec is a few lines (256 primes and a matrix fit in 10 KB)
 
 
 def largest_primes(count: int) -> list[int]:
@@ -177,11 +179,16 @@ def _integer(source: str, key: str, value: object, low: int) -> int:
 def load_spec(path: Path) -> Spec:
     """SPEC.toml read and checked; every problem is a UsageError naming the file and key."""
     try:
-        raw: dict[str, Any] = tomllib.loads(path.read_text())
-    except OSError as error:
+        data = read_regular(path, limit=SPEC_FILE_LIMIT, what="a sweep spec (TOML)")
+        raw: dict[str, Any] = tomllib.loads(data.decode())
+    except OSError as error:  # missing
         raise UsageError(f"{path}: cannot read it ({error.strerror})") from None
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{path}: not UTF-8 text (at byte {error.start})") from None
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"{path}: not TOML ({error})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: arrays or tables nested too deeply to be a spec") from None
     return check_spec(raw, str(path))
 
 
@@ -205,6 +212,8 @@ def check_spec(raw: dict[str, Any], source: str) -> Spec:
         program = compile_program(matrix, axes)
     except ValueError as error:
         raise _fail(source, "matrix", raw["matrix"], str(error)) from None
+    except RecursionError:  # Python's parser, on an expression nested or chained too deeply
+        raise _fail(source, "matrix", raw["matrix"], "an expression too deep to parse") from None
     depth = _integer(source, "depth", raw["depth"], 1)
     depth1 = _integer(source, "depth1", raw.get("depth1", max(1, depth // 2)), 1)
     primes = raw["primes"]
