@@ -483,3 +483,42 @@ def test_a_spec_file_that_is_no_spec_is_one_line_exit_2(
     assert_one_line_refusal(result)
     assert f"{path}: " in result.stderr and message in result.stderr, result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_lost_scheduler_is_one_line_and_loses_nothing(
+    tmp_path: Path, spec_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler gone mid-sweep: every future in flight is cancelled and the client's
+    worker list is empty (scheduler_info()["workers"] was a KeyError's traceback); now one
+    SweepError (exit 1) on one line, the shards committed before it whole."""
+    distributed = pytest.importorskip("distributed")
+    import dask
+    from distributed.utils import sync
+
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC.replace("shard_walks = 16", "shard_walks = 1"))  # 64 shards
+    spec = load_spec(path)
+    monkeypatch.setattr(engine, "MIN_WINDOW", 2)
+    monkeypatch.setattr(engine, "WINDOW_PER_THREAD", 1)
+    # the worker left behind retries its scheduler for the connect timeout: 1 s, not 30
+    with (
+        dask.config.set({"distributed.comm.timeouts.connect": "1s"}),
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+    ):
+        opened = Store.open(tmp_path / "out", spec)
+
+        def on_commit(shard: int) -> None:
+            if shard == 2:
+                sync(cluster.loop, cluster.scheduler.close)
+
+        options = engine.EngineOptions("numpy", scheduler=cluster.scheduler_address)
+        with pytest.raises(SweepError) as raised:
+            engine.run_sweep(spec, opened, options, on_commit)
+        done = opened.progress()
+        opened.close()
+    message = str(raised.value)
+    assert message.startswith(f"sweep: lost the Dask scheduler at {cluster.scheduler_address}")
+    assert "\n" not in message and "rerun the same command to resume" in message
+    assert 3 <= done[0] < spec.shards and done[0] == done[1]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import importlib
 import itertools
+import logging
 import math
 import sys
 import time
@@ -131,13 +132,27 @@ def run_shard(spec_json: str, shard: int, backend: str) -> tuple[str, object, st
             worker,
         )
     except (KernelpackError, ValueError, RuntimeError, OSError) as error:
-        return "failed", f"{type(error).__name__}: {error}", worker
+        return "failed", _one_line(f"{type(error).__name__}: {error}"), worker
 
 
 def _empty(spec: Spec) -> Any:
     from ..walk.select import Selection
 
     return Selection.empty(spec.dim)
+
+
+def _one_line(text: str) -> str:
+    """A message of Dask's or a worker's on one line (Dask's hold newlines and links)."""
+    return " ".join(text.split())
+
+
+def _lost(client: Any, options: EngineOptions, error: BaseException) -> SweepError:
+    where = f"at {options.scheduler}" if options.scheduler else "of the local cluster"
+    return SweepError(
+        f"sweep: lost the Dask scheduler {where} (client {client.status}; "
+        f"{_one_line(f'{type(error).__name__}: {error}')}); the shards in flight are not "
+        "recorded: rerun the same command to resume"
+    )
 
 
 def _distributed() -> Any:
@@ -347,7 +362,10 @@ def _run_shards(
         def refill() -> None:
             nonlocal workers, window, refreshed
             if time.monotonic() - refreshed >= REFRESH_SECONDS:
-                info = client.scheduler_info()["workers"]
+                try:
+                    info = client.scheduler_info()["workers"]
+                except (OSError, KeyError) as error:  # KeyError: an empty cache, disconnected
+                    raise _lost(client, options, error) from None
                 workers = list(info)
                 threads = sum(int(w.get("nthreads", 1)) for w in info.values())
                 window, refreshed = max(MIN_WINDOW, WINDOW_PER_THREAD * threads), time.monotonic()
@@ -365,7 +383,13 @@ def _run_shards(
             try:
                 status, payload, worker = future.result()
             except Exception as error:  # the worker died (Dask's KilledWorker) or was lost
-                status, payload, worker = "failed", f"{type(error).__name__}: {error}", "?"
+                if client.status != "running":  # the scheduler is gone: no retry can run
+                    raise _lost(client, options, error) from None
+                status, payload, worker = (
+                    "failed",
+                    _one_line(f"{type(error).__name__}: {error}"),
+                    "?",
+                )
             if status == "ok":
                 result: ShardResult = payload
                 if store.commit(result, attempt):
@@ -384,6 +408,20 @@ def _run_shards(
                 submit(shard, attempt + 1, [w for w in workers if w != worker] or None)
             refill()
     finally:
+        _close(client, options)
+
+
+def _close(client: Any, options: EngineOptions) -> None:
+    """The client closed (and the local cluster with it). A client that lost its scheduler is
+    closed quietly: Dask logs the traceback of the reconnection that closing cancels, on stderr,
+    where the sweep's one line of error follows."""
+    logger = logging.getLogger("distributed.client")
+    level = logger.level
+    if client.status != "running":
+        logger.setLevel(logging.CRITICAL)
+    try:
         client.close()
         if not options.scheduler and client.cluster is not None:
             client.cluster.close()
+    finally:
+        logger.setLevel(level)
