@@ -167,7 +167,8 @@ def test_a_bounded_window_keeps_every_shard_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With a window of two tasks, no more than two are in flight beyond those finished, a
-    failed shard is retried inside the window, and every shard is recorded once."""
+    failed shard is retried inside the window, the shards a previous run recorded are not
+    submitted, and every shard is recorded once."""
     distributed = pytest.importorskip("distributed")
     monkeypatch.setattr(engine, "MIN_WINDOW", 2)
     monkeypatch.setattr(engine, "WINDOW_PER_THREAD", 1)
@@ -203,7 +204,7 @@ def test_a_bounded_window_keeps_every_shard_once(
     with distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
     ) as cluster:
-        opened = Store.open(tmp_path / "out", spec)
+        opened = _store(path, tmp_path / "out", (0, 6, 12))  # a previous run's
 
         def on_commit(shard: int) -> None:
             commits.append(shard)
@@ -214,10 +215,14 @@ def test_a_bounded_window_keeps_every_shard_once(
         summary = engine.run_sweep(spec, opened, options, on_commit)
         attempts = dict(opened.db.execute("SELECT shard, attempts FROM shards").fetchall())
         opened.close()
-    assert sorted(commits) == list(range(spec.shards)) == sorted(attempts)
+    resumed = [s for s in range(spec.shards) if s not in (0, 6, 12)]
+    assert sorted(commits) == resumed and sorted(attempts) == list(range(spec.shards))
     assert attempts[3] == 2 and sum(attempts.values()) == spec.shards + 1
-    assert sorted(submitted) == sorted([f"shard-{s}-1" for s in range(13)] + ["shard-3-2"])
-    assert summary["walks_this_run"] == spec.walks and summary["failures_total"] == 1
+    assert sorted(submitted) == sorted([f"shard-{s}-1" for s in resumed] + ["shard-3-2"])
+    assert summary["walks_this_run"] == sum(
+        spec.shard_range(s)[1] - spec.shard_range(s)[0] for s in resumed
+    )
+    assert summary["walks_done"] == spec.walks and summary["failures_total"] == 1
 
 
 @pytest.mark.parametrize(
