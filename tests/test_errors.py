@@ -12,6 +12,7 @@ from kernelpack.errors import (
     KernelpackError,
     NoImageError,
     RuntimeLibraryError,
+    SweepError,
     UsageError,
 )
 
@@ -24,6 +25,7 @@ EXPECTED_EXIT = {
     NoImageError: 1,
     RuntimeLibraryError: 1,
     CompileError: 1,
+    SweepError: 1,
 }
 
 

@@ -19,6 +19,9 @@ class                         exit  raised when
 :class:`NoImageError`         1     no image of a module fits the GPU and nothing can stand in
 :class:`RuntimeLibraryError`  1     the vendor runtime (libcuda, libamdhip64) is missing or failed
 :class:`CompileError`         1     a compiler (NVRTC, hipRTC, and the builder's) rejected a source
+:class:`SweepError`           1     a sweep could not go on: its database locked or its disk full,
+                                    the Dask scheduler unreachable, a shard failed on every attempt
+                                    (a rerun resumes it once the cause is fixed)
 ============================  ====  =============================================================
 
 The base class is never raised itself: constructing it raises TypeError, so every failure has to
@@ -39,7 +42,8 @@ class KernelpackError(Exception):
         if cls is KernelpackError:
             raise TypeError(
                 "KernelpackError is the base class; raise the subclass that says what failed "
-                "(UsageError, IntegrityError, NoImageError, RuntimeLibraryError, CompileError)"
+                "(UsageError, IntegrityError, NoImageError, RuntimeLibraryError, CompileError, "
+                "SweepError)"
             )
         return super().__new__(cls, *args, **kwargs)
 
@@ -83,6 +87,11 @@ class RuntimeLibraryError(KernelpackError):
 
 class CompileError(KernelpackError):
     """A compiler rejected a source: names the module, the target and the compiler's log."""
+
+
+class SweepError(KernelpackError):
+    """A walk sweep stopped on a failure of its store or its engine (not of its input): names the
+    database or the scheduler, SQLite's or Dask's own words, and says that a rerun resumes."""
 
 
 class KernelpackWarning(UserWarning):

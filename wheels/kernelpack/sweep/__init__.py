@@ -52,10 +52,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _run(args: argparse.Namespace) -> int:
+    options = EngineOptions(args.backend, args.workers, args.scheduler, args.retries)
     spec = load_spec(args.spec)
     store = Store.open(args.out, spec)
     try:
-        options = EngineOptions(args.backend, args.workers, args.scheduler, args.retries)
         summary = run_sweep(spec, store, options)
     finally:
         store.close()
@@ -66,7 +66,7 @@ def _run(args: argparse.Namespace) -> int:
             f"{args.out}: {summary['shards_done']}/{summary['shards']} shards, "
             f"{summary['walks_done']:,}/{summary['walks']:,} walks; this run "
             f"{summary['walks_this_run']:,} walks in {summary['seconds']:.1f} s "
-            f"({summary['triples_per_second']:.3g} triples/s), {len(summary['failures'])} failures"
+            f"({summary['triples_per_second']:.3g} triples/s), {summary['failures_total']} failures"
         )
     return 0
 

@@ -10,28 +10,40 @@ Dask scheduler instead (dask-jobqueue or dask-mpi start one under SLURM), unchan
 
 A task that fails (a GPU error, a lost worker) is reported and submitted again, away from the
 worker where it failed when another exists, up to ``retries`` times.
+
+The shards are generated and submitted lazily: at most a window of tasks (a few per worker
+thread) is in flight, refilled as each finishes, and the shards still to do are read from the
+store a block at a time, so the driver's memory does not grow with the number of shards and the
+first commit comes as soon as the cluster has run one task. The store's check inside each
+commit keeps every shard exactly once whatever the window holds (a retry, a concurrent run).
+An unreachable ``--scheduler`` fails after ``connect_timeout`` seconds, not Dask's 30.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import itertools
+import logging
 import math
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import KernelpackError, NoImageError, UsageError
+from ..errors import KernelpackError, NoImageError, SweepError, UsageError
 from .spec import Spec
 from .store import ShardResult, Store
 
+WINDOW_PER_THREAD = 4  # tasks in flight per worker thread: a queue so that no worker waits
+MIN_WINDOW = 16  # in flight at least, while a remote scheduler's workers are still joining
+REFRESH_SECONDS = 2.0  # how often the worker list (and so the window) is read again
+FAILURES_KEPT = 100  # failure lines kept for the summary (all are counted and printed)
 
-class ShardError(KernelpackError):
+
+class ShardError(SweepError):
     """A shard failed on every attempt (exit 1; a rerun resumes the sweep)."""
-
-    exit_code = 1
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,22 @@ class EngineOptions:
     workers: int | None = None  # local workers; default: GPUs (gpu) or CPU cores (numpy)
     scheduler: str | None = None  # a running Dask scheduler's address
     retries: int = 2
+    connect_timeout: float = 5.0  # seconds to reach --scheduler (Dask's own default is 30)
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("gpu", "numpy"):
+            raise UsageError(f"--backend {self.backend!r}: expected gpu or numpy")
+        if self.workers is not None and (
+            isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1
+        ):
+            raise UsageError(
+                f"--workers {self.workers}: expected a count of 1 or more (leave it out for one "
+                "worker per GPU, or per CPU core with --backend numpy)"
+            )
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+            raise UsageError(f"--retries {self.retries}: expected 0 or more")
+        if not self.connect_timeout > 0:
+            raise UsageError(f"connect_timeout {self.connect_timeout}: expected seconds > 0")
 
 
 @functools.lru_cache(maxsize=4)
@@ -104,13 +132,27 @@ def run_shard(spec_json: str, shard: int, backend: str) -> tuple[str, object, st
             worker,
         )
     except (KernelpackError, ValueError, RuntimeError, OSError) as error:
-        return "failed", f"{type(error).__name__}: {error}", worker
+        return "failed", _one_line(f"{type(error).__name__}: {error}"), worker
 
 
 def _empty(spec: Spec) -> Any:
     from ..walk.select import Selection
 
     return Selection.empty(spec.dim)
+
+
+def _one_line(text: str) -> str:
+    """A message of Dask's or a worker's on one line (Dask's hold newlines and links)."""
+    return " ".join(text.split())
+
+
+def _lost(client: Any, options: EngineOptions, error: BaseException) -> SweepError:
+    where = f"at {options.scheduler}" if options.scheduler else "of the local cluster"
+    return SweepError(
+        f"sweep: lost the Dask scheduler {where} (client {client.status}; "
+        f"{_one_line(f'{type(error).__name__}: {error}')}); the shards in flight are not "
+        "recorded: rerun the same command to resume"
+    )
 
 
 def _distributed() -> Any:
@@ -126,7 +168,19 @@ def _client(options: EngineOptions) -> Any:
             "sweep: needs Dask distributed; pip install 'kernelpack[sweep]' (or dask distributed)"
         ) from None
     if options.scheduler:
-        return distributed.Client(options.scheduler)
+        try:
+            return distributed.Client(options.scheduler, timeout=options.connect_timeout)
+        except ValueError as error:  # not an address
+            raise UsageError(
+                f"--scheduler {options.scheduler!r}: {error}; expected an address such as "
+                "tcp://HOST:8786"
+            ) from None
+        except OSError as error:  # nothing answered (TimeoutError is an OSError)
+            raise SweepError(
+                f"--scheduler {options.scheduler}: no Dask scheduler answered within "
+                f"{options.connect_timeout:g} s ({error}); start one (`dask scheduler`) or check "
+                "the address"
+            ) from None
     if options.backend == "gpu":
         from .. import detect
 
@@ -139,13 +193,18 @@ def _client(options: EngineOptions) -> Any:
 
         count = options.workers or max(1, len(os.sched_getaffinity(0)))
         resources = {}
-    cluster = distributed.LocalCluster(
-        n_workers=count,
-        threads_per_worker=1,
-        processes=True,
-        resources=resources,
-        dashboard_address=None,
-    )
+    try:
+        cluster = distributed.LocalCluster(
+            n_workers=count,
+            threads_per_worker=1,
+            processes=True,
+            resources=resources,
+            dashboard_address=None,
+        )
+    except OSError as error:  # no processes, ports or files left for the workers
+        raise SweepError(
+            f"sweep: could not start {count} local Dask workers ({error}); pass fewer --workers"
+        ) from None
     return distributed.Client(cluster)
 
 
@@ -201,100 +260,168 @@ class Progress:
             self._bar.stop()
 
 
+@dataclass
+class _Tally:
+    """What this run did, in constant memory: walks computed, the first and last commit time
+    and the walks after the first (for the steady throughput), failures counted and the first
+    FAILURES_KEPT of them."""
+
+    walks: int = 0
+    first: float | None = None
+    last: float = 0.0
+    walks_after_first: int = 0
+    failed: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def committed(self, walks: int) -> None:
+        now = time.perf_counter()
+        self.walks += walks
+        if self.first is None:
+            self.first = now
+        else:
+            self.walks_after_first += walks
+        self.last = now
+
+    def failure(self, line: str) -> None:
+        self.failed += 1
+        if len(self.failures) < FAILURES_KEPT:
+            self.failures.append(line)
+
+
 def run_sweep(
     spec: Spec, store: Store, options: EngineOptions, on_commit: Callable[[int], None] | None = None
 ) -> dict[str, Any]:
     """Every shard not yet in the store, through Dask; returns a summary."""
-    done = store.done()
-    todo = [s for s in range(spec.shards) if s not in done]
+    pending = store.pending(spec.shards)
+    first = next(pending, None)
     progress = Progress(spec, store.progress()[1])
-    failures: list[str] = []
+    tally = _Tally()
     started = time.perf_counter()
-    computed = 0
-    commits: list[tuple[float, int]] = []  # (time, walks) of each shard committed by this run
-    if todo:
-        client = _client(options)
-        try:
-            workers = list(client.scheduler_info()["workers"])
-            spec_json = spec.to_json()
-            resources = {"GPU": 1} if options.backend == "gpu" and not options.scheduler else None
-            attempts = dict.fromkeys(todo, 1)
-            futures = _distributed().as_completed(
-                [
-                    client.submit(
-                        run_shard,
-                        spec_json,
-                        shard,
-                        options.backend,
-                        key=f"shard-{shard}-1",
-                        resources=resources,
-                        pure=False,
-                    )
-                    for shard in todo
-                ]
-            )
-            tasks = {}
-            for future in futures:
-                try:
-                    status, payload, worker = future.result()
-                except Exception as error:  # the worker died (Dask's KilledWorker) or was lost
-                    status, payload, worker = "failed", f"{type(error).__name__}: {error}", "?"
-                if status == "ok":
-                    result: ShardResult = payload
-                    if store.commit(result, attempts[result.shard]):
-                        computed += result.walks
-                        commits.append((time.perf_counter(), result.walks))
-                        progress.add(result.walks)
-                        if on_commit is not None:
-                            on_commit(result.shard)
-                    continue
-                shard = int(future.key.split("-")[1])
-                failures.append(f"shard {shard} failed on {worker}: {payload}")
-                progress.note(failures[-1])
-                if attempts[shard] > options.retries:
-                    raise ShardError(
-                        f"sweep: shard {shard} failed {attempts[shard]} times, last: {payload}; "
-                        "rerun the same command to resume once the cause is fixed"
-                    )
-                attempts[shard] += 1
-                elsewhere = [w for w in workers if w != worker] or None
-                tasks[shard] = client.submit(
-                    run_shard,
-                    spec_json,
-                    shard,
-                    options.backend,
-                    key=f"shard-{shard}-{attempts[shard]}",
-                    resources=resources,
-                    pure=False,
-                    workers=elsewhere,
-                    allow_other_workers=True,
-                )
-                futures.add(tasks[shard])
-        finally:
-            client.close()
-            if not options.scheduler and client.cluster is not None:
-                client.cluster.close()
-    progress.close()
+    try:
+        if first is not None:
+            shards = itertools.chain([first], pending)
+            _run_shards(spec, store, options, shards, progress, tally, on_commit)
+    finally:
+        progress.close()
     seconds = time.perf_counter() - started
     shards_done, walks_done = store.progress()
-    rate = computed * len(spec.primes) * spec.depth / seconds if seconds else 0.0
+    triples_per_walk = len(spec.primes) * spec.depth
+    steady = None
+    if tally.first is not None and tally.last > tally.first:
+        steady = tally.walks_after_first * triples_per_walk / (tally.last - tally.first)
     return {
         "shards": spec.shards,
         "shards_done": shards_done,
         "walks": spec.walks,
         "walks_done": walks_done,
-        "walks_this_run": computed,
+        "walks_this_run": tally.walks,
         "seconds": seconds,
-        "triples_per_second": rate,
-        "steady_triples_per_second": _steady(commits, len(spec.primes) * spec.depth),
-        "failures": failures,
+        "triples_per_second": tally.walks * triples_per_walk / seconds if seconds else 0.0,
+        "steady_triples_per_second": steady,
+        "failures": tally.failures,
+        "failures_total": tally.failed,
     }
 
 
-def _steady(commits: list[tuple[float, int]], triples_per_walk: int) -> float | None:
-    """Triples per second from the first commit to the last (the walks after the first): the
-    throughput without the cluster's start and the workers' first module load."""
-    if len(commits) < 2 or commits[-1][0] <= commits[0][0]:
-        return None
-    walks = sum(w for _, w in commits[1:])
-    return walks * triples_per_walk / (commits[-1][0] - commits[0][0])
+def _run_shards(
+    spec: Spec,
+    store: Store,
+    options: EngineOptions,
+    shards: Iterator[int],
+    progress: Progress,
+    tally: _Tally,
+    on_commit: Callable[[int], None] | None,
+) -> None:
+    """The shards through a bounded window of Dask tasks, each result committed as it comes."""
+    client = _client(options)
+    try:
+        spec_json = spec.to_json()
+        resources = {"GPU": 1} if options.backend == "gpu" and not options.scheduler else None
+        in_flight: dict[str, tuple[int, int]] = {}  # task key -> (shard, attempt)
+        queue = _distributed().as_completed()
+        workers: list[str] = []
+        window, refreshed = MIN_WINDOW, -math.inf
+
+        def submit(shard: int, attempt: int, elsewhere: list[str] | None = None) -> None:
+            key = f"shard-{shard}-{attempt}"
+            in_flight[key] = (shard, attempt)
+            queue.add(
+                client.submit(
+                    run_shard,
+                    spec_json,
+                    shard,
+                    options.backend,
+                    key=key,
+                    resources=resources,
+                    pure=False,
+                    workers=elsewhere,
+                    allow_other_workers=elsewhere is not None,
+                )
+            )
+
+        def refill() -> None:
+            nonlocal workers, window, refreshed
+            if time.monotonic() - refreshed >= REFRESH_SECONDS:
+                try:
+                    info = client.scheduler_info()["workers"]
+                except (OSError, KeyError) as error:  # KeyError: an empty cache, disconnected
+                    raise _lost(client, options, error) from None
+                workers = list(info)
+                threads = sum(int(w.get("nthreads", 1)) for w in info.values())
+                window, refreshed = max(MIN_WINDOW, WINDOW_PER_THREAD * threads), time.monotonic()
+            while len(in_flight) < window:
+                shard = next(shards, None)
+                if shard is None:
+                    return
+                submit(shard, 1)
+
+        refill()
+        if options.scheduler and not workers:
+            progress.note(f"no Dask workers yet on {options.scheduler}; waiting for them to join")
+        for future in queue:
+            shard, attempt = in_flight.pop(future.key)
+            try:
+                status, payload, worker = future.result()
+            except Exception as error:  # the worker died (Dask's KilledWorker) or was lost
+                if client.status != "running":  # the scheduler is gone: no retry can run
+                    raise _lost(client, options, error) from None
+                status, payload, worker = (
+                    "failed",
+                    _one_line(f"{type(error).__name__}: {error}"),
+                    "?",
+                )
+            if status == "ok":
+                result: ShardResult = payload
+                if store.commit(result, attempt):
+                    tally.committed(result.walks)
+                    progress.add(result.walks)
+                    if on_commit is not None:
+                        on_commit(result.shard)
+            else:
+                tally.failure(f"shard {shard} failed on {worker}: {payload}")
+                progress.note(f"shard {shard} failed on {worker}: {payload}")
+                if attempt > options.retries:
+                    raise ShardError(
+                        f"sweep: shard {shard} failed {attempt} times, last: {payload}; "
+                        "rerun the same command to resume once the cause is fixed"
+                    )
+                submit(shard, attempt + 1, [w for w in workers if w != worker] or None)
+            refill()
+    finally:
+        _close(client, options)
+
+
+def _close(client: Any, options: EngineOptions) -> None:
+    """The client closed (and the local cluster with it). A client that lost its scheduler is
+    closed quietly: Dask logs the traceback of the reconnection that closing cancels, on stderr,
+    where the sweep's one line of error follows."""
+    logger = logging.getLogger("distributed.client")
+    level = logger.level
+    if client.status != "running":
+        logger.setLevel(logging.CRITICAL)
+    try:
+        client.close()
+        if not options.scheduler and client.cluster is not None:
+            client.cluster.close()
+    finally:
+        logger.setLevel(level)

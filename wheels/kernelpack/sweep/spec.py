@@ -34,8 +34,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import UsageError
+from ..regular_files import read_regular
 from ..walk import Program, compile_program
-from ..walk.inputs import PRIME_LIMIT, check_scalars, is_prime
+from ..walk.inputs import MAX_PRIMES, PRIME_LIMIT, check_scalars, is_prime
 from ..walk.targets import parse_target
 
 KEYS = (
@@ -54,6 +55,8 @@ KEYS = (
 REQUIRED = ("matrix", "axes", "target", "depth", "primes", "shifts", "dirs")
 DEFAULT_SHARD_WALKS = 100_000
 DEFAULT_TOP_K = 100
+INT64_MAX = 2**63 - 1
+SPEC_FILE_LIMIT = 1 << 20  # bytes: a spec is a few lines (256 primes and a matrix fit in 10 KB)
 
 
 def largest_primes(count: int) -> list[int]:
@@ -85,8 +88,16 @@ class Spec:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str) -> Spec:
-        return cls(**json.loads(text))
+    def from_json(cls, text: str, source: str = "spec JSON") -> Spec:
+        """A spec from its canonical JSON (a results database's ``meta.spec``, a task's
+        argument), checked as a spec file is: a UsageError names ``source`` and the key."""
+        try:
+            raw = json.loads(text)
+        except (ValueError, RecursionError) as error:
+            raise UsageError(f"{source}: not JSON ({error})") from None
+        if not isinstance(raw, dict):
+            raise UsageError(f"{source}: expected a JSON object of spec keys, found {raw!r:.80}")
+        return check_spec(raw, source)
 
     @property
     def hash(self) -> str:
@@ -133,11 +144,11 @@ class Spec:
         return compile_program(self.matrix, self.axes)
 
 
-def _fail(path: Path, key: str, value: object, what: str) -> UsageError:
-    return UsageError(f"{path}: {key} = {value!r}: {what}")
+def _fail(source: str, key: str, value: object, what: str) -> UsageError:
+    return UsageError(f"{source}: {key} = {value!r:.200}: {what}")
 
 
-def _ranges(path: Path, key: str, value: object, dim: int) -> list[list[int]]:
+def _ranges(source: str, key: str, value: object, dim: int) -> list[list[int]]:
     ok = (
         isinstance(value, list)
         and len(value) == dim
@@ -145,78 +156,99 @@ def _ranges(path: Path, key: str, value: object, dim: int) -> list[list[int]]:
             isinstance(r, list)
             and len(r) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in r)
-            and r[0] <= r[1]
+            and -INT64_MAX <= r[0] <= r[1] <= INT64_MAX
             for r in value
         )
     )
     if not ok:
         raise _fail(
-            path, key, value, f"expected {dim} inclusive [low, high] integer ranges, one per axis"
+            source,
+            key,
+            value,
+            f"expected {dim} inclusive [low, high] integer ranges, one per axis, within int64",
         )
     assert isinstance(value, list)
     return [[int(low), int(high)] for low, high in value]
 
 
-def _integer(path: Path, key: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise _fail(path, key, value, f"expected an integer >= {low}")
+def _integer(source: str, key: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= INT64_MAX:
+        raise _fail(source, key, value, f"expected an integer >= {low} (and within int64)")
     return value
 
 
 def load_spec(path: Path) -> Spec:
     """SPEC.toml read and checked; every problem is a UsageError naming the file and key."""
     try:
-        raw: dict[str, Any] = tomllib.loads(path.read_text())
-    except OSError as error:
+        data = read_regular(path, limit=SPEC_FILE_LIMIT, what="a sweep spec (TOML)")
+        raw: dict[str, Any] = tomllib.loads(data.decode())
+    except OSError as error:  # missing
         raise UsageError(f"{path}: cannot read it ({error.strerror})") from None
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{path}: not UTF-8 text (at byte {error.start})") from None
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"{path}: not TOML ({error})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: arrays or tables nested too deeply to be a spec") from None
+    return check_spec(raw, str(path))
+
+
+def check_spec(raw: dict[str, Any], source: str) -> Spec:
+    """The keys of a spec (a spec file's or a stored spec's) checked; every problem is a
+    UsageError naming ``source`` and the key."""
     unknown = sorted(set(raw) - set(KEYS))
     if unknown:
-        raise UsageError(f"{path}: unknown key {unknown[0]!r}; known: {', '.join(KEYS)}")
+        raise UsageError(f"{source}: unknown key {unknown[0]!r}; known: {', '.join(KEYS)}")
     missing = [key for key in REQUIRED if key not in raw]
     if missing:
-        raise UsageError(f"{path}: missing key {missing[0]!r} (required: {', '.join(REQUIRED)})")
+        raise UsageError(f"{source}: missing key {missing[0]!r} (required: {', '.join(REQUIRED)})")
     axes = raw["axes"]
     if not isinstance(axes, list) or not axes or not all(isinstance(a, str) for a in axes):
-        raise _fail(path, "axes", axes, "expected a list of axis names")
+        raise _fail(source, "axes", axes, "expected a list of axis names")
     matrix = raw["matrix"]
     if not isinstance(matrix, list) or not all(isinstance(row, list) for row in matrix):
-        raise _fail(path, "matrix", matrix, "expected rows of expressions")
+        raise _fail(source, "matrix", matrix, "expected rows of expressions")
     matrix = [[str(e) for e in row] for row in matrix]
     try:
         program = compile_program(matrix, axes)
     except ValueError as error:
-        raise _fail(path, "matrix", raw["matrix"], str(error)) from None
-    depth = _integer(path, "depth", raw["depth"], 1)
-    depth1 = _integer(path, "depth1", raw.get("depth1", max(1, depth // 2)), 1)
+        raise _fail(source, "matrix", raw["matrix"], str(error)) from None
+    except RecursionError:  # Python's parser, on an expression nested or chained too deeply
+        raise _fail(source, "matrix", raw["matrix"], "an expression too deep to parse") from None
+    depth = _integer(source, "depth", raw["depth"], 1)
+    depth1 = _integer(source, "depth1", raw.get("depth1", max(1, depth // 2)), 1)
     primes = raw["primes"]
     if isinstance(primes, int) and not isinstance(primes, bool):
-        prime_list = largest_primes(_integer(path, "primes", primes, 1))
+        count = _integer(source, "primes", primes, 1)
+        if count > MAX_PRIMES:
+            raise _fail(source, "primes", primes, f"expected a count of 1..{MAX_PRIMES}")
+        prime_list = largest_primes(count)
     elif isinstance(primes, list):
         prime_list = list(primes)
     else:
-        raise _fail(path, "primes", primes, "expected a count or a list of primes")
+        raise _fail(source, "primes", primes, "expected a count or a list of primes")
     target = raw["target"]
     if isinstance(target, bool) or not isinstance(target, (int, float, str)):
-        raise _fail(path, "target", target, "expected a number, a decimal string or an expression")
+        raise _fail(
+            source, "target", target, "expected a number, a decimal string or an expression"
+        )
     try:
         parse_target(target)
     except ValueError as error:  # "target: 'TEXT': what" or "target: what"
         what = str(error).removeprefix("target: ")
         if isinstance(target, str):
             what = what.removeprefix(f"{target.strip()!r}: ")
-        raise _fail(path, "target", target, what) from None
+        raise _fail(source, "target", target, what) from None
     try:
         scalars = check_scalars(program, prime_list, depth, depth1, depth, target)
     except ValueError as error:
         key = str(error).split(":")[0].split("[")[0].split(",")[0]
-        raise _fail(path, key, raw.get(key), str(error)) from None
+        raise _fail(source, key, raw.get(key), str(error)) from None
     min_delta = raw.get("min_delta")
     if min_delta is not None and (
         isinstance(min_delta, bool) or not isinstance(min_delta, (int, float))
     ):
-        raise _fail(path, "min_delta", min_delta, "expected a number")
+        raise _fail(source, "min_delta", min_delta, "expected a number")
     spec = Spec(
         matrix=matrix,
         axes=list(axes),
@@ -224,10 +256,14 @@ def load_spec(path: Path) -> Spec:
         depth=depth,
         depth1=depth1,
         primes=[int(p) for p in scalars.primes],
-        shifts=_ranges(path, "shifts", raw["shifts"], len(axes)),
-        dirs=_ranges(path, "dirs", raw["dirs"], len(axes)),
+        shifts=_ranges(source, "shifts", raw["shifts"], len(axes)),
+        dirs=_ranges(source, "dirs", raw["dirs"], len(axes)),
         min_delta=None if min_delta is None else float(min_delta),
-        top_k=_integer(path, "top_k", raw.get("top_k", DEFAULT_TOP_K), 0),
-        shard_walks=_integer(path, "shard_walks", raw.get("shard_walks", DEFAULT_SHARD_WALKS), 1),
+        top_k=_integer(source, "top_k", raw.get("top_k", DEFAULT_TOP_K), 0),
+        shard_walks=_integer(source, "shard_walks", raw.get("shard_walks", DEFAULT_SHARD_WALKS), 1),
     )
+    if spec.walks > INT64_MAX:  # walks are numbered in int64
+        raise _fail(
+            source, "shifts", raw["shifts"], f"with dirs, {spec.walks} walks: over 2^63 - 1"
+        )
     return spec
