@@ -2,6 +2,10 @@
 # Everything GPU-side in one call, for the lent GPU machine (`nox -s gpu` runs it too):
 #   1. the NVIDIA device code with the real builder, and the C launcher, in place;
 #   2. every test marked `gpu` (loader, detection, MLP and its torch ops and model test, walk);
+#   2b. the HIP host path through a libamdhip64 over libcuda (tests/test_hip_shim.py: the MLP, walk
+#      and runtime checks again, through hip.py and the C launcher's HIP branch), in its own step
+#      when the time left allows; KERNELPACK_GPU_HIP=0/1 (default: as KERNELPACK_GPU_TESTS). Alone:
+#      KERNELPACK_GPU_TESTS=0 KERNELPACK_GPU_HIP=1 KERNELPACK_GPU_SANITIZE=0 KERNELPACK_GPU_LOADER=0
 #   3. compute-sanitizer memcheck and racecheck over the MLP and walk kernels;
 #   4. the loader's session: launch overhead and first-load latency over installed wheels
 #      (KERNELPACK_GPU_LOADER=0 leaves it out);
@@ -40,10 +44,24 @@ if [ -z "${KERNELPACK_CANDLE_SRC:-}" ] && [ -d .gpu/candle-src ]; then
   export KERNELPACK_CANDLE_SRC=$PWD/.gpu/candle-src
 fi
 if [ "${KERNELPACK_GPU_TESTS:-1}" = 1 ]; then
-  timeout 480 python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" > "$OUT/pytest-gpu.log" 2>&1
+  timeout 480 python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" \
+    --ignore=tests/test_hip_shim.py > "$OUT/pytest-gpu.log" 2>&1
   note "gpu tests rc=$? ($(elapsed) s): $(tail -1 "$OUT/pytest-gpu.log")"
 else
   note "gpu tests left out (KERNELPACK_GPU_TESTS=0)"
+fi
+left=$(( 560 - $(elapsed) ))
+if [ "${KERNELPACK_GPU_HIP:-${KERNELPACK_GPU_TESTS:-1}}" != 1 ]; then
+  note "HIP path tests left out (KERNELPACK_GPU_HIP=0)"
+elif [ "$left" -gt 90 ]; then
+  timeout "$(( left < 400 ? left : 400 ))" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+    -rs tests/test_hip_shim.py > "$OUT/pytest-hip.log" 2>&1
+  note "HIP path tests rc=$? ($(elapsed) s): $(tail -1 "$OUT/pytest-hip.log")"
+  # at most 8 files come back: the HIP log goes after the GPU tests' own
+  { echo "==== tests/test_hip_shim.py"; cat "$OUT/pytest-hip.log"; } >> "$OUT/pytest-gpu.log"
+  rm "$OUT/pytest-hip.log"
+else
+  note "HIP path tests skipped: $left s left (run them alone: bench/gpu_all.sh's header says how)"
 fi
 
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1

@@ -26,6 +26,7 @@ from kernelpack.detect import (
     hip_selection,
     rocr_selection,
 )
+from kernelpack.devices import resolve_device
 from kernelpack.errors import UsageError
 from kernelpack.targets import TargetId, select_image
 
@@ -442,3 +443,20 @@ def test_nvml_and_the_cuda_driver_agree_on_this_machines_gpus() -> None:
     found = detect_gpus(nvidia_probe=None)
     nvidia = [g for g in found if g.vendor == "nvidia"]
     assert [str(g.target) for g in nvidia] == [f"sm_{d.major}{d.minor}" for d in through_cuda]
+
+
+def test_an_amd_stand_in_on_an_nvidia_machine_comes_first_as_amd_gpus_do(tmp_path: Path) -> None:
+    """KERNELPACK_TARGET=gfx1100 where only NVIDIA GPUs are found: the AMD GPU it stands for is
+    hip:0 and listed first, so ``device=None`` means it (tests/hip_shim.py's view relies on it)."""
+    (tmp_path / "class" / "kfd" / "kfd" / "topology" / "nodes").mkdir(parents=True)  # no GPU
+    found = detect_gpus(
+        sysfs_root=tmp_path,
+        environ={"KERNELPACK_TARGET": "gfx1100"},
+        nvidia_probe=fake_nvidia([A40, L40]),
+    )
+    assert [(g.vendor, g.index, str(g.target), g.source) for g in found] == [
+        ("amd", 0, "gfx1100", "KERNELPACK_TARGET"),
+        ("nvidia", 0, "sm_86", "nvml"),
+        ("nvidia", 1, "sm_89", "nvml"),
+    ]
+    assert resolve_device(None, found) is found[0]

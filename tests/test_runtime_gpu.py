@@ -323,16 +323,10 @@ def test_template_and_c_linkage_kernels_by_name(
     assert torch.isnan(y[n:]).all()
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("binding", BINDINGS)
-def test_scalars_reach_the_kernel_exactly(
-    package: tuple[Index, Path], tmp_path: Path, torch: Any, binding: str
-) -> None:
+def check_scalars(torch: Any, kernel: Any) -> None:
+    """Random values of every scalar C type the launcher packs reach ``scalars`` exactly."""
     import random
 
-    kernel = (
-        make_loader(package, DiskCache(tmp_path), binding=binding).load("demo").kernel("scalars")
-    )
     ints = torch.full((9,), -7, dtype=torch.int64, device="cuda")
     reals = torch.full((2,), float("nan"), dtype=torch.float64, device="cuda")
     rng = random.Random()
@@ -359,6 +353,17 @@ def test_scalars_reach_the_kernel_exactly(
     assert ints.tolist() == expected_ints
     assert reals[0].item() == ctypes.c_float(values[8]).value
     assert reals[1].item() == values[9]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_scalars_reach_the_kernel_exactly(
+    package: tuple[Index, Path], tmp_path: Path, torch: Any, binding: str
+) -> None:
+    kernel = (
+        make_loader(package, DiskCache(tmp_path), binding=binding).load("demo").kernel("scalars")
+    )
+    check_scalars(torch, kernel)
 
 
 @pytest.mark.gpu
@@ -469,7 +474,12 @@ def test_launch_from_a_fresh_thread_leaves_its_context_alone(
 
 @pytest.mark.gpu
 def test_bad_launches_say_why(package: tuple[Index, Path], tmp_path: Path, torch: Any) -> None:
-    kernel = make_loader(package, DiskCache(tmp_path)).load("demo").kernel("axpy")
+    check_bad_launches(torch, make_loader(package, DiskCache(tmp_path)).load("demo").kernel("axpy"))
+
+
+def check_bad_launches(torch: Any, kernel: Any) -> None:
+    """A block too large for ``axpy``, a host tensor and a float for an int each say what is
+    wrong, and the device is still good after them."""
     y = torch.zeros(4, device="cuda")
     with pytest.raises(RuntimeLibraryError, match="at most 1024 threads a block"):
         kernel.launch(1, 2048, y, y, 1.0, 4)

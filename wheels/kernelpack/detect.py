@@ -17,7 +17,8 @@ device a kernel launches on and ``Gpu.target`` the code it can run. Resolved her
    the runtimes.
 5. NVIDIA GPUs from NVML or the CUDA driver, in CUDA's numbering, with ``CUDA_VISIBLE_DEVICES``.
 6. ``KERNELPACK_TARGET`` replaces the target of every GPU of its vendor (``Gpu.override`` says so);
-   where no GPU of that vendor was found it stands for one, device 0.
+   where no GPU of that vendor was found it stands for one, device 0, listed first when AMD (as
+   AMD GPUs are: ``device=None`` then means it).
 
 Everything that touches sysfs, the environment or a vendor library is one small function below; the
 rest is pure and tested against recorded topologies (tests/fixtures/sysfs).
@@ -543,13 +544,14 @@ def forced_target(value: str) -> GpuTarget:
 
 
 def force_target(gpus: Sequence[Gpu], value: str) -> list[Gpu]:
-    """Every GPU of the forced target's vendor runs it; with none found, one stands for device 0."""
+    """Every GPU of the forced target's vendor runs it; with none found, one stands for device 0,
+    listed where that vendor's GPUs are (AMD ones first)."""
     target = forced_target(value)
     vendor: Vendor = "amd" if isinstance(target, TargetId) else "nvidia"
     override = f"KERNELPACK_TARGET={value}"
     if not any(gpu.vendor == vendor for gpu in gpus):
         stand_in = Gpu(0, vendor, target, "", "", "", None, "KERNELPACK_TARGET", "", override)
-        return [*gpus, stand_in]
+        return [stand_in, *gpus] if vendor == "amd" else [*gpus, stand_in]
     return [
         replace(gpu, target=target, override=override) if gpu.vendor == vendor else gpu
         for gpu in gpus
