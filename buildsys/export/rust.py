@@ -2,7 +2,8 @@
 beside it, which it pulls in with ``include_bytes!`` (a path relative to kernels.rs itself).
 
 The text needs nothing beyond ``core``, holds no inner attributes (``include!`` cannot take them),
-documents every public item (a crate may deny missing_docs) and compiles without warnings. Kernel
+documents every public item (a crate may deny missing_docs) and compiles without warnings, also in
+a crate that uses only part of it (every item allows dead_code). Kernel
 names and symbols are arbitrary C++ names: they are string literals, escaped here, never
 identifiers; the only identifiers made from data are the module constants (tables.constant_name).
 docs/rust.md describes the API.
@@ -21,9 +22,11 @@ _PRELUDE = """\
 //     mod kernels {{ include!(concat!(env!("OUT_DIR"), "/kernels.rs")); }}
 //
 // It needs nothing beyond `core`; the image files beside it are pulled in with include_bytes!.
+// Each item allows dead_code: a crate that uses part of the tables still builds without warnings.
 
 /// A kernel of an image: the name the loader looks it up by and the symbol the image defines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(dead_code)]
 pub struct Kernel {{
     /// The lookup name (docs/loader.md): `affine_f32`, `axpy<float>`, `clear@dot.cu`.
     pub name: &'static str,
@@ -33,6 +36,7 @@ pub struct Kernel {{
 
 /// One AMD target's code object inside a module's bundle.
 #[derive(Clone, Copy, Debug)]
+#[allow(dead_code)]
 pub struct AmdImage {{
     /// The AMD target id: `gfx942`, `gfx90a:xnack-`, `gfx11-generic`.
     pub target: &'static str,
@@ -49,6 +53,7 @@ pub struct AmdImage {{
 /// A module's AMD fat bundle: every AMD target's code object in one offload bundle, which
 /// `hipModuleLoadData` takes whole (the HIP runtime picks the device's code object).
 #[derive(Clone, Copy, Debug)]
+#[allow(dead_code)]
 pub struct AmdBundle {{
     /// The bundle's file beside kernels.rs.
     pub file: &'static str,
@@ -67,6 +72,7 @@ pub struct AmdBundle {{
 
 /// The kind of an NVIDIA image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(dead_code)]
 pub enum NvidiaKind {{
     /// A cubin for one compute capability (and newer minor versions of its major).
     Cubin,
@@ -76,6 +82,7 @@ pub enum NvidiaKind {{
 
 /// One NVIDIA image: a cubin or PTX.
 #[derive(Clone, Copy, Debug)]
+#[allow(dead_code)]
 pub struct NvidiaImage {{
     /// `sm_90`, `sm_90a` (cubins) or `compute_80` (PTX).
     pub target: &'static str,
@@ -94,6 +101,7 @@ pub struct NvidiaImage {{
 
 /// One kernel module: what one `cuModuleLoadData` / `hipModuleLoadData` loads.
 #[derive(Clone, Copy, Debug)]
+#[allow(dead_code)]
 pub struct Module {{
     /// The module's name.
     pub name: &'static str,
@@ -110,6 +118,7 @@ pub struct Module {{
     pub nvidia_selection: &'static [(u32, Option<usize>)],
 }}
 
+#[allow(dead_code)]
 impl Module {{
     /// The NVIDIA image kernelpack's loader picks for a GPU of compute capability
     /// `compute_capability`, written 10 * major + minor (90 for 9.0, 120 for 12.0); None when
@@ -135,10 +144,12 @@ impl Module {{
     }}
 }}
 
+#[allow(dead_code)]
 fn symbol_of(kernels: &'static [Kernel], name: &str) -> Option<&'static str> {{
     kernels.iter().find(|kernel| kernel.name == name).map(|kernel| kernel.symbol)
 }}
 
+#[allow(dead_code)]
 impl NvidiaImage {{
     /// The symbol of the kernel of this lookup name in this image.
     pub fn symbol(&self, name: &str) -> Option<&'static str> {{
@@ -146,6 +157,7 @@ impl NvidiaImage {{
     }}
 }}
 
+#[allow(dead_code)]
 impl AmdImage {{
     /// The symbol of the kernel of this lookup name in this code object.
     pub fn symbol(&self, name: &str) -> Option<&'static str> {{
@@ -153,6 +165,7 @@ impl AmdImage {{
     }}
 }}
 
+#[allow(dead_code)]
 impl AmdBundle {{
     /// The symbol of the kernel of this lookup name, the same in every code object.
     pub fn symbol(&self, name: &str) -> Option<&'static str> {{
@@ -161,6 +174,7 @@ impl AmdBundle {{
 }}
 
 #[repr(C, align(16))]
+#[allow(dead_code)]
 struct Aligned<B: ?Sized>(B);
 """
 
@@ -174,7 +188,7 @@ def render(export: Export) -> dict[str, bytes]:
         parts.append(_module(module, position))
     constants = ", ".join(f"&{m.constant}" for m in export.modules)
     parts.append(
-        "\n/// Every module, in the order of their `index`.\n"
+        "\n/// Every module, in the order of their `index`.\n#[allow(dead_code)]\n"
         f"pub const ALL: [&Module; {count}] = [{constants}];\n"
     )
     files = {SOURCE: "".join(parts).encode()}
@@ -260,6 +274,7 @@ def _module(module: ExportModule, position: int) -> str:
     )
     return (
         f"\n/// The module `{module.name}`.\n"
+        "#[allow(dead_code)]\n"
         f"pub const {module.constant}: Module = Module {{\n"
         f"    name: {string(module.name)},\n"
         f"    index: {position},\n"
