@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -176,27 +177,46 @@ def _write_expectations(path: Path, lines: Sequence[str]) -> Path:
 # --- The check programs ---------------------------------------------------------------------------
 
 
-def _cargo_check(
-    work: Path, expected: Path, *, prebuilt: Path | None = None, **env: str
-) -> subprocess.CompletedProcess[str]:
-    """Build the check crate (a copy in ``work``: cargo writes Cargo.lock beside it) offline, with
-    the export from ``prebuilt`` or from its build.rs running the exporter, and run it."""
-    crate = work / "crate"
-    shutil.copytree(CHECKS / "rust", crate)
+def _cargo_build(work: Path, crate: str, *, prebuilt: Path | None = None, **env: str) -> Path:
+    """Build one crate of tests/export_check (a copy in ``work``: cargo writes Cargo.lock beside
+    it) offline, with the export from ``prebuilt`` or from its build.rs running the exporter; the
+    binary's path."""
+    checks = work / "checks"
+    if not checks.is_dir():
+        shutil.copytree(CHECKS, checks)
     variables = builder_env(CARGO_TARGET_DIR=str(work / "target"), **env)
     variables.pop("KERNELPACK_EXPORT_DIR", None)
     if prebuilt is not None:
         variables["KERNELPACK_EXPORT_DIR"] = str(prebuilt)
     built = subprocess.run(
         ["cargo", "build", "--offline", "--quiet"],
-        cwd=crate,
+        cwd=checks / crate,
         capture_output=True,
         text=True,
         env=variables,
     )
     assert built.returncode == 0, (built.stdout + built.stderr)[-6000:]
-    binary = work / "target" / "debug" / "kernelpack-export-check"
+    name = tomllib.loads((checks / crate / "Cargo.toml").read_text())["package"]["name"]
+    return work / "target" / "debug" / name
+
+
+def _cargo_check(
+    work: Path, expected: Path, *, prebuilt: Path | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """The check crate built (:func:`_cargo_build`) and run on ``expected``."""
+    binary = _cargo_build(work, "rust", prebuilt=prebuilt, **env)
     return subprocess.run([binary, expected], capture_output=True, text=True)
+
+
+def _gcc_launch(work: Path, export: Path) -> Path:
+    """tests/export_check/c/launch.c compiled with gcc against the C export ``export``."""
+    work.mkdir(parents=True, exist_ok=True)
+    command = ["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{export}",
+               str(CHECKS / "c" / "launch.c"), str(export / "kernels.c"), "-ldl", "-o",
+               str(work / "launch")]  # fmt: skip
+    compiled = subprocess.run(command, capture_output=True, text=True)
+    assert compiled.returncode == 0, compiled.stderr[-4000:]
+    return work / "launch"
 
 
 def _gcc_check(work: Path, export: Path, expected: Path) -> subprocess.CompletedProcess[str]:
@@ -544,6 +564,25 @@ def test_vecops_exports_agree_with_inspect_in_rust_and_c(tmp_path: Path) -> None
     _agrees(_gcc_check(tmp_path / "gcc", tmp_path / "c1", expected), lines)
 
 
+@needs_cargo
+@needs_gcc
+@pytest.mark.toolchain
+@pytest.mark.nvcc
+def test_kernelpacks_own_modules_export_in_rust_and_c(tmp_path: Path) -> None:
+    """kernelpack's own mlp and walk for gfx942 and sm_90 (build output in tmp_path, not the
+    package folder): both exports agree with inspect in their languages."""
+    build = tmp_path / "build"
+    settings = ("--project", str(REPO_ROOT), "--targets", "sm_90,gfx942", "--build-out", str(build))
+    _exported("--lang", "rust", "--out", str(tmp_path / "rs"), *settings)
+    _exported("--lang", "c", "--out", str(tmp_path / "c"), *settings)
+    index = _read_index(build)
+    assert sorted(index["modules"]) == ["mlp", "walk"]
+    lines = expectations(build / "device", index, SM90_ONLY)
+    expected = _write_expectations(tmp_path / "expected.txt", lines)
+    _agrees(_cargo_check(tmp_path / "cargo", expected, prebuilt=tmp_path / "rs"), lines)
+    _agrees(_gcc_check(tmp_path / "gcc", tmp_path / "c", expected), lines)
+
+
 @needs_candle
 @needs_cargo
 @needs_gcc
@@ -570,3 +609,41 @@ def test_candle_subset_exports_agree_with_inspect_in_rust_and_c(tmp_path: Path) 
     expected = _write_expectations(tmp_path / "expected.txt", lines)
     _agrees(_cargo_check(tmp_path / "cargo", expected, prebuilt=tmp_path / "rs"), lines)
     _agrees(_gcc_check(tmp_path / "gcc", tmp_path / "c", expected), lines)
+    # the GPU programs (test_candle_affine_launches_from_rust_and_c) build here too
+    _cargo_build(tmp_path / "cargo", "rust_launch", prebuilt=tmp_path / "rs")
+    _gcc_launch(tmp_path / "gcc", tmp_path / "c")
+
+
+@needs_candle
+@needs_cargo
+@needs_gcc
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_candle_affine_launches_from_rust_and_c(tmp_path: Path) -> None:
+    """Issue 48 item 4: candle's affine for sm_90, exported; a std-only Rust binary and a C
+    program (libcuda through dlopen) each select the image from their own table, launch
+    affine_f32 on device memory, and match numpy."""
+    import numpy as np
+
+    from bench.candle_project import lay_out
+
+    project = tmp_path / "candle"
+    lay_out(CANDLE_SRC, project, ["affine"], ("sm_90",))
+    settings = ("--project", str(project), "--build-out", str(tmp_path / "build"))
+    _exported("--lang", "rust", "--out", str(tmp_path / "rs"), *settings)
+    _exported("--lang", "c", "--out", str(tmp_path / "c"), *settings)
+    rust = _cargo_build(tmp_path / "cargo", "rust_launch", prebuilt=tmp_path / "rs")
+    c = _gcc_launch(tmp_path / "gcc", tmp_path / "c")
+    rng = np.random.default_rng(48)
+    x = rng.standard_normal(100_003).astype(np.float32)
+    (tmp_path / "x.f32").write_bytes(x.tobytes())
+    mul, add = np.float32(1.75), np.float32(-0.5)
+    expected = x.astype(np.float64) * mul + add
+    for program in (rust, c):
+        out = tmp_path / f"{program.name}.f32"
+        ran = subprocess.run(
+            [program, tmp_path / "x.f32", out, str(mul), str(add)], capture_output=True, text=True
+        )
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        assert ran.stdout.startswith("sm_90 cubin for 9."), ran.stdout
+        np.testing.assert_allclose(np.fromfile(out, dtype="<f4"), expected, rtol=1e-6, atol=1e-6)
