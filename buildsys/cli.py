@@ -1,6 +1,6 @@
 """``python -m buildsys``: the builder's command line.
 
-Subcommands: matrix, toolchain, hipify, build, merge. Each prints a table on a terminal, plain
+Subcommands: matrix, toolchain, hipify, build, merge, wheels, export. Each prints a table on a terminal, plain
 lines in CI and JSON with ``--json``; errors are one line with exit status 1 (work failed) or 2
 (bad input), through kernelpack's one error hierarchy.
 """
@@ -54,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     wheels = commands.add_parser("wheels", help="build the fat and split wheels into dist/")
     wheels_step.add_arguments(wheels)
     wheels.set_defaults(handler=wheels_step.main_wheels)
+
+    from .export import command as export_step
+
+    export_step.add_parser(commands)
     return parser
 
 
@@ -145,7 +149,7 @@ def _toolchain(args: argparse.Namespace) -> int:
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if (
-        args.command in ("build", "merge", "wheels")
+        args.command in ("build", "merge", "wheels", "export")
         and getattr(args, "compress", None) is not False
     ):
         require_zstd()  # before compiling anything: a missing zstandard used to fail at the end

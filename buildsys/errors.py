@@ -31,3 +31,8 @@ class HipifyError(BuildError):
 class UnsafeNameError(UsageError):
     """A project's module, file, define or flag that could not reach a compiler as written (see
     buildsys.names for the grammar and why): exit status 2, naming it and the rename to make."""
+
+
+class ExportError(UsageError):
+    """``export`` was asked for something it cannot write (a language it does not know, an --out
+    that is a file, a build with no modules): exit status 2, naming the argument."""
