@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -123,13 +124,16 @@ def bound_hip_names() -> dict[str, set[str]]:
 # ---- the view -----------------------------------------------------------------------------------
 
 
-def view_index(index: Any, nvidia_target: str) -> Any:
+def view_index(index: Any, nvidia_target: str, modules: Collection[str] | None = None) -> Any:
     """``index`` with each module's images replaced by one: the cubin a GPU of ``nvidia_target``
     ("sm_90") would load, relabelled as an AMD_TARGET code object (same bytes, file, sha256,
-    symbols and resources)."""
+    symbols and resources). ``modules`` keeps only those (a module the GPU serves from PTX alone
+    has no cubin to relabel); every module kept must have a cubin for the target."""
     from kernelpack.targets import NvidiaTarget, select_image
 
     view = copy.deepcopy(index)
+    if modules is not None:
+        view["modules"] = {n: m for n, m in view["modules"].items() if n in modules}
     for name, module in view["modules"].items():
         cubins = [i for i in module["images"] if i["vendor"] == "nvidia" and i["kind"] == "cubin"]
         best, reasons = select_image(cubins, NvidiaTarget.parse(nvidia_target))

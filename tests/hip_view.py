@@ -24,6 +24,9 @@ DEVICES_REPORTED = 4
 def pytest_configure(config: pytest.Config) -> None:
     import torch
 
+    # torch's CUDA build reads torch.version.hip while it initialises (which devices are visible,
+    # whether to check its cubins): initialise it as the CUDA build it is, then report ROCm.
+    torch.cuda.init()
     torch.version.hip = HIP_VERSION
 
 

@@ -64,7 +64,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory, nvidia_target: str) -> tuple[
     """test_runtime_gpu.py's package, its images the view's gfx1100 code objects."""
     root = tmp_path_factory.mktemp("demo")
     index = build_package(root, nvcc=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
-    return view_index(index, nvidia_target), root
+    return view_index(index, nvidia_target, modules={"demo"}), root
 
 
 @pytest.fixture(scope="module")
