@@ -48,22 +48,30 @@ class ElfSection:
     info: int = 0
     entsize: int = 0
     nobits_size: int = 0  # the size of a SHT_NOBITS section (it has no bytes in the file)
+    alias_of: int = 0  # the index (1 on) of an earlier section whose bytes this one's header names
 
 
 def elf64(
     *, machine: int, osabi: int, abi_version: int, flags: int, sections: Sequence[ElfSection]
 ) -> bytes:
     """A little-endian ELF64 relocatable: header, the given sections (index 1 on), then .shstrtab
-    and the section header table. Section names are written once each, in order."""
+    and the section header table. Section names are written once each, in order; a section with
+    ``alias_of`` has no bytes of its own, its header names that earlier section's."""
     names = bytearray(b"\0")
     name_at = []
     for section in [*sections, ElfSection(".shstrtab", 3)]:
         name_at.append(len(names))
         names += section.name.encode() + b"\0"
     body = bytearray(64)
-    placed = []
+    placed: list[int] = []
+    sizes: list[int] = []
     for section in sections:
+        if section.alias_of:
+            placed.append(placed[section.alias_of - 1])
+            sizes.append(sizes[section.alias_of - 1])
+            continue
         placed.append(len(body))
+        sizes.append(section.nobits_size if section.type == 8 else len(section.data))
         body += section.data
         body += bytes(-len(body) % 8)
     shstrtab_at = len(body)
@@ -72,7 +80,6 @@ def elf64(
     shoff = len(body)
     headers = [bytes(64)]
     for i, section in enumerate(sections):
-        size = section.nobits_size if section.type == 8 else len(section.data)
         headers.append(
             struct.pack(
                 "<IIQQQQIIQQ",
@@ -81,7 +88,7 @@ def elf64(
                 0,
                 section.addr,
                 placed[i],
-                size,
+                sizes[i],
                 section.link,
                 section.info,
                 8,
@@ -156,13 +163,15 @@ def cubin(
     info_sections: bool = False,
     strtab: bytes | None = None,
     name_offsets: Sequence[int] | None = None,
+    shared_info: bytes | None = None,
 ) -> bytes:
     """An sm_90 cubin (CUDA ELF ABI 8) whose kernels have these names, each with 32 registers.
 
     ``info_sections`` adds a ``.nv.info.<name>`` (a 128-thread launch bound) and a
     ``.nv.shared.<name>`` (256 bytes) per kernel: the per-kernel sections a reader looks up by
-    name. ``strtab`` and ``name_offsets`` replace the string table and where each symbol's name
-    starts in it.
+    name. ``shared_info`` gives each distinct name a ``.nv.info.<name>`` of those records, all
+    of them headers over one region. ``strtab`` and ``name_offsets`` replace the string table and
+    where each symbol's name starts in it.
     """
     if strtab is None:
         table = bytearray(b"\0")
@@ -187,11 +196,36 @@ def cubin(
         for name in names:
             sections.append(ElfSection(f".nv.info.{name}", 0x70000000, bound))
             sections.append(ElfSection(f".nv.shared.{name}", 8, nobits_size=256))
+    if shared_info is not None:
+        first = len(sections) + 1
+        for i, name in enumerate(dict.fromkeys(names)):
+            data, alias = (shared_info, 0) if i == 0 else (b"", first)
+            sections.append(ElfSection(f".nv.info.{name}", 0x70000000, data, alias_of=alias))
     return elf64(machine=190, osabi=0x33, abi_version=8, flags=90 << 8, sections=sections)
 
 
-def code_object(names: Sequence[str]) -> bytes:
-    """A gfx90a code object (v6) whose kernels have these names: metadata note, descriptors."""
+def kparam_records(count: int) -> bytes:
+    """``count`` EIATTR_KPARAM_INFO records: one-byte parameters at ordinals and offsets 0 on."""
+    return b"".join(
+        struct.pack("<BBHIHHI", 4, 0x17, 12, 0, ordinal, ordinal, 1 << 18)
+        for ordinal in range(count)
+    )
+
+
+def code_object(
+    names: Sequence[str],
+    *,
+    filler_symbols: int = 0,
+    symbol_copies: int = 0,
+    filler_notes: int = 0,
+    note_copies: int = 0,
+) -> bytes:
+    """A gfx90a code object (v6) whose kernels have these names: metadata note, descriptors.
+
+    ``filler_symbols`` nameless symbols follow the kernels' in .dynsym, and ``symbol_copies``
+    more headers (SHT_SYMTAB and SHT_DYNSYM in turn) name the same bytes. ``filler_notes`` empty
+    notes fill a note section ahead of the metadata's, and ``note_copies`` more headers name it.
+    """
     kernels = [
         {
             ".name": name,
@@ -216,17 +250,29 @@ def code_object(names: Sequence[str]) -> bytes:
     )
     note = struct.pack("<III", 7, len(metadata), 32) + b"AMDGPU\0\0" + metadata
     note += bytes(-len(note) % 4)
+    sections = []
+    if filler_notes:
+        filler = struct.pack("<III", 2, 0, 1) + b"X\0\0\0"
+        sections.append(ElfSection(".note.filler", 7, filler * filler_notes))
+        sections += [ElfSection(".note.filler", 7, alias_of=1)] * note_copies
+    rodata = len(sections) + 2
     table = bytearray(b"\0")
     symbols = symbol(0, 0, 0, 0)
     descriptor_address = 0x1000
     for i, name in enumerate(names):
-        symbols += symbol(len(table), (1 << 4) | 1, 0, 2, descriptor_address + 64 * i, 64)
+        symbols += symbol(len(table), (1 << 4) | 1, 0, rodata, descriptor_address + 64 * i, 64)
         table += f"{name}.kd".encode() + b"\0"
-    sections = [
+    symbols += symbol(0, 1, 0, rodata) * filler_symbols  # nameless local objects
+    sections += [
         ElfSection(".note", 7, note),
         ElfSection(".rodata", 1, bytes(64 * len(names)), addr=descriptor_address),
         ElfSection(".dynstr", 3, bytes(table)),
-        ElfSection(".dynsym", 11, symbols, link=3, entsize=24),
+        ElfSection(".dynsym", 11, symbols, link=rodata + 1, entsize=24),
+    ]
+    dynsym = len(sections)
+    sections += [
+        ElfSection(".symtab", (2, 11)[i % 2], link=rodata + 1, entsize=24, alias_of=dynsym)
+        for i in range(symbol_copies)
     ]
     return elf64(machine=224, osabi=64, abi_version=4, flags=0x3F, sections=sections)
 
@@ -309,6 +355,7 @@ def ccob_train(blocks: int, each: int) -> bytes:
 class Hostile:
     make: Callable[[], bytes]
     kernels: tuple[str, ...] | None  # the kernel names a correct reading lists, None: refused
+    seconds: float = 5  # the issue's bar; 60 for the linear cases over 20 MB
 
 
 def _string_overlap_cubin() -> bytes:
