@@ -9,13 +9,14 @@ exit status 2 or the right kernels.
 from __future__ import annotations
 
 import json
+import os
 import re
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
-from capped import run_capped
+from capped import assert_one_line_refusal, run_capped
 from hostile_files import (
     BUNDLE_MAGIC,
     FIXTURE_KERNELS,
@@ -173,3 +174,30 @@ def test_inspect_under_an_address_space_cap(hostile_paths: dict[str, Path], name
     else:
         assert (result.returncode, result.stderr) == (0, ""), result.stderr[-2000:]
         assert _kernel_names(json.loads(result.stdout)) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Files that are not regular files of a sane size: refused in one line, never read
+
+
+def test_inspect_refuses_a_fifo(tmp_path: Path) -> None:
+    fifo = tmp_path / "image.hsaco"
+    os.mkfifo(fifo)  # nobody writes it: a plain open blocks forever
+    result = run_capped(["inspect", str(fifo), "--json"])
+    assert_one_line_refusal(result)
+    assert f"{fifo}: is a FIFO, not a regular file" in result.stderr
+
+
+def test_inspect_refuses_a_device() -> None:
+    result = run_capped(["inspect", "/dev/zero"])  # endless: read whole, it fills memory
+    assert_one_line_refusal(result)
+    assert "/dev/zero: is a device" in result.stderr
+
+
+def test_inspect_refuses_a_file_of_8_gib(tmp_path: Path) -> None:
+    huge = tmp_path / "huge.hsaco"
+    with huge.open("wb") as file:
+        file.truncate(8 << 30)  # sparse: no disk spent
+    result = run_capped(["inspect", str(huge), "--json"])
+    assert_one_line_refusal(result)
+    assert f"{huge}: {8 << 30} bytes, over the" in result.stderr
