@@ -358,6 +358,22 @@ class Hostile:
     seconds: float = 5  # the issue's bar; 60 for the linear cases over 20 MB
 
 
+PTX_HEAD = b".version 8.0\n.target sm_80\n.address_size 64\n"
+DIGITS = b"9" * 5000  # past the 4,300 digits that int() converts
+
+
+def _ptx_kernel(params: bytes) -> bytes:
+    """PTX of one kernel ``k`` with this parameter list."""
+    return PTX_HEAD + b".visible .entry k(" + params + b")\n{\n\tret;\n}\n"
+
+
+def _linkage_ptx(tokens: int) -> bytes:
+    """``tokens`` linkage directives (``.visible .weak .extern``, 9 bytes each) that no
+    ``.entry`` follows, then one kernel."""
+    run = b".visible .weak    .extern  " * (tokens // 3)
+    return PTX_HEAD + run + b";\n.visible .entry real()\n{\n\tret;\n}\n"
+
+
 def _string_overlap_cubin() -> bytes:
     """40,000 kernels whose names all start inside one NUL-free megabyte of the string table."""
     text = b"\0" + b"k" * (1 << 20) + b"\0"
@@ -392,6 +408,18 @@ HOSTILE_FILES: dict[str, Hostile] = {
         lambda: b".version 8.0\n.target sm_80\n.visible .entry real(\n)\n" + b"/* " * 200000,
         ("real",),
     ),
+    # 360 KB of 40,000 linkage directives: a regex rescanned the run from each (> 15 s)
+    "linkage.ptx": Hostile(lambda: _linkage_ptx(40000), ("real",)),
+    # numbers past int()'s digit limit, and .align without its number (ValueError, IndexError)
+    "address-size.ptx": Hostile(lambda: PTX_HEAD.replace(b"64", DIGITS), None),
+    "array-size.ptx": Hostile(lambda: _ptx_kernel(b".param .u32 p[" + DIGITS + b"]"), None),
+    "align-digits.ptx": Hostile(
+        lambda: _ptx_kernel(b".param .align " + DIGITS + b" .b8 p[4]"), None
+    ),
+    "align-no-value.ptx": Hostile(lambda: _ptx_kernel(b".param .align .b8 p[16]"), None),
+    "align-no-value-last.ptx": Hostile(lambda: _ptx_kernel(b".param .u32 .align p"), None),
+    # the linear case: 20 MB of linkage directives
+    "linkage-20mb.ptx": Hostile(lambda: _linkage_ptx(2_300_000), ("real",), seconds=60),
 }
 
 

@@ -222,20 +222,28 @@ _PTX_TARGET = re.compile(r"^[ \t]*\.target[ \t]+(\w+)", re.M)
 _PTX_ADDRESS_SIZE = re.compile(r"^[ \t]*\.address_size[ \t]+(\d+)", re.M)
 _PTX_ENTRY = re.compile(r"\.entry[ \t\r\n]+([A-Za-z_$%][\w$]*)")
 # A kernel's whole directive: linkage, name and parameter list (PTX ISA, "Kernel Function
-# Parameters"): ".visible .entry name(.param .u64 p0, .param .align 8 .b8 p1[16])".
-_PTX_KERNEL = re.compile(
-    r"((?:\.(?:visible|weak|extern)[ \t\r\n]+)*)\.entry[ \t\r\n]+([A-Za-z_$%][\w$]*)[ \t\r\n]*"
-    r"(?:\(([^()]*)\))?"
-)
+# Parameters"): ".visible .entry name(.param .u64 p0, .param .align 8 .b8 p1[16])". The linkage
+# and .entry directives are found one by one, each with the blank after it, and a linkage applies
+# when nothing else stands between it and the .entry: one regex of "(linkage blank)* .entry"
+# would try the whole run of linkage directives again from each of their dots (quadratic on
+# ".visible .visible ...", 40,000 of them took more than 15 s).
+_PTX_LINKAGE_OR_ENTRY = re.compile(r"\.(visible|weak|extern|entry)[ \t\r\n]+")
+_PTX_KERNEL_REST = re.compile(r"([A-Za-z_$%][\w$]*)[ \t\r\n]*(?:\(([^()]*)\))?")
 _PTX_PARAM = re.compile(
     r"\.param[ \t\r\n]+((?:\.[a-z][a-z0-9]*(?:[ \t\r\n]+\d+)?[ \t\r\n]+)*)[A-Za-z_$%][\w$]*"
     r"(?:[ \t\r\n]*\[(\d+)\])?$"
 )
+# One word of a parameter's declaration: ".u32", ".ptr", ".align 8".
+_PTX_PARAM_WORD = re.compile(r"\.([a-z][a-z0-9]*)(?:[ \t\r\n]+(\d+))?")
 _PTX_TYPE_SIZE = re.compile(r"\.[busf](8|16|32|64)$")
 # An unclosed /* runs to the end of the text: one match, where requiring */ would rescan the rest
 # of the text from every /* (quadratic on a file of "/*/*/*...").
 _PTX_COMMENT = re.compile(r"//[^\n]*|/\*.*?(?:\*/|\Z)", re.S)
 _PTX_SM = re.compile(r"sm_(\d+)[af]?")
+# The numbers of a PTX directive (.address_size, .align, an array's count) are below 2^32: one
+# of more digits is refused before int() sees it (which raises ValueError past 4,300 digits).
+_PTX_NUMBER_LIMIT = 1 << 32
+_PTX_NUMBER_DIGITS = len(str(_PTX_NUMBER_LIMIT))
 
 
 @dataclass(frozen=True)
@@ -284,19 +292,52 @@ def read_ptx(data: Buffer, path: str) -> Ptx:
     if _PTX_SM.fullmatch(target.group(1)) is None:
         raise FormatError(path, 0, f"a PTX .target sm_XX, not {target.group(1)}")
     address = _PTX_ADDRESS_SIZE.search(code)
-    address_size = int(address.group(1)) if address else 32
+    address_size = 32
+    if address is not None:
+        address_size = _ptx_number(address.group(1), ".address_size", path, address.start(1))
     if address_size not in (32, 64):
         raise FormatError(path, 0, f"a PTX .address_size of 32 or 64, not {address_size}")
     entries = tuple(match.group(1) for match in _PTX_ENTRY.finditer(code))
-    kernels = tuple(
-        PtxKernel(
-            match.group(2),
-            ".visible" in match.group(1),
-            _ptx_params(match.group(3) or "", path, match.start()),
-        )
-        for match in _PTX_KERNEL.finditer(code)
-    )
-    return Ptx(version.group(1), target.group(1), address_size, entries, kernels)
+    return Ptx(version.group(1), target.group(1), address_size, entries, _ptx_kernels(code, path))
+
+
+def _ptx_kernels(code: str, path: str) -> tuple[PtxKernel, ...]:
+    """Each ``.entry`` with the linkage directives right before it, in one pass over the text."""
+    kernels = []
+    linkage: set[str] = set()
+    linkage_end = skip_to = 0
+    for match in _PTX_LINKAGE_OR_ENTRY.finditer(code):
+        if match.start() < skip_to:  # inside the last kernel's parameter list
+            continue
+        if match.start() != linkage_end:  # something else came after the last linkage
+            linkage = set()
+        if match.group(1) != "entry":
+            linkage.add(match.group(1))
+            linkage_end = match.end()
+            continue
+        rest = _PTX_KERNEL_REST.match(code, match.end())
+        linkage_end = -1
+        if rest is None:  # ".entry" and no name: not a kernel (nor in .entries)
+            linkage = set()
+            continue
+        params = _ptx_params(rest.group(2) or "", path, match.start())
+        kernels.append(PtxKernel(rest.group(1), "visible" in linkage, params))
+        linkage, skip_to = set(), rest.end()
+    return tuple(kernels)
+
+
+def _ptx_number(digits: str, what: str, path: str, at: int) -> int:
+    """A directive's decimal number, below 2^32."""
+    if len(digits) > _PTX_NUMBER_DIGITS or int(digits) >= _PTX_NUMBER_LIMIT:
+        raise FormatError(path, at, f"a PTX {what} below 2^32, not {_shown(digits)}")
+    return int(digits)
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, its middle left out past 60 characters."""
+    if len(text) <= 60:
+        return repr(text)
+    return f"{text[:28]!r}...{text[-28:]!r} ({len(text)} characters)"
 
 
 def _ptx_params(text: str, path: str, at: int) -> tuple[KernelParam, ...]:
@@ -305,16 +346,23 @@ def _ptx_params(text: str, path: str, at: int) -> tuple[KernelParam, ...]:
     offset = 0
     for ordinal, piece in enumerate(p.strip() for p in text.split(",") if p.strip()):
         match = _PTX_PARAM.match(piece)
-        words = match.group(1).split() if match else []
-        sizes = [int(found.group(1)) // 8 for w in words if (found := _PTX_TYPE_SIZE.match(w))]
+        words = list(_PTX_PARAM_WORD.finditer(match.group(1))) if match else []
+        types = [found for w in words if (found := _PTX_TYPE_SIZE.fullmatch("." + w.group(1)))]
+        sizes = [int(found.group(1)) // 8 for found in types]
         if match is None or len(sizes) != 1:
-            raise FormatError(path, at, f"a PTX kernel parameter .param .type name, not {piece!r}")
-        size = sizes[0] * int(match.group(2) or 1)
+            raise FormatError(
+                path, at, f"a PTX kernel parameter .param .type name, not {_shown(piece)}"
+            )
+        count = match.group(2)
+        size = sizes[0] * (1 if count is None else _ptx_number(count, "array size", path, at))
         align = sizes[0]
-        if ".align" in words:
-            align = int(words[words.index(".align") + 1])
+        aligned = next((word for word in words if word.group(1) == "align"), None)
+        if aligned is not None:
+            if aligned.group(2) is None:
+                raise FormatError(path, at, f"a number after .align in {_shown(piece)}")
+            align = _ptx_number(aligned.group(2), ".align", path, at)
         if align < 1 or align & (align - 1):
-            raise FormatError(path, at, f"a power-of-two .align in {piece!r}")
+            raise FormatError(path, at, f"a power-of-two .align in {_shown(piece)}")
         offset = -(-offset // align) * align
         params.append(KernelParam(ordinal, offset, size, None))
         offset += size
