@@ -49,6 +49,7 @@ class ElfSection:
     entsize: int = 0
     nobits_size: int = 0  # the size of a SHT_NOBITS section (it has no bytes in the file)
     alias_of: int = 0  # the index (1 on) of an earlier section whose bytes this one's header names
+    alias_skip: int = 0  # ... starting this many bytes into them
 
 
 def elf64(
@@ -56,7 +57,8 @@ def elf64(
 ) -> bytes:
     """A little-endian ELF64 relocatable: header, the given sections (index 1 on), then .shstrtab
     and the section header table. Section names are written once each, in order; a section with
-    ``alias_of`` has no bytes of its own, its header names that earlier section's."""
+    ``alias_of`` has no bytes of its own, its header names that earlier section's (from
+    ``alias_skip`` bytes in)."""
     names = bytearray(b"\0")
     name_at = []
     for section in [*sections, ElfSection(".shstrtab", 3)]:
@@ -67,8 +69,8 @@ def elf64(
     sizes: list[int] = []
     for section in sections:
         if section.alias_of:
-            placed.append(placed[section.alias_of - 1])
-            sizes.append(sizes[section.alias_of - 1])
+            placed.append(placed[section.alias_of - 1] + section.alias_skip)
+            sizes.append(sizes[section.alias_of - 1] - section.alias_skip)
             continue
         placed.append(len(body))
         sizes.append(section.nobits_size if section.type == 8 else len(section.data))
@@ -219,12 +221,14 @@ def code_object(
     symbol_copies: int = 0,
     filler_notes: int = 0,
     note_copies: int = 0,
+    shifted: bool = False,
 ) -> bytes:
     """A gfx90a code object (v6) whose kernels have these names: metadata note, descriptors.
 
     ``filler_symbols`` nameless symbols follow the kernels' in .dynsym, and ``symbol_copies``
     more headers (SHT_SYMTAB and SHT_DYNSYM in turn) name the same bytes. ``filler_notes`` empty
     notes fill a note section ahead of the metadata's, and ``note_copies`` more headers name it.
+    ``shifted`` starts each copy one symbol or one note further in than the one before.
     """
     kernels = [
         {
@@ -254,7 +258,10 @@ def code_object(
     if filler_notes:
         filler = struct.pack("<III", 2, 0, 1) + b"X\0\0\0"
         sections.append(ElfSection(".note.filler", 7, filler * filler_notes))
-        sections += [ElfSection(".note.filler", 7, alias_of=1)] * note_copies
+        sections += [
+            ElfSection(".note.filler", 7, alias_of=1, alias_skip=len(filler) * i * shifted)
+            for i in range(1, note_copies + 1)
+        ]
     rodata = len(sections) + 2
     table = bytearray(b"\0")
     symbols = symbol(0, 0, 0, 0)
@@ -271,8 +278,15 @@ def code_object(
     ]
     dynsym = len(sections)
     sections += [
-        ElfSection(".symtab", (2, 11)[i % 2], link=rodata + 1, entsize=24, alias_of=dynsym)
-        for i in range(symbol_copies)
+        ElfSection(
+            ".symtab",
+            (2, 11)[i % 2],
+            link=rodata + 1,
+            entsize=24,
+            alias_of=dynsym,
+            alias_skip=24 * i * shifted,
+        )
+        for i in range(1, symbol_copies + 1)
     ]
     return elf64(machine=224, osabi=64, abi_version=4, flags=0x3F, sections=sections)
 
@@ -358,6 +372,7 @@ class Hostile:
     seconds: float = 5  # the issue's bar; 60 for the linear cases over 20 MB
 
 
+X3 = ("x0", "x1", "x2")
 PTX_HEAD = b".version 8.0\n.target sm_80\n.address_size 64\n"
 DIGITS = b"9" * 5000  # past the 4,300 digits that int() converts
 
@@ -418,8 +433,27 @@ HOSTILE_FILES: dict[str, Hostile] = {
     ),
     "align-no-value.ptx": Hostile(lambda: _ptx_kernel(b".param .align .b8 p[16]"), None),
     "align-no-value-last.ptx": Hostile(lambda: _ptx_kernel(b".param .u32 .align p"), None),
-    # the linear case: 20 MB of linkage directives
+    # 2,000 SYMTAB and DYNSYM headers over one table of 10,000 symbols (107 s)
+    "symbol-tables.co": Hostile(
+        lambda: code_object(X3, filler_symbols=10000, symbol_copies=2000), X3
+    ),
+    # ... each starting one symbol further in: distinct tables, overlapping
+    "shifted-symbol-tables.co": Hostile(
+        lambda: code_object(X3, filler_symbols=10000, symbol_copies=2000, shifted=True), None
+    ),
+    # 2,500 note headers over one section of 20,000 notes, the metadata note after them (175 s)
+    "note-sections.co": Hostile(lambda: code_object(X3, filler_notes=20000, note_copies=2500), X3),
+    "shifted-note-sections.co": Hostile(
+        lambda: code_object(X3, filler_notes=20000, note_copies=2500, shifted=True), None
+    ),
+    # the linear cases, 20 MB each
     "linkage-20mb.ptx": Hostile(lambda: _linkage_ptx(2_300_000), ("real",), seconds=60),
+    "symbol-tables-20mb.co": Hostile(
+        lambda: code_object(X3, filler_symbols=700_000, symbol_copies=65000), X3, seconds=60
+    ),
+    "note-sections-20mb.co": Hostile(
+        lambda: code_object(X3, filler_notes=1_000_000, note_copies=65000), X3, seconds=60
+    ),
 }
 
 

@@ -7,7 +7,10 @@ FormatError that names the byte offset of the field at fault.
 Work stays linear in the file: sections are found by name through one dict, and names are read
 once per place in their string table, all of them together within :data:`NAMES_PER_FILE_BYTE`
 times the file (names in a string table may overlap, so a small hostile file could otherwise name
-each of thousands of symbols with the same megabyte of text).
+each of thousands of symbols with the same megabyte of text). Section headers may name the same
+bytes too: a symbol table or note section that several headers name is read once, and the
+regions read (symbol tables, note sections, a reader's own record sections) may together be no
+larger than the file, which is all the room that regions that do not overlap can take.
 """
 
 from __future__ import annotations
@@ -100,6 +103,9 @@ class Elf:
         self.flags: int = flags
         self._names: dict[tuple[int, int, int], str] = {}
         self._names_left = max(NAMES_FLOOR_BYTES, NAMES_PER_FILE_BYTE * len(data))
+        self._symbol_tables: dict[tuple[int, int, int, int], tuple[Symbol, ...]] = {}
+        self._notes_read: set[tuple[int, int]] = set()
+        self._region_bytes_left = len(data)
         self.sections = self._sections(shoff, shentsize, shnum, shstrndx)
         self._by_name: dict[str, Section] = {}
         for section in self.sections:
@@ -107,6 +113,21 @@ class Elf:
 
     def fail(self, offset: int, expected: str) -> FormatError:
         return FormatError(self.path, offset, expected)
+
+    def charge_region(self, section: Section, what: str) -> None:
+        """Account for reading ``section``'s bytes as ``what`` (callers read each place once).
+
+        The regions read are charged to one budget of the file's size: regions that do not
+        overlap fit in the file, so only overlapping ones (a hostile file's thousands of headers
+        over shifted places of one table) can exhaust it, and they are refused.
+        """
+        self._region_bytes_left -= section.size
+        if self._region_bytes_left < 0:
+            raise self.fail(
+                section.header_offset,
+                f"sections that do not overlap: {what} {section.index} ({section.size} bytes at "
+                f"{section.offset}) brings the bytes read beyond the {len(self.data)} of the file",
+            )
 
     def _sections(self, shoff: int, shentsize: int, shnum: int, shstrndx: int) -> list[Section]:
         if shnum == 0:
@@ -171,26 +192,53 @@ class Elf:
         """The first section of that name, if any."""
         return self._by_name.get(name)
 
-    def symbols(self, table: Section) -> list[Symbol]:
-        """The symbols of a SHT_SYMTAB or SHT_DYNSYM section."""
+    def symbols(self, table: Section) -> tuple[Symbol, ...]:
+        """The symbols of a SHT_SYMTAB or SHT_DYNSYM section, read once per table and names."""
+        key = self._symbol_table_key(table)
+        known = self._symbol_tables.get(key)
+        if known is not None:
+            return known
+        self.charge_region(table, "symbol table")
+        strings_offset, strings_size = key[2:]
+        symbols = []
+        for i in range(table.size // _SYMBOL.size):
+            at = table.offset + i * _SYMBOL.size
+            name, info, other, shndx, value, size = _SYMBOL.unpack_from(self.data, at)
+            text = self._string(strings_offset, strings_size, name, at) if name else ""
+            symbols.append(Symbol(i, text, value, size, info & 0xF, info >> 4, other, shndx))
+        self._symbol_tables[key] = found = tuple(symbols)
+        return found
+
+    def symbol_tables(self, *types: int) -> Iterator[tuple[Symbol, ...]]:
+        """The symbols of each section of these types; a table several headers name comes once."""
+        seen: set[tuple[int, int, int, int]] = set()
+        for section in self.sections:
+            if section.type in types:
+                key = self._symbol_table_key(section)
+                if key not in seen:
+                    seen.add(key)
+                    yield self.symbols(section)
+
+    def _symbol_table_key(self, table: Section) -> tuple[int, int, int, int]:
+        """Where a symbol table and its string table are: what its symbols depend on."""
         if table.link >= len(self.sections):
             raise self.fail(table.header_offset, f"symbol table {table.index} linked to a section")
         strings = self.sections[table.link]
         if strings.type == SHT_NOBITS:
             raise self.fail(table.header_offset, "a symbol string table with contents")
-        symbols = []
-        for i in range(table.size // _SYMBOL.size):
-            at = table.offset + i * _SYMBOL.size
-            name, info, other, shndx, value, size = _SYMBOL.unpack_from(self.data, at)
-            text = self._string(strings.offset, strings.size, name, at) if name else ""
-            symbols.append(Symbol(i, text, value, size, info & 0xF, info >> 4, other, shndx))
-        return symbols
+        return table.offset, table.size, strings.offset, strings.size
 
     def notes(self) -> Iterator[Note]:
-        """Every note record of every SHT_NOTE section (4-byte aligned, as both vendors write)."""
+        """Every note record of every SHT_NOTE section (4-byte aligned, as both vendors write); a
+        section that several headers name is read once."""
+        seen: set[tuple[int, int]] = set()
         for section in self.sections:
-            if section.type != SHT_NOTE:
+            if section.type != SHT_NOTE or (section.offset, section.size) in seen:
                 continue
+            seen.add((section.offset, section.size))
+            if (section.offset, section.size) not in self._notes_read:  # charged once
+                self._notes_read.add((section.offset, section.size))
+                self.charge_region(section, "note section")
             at, end = section.offset, section.offset + section.size
             while at < end:
                 if end - at < _NOTE.size:
