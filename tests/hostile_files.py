@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 OBJECTS = Path(__file__).parent / "fixtures" / "objects"
@@ -166,13 +166,15 @@ def cubin(
     strtab: bytes | None = None,
     name_offsets: Sequence[int] | None = None,
     shared_info: bytes | None = None,
+    shift: int = 0,
 ) -> bytes:
     """An sm_90 cubin (CUDA ELF ABI 8) whose kernels have these names, each with 32 registers.
 
     ``info_sections`` adds a ``.nv.info.<name>`` (a 128-thread launch bound) and a
     ``.nv.shared.<name>`` (256 bytes) per kernel: the per-kernel sections a reader looks up by
     name. ``shared_info`` gives each distinct name a ``.nv.info.<name>`` of those records, all
-    of them headers over one region. ``strtab`` and ``name_offsets`` replace the string table and
+    of them headers over one region (each ``shift`` bytes further in than the one before, when
+    given). ``strtab`` and ``name_offsets`` replace the string table and
     where each symbol's name starts in it.
     """
     if strtab is None:
@@ -202,7 +204,8 @@ def cubin(
         first = len(sections) + 1
         for i, name in enumerate(dict.fromkeys(names)):
             data, alias = (shared_info, 0) if i == 0 else (b"", first)
-            sections.append(ElfSection(f".nv.info.{name}", 0x70000000, data, alias_of=alias))
+            section = ElfSection(f".nv.info.{name}", 0x70000000, data, alias_of=alias)
+            sections.append(replace(section, alias_skip=shift * i))
     return elf64(machine=190, osabi=0x33, abi_version=8, flags=90 << 8, sections=sections)
 
 
@@ -373,6 +376,7 @@ class Hostile:
 
 
 X3 = ("x0", "x1", "x2")
+K3000 = tuple(f"k{i}" for i in range(3000))
 PTX_HEAD = b".version 8.0\n.target sm_80\n.address_size 64\n"
 DIGITS = b"9" * 5000  # past the 4,300 digits that int() converts
 
@@ -387,6 +391,24 @@ def _linkage_ptx(tokens: int) -> bytes:
     ``.entry`` follows, then one kernel."""
     run = b".visible .weak    .extern  " * (tokens // 3)
     return PTX_HEAD + run + b";\n.visible .entry real()\n{\n\tret;\n}\n"
+
+
+def _far_nobits_info_cubin() -> bytes:
+    """A cubin whose .nv.info is SHT_NOBITS at a terabyte's offset (a NOBITS section's place is
+    not checked against the file: it has no bytes there)."""
+    data = bytearray(cubin(["k"]))
+    shoff = struct.unpack_from("<Q", data, 40)[0]
+    header = shoff + 3 * 64  # .nv.info: section 3
+    struct.pack_into("<I", data, header + 4, 8)  # sh_type SHT_NOBITS
+    struct.pack_into("<Q", data, header + 24, 1 << 40)  # sh_offset
+    return bytes(data)
+
+
+def _shared_name_cubin(count: int) -> bytes:
+    """``count`` kernels that all have one 256 KiB name: about 0.55 MB for 8,192 of them, whose
+    report would hold the name 8,192 times (2 GiB)."""
+    text = b"\0" + b"k" * (256 * 1024) + b"\0"
+    return cubin(["x"] * count, strtab=text, name_offsets=[1] * count)
 
 
 def _string_overlap_cubin() -> bytes:
@@ -446,6 +468,33 @@ HOSTILE_FILES: dict[str, Hostile] = {
     "shifted-note-sections.co": Hostile(
         lambda: code_object(X3, filler_notes=20000, note_copies=2500, shifted=True), None
     ),
+    # 0.55 MB: 8,192 kernels of one 256 KiB name (MemoryError writing a 2 GiB report, 9 s)
+    "shared-name.cubin": Hostile(lambda: _shared_name_cubin(8192), None),
+    # 1.3 MB: 3,000 kernels whose .nv.info.<name> sections are headers over one region of 60,000
+    # parameters (MemoryError, 30 s)
+    "shared-info.cubin": Hostile(lambda: cubin(K3000, shared_info=kparam_records(60000)), None),
+    # 1.7 MB: 20,000 symbols of one name, whose .nv.info.<name> has 60,000 parameters
+    # (MemoryError, 67 s)
+    "repeated-params.cubin": Hostile(
+        lambda: cubin(
+            ["k"] * 20000,
+            strtab=b"\0k\0",
+            name_offsets=[1] * 20000,
+            shared_info=kparam_records(60000),
+        ),
+        None,
+    ),
+    # 3,000 kernels whose .nv.info.<name> sections are headers over one region of 60,000 records
+    # the reader skips (parsed once per kernel: 180 million records)
+    "shared-records.cubin": Hostile(
+        lambda: cubin(K3000, shared_info=struct.pack("<BBH", 1, 0x99, 0) * 60000), K3000
+    ),
+    # ... each one record further in: distinct sections, overlapping
+    "shifted-records.cubin": Hostile(
+        lambda: cubin(K3000, shared_info=struct.pack("<BBH", 1, 0x99, 0) * 60000, shift=4), None
+    ),
+    # a SHT_NOBITS .nv.info placed past the end (struct.error)
+    "nobits-info.cubin": Hostile(_far_nobits_info_cubin, None),
     # the linear cases, 20 MB each
     "linkage-20mb.ptx": Hostile(lambda: _linkage_ptx(2_300_000), ("real",), seconds=60),
     "symbol-tables-20mb.co": Hostile(

@@ -26,6 +26,7 @@ from hostile_files import (
     ccob,
     ccob_train,
     cubin,
+    kparam_records,
     md5_low64,
     plain_bundle,
     write_hostile_files,
@@ -127,11 +128,23 @@ def test_names_in_overlapping_string_table_text_have_a_budget() -> None:
         read_cubin(data, "names.cubin")
 
 
-def test_repeated_names_are_read_once_each() -> None:
+def test_repeated_names_are_read_once_and_charged_each_time_they_are_reported() -> None:
     text = b"\0" + b"k" * (256 * 1024) + b"\0"
-    data = cubin(["x"] * 6000, strtab=text, name_offsets=[1] * 6000)
-    image = read_cubin(data, "same.cubin")
-    assert len(image.kernels) == 6000 and image.kernels[0].name == "k" * 256 * 1024
+    two = read_cubin(cubin(["x"] * 2, strtab=text, name_offsets=[1] * 2), "two.cubin")
+    assert [k.name for k in two.kernels] == ["k" * 256 * 1024] * 2
+    assert two.kernels[0].name is two.kernels[1].name  # decoded once
+    many = cubin(["x"] * 8192, strtab=text, name_offsets=[1] * 8192)  # a 2 GiB report
+    with pytest.raises(FormatError, match=r"names of at most \d+ bytes in all, read and reported"):
+        read_cubin(many, "many.cubin")
+
+
+def test_kernels_sharing_records_are_charged_for_each_report() -> None:
+    params = kparam_records(1000)
+    few = read_cubin(cubin(["k"] * 10, shared_info=params), "few.cubin")
+    assert len(few.kernels) == 10 and all(len(k.params) == 1000 for k in few.kernels)
+    many = cubin([f"k{i}" for i in range(1000)], shared_info=params)  # 1,000,000 parameters
+    with pytest.raises(FormatError, match="read and reported"):
+        read_cubin(many, "many.cubin")
 
 
 def test_kernels_find_their_own_sections() -> None:

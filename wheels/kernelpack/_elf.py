@@ -7,7 +7,9 @@ FormatError that names the byte offset of the field at fault.
 Work stays linear in the file: sections are found by name through one dict, and names are read
 once per place in their string table, all of them together within :data:`NAMES_PER_FILE_BYTE`
 times the file (names in a string table may overlap, so a small hostile file could otherwise name
-each of thousands of symbols with the same megabyte of text). Section headers may name the same
+each of thousands of symbols with the same megabyte of text). What a reader reports from the file
+is charged to the same budget each time it reports it (:meth:`Elf.charge_names`), so that a
+report stays proportional to the file too. Section headers may name the same
 bytes too: a symbol table or note section that several headers name is read once, and the
 regions read (symbol tables, note sections, a reader's own record sections) may together be no
 larger than the file, which is all the room that regions that do not overlap can take.
@@ -37,12 +39,13 @@ STB_WEAK = 2
 # What the readers accept: a file's bytes, or a view of part of them (a bundle entry).
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
-NAMES_PER_FILE_BYTE = 4  # distinct names read, in bytes, per byte of the file
+NAMES_PER_FILE_BYTE = 4  # names read and reported, in bytes, per byte of the file
 NAMES_FLOOR_BYTES = 1 << 20
 
 _HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
 _SECTION = struct.Struct("<IIQQQQIIQQ")
 _SYMBOL = struct.Struct("<IBBHQQ")
+SYMBOL_SIZE = _SYMBOL.size  # 24: a symbol's place in its table is index * SYMBOL_SIZE
 _NOTE = struct.Struct("<III")
 
 
@@ -168,20 +171,26 @@ class Elf:
         end = self.data.find(b"\0", start, table_offset + table_size)
         if end < 0:
             raise self.fail(start, "a NUL-terminated string inside its string table")
-        self._names_left -= end - start
-        if self._names_left < 0:
-            limit = max(NAMES_FLOOR_BYTES, NAMES_PER_FILE_BYTE * len(self.data))
-            raise self.fail(
-                start,
-                f"names of at most {limit} bytes in all ({NAMES_PER_FILE_BYTE} times the file; "
-                "the string tables name things with overlapping text)",
-            )
+        self.charge_names(end - start, start)
         try:
             text = self.data[start:end].decode("utf-8")
         except UnicodeDecodeError:
             raise self.fail(start, "a UTF-8 name") from None
         self._names[key] = text
         return text
+
+    def charge_names(self, size: int, at: int) -> None:
+        """Charge ``size`` bytes of names (or of records about a name) read or reported at ``at``
+        to the budget of :data:`NAMES_PER_FILE_BYTE` times the file (at least 1 MiB)."""
+        self._names_left -= size
+        if self._names_left < 0:
+            limit = max(NAMES_FLOOR_BYTES, NAMES_PER_FILE_BYTE * len(self.data))
+            raise self.fail(
+                at,
+                f"names of at most {limit} bytes in all, read and reported "
+                f"({NAMES_PER_FILE_BYTE} times the file; the file names things with overlapping "
+                "or repeated text)",
+            )
 
     def contents(self, section: Section) -> bytes:
         if section.type == SHT_NOBITS:

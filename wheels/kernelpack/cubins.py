@@ -13,7 +13,18 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from ._elf import SHT_SYMTAB, STB_GLOBAL, STB_LOCAL, STB_WEAK, STT_FUNC, Buffer, Elf, Section
+from ._elf import (
+    SHT_NOBITS,
+    SHT_SYMTAB,
+    STB_GLOBAL,
+    STB_LOCAL,
+    STB_WEAK,
+    STT_FUNC,
+    SYMBOL_SIZE,
+    Buffer,
+    Elf,
+    Section,
+)
 from ._jsonfields import json_fields
 from .errors import FormatError
 from .index import KernelResources
@@ -27,6 +38,7 @@ EIATTR_REQNTID = 0x10  # per kernel: .reqntid x, y, z
 # are the size in bytes (bits 12-16 the constant bank, 0x1f: the parameter bank)
 EIATTR_KPARAM_INFO = 0x17
 _KPARAM_SIZE_SHIFT = 18
+_KPARAM_RECORD_SIZE = 16  # a record's 4-byte header and 12 bytes: what a reported parameter costs
 EIATTR_MIN_STACK_SIZE = 0x12  # per symbol: local memory bytes per thread, callees included
 EIATTR_REGCOUNT = 0x2F  # per symbol: registers per thread
 _EIFMT_SIZED = 4  # EIFMT_SVAL: a 16-bit size, then that many bytes
@@ -96,6 +108,11 @@ def read_cubin(data: Buffer, path: str) -> Cubin:
     and local ones, the kernels of internal linkage (a ``static`` kernel, one in an anonymous
     namespace, a template instantiated with a file-local argument), which nvcc binds locally and
     cuModuleGetFunction finds all the same (docs/loader.md, "Kernel names").
+
+    Symbols may repeat a name and per-kernel sections may share their bytes, so each kernel's
+    name and parameters are charged to the file's names budget as they are reported
+    (:meth:`~kernelpack._elf.Elf.charge_names`): 8,192 kernels of one 256 KiB name are refused,
+    not turned into 2 GiB of report.
     """
     elf = Elf(data, path, machine=EM_CUDA, what="an NVIDIA cubin")
     if elf.abi_version == 8:
@@ -114,8 +131,10 @@ def read_cubin(data: Buffer, path: str) -> Cubin:
     symbols = elf.symbols(symtab)
     per_symbol = _per_symbol_attributes(elf, len(symbols))
     kernels = []
-    # per name: symbols may repeat one, its .nv.info.<name> records are read once
+    # per name: symbols may repeat one, its .nv.info.<name> records are read once, and once per
+    # place in the file (the sections of several names may be headers over the same bytes)
     info_of: dict[str, tuple[int, tuple[KernelParam, ...]]] = {}
+    info_at: dict[tuple[int, int], tuple[int, tuple[KernelParam, ...]]] = {}
     # Weak: nvlink makes a template's instances weak in a device-linked cubin (each unit may
     # have one); local ones are static kernels, private to their unit.
     for symbol in symbols:
@@ -128,8 +147,10 @@ def read_cubin(data: Buffer, path: str) -> Cubin:
         attributes = per_symbol.get(symbol.index, {})
         shared = elf.section(f".nv.shared.{symbol.name}")
         if symbol.name not in info_of:
-            info_of[symbol.name] = _kernel_info(elf, symbol.name)
+            info_of[symbol.name] = _kernel_info(elf, symbol.name, info_at)
         max_threads, params = info_of[symbol.name]
+        reported = len(symbol.name) + _KPARAM_RECORD_SIZE * len(params)
+        elf.charge_names(reported, symtab.offset + symbol.index * SYMBOL_SIZE)
         kernels.append(
             CudaKernel(
                 name=symbol.name,
@@ -146,6 +167,9 @@ def read_cubin(data: Buffer, path: str) -> Cubin:
 def _records(elf: Elf, section: Section) -> list[tuple[int, int, bytes | int, int]]:
     """(format, attribute, value, file offset) of each record of an .nv.info-style section."""
     records: list[tuple[int, int, bytes | int, int]] = []
+    if section.type == SHT_NOBITS:  # its offset and size were never checked against the file
+        raise elf.fail(section.header_offset, f"records in {section.name}, not SHT_NOBITS")
+    elf.charge_region(section, "attribute section")
     at, end = section.offset, section.offset + section.size
     while at < end:
         if end - at < 4:
@@ -192,11 +216,22 @@ def _per_symbol_attributes(elf: Elf, symbol_count: int) -> dict[int, dict[int, i
     return result
 
 
-def _kernel_info(elf: Elf, kernel: str) -> tuple[int, tuple[KernelParam, ...]]:
-    """A kernel's block size limit and parameters, from its own .nv.info.<kernel> section."""
+def _kernel_info(
+    elf: Elf, kernel: str, known: dict[tuple[int, int], tuple[int, tuple[KernelParam, ...]]]
+) -> tuple[int, tuple[KernelParam, ...]]:
+    """A kernel's block size limit and parameters, from its own .nv.info.<kernel> section
+    (``known``: what was found by the place of the sections read before)."""
     info = elf.section(f".nv.info.{kernel}")
     if info is None:
         return CUDA_MAX_BLOCK, ()
+    place = (info.offset, info.size)
+    if place not in known:
+        known[place] = _kernel_records(elf, info)
+    return known[place]
+
+
+def _kernel_records(elf: Elf, info: Section) -> tuple[int, tuple[KernelParam, ...]]:
+    """The block size limit and parameters that one .nv.info.<kernel> section records."""
     threads: int | None = None
     params: dict[int, KernelParam] = {}
     for fmt, attribute, value, at in _records(elf, info):
