@@ -18,6 +18,7 @@ from pathlib import Path
 
 OBJECTS = Path(__file__).parent / "fixtures" / "objects"
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
+HIP_ALIGNMENT = 4096
 AMD_ID = "hipv4-amdgcn-amd-amdhsa--"
 FIXTURE_KERNELS = ("axpy", "tile_sum", "walk", "spill", "mfma")  # objects/src/kernels.hip's
 # Names that must reach a terminal as text: rich markup (a closing tag alone is a MarkupError),
@@ -346,8 +347,14 @@ def ccob(
     return common + struct.pack(layout, total, uncompressed, digest) + payload
 
 
-def md5_low64(data: bytes) -> int:
-    return int.from_bytes(hashlib.md5(data).digest()[:8], "little")
+def md5_low64(data: bytes, zeros: int = 0) -> int:
+    """The CCOB hash of ``data`` followed by ``zeros`` zero bytes (hashed without making them)."""
+    digest = hashlib.md5(data)
+    chunk = bytes(1 << 20)
+    while zeros:
+        digest.update(chunk[: min(zeros, len(chunk))])
+        zeros -= min(zeros, len(chunk))
+    return int.from_bytes(digest.digest()[:8], "little")
 
 
 def zstd_bomb(size: int) -> bytes:
@@ -361,6 +368,28 @@ def ccob_train(blocks: int, each: int) -> bytes:
     header = BUNDLE_MAGIC + bytes(8)
     digest = md5_low64(header + bytes(each - len(header)))
     return ccob(zstd_frame(header, each - len(header)), each, digest=digest) * blocks
+
+
+def big_bundle(size: int, padding: int) -> bytes:
+    """A CCOB of a ``size``-byte bundle (about 1 GiB: the most a file's budget allows) whose one
+    entry is a real code object and zeros to the end, then a CCOB of ``padding`` raw bytes that
+    makes the file large enough (1/128 of the total) for that budget."""
+    image = (OBJECTS / "gfx90a.co").read_bytes()
+    at = HIP_ALIGNMENT
+    head = plain_bundle([(f"{AMD_ID}gfx90a", at, size - at)], image, at)
+    big = ccob(
+        zstd_frame(head, size - len(head)),
+        size,
+        version=3,
+        digest=md5_low64(head, size - len(head)),
+    )
+    empty = BUNDLE_MAGIC + bytes(8) + bytes(padding - len(BUNDLE_MAGIC) - 8)
+    block = 1 << 17
+    frame = bytearray(b"\x28\xb5\x2f\xfd" + bytes([0x00, 7 << 3]))
+    for start in range(0, padding, block):  # raw blocks: the padding takes room in the file
+        part = empty[start : start + block]
+        frame += ((len(part) << 3) | (start + block >= padding)).to_bytes(3, "little") + part
+    return big + ccob(bytes(frame), padding, version=3, digest=md5_low64(empty))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -495,6 +524,10 @@ HOSTILE_FILES: dict[str, Hostile] = {
     ),
     # a SHT_NOBITS .nv.info placed past the end (struct.error)
     "nobits-info.cubin": Hostile(_far_nobits_info_cubin, None),
+    # 8.4 MB: a CCOB of 1,000 MiB whose entry is a code object and zeros: read whole, one copy
+    # of the entry more than the 2 GiB held (MemoryError). Inflating and hashing 1 GiB takes
+    # 3 to 5 s here, so this linear case gets 30 s.
+    "big-bundle.hipfb": Hostile(lambda: big_bundle(1000 << 20, 8 << 20), FIXTURE_KERNELS, 30),
     # the linear cases, 20 MB each
     "linkage-20mb.ptx": Hostile(lambda: _linkage_ptx(2_300_000), ("real",), seconds=60),
     "symbol-tables-20mb.co": Hostile(

@@ -86,8 +86,11 @@ class Elf:
     """A parsed ELF64 little-endian file: header fields and section table."""
 
     def __init__(self, data: Buffer, path: str, *, machine: int, what: str) -> None:
-        # one copy of a view (a bundle entry) to read from: bytes have find and decode
-        self.data = data if isinstance(data, bytes) else bytes(data)
+        # a view (a bundle entry: perhaps most of a decompressed bundle of 1 GiB) is read in
+        # place, never copied whole; only the names, notes and records taken from it are copied
+        self.data: bytes | memoryview = (
+            data if isinstance(data, bytes) else memoryview(data).toreadonly().cast("B")
+        )
         data = self.data
         self.path = path
         if len(data) < _HEADER.size:
@@ -168,16 +171,34 @@ class Elf:
         if known is not None:
             return known
         start = table_offset + at
-        end = self.data.find(b"\0", start, table_offset + table_size)
+        end = self._find_nul(start, table_offset + table_size)
         if end < 0:
             raise self.fail(start, "a NUL-terminated string inside its string table")
         self.charge_names(end - start, start)
         try:
-            text = self.data[start:end].decode("utf-8")
+            text = str(self.data[start:end], "utf-8")
         except UnicodeDecodeError:
             raise self.fail(start, "a UTF-8 name") from None
         self._names[key] = text
         return text
+
+    def _find_nul(self, start: int, end: int) -> int:
+        """Where the first NUL in ``start:end`` is, -1 if none; a view is searched in pieces
+        that double, so finding a name costs about its length, never a copy of its table."""
+        if isinstance(self.data, bytes):
+            return self.data.find(b"\0", start, end)
+        at, step = start, 256
+        while at < end:
+            stop = min(end, at + step)
+            found = bytes(self.data[at:stop]).find(b"\0")
+            if found >= 0:
+                return at + found
+            at, step = stop, 2 * step
+        return -1
+
+    def take(self, start: int, size: int) -> bytes:
+        """A copy of ``size`` bytes at ``start`` (checked by the caller to lie in the file)."""
+        return bytes(self.data[start : start + size])
 
     def charge_names(self, size: int, at: int) -> None:
         """Charge ``size`` bytes of names (or of records about a name) read or reported at ``at``
@@ -195,7 +216,7 @@ class Elf:
     def contents(self, section: Section) -> bytes:
         if section.type == SHT_NOBITS:
             return b""
-        return self.data[section.offset : section.offset + section.size]
+        return self.take(section.offset, section.size)
 
     def section(self, name: str) -> Section | None:
         """The first section of that name, if any."""
@@ -258,8 +279,8 @@ class Elf:
                 next_at = desc_at + _align4(desc_size)
                 if next_at > end:
                     raise self.fail(at, f"a note of {next_at - at} bytes inside its section")
-                name = self.data[name_at : name_at + name_size].rstrip(b"\0")
-                yield Note(name, note_type, self.data[desc_at : desc_at + desc_size], desc_at)
+                name = self.take(name_at, name_size).rstrip(b"\0")
+                yield Note(name, note_type, self.take(desc_at, desc_size), desc_at)
                 at = next_at
 
     def symbol_bytes(self, symbol: Symbol, size: int) -> tuple[bytes, int]:
@@ -273,7 +294,7 @@ class Elf:
                 section.header_offset, f"{size} bytes of {symbol.name} inside {section.name}"
             )
         at = section.offset + start
-        return self.data[at : at + size], at
+        return self.take(at, size), at
 
 
 def _align4(value: int) -> int:

@@ -178,7 +178,7 @@ def _records(elf: Elf, section: Section) -> list[tuple[int, int, bytes | int, in
         if fmt == _EIFMT_SIZED:
             if word > end - at - 4:
                 raise elf.fail(at + 2, f"an attribute of {word} bytes inside {section.name}")
-            records.append((fmt, attribute, elf.data[at + 4 : at + 4 + word], at))
+            records.append((fmt, attribute, elf.take(at + 4, word), at))
             at += 4 + word
         elif fmt in _EIFMT_INLINE:
             records.append((fmt, attribute, word, at))
