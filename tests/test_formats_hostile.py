@@ -124,7 +124,7 @@ def test_a_stream_that_yields_more_than_it_claims_stops_one_byte_past() -> None:
 def test_names_in_overlapping_string_table_text_have_a_budget() -> None:
     text = b"\0" + b"k" * (256 * 1024) + b"\0"
     data = cubin(["x"] * 6000, strtab=text, name_offsets=list(range(1, 6001)))
-    with pytest.raises(FormatError, match="names of at most"):  # 1.5 GB of names otherwise
+    with pytest.raises(FormatError, match="names and records of at most"):  # 1.5 GB otherwise
         read_cubin(data, "names.cubin")
 
 
@@ -134,7 +134,9 @@ def test_repeated_names_are_read_once_and_charged_each_time_they_are_reported() 
     assert [k.name for k in two.kernels] == ["k" * 256 * 1024] * 2
     assert two.kernels[0].name is two.kernels[1].name  # decoded once
     many = cubin(["x"] * 8192, strtab=text, name_offsets=[1] * 8192)  # a 2 GiB report
-    with pytest.raises(FormatError, match=r"names of at most \d+ bytes in all, read and reported"):
+    with pytest.raises(
+        FormatError, match=r"names and records of at most \d+ bytes in all, read and reported"
+    ):
         read_cubin(many, "many.cubin")
 
 

@@ -208,9 +208,9 @@ class Elf:
             limit = max(NAMES_FLOOR_BYTES, NAMES_PER_FILE_BYTE * len(self.data))
             raise self.fail(
                 at,
-                f"names of at most {limit} bytes in all, read and reported "
-                f"({NAMES_PER_FILE_BYTE} times the file; the file names things with overlapping "
-                "or repeated text)",
+                f"names and records of at most {limit} bytes in all, read and reported "
+                f"({NAMES_PER_FILE_BYTE} times the file; the file repeats names, overlaps them "
+                "or shares records between kernels)",
             )
 
     def contents(self, section: Section) -> bytes:
