@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +120,19 @@ def test_truncated_missing_and_corrupt_files(tmp_path: Path) -> None:
     (tmp_path / "bad.hsaco").write_bytes(b"CCOB" + b"\0" * 40)
     with pytest.raises(IntegrityError, match=r"bad\.hsaco.*reinstall kernelpack"):
         read_image(tmp_path, _image("bad.hsaco", payload, 0, "zstd"))
+
+
+def test_a_compressed_bundle_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "m.hsaco")  # nobody writes it: a plain open blocks forever
+
+    def waited(signum: int, frame: object) -> None:
+        pytest.fail("read_image waited on the FIFO for 5 s")
+
+    previous = signal.signal(signal.SIGALRM, waited)
+    signal.alarm(5)
+    try:
+        with pytest.raises(IntegrityError, match=r"m\.hsaco: is a FIFO.*reinstall kernelpack"):
+            read_image(tmp_path, _image("m.hsaco", b"x", 0, "zstd"))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

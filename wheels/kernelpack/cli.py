@@ -17,6 +17,9 @@ from .coverage import run_targets
 from .detect import detect_gpus
 from .errors import UsageError
 from .inspection import describe, print_report
+from .regular_files import IMAGE_FILE_LIMIT, read_regular
+
+_INSPECTED = "a bundle, code object, cubin or PTX"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -91,11 +94,9 @@ def _command(
 def _inspect(args: argparse.Namespace) -> int:
     path = str(args.file)
     try:
-        data = Path(path).read_bytes()
-    except OSError as error:
-        raise UsageError(
-            f"{path}: cannot read it ({error.strerror}); give a bundle, code object, cubin or PTX"
-        ) from None
+        data = read_regular(path, limit=IMAGE_FILE_LIMIT, what=_INSPECTED)
+    except OSError as error:  # absent: read_regular leaves that to the caller to word
+        raise UsageError(f"{path}: cannot read it ({error.strerror}); give {_INSPECTED}") from None
     report = describe(data, path)
     if args.json:
         print_json(report)

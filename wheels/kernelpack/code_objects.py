@@ -255,9 +255,8 @@ class _MetadataFields:
 def _check_kernel_descriptors(elf: Elf, kernels: tuple[AmdKernel, ...]) -> None:
     """Each kernel's descriptor exists and its wave32 bit agrees with .wavefront_size."""
     symbols = {}
-    for table in elf.sections:
-        if table.type in (SHT_DYNSYM, SHT_SYMTAB):
-            symbols.update({s.name: s for s in elf.symbols(table) if s.name})
+    for table in elf.symbol_tables(SHT_DYNSYM, SHT_SYMTAB):
+        symbols.update({s.name: s for s in table if s.name})
     for kernel in kernels:
         symbol = symbols.get(kernel.symbol)
         if symbol is None:

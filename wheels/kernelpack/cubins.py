@@ -13,7 +13,18 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from ._elf import SHT_SYMTAB, STB_GLOBAL, STB_LOCAL, STB_WEAK, STT_FUNC, Buffer, Elf, Section
+from ._elf import (
+    SHT_NOBITS,
+    SHT_SYMTAB,
+    STB_GLOBAL,
+    STB_LOCAL,
+    STB_WEAK,
+    STT_FUNC,
+    SYMBOL_SIZE,
+    Buffer,
+    Elf,
+    Section,
+)
 from ._jsonfields import json_fields
 from .errors import FormatError
 from .index import KernelResources
@@ -27,6 +38,7 @@ EIATTR_REQNTID = 0x10  # per kernel: .reqntid x, y, z
 # are the size in bytes (bits 12-16 the constant bank, 0x1f: the parameter bank)
 EIATTR_KPARAM_INFO = 0x17
 _KPARAM_SIZE_SHIFT = 18
+_KPARAM_RECORD_SIZE = 16  # a record's 4-byte header and 12 bytes: what a reported parameter costs
 EIATTR_MIN_STACK_SIZE = 0x12  # per symbol: local memory bytes per thread, callees included
 EIATTR_REGCOUNT = 0x2F  # per symbol: registers per thread
 _EIFMT_SIZED = 4  # EIFMT_SVAL: a 16-bit size, then that many bytes
@@ -96,6 +108,11 @@ def read_cubin(data: Buffer, path: str) -> Cubin:
     and local ones, the kernels of internal linkage (a ``static`` kernel, one in an anonymous
     namespace, a template instantiated with a file-local argument), which nvcc binds locally and
     cuModuleGetFunction finds all the same (docs/loader.md, "Kernel names").
+
+    Symbols may repeat a name and per-kernel sections may share their bytes, so each kernel's
+    name and parameters are charged to the file's names budget as they are reported
+    (:meth:`~kernelpack._elf.Elf.charge_names`): 8,192 kernels of one 256 KiB name are refused,
+    not turned into 2 GiB of report.
     """
     elf = Elf(data, path, machine=EM_CUDA, what="an NVIDIA cubin")
     if elf.abi_version == 8:
@@ -114,8 +131,10 @@ def read_cubin(data: Buffer, path: str) -> Cubin:
     symbols = elf.symbols(symtab)
     per_symbol = _per_symbol_attributes(elf, len(symbols))
     kernels = []
-    # per name: symbols may repeat one, its .nv.info.<name> records are read once
+    # per name: symbols may repeat one, its .nv.info.<name> records are read once, and once per
+    # place in the file (the sections of several names may be headers over the same bytes)
     info_of: dict[str, tuple[int, tuple[KernelParam, ...]]] = {}
+    info_at: dict[tuple[int, int], tuple[int, tuple[KernelParam, ...]]] = {}
     # Weak: nvlink makes a template's instances weak in a device-linked cubin (each unit may
     # have one); local ones are static kernels, private to their unit.
     for symbol in symbols:
@@ -128,8 +147,10 @@ def read_cubin(data: Buffer, path: str) -> Cubin:
         attributes = per_symbol.get(symbol.index, {})
         shared = elf.section(f".nv.shared.{symbol.name}")
         if symbol.name not in info_of:
-            info_of[symbol.name] = _kernel_info(elf, symbol.name)
+            info_of[symbol.name] = _kernel_info(elf, symbol.name, info_at)
         max_threads, params = info_of[symbol.name]
+        reported = len(symbol.name) + _KPARAM_RECORD_SIZE * len(params)
+        elf.charge_names(reported, symtab.offset + symbol.index * SYMBOL_SIZE)
         kernels.append(
             CudaKernel(
                 name=symbol.name,
@@ -146,6 +167,9 @@ def read_cubin(data: Buffer, path: str) -> Cubin:
 def _records(elf: Elf, section: Section) -> list[tuple[int, int, bytes | int, int]]:
     """(format, attribute, value, file offset) of each record of an .nv.info-style section."""
     records: list[tuple[int, int, bytes | int, int]] = []
+    if section.type == SHT_NOBITS:  # its offset and size were never checked against the file
+        raise elf.fail(section.header_offset, f"records in {section.name}, not SHT_NOBITS")
+    elf.charge_region(section, "attribute section")
     at, end = section.offset, section.offset + section.size
     while at < end:
         if end - at < 4:
@@ -154,7 +178,7 @@ def _records(elf: Elf, section: Section) -> list[tuple[int, int, bytes | int, in
         if fmt == _EIFMT_SIZED:
             if word > end - at - 4:
                 raise elf.fail(at + 2, f"an attribute of {word} bytes inside {section.name}")
-            records.append((fmt, attribute, elf.data[at + 4 : at + 4 + word], at))
+            records.append((fmt, attribute, elf.take(at + 4, word), at))
             at += 4 + word
         elif fmt in _EIFMT_INLINE:
             records.append((fmt, attribute, word, at))
@@ -192,11 +216,22 @@ def _per_symbol_attributes(elf: Elf, symbol_count: int) -> dict[int, dict[int, i
     return result
 
 
-def _kernel_info(elf: Elf, kernel: str) -> tuple[int, tuple[KernelParam, ...]]:
-    """A kernel's block size limit and parameters, from its own .nv.info.<kernel> section."""
+def _kernel_info(
+    elf: Elf, kernel: str, known: dict[tuple[int, int], tuple[int, tuple[KernelParam, ...]]]
+) -> tuple[int, tuple[KernelParam, ...]]:
+    """A kernel's block size limit and parameters, from its own .nv.info.<kernel> section
+    (``known``: what was found by the place of the sections read before)."""
     info = elf.section(f".nv.info.{kernel}")
     if info is None:
         return CUDA_MAX_BLOCK, ()
+    place = (info.offset, info.size)
+    if place not in known:
+        known[place] = _kernel_records(elf, info)
+    return known[place]
+
+
+def _kernel_records(elf: Elf, info: Section) -> tuple[int, tuple[KernelParam, ...]]:
+    """The block size limit and parameters that one .nv.info.<kernel> section records."""
     threads: int | None = None
     params: dict[int, KernelParam] = {}
     for fmt, attribute, value, at in _records(elf, info):
@@ -222,20 +257,28 @@ _PTX_TARGET = re.compile(r"^[ \t]*\.target[ \t]+(\w+)", re.M)
 _PTX_ADDRESS_SIZE = re.compile(r"^[ \t]*\.address_size[ \t]+(\d+)", re.M)
 _PTX_ENTRY = re.compile(r"\.entry[ \t\r\n]+([A-Za-z_$%][\w$]*)")
 # A kernel's whole directive: linkage, name and parameter list (PTX ISA, "Kernel Function
-# Parameters"): ".visible .entry name(.param .u64 p0, .param .align 8 .b8 p1[16])".
-_PTX_KERNEL = re.compile(
-    r"((?:\.(?:visible|weak|extern)[ \t\r\n]+)*)\.entry[ \t\r\n]+([A-Za-z_$%][\w$]*)[ \t\r\n]*"
-    r"(?:\(([^()]*)\))?"
-)
+# Parameters"): ".visible .entry name(.param .u64 p0, .param .align 8 .b8 p1[16])". The linkage
+# and .entry directives are found one by one, each with the blank after it, and a linkage applies
+# when nothing else stands between it and the .entry: one regex of "(linkage blank)* .entry"
+# would try the whole run of linkage directives again from each of their dots (quadratic on
+# ".visible .visible ...", 40,000 of them took more than 15 s).
+_PTX_LINKAGE_OR_ENTRY = re.compile(r"\.(visible|weak|extern|entry)[ \t\r\n]+")
+_PTX_KERNEL_REST = re.compile(r"([A-Za-z_$%][\w$]*)[ \t\r\n]*(?:\(([^()]*)\))?")
 _PTX_PARAM = re.compile(
     r"\.param[ \t\r\n]+((?:\.[a-z][a-z0-9]*(?:[ \t\r\n]+\d+)?[ \t\r\n]+)*)[A-Za-z_$%][\w$]*"
     r"(?:[ \t\r\n]*\[(\d+)\])?$"
 )
+# One word of a parameter's declaration: ".u32", ".ptr", ".align 8".
+_PTX_PARAM_WORD = re.compile(r"\.([a-z][a-z0-9]*)(?:[ \t\r\n]+(\d+))?")
 _PTX_TYPE_SIZE = re.compile(r"\.[busf](8|16|32|64)$")
 # An unclosed /* runs to the end of the text: one match, where requiring */ would rescan the rest
 # of the text from every /* (quadratic on a file of "/*/*/*...").
 _PTX_COMMENT = re.compile(r"//[^\n]*|/\*.*?(?:\*/|\Z)", re.S)
 _PTX_SM = re.compile(r"sm_(\d+)[af]?")
+# The numbers of a PTX directive (.address_size, .align, an array's count) are below 2^32: one
+# of more digits is refused before int() sees it (which raises ValueError past 4,300 digits).
+_PTX_NUMBER_LIMIT = 1 << 32
+_PTX_NUMBER_DIGITS = len(str(_PTX_NUMBER_LIMIT))
 
 
 @dataclass(frozen=True)
@@ -284,19 +327,52 @@ def read_ptx(data: Buffer, path: str) -> Ptx:
     if _PTX_SM.fullmatch(target.group(1)) is None:
         raise FormatError(path, 0, f"a PTX .target sm_XX, not {target.group(1)}")
     address = _PTX_ADDRESS_SIZE.search(code)
-    address_size = int(address.group(1)) if address else 32
+    address_size = 32
+    if address is not None:
+        address_size = _ptx_number(address.group(1), ".address_size", path, address.start(1))
     if address_size not in (32, 64):
         raise FormatError(path, 0, f"a PTX .address_size of 32 or 64, not {address_size}")
     entries = tuple(match.group(1) for match in _PTX_ENTRY.finditer(code))
-    kernels = tuple(
-        PtxKernel(
-            match.group(2),
-            ".visible" in match.group(1),
-            _ptx_params(match.group(3) or "", path, match.start()),
-        )
-        for match in _PTX_KERNEL.finditer(code)
-    )
-    return Ptx(version.group(1), target.group(1), address_size, entries, kernels)
+    return Ptx(version.group(1), target.group(1), address_size, entries, _ptx_kernels(code, path))
+
+
+def _ptx_kernels(code: str, path: str) -> tuple[PtxKernel, ...]:
+    """Each ``.entry`` with the linkage directives right before it, in one pass over the text."""
+    kernels = []
+    linkage: set[str] = set()
+    linkage_end = skip_to = 0
+    for match in _PTX_LINKAGE_OR_ENTRY.finditer(code):
+        if match.start() < skip_to:  # inside the last kernel's parameter list
+            continue
+        if match.start() != linkage_end:  # something else came after the last linkage
+            linkage = set()
+        if match.group(1) != "entry":
+            linkage.add(match.group(1))
+            linkage_end = match.end()
+            continue
+        rest = _PTX_KERNEL_REST.match(code, match.end())
+        linkage_end = -1
+        if rest is None:  # ".entry" and no name: not a kernel (nor in .entries)
+            linkage = set()
+            continue
+        params = _ptx_params(rest.group(2) or "", path, match.start())
+        kernels.append(PtxKernel(rest.group(1), "visible" in linkage, params))
+        linkage, skip_to = set(), rest.end()
+    return tuple(kernels)
+
+
+def _ptx_number(digits: str, what: str, path: str, at: int) -> int:
+    """A directive's decimal number, below 2^32."""
+    if len(digits) > _PTX_NUMBER_DIGITS or int(digits) >= _PTX_NUMBER_LIMIT:
+        raise FormatError(path, at, f"a PTX {what} below 2^32, not {_shown(digits)}")
+    return int(digits)
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, its middle left out past 60 characters."""
+    if len(text) <= 60:
+        return repr(text)
+    return f"{text[:28]!r}...{text[-28:]!r} ({len(text)} characters)"
 
 
 def _ptx_params(text: str, path: str, at: int) -> tuple[KernelParam, ...]:
@@ -305,16 +381,23 @@ def _ptx_params(text: str, path: str, at: int) -> tuple[KernelParam, ...]:
     offset = 0
     for ordinal, piece in enumerate(p.strip() for p in text.split(",") if p.strip()):
         match = _PTX_PARAM.match(piece)
-        words = match.group(1).split() if match else []
-        sizes = [int(found.group(1)) // 8 for w in words if (found := _PTX_TYPE_SIZE.match(w))]
+        words = list(_PTX_PARAM_WORD.finditer(match.group(1))) if match else []
+        types = [found for w in words if (found := _PTX_TYPE_SIZE.fullmatch("." + w.group(1)))]
+        sizes = [int(found.group(1)) // 8 for found in types]
         if match is None or len(sizes) != 1:
-            raise FormatError(path, at, f"a PTX kernel parameter .param .type name, not {piece!r}")
-        size = sizes[0] * int(match.group(2) or 1)
+            raise FormatError(
+                path, at, f"a PTX kernel parameter .param .type name, not {_shown(piece)}"
+            )
+        count = match.group(2)
+        size = sizes[0] * (1 if count is None else _ptx_number(count, "array size", path, at))
         align = sizes[0]
-        if ".align" in words:
-            align = int(words[words.index(".align") + 1])
+        aligned = next((word for word in words if word.group(1) == "align"), None)
+        if aligned is not None:
+            if aligned.group(2) is None:
+                raise FormatError(path, at, f"a number after .align in {_shown(piece)}")
+            align = _ptx_number(aligned.group(2), ".align", path, at)
         if align < 1 or align & (align - 1):
-            raise FormatError(path, at, f"a power-of-two .align in {piece!r}")
+            raise FormatError(path, at, f"a power-of-two .align in {_shown(piece)}")
         offset = -(-offset // align) * align
         params.append(KernelParam(ordinal, offset, size, None))
         offset += size

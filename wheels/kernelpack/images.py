@@ -155,13 +155,16 @@ def _read_range(path: Path, offset: int, size: int, remedy: str) -> bytes:
 def _bundle_entries(path: Path, remedy: str) -> list[BundleEntry]:
     """The entries of a compressed (CCOB) bundle file, offsets in the bundle it decompresses to."""
     from .formats import read_bundle
+    from .regular_files import IMAGE_FILE_LIMIT, read_regular
 
     try:
-        packed = path.read_bytes()
+        packed = read_regular(path, limit=IMAGE_FILE_LIMIT, what="a compressed bundle")
     except OSError as error:
         raise IntegrityError(
             f"{path}: cannot read the bundle: {error.strerror or error}; {remedy}"
         ) from None
+    except UsageError as error:  # a FIFO, a device, a file over the limit: never read
+        raise IntegrityError(f"{error}; {remedy}") from None
     try:
         return read_bundle(packed, str(path))
     except FormatError as error:
