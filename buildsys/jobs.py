@@ -12,6 +12,7 @@ back (buildsys.discovery) and its target checked.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,18 @@ def cicc_source_path(tree_path: str) -> str:
     return f"-Xcicc=--orig_src_path_name={tree_path}"
 
 
+def nvcc_random_seed(tree_path: str) -> str:
+    """nvcc's ``-frandom-seed``, fixed by the unit's tree path (``module/unit.cu``).
+
+    cicc names an anonymous namespace ``_GLOBAL__N__<module id>``, and without a seed the module
+    id ends in a random number and cicc's process id (``..._6_mlp_cu_ca8f4b18_12263``): every
+    nvcc run gave other symbol names, so other cubin bytes. With a seed the id is the seed's hex
+    digits (``..._6_mlp_cu_1234abcd``). Each unit gets its own, as a device link sees every
+    unit's symbols; a hex number, as nvcc pastes the value into its shell commands.
+    """
+    return f"-frandom-seed=0x{hashlib.sha256(tree_path.encode()).hexdigest()[:8]}"
+
+
 def compile_argv(
     job: Job,
     flags: Sequence[str],
@@ -136,10 +149,10 @@ def compile_argv(
         clang = ["-dependency-file", depfile, "-MT", output]
         hip_depfile = [part for option in clang for part in ("-Xclang", option)]
         return ["hipcc", *flags, *hip_target, *extra, *hip_depfile, source, "-o", output]
-    source_path = cicc_source_path(tree_path)
+    source_path = [cicc_source_path(tree_path), nvcc_random_seed(tree_path)]
     depfile_options = ["-MMD", "-MF", depfile]
     target = f"-arch={job.target.target}"
-    return ["nvcc", *flags, target, *extra, source_path, *depfile_options, source, "-o", output]
+    return ["nvcc", *flags, target, *extra, *source_path, *depfile_options, source, "-o", output]
 
 
 def compile_commands(

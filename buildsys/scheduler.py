@@ -159,7 +159,7 @@ def _compile(
             argv[0] = toolchain.tool(argv[0])
         with slots:
             try:
-                result = toolchain.run(argv, cwd=folder, check=False)
+                result = toolchain.run(argv, cwd=folder, check=False, tmpdir=trees.temporary)
             except OSError as error:
                 return f"{argv[0]}: {error.strerror}"
         if result.returncode == 0:
