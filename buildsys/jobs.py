@@ -20,7 +20,9 @@ from pathlib import Path
 from kernelpack.errors import KernelpackError, UsageError
 from kernelpack.images import KINDS_BY_NAME
 
-from .discovery import object_kernels
+from .cache import BuildCache, sha256_hex
+from .discovered import cached_object_kernels
+from .discovery import ObjectKernel, object_kernels
 from .index_writer import BuiltImage
 from .matrix import MatrixTarget
 from .modules import KernelModule
@@ -70,6 +72,7 @@ class Outcome:
     image: BuiltImage | None = None
     message: str = ""
     hint: str = ""  # for a failed AMD compile: the hipify findings at the places it names
+    kernels: tuple[ObjectKernel, ...] = ()  # as read off the object (buildsys.discovery)
 
 
 @dataclass(frozen=True)
@@ -216,11 +219,23 @@ def check_linkable(jobs: Sequence[Job]) -> None:
             )
 
 
-def finish(job: Job, status: str, seconds: float, data: bytes) -> Outcome:
-    """Read the object's kernels (buildsys.discovery) and check its target; the kernels are named
-    and checked across targets once every job is done (buildsys.build)."""
+def finish(
+    job: Job,
+    status: str,
+    seconds: float,
+    data: bytes,
+    cache: BuildCache | None = None,
+    digest: str = "",
+) -> Outcome:
+    """Read the object's kernels (buildsys.discovery; through ``cache``, buildsys.discovered,
+    when given) and check its target; the kernels are named and checked across targets once
+    every job is done (buildsys.build). ``digest``: the sha256 of ``data``, where known."""
+    digest = digest or sha256_hex(data)
     try:
-        target, kernels = object_kernels(job.kind, data, job.output)
+        if cache is None:
+            target, kernels = object_kernels(job.kind, data, job.output)
+        else:
+            target, kernels = cached_object_kernels(cache, job.kind, data, job.output, digest)
     except KernelpackError as error:
         return Outcome(
             job, "failed", seconds, message=f"the compiler's output is unreadable: {error}"
@@ -231,6 +246,12 @@ def finish(job: Job, status: str, seconds: float, data: bytes) -> Outcome:
         )
     resources = {kernel.symbol: kernel.resources for kernel in kernels}
     image = BuiltImage(
-        job.module.name, job.target.vendor, job.target.target, job.kind, data, resources
+        job.module.name,
+        job.target.vendor,
+        job.target.target,
+        job.kind,
+        data,
+        resources,
+        sha256=digest,
     )
-    return Outcome(job, status, seconds, image)
+    return Outcome(job, status, seconds, image, kernels=tuple(kernels))
