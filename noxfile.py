@@ -79,11 +79,14 @@ def amd(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff and mypy over buildsys and kernelpack."""
+    """ruff and mypy over buildsys and kernelpack, zizmor over the CI workflows."""
     _install_groups(session, "lint")
     session.run("ruff", "check", "buildsys", "wheels", "tests", "bench", "noxfile.py")
     session.run("ruff", "format", "--check", "buildsys", "wheels", "tests", "bench", "noxfile.py")
     session.run("mypy", *session.posargs)
+    # Offline: the audits that need GitHub's API (impostor commits, known-vulnerable actions)
+    # are skipped; every action is pinned by commit with its tag beside it.
+    session.run("zizmor", "--offline", "--min-severity", "medium", ".github/workflows/")
 
 
 @nox.session

@@ -26,12 +26,12 @@ from kernelpack.index import KernelParam
 from .cache import BuildCache
 from .discovery import (
     ImageKernels,
+    ObjectKernel,
     check_missing,
     demangle,
     find_demangler,
     missing_kernels,
     name_kernels,
-    object_kernels,
     unit_tags,
 )
 from .errors import BuildError, HipifyError, ToolchainError
@@ -101,7 +101,7 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
     result = BuildResult(outcomes, settings.out)
     if result.failed:
         return result
-    built = [o.image for o in outcomes if o.image is not None]
+    built = [(o.image, o.kernels) for o in outcomes if o.image is not None]
     named, kernel_params, result = _discover(settings, built, modules, targets, toolchains, result)
     if result.failed:
         return result
@@ -165,25 +165,20 @@ def define_lines(defines: Sequence[str]) -> str:
 
 def _discover(
     settings: BuildSettings,
-    built: Sequence[BuiltImage],
+    built: Sequence[tuple[BuiltImage, Sequence[ObjectKernel]]],
     modules: Sequence[KernelModule],
     targets: Sequence[MatrixTarget],
     toolchains: Mapping[str, Toolchain],
     result: BuildResult,
 ) -> tuple[list[BuiltImage], dict[str, dict[str, list[KernelParam]]], BuildResult]:
-    """The images with their kernels named (buildsys.discovery), each module's kernel layouts,
-    and the result with the kernel-by-target table; its ``error`` says which kernels some targets
-    lack, unless the project allows it (allow-missing-kernels)."""
+    """The images, each with the kernels read off it (jobs.finish), with their kernels named
+    (buildsys.discovery), each module's kernel layouts, and the result with the kernel-by-target
+    table; its ``error`` says which kernels some targets lack, unless the project allows it
+    (allow-missing-kernels)."""
     tags = {module.name: unit_tags(module) for module in modules}
     found = [
-        ImageKernels(
-            i.module,
-            i.vendor,
-            i.target,
-            object_kernels(i.kind, i.data, i.target)[1],
-            units=tags[i.module],
-        )
-        for i in built
+        ImageKernels(i.module, i.vendor, i.target, list(kernels), units=tags[i.module])
+        for i, kernels in built
     ]
     symbols = {k.symbol for image in found for k in image.kernels}
     demangled = demangle(symbols, find_demangler(toolchains.values()))
@@ -195,7 +190,7 @@ def _discover(
             kernels=named_modules[image.module].resources[image.target],
             symbols=named_modules[image.module].symbols[image.target],
         )
-        for image in built
+        for image, _ in built
     ]
     table = {name: dict(sorted(m.targets.items())) for name, m in sorted(named_modules.items())}
     error = ""

@@ -83,6 +83,11 @@ class BuiltImage:
     data: bytes
     kernels: Mapping[str, KernelResources]  # by kernel name (by symbol before discovery named them)
     symbols: Mapping[str, str] = field(default_factory=dict)  # kernel name -> symbol
+    sha256: str = ""  # of data, where the caller already has it (the build cache checked it)
+
+    @property
+    def digest(self) -> str:
+        return self.sha256 or sha256_hex(self.data)
 
     @property
     def order(self) -> tuple[int, str]:
@@ -167,7 +172,7 @@ def _image(image: BuiltImage, file: str, offset: int, size: int, compression: st
         "file": file,
         "offset": offset,
         "size": size,
-        "sha256": sha256_hex(image.data),
+        "sha256": image.digest,
         "compression": compression,  # type: ignore[typeddict-item]
         "kernels": {name: dict(r) for name, r in sorted(image.kernels.items())},  # type: ignore[misc]
         "symbols": dict(sorted(image.symbols.items())),

@@ -12,6 +12,7 @@ back (buildsys.discovery) and its target checked.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,9 @@ from pathlib import Path
 from kernelpack.errors import KernelpackError, UsageError
 from kernelpack.images import KINDS_BY_NAME
 
-from .discovery import object_kernels
+from .cache import BuildCache, sha256_hex
+from .discovered import cached_object_kernels
+from .discovery import ObjectKernel, object_kernels
 from .index_writer import BuiltImage
 from .matrix import MatrixTarget
 from .modules import KernelModule
@@ -69,6 +72,7 @@ class Outcome:
     image: BuiltImage | None = None
     message: str = ""
     hint: str = ""  # for a failed AMD compile: the hipify findings at the places it names
+    kernels: tuple[ObjectKernel, ...] = ()  # as read off the object (buildsys.discovery)
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,18 @@ def cicc_source_path(tree_path: str) -> str:
     return f"-Xcicc=--orig_src_path_name={tree_path}"
 
 
+def nvcc_random_seed(tree_path: str) -> str:
+    """nvcc's ``-frandom-seed``, fixed by the unit's tree path (``module/unit.cu``).
+
+    cicc names an anonymous namespace ``_GLOBAL__N__<module id>``, and without a seed the module
+    id ends in a random number and cicc's process id (``..._6_mlp_cu_ca8f4b18_12263``): every
+    nvcc run gave other symbol names, so other cubin bytes. With a seed the id is the seed's hex
+    digits (``..._6_mlp_cu_1234abcd``). Each unit gets its own, as a device link sees every
+    unit's symbols; a hex number, as nvcc pastes the value into its shell commands.
+    """
+    return f"-frandom-seed=0x{hashlib.sha256(tree_path.encode()).hexdigest()[:8]}"
+
+
 def compile_argv(
     job: Job,
     flags: Sequence[str],
@@ -136,10 +152,10 @@ def compile_argv(
         clang = ["-dependency-file", depfile, "-MT", output]
         hip_depfile = [part for option in clang for part in ("-Xclang", option)]
         return ["hipcc", *flags, *hip_target, *extra, *hip_depfile, source, "-o", output]
-    source_path = cicc_source_path(tree_path)
+    source_path = [cicc_source_path(tree_path), nvcc_random_seed(tree_path)]
     depfile_options = ["-MMD", "-MF", depfile]
     target = f"-arch={job.target.target}"
-    return ["nvcc", *flags, target, *extra, source_path, *depfile_options, source, "-o", output]
+    return ["nvcc", *flags, target, *extra, *source_path, *depfile_options, source, "-o", output]
 
 
 def compile_commands(
@@ -203,11 +219,23 @@ def check_linkable(jobs: Sequence[Job]) -> None:
             )
 
 
-def finish(job: Job, status: str, seconds: float, data: bytes) -> Outcome:
-    """Read the object's kernels (buildsys.discovery) and check its target; the kernels are named
-    and checked across targets once every job is done (buildsys.build)."""
+def finish(
+    job: Job,
+    status: str,
+    seconds: float,
+    data: bytes,
+    cache: BuildCache | None = None,
+    digest: str = "",
+) -> Outcome:
+    """Read the object's kernels (buildsys.discovery; through ``cache``, buildsys.discovered,
+    when given) and check its target; the kernels are named and checked across targets once
+    every job is done (buildsys.build). ``digest``: the sha256 of ``data``, where known."""
+    digest = digest or sha256_hex(data)
     try:
-        target, kernels = object_kernels(job.kind, data, job.output)
+        if cache is None:
+            target, kernels = object_kernels(job.kind, data, job.output)
+        else:
+            target, kernels = cached_object_kernels(cache, job.kind, data, job.output, digest)
     except KernelpackError as error:
         return Outcome(
             job, "failed", seconds, message=f"the compiler's output is unreadable: {error}"
@@ -218,6 +246,12 @@ def finish(job: Job, status: str, seconds: float, data: bytes) -> Outcome:
         )
     resources = {kernel.symbol: kernel.resources for kernel in kernels}
     image = BuiltImage(
-        job.module.name, job.target.vendor, job.target.target, job.kind, data, resources
+        job.module.name,
+        job.target.vendor,
+        job.target.target,
+        job.kind,
+        data,
+        resources,
+        sha256=digest,
     )
-    return Outcome(job, status, seconds, image)
+    return Outcome(job, status, seconds, image, kernels=tuple(kernels))

@@ -52,7 +52,7 @@ def run_jobs(
             misses.append((job, key))
         else:
             seconds = float(found.info.get("seconds", 0.0))
-            outcomes[job] = finish(job, "cached", seconds, found.data)
+            outcomes[job] = finish(job, "cached", seconds, found.data, cache, found.info["sha256"])
     reporter = Reporter(len(jobs), len(misses), enabled=progress)
     slots = threading.BoundedSemaphore(plan.jobs)  # compiler processes at once (see _compile)
     if misses:
@@ -159,7 +159,7 @@ def _compile(
             argv[0] = toolchain.tool(argv[0])
         with slots:
             try:
-                result = toolchain.run(argv, cwd=folder, check=False)
+                result = toolchain.run(argv, cwd=folder, check=False, tmpdir=trees.temporary)
             except OSError as error:
                 return f"{argv[0]}: {error.strerror}"
         if result.returncode == 0:
@@ -207,7 +207,7 @@ def _compile(
     seconds = time.monotonic() - started
     data = (folder / job.output).read_bytes()
     hashes = {p: h for p in dependencies if (h := trees.dependency_hash(job.tree_name, p))}
-    outcome = finish(job, "compiled", seconds, data)
+    outcome = finish(job, "compiled", seconds, data, cache)
     if outcome.status == "compiled":
         cache.store(key, hashes, data, {"seconds": round(seconds, 3)})
     return outcome

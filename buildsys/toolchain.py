@@ -137,10 +137,25 @@ class Toolchain:
         return wrapper + argv
 
     def run(
-        self, argv: Sequence[str], *, cwd: Path | None = None, check: bool = True
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path | None = None,
+        check: bool = True,
+        tmpdir: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run one of the toolchain's programs; with check, a failure is a ToolchainError."""
-        env = dict(os.environ, HIP_PLATFORM="amd") if self.kind == "hip" else None
+        """Run one of the toolchain's programs; with check, a failure is a ToolchainError.
+
+        ``tmpdir`` becomes the program's TMPDIR (an absolute path: nvcc pastes it into its shell
+        commands, so the caller hands one that is safe there, buildsys.names.check_shell_path).
+        """
+        env: dict[str, str] | None = None
+        if self.kind == "hip" or tmpdir is not None:
+            env = dict(os.environ)
+            if self.kind == "hip":
+                env["HIP_PLATFORM"] = "amd"
+            if tmpdir is not None:
+                env["TMPDIR"] = str(tmpdir)
         result = subprocess.run(
             self.command(argv, cwd=cwd), cwd=cwd, env=env, capture_output=True, text=True
         )
@@ -551,7 +566,8 @@ def _hip_buildable(toolchain: Toolchain, targets: Iterable[str]) -> dict[str, bo
             def probe(target: str) -> tuple[str, bool]:
                 out = Path(tmp) / f"{target.replace(':', '_')}.co"
                 argv = ["hipcc", "--genco", f"--offload-arch={target}", str(source), "-o", str(out)]
-                return target, toolchain.run(argv, check=False).returncode == 0
+                done = toolchain.run(argv, check=False, tmpdir=Path(tmp).resolve())
+                return target, done.returncode == 0
 
             with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
                 known.update(pool.map(probe, missing))

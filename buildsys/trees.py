@@ -115,6 +115,18 @@ class SourceTrees:
             self._hashes[key] = sha256_hex(files[path].encode()) if path in files else None
         return self._hashes[key]
 
+    @property
+    def temporary(self) -> Path:
+        """The compilers' TMPDIR: a folder of the build's scratch folder, so the files they leave
+        there (hipcc's ``<unit>-<target>-<hash>.o``, nvcc's ``tmpxft_*`` of a killed run) go with
+        it, and no build sees another's. Absolute, since the compilers run in other folders; its
+        path is the cache folder's (checked for nvcc's shell where the build starts:
+        buildsys.names.check_shell_path) and names made of ``[A-Za-z0-9_/-]``."""
+        with self._lock:
+            folder = self._scratch.resolve() / "tmp"
+            folder.mkdir(exist_ok=True)
+            return folder
+
     def folder(self, tree: str) -> Path:
         with self._lock:
             root = self._scratch / tree

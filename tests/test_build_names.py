@@ -11,6 +11,7 @@ the file each injected ``cd; touch X`` would leave.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -148,6 +149,8 @@ def test_nvccs_source_option_is_built_from_checked_names_only() -> None:
     )
     argv = compile_argv(Job(KernelModule("m", "m/a-1.cu"), cubin), [], [], "OUT", "DEPS")
     assert "-Xcicc=--orig_src_path_name=m/a-1.cu" in argv
+    seed = hashlib.sha256(b"m/a-1.cu").hexdigest()[:8]  # the unit's own, a shell-safe hex number
+    assert f"-frandom-seed=0x{seed}" in argv
     for module, unit in ((ATTACK, "k.cu"), ("m", "a,--x.cu"), ("m", "$(touch X).cu")):
         with pytest.raises(UnsafeNameError):
             compile_argv(Job(KernelModule(module, f"{module}/{unit}"), cubin), [], [], "O", "D")
