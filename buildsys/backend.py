@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from kernelpack._console import debug_enabled
-from kernelpack.atomic import atomic_write
 from kernelpack.errors import KernelpackError, UsageError
+from kernelpack.files.atomic import atomic_write
 
 from .settings import (
     CONFIG_TABLE,

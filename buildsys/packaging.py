@@ -26,8 +26,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelpack.images import IMAGE_FILE_SUFFIXES
-from kernelpack.regular_files import read_regular
+from kernelpack.files.regular import read_regular
+from kernelpack.loader.images import IMAGE_FILE_SUFFIXES
 
 from . import REPO_ROOT, WHEELS_DIR
 from .errors import ProjectError
@@ -61,7 +61,7 @@ OWN_PACKAGE_PREFIXES = (f"{RUNTIME_PACKAGE}_device_",)
 DEVICE_NAME_PROBE = "probe"
 # The largest readme read into PKG-INFO and METADATA.
 README_LIMIT = 4 << 20
-# The entry point groups the loader reads (kernelpack.catalog): a package built by kernelpack, and
+# The entry point groups the loader reads (kernelpack.loader.catalog): a package built by kernelpack, and
 # a device wheel of such a package (entry name "<package>.<group>").
 PACKAGES_ENTRY_POINTS = "kernelpack.packages"
 DEVICE_ENTRY_POINTS = "kernelpack.device"
@@ -361,7 +361,7 @@ the image that fits it, checked against its sha256 (``kernelpack.load`` does the
 """
 
 import kernelpack
-from kernelpack.devices import Device
+from kernelpack.devices.argument import Device
 
 
 def load(module: str, device: Device = None) -> kernelpack.Module:

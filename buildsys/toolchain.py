@@ -34,8 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelpack.atomic import atomic_write
-from kernelpack.paths import cache_folder
+from kernelpack.files.atomic import atomic_write
+from kernelpack.files.paths import cache_folder
 
 from . import REPO_ROOT
 from .errors import ToolchainError
@@ -64,7 +64,7 @@ LLVM_TOOLS = ("clang", "clang-offload-bundler", "llvm-readelf", "llvm-objdump")
 
 def cache_root() -> Path:
     """The folder for toolchains and probe results: KERNELPACK_TOOLCHAIN_DIR, else ``toolchains``
-    in the user cache folder (kernelpack.paths)."""
+    in the user cache folder (kernelpack.files.paths)."""
     return cache_folder("KERNELPACK_TOOLCHAIN_DIR", "toolchains")
 
 

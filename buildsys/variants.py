@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import kernelpack
-from kernelpack.atomic import atomic_write
-from kernelpack.index import Index
+from kernelpack.files.atomic import atomic_write
+from kernelpack.formats.index import Index
 from kernelpack.targets import parse_target
 from kernelpack.variant_plugin import FEATURES, NAMESPACE, property_value
 
@@ -149,25 +149,35 @@ def write_variants(
 
 def provider_modules(root: str = "variant_plugin") -> list[str]:
     """The kernelpack modules the plugin imports, directly or not, at module level or inside
-    functions (detect.py asks the CUDA driver through cuda.py where NVML is missing): the files the
-    provider wheel copies. Imports under ``if TYPE_CHECKING:`` never run and are not followed, nor
-    are compiled and generated modules (_launcher, _index): the code that imports them stays
-    unused in the provider."""
-    found: list[str] = []
+    functions, as paths inside the package ("devices/detect.py"), with the ``__init__.py`` of every
+    subpackage on the way: the files the provider wheel copies. Imports under
+    ``if TYPE_CHECKING:`` never run and are not followed, nor are compiled and generated modules
+    (_launcher, _index): the code that imports them stays unused in the provider."""
+    found: set[str] = set()
     pending = [root]
     while pending:
         name = pending.pop()
-        path = KERNELPACK_SOURCE / f"{name}.py"
-        if name in found or not path.is_file():
+        parts = name.split(".") if name else []
+        path = KERNELPACK_SOURCE.joinpath(*parts[:-1], f"{parts[-1]}.py") if parts else None
+        package = parts
+        if path is None or not path.is_file():
+            path = KERNELPACK_SOURCE.joinpath(*parts, "__init__.py")
+        else:
+            package = parts[:-1]
+        if not path.is_file():
             continue
-        found.append(name)
+        relative = path.relative_to(KERNELPACK_SOURCE).as_posix()
+        if relative in found:
+            continue
+        found.add(relative)
+        pending += [".".join(parts[:n]) for n in range(1, len(parts))]  # the packages' __init__
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in _run_time_nodes(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                if node.module:
-                    pending.append(node.module.split(".")[0])
-                else:
-                    pending += [alias.name for alias in node.names]
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = [*base, *node.module.split(".")] if node.module else base
+                pending.append(".".join(module))
+                pending += [".".join([*module, alias.name]) for alias in node.names]
     return sorted(found)
 
 
@@ -191,8 +201,9 @@ def provider_wheel(version: str, out_dir: Path, *, epoch: int) -> Path:
     from .packaging import pure_wheel_dist_info
 
     files = {
-        f"{PROVIDER_PACKAGE}/{name}.py": (KERNELPACK_SOURCE / f"{name}.py").read_bytes()
+        f"{PROVIDER_PACKAGE}/{name}": (KERNELPACK_SOURCE / name).read_bytes()
         for name in provider_modules()
+        if name != "__init__.py"
     }
     files[f"{PROVIDER_PACKAGE}/__init__.py"] = (
         b'"""kernelpack\'s wheel-variant provider plugin; see variant_plugin.py."""\n'

@@ -37,11 +37,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernelpack._console import print_json, print_table
-from kernelpack.atomic import atomic_write
-from kernelpack.images import IMAGE_FILE_SUFFIXES
-from kernelpack.index import Index
-from kernelpack.processors import AMD_FAMILIES
+from kernelpack.files.atomic import atomic_write
+from kernelpack.formats.index import Index
+from kernelpack.loader.images import IMAGE_FILE_SUFFIXES
 from kernelpack.targets import parse_target
+from kernelpack.targets.processors import AMD_FAMILIES
 
 from .build import build
 from .errors import BuildError

@@ -9,8 +9,8 @@ import re
 import pytest
 
 from kernelpack._jsonfields import json_value
-from kernelpack.bundles import compress_bundle, parse_bundle, write_bundle
-from kernelpack.kernel_params import KernelParam
+from kernelpack.formats.bundles import compress_bundle, parse_bundle, write_bundle
+from kernelpack.formats.params import KernelParam
 from kernelpack.targets import TargetId
 
 

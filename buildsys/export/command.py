@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpack._console import print_json, print_table
-from kernelpack.atomic import atomic_write
+from kernelpack.files.atomic import atomic_write
 
 from ..errors import ExportError
 from ..settings import add_arguments as add_settings_arguments

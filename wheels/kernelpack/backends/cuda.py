@@ -11,145 +11,26 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from . import launching
-from .errors import RuntimeLibraryError
-from .libraries import cuda_version_text, open_library
-from .runtime import (
-    Runtime,
-    c_string,
-    capping_shared_mem,
-    int_out,
-    load_module,
-    module_function,
+from ..devices.cuda_driver import (
+    _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+    _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+    _CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK,
+    CudaDriver,
 )
+from ..devices.libraries import c_string, int_out
+from ..errors import RuntimeLibraryError
+from . import launch as launching
+from .runtime import Runtime, capping_shared_mem, load_module, module_function
 
 if TYPE_CHECKING:
-    from . import args as kargs
-    from .detect import NvidiaDevice
+    from . import signature as kargs
     from .runtime import FailFn, LaunchFn, LoadedModule
 
 _CU_JIT_INPUT_PTX = 1
-_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
-_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
-_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81
-_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
-_CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111
 _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-
-
-class CudaDriver:
-    """libcuda.so.1 through ctypes: every call kernelpack makes into it is declared here.
-
-    Opening it does not initialise CUDA; :meth:`init` does (cuInit), and device queries need it.
-    """
-
-    def __init__(self, lib: ctypes.CDLL | None = None) -> None:
-        self.lib: Any = lib if lib is not None else open_library("cuda")
-        lib_ = self.lib
-        lib_.cuGetErrorName.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p))
-        lib_.cuCtxPushCurrent_v2.argtypes = (ctypes.c_void_p,)
-        lib_.cuFuncGetAttribute.argtypes = (
-            ctypes.POINTER(ctypes.c_int),
-            ctypes.c_int,
-            ctypes.c_void_p,
-        )
-        lib_.cuFuncSetAttribute.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
-        lib_.cuOccupancyMaxActiveBlocksPerMultiprocessor.argtypes = (
-            ctypes.POINTER(ctypes.c_int),
-            ctypes.c_void_p,
-            ctypes.c_int,
-            ctypes.c_size_t,
-        )
-        launching.declare_module_calls(
-            lib_.cuModuleLoadData, lib_.cuModuleGetFunction, lib_.cuLaunchKernel
-        )
-
-    def error_name(self, code: int) -> str:
-        name = ctypes.c_char_p()
-        if self.lib.cuGetErrorName(code, ctypes.byref(name)) != 0:
-            return f"CUDA error {code}"
-        return f"{c_string(name.value)} ({code})"
-
-    def check(self, code: int, call: str) -> None:
-        if code != 0:
-            raise RuntimeLibraryError(f"{call} failed: {self.error_name(code)}")
-
-    def init(self) -> int:
-        """cuInit's status: 0, or why this process cannot use CUDA (no device, no kernel driver)."""
-        return int(self.lib.cuInit(0))
-
-    def version(self) -> str:
-        """The driver's CUDA version, "13.0" (needs no cuInit)."""
-        return cuda_version_text(int_out(self.check, self.lib.cuDriverGetVersion))
-
-    def device_count(self) -> int:
-        return int_out(self.check, self.lib.cuDeviceGetCount)
-
-    def device(self, ordinal: int) -> int:
-        return int_out(self.check, self.lib.cuDeviceGet, ordinal)
-
-    def pci_bus_id(self, ordinal: int) -> str:
-        text = ctypes.create_string_buffer(64)
-        self.check(
-            self.lib.cuDeviceGetPCIBusId(text, len(text), self.device(ordinal)),
-            "cuDeviceGetPCIBusId",
-        )
-        return c_string(text.value)
-
-    def compute_capability(self, ordinal: int) -> tuple[int, int]:
-        major = self.attribute(ordinal, _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
-        minor = self.attribute(ordinal, _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
-        return major, minor
-
-    def attribute(self, ordinal: int, attribute: int) -> int:
-        """cuDeviceGetAttribute of the device ``ordinal``."""
-        return int_out(self.check, self.lib.cuDeviceGetAttribute, attribute, self.device(ordinal))
-
-    def name(self, ordinal: int) -> str:
-        text = ctypes.create_string_buffer(256)
-        self.check(
-            self.lib.cuDeviceGetName(text, len(text), self.device(ordinal)), "cuDeviceGetName"
-        )
-        return c_string(text.value)
-
-    def uuid(self, ordinal: int) -> str:
-        """GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, as nvidia-smi and NVML spell it."""
-        get_uuid = getattr(self.lib, "cuDeviceGetUuid_v2", None) or self.lib.cuDeviceGetUuid
-        raw = (ctypes.c_ubyte * 16)()
-        self.check(get_uuid(raw, self.device(ordinal)), "cuDeviceGetUuid")
-        digits = bytes(raw).hex()
-        spans = ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32))
-        return "GPU-" + "-".join(digits[a:b] for a, b in spans)
-
-
-def cuda_driver_devices() -> list[NvidiaDevice] | None:
-    """The GPUs the CUDA driver numbers for this process; None without libcuda, [] when cuInit
-    fails (no device, no kernel driver, a stub library): the driver then runs nothing here."""
-    from .detect import NvidiaDevice, normalise_bus_id
-
-    try:
-        driver = CudaDriver()
-    except RuntimeLibraryError:
-        return None
-    if driver.init() != 0:
-        return []
-    devices = []
-    for ordinal in range(driver.device_count()):
-        major, minor = driver.compute_capability(ordinal)
-        devices.append(
-            NvidiaDevice(
-                name=driver.name(ordinal),
-                major=major,
-                minor=minor,
-                location=normalise_bus_id(driver.pci_bus_id(ordinal)),
-                uuid=driver.uuid(ordinal),
-                source="cuda",
-            )
-        )
-    return devices
 
 
 class CudaRuntime(Runtime):
@@ -160,6 +41,9 @@ class CudaRuntime(Runtime):
     def __init__(self, lib: ctypes.CDLL | None = None, *, binding: str | None = None) -> None:
         self.driver = CudaDriver(lib)
         self._lib = self.driver.lib
+        launching.declare_module_calls(
+            self._lib.cuModuleLoadData, self._lib.cuModuleGetFunction, self._lib.cuLaunchKernel
+        )
         self.library = str(getattr(self._lib, "_name", "libcuda.so.1"))
         self._native, self.binding = launching.choose_launcher(binding)
         self._lock = threading.Lock()

@@ -16,13 +16,13 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import launching
-from .errors import RuntimeLibraryError
-from .libraries import hip_version_text, open_library
-from .runtime import Runtime, c_string, int_out, load_module, module_function
+from ..devices.libraries import c_string, hip_version_text, int_out, open_library
+from ..errors import RuntimeLibraryError
+from . import launch as launching
+from .runtime import Runtime, load_module, module_function
 
 if TYPE_CHECKING:
-    from . import args as kargs
+    from . import signature as kargs
     from .runtime import FailFn, LaunchFn, LoadedModule
 
 

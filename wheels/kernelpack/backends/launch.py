@@ -1,6 +1,6 @@
 """Kernel.launch for CUDA and HIP: check and pack the arguments, then one call into the runtime.
 
-A launch goes through the C extension ``kernelpack._launcher`` when it was built (it checks and
+A launch goes through the C extension ``kernelpack.backends._launcher`` when it was built (it checks and
 packs the arguments and calls the launch function in one C call, see _native/launcher.c), else
 through ctypes with the same behaviour; both keep the caller's current context (CUDA) or device
 (HIP) unchanged. cuLaunchKernel and hipModuleLaunchKernel take the same arguments, so one launcher
@@ -15,9 +15,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from . import args as kargs
-from . import arrays
-from .errors import KernelpackError, RuntimeLibraryError
+from ..devices import arrays
+from ..errors import KernelpackError, RuntimeLibraryError
+from . import signature as kargs
 from .runtime import FailFn, LaunchFn
 
 # cuLaunchKernel and hipModuleLaunchKernel: function, grid x/y/z, block x/y/z, shared memory
@@ -55,7 +55,7 @@ def choose_launcher(binding: str | None) -> tuple[Any, str]:
     (a RuntimeLibraryError where it was not built), "ctypes" never uses it."""
     native = native_launcher_class() if binding in (None, "native") else None
     if binding == "native" and native is None:
-        raise RuntimeLibraryError("the C launcher kernelpack._launcher was not built")
+        raise RuntimeLibraryError("the C launcher kernelpack.backends._launcher was not built")
     return native, "native" if native is not None else "ctypes"
 
 

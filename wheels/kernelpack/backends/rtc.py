@@ -21,9 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .errors import CompileError
-from .libraries import library_file, open_library
-from .runtime import c_string
+from ..devices.libraries import c_string, library_file, open_library
+from ..errors import CompileError
 
 # What no name expression can spell: a closure type, an unnamed type, an ABI tag, a floating-point
 # template argument as the demangler prints it, and a kernel named after its unit (linked

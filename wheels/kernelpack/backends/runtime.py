@@ -1,8 +1,8 @@
 """The vendor runtime as the loader sees it: load an image on a device, find a kernel, launch it.
 
-:class:`Runtime` is the interface; :mod:`kernelpack.cuda` (CUDA's driver API) and
-:mod:`kernelpack.hip` (HIP's module API) implement it through ctypes, never linked, and
-:mod:`kernelpack.launching` builds the launch callables both use. Modules are loaded into the
+:class:`Runtime` is the interface; :mod:`kernelpack.backends.cuda` (CUDA's driver API) and
+:mod:`kernelpack.backends.hip` (HIP's module API) implement it through ctypes, never linked, and
+:mod:`kernelpack.backends.launch` builds the launch callables both use. Modules are loaded into the
 device's primary context (CUDA) or on the device (HIP), the same place PyTorch and CuPy put their
 memory and streams, so their pointers and streams can be passed straight to a launch.
 
@@ -16,10 +16,11 @@ import ctypes
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .errors import RuntimeLibraryError
+from ..devices.libraries import CheckFn
+from ..errors import RuntimeLibraryError
 
 if TYPE_CHECKING:
-    from . import args as kargs
+    from . import signature as kargs
 
 
 class LoadedModule(NamedTuple):
@@ -87,24 +88,9 @@ class Runtime:
         return position
 
 
-def c_string(value: bytes | None) -> str:
-    """A C string from a vendor library as text ("" for NULL)."""
-    return value.decode(errors="replace") if value else ""
-
-
-CheckFn = Callable[[int, str], None]  # check(status, call): raises for a status other than 0
 # on_device(ordinal, work, call): runs work() with the device current, checks its status, and
 # leaves the caller's context (CUDA) or device (HIP) as it was
 OnDeviceFn = Callable[[int, Callable[[], int], str], None]
-
-
-def int_out(check: CheckFn, function: Any, *args: object) -> int:
-    """The C int a vendor call writes through its first argument (``cuDeviceGetCount(&count)``),
-    after ``check`` has seen the call's status and the call as made ("cuDeviceGet(1)")."""
-    value = ctypes.c_int()
-    call = f"{function.__name__}({', '.join(map(str, args))})" if args else function.__name__
-    check(function(ctypes.byref(value), *args), call)
-    return value.value
 
 
 def load_module(on_device: OnDeviceFn, load_data: Any, ordinal: int, image: bytes) -> LoadedModule:
@@ -154,14 +140,3 @@ def capping_shared_mem(
         f"no dynamic shared memory up to {most} bytes a block keeps a multiprocessor to "
         f"{blocks} blocks"
     )
-
-
-def open_runtime(vendor: str) -> Runtime:
-    """The runtime for a vendor's GPUs ("nvidia" or "amd")."""
-    if vendor == "nvidia":
-        from .cuda import CudaRuntime
-
-        return CudaRuntime()
-    from .hip import HipRuntime
-
-    return HipRuntime()

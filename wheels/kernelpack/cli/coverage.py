@@ -13,9 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ._jsonfields import json_fields
-from .processors import AMD_BY_NAME, AMD_PROCESSORS
-from .targets import (
+from .._jsonfields import json_fields
+from ..targets import (
     ParsedTarget,
     agent_target,
     gfx_target_version,
@@ -23,6 +22,7 @@ from .targets import (
     select_image,
     split_gfx_target_version,
 )
+from ..targets.processors import AMD_BY_NAME, AMD_PROCESSORS
 
 How = Literal["specific", "generic", "run-time compile"]
 
@@ -116,7 +116,7 @@ def _no_image_reason(processor: str, generic: str | None, built: Sequence[str]) 
 
 def installed_targets() -> list[str]:
     """The targets the installed kernelpack carries images for or names device wheels for."""
-    from .loader import Loader
+    from ..loader.load import Loader
 
     catalog = Loader(gpus=[]).catalog(with_device_wheels=True)
     targets = [e.image["target"] for located in catalog.images.values() for e in located]
@@ -125,8 +125,8 @@ def installed_targets() -> list[str]:
 
 def run_targets(json_output: bool, targets: str | None) -> int:
     """``python -m kernelpack targets [--json] [--targets LIST]``."""
-    from ._console import print_json, print_table
-    from .errors import UsageError
+    from .._console import print_json, print_table
+    from ..errors import UsageError
 
     if targets is not None:
         built = [t.strip() for t in targets.split(",") if t.strip()]

@@ -28,13 +28,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ._jsonfields import json_fields
-from .catalog import RUNTIME_PACKAGE, Unreadable
-from .detect import Gpu
-from .hints import build_command, install_hint, unservable
-from .loader import Loader
-from .processors import AMD_BY_NAME, GENERIC_CODE_OBJECT_VERSION, GENERIC_MIN_ROCM
-from .targets import TargetId, agent_target, parse_target, runs_code_object_v6
+from .._jsonfields import json_fields
+from ..devices.detect import Gpu
+from ..loader.catalog import RUNTIME_PACKAGE, Unreadable
+from ..loader.hints import build_command, install_hint, unservable
+from ..loader.load import Loader
+from ..targets import TargetId, agent_target, parse_target, runs_code_object_v6
+from ..targets.processors import AMD_BY_NAME, GENERIC_CODE_OBJECT_VERSION, GENERIC_MIN_ROCM
 
 Severity = Literal["error", "warning", "info"]
 VISIBLE_DEVICES = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
@@ -85,9 +85,9 @@ def diagnose(
     ``loaders`` (one per installed package, sharing the GPUs; the first one's GPUs are used) give
     the GPUs this process sees and the installed indexes; ``hidden_from`` is the machine's GPUs
     read without the visible-devices variables; ``runtimes`` the vendor libraries' versions
-    (kernelpack.libraries.library_versions); ``runtimes_apply`` False when the GPUs come from a
+    (kernelpack.backends.support.library_versions); ``runtimes_apply`` False when the GPUs come from a
     recorded topology, whose runtimes are not this machine's; ``unreadable`` the installed
-    packages whose index cannot be read (:func:`kernelpack.loader.installed_loaders`), one
+    packages whose index cannot be read (:func:`kernelpack.loader.load.installed_loaders`), one
     ``package`` finding each; ``gpus`` replaces the first loader's GPUs (there may be no loader).
     """
     every = [loaders] if isinstance(loaders, Loader) else list(loaders)
@@ -382,10 +382,10 @@ def run_doctor(json_output: bool, sysfs_root: str | None) -> int:
     """``python -m kernelpack doctor [--json] [--sysfs-root DIR]``; exit 1 when an error is found."""
     import os
 
-    from ._console import print_json, print_table
-    from .detect import detect_gpus
-    from .loader import installed_loaders
-    from .runtime_support import runtime_versions
+    from .._console import print_json, print_table
+    from ..backends.support import runtime_versions
+    from ..devices.detect import detect_gpus
+    from ..loader.load import installed_loaders
 
     environ = dict(os.environ)
     visible = detect_gpus(sysfs_root=sysfs_root, environ=environ)

@@ -1,6 +1,6 @@
 """``python -m kernelpack info``: GPUs, the image each module would load on each and why, checked.
 
-It covers every installed kernelpack-built package (:func:`kernelpack.catalog.kernelpack_packages`:
+It covers every installed kernelpack-built package (:func:`kernelpack.loader.catalog.kernelpack_packages`:
 kernelpack itself and the entry point group ``kernelpack.packages``), each module with its kernels.
 For every module and GPU the report says which image the loader would take (or what stands in,
 and what to do when nothing does), and it reads each chosen image and checks its sha256 against
@@ -18,18 +18,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._console import print_table, printable
-from .cache import DiskCache
-from .devices import device_name
-from .errors import IntegrityError, NoImageError
-from .hints import fixes
-from .images import read_image
+from .._console import print_table, printable
+from ..devices.argument import device_name
+from ..errors import IntegrityError, NoImageError
+from ..loader.cache import DiskCache
+from ..loader.hints import fixes
+from ..loader.images import read_image
 
 if TYPE_CHECKING:
-    from .catalog import Catalog, Choice, Unreadable
-    from .detect import Gpu
-    from .formats import BundleEntry
-    from .loader import Loader
+    from ..devices.detect import Gpu
+    from ..formats import BundleEntry
+    from ..loader.catalog import Catalog, Choice, Unreadable
+    from ..loader.load import Loader
 
 
 def info_report(
@@ -43,9 +43,9 @@ def info_report(
     why none and what to do; the cache and the runtime libraries.
 
     ``gpus`` defaults to the first loader's; ``unreadable`` are the installed packages whose
-    index could not be read (:func:`kernelpack.loader.installed_loaders`), each listed with its
+    index could not be read (:func:`kernelpack.loader.load.installed_loaders`), each listed with its
     ``error`` and no modules, after the others."""
-    from .libraries import library_versions
+    from ..backends.support import library_versions
 
     if gpus is None:
         gpus = loaders[0].gpus() if loaders else []
@@ -150,7 +150,7 @@ def _row(loader: Loader, catalog: Catalog, checks: _Checks, choice: Choice) -> d
 
 
 def found_by(gpu: Mapping[str, Any]) -> str:
-    """How a GPU (:meth:`kernelpack.detect.Gpu.to_json`) was found and what changed its target."""
+    """How a GPU (:meth:`kernelpack.devices.detect.Gpu.to_json`) was found and what changed its target."""
     found = f"kfd node {gpu['node']}" if gpu["node"] is not None else str(gpu["source"])
     if not gpu["override"] or gpu["source"] == "KERNELPACK_TARGET":
         return found
@@ -239,10 +239,10 @@ def print_info(report: Mapping[str, Any]) -> int:
 
 def run_info(json_output: bool, sysfs_root: str | None) -> int:
     """``python -m kernelpack info [--json] [--sysfs-root DIR]``: the report of every installed
-    package (:func:`kernelpack.loader.installed_loaders`) and its exit status (:func:`info_status`)."""
-    from ._console import print_json
-    from .detect import detect_gpus
-    from .loader import installed_loaders
+    package (:func:`kernelpack.loader.load.installed_loaders`) and its exit status (:func:`info_status`)."""
+    from .._console import print_json
+    from ..devices.detect import detect_gpus
+    from ..loader.load import installed_loaders
 
     gpus = detect_gpus(sysfs_root=sysfs_root)
     loaders, unreadable = installed_loaders(gpus)

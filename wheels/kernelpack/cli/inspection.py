@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._console import print_table
-from ._elf import Buffer
-from .bundles import Bundle
-from .errors import FormatError
-from .formats import read_image_file
+from .._console import print_table
+from ..errors import FormatError
+from ..formats import read_image_file
+from ..formats.bundles import Bundle
+from ..formats.elf import Buffer
 
 
 def describe(data: Buffer, path: str) -> dict[str, Any]:

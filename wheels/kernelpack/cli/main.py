@@ -12,12 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._console import print_json, print_table, run_cli
+from .._console import print_json, print_table, run_cli
+from ..devices.detect import detect_gpus
+from ..errors import UsageError
+from ..files.regular import IMAGE_FILE_LIMIT, read_regular
 from .coverage import run_targets
-from .detect import detect_gpus
-from .errors import UsageError
 from .inspection import describe, print_report
-from .regular_files import IMAGE_FILE_LIMIT, read_regular
 
 _INSPECTED = "a bundle, code object, cubin or PTX"
 
@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
         "is not yours with mode 0700)",
     )
 
-    from .sweep import add_parser as add_sweep
+    from ..sweep import add_parser as add_sweep
 
     add_sweep(commands)
     return parser
@@ -106,7 +106,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _detect(args: argparse.Namespace) -> int:
-    from .devices import device_name
+    from ..devices.argument import device_name
     from .info import found_by
 
     gpus = detect_gpus(sysfs_root=args.sysfs_root)
@@ -142,7 +142,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from .cache import DiskCache
+    from ..loader.cache import DiskCache
 
     cache = DiskCache()
     result: dict[str, Any] = {"folder": str(cache.folder)}

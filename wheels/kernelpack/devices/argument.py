@@ -10,7 +10,7 @@ a bare number does not say which GPU is meant. What is accepted:
   ``torch.device("cuda:N")`` and ``cupy.cuda.Device(N)`` mean on that vendor's build);
 - a plain ``int`` N: only where every GPU is of one vendor, where it can mean one thing.
 
-A torch or CuPy device object becomes such a string through :mod:`kernelpack.arrays`.
+A torch or CuPy device object becomes such a string through :mod:`kernelpack.devices.arrays`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .errors import NoImageError, UsageError
+from ..errors import NoImageError, UsageError
 
 if TYPE_CHECKING:
     from .detect import Gpu
@@ -32,15 +32,39 @@ _VISIBLE = {
     "amd": "ROCR_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES",
 }
 _VENDOR_NAME = {"nvidia": "NVIDIA", "amd": "AMD"}
-# "cuda:N" or "hip:N" (N without leading zeros); kernelpack.arrays parses with it too.
-DEVICE_STRING = re.compile(r"(cuda|hip):(0|[1-9][0-9]*)")
+# "cuda:N" or "hip:N" (N without leading zeros)
+_DEVICE_STRING = re.compile(r"(cuda|hip):(0|[1-9][0-9]*)")
+
+
+class DeviceString(str):
+    """A vendor-qualified GPU, "cuda:0" or "hip:1", that knows its parts: made from a runtime's name
+    and ordinal (:meth:`of`) or parsed once (:func:`parse_device`), so that code passing a device
+    it already knows never formats it and parses it back. It is the str it spells, as a key too."""
+
+    runtime: str  # "cuda" or "hip"
+    ordinal: int  # the vendor runtime's number for the GPU
+
+    @classmethod
+    def of(cls, runtime: str, index: int) -> DeviceString:
+        made = cls(f"{runtime}:{index}")
+        made.runtime, made.ordinal = runtime, index
+        return made
+
+
+def parse_device(device: str) -> DeviceString | None:
+    """``device`` as a :class:`DeviceString`, None where it is not "cuda:N" or "hip:N"."""
+    if isinstance(device, DeviceString):
+        return device
+    match = _DEVICE_STRING.fullmatch(device)
+    return None if match is None else DeviceString.of(match[1], int(match[2]))
+
 
 Device = int | str | None
 
 
-def device_name(gpu: Gpu) -> str:
+def device_name(gpu: Gpu) -> DeviceString:
     """The string that names ``gpu`` as a ``device`` argument: "cuda:0", "hip:1"."""
-    return f"{RUNTIME_OF_VENDOR[gpu.vendor]}:{gpu.index}"
+    return DeviceString.of(RUNTIME_OF_VENDOR[gpu.vendor], gpu.index)
 
 
 def _listing(gpus: Sequence[Gpu]) -> str:
@@ -61,18 +85,17 @@ def resolve_device(device: object, gpus: Sequence[Gpu]) -> Gpu:
     if device is None:
         return gpus[0]
     if isinstance(device, str):
-        match = DEVICE_STRING.fullmatch(device)
-        if match is None:
+        parsed = parse_device(device)
+        if parsed is None:
             raise UsageError(
                 f"device={device!r}: expected 'cuda:N' or 'hip:N' (N the vendor runtime's device "
                 f"number); GPUs here: {_listing(gpus)}"
             )
-        vendor, number = VENDOR_OF_RUNTIME[match[1]], int(match[2])
-        return _of_vendor(device, vendor, number, gpus)
+        return _of_vendor(device, VENDOR_OF_RUNTIME[parsed.runtime], parsed.ordinal, gpus)
     if type(device) is not int:
         raise UsageError(
             f"device={device!r}: expected None, 'cuda:N', 'hip:N' or an int, not a "
-            f"{type(device).__name__}; kernelpack.arrays turns a torch or CuPy device into "
+            f"{type(device).__name__}; kernelpack.devices.arrays turns a torch or CuPy device into "
             f"'cuda:N' / 'hip:N'. GPUs here: {_listing(gpus)}"
         )
     vendors = sorted({gpu.vendor for gpu in gpus})

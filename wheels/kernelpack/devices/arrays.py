@@ -19,7 +19,7 @@ ops and the launcher see plain numbers (addresses, shapes, dtype names, stream h
   ``"hip:N"``: a torch or CuPy device (or an array on it) names the vendor it belongs to, so on a
   machine with both AMD and NVIDIA GPUs it cannot pick the other vendor's GPU. A bare int cannot
   say which vendor it means and is refused here (:func:`kernelpack.load` itself takes one where
-  all GPUs are of one vendor; :mod:`kernelpack.devices` resolves the strings to GPUs).
+  all GPUs are of one vendor; :mod:`kernelpack.devices.argument` resolves the strings to GPUs).
 
 One error convention: bad input raises :class:`~kernelpack.errors.UsageError` (a ValueError)
 whose message starts with the argument's name; a missing framework raises RuntimeLibraryError.
@@ -33,8 +33,9 @@ import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .devices import DEVICE_STRING
-from .errors import RuntimeLibraryError, UsageError
+from ..errors import RuntimeLibraryError, UsageError
+from .argument import DeviceString
+from .argument import parse_device as _parse
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,8 +59,8 @@ class Array(NamedTuple):
 
     @property
     def device_name(self) -> str:
-        """The vendor-qualified device, "cuda:0"; "cpu" for host arrays."""
-        return f"{self.vendor}:{self.device}" if self.on_gpu else "cpu"
+        """The vendor-qualified device, "cuda:0" (a :class:`DeviceString`); "cpu" for host arrays."""
+        return DeviceString.of(self.vendor, self.device) if self.on_gpu else "cpu"
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -95,8 +96,9 @@ def framework_of(value: object) -> str:
     return ""
 
 
-def _torch_vendor(torch: Any) -> str:
-    """torch on ROCm calls its GPUs "cuda" too; torch.version.hip tells them apart."""
+def torch_runtime(torch: Any) -> str:
+    """The runtime torch's GPUs run on, "cuda" or "hip": torch on ROCm calls its GPUs "cuda" too;
+    torch.version.hip tells them apart."""
     return "hip" if getattr(torch.version, "hip", None) else "cuda"
 
 
@@ -153,7 +155,7 @@ def wrap(name: str, value: object) -> Array:
             )
         dtype = str(v.dtype).removeprefix("torch.")
         return Array(
-            name, v, framework, dtype, tuple(v.shape), where.index or 0, _torch_vendor(torch)
+            name, v, framework, dtype, tuple(v.shape), where.index or 0, torch_runtime(torch)
         )
     if framework == "cupy":
         import cupy
@@ -243,7 +245,7 @@ def to_gpu(array: Array, framework: str) -> Array:
 
         device_raw: Any = torch.from_numpy(raw).cuda()
         value: Any = device_raw.view(getattr(torch, array.dtype)).reshape(array.shape)
-        index, vendor = value.device.index or 0, _torch_vendor(torch)
+        index, vendor = value.device.index or 0, torch_runtime(torch)
     else:
         import cupy
 
@@ -287,7 +289,7 @@ class DeviceMemory:
     def __init__(self, device: str, framework: str = "") -> None:
         """``device`` "cuda:N" or "hip:N"; ``framework`` "torch" or "cupy" (that of the
         caller's arrays, so results come back in it), or "" for the installed one, torch first."""
-        self.index = parse_device(device)[1]
+        self.index = parse_device(device).ordinal
         self.framework = framework or gpu_framework()
         self._xp: Any = importlib.import_module(self.framework)
         self._torch_device = f"cuda:{self.index}"  # ROCm builds of torch say "cuda" too
@@ -412,18 +414,19 @@ class DeviceMemory:
 # ---- devices ----------------------------------------------------------------------------------
 
 
-def parse_device(device: str) -> tuple[str, int]:
-    """("cuda", 0) for "cuda:0"; a UsageError naming the accepted forms otherwise."""
-    match = DEVICE_STRING.fullmatch(device)
-    if match is None:
+def parse_device(device: str) -> DeviceString:
+    """``DeviceString`` "cuda:0" (runtime "cuda", ordinal 0) for "cuda:0"; a UsageError naming the
+    accepted forms otherwise."""
+    parsed = _parse(device)
+    if parsed is None:
         raise UsageError(
             f"device: {device!r} is not a vendor-qualified GPU; expected 'cuda:N' or 'hip:N', "
             "a torch or CuPy device, or an array on the GPU"
         )
-    return match.group(1), int(match.group(2))
+    return parsed
 
 
-def device_string(device: object) -> str:
+def device_string(device: object) -> DeviceString:
     """The vendor-qualified GPU ("cuda:N" or "hip:N") that ``device`` names.
 
     Takes such a string, a torch.device (its index, or torch's current device when it has none),
@@ -431,8 +434,7 @@ def device_string(device: object) -> str:
     on a machine with both vendors' GPUs it could mean either.
     """
     if isinstance(device, str):
-        vendor, index = parse_device(device)
-        return f"{vendor}:{index}"
+        return parse_device(device)
     if isinstance(device, (bool, int)):
         raise UsageError(
             f"device: {device!r} does not say which vendor's GPU it means; pass 'cuda:{device}' or "
@@ -441,7 +443,7 @@ def device_string(device: object) -> str:
     kind = type(device)
     module = kind.__module__.split(".")[0]
     if framework_of(device) in ("torch", "cupy"):
-        return wrap("device", device).device_name
+        return parse_device(wrap("device", device).device_name)
     if module == "torch" and kind.__name__ == "device":
         import torch
 
@@ -449,11 +451,11 @@ def device_string(device: object) -> str:
         if where.type != "cuda":
             raise UsageError(f"device: torch device {where} is not a GPU")
         index = torch.cuda.current_device() if where.index is None else where.index
-        return f"{_torch_vendor(torch)}:{index}"
+        return DeviceString.of(torch_runtime(torch), index)
     if module == "cupy" and hasattr(device, "id"):
         import cupy
 
-        return f"{_cupy_vendor(cupy)}:{int(device.id)}"
+        return DeviceString.of(_cupy_vendor(cupy), int(device.id))
     raise UsageError(
         f"device: cannot use a {kind.__name__} as a device; pass 'cuda:N' or 'hip:N', a torch or "
         "CuPy device, or an array on the GPU"

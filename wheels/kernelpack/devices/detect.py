@@ -34,11 +34,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from ._jsonfields import json_fields
-from .errors import UsageError
-from .processors import AMD_BY_NAME
-from .regular_files import SYSFS_FILE_LIMIT, read_regular_text
-from .targets import (
+from .._jsonfields import json_fields
+from ..errors import RuntimeLibraryError, UsageError
+from ..files.regular import SYSFS_FILE_LIMIT, read_regular_text
+from ..targets import (
     GpuTarget,
     NvidiaTarget,
     TargetId,
@@ -47,6 +46,8 @@ from .targets import (
     processor_name,
     split_gfx_target_version,
 )
+from ..targets.processors import AMD_BY_NAME
+from .cuda_driver import CudaDriver
 
 # kfd_topology.h / hsakmttypes.h: the node can correct SRAM errors, which ROCR reports as sramecc+.
 # (0x00080000, the bit's first home, is reserved and always 0.)
@@ -436,8 +437,6 @@ def probe_nvidia(environ: Mapping[str, str]) -> list[NvidiaDevice]:
             if value is None:
                 return listed
             return [listed[i] for i in cuda_selection([d.uuid for d in listed], value)]
-    from .cuda import cuda_driver_devices
-
     from_driver = cuda_driver_devices()
     return from_driver if from_driver is not None else []
 
@@ -556,3 +555,28 @@ def force_target(gpus: Sequence[Gpu], value: str) -> list[Gpu]:
         replace(gpu, target=target, override=override) if gpu.vendor == vendor else gpu
         for gpu in gpus
     ]
+
+
+def cuda_driver_devices() -> list[NvidiaDevice] | None:
+    """The GPUs the CUDA driver numbers for this process; None without libcuda, [] when cuInit
+    fails (no device, no kernel driver, a stub library): the driver then runs nothing here."""
+    try:
+        driver = CudaDriver()
+    except RuntimeLibraryError:
+        return None
+    if driver.init() != 0:
+        return []
+    devices = []
+    for ordinal in range(driver.device_count()):
+        major, minor = driver.compute_capability(ordinal)
+        devices.append(
+            NvidiaDevice(
+                name=driver.name(ordinal),
+                major=major,
+                minor=minor,
+                location=normalise_bus_id(driver.pci_bus_id(ordinal)),
+                uuid=driver.uuid(ordinal),
+                source="cuda",
+            )
+        )
+    return devices

@@ -10,10 +10,11 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from .errors import RuntimeLibraryError
+from ..errors import RuntimeLibraryError
 
 # Where each library is looked for, in order: sonames first (the dynamic linker's search: ldconfig,
 # LD_LIBRARY_PATH), then the folders the vendors install to. HIP's soname carries the ROCm major.
@@ -105,34 +106,18 @@ def hip_version_text(value: int) -> str:
     return f"{value // 10_000_000}.{value // 100_000 % 100}.{value % 100_000}"
 
 
-def library_versions() -> dict[str, str]:
-    """Each vendor library's version, or "not found", without initialising any GPU (for
-    ``kernelpack info``: what a user reports when asking why nothing loads)."""
-    found: dict[str, str] = {}
-    for kind in LIBRARIES:
-        try:
-            lib = open_library(kind)
-        except RuntimeLibraryError:
-            found[kind] = "not found"
-            continue
-        symbol = {"cuda": "cuDriverGetVersion", "hip": "hipRuntimeGetVersion"}.get(
-            kind, kind + "Version"
-        )
-        name = library_file(lib, symbol)
-        if kind == "cuda":
-            from .cuda import CudaDriver
+def c_string(value: bytes | None) -> str:
+    """A C string from a vendor library as text ("" for NULL)."""
+    return value.decode(errors="replace") if value else ""
 
-            try:
-                found[kind] = f"{CudaDriver(lib).version()} ({name})"
-            except RuntimeLibraryError as error:
-                found[kind] = f"{error} ({name})"
-            continue
-        value, minor = ctypes.c_int(), ctypes.c_int()
-        if kind == "hip":
-            code = lib.hipRuntimeGetVersion(ctypes.byref(value))
-            text = hip_version_text(value.value)
-        else:
-            code = getattr(lib, kind + "Version")(ctypes.byref(value), ctypes.byref(minor))
-            text = f"{value.value}.{minor.value}"
-        found[kind] = f"{text} ({name})" if code == 0 else f"error {code} ({name})"
-    return found
+
+CheckFn = Callable[[int, str], None]  # check(status, call): raises for a status other than 0
+
+
+def int_out(check: CheckFn, function: Any, *args: object) -> int:
+    """The C int a vendor call writes through its first argument (``cuDeviceGetCount(&count)``),
+    after ``check`` has seen the call's status and the call as made ("cuDeviceGet(1)")."""
+    value = ctypes.c_int()
+    call = f"{function.__name__}({', '.join(map(str, args))})" if args else function.__name__
+    check(function(ctypes.byref(value), *args), call)
+    return value.value

@@ -9,7 +9,7 @@
     mod.kernel("name").launch(grid, block, x, y, 1024)   # Kernel.launch as on a GPU
     out = emu.numpy(y)
 
-``load`` is :class:`kernelpack.loader.Loader`'s: the package's catalog, the image selected for the
+``load`` is :class:`kernelpack.loader.load.Loader`'s: the package's catalog, the image selected for the
 target by the same rules as on a GPU, its sha256 checked, kernels found by name and launched with
 the index's parameter layout; the emulator (:mod:`._runtime`) stands in for libamdhip64 and the
 GPU. The emulator is tinygrad's (test/mockgpu/amd/emu.py, MIT), never copied into kernelpack: a
@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import arrays
-from ..detect import Gpu
+from ..devices import arrays
+from ..devices.detect import Gpu
 from ..errors import RuntimeLibraryError, UsageError
-from ..loader import Loader
+from ..loader.load import Loader
 from ..targets import TargetId
 from ._checkout import open_checkout
 from ._runtime import EmulatorRuntime, LaunchRecord
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from ..loaded import Module
-    from ..rtc import SourceCompiler
+    from ..backends.rtc import SourceCompiler
+    from ..loader.module import Module
 
 __all__ = ["EMULATED_TARGETS", "DeviceArray", "EmulatedTarget", "Emulator", "LaunchRecord"]
 
@@ -76,7 +76,7 @@ class DeviceArray:
 
 
 # Kernel.launch reads a pointer argument's address through this cache of per-type getters
-# (kernelpack.arrays.pointer_of, and the C launcher on a miss).
+# (kernelpack.devices.arrays.pointer_of, and the C launcher on a miss).
 arrays.POINTER_GETTERS[DeviceArray] = lambda array: array.address
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import stat
 
-from .errors import UsageError
+from ..errors import UsageError
 
 #: The largest file ``inspect`` and the loader read whole: bigger than any bundle a wheel ships.
 IMAGE_FILE_LIMIT = 1 << 30

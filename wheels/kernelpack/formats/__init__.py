@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from typing import TypeAlias
 
-from ._elf import Buffer
+from ..errors import FormatError
 from .bundles import (
     BUNDLE_MAGIC,
     CCOB_MAGIC,
@@ -39,7 +39,7 @@ from .bundles import (
 )
 from .code_objects import EM_AMDGPU, AmdKernel, CodeObject, KernelArg, read_code_object
 from .cubins import EM_CUDA, Cubin, CudaKernel, Ptx, read_cubin, read_ptx
-from .errors import FormatError
+from .elf import Buffer
 
 __all__ = [
     "BUNDLE_MAGIC",

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Literal
 
-from ._elf import Buffer
-from ._jsonfields import json_fields
-from .errors import FormatError, UsageError
+from .._jsonfields import json_fields
+from ..errors import FormatError, UsageError
+from .elf import Buffer
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 CCOB_MAGIC = b"CCOB"

@@ -13,14 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import _msgpack
-from ._elf import SHT_DYNSYM, SHT_SYMTAB, Buffer, Elf
-from ._jsonfields import json_fields
-from .errors import FormatError
+from .._jsonfields import json_fields
+from ..errors import FormatError
+from ..targets import TargetId
+from ..targets.processors import AMD_BY_MACH
+from . import msgpack as _msgpack
+from .elf import SHT_DYNSYM, SHT_SYMTAB, Buffer, Elf
 from .index import KernelResources
-from .kernel_params import KernelParam
-from .processors import AMD_BY_MACH
-from .targets import TargetId
+from .params import KernelParam
 
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64
@@ -114,7 +114,7 @@ class CodeObject:
     kernels: tuple[AmdKernel, ...]
 
     def resources(self) -> dict[str, KernelResources]:
-        """Per kernel name, the figures the index records (see kernelpack.index)."""
+        """Per kernel name, the figures the index records (see kernelpack.formats.index)."""
         return {kernel.name: kernel.resources() for kernel in self.kernels}
 
     def to_json(self) -> dict[str, Any]:

@@ -13,7 +13,9 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from ._elf import (
+from .._jsonfields import json_fields
+from ..errors import FormatError
+from .elf import (
     SHT_NOBITS,
     SHT_SYMTAB,
     STB_GLOBAL,
@@ -25,10 +27,8 @@ from ._elf import (
     Elf,
     Section,
 )
-from ._jsonfields import json_fields
-from .errors import FormatError
 from .index import KernelResources
-from .kernel_params import KernelParam
+from .params import KernelParam
 
 EM_CUDA = 190
 # Attributes of .nv.info / .nv.compat records (format byte, attribute byte, 16-bit value or size).
@@ -94,7 +94,7 @@ class Cubin:
         return f"sm_{self.sm}{'a' if self.arch_specific else ''}"
 
     def resources(self) -> dict[str, KernelResources]:
-        """Per kernel name, the figures the index records (see kernelpack.index)."""
+        """Per kernel name, the figures the index records (see kernelpack.formats.index)."""
         return {kernel.name: kernel.resources() for kernel in self.kernels}
 
     def to_json(self) -> dict[str, Any]:
@@ -111,7 +111,7 @@ def read_cubin(data: Buffer, path: str) -> Cubin:
 
     Symbols may repeat a name and per-kernel sections may share their bytes, so each kernel's
     name and parameters are charged to the file's names budget as they are reported
-    (:meth:`~kernelpack._elf.Elf.charge_names`): 8,192 kernels of one 256 KiB name are refused,
+    (:meth:`~kernelpack.formats.elf.Elf.charge_names`): 8,192 kernels of one 256 KiB name are refused,
     not turned into 2 GiB of report.
     """
     elf = Elf(data, path, machine=EM_CUDA, what="an NVIDIA cubin")

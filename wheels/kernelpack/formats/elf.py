@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from .errors import FormatError
+from ..errors import FormatError
 
 MAGIC = b"\x7fELF"
 ELFCLASS64 = 2

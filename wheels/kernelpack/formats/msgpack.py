@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from .errors import FormatError
+from ..errors import FormatError
 
 MAX_DEPTH = 32  # the metadata nests four deep (root map, kernels, kernel, args, arg)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._jsonfields import json_fields
+from .._jsonfields import json_fields
 
 
 @dataclass(frozen=True)

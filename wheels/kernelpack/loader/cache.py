@@ -36,7 +36,7 @@ on one; a key file that is not a 32-byte regular file of this user with mode 060
 the entries made with the old key become misses. The entry's key is under the HMAC too, so an entry
 renamed to another key is refused.
 
-Entry files are read through :mod:`kernelpack.cache_files` (``O_NOFOLLOW | O_NONBLOCK``, then ``fstat`` on
+Entry files are read through :mod:`kernelpack.loader.cache_files` (``O_NOFOLLOW | O_NONBLOCK``, then ``fstat`` on
 the descriptor): a link, a FIFO, a device or a file over :data:`ENTRY_LIMIT` is a damaged entry,
 removed, never followed, waited on or read whole. A read takes the bytes into memory, checks them,
 and hands over those same bytes, so nothing can be swapped between the check and the load.
@@ -63,6 +63,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from ..errors import KernelpackWarning, UsageError
+from ..files.paths import cache_folder
 from .cache_files import (
     ENTRY_LIMIT,
     HEADER,
@@ -80,8 +82,6 @@ from .cache_files import (
     whole,
     write_entry,
 )
-from .errors import KernelpackWarning, UsageError
-from .paths import cache_folder
 
 _KEY = re.compile(r"[0-9a-f]{64}")
 #: Temporary files of entry and key writers (and of the older writer, atomic_write's names).

@@ -1,6 +1,6 @@
 """The disk cache's files, each reached through the folder's checked descriptor.
 
-The primitives under :mod:`kernelpack.cache` (whose docstring gives the guarantees and why):
+The primitives under :mod:`kernelpack.loader.cache` (whose docstring gives the guarantees and why):
 opening and checking the folder (:func:`open_folder`), its key (:func:`secret`), entry frames
 (:func:`frame`, :func:`unframe`), reading an entry file without following a link, blocking on a
 FIFO or reading a device or a huge file whole (:func:`read_entry`, :func:`whole`), the locked
@@ -8,9 +8,9 @@ temporary file an entry is written to and renamed from (:func:`write_entry`, :fu
 
 Every name given to a function here is a name inside the folder, opened, created, renamed or
 removed relative to the folder's descriptor (``dir_fd``), never a path: a folder renamed or
-replaced by a link after its check leads nothing elsewhere. :func:`kernelpack.regular_files.
+replaced by a link after its check leads nothing elsewhere. :func:`kernelpack.files.regular.
 read_regular` is the same check for files named by path; an entry needs it relative to the folder
-and with ``O_NOFOLLOW``. :func:`kernelpack.atomic.atomic_write` is the same write by path; an entry
+and with ``O_NOFOLLOW``. :func:`kernelpack.files.atomic.atomic_write` is the same write by path; an entry
 needs it relative to the folder and with its temporary file locked while it is written.
 """
 
@@ -27,7 +27,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from .regular_files import IMAGE_FILE_LIMIT
+from ..files.regular import IMAGE_FILE_LIMIT
 
 MAGIC = b"KPCACHE2"  # KPCACHE1 entries (a plain sha256) are damaged to this version: made again
 HEADER = len(MAGIC) + 32
@@ -44,7 +44,7 @@ _CHUNK = 1 << 20
 
 
 class UntrustedFolder(Exception):
-    """The folder is not this user's own (see :mod:`kernelpack.cache`); the message is one line
+    """The folder is not this user's own (see :mod:`kernelpack.loader.cache`); the message is one line
     that names it, says what was found and what to do."""
 
 

@@ -23,12 +23,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from .errors import KernelpackWarning, UsageError
-from .index import SCHEMA_VERSION, Image, Index, ModuleEntry
-from .regular_files import IMAGE_FILE_LIMIT
+from ..errors import KernelpackWarning, UsageError
+from ..files.regular import IMAGE_FILE_LIMIT
+from ..formats.index import SCHEMA_VERSION, Image, Index, ModuleEntry
 
 if TYPE_CHECKING:
-    from .detect import Gpu
+    from ..devices.detect import Gpu
 
 RUNTIME_PACKAGE = "kernelpack"
 PACKAGES_ENTRY_POINTS = "kernelpack.packages"
@@ -283,7 +283,7 @@ def device_fragments(package: str = RUNTIME_PACKAGE) -> list[tuple[Index, Path, 
 
 class Unreadable(NamedTuple):
     """An installed package whose index cannot be read: what ``info`` and ``doctor`` report in
-    its place (:func:`kernelpack.loader.installed_loaders`)."""
+    its place (:func:`kernelpack.loader.load.installed_loaders`)."""
 
     package: str
     distribution: str  # whose kernelpack.packages entry point names it ("?" where none says)

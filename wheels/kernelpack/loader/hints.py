@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .devices import device_name
+from ..devices.argument import device_name
 
 if TYPE_CHECKING:
+    from ..devices.detect import Gpu
+    from ..targets import ParsedTarget
     from .catalog import Catalog, Choice
-    from .detect import Gpu
-    from .targets import ParsedTarget
 
 
 def no_image_message(choice: Choice, catalog: Catalog, compile_problem: str) -> str:
@@ -55,7 +55,7 @@ def fixes(gpu: Gpu, catalog: Catalog, built: Sequence[str]) -> list[str]:
 def build_target(gpu: Gpu) -> str | None:
     """The target to build for ``gpu``: the best one the builder accepts whose images it loads
     (its own processor or sm_XY where the table has it); None where there is none."""
-    from .targets import build_targets_for
+    from ..targets import build_targets_for
 
     return next(iter(build_targets_for(gpu.target)), None)
 
@@ -77,8 +77,8 @@ def unservable(gpu: Gpu) -> str:
     """Why no kernelpack image, installed, published or rebuilt, can run on ``gpu``: its
     processor is outside the target table the builder accepts, and no target in it makes code
     this GPU runs."""
-    from .processors import AMD_PROCESSORS, NVIDIA_ARCHS
-    from .targets import NvidiaTarget, TargetId, gfx_target_version
+    from ..targets import NvidiaTarget, TargetId, gfx_target_version
+    from ..targets.processors import AMD_PROCESSORS, NVIDIA_ARCHS
 
     if isinstance(gpu.target, TargetId):
         specific = sorted(
@@ -112,7 +112,7 @@ def install_hint(gpu: Gpu, catalog: Catalog) -> str:
     targets to extras where it names one that fits, else the name the wheels are given; the
     distribution is the one the index was built for (kernelpack, or another kernelpack-built
     package)."""
-    from .targets import select_image
+    from ..targets import select_image
 
     candidates: list[dict[str, Any]] = [
         {"vendor": t.vendor, "target": t.text, "kind": t.image_kind}
@@ -133,8 +133,8 @@ def install_hint(gpu: Gpu, catalog: Catalog) -> str:
 def _known_targets(targets: Iterable[str]) -> list[ParsedTarget]:
     """The targets this kernelpack knows, parsed; a device wheel from a newer kernelpack may name
     one it does not, which no hint can use."""
-    from .errors import UsageError
-    from .targets import parse_target
+    from ..errors import UsageError
+    from ..targets import parse_target
 
     known = []
     for target in targets:
@@ -149,14 +149,14 @@ def override_hint(gpu: Gpu, built: Sequence[str]) -> str:
     """For AMD, HSA_OVERRIDE_GFX_VERSION (which makes the runtime treat the GPU as a built
     processor of its family) or KERNELPACK_TARGET; for NVIDIA, where no override makes another
     major's cubin run, the PTX build that runs on this GPU."""
-    from .processors import AMD_BY_NAME
-    from .targets import (
+    from ..targets import (
         NvidiaTarget,
         TargetId,
         build_targets_for,
         gfx_target_version,
         split_gfx_target_version,
     )
+    from ..targets.processors import AMD_BY_NAME
 
     if isinstance(gpu.target, NvidiaTarget):
         # A cubin runs only on its own major version, so no built cubin can stand in; PTX for

@@ -1,7 +1,7 @@
 """Image kinds, and the one reader of an image's bytes out of a package or build output folder.
 
 An *image* is one compiled object of one module for one target, listed in an index
-(:class:`kernelpack.index.Image`). There are three kinds; everything kernelpack and its builder know
+(:class:`kernelpack.formats.index.Image`). There are three kinds; everything kernelpack and its builder know
 about a kind (its vendor, where it sorts in a module's image list, the file it is packed into, the
 compiler flags that make it) is one row of :data:`IMAGE_KINDS`, so a fourth kind is one new row.
 
@@ -17,11 +17,11 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from .errors import FormatError, IntegrityError, UsageError
-from .index import Image
+from ..errors import FormatError, IntegrityError, UsageError
+from ..formats.index import Image
 
 if TYPE_CHECKING:
-    from .formats import BundleEntry
+    from ..formats import BundleEntry
 
 KindName = Literal["code_object", "cubin", "ptx"]
 Vendor = Literal["amd", "nvidia"]
@@ -154,8 +154,8 @@ def _read_range(path: Path, offset: int, size: int, remedy: str) -> bytes:
 
 def _bundle_entries(path: Path, remedy: str) -> list[BundleEntry]:
     """The entries of a compressed (CCOB) bundle file, offsets in the bundle it decompresses to."""
-    from .formats import read_bundle
-    from .regular_files import IMAGE_FILE_LIMIT, read_regular
+    from ..files.regular import IMAGE_FILE_LIMIT, read_regular
+    from ..formats import read_bundle
 
     try:
         packed = read_regular(path, limit=IMAGE_FILE_LIMIT, what="a compressed bundle")

@@ -4,21 +4,21 @@
 
 1. read the package's embedded index and, when it has no image that fits the GPU (a split
    install), merge the index fragments of that package's installed device wheels, which must be
-   of the package's own version (:mod:`kernelpack.catalog`); any kernelpack-built package is read
+   of the package's own version (:mod:`kernelpack.loader.catalog`); any kernelpack-built package is read
    the same way (``package=`` its import name), kernelpack's own modules included;
-2. detect the GPUs (:mod:`kernelpack.detect`) and find the one ``device`` names
-   (:mod:`kernelpack.devices`: None, "cuda:N", "hip:N", or an int on a one-vendor machine);
+2. detect the GPUs (:mod:`kernelpack.devices.detect`) and find the one ``device`` names
+   (:mod:`kernelpack.devices.argument`: None, "cuda:N", "hip:N", or an int on a one-vendor machine);
 3. rank the module's images for the GPU's target (:func:`kernelpack.targets.select_image`) and take
    the best; with KERNELPACK_DEBUG=1 every image's verdict goes to standard error;
-4. get the image's bytes (:func:`kernelpack.images.read_image`): straight from the package file,
+4. get the image's bytes (:func:`kernelpack.loader.images.read_image`): straight from the package file,
    or from the disk cache for images inside compressed bundles and for PTX already compiled by the
    driver; checked against the index's sha256 before they are loaded (a cubin the driver compiled,
    like an object compiled from source, is in no index: the cache's keyed digest checks it, and
-   the cache is used only in a folder of the user's own, :mod:`kernelpack.cache`);
+   the cache is used only in a folder of the user's own, :mod:`kernelpack.loader.cache`);
 5. without a fitting image, compile the module's embedded source with NVRTC or hipRTC (cached on
    disk by source hash, target and compiler version; a warning says so once); without a compiler
-   either, a NoImageError that says what to install or set (:mod:`kernelpack.hints`);
-6. load it through the vendor runtime (:mod:`kernelpack.runtime`) into a
+   either, a NoImageError that says what to install or set (:mod:`kernelpack.loader.hints`);
+6. load it through the vendor runtime (:mod:`kernelpack.backends.runtime`) into a
    :class:`kernelpack.Module`.
 
 Concurrent first calls for one (GPU, module) wait for a single load; later calls with the same
@@ -35,22 +35,33 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._console import debug_enabled
+from ..backends.cuda import CudaRuntime
+from ..backends.hip import HipRuntime
+from ..backends.support import amd_code_object_v6
+from ..devices.argument import Device, device_name, resolve_device
+from ..devices.detect import cuda_driver_devices, detect_gpus
+from ..errors import (
+    IntegrityError,
+    KernelpackWarning,
+    NoImageError,
+    RuntimeLibraryError,
+    UsageError,
+)
+from ..formats.index import Index, KernelResources, ModuleEntry
+from ..targets import select_image
 from . import catalog as installed
-from ._console import debug_enabled
 from .cache import DiskCache, cache_key
 from .catalog import Catalog, Choice, Located
-from .devices import Device, device_name, resolve_device
-from .errors import IntegrityError, KernelpackWarning, NoImageError, RuntimeLibraryError, UsageError
 from .hints import no_image_message
 from .images import read_image
-from .index import Index, KernelResources, ModuleEntry
-from .loaded import Module
+from .module import Module
 from .oncemap import OnceMap
 
 if TYPE_CHECKING:
-    from .detect import Gpu, NvidiaDevice
-    from .rtc import Compiled, SourceCompiler
-    from .runtime import Runtime
+    from ..backends.rtc import Compiled, SourceCompiler
+    from ..backends.runtime import Runtime
+    from ..devices.detect import Gpu, NvidiaDevice
 
 
 def _debug(message: str) -> None:
@@ -65,7 +76,7 @@ class Loader:
     part that touches the machine can be replaced, which is how the tests run without a GPU:
     ``index`` and ``root`` (else ``<package>/_index.py`` and the package's folder), ``fragments``
     (device wheels' index fragments, else the package's entry points), ``gpus`` (else
-    kernelpack.detect), ``runtimes`` and ``compilers`` (vendor -> runtime / run-time compiler),
+    kernelpack.devices.detect), ``runtimes`` and ``compilers`` (vendor -> runtime / run-time compiler),
     ``cache`` (the disk cache).
     """
 
@@ -141,8 +152,6 @@ class Loader:
             if self._gpus is None:
                 source = self._gpu_source
                 if source is None:
-                    from .detect import detect_gpus
-
                     self._gpus = list(detect_gpus(nvidia_probe=_driver_probe))
                 else:
                     self._gpus = list(source() if callable(source) else source)
@@ -154,15 +163,13 @@ class Loader:
             return self._gpus
 
     def gpu(self, device: Device) -> Gpu:
-        """The GPU ``device`` names (see :mod:`kernelpack.devices`)."""
+        """The GPU ``device`` names (see :mod:`kernelpack.devices.argument`)."""
         return resolve_device(device, self.gpus())
 
     def runtime(self, vendor: str) -> Runtime:
         def make() -> Runtime:
             if self._runtime_factory is not None:
                 return self._runtime_factory(vendor)
-            from .runtime import open_runtime
-
             return open_runtime(vendor)
 
         return self._runtimes.get_or_make(vendor, make)
@@ -172,9 +179,6 @@ class Loader:
     def choose(self, module: str, gpu: Gpu) -> Choice:
         """The best image of ``module`` for ``gpu``, looking in device wheels when the package has
         none that fits (a split install), with one reason line per image considered."""
-        from .runtime_support import amd_code_object_v6
-        from .targets import select_image
-
         catalog = self.catalog()
         if module not in catalog.modules:
             catalog = self.catalog(with_device_wheels=True)
@@ -311,7 +315,7 @@ class Loader:
             try:
                 if self._compiler_factory is not None:
                     return self._compiler_factory(gpu.vendor)
-                from .rtc import open_compiler
+                from ..backends.rtc import open_compiler
 
                 return open_compiler(gpu.vendor)
             except RuntimeLibraryError as error:
@@ -323,7 +327,7 @@ class Loader:
     ) -> tuple[Compiled, str, str]:
         """The module's source compiled for ``gpu`` (or from the disk cache: the object with the
         symbols its compiler gave the index's kernel names), its label and why."""
-        from .rtc import Compiled
+        from ..backends.rtc import Compiled
 
         target = _compile_target(gpu)
         version = compiler.version()
@@ -386,7 +390,7 @@ def _resources_of(
     kernel name (``symbols``: name -> symbol; a symbol not there is its own name)."""
 
     def read() -> dict[str, KernelResources]:
-        from .formats import read_code_object, read_cubin
+        from ..formats import read_code_object, read_cubin
 
         reader = read_cubin if vendor == "nvidia" else read_code_object
         names = {symbol: name for name, symbol in symbols.items()}
@@ -423,6 +427,13 @@ def _compiled_lookup(
     return explain
 
 
+def open_runtime(vendor: str) -> Runtime:
+    """The runtime for a vendor's GPUs ("nvidia" or "amd")."""
+    if vendor == "nvidia":
+        return CudaRuntime()
+    return HipRuntime()
+
+
 def _driver_probe(environ: Mapping[str, str]) -> list[NvidiaDevice]:
     """NVIDIA GPUs as the CUDA driver numbers them (CUDA_VISIBLE_DEVICES applied by the driver).
 
@@ -430,8 +441,6 @@ def _driver_probe(environ: Mapping[str, str]) -> list[NvidiaDevice]:
     more, where starting NVML, detection's first choice, took 30 to 40 ms on the H100
     (docs/loader.md).
     """
-    from .cuda import cuda_driver_devices
-
     return cuda_driver_devices() or []
 
 
@@ -500,7 +509,7 @@ def shared_loader(package: str = installed.RUNTIME_PACKAGE) -> Loader:
 def load(module: str, device: Device = None, *, package: str = installed.RUNTIME_PACKAGE) -> Module:
     """The module of ``package`` (a kernelpack-built package's import name; kernelpack's own by
     default) loaded on ``device``: None (the first GPU), "cuda:N", "hip:N", or an int where every
-    GPU is of one vendor (:mod:`kernelpack.devices`). A package offers its own as a one-liner:
+    GPU is of one vendor (:mod:`kernelpack.devices.argument`). A package offers its own as a one-liner:
     ``def load(module, device=None): return kernelpack.load(module, device, package=__name__)``."""
     loader = _shared.get(package)
     if loader is None:

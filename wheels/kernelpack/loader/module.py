@@ -1,6 +1,6 @@
 """A module loaded on a GPU and its kernels: the public ``kernelpack.Module`` and ``kernelpack.Kernel``.
 
-The loader (:mod:`kernelpack.loader`) makes them; they hold the runtime's handles and turn a
+The loader (:mod:`kernelpack.loader.load`) makes them; they hold the runtime's handles and turn a
 launch that does not happen into an error that names the argument, grid, block or stream at fault.
 """
 
@@ -10,15 +10,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from . import args as kargs
-from . import arrays
-from .devices import device_name
-from .errors import RuntimeLibraryError, UsageError
-from .index import KernelParam, KernelResources
+from ..backends import signature as kargs
+from ..devices import arrays
+from ..devices.argument import device_name
+from ..errors import RuntimeLibraryError, UsageError
+from ..formats.index import KernelParam, KernelResources
 
 if TYPE_CHECKING:
-    from .detect import Gpu
-    from .runtime import LaunchFn, LoadedModule, Runtime
+    from ..backends.runtime import LaunchFn, LoadedModule, Runtime
+    from ..devices.detect import Gpu
 
 
 class Kernel:

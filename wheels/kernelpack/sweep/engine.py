@@ -81,8 +81,8 @@ def _worker_gpu() -> str:
     (LocalCluster names them 0..n-1) in kernelpack's GPU list, modulo the GPUs there are."""
     from distributed import get_worker
 
-    from .. import detect
-    from ..devices import device_name
+    from ..devices import detect
+    from ..devices.argument import device_name
 
     name = get_worker().name
     gpus = detect.detect_gpus()
@@ -182,7 +182,7 @@ def _client(options: EngineOptions) -> Any:
                 "the address"
             ) from None
     if options.backend == "gpu":
-        from .. import detect
+        from ..devices import detect
 
         count = options.workers or len(detect.detect_gpus())
         if count < 1:

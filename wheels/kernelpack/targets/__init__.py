@@ -1,6 +1,6 @@
 """GPU target logic: parsing target names and ids, and which code runs where.
 
-The data it reads (known processors, families, compute capabilities) is :mod:`kernelpack.processors`.
+The data it reads (known processors, families, compute capabilities) is :mod:`kernelpack.targets.processors`.
 The compatibility rules are those of the vendors' runtimes, so that the image kernelpack picks is one
 the runtime accepts: for AMD the HIP runtime's (ROCm clr ``isCodeObjectCompatibleWithDevice`` and
 ``GenericTargetMapping``; ROCR's ``Isa::IsCompatible`` agrees), for NVIDIA the CUDA driver's (binary
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from .errors import UsageError
+from ..errors import UsageError
 from .processors import (
     AMD_BY_NAME,
     AMD_FAMILIES,
@@ -314,7 +314,7 @@ def _nvidia_fit_description(code: NvidiaTarget, gpu: NvidiaTarget) -> str:
 # --- One parser for every target name ---------------------------------------------------------------
 
 TargetKind = Literal["specific", "generic", "family", "sm", "compute"]
-# The image kinds' names, as kernelpack.images.KindName (not imported from there: the variant
+# The image kinds' names, as kernelpack.loader.images.KindName (not imported from there: the variant
 # provider copies targets and all it imports, and images reaches the file readers).
 ImageKind = Literal["code_object", "cubin", "ptx"]
 
@@ -443,8 +443,8 @@ def select_image(
 ) -> tuple[ImageT | None, list[str]]:
     """The image of a module to load on a GPU of target ``gpu``, and why, candidate by candidate.
 
-    ``images`` are the module's index entries (kernelpack.index.Image: "vendor", "target", "kind"
-    are read); ``gpu`` is kernelpack.detect.Gpu.target. Among the images that fit (same vendor,
+    ``images`` are the module's index entries (kernelpack.formats.index.Image: "vendor", "target", "kind"
+    are read); ``gpu`` is kernelpack.devices.detect.Gpu.target. Among the images that fit (same vendor,
     compatible by the runtime's rules), the best by :func:`amd_rank` / :func:`nvidia_rank` wins;
     ties go to the earlier image: an image for the GPU's own processor before its generic
     target's. ``runtime_code_object_v6`` is what the installed HIP runtime can load

@@ -1,4 +1,4 @@
-/* kernelpack._launcher: the per-launch hot path in C, on the CPython limited API (3.11+).
+/* kernelpack.backends._launcher: the per-launch hot path in C, on the CPython limited API (3.11+).
  *
  * Why it exists: from Python, ctypes spends microseconds per cuLaunchKernel converting arguments,
  * more than the driver itself (docs/loader.md has the numbers). Here one call checks and packs
@@ -431,7 +431,7 @@ static PyType_Slot launcher_slots[] = {
 };
 
 static PyType_Spec launcher_spec = {
-    "kernelpack._launcher.Launcher",
+    "kernelpack.backends._launcher.Launcher",
     sizeof(Launcher),
     0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
@@ -883,7 +883,7 @@ static PyType_Slot hot_slots[] = {
 };
 
 static PyType_Spec hot_spec = {
-    "kernelpack._launcher.TorchHotPath",
+    "kernelpack.backends._launcher.TorchHotPath",
     sizeof(HotPath),
     0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
