@@ -14,6 +14,12 @@ import sys
 from kernelpack._console import print_json, print_table, run_cli
 from kernelpack.formats import require_zstd
 
+from . import build as build_step
+from . import hipify as hipify_step
+from . import merge as merge_step
+from . import toolchain as tc
+from . import wheels as wheels_step
+from .export import command as export_step
 from .matrix import load_matrix
 from .settings import add_arguments, resolve_settings
 
@@ -35,10 +41,6 @@ def _parser() -> argparse.ArgumentParser:
     add_arguments(toolchain, "toolchain")
     toolchain.set_defaults(handler=_toolchain)
 
-    from . import build as build_step
-    from . import hipify as hipify_step
-    from . import merge as merge_step
-
     build = commands.add_parser(
         "build", help="compile the device code (cached, parallel) and write the embedded index"
     )
@@ -49,13 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     merge.set_defaults(handler=merge_step.main_merge)
     hipify_step.add_parser(commands)
 
-    from . import wheels as wheels_step
-
     wheels = commands.add_parser("wheels", help="build the fat and split wheels into dist/")
     wheels_step.add_arguments(wheels)
     wheels.set_defaults(handler=wheels_step.main_wheels)
-
-    from .export import command as export_step
 
     export_step.add_parser(commands)
     return parser
@@ -79,8 +77,6 @@ def _matrix(args: argparse.Namespace) -> int:
 
 
 def _toolchain(args: argparse.Namespace) -> int:
-    from . import toolchain as tc
-
     settings = resolve_settings(args, command="toolchain")
     matrix = load_matrix(settings.matrix)
     amd_targets = [t.target for t in matrix.amd]

@@ -24,8 +24,10 @@ import re
 import tarfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import kernelpack
 from kernelpack.files.regular import read_regular
 from kernelpack.loader.images import IMAGE_FILE_SUFFIXES
 
@@ -41,7 +43,7 @@ from .metadata import (
     core_metadata,
     shown,
 )
-from .settings import BuildSettings, check_inside_project, read_pyproject
+from .settings import BuildSettings, check_inside_project, package_version, read_pyproject
 
 RUNTIME_DISTRIBUTION = "kernelpack"
 RUNTIME_PACKAGE = "kernelpack"
@@ -193,8 +195,6 @@ def is_own_tree(project: Path) -> bool:
     project cannot claim it by what its files say; only by holding this builder, which then is
     kernelpack's (a project that ships a builder of its own runs that code, whatever its name).
     """
-    import kernelpack
-
     runtime = Path(kernelpack.__file__).resolve().parent
     return project.resolve() == REPO_ROOT and runtime == (WHEELS_DIR / "kernelpack").resolve()
 
@@ -456,14 +456,10 @@ def runtime_requirement(meta: ProjectMetadata) -> str:
 def runtime_version() -> str:
     """The version of the kernelpack runtime this builder packages against: the installed
     distribution's, or in a kernelpack checkout that checkout's."""
-    import kernelpack
-
-    from .settings import package_version
 
     folder = Path(kernelpack.__file__).resolve().parent
     if folder == (WHEELS_DIR / "kernelpack").resolve():
         return package_version(REPO_ROOT)
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version(RUNTIME_DISTRIBUTION)

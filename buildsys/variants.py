@@ -28,7 +28,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,11 +37,18 @@ from kernelpack.formats.index import Index
 from kernelpack.targets import parse_target
 from kernelpack.variant_plugin import FEATURES, NAMESPACE, property_value
 
+from .device_groups import DeviceGroup, device_groups
 from .errors import BuildError
 from .index_writer import read_index
 from .metadata import add_fields
-from .packaging import PROVIDER_DISTRIBUTION, PROVIDER_PACKAGE
-from .wheels import DeviceGroup, device_groups, read_wheel, write_wheel
+from .packaging import (
+    PROVIDER_DISTRIBUTION,
+    PROVIDER_PACKAGE,
+    file_name_part,
+    pure_wheel_dist_info,
+    runtime_version,
+)
+from .wheelfile import read_wheel, write_wheel
 
 if TYPE_CHECKING:
     from .packaging import ProjectMetadata
@@ -105,8 +111,6 @@ def write_variants(
     """The null variant (the fat wheel), one variant per device group (the host wheel requiring
     that group's device wheel), the variants JSON and, for kernelpack itself, the provider wheel
     into out_dir. Every project's variants use kernelpack's provider, at the runtime's version."""
-    from .packaging import file_name_part, runtime_version
-
     fat_files, host_files = read_wheel(fat), read_wheel(host)
     index: Index = read_index(fat_files[f"{meta.package}/_index.py"].decode())
     version = index["version"]
@@ -198,8 +202,6 @@ def _run_time_nodes(tree: ast.AST) -> list[ast.AST]:
 def provider_wheel(version: str, out_dir: Path, *, epoch: int) -> Path:
     """kernelpack-variant-provider: the plugin and the modules it imports, copied from kernelpack
     so that installer and loader detect GPUs with the same code."""
-    from .packaging import pure_wheel_dist_info
-
     files = {
         f"{PROVIDER_PACKAGE}/{name}": (KERNELPACK_SOURCE / name).read_bytes()
         for name in provider_modules()
@@ -219,15 +221,3 @@ def provider_wheel(version: str, out_dir: Path, *, epoch: int) -> Path:
     return write_wheel(
         out_dir / f"{PROVIDER_PACKAGE}-{version}-py3-none-any.whl", files, epoch=epoch
     )
-
-
-def files_by_project(paths: Sequence[Path]) -> dict[str, list[Path]]:
-    """The files of a dist/ folder grouped by normalised project name (PEP 503), for the index."""
-    projects: dict[str, list[Path]] = {}
-    for path in sorted(paths):
-        if path.name.endswith("-variants.json"):
-            name = path.name.rsplit("-", 2)[0]
-        else:
-            name = path.name.split("-", 1)[0]
-        projects.setdefault(re.sub(r"[-_.]+", "-", name).lower(), []).append(path)
-    return projects

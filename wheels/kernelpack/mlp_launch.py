@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from .devices.arrays import pointer_of
+from .loader.load import load
 
 MODULE = "mlp"
 
@@ -176,9 +177,7 @@ def kernel_name(op: str, dtype: str, *arguments: int) -> str:
 def _module(device: str) -> Any:
     module = _MODULES.get(device)
     if module is None:
-        from .loader import load as loader
-
-        module = _MODULES[device] = loader.load(MODULE, device=device)
+        module = _MODULES[device] = load(MODULE, device=device)
     return module
 
 

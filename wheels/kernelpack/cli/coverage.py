@@ -13,7 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .._console import print_json, print_table
 from .._jsonfields import json_fields
+from ..errors import UsageError
+from ..loader.load import Loader
 from ..targets import (
     ParsedTarget,
     agent_target,
@@ -116,8 +119,6 @@ def _no_image_reason(processor: str, generic: str | None, built: Sequence[str]) 
 
 def installed_targets() -> list[str]:
     """The targets the installed kernelpack carries images for or names device wheels for."""
-    from ..loader.load import Loader
-
     catalog = Loader(gpus=[]).catalog(with_device_wheels=True)
     targets = [e.image["target"] for located in catalog.images.values() for e in located]
     return sorted({*targets, *catalog.device_wheels})
@@ -125,9 +126,6 @@ def installed_targets() -> list[str]:
 
 def run_targets(json_output: bool, targets: str | None) -> int:
     """``python -m kernelpack targets [--json] [--targets LIST]``."""
-    from .._console import print_json, print_table
-    from ..errors import UsageError
-
     if targets is not None:
         built = [t.strip() for t in targets.split(",") if t.strip()]
         source = "--targets"

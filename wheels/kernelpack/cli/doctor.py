@@ -24,15 +24,18 @@ environment), so the tests run it on recorded topologies.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from .._console import print_json, print_table
 from .._jsonfields import json_fields
-from ..devices.detect import Gpu
+from ..backends.support import runtime_versions
+from ..devices.detect import Gpu, detect_gpus
 from ..loader.catalog import RUNTIME_PACKAGE, Unreadable
 from ..loader.hints import build_command, install_hint, unservable
-from ..loader.load import Loader
+from ..loader.load import Loader, installed_loaders
 from ..targets import TargetId, agent_target, parse_target, runs_code_object_v6
 from ..targets.processors import AMD_BY_NAME, GENERIC_CODE_OBJECT_VERSION, GENERIC_MIN_ROCM
 
@@ -380,12 +383,6 @@ def _requirements(
 
 def run_doctor(json_output: bool, sysfs_root: str | None) -> int:
     """``python -m kernelpack doctor [--json] [--sysfs-root DIR]``; exit 1 when an error is found."""
-    import os
-
-    from .._console import print_json, print_table
-    from ..backends.support import runtime_versions
-    from ..devices.detect import detect_gpus
-    from ..loader.load import installed_loaders
 
     environ = dict(os.environ)
     visible = detect_gpus(sysfs_root=sysfs_root, environ=environ)

@@ -18,12 +18,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._console import print_table, printable
+from .._console import print_json, print_table, printable
+from ..backends.support import library_versions
 from ..devices.argument import device_name
+from ..devices.detect import detect_gpus
 from ..errors import IntegrityError, NoImageError
 from ..loader.cache import DiskCache
 from ..loader.hints import fixes
 from ..loader.images import read_image
+from ..loader.load import installed_loaders
 
 if TYPE_CHECKING:
     from ..devices.detect import Gpu
@@ -45,8 +48,6 @@ def info_report(
     ``gpus`` defaults to the first loader's; ``unreadable`` are the installed packages whose
     index could not be read (:func:`kernelpack.loader.load.installed_loaders`), each listed with its
     ``error`` and no modules, after the others."""
-    from ..backends.support import library_versions
-
     if gpus is None:
         gpus = loaders[0].gpus() if loaders else []
     checks = _Checks()
@@ -240,10 +241,6 @@ def print_info(report: Mapping[str, Any]) -> int:
 def run_info(json_output: bool, sysfs_root: str | None) -> int:
     """``python -m kernelpack info [--json] [--sysfs-root DIR]``: the report of every installed
     package (:func:`kernelpack.loader.load.installed_loaders`) and its exit status (:func:`info_status`)."""
-    from .._console import print_json
-    from ..devices.detect import detect_gpus
-    from ..loader.load import installed_loaders
-
     gpus = detect_gpus(sysfs_root=sysfs_root)
     loaders, unreadable = installed_loaders(gpus)
     report = info_report(loaders, gpus=gpus, unreadable=unreadable)

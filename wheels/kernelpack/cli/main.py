@@ -13,10 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from .._console import print_json, print_table, run_cli
+from ..devices.argument import device_name
 from ..devices.detect import detect_gpus
 from ..errors import UsageError
 from ..files.regular import IMAGE_FILE_LIMIT, read_regular
+from ..loader.cache import DiskCache
+from ..sweep import add_parser as add_sweep
 from .coverage import run_targets
+from .doctor import run_doctor
+from .info import found_by, run_info
 from .inspection import describe, print_report
 
 _INSPECTED = "a bundle, code object, cubin or PTX"
@@ -65,8 +70,6 @@ def _parser() -> argparse.ArgumentParser:
         "is not yours with mode 0700)",
     )
 
-    from ..sweep import add_parser as add_sweep
-
     add_sweep(commands)
     return parser
 
@@ -106,9 +109,6 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _detect(args: argparse.Namespace) -> int:
-    from ..devices.argument import device_name
-    from .info import found_by
-
     gpus = detect_gpus(sysfs_root=args.sysfs_root)
     notes = []
     if args.sysfs_root is not None:
@@ -130,20 +130,14 @@ def _detect(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .info import run_info
-
     return run_info(args.json, args.sysfs_root)
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from .doctor import run_doctor
-
     return run_doctor(args.json, args.sysfs_root)
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from ..loader.cache import DiskCache
-
     cache = DiskCache()
     result: dict[str, Any] = {"folder": str(cache.folder)}
     failed: list[tuple[Path, str]] = []

@@ -20,6 +20,7 @@ import os
 import stat
 import warnings
 from collections.abc import Mapping
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -162,8 +163,6 @@ def kernelpack_packages() -> list[str]:
 def package_registrations() -> dict[str, str]:
     """:func:`kernelpack_packages`, each with the distribution whose entry point names it
     ("kernelpack" for kernelpack itself), so that a stale registration can say whose it is."""
-    from importlib.metadata import entry_points
-
     named: dict[str, str] = {}
     for entry in entry_points(group=PACKAGES_ENTRY_POINTS):
         dist = getattr(entry, "dist", None)
@@ -257,8 +256,6 @@ def device_fragments(package: str = RUNTIME_PACKAGE) -> list[tuple[Index, Path, 
     whose fragment is damaged, is skipped with a warning, so one broken device wheel does not stop
     the others.
     """
-    from importlib.metadata import entry_points
-
     found: list[tuple[Index, Path, str]] = []
     mine = [e for e in entry_points(group=DEVICE_ENTRY_POINTS) if e.name.startswith(f"{package}.")]
     for entry in sorted(mine, key=lambda e: e.name):

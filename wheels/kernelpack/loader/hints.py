@@ -14,6 +14,17 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..devices.argument import device_name
+from ..errors import UsageError
+from ..targets import (
+    NvidiaTarget,
+    TargetId,
+    build_targets_for,
+    gfx_target_version,
+    parse_target,
+    select_image,
+    split_gfx_target_version,
+)
+from ..targets.processors import AMD_BY_NAME, AMD_PROCESSORS, NVIDIA_ARCHS
 
 if TYPE_CHECKING:
     from ..devices.detect import Gpu
@@ -55,8 +66,6 @@ def fixes(gpu: Gpu, catalog: Catalog, built: Sequence[str]) -> list[str]:
 def build_target(gpu: Gpu) -> str | None:
     """The target to build for ``gpu``: the best one the builder accepts whose images it loads
     (its own processor or sm_XY where the table has it); None where there is none."""
-    from ..targets import build_targets_for
-
     return next(iter(build_targets_for(gpu.target)), None)
 
 
@@ -77,9 +86,6 @@ def unservable(gpu: Gpu) -> str:
     """Why no kernelpack image, installed, published or rebuilt, can run on ``gpu``: its
     processor is outside the target table the builder accepts, and no target in it makes code
     this GPU runs."""
-    from ..targets import NvidiaTarget, TargetId, gfx_target_version
-    from ..targets.processors import AMD_PROCESSORS, NVIDIA_ARCHS
-
     if isinstance(gpu.target, TargetId):
         specific = sorted(
             (p.name for p in AMD_PROCESSORS if not p.is_generic), key=gfx_target_version
@@ -112,8 +118,6 @@ def install_hint(gpu: Gpu, catalog: Catalog) -> str:
     targets to extras where it names one that fits, else the name the wheels are given; the
     distribution is the one the index was built for (kernelpack, or another kernelpack-built
     package)."""
-    from ..targets import select_image
-
     candidates: list[dict[str, Any]] = [
         {"vendor": t.vendor, "target": t.text, "kind": t.image_kind}
         for t in _known_targets(sorted(catalog.device_wheels))
@@ -133,9 +137,6 @@ def install_hint(gpu: Gpu, catalog: Catalog) -> str:
 def _known_targets(targets: Iterable[str]) -> list[ParsedTarget]:
     """The targets this kernelpack knows, parsed; a device wheel from a newer kernelpack may name
     one it does not, which no hint can use."""
-    from ..errors import UsageError
-    from ..targets import parse_target
-
     known = []
     for target in targets:
         try:
@@ -149,15 +150,6 @@ def override_hint(gpu: Gpu, built: Sequence[str]) -> str:
     """For AMD, HSA_OVERRIDE_GFX_VERSION (which makes the runtime treat the GPU as a built
     processor of its family) or KERNELPACK_TARGET; for NVIDIA, where no override makes another
     major's cubin run, the PTX build that runs on this GPU."""
-    from ..targets import (
-        NvidiaTarget,
-        TargetId,
-        build_targets_for,
-        gfx_target_version,
-        split_gfx_target_version,
-    )
-    from ..targets.processors import AMD_BY_NAME
-
     if isinstance(gpu.target, NvidiaTarget):
         # A cubin runs only on its own major version, so no built cubin can stand in; PTX for
         # this GPU's compute capability (or the newest the builder makes below it) is what the

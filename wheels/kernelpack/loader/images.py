@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from ..errors import FormatError, IntegrityError, UsageError
+from ..files.regular import IMAGE_FILE_LIMIT, read_regular
+from ..formats import read_bundle
 from ..formats.index import Image
 
 if TYPE_CHECKING:
@@ -154,9 +156,6 @@ def _read_range(path: Path, offset: int, size: int, remedy: str) -> bytes:
 
 def _bundle_entries(path: Path, remedy: str) -> list[BundleEntry]:
     """The entries of a compressed (CCOB) bundle file, offsets in the bundle it decompresses to."""
-    from ..files.regular import IMAGE_FILE_LIMIT, read_regular
-    from ..formats import read_bundle
-
     try:
         packed = read_regular(path, limit=IMAGE_FILE_LIMIT, what="a compressed bundle")
     except OSError as error:

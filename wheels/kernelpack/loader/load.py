@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from .._console import debug_enabled
 from ..backends.cuda import CudaRuntime
 from ..backends.hip import HipRuntime
+from ..backends.rtc import Compiled, open_compiler
 from ..backends.support import amd_code_object_v6
 from ..devices.argument import Device, device_name, resolve_device
 from ..devices.detect import cuda_driver_devices, detect_gpus
@@ -48,6 +49,7 @@ from ..errors import (
     RuntimeLibraryError,
     UsageError,
 )
+from ..formats import read_code_object, read_cubin
 from ..formats.index import Index, KernelResources, ModuleEntry
 from ..targets import select_image
 from . import catalog as installed
@@ -315,8 +317,6 @@ class Loader:
             try:
                 if self._compiler_factory is not None:
                     return self._compiler_factory(gpu.vendor)
-                from ..backends.rtc import open_compiler
-
                 return open_compiler(gpu.vendor)
             except RuntimeLibraryError as error:
                 problem = str(error)
@@ -327,8 +327,6 @@ class Loader:
     ) -> tuple[Compiled, str, str]:
         """The module's source compiled for ``gpu`` (or from the disk cache: the object with the
         symbols its compiler gave the index's kernel names), its label and why."""
-        from ..backends.rtc import Compiled
-
         target = _compile_target(gpu)
         version = compiler.version()
         source = self.source_text(module, entry, gpu.vendor)
@@ -390,8 +388,6 @@ def _resources_of(
     kernel name (``symbols``: name -> symbol; a symbol not there is its own name)."""
 
     def read() -> dict[str, KernelResources]:
-        from ..formats import read_code_object, read_cubin
-
         reader = read_cubin if vendor == "nvidia" else read_code_object
         names = {symbol: name for name, symbol in symbols.items()}
         found = reader(data, label).resources()

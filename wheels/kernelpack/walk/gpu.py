@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from ..devices.arrays import Array, DeviceMemory, download, is_gpu_array, wrap
 from ..errors import RuntimeLibraryError, UsageError
+from ..loader import load as loader
 from .inputs import (
     OUTPUTS,
     CheckedWalks,
@@ -296,8 +297,6 @@ def run(call: WalkCall) -> WalkResult:
     ``top_k`` the selection runs on the GPU (kernelpack.walk.select): only the kept walks come
     back to the host.
     """
-    from ..loader import load as loader
-
     shifts, dirs, device = call.shifts, call.dirs, call.device
     if is_gpu_array(shifts) or is_gpu_array(dirs):
         if not (is_gpu_array(shifts) and is_gpu_array(dirs)):
