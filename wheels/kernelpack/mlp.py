@@ -126,7 +126,7 @@ def _torch_ops() -> Any:
     """torch.ops.kernelpack, registered on first use (autograd goes through the custom ops)."""
     import torch
 
-    from . import torch_ops
+    from . import torch_ops  # deferred: it imports torch, an optional dependency
 
     torch_ops.register()
     return torch.ops.kernelpack

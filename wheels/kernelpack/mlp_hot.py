@@ -95,6 +95,7 @@ HOT_BELOW_AUTOGRAD: dict[str, Callable[..., Any]] = {op: not_hot for op in SPECS
 def _native_types() -> tuple[Any, Any]:
     """(TorchHotPath, Launcher) of the C extension, or (None, None) where it was not built."""
     try:
+        # deferred: the C extension, absent where it was not built
         from .backends._launcher import Launcher, TorchHotPath
     except ImportError:
         return None, None

@@ -43,7 +43,7 @@ def declare_module_calls(load_data: Any, get_function: Any, launch: Any) -> None
 def native_launcher_class() -> Any:
     """The C launcher class, or None where the extension was not built (the ctypes path runs)."""
     try:
-        from ._launcher import Launcher
+        from ._launcher import Launcher  # deferred: the C extension, absent where not built
     except ImportError:
         return None
     return Launcher
