@@ -51,9 +51,10 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-def _exchange(first: Path, second: Path) -> bool:
+def exchange(first: Path, second: Path) -> bool:
     """Swap two existing paths in one step (Linux renameat2 RENAME_EXCHANGE); False where the
-    system or the file system cannot."""
+    system or the file system cannot (the caller falls back or refuses), OSError for any other
+    failure. The one swap of the project: :func:`atomic_folder` and the toolchain's update use it."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         renameat2 = libc.renameat2
@@ -87,7 +88,7 @@ def atomic_folder(path: Path) -> Iterator[Path]:
         if not path.exists():
             os.rename(staging, path)
             return
-        if _exchange(staging, path):
+        if exchange(staging, path):
             shutil.rmtree(staging)
             return
         old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.old-"))
