@@ -20,7 +20,7 @@ from ..targets.processors import AMD_BY_MACH
 from . import msgpack as _msgpack
 from .elf import SHT_DYNSYM, SHT_SYMTAB, Buffer, Elf
 from .index import KernelResources
-from .params import KernelParam
+from .params import ObjectParam
 
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64
@@ -75,11 +75,11 @@ class AmdKernel:
     max_workgroup: int  # .max_flat_workgroup_size
 
     @property
-    def params(self) -> tuple[KernelParam, ...]:
+    def params(self) -> tuple[ObjectParam, ...]:
         """The parameters the source declares, in order: the arguments that are not hidden."""
         declared = [a for a in self.args if not a.value_kind.startswith("hidden_")]
         return tuple(
-            KernelParam(ordinal, arg.offset, arg.size, _is_pointer(arg.value_kind))
+            ObjectParam(ordinal, arg.offset, arg.size, _is_pointer(arg.value_kind))
             for ordinal, arg in enumerate(declared)
         )
 

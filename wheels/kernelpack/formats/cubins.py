@@ -28,7 +28,7 @@ from .elf import (
     Section,
 )
 from .index import KernelResources
-from .params import KernelParam
+from .params import ObjectParam
 
 EM_CUDA = 190
 # Attributes of .nv.info / .nv.compat records (format byte, attribute byte, 16-bit value or size).
@@ -63,7 +63,7 @@ class CudaKernel:
     shared: int
     local: int  # local (stack) bytes per thread (EIATTR_MIN_STACK_SIZE)
     max_threads: int  # __launch_bounds__ / reqntid, else CUDA_MAX_BLOCK
-    params: tuple[KernelParam, ...] = ()  # by ordinal (EIATTR_KPARAM_INFO); pointer unknown
+    params: tuple[ObjectParam, ...] = ()  # by ordinal (EIATTR_KPARAM_INFO); pointer unknown
 
     def resources(self) -> KernelResources:
         """Cubins record no spill counts (ptxas prints them only), so spills is 0."""
@@ -133,8 +133,8 @@ def read_cubin(data: Buffer, path: str) -> Cubin:
     kernels = []
     # per name: symbols may repeat one, its .nv.info.<name> records are read once, and once per
     # place in the file (the sections of several names may be headers over the same bytes)
-    info_of: dict[str, tuple[int, tuple[KernelParam, ...]]] = {}
-    info_at: dict[tuple[int, int], tuple[int, tuple[KernelParam, ...]]] = {}
+    info_of: dict[str, tuple[int, tuple[ObjectParam, ...]]] = {}
+    info_at: dict[tuple[int, int], tuple[int, tuple[ObjectParam, ...]]] = {}
     # Weak: nvlink makes a template's instances weak in a device-linked cubin (each unit may
     # have one); local ones are static kernels, private to their unit.
     for symbol in symbols:
@@ -217,8 +217,8 @@ def _per_symbol_attributes(elf: Elf, symbol_count: int) -> dict[int, dict[int, i
 
 
 def _kernel_info(
-    elf: Elf, kernel: str, known: dict[tuple[int, int], tuple[int, tuple[KernelParam, ...]]]
-) -> tuple[int, tuple[KernelParam, ...]]:
+    elf: Elf, kernel: str, known: dict[tuple[int, int], tuple[int, tuple[ObjectParam, ...]]]
+) -> tuple[int, tuple[ObjectParam, ...]]:
     """A kernel's block size limit and parameters, from its own .nv.info.<kernel> section
     (``known``: what was found by the place of the sections read before)."""
     info = elf.section(f".nv.info.{kernel}")
@@ -230,10 +230,10 @@ def _kernel_info(
     return known[place]
 
 
-def _kernel_records(elf: Elf, info: Section) -> tuple[int, tuple[KernelParam, ...]]:
+def _kernel_records(elf: Elf, info: Section) -> tuple[int, tuple[ObjectParam, ...]]:
     """The block size limit and parameters that one .nv.info.<kernel> section records."""
     threads: int | None = None
-    params: dict[int, KernelParam] = {}
+    params: dict[int, ObjectParam] = {}
     for fmt, attribute, value, at in _records(elf, info):
         if attribute in (EIATTR_MAX_THREADS, EIATTR_REQNTID) and threads is None:
             if fmt != _EIFMT_SIZED or not isinstance(value, bytes) or len(value) != 12:
@@ -247,7 +247,7 @@ def _kernel_records(elf: Elf, info: Section) -> tuple[int, tuple[KernelParam, ..
             if ordinal in params:
                 raise elf.fail(at + 8, f"each parameter ordinal once ({ordinal} repeats)")
             size = flags >> _KPARAM_SIZE_SHIFT
-            params[ordinal] = KernelParam(ordinal, offset, size, None)
+            params[ordinal] = ObjectParam(ordinal, offset, size, None)
     ordered = tuple(params[ordinal] for ordinal in sorted(params))
     return (CUDA_MAX_BLOCK if threads is None else threads), ordered
 
@@ -306,7 +306,7 @@ class PtxKernel:
 
     name: str
     visible: bool
-    params: tuple[KernelParam, ...]
+    params: tuple[ObjectParam, ...]
 
     def to_json(self) -> dict[str, Any]:
         return json_fields(self)
@@ -375,9 +375,9 @@ def _shown(text: str) -> str:
     return f"{text[:28]!r}...{text[-28:]!r} ({len(text)} characters)"
 
 
-def _ptx_params(text: str, path: str, at: int) -> tuple[KernelParam, ...]:
+def _ptx_params(text: str, path: str, at: int) -> tuple[ObjectParam, ...]:
     """The parameters of one .entry: ``.param [.align N] .type [.ptr ...] name[[count]]``."""
-    params: list[KernelParam] = []
+    params: list[ObjectParam] = []
     offset = 0
     for ordinal, piece in enumerate(p.strip() for p in text.split(",") if p.strip()):
         match = _PTX_PARAM.match(piece)
@@ -399,6 +399,6 @@ def _ptx_params(text: str, path: str, at: int) -> tuple[KernelParam, ...]:
         if align < 1 or align & (align - 1):
             raise FormatError(path, at, f"a power-of-two .align in {_shown(piece)}")
         offset = -(-offset // align) * align
-        params.append(KernelParam(ordinal, offset, size, None))
+        params.append(ObjectParam(ordinal, offset, size, None))
         offset += size
     return tuple(params)

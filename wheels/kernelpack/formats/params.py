@@ -5,6 +5,9 @@ place in the argument buffer (offset and size, bytes) and, where the object says
 a pointer. AMDGPU code objects say it (the metadata's ``.value_kind``: ``global_buffer`` is a
 pointer, ``by_value`` a value); cubins do not (EIATTR_KPARAM_INFO gives ordinal, offset and size
 only), so their ``pointer`` is None.
+
+What the index keeps of it is :class:`kernelpack.formats.index.KernelParam` (offset, size and the C
+type the builder reads off the demangled symbol): one name per shape, the read one and the stored one.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from .._jsonfields import json_fields
 
 
 @dataclass(frozen=True)
-class KernelParam:
+class ObjectParam:
     ordinal: int  # its position in the C parameter list, from 0
     offset: int  # bytes from the start of the argument buffer
     size: int  # bytes
