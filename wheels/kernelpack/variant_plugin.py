@@ -8,8 +8,8 @@ NVML or libcuda, KERNELPACK_TARGET), it reports every target whose code runs the
 loader's own rule (:func:`kernelpack.targets.supported_targets`), so that an installer picks the
 variant wheel whose images the loader would load.
 
-The provider wheel (``kernelpack-variant-provider``) carries this module with copies of
-detect.py, targets.py and errors.py, and nothing else: an installer runs it before kernelpack is
+The provider wheel (``kernelpack-variant-provider``) carries this module with copies of the
+modules it imports (devices/detect.py, targets/, errors.py, ...: buildsys.variants.provider_modules), and nothing else: an installer runs it before kernelpack is
 installed. Why kernelpack has its own provider rather than the vendors': docs/wheels.md.
 """
 
