@@ -46,6 +46,7 @@ from .images import read_image
 from .index import Index, KernelResources, ModuleEntry
 from .loaded import Module
 from .oncemap import OnceMap
+from .regular_files import SOURCE_FILE_LIMIT, read_regular
 
 if TYPE_CHECKING:
     from .detect import Gpu, NvidiaDevice
@@ -361,10 +362,10 @@ class Loader:
         copy beside it where there is one (hipRTC compiles HIP; plain CUDA only in part)."""
         path = self.catalog().sources[module]
         try:
-            cuda = path.read_bytes()
-        except OSError as error:
+            cuda = read_regular(path, limit=SOURCE_FILE_LIMIT, what="a kernel module's source")
+        except (OSError, UsageError) as error:
             raise IntegrityError(
-                f"{path}: cannot read the module's source: {error.strerror}; reinstall kernelpack"
+                f"{path}: cannot read the module's source ({error}); reinstall kernelpack"
             ) from None
         digest = hashlib.sha256(cuda).hexdigest()
         if digest != entry["source_sha256"]:
@@ -375,7 +376,13 @@ class Loader:
             )
         hip = path.with_suffix(".hip")
         if vendor == "amd" and hip.is_file():
-            return hip.read_text(encoding="utf-8")
+            try:
+                text = read_regular(hip, limit=SOURCE_FILE_LIMIT, what="a hipified source")
+            except (OSError, UsageError) as error:
+                raise IntegrityError(
+                    f"{hip}: cannot read the hipified source ({error}); reinstall kernelpack"
+                ) from None
+            return text.decode("utf-8")
         return cuda.decode("utf-8")
 
 
