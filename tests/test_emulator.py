@@ -91,9 +91,11 @@ def _print_timings() -> Any:
             print(f"  {target}: {'; '.join(emu.notes) or 'nothing rewritten'}")
 
 
-def timed_launch(emu: Emulator, kernel: Any, grid: Any, block: Any, *args: Any) -> None:
+def timed_launch(
+    emu: Emulator, kernel: Any, grid: Any, block: Any, *args: Any, **options: Any
+) -> None:
     started = time.perf_counter()
-    kernel.launch(grid, block, *args)
+    kernel.launch(grid, block, *args, **options)
     TIMINGS.append(
         f"{kernel.name} {emu.target.processor} grid {grid} block {block}: "
         f"{time.perf_counter() - started:.1f} s"

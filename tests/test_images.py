@@ -113,13 +113,25 @@ def test_a_changed_byte_shows_both_digests_whole(tmp_path: Path) -> None:
 def test_truncated_missing_and_corrupt_files(tmp_path: Path) -> None:
     payload = b"x" * 100
     (tmp_path / "short.cubin").write_bytes(payload[:60])
-    with pytest.raises(IntegrityError, match="60 bytes at offset 0, the index says 100"):
+    with pytest.raises(IntegrityError, match="60 bytes, too short for the 100 bytes at offset 0"):
         read_image(tmp_path, _image("short.cubin", payload, 0))
     with pytest.raises(IntegrityError, match=r"missing\.cubin: cannot read the image"):
         read_image(tmp_path, _image("missing.cubin", payload, 0))
     (tmp_path / "bad.hsaco").write_bytes(b"CCOB" + b"\0" * 40)
     with pytest.raises(IntegrityError, match=r"bad\.hsaco.*reinstall kernelpack"):
         read_image(tmp_path, _image("bad.hsaco", payload, 0, "zstd"))
+
+
+def test_an_image_range_past_the_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """An index may claim any size below the catalog's 1 GiB bound: the reader compares it with
+    the file's own size before allocating (read(size) would take that much memory first)."""
+    (tmp_path / "m.cubin").write_bytes(b"x" * 64)
+    claim = {**_image("m.cubin", b"x" * 64, 0), "size": (1 << 30) - 1}
+    with pytest.raises(IntegrityError, match=r"64 bytes, too short for the 1073741823 bytes"):
+        read_image(tmp_path, claim)
+    os.mkfifo(tmp_path / "f.cubin")
+    with pytest.raises(IntegrityError, match=r"f\.cubin: not a regular file"):
+        read_image(tmp_path, _image("f.cubin", b"x", 0))
 
 
 def test_a_compressed_bundle_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:

@@ -343,7 +343,7 @@ def test_damaged_package_image_is_refused(tmp_path: Path, cache: DiskCache, dama
             in message
         )
     else:
-        assert f"{len(data)} bytes at offset 0, the index says {len(data) + 10}" in message
+        assert f"{len(data)} bytes, too short for the {len(data) + 10} bytes at offset 0" in message
     assert raised.value.exit_code == 1
     assert "nvidia" not in runtimes or runtimes["nvidia"].loads == []
 

@@ -389,3 +389,23 @@ def test_apery_sweep_ranks_shift_1_dir_1_best_by_its_exact_delta(tmp_path: Path)
     assert (best["shift"], best["dir"]) == ([1], [1])
     assert abs(best["delta_exact"] - 0.0861006157164428) < 1e-12 and best["digits"] == 3064
     assert best["delta"] < best["delta_exact"] - 1  # the screen's float64 floor, far below
+
+
+def test_a_walk_closer_than_a_float_target_resolves_ranks_first(tmp_path: Path) -> None:
+    """With the target given as a float, Apery's own walk (shift 1, dir 1) agrees with it past the
+    float's resolution at depth 30: it has no exact delta, says why, and still ranks first (it is
+    at least as close as the target can tell), ahead of walks whose exact delta is known."""
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(
+        'matrix = [["0", "-n**6"], ["1", "34*n**3 + 51*n**2 + 27*n + 5"]]\naxes = ["n"]\n'
+        f"target = {6 / 1.2020569031595942 - 5!r}\ndepth = 30\ndepth1 = 15\nprimes = 8\n"
+        "shifts = [[1, 4]]\ndirs = [[1, 4]]\ntop_k = 4\nshard_walks = 8\n"
+    )
+    done = sweep("run", str(spec_path), "--out", str(tmp_path / "out"), *ON_CPU)
+    assert done.returncode == 0, done.stderr
+    shown = sweep("top", str(tmp_path / "out"), "--json", "-k", "2")
+    assert shown.returncode == 0, shown.stderr
+    best, second = json.loads(shown.stdout)["top"]
+    assert (best["shift"], best["dir"]) == ([1], [1])
+    assert best["delta_exact"] is None and "resolves numbers only to about" in best["note"]
+    assert second["delta_exact"] is not None

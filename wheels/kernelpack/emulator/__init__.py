@@ -8,9 +8,10 @@
     x = emu.array(np.arange(1024, dtype=np.float32)); y = emu.empty_like(x)
     mod.kernel("name").launch(grid, block, x, y, 1024)   # Kernel.launch as on a GPU
     out = emu.numpy(y)
+    result = emu.walk(program, shifts, dirs, primes, depth, depth1, depth2, target)  # walk.run's
 
-``load`` is :class:`kernelpack.loader.load.Loader`'s: the package's catalog, the image selected for the
-target by the same rules as on a GPU, its sha256 checked, kernels found by name and launched with
+``load`` is :class:`kernelpack.loader.load.Loader`'s: the package's catalog, the image selected
+for the target by the same rules as on a GPU, its sha256 checked, kernels found by name and launched with
 the index's parameter layout; the emulator (:mod:`._runtime`) stands in for libamdhip64 and the
 GPU. The emulator is tinygrad's (test/mockgpu/amd/emu.py, MIT), never copied into kernelpack: a
 checkout named by KERNELPACK_AMD_EMULATOR (:mod:`._checkout`). It runs the processors of
@@ -20,7 +21,8 @@ checkout named by KERNELPACK_AMD_EMULATOR (:mod:`._checkout`). It runs the proce
 Device memory is host memory: :meth:`Emulator.array` copies a numpy array into a
 :class:`DeviceArray` (256-byte aligned, or ``misalign`` bytes past that), which a launch takes as a
 pointer argument; :meth:`Emulator.empty_like` gives one whose bytes are all 0xFF (NaN in every
-float type), so an element a kernel leaves unwritten shows.
+float type), so an element a kernel leaves unwritten shows. Every array sits between GUARD bytes of
+0xFF on either side, which :meth:`DeviceArray.guards_intact` checks: a write past either end shows.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ from ..devices.detect import Gpu
 from ..errors import RuntimeLibraryError, UsageError
 from ..loader.load import Loader
 from ..targets import TargetId
+from ..walk import gpu
+from ..walk.walker import walker
 from ._checkout import open_checkout
+from ._memory import EmulatorMemory
 from ._runtime import EmulatorRuntime, LaunchRecord
 from ._targets import EMULATED_TARGETS, EmulatedTarget, emulated_target
 
@@ -43,10 +48,19 @@ if TYPE_CHECKING:
 
     from ..backends.rtc import SourceCompiler
     from ..loader.module import Module
+    from ..walk.inputs import WalkResult
+    from ..walk.walker import WalkCall, Walker
 
-__all__ = ["EMULATED_TARGETS", "DeviceArray", "EmulatedTarget", "Emulator", "LaunchRecord"]
+__all__ = [
+    "EMULATED_TARGETS",
+    "DeviceArray",
+    "EmulatedTarget",
+    "Emulator",
+    "LaunchRecord",
+]
 
 ALIGNMENT = 256  # what hipMalloc gives at least
+GUARD = 256  # 0xFF bytes kept before and after every array
 
 
 class DeviceArray:
@@ -61,10 +75,17 @@ class DeviceArray:
         self.dtype = np.dtype(dtype)
         self.shape = tuple(shape)
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-        self._raw = np.full(self.nbytes + 2 * ALIGNMENT, 0xFF, dtype=np.uint8)
-        start = -self._raw.ctypes.data % ALIGNMENT + misalign
+        self._raw = np.full(self.nbytes + 2 * (GUARD + ALIGNMENT), 0xFF, dtype=np.uint8)
+        start = GUARD + -(self._raw.ctypes.data + GUARD) % ALIGNMENT + misalign
+        self._start = start
         self._bytes = self._raw[start : start + self.nbytes]
         self.address = int(self._bytes.ctypes.data)
+
+    def guards_intact(self) -> bool:
+        """Whether every byte outside the array (at least GUARD on either side) is still 0xFF:
+        nothing wrote past either end of it."""
+        before, after = self._raw[: self._start], self._raw[self._start + self.nbytes :]
+        return bool((before == 0xFF).all() and (after == 0xFF).all())
 
     def view(self) -> np.ndarray[Any, Any]:
         """The array's memory as numpy sees it (no copy)."""
@@ -132,7 +153,13 @@ class Emulator:
                 f"{self.target.processor} runs on the emulator's {self.target.stand_in} "
                 f"({self.target.arch}) decoder"
             )
-        said += [f"{n} x {what} rewritten to s_nop" for what, n in self.runtime.rewrites.items()]
+        said += [f"{n} x {what}" for what, n in self.runtime.rewrites.items()]
+        said += [
+            f"{n} launches of {kernel} touched LDS outside their allocation (inactive lanes' "
+            "reads, which the emulator does not mask, or a kernel's own; run on a 4 GiB LDS "
+            "reservation)"
+            for kernel, n in self.runtime.lds_outside.items()
+        ]
         return said
 
     @property
@@ -157,6 +184,28 @@ class Emulator:
         """An array of the same shape and dtype as ``array`` (a DeviceArray or numpy array),
         its bytes 0xFF."""
         return DeviceArray(tuple(array.shape), array.dtype, misalign)
+
+    def memory(self) -> EmulatorMemory:
+        """Raw bytes in the emulator's memory through kernelpack.devices.arrays.DeviceMemory's interface,
+        for hosts that work in plain addresses (each buffer a 0xFF-filled DeviceArray's bytes)."""
+        return EmulatorMemory(lambda nbytes: DeviceArray((nbytes,), "uint8"))
+
+    @property
+    def walk(self) -> Walker:
+        """kernelpack.walk.run on the emulator: the same arguments and WalkResult (shifts and
+        dirs on the host, no device), run by the same host code (kernelpack.walk.gpu: pieces,
+        the residue and float kernels, the selection kernels) on this target's walk module."""
+
+        def walk(call: WalkCall) -> WalkResult:
+            if call.device is not None:
+                raise UsageError(
+                    f"device: the emulator's walk runs on {self.target.processor}, got "
+                    f"{call.device!r}"
+                )
+            memory: Any = self.memory()  # DeviceMemory's interface
+            return gpu._walk(call.host_inputs(), call.request, self.load("walk"), memory)
+
+        return walker(walk)
 
     def numpy(self, array: DeviceArray) -> np.ndarray[Any, Any]:
         """A numpy copy of a DeviceArray (after the kernels that wrote it: launches are

@@ -7,8 +7,21 @@ descriptor (llvm's amdhsa kernel_descriptor_t), whose entry offset gives the fir
 metadata note (read by :func:`kernelpack.formats.read_code_object`) gives its arguments.
 
 Instructions the emulator does not execute and that are no-ops on its memory are rewritten in that
-copy, kernel by kernel, as the table :data:`NO_OP_REWRITES` says, and counted; the installed image
-is never changed (it was checked against the index's sha256 before it got here).
+copy, kernel by kernel, as the table :data:`NO_OP_REWRITES` says, and counted; so is the one
+instruction it cannot execute that has a meaning, ``s_getpc_b64`` (its instruction compiler has no
+PC in scalar ALU code): where the compiler uses it to address the object's read-only data
+(``s_getpc_b64`` then a 64-bit literal offset added to the pair), the three instructions become
+two ``s_mov_b32`` of the absolute address they compute in this copy, and an ``s_nop 0`` (the same
+20 bytes; only SCC, which the compiler never reads after that addition, differs). And on CDNA,
+where LLVM encodes a FLAT instruction's SADDR field (which FLAT does not use) as 0, which the
+emulator reads as s[0:1] added to the address, the field is set to 0x7F ("off", as GLOBAL's unused
+SADDR is encoded): the address is the VGPR pair's, as the hardware takes it. On RDNA4, whose FLAT
+instructions the emulator cannot compile (their pseudocode reads flat_scratch, which it lacks), a
+flat_* instruction becomes the global_* of the same operation and operands (one byte of the
+encoding differs): the same access for a global address, which every address an emulated kernel is
+given is (a flat address into LDS or scratch would not be; the emulator has no such apertures).
+The installed image is never changed (it was checked against the index's sha256 before it got
+here).
 """
 
 from __future__ import annotations
@@ -76,6 +89,31 @@ NO_OP_REWRITES: tuple[NoOpRewrite, ...] = (
         op="GLOBAL_INV",
     ),
 )
+
+
+# The PC-relative address the compiler materializes: s_getpc_b64 s[n:n+1], then s_add_u32 s[n],
+# s[n], literal and s_addc_u32 s[n+1], s[n+1], literal (gfx12 names them s_add_co_u32 and
+# s_add_co_ci_u32); SOP1 and SOP2 keep their fields in the same bits on gfx9, gfx11 and gfx12.
+GETPC = "S_GETPC_B64"
+ADD_LOW = ("S_ADD_U32", "S_ADD_CO_U32")
+ADD_HIGH = ("S_ADDC_U32", "S_ADD_CO_CI_U32")
+SOP_LITERAL = 255  # an SSRC field's code for the literal word that follows the instruction
+S_MOV_B32 = 0xBE800000 | SOP_LITERAL  # SOP1 s_mov_b32 sdst, literal (sdst in bits 22:16)
+PC_RELATIVE = "s_getpc_b64 + 64-bit offset rewritten to two s_mov_b32 of the address"
+# CDNA's FLAT encoding (two words): bits 31:26 of the first 0b110111 and SEG (15:14) 0; SADDR in
+# bits 22:16 of the second
+FLAT_SADDR = "flat_* SADDR field 0 (unused) set to 0x7F"
+SADDR_OFF = 0x7F
+# RDNA4's VFLAT and VGLOBAL encodings: the same fields and operation numbers, bits 31:24 differ
+RDNA4_FLAT, RDNA4_GLOBAL = 0xEC, 0xEE
+FLAT_AS_GLOBAL = "flat_* re-encoded as global_* (RDNA4)"
+
+
+def _op_name(decode: Callable[[bytes, str], Any], window: bytes, arch: str) -> str:
+    try:
+        return str(getattr(getattr(decode(window, arch), "op", None), "name", ""))
+    except Exception:  # the decoder's own error: not the instruction looked for
+        return ""
 
 
 @dataclass
@@ -184,8 +222,60 @@ class PlacedImage:
                     return
                 op = getattr(inst, "op", None)
                 name = getattr(op, "name", "")
+                if self.arch == "cdna" and type(inst).__name__ == "FLAT" and size == 8:
+                    first, second = struct.unpack("<II", window[:8])
+                    if (first >> 14) & 3 == 0 and (second >> 16) & 0x7F != SADDR_OFF:
+                        second = (second & ~(0x7F << 16)) | SADDR_OFF << 16
+                        ctypes.memmove(at + 4, struct.pack("<I", second), 4)
+                        code.rewrites[FLAT_SADDR] += 1
+                if (
+                    self.arch == "rdna4"
+                    and type(inst).__name__ == "VFLAT"
+                    and window[3] == RDNA4_FLAT
+                ):
+                    as_global = window[:3] + bytes([RDNA4_GLOBAL]) + window[4:]
+                    if _op_name(decode, as_global, self.arch) == "GLOBAL_" + name[len("FLAT_") :]:
+                        ctypes.memmove(at + 3, bytes([RDNA4_GLOBAL]), 1)
+                        code.rewrites[FLAT_AS_GLOBAL] += 1
+                if name == GETPC and self._materialize_pc(at, decode):
+                    code.rewrites[PC_RELATIVE] += 1
+                    at += 20
+                    continue
                 rule = next((r for r in rules if r.op and r.op == name), None)
             if rule is not None:
                 ctypes.memmove(at, S_NOP_0 * (size // 4), size)
-                code.rewrites[rule.mnemonic] += 1
+                code.rewrites[f"{rule.mnemonic} rewritten to s_nop"] += 1
             at += size
+
+    def _materialize_pc(self, at: int, decode: Callable[[bytes, str], Any]) -> bool:
+        """At the s_getpc_b64 at ``at``: where the two additions of a 64-bit literal offset to its
+        pair follow, the three become s_mov_b32 of the address's halves and s_nop 0 (module
+        docstring); False, and nothing changed, where the code is another."""
+        getpc, low, offset_low, high, offset_high = struct.unpack("<5I", self.read(at, 20))
+        pair = (getpc >> 16) & 0x7F
+
+        def adds_literal(word: int, register: int) -> bool:
+            sources = {word & 0xFF, (word >> 8) & 0xFF}
+            return (word >> 16) & 0x7F == register and sources == {register, SOP_LITERAL}
+
+        if not (
+            _op_name(decode, self.read(at + 4, 16), self.arch) in ADD_LOW
+            and _op_name(decode, self.read(at + 12, 16), self.arch) in ADD_HIGH
+            and adds_literal(low, pair)
+            and adds_literal(high, pair + 1)
+        ):
+            return False
+        address = (at + 4 + (offset_high << 32 | offset_low)) % 2**64
+        moves = struct.pack(
+            "<5I",
+            S_MOV_B32 | pair << 16,
+            address & 0xFFFFFFFF,
+            S_MOV_B32 | (pair + 1) << 16,
+            address >> 32,
+            struct.unpack("<I", S_NOP_0)[0],
+        )
+        for start, name in ((0, "S_MOV_B32"), (8, "S_MOV_B32"), (16, "S_NOP")):
+            if _op_name(decode, moves[start:] + bytes(16), self.arch) != name:
+                return False  # an encoding this decoder reads otherwise: leave the code as it is
+        ctypes.memmove(at, moves, len(moves))
+        return True

@@ -12,7 +12,8 @@ the index's parameter layout); this runtime does what HIP does below ``hipModule
 - like the command processor, it loads the user SGPRs the kernel descriptor enables (kernarg
   pointer, dispatch packet pointer) and runs the grid, workgroup by workgroup, on the emulator's
   ``run_asm`` (its own entry point loads only the first kernel of an object and packs plain
-  pointer/int arguments, so kernelpack drives this lower-level piece itself).
+  pointer/int arguments, so kernelpack drives this lower-level piece itself), with its LDS in a
+  reservation that every LDS address falls in (:mod:`._lds` says why).
 
 Device memory is host memory (the emulator's address space is the process's), so a pointer
 argument is the address of an :class:`kernelpack.emulator.DeviceArray`'s bytes.
@@ -31,6 +32,7 @@ from ..backends import launch as launching
 from ..backends.runtime import LoadedModule, Runtime
 from ..errors import RuntimeLibraryError
 from ._code import KernelCode, PlacedImage
+from ._lds import LdsReservation
 from ._targets import EmulatedTarget
 
 if TYPE_CHECKING:
@@ -53,7 +55,8 @@ _ERROR_NAMES = {
 
 
 class LaunchRecord:
-    """One emulated launch: the kernel, its grid and block, and the wall time it took."""
+    """One emulated launch: the kernel (by the index's name), its grid and block, and the wall
+    time it took."""
 
     __slots__ = ("block", "grid", "kernel", "seconds")
 
@@ -81,6 +84,9 @@ class EmulatorRuntime(Runtime):
         self._lock = threading.Lock()
         self.rewrites: Counter[str] = Counter()  # "buffer_gl0_inv in <kernel>" -> count
         self.launches: list[LaunchRecord] = []
+        # kernel -> launches that touched LDS outside their allocation (inactive lanes' reads)
+        self.lds_outside: Counter[str] = Counter()
+        self._lds = LdsReservation()
         self.last_error = ""
 
     def version(self) -> str:
@@ -134,6 +140,7 @@ class EmulatorRuntime(Runtime):
                 f"the index {len(signature.types)}; the index does not match the image"
             )
         sizes = [arg.size for arg in explicit]
+        name = signature.kernel
 
         def launch(
             _handle: Any,
@@ -149,7 +156,7 @@ class EmulatorRuntime(Runtime):
             _extra: Any,
         ) -> int:
             slots = [ctypes.string_at(params[i], size) for i, size in enumerate(sizes)]
-            return self._run(code, (gx, gy, gz), (bx, by, bz), shared_mem, slots)
+            return self._run(code, name, (gx, gy, gz), (bx, by, bz), shared_mem, slots)
 
         return launching.ctypes_launcher(
             signature, launch, 0, fail, lambda: module.ordinal, module.ordinal, lambda: 0, int
@@ -160,6 +167,7 @@ class EmulatorRuntime(Runtime):
     def _run(
         self,
         code: KernelCode,
+        name: str,
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         shared_mem: int,
@@ -178,28 +186,33 @@ class EmulatorRuntime(Runtime):
         dispatch_at = base + len(kernarg) + (-len(kernarg) % KERNARG_ALIGN)
         ctypes.memmove(dispatch_at, _dispatch_packet(code, grid, block, shared_mem, base), 64)
         user = _user_sgprs(code, base, dispatch_at)
-        lds_bytes = code.group_segment + shared_mem
-        rsrc2 = code.rsrc2 | ((-(-lds_bytes // 512) & 0x1FF) << 15)
+        lds_granules = -(-(code.group_segment + shared_mem) // 512) & 0x1FF
+        rsrc2 = code.rsrc2 | (lds_granules << 15)
         started = time.perf_counter()
         try:
-            status = self.checkout.emu.run_asm(
-                code.entry,
-                code.size,
-                *grid,
-                *block,
-                base,
-                rsrc2,
-                code.private_segment,
-                self.target.arch,
-                user,
-            )
+            with self._lds.around(self.checkout.emu, lds_granules * 512) as outside:
+                status = self.checkout.emu.run_asm(
+                    code.entry,
+                    code.size,
+                    *grid,
+                    *block,
+                    base,
+                    rsrc2,
+                    code.private_segment,
+                    self.target.arch,
+                    user,
+                )
+        except RuntimeLibraryError:
+            raise
         except Exception as error:  # the emulator's own failure: kept for the error message
             self.last_error = f"{type(error).__name__}: {error}"
             return LAUNCH_FAILURE
         finally:
             del memory  # the segment lives until the emulator returns
+        if outside[0]:
+            self.lds_outside[code.name] += 1
         seconds = time.perf_counter() - started
-        self.launches.append(LaunchRecord(code.name, grid, block, seconds))
+        self.launches.append(LaunchRecord(name, grid, block, seconds))
         if status:
             self.last_error = f"run_asm returned {status}"
             return LAUNCH_FAILURE

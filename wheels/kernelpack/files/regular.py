@@ -21,6 +21,9 @@ from ..errors import UsageError
 #: The largest file ``inspect`` and the loader read whole: bigger than any bundle a wheel ships.
 IMAGE_FILE_LIMIT = 1 << 30
 
+#: The largest kernel module source the loader reads (to compile it where no image fits).
+SOURCE_FILE_LIMIT = 64 << 20
+
 #: The largest sysfs attribute read: KFD ``properties`` files are about 1.5 KB.
 SYSFS_FILE_LIMIT = 1 << 16
 
@@ -84,4 +87,10 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-__all__ = ["IMAGE_FILE_LIMIT", "SYSFS_FILE_LIMIT", "read_regular", "read_regular_text"]
+__all__ = [
+    "IMAGE_FILE_LIMIT",
+    "SOURCE_FILE_LIMIT",
+    "SYSFS_FILE_LIMIT",
+    "read_regular",
+    "read_regular_text",
+]

@@ -13,6 +13,8 @@ bundle for a compressed one), checked against the index's sha256 before anyone u
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
@@ -138,14 +140,34 @@ def verify_image(path: Path, image: Image, data: bytes, *, remedy: str) -> None:
 
 
 def _read_range(path: Path, offset: int, size: int, remedy: str) -> bytes:
+    """The ``size`` bytes at ``offset`` of the image file, refused before anything is allocated
+    when the file is not a regular file or is too short to hold them (an index may claim any
+    size; ``read(size)`` would allocate that much first)."""
     try:
-        with open(path, "rb") as file:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        raise IntegrityError(
+            f"{path}: cannot read the image: {error.strerror or error}; {remedy}"
+        ) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise IntegrityError(f"{path}: not a regular file; {remedy}")
+        if offset + size > info.st_size:
+            raise IntegrityError(
+                f"{path}: {info.st_size} bytes, too short for the {size} bytes at offset {offset} "
+                f"the index places there; the file is truncated: {remedy}"
+            )
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as file:
             file.seek(offset)
             data = file.read(size)
     except OSError as error:
         raise IntegrityError(
             f"{path}: cannot read the image: {error.strerror or error}; {remedy}"
         ) from None
+    finally:
+        os.close(fd)
     if len(data) != size:
         raise IntegrityError(
             f"{path}: {len(data)} bytes at offset {offset}, the index says {size}; the file is "

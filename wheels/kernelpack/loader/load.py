@@ -49,6 +49,7 @@ from ..errors import (
     RuntimeLibraryError,
     UsageError,
 )
+from ..files.regular import SOURCE_FILE_LIMIT, read_regular
 from ..formats import read_code_object, read_cubin
 from ..formats.index import Index, KernelResources, ModuleEntry
 from ..targets import select_image
@@ -363,10 +364,10 @@ class Loader:
         copy beside it where there is one (hipRTC compiles HIP; plain CUDA only in part)."""
         path = self.catalog().sources[module]
         try:
-            cuda = path.read_bytes()
-        except OSError as error:
+            cuda = read_regular(path, limit=SOURCE_FILE_LIMIT, what="a kernel module's source")
+        except (OSError, UsageError) as error:
             raise IntegrityError(
-                f"{path}: cannot read the module's source: {error.strerror}; reinstall kernelpack"
+                f"{path}: cannot read the module's source ({error}); reinstall kernelpack"
             ) from None
         digest = hashlib.sha256(cuda).hexdigest()
         if digest != entry["source_sha256"]:
@@ -377,7 +378,13 @@ class Loader:
             )
         hip = path.with_suffix(".hip")
         if vendor == "amd" and hip.is_file():
-            return hip.read_text(encoding="utf-8")
+            try:
+                text = read_regular(hip, limit=SOURCE_FILE_LIMIT, what="a hipified source")
+            except (OSError, UsageError) as error:
+                raise IntegrityError(
+                    f"{hip}: cannot read the hipified source ({error}); reinstall kernelpack"
+                ) from None
+            return text.decode("utf-8")
         return cuda.decode("utf-8")
 
 

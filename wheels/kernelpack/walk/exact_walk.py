@@ -150,12 +150,18 @@ def fraction_from_residues(
     return values[0], values[1]
 
 
+class BeyondTargetError(UsageError):
+    """p/q agrees with the target beyond what the target resolves (a float or a short decimal
+    string, or p/q equal to a rational target): no exact delta exists, and the walk is at least as
+    close as the target can tell. A ranking puts such a walk first, not last."""
+
+
 def _logs(p: int, q: int, target: Target) -> tuple[Any, Any]:
     """(ln|p/q - L|, log10|p/q - L|) as arb balls with ACCURACY_BITS correct bits of the
     difference, or a UsageError where the target cannot give them."""
     flint = import_flint("an exact delta")
     if target.rational is not None and target.rational == flint.fmpq(p, q):
-        raise UsageError(
+        raise BeyondTargetError(
             f"exact delta: p/q equals the target {target.text!r} exactly; delta is infinite"
         )
     prec = max(START_BITS, 2 * max(abs(p).bit_length(), q.bit_length()) + 128)
@@ -174,7 +180,7 @@ def _logs(p: int, q: int, target: Target) -> tuple[Any, Any]:
                 if resolution and size < RESOLUTION_MARGIN * flint.arb(
                     flint.fmpq(resolution.numerator, resolution.denominator)
                 ):
-                    raise UsageError(
+                    raise BeyondTargetError(
                         f"target {target.text!r} resolves numbers only to about "
                         f"{float(resolution):.3g}, and this walk's p/q is closer to it than "
                         f"{RESOLUTION_MARGIN} times that: give the target as an expression of "
