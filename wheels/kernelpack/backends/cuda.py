@@ -1,8 +1,7 @@
-"""CUDA's driver API (libcuda.so.1), bound once: the GPUs it numbers, and the runtime the loader uses.
+"""CUDA's driver API (libcuda.so.1) as the loader's runtime: modules loaded, kernels launched.
 
-:class:`CudaDriver` is the ctypes binding of libcuda itself (argument types, error names, device
-queries); detection lists NVIDIA GPUs through it (:func:`cuda_driver_devices`), the test suite asks
-it whether a GPU is there, and :class:`CudaRuntime` loads modules and launches kernels through it.
+:class:`CudaRuntime` works through :class:`kernelpack.devices.cuda_driver.CudaDriver`, the one ctypes
+binding of libcuda (detection and the test suite use it too), and declares the module calls it adds.
 Modules live in each device's primary context, where PyTorch and CuPy put their memory and streams.
 """
 

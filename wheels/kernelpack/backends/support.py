@@ -1,4 +1,7 @@
-"""What the installed vendor runtimes can load, asked once per process.
+"""What the installed vendor runtimes are and can load: their versions, asked once per process.
+
+:func:`library_versions` opens each vendor library and reads its version without starting a GPU
+(``kernelpack info``); :func:`runtime_versions` keeps the answer for the process.
 
 Generic AMD images are code object v6, which the HIP runtime loads from ROCm 6.2 on; the loader
 passes :func:`amd_code_object_v6` to :func:`kernelpack.targets.select_image` so that an older
