@@ -33,7 +33,14 @@ from .tables import (
 # Findings about one construct that repeat through a file (every asm, every use of a macro that
 # looks like CUDA): one diagnostic per (code, name) per file, at the first use, with a count.
 ONCE_PER_FILE_CODES = frozenset(
-    {"inline-asm", "unsupported-api", "untranslated", "texture-targets", "wmma-portable"}
+    {
+        "inline-asm",
+        "unsupported-api",
+        "untranslated",
+        "texture-targets",
+        "wmma-portable",
+        "register-removed",
+    }
 )
 
 _CUDA_NAME_RE = re.compile(r"^(?:cuda|cu)[A-Z]\w*$|^(?:CUDA|CU|CUDART)_\w+$|^cudnn\w+$")

@@ -555,20 +555,28 @@ KP_WARP_REDUCE(__reduce_xor_sync, unsigned, xor_op)
 namespace kernelpack_compat {
 // A tile shuffles integers and floats; any other trivially copyable value (llm.c reduces a
 // {sum, max} struct with its own operator) travels as 32-bit words, as CUDA's reduce moves it.
-template <typename Group, typename T>
-__device__ inline T tile_shfl_xor(const Group& group, const T& value, unsigned offset) {
+template <typename T, typename Shuffle>
+__device__ inline T tile_shuffle(const T& value, Shuffle shuffle) {
   if constexpr (std::is_integral<T>::value || std::is_floating_point<T>::value) {
-    return group.shfl_xor(value, offset);
+    return shuffle(value);
   } else {
-    static_assert(std::is_trivially_copyable<T>::value, "cg::reduce: the value must be trivially copyable");
+    static_assert(std::is_trivially_copyable<T>::value, "cg::reduce, cg::*_scan: the value must be trivially copyable");
     constexpr unsigned kWords = (sizeof(T) + 3) / 4;
     unsigned words[kWords] = {};
     __builtin_memcpy(words, &value, sizeof(T));
-    for (unsigned w = 0; w < kWords; ++w) words[w] = group.shfl_xor(words[w], offset);
+    for (unsigned w = 0; w < kWords; ++w) words[w] = shuffle(words[w]);
     T result;
     __builtin_memcpy(&result, words, sizeof(T));
     return result;
   }
+}
+template <typename Group, typename T>
+__device__ inline T tile_shfl_xor(const Group& group, const T& value, unsigned offset) {
+  return tile_shuffle(value, [&](auto v) { return group.shfl_xor(v, offset); });
+}
+template <typename Group, typename T>
+__device__ inline T tile_shfl_up(const Group& group, const T& value, unsigned delta) {
+  return tile_shuffle(value, [&](auto v) { return group.shfl_up(v, delta); });
 }
 }  // namespace kernelpack_compat
 
@@ -607,6 +615,37 @@ __device__ inline T reduce(const Group& group, T value, Op op) {
     value = op(value, kernelpack_compat::tile_shfl_xor(group, value, offset));
   }
   return value;
+}
+
+// ---- cooperative_groups::inclusive_scan / exclusive_scan over tiles (cooperative_groups/scan.h) --
+// Tiles of a power-of-two size up to the wavefront (HIP's thread_block_tile; 64 only on wave64).
+// The scan is CUDA's in CUDA's order: log2(size) steps, each thread combining op(own, value
+// shuffled up by 1, 2, 4, ...) where it has a thread that far below it, so a float sum rounds as
+// CUDA's does. exclusive_scan is the inclusive result shuffled up by one, with a value-initialized
+// T at thread_rank 0 (CUDA: a default-constructed value; for an integer sum, 0). The default
+// operator is plus; the value travels as 32-bit words when it is not an integer or a float.
+template <typename Group, typename T, typename Op>
+__device__ inline T inclusive_scan(const Group& group, T value, Op op) {
+  const unsigned rank = group.thread_rank();
+  for (unsigned delta = 1; delta < group.size(); delta *= 2) {
+    const T below = kernelpack_compat::tile_shfl_up(group, value, delta);
+    if (delta <= rank) value = op(value, below);
+  }
+  return value;
+}
+template <typename Group, typename T>
+__device__ inline T inclusive_scan(const Group& group, T value) {
+  return inclusive_scan(group, value, plus<T>());
+}
+template <typename Group, typename T, typename Op>
+__device__ inline T exclusive_scan(const Group& group, T value, Op op) {
+  const T inclusive = inclusive_scan(group, value, op);
+  const T below = kernelpack_compat::tile_shfl_up(group, inclusive, 1);
+  return group.thread_rank() == 0 ? T{} : below;
+}
+template <typename Group, typename T>
+__device__ inline T exclusive_scan(const Group& group, T value) {
+  return exclusive_scan(group, value, plus<T>());
 }
 }  // namespace
 
