@@ -898,3 +898,64 @@ def test_cli_follows_quoted_includes_inside_the_tree_whatever_their_suffix(
     assert len(lines) == 1  # one line for the file, reached twice (by path and through the link)
     assert str((outside / "secret.h").resolve()) in lines[0]
     assert lines[0].startswith("hipify: ") and "name it or a folder holding it as SRC" in lines[0]
+
+
+# ---- 16-bit inline PTX idioms ----------------------------------------------------------------
+
+PTX16_SOURCE = """\
+#include <cuda_fp16.h>
+__device__ unsigned short to_half(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+__device__ float from_half(unsigned short h) {
+  float f;
+  asm volatile("cvt.f32.f16 %0, %1;\\n" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ unsigned to_bf16x2(float a, float b) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ void split(unsigned r, unsigned short& lo, unsigned short& hi) {
+  asm volatile("mov.b32 {%0,%1}, %2;" : "=h"(lo), "=h"(hi) : "r"(r));
+}
+__device__ unsigned join(unsigned short lo, unsigned short hi) {
+  unsigned r;
+  asm("mov.b32 %0, { %1, %2 };" : "=r"(r) : "h"(lo), "h"(hi));
+  return r;
+}
+__device__ __half copy(__half x) {
+  __half y;
+  asm("mov.b16 %0, %1;" : "=h"(*reinterpret_cast<unsigned short*>(&y))
+      : "h"(*reinterpret_cast<unsigned short*>(&x)));
+  return y;
+}
+__device__ unsigned short rz(float f) {
+  unsigned short h;
+  asm("cvt.rz.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+"""
+
+
+def test_16_bit_ptx_idioms_become_compat_calls() -> None:
+    result = hipify_source(PTX16_SOURCE, "moe_half.cu")
+    text = result.text
+    assert "#include <kernelpack_hip_compat.h>" in text
+    for call in (
+        "kernelpack_compat::ptx::cvt_rn_f16_f32(h, f);",
+        "kernelpack_compat::ptx::cvt_f32_f16(f, h);",
+        "kernelpack_compat::ptx::cvt_rn_bf16x2_f32(r, a, b);",
+        "kernelpack_compat::ptx::mov_b32_unpack(lo, hi, r);",
+        "kernelpack_compat::ptx::mov_b32_pack(r, lo, hi);",
+        "kernelpack_compat::ptx::mov_b16(*reinterpret_cast<unsigned short*>(&y), "
+        "*reinterpret_cast<unsigned short*>(&x));",
+    ):
+        assert call in text
+    # another rounding mode is not an idiom: it stays, an error that stops the build
+    assert [(d.line, d.code) for d in result.diagnostics] == [(33, "inline-asm")]
+    assert 'asm("cvt.rz.f16.f32' in text
+    assert hipify_source(text, "moe_half.cu").text == text

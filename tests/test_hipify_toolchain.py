@@ -278,3 +278,19 @@ def test_register_storage_class_compiles_once_removed(
     source.write_text(REGISTER_SOURCE)  # the CUDA text as is: clang's error, which the fix avoids
     run = amd_toolchain.run([*argv, "-include", "hip/hip_runtime.h", str(source)], check=False)
     assert "does not allow 'register' storage class specifier" in run.stderr
+
+
+def test_16_bit_ptx_idioms_compile_for_wave64_and_wave32(
+    amd_toolchain: Toolchain, tmp_path: Path
+) -> None:
+    """Without the translation clang stops at the "h" constraint; with it, host and device
+    passes compile for gfx942 and gfx1100."""
+    from tests.test_hipify import PTX16_SOURCE
+
+    source = tmp_path / "moe_half.hip"
+    idioms = PTX16_SOURCE.split("__device__ unsigned short rz", 1)[0]
+    source.write_text(hipify_source(idioms, "moe_half.cu").text)
+    argv = ["hipcc", "-std=c++17", "-w", "-I", str(COMPAT_DIR), "-x", "hip", "-fsyntax-only"]
+    argv += ["--offload-arch=gfx942", "--offload-arch=gfx1100"]
+    run = amd_toolchain.run([*argv, str(source)], check=False)
+    assert run.returncode == 0, run.stderr[-2000:]

@@ -662,6 +662,27 @@ PTX_IDIOMS: dict[str, str] = {
     "mov.b32 %0, %%laneid;": "__lane_id()",
 }
 
+# 16-bit PTX idioms: half and bf16 conversions and moves between 16- and 32-bit registers, as
+# MoE and quantization headers write them (``asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f))``).
+# clang has no 16-bit "h" constraint for AMD, so such an asm stops the build; each of these
+# becomes a call of the compat header's function of the same meaning (kernelpack_compat::ptx),
+# operands in the asm's order (outputs by reference). Key: the instruction as ptx_idiom
+# normalizes it, and the operands' constraints.
+PTX_CALLS: dict[tuple[str, tuple[str, ...]], str] = {
+    ("cvt.rn.f16.f32 %0, %1;", ("=h", "f")): "cvt_rn_f16_f32",
+    ("cvt.f32.f16 %0, %1;", ("=f", "h")): "cvt_f32_f16",
+    ("cvt.rn.bf16.f32 %0, %1;", ("=h", "f")): "cvt_rn_bf16_f32",
+    ("cvt.f32.bf16 %0, %1;", ("=f", "h")): "cvt_f32_bf16",
+    ("cvt.rn.f16x2.f32 %0, %1, %2;", ("=r", "f", "f")): "cvt_rn_f16x2_f32",
+    ("cvt.rn.bf16x2.f32 %0, %1, %2;", ("=r", "f", "f")): "cvt_rn_bf16x2_f32",
+    ("mov.b32 %0, {%1, %2};", ("=r", "h", "h")): "mov_b32_pack",
+    ("mov.b32 {%0, %1}, %2;", ("=h", "=h", "r")): "mov_b32_unpack",
+    ("mov.b16 %0, %1;", ("=h", "h")): "mov_b16",
+    ("mov.b32 %0, %1;", ("=r", "f")): "mov_b32",
+    ("mov.b32 %0, %1;", ("=f", "r")): "mov_b32",
+}
+PTX_CALL_NAMESPACE = "kernelpack_compat::ptx::"
+
 # Operand-free PTX that waits for or groups asynchronous copies (cp.async, sm_80): on AMD there are
 # none to wait for. Every cp.async of a translated source either took the source's synchronous
 # alternative branch (the arch-feature rule) or stays an inline-asm error that stops the build, so

@@ -19,7 +19,7 @@ from .arch_features import DROPPED_DEFINITION, FeatureDefinition, decisions_for,
 from .finding import Finding
 from .hazards import MaskKind, classify_mask, full_mask_names
 from .lexer import Kind
-from .reporting import is_cuda_std, ptx_idiom, report
+from .reporting import is_cuda_std, ptx_call, ptx_idiom, report
 from .results import (
     GENERATED_PREFIX,
     Conversion,
@@ -226,6 +226,13 @@ class _Translator:
         if name == REMOVED_STORAGE_CLASS and not self._names_macro(before):
             return self._removed_storage_class(k)
         if name in ("asm", "__asm__", "__asm"):
+            call = ptx_call(view, k)
+            if call is not None:
+                function, operands, close = call
+                self.uses_compat = True
+                self._count("asm", view.range_text(k, close + 1).split('"')[1], function)
+                args = ", ".join(self.emit(lo, hi).strip() for lo, hi in operands)
+                return f"{function}({args})", close + 1
             idiom = ptx_idiom(view, k)
             if idiom is None:
                 return None

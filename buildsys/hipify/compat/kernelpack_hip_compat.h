@@ -1005,3 +1005,94 @@ using std::isinf;
 using std::isnan;
 using std::signbit;
 #endif
+
+// ---- 16-bit PTX idioms (tables.PTX_CALLS) ----------------------------------------------------------
+// asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)) and its kin, as MoE and quantization headers
+// write half and bf16 conversions: clang has no "h" constraint for AMD, so the translator calls
+// these instead, operands in the asm's order. An "h" operand is any 16-bit object (unsigned short,
+// a __half's storage), an "r" operand any 32-bit one, moved by its bits as PTX moves a register.
+// The conversions round to nearest even, as .rn asks; cvt.rn.bf16.f32 gives NaN as 0x7fff, PTX's
+// canonical NaN; a half NaN keeps the hardware's conversion (quiet, sign and payload as the
+// instruction gives them). Packed forms put the first source in the upper half, as PTX's
+// cvt.rn.f16x2.f32 d, a, b does; mov.b32 {lo, hi} lists the lower half first.
+namespace kernelpack_compat {
+namespace ptx {
+template <typename T>
+__device__ inline unsigned short bits16(const T& value) {
+  static_assert(sizeof(T) == 2, "PTX \"h\" operand: a 16-bit value");
+  unsigned short bits;
+  __builtin_memcpy(&bits, static_cast<const void*>(&value), 2);
+  return bits;
+}
+template <typename T>
+__device__ inline unsigned bits32(const T& value) {
+  static_assert(sizeof(T) == 4, "PTX \"r\"/\"f\" operand: a 32-bit value");
+  unsigned bits;
+  __builtin_memcpy(&bits, static_cast<const void*>(&value), 4);
+  return bits;
+}
+template <typename T>
+__device__ inline void set16(T& out, unsigned short bits) {
+  static_assert(sizeof(T) == 2, "PTX \"=h\" operand: a 16-bit object");
+  __builtin_memcpy(static_cast<void*>(&out), &bits, 2);
+}
+template <typename T>
+__device__ inline void set32(T& out, unsigned bits) {
+  static_assert(sizeof(T) == 4, "PTX \"=r\"/\"=f\" operand: a 32-bit object");
+  __builtin_memcpy(static_cast<void*>(&out), &bits, 4);
+}
+__device__ inline unsigned short f16_bits(float value) {
+  return __half_as_ushort(__float2half_rn(value));
+}
+__device__ inline unsigned short bf16_bits(float value) {
+  const unsigned bits = bits32(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
+  return static_cast<unsigned short>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+template <typename H>
+__device__ inline void cvt_rn_f16_f32(H& out, float value) {
+  set16(out, f16_bits(value));
+}
+template <typename F, typename H>
+__device__ inline void cvt_f32_f16(F& out, const H& value) {
+  out = __half2float(__ushort_as_half(bits16(value)));
+}
+template <typename H>
+__device__ inline void cvt_rn_bf16_f32(H& out, float value) {
+  set16(out, bf16_bits(value));
+}
+template <typename F, typename H>
+__device__ inline void cvt_f32_bf16(F& out, const H& value) {
+  const unsigned bits = static_cast<unsigned>(bits16(value)) << 16;
+  float result;
+  __builtin_memcpy(&result, &bits, 4);
+  out = result;
+}
+template <typename R>
+__device__ inline void cvt_rn_f16x2_f32(R& out, float high, float low) {
+  set32(out, (static_cast<unsigned>(f16_bits(high)) << 16) | f16_bits(low));
+}
+template <typename R>
+__device__ inline void cvt_rn_bf16x2_f32(R& out, float high, float low) {
+  set32(out, (static_cast<unsigned>(bf16_bits(high)) << 16) | bf16_bits(low));
+}
+template <typename R, typename L, typename H>
+__device__ inline void mov_b32_pack(R& out, const L& low, const H& high) {
+  set32(out, (static_cast<unsigned>(bits16(high)) << 16) | bits16(low));
+}
+template <typename L, typename H, typename R>
+__device__ inline void mov_b32_unpack(L& low, H& high, const R& value) {
+  const unsigned bits = bits32(value);
+  set16(low, static_cast<unsigned short>(bits & 0xffffu));
+  set16(high, static_cast<unsigned short>(bits >> 16));
+}
+template <typename D, typename S>
+__device__ inline void mov_b16(D& out, const S& value) {
+  set16(out, bits16(value));
+}
+template <typename D, typename S>
+__device__ inline void mov_b32(D& out, const S& value) {
+  set32(out, bits32(value));
+}
+}  // namespace ptx
+}  // namespace kernelpack_compat
