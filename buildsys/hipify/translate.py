@@ -231,8 +231,8 @@ class _Translator:
                 function, operands, close = call
                 self.uses_compat = True
                 self._count("asm", view.range_text(k, close + 1).split('"')[1], function)
-                args = ", ".join(self.emit(lo, hi).strip() for lo, hi in operands)
-                return f"{function}({args})", close + 1
+                operand_text = ", ".join(self.emit(lo, hi).strip() for lo, hi in operands)
+                return f"{function}({operand_text})", close + 1
             idiom = ptx_idiom(view, k)
             if idiom is None:
                 return None
