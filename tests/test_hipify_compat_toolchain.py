@@ -399,3 +399,43 @@ def test_cache_hints_compile_from_an_anonymous_namespace(
     (device_object,) = tmp_path.glob("*gfx942*")
     kernels = {k.name for k in read_code_object(device_object.read_bytes(), "hinted").kernels}
     assert kernels == {"_Z11hinted_copyPKjPjPKtPtPK15HIP_vector_typeIjLj4EEPS6_"}
+
+
+CUB_ONLY_SOURCE = """\
+#include <cub/block/block_reduce.cuh>
+
+__global__ void block_sum(const int* in, int* out) {
+  using Reduce = cub::BlockReduce<int, 128>;
+  __shared__ typename Reduce::TempStorage temp;
+  const int total = Reduce(temp).Sum(in[blockIdx.x * 128 + threadIdx.x]);
+  if (threadIdx.x == 0) out[blockIdx.x] = total;
+}
+"""
+
+
+def test_cli_output_using_cub_compiles_as_the_cli_says(
+    amd_toolchain: Toolchain, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An output that includes only the library prelude (hipCUB), no compat name: the CLI writes
+    kernelpack_hip_libraries.h beside it and names the -I, and the output compiles with it."""
+    from buildsys.cli import main as buildsys_main
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "sum.cu").write_text(CUB_ONLY_SOURCE)
+    out = tmp_path / "out"
+    assert buildsys_main(["hipify", str(tmp_path / "src"), "-o", str(out)]) == 0
+    text = (out / "sum.hip").read_text()
+    assert "#include <kernelpack_hip_libraries.h>" in text
+    assert "#include <kernelpack_hip_compat.h>" not in text
+    said = [line for line in capsys.readouterr().err.splitlines() if "compile them with" in line]
+    assert said == [
+        "hipify: 1 of 1 outputs include <kernelpack_hip_libraries.h>, written to "
+        f"{out / 'kernelpack_hip_libraries.h'}: compile them with -I {out}"
+    ]
+    include = said[0].rsplit("-I ", 1)[1]
+    argv = ["hipcc", "-std=c++17", "-w", "-I", include, "-x", "hip", "--offload-arch=gfx1100"]
+    argv += ["--cuda-device-only", "--no-gpu-bundle-output", "-c", str(out / "sum.hip")]
+    amd_toolchain.run(argv, cwd=tmp_path)
+    (device_object,) = tmp_path.glob("*gfx1100*")
+    kernels = {k.name for k in read_code_object(device_object.read_bytes(), "sum").kernels}
+    assert "_Z9block_sumPKiPi" in kernels

@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.toolchain
 
+# HIP's own headers, and hipBLAS's, whose Ex API and compute types the "blas" table names
 HIP_HEADERS = sorted({h for h in HEADERS.values() if h is not None and h.startswith("hip/")})
+HIP_HEADERS.append("hipblas/hipblas.h")
 _IDENT_RE = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -260,3 +262,35 @@ def test_llmc_patterns_compile_for_wave64_and_wave32(
     source = tmp_path / "llmc_patterns.hip"
     source.write_text(result.text)
     assert compile_hip(amd_toolchain, source) == ""
+
+
+def test_register_storage_class_compiles_once_removed(
+    amd_toolchain: Toolchain, tmp_path: Path
+) -> None:
+    """clang refuses ``register`` under -std=c++17 (nvcc accepts it); the translation compiles."""
+    from tests.test_hipify import REGISTER_SOURCE
+
+    source = tmp_path / "reg.hip"
+    source.write_text(hipify_source(REGISTER_SOURCE, "reg.cu").text)
+    argv = ["hipcc", "-std=c++17", "-x", "hip", "--offload-arch=gfx1100", "-fsyntax-only"]
+    run = amd_toolchain.run([*argv, str(source)], check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    source.write_text(REGISTER_SOURCE)  # the CUDA text as is: clang's error, which the fix avoids
+    run = amd_toolchain.run([*argv, "-include", "hip/hip_runtime.h", str(source)], check=False)
+    assert "does not allow 'register' storage class specifier" in run.stderr
+
+
+def test_16_bit_ptx_idioms_compile_for_wave64_and_wave32(
+    amd_toolchain: Toolchain, tmp_path: Path
+) -> None:
+    """Without the translation clang stops at the "h" constraint; with it, host and device
+    passes compile for gfx942 and gfx1100."""
+    from tests.test_hipify import PTX16_SOURCE
+
+    source = tmp_path / "moe_half.hip"
+    idioms = PTX16_SOURCE.split("__device__ unsigned short rz", 1)[0]
+    source.write_text(hipify_source(idioms, "moe_half.cu").text)
+    argv = ["hipcc", "-std=c++17", "-w", "-I", str(COMPAT_DIR), "-x", "hip", "-fsyntax-only"]
+    argv += ["--offload-arch=gfx942", "--offload-arch=gfx1100"]
+    run = amd_toolchain.run([*argv, str(source)], check=False)
+    assert run.returncode == 0, run.stderr[-2000:]

@@ -23,7 +23,8 @@ from kernelpack.files.atomic import atomic_write
 from ..settings import require_writable_folder
 from .compat import compat_headers
 from .diagnostics import Severity
-from .tables import COMPAT_HEADER
+from .lexer import Kind
+from .structure import SourceView
 from .translate import HipifyOptions, HipifyResult, hipify_source, source_sha256
 from .tree_facts import scan_tree
 
@@ -69,19 +70,26 @@ def main_hipify(args: argparse.Namespace) -> int:
     files = collect_sources(args.sources)
     options = HipifyOptions(launch_macro=args.launch_macro)
     require_writable_folder(args.out, f"{args.out} (-o)", "-o")
-    results = hipify_files(files, args.out, options=options)
+    texts = read_sources(files)
+    included, outside = follow_includes(texts, input_roots(args.sources))
+    for line in outside:
+        print(line, file=sys.stderr)
+    results = hipify_files(texts, args.out, options=options, keep_names=included)
     for item in results:
         for diagnostic in item.result.diagnostics:
             print(diagnostic.format(), file=sys.stderr)
-    users = [item for item in results if uses_compat_header(item.result.text)]
-    if users:
-        for name, text in compat_headers("").items():
+    headers = compat_headers("")
+    users = {name: [i for i in results if includes(i.result.text, name)] for name in headers}
+    if any(users.values()):
+        for name, text in headers.items():
             write_if_changed(args.out / name, text)
-        print(
-            f"hipify: {len(users)} of {len(results)} outputs include <{COMPAT_HEADER}>, written "
-            f"to {args.out / COMPAT_HEADER}: compile them with -I {args.out}",
-            file=sys.stderr,
-        )
+        for name, included_by in users.items():
+            if included_by:
+                print(
+                    f"hipify: {len(included_by)} of {len(results)} outputs include <{name}>, "
+                    f"written to {args.out / name}: compile them with -I {args.out}",
+                    file=sys.stderr,
+                )
     if args.json:
         print_json(report_json(results))
     else:
@@ -89,10 +97,11 @@ def main_hipify(args: argparse.Namespace) -> int:
     return 1 if any(item.result.has_errors for item in results) else 0
 
 
-def uses_compat_header(text: str) -> bool:
-    """Whether a translated text includes the compatibility header (the translator writes
-    ``#include <kernelpack_hip_compat.h>``; a source may already spell it with quotes)."""
-    return f"<{COMPAT_HEADER}>" in text or f'"{COMPAT_HEADER}"' in text
+def includes(text: str, header: str) -> bool:
+    """Whether a translated text includes ``header``, one of the compat folder's (the translator
+    writes ``#include <kernelpack_hip_compat.h>`` and ``<kernelpack_hip_libraries.h>``; a source
+    may already spell it with quotes)."""
+    return f"<{header}>" in text or f'"{header}"' in text
 
 
 def collect_sources(sources: list[Path]) -> list[Path]:
@@ -117,15 +126,13 @@ def collect_sources(sources: list[Path]) -> list[Path]:
     return list(dict.fromkeys(p.resolve() for p in files))
 
 
-def output_path(source: Path, root: Path, out_dir: Path) -> Path:
-    relative = source.relative_to(root)
-    return out_dir / (relative.with_suffix(".hip") if relative.suffix == ".cu" else relative)
+def input_roots(sources: list[Path]) -> tuple[Path, ...]:
+    """The folders the input tree is made of: each folder named, the folder of each file named
+    (resolved, so a link cannot lead an include out of them)."""
+    return tuple(dict.fromkeys(s.resolve() if s.is_dir() else s.resolve().parent for s in sources))
 
 
-def hipify_files(files: list[Path], out_dir: Path, *, options: HipifyOptions) -> list[FileResult]:
-    """Translate each file and write its output below out_dir (layout kept below the common root)."""
-    root = Path(os.path.commonpath([p.parent for p in files])) if files else Path.cwd()
-    results: list[FileResult] = []
+def read_sources(files: list[Path]) -> dict[Path, str]:
     texts: dict[Path, str] = {}
     for path in files:
         try:
@@ -134,13 +141,83 @@ def hipify_files(files: list[Path], out_dir: Path, *, options: HipifyOptions) ->
             raise UsageError(
                 f"hipify: {path} is not UTF-8 text (byte {error.start}); convert it first"
             ) from None
+    return texts
+
+
+def follow_includes(
+    texts: dict[Path, str], roots: tuple[Path, ...]
+) -> tuple[frozenset[Path], list[str]]:
+    """Add to ``texts`` (in place) every file a source includes with quotes (``#include
+    "media.c"``, relative to the including file, as compilers look first), whatever its suffix,
+    and what those include, while it lies inside the input tree (``roots``, after resolving links
+    and ``..``). Returns the files added, which keep their names (they are included by them), and
+    one line for each include of an existing file outside the tree, which is not followed: the
+    sources are untrusted (docs/security.md), and its output could not mirror it under -o."""
+    added: set[Path] = set()
+    outside: dict[Path, str] = {}
+    pending = list(texts)
+    while pending:
+        path = pending.pop()
+        for name in quoted_includes(texts[path]):
+            candidate = path.parent / name
+            if not candidate.is_file():
+                continue  # found through -I, or a toolkit header spelt with quotes
+            resolved = candidate.resolve()
+            if resolved in texts:
+                continue
+            if not any(resolved.is_relative_to(root) for root in roots):
+                outside.setdefault(
+                    resolved,
+                    f'hipify: {display_name(path)} includes "{name}" ({resolved}), outside the '
+                    "sources' folders: not translated; name it or a folder holding it as SRC",
+                )
+                continue
+            texts.update(read_sources([resolved]))
+            added.add(resolved)
+            pending.append(resolved)
+    return frozenset(added), [outside[p] for p in sorted(outside)]
+
+
+def quoted_includes(text: str) -> list[str]:
+    """The names of a text's ``#include "..."`` directives, in order (tokens: none from comments)."""
+    view = SourceView(text)
+    names: list[str] = []
+    for directive in view.directives:
+        if directive.name != "include":
+            continue
+        sig = view.sig_in(directive.start, directive.end)
+        if len(sig) >= 3 and view.tokens[sig[2]].kind is Kind.STRING:
+            token = view.tokens[sig[2]].text
+            if token.startswith('"') and token.endswith('"') and len(token) > 2:
+                names.append(token[1:-1])
+    return names
+
+
+def output_path(source: Path, root: Path, out_dir: Path, *, keep_name: bool = False) -> Path:
+    relative = source.relative_to(root)
+    renamed = relative.suffix == ".cu" and not keep_name
+    return out_dir / (relative.with_suffix(".hip") if renamed else relative)
+
+
+def hipify_files(
+    texts: dict[Path, str],
+    out_dir: Path,
+    *,
+    options: HipifyOptions,
+    keep_names: frozenset[Path] = frozenset(),
+) -> list[FileResult]:
+    """Translate each file and write its output below out_dir (layout kept below the common
+    root); a file in ``keep_names`` (reached through an include) keeps its name."""
+    files = list(texts)
+    root = Path(os.path.commonpath([p.parent for p in files])) if files else Path.cwd()
+    results: list[FileResult] = []
     # Feature macros and reduction helpers are defined in one file and used in others.
     tree = scan_tree({display_name(p): t for p, t in texts.items()})
     options = dataclasses.replace(options, tree=tree)
     for path, text in texts.items():
         name = display_name(path)
         result = hipify_source(text, name, options=options)
-        target = output_path(path, root, out_dir)
+        target = output_path(path, root, out_dir, keep_name=path in keep_names)
         write_if_changed(target, result.text)
         results.append(FileResult(name, target, source_sha256(text), result))
     return results

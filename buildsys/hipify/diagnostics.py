@@ -73,6 +73,12 @@ CODES: tuple[Code, ...] = (
         "inline PTX behind an architecture guard: the source's alternative branch is compiled",
     ),
     Code(
+        "register-removed",
+        Severity.NOTE,
+        False,
+        "the register storage class, which C++17 removed (nvcc accepts it, clang refuses it), was removed",
+    ),
+    Code(
         "texture-targets",
         Severity.WARNING,
         False,

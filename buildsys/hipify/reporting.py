@@ -20,6 +20,8 @@ from .tables import (
     NO_IMAGE_TARGETS,
     PORTABLE_HEADER_NOTICES,
     PTX_ASYNC_COPY_WAITS,
+    PTX_CALL_NAMESPACE,
+    PTX_CALLS,
     PTX_IDIOMS,
     QUALIFIED_RENAMES,
     RENAMES,
@@ -33,7 +35,14 @@ from .tables import (
 # Findings about one construct that repeat through a file (every asm, every use of a macro that
 # looks like CUDA): one diagnostic per (code, name) per file, at the first use, with a count.
 ONCE_PER_FILE_CODES = frozenset(
-    {"inline-asm", "unsupported-api", "untranslated", "texture-targets", "wmma-portable"}
+    {
+        "inline-asm",
+        "unsupported-api",
+        "untranslated",
+        "texture-targets",
+        "wmma-portable",
+        "register-removed",
+    }
 )
 
 _CUDA_NAME_RE = re.compile(r"^(?:cuda|cu)[A-Z]\w*$|^(?:CUDA|CU|CUDART)_\w+$|^cudnn\w+$")
@@ -241,10 +250,59 @@ def ptx_idiom(view: SourceView, k: int) -> tuple[str, tuple[int, int] | None, in
     return hip, (output[1] + 1, output[-1]), close
 
 
+def ptx_call(view: SourceView, k: int) -> tuple[str, list[tuple[int, int]], int] | None:
+    """For an asm at k whose instruction and operand constraints are a 16-bit idiom of
+    PTX_CALLS: the compat function, the token range of each operand's expression (outputs, then
+    inputs) and the index of the asm's closing parenthesis."""
+    after = view.next_sig(k)
+    while after is not None and view.tokens[after].text in _ASM_QUALIFIERS:
+        after = view.next_sig(after)
+    if view.text_of(after) != "(" or after is None or after not in view.match:
+        return None
+    close = view.match[after]
+    parts: list[list[int]] = [[]]
+    for index in view.sig_in(after + 1, close):
+        if view.tokens[index].text in (":", "::"):
+            parts.extend([] for _ in range(view.tokens[index].text.count(":")))
+        else:
+            parts[-1].append(index)
+    if len(parts) > 3 and parts[3]:
+        return None  # clobbers: not one of the idioms
+    if not parts[0] or any(view.tokens[i].kind is not Kind.STRING for i in parts[0]):
+        return None
+    constraints: list[str] = []
+    ranges: list[tuple[int, int]] = []
+    for part in parts[1:3]:
+        position = 0
+        while position < len(part):
+            constraint, opening = part[position], part[position + 1 : position + 2]
+            if view.tokens[constraint].kind is not Kind.STRING or not opening:
+                return None
+            if view.tokens[opening[0]].text != "(" or opening[0] not in view.match:
+                return None
+            closing = view.match[opening[0]]
+            constraints.append(view.tokens[constraint].text[1:-1])
+            ranges.append((opening[0] + 1, closing))
+            position = part.index(closing) + 1
+            if position < len(part):
+                if view.tokens[part[position]].text != ",":
+                    return None
+                position += 1
+    text = "".join(view.tokens[i].text[1:-1] for i in parts[0]).replace("\\n", " ")
+    instruction = " ".join(text.replace(",", ", ").split()).replace(" ,", ",")
+    instruction = instruction.replace("{ ", "{").replace(" }", "}")
+    if not instruction.endswith(";"):
+        instruction += ";"
+    name = PTX_CALLS.get((instruction, tuple(constraints)))
+    if name is None:
+        return None
+    return PTX_CALL_NAMESPACE + name, ranges, close
+
+
 def inline_asm(view: SourceView, k: int) -> Finding | None:
     """A finding for inline PTX at k (asm in device code, or asm whose text reads as PTX) that
     is not one of the exact idioms the translation rewrites (PTX_IDIOMS)."""
-    if ptx_idiom(view, k) is not None:
+    if ptx_idiom(view, k) is not None or ptx_call(view, k) is not None:
         return None
     after = view.next_sig(k)
     while after is not None and view.tokens[after].text in _ASM_QUALIFIERS:

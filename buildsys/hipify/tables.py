@@ -297,15 +297,84 @@ RUNTIME_BLOCKS: dict[str, str] = {
     "type": """
         cudaDataType hipDataType
         cudaDataType_t hipDataType
+    """,
+    # library_types.h's data types (hip/library_types.h gives each the value CUDA's has; tested
+    # against both headers): what cuBLAS's Ex calls, cuBLASLt and cuSPARSE take as element types.
+    "library_type": """
         CUDA_R_16F
+        CUDA_C_16F
         CUDA_R_16BF
+        CUDA_C_16BF
         CUDA_R_32F
-        CUDA_R_64F
-        CUDA_R_8I
-        CUDA_R_8U
-        CUDA_R_32I
         CUDA_C_32F
+        CUDA_R_64F
         CUDA_C_64F
+        CUDA_R_4I
+        CUDA_C_4I
+        CUDA_R_4U
+        CUDA_C_4U
+        CUDA_R_8I
+        CUDA_C_8I
+        CUDA_R_8U
+        CUDA_C_8U
+        CUDA_R_16I
+        CUDA_C_16I
+        CUDA_R_16U
+        CUDA_C_16U
+        CUDA_R_32I
+        CUDA_C_32I
+        CUDA_R_32U
+        CUDA_C_32U
+        CUDA_R_64I
+        CUDA_C_64I
+        CUDA_R_64U
+        CUDA_C_64U
+        CUDA_R_8F_E4M3
+        CUDA_R_8F_E5M2
+    """,
+    # cuBLAS's Ex API takes library_types.h's cudaDataType and cublasComputeType_t. hipBLAS 2.x
+    # declares hipblas<Name>Ex with its own deprecated hipblasDatatype_t (no matching function
+    # for HIP_R_16F) and hipblas<Name>Ex_v2 with hipDataType and hipblasComputeType_t, which
+    # -DHIPBLAS_V2 selects by macro (hipblas.h's own #define table, which the test reads): the
+    # translation names the _v2 function, so no macro state is needed. cuBLAS's algorithm hints
+    # (CUBLAS_GEMM_DEFAULT_TENSOR_OP, CUBLAS_GEMM_ALGO<n>) have no hipBLAS counterpart: the
+    # default algorithm is the one hipBLAS has.
+    "blas": """
+        cublasGemmEx hipblasGemmEx_v2
+        cublasGemmBatchedEx hipblasGemmBatchedEx_v2
+        cublasGemmStridedBatchedEx hipblasGemmStridedBatchedEx_v2
+        cublasGemmEx_64 hipblasGemmEx_v2_64
+        cublasGemmBatchedEx_64 hipblasGemmBatchedEx_v2_64
+        cublasGemmStridedBatchedEx_64 hipblasGemmStridedBatchedEx_v2_64
+        cublasAxpyEx hipblasAxpyEx_v2
+        cublasAxpyEx_64 hipblasAxpyEx_v2_64
+        cublasDotEx hipblasDotEx_v2
+        cublasDotEx_64 hipblasDotEx_v2_64
+        cublasDotcEx hipblasDotcEx_v2
+        cublasDotcEx_64 hipblasDotcEx_v2_64
+        cublasNrm2Ex hipblasNrm2Ex_v2
+        cublasNrm2Ex_64 hipblasNrm2Ex_v2_64
+        cublasRotEx hipblasRotEx_v2
+        cublasRotEx_64 hipblasRotEx_v2_64
+        cublasScalEx hipblasScalEx_v2
+        cublasScalEx_64 hipblasScalEx_v2_64
+        cublasComputeType_t hipblasComputeType_t
+        CUBLAS_COMPUTE_16F HIPBLAS_COMPUTE_16F
+        CUBLAS_COMPUTE_16F_PEDANTIC HIPBLAS_COMPUTE_16F_PEDANTIC
+        CUBLAS_COMPUTE_32F HIPBLAS_COMPUTE_32F
+        CUBLAS_COMPUTE_32F_PEDANTIC HIPBLAS_COMPUTE_32F_PEDANTIC
+        CUBLAS_COMPUTE_32F_FAST_16F HIPBLAS_COMPUTE_32F_FAST_16F
+        CUBLAS_COMPUTE_32F_FAST_16BF HIPBLAS_COMPUTE_32F_FAST_16BF
+        CUBLAS_COMPUTE_32F_FAST_TF32 HIPBLAS_COMPUTE_32F_FAST_TF32
+        CUBLAS_COMPUTE_64F HIPBLAS_COMPUTE_64F
+        CUBLAS_COMPUTE_64F_PEDANTIC HIPBLAS_COMPUTE_64F_PEDANTIC
+        CUBLAS_COMPUTE_32I HIPBLAS_COMPUTE_32I
+        CUBLAS_COMPUTE_32I_PEDANTIC HIPBLAS_COMPUTE_32I_PEDANTIC
+        cublasGemmAlgo_t hipblasGemmAlgo_t
+        CUBLAS_GEMM_DEFAULT HIPBLAS_GEMM_DEFAULT
+        CUBLAS_GEMM_DFALT HIPBLAS_GEMM_DEFAULT
+        CUBLAS_GEMM_DEFAULT_TENSOR_OP HIPBLAS_GEMM_DEFAULT
+        CUBLAS_GEMM_DFALT_TENSOR_OP HIPBLAS_GEMM_DEFAULT
     """,
     "driver": """
         cuInit
@@ -485,6 +554,7 @@ HEADERS: dict[str, str | None] = {
     "cusolverDn.h": "hipsolver/hipsolver.h",
     "cub/cub.cuh": "hipcub/hipcub.hpp",
     "cooperative_groups/reduce.h": "kernelpack_hip_compat.h",
+    "cooperative_groups/scan.h": "kernelpack_hip_compat.h",
     "cooperative_groups/memcpy_async.h": None,
     "cuda/std/limits": "limits",
     "cuda/std/type_traits": "type_traits",
@@ -591,6 +661,27 @@ PTX_IDIOMS: dict[str, str] = {
     "mov.u32 %0, %%laneid;": "__lane_id()",
     "mov.b32 %0, %%laneid;": "__lane_id()",
 }
+
+# 16-bit PTX idioms: half and bf16 conversions and moves between 16- and 32-bit registers, as
+# MoE and quantization headers write them (``asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f))``).
+# clang has no 16-bit "h" constraint for AMD, so such an asm stops the build; each of these
+# becomes a call of the compat header's function of the same meaning (kernelpack_compat::ptx),
+# operands in the asm's order (outputs by reference). Key: the instruction as ptx_idiom
+# normalizes it, and the operands' constraints.
+PTX_CALLS: dict[tuple[str, tuple[str, ...]], str] = {
+    ("cvt.rn.f16.f32 %0, %1;", ("=h", "f")): "cvt_rn_f16_f32",
+    ("cvt.f32.f16 %0, %1;", ("=f", "h")): "cvt_f32_f16",
+    ("cvt.rn.bf16.f32 %0, %1;", ("=h", "f")): "cvt_rn_bf16_f32",
+    ("cvt.f32.bf16 %0, %1;", ("=f", "h")): "cvt_f32_bf16",
+    ("cvt.rn.f16x2.f32 %0, %1, %2;", ("=r", "f", "f")): "cvt_rn_f16x2_f32",
+    ("cvt.rn.bf16x2.f32 %0, %1, %2;", ("=r", "f", "f")): "cvt_rn_bf16x2_f32",
+    ("mov.b32 %0, {%1, %2};", ("=r", "h", "h")): "mov_b32_pack",
+    ("mov.b32 {%0, %1}, %2;", ("=h", "=h", "r")): "mov_b32_unpack",
+    ("mov.b16 %0, %1;", ("=h", "h")): "mov_b16",
+    ("mov.b32 %0, %1;", ("=r", "f")): "mov_b32",
+    ("mov.b32 %0, %1;", ("=f", "r")): "mov_b32",
+}
+PTX_CALL_NAMESPACE = "kernelpack_compat::ptx::"
 
 # Operand-free PTX that waits for or groups asynchronous copies (cp.async, sm_80): on AMD there are
 # none to wait for. Every cp.async of a translated source either took the source's synchronous
@@ -811,7 +902,18 @@ COMPAT_HOST_FUNCTIONS = frozenset({"isfinite", "isinf", "isnan", "signbit"})
 # cooperative_groups members the compat header adds (cg::reduce and its operators,
 # block_tile_memory).
 COMPAT_CG_MEMBERS = frozenset(
-    {"reduce", "plus", "less", "greater", "bit_and", "bit_or", "bit_xor", "block_tile_memory"}
+    {
+        "reduce",
+        "inclusive_scan",
+        "exclusive_scan",
+        "plus",
+        "less",
+        "greater",
+        "bit_and",
+        "bit_or",
+        "bit_xor",
+        "block_tile_memory",
+    }
 )
 # Tile members the compat header extends (shuffles of vector and 16-bit float types): a file
 # that calls one on a group includes it.
@@ -823,6 +925,11 @@ CG_SYNC_MEMBERS = frozenset({"ballot", "any", "all", "match_any", "match_all"})
 WARP_SYNC_MACRO = "HIP_ENABLE_WARP_SYNC_BUILTINS"
 
 # Identifiers that look like CUDA but are not left-over API: the untranslated check skips them.
+# A storage class specifier C++17 removed: nvcc still accepts it under -std=c++17 (a warning at
+# most), clang refuses it ("ISO C++17 does not allow 'register' storage class specifier"). It asks
+# for nothing a compiler honours, so the translation drops the keyword (a note, once per file).
+REMOVED_STORAGE_CLASS = "register"
+
 CUDA_LOOKALIKES = frozenset({"cudaDeviceId", "cudaDevice"})
 
 

@@ -19,7 +19,7 @@ from .arch_features import DROPPED_DEFINITION, FeatureDefinition, decisions_for,
 from .finding import Finding
 from .hazards import MaskKind, classify_mask, full_mask_names
 from .lexer import Kind
-from .reporting import is_cuda_std, ptx_idiom, report
+from .reporting import is_cuda_std, ptx_call, ptx_idiom, report
 from .results import (
     GENERATED_PREFIX,
     Conversion,
@@ -57,6 +57,7 @@ from .tables import (
     KERNEL_POINTER_ARG,
     LIBRARY_PRELUDE,
     QUALIFIED_RENAMES,
+    REMOVED_STORAGE_CLASS,
     RENAMES,
     SYNCWARP_REPLACEMENT,
     VERSION_MACROS,
@@ -86,6 +87,8 @@ __all__ = [
 _LINE_AFTER_PRELUDE_RE = re.compile(
     rf"(?:#[ \t]*(?:include|define)[^\n]*\n)*(?<!#include <{re.escape(LIBRARY_PRELUDE)}>\n)#line \d+\n"
 )
+# Directive words after which a name is a macro's name, not a use (#define register, #ifdef register)
+_MACRO_NAMING = frozenset({"define", "undef", "ifdef", "ifndef", "defined"})
 _PRAGMA_ONCE_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*\n", re.MULTILINE)
 _DEVICE_MARKERS = frozenset(
     {
@@ -220,7 +223,16 @@ class _Translator:
                 if name in COMPAT_CG_MEMBERS and self._is_cg_scope(view.tokens[scope].text):
                     self.uses_compat = True
                 return None  # a member of a user's namespace or class, not the CUDA API
+        if name == REMOVED_STORAGE_CLASS and not self._names_macro(before):
+            return self._removed_storage_class(k)
         if name in ("asm", "__asm__", "__asm"):
+            call = ptx_call(view, k)
+            if call is not None:
+                function, operands, close = call
+                self.uses_compat = True
+                self._count("asm", view.range_text(k, close + 1).split('"')[1], function)
+                operand_text = ", ".join(self.emit(lo, hi).strip() for lo, hi in operands)
+                return f"{function}({operand_text})", close + 1
             idiom = ptx_idiom(view, k)
             if idiom is None:
                 return None
@@ -277,6 +289,38 @@ class _Translator:
             self._count("library", name, library)
             return library, k + 1
         return None
+
+    def _names_macro(self, before: int | None) -> bool:
+        """Whether the name after token ``before`` is a macro's name (``#define register``,
+        ``defined(register)``), not a use."""
+        view = self.view
+        if view.text_of(before) == "(" and before is not None:
+            before = view.prev_sig(before)
+            return view.text_of(before) == "defined"
+        return view.text_of(before) in _MACRO_NAMING
+
+    def _removed_storage_class(self, k: int) -> tuple[str, int]:
+        """``register`` (the keyword: a C++ identifier cannot be spelt so, and comments and
+        strings are other tokens) dropped with the blanks after it, once noted per file."""
+        self.findings.append(
+            Finding(
+                k,
+                "register-removed",
+                "'register' removed: C++17 has no register storage class (nvcc accepts it under "
+                "-std=c++17, clang refuses it); the compiler allocates registers either way",
+                key=REMOVED_STORAGE_CLASS,
+            )
+        )
+        self._count("keyword", REMOVED_STORAGE_CLASS, "(removed)")
+        after = k + 1
+        tokens = self.view.tokens
+        if (
+            after < len(tokens)
+            and tokens[after].kind is Kind.SPACE
+            and "\n" not in tokens[after].text
+        ):
+            after += 1
+        return "", after
 
     def _warp_call(
         self, k: int, hip: str, mask_arg: int, parens: tuple[int, int]

@@ -555,20 +555,28 @@ KP_WARP_REDUCE(__reduce_xor_sync, unsigned, xor_op)
 namespace kernelpack_compat {
 // A tile shuffles integers and floats; any other trivially copyable value (llm.c reduces a
 // {sum, max} struct with its own operator) travels as 32-bit words, as CUDA's reduce moves it.
-template <typename Group, typename T>
-__device__ inline T tile_shfl_xor(const Group& group, const T& value, unsigned offset) {
+template <typename T, typename Shuffle>
+__device__ inline T tile_shuffle(const T& value, Shuffle shuffle) {
   if constexpr (std::is_integral<T>::value || std::is_floating_point<T>::value) {
-    return group.shfl_xor(value, offset);
+    return shuffle(value);
   } else {
-    static_assert(std::is_trivially_copyable<T>::value, "cg::reduce: the value must be trivially copyable");
+    static_assert(std::is_trivially_copyable<T>::value, "cg::reduce, cg::*_scan: the value must be trivially copyable");
     constexpr unsigned kWords = (sizeof(T) + 3) / 4;
     unsigned words[kWords] = {};
     __builtin_memcpy(words, &value, sizeof(T));
-    for (unsigned w = 0; w < kWords; ++w) words[w] = group.shfl_xor(words[w], offset);
+    for (unsigned w = 0; w < kWords; ++w) words[w] = shuffle(words[w]);
     T result;
     __builtin_memcpy(&result, words, sizeof(T));
     return result;
   }
+}
+template <typename Group, typename T>
+__device__ inline T tile_shfl_xor(const Group& group, const T& value, unsigned offset) {
+  return tile_shuffle(value, [&](auto v) { return group.shfl_xor(v, offset); });
+}
+template <typename Group, typename T>
+__device__ inline T tile_shfl_up(const Group& group, const T& value, unsigned delta) {
+  return tile_shuffle(value, [&](auto v) { return group.shfl_up(v, delta); });
 }
 }  // namespace kernelpack_compat
 
@@ -607,6 +615,37 @@ __device__ inline T reduce(const Group& group, T value, Op op) {
     value = op(value, kernelpack_compat::tile_shfl_xor(group, value, offset));
   }
   return value;
+}
+
+// ---- cooperative_groups::inclusive_scan / exclusive_scan over tiles (cooperative_groups/scan.h) --
+// Tiles of a power-of-two size up to the wavefront (HIP's thread_block_tile; 64 only on wave64).
+// The scan is CUDA's in CUDA's order: log2(size) steps, each thread combining op(own, value
+// shuffled up by 1, 2, 4, ...) where it has a thread that far below it, so a float sum rounds as
+// CUDA's does. exclusive_scan is the inclusive result shuffled up by one, with a value-initialized
+// T at thread_rank 0 (CUDA: a default-constructed value; for an integer sum, 0). The default
+// operator is plus; the value travels as 32-bit words when it is not an integer or a float.
+template <typename Group, typename T, typename Op>
+__device__ inline T inclusive_scan(const Group& group, T value, Op op) {
+  const unsigned rank = group.thread_rank();
+  for (unsigned delta = 1; delta < group.size(); delta *= 2) {
+    const T below = kernelpack_compat::tile_shfl_up(group, value, delta);
+    if (delta <= rank) value = op(value, below);
+  }
+  return value;
+}
+template <typename Group, typename T>
+__device__ inline T inclusive_scan(const Group& group, T value) {
+  return inclusive_scan(group, value, plus<T>());
+}
+template <typename Group, typename T, typename Op>
+__device__ inline T exclusive_scan(const Group& group, T value, Op op) {
+  const T inclusive = inclusive_scan(group, value, op);
+  const T below = kernelpack_compat::tile_shfl_up(group, inclusive, 1);
+  return group.thread_rank() == 0 ? T{} : below;
+}
+template <typename Group, typename T>
+__device__ inline T exclusive_scan(const Group& group, T value) {
+  return exclusive_scan(group, value, plus<T>());
 }
 }  // namespace
 
@@ -966,3 +1005,94 @@ using std::isinf;
 using std::isnan;
 using std::signbit;
 #endif
+
+// ---- 16-bit PTX idioms (tables.PTX_CALLS) ----------------------------------------------------------
+// asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)) and its kin, as MoE and quantization headers
+// write half and bf16 conversions: clang has no "h" constraint for AMD, so the translator calls
+// these instead, operands in the asm's order. An "h" operand is any 16-bit object (unsigned short,
+// a __half's storage), an "r" operand any 32-bit one, moved by its bits as PTX moves a register.
+// The conversions round to nearest even, as .rn asks; cvt.rn.bf16.f32 gives NaN as 0x7fff, PTX's
+// canonical NaN; a half NaN keeps the hardware's conversion (quiet, sign and payload as the
+// instruction gives them). Packed forms put the first source in the upper half, as PTX's
+// cvt.rn.f16x2.f32 d, a, b does; mov.b32 {lo, hi} lists the lower half first.
+namespace kernelpack_compat {
+namespace ptx {
+template <typename T>
+__device__ inline unsigned short bits16(const T& value) {
+  static_assert(sizeof(T) == 2, "PTX \"h\" operand: a 16-bit value");
+  unsigned short bits;
+  __builtin_memcpy(&bits, static_cast<const void*>(&value), 2);
+  return bits;
+}
+template <typename T>
+__device__ inline unsigned bits32(const T& value) {
+  static_assert(sizeof(T) == 4, "PTX \"r\"/\"f\" operand: a 32-bit value");
+  unsigned bits;
+  __builtin_memcpy(&bits, static_cast<const void*>(&value), 4);
+  return bits;
+}
+template <typename T>
+__device__ inline void set16(T& out, unsigned short bits) {
+  static_assert(sizeof(T) == 2, "PTX \"=h\" operand: a 16-bit object");
+  __builtin_memcpy(static_cast<void*>(&out), &bits, 2);
+}
+template <typename T>
+__device__ inline void set32(T& out, unsigned bits) {
+  static_assert(sizeof(T) == 4, "PTX \"=r\"/\"=f\" operand: a 32-bit object");
+  __builtin_memcpy(static_cast<void*>(&out), &bits, 4);
+}
+__device__ inline unsigned short f16_bits(float value) {
+  return __half_as_ushort(__float2half_rn(value));
+}
+__device__ inline unsigned short bf16_bits(float value) {
+  const unsigned bits = bits32(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
+  return static_cast<unsigned short>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+template <typename H>
+__device__ inline void cvt_rn_f16_f32(H& out, float value) {
+  set16(out, f16_bits(value));
+}
+template <typename F, typename H>
+__device__ inline void cvt_f32_f16(F& out, const H& value) {
+  out = __half2float(__ushort_as_half(bits16(value)));
+}
+template <typename H>
+__device__ inline void cvt_rn_bf16_f32(H& out, float value) {
+  set16(out, bf16_bits(value));
+}
+template <typename F, typename H>
+__device__ inline void cvt_f32_bf16(F& out, const H& value) {
+  const unsigned bits = static_cast<unsigned>(bits16(value)) << 16;
+  float result;
+  __builtin_memcpy(&result, &bits, 4);
+  out = result;
+}
+template <typename R>
+__device__ inline void cvt_rn_f16x2_f32(R& out, float high, float low) {
+  set32(out, (static_cast<unsigned>(f16_bits(high)) << 16) | f16_bits(low));
+}
+template <typename R>
+__device__ inline void cvt_rn_bf16x2_f32(R& out, float high, float low) {
+  set32(out, (static_cast<unsigned>(bf16_bits(high)) << 16) | bf16_bits(low));
+}
+template <typename R, typename L, typename H>
+__device__ inline void mov_b32_pack(R& out, const L& low, const H& high) {
+  set32(out, (static_cast<unsigned>(bits16(high)) << 16) | bits16(low));
+}
+template <typename L, typename H, typename R>
+__device__ inline void mov_b32_unpack(L& low, H& high, const R& value) {
+  const unsigned bits = bits32(value);
+  set16(low, static_cast<unsigned short>(bits & 0xffffu));
+  set16(high, static_cast<unsigned short>(bits >> 16));
+}
+template <typename D, typename S>
+__device__ inline void mov_b16(D& out, const S& value) {
+  set16(out, bits16(value));
+}
+template <typename D, typename S>
+__device__ inline void mov_b32(D& out, const S& value) {
+  set32(out, bits32(value));
+}
+}  // namespace ptx
+}  // namespace kernelpack_compat
