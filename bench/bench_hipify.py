@@ -57,8 +57,8 @@ from buildsys.hipify import (  # noqa: E402
 from buildsys.hipify.tables import COMPAT_HEADER, LIBRARY_PRELUDE, WMMA_HEADER  # noqa: E402
 from buildsys.matrix import load_matrix  # noqa: E402
 from buildsys.toolchain import Toolchain, amd_toolchain  # noqa: E402
-from kernelpack.code_objects import read_code_object  # noqa: E402
-from kernelpack.cubins import read_cubin  # noqa: E402
+from kernelpack.formats.code_objects import read_code_object  # noqa: E402
+from kernelpack.formats.cubins import read_cubin  # noqa: E402
 
 MANIFEST = REPO_ROOT / "docs" / "hipify-corpus.toml"
 DEFAULT_TARGETS = ("gfx90a", "gfx942", "gfx1100", "gfx1201")

@@ -110,7 +110,7 @@ def compile_shared(source: str, folder: Path, name: str, *, python: bool = False
 
 def native_module() -> Any:
     try:
-        from kernelpack import _launcher
+        from kernelpack.backends import _launcher
     except ImportError:
         return None
     return _launcher
@@ -132,8 +132,8 @@ class ArrayInterface:
 
 def python_side(folder: Path) -> dict[str, float]:
     """Per-launch cost into a no-op C launch function through each binding, checks included."""
-    from kernelpack import args as kargs
-    from kernelpack import launching
+    from kernelpack.backends import launch as launching
+    from kernelpack.backends import signature as kargs
 
     lib = ctypes.CDLL(str(compile_shared(NOOP_SOURCE, folder, "noop.so")))
     lib.noop_launch.argtypes = launching.LAUNCH_ARGTYPES
@@ -185,9 +185,9 @@ def python_side(folder: Path) -> dict[str, float]:
 def gpu_launch(index: Any, root: Path, folder: Path) -> dict[str, Any]:
     import torch
 
-    from kernelpack.cache import DiskCache
-    from kernelpack.cuda import CudaRuntime
-    from kernelpack.loader import Loader
+    from kernelpack.backends.cuda import CudaRuntime
+    from kernelpack.loader.cache import DiskCache
+    from kernelpack.loader.load import Loader
 
     results: dict[str, Any] = {}
     errors: dict[str, str] = {}

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from kernelpack import mlp, mlp_launch, torch_ops
-from kernelpack.atomic import atomic_write
+from kernelpack.files.atomic import atomic_write
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "docs" / "bench-mlp.md"

@@ -43,7 +43,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "wheels"))
 
-from kernelpack.atomic import atomic_write  # noqa: E402
+from kernelpack.files.atomic import atomic_write  # noqa: E402
 from kernelpack.walk import Program, WalkResult, compile_program, run, run_numpy  # noqa: E402
 from kernelpack.walk.launch import float_registers_exact  # noqa: E402
 from kernelpack.walk.lower import lower  # noqa: E402
@@ -129,7 +129,7 @@ class LaunchTimer:
     def __init__(self) -> None:
         import torch
 
-        from kernelpack import loader
+        from kernelpack.loader import load as loader
 
         module = loader.load("walk")
         self._torch = torch

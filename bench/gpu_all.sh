@@ -34,7 +34,7 @@ timeout 200 python3 -m buildsys build --vendor nvidia > "$OUT/build.log" 2>&1
 note "build rc=$? ($(elapsed) s)"
 include=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 cc -O2 -shared -fPIC -Wall -I"$include" \
-  wheels/kernelpack/_native/launcher.c -o wheels/kernelpack/_launcher.abi3.so > "$OUT/launcher.log" 2>&1
+  wheels/kernelpack/backends/_native/launcher.c -o wheels/kernelpack/backends/_launcher.abi3.so > "$OUT/launcher.log" 2>&1
 note "launcher rc=$? ($(elapsed) s)"
 
 # candle's kernels from wheels (tests/test_candle.py) need candle's sources, never committed: put

@@ -249,7 +249,7 @@ def split_install(work: Path, out: Path, site: Path) -> dict[str, Any]:
 def import_profile(site: Path, out: Path) -> None:
     """python -X importtime of what loading a module imports, slowest first."""
     env = dict(os.environ, PYTHONPATH=f"{site}:{os.environ.get('PYTHONPATH', '')}")
-    code = "import kernelpack, kernelpack.loader, kernelpack.runtime, kernelpack.detect, kernelpack.targets, kernelpack.cache"
+    code = "import kernelpack, kernelpack.loader.load, kernelpack.backends.runtime, kernelpack.devices.detect, kernelpack.targets, kernelpack.loader.cache"
     for _ in range(2):  # the first run writes the bytecode caches
         done = subprocess.run(
             [sys.executable, "-X", "importtime", "-c", code],
@@ -309,12 +309,12 @@ def _smi() -> str:
 def _detection() -> dict[str, Any]:
     found: dict[str, Any] = {}
     start = time.perf_counter()
-    from kernelpack.detect import detect_gpus
+    from kernelpack.devices.detect import detect_gpus
 
     gpus = detect_gpus()
     found["detect_ms"] = (time.perf_counter() - start) * 1e3
     found["gpus"] = [gpu.to_json() for gpu in gpus]
-    from kernelpack.libraries import library_versions
+    from kernelpack.backends.support import library_versions
 
     found["libraries"] = library_versions()
     return found

@@ -33,18 +33,34 @@ from pathlib import Path
 from typing import TypeVar
 
 from kernelpack._console import debug_enabled
-from kernelpack.atomic import atomic_write
 from kernelpack.errors import KernelpackError, UsageError
+from kernelpack.files.atomic import atomic_write
 
+from .build import build
+from .packaging import (
+    GENERATED_INIT,
+    file_name_part,
+    metadata_text,
+    project_metadata,
+    runtime_requirement,
+    sdist_bytes,
+    wheel_file,
+    with_package_entry_point,
+)
+from .report import failure_error
 from .settings import (
     CONFIG_TABLE,
     OPTIONS,
     OPTIONS_BY_NAME,
     BuildSettings,
     check_inside_project,
+    check_writable_folder,
     project_config,
     resolve_settings,
 )
+from .trees import scratch_folder
+from .wheelfile import write_wheel
+from .wheels import build_fat_wheel, source_date_epoch, stamp_index
 
 ConfigSettings = Mapping[str, str | list[str]] | None
 _Result = TypeVar("_Result")
@@ -118,13 +134,6 @@ def build_wheel(
     """The project's fat wheel (every image of its matrix) into wheel_directory; its file name."""
 
     def step() -> str:
-        from .build import build
-        from .packaging import project_metadata
-        from .report import failure_error
-        from .settings import check_writable_folder
-        from .trees import scratch_folder
-        from .wheels import build_fat_wheel, source_date_epoch, stamp_index
-
         settings = _settings(config_settings)
         meta = project_metadata(settings)
         check_writable_folder(settings.cache_dir, "cache_dir")
@@ -156,19 +165,6 @@ def build_editable(
     """The project's editable wheel (see the module's docstring) into wheel_directory."""
 
     def step() -> str:
-        from .build import build
-        from .packaging import (
-            GENERATED_INIT,
-            file_name_part,
-            metadata_text,
-            project_metadata,
-            runtime_requirement,
-            wheel_file,
-            with_package_entry_point,
-        )
-        from .report import failure_error
-        from .wheels import source_date_epoch, stamp_index, write_wheel
-
         settings = _settings(config_settings)
         meta = project_metadata(settings)
         package = meta.python_folder()
@@ -207,9 +203,6 @@ def build_sdist(sdist_directory: str, config_settings: ConfigSettings = None) ->
     """The project's source distribution into sdist_directory; its file name."""
 
     def step() -> str:
-        from .packaging import project_metadata, sdist_bytes
-        from .wheels import source_date_epoch
-
         settings = _settings(config_settings)
         meta = project_metadata(settings)
         name, data = sdist_bytes(meta, epoch=source_date_epoch(settings.project))

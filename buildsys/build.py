@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kernelpack.errors import UsageError
-from kernelpack.images import KINDS_OF_VENDOR
-from kernelpack.index import KernelParam
+from kernelpack.formats.index import KernelParam
+from kernelpack.loader.images import KINDS_OF_VENDOR
 
 from .cache import BuildCache
 from .discovery import (

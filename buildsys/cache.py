@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelpack.atomic import atomic_write
 from kernelpack.errors import UsageError
+from kernelpack.files.atomic import atomic_write
 
 # A manifest keeps the newest entries for one job key: enough to switch between a few branches
 # without recompiling, small enough to read in microseconds.

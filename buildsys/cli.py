@@ -8,12 +8,16 @@ lines in CI and JSON with ``--json``; errors are one line with exit status 1 (wo
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 from kernelpack._console import print_json, print_table, run_cli
 from kernelpack.formats import require_zstd
 
+from . import build as build_step
+from . import hipify as hipify_step
+from . import merge as merge_step
+from . import toolchain as tc
+from . import wheels as wheels_step
+from .export import command as export_step
 from .matrix import load_matrix
 from .settings import add_arguments, resolve_settings
 
@@ -35,10 +39,6 @@ def _parser() -> argparse.ArgumentParser:
     add_arguments(toolchain, "toolchain")
     toolchain.set_defaults(handler=_toolchain)
 
-    from . import build as build_step
-    from . import hipify as hipify_step
-    from . import merge as merge_step
-
     build = commands.add_parser(
         "build", help="compile the device code (cached, parallel) and write the embedded index"
     )
@@ -49,13 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     merge.set_defaults(handler=merge_step.main_merge)
     hipify_step.add_parser(commands)
 
-    from . import wheels as wheels_step
-
     wheels = commands.add_parser("wheels", help="build the fat and split wheels into dist/")
     wheels_step.add_arguments(wheels)
     wheels.set_defaults(handler=wheels_step.main_wheels)
-
-    from .export import command as export_step
 
     export_step.add_parser(commands)
     return parser
@@ -79,8 +75,6 @@ def _matrix(args: argparse.Namespace) -> int:
 
 
 def _toolchain(args: argparse.Namespace) -> int:
-    from . import toolchain as tc
-
     settings = resolve_settings(args, command="toolchain")
     matrix = load_matrix(settings.matrix)
     amd_targets = [t.target for t in matrix.amd]
@@ -158,13 +152,7 @@ def _main(argv: list[str] | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        status = run_cli(_main, argv)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # The reader left (`... --json | head -1`): what it wanted is out; no traceback. Python
-        # flushes stdout again at exit, so point it at /dev/null first.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 1
-    return status
+    """``python -m buildsys``: kernelpack's run_cli gives both command lines one error and exit
+    rule, a reader that leaves early (``--json | head -1``) included: status 141, as for a tool
+    SIGPIPE ended, not 1, which says the work failed."""
+    return run_cli(_main, argv)

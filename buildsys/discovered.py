@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import kernelpack
-from kernelpack.index import KernelResources
+from kernelpack.formats.index import KernelResources
 
 from .cache import BuildCache, key_of, sha256_hex
 from .discovery import ObjectKernel, object_kernels
@@ -26,7 +26,7 @@ from .discovery import ObjectKernel, object_kernels
 _NAMESPACE = "discovery"
 _RESOURCES = (
     "registers", "sgpr", "agpr", "lds", "scratch", "spills", "wavefront", "max_workgroup",
-)  # fmt: skip  # kernelpack.index.KernelResources' keys
+)  # fmt: skip  # kernelpack.formats.index.KernelResources' keys
 
 
 def _readers_fingerprint() -> str:

@@ -41,8 +41,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kernelpack.formats import read_code_object, read_cubin, read_ptx
-from kernelpack.images import KINDS_BY_NAME
-from kernelpack.index import KernelParam, KernelResources
+from kernelpack.formats.index import KernelParam, KernelResources
+from kernelpack.loader.images import KINDS_BY_NAME
 from kernelpack.targets import written_kind
 
 from .errors import BuildError, ToolchainError

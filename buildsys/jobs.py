@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelpack.errors import KernelpackError, UsageError
-from kernelpack.images import KINDS_BY_NAME
+from kernelpack.loader.images import KINDS_BY_NAME
 
 from .cache import BuildCache, sha256_hex
 from .discovered import cached_object_kernels

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Literal
 
 from kernelpack.errors import UsageError
-from kernelpack.images import KindName
-from kernelpack.processors import AMD_BY_NAME, AMD_FAMILIES, NVIDIA_BY_NAME
+from kernelpack.loader.images import KindName
 from kernelpack.targets import TargetId, suggest, written_kind
+from kernelpack.targets.processors import AMD_BY_NAME, AMD_FAMILIES, NVIDIA_BY_NAME
 
 from . import REPO_ROOT
 from .errors import MatrixError

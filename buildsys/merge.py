@@ -20,7 +20,7 @@ from typing import Any
 
 from kernelpack._console import print_json, print_table
 from kernelpack.errors import UsageError
-from kernelpack.index import Index, KernelParam
+from kernelpack.formats.index import Index, KernelParam
 
 from .cache import sha256_hex
 from .discovery import absent_targets, check_missing

@@ -24,10 +24,12 @@ import re
 import tarfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from kernelpack.images import IMAGE_FILE_SUFFIXES
-from kernelpack.regular_files import read_regular
+import kernelpack
+from kernelpack.files.regular import read_regular
+from kernelpack.loader.images import IMAGE_FILE_SUFFIXES
 
 from . import REPO_ROOT, WHEELS_DIR
 from .errors import ProjectError
@@ -41,7 +43,7 @@ from .metadata import (
     core_metadata,
     shown,
 )
-from .settings import BuildSettings, check_inside_project, read_pyproject
+from .settings import BuildSettings, check_inside_project, package_version, read_pyproject
 
 RUNTIME_DISTRIBUTION = "kernelpack"
 RUNTIME_PACKAGE = "kernelpack"
@@ -61,7 +63,7 @@ OWN_PACKAGE_PREFIXES = (f"{RUNTIME_PACKAGE}_device_",)
 DEVICE_NAME_PROBE = "probe"
 # The largest readme read into PKG-INFO and METADATA.
 README_LIMIT = 4 << 20
-# The entry point groups the loader reads (kernelpack.catalog): a package built by kernelpack, and
+# The entry point groups the loader reads (kernelpack.loader.catalog): a package built by kernelpack, and
 # a device wheel of such a package (entry name "<package>.<group>").
 PACKAGES_ENTRY_POINTS = "kernelpack.packages"
 DEVICE_ENTRY_POINTS = "kernelpack.device"
@@ -193,8 +195,6 @@ def is_own_tree(project: Path) -> bool:
     project cannot claim it by what its files say; only by holding this builder, which then is
     kernelpack's (a project that ships a builder of its own runs that code, whatever its name).
     """
-    import kernelpack
-
     runtime = Path(kernelpack.__file__).resolve().parent
     return project.resolve() == REPO_ROOT and runtime == (WHEELS_DIR / "kernelpack").resolve()
 
@@ -361,7 +361,7 @@ the image that fits it, checked against its sha256 (``kernelpack.load`` does the
 """
 
 import kernelpack
-from kernelpack.devices import Device
+from kernelpack.devices.argument import Device
 
 
 def load(module: str, device: Device = None) -> kernelpack.Module:
@@ -456,14 +456,10 @@ def runtime_requirement(meta: ProjectMetadata) -> str:
 def runtime_version() -> str:
     """The version of the kernelpack runtime this builder packages against: the installed
     distribution's, or in a kernelpack checkout that checkout's."""
-    import kernelpack
-
-    from .settings import package_version
 
     folder = Path(kernelpack.__file__).resolve().parent
     if folder == (WHEELS_DIR / "kernelpack").resolve():
         return package_version(REPO_ROOT)
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version(RUNTIME_DISTRIBUTION)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kernelpack._console import print_json, print_table, use_rich
-from kernelpack.index import KernelResources
+from kernelpack.formats.index import KernelResources
 
 from .discovery import absent_targets
 from .errors import BuildError

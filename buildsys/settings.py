@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelpack.errors import UsageError
-from kernelpack.images import IMAGE_KINDS
-from kernelpack.paths import user_cache_folder
+from kernelpack.files.paths import user_cache_folder
+from kernelpack.loader.images import IMAGE_KINDS
 
 from . import REPO_ROOT
 from .errors import ProjectError

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .variants import files_by_project
+from .wheelfile import files_by_project
 
 
 def _page(title: str, links: list[tuple[str, str]]) -> str:

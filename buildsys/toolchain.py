@@ -19,7 +19,6 @@ NVIDIA: nvcc from ``CUDA_HOME``, ``/usr/local/cuda`` or PATH; its targets come f
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import hashlib
 import json
@@ -34,8 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelpack.atomic import atomic_write
-from kernelpack.paths import cache_folder
+from kernelpack.files.atomic import atomic_write, exchange
+from kernelpack.files.paths import cache_folder
 
 from . import REPO_ROOT
 from .errors import ToolchainError
@@ -64,7 +63,7 @@ LLVM_TOOLS = ("clang", "clang-offload-bundler", "llvm-readelf", "llvm-objdump")
 
 def cache_root() -> Path:
     """The folder for toolchains and probe results: KERNELPACK_TOOLCHAIN_DIR, else ``toolchains``
-    in the user cache folder (kernelpack.paths)."""
+    in the user cache folder (kernelpack.files.paths)."""
     return cache_folder("KERNELPACK_TOOLCHAIN_DIR", "toolchains")
 
 
@@ -449,21 +448,19 @@ def _install_packages(rootfs: Path, packages: Sequence[str], *, logfile: Path) -
                 )
 
 
-_RENAME_EXCHANGE = 2  # linux/fs.h
-
-
 def _exchange(first: Path, second: Path) -> None:
-    """Swap two folders in one step (renameat2 RENAME_EXCHANGE): no moment where either name is
-    missing, so a build looking the toolchain up meanwhile finds the old or the new one."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    at_fdcwd = -100
-    status = libc.renameat2(
-        at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), _RENAME_EXCHANGE
-    )
-    if status != 0:
-        error = ctypes.get_errno()
+    """Swap two folders in one step: no moment where either name is missing, so a build looking
+    the toolchain up meanwhile finds the old or the new one. No fallback: where the file system
+    cannot swap, the update is refused rather than made visible half-way."""
+    try:
+        swapped = exchange(first, second)
+    except OSError as error:
+        swapped, reason = False, error.strerror
+    else:
+        reason = "not supported here"
+    if not swapped:
         raise ToolchainError(
-            f"cannot swap {first} and {second}: {os.strerror(error)} (the file system must "
+            f"cannot swap {first} and {second}: {reason} (the file system must "
             "support renameat2 RENAME_EXCHANGE); the toolchain was left as it was"
         )
 

@@ -22,6 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .cache import BuildCache, key_of, sha256_hex
+from .hipify import (
+    HipifyOptions,
+    TreeFacts,
+    compat_headers,  # the HIP compatibility layer, in the include folder
+    hipify_source,
+    scan_tree,
+)
 from .jobs import hip_main
 from .modules import INCLUDE_DIR, KernelModule, SourceTree
 
@@ -151,8 +158,6 @@ HIPIFY_FINGERPRINT = _hipify_fingerprint()
 def _tree_facts(tree: SourceTree, cache: BuildCache) -> TreeFacts:
     """What each file's translation needs from the others (hipify.tree_facts: a feature macro or
     a reduction helper is defined in one file and used in others), cached by every file's content."""
-    from .hipify import TreeFacts, scan_tree
-
     key = key_of(
         {
             "hipify": HIPIFY_FINGERPRINT,
@@ -173,8 +178,6 @@ def hipify_tree(
     """Every source hipified, the modules' .cu files renamed to .hip, and hipify's diagnostics
     (``file:line:col: severity[code]: message``). Results are cached by content and by the
     translator's own sources, so an unchanged file costs a hash and a small read."""
-    from .hipify import HipifyOptions
-
     mains = {path for m in modules for path in m.sources}
     hipified: dict[str, str] = {}
     diagnostics: list[str] = []
@@ -191,8 +194,6 @@ def hipify_tree(
         )
         stored = cache.get_text("hipify", key)
         if stored is None:
-            from .hipify import hipify_source  # only for a changed file
-
             result = hipify_source(tree[path], path, options=options)
             record: dict[str, Any] = {
                 "text": result.text,
@@ -203,7 +204,6 @@ def hipify_tree(
             record = json.loads(stored)
         hipified[hip_main(path) if path in mains else path] = record["text"]
         diagnostics += record["diagnostics"]
-    from .hipify import compat_headers  # the HIP compatibility layer, in the include folder
 
     hipified.update(compat_headers(INCLUDE_DIR))
     return SourceTree(hipified, tree.include_dirs), diagnostics

@@ -28,21 +28,27 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import kernelpack
-from kernelpack.atomic import atomic_write
-from kernelpack.index import Index
+from kernelpack.files.atomic import atomic_write
+from kernelpack.formats.index import Index
 from kernelpack.targets import parse_target
 from kernelpack.variant_plugin import FEATURES, NAMESPACE, property_value
 
+from .device_groups import DeviceGroup, device_groups
 from .errors import BuildError
 from .index_writer import read_index
 from .metadata import add_fields
-from .packaging import PROVIDER_DISTRIBUTION, PROVIDER_PACKAGE
-from .wheels import DeviceGroup, device_groups, read_wheel, write_wheel
+from .packaging import (
+    PROVIDER_DISTRIBUTION,
+    PROVIDER_PACKAGE,
+    file_name_part,
+    pure_wheel_dist_info,
+    runtime_version,
+)
+from .wheelfile import read_wheel, write_wheel
 
 if TYPE_CHECKING:
     from .packaging import ProjectMetadata
@@ -105,8 +111,6 @@ def write_variants(
     """The null variant (the fat wheel), one variant per device group (the host wheel requiring
     that group's device wheel), the variants JSON and, for kernelpack itself, the provider wheel
     into out_dir. Every project's variants use kernelpack's provider, at the runtime's version."""
-    from .packaging import file_name_part, runtime_version
-
     fat_files, host_files = read_wheel(fat), read_wheel(host)
     index: Index = read_index(fat_files[f"{meta.package}/_index.py"].decode())
     version = index["version"]
@@ -149,25 +153,35 @@ def write_variants(
 
 def provider_modules(root: str = "variant_plugin") -> list[str]:
     """The kernelpack modules the plugin imports, directly or not, at module level or inside
-    functions (detect.py asks the CUDA driver through cuda.py where NVML is missing): the files the
-    provider wheel copies. Imports under ``if TYPE_CHECKING:`` never run and are not followed, nor
-    are compiled and generated modules (_launcher, _index): the code that imports them stays
-    unused in the provider."""
-    found: list[str] = []
+    functions, as paths inside the package ("devices/detect.py"), with the ``__init__.py`` of every
+    subpackage on the way: the files the provider wheel copies. Imports under
+    ``if TYPE_CHECKING:`` never run and are not followed, nor are compiled and generated modules
+    (_launcher, _index): the code that imports them stays unused in the provider."""
+    found: set[str] = set()
     pending = [root]
     while pending:
         name = pending.pop()
-        path = KERNELPACK_SOURCE / f"{name}.py"
-        if name in found or not path.is_file():
+        parts = name.split(".") if name else []
+        path = KERNELPACK_SOURCE.joinpath(*parts[:-1], f"{parts[-1]}.py") if parts else None
+        package = parts
+        if path is None or not path.is_file():
+            path = KERNELPACK_SOURCE.joinpath(*parts, "__init__.py")
+        else:
+            package = parts[:-1]
+        if not path.is_file():
             continue
-        found.append(name)
+        relative = path.relative_to(KERNELPACK_SOURCE).as_posix()
+        if relative in found:
+            continue
+        found.add(relative)
+        pending += [".".join(parts[:n]) for n in range(1, len(parts))]  # the packages' __init__
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in _run_time_nodes(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                if node.module:
-                    pending.append(node.module.split(".")[0])
-                else:
-                    pending += [alias.name for alias in node.names]
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = [*base, *node.module.split(".")] if node.module else base
+                pending.append(".".join(module))
+                pending += [".".join([*module, alias.name]) for alias in node.names]
     return sorted(found)
 
 
@@ -188,11 +202,10 @@ def _run_time_nodes(tree: ast.AST) -> list[ast.AST]:
 def provider_wheel(version: str, out_dir: Path, *, epoch: int) -> Path:
     """kernelpack-variant-provider: the plugin and the modules it imports, copied from kernelpack
     so that installer and loader detect GPUs with the same code."""
-    from .packaging import pure_wheel_dist_info
-
     files = {
-        f"{PROVIDER_PACKAGE}/{name}.py": (KERNELPACK_SOURCE / f"{name}.py").read_bytes()
+        f"{PROVIDER_PACKAGE}/{name}": (KERNELPACK_SOURCE / name).read_bytes()
         for name in provider_modules()
+        if name != "__init__.py"
     }
     files[f"{PROVIDER_PACKAGE}/__init__.py"] = (
         b'"""kernelpack\'s wheel-variant provider plugin; see variant_plugin.py."""\n'
@@ -208,15 +221,3 @@ def provider_wheel(version: str, out_dir: Path, *, epoch: int) -> Path:
     return write_wheel(
         out_dir / f"{PROVIDER_PACKAGE}-{version}-py3-none-any.whl", files, epoch=epoch
     )
-
-
-def files_by_project(paths: Sequence[Path]) -> dict[str, list[Path]]:
-    """The files of a dist/ folder grouped by normalised project name (PEP 503), for the index."""
-    projects: dict[str, list[Path]] = {}
-    for path in sorted(paths):
-        if path.name.endswith("-variants.json"):
-            name = path.name.rsplit("-", 2)[0]
-        else:
-            name = path.name.split("-", 1)[0]
-        projects.setdefault(re.sub(r"[-_.]+", "-", name).lower(), []).append(path)
-    return projects

@@ -15,16 +15,13 @@ built a second way, so both carry the same Python code byte for byte:
   for that package only, through the entry point ``<package>.gfx110x`` of the group
   ``kernelpack.device`` (template: buildsys/device_wheel/).
 
-Every wheel is written by :func:`write_wheel`: sorted entries, timestamps from SOURCE_DATE_EPOCH
+Every wheel is written by :func:`buildsys.wheelfile.write_wheel`: sorted entries, timestamps from SOURCE_DATE_EPOCH
 (default: the last commit's time), fixed permissions, so two builds of one commit are identical.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
-import io
 import os
 import re
 import subprocess
@@ -32,18 +29,17 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from kernelpack._console import print_json, print_table
-from kernelpack.atomic import atomic_write
-from kernelpack.images import IMAGE_FILE_SUFFIXES
-from kernelpack.index import Index
-from kernelpack.processors import AMD_FAMILIES
-from kernelpack.targets import parse_target
+from kernelpack.files.atomic import atomic_write
+from kernelpack.formats.index import Index
+from kernelpack.loader.images import IMAGE_FILE_SUFFIXES
 
 from .build import build
+from .device_groups import DeviceGroup, device_groups
 from .errors import BuildError
 from .index_writer import BuiltImage, place_images, read_built_images, read_index, render_index
 from .merge import merge
@@ -61,44 +57,16 @@ from .packaging import (
 from .report import failure_error, print_summary
 from .settings import add_arguments as add_settings_arguments
 from .settings import check_writable_folder, environment_epoch, resolve_settings
+from .simple_index import write_simple_index
 from .trees import scratch_folder
+from .variants import write_variants
+from .wheelfile import read_wheel, write_wheel
 
 DEVICE_TEMPLATE = Path(__file__).resolve().parent / "device_wheel"
 # Vendor runtimes a wheel must never carry: the user's driver stack provides them.
 GPU_RUNTIME_LIBRARIES = re.compile(
     r"lib(amdhip64|hsa-runtime64|hsakmt|amd_comgr|hiprtc|cuda|cudart|nvrtc|nvidia-ml|nvJitLink)\b"
 )
-
-
-@dataclass(frozen=True)
-class DeviceGroup:
-    """One device wheel: its extra's name and the targets whose images it carries."""
-
-    name: str  # "gfx110x", "gfx942", "sm90", "ptx"
-    targets: tuple[str, ...]
-    owner: str  # the project's distribution name: "kernelpack", "demo-kernels"
-    owner_package: str  # and its import name: "kernelpack", "demo_kernels"
-
-    @property
-    def distribution(self) -> str:
-        return f"{self.owner}-device-{self.name}"
-
-    @property
-    def package(self) -> str:
-        return f"{self.owner_package}_device_" + re.sub(r"[^a-z0-9]", "_", self.name)
-
-    @property
-    def entry_point(self) -> str:
-        """The entry point's name in the group kernelpack.device: ``<package>.<group>``."""
-        return f"{self.owner_package}.{self.name}"
-
-
-def owner_of(index: Index) -> tuple[str, str]:
-    """(distribution, import name) an index was stamped with by :func:`stamp_index`."""
-    distribution, package = index.get("distribution"), index.get("package")
-    if not distribution or not package:
-        raise BuildError("the index names no package; stamp_index() it before making wheels")
-    return distribution, package
 
 
 def stamp_index(device_dir: Path, meta: ProjectMetadata) -> Index:
@@ -108,42 +76,6 @@ def stamp_index(device_dir: Path, meta: ProjectMetadata) -> Index:
     index = {**index, "distribution": meta.distribution, "package": meta.package}
     atomic_write(path, render_index(index).encode())
     return index
-
-
-def device_groups(index: Index) -> list[DeviceGroup]:
-    """Group the built targets into device wheels, named after the index's project.
-
-    An AMD family (AMD_FAMILIES) with two or more built processors becomes one wheel named after
-    the family (gfx1100 and gfx1101 -> gfx110x); any other AMD target, generic ones included, gets
-    its own wheel named after its processor (gfx11-generic); each NVIDIA cubin target its own
-    (sm_90 -> sm90); all PTX goes to "ptx".
-    """
-    built = sorted({image["target"] for m in index["modules"].values() for image in m["images"]})
-    parsed = {target: parse_target(target) for target in built}
-    groups: dict[str, list[str]] = {}
-    amd = [t for t in built if parsed[t].vendor == "amd"]
-    processors = {t: parsed[t].amd.processor for t in amd}
-    for target in amd:
-        family = next(
-            (
-                name
-                for name, members in AMD_FAMILIES.items()
-                if processors[target] in members
-                and sum(p in members for p in set(processors.values())) > 1
-            ),
-            None,
-        )
-        groups.setdefault((family or processors[target]).lower(), []).append(target)
-    for target in built:
-        if parsed[target].kind == "sm":
-            groups.setdefault(target.replace("_", ""), []).append(target)
-        elif parsed[target].kind == "compute":
-            groups.setdefault("ptx", []).append(target)
-    owner, owner_package = owner_of(index)
-    return [
-        DeviceGroup(name, tuple(targets), owner, owner_package)
-        for name, targets in sorted(groups.items())
-    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,34 +102,6 @@ def source_date_epoch(project: Path) -> int:
         if result.returncode == 0 and result.stdout.strip()
         else 315532800
     )
-
-
-def write_wheel(path: Path, files: Mapping[str, bytes], *, epoch: int) -> Path:
-    """Write a wheel deterministically; RECORD is computed here and goes last."""
-    dist_info = next(n.split("/")[0] for n in files if n.split("/")[0].endswith(".dist-info"))
-    record_name = f"{dist_info}/RECORD"
-    entries = {n: data for n, data in files.items() if n != record_name}
-    record = io.StringIO()
-    for name in sorted(entries):
-        digest = base64.urlsafe_b64encode(hashlib.sha256(entries[name]).digest()).rstrip(b"=")
-        record.write(f"{name},sha256={digest.decode()},{len(entries[name])}\n")
-    record.write(f"{record_name},,\n")
-    date_time = time.gmtime(max(epoch, 315532800))[:6]
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        for name in [*sorted(entries), record_name]:
-            data = entries.get(name, record.getvalue().encode())
-            info = zipfile.ZipInfo(name, date_time=date_time)
-            info.external_attr = 0o644 << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, data, compresslevel=9)
-    atomic_write(path, buffer.getvalue())
-    return path
-
-
-def read_wheel(path: Path) -> dict[str, bytes]:
-    with zipfile.ZipFile(path) as archive:
-        return {name: archive.read(name) for name in archive.namelist() if not name.endswith("/")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -473,9 +377,6 @@ def make_wheels(
     """Every file of dist/ from a built output folder: the host and device wheels, the fat wheel as
     the null variant, the variant wheels, the variants JSON, the provider and dist/simple
     (buildsys.variants says why each has the name it has)."""
-    from .simple_index import write_simple_index  # both import this module
-    from .variants import write_variants
-
     say = _stages(enabled=not as_json)
     for stale in [*dist.glob("*.whl"), *dist.glob("*-variants.json")]:
         stale.unlink()

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def gpu_available() -> bool:
     """True when the CUDA driver loads and reports a device (the GPU tests run on an NVIDIA GPU),
     asked through kernelpack's own binding of libcuda."""
-    from kernelpack.cuda import cuda_driver_devices
+    from kernelpack.devices.detect import cuda_driver_devices
 
     return bool(cuda_driver_devices())
 

@@ -5,7 +5,7 @@ In the view (a subprocess with :func:`view_env`), nothing of kernelpack is patch
 is arranged as an AMD machine would present it:
 
 - the shim is found as libamdhip64.so.7 through the dynamic linker's search (LD_LIBRARY_PATH),
-  where kernelpack.libraries looks first;
+  where kernelpack.devices.libraries looks first;
 - ``KERNELPACK_TARGET=gfx1100`` stands for an AMD GPU, hip:0 (detection lists it first, as it
   lists AMD GPUs first), the same H200 seen through HIP (gfx1100: wave32, as the NVIDIA code is);
 - a copy of the kernelpack package (:func:`make_view_package`) whose index carries, per module,
@@ -33,7 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
 SHIM_SOURCE = TESTS / "hip_over_cuda.c"
-SHIM_NAME = "libamdhip64.so.7"  # the first soname kernelpack.libraries tries for HIP
+SHIM_NAME = "libamdhip64.so.7"  # the first soname kernelpack.devices.libraries tries for HIP
 PACKAGE = REPO / "wheels" / "kernelpack"
 AMD_TARGET = "gfx1100"
 HIP_NAME = re.compile(r"hip[A-Z]\w*")
@@ -115,7 +115,7 @@ def bound_hip_names() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Attribute) and HIP_NAME.fullmatch(node.attr):
                 found.setdefault(node.attr, set()).add(str(path.relative_to(PACKAGE)))
-    launcher = PACKAGE / "_native" / "launcher.c"
+    launcher = PACKAGE / "backends" / "_native" / "launcher.c"
     for name in HIP_NAME.findall(launcher.read_text(encoding="utf-8")):
         found.setdefault(name, set()).add(str(launcher.relative_to(PACKAGE)))
     return found
@@ -153,7 +153,7 @@ def make_view_package(
     """A copy of the built kernelpack ``package`` in ``site`` (the Python modules, the C launcher,
     the modules' sources and the cubins the view's index names) with the view's index, made from
     ``index`` (else the one kernelpack imports, which is the checkout's)."""
-    from kernelpack.catalog import package_index
+    from kernelpack.loader.catalog import package_index
 
     index = index if index is not None else package_index("kernelpack")
     if index is None or not index["modules"]:

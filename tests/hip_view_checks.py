@@ -2,7 +2,7 @@
 tests/test_hip_shim.py (which sets HIP_VISIBLE_DEVICES=0,0: two HIP devices, both the one GPU).
 
 test_runtime_gpu.py's package (nvcc's cubins of its demo module, relabelled by the view as gfx1100
-code objects) is loaded through kernelpack.hip.HipRuntime, opened as a user's would be (libamdhip64
+code objects) is loaded through kernelpack.backends.hip.HipRuntime, opened as a user's would be (libamdhip64
 by its soname), and checked with test_runtime_gpu.py's own checks, in both launch bindings: the
 C launcher's HIP branch (hipGetDevice / hipSetDevice around hipModuleLaunchKernel) and ctypes.
 Then what only HIP has: a module on HIP device 1 launched from a thread on device 0 (the device is
@@ -32,13 +32,13 @@ from test_runtime_gpu import (
     check_scalars,
 )
 
-from kernelpack.cache import DiskCache
-from kernelpack.detect import Gpu, forced_target
+from kernelpack.backends.hip import HipRuntime
+from kernelpack.devices.detect import Gpu, forced_target
+from kernelpack.devices.libraries import library_file
 from kernelpack.errors import RuntimeLibraryError
-from kernelpack.hip import HipRuntime
-from kernelpack.index import Index
-from kernelpack.libraries import library_file
-from kernelpack.loader import Loader
+from kernelpack.formats.index import Index
+from kernelpack.loader.cache import DiskCache
+from kernelpack.loader.load import Loader
 
 pytestmark = pytest.mark.gpu
 
@@ -52,7 +52,7 @@ def torch() -> Any:
 
 @pytest.fixture(scope="module")
 def nvidia_target() -> str:
-    from kernelpack.cuda import CudaDriver
+    from kernelpack.devices.cuda_driver import CudaDriver
 
     driver = CudaDriver()
     driver.check(driver.init(), "cuInit")
@@ -105,7 +105,7 @@ def current_device(shim: Any) -> int:
 
 
 def test_the_hip_runtime_is_the_shim_seeing_the_gpu_twice(shim: Any) -> None:
-    from kernelpack.cuda import CudaDriver
+    from kernelpack.devices.cuda_driver import CudaDriver
 
     runtime = HipRuntime()
     assert runtime.library == SHIM_NAME

@@ -20,7 +20,7 @@ from buildsys.index_writer import (
 )
 from kernelpack.errors import FormatError, UsageError
 from kernelpack.formats import read_bundle
-from kernelpack.index import KernelResources
+from kernelpack.formats.index import KernelResources
 
 
 def digest(text: str) -> str:

@@ -210,6 +210,21 @@ def test_json_into_a_closed_pipe_is_no_traceback() -> None:
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
 
 
+def test_both_command_lines_end_a_closed_pipe_alike() -> None:
+    """141 (128 + SIGPIPE) from either command line when the reader has left (``true`` reads
+    nothing and exits before the interpreter starts): a pipeline under ``set -o pipefail`` tells it
+    from a failure of the work (1)."""
+    for tool in ("buildsys matrix --json", "kernelpack targets --targets gfx942 --json"):
+        result = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", f"{sys.executable} -m {tool} | true"],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": f"{REPO_ROOT / 'wheels'}:{REPO_ROOT}"},
+            capture_output=True,
+            text=True,
+        )
+        assert (result.returncode, result.stderr) == (141, ""), (tool, result.stderr)
+
+
 def test_provisioning_progress_goes_to_stderr_never_into_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -57,7 +57,7 @@ SOURCES = {
 HIPRTC = """
 import sys
 from kernelpack.formats import read_code_object
-from kernelpack.rtc import SourceCompiler
+from kernelpack.backends.rtc import SourceCompiler
 compiled = SourceCompiler("hiprtc").compile(open(sys.argv[1]).read(), "scale", "gfx90a")
 print(*(k.name for k in read_code_object(compiled.image, "hiprtc").kernels))
 """

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack.cache import DiskCache, cache_key, default_folder
 from kernelpack.errors import KernelpackWarning
+from kernelpack.loader.cache import DiskCache, cache_key, default_folder
 
 
 def key(n: int) -> str:
@@ -161,7 +161,7 @@ def test_cache_commands_report_files_they_could_not_remove(
     undeletable: set[Path],
 ) -> None:
     """Issue 15 item 11: "1 damaged and removed" while the file stayed, and "removed 0" with exit 0."""
-    from kernelpack import cli
+    from kernelpack.cli import main as cli
 
     monkeypatch.setenv("KERNELPACK_CACHE_DIR", str(tmp_path))
     cache = DiskCache(tmp_path)

@@ -22,10 +22,10 @@ import pytest
 from capped import WHEELS, run_capped
 from test_loader import make_loader, make_package, mixed_machine, payload
 
-from kernelpack import cli
-from kernelpack.cache import MAGIC, DiskCache, cache_key
+from kernelpack.backends.rtc import Compiled
+from kernelpack.cli import main as cli
 from kernelpack.errors import KernelpackWarning
-from kernelpack.rtc import Compiled
+from kernelpack.loader.cache import MAGIC, DiskCache, cache_key
 
 OTHER_UID = 54321  # no such user here
 HOUR_AGO = time.time() - 3600
@@ -309,7 +309,7 @@ def test_a_writer_killed_before_its_rename_leaves_a_file_the_next_write_reclaims
     child = (
         "import os, signal, sys\n"
         "from pathlib import Path\n"
-        "from kernelpack.cache import DiskCache\n"
+        "from kernelpack.loader.cache import DiskCache\n"
         "os.replace = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
         "DiskCache(Path(sys.argv[1])).put(sys.argv[2], bytes(5_000_000))\n"
     )
@@ -331,7 +331,7 @@ def test_a_writer_killed_before_its_rename_leaves_a_file_the_next_write_reclaims
 WRITER = """
 import sys
 from pathlib import Path
-from kernelpack.cache import DiskCache
+from kernelpack.loader.cache import DiskCache
 folder, entry, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 cache = DiskCache(folder)
 print("ready", flush=True)
@@ -399,7 +399,7 @@ def test_get_of_a_fifo_entry_does_not_wait(tmp_path: Path) -> None:
     DiskCache(folder).put(key(0), b"makes the folder")
     os.mkfifo(folder / (key(1) + ".bin"))
     child = (
-        "import sys\nfrom pathlib import Path\nfrom kernelpack.cache import DiskCache\n"
+        "import sys\nfrom pathlib import Path\nfrom kernelpack.loader.cache import DiskCache\n"
         "cache = DiskCache(Path(sys.argv[1]))\n"
         "assert cache.get(sys.argv[2]) is None and cache.removed_bad == 1\n"
     )

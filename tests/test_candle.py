@@ -270,7 +270,7 @@ def test_candle_kernels_from_the_wheels_match_numpy(candle_site: Path) -> None:
     np.testing.assert_allclose(out.cpu().numpy(), np.sqrt(np.abs(x_host)), rtol=1e-6)
 
     # affine's mul and add are floats of a C-linkage kernel: Python floats go as float32
-    # (kernelpack/args.py), an int would go as an integer
+    # (kernelpack/backends/signature.py), an int would go as an integer
     affine = kernelpack.load("affine", package="candle_kernels")
     mul, add = float(rng.uniform(-4, 4)), float(rng.uniform(-4, 4))
     out = _poisoned(torch, n)

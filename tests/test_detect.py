@@ -1,4 +1,4 @@
-"""GPU detection (kernelpack.detect) against recorded KFD topologies, and ``kernelpack detect``.
+"""GPU detection (kernelpack.devices.detect) against recorded KFD topologies, and ``kernelpack detect``.
 
 The fixtures under tests/fixtures/sysfs are shaped like real /sys trees (key order and values as the
 kernel prints them for these GPUs); the expected targets are what ROCm reports for those machines
@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack import cli, cuda, detect
-from kernelpack.detect import (
+from kernelpack.cli import main as cli
+from kernelpack.devices import detect
+from kernelpack.devices.argument import resolve_device
+from kernelpack.devices.detect import (
     Gpu,
     NvidiaDevice,
     cuda_selection,
@@ -26,7 +28,6 @@ from kernelpack.detect import (
     hip_selection,
     rocr_selection,
 )
-from kernelpack.devices import resolve_device
 from kernelpack.errors import UsageError
 from kernelpack.targets import TargetId, select_image
 
@@ -411,7 +412,7 @@ def test_detect_table_names_each_gpu_and_the_override(
 def test_python_m_kernelpack_detect_exits_2_with_one_line_on_bad_input() -> None:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(VARIABLES)}
     environ["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(cli.__file__).parents[1]), environ.get("PYTHONPATH", "")]
+        [str(Path(cli.__file__).parents[2]), environ.get("PYTHONPATH", "")]
     )
     command = [sys.executable, "-m", "kernelpack", "detect", "--sysfs-root", str(LAPTOP)]
     good = subprocess.run(command, env=environ, capture_output=True, text=True, check=False)
@@ -430,7 +431,7 @@ def test_python_m_kernelpack_detect_exits_2_with_one_line_on_bad_input() -> None
 @pytest.mark.gpu
 def test_nvml_and_the_cuda_driver_agree_on_this_machines_gpus() -> None:
     through_nvml = detect._nvml_devices()
-    through_cuda = cuda.cuda_driver_devices()
+    through_cuda = detect.cuda_driver_devices()
     assert through_nvml is not None and through_cuda is not None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:

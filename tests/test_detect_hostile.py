@@ -24,9 +24,9 @@ import pytest
 from capped import WHEELS, assert_one_line_refusal, run_capped
 
 from buildsys.index_writer import render_index
-from kernelpack.detect import KFD_NODES, cuda_selection, hip_selection, rocr_selection
+from kernelpack.devices.detect import KFD_NODES, cuda_selection, hip_selection, rocr_selection
 from kernelpack.errors import UsageError
-from kernelpack.index import SCHEMA_VERSION, Image, Index
+from kernelpack.formats.index import SCHEMA_VERSION, Image, Index
 from kernelpack.targets import parse_target
 
 RX6600 = Path(__file__).parent / "fixtures" / "sysfs" / "rx6600-gfx1032"

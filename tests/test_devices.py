@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelpack.detect import Gpu, NvidiaDevice, cuda_selection, detect_gpus
-from kernelpack.devices import device_name, resolve_device
+from kernelpack.devices.argument import device_name, resolve_device
+from kernelpack.devices.detect import Gpu, NvidiaDevice, cuda_selection, detect_gpus
 from kernelpack.errors import NoImageError, UsageError
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"

@@ -1,7 +1,7 @@
 """``kernelpack doctor`` on recorded topologies: the advice each machine should get.
 
 The installed packages are index literals like the builder's (the doctor reads only their image
-lists and device-wheel maps); the GPUs come from the sysfs fixtures through kernelpack.detect, with
+lists and device-wheel maps); the GPUs come from the sysfs fixtures through kernelpack.devices.detect, with
 the environment of each case; the expected advice is written out by hand per case.
 """
 
@@ -19,12 +19,11 @@ import pytest
 
 from buildsys.errors import MatrixError
 from buildsys.matrix import Matrix
-from kernelpack.detect import Gpu, detect_gpus
-from kernelpack.doctor import VISIBLE_DEVICES, diagnose
-from kernelpack.hints import fixes, unservable
-from kernelpack.index import Index
-from kernelpack.loader import Loader
-from kernelpack.processors import AMD_BY_NAME, AMD_PROCESSORS, NVIDIA_ARCHS
+from kernelpack.cli.doctor import VISIBLE_DEVICES, diagnose
+from kernelpack.devices.detect import Gpu, detect_gpus
+from kernelpack.formats.index import Index
+from kernelpack.loader.hints import fixes, unservable
+from kernelpack.loader.load import Loader
 from kernelpack.targets import (
     GpuTarget,
     NvidiaTarget,
@@ -35,6 +34,7 @@ from kernelpack.targets import (
     select_image,
     supported_targets,
 )
+from kernelpack.targets.processors import AMD_BY_NAME, AMD_PROCESSORS, NVIDIA_ARCHS
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
 DEFAULT_AMD = [
@@ -296,7 +296,7 @@ def test_doctor_refuses_a_folder_that_is_no_sysfs(tmp_path: Path) -> None:
 
 def test_no_override_advice_across_generations() -> None:
     """An RX 6700 with only MI300 code installed is not told to pretend to be an MI300."""
-    from kernelpack.hints import override_hint
+    from kernelpack.loader.hints import override_hint
 
     (gpu,) = detect_gpus(sysfs_root=SYSFS / "rx6700-gfx1031", environ={})
     advice = override_hint(gpu, ["gfx942", "sm_90"])

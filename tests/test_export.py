@@ -36,7 +36,7 @@ from buildsys import REPO_ROOT
 from buildsys.export.tables import ExportModule, read_export, selection_table
 from buildsys.index_writer import AMD_BUNDLE_ID_PREFIX, render_index
 from kernelpack.formats import compress_bundle, read_image_file, write_bundle
-from kernelpack.index import SCHEMA_VERSION
+from kernelpack.formats.index import SCHEMA_VERSION
 from kernelpack.targets import NvidiaTarget, select_image
 
 CHECKS = REPO_ROOT / "tests" / "export_check"

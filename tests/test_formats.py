@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kernelpack import _msgpack, formats
-from kernelpack._elf import SHT_DYNSYM, Elf
+from kernelpack import formats
 from kernelpack.errors import FormatError, UsageError
 from kernelpack.formats import (
     Bundle,
@@ -35,6 +34,8 @@ from kernelpack.formats import (
     split_bundle_id,
     write_bundle,
 )
+from kernelpack.formats import msgpack as _msgpack
+from kernelpack.formats.elf import SHT_DYNSYM, Elf
 
 if TYPE_CHECKING:
     from buildsys.toolchain import Toolchain
@@ -709,7 +710,7 @@ def test_code_object_parameter_layouts_match_the_source(name: str) -> None:
 
 
 def test_inspect_json_carries_the_parameters() -> None:
-    from kernelpack.inspection import describe
+    from kernelpack.cli.inspection import describe
 
     report = describe(fixture("sm_90.cubin"), "sm_90.cubin")
     axpy = next(k for k in report["kernels"] if k["name"] == "axpy")

@@ -16,8 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernelpack import _msgpack
-from kernelpack._elf import SHT_NOTE, Elf
+from kernelpack.cli.inspection import describe
 from kernelpack.errors import FormatError
 from kernelpack.formats import (
     EM_AMDGPU,
@@ -29,7 +28,8 @@ from kernelpack.formats import (
     read_ptx,
     write_bundle,
 )
-from kernelpack.inspection import describe
+from kernelpack.formats import msgpack as _msgpack
+from kernelpack.formats.elf import SHT_NOTE, Elf
 
 OBJECTS = Path(__file__).parent / "fixtures" / "objects"
 NAMES = (

@@ -34,10 +34,10 @@ from hostile_files import (
     zstd_frame,
 )
 
-from kernelpack.bundles import decompression_budget, read_bundle
+from kernelpack.cli.inspection import describe
 from kernelpack.errors import FormatError
 from kernelpack.formats import read_cubin
-from kernelpack.inspection import describe
+from kernelpack.formats.bundles import decompression_budget, read_bundle
 
 MIB = 1 << 20
 

@@ -50,8 +50,8 @@ def test_kernelpacks_sources_bind_the_hip_module_api() -> None:
     below would pass on nothing)."""
     bound = bound_hip_names()
     assert {"hipInit", "hipModuleLoadData", "hipModuleLaunchKernel", "hipSetDevice"} <= set(bound)
-    assert "hip.py" in bound["hipModuleLaunchKernel"]
-    assert "_native/launcher.c" in bound["hipSetDevice"]
+    assert "backends/hip.py" in bound["hipModuleLaunchKernel"]
+    assert "backends/_native/launcher.c" in bound["hipSetDevice"]
 
 
 @pytest.mark.nvcc
@@ -74,10 +74,11 @@ def test_the_shim_builds_as_c11_without_warnings_against_cuda_h(tmp_path: Path) 
 FIND_AND_FAIL = r"""
 import json, sys
 from pathlib import Path
-from kernelpack.detect import Gpu, forced_target
+from kernelpack.devices.detect import Gpu, forced_target
 from kernelpack.errors import RuntimeLibraryError
-from kernelpack.libraries import library_file, library_versions, open_library
-from kernelpack.loader import Loader
+from kernelpack.backends.support import library_versions
+from kernelpack.devices.libraries import library_file, open_library
+from kernelpack.loader.load import Loader
 
 index = json.loads(sys.argv[1])
 lib = open_library("hip")
@@ -147,9 +148,9 @@ def test_kernelpack_finds_the_shim_by_soname_and_a_hipinit_failure_names_hips_er
 IN_THE_VIEW = r"""
 import json
 import kernelpack
-from kernelpack.devices import device_name
+from kernelpack.devices.argument import device_name
 from kernelpack.errors import RuntimeLibraryError
-from kernelpack.loader import shared_loader
+from kernelpack.loader.load import shared_loader
 
 loader = shared_loader()
 gpu = loader.gpu(None)
@@ -256,7 +257,7 @@ def test_a_view_index_relabels_the_cubin_the_gpu_would_load(tmp_path: Path) -> N
     index = {"schema": 2, "modules": {"m": {"images": images}}}
     (only,) = view_index(index, "sm_90")["modules"]["m"]["images"]
     assert only == {**images[1], "vendor": "amd", "target": AMD_TARGET, "kind": "code_object"}
-    from kernelpack.detect import forced_target
+    from kernelpack.devices.detect import forced_target
 
     assert select_image([only], forced_target(AMD_TARGET))[0] == only
     write_index({"schema": 2}, tmp_path)
@@ -305,7 +306,7 @@ VIEW_RUNS = {
 @pytest.fixture(scope="module")
 def view(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the shim, the site folder holding the view's kernelpack package)."""
-    from kernelpack.cuda import CudaDriver
+    from kernelpack.devices.cuda_driver import CudaDriver
 
     driver = CudaDriver()
     driver.check(driver.init(), "cuInit")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from buildsys.hipify import COMPAT_DIR, hipify_source
-from kernelpack.code_objects import read_code_object
+from kernelpack.formats.code_objects import read_code_object
 
 if TYPE_CHECKING:
     from buildsys.toolchain import Toolchain

@@ -15,7 +15,7 @@ import pytest
 from buildsys import toolchain
 from buildsys.hipify import COMPAT_DIR, Severity, hipify_source
 from buildsys.hipify.tables import header_target
-from kernelpack.code_objects import read_code_object
+from kernelpack.formats.code_objects import read_code_object
 
 if TYPE_CHECKING:
     from buildsys.toolchain import Toolchain

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from buildsys.hipify import COMPAT_DIR, hipify_source
-from kernelpack.code_objects import read_code_object
-from kernelpack.paths import user_cache_folder
+from kernelpack.files.paths import user_cache_folder
+from kernelpack.formats.code_objects import read_code_object
 
 if TYPE_CHECKING:
     from buildsys.toolchain import Toolchain

@@ -13,8 +13,8 @@ import pytest
 from kernelpack import formats
 from kernelpack.errors import IntegrityError, UsageError
 from kernelpack.formats import compress_bundle, write_bundle
-from kernelpack.images import IMAGE_KINDS, KINDS_OF_VENDOR, image_kind, read_image
-from kernelpack.index import Image
+from kernelpack.formats.index import Image
+from kernelpack.loader.images import IMAGE_KINDS, KINDS_OF_VENDOR, image_kind, read_image
 
 OBJECTS = Path(__file__).parent / "fixtures" / "objects"
 

@@ -23,9 +23,9 @@ import pytest
 from capped import WHEELS, assert_one_line_refusal, run_capped
 
 from buildsys.index_writer import render_index
-from kernelpack.catalog import check_index
 from kernelpack.errors import UsageError
-from kernelpack.index import SCHEMA_VERSION, Image, Index
+from kernelpack.formats.index import SCHEMA_VERSION, Image, Index
+from kernelpack.loader.catalog import check_index
 
 RX6600 = Path(__file__).parent / "fixtures" / "sysfs" / "rx6600-gfx1032"
 VARIABLES = (

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kernelpack.cli import main
+from kernelpack.cli.main import main
 
 if TYPE_CHECKING:
     from buildsys.toolchain import Toolchain
@@ -329,7 +329,7 @@ def test_closed_pipe_status_is_sigpipes(tmp_path: Path) -> None:
 def test_bundle_kernel_by_target_table(capsys: pytest.CaptureFixture[str]) -> None:
     """Every fixture kernel in each of multi.hipfb's targets (the fixtures were built from one
     source for all of them), as JSON and as a table; a kernel one entry lacks is marked."""
-    from kernelpack.inspection import kernel_targets, print_report
+    from kernelpack.cli.inspection import kernel_targets, print_report
 
     report = inspect_json(capsys, OBJECTS / "multi.hipfb")
     table = report["kernel_targets"]

@@ -9,8 +9,8 @@ import re
 import pytest
 
 from kernelpack._jsonfields import json_value
-from kernelpack.bundles import compress_bundle, parse_bundle, write_bundle
-from kernelpack.kernel_params import KernelParam
+from kernelpack.formats.bundles import compress_bundle, parse_bundle, write_bundle
+from kernelpack.formats.params import ObjectParam
 from kernelpack.targets import TargetId
 
 
@@ -35,7 +35,7 @@ def test_bundle_report_keys_and_spelling() -> None:
 
 def test_values() -> None:
     assert json_value(TargetId.parse("gfx90a:sramecc+:xnack-")) == "gfx90a:sramecc+:xnack-"
-    assert json_value((KernelParam(0, 8, 8, None),)) == [
+    assert json_value((ObjectParam(0, 8, 8, None),)) == [
         {"ordinal": 0, "offset": 8, "size": 8, "pointer": None}
     ]
     for value in (memoryview(b"x"), b"x", object()):

@@ -22,9 +22,11 @@ from typing import Any
 
 import pytest
 
-from kernelpack import catalog, cli
-from kernelpack.cache import DiskCache
-from kernelpack.detect import Gpu, NvidiaDevice, detect_gpus
+from kernelpack.backends.rtc import Compiled
+from kernelpack.backends.runtime import SHARED_MEM_UNIT, LoadedModule, Runtime, capping_shared_mem
+from kernelpack.cli import main as cli
+from kernelpack.devices.detect import Gpu, NvidiaDevice, detect_gpus
+from kernelpack.devices.libraries import open_library
 from kernelpack.errors import (
     IntegrityError,
     KernelpackWarning,
@@ -33,12 +35,11 @@ from kernelpack.errors import (
     UsageError,
 )
 from kernelpack.formats import compress_bundle, read_bundle, write_bundle
-from kernelpack.index import Image, Index
-from kernelpack.libraries import open_library
-from kernelpack.loader import Loader
-from kernelpack.oncemap import OnceMap
-from kernelpack.rtc import Compiled
-from kernelpack.runtime import SHARED_MEM_UNIT, LoadedModule, Runtime, capping_shared_mem
+from kernelpack.formats.index import Image, Index
+from kernelpack.loader import catalog
+from kernelpack.loader.cache import DiskCache
+from kernelpack.loader.load import Loader
+from kernelpack.loader.oncemap import OnceMap
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
 

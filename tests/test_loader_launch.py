@@ -21,11 +21,14 @@ from typing import Any
 
 import pytest
 
-from kernelpack import args as kargs
-from kernelpack import arrays, launching
+from kernelpack.backends import launch as launching
+from kernelpack.backends import signature as kargs
+from kernelpack.devices import arrays
 from kernelpack.errors import UsageError
 
-NATIVE_SOURCE = Path(__file__).parent.parent / "wheels" / "kernelpack" / "_native" / "launcher.c"
+NATIVE_SOURCE = (
+    Path(__file__).parent.parent / "wheels" / "kernelpack" / "backends" / "_native" / "launcher.c"
+)
 
 LAUNCH = ctypes.CFUNCTYPE(
     ctypes.c_int,
@@ -140,10 +143,10 @@ def address(function: Any) -> int:
 
 @pytest.fixture(scope="module")
 def native(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """kernelpack._launcher compiled from source (skipped where no C compiler is installed)."""
+    """kernelpack.backends._launcher compiled from source (skipped where no C compiler is installed)."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        pytest.skip("no C compiler to build kernelpack._launcher")
+        pytest.skip("no C compiler to build kernelpack.backends._launcher")
     out = tmp_path_factory.mktemp("native") / "_launcher.abi3.so"
     include = sysconfig.get_paths()["include"]
     subprocess.run(
@@ -161,7 +164,7 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Any:
         ],
         check=True,
     )
-    spec = importlib.util.spec_from_file_location("kernelpack._launcher", out)
+    spec = importlib.util.spec_from_file_location("kernelpack.backends._launcher", out)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

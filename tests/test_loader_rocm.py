@@ -25,9 +25,9 @@ PROBE = """
 import json, sys
 from kernelpack.errors import RuntimeLibraryError
 from kernelpack.formats import read_code_object
-from kernelpack.hip import HipRuntime
-from kernelpack.libraries import library_versions
-from kernelpack.rtc import SourceCompiler
+from kernelpack.backends.hip import HipRuntime
+from kernelpack.backends.support import library_versions
+from kernelpack.backends.rtc import SourceCompiler
 
 source, target = sys.argv[1], sys.argv[2]
 result = {"versions": library_versions()}

@@ -12,7 +12,7 @@ import pytest
 from buildsys import REPO_ROOT
 from buildsys.errors import MatrixError
 from buildsys.matrix import load_matrix
-from kernelpack.processors import AMD_FAMILIES
+from kernelpack.targets.processors import AMD_FAMILIES
 
 DEFAULT_AMD = [
     *("gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "gfx1200"),

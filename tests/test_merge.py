@@ -25,7 +25,7 @@ from buildsys.index_writer import (
 from buildsys.merge import merge
 from buildsys.toolchain import Toolchain
 from kernelpack.errors import IntegrityError, UsageError
-from kernelpack.index import KernelResources
+from kernelpack.formats.index import KernelResources
 
 MATRIX = '[amd]\ntargets = ["gfx90a", "gfx1100"]\n[nvidia]\ntargets = ["sm_90"]\n'
 KIND = {"gfx90a": "code_object", "gfx1100": "code_object", "sm_90": "cubin"}

@@ -1,4 +1,4 @@
-"""kernelpack.arrays, the one framework adapter: what it reads off arrays, the device argument, and
+"""kernelpack.devices.arrays, the one framework adapter: what it reads off arrays, the device argument, and
 its one error convention. CPU-side (numpy, torch's CPU build); the GPU side runs in test_mlp.py."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernelpack import arrays
+from kernelpack.devices import arrays
 from kernelpack.errors import KernelpackError, UsageError
 
 
@@ -38,7 +38,8 @@ def test_non_arrays_are_refused_naming_the_argument(value: object) -> None:
 )
 def test_vendor_qualified_names(given: str, expected: str) -> None:
     assert arrays.device_string(given) == expected
-    assert arrays.parse_device(expected) == (expected.split(":")[0], int(expected.split(":")[1]))
+    parsed = arrays.parse_device(expected)
+    assert (parsed.runtime, parsed.ordinal) == (expected.split(":")[0], int(expected.split(":")[1]))
 
 
 @pytest.mark.parametrize("given", ["cuda", "gpu:0", "cuda:-1", "cuda:01", "cuda:0 ", "rocm:0", ""])

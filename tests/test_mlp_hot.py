@@ -264,7 +264,7 @@ def test_a_pointer_short_of_the_entrys_alignment_leaves_the_hot_path(
 
 
 def test_launch_entry_takes_the_general_kernel_for_pointers_short_of_the_alignment() -> None:
-    """The full path's launch of a prepared entry (kernelpack.mlp.torch_run): the exact form for
+    """The full path's launch of a prepared entry (kernelpack.mlp_hot.torch_run): the exact form for
     8-byte aligned addresses, the entry's general kernel, on its own grid (as a whole form's
     general kernel has: mlp_launch.ElementwiseLaunch), for any pointer short of that."""
     exact, general = Recording(), Recording()

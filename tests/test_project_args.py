@@ -1,6 +1,6 @@
 """Parameters of kernels with C linkage (a project's ``extern "C"`` kernels, candle's): the objects
 give their sizes only, so a 4- or 8-byte one is passed by the Python value, one rule on both launch
-paths (kernelpack/args.py and _native/launcher.c): a float as IEEE float32 / float64, an int as an
+paths (kernelpack/backends/signature.py and _native/launcher.c): a float as IEEE float32 / float64, an int as an
 integer of that size (signed or unsigned), for 8 bytes anything else as a pointer. The expected
 bytes come from ``struct.pack`` of the value with the format a C compiler would use for the type
 the source declares."""
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from test_loader_launch import CONTEXT, GET_CURRENT, LAUNCH, PUSH, Failed, fail, native
 
-from kernelpack import args as kargs
-from kernelpack import launching
+from kernelpack.backends import launch as launching
+from kernelpack.backends import signature as kargs
 from kernelpack.errors import UsageError
 
 __all__ = ["native"]  # the fixture that compiles the C launcher, used here by name

@@ -17,7 +17,7 @@ import pytest
 from builder_env import builder_env
 
 from buildsys import REPO_ROOT
-from buildsys.wheels import read_wheel
+from buildsys.wheelfile import read_wheel
 
 EXAMPLE = REPO_ROOT / "examples" / "vecops"
 

@@ -36,9 +36,9 @@ from buildsys.errors import BuildError
 from buildsys.index_writer import read_index
 from buildsys.modules import KernelModule
 from buildsys.report import failure_error
+from kernelpack.backends.rtc import Compiled, SourceCompiler, name_expression
 from kernelpack.formats import read_bundle
-from kernelpack.index import KernelResources
-from kernelpack.rtc import Compiled, SourceCompiler, name_expression
+from kernelpack.formats.index import KernelResources
 
 if TYPE_CHECKING:
     from buildsys.toolchain import Toolchain
@@ -277,7 +277,7 @@ WHEELS = Path(__file__).resolve().parent.parent / "wheels"
 HIPRTC_PROBE = """
 import json, sys
 from kernelpack.formats import read_code_object
-from kernelpack.rtc import SourceCompiler
+from kernelpack.backends.rtc import SourceCompiler
 source, target, names = open(sys.argv[1]).read(), sys.argv[2], json.loads(sys.argv[3])
 plain = SourceCompiler("hiprtc").compile(source, "solo", target)
 asked = SourceCompiler("hiprtc").compile(source, "solo", target, names)
@@ -348,7 +348,7 @@ def _check_every_kernel(out: Path, module_name: str, image_kind: str, **loader: 
     import numpy as np
     import torch
 
-    from kernelpack.loader import Loader
+    from kernelpack.loader.load import Loader
 
     index = read_index((out / "_index.py").read_text())
     module = Loader(index=index, root=out, fragments=list, **loader).load(module_name)
@@ -535,9 +535,9 @@ def test_internal_kernels_launch_when_compiled_at_run_time(tmp_path: Path) -> No
     module's embedded source, names each kernel's symbol by the index's name, and every kernel
     (static, unnamed namespace, templates of internal linkage) launches against numpy; a second
     loader takes object and names from the disk cache."""
-    from kernelpack.cache import DiskCache
+    from kernelpack.backends.rtc import open_compiler
     from kernelpack.errors import KernelpackWarning, RuntimeLibraryError
-    from kernelpack.rtc import open_compiler
+    from kernelpack.loader.cache import DiskCache
 
     try:
         nvrtc = Keeping(open_compiler("nvidia"))

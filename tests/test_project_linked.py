@@ -115,7 +115,7 @@ def test_a_linked_modules_kernels_run_on_an_nvidia_gpu(tmp_path: Path) -> None:
     import numpy as np
     import torch
 
-    from kernelpack.loader import Loader
+    from kernelpack.loader.load import Loader
 
     project = _dot_project(tmp_path)
     result = _build(project, "sm_90")
@@ -202,7 +202,7 @@ def test_a_one_file_jobs_cache_key_is_its_one_command_and_source() -> None:
     from buildsys.matrix import load_matrix
     from buildsys.modules import KernelModule
     from buildsys.scheduler import JobPlan, job_key
-    from kernelpack.images import IMAGE_KINDS
+    from kernelpack.loader.images import IMAGE_KINDS
 
     class Trees:
         def dependency_hash(self, tree: str, path: str) -> str:

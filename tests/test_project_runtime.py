@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from buildsys.index_writer import render_index
-from kernelpack import catalog, cli, loader
+from kernelpack.cli import main as cli
 from kernelpack.errors import KernelpackWarning, UsageError
-from kernelpack.index import SCHEMA_VERSION, Index
+from kernelpack.formats.index import SCHEMA_VERSION, Index
+from kernelpack.loader import catalog
+from kernelpack.loader import load as loader
 
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs"
 

@@ -15,7 +15,7 @@ from builder_env import builder_env
 
 from buildsys import REPO_ROOT
 from buildsys.index_writer import read_index
-from buildsys.wheels import read_wheel
+from buildsys.wheelfile import read_wheel
 
 EXAMPLE = REPO_ROOT / "examples" / "vecops"
 TARGETS = "gfx942,gfx1100"

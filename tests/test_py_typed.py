@@ -31,4 +31,4 @@ def test_py_typed_lands_in_the_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyP
     )
     shipped = {Path(target).relative_to(tmp_path).as_posix() for target in mapping.values()}
     assert "kernelpack/py.typed" in shipped
-    assert "kernelpack/loader.py" in shipped
+    assert "kernelpack/loader/load.py" in shipped

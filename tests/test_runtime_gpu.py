@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from kernelpack.cache import DiskCache
 from kernelpack.errors import KernelpackWarning, RuntimeLibraryError, UsageError
-from kernelpack.index import Image, Index
+from kernelpack.formats.index import Image, Index
+from kernelpack.loader.cache import DiskCache
 
 SOURCE = r"""
 __global__ void axpy(float *y, const float *x, float a, int n) {
@@ -191,8 +191,8 @@ def make_loader(
     wrap: Callable[[Any], Any] = lambda r: r,
     compilers: Any = None,
 ) -> Any:
-    from kernelpack.cuda import CudaRuntime
-    from kernelpack.loader import Loader
+    from kernelpack.backends.cuda import CudaRuntime
+    from kernelpack.loader.load import Loader
 
     index, root = package
     return Loader(
@@ -207,7 +207,7 @@ def make_loader(
 
 def native_built() -> bool:
     try:
-        from kernelpack import _launcher  # noqa: F401
+        from kernelpack.backends import _launcher  # noqa: F401
     except ImportError:
         return False
     return True
@@ -217,7 +217,9 @@ BINDINGS = [
     "ctypes",
     pytest.param(
         "native",
-        marks=pytest.mark.skipif(not native_built(), reason="kernelpack._launcher not built"),
+        marks=pytest.mark.skipif(
+            not native_built(), reason="kernelpack.backends._launcher not built"
+        ),
     ),
 ]
 
@@ -381,7 +383,7 @@ def test_ptx_path_compiles_once_per_machine(
 
 
 def nvrtc_or_skip() -> Any:
-    from kernelpack.rtc import open_compiler
+    from kernelpack.backends.rtc import open_compiler
 
     try:
         return open_compiler("nvidia")

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from capped import ADDRESS_SPACE_CAP, WHEELS, assert_one_line_refusal, run_capped
 
-from kernelpack import cli
+from kernelpack.cli import main as cli
 from kernelpack.errors import SweepError, UsageError
 from kernelpack.sweep import engine, store
 from kernelpack.sweep.spec import load_spec

@@ -1,6 +1,6 @@
 """Target ids, the runtimes' compatibility rules, the target parser and image selection.
 
-Every fact about a processor is checked against a source other than kernelpack.processors' own table:
+Every fact about a processor is checked against a source other than kernelpack.targets.processors' own table:
 LLVM's ELF.h (EF_AMDGPU_MACH values, KFD versions), LLVM's AMDGPUUsage.rst processor and generic
 processor tables (features, generic families, wave sizes), ROCm clr's GenericTargetMapping, each
 transcribed below by hand, and the provisioned compiler's own list of processors (a toolchain test).
@@ -16,18 +16,9 @@ from typing import cast
 
 import pytest
 
-from kernelpack.coverage import coverage
+from kernelpack.cli.coverage import coverage
 from kernelpack.errors import UsageError
-from kernelpack.index import Image
-from kernelpack.processors import (
-    AMD_BY_MACH,
-    AMD_BY_NAME,
-    AMD_PROCESSORS,
-    FEATURES,
-    NVIDIA_ARCHS,
-    AmdProcessor,
-    NvidiaArch,
-)
+from kernelpack.formats.index import Image
 from kernelpack.targets import (
     NvidiaTarget,
     TargetId,
@@ -41,6 +32,15 @@ from kernelpack.targets import (
     runs_code_object_v6,
     select_image,
     split_gfx_target_version,
+)
+from kernelpack.targets.processors import (
+    AMD_BY_MACH,
+    AMD_BY_NAME,
+    AMD_PROCESSORS,
+    FEATURES,
+    NVIDIA_ARCHS,
+    AmdProcessor,
+    NvidiaArch,
 )
 
 SPECIFIC = [p for p in AMD_PROCESSORS if not p.is_generic]
@@ -641,7 +641,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
 def test_recorded_gpus_get_a_native_image_with_no_override(
     fixture: str, hardware: str, loads: str
 ) -> None:
-    from kernelpack.detect import detect_gpus
+    from kernelpack.devices.detect import detect_gpus
 
     gpus = detect_gpus(sysfs_root=FIXTURES / fixture, environ={})
     assert gpus[0].hardware == hardware and not gpus[0].override
@@ -656,7 +656,7 @@ def test_recorded_gpus_get_a_native_image_with_no_override(
 def test_the_targets_command_prints_the_coverage_as_json(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from kernelpack import cli
+    from kernelpack.cli import main as cli
 
     assert cli.main(["targets", "--json", "--targets", "gfx1030,gfx11-generic,sm_90"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -668,7 +668,7 @@ def test_the_targets_command_prints_the_coverage_as_json(
 
 
 def test_the_targets_command_refuses_an_unknown_target(capsys: pytest.CaptureFixture[str]) -> None:
-    from kernelpack import cli
+    from kernelpack.cli import main as cli
 
     assert cli.main(["targets", "--targets", "gfx1110"]) == 2
     err = capsys.readouterr().err

@@ -914,10 +914,10 @@ def test_reference_selects_like_the_numpy_walker() -> None:
 
 
 def test_gpu_arrays_are_told_from_host_arrays() -> None:
-    """run reads shifts and dirs in place when kernelpack.arrays calls them GPU arrays: objects
+    """run reads shifts and dirs in place when kernelpack.devices.arrays calls them GPU arrays: objects
     with __cuda_array_interface__, or DLPack producers on CUDA, ROCm or managed memory; numpy
     arrays, CPU torch tensors and page-locked host memory (DLPack 3 and 11) are host arrays."""
-    from kernelpack.arrays import is_gpu_array
+    from kernelpack.devices.arrays import is_gpu_array
 
     class Interface:
         @property

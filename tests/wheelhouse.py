@@ -16,7 +16,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from buildsys.wheels import write_wheel
+from buildsys.wheelfile import write_wheel
 
 _DROPPED = ("INSTALLER", "RECORD", "REQUESTED", "direct_url.json")
 

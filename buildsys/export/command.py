@@ -20,9 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from kernelpack._console import print_json, print_table
-from kernelpack.atomic import atomic_write
+from kernelpack.files.atomic import atomic_write
 
+from ..build import build
+from ..cache import sha256_hex
 from ..errors import ExportError
+from ..report import failure_error, print_summary
 from ..settings import add_arguments as add_settings_arguments
 from ..settings import environment_epoch, require_writable_folder, resolve_settings
 from . import c, rust
@@ -82,9 +85,6 @@ def main_export(args: argparse.Namespace) -> int:
     if args.from_folder is not None:
         folder = Path(args.from_folder).expanduser()
     else:
-        from ..build import build
-        from ..report import failure_error, print_summary
-
         settings = resolve_settings(args, command="build")
         result = build(settings, progress=True)
         if not args.json:
@@ -158,8 +158,6 @@ def export_report(
     build_counts: dict[str, int] | None,
 ) -> dict[str, Any]:
     """What ``--json`` prints: the files written, the modules with their images, the build."""
-    from ..cache import sha256_hex
-
     return {
         "lang": lang,
         "out": str(out),

@@ -1,8 +1,8 @@
 """What an export holds, language by language the same: read off a build output folder.
 
-:func:`read_export` reads the index a build wrote (``_index.py``, kernelpack/index.py's schema) and
+:func:`read_export` reads the index a build wrote (``_index.py``, kernelpack/formats/index.py's schema) and
 the image files it names, each checked against the index's sha256 on the way
-(kernelpack.images.read_image), and gives one :class:`ExportModule` per module: its kernel names
+(kernelpack.loader.images.read_image), and gives one :class:`ExportModule` per module: its kernel names
 (the loader's lookup names, docs/loader.md), its AMD bundle as the build wrote it (the CCOB file
 ``hipModuleLoadData`` takes, with each target's place and sha256 inside it), its NVIDIA cubins and
 PTX, each image's symbols, and the NVIDIA selection table.
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelpack.errors import FormatError, UsageError
+from kernelpack.files.regular import read_regular
 from kernelpack.formats import BundleEntry
-from kernelpack.images import read_image, sha256_hex, verify_image
-from kernelpack.index import Image, Index
-from kernelpack.regular_files import read_regular
+from kernelpack.formats.index import Image, Index
+from kernelpack.loader.images import read_image, sha256_hex, verify_image
 from kernelpack.targets import NvidiaTarget, parse_target, select_image
 
 from ..index_writer import DEVICE_DIR, INDEX_FILE, read_index

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelpack._console import print_json, print_table
-from kernelpack.atomic import atomic_write
 from kernelpack.errors import UsageError
+from kernelpack.files.atomic import atomic_write
 
 from ..settings import require_writable_folder
 from .compat import compat_headers

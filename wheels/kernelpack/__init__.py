@@ -22,8 +22,8 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .loaded import Kernel, Module
-    from .loader import load
+    from .loader.load import load
+    from .loader.module import Kernel, Module
 
 __all__ = [
     "CompileError",
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 # Imported on first use, so that `import kernelpack` does not import the loader.
-_LAZY = {"load": "loader", "Module": "loaded", "Kernel": "loaded"}
+_LAZY = {"load": "loader.load", "Module": "loader.module", "Kernel": "loader.module"}
 
 
 def __getattr__(name: str) -> Any:

@@ -12,8 +12,10 @@ characters as escapes, and rich gets each cell as plain :class:`rich.text.Text`,
 
 from __future__ import annotations
 
+import json  # imported here: the loader imports this module, and a launch needs no JSON
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -72,8 +74,6 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[obje
 
 
 def print_json(value: Any) -> None:
-    import json  # imported here: the loader imports this module, and a launch needs no JSON
-
     print(json.dumps(value, indent=2, sort_keys=True))
 
 
@@ -97,8 +97,6 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
         return SIGPIPE_STATUS
     except KernelpackError as error:
         if debug_enabled():
-            import traceback
-
             traceback.print_exc()
         message = "\n".join(printable(line) for line in str(error).split("\n"))
         print(f"error: {message}", file=sys.stderr)

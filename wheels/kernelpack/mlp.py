@@ -26,13 +26,15 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from . import arrays, mlp_hot
-from .arrays import Array
+from . import mlp_hot
+from .devices import arrays
+from .devices.arrays import Array
 from .errors import UsageError
-from .mlp_hot import HOT, SPECS
+from .mlp_hot import HOT
 from .mlp_launch import (
     KERNEL_TYPE,
     MAX_ROW,
+    SUPPORTED,
     launch_add_rms_norm,
     launch_rms_norm,
     launch_silu_and_mul,
@@ -40,8 +42,6 @@ from .mlp_launch import (
 )
 
 __all__ = ["fused_add_rms_norm", "rms_norm", "silu_and_mul", "swiglu"]
-
-SUPPORTED = ", ".join(KERNEL_TYPE)
 
 
 def _check_dtype(array: Array) -> None:
@@ -116,51 +116,6 @@ def _output(out: object, like: Array, shape: tuple[int, ...]) -> Array | None:
 # ---- torch tensors: the hot path (kernelpack.mlp_hot) and the checked launches ----------------
 
 
-class TorchPlan:
-    """What torch calls on one (dtype, device) need, found once: the device's and dtype's names
-    and torch's raw current-stream accessor (read on every call: a capture or a
-    ``torch.cuda.stream`` block changes it)."""
-
-    __slots__ = ("device", "dtype", "empty_like", "index", "stream")
-
-    def __init__(self, device: str, dtype: str, index: int, torch: Any) -> None:
-        self.device = device
-        self.dtype = dtype
-        self.index = index
-        self.stream = torch._C._cuda_getCurrentRawStream
-        self.empty_like = torch.empty_like
-
-
-_TORCH_PLANS: dict[tuple[Any, int], TorchPlan] = {}  # (torch dtype, device index) -> plan
-
-
-def torch_plan(tensor: Any) -> TorchPlan:
-    """The plan for a CUDA (or ROCm) torch tensor of a supported dtype; the first one turns the
-    hot calls on."""
-    import torch
-
-    index = tensor.get_device()
-    key = (tensor.dtype, index)
-    plan = _TORCH_PLANS.get(key)
-    if plan is None:
-        vendor = "hip" if torch.version.hip else "cuda"
-        dtype = str(tensor.dtype).removeprefix("torch.")
-        if dtype not in KERNEL_TYPE or index < 0:
-            raise UsageError(f"no kernel for a {dtype} tensor on {tensor.device}")
-        plan = _TORCH_PLANS[key] = TorchPlan(f"{vendor}:{index}", dtype, index, torch)
-        mlp_hot.torch_enable(torch)
-    return plan
-
-
-def torch_run(op: str, *args: Any) -> Any:
-    """``op`` on torch tensors that passed the full checks and are C-contiguous, args as its hot
-    call takes them (tensors, eps, out): its results, allocated unless ``out`` is given. The
-    launch is prepared for the hot calls of the same shape on the way."""
-    plan = torch_plan(args[0])
-    entry = mlp_hot.prepare(op, args[0], plan.device)
-    return mlp_hot.finish(SPECS[op], entry, args, plan.stream(plan.index), plan.empty_like)
-
-
 def _needs_autograd(*tensors: Any) -> bool:
     import torch
 
@@ -171,7 +126,7 @@ def _torch_ops() -> Any:
     """torch.ops.kernelpack, registered on first use (autograd goes through the custom ops)."""
     import torch
 
-    from . import torch_ops
+    from . import torch_ops  # deferred: it imports torch, an optional dependency
 
     torch_ops.register()
     return torch.ops.kernelpack
@@ -193,7 +148,7 @@ def _run(
     first = operands[0]
     if first.on_gpu:
         if first.framework == "torch":
-            mlp_hot.prepare(op, first.value, torch_plan(first.value).device)
+            mlp_hot.prepare(op, first.value, mlp_hot.torch_plan(first.value).device)
         launch(first.device_name, [a.pointer for a in operands], arrays.current_stream(first))
         return
     framework = arrays.gpu_framework()

@@ -1,5 +1,5 @@
 """The MLP ops' hot path for torch tensors: a call's checks, its allocation and its launch in one C
-call (``kernelpack._launcher.TorchHotPath``). Where that extension was not built there is no hot
+call (``kernelpack.backends._launcher.TorchHotPath``). Where that extension was not built there is no hot
 path: every call goes through the full checks, which are the same checks in Python.
 
 Why: at 1 x 4096 a kernel runs for about 2 µs and cuLaunchKernel costs 3.2 µs of the host's time
@@ -22,7 +22,11 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from .devices.argument import DeviceString
+from .devices.arrays import torch_runtime
+from .errors import UsageError
 from .mlp_launch import (
+    KERNEL_TYPE,
     ElementwiseLaunch,
     NormLaunch,
     alignment_of,
@@ -91,7 +95,8 @@ HOT_BELOW_AUTOGRAD: dict[str, Callable[..., Any]] = {op: not_hot for op in SPECS
 def _native_types() -> tuple[Any, Any]:
     """(TorchHotPath, Launcher) of the C extension, or (None, None) where it was not built."""
     try:
-        from ._launcher import Launcher, TorchHotPath
+        # deferred: the C extension, absent where it was not built
+        from .backends._launcher import Launcher, TorchHotPath
     except ImportError:
         return None, None
     return TorchHotPath, Launcher
@@ -241,3 +246,52 @@ def finish(
     if spec.allocates == 0:
         return None
     return results[0] if len(results) == 1 else results
+
+
+# ---- torch tensors that passed the full checks: their plan and launch ---------------------------
+
+
+class TorchPlan:
+    """What torch calls on one (dtype, device) need, found once: the device's and dtype's names
+    and torch's raw current-stream accessor (read on every call: a capture or a
+    ``torch.cuda.stream`` block changes it)."""
+
+    __slots__ = ("device", "dtype", "empty_like", "index", "stream")
+
+    def __init__(self, device: str, dtype: str, index: int, torch: Any) -> None:
+        self.device = device
+        self.dtype = dtype
+        self.index = index
+        self.stream = torch._C._cuda_getCurrentRawStream
+        self.empty_like = torch.empty_like
+
+
+_TORCH_PLANS: dict[tuple[Any, int], TorchPlan] = {}  # (torch dtype, device index) -> plan
+
+
+def torch_plan(tensor: Any) -> TorchPlan:
+    """The plan for a CUDA (or ROCm) torch tensor of a supported dtype; the first one turns the
+    hot calls on."""
+    import torch
+
+    index = tensor.get_device()
+    key = (tensor.dtype, index)
+    plan = _TORCH_PLANS.get(key)
+    if plan is None:
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        if dtype not in KERNEL_TYPE or index < 0:
+            raise UsageError(f"no kernel for a {dtype} tensor on {tensor.device}")
+        plan = _TORCH_PLANS[key] = TorchPlan(
+            DeviceString.of(torch_runtime(torch), index), dtype, index, torch
+        )
+        torch_enable(torch)
+    return plan
+
+
+def torch_run(op: str, *args: Any) -> Any:
+    """``op`` on torch tensors that passed the full checks and are C-contiguous, args as its hot
+    call takes them (tensors, eps, out): its results, allocated unless ``out`` is given. The
+    launch is prepared for the hot calls of the same shape on the way."""
+    plan = torch_plan(args[0])
+    entry = prepare(op, args[0], plan.device)
+    return finish(SPECS[op], entry, args, plan.stream(plan.index), plan.empty_like)

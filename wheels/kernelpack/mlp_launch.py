@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .arrays import pointer_of
+from .devices.arrays import pointer_of
+from .loader.load import load
 
 MODULE = "mlp"
 
 # dtype name -> the template argument of its kernels: mlp.cu defines each op as a template,
 # instantiated per storage type; the index names it so: "mlp::swiglu<float>" (docs/loader.md)
 KERNEL_TYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+SUPPORTED = ", ".join(KERNEL_TYPE)  # the dtypes, for messages
 ITEM_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 # Launch geometry; the constants mirror mlp.cu where they must agree with it.
@@ -175,9 +177,7 @@ def kernel_name(op: str, dtype: str, *arguments: int) -> str:
 def _module(device: str) -> Any:
     module = _MODULES.get(device)
     if module is None:
-        from . import loader
-
-        module = _MODULES[device] = loader.load(MODULE, device=device)
+        module = _MODULES[device] = load(MODULE, device=device)
     return module
 
 
@@ -308,7 +308,7 @@ def elementwise_bytes(op: str, outputs: int, dtype: str) -> int:
 
 def alignment_of(*pointers: Any) -> int:
     """The largest power of two, up to VECTOR_BYTES, that divides every address (ints, or arrays
-    the launcher reads: :func:`kernelpack.arrays.pointer_of`); a null pointer divides by any."""
+    the launcher reads: :func:`kernelpack.devices.arrays.pointer_of`); a null pointer divides by any."""
     bits = 0
     for pointer in pointers:
         bits |= pointer_of(pointer)

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import mlp, mlp_hot, mlp_launch
+from . import mlp_hot, mlp_launch
 from .errors import UsageError
 
 NAMESPACE = "kernelpack"
@@ -88,7 +88,7 @@ def _dtype(name: str, tensor: torch.Tensor) -> str:
     if found is None:
         raise UsageError(
             f"{name}: dtype {str(tensor.dtype).removeprefix('torch.')} is not supported; "
-            f"expected one of {mlp.SUPPORTED}"
+            f"expected one of {mlp_launch.SUPPORTED}"
         )
     return found
 
@@ -221,7 +221,7 @@ def _swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     result: Any = HOT["swiglu"](gate, up, None)
     if result is NotImplemented:
         _check_swiglu(gate, up)
-        result = mlp.torch_run("swiglu", gate.contiguous(), up.contiguous(), None)
+        result = mlp_hot.torch_run("swiglu", gate.contiguous(), up.contiguous(), None)
     return result  # type: ignore[no-any-return]
 
 
@@ -229,7 +229,7 @@ def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     result: Any = HOT["silu_and_mul"](x, None)
     if result is NotImplemented:
         _check_silu_and_mul(x)
-        result = mlp.torch_run("silu_and_mul", x.contiguous(), None)
+        result = mlp_hot.torch_run("silu_and_mul", x.contiguous(), None)
     return result  # type: ignore[no-any-return]
 
 
@@ -237,7 +237,9 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch
     result: Any = HOT["rms_norm"](x, weight, eps, None)
     if result is NotImplemented:
         _check_norm(x, weight, eps)
-        result = mlp.torch_run("rms_norm", x.contiguous(), weight.contiguous(), float(eps), None)
+        result = mlp_hot.torch_run(
+            "rms_norm", x.contiguous(), weight.contiguous(), float(eps), None
+        )
     return result  # type: ignore[no-any-return]
 
 
@@ -248,7 +250,7 @@ def _add_rms_norm(
     if result is NotImplemented:
         _check_add_rms_norm(x, residual, weight, eps)
         contiguous = (x.contiguous(), residual.contiguous(), weight.contiguous())
-        result = mlp.torch_run("add_rms_norm", *contiguous, float(eps))
+        result = mlp_hot.torch_run("add_rms_norm", *contiguous, float(eps))
     return result  # type: ignore[no-any-return]
 
 
@@ -259,7 +261,7 @@ def _fused_add_rms_norm(
         _check_add_rms_norm(x, residual, weight, eps)
         if not (x.is_contiguous() and residual.is_contiguous()):
             raise UsageError("x: x and residual are updated in place and must be contiguous")
-        mlp.torch_run("fused_add_rms_norm", x, residual, weight.contiguous(), float(eps))
+        mlp_hot.torch_run("fused_add_rms_norm", x, residual, weight.contiguous(), float(eps))
 
 
 def _norm_with_scale(
@@ -278,7 +280,7 @@ def _norm_with_scale(
     rows, cols = _rows(x)
     if cols == 0:
         row_scales.fill_(math.nan)
-    plan = mlp.torch_plan(x)
+    plan = mlp_hot.torch_plan(x)
     device, stream = plan.device, plan.stream(plan.index)
     if residual is None:
         mlp_launch.launch_rms_norm(
@@ -312,7 +314,7 @@ def _swiglu_backward(
     _check_grad(grad, ("gate", gate), gate.shape, "gate's")
     grad, gate, up = grad.contiguous(), gate.contiguous(), up.contiguous()
     grad_gate, grad_up = torch.empty_like(gate), torch.empty_like(up)
-    plan = mlp.torch_plan(gate)
+    plan = mlp_hot.torch_plan(gate)
     stream = plan.stream(plan.index)
     mlp_launch.launch_swiglu_backward(
         plan.device, dtype, gate, up, grad, grad_gate, grad_up, gate.numel(), stream
@@ -326,7 +328,7 @@ def _silu_and_mul_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     grad, x = grad.contiguous(), x.contiguous()
     grad_x = torch.empty_like(x)
     rows, cols = _rows(x)
-    plan = mlp.torch_plan(x)
+    plan = mlp_hot.torch_plan(x)
     stream = plan.stream(plan.index)
     mlp_launch.launch_silu_and_mul_backward(
         plan.device, dtype, x, grad, grad_x, rows, cols // 2, stream
@@ -346,7 +348,7 @@ def _norm_backward(
     rows, cols = _rows(x)
     grad_x = torch.empty_like(x)
     grad_weight = torch.empty_like(weight)
-    plan = mlp.torch_plan(x)
+    plan = mlp_hot.torch_plan(x)
     device, stream = plan.device, plan.stream(plan.index)
     threads = mlp_launch.short_backward_threads(rows, cols, dtype)
     if threads:

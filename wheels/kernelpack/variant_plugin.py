@@ -3,13 +3,13 @@
 Namespace ``kernelpack``; features ``amd_target`` and ``nvidia_target``, whose values are code
 target names as variant property values spell them (``gfx1151``, ``gfx11_generic``, ``sm_90``,
 ``compute_80``). For the GPUs of this machine, found as kernelpack's loader finds them
-(:mod:`kernelpack.detect`: KFD topology, HSA_OVERRIDE_GFX_VERSION, the visible-devices variables,
+(:mod:`kernelpack.devices.detect`: KFD topology, HSA_OVERRIDE_GFX_VERSION, the visible-devices variables,
 NVML or libcuda, KERNELPACK_TARGET), it reports every target whose code runs there, best first by the
 loader's own rule (:func:`kernelpack.targets.supported_targets`), so that an installer picks the
 variant wheel whose images the loader would load.
 
-The provider wheel (``kernelpack-variant-provider``) carries this module with copies of
-detect.py, targets.py and errors.py, and nothing else: an installer runs it before kernelpack is
+The provider wheel (``kernelpack-variant-provider``) carries this module with copies of the
+modules it imports (devices/detect.py, targets/, errors.py, ...: buildsys.variants.provider_modules), and nothing else: an installer runs it before kernelpack is
 installed. Why kernelpack has its own provider rather than the vendors': docs/wheels.md.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .detect import detect_gpus
+from .devices.detect import detect_gpus
 from .targets import known_code_targets, parse_target, supported_targets
 
 NAMESPACE = "kernelpack"

@@ -10,8 +10,8 @@
     out = emu.numpy(y)
     result = emu.walk(program, shifts, dirs, primes, depth, depth1, depth2, target)  # walk.run's
 
-``load`` is :class:`kernelpack.loader.Loader`'s: the package's catalog, the image selected for the
-target by the same rules as on a GPU, its sha256 checked, kernels found by name and launched with
+``load`` is :class:`kernelpack.loader.load.Loader`'s: the package's catalog, the image selected
+for the target by the same rules as on a GPU, its sha256 checked, kernels found by name and launched with
 the index's parameter layout; the emulator (:mod:`._runtime`) stands in for libamdhip64 and the
 GPU. The emulator is tinygrad's (test/mockgpu/amd/emu.py, MIT), never copied into kernelpack: a
 checkout named by KERNELPACK_AMD_EMULATOR (:mod:`._checkout`). It runs the processors of
@@ -29,12 +29,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import arrays
-from ..detect import Gpu
+from ..devices import arrays
+from ..devices.detect import Gpu
 from ..errors import RuntimeLibraryError, UsageError
-from ..loader import Loader
+from ..loader.load import Loader
 from ..targets import TargetId
+from ..walk import gpu
+from ..walk.walker import walker
 from ._checkout import open_checkout
+from ._memory import EmulatorMemory
 from ._runtime import EmulatorRuntime, LaunchRecord
 from ._targets import EMULATED_TARGETS, EmulatedTarget, emulated_target
 
@@ -43,11 +46,10 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from ..loaded import Module
-    from ..rtc import SourceCompiler
+    from ..backends.rtc import SourceCompiler
+    from ..loader.module import Module
     from ..walk.inputs import WalkResult
     from ..walk.walker import WalkCall, Walker
-    from ._memory import EmulatorMemory
 
 __all__ = [
     "EMULATED_TARGETS",
@@ -95,7 +97,7 @@ class DeviceArray:
 
 
 # Kernel.launch reads a pointer argument's address through this cache of per-type getters
-# (kernelpack.arrays.pointer_of, and the C launcher on a miss).
+# (kernelpack.devices.arrays.pointer_of, and the C launcher on a miss).
 arrays.POINTER_GETTERS[DeviceArray] = lambda array: array.address
 
 
@@ -184,10 +186,8 @@ class Emulator:
         return DeviceArray(tuple(array.shape), array.dtype, misalign)
 
     def memory(self) -> EmulatorMemory:
-        """Raw bytes in the emulator's memory through kernelpack.arrays.DeviceMemory's interface,
+        """Raw bytes in the emulator's memory through kernelpack.devices.arrays.DeviceMemory's interface,
         for hosts that work in plain addresses (each buffer a 0xFF-filled DeviceArray's bytes)."""
-        from ._memory import EmulatorMemory
-
         return EmulatorMemory(lambda nbytes: DeviceArray((nbytes,), "uint8"))
 
     @property
@@ -196,11 +196,7 @@ class Emulator:
         dirs on the host, no device), run by the same host code (kernelpack.walk.gpu: pieces,
         the residue and float kernels, the selection kernels) on this target's walk module."""
 
-        from ..walk.walker import walker
-
         def walk(call: WalkCall) -> WalkResult:
-            from ..walk import gpu
-
             if call.device is not None:
                 raise UsageError(
                     f"device: the emulator's walk runs on {self.target.processor}, got "

@@ -33,9 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._elf import Elf
 from ..errors import RuntimeLibraryError
 from ..formats import read_code_object
+from ..formats.elf import Elf
 
 EM_AMDGPU = 224
 SHT_NOBITS = 8
@@ -130,7 +130,7 @@ class KernelCode:
     properties: int  # kernel_code_properties
     kernarg_preload: int
     wavefront: int
-    args: tuple[Any, ...]  # kernelpack.code_objects.KernelArg: explicit and hidden
+    args: tuple[Any, ...]  # kernelpack.formats.code_objects.KernelArg: explicit and hidden
     rewrites: Counter[str] = field(default_factory=Counter)
 
     @property

@@ -4,7 +4,7 @@ libamdhip64 and the GPU.
 The loader does everything it does for a GPU (catalog, selection, sha256, kernel lookup by name,
 the index's parameter layout); this runtime does what HIP does below ``hipModuleLaunchKernel``:
 
-- the launch goes through :func:`kernelpack.launching.ctypes_launcher`, the same checks and packing
+- the launch goes through :func:`kernelpack.backends.launch.ctypes_launcher`, the same checks and packing
   the HIP ctypes path runs, into ``kernelParams`` (one 8-byte slot an argument);
 - like ROCclr, it copies each explicit argument's bytes from its slot to the offset the code
   object's metadata gives, and fills the hidden arguments (block counts, group sizes, remainders,
@@ -28,16 +28,16 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from .. import launching
+from ..backends import launch as launching
+from ..backends.runtime import LoadedModule, Runtime
 from ..errors import RuntimeLibraryError
-from ..runtime import LoadedModule, Runtime
 from ._code import KernelCode, PlacedImage
 from ._lds import LdsReservation
 from ._targets import EmulatedTarget
 
 if TYPE_CHECKING:
-    from .. import args as kargs
-    from ..runtime import FailFn, LaunchFn
+    from ..backends import signature as kargs
+    from ..backends.runtime import FailFn, LaunchFn
     from ._checkout import Checkout
 
 KERNARG_ALIGN = 16

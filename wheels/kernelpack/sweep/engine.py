@@ -26,13 +26,19 @@ import importlib
 import itertools
 import logging
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._console import use_rich
+from ..devices import detect
+from ..devices.argument import device_name
 from ..errors import KernelpackError, NoImageError, SweepError, UsageError
+from ..walk import run, run_numpy
+from ..walk.select import Selection
 from .spec import Spec
 from .store import ShardResult, Store
 
@@ -81,9 +87,6 @@ def _worker_gpu() -> str:
     (LocalCluster names them 0..n-1) in kernelpack's GPU list, modulo the GPUs there are."""
     from distributed import get_worker
 
-    from .. import detect
-    from ..devices import device_name
-
     name = get_worker().name
     gpus = detect.detect_gpus()
     if not gpus:
@@ -116,12 +119,8 @@ def run_shard(spec_json: str, shard: int, backend: str) -> tuple[str, object, st
         }
         started = time.perf_counter()
         if backend == "gpu":
-            from ..walk import run
-
             result = run(program, shifts, dirs, device=_worker_gpu(), **arguments)
         else:
-            from ..walk import run_numpy
-
             result = run_numpy(program, shifts, dirs, **arguments)
         seconds = time.perf_counter() - started
         top = result.top if result.top is not None else _empty(spec)
@@ -136,8 +135,6 @@ def run_shard(spec_json: str, shard: int, backend: str) -> tuple[str, object, st
 
 
 def _empty(spec: Spec) -> Any:
-    from ..walk.select import Selection
-
     return Selection.empty(spec.dim)
 
 
@@ -182,15 +179,11 @@ def _client(options: EngineOptions) -> Any:
                 "the address"
             ) from None
     if options.backend == "gpu":
-        from .. import detect
-
         count = options.workers or len(detect.detect_gpus())
         if count < 1:
             raise UsageError("sweep run --backend gpu: no GPU found; use --backend numpy")
         resources = {"GPU": 1}
     else:
-        import os
-
         count = options.workers or max(1, len(os.sched_getaffinity(0)))
         resources = {}
     try:
@@ -212,8 +205,6 @@ class Progress:
     """Walks done, triples per second and ETA: rich on a terminal, plain lines elsewhere."""
 
     def __init__(self, spec: Spec, done_walks: int) -> None:
-        from .._console import use_rich
-
         self.spec, self.done, self.started, self.new = spec, done_walks, time.monotonic(), 0
         self.last_line = 0.0
         self._bar: Any = None

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import UsageError
-from ..regular_files import read_regular
+from ..files.regular import read_regular
 from ..walk import Program, compile_program
 from ..walk.inputs import MAX_PRIMES, PRIME_LIMIT, check_scalars, is_prime
 from ..walk.targets import parse_target

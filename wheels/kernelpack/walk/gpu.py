@@ -1,10 +1,10 @@
 """The walks on the GPU: the kernels of kernel_sources/walk/walk.cu through kernelpack's loader.
 
-Memory comes from torch or CuPy through kernelpack.arrays.DeviceMemory (the framework of the
+Memory comes from torch or CuPy through kernelpack.devices.arrays.DeviceMemory (the framework of the
 caller's arrays, else whichever is installed, torch first), as raw bytes on that framework's
 current stream; the kernels take plain addresses. Two ways in and out:
 
-- shifts and dirs already on the GPU (torch, CuPy, or any array kernelpack.arrays reads) are
+- shifts and dirs already on the GPU (torch, CuPy, or any array kernelpack.devices.arrays reads) are
   read in place and checked there (walk_bounds); the outputs are whole-batch arrays of that
   framework on that device;
 - numpy in: each piece of the batch is uploaded, and the outputs asked for come back on a second
@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..arrays import Array, DeviceMemory, download, is_gpu_array, wrap
+from ..devices.arrays import Array, DeviceMemory, download, is_gpu_array, wrap
 from ..errors import RuntimeLibraryError, UsageError
+from ..loader import load as loader
 from .inputs import (
     OUTPUTS,
     CheckedWalks,
@@ -296,8 +297,6 @@ def run(call: WalkCall) -> WalkResult:
     ``top_k`` the selection runs on the GPU (kernelpack.walk.select): only the kept walks come
     back to the host.
     """
-    from .. import loader
-
     shifts, dirs, device = call.shifts, call.dirs, call.device
     if is_gpu_array(shifts) or is_gpu_array(dirs):
         if not (is_gpu_array(shifts) and is_gpu_array(dirs)):

@@ -17,8 +17,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from ..arrays import device_string
-from ..devices import Device
+from ..devices.argument import Device
+from ..devices.arrays import device_string
 from ..errors import UsageError
 from .inputs import (
     OUTPUTS,

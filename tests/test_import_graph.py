@@ -1,0 +1,186 @@
+"""The import graph of kernelpack and buildsys: no cycle, imports inside functions only to defer.
+
+Every module's imports are read with ``ast`` (module level, inside functions and classes alike;
+only ``if TYPE_CHECKING:`` bodies, which never run, are left out), resolved to the project's own
+modules, and the graph must be acyclic. Counting the imports inside functions means none of them
+can be what keeps a cycle from showing: each in-function import of a project module is listed in
+DEFERRED_PROJECT with the optional dependency it defers, and each in-function import of anything
+else must be one of the optional or vendor dependencies in DEFERRED_THIRD_PARTY.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ROOTS = {"kernelpack": REPO / "wheels" / "kernelpack", "buildsys": REPO / "buildsys"}
+
+# (importing module, imported module) -> why the import waits for the call
+DEFERRED_PROJECT = {
+    ("kernelpack.mlp", "kernelpack.torch_ops"): "torch_ops imports torch (optional) at import",
+    ("kernelpack.mlp_hot", "kernelpack.backends._launcher"): "a C extension, absent when not built",
+    ("kernelpack.backends.launch", "kernelpack.backends._launcher"): "a C extension, may be absent",
+}
+# top-level names an import inside a function may name, and why: optional dependencies (not in
+# the runtime's requirements, or heavy and needed by one path only) and vendor libraries
+DEFERRED_THIRD_PARTY = {
+    "torch": "optional (kernelpack.torch_ops, kernelpack.nn, the torch path of the ops)",
+    "cupy": "optional array framework",
+    "numpy": "needed by the array paths only; `import kernelpack` stays cheap",
+    "rich": "optional terminal output",
+    "zstandard": "the bundle codec before Python 3.14",
+    "compression": "Python 3.14's zstd, absent before",
+    "distributed": "the sweep extra (Dask)",
+    "dask": "the sweep extra (Dask)",
+    "flint": "the exact extra (python-flint)",
+    "setuptools_scm": "the build backend's version, a build requirement only",
+    "importlib": "loads a module named at run time (the lazy public names, the emulator checkout)",
+}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for root in ROOTS.values():
+        for path in sorted(root.rglob("*.py")):
+            parts = list(path.relative_to(root.parent).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def _imports(tree: ast.AST) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Each import of ``tree`` but those under ``if TYPE_CHECKING:``, and whether it is inside a
+    function."""
+
+    def walk(
+        node: ast.AST, in_function: bool
+    ) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and ast.unparse(child.test) in (
+                "TYPE_CHECKING",
+                "typing.TYPE_CHECKING",
+            ):
+                for other in child.orelse:
+                    yield from walk(other, in_function)
+                continue
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                yield child, in_function
+            inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            yield from walk(child, inner)
+
+    yield from walk(tree, False)
+
+
+def _targets(name: str, path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The absolute names ``node`` imports (a module, or a module's attribute)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join([*package, *([node.module] if node.module else [])])
+    return [f"{base}.{alias.name}" for alias in node.names] + [base]
+
+
+def _project_module(target: str, known: dict[str, Path]) -> str | None:
+    while target and target not in known:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def graph() -> tuple[dict[str, set[str]], list[tuple[str, str, int]], list[tuple[str, str, int]]]:
+    """(edges, in-function imports of project modules, in-function imports of others)."""
+    known = modules()
+    edges: dict[str, set[str]] = {name: set() for name in known}
+    deferred_project, deferred_other = [], []
+    for name, path in known.items():
+        for node, in_function in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = _targets(name, path, node)
+            if targets[-1].split(".")[0] not in ROOTS:
+                if in_function:
+                    deferred_other.append((name, targets[-1], node.lineno))
+                continue
+            named = targets if isinstance(node, ast.Import) else targets[:-1]
+            for target in named:
+                module = target if target in known else None
+                module = module or _project_module(target, known)
+                if module and module != name:
+                    edges[name].add(module)
+            if in_function:
+                deferred_project.append((name, _deepest(targets, known), node.lineno))
+    return edges, deferred_project, deferred_other
+
+
+def _deepest(targets: list[str], known: dict[str, Path]) -> str:
+    """The module an in-function import names: its own (a compiled one, not in ``known``, too)."""
+    for target in targets[:-1]:
+        if target in known or target.rpartition(".")[2].startswith("_"):
+            return target
+    return targets[-1]
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's), and self-loops."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_import_graph_reads_the_real_arrows() -> None:
+    """The reader sees the arrows it must (were it to see none, no cycle would show)."""
+    edges, _, _ = graph()
+    assert "kernelpack.formats.index" in edges["kernelpack.loader.load"]
+    assert "kernelpack.targets" in edges["buildsys.matrix"]
+    assert "buildsys.wheelfile" in edges["buildsys.variants"]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_in_kernelpack_or_buildsys() -> None:
+    edges, _, _ = graph()
+    assert cycles(edges) == []
+
+
+def test_imports_inside_functions_only_defer_an_optional_dependency() -> None:
+    _, project, other = graph()
+    unexplained = [(m, t, line) for m, t, line in project if (m, t) not in DEFERRED_PROJECT]
+    assert unexplained == [], "import these at module level (no cycle needs them inside)"
+    stray = [(m, t, line) for m, t, line in other if t.split(".")[0] not in DEFERRED_THIRD_PARTY]
+    assert stray == [], "import these at module level, or add the optional dependency and why"
+
+
+def test_the_runtime_package_has_rooms() -> None:
+    """At most 15 modules directly in wheels/kernelpack (the generated _index.py among them)."""
+    flat = [p.name for p in ROOTS["kernelpack"].glob("*.py") if p.name != "_index.py"]
+    assert len(flat) + 1 <= 15, sorted(flat)
