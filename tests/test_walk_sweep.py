@@ -1,8 +1,10 @@
 """The sweep contract on the CPU: `python -m kernelpack sweep run|top` with the numpy backend and
 Dask's local cluster. A sweep killed with SIGKILL part-way and resumed holds every shard once and
-the same walks as an uninterrupted sweep; those walks are the rule's (test_walk_select.rule) over
-an independent numpy walk of every walk; `top` ranks them by their exact delta (an independent
-exact walk of each); spec errors and a changed spec are refused with exit 2.
+the same walks, exact deltas included, as an uninterrupted sweep; the top k are the rule's
+(test_walk_select.rule) over an independent numpy walk of every walk, the hits the screen's
+candidates whose exact delta (an independent exact walk of each) reaches min_delta; the store's
+exact deltas are those, and `top` ranks by them; spec errors and a changed spec are refused with
+exit 2.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ depth1 = 60
 primes = [2147483647, 2147483629, 65537]
 shifts = [[1, 12], [1, 10]]
 dirs = [[1, 3], [1, 4]]
-min_delta = 0.02
+min_delta = -0.998
 top_k = 15
 shard_walks = 96
 """
@@ -61,7 +63,8 @@ def sweep(*args: str, **options: object) -> subprocess.CompletedProcess[str]:
 def rows(folder: Path) -> list[tuple[object, ...]]:
     with sqlite3.connect(folder / "sweep.sqlite") as db:
         return db.execute(
-            "SELECT walk, shard, hit, top, est, delta, shifts, dirs FROM walks ORDER BY walk"
+            "SELECT walk, shard, hit, top, est, delta, shifts, dirs, delta_exact, digits, beyond, "
+            "note FROM walks ORDER BY walk"
         ).fetchall()
 
 
@@ -124,15 +127,32 @@ def test_sweep_killed_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) ->
     # the same rows except the wall-clock columns; every walk once (walk is the primary key)
     assert rows(killed) == rows(whole)
 
-    # what was kept is the rule over every walk, walked independently in one numpy call
+    # what was kept: the top k are the screen rule's over every walk (walked independently in
+    # one numpy call); the hits the screen's candidates whose exact delta reaches min_delta
     shifts, dirs = spec.walk_arrays(0, spec.walks)
     full = run_numpy(
         spec.program(), shifts, dirs, spec.primes, spec.depth, spec.depth1, spec.depth, spec.target
     )
     kept = rows(whole)
+    spec_value = lambda: mp.mpf(spec.target)  # noqa: E731 (the float's exact binary value)
+
+    def exact(walk: int) -> tuple[float, int]:
+        return walk_delta(
+            spec.matrix,
+            spec.axes,
+            shifts[walk].tolist(),
+            dirs[walk].tolist(),
+            spec.depth,
+            spec_value,
+        )
+
+    candidates, _ = rule(full.alive, full.delta2, spec.min_delta, 0)
+    measured = {
+        int(w): exact(int(w)) for w in {*(candidates or []), *(int(str(r[0])) for r in kept)}
+    }
     hits = [r[0] for r in kept if r[2]]
-    expected_hits, _ = rule(full.alive, full.delta2, spec.min_delta, 0)
-    assert sorted(hits) == sorted(expected_hits or [])
+    expected_hits = [w for w in candidates or [] if measured[int(w)][0] >= spec.min_delta]
+    assert sorted(hits) == sorted(expected_hits) and hits  # some hits, chosen by exact delta
     for shard in range(spec.shards):
         start, stop = spec.shard_range(shard)
         _, top = rule(full.alive[start:stop], full.delta2[start:stop], None, spec.top_k)
@@ -140,31 +160,24 @@ def test_sweep_killed_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) ->
             start + i for i in sorted(top)
         ]
     assert all(json.loads(str(r[6])) == shifts[int(str(r[0]))].tolist() for r in kept)
+    # the store's exact deltas and digits are the independent exact walk's
+    for row in kept:
+        delta, digits = measured[int(str(row[0]))]
+        assert abs(float(str(row[8])) - delta) <= 1e-9 and row[9] == digits, row
+        assert row[10] == 0 and row[11] == ""
 
-    # top ranks every kept walk by its exact delta (an independent exact walk of each here)
+    # top ranks every kept walk by its stored exact delta
     best = sweep("top", str(whole), "--json", "-k", "5")
     assert best.returncode == 0, best.stderr
     report = json.loads(best.stdout)
-    assert report["ranked_by"] == "delta_exact" and report["exact_over"] == len(kept)
+    assert report["ranked_by"] == "delta_exact"
     listed = report["top"]
-    spec_value = lambda: mp.mpf(spec.target)  # noqa: E731 (the float's exact binary value)
-    exact = {
-        int(str(r[0])): walk_delta(
-            spec.matrix,
-            spec.axes,
-            shifts[int(str(r[0]))].tolist(),
-            dirs[int(str(r[0]))].tolist(),
-            spec.depth,
-            spec_value,
-        )
-        for r in kept
-    }
-    overall = sorted(exact, key=lambda w: (-exact[w][0], w))[:5]
+    overall = sorted((int(str(r[0])) for r in kept), key=lambda w: (-measured[w][0], w))[:5]
     assert [w["walk"] for w in listed] == overall
     assert [w["dir"] for w in listed] == [dirs[i].tolist() for i in overall]
     for row in listed:
-        assert abs(row["delta_exact"] - exact[row["walk"]][0]) <= 1e-9
-        assert row["digits"] == exact[row["walk"]][1]
+        assert abs(row["delta_exact"] - measured[row["walk"]][0]) <= 1e-9
+        assert row["digits"] == measured[row["walk"]][1]
     np.testing.assert_array_equal([w["delta"] for w in listed], full.delta2[overall])
 
 

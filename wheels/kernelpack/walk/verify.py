@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +20,7 @@ import numpy.typing as npt
 from ..errors import UsageError
 from .exact_walk import BeyondTargetError, integer_walk, measure
 from .program import Program
+from .select import Selection
 from .targets import parse_target
 
 
@@ -76,10 +77,15 @@ def verify(
 ) -> Verified:
     """The exact measures of walks (n, dim) ``shifts``/``dirs`` at ``depth`` (module docstring)."""
     goal = parse_target(target)
-    rows = [
-        verify_one(program, shift, direction, depth, goal)
-        for shift, direction in zip(shifts.tolist(), dirs.tolist(), strict=True)
-    ]
+    return _verified(
+        [
+            verify_one(program, shift, direction, depth, goal)
+            for shift, direction in zip(shifts.tolist(), dirs.tolist(), strict=True)
+        ]
+    )
+
+
+def _verified(rows: Sequence[tuple[float, int, bool, str]]) -> Verified:
     return Verified(
         np.array([r[0] for r in rows], dtype=np.float64),
         np.array([r[1] for r in rows], dtype=np.int64),
@@ -88,22 +94,56 @@ def verify(
     )
 
 
-def rank_key(beyond: bool, delta_exact: float, screen: float, walk: int) -> tuple[int, float, int]:
-    """The ranking of verified walks: beyond the target first (by screen delta), then by exact
-    delta, then those with no exact delta for another reason; ties by walk number."""
+def rank_key(beyond: bool, delta_exact: float, walk: int) -> tuple[int, float, int]:
+    """The ranking of verified walks: beyond the target first, then by exact delta (NaN: none),
+    then those with no exact delta for another reason; ties by walk number (the sweep store's
+    ORDER BY is the same)."""
     if beyond:
-        return (0, -screen if not math.isnan(screen) else 0.0, walk)
+        return (0, 0.0, walk)
     if not math.isnan(delta_exact):
         return (1, -delta_exact, walk)
     return (2, 0.0, walk)
 
 
-def order(
-    verified: Verified, screen: npt.NDArray[np.float64], walk: npt.NDArray[np.int64]
-) -> npt.NDArray[np.int64]:
+def order(verified: Verified, walk: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Row indices of ``verified`` best first (:func:`rank_key`)."""
     keys = [
-        rank_key(bool(b), float(d), float(s), int(w))
-        for b, d, s, w in zip(verified.beyond, verified.delta, screen, walk, strict=True)
+        rank_key(bool(b), float(d), int(w))
+        for b, d, w in zip(verified.beyond, verified.delta, walk, strict=True)
     ]
     return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
+
+
+def verify_kept(
+    program: Program,
+    hits: Selection | None,
+    top: Selection | None,
+    depth: int,
+    target: object,
+    min_delta: float | None,
+) -> tuple[Selection | None, Selection | None]:
+    """A search's kept walks verified (each walk once): ``top`` with its exact measures, best
+    first by :func:`order`; ``hits`` the screen's candidates whose exact delta reaches
+    ``min_delta`` (or that are beyond the target), best first."""
+    goal = parse_target(target)
+    known: dict[int, tuple[float, int, bool, str]] = {}
+    verified: list[Selection | None] = []
+    for selection in (hits, top):
+        if selection is None:
+            verified.append(None)
+            continue
+        rows = []
+        for walk, shift, direction in zip(
+            selection.walk.tolist(), selection.shifts.tolist(), selection.dirs.tolist(), strict=True
+        ):
+            if walk not in known:
+                known[walk] = verify_one(program, shift, direction, depth, goal)
+            rows.append(known[walk])
+        measured = _verified(rows)
+        with_exact = replace(selection, verified=measured)
+        verified.append(with_exact.take(order(measured, selection.walk)))
+    found_hits, found_top = verified
+    if found_hits is not None and found_hits.verified is not None:
+        threshold = -math.inf if min_delta is None else min_delta
+        found_hits = found_hits.take(np.flatnonzero(found_hits.verified.reaches(threshold)))
+    return found_hits, found_top
