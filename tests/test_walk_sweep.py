@@ -150,8 +150,10 @@ def test_sweep_killed_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) ->
     measured = {
         int(w): exact(int(w)) for w in {*(candidates or []), *(int(str(r[0])) for r in kept)}
     }
-    hits = [r[0] for r in kept if r[2]]
-    expected_hits = [w for w in candidates or [] if measured[int(w)][0] >= spec.min_delta]
+    hits = [int(str(r[0])) for r in kept if r[2]]
+    assert spec.min_delta is not None
+    threshold = spec.min_delta
+    expected_hits = [int(w) for w in candidates or [] if measured[int(w)][0] >= threshold]
     assert sorted(hits) == sorted(expected_hits) and hits  # some hits, chosen by exact delta
     for shard in range(spec.shards):
         start, stop = spec.shard_range(shard)
