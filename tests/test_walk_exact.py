@@ -425,3 +425,46 @@ def test_a_walk_closer_than_a_float_target_resolves_ranks_first(tmp_path: Path) 
     assert (best["shift"], best["dir"]) == ([1], [1])
     assert best["delta_exact"] is None and "resolves numbers only to about" in best["note"]
     assert second["delta_exact"] is not None
+
+
+def test_run_with_exact_carries_the_exact_delta_of_kept_walks() -> None:
+    """run_numpy(..., exact=True) (the walkers share it): the top k and hits carry each walk's
+    exact delta and digits (an independent exact walk of each), ranked by it; the hits are the
+    screen's candidates whose exact delta reaches min_delta; without exact, none is measured."""
+    matrix = [["0", "-n**6"], ["1", "34*n**3 + 51*n**2 + 27*n + 5"]]
+    program = compile_program(matrix, ["n"])
+    shifts = [[s] for s in range(1, 5) for _ in range(3)]
+    dirs = [[d] for _ in range(1, 5) for d in range(1, 4)]
+    arguments = {
+        "primes": largest_primes(8),
+        "depth": 200,
+        "depth1": 100,
+        "depth2": 200,
+        "target": "6/zeta(3) - 5",
+        "min_delta": 0.0,
+        "top_k": 6,
+    }
+    screen = run_numpy(program, shifts, dirs, **arguments)  # type: ignore[arg-type]
+    assert screen.top is not None and screen.top.verified is None
+    found = run_numpy(program, shifts, dirs, **arguments, exact=True)  # type: ignore[arg-type]
+    assert found.top is not None and found.top.verified is not None
+    assert found.hits is not None and found.hits.verified is not None
+    assert sorted(found.top.walk.tolist()) == sorted(screen.top.walk.tolist())
+    expected = {
+        walk: walk_delta(matrix, ["n"], shifts[walk], dirs[walk], 200, lambda: 6 / mp.zeta(3) - 5)
+        for walk in range(len(shifts))
+    }
+    for selection in (found.top, found.hits):
+        assert selection.verified is not None
+        walks = selection.walk.tolist()
+        assert walks == sorted(walks, key=lambda w: (-expected[w][0], w))
+        for i, walk in enumerate(walks):
+            assert abs(selection.verified.delta[i] - expected[walk][0]) <= 1e-9
+            assert selection.verified.digits[i] == expected[walk][1]
+    assert screen.hits is not None
+    assert sorted(found.hits.walk.tolist()) == sorted(
+        w for w in screen.hits.walk.tolist() if expected[w][0] >= 0.0
+    )
+    assert found.top.walk[0] == 0  # shift 1 dir 1
+    with pytest.raises(UsageError, match=r"^exact: expected True or False"):
+        run_numpy(program, shifts, dirs, **arguments, exact="yes")  # type: ignore[arg-type]

@@ -291,3 +291,31 @@ def test_walks_are_the_product_of_the_ranges_in_order(tmp_path: Path) -> None:
         shifts, dirs = spec.walk_arrays(start, stop)
         assert shifts.flags.c_contiguous and dirs.flags.c_contiguous
         assert np.hstack([shifts, dirs]).tolist() == [list(r) for r in rows[start:stop]]
+
+
+def test_a_local_gpu_cluster_verifies_on_cpu_workers_of_its_own() -> None:
+    """--backend gpu's local cluster: workers 0..n-1 hold GPU=1 (worker i walks on GPU i), the
+    verifiers VERIFY=1; a task asking for VERIFY runs on a verifier, never on a GPU worker."""
+    distributed = pytest.importorskip("distributed")
+    from kernelpack.sweep import engine
+
+    cluster = engine._gpu_cluster(distributed, 1, 2)
+    try:
+        with distributed.Client(cluster) as client:
+            client.wait_for_workers(3, timeout=60)
+            info = client.scheduler_info()["workers"]
+            names = {address: w["name"] for address, w in info.items()}
+            assert sorted(str(n) for n in names.values()) == ["0", "verify-0", "verify-1"]
+            assert {str(w["name"]): w["resources"] for w in info.values()} == {
+                "0": {"GPU": 1},
+                "verify-0": {"VERIFY": 1},
+                "verify-1": {"VERIFY": 1},
+            }
+            pids = client.run(os.getpid)
+            ran = client.gather(
+                [client.submit(os.getpid, pure=False, resources={"VERIFY": 1}) for _ in range(6)]
+            )
+            verifiers = {pids[a] for a, n in names.items() if str(n).startswith("verify-")}
+            assert set(ran) <= verifiers
+    finally:
+        cluster.close()
