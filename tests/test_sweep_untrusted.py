@@ -28,6 +28,7 @@ from kernelpack.sweep import engine, store
 from kernelpack.sweep.spec import load_spec
 from kernelpack.sweep.store import ShardResult, Store
 from kernelpack.walk.select import Selection
+from kernelpack.walk.verify import Verified
 
 SPEC = """\
 matrix = [["2*x + y + 1", "-(x + 1)**2 * y"], ["1", "0"]]
@@ -130,6 +131,7 @@ def _selection(walks: range) -> Selection:
         np.linspace(1.0, 0.0, n),
         np.ones((n, 2), np.int64),
         np.full((n, 2), 2, np.int64),
+        Verified(np.linspace(0.5, 0.0, n), np.full(n, 3), np.zeros(n, bool), ("",) * n),
     )
 
 
@@ -189,7 +191,8 @@ def test_a_bounded_window_keeps_every_shard_once(
         submit = made.submit
 
         def recorded(*args: object, **kwargs: object) -> object:
-            submitted.append(str(kwargs["key"]))
+            if str(kwargs["key"]).startswith("shard-"):  # the screens (each has its verify-)
+                submitted.append(str(kwargs["key"]))
             return submit(*args, **kwargs)
 
         made.submit = recorded
@@ -527,3 +530,26 @@ def test_a_lost_scheduler_is_one_line_and_loses_nothing(
     assert message.startswith(f"sweep: lost the Dask scheduler at {cluster.scheduler_address}")
     assert "\n" not in message and "rerun the same command to resume" in message
     assert 3 <= done[0] < spec.shards and done[0] == done[1]
+
+
+def test_a_store_of_schema_1_is_refused_in_one_line_saying_what_to_do(
+    tmp_path: Path, spec_path: Path
+) -> None:
+    """A folder written before exact verification (no meta.schema, no exact columns): `run`
+    (resuming) and `top` say which schema it holds and what to do, exit 2."""
+    out = tmp_path / "out"
+    _store(spec_path, out).close()
+    database = out / "sweep.sqlite"
+    with sqlite3.connect(database) as db:
+        db.execute("DELETE FROM meta WHERE key = 'schema'")
+        db.execute("DROP INDEX walks_by_exact")
+        for column in ("delta_exact", "digits", "beyond", "note"):
+            db.execute(f"ALTER TABLE walks DROP COLUMN {column}")
+    for args in (
+        ["sweep", "run", str(spec_path), "--out", str(out), "--backend", "numpy", "--workers", "1"],
+        ["sweep", "top", str(out)],
+    ):
+        result = run_capped(args, timeout=20)
+        assert_one_line_refusal(result)
+        assert f"{database}: a sweep store of schema 1" in result.stderr, result.stderr
+        assert "run the spec again into a new --out folder" in result.stderr

@@ -868,6 +868,7 @@ def test_walkers_share_one_signature() -> None:
         "outputs",
         "min_delta",
         "top_k",
+        "exact",
     ]
     for walker in _walkers():
         assert list(inspect.signature(walker).parameters) == expected, walker.__name__

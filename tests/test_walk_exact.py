@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -348,15 +349,19 @@ depth = 1000
 primes = 8
 shifts = [[1, 6]]
 dirs = [[1, 4]]
+min_delta = 0.0
 top_k = 24
 shard_walks = 8
 """
 
 
 def test_apery_sweep_ranks_shift_1_dir_1_best_by_its_exact_delta(tmp_path: Path) -> None:
-    """A numpy-backend sweep of Apery's field (depth 1000, 24 walks in 3 shards): sweep top
-    ranks by exact delta; its rows, best first, are an independent exact CPU evaluation of
-    every walk of the sweep, and the best is shift 1 dir 1, Apery's own walk."""
+    """A numpy-backend sweep of Apery's field (depth 1000, 24 walks in 3 shards): the store
+    records each walk's exact delta and digits as its shard commits, equal to an independent
+    exact CPU evaluation of every walk; the hits are the walks whose exact delta reaches
+    min_delta among the screen's candidates; sweep top ranks by the stored exact delta, and the
+    best is shift 1 dir 1, Apery's own walk, which the screen saw as closer than float64
+    resolves."""
     spec_path = tmp_path / "spec.toml"
     spec_path.write_text(APERY_SWEEP)
     spec = load_spec(spec_path)
@@ -388,7 +393,18 @@ def test_apery_sweep_ranks_shift_1_dir_1_best_by_its_exact_delta(tmp_path: Path)
     best = rows[0]
     assert (best["shift"], best["dir"]) == ([1], [1])
     assert abs(best["delta_exact"] - 0.0861006157164428) < 1e-12 and best["digits"] == 3064
-    assert best["delta"] < best["delta_exact"] - 1  # the screen's float64 floor, far below
+    assert best["delta"] == math.inf  # the screen: closer than float64 resolves
+    # the store itself holds them, recorded at commit; hits by exact delta
+    with sqlite3.connect(tmp_path / "out" / "sweep.sqlite") as db:
+        stored = db.execute("SELECT walk, delta_exact, digits, hit, delta FROM walks").fetchall()
+    assert sorted(w for w, *_ in stored) == list(range(spec.walks))
+    for walk, delta_exact, digits, _, _ in stored:
+        assert abs(delta_exact - expected[walk][0]) <= 1e-9 and digits == expected[walk][1]
+    screened = [w for w, _, _, _, screen in stored if screen >= 0.0]  # the screen's candidates
+    assert 0 in screened
+    assert sorted(w for w, _, _, hit, _ in stored if hit) == sorted(
+        w for w in screened if expected[w][0] >= 0.0
+    )
 
 
 def test_a_walk_closer_than_a_float_target_resolves_ranks_first(tmp_path: Path) -> None:
@@ -409,3 +425,46 @@ def test_a_walk_closer_than_a_float_target_resolves_ranks_first(tmp_path: Path) 
     assert (best["shift"], best["dir"]) == ([1], [1])
     assert best["delta_exact"] is None and "resolves numbers only to about" in best["note"]
     assert second["delta_exact"] is not None
+
+
+def test_run_with_exact_carries_the_exact_delta_of_kept_walks() -> None:
+    """run_numpy(..., exact=True) (the walkers share it): the top k and hits carry each walk's
+    exact delta and digits (an independent exact walk of each), ranked by it; the hits are the
+    screen's candidates whose exact delta reaches min_delta; without exact, none is measured."""
+    matrix = [["0", "-n**6"], ["1", "34*n**3 + 51*n**2 + 27*n + 5"]]
+    program = compile_program(matrix, ["n"])
+    shifts = [[s] for s in range(1, 5) for _ in range(3)]
+    dirs = [[d] for _ in range(1, 5) for d in range(1, 4)]
+    arguments = {
+        "primes": largest_primes(8),
+        "depth": 200,
+        "depth1": 100,
+        "depth2": 200,
+        "target": "6/zeta(3) - 5",
+        "min_delta": 0.0,
+        "top_k": 6,
+    }
+    screen = run_numpy(program, shifts, dirs, **arguments)  # type: ignore[arg-type]
+    assert screen.top is not None and screen.top.verified is None
+    found = run_numpy(program, shifts, dirs, **arguments, exact=True)  # type: ignore[arg-type]
+    assert found.top is not None and found.top.verified is not None
+    assert found.hits is not None and found.hits.verified is not None
+    assert sorted(found.top.walk.tolist()) == sorted(screen.top.walk.tolist())
+    expected = {
+        walk: walk_delta(matrix, ["n"], shifts[walk], dirs[walk], 200, lambda: 6 / mp.zeta(3) - 5)
+        for walk in range(len(shifts))
+    }
+    for selection in (found.top, found.hits):
+        assert selection.verified is not None
+        walks = selection.walk.tolist()
+        assert walks == sorted(walks, key=lambda w: (-expected[w][0], w))
+        for i, walk in enumerate(walks):
+            assert abs(selection.verified.delta[i] - expected[walk][0]) <= 1e-9
+            assert selection.verified.digits[i] == expected[walk][1]
+    assert screen.hits is not None
+    assert sorted(found.hits.walk.tolist()) == sorted(
+        w for w in screen.hits.walk.tolist() if expected[w][0] >= 0.0
+    )
+    assert found.top.walk[0] == 0  # shift 1 dir 1
+    with pytest.raises(UsageError, match=r"^exact: expected True or False"):
+        run_numpy(program, shifts, dirs, **arguments, exact="yes")  # type: ignore[arg-type]

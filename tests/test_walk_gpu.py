@@ -365,6 +365,34 @@ def test_gpu_sweep_finds_aperys_walk(tmp_path: Path) -> None:
     assert abs(top[0]["est"] - (6 / 1.2020569031595942 - 5)) < 1e-14
 
 
+def test_gpu_run_with_exact_equals_the_numpy_walkers() -> None:
+    """run(..., exact=True) on the GPU: the same kept walks as run_numpy's, with the same exact
+    deltas and digits (verification runs on the host for both)."""
+    matrix = [["0", "-n**6"], ["1", "34*n**3 + 51*n**2 + 27*n + 5"]]
+    program = compile_program(matrix, ["n"])
+    shifts = np.array([[s] for s in range(1, 13) for _ in range(4)])
+    dirs = np.array([[d] for _ in range(1, 13) for d in range(1, 5)])
+    arguments = {
+        "primes": largest_primes(8),
+        "depth": 300,
+        "depth1": 150,
+        "depth2": 300,
+        "target": "6/zeta(3) - 5",
+        "min_delta": 0.0,
+        "top_k": 8,
+        "exact": True,
+    }
+    found = run(program, shifts, dirs, **arguments)  # type: ignore[arg-type]
+    expected = run_numpy(program, shifts, dirs, **arguments)  # type: ignore[arg-type]
+    for name in ("top", "hits"):
+        ours, theirs = getattr(found, name), getattr(expected, name)
+        assert ours.verified is not None and theirs.verified is not None, name
+        np.testing.assert_array_equal(ours.walk, theirs.walk, err_msg=name)
+        np.testing.assert_array_equal(ours.verified.delta, theirs.verified.delta, err_msg=name)
+        np.testing.assert_array_equal(ours.verified.digits, theirs.verified.digits, err_msg=name)
+    assert found.top.walk[0] == 0  # shift 1 dir 1, Apery's walk
+
+
 def test_gpu_pipelined_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """With pipelining from 500 walks, 3000 walks run in 4 pieces whose copies to the host
     overlap the next piece: P_final and alive equal the numpy walker's, and the estimates are

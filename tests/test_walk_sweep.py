@@ -1,8 +1,10 @@
 """The sweep contract on the CPU: `python -m kernelpack sweep run|top` with the numpy backend and
 Dask's local cluster. A sweep killed with SIGKILL part-way and resumed holds every shard once and
-the same walks as an uninterrupted sweep; those walks are the rule's (test_walk_select.rule) over
-an independent numpy walk of every walk; `top` ranks them by their exact delta (an independent
-exact walk of each); spec errors and a changed spec are refused with exit 2.
+the same walks, exact deltas included, as an uninterrupted sweep; the top k are the rule's
+(test_walk_select.rule) over an independent numpy walk of every walk, the hits the screen's
+candidates whose exact delta (an independent exact walk of each) reaches min_delta; the store's
+exact deltas are those, and `top` ranks by them; spec errors and a changed spec are refused with
+exit 2.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ depth1 = 60
 primes = [2147483647, 2147483629, 65537]
 shifts = [[1, 12], [1, 10]]
 dirs = [[1, 3], [1, 4]]
-min_delta = 0.02
+min_delta = -0.998
 top_k = 15
 shard_walks = 96
 """
@@ -61,7 +63,8 @@ def sweep(*args: str, **options: object) -> subprocess.CompletedProcess[str]:
 def rows(folder: Path) -> list[tuple[object, ...]]:
     with sqlite3.connect(folder / "sweep.sqlite") as db:
         return db.execute(
-            "SELECT walk, shard, hit, top, est, delta, shifts, dirs FROM walks ORDER BY walk"
+            "SELECT walk, shard, hit, top, est, delta, shifts, dirs, delta_exact, digits, beyond, "
+            "note FROM walks ORDER BY walk"
         ).fetchall()
 
 
@@ -124,15 +127,34 @@ def test_sweep_killed_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) ->
     # the same rows except the wall-clock columns; every walk once (walk is the primary key)
     assert rows(killed) == rows(whole)
 
-    # what was kept is the rule over every walk, walked independently in one numpy call
+    # what was kept: the top k are the screen rule's over every walk (walked independently in
+    # one numpy call); the hits the screen's candidates whose exact delta reaches min_delta
     shifts, dirs = spec.walk_arrays(0, spec.walks)
     full = run_numpy(
         spec.program(), shifts, dirs, spec.primes, spec.depth, spec.depth1, spec.depth, spec.target
     )
     kept = rows(whole)
-    hits = [r[0] for r in kept if r[2]]
-    expected_hits, _ = rule(full.alive, full.delta2, spec.min_delta, 0)
-    assert sorted(hits) == sorted(expected_hits or [])
+    spec_value = lambda: mp.mpf(spec.target)  # noqa: E731 (the float's exact binary value)
+
+    def exact(walk: int) -> tuple[float, int]:
+        return walk_delta(
+            spec.matrix,
+            spec.axes,
+            shifts[walk].tolist(),
+            dirs[walk].tolist(),
+            spec.depth,
+            spec_value,
+        )
+
+    candidates, _ = rule(full.alive, full.delta2, spec.min_delta, 0)
+    measured = {
+        int(w): exact(int(w)) for w in {*(candidates or []), *(int(str(r[0])) for r in kept)}
+    }
+    hits = [int(str(r[0])) for r in kept if r[2]]
+    assert spec.min_delta is not None
+    threshold = spec.min_delta
+    expected_hits = [int(w) for w in candidates or [] if measured[int(w)][0] >= threshold]
+    assert sorted(hits) == sorted(expected_hits) and hits  # some hits, chosen by exact delta
     for shard in range(spec.shards):
         start, stop = spec.shard_range(shard)
         _, top = rule(full.alive[start:stop], full.delta2[start:stop], None, spec.top_k)
@@ -140,31 +162,24 @@ def test_sweep_killed_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) ->
             start + i for i in sorted(top)
         ]
     assert all(json.loads(str(r[6])) == shifts[int(str(r[0]))].tolist() for r in kept)
+    # the store's exact deltas and digits are the independent exact walk's
+    for row in kept:
+        delta, digits = measured[int(str(row[0]))]
+        assert abs(float(str(row[8])) - delta) <= 1e-9 and row[9] == digits, row
+        assert row[10] == 0 and row[11] == ""
 
-    # top ranks every kept walk by its exact delta (an independent exact walk of each here)
+    # top ranks every kept walk by its stored exact delta
     best = sweep("top", str(whole), "--json", "-k", "5")
     assert best.returncode == 0, best.stderr
     report = json.loads(best.stdout)
-    assert report["ranked_by"] == "delta_exact" and report["exact_over"] == len(kept)
+    assert report["ranked_by"] == "delta_exact"
     listed = report["top"]
-    spec_value = lambda: mp.mpf(spec.target)  # noqa: E731 (the float's exact binary value)
-    exact = {
-        int(str(r[0])): walk_delta(
-            spec.matrix,
-            spec.axes,
-            shifts[int(str(r[0]))].tolist(),
-            dirs[int(str(r[0]))].tolist(),
-            spec.depth,
-            spec_value,
-        )
-        for r in kept
-    }
-    overall = sorted(exact, key=lambda w: (-exact[w][0], w))[:5]
+    overall = sorted((int(str(r[0])) for r in kept), key=lambda w: (-measured[w][0], w))[:5]
     assert [w["walk"] for w in listed] == overall
     assert [w["dir"] for w in listed] == [dirs[i].tolist() for i in overall]
     for row in listed:
-        assert abs(row["delta_exact"] - exact[row["walk"]][0]) <= 1e-9
-        assert row["digits"] == exact[row["walk"]][1]
+        assert abs(row["delta_exact"] - measured[row["walk"]][0]) <= 1e-9
+        assert row["digits"] == measured[row["walk"]][1]
     np.testing.assert_array_equal([w["delta"] for w in listed], full.delta2[overall])
 
 
@@ -276,3 +291,31 @@ def test_walks_are_the_product_of_the_ranges_in_order(tmp_path: Path) -> None:
         shifts, dirs = spec.walk_arrays(start, stop)
         assert shifts.flags.c_contiguous and dirs.flags.c_contiguous
         assert np.hstack([shifts, dirs]).tolist() == [list(r) for r in rows[start:stop]]
+
+
+def test_a_local_gpu_cluster_verifies_on_cpu_workers_of_its_own() -> None:
+    """--backend gpu's local cluster: workers 0..n-1 hold GPU=1 (worker i walks on GPU i), the
+    verifiers VERIFY=1; a task asking for VERIFY runs on a verifier, never on a GPU worker."""
+    distributed = pytest.importorskip("distributed")
+    from kernelpack.sweep import engine
+
+    cluster = engine._gpu_cluster(distributed, 1, 2)
+    try:
+        with distributed.Client(cluster) as client:
+            client.wait_for_workers(3, timeout=60)
+            info = client.scheduler_info()["workers"]
+            names = {address: w["name"] for address, w in info.items()}
+            assert sorted(str(n) for n in names.values()) == ["0", "verify-0", "verify-1"]
+            assert {str(w["name"]): w["resources"] for w in info.values()} == {
+                "0": {"GPU": 1},
+                "verify-0": {"VERIFY": 1},
+                "verify-1": {"VERIFY": 1},
+            }
+            pids = client.run(os.getpid)
+            ran = client.gather(
+                [client.submit(os.getpid, pure=False, resources={"VERIFY": 1}) for _ in range(6)]
+            )
+            verifiers = {pids[a] for a, n in names.items() if str(n).startswith("verify-")}
+            assert set(ran) <= verifiers
+    finally:
+        cluster.close()

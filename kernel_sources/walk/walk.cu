@@ -352,13 +352,22 @@ struct Snapshot {
 
 // est = p_d / q_d and delta = -1 - ln|est - target| / ln|q_d|, with ln|q_d| taken from the
 // mantissa and the exponent apart, so that it stays exact to rounding however large q_d grows.
+// The screen's resolution: where |est - target| is within d 2^-49 max(|est|, |target|) (8 ulps
+// of rounding a step, d steps), float64 cannot tell the walk's error from its own, and delta is
+// +inf, "at least as close as the screen resolves" (kernelpack.walk.screen; the exact delta is
+// the host's). An infinite or NaN est keeps its delta.
 // Out of line: inlined twice, the slow paths of log and the division made ptxas spill (sm_90).
-__device__ __noinline__ void write_estimate(Snapshot at, double target, double* est,
+__device__ __noinline__ void write_estimate(Snapshot at, int steps, double target, double* est,
                                            double* delta) {
   const double value = at.p / at.q;
   const double ln_q = log(fabs(at.q)) + static_cast<double>(at.exponent) * 0.69314718055994530942;
+  const double distance = fabs(value - target);
+  const double resolution =
+      static_cast<double>(steps) * 0x1p-49 * fmax(fabs(value), fabs(target));
   *est = value;
-  *delta = -1.0 - log(fabs(value - target)) / ln_q;
+  const double infinity = __longlong_as_double(0x7ff0000000000000LL);
+  const bool resolved = resolution < infinity && distance <= resolution;  // est finite
+  *delta = resolved ? infinity : -1.0 - log(distance) / ln_q;
 }
 
 // The float product's running state: f * 2^exponent is P_n, and the snapshots at depth1 and
@@ -418,11 +427,12 @@ struct FloatProduct {
     if (n + 1 == depth2) at2 = Snapshot{f[M - 1], f[1 * M + (M - 1)], exponent};
   }
 
-  __device__ __forceinline__ void finish(int walk, double target, double* __restrict__ est1,
-                                         double* __restrict__ est2, double* __restrict__ delta1,
+  __device__ __forceinline__ void finish(int walk, int depth1, int depth2, double target,
+                                         double* __restrict__ est1, double* __restrict__ est2,
+                                         double* __restrict__ delta1,
                                          double* __restrict__ delta2) const {
-    write_estimate(at1, target, est1 + walk, delta1 + walk);
-    write_estimate(at2, target, est2 + walk, delta2 + walk);
+    write_estimate(at1, depth1, target, est1 + walk, delta1 + walk);
+    write_estimate(at2, depth2, target, est2 + walk, delta2 + walk);
   }
 };
 
@@ -472,7 +482,7 @@ __device__ __forceinline__ void walk_float(
                                              slot<long long>(slots, (2 * dim + j) * stride, lane)));
     }
   }
-  product.finish(walk, target, est1, est2, delta1, delta2);
+  product.finish(walk, depth1, depth2, target, est1, est2, delta1, delta2);
 }
 
 // The float walk of a field in the register form: the residue register kernel's setup code and
@@ -526,7 +536,7 @@ __device__ __forceinline__ void walk_float_registers(
       for (int k = 0; k < D; ++k) table[e][k] += table[e][k + 1];
     }
   }
-  product.finish(walk, target, est1, est2, delta1, delta2);
+  product.finish(walk, depth1, depth2, target, est1, est2, delta1, delta2);
 }
 
 

@@ -3,9 +3,9 @@ SQLite, resumable (``python -m kernelpack sweep run|top``; docs/sweeps.md).
 
 - :mod:`.spec`: SPEC.toml, the walks it names and their shards;
 - :mod:`.store`: DIR/sweep.sqlite, one transaction per shard;
-- :mod:`.engine`: the shards through Dask distributed, progress, retries;
-- :mod:`.report`: the kept walks measured exactly (kernelpack.walk.exact_walk), ranked for
-  ``top``.
+- :mod:`.engine`: the shards through Dask distributed (a GPU screen, then the kept walks
+  verified exactly on CPU workers), progress, retries;
+- :mod:`.report`: the kept walks and their exact deltas, ranked for ``top``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .._console import print_json, print_table
 from .engine import EngineOptions, run_sweep
-from .report import DEFAULT_EXACT_OVER, rank_exact
+from .report import rows as ranked_rows
 from .spec import Spec, load_spec
 from .store import Store
 
@@ -32,6 +32,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     run.add_argument("--out", type=Path, required=True, metavar="DIR")
     run.add_argument("--backend", choices=("gpu", "numpy"), default="gpu")
     run.add_argument("--workers", type=int, help="local workers (default: one per GPU or core)")
+    run.add_argument(
+        "--verifiers",
+        type=int,
+        help="local CPU workers that verify the kept walks exactly, with --backend gpu "
+        "(default: the cores left over, at least 1)",
+    )
     run.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler to use")
     run.add_argument("--retries", type=int, default=2, help="times a failed shard is retried")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -39,20 +45,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     top = actions.add_parser("top", help="the best walks of DIR by exact delta, best first")
     top.add_argument("dir", type=Path, metavar="DIR")
     top.add_argument("-k", type=int, default=10, help="how many (default 10)")
-    top.add_argument(
-        "--exact-over",
-        type=int,
-        default=DEFAULT_EXACT_OVER,
-        metavar="N",
-        help=f"measure exactly the best N kept walks by the float screen (default "
-        f"{DEFAULT_EXACT_OVER}), and rank those by exact delta",
-    )
     top.add_argument("--json", action="store_true", help="print JSON for tools")
     top.set_defaults(handler=_top)
 
 
 def _run(args: argparse.Namespace) -> int:
-    options = EngineOptions(args.backend, args.workers, args.scheduler, args.retries)
+    options = EngineOptions(
+        args.backend, args.workers, args.scheduler, args.retries, verifiers=args.verifiers
+    )
     spec = load_spec(args.spec)
     store = Store.open(args.out, spec)
     try:
@@ -74,8 +74,7 @@ def _run(args: argparse.Namespace) -> int:
 def _top(args: argparse.Namespace) -> int:
     store, spec = Store.read(args.dir)
     try:
-        kept = store.top(max(0, args.exact_over, args.k))
-        kept_count = store.db.execute("SELECT count(*) FROM walks").fetchone()[0]
+        rows = ranked_rows(store.top(max(0, args.k)))
         walks_done = store.progress()[1]
     finally:
         store.close()
@@ -85,14 +84,6 @@ def _top(args: argparse.Namespace) -> int:
             f"{spec.top_k} this list holds only walks that were kept",
             file=sys.stderr,
         )
-    over = min(len(kept), max(0, args.exact_over, args.k))
-    if over < kept_count:
-        print(
-            f"note: exact deltas of the best {over:,} of the {kept_count:,} kept walks by the "
-            f"float screen; --exact-over {kept_count} ranks every kept walk",
-            file=sys.stderr,
-        )
-    rows = rank_exact(spec, kept[:over])[: max(0, args.k)]
     if args.json:
         print_json(
             {
@@ -100,7 +91,6 @@ def _top(args: argparse.Namespace) -> int:
                 "walks": spec.walks,
                 "target": spec.target,
                 "ranked_by": "delta_exact",
-                "exact_over": over,
                 "top": [
                     {
                         "walk": row.walk,

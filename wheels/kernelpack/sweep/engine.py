@@ -8,6 +8,14 @@ one worker process per GPU (``--backend gpu``; worker i walks on GPU i, and hold
 ``GPU=1``) or per CPU core (``--backend numpy``). ``--scheduler ADDRESS`` connects to a running
 Dask scheduler instead (dask-jobqueue or dask-mpi start one under SLURM), unchanged otherwise.
 
+Each shard is two tasks: :func:`run_shard` screens its walks (the GPU's float pass and
+selection, kernelpack.walk.screen) and :func:`verify_shard`, which Dask runs once the screen is
+done and hands its few kilobytes from worker to worker, verifies the kept walks exactly on a CPU
+(kernelpack.walk.verify); the driver commits the verified shard. On one machine with
+``--backend gpu`` the verifications run on CPU workers of their own (resource ``VERIFY``, the
+cores the GPU workers leave), so the GPUs screen the next shards meanwhile; with ``--backend
+numpy`` and on a ``--scheduler``'s cluster any worker takes them.
+
 A task that fails (a GPU error, a lost worker) is reported and submitted again, away from the
 worker where it failed when another exists, up to ``retries`` times.
 
@@ -30,7 +38,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._console import use_rich
@@ -39,6 +47,7 @@ from ..devices.argument import device_name
 from ..errors import KernelpackError, NoImageError, SweepError, UsageError
 from ..walk import run, run_numpy
 from ..walk.select import Selection
+from ..walk.verify import verify_kept
 from .spec import Spec
 from .store import ShardResult, Store
 
@@ -59,6 +68,7 @@ class EngineOptions:
     scheduler: str | None = None  # a running Dask scheduler's address
     retries: int = 2
     connect_timeout: float = 5.0  # seconds to reach --scheduler (Dask's own default is 30)
+    verifiers: int | None = None  # local CPU workers verifying (gpu); default: the cores left
 
     def __post_init__(self) -> None:
         if self.backend not in ("gpu", "numpy"):
@@ -69,6 +79,15 @@ class EngineOptions:
             raise UsageError(
                 f"--workers {self.workers}: expected a count of 1 or more (leave it out for one "
                 "worker per GPU, or per CPU core with --backend numpy)"
+            )
+        if self.verifiers is not None and (
+            isinstance(self.verifiers, bool)
+            or not isinstance(self.verifiers, int)
+            or self.verifiers < 1
+        ):
+            raise UsageError(
+                f"--verifiers {self.verifiers}: expected a count of 1 or more (leave it out for "
+                "the cores the GPU workers leave)"
             )
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
             raise UsageError(f"--retries {self.retries}: expected 0 or more")
@@ -134,6 +153,28 @@ def run_shard(spec_json: str, shard: int, backend: str) -> tuple[str, object, st
         return "failed", _one_line(f"{type(error).__name__}: {error}"), worker
 
 
+def verify_shard(spec_json: str, screened: tuple[str, object, str]) -> tuple[str, object, str]:
+    """The kept walks of a screened shard verified exactly (kernelpack.walk.verify), on a CPU
+    worker: ("ok", ShardResult with exact measures, worker), or the screen's failure as it was,
+    or ("failed", message, worker)."""
+    status, payload, worker = screened
+    if status != "ok":
+        return screened
+    try:
+        spec, program = _spec(spec_json)
+        result: ShardResult = payload  # type: ignore[assignment]
+        hits, top = verify_kept(
+            program, result.hits, result.top, spec.depth, spec.target, spec.min_delta
+        )
+        return (
+            "ok",
+            replace(result, hits=hits, top=top if top is not None else _empty(spec)),
+            worker,
+        )
+    except (KernelpackError, ValueError, RuntimeError, OSError) as error:
+        return "failed", _one_line(f"verify: {type(error).__name__}: {error}"), worker
+
+
 def _empty(spec: Spec) -> Any:
     return Selection.empty(spec.dim)
 
@@ -182,23 +223,43 @@ def _client(options: EngineOptions) -> Any:
         count = options.workers or len(detect.detect_gpus())
         if count < 1:
             raise UsageError("sweep run --backend gpu: no GPU found; use --backend numpy")
-        resources = {"GPU": 1}
-    else:
-        count = options.workers or max(1, len(os.sched_getaffinity(0)))
-        resources = {}
+        verifiers = options.verifiers or max(1, _cores() - count)
+        try:
+            cluster = _gpu_cluster(distributed, count, verifiers)
+        except OSError as error:
+            raise SweepError(
+                f"sweep: could not start {count} + {verifiers} local Dask workers ({error}); "
+                "pass fewer --workers or --verifiers"
+            ) from None
+        return distributed.Client(cluster)
+    count = options.workers or _cores()
     try:
         cluster = distributed.LocalCluster(
-            n_workers=count,
-            threads_per_worker=1,
-            processes=True,
-            resources=resources,
-            dashboard_address=None,
+            n_workers=count, threads_per_worker=1, processes=True, dashboard_address=None
         )
     except OSError as error:  # no processes, ports or files left for the workers
         raise SweepError(
             f"sweep: could not start {count} local Dask workers ({error}); pass fewer --workers"
         ) from None
     return distributed.Client(cluster)
+
+
+def _cores() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def _gpu_cluster(distributed: Any, gpus: int, verifiers: int) -> Any:
+    """A local cluster of ``gpus`` GPU workers (named 0..gpus-1, resource GPU=1: worker i walks
+    on GPU i) and ``verifiers`` CPU workers (resource VERIFY=1), one thread and process each."""
+
+    def worker(resources: dict[str, int]) -> dict[str, Any]:
+        options = {"nthreads": 1, "resources": resources, "memory_limit": "auto"}
+        return {"cls": distributed.Nanny, "options": options}
+
+    workers: dict[Any, dict[str, Any]] = {i: worker({"GPU": 1}) for i in range(gpus)}
+    workers.update({f"verify-{j}": worker({"VERIFY": 1}) for j in range(verifiers)})
+    scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": None}}
+    return distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARN)
 
 
 class Progress:
@@ -327,26 +388,31 @@ def _run_shards(
     client = _client(options)
     try:
         spec_json = spec.to_json()
-        resources = {"GPU": 1} if options.backend == "gpu" and not options.scheduler else None
+        local_gpu = options.backend == "gpu" and not options.scheduler
+        resources = {"GPU": 1} if local_gpu else None
+        verifying = {"VERIFY": 1} if local_gpu else None
         in_flight: dict[str, tuple[int, int]] = {}  # task key -> (shard, attempt)
         queue = _distributed().as_completed()
         workers: list[str] = []
         window, refreshed = MIN_WINDOW, -math.inf
 
         def submit(shard: int, attempt: int, elsewhere: list[str] | None = None) -> None:
-            key = f"shard-{shard}-{attempt}"
+            screened = client.submit(
+                run_shard,
+                spec_json,
+                shard,
+                options.backend,
+                key=f"shard-{shard}-{attempt}",
+                resources=resources,
+                pure=False,
+                workers=elsewhere,
+                allow_other_workers=elsewhere is not None,
+            )
+            key = f"verify-{shard}-{attempt}"
             in_flight[key] = (shard, attempt)
             queue.add(
                 client.submit(
-                    run_shard,
-                    spec_json,
-                    shard,
-                    options.backend,
-                    key=key,
-                    resources=resources,
-                    pure=False,
-                    workers=elsewhere,
-                    allow_other_workers=elsewhere is not None,
+                    verify_shard, spec_json, screened, key=key, resources=verifying, pure=False
                 )
             )
 

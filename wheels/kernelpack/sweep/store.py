@@ -1,17 +1,26 @@
 """A sweep's results: one SQLite database, DIR/sweep.sqlite, that users can query directly.
 
-Tables::
+Tables (schema 2)::
 
-    meta(key PRIMARY KEY, value)          -- spec (canonical JSON), spec_hash, walks, shards
+    meta(key PRIMARY KEY, value)          -- schema, spec (canonical JSON), spec_hash, walks, shards
     shards(shard PRIMARY KEY, walks, seconds, worker, attempts, finished)
-    walks(walk PRIMARY KEY, shard, hit, top, est, delta, shifts, dirs)   -- shifts/dirs as JSON
+    walks(walk PRIMARY KEY, shard, hit, top, est, delta, shifts, dirs,   -- shifts/dirs as JSON
+          delta_exact, digits, beyond, note)
+
+``delta`` is the GPU screen's, ``delta_exact`` and ``digits`` the exact measures of the walk
+(kernelpack.walk.verify), recorded with the shard; where no exact delta can be had they are
+NULL and ``note`` says why, and ``beyond`` is 1 for a walk whose p/q agrees with the target
+past its resolution (it ranks first). ``hit`` means the exact delta reached ``min_delta``.
+A store of schema 1 (before exact verification: no ``meta.schema``) is refused in one line
+that says what to do (:data:`SCHEMA_VERSION`).
 
 A shard's kept walks and its row in ``shards`` are written in one transaction, so a shard is
 either wholly there or not at all; the primary key on ``walk`` makes a duplicate impossible,
 and a shard already recorded is never written again. SQLite's journal makes the transaction
 survive a SIGKILL at any moment. Example query::
 
-    sqlite3 DIR/sweep.sqlite "SELECT walk, delta, shifts, dirs FROM walks ORDER BY delta DESC LIMIT 5"
+    sqlite3 DIR/sweep.sqlite "SELECT walk, delta_exact, digits, shifts, dirs FROM walks \
+        ORDER BY beyond DESC, delta_exact DESC, walk LIMIT 5"
 
 The database is the user's file and read as untrusted: ``meta.spec`` is checked as a spec file is
 and against ``meta.spec_hash``, every row read is checked for its type, and every SQLite failure
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sqlite3
 import stat
 from collections.abc import Iterator
@@ -36,16 +46,20 @@ from ..walk.select import Selection
 from .spec import Spec
 
 DATABASE = "sweep.sqlite"
+SCHEMA_VERSION = "2"  # meta.schema; 1 (no such key) held the screen's deltas only
+META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS shards (
     shard INTEGER PRIMARY KEY, walks INTEGER NOT NULL, seconds REAL NOT NULL,
     worker TEXT NOT NULL, attempts INTEGER NOT NULL, finished TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS walks (
     walk INTEGER PRIMARY KEY, shard INTEGER NOT NULL, hit INTEGER NOT NULL, top INTEGER NOT NULL,
-    est REAL, delta REAL, shifts TEXT NOT NULL, dirs TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS walks_by_delta ON walks (delta DESC, walk);
+    est REAL, delta REAL, shifts TEXT NOT NULL, dirs TEXT NOT NULL,
+    delta_exact REAL, digits INTEGER, beyond INTEGER NOT NULL, note TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS walks_by_exact ON walks (beyond DESC, delta_exact DESC, walk);
 """
+# the ranking of kernelpack.walk.verify.rank_key (SQLite sorts NULL last when descending)
+RANKED = "ORDER BY beyond DESC, delta_exact DESC, walk ASC"
 # SQLite's own files for DATABASE: each must be a regular file when present (a FIFO blocks)
 FILES = ("", "-wal", "-shm", "-journal")
 BUSY_TIMEOUT = 10.0  # seconds a write waits for another writer (a concurrent run's commit)
@@ -66,8 +80,25 @@ _LOCKED = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 
 
 @dataclass(frozen=True)
+class Kept:
+    """One kept walk as the store holds it: the screen's delta and estimate, the exact delta
+    and digits (None where none can be had, with the note saying why), beyond the target."""
+
+    walk: int
+    delta: float
+    est: float
+    shift: list[int]
+    dir: list[int]
+    delta_exact: float | None
+    digits: int | None
+    beyond: bool
+    note: str
+
+
+@dataclass(frozen=True)
 class ShardResult:
-    """What a worker returns for one shard (global walk indices)."""
+    """What a worker returns for one shard (global walk indices); the driver commits it once
+    its selections carry their exact measures (kernelpack.walk.verify)."""
 
     shard: int
     walks: int
@@ -146,6 +177,17 @@ def _check_files(path: Path) -> None:
             raise UsageError(f"{name}: not a regular file; move it away or give another --out")
 
 
+def _check_schema(path: Path, meta: dict[object, object]) -> None:
+    """A store of another schema, in one line with what to do (exit 2)."""
+    found = meta.get("schema", "1")
+    if found != SCHEMA_VERSION:
+        raise UsageError(
+            f"{path}: a sweep store of schema {found!s:.20} (the GPU screen's deltas only); this "
+            f"kernelpack records exact deltas (schema {SCHEMA_VERSION}): run the spec again into "
+            "a new --out folder, or use the kernelpack that wrote it to list its walks"
+        )
+
+
 def _stored_spec(path: Path, meta: dict[object, object]) -> Spec:
     """The spec recorded in ``meta``, checked as a spec file is and against its hash."""
     text, digest = meta.get("spec"), meta.get("spec_hash")
@@ -190,11 +232,16 @@ class Store:
             try:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=FULL")
-                db.executescript(SCHEMA)
+                db.executescript(META)
                 with _transaction(db):
                     found = dict(db.execute("SELECT key, value FROM meta").fetchall())
+                    if found:
+                        _check_schema(path, found)
+                    for statement in SCHEMA.split(";"):
+                        db.execute(statement)
                     if not found:
                         rows = {
+                            "schema": SCHEMA_VERSION,
                             "spec": spec.to_json(),
                             "spec_hash": spec.hash,
                             "walks": str(spec.walks),
@@ -224,7 +271,9 @@ class Store:
             uri = f"{path.resolve().as_uri()}?mode=ro"
             db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT)
             try:
-                spec = _stored_spec(path, dict(db.execute("SELECT key, value FROM meta")))
+                meta = dict(db.execute("SELECT key, value FROM meta"))
+                spec = _stored_spec(path, meta)
+                _check_schema(path, meta)
             except BaseException:
                 db.close()
                 raise
@@ -246,16 +295,22 @@ class Store:
             yield from (shard for shard in range(low, high) if shard not in done)
 
     def commit(self, result: ShardResult, attempts: int) -> bool:
-        """Record a shard and its kept walks in one transaction; False if already recorded."""
+        """Record a shard and its kept walks, verified, in one transaction; False if already
+        recorded."""
+        for selection in (result.hits, result.top):
+            if selection is not None and len(selection) and selection.verified is None:
+                raise ValueError(f"shard {result.shard}: kept walks not verified exactly")
         db = self.db
         with _guard(self.path), _transaction(db):
             if db.execute("SELECT 1 FROM shards WHERE shard = ?", (result.shard,)).fetchone():
                 return False
             rows: dict[int, list[object]] = {}
             for kind, selection in (("hit", result.hits), ("top", result.top)):
-                if selection is None:
+                if selection is None or selection.verified is None:
                     continue
+                exact = selection.verified
                 for i, walk in enumerate(selection.walk.tolist()):
+                    delta_exact = float(exact.delta[i])
                     row = rows.setdefault(
                         walk,
                         [
@@ -267,25 +322,46 @@ class Store:
                             float(selection.delta[i]),
                             json.dumps(selection.shifts[i].tolist()),
                             json.dumps(selection.dirs[i].tolist()),
+                            None if math.isnan(delta_exact) else delta_exact,
+                            None if exact.digits[i] < 0 else int(exact.digits[i]),
+                            int(exact.beyond[i]),
+                            exact.notes[i],
                         ],
                     )
                     row[2 if kind == "hit" else 3] = 1
-            db.executemany("INSERT INTO walks VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows.values())
+            db.executemany(
+                "INSERT INTO walks (walk, shard, hit, top, est, delta, shifts, dirs, delta_exact, "
+                "digits, beyond, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows.values(),
+            )
             db.execute(
                 "INSERT INTO shards VALUES (?, ?, ?, ?, ?, datetime('now'))",
                 (result.shard, result.walks, result.seconds, result.worker, attempts),
             )
         return True
 
-    def top(self, k: int) -> list[tuple[int, float, float, list[int], list[int]]]:
-        """The best k walks kept (delta descending, then walk ascending)."""
+    def top(self, k: int) -> list[Kept]:
+        """The best k walks kept, by kernelpack.walk.verify's ranking (:data:`RANKED`)."""
         with _guard(self.path):
             rows = self.db.execute(
-                "SELECT walk, delta, est, shifts, dirs FROM walks WHERE delta IS NOT NULL "
-                "ORDER BY delta DESC, walk ASC LIMIT ?",
+                "SELECT walk, delta, est, shifts, dirs, delta_exact, digits, beyond, note "
+                f"FROM walks {RANKED} LIMIT ?",
                 (k,),
             ).fetchall()
-            return [(_int(w), _real(d), _real(e), _ints(s), _ints(r)) for w, d, e, s, r in rows]
+            return [
+                Kept(
+                    _int(w),
+                    _real(d),
+                    _real(e),
+                    _ints(s),
+                    _ints(r),
+                    None if x is None else _real(x),
+                    None if g is None else _int(g),
+                    bool(_int(b)),
+                    _text(n),
+                )
+                for w, d, e, s, r, x, g, b, n in rows
+            ]
 
     def progress(self) -> tuple[int, int]:
         """(shards done, walks done)."""
@@ -312,6 +388,12 @@ def _real(value: object) -> float:
     if not isinstance(value, (int, float)):
         raise TypeError(f"{value!r:.40} where a number belongs")
     return float(value)
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r:.40} where a text belongs")
+    return value
 
 
 def _ints(text: object) -> list[int]:

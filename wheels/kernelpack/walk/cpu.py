@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from .inputs import WalkInputs, WalkResult
 from .lower import ADD, MUL, Lowered, lower
+from .screen import screen_delta
 from .walker import host_walker
 
 # (walk, prime) pairs per block: 16384 uint64 = 128 KiB per slot, so that a block's slots stay in
@@ -160,7 +161,8 @@ def _float_block(
         est = p / q
         ln_q = np.log(np.abs(q)) + e.astype(np.float64) * LN2
         estimates[which, walks] = est
-        estimates[2 + which, walks] = -1.0 - np.log(np.abs(est - inputs.target)) / ln_q
+        steps = (inputs.depth1, inputs.depth2)[which]
+        estimates[2 + which, walks] = screen_delta(est, ln_q, inputs.target, steps)
 
 
 @host_walker

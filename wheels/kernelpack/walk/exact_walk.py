@@ -168,12 +168,16 @@ def _logs(p: int, q: int, target: Target) -> tuple[Any, Any]:
     while True:
         with flint.ctx.workprec(prec):
             error = flint.arb(flint.fmpq(p, q)) - target.ball(prec)
-            if (
+            found = (
                 error.is_finite()
                 and not error.contains(0)
                 and error.rel_accuracy_bits() >= ACCURACY_BITS
-            ):
-                size = abs(error)
+            )
+        if found:
+            # the logarithms need only the difference's correct bits: taken at a few times
+            # ACCURACY_BITS, not at the bits that the cancellation needed (milliseconds each)
+            with flint.ctx.workprec(4 * ACCURACY_BITS):
+                size = +abs(error)
                 ln_size = size.log()
                 log10_size = ln_size / flint.arb(10).log()
                 resolution = target.resolution

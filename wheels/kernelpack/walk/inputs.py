@@ -52,19 +52,24 @@ class WalkResult:
 
 @dataclass(frozen=True)
 class Request:
-    """What the caller asked a walker for: outputs by name, the hit threshold, the top k."""
+    """What the caller asked a walker for: outputs by name, the hit threshold, the top k, and
+    whether the kept walks are verified exactly (kernelpack.walk.verify)."""
 
     outputs: frozenset[str]
     min_delta: float | None
     top_k: int
+    exact: bool = False
 
     @property
     def selects(self) -> bool:
         return self.min_delta is not None or self.top_k > 0
 
 
-def check_request(outputs: object, min_delta: object, top_k: object) -> Request:
-    """outputs (names from OUTPUTS), min_delta (a float or None) and top_k (>= 0), checked."""
+def check_request(
+    outputs: object, min_delta: object, top_k: object, exact: object = False
+) -> Request:
+    """outputs (names from OUTPUTS), min_delta (a float or None), top_k (>= 0) and exact (a
+    bool), checked."""
     if isinstance(outputs, str) or not isinstance(outputs, Iterable):
         raise UsageError(f"outputs: expected a collection of names from {OUTPUTS}, got {outputs!r}")
     names = frozenset(outputs)
@@ -84,7 +89,9 @@ def check_request(outputs: object, min_delta: object, top_k: object) -> Request:
     k = _count(top_k, "top_k")
     if not 0 <= k < 2**31:
         raise UsageError(f"top_k: expected 0 .. 2^31 - 1, got {k}")
-    return Request(names, threshold, k)
+    if not isinstance(exact, (bool, np.bool_)):
+        raise UsageError(f"exact: expected True or False, got {exact!r}")
+    return Request(names, threshold, k, bool(exact))
 
 
 def axis_bounds(

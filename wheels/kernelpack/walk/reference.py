@@ -13,6 +13,7 @@ import numpy as np
 
 from .inputs import WalkInputs, WalkResult
 from .program import Op, Program
+from .screen import screen_delta
 from .walker import host_walker
 
 Matrix = list[list[int]]
@@ -50,19 +51,17 @@ def _product(left: Matrix, right: Matrix) -> Matrix:
     ]
 
 
-def estimate(p: int, q: int, target: float) -> tuple[float, float]:
-    """(est, delta) from the exact p_d and q_d: est = p/q correctly rounded, and
-    delta = -1 - ln|est - target| / ln|q| in float64 (IEEE results where q is 0 or +-1)."""
+def estimate(p: int, q: int, target: float, steps: int) -> tuple[float, float]:
+    """(est, delta) from the exact p_d and q_d: est = p/q correctly rounded, and the screen's
+    delta (kernelpack.walk.screen) in float64 at ``steps`` (IEEE results where q is 0 or +-1)."""
     if q == 0:
         return (math.nan if p == 0 else math.inf if p > 0 else -math.inf), math.nan
     try:
         est = p / q  # Python rounds the exact quotient of two integers correctly
     except OverflowError:
         est = math.inf if (p > 0) == (q > 0) else -math.inf
-    with np.errstate(all="ignore"):
-        distance = np.log(np.abs(np.float64(est) - np.float64(target)))
-        delta = np.float64(-1.0) - distance / np.float64(math.log(abs(q)))
-    return est, float(delta)
+    ln_q = np.array([math.log(abs(q))])
+    return est, float(screen_delta(np.array([est]), ln_q, target, steps)[0])
 
 
 @host_walker
@@ -87,7 +86,7 @@ def reference(inputs: WalkInputs) -> WalkResult:
             for which, at in enumerate((inputs.depth1, inputs.depth2)):
                 if n + 1 == at:
                     est[which, walk], delta[which, walk] = estimate(
-                        product[0][m - 1], product[1][m - 1], inputs.target
+                        product[0][m - 1], product[1][m - 1], inputs.target, at
                     )
             if n + 1 == inputs.depth2:
                 alive[walk] = any(product[1][m - 1] % p != 0 for p in moduli)

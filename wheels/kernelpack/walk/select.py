@@ -18,24 +18,30 @@ pieces merge (:func:`merge_top`, :func:`merge_hits`) once each walk's index is m
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from .verify import Verified
 
 SIGN_BIT = np.uint64(1 << 63)
 
 
 @dataclass(frozen=True, eq=False)
 class Selection:
-    """Walks kept by a search, best first: index, the estimate and delta at depth2, and the
-    walk's shift and direction (n, dim)."""
+    """Walks kept by a search, best first: index, the estimate and the screen's delta at
+    depth2, and the walk's shift and direction (n, dim); ``verified`` their exact measures
+    (kernelpack.walk.verify) when the search verified them, None otherwise."""
 
     walk: npt.NDArray[np.int64]
     est: npt.NDArray[np.float64]
     delta: npt.NDArray[np.float64]
     shifts: npt.NDArray[np.int64]
     dirs: npt.NDArray[np.int64]
+    verified: Verified | None = None
 
     def __len__(self) -> int:
         return len(self.walk)
@@ -53,11 +59,16 @@ class Selection:
 
     def offset(self, first: int) -> Selection:
         """The same walks with indices counted from ``first`` (a batch's place in a sweep)."""
-        return Selection(self.walk + first, self.est, self.delta, self.shifts, self.dirs)
+        return replace(self, walk=self.walk + first)
 
     def take(self, rows: npt.NDArray[np.int64]) -> Selection:
         return Selection(
-            self.walk[rows], self.est[rows], self.delta[rows], self.shifts[rows], self.dirs[rows]
+            self.walk[rows],
+            self.est[rows],
+            self.delta[rows],
+            self.shifts[rows],
+            self.dirs[rows],
+            None if self.verified is None else self.verified.take(rows),
         )
 
     def sorted(self) -> Selection:

@@ -4,7 +4,8 @@
 caller asks for). :func:`walker` turns a walk body into a function of that signature: each call
 is bound to it and checked (:func:`bind`: the request, the program, primes, depths and target)
 before the body sees it as a :class:`WalkCall`; shifts and dirs are left to the body, which alone
-knows where they may live (numpy on the host, torch or CuPy on the GPU). :func:`host_walker`
+knows where they may live (numpy on the host, torch or CuPy on the GPU). With ``exact=True``
+the kept walks the body returns are verified on the CPU (kernelpack.walk.verify). :func:`host_walker`
 frames a walk of host arrays the way the CPU walkers share: no device, the selection of
 kernelpack.walk.select, only the outputs asked for.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
 from ..devices.argument import Device
@@ -33,6 +34,8 @@ from .inputs import (
 )
 from .program import Program
 from .select import select
+from .targets import Target, parse_target
+from .verify import verify_kept
 
 
 class Walker(Protocol):
@@ -43,7 +46,10 @@ class Walker(Protocol):
     "hip:N", a torch or CuPy device, or an int where every GPU is of one vendor (a bare number
     could mean either vendor's GPU on a mixed machine). ``outputs`` names the WalkResult
     arrays wanted (the others are None); ``min_delta`` and ``top_k`` ask for the hits and the
-    best walks (kernelpack.walk.select).
+    best walks (kernelpack.walk.select). With ``exact=True`` the kept walks are verified on the
+    CPU (kernelpack.walk.verify): ``top`` and ``hits`` carry their exact delta and digits
+    (``Selection.verified``), ranked by it, and the hits are the screen's candidates whose
+    exact delta reaches ``min_delta``.
     """
 
     def __call__(
@@ -61,6 +67,7 @@ class Walker(Protocol):
         outputs: Collection[str] = OUTPUTS,
         min_delta: float | None = None,
         top_k: int = 0,
+        exact: bool = False,
     ) -> WalkResult: ...
 
 
@@ -81,6 +88,7 @@ class WalkCall:
     scalars: Scalars
     device: Device
     request: Request
+    goal: Target  # the target as given (scalars.target is the screen's float64 of it)
 
     def host_inputs(self) -> WalkInputs:
         """Shifts and dirs as host arrays (anything numpy reads), checked."""
@@ -96,13 +104,14 @@ def bind(*args: Any, walker: str = "walk", **kwargs: Any) -> WalkCall:
         raise TypeError(f"{walker}(): {error}") from None
     bound.apply_defaults()
     given = bound.arguments
-    request = check_request(given["outputs"], given["min_delta"], given["top_k"])
+    request = check_request(given["outputs"], given["min_delta"], given["top_k"], given["exact"])
     program = check_program(given["program"])
     scalars = check_scalars(program, *(given[name] for name in _SCALARS))
+    goal = parse_target(given["target"])
     device = given["device"]
     if not (device is None or isinstance(device, (int, str))):  # a torch or CuPy device
         device = device_string(device)
-    return WalkCall(walker, program, given["shifts"], given["dirs"], scalars, device, request)
+    return WalkCall(walker, program, given["shifts"], given["dirs"], scalars, device, request, goal)
 
 
 def walker(body: Callable[[WalkCall], WalkResult]) -> Walker:
@@ -111,7 +120,20 @@ def walker(body: Callable[[WalkCall], WalkResult]) -> Walker:
     name = body.__name__
 
     def call(*args: Any, **kwargs: Any) -> WalkResult:
-        return body(bind(*args, walker=name, **kwargs))
+        bound = bind(*args, walker=name, **kwargs)
+        result = body(bound)
+        request = bound.request
+        if not request.exact:
+            return result
+        hits, top = verify_kept(
+            bound.program,
+            result.hits,
+            result.top,
+            bound.scalars.depth2,
+            bound.goal,
+            request.min_delta,
+        )
+        return replace(result, hits=hits, top=top)
 
     functools.update_wrapper(call, body)
     vars(call)["__signature__"] = SIGNATURE
