@@ -319,6 +319,15 @@ def provision_hip(*, log: bool = True) -> Toolchain:
 
 
 def _debootstrap(root: Path, *, log: bool) -> None:
+    if os.geteuid() != 0:
+        raise ToolchainError(
+            f"provisioning the AMD toolchain needs root once (debootstrap makes its Debian root file "
+            f"system, here {root}); what works: provision as root into a folder of your choice, "
+            "`sudo env KERNELPACK_TOOLCHAIN_DIR=DIR kernelpack-build toolchain --provision` "
+            "(or `python3 -m buildsys` in place of kernelpack-build), then `sudo chown $USER DIR` "
+            "(the folder, for the probe results) and build as this user with "
+            "KERNELPACK_TOOLCHAIN_DIR=DIR; or install ROCm and set ROCM_PATH"
+        )
     _ensure_host_tools(log=log)
     scratch = root.parent / f"{ROOTFS_NAME}.partial"
     if scratch.exists():
