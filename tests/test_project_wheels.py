@@ -71,6 +71,7 @@ EXPECTED = {
     f"vecops_kernels_device_gfx942-{VERSION}-py3-none-any.whl",
     f"vecops_kernels_device_gfx1100-{VERSION}-py3-none-any.whl",
     f"vecops_kernels-{VERSION}-variants.json",
+    ".kernelpack-dist.json",  # what the run wrote, for the next run to replace
 }
 
 

@@ -190,6 +190,7 @@ def expected_files(version: str, platform: str) -> set[str]:
     names |= {f"kernelpack_device_{label}-{version}-py3-none-any.whl" for label in EXPECTED_GROUPS}
     names.add(f"kernelpack_variant_provider-{version}-py3-none-any.whl")
     names.add(f"kernelpack_buildsys-{version}-py3-none-any.whl")
+    names.add(".kernelpack-dist.json")  # what the run wrote, for the next run to replace
     return names
 
 
