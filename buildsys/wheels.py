@@ -72,6 +72,21 @@ GPU_RUNTIME_LIBRARIES = re.compile(
 )
 
 
+# The host wheel's PEP 427 build tag. The fat wheel keeps the plain name every PEP 517 frontend
+# gives it (`pip wheel .`, `python -m build`, the project's own backend); the host wheel, which
+# only `wheels` makes, is another file with other content, so it gets a name of its own: one
+# name, one content (docs/wheels.md, "One name, one content"). At the same version pip prefers a
+# tagged wheel to an untagged one, so an index or folder holding both gives pip the host wheel,
+# whose extras name the device wheels.
+HOST_BUILD_TAG = "0host"
+
+
+def host_wheel_name(fat_name: str) -> str:
+    """kernelpack-1.0-cp311-abi3-PLAT.whl -> kernelpack-1.0-0host-cp311-abi3-PLAT.whl."""
+    name, version, tags = fat_name.split("-", 2)
+    return f"{name}-{version}-{HOST_BUILD_TAG}-{tags}"
+
+
 @dataclass(frozen=True)
 class DeviceGroup:
     """One device wheel: its extra's name and the targets whose images it carries."""
@@ -336,7 +351,10 @@ def split_wheels(
     host_files[f"{dist_info}/METADATA"] = _add_extras(
         files[f"{dist_info}/METADATA"].decode(), groups, version
     ).encode()
-    paths = [write_wheel(out_dir / fat.name, host_files, epoch=epoch)]
+    host_files[f"{dist_info}/WHEEL"] = add_fields(
+        files[f"{dist_info}/WHEEL"].decode(), [("Build", HOST_BUILD_TAG)]
+    ).encode()
+    paths = [write_wheel(out_dir / host_wheel_name(fat.name), host_files, epoch=epoch)]
     images = read_built_images(device_dir, index, remedy="rebuild it")
     for group in groups:
         paths.append(_device_wheel(group, index, images, out_dir, epoch=epoch))
