@@ -40,10 +40,11 @@ from pathlib import Path
 
 from kernelpack._console import print_json, print_table
 from kernelpack.atomic import atomic_folder, atomic_write
+from kernelpack.coverage import coverage
 from kernelpack.images import IMAGE_FILE_SUFFIXES
 from kernelpack.index import Index
-from kernelpack.processors import AMD_FAMILIES
-from kernelpack.targets import parse_target
+from kernelpack.processors import AMD_FAMILIES, NVIDIA_ARCHS
+from kernelpack.targets import NvidiaTarget, parse_target, select_image
 
 from .build import build
 from .errors import BuildError, DistFolderError
@@ -361,14 +362,41 @@ def split_wheels(
     return paths
 
 
+def gpu_extras(groups: list[DeviceGroup]) -> dict[str, DeviceGroup]:
+    """The extras named after a GPU, each with the device wheel whose image the loader picks there:
+    every AMD processor of the coverage table (kernelpack.coverage: a GPU of it in ROCm's default
+    modes) that loads a built image, and every NVIDIA GPU architecture of the table, spelt both
+    ``sm_90`` and ``sm90``. A GPU that no built image fits gets no extra (run-time compilation or
+    the loader's error is what it has)."""
+    owner = {target: group for group in groups for target in group.targets}
+    extras: dict[str, DeviceGroup] = {}
+    for row in coverage(owner):
+        if row.image is not None and row.image in owner:
+            extras[row.processor] = owner[row.image]
+    nvidia = [
+        {"vendor": "nvidia", "target": target, "kind": parse_target(target).image_kind}
+        for target in owner
+        if parse_target(target).vendor == "nvidia"
+    ]
+    for arch in NVIDIA_ARCHS:
+        if arch.arch_specific:  # a code target (sm_90a), not a GPU: the GPU is sm_90
+            continue
+        best, _ = select_image(nvidia, NvidiaTarget.parse(arch.name))
+        if best is not None:
+            for spelling in (arch.name, arch.name.replace("_", "")):
+                extras[spelling] = owner[str(best["target"])]
+    names = {group.name for group in groups}
+    return {name: group for name, group in sorted(extras.items()) if name not in names}
+
+
 def _add_extras(metadata: str, groups: list[DeviceGroup], version: str) -> str:
-    """Provides-Extra per device wheel, pinned to the host's exact version, plus "all"."""
+    """Provides-Extra per device wheel and per GPU it serves (:func:`gpu_extras`), pinned to the
+    host's exact version, plus "all". ``sm_90`` is written with its underscore: pip 23.0 (Debian
+    12) compares an extra's marker as pkg_resources spells the extra, later pips normalise both."""
     fields = []
-    for group in groups:
-        fields.append(("Provides-Extra", group.name))
-        fields.append(
-            ("Requires-Dist", f'{group.distribution}=={version}; extra == "{group.name}"')
-        )
+    for name, group in [(g.name, g) for g in groups] + list(gpu_extras(groups).items()):
+        fields.append(("Provides-Extra", name))
+        fields.append(("Requires-Dist", f'{group.distribution}=={version}; extra == "{name}"'))
     fields.append(("Provides-Extra", "all"))
     fields += [("Requires-Dist", f'{g.distribution}=={version}; extra == "all"') for g in groups]
     return add_fields(metadata, fields)
