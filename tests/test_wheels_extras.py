@@ -47,8 +47,8 @@ def _extras(dist: Path) -> dict[str, set[str]]:
     host = read_wheel(dist / f"vecops_kernels-{VERSION}-0host-py3-none-any.whl")
     text = host[f"vecops_kernels-{VERSION}.dist-info/METADATA"].decode()
     metadata = email.parser.Parser().parsestr(text)
-    extras: dict[str, set[str]] = {name: set() for name in metadata.get_all("Provides-Extra")}
-    for requirement in metadata.get_all("Requires-Dist"):
+    extras: dict[str, set[str]] = {name: set() for name in metadata.get_all("Provides-Extra", [])}
+    for requirement in metadata.get_all("Requires-Dist", []):
         found = re.fullmatch(r'(\S+)==\S+; extra == "([^"]+)"', requirement)
         if found:
             extras[found[2]].add(found[1])
