@@ -36,3 +36,8 @@ class UnsafeNameError(UsageError):
 class ExportError(UsageError):
     """``export`` was asked for something it cannot write (a language it does not know, an --out
     that is a file, a build with no modules): exit status 2, naming the argument."""
+
+
+class DistFolderError(UsageError):
+    """``wheels --out`` names a non-empty folder that this project's previous ``wheels`` run did
+    not write (no manifest of it): its files are not ours to replace (exit status 2)."""

@@ -1,6 +1,9 @@
 """Running the compile jobs: every job looked up in the cache first, the misses compiled in
 parallel, stopping at the first failure unless asked to keep going.
 
+An interrupt (SIGINT) stops every running compiler at once and starts no other; within a linked
+module the first unit that fails stops its sibling units, as the link cannot happen without it.
+
 A job's cache key covers the compiler's identity, its whole commands and its sources; the headers
 they read are checked by the cache from the compiler's dependency output (buildsys.cache).
 """
@@ -42,7 +45,7 @@ def run_jobs(
     progress: bool,
 ) -> list[Outcome]:
     """Every job's outcome, in the order given (jobs already running when one fails finish, and
-    their objects are cached)."""
+    their objects are cached). An interrupt kills the running compilers before it propagates."""
     outcomes: dict[Job, Outcome] = {}
     misses: list[tuple[Job, str]] = []
     for job in jobs:
@@ -55,26 +58,44 @@ def run_jobs(
             outcomes[job] = finish(job, "cached", seconds, found.data, cache, found.info["sha256"])
     reporter = Reporter(len(jobs), len(misses), enabled=progress)
     slots = threading.BoundedSemaphore(plan.jobs)  # compiler processes at once (see _compile)
+    interrupted = threading.Event()  # set on an interrupt: every compiler stops, none starts
     if misses:
         with ThreadPoolExecutor(max_workers=plan.jobs) as pool:
             pending: dict[Future[Outcome], Job] = {}
             queue = list(misses)
             failed = False
-            while queue or pending:
-                while queue and len(pending) < plan.jobs and not (failed and not plan.keep_going):
-                    job, key = queue.pop(0)
-                    pending[
-                        pool.submit(_compile, job, key, plan, cache, trees, slots, reporter.step)
-                    ] = job
-                if not pending:
-                    break
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    outcome = future.result()
-                    del pending[future]
-                    outcomes[outcome.job] = outcome
-                    reporter.finished(outcome)
-                    failed = failed or outcome.status == "failed"
+            try:
+                while queue or pending:
+                    while (
+                        queue and len(pending) < plan.jobs and not (failed and not plan.keep_going)
+                    ):
+                        job, key = queue.pop(0)
+                        pending[
+                            pool.submit(
+                                _compile,
+                                job,
+                                key,
+                                plan,
+                                cache,
+                                trees,
+                                slots,
+                                reporter.step,
+                                interrupted,
+                            )
+                        ] = job
+                    if not pending:
+                        break
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        outcome = future.result()
+                        del pending[future]
+                        outcomes[outcome.job] = outcome
+                        reporter.finished(outcome)
+                        failed = failed or outcome.status == "failed"
+            except BaseException:  # SIGINT: the pool's threads kill their compilers and return
+                interrupted.set()
+                reporter.close()
+                raise
             for job, _ in queue:
                 outcomes[job] = Outcome(job, "not run", message="stopped after a failure")
     reporter.close()
@@ -138,6 +159,7 @@ def _compile(
     trees: SourceTrees,
     slots: threading.Semaphore,
     report: Callable[[Job, str], None],
+    interrupted: threading.Event,
 ) -> Outcome:
     """Run a job's commands; a linked module's units compile side by side, then link. Every
     compiler process holds one of the build's ``slots`` (``jobs`` of them), so a linked module
@@ -145,23 +167,36 @@ def _compile(
 
     A linked module's job is the build's longest (candle's mmq_gguf: 11 units, then an LTO link
     of tens of minutes for one AMD target), so its steps are reported as they start and end
-    (``report``): the units, each unit compiled, and the link."""
+    (``report``): the units, each unit compiled, and the link. The first unit that fails stops
+    the others (those running are killed, those waiting for a slot never start), as does
+    ``interrupted``."""
     toolchain = plan.toolchains[job.kind]
     folder = trees.folder(job.tree_name) / job.module.name
     started = time.monotonic()
     units_done: list[str] = []
     lock = threading.Lock()
+    unit_failed = threading.Event()
 
-    def run(command: tuple[list[str], str]) -> str:
-        """'' when the command succeeded, else what went wrong."""
+    def stopped() -> bool:
+        return interrupted.is_set() or unit_failed.is_set()
+
+    def run(command: tuple[list[str], str]) -> str | None:
+        """'' when the command succeeded, None when it was stopped, else what went wrong."""
         argv = command[0]
         if toolchain.kind == "cuda":
             argv[0] = toolchain.tool(argv[0])
         with slots:
+            if stopped():
+                return None
             try:
-                result = toolchain.run(argv, cwd=folder, check=False, tmpdir=trees.temporary)
+                result = toolchain.run(
+                    argv, cwd=folder, check=False, tmpdir=trees.temporary, stopped=stopped
+                )
             except OSError as error:
+                unit_failed.set()
                 return f"{argv[0]}: {error.strerror}"
+        if result.returncode != 0 and stopped():
+            return None
         if result.returncode == 0:
             if job.module.linked and command[1]:  # a unit (a link writes no depfile)
                 with lock:
@@ -171,6 +206,7 @@ def _compile(
                 unit = _as_written(argv[-3])
                 report(job, f"unit {unit} compiled ({count}/{len(units)}, {seconds:.0f} s)")
             return ""
+        unit_failed.set()
         message = (result.stderr + result.stdout).strip() or f"exit status {result.returncode}"
         if job.module.linked:
             step = argv[-3] if command[1] else "link"
@@ -199,7 +235,12 @@ def _compile(
             with ThreadPoolExecutor(max_workers=len(batch)) as unit_pool:
                 problems = list(unit_pool.map(run, batch))
         problem = next((p for p in problems if p), "")
+        if not problem and None in problems:
+            problem = "stopped: the build was interrupted"
         if problem:
+            stopped_units = problems.count(None)
+            if stopped_units and unit_failed.is_set():
+                problem += f" ({stopped_units} other unit(s) stopped: the link cannot happen)"
             return Outcome(job, "failed", time.monotonic() - started, message=problem)
         for _, depfile in batch:
             if depfile:

@@ -33,6 +33,7 @@ from typing import Any
 from kernelpack.errors import UsageError
 from kernelpack.files.paths import user_cache_folder
 from kernelpack.loader.images import IMAGE_KINDS
+from kernelpack.targets import parse_target
 
 from . import REPO_ROOT
 from .errors import ProjectError
@@ -250,7 +251,8 @@ def _as_switch(value: object, where: str, base: Path) -> bool:
 
 def _as_kernel_lists(value: object, where: str, base: Path) -> dict[str, tuple[str, ...]]:
     """``{module = ["kernel", ...]}`` in the config; "module=kernel;module=kernel" as text (kernel
-    names hold commas: ``k<float, 2>``)."""
+    names hold commas: ``k<float, 2>``). A key may name targets, ``"module@sm_80,compute_80"``, and
+    keys and kernels may be patterns (buildsys.discovery.allowed_on)."""
     if isinstance(value, str):
         table: dict[str, list[str]] = {}
         for entry in (part.strip() for part in value.split(";")):
@@ -264,6 +266,13 @@ def _as_kernel_lists(value: object, where: str, base: Path) -> dict[str, tuple[s
         isinstance(k, list) and all(isinstance(n, str) and n for n in k) for k in value.values()
     ):
         raise UsageError(f'{where}: {value!r}: expected a table {{module = ["kernel", ...]}}')
+    for key in value:  # "module@sm_80,compute_80": a target that is no pattern must be one
+        for target in key.partition("@")[2].split(",") if "@" in key else ():
+            if not target.strip() or not any(c in target for c in "*?["):
+                try:
+                    parse_target(target.strip())
+                except UsageError as error:
+                    raise UsageError(f"{where}: {key!r}: {error}") from None
     return {module: tuple(kernels) for module, kernels in sorted(value.items())}
 
 

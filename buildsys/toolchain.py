@@ -24,11 +24,12 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,11 +143,15 @@ class Toolchain:
         cwd: Path | None = None,
         check: bool = True,
         tmpdir: Path | None = None,
+        stopped: Callable[[], bool] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run one of the toolchain's programs; with check, a failure is a ToolchainError.
 
         ``tmpdir`` becomes the program's TMPDIR (an absolute path: nvcc pastes it into its shell
         commands, so the caller hands one that is safe there, buildsys.names.check_shell_path).
+        With ``stopped``, the program runs in a process group of its own, which is killed (the
+        compiler and every process it started) within STOP_POLL_S of ``stopped()`` turning true:
+        the build's interrupt, or a sibling unit's failure (buildsys.scheduler).
         """
         env: dict[str, str] | None = None
         if self.kind == "hip" or tmpdir is not None:
@@ -155,9 +160,11 @@ class Toolchain:
                 env["HIP_PLATFORM"] = "amd"
             if tmpdir is not None:
                 env["TMPDIR"] = str(tmpdir)
-        result = subprocess.run(
-            self.command(argv, cwd=cwd), cwd=cwd, env=env, capture_output=True, text=True
-        )
+        command = self.command(argv, cwd=cwd)
+        if stopped is None:
+            result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+        else:
+            result = _run_stoppable(command, stopped, cwd=cwd, env=env)
         if check and result.returncode != 0:
             message = (result.stderr or result.stdout).strip().splitlines()[-5:]
             raise ToolchainError(f"{' '.join(argv[:2])} failed: " + " | ".join(message))
@@ -168,6 +175,41 @@ class Toolchain:
         if self.kind == "cuda":
             return _nvcc_buildable(self, targets)
         return _hip_buildable(self, targets)
+
+
+STOP_POLL_S = 0.1  # how often a running compiler looks whether it is to stop
+
+
+def _run_stoppable(
+    argv: list[str], stopped: Callable[[], bool], *, cwd: Path | None, env: dict[str, str] | None
+) -> subprocess.CompletedProcess[str]:
+    """subprocess.run, with the program (and its children: nvcc's cicc and ptxas, bubblewrap's
+    compiler) in a process group that is killed once ``stopped()`` is true."""
+    process = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        process_group=0,
+    )
+    with process:
+        while True:
+            try:
+                stdout, stderr = process.communicate(timeout=STOP_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                if stopped():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
+                    stdout, stderr = process.communicate()
+                    break
+            except BaseException:  # an interrupt of this thread: the compiler goes with it
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                raise
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
 
 # Folders of the root file system itself: binding a host folder over one of them would hide the
@@ -318,6 +360,15 @@ def provision_hip(*, log: bool = True) -> Toolchain:
 
 
 def _debootstrap(root: Path, *, log: bool) -> None:
+    if os.geteuid() != 0:
+        raise ToolchainError(
+            f"provisioning the AMD toolchain needs root once (debootstrap makes its Debian root file "
+            f"system, here {root}); what works: provision as root into a folder of your choice, "
+            "`sudo env KERNELPACK_TOOLCHAIN_DIR=DIR kernelpack-build toolchain --provision` "
+            "(or `python3 -m buildsys` in place of kernelpack-build), then `sudo chown $USER DIR` "
+            "(the folder, for the probe results) and build as this user with "
+            "KERNELPACK_TOOLCHAIN_DIR=DIR; or install ROCm and set ROCM_PATH"
+        )
     _ensure_host_tools(log=log)
     scratch = root.parent / f"{ROOTFS_NAME}.partial"
     if scratch.exists():

@@ -2,7 +2,9 @@
 
 Every file ``python -m buildsys wheels`` writes into dist/ has its own name:
 
-- ``kernelpack-V-cp311-abi3-PLAT.whl``: the host wheel (no images), with one extra per device wheel.
+- ``kernelpack-V-0host-cp311-abi3-PLAT.whl``: the host wheel (no images), with one extra per device
+  wheel, under the build tag ``0host`` (buildsys.wheelfile.HOST_BUILD_TAG): the plain name is the fat
+  wheel's, as every PEP 517 frontend writes it.
   What today's pip installs: ``pip install "kernelpack[gfx942]"`` adds that device wheel;
   ``pip install kernelpack`` alone compiles at run time or names the extra to install.
 - ``kernelpack-V-cp311-abi3-PLAT-null.whl``: the fat wheel (every image) as the null variant, what a
@@ -48,7 +50,7 @@ from .packaging import (
     pure_wheel_dist_info,
     runtime_version,
 )
-from .wheelfile import read_wheel, write_wheel
+from .wheelfile import host_wheel_name, read_wheel, write_wheel
 
 if TYPE_CHECKING:
     from .packaging import ProjectMetadata
@@ -115,7 +117,7 @@ def write_variants(
     index: Index = read_index(fat_files[f"{meta.package}/_index.py"].decode())
     version = index["version"]
     provider_version = version if meta.is_runtime else runtime_version()
-    if fat.name != host.name:
+    if host.name != host_wheel_name(fat.name):
         raise BuildError(f"the fat wheel {fat.name} and the host wheel {host.name} differ in tags")
     written: list[Path] = []
     all_variants: dict[str, dict[str, dict[str, list[str]]]] = {}
@@ -125,7 +127,7 @@ def write_variants(
         provider_version, {NULL_LABEL: {}}
     ).encode()
     written.append(
-        write_wheel(out_dir / variant_wheel_name(host.name, NULL_LABEL), null_files, epoch=epoch)
+        write_wheel(out_dir / variant_wheel_name(fat.name, NULL_LABEL), null_files, epoch=epoch)
     )
 
     dist_info = _dist_info(host_files)
@@ -133,6 +135,7 @@ def write_variants(
         label, properties = variant_label(group), variant_properties(group)
         all_variants[label] = properties
         files = dict(host_files)
+        files[f"{dist_info}/WHEEL"] = fat_files[f"{dist_info}/WHEEL"]  # no build tag: none named
         files[f"{dist_info}/METADATA"] = _with_requirement(
             host_files[f"{dist_info}/METADATA"].decode(), f"{group.distribution}=={version}"
         ).encode()
@@ -140,7 +143,7 @@ def write_variants(
             provider_version, {label: properties}
         ).encode()
         written.append(
-            write_wheel(out_dir / variant_wheel_name(host.name, label), files, epoch=epoch)
+            write_wheel(out_dir / variant_wheel_name(fat.name, label), files, epoch=epoch)
         )
 
     variants_json = out_dir / f"{file_name_part(meta.name)}-{version}-variants.json"

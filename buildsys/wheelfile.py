@@ -19,6 +19,20 @@ from pathlib import Path
 
 from kernelpack.files.atomic import atomic_write
 
+# The host wheel's PEP 427 build tag. The fat wheel keeps the plain name every PEP 517 frontend
+# gives it (`pip wheel .`, `python -m build`, the project's own backend); the host wheel, which
+# only `wheels` makes, is another file with other content, so it gets a name of its own: one
+# name, one content (docs/wheels.md, "One name, one content"). At the same version pip prefers a
+# tagged wheel to an untagged one, so an index or folder holding both gives pip the host wheel,
+# whose extras name the device wheels.
+HOST_BUILD_TAG = "0host"
+
+
+def host_wheel_name(fat_name: str) -> str:
+    """kernelpack-1.0-cp311-abi3-PLAT.whl -> kernelpack-1.0-0host-cp311-abi3-PLAT.whl."""
+    name, version, tags = fat_name.split("-", 2)
+    return f"{name}-{version}-{HOST_BUILD_TAG}-{tags}"
+
 
 def write_wheel(path: Path, files: Mapping[str, bytes], *, epoch: int) -> Path:
     """Write a wheel deterministically; RECORD is computed here and goes last."""

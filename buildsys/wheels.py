@@ -22,8 +22,10 @@ Every wheel is written by :func:`buildsys.wheelfile.write_wheel`: sorted entries
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,13 +36,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from kernelpack._console import print_json, print_table
-from kernelpack.files.atomic import atomic_write
+from kernelpack.cli.coverage import coverage
+from kernelpack.files.atomic import atomic_folder, atomic_write
 from kernelpack.formats.index import Index
 from kernelpack.loader.images import IMAGE_FILE_SUFFIXES
+from kernelpack.targets import NvidiaTarget, parse_target, select_image
+from kernelpack.targets.processors import NVIDIA_ARCHS
 
 from .build import build
 from .device_groups import DeviceGroup, device_groups
-from .errors import BuildError
+from .errors import BuildError, DistFolderError
 from .index_writer import BuiltImage, place_images, read_built_images, read_index, render_index
 from .merge import merge
 from .metadata import add_fields
@@ -55,12 +60,12 @@ from .packaging import (
     with_package_entry_point,
 )
 from .report import failure_error, print_summary
+from .settings import OPTIONS_BY_NAME, check_writable_folder, environment_epoch, resolve_settings
 from .settings import add_arguments as add_settings_arguments
-from .settings import check_writable_folder, environment_epoch, resolve_settings
 from .simple_index import write_simple_index
 from .trees import scratch_folder
 from .variants import write_variants
-from .wheelfile import read_wheel, write_wheel
+from .wheelfile import HOST_BUILD_TAG, host_wheel_name, read_wheel, write_wheel
 
 DEVICE_TEMPLATE = Path(__file__).resolve().parent / "device_wheel"
 # Vendor runtimes a wheel must never carry: the user's driver stack provides them.
@@ -238,21 +243,51 @@ def split_wheels(
     host_files[f"{dist_info}/METADATA"] = _add_extras(
         files[f"{dist_info}/METADATA"].decode(), groups, version
     ).encode()
-    paths = [write_wheel(out_dir / fat.name, host_files, epoch=epoch)]
+    host_files[f"{dist_info}/WHEEL"] = add_fields(
+        files[f"{dist_info}/WHEEL"].decode(), [("Build", HOST_BUILD_TAG)]
+    ).encode()
+    paths = [write_wheel(out_dir / host_wheel_name(fat.name), host_files, epoch=epoch)]
     images = read_built_images(device_dir, index, remedy="rebuild it")
     for group in groups:
         paths.append(_device_wheel(group, index, images, out_dir, epoch=epoch))
     return paths
 
 
+def gpu_extras(groups: list[DeviceGroup]) -> dict[str, DeviceGroup]:
+    """The extras named after a GPU, each with the device wheel whose image the loader picks there:
+    every AMD processor of the coverage table (kernelpack.cli.coverage: a GPU of it in ROCm's default
+    modes) that loads a built image, and every NVIDIA GPU architecture of the table, spelt both
+    ``sm_90`` and ``sm90``. A GPU that no built image fits gets no extra (run-time compilation or
+    the loader's error is what it has)."""
+    owner = {target: group for group in groups for target in group.targets}
+    extras: dict[str, DeviceGroup] = {}
+    for row in coverage(owner):
+        if row.image is not None and row.image in owner:
+            extras[row.processor] = owner[row.image]
+    nvidia = [
+        {"vendor": "nvidia", "target": target, "kind": parse_target(target).image_kind}
+        for target in owner
+        if parse_target(target).vendor == "nvidia"
+    ]
+    for arch in NVIDIA_ARCHS:
+        if arch.arch_specific:  # a code target (sm_90a), not a GPU: the GPU is sm_90
+            continue
+        best, _ = select_image(nvidia, NvidiaTarget.parse(arch.name))
+        if best is not None:
+            for spelling in (arch.name, arch.name.replace("_", "")):
+                extras[spelling] = owner[str(best["target"])]
+    names = {group.name for group in groups}
+    return {name: group for name, group in sorted(extras.items()) if name not in names}
+
+
 def _add_extras(metadata: str, groups: list[DeviceGroup], version: str) -> str:
-    """Provides-Extra per device wheel, pinned to the host's exact version, plus "all"."""
+    """Provides-Extra per device wheel and per GPU it serves (:func:`gpu_extras`), pinned to the
+    host's exact version, plus "all". ``sm_90`` is written with its underscore: pip 23.0 (Debian
+    12) compares an extra's marker as pkg_resources spells the extra, later pips normalise both."""
     fields = []
-    for group in groups:
-        fields.append(("Provides-Extra", group.name))
-        fields.append(
-            ("Requires-Dist", f'{group.distribution}=={version}; extra == "{group.name}"')
-        )
+    for name, group in [(g.name, g) for g in groups] + list(gpu_extras(groups).items()):
+        fields.append(("Provides-Extra", name))
+        fields.append(("Requires-Dist", f'{group.distribution}=={version}; extra == "{name}"'))
     fields.append(("Provides-Extra", "all"))
     fields += [("Requires-Dist", f'{g.distribution}=={version}; extra == "all"') for g in groups]
     return add_fields(metadata, fields)
@@ -333,10 +368,81 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# dist/: what a run wrote, replaced whole
+
+# Written into dist/ with the files of each run: whose run it was and which entries it wrote, so
+# the next run removes those and nothing else (foreign files are carried into the new folder).
+DIST_MANIFEST = ".kernelpack-dist.json"
+
+
+def previous_run(dist: Path) -> tuple[str, frozenset[str]] | None:
+    """(project, entries written) of the run whose manifest ``dist`` holds; None where there is
+    none, or it does not read as one."""
+    try:
+        manifest = json.loads((dist / DIST_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict):
+        return None
+    project, files = manifest.get("project"), manifest.get("files")
+    if not isinstance(project, str) or not isinstance(files, list):
+        return None
+    return project, frozenset(f for f in files if isinstance(f, str))
+
+
+def check_dist_folder(dist: Path, meta: ProjectMetadata) -> None:
+    """Before any work: ``dist`` is empty, or holds this project's previous run (its manifest).
+    A non-empty folder kernelpack-build did not write, or wrote for another project, is one
+    DistFolderError line (exit 2): its wheels are not ours to replace."""
+    entries = sorted(p.name for p in dist.iterdir()) if dist.is_dir() else []
+    if not entries:
+        return
+    option = OPTIONS_BY_NAME["dist"]
+    where = f"{dist} ({option.option_flag} / {option.environment})"
+    previous = previous_run(dist)
+    if previous is None:
+        shown = ", ".join(entries[:5]) + (
+            f", ... ({len(entries)} entries)" if len(entries) > 5 else ""
+        )
+        raise DistFolderError(
+            f"{where}: not empty and not written by `kernelpack-build wheels` (no {DIST_MANIFEST}): "
+            f"{shown}; empty it or name another folder with {option.option_flag} DIR"
+        )
+    if previous[0] != meta.distribution:
+        raise DistFolderError(
+            f"{where}: holds the wheels of {previous[0]!r} (its {DIST_MANIFEST}), not of "
+            f"{meta.distribution!r}; name another folder with {option.option_flag} DIR"
+        )
+
+
+def _carry_foreign(old: Path, new: Path) -> None:
+    """Hard-link into ``new`` every entry of ``old`` that the previous run did not write (a file
+    the user put there), unless this run wrote one of that name."""
+    previous = previous_run(old)
+    written = {DIST_MANIFEST, *(previous[1] if previous else ())}
+    for entry in sorted(old.iterdir()) if old.is_dir() else []:
+        target = new / entry.name
+        if entry.name in written or target.exists() or target.is_symlink():
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.copytree(entry, target, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(entry, target)
+
+
+def _link_or_copy(source: str | Path, target: str | Path) -> None:
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(source, target, follow_symlinks=False)
+
+
 def main_wheels(args: argparse.Namespace) -> int:
     settings = resolve_settings(args, command="wheels")
     meta = project_metadata(settings)
     check_writable_folder(settings.dist, "dist")
+    check_dist_folder(settings.dist, meta)
     check_writable_folder(settings.cache_dir, "cache_dir")
     epoch = source_date_epoch(settings.project)
     with scratch_folder(settings.cache_dir) as scratch:
@@ -376,24 +482,37 @@ def make_wheels(
 ) -> int:
     """Every file of dist/ from a built output folder: the host and device wheels, the fat wheel as
     the null variant, the variant wheels, the variants JSON, the provider and dist/simple
-    (buildsys.variants says why each has the name it has)."""
+    (buildsys.variants says why each has the name it has).
+
+    dist/ is replaced whole (kernelpack.files.atomic.atomic_folder, as the build's output folder is):
+    everything is written into a folder beside it, with the manifest of what was written, and
+    swapped in at the end, so an interrupt leaves the previous dist/ as it was. What the previous
+    run wrote (its manifest) goes; any other entry is carried over (check_dist_folder first)."""
     say = _stages(enabled=not as_json)
-    for stale in [*dist.glob("*.whl"), *dist.glob("*-variants.json")]:
-        stale.unlink()
     stamp_index(device_dir, meta)
     images = sum(p.stat().st_size for p in device_dir.rglob("*") if p.is_file())
-    with tempfile.TemporaryDirectory(prefix="kernelpack-fat-") as staging:
+    with (
+        atomic_folder(dist) as out,
+        tempfile.TemporaryDirectory(prefix="kernelpack-fat-") as fat_dir,
+    ):
         say(f"the fat wheel ({images / 1e6:.1f} MB of device files; pip wheel, then auditwheel)")
-        built, verdict = build_fat_wheel(meta, device_dir, Path(staging), epoch=epoch)
+        built, verdict = build_fat_wheel(meta, device_dir, Path(fat_dir), epoch=epoch)
         say("the host wheel and the device wheels, split from the fat wheel")
-        split = split_wheels(meta, built, device_dir, dist, epoch=epoch)
+        split = split_wheels(meta, built, device_dir, out, epoch=epoch)
         say("the variant wheels and the variants JSON")
-        variants = write_variants(meta, built, split[0], dist, epoch=epoch)
-    extras = []  # the runtime ships its builder beside it (its provider: buildsys.variants)
-    if meta.is_runtime:
-        name, files = builder_wheel_files(meta.version)
-        extras.append(write_wheel(dist / name, files, epoch=epoch))
-    write_simple_index(dist, [*split, *variants, *extras])
+        variants = write_variants(meta, built, split[0], out, epoch=epoch)
+        extras = []  # the runtime ships its builder beside it (its provider: buildsys.variants)
+        if meta.is_runtime:
+            name, files = builder_wheel_files(meta.version)
+            extras.append(write_wheel(out / name, files, epoch=epoch))
+        write_simple_index(out, [*split, *variants, *extras])
+        written = sorted(p.name for p in out.iterdir())
+        manifest = {"project": meta.distribution, "version": meta.version, "files": written}
+        atomic_write(out / DIST_MANIFEST, json.dumps(manifest, indent=1) + "\n")
+        _carry_foreign(dist, out)
+    split, variants, extras = (
+        [dist / p.name for p in paths] for paths in (split, variants, extras)
+    )
     say(f"done: {dist}")
     fat = variants[0]  # the null variant: the fat wheel under a name of its own
     wheels = [fat, *split, *(v for v in variants[1:] if v.suffix == ".whl"), *extras]

@@ -8,6 +8,7 @@ hand-written expectation, and the layouts with the compiler's own metadata where
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from build_project import make_project
 from buildsys import REPO_ROOT
 from buildsys.discovery import (
     Demangled,
+    check_missing,
     cuda_spelling,
     demangle,
     find_demangler,
@@ -27,6 +29,7 @@ from buildsys.discovery import (
 from buildsys.errors import BuildError
 from buildsys.index_writer import read_index
 from buildsys.report import failure_error, kernel_rows
+from buildsys.settings import add_arguments, resolve_settings
 from kernelpack.formats import read_bundle, read_code_object, read_cubin, read_ptx
 
 FIXTURE = """\
@@ -250,8 +253,10 @@ def test_a_kernel_missing_from_a_target_fails_unless_allowed(tmp_path: Path) -> 
         check=False,
     )
     assert cli.returncode == 1  # a build failure, like a failed compile (BuildError)
-    assert cli.stderr.count("\n") == 1 and cli.stderr.startswith("error: ")
-    assert "g hopper_only (not on sm_80)" in cli.stderr
+    # one line, then the block that allows exactly this, ready to paste
+    first, *block = cli.stderr.strip().splitlines()
+    assert first.startswith("error: ") and "g hopper_only (not on sm_80)" in first
+    assert block == ["[tool.kernelpack.allow-missing-kernels]", '"g@sm_80" = ["hopper_only"]']
     assert re.search(r"^g\s+hopper_only\s+MISSING on sm_80 \(1 of 2\)", cli.stdout, re.M)
     allowed = project.build(allow_missing_kernels={"g": ("hopper_only",)})
     assert not allowed.failed, failure_error(allowed)
@@ -283,3 +288,49 @@ def test_merge_checks_kernels_across_shards(tmp_path: Path) -> None:
     merge(shards, tmp_path / "merged", matrix=matrix, allow_missing_kernels={"g": ["hopper_only"]})
     index = read_index((tmp_path / "merged" / "_index.py").read_text())
     assert sorted(index["modules"]["g"]["kernels"]) == ["everywhere", "hopper_only"]
+
+
+# A candle-like case: fp8 kernels exist only where __CUDA_ARCH__ >= 890.
+MISSING = {
+    "cast": {"cast_f8_e4m3_f32": ["sm_80", "compute_80"], "cast_bf16_f8_e4m3": ["sm_80"]},
+    "unary": {"relu_f8_e4m3": ["sm_80"], "relu_f32": ["sm_80"]},
+}
+
+
+def test_allowances_take_patterns_and_targets() -> None:
+    """allow-missing-kernels: kernel patterns, module patterns, and keys naming the targets on
+    which the kernels may be missing (a kernel missing elsewhere is still an error)."""
+    everywhere = {"cast": ("*_f8_e4m3*", "*_f8_e4m3"), "unary": ("*_f8_e4m3", "relu_f32")}
+    check_missing(MISSING, everywhere, "here")
+    check_missing(MISSING, {"*": ("*f8_e4m3*", "relu_f32")}, "here")
+    on_sm80 = {"*@sm_80": ("*_f8_e4m3*",), "unary@sm_80,sm_86": ("relu_f32",)}
+    with pytest.raises(BuildError) as raised:
+        check_missing(MISSING, on_sm80, "pyproject.toml [tool.kernelpack]")
+    first, *block = str(raised.value).splitlines()
+    assert first.startswith("1 kernel(s) are missing from some targets")
+    assert "cast cast_f8_e4m3_f32 (not on compute_80)" in first
+    assert block == [
+        "[tool.kernelpack.allow-missing-kernels]",
+        '"cast@compute_80" = ["cast_f8_e4m3_f32"]',
+    ]
+    check_missing(MISSING, {**on_sm80, "cast@compute_*": ("cast_f8_*",)}, "here")
+
+
+def test_the_printed_block_pasted_into_pyproject_allows_exactly_what_was_refused(
+    tmp_path: Path,
+) -> None:
+    """The error's block is TOML that the settings read and that allows every refused kernel;
+    many kernels are one key per module and set of targets, one kernel a line."""
+    many = {"cast": {f"cast_f8_e4m3_{t}": ["sm_80", "compute_80"] for t in "abcdefghij"}}
+    with pytest.raises(BuildError) as raised:
+        check_missing({**MISSING, **many}, {}, "here")
+    block = "\n".join(str(raised.value).splitlines()[1:])
+    assert block.count("\n") > 10  # one kernel a line past one short line
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "p"\nversion = "1.0"\n\n[tool.kernelpack]\n\n' + block + "\n"
+    )
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, "build")
+    settings = resolve_settings(parser.parse_args([]), {"KERNELPACK_BUILD_PROJECT": str(tmp_path)})
+    check_missing({**MISSING, **many}, settings.allow_missing_kernels, "here")
+    assert sorted(settings.allow_missing_kernels) == ["cast@sm_80,compute_80", "unary@sm_80"]

@@ -180,6 +180,14 @@ def test_allow_missing_kernels_from_the_config_and_the_command_line(tmp_path: Pa
     assert given.allow_missing_kernels == {"m": ("k<float, 2>", "b")}
     with pytest.raises(UsageError, match=r"--allow-missing-kernels: 'k': expected module=kernel"):
         resolve_settings(parse(["--allow-missing-kernels", "k"]), environ)
+    by_target = resolve_settings(
+        parse(["--allow-missing-kernels", "*@sm_80,compute_*=*_f8"]), environ
+    )
+    assert by_target.allow_missing_kernels == {"*@sm_80,compute_*": ("*_f8",)}
+    with pytest.raises(
+        UsageError, match=r"'m@sm80': sm80: not an NVIDIA target.*did you mean sm_80"
+    ):
+        resolve_settings(parse(["--allow-missing-kernels", "m@sm80=k"]), environ)
     (tmp_path / "bad").mkdir()
     bad = project(tmp_path / "bad", 'allow-missing-kernels = {walk = "hopper_only"}\n')
     with pytest.raises(

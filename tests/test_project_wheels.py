@@ -64,13 +64,14 @@ def _files(folder: Path) -> dict[str, str]:
 
 # Every file dist/ should hold, written out by hand from the project's name and the two targets.
 EXPECTED = {
-    f"vecops_kernels-{VERSION}-py3-none-any.whl",
+    f"vecops_kernels-{VERSION}-0host-py3-none-any.whl",  # the plain name is the fat wheel's
     f"vecops_kernels-{VERSION}-py3-none-any-null.whl",
     f"vecops_kernels-{VERSION}-py3-none-any-gfx942.whl",
     f"vecops_kernels-{VERSION}-py3-none-any-gfx1100.whl",
     f"vecops_kernels_device_gfx942-{VERSION}-py3-none-any.whl",
     f"vecops_kernels_device_gfx1100-{VERSION}-py3-none-any.whl",
     f"vecops_kernels-{VERSION}-variants.json",
+    ".kernelpack-dist.json",  # what the run wrote, for the next run to replace
 }
 
 
@@ -112,7 +113,7 @@ def test_each_wheel_depends_on_the_runtime_and_declares_the_package(
     vecops_dists: tuple[Path, Path],
 ) -> None:
     dist = vecops_dists[0]
-    host = read_wheel(dist / f"vecops_kernels-{VERSION}-py3-none-any.whl")
+    host = read_wheel(dist / f"vecops_kernels-{VERSION}-0host-py3-none-any.whl")
     info = f"vecops_kernels-{VERSION}.dist-info"
     metadata = host[f"{info}/METADATA"].decode()
     assert "Name: vecops-kernels\n" in metadata
@@ -190,6 +191,11 @@ def test_pip_wheel_through_the_backend_gives_the_fat_wheel(
     assert result.returncode == 0, result.stderr[-3000:]
     (built,) = tmp_path.glob("*.whl")
     assert built.name == f"vecops_kernels-{VERSION}-py3-none-any.whl"
+    # one name, one content: no file of `wheels` takes the fat wheel's plain name; the host
+    # wheel says its build tag in WHEEL as its name does
+    assert built.name not in {p.name for p in vecops_dists[0].iterdir()}
+    host = read_wheel(vecops_dists[0] / f"vecops_kernels-{VERSION}-0host-py3-none-any.whl")
+    assert "\nBuild: 0host\n" in host[f"vecops_kernels-{VERSION}.dist-info/WHEEL"].decode()
     null = read_wheel(vecops_dists[0] / f"vecops_kernels-{VERSION}-py3-none-any-null.whl")
     info = f"vecops_kernels-{VERSION}.dist-info"
     del null[f"{info}/variant.json"], null[f"{info}/RECORD"]

@@ -108,6 +108,34 @@ def test_host_tools_in_sbin_are_found_without_sbin_on_path(
     assert toolchain._missing_host_tools() == []
 
 
+def test_a_first_run_without_root_says_what_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """debootstrap runs as root only: a user's first provisioning is one error naming the two
+    ways that work (provision once as root into KERNELPACK_TOOLCHAIN_DIR, or ROCm), before
+    anything is downloaded, not debootstrap's own line and "re-run to try again"."""
+    sbin = tmp_path / "sbin"
+    sbin.mkdir()
+    for tool in ("debootstrap", "bwrap"):  # the host tools are there; root is what is missing
+        (sbin / tool).write_text(
+            "#!/bin/sh\necho 'E: debootstrap can only run as root' >&2\nexit 1\n"
+        )
+        (sbin / tool).chmod(0o755)
+    monkeypatch.setattr(toolchain, "SYSTEM_TOOL_DIRS", (str(sbin),))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("KERNELPACK_TOOLCHAIN_DIR", str(tmp_path / "toolchains"))
+    monkeypatch.setattr(toolchain.os, "geteuid", lambda: 1000)
+    with pytest.raises(ToolchainError) as raised:
+        toolchain.provision_hip(log=False)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "needs root once" in message
+    assert "sudo env KERNELPACK_TOOLCHAIN_DIR=DIR kernelpack-build toolchain --provision" in message
+    assert "build as this user with KERNELPACK_TOOLCHAIN_DIR=DIR" in message
+    assert "ROCM_PATH" in message and "re-run" not in message
+    assert not (tmp_path / "toolchains" / f"{toolchain.ROOTFS_NAME}.partial").exists()
+
+
 def test_a_host_tool_that_cannot_run_is_one_error(tmp_path: Path) -> None:
     with pytest.raises(ToolchainError, match=r"cannot run .*apt-get install"):
         toolchain._run_with_progress(

@@ -188,16 +188,18 @@ EXPECTED_GROUPS = [
 def expected_files(version: str, platform: str) -> set[str]:
     """Every file name dist/ should hold (cibuildwheel's expected_wheels idea)."""
     plain = f"kernelpack-{version}-cp311-abi3-{platform}"
-    names = {f"{plain}.whl", f"{plain}-null.whl", f"kernelpack-{version}-variants.json"}
+    host = f"kernelpack-{version}-0host-cp311-abi3-{platform}.whl"  # the fat wheel's name differs
+    names = {host, f"{plain}-null.whl", f"kernelpack-{version}-variants.json"}
     names |= {f"{plain}-{label}.whl" for label in EXPECTED_GROUPS}
     names |= {f"kernelpack_device_{label}-{version}-py3-none-any.whl" for label in EXPECTED_GROUPS}
     names.add(f"kernelpack_variant_provider-{version}-py3-none-any.whl")
     names.add(f"kernelpack_buildsys-{version}-py3-none-any.whl")
+    names.add(".kernelpack-dist.json")  # what the run wrote, for the next run to replace
     return names
 
 
 def _host(dist: Path) -> Path:
-    (host,) = [p for p in dist.glob("kernelpack-*.whl") if p.name.count("-") == 4]
+    (host,) = dist.glob("kernelpack-*-0host-*.whl")
     return host
 
 
@@ -219,7 +221,7 @@ def test_two_builds_are_byte_identical(built_wheels: tuple[Path, Path]) -> None:
 def test_every_file_in_dist_has_a_name_of_its_own(built_wheels: tuple[Path, Path]) -> None:
     dist = built_wheels[0]
     host = _host(dist)
-    version, platform = host.name.split("-")[1], host.name.split("-")[4].removesuffix(".whl")
+    version, platform = host.name.split("-")[1], host.name.split("-")[5].removesuffix(".whl")
     top = {p.name for p in dist.iterdir() if p.is_file()}
     assert top == expected_files(version, platform)
     # an index normalises names case-insensitively: still one file per name
@@ -290,7 +292,11 @@ EXPECTED_PROPERTIES = {
 @pytest.mark.toolchain
 def test_variantlib_accepts_every_variant_wheel(built_wheels: tuple[Path, Path]) -> None:
     dist = built_wheels[0]
-    variants = sorted(p for p in dist.glob("kernelpack-*.whl") if p.name.count("-") == 5)
+    variants = sorted(
+        p
+        for p in dist.glob("kernelpack-*.whl")
+        if p.name.count("-") == 5 and "-0host-" not in p.name
+    )
     assert len(variants) == len(EXPECTED_GROUPS) + 1  # and the null variant
     variantlib = Path(sys.executable).parent / "variantlib"
     for wheel in variants:
