@@ -363,12 +363,7 @@ class Loader:
         """The module's CUDA source, checked against the index; for AMD the builder's hipified
         copy beside it where there is one (hipRTC compiles HIP; plain CUDA only in part)."""
         path = self.catalog().sources[module]
-        try:
-            cuda = read_regular(path, limit=SOURCE_FILE_LIMIT, what="a kernel module's source")
-        except (OSError, UsageError) as error:
-            raise IntegrityError(
-                f"{path}: cannot read the module's source ({error}); reinstall kernelpack"
-            ) from None
+        cuda = _installed_source(path, "the module's source")
         digest = hashlib.sha256(cuda).hexdigest()
         if digest != entry["source_sha256"]:
             raise IntegrityError(
@@ -378,14 +373,19 @@ class Loader:
             )
         hip = path.with_suffix(".hip")
         if vendor == "amd" and hip.is_file():
-            try:
-                text = read_regular(hip, limit=SOURCE_FILE_LIMIT, what="a hipified source")
-            except (OSError, UsageError) as error:
-                raise IntegrityError(
-                    f"{hip}: cannot read the hipified source ({error}); reinstall kernelpack"
-                ) from None
-            return text.decode("utf-8")
+            return _installed_source(hip, "the hipified source").decode("utf-8")
         return cuda.decode("utf-8")
+
+
+def _installed_source(path: Path, what: str) -> bytes:
+    """An installed source file's bytes: a regular file of bounded size (files.regular), else an
+    IntegrityError that says to reinstall (the install is damaged, not the user's input)."""
+    try:
+        return read_regular(path, limit=SOURCE_FILE_LIMIT, what=what)
+    except (OSError, UsageError) as error:
+        raise IntegrityError(
+            f"{path}: cannot read {what} ({error}); reinstall kernelpack"
+        ) from None
 
 
 def _resources_of(
