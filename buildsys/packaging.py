@@ -361,7 +361,7 @@ the image that fits it, checked against its sha256 (``kernelpack.load`` does the
 """
 
 import kernelpack
-from kernelpack.devices.argument import Device
+from kernelpack import Device
 
 
 def load(module: str, device: Device = None) -> kernelpack.Module:

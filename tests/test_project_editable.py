@@ -57,7 +57,7 @@ def test_pip_install_editable_builds_into_the_project(tmp_path: Path) -> None:
     )
     probe = (
         "import json, vecops_kernels\n"
-        "from kernelpack import catalog\n"
+        "from kernelpack.loader import catalog\n"
         "index = catalog.package_index('vecops_kernels')\n"
         "print(json.dumps({'file': vecops_kernels.__file__, 'edited': vecops_kernels.EDITED,"
         " 'packages': catalog.kernelpack_packages(), 'package': index['package'],"

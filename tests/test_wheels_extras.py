@@ -18,9 +18,9 @@ from builder_env import builder_env
 
 from buildsys import REPO_ROOT
 from buildsys.index_writer import read_index
-from buildsys.wheels import read_wheel
-from kernelpack.targets.processors import AMD_PROCESSORS, NVIDIA_ARCHS
+from buildsys.wheelfile import read_wheel
 from kernelpack.targets import NvidiaTarget, agent_target, select_image
+from kernelpack.targets.processors import AMD_PROCESSORS, NVIDIA_ARCHS
 
 EXAMPLE = REPO_ROOT / "examples" / "vecops"
 VERSION = "0.2.0"

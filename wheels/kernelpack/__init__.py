@@ -2,7 +2,8 @@
 
 ``import kernelpack`` stays cheap: it loads no vendor library and reads no device file until a
 module is asked for. ``kernelpack.load(module, device=None)`` gives a :class:`Module`, whose
-``kernel(name)`` gives a :class:`Kernel` to launch; ``package="<import name>"`` loads a module of
+``kernel(name)`` gives a :class:`Kernel` to launch (``kernelpack.Device`` is the type of the
+``device`` argument); ``package="<import name>"`` loads a module of
 any other kernelpack-built package the same way (docs/your-kernels.md); every failure is a :class:`KernelpackError`
 subclass (kernelpack.errors).
 """
@@ -22,11 +23,13 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from .devices.argument import Device
     from .loader.load import load
     from .loader.module import Kernel, Module
 
 __all__ = [
     "CompileError",
+    "Device",
     "FormatError",
     "IntegrityError",
     "Kernel",
@@ -39,7 +42,12 @@ __all__ = [
 ]
 
 # Imported on first use, so that `import kernelpack` does not import the loader.
-_LAZY = {"load": "loader.load", "Module": "loader.module", "Kernel": "loader.module"}
+_LAZY = {
+    "load": "loader.load",
+    "Module": "loader.module",
+    "Kernel": "loader.module",
+    "Device": "devices.argument",  # the type of load's device argument, for packages' own load
+}
 
 
 def __getattr__(name: str) -> Any:

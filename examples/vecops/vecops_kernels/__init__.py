@@ -7,7 +7,7 @@ picks another) from the image that fits it, checked against its sha256.
 from __future__ import annotations
 
 import kernelpack
-from kernelpack.devices import Device
+from kernelpack import Device
 
 
 def load(module: str, device: Device = None) -> kernelpack.Module:
