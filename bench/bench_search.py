@@ -115,7 +115,7 @@ DIRECT_SECONDS = [0.0]
 def first_calls(way: str) -> list[dict[str, Any]]:
     """This process's calls (module docstring), ``way`` "pool" or "direct"."""
     if way == "direct":
-        DeviceMemory.pinned = _direct_pinned  # type: ignore[method-assign]
+        DeviceMemory.pinned = _direct_pinned  # type: ignore[method-assign,assignment]
     program = compile_program(MATRICES[2], AXES)
     rng = np.random.default_rng(46)
 

@@ -131,7 +131,8 @@ if [ "${KERNELPACK_GPU_WALK:-0}" = 1 ]; then
   pipes=sm__inst_executed_pipe_fma,sm__inst_executed_pipe_fmaheavy,sm__inst_executed_pipe_alu
   pipes=$pipes,sm__inst_executed_pipe_lsu,sm__pipe_fma_cycles_active,sm__pipe_fmaheavy_cycles_active
   pipes=$(echo "$pipes" | sed 's/,/.avg.pct_of_peak_sustained_active,/g').avg.pct_of_peak_sustained_active
-  pipes=$pipes,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,sm__cycles_elapsed.avg
+  pipes=$pipes,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
+  pipes=$pipes,sm__cycles_elapsed.avg,sm__cycles_elapsed.avg.per_second  # the SM clock under load
   profile() {  # ncu over bench/profile_walk.py's two launches, with the options given
     timeout 90 ncu --clock-control none --kernel-name regex:^walk_registers --launch-count 2 \
       "$@" python3 bench/profile_walk.py
