@@ -124,15 +124,16 @@ if [ "${KERNELPACK_GPU_WALK:-0}" = 1 ]; then
   timeout 150 python3 bench/bench_search.py --shards 40 --verifiers 8 \
     --json "$OUT/walk-search.json" --doc docs/bench-walk.md > "$OUT/walk.log" 2>&1
   note "walk search rc=$? ($(elapsed) s): $(grep -m1 -o 'keeps [0-9]*% of its screen-alone rate' "$OUT/walk.log")"
-  # the sections, and the pipes' metrics by name; where ncu refuses a name or an option, its
-  # metric names on this GPU and the sections alone follow in the log
+  # the sections, and the metrics below; where ncu refuses a metric or an option, its metric
+  # names on this GPU and the sections alone follow in the log
   sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats
     --section SchedulerStats --section WarpStateStats --section Occupancy --section LaunchStats"
-  pipes=sm__inst_executed_pipe_fma,sm__inst_executed_pipe_fmaheavy,sm__inst_executed_pipe_alu
-  pipes=$pipes,sm__inst_executed_pipe_lsu,sm__pipe_fma_cycles_active,sm__pipe_fmaheavy_cycles_active
-  pipes=$(echo "$pipes" | sed 's/,/.avg.pct_of_peak_sustained_active,/g').avg.pct_of_peak_sustained_active
+  # every pipe's share of its peak and every stall reason, by pattern (names vary by ncu
+  # version), the issue slots and the SM clock under load
+  pipes='regex:^sm__inst_executed_pipe_[a-z0-9_]+\.avg\.pct_of_peak_sustained_active$'
+  pipes=$pipes,'regex:^smsp__average_warps_issue_stalled_[a-z0-9_]+_per_issue_active\.ratio$'
   pipes=$pipes,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
-  pipes=$pipes,sm__cycles_elapsed.avg,sm__cycles_elapsed.avg.per_second  # the SM clock under load
+  pipes=$pipes,sm__cycles_elapsed.avg,sm__cycles_elapsed.avg.per_second
   profile() {  # ncu over bench/profile_walk.py's two launches, with the options given
     timeout 90 ncu --clock-control none --kernel-name regex:^walk_registers --launch-count 2 \
       "$@" python3 bench/profile_walk.py
