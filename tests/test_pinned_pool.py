@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernelpack.devices.pinned import MIN_CLASS, PinnedPool, size_class
+from kernelpack.devices.pinned import MIN_CLASS, TORCH_STEPS, PinnedPool, size_class
 
 
 class FakeMemory:
@@ -34,9 +34,9 @@ class FakeMemory:
         del self.live[owner.ctypes.data]
 
 
-def classes_by_search(nbytes: int) -> int:
+def classes_by_search(nbytes: int, steps: tuple[int, ...]) -> int:
     """The size class by enumeration, independently of size_class's bit arithmetic."""
-    candidates = [s * 2**k for k in range(60) for s in (4, 5, 6, 7)]
+    candidates = [s * 2**k for k in range(60) for s in steps]
     return int(max(MIN_CLASS, min(c for c in candidates if c >= nbytes)))
 
 
@@ -46,8 +46,10 @@ def classes_by_search(nbytes: int) -> int:
 )
 def test_size_class_is_the_smallest_step_that_fits(nbytes: int) -> None:
     found = size_class(nbytes)
-    assert found == classes_by_search(nbytes)
+    assert found == classes_by_search(nbytes, (4, 5, 6, 7))
     assert found >= nbytes and (nbytes <= MIN_CLASS or found <= 1.25 * nbytes)
+    power = size_class(nbytes, TORCH_STEPS)
+    assert power == classes_by_search(nbytes, (4,)) and power & (power - 1) == 0
 
 
 def test_reused_across_calls_and_sizes_once_results_are_gone() -> None:
@@ -103,3 +105,13 @@ def test_a_failed_allocation_frees_the_idle_buffers_and_tries_once_more() -> Non
     with pytest.raises(RuntimeError, match="out of memory"):
         pool.take(8 * MIN_CLASS)  # nothing idle to free: the failure stands
     del kept
+
+
+def test_a_pool_of_powers_of_two_allocates_them() -> None:
+    """torch's pool (TORCH_STEPS): 5 MB takes 8 MiB, which then serves a 7.5 MB request too."""
+    memory = FakeMemory()
+    pool = PinnedPool(memory.allocate, memory.free, steps=TORCH_STEPS)
+    pool.take(5_000_000)
+    gc.collect()
+    pool.take(7_500_000)
+    assert memory.allocated == [8 << 20] and pool.stats.reuses == 1

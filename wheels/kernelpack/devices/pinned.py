@@ -4,9 +4,10 @@ Allocating page-locked memory is slow (the driver locks every page: about half o
 at B = 10^6, K = 32, issue 46), and the results a call returns live in it, so a framework's own
 cache, which reuses a buffer only for a request of the same rounded size, still allocates afresh
 at every new size. This pool rounds a request up to a size class (1, 1.25, 1.5 or 1.75 times a
-power of two, at least :data:`MIN_CLASS`: at most a quarter more than asked for) and serves it
-from the smallest idle buffer of that class or any larger one, so calls at other sizes reuse what
-earlier calls locked.
+power of two, at least :data:`MIN_CLASS`: at most a quarter more than asked for; powers of two
+through torch, whose host allocator pins that much anyway) and serves it from the smallest idle
+buffer of that class or any larger one, so calls at other sizes reuse what earlier calls
+locked.
 
 A buffer is leased as a numpy view through a ctypes array of its own, which every array derived
 from the view keeps alive; when the last of them is collected (the caller dropped the results),
@@ -34,16 +35,19 @@ import numpy as np
 
 MIN_CLASS = 1 << 20  # the smallest buffer: small calls share one class
 STEPS = (4, 5, 6, 7)  # size classes are these times a power of two
+# torch's host allocator pins every block at the next power of two: classes in between would
+# pin that much and use less of it
+TORCH_STEPS = (4,)
 MAX_IDLE_BYTES = 4 << 30  # idle page-locked memory kept for later calls, the rest freed
 
 
-def size_class(nbytes: int) -> int:
+def size_class(nbytes: int, steps: tuple[int, ...] = STEPS) -> int:
     """The bytes of the buffer that serves a request of ``nbytes``: the smallest s * 2^k >= it
-    with s in STEPS, and at least MIN_CLASS."""
+    with s in ``steps`` (each in 4..7), and at least MIN_CLASS."""
     if nbytes <= MIN_CLASS:
         return MIN_CLASS
     shift = max(0, (nbytes - 1).bit_length() - 3)  # 4 * 2^shift <= nbytes - 1 < 8 * 2^shift
-    for step in (*STEPS, 8):
+    for step in (*steps, 8):
         if step << shift >= nbytes:
             return step << shift
     raise AssertionError("unreachable: 8 * 2^shift >= nbytes")
@@ -89,8 +93,10 @@ class PinnedPool:
         allocate: Callable[[int], tuple[Any, int]],
         free: Callable[[Any], None] = lambda owner: None,
         max_idle_bytes: int = MAX_IDLE_BYTES,
+        steps: tuple[int, ...] = STEPS,
     ) -> None:
         self._allocate, self._free, self.max_idle_bytes = allocate, free, max_idle_bytes
+        self.steps = steps
         self._idle: list[_Buffer] = []
         self._lock = threading.Lock()  # leases are given back from the garbage collector
         self._clock = 0
@@ -100,7 +106,7 @@ class PinnedPool:
         """A buffer of at least ``nbytes``, leased until the view and everything derived from it
         are collected. An allocation that fails (out of page-locked memory) is tried again once
         after the idle buffers are freed."""
-        wanted = size_class(max(nbytes, 1))
+        wanted = size_class(max(nbytes, 1), self.steps)
         with self._lock:
             fitting = [b for b in self._idle if b.nbytes >= wanted]
             buffer = min(fitting, key=lambda b: (b.nbytes, -b.used)) if fitting else None
@@ -171,9 +177,10 @@ def pool(framework: str) -> PinnedPool:
         found = _POOLS.get(framework)
         if found is None:
             xp = importlib.import_module(framework)
-            found = PinnedPool(
-                _torch_allocator(xp) if framework == "torch" else _cupy_allocator(xp)
-            )
+            if framework == "torch":
+                found = PinnedPool(_torch_allocator(xp), steps=TORCH_STEPS)
+            else:
+                found = PinnedPool(_cupy_allocator(xp))
             atexit.register(found.clear)
             _POOLS[framework] = found
         return found
