@@ -424,7 +424,8 @@ def test_gpu_results_in_pooled_page_locked_memory() -> None:
     program = compile_program(_field(2), ["x", "y"])
 
     def call(walks: int) -> tuple[WalkResult, WalkResult]:
-        shifts, dirs = rng.integers(-40, 50, (walks, 2)), rng.integers(-3, 4, (walks, 2))
+        # positive along the walk, as at scale above: the estimates agree to float accuracy
+        shifts, dirs = rng.integers(1, 50, (walks, 2)), rng.integers(1, 4, (walks, 2))
         arguments = walk_arguments(shifts, dirs, 40, 20, 40, 1.0)
         return run(program, **arguments), run_numpy(program, **arguments)  # type: ignore[arg-type]
 
