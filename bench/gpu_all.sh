@@ -10,7 +10,13 @@
 #   4. the loader's session: launch overhead and first-load latency over installed wheels
 #      (KERNELPACK_GPU_LOADER=0 leaves it out);
 #   5. with KERNELPACK_GPU_BENCH=1, the MLP and walk benchmarks, which rewrite docs/bench-*.md
-#      (and on 2+ GPUs the sweep's scaling, bench/bench_sweep.py).
+#      (and on 2+ GPUs the sweep's scaling, bench/bench_sweep.py);
+#   6. with KERNELPACK_GPU_WALK=1, a search on one GPU (bench/bench_search.py, about 60 s: the
+#      sweep's rate with exact verification against the screen alone, first calls at new sizes)
+#      into walk-search.json, and the walk's residue kernels under Nsight Compute
+#      (bench/profile_walk.py, m = 2 and 3: pipes, issue slots, warp stalls; under 60 s), both
+#      logs in walk.log. Alone (6 files back): KERNELPACK_GPU_TESTS=0 KERNELPACK_GPU_HIP=0
+#      KERNELPACK_GPU_SANITIZE=0 KERNELPACK_GPU_LOADER=0 KERNELPACK_GPU_WALK=1
 # The lent machine's calls last at most 600 s, which steps 2 and 3 together now exceed: run it twice,
 # KERNELPACK_GPU_SANITIZE=0 (tests only) then KERNELPACK_GPU_TESTS=0 (sanitizers only).
 # Logs and results go to $OUT (default build/gpu-out); a summary is printed last.
@@ -113,5 +119,37 @@ if [ "${KERNELPACK_GPU_BENCH:-0}" = 1 ]; then
     timeout 300 python3 bench/bench_sweep.py --gpus "$(nvidia-smi -L | wc -l)" > "$OUT/bench-sweep.log" 2>&1
     note "bench sweep rc=$? ($(elapsed) s): $(tail -1 "$OUT/bench-sweep.log")"
   fi
+fi
+if [ "${KERNELPACK_GPU_WALK:-0}" = 1 ]; then
+  timeout 150 python3 bench/bench_search.py --shards 40 --verifiers 8 \
+    --json "$OUT/walk-search.json" --doc docs/bench-walk.md > "$OUT/walk.log" 2>&1
+  note "walk search rc=$? ($(elapsed) s): $(grep -m1 -o 'keeps [0-9]*% of its screen-alone rate' "$OUT/walk.log")"
+  # the sections, and the metrics below; where ncu refuses a metric or an option, its metric
+  # names on this GPU and the sections alone follow in the log
+  sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats
+    --section SchedulerStats --section WarpStateStats --section Occupancy --section LaunchStats"
+  # every pipe's share of its peak and every stall reason, by pattern (names vary by ncu
+  # version), the issue slots and the SM clock under load
+  pipes='regex:^sm__inst_executed_pipe_[a-z0-9_]+\.avg\.pct_of_peak_sustained_active$'
+  pipes=$pipes,'regex:^smsp__average_warps_issue_stalled_[a-z0-9_]+_per_issue_active\.ratio$'
+  pipes=$pipes,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
+  pipes=$pipes,sm__cycles_elapsed.avg,sm__cycles_elapsed.avg.per_second
+  profile() {  # ncu over bench/profile_walk.py's two launches, with the options given
+    timeout 90 ncu --clock-control none --kernel-name regex:^walk_registers --launch-count 2 \
+      "$@" python3 bench/profile_walk.py
+  }
+  { echo "==== ncu: walk residue kernels (bench/profile_walk.py)"; ncu --version | tail -1
+    # shellcheck disable=SC2086
+    profile $sections --metrics "$pipes" --print-details all; rc=$?; echo "ncu rc=$rc"
+    if [ "$rc" != 0 ]; then
+      echo "==== ncu --query-metrics (pipes, issue)"
+      ncu --query-metrics 2>&1 | grep -E "^(sm__inst_executed_pipe|sm__pipe_|smsp__issue)" | head -60
+      echo "==== ncu, the sections alone"
+      # shellcheck disable=SC2086
+      profile $sections; echo "ncu rc=$?"
+    fi; } >> "$OUT/walk.log" 2>&1
+  note "walk ncu profile: $(grep -o 'ncu rc=[0-9]*' "$OUT/walk.log" | tr '\n' ' ')($(elapsed) s)"
+else
+  note "walk search and profile left out (KERNELPACK_GPU_WALK=0)"
 fi
 cat "$OUT/summary.txt"

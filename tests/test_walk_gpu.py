@@ -7,6 +7,7 @@ The comparisons and random inputs are test_walk.py's.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -28,8 +29,10 @@ from test_walk import (
     walk_arguments,
 )
 
+from kernelpack.devices import pinned
+from kernelpack.devices.arrays import gpu_framework
 from kernelpack.errors import UsageError
-from kernelpack.walk import compile_program, gpu, launch, reference, run, run_numpy
+from kernelpack.walk import WalkResult, compile_program, gpu, launch, reference, run, run_numpy
 from kernelpack.walk.lower import FLOAT_REGISTER_DEGREES, REGISTER_DEGREES, lower
 from kernelpack.walk.walker import bind
 
@@ -410,6 +413,45 @@ def test_gpu_pipelined_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("est1", "est2", "delta1", "delta2"):
         ours, theirs = getattr(result, name), getattr(whole, name)
         np.testing.assert_array_equal(ours, theirs, err_msg=f"{name}, seed {seed}")
+
+
+def test_gpu_results_in_pooled_page_locked_memory() -> None:
+    """Numpy results live in the page-locked pool (kernelpack.devices.pinned): a second call
+    while the first call's results live gets memory of its own (the first results stay as they
+    were), and once they are dropped a call at a smaller, new size reuses their buffers without
+    allocating; every result equals the numpy walker's, so stale bytes of a reused buffer show."""
+    rng, seed = fresh_rng()
+    program = compile_program(_field(2), ["x", "y"])
+
+    def call(walks: int) -> tuple[WalkResult, WalkResult]:
+        # positive along the walk, as at scale above: the estimates agree to float accuracy
+        shifts, dirs = rng.integers(1, 50, (walks, 2)), rng.integers(1, 4, (walks, 2))
+        arguments = walk_arguments(shifts, dirs, 40, 20, 40, 1.0)
+        return run(program, **arguments), run_numpy(program, **arguments)  # type: ignore[arg-type]
+
+    def agree(result: WalkResult, expected: WalkResult) -> None:
+        np.testing.assert_array_equal(result.P_final, expected.P_final, err_msg=f"seed {seed}")
+        np.testing.assert_array_equal(result.alive, expected.alive, err_msg=f"seed {seed}")
+        for name in ("est1", "est2"):
+            ours, theirs = getattr(result, name), getattr(expected, name)
+            np.testing.assert_allclose(ours, theirs, rtol=1e-9, err_msg=f"{name}, seed {seed}")
+
+    first, _ = call(3000)
+    kept = first.P_final.copy()
+    gc.collect()
+    pool = pinned.pool(gpu_framework())
+    pool.clear()  # what earlier tests left idle
+    allocations = pool.stats.allocations
+    second, second_expected = call(2900)
+    assert pool.stats.allocations > allocations  # the first results' buffers were not taken
+    np.testing.assert_array_equal(first.P_final, kept)
+    agree(second, second_expected)
+    del first, second
+    gc.collect()
+    allocations, reuses = pool.stats.allocations, pool.stats.reuses
+    third, third_expected = call(2000)
+    assert pool.stats.allocations == allocations and pool.stats.reuses >= reuses + 3
+    agree(third, third_expected)
 
 
 def test_gpu_device_resident_cupy_inputs_and_outputs() -> None:

@@ -274,6 +274,42 @@ def test_a_failed_shard_is_retried_on_another_worker_and_reported(
     assert attempts == {0: 1, 1: 2, 2: 1, 3: 1, 4: 1}
 
 
+def test_a_screen_only_sweep_stores_no_exact_delta_and_says_so(tmp_path: Path) -> None:
+    """EngineOptions(verify=False), the benchmark's screen-only sweep: the same shards and kept
+    walks as a verified sweep, each with no exact delta and the note; the verified sweep's
+    summary counts the seconds its verifications took, the screen-only one's none."""
+    distributed = pytest.importorskip("distributed")
+    from kernelpack.sweep import Store, engine
+
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(SPEC.replace("shard_walks = 96", "shard_walks = 300"))
+    spec = load_spec(spec_path)
+    found: dict[bool, tuple[dict[str, object], list[tuple[object, ...]]]] = {}
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        for verify in (True, False):
+            store = Store.open(tmp_path / f"out-{verify}", spec)
+            options = engine.EngineOptions(
+                "numpy", scheduler=cluster.scheduler_address, verify=verify
+            )
+            summary = engine.run_sweep(spec, store, options)
+            kept = store.db.execute(
+                "SELECT walk, hit, top, delta_exact, digits, note FROM walks ORDER BY walk"
+            ).fetchall()
+            store.close()
+            found[verify] = summary, kept
+    (verified, verified_rows), (screened, screened_rows) = found[True], found[False]
+    assert verified["shards_done"] == screened["shards_done"] == spec.shards == 5
+    assert float(verified["verify_seconds"]) > 0 and screened["verify_seconds"] == 0  # type: ignore[arg-type]
+    assert float(screened["screen_seconds"]) > 0  # type: ignore[arg-type]
+    assert [r[:3] for r in screened_rows if r[2]] == [r[:3] for r in verified_rows if r[2]]
+    assert all(r[3] is not None for r in verified_rows if r[2])
+    assert screened_rows and all(
+        r[3] is None and r[4] is None and r[5].startswith("not verified") for r in screened_rows
+    )
+
+
 def test_walks_are_the_product_of_the_ranges_in_order(tmp_path: Path) -> None:
     """walk_arrays numbers the walks as itertools.product of the ranges does, shard by shard."""
     import itertools

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..errors import RuntimeLibraryError, UsageError
 from .argument import DeviceString
 from .argument import parse_device as _parse
+from .pinned import pool as pinned_pool
 
 if TYPE_CHECKING:
     import numpy as np
@@ -351,14 +352,11 @@ class DeviceMemory:
             return int(self._xp.cuda.get_current_stream().ptr)
 
     def pinned(self, nbytes: int) -> tuple[Any, np.ndarray[Any, Any]]:
-        """Page-locked host memory of ``nbytes`` (its owner, and its bytes as numpy)."""
-        import numpy as np
-
-        if self.framework == "torch":
-            owner = self._xp.empty(max(nbytes, 1), dtype=self._xp.uint8, pin_memory=True)
-            return owner, owner.numpy()[:nbytes]
-        owner = self._xp.cuda.alloc_pinned_memory(max(nbytes, 1))
-        return owner, np.frombuffer(owner, np.uint8, nbytes)
+        """Page-locked host memory of ``nbytes`` (its owner, and its bytes as numpy), from the
+        framework's pool (kernelpack.devices.pinned): it goes back there once the numpy view
+        and every array made from it are collected, for a later call of any size to reuse."""
+        owner, view, _ = pinned_pool(self.framework).take(nbytes)
+        return owner, view
 
     def side_stream(self) -> Any:
         """A second stream on the device, for copies that overlap the current stream's work."""

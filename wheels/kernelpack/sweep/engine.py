@@ -41,13 +41,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from .._console import use_rich
 from ..devices import detect
 from ..devices.argument import device_name
 from ..errors import KernelpackError, NoImageError, SweepError, UsageError
 from ..walk import run, run_numpy
 from ..walk.select import Selection
-from ..walk.verify import verify_kept
+from ..walk.verify import Verified, verify_kept
 from .spec import Spec
 from .store import ShardResult, Store
 
@@ -69,6 +71,9 @@ class EngineOptions:
     retries: int = 2
     connect_timeout: float = 5.0  # seconds to reach --scheduler (Dask's own default is 30)
     verifiers: int | None = None  # local CPU workers verifying (gpu); default: the cores left
+    # False: the screen alone, each kept walk stored with no exact delta and a note saying so;
+    # for measuring what verification costs (bench/bench_sweep.py --verify), not a search
+    verify: bool = True
 
     def __post_init__(self) -> None:
         if self.backend not in ("gpu", "numpy"):
@@ -163,16 +168,40 @@ def verify_shard(spec_json: str, screened: tuple[str, object, str]) -> tuple[str
     try:
         spec, program = _spec(spec_json)
         result: ShardResult = payload  # type: ignore[assignment]
+        started = time.perf_counter()
         hits, top = verify_kept(
             program, result.hits, result.top, spec.depth, spec.target, spec.min_delta
         )
         return (
             "ok",
-            replace(result, hits=hits, top=top if top is not None else _empty(spec)),
+            replace(
+                result,
+                hits=hits,
+                top=top if top is not None else _empty(spec),
+                verify_seconds=time.perf_counter() - started,
+            ),
             worker,
         )
     except (KernelpackError, ValueError, RuntimeError, OSError) as error:
         return "failed", _one_line(f"verify: {type(error).__name__}: {error}"), worker
+
+
+def _unverified(screened: tuple[str, object, str]) -> tuple[str, object, str]:
+    """A screened shard committed as the screen left it (EngineOptions.verify False): every
+    kept walk with no exact delta and a note that says why."""
+    status, payload, worker = screened
+    if status != "ok":
+        return screened
+    result: ShardResult = payload  # type: ignore[assignment]
+
+    def marked(selection: Selection) -> Selection:
+        n = len(selection)
+        note = "not verified: the sweep ran the screen alone"
+        nothing = Verified(np.full(n, np.nan), np.full(n, -1), np.zeros(n, dtype=bool), (note,) * n)
+        return replace(selection, verified=nothing)
+
+    hits = None if result.hits is None else marked(result.hits)
+    return "ok", replace(result, hits=hits, top=marked(result.top)), worker
 
 
 def _empty(spec: Spec) -> Any:
@@ -322,12 +351,16 @@ class _Tally:
     first: float | None = None
     last: float = 0.0
     walks_after_first: int = 0
+    screen_seconds: float = 0.0
+    verify_seconds: float = 0.0
     failed: int = 0
     failures: list[str] = field(default_factory=list)
 
-    def committed(self, walks: int) -> None:
-        now = time.perf_counter()
+    def committed(self, result: ShardResult) -> None:
+        now, walks = time.perf_counter(), result.walks
         self.walks += walks
+        self.screen_seconds += result.seconds
+        self.verify_seconds += result.verify_seconds
         if self.first is None:
             self.first = now
         else:
@@ -370,6 +403,8 @@ def run_sweep(
         "seconds": seconds,
         "triples_per_second": tally.walks * triples_per_walk / seconds if seconds else 0.0,
         "steady_triples_per_second": steady,
+        "screen_seconds": tally.screen_seconds,
+        "verify_seconds": tally.verify_seconds,
         "failures": tally.failures,
         "failures_total": tally.failed,
     }
@@ -410,6 +445,9 @@ def _run_shards(
             )
             key = f"verify-{shard}-{attempt}"
             in_flight[key] = (shard, attempt)
+            if not options.verify:
+                queue.add(client.submit(_unverified, screened, key=key, pure=False))
+                return
             queue.add(
                 client.submit(
                     verify_shard, spec_json, screened, key=key, resources=verifying, pure=False
@@ -450,7 +488,7 @@ def _run_shards(
             if status == "ok":
                 result: ShardResult = payload
                 if store.commit(result, attempt):
-                    tally.committed(result.walks)
+                    tally.committed(result)
                     progress.add(result.walks)
                     if on_commit is not None:
                         on_commit(result.shard)

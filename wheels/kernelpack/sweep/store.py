@@ -106,6 +106,7 @@ class ShardResult:
     top: Selection
     seconds: float
     worker: str
+    verify_seconds: float = 0.0  # the CPU time its verification took (the summary's sum)
 
 
 def _damaged(path: Path, what: str) -> UsageError:

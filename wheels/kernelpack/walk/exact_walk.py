@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from .program import Op, Program, compile_program
+from .program import Program, compile_program
 from .targets import Target, import_flint, parse_target
 
 GUARD_BITS = 64  # the primes' product must exceed 2 max(|p|, |q|) by this many bits
@@ -66,29 +66,13 @@ class Exact:
 
 def _axis_values(
     program: Program, shift: Sequence[int], direction: Sequence[int], depth: int
-) -> Any:
+) -> list[Any]:
     """The step matrices M(0) .. M(depth-1) entry by entry: (m*m) object arrays of length depth,
-    the register machine run once over every step's position (Python integers, unbounded)."""
+    the register machine (Program.evaluate) run once over every step's position (Python
+    integers, unbounded)."""
     steps = np.arange(depth, dtype=object)
-    registers: list[Any] = [None] * 64
-    for row in program.instrs:
-        op, dst, a, b = (int(v) for v in row)
-        name = Op(op)
-        if name is Op.LOAD_AXIS:
-            registers[dst] = int(shift[a]) + steps * int(direction[a])
-        elif name is Op.LOAD_CONST:
-            registers[dst] = np.full(depth, int(program.consts[a]), dtype=object)
-        elif name is Op.ADD:
-            registers[dst] = registers[a] + registers[b]
-        elif name is Op.SUB:
-            registers[dst] = registers[a] - registers[b]
-        elif name is Op.MUL:
-            registers[dst] = registers[a] * registers[b]
-        elif name is Op.NEG:
-            registers[dst] = -registers[a]
-        else:
-            registers[dst] = registers[a]
-    return [registers[int(r)] for r in program.out_reg]
+    axes = [int(s) + steps * int(d) for s, d in zip(shift, direction, strict=True)]
+    return [np.broadcast_to(np.asarray(v, dtype=object), (depth,)) for v in program.evaluate(axes)]
 
 
 def integer_walk(

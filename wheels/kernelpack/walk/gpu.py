@@ -372,89 +372,99 @@ def _walk(
     if not on_gpu and walks >= 2 * PIPELINE_MIN_WALKS:
         # at least PIPELINE_PIECES pieces, so that copies overlap the next piece's kernels
         piece = max(1, min(piece // 2, max(PIPELINE_MIN_WALKS, -(-walks // PIPELINE_PIECES))))
-    for start in range(0, walks, piece):
-        count = min(walks, start + piece) - start
-        if isinstance(inputs, DeviceInputs):
-            shifts_ptr = inputs.shifts_ptr + 8 * dim * start
-            dirs_ptr = inputs.dirs_ptr + 8 * dim * start
-            alive_d, est_d, rows = whole["alive"], whole["est"], walks
-            alive_ptr = memory.pointer(alive_d) + 4 * start
-            est_ptr = memory.pointer(est_d) + 8 * start
-            p_final_ptr = (
-                memory.pointer(whole["P_final"]) + p_final_bytes * start
-                if "P_final" in whole
-                else 0
+    # the pinned leases go back to their pool with this call's arrays: no copy into them may
+    # still run then, whatever ends the loop
+    try:
+        for start in range(0, walks, piece):
+            count = min(walks, start + piece) - start
+            if isinstance(inputs, DeviceInputs):
+                shifts_ptr = inputs.shifts_ptr + 8 * dim * start
+                dirs_ptr = inputs.dirs_ptr + 8 * dim * start
+                alive_d, est_d, rows = whole["alive"], whole["est"], walks
+                alive_ptr = memory.pointer(alive_d) + 4 * start
+                est_ptr = memory.pointer(est_d) + 8 * start
+                p_final_ptr = (
+                    memory.pointer(whole["P_final"]) + p_final_bytes * start
+                    if "P_final" in whole
+                    else 0
+                )
+                p_final_d = None
+            else:
+                while len(in_flight) >= 2:  # at most two pieces' buffers held
+                    in_flight.pop(0)[0].synchronize()
+                part = slice(start, start + count)
+                shifts_d = memory.upload(inputs.shifts[part])
+                dirs_d = memory.upload(inputs.dirs[part])
+                shifts_ptr, dirs_ptr = memory.pointer(shifts_d), memory.pointer(dirs_d)
+                alive_d = memory.filled(count * 4, 0)
+                est_d = memory.filled(4 * count * 8, POISON)
+                alive_ptr, est_ptr, rows = memory.pointer(alive_d), memory.pointer(est_d), count
+                p_final_d = (
+                    memory.filled(count * p_final_bytes, POISON) if "P_final" in host else None
+                )
+                p_final_ptr = 0 if p_final_d is None else memory.pointer(p_final_d)
+            residue_kernel.launch(
+                (-(-count // launch.residue_block), primes_count),
+                launch.residue_block,
+                *residue_arguments(shifts_ptr, dirs_ptr, count, p_final_ptr, alive_ptr),
+                shared_mem=lowered.residue.n_slots * 4 * launch.residue_block,
+                stream=stream,
             )
-            p_final_d = None
-        else:
-            while len(in_flight) >= 2:  # at most two pieces' buffers held
-                in_flight.pop(0)[0].synchronize()
-            part = slice(start, start + count)
-            shifts_d = memory.upload(inputs.shifts[part])
-            dirs_d = memory.upload(inputs.dirs[part])
-            shifts_ptr, dirs_ptr = memory.pointer(shifts_d), memory.pointer(dirs_d)
-            alive_d = memory.filled(count * 4, 0)
-            est_d = memory.filled(4 * count * 8, POISON)
-            alive_ptr, est_ptr, rows = memory.pointer(alive_d), memory.pointer(est_d), count
-            p_final_d = memory.filled(count * p_final_bytes, POISON) if "P_final" in host else None
-            p_final_ptr = 0 if p_final_d is None else memory.pointer(p_final_d)
-        residue_kernel.launch(
-            (-(-count // launch.residue_block), primes_count),
-            launch.residue_block,
-            *residue_arguments(shifts_ptr, dirs_ptr, count, p_final_ptr, alive_ptr),
-            shared_mem=lowered.residue.n_slots * 4 * launch.residue_block,
-            stream=stream,
-        )
-        est_rows = [est_ptr + 8 * rows * row for row in range(4)]
-        float_kernel.launch(
-            -(-count // launch.float_block),
-            launch.float_block,
-            shifts_ptr,
-            dirs_ptr,
-            count,
-            dim,
-            *float_program,
-            ptr["float_consts"],
-            len(lowered.consts),
-            launch.depth,
-            inputs.depth1,
-            launch.depth2,
-            inputs.target,
-            *est_rows,
-            shared_mem=float_slots * 8 * launch.float_block,
-            stream=stream,
-        )
-        if side is not None:
-            memory.side_waits(side)
-            if p_final_d is not None:
-                memory.copy_to_host(
-                    host["P_final"], p_final_bytes * start, p_final_d, p_final_bytes * count, side
-                )
-            if "alive" in host:
-                memory.copy_to_host(host["alive"], 4 * start, alive_d, 4 * count, side)
-            for row in range(4 if "est" in host else 0):
-                memory.copy_to_host(
-                    host["est"],
-                    8 * (row * walks + start),
-                    est_d[8 * row * count :],
-                    8 * count,
-                    side,
-                )
-            in_flight.append((memory.mark(side), [shifts_d, dirs_d, alive_d, est_d, p_final_d]))
-        if selector is not None:
-            selector.piece(
-                {
-                    "est2": est_rows[1],
-                    "delta2": est_rows[3],
-                    "alive": alive_ptr,
-                    "shifts": shifts_ptr,
-                    "dirs": dirs_ptr,
-                },
+            est_rows = [est_ptr + 8 * rows * row for row in range(4)]
+            float_kernel.launch(
+                -(-count // launch.float_block),
+                launch.float_block,
+                shifts_ptr,
+                dirs_ptr,
                 count,
-                start,
+                dim,
+                *float_program,
+                ptr["float_consts"],
+                len(lowered.consts),
+                launch.depth,
+                inputs.depth1,
+                launch.depth2,
+                inputs.target,
+                *est_rows,
+                shared_mem=float_slots * 8 * launch.float_block,
+                stream=stream,
             )
-    for event, _ in in_flight:
-        event.synchronize()
+            if side is not None:
+                memory.side_waits(side)
+                if p_final_d is not None:
+                    memory.copy_to_host(
+                        host["P_final"],
+                        p_final_bytes * start,
+                        p_final_d,
+                        p_final_bytes * count,
+                        side,
+                    )
+                if "alive" in host:
+                    memory.copy_to_host(host["alive"], 4 * start, alive_d, 4 * count, side)
+                for row in range(4 if "est" in host else 0):
+                    memory.copy_to_host(
+                        host["est"],
+                        8 * (row * walks + start),
+                        est_d[8 * row * count :],
+                        8 * count,
+                        side,
+                    )
+                in_flight.append((memory.mark(side), [shifts_d, dirs_d, alive_d, est_d, p_final_d]))
+            if selector is not None:
+                selector.piece(
+                    {
+                        "est2": est_rows[1],
+                        "delta2": est_rows[3],
+                        "alive": alive_ptr,
+                        "shifts": shifts_ptr,
+                        "dirs": dirs_ptr,
+                    },
+                    count,
+                    start,
+                )
+    finally:
+        for event, _ in in_flight:
+            event.synchronize()
     hits, top = selector.result() if selector is not None else (None, None)
     if on_gpu:
         estimates = memory.typed(whole["est"], "float64", (4, walks))

@@ -13,6 +13,7 @@ import ast
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -175,6 +176,31 @@ class Program:
                     f"out_reg[{entry}] (entry ({i}, {j})): register r{int(register)} is never "
                     "written"
                 )
+
+    def evaluate(self, axes: Sequence[Any]) -> list[Any]:
+        """The entries of M at ``axes`` (one value per axis), row-major: the register machine run
+        once on whatever the values are. Python integers give the exact matrix (unbounded, the
+        definition the walkers are tested against); numpy object arrays of Python integers give
+        every step's matrix in one pass (the exact verifier's integer walk). Constants stay
+        Python integers, so an entry that reads no axis is one."""
+        registers: list[Any] = [0] * N_REGISTERS
+        for row in self.instrs.tolist():
+            op, dst, a, b = row
+            if op == Op.LOAD_AXIS:
+                registers[dst] = axes[a]
+            elif op == Op.LOAD_CONST:
+                registers[dst] = int(self.consts[a])
+            elif op == Op.ADD:
+                registers[dst] = registers[a] + registers[b]
+            elif op == Op.SUB:
+                registers[dst] = registers[a] - registers[b]
+            elif op == Op.MUL:
+                registers[dst] = registers[a] * registers[b]
+            elif op == Op.NEG:
+                registers[dst] = -registers[a]
+            else:
+                registers[dst] = registers[a]
+        return [registers[r] for r in self.out_reg.tolist()]
 
     def check_axes(self, dim: int) -> None:
         """Reject a LOAD_AXIS of an axis the walks do not have (``dim`` axes)."""

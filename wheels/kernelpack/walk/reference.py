@@ -1,8 +1,10 @@
 """The definition of a walk in exact Python integers (WALK.md), for tests.
 
 Nothing here shares code with the walkers beyond the argument checks and the selection
-(kernelpack.walk.walker): the program runs as the register machine it is, on unbounded integers,
-and the estimates come from the exact p_d and q_d. It is slow (every step a product of big integers) and meant for small batches.
+(kernelpack.walk.walker): the program runs as the register machine it is, on unbounded integers
+(Program.evaluate, the one evaluator, which the exact verifier uses too and tests check against
+sympy's), and the estimates come from the exact p_d and q_d. It is slow (every step a product of
+big integers) and meant for small batches.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import math
 import numpy as np
 
 from .inputs import WalkInputs, WalkResult
-from .program import Op, Program
+from .program import Program
 from .screen import screen_delta
 from .walker import host_walker
 
@@ -21,26 +23,9 @@ Matrix = list[list[int]]
 
 def step_matrix(program: Program, position: list[int]) -> Matrix:
     """M at a position: the register machine run on Python integers."""
-    registers: list[int] = [0] * 64
-    for row in program.instrs:
-        op, dst, a, b = (int(v) for v in row)
-        name = Op(op)
-        if name is Op.LOAD_AXIS:
-            registers[dst] = position[a]
-        elif name is Op.LOAD_CONST:
-            registers[dst] = int(program.consts[a])
-        elif name is Op.ADD:
-            registers[dst] = registers[a] + registers[b]
-        elif name is Op.SUB:
-            registers[dst] = registers[a] - registers[b]
-        elif name is Op.MUL:
-            registers[dst] = registers[a] * registers[b]
-        elif name is Op.NEG:
-            registers[dst] = -registers[a]
-        else:
-            registers[dst] = registers[a]
     m = program.m
-    return [[registers[int(program.out_reg[i * m + j])] for j in range(m)] for i in range(m)]
+    entries = program.evaluate(position)
+    return [entries[i * m : (i + 1) * m] for i in range(m)]
 
 
 def _product(left: Matrix, right: Matrix) -> Matrix:
