@@ -356,9 +356,8 @@ struct Snapshot {
 // of rounding a step, d steps), float64 cannot tell the walk's error from its own, and delta is
 // +inf, "at least as close as the screen resolves" (kernelpack.walk.screen; the exact delta is
 // the host's). An infinite or NaN est keeps its delta.
-// Out of line: inlined twice, the slow paths of log and the division made ptxas spill (sm_90).
-__device__ __noinline__ void write_estimate(Snapshot at, int steps, double target, double* est,
-                                           double* delta) {
+__device__ __forceinline__ void write_estimate(Snapshot at, int steps, double target, double* est,
+                                               double* delta) {
   const double value = at.p / at.q;
   const double ln_q = log(fabs(at.q)) + static_cast<double>(at.exponent) * 0.69314718055994530942;
   const double distance = fabs(value - target);
@@ -431,8 +430,16 @@ struct FloatProduct {
                                          double* __restrict__ est1, double* __restrict__ est2,
                                          double* __restrict__ delta1,
                                          double* __restrict__ delta2) const {
-    write_estimate(at1, depth1, target, est1 + walk, delta1 + walk);
-    write_estimate(at2, depth2, target, est2 + walk, delta2 + walk);
+    // One inlined copy of write_estimate for both snapshots, in a loop kept rolled: two copies
+    // (the slow paths of log and the division twice) made ptxas spill on sm_90, and a call
+    // (__noinline__) is a function call on AMD, where every kernel here is otherwise one body.
+    // The snapshot is chosen by selects, not by indexing an array (which would go to memory).
+#pragma unroll 1
+    for (int second = 0; second < 2; ++second) {
+      const bool deeper = second != 0;
+      write_estimate(deeper ? at2 : at1, deeper ? depth2 : depth1, target,
+                     (deeper ? est2 : est1) + walk, (deeper ? delta2 : delta1) + walk);
+    }
   }
 };
 

@@ -115,5 +115,25 @@ def open_checkout(environ: Mapping[str, str] | None = None) -> Checkout:
             f"{ENVIRONMENT}={folder}: importing the emulator failed ({type(error).__name__}: "
             f"{error}); {HOW_TO_GET}"
         ) from error
+    _supply_glc(emu)
     found = _loaded[folder] = Checkout(folder, _commit(folder), emu, decode)
     return found
+
+
+def _supply_glc(emu: Any) -> None:
+    """Gives the emulator's CDNA FLAT and GLOBAL and RDNA4 VFLAT and VGLOBAL instructions a
+    ``glc``, the name its memory compiler reads to decide whether an atomic returns the memory's
+    old value: CDNA (gfx940 on) calls that bit sc0 and RDNA4 th:TH_ATOMIC_RETURN (bit 0 of th),
+    and those classes know it by that name only, so every returning atomic left its destination
+    unwritten. The property reads that bit (only atomics read glc); nothing is set where a class
+    has its own ``glc`` (RDNA3's, or a later emulator's). Counted per kernel in Emulator.notes
+    (kernelpack.emulator._code)."""
+    returns = {
+        emu.irc.FLAT: lambda instruction: instruction.sc0,
+        emu.irc.GLOBAL: lambda instruction: instruction.sc0,
+        emu.ir4.VFLAT: lambda instruction: instruction.th & 1,
+        emu.ir4.VGLOBAL: lambda instruction: instruction.th & 1,
+    }
+    for inst, bit in returns.items():
+        if not hasattr(inst, "glc"):
+            inst.glc = property(bit)

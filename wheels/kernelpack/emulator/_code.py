@@ -20,6 +20,22 @@ instructions the emulator cannot compile (their pseudocode reads flat_scratch, w
 flat_* instruction becomes the global_* of the same operation and operands (one byte of the
 encoding differs): the same access for a global address, which every address an emulated kernel is
 given is (a flat address into LDS or scratch would not be; the emulator has no such apertures).
+On RDNA, ``v_mov_b32_dpp`` with the DPP16 control ``row_share:0`` (each lane takes lane 0 of
+its row of 16: 0x150, which the emulator's table names row_newbcast, CDNA's name, and does not
+run; HIP's ``__syncthreads_count`` has it) becomes ``v_permlane16_b32`` with every lane select
+0, its fetch-inactive and bound-control bits the DPP word's (op_sel): the same 8 bytes, the
+same operation on the hardware. (``row_share:15`` likewise, with selects of all ones; other
+lanes would need a literal, which does not fit in the 8 bytes, and are left to the emulator's
+own message.) The emulator's permlane16 reads inactive source lanes as they are, where the
+hardware's bound control gives 0: the same wherever the source lanes are active, as they are
+in every kernel that uses it here.
+
+And an atomic that returns the memory's old value on CDNA (FLAT or GLOBAL with sc0, gfx9's glc)
+or RDNA4 (th:TH_ATOMIC_RETURN) is counted, not rewritten: the emulator returns the value where
+the instruction's ``glc`` says so, a field those classes name otherwise, so kernelpack gives them
+a ``glc`` that reads their bit (kernelpack.emulator._checkout); without it such an atomic leaves
+its destination unwritten (walk_select_top then wrote its records at a stale address: SIGSEGV).
+
 The installed image is never changed (it was checked against the index's sha256 before it got
 here).
 """
@@ -107,6 +123,22 @@ SADDR_OFF = 0x7F
 # RDNA4's VFLAT and VGLOBAL encodings: the same fields and operation numbers, bits 31:24 differ
 RDNA4_FLAT, RDNA4_GLOBAL = 0xEC, 0xEE
 FLAT_AS_GLOBAL = "flat_* re-encoded as global_* (RDNA4)"
+# RDNA's VOP1 with a DPP16 word (two words): bits 8:0 of the first 0xFA (src0 = DPP), 31:25
+# 0b0111111, the operation in 16:9 (1: v_mov_b32), vdst in 24:17; the second word has the source
+# VGPR in 7:0, the control in 16:8, FI in 18, BC in 19, the source modifiers in 23:20, bank_mask
+# in 27:24 and row_mask in 31:28. v_permlane16_b32 (VOP3, the same on gfx11 and gfx12): op_sel
+# bits 12:11 (FI, BC), vdst in 7:0; src0 (256 + VGPR), src1 and src2 (the lane selects, here
+# inline constants) in the second word's 8:0, 17:9 and 26:18.
+DPP16_SRC0, VOP1_V_MOV_B32 = 0xFA, 1
+ROW_SHARE_FIRST = 0x150
+V_PERMLANE16_B32 = 0xD65B0000
+# row_share:N -> the select of every lane: N in each nibble, as an inline constant
+ROW_SHARE_SELECTS = {0: 128, 15: 193}  # 0, -1
+ROW_SHARE = "v_mov_b32_dpp row_share:N rewritten to v_permlane16_b32 (selects N)"
+# Whether an atomic returns the old value: CDNA's FLAT/GLOBAL sc0, bit 16 (gfx9's glc); RDNA4's
+# VFLAT/VGLOBAL th:TH_ATOMIC_RETURN, bit 52 (bit 0 of th)
+RETURN_BIT = {"cdna": (("FLAT", "GLOBAL"), 16), "rdna4": (("VFLAT", "VGLOBAL"), 52)}
+RETURNING_ATOMIC = "returning atomics run through the glc name kernelpack supplies"
 
 
 def _op_name(decode: Callable[[bytes, str], Any], window: bytes, arch: str) -> str:
@@ -237,6 +269,15 @@ class PlacedImage:
                     if _op_name(decode, as_global, self.arch) == "GLOBAL_" + name[len("FLAT_") :]:
                         ctypes.memmove(at + 3, bytes([RDNA4_GLOBAL]), 1)
                         code.rewrites[FLAT_AS_GLOBAL] += 1
+                kinds, bit = RETURN_BIT.get(self.arch, ((), 0))
+                if (
+                    type(inst).__name__ in kinds
+                    and "ATOMIC" in name
+                    and int.from_bytes(window[:size], "little") >> bit & 1
+                ):
+                    code.rewrites[RETURNING_ATOMIC] += 1
+                if self.arch in ("rdna3", "rdna4") and self._share_as_permlane(at, decode):
+                    code.rewrites[ROW_SHARE] += 1
                 if name == GETPC and self._materialize_pc(at, decode):
                     code.rewrites[PC_RELATIVE] += 1
                     at += 20
@@ -278,4 +319,33 @@ class PlacedImage:
             if _op_name(decode, moves[start:] + bytes(16), self.arch) != name:
                 return False  # an encoding this decoder reads otherwise: leave the code as it is
         ctypes.memmove(at, moves, len(moves))
+        return True
+
+    def _share_as_permlane(self, at: int, decode: Callable[[bytes, str], Any]) -> bool:
+        """At ``at``: a ``v_mov_b32_dpp`` of ``row_share:N`` on every row and bank without source
+        modifiers, for an N whose selects are an inline constant, becomes the
+        ``v_permlane16_b32`` of the same lanes (module docstring); False, and nothing changed,
+        for any other instruction."""
+        first, second = struct.unpack("<II", self.read(at, 8))
+        control = (second >> 8) & 0x1FF
+        selects = ROW_SHARE_SELECTS.get(control - ROW_SHARE_FIRST)
+        if not (
+            first & 0x1FF == DPP16_SRC0
+            and first >> 25 == 0x3F
+            and (first >> 9) & 0xFF == VOP1_V_MOV_B32
+            and selects is not None
+            and (second >> 20) & 0xF == 0  # no neg or abs
+            and second >> 24 == 0xFF  # row_mask and bank_mask 0xF: every lane written
+        ):
+            return False
+        fetch_inactive, bound_control = (second >> 18) & 1, (second >> 19) & 1
+        vdst, vsrc = (first >> 17) & 0xFF, second & 0xFF
+        permlane = struct.pack(
+            "<II",
+            V_PERMLANE16_B32 | bound_control << 12 | fetch_inactive << 11 | vdst,
+            (256 + vsrc) | selects << 9 | selects << 18,
+        )
+        if _op_name(decode, permlane + bytes(8), self.arch) != "V_PERMLANE16_B32":
+            return False  # an encoding this decoder reads otherwise: leave the code as it is
+        ctypes.memmove(at, permlane, len(permlane))
         return True
