@@ -12,7 +12,10 @@
 
 ``load`` is :class:`kernelpack.loader.load.Loader`'s: the package's catalog, the image selected
 for the target by the same rules as on a GPU, its sha256 checked, kernels found by name and launched with
-the index's parameter layout; the emulator (:mod:`._runtime`) stands in for libamdhip64 and the
+the index's parameter layout. ``Emulator(target, generic=True)`` runs the image a GPU of that
+processor loads where its own image is missing: the loader is shown the package without the
+processor's own images, so its selection takes the generic target's (gfx9-4-generic for gfx942,
+gfx11-generic for gfx1100, gfx12-generic for gfx1201); the emulator (:mod:`._runtime`) stands in for libamdhip64 and the
 GPU. The emulator is tinygrad's (test/mockgpu/amd/emu.py, MIT), never copied into kernelpack: a
 checkout named by KERNELPACK_AMD_EMULATOR (:mod:`._checkout`). It runs the processors of
 :data:`EMULATED_TARGETS`; what it needed rewritten or swapped to run them is counted in
@@ -27,11 +30,12 @@ float type), so an element a kernel leaves unwritten shows. Every array sits bet
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..devices import arrays
 from ..devices.detect import Gpu
 from ..errors import RuntimeLibraryError, UsageError
+from ..loader import catalog as installed
 from ..loader.load import Loader
 from ..targets import TargetId
 from ..walk import gpu
@@ -47,6 +51,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..backends.rtc import SourceCompiler
+    from ..formats.index import Index
     from ..loader.module import Module
     from ..walk.inputs import WalkResult
     from ..walk.walker import WalkCall, Walker
@@ -110,11 +115,33 @@ def _no_compiler(vendor: str) -> SourceCompiler:
     )
 
 
-class Emulator:
-    """One emulated AMD GPU of processor ``target`` (one of :data:`EMULATED_TARGETS`)."""
+def without_images_for(index: Index, processor: str) -> Index:
+    """``index`` with every image built for ``processor`` itself (with any features) left out,
+    the rest as they are: what a GPU of that processor sees where only its family's generic image
+    was installed."""
+    modules = {
+        name: {
+            **entry,
+            "images": [
+                image
+                for image in entry["images"]
+                if image["vendor"] != "amd" or image["target"].split(":")[0] != processor
+            ],
+        }
+        for name, entry in index["modules"].items()
+    }
+    return cast("Index", {**index, "modules": modules})
 
-    def __init__(self, target: str, *, environ: Mapping[str, str] | None = None) -> None:
+
+class Emulator:
+    """One emulated AMD GPU of processor ``target`` (one of :data:`EMULATED_TARGETS`); with
+    ``generic``, one that finds no image of its own processor installed."""
+
+    def __init__(
+        self, target: str, *, generic: bool = False, environ: Mapping[str, str] | None = None
+    ) -> None:
         self.target: EmulatedTarget = emulated_target(target)
+        self.generic = generic
         self.checkout = open_checkout(environ)
         self.runtime = EmulatorRuntime(self.checkout, self.target)
         arch = self.target.arch
@@ -135,19 +162,43 @@ class Emulator:
         """``module`` of the kernelpack-built ``package`` through the loader, run on the emulator."""
         loader = self._loaders.get(package)
         if loader is None:
-            loader = self._loaders[package] = Loader(
+            loader = self._loaders[package] = self._loader(package)
+        return loader.load(module, 0)
+
+    def _loader(self, package: str) -> Loader:
+        if not self.generic:
+            return Loader(
                 package=package,
                 gpus=[self.gpu],
                 runtimes=lambda vendor: self.runtime,
                 compilers=_no_compiler,
             )
-        return loader.load(module, 0)
+        processor = self.target.processor
+        index = installed.package_index(package)
+        fragments = [
+            (without_images_for(fragment, processor), root, origin)
+            for fragment, root, origin in installed.device_fragments(package)
+        ]
+        return Loader(
+            package=package,
+            index=None if index is None else without_images_for(index, processor),
+            root=installed.package_folder(package),
+            fragments=lambda: fragments,
+            gpus=[self.gpu],
+            runtimes=lambda vendor: self.runtime,
+            compilers=_no_compiler,
+        )
 
     @property
     def notes(self) -> list[str]:
         """What the emulator needed to run this target: its decoder's stand-in, and every
         instruction rewritten in the loaded copies (counted by kernel)."""
         said = []
+        if self.generic:
+            said.append(
+                f"{self.target.processor}'s own images hidden from the loader: it loads the "
+                "generic image of its family"
+            )
         if self.target.stand_in:
             said.append(
                 f"{self.target.processor} runs on the emulator's {self.target.stand_in} "
@@ -215,4 +266,8 @@ class Emulator:
         return array.view().copy()
 
     def __repr__(self) -> str:
-        return f"<kernelpack.emulator.Emulator {self.target.processor} ({self.runtime.library})>"
+        generic = ", generic image" if self.generic else ""
+        return (
+            f"<kernelpack.emulator.Emulator {self.target.processor}{generic} "
+            f"({self.runtime.library})>"
+        )
