@@ -18,7 +18,9 @@ from kernelpack.errors import UsageError
 torch = pytest.importorskip("torch", reason="torch is in the test dependency group")
 pytestmark = pytest.mark.torch
 
-from kernelpack import mlp_hot, nn, torch_ops  # noqa: E402  (needs torch)
+from kernelpack import nn  # noqa: E402  (needs torch)
+from kernelpack.ops.mlp import hot as mlp_hot  # noqa: E402  (needs torch)
+from kernelpack.ops.mlp import torch_ops  # noqa: E402  (needs torch)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 OPS = torch.ops.kernelpack
