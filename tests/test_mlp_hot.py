@@ -151,6 +151,27 @@ def test_an_accepted_call_launches_the_entry_once(make_hot: Callable[..., Any], 
     assert keywords == {"stream": 0}  # torch's current stream for the CPU: none
 
 
+@pytest.mark.parametrize("op", ["rms_norm", "add_rms_norm", "fused_add_rms_norm"])
+def test_trailing_arguments_left_out_take_their_defaults(
+    make_hot: Callable[..., Any], op: str
+) -> None:
+    """A call that leaves out eps (as torch's dispatcher does at its default) launches with the
+    descriptor's default eps, 1e-6, and out= left out is None (a result allocated); more
+    arguments than the op takes, or fewer than its tensors, raise TypeError."""
+    hot = Hot(make_hot, op, torch.is_grad_enabled, TYPES)
+    spec = mlp_hot.SPECS[op]
+    tensors = good_args(op)[: spec.inputs]
+    result = hot.call(*tensors)
+    ((args, kwargs),) = hot.launch.calls
+    assert args[-1] == pytest.approx(1e-6, rel=0) and kwargs == {"stream": 0}
+    if op == "rms_norm":
+        assert tuple(result.shape) == SHAPE
+    with pytest.raises(TypeError, match="arguments"):
+        hot.call(*tensors[:-1])
+    with pytest.raises(TypeError, match="arguments"):
+        hot.call(*good_args(op), None)
+
+
 @pytest.mark.parametrize("op", ["swiglu", "silu_and_mul", "rms_norm"])
 def test_out_is_written_not_allocated(make_hot: Callable[..., Any], op: str) -> None:
     hot = Hot(make_hot, op, torch.is_grad_enabled, TYPES)

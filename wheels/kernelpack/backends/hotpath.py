@@ -22,7 +22,9 @@ class HotOp(NamedTuple):
     code per input: "f" the first input's shape, "w" the entry's weight shape; ``out`` and the
     results have the entry's result shape. ``allocates`` results are made when out is None (a
     tuple where more than one); the inputs at ``in_place`` are written as the results instead
-    (their pointers follow the inputs') and the call returns None."""
+    (their pointers follow the inputs') and the call returns None. A call may leave out its
+    trailing arguments, as torch's dispatcher leaves out those at their defaults: eps is then
+    ``default_eps``, out None."""
 
     inputs: int
     shapes: str
@@ -30,10 +32,7 @@ class HotOp(NamedTuple):
     out: bool
     allocates: int
     in_place: tuple[int, ...] = ()
-
-    def arguments(self) -> int:
-        """How many arguments the hot call takes."""
-        return self.inputs + self.eps + self.out
+    default_eps: float = 0.0
 
 
 # A prepared launch, the C hot call's entry: (launch: a C Launcher, another callable taking

@@ -453,6 +453,7 @@ static PyType_Spec launcher_spec = {
  * pointers follow the inputs'), and the call returns None. */
 typedef struct {
     int inputs, eps, out, allocates, in_place_count;
+    double default_eps;
     char shapes[8];
     int in_place[4];
 } HotSpec;
@@ -506,12 +507,13 @@ typedef struct {
     PyObject *prepared;     /* dict: (torch dtype, device index, torch.Size) -> entry */
     PyObject *exchange;     /* the capsule of torch's DLPack exchange API */
     PyObject *grad_enabled; /* torch.is_grad_enabled, or None below autograd (never read) */
+    PyObject *default_eps;  /* eps where a call leaves it out (a float) */
     const kp_dl_exchange_api *api;
     int next_slot;
     HotSlot slots[HOT_SLOTS];
 } HotPath;
 
-#define HOT_OBJECTS(X) X(torch_types) X(prepared) X(exchange) X(grad_enabled)
+#define HOT_OBJECTS(X) X(torch_types) X(prepared) X(exchange) X(grad_enabled) X(default_eps)
 
 #define VISIT_HOT(name) Py_VISIT(((HotPath *)self)->name);
 static int hot_traverse(PyObject *self, visitproc visit, void *arg) {
@@ -538,7 +540,8 @@ static void hot_dealloc(PyObject *self) {
     Py_DECREF(type);
 }
 
-/* The op's HotSpec from its descriptor (inputs, shapes, eps, out, allocates, in_place); 0, or -1
+/* The op's HotSpec from its descriptor (inputs, shapes, eps, out, allocates, in_place,
+ * default_eps); 0, or -1
  * with ValueError or TypeError set. */
 static int read_hot_spec(PyObject *op, HotSpec *spec) {
     const char *shapes;
@@ -546,8 +549,9 @@ static int read_hot_spec(PyObject *op, HotSpec *spec) {
     int eps, out;
     PyObject *in_place;
     memset(spec, 0, sizeof *spec);
-    if (!PyTuple_Check(op) || !PyArg_ParseTuple(op, "is#ppiO", &spec->inputs, &shapes, &shape_count,
-                                                &eps, &out, &spec->allocates, &in_place))
+    if (!PyTuple_Check(op) ||
+        !PyArg_ParseTuple(op, "is#ppiOd", &spec->inputs, &shapes, &shape_count, &eps, &out,
+                          &spec->allocates, &in_place, &spec->default_eps))
         return -1;
     spec->eps = eps;
     spec->out = out;
@@ -604,14 +608,20 @@ static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
                      api->header.version.major, api->header.version.minor);
         return NULL;
     }
+    PyObject *default_eps = PyFloat_FromDouble(spec.default_eps);
+    if (default_eps == NULL) return NULL;
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     HotPath *self = (HotPath *)alloc(type, 0);
-    if (self == NULL) return NULL;
+    if (self == NULL) {
+        Py_DECREF(default_eps);
+        return NULL;
+    }
     self->spec = spec;
     self->api = api;
 #define TAKE_HOT(name) self->name = Py_NewRef(name);
     HOT_OBJECTS(TAKE_HOT)
 #undef TAKE_HOT
+    Py_DECREF(default_eps); /* the object holds its own reference */
     return (PyObject *)self;
 }
 
@@ -810,18 +820,20 @@ static int hot_launch(PyObject *entry, PyObject *const *addresses, int count, Py
     return 0;
 }
 
-/* call(*tensors, [eps], [out]): the op's result (out=, the one made, a tuple of those made, or None
+/* call(*tensors, [eps], [out]), eps and out= optional: the op's result (out=, the one made, a tuple of those made, or None
  * in place), or NotImplemented when the call is not for the hot path. */
 static PyObject *hot_call(PyObject *op, PyObject *const *args, Py_ssize_t nargs) {
     HotPath *self = (HotPath *)op;
     const HotSpec *spec = &self->spec;
-    const Py_ssize_t expected = spec->inputs + spec->eps + spec->out;
-    if (nargs != expected) {
-        PyErr_Format(PyExc_TypeError, "call() takes %zd arguments (%zd given)", expected, nargs);
+    const Py_ssize_t most = spec->inputs + spec->eps + spec->out;
+    if (nargs < spec->inputs || nargs > most) {
+        PyErr_Format(PyExc_TypeError, "call() takes %d to %zd arguments (%zd given)", spec->inputs,
+                     most, nargs);
         return NULL;
     }
-    PyObject *out = spec->out ? args[expected - 1] : Py_None;
-    PyObject *eps = spec->eps ? args[spec->inputs] : NULL;
+    /* trailing arguments left out take their defaults: eps the descriptor's, out= None */
+    PyObject *out = spec->out && nargs == most ? args[most - 1] : Py_None;
+    PyObject *eps = !spec->eps ? NULL : nargs > spec->inputs ? args[spec->inputs] : self->default_eps;
     PyObject *tensors[HOT_MAX_TENSORS];
     kp_dl_tensor views[HOT_MAX_TENSORS];
     int count = 0;

@@ -172,6 +172,7 @@ def hot_op(op: Op) -> HotOp:
         out=op.out,
         allocates=0 if op.in_place else len(op.results),
         in_place=op.in_place,
+        default_eps=DEFAULT_EPS,
     )
 
 

@@ -82,9 +82,7 @@ def real(op: Op) -> Impl:
     calls = hot.HOT_BELOW_AUTOGRAD
 
     def implementation(*args: Any) -> Any:
-        if op.eps and len(args) == inputs:
-            args = (*args, DEFAULT_EPS)
-        result = calls[name](*args, *tail)
+        result = calls[name](*args)  # eps and out= left out take their defaults
         if result is NotImplemented:
             found, eps = operands(op, args)
             check(op, found, eps)
@@ -95,7 +93,7 @@ def real(op: Op) -> Impl:
                     f"{op.inputs[0].name}: {names} are updated in place and must be contiguous"
                 )
             contiguous = [t if i in op.in_place else t.contiguous() for i, t in enumerate(tensors)]
-            extra = () if eps is None else (float(eps),)
+            extra = () if eps is None else (float(eps),)  # the default where left out
             result = hot.torch_run(name, *contiguous, *extra, *tail)
         return result
 

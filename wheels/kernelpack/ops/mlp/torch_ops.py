@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from . import hot
-from .table import DEFAULT_EPS, TABLE, Op, schema
+from .table import TABLE, Op, schema
 from .torch_impl import Impl, implementations
 
 NAMESPACE = "kernelpack"
@@ -180,16 +180,11 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
     grad_enabled, any_requires_grad = torch.is_grad_enabled, torch._C._any_requires_grad
 
     straight: dict[int, bool] = {}  # keyset's bits -> whether CUDA is next below autograd
-    # The CUDA implementation's hot call, made here without its Python frame (out= None where
-    # the op's hot call takes one); anything it does not take goes to the implementation. The
-    # _with_scale ops have none (the hot path stores no row scales).
-    spec = hot.SPECS.get(name)
-    hot_call = HOT[name] if spec is not None else hot.not_hot
-    tail = (None,) if spec is not None and spec.out else ()
-    # The dispatcher leaves a trailing argument given at its default out of args (eps=1e-06 in
-    # every schema here), which the hot call needs: put back
-    defaults = (DEFAULT_EPS,) if spec is not None and spec.eps else ()
-    inputs = spec.inputs if spec is not None else 0
+    # The CUDA implementation's hot call, made here without its Python frame; anything it does
+    # not take goes to the implementation. The dispatcher leaves a trailing argument given at its
+    # default out of args (eps=1e-06), which the hot call then takes from its descriptor, as it
+    # takes out= None. The _with_scale ops have none (the hot path stores no row scales).
+    hot_call = HOT[name] if name in hot.SPECS else hot.not_hot
 
     def kernel(keyset: Any, *args: Any) -> Any:
         if grad_enabled() and any_requires_grad(*args):
@@ -202,7 +197,7 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
             below = keyset & below_autograd
             cuda_next = straight[bits] = (below - falls_through).highestPriorityTypeId() == cuda
         if cuda_next:
-            result = hot_call(*args, *defaults[len(args) - inputs :], *tail)
+            result = hot_call(*args)
             return real(*args) if result is NotImplemented else result
         with torch._C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & below_autograd, *args)
