@@ -1412,3 +1412,47 @@ def test_huge_silu_and_mul_past_2_31_elements(torch_rng: Any) -> None:
     assert_close(torch_rng, out[-tail:], expected, "bfloat16", "silu_and_mul past 2**31")
     del x, out
     torch.cuda.empty_cache()
+
+
+# (target, multiprocessors): an sm_90 of 132 SMs, a gfx942 of 304 CUs, a small sm_120 of 20
+DEVICES = [("sm_90", 132), ("gfx942", 304), ("sm_120", 20)]
+
+
+@pytest.mark.parametrize(("target", "sms"), DEVICES)
+def test_the_grids_that_want_a_block_a_multiprocessor_follow_the_devices_count(
+    target: str, sms: int
+) -> None:
+    """The few-row forms serve up to a row a multiprocessor, and the elementwise grids go to
+    8-byte vectors below a block a multiprocessor, at the device's own count (no constant):
+    counted by hand at the count and one past it."""
+    device = mlp_geometry.DeviceFacts(target, sms)
+    assert mlp_geometry.norm_launch("rms_norm", sms, 1024, "bfloat16", device).name == (
+        "mlp::rms_norm_short<__nv_bfloat16>"
+    )
+    assert mlp_geometry.norm_launch("rms_norm", sms + 1, 1024, "bfloat16", device).name == (
+        "mlp::rms_norm<__nv_bfloat16>"
+    )
+    assert mlp_geometry.short_backward_threads(sms, 4096, "bfloat16", sms) == 512
+    assert mlp_geometry.short_backward_threads(sms + 1, 4096, "bfloat16", sms) == 0
+    # bfloat16, 16-byte vectors of 8 in blocks of 128: sms blocks are sms * 1024 elements
+    assert mlp_geometry.swiglu_geometry(sms * 1024, "bfloat16", sms) == (sms, 128)
+    # one block short of that: 8-byte vectors of 4, twice the blocks
+    assert mlp_geometry.swiglu_geometry((sms - 1) * 1024, "bfloat16", sms) == (2 * sms - 2, 128)
+    # rows of 8192 bfloat16 take 256 threads, as many blocks as 512 threads a multiprocessor hold
+    assert mlp_geometry.backward_row_geometry(16384, 8192, "bfloat16", sms) == (2 * sms, 256)
+
+
+def test_a_target_without_a_tuning_row_takes_the_untuned_family() -> None:
+    assert mlp_tuning.family("gfx942") is mlp_tuning.UNTUNED
+    assert mlp_tuning.family("sm_90").fixed_blocks_per_sm
+
+
+@pytest.mark.gpu
+def test_the_device_facts_are_the_devices_own() -> None:
+    """The multiprocessor count the geometry reads is the one the CUDA runtime reports for the
+    device (torch asks it independently), and the target the loaded module's."""
+    torch = pytest.importorskip("torch")
+    facts = mlp_launch.device_facts("cuda:0")
+    properties = torch.cuda.get_device_properties(0)
+    assert facts.multiprocessors == properties.multi_processor_count
+    assert facts.target == f"sm_{properties.major}{properties.minor}"
