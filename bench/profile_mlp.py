@@ -184,8 +184,8 @@ def host(calls: int) -> None:
             lambda: mlp.fused_add_rms_norm(gate, residual, weight, EPS),
         ),
         (
-            "torch_ops._swiglu (the CUDA kernel's Python function)",
-            lambda: torch_ops._swiglu(gate, up),
+            "torch_ops' swiglu implementation (the CUDA kernel's Python function)",
+            lambda: torch_ops.IMPLEMENTATIONS["swiglu"][0](gate, up),
         ),
         ("torch.ops.kernelpack.swiglu", lambda: ops.swiglu(gate, up)),
         ("torch.ops.kernelpack.swiglu.default", lambda: ops.swiglu.default(gate, up)),

@@ -3,7 +3,7 @@
 Tests marked ``amd_emulator`` run kernels on the emulator (KERNELPACK_AMD_EMULATOR names its
 checkout; skipped with that reason where it is unset, failed where it names no checkout); they need
 the MLP module built for the targets they run (`nox -s amd` builds them). The kernels are picked
-and sized by the host's own choice (kernelpack.mlp_launch), their inputs are random from a seed
+and sized by the host's own choice (kernelpack.ops.mlp.geometry and launch), their inputs are random from a seed
 printed with any failure, their outputs poisoned (0xFF bytes: NaN) before the launch, and their
 results checked against float64 with the GPU tests' tolerances (tests/test_mlp.py).
 

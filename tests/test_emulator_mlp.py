@@ -84,7 +84,7 @@ def form(template: str, dtype: str) -> str:
 
 
 class Device:
-    """mlp_launch's host path on the emulator of one target: its kernel look-ups answered by the
+    """kernelpack.ops.mlp.launch's host path on the emulator of one target: its kernel look-ups answered by the
     emulator's mlp module, every launch recorded (``names``, and LAUNCHED for the coverage)."""
 
     def __init__(self, target: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -497,7 +497,7 @@ def test_add_rms_norm_streams_its_rows_from_the_measured_row_count(
     rows: int, dtype: str, form: str
 ) -> None:
     """add_rms_norm's fixed-length rows take the streaming few-row form (add_rms_norm_fixed) from
-    STREAMING_FROM_ROWS rows (every count for float32) to SHORT_ROWS_MAX, the form for many rows
+    STREAMING_FROM_ROWS rows (every count for float32) to a row an SM, the form for many rows
     (add_rms_norm_fixed_full) elsewhere: the row counts written out by hand."""
     launch = mlp_geometry.norm_launch("add_rms_norm", rows, 4096, dtype, H200)
     assert launch[:3] == (
@@ -570,7 +570,7 @@ def test_norm_shared_mem_asks_the_kernel_for_capped_launches_alone() -> None:
     assert asked == [(512, 2)]
 
 
-# mlp_launch's constants that must agree with mlp.cu's (launch bounds, vectors a thread), by name
+# mlp_tuning's constants that must agree with mlp.cu's (launch bounds, vectors a thread), by name
 MIRRORED = {
     "kVectorBytes": mlp_geometry.VECTOR_BYTES,
     "kNarrowBytes": mlp_geometry.NARROW_BYTES,
