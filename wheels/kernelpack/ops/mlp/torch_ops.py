@@ -77,7 +77,7 @@ def _silu_and_mul_grad(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
 # The norms' row scales are a by-product for the backward, not a function to differentiate:
 # marked so, they get no gradient. The gradients of outputs that reached no loss stay None
 # (set_materialize_grads(False)): materialised, the row scales' zeros cost a fill kernel in every
-# backward (0.76 µs at 1 x 4096 on the H200, torch.profiler; docs/bench-mlp-notes.md).
+# backward (torch.profiler; docs/bench-mlp-notes.md).
 
 
 def _save_rms_norm(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -166,7 +166,7 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
     the CUDA implementation at once (its hot call first, for the ops that have one).
 
     Why: register_autograd's kernel redispatches even when no gradient is wanted, through Python
-    frames that cost more than the launch (profiled on the H200, docs/bench-mlp-notes.md).
+    frames that cost more than the launch (profiled, docs/bench-mlp-notes.md).
     Anything else takes the redispatch, as register_autograd's kernel would. Which keysets go
     straight to CUDA is remembered by the keyset's bits (one call where the keyset arithmetic
     takes four, each a few hundred ns).

@@ -32,7 +32,7 @@ FIXED_COLUMNS = (4096, 5120, 8192)
 # (op, dtype) -> the fewest rows that take the streaming few-row fixed form; fewer take the form
 # for many rows (16-bit add_rms_norm's streaming form holds more registers).
 STREAMING_FROM_ROWS = {("add_rms_norm", "bfloat16"): 64, ("add_rms_norm", "float16"): 64}
-FIXED_CAP_ROWS = 4096  # the rows from which a family's FIXED_BLOCKS_PER_SM cap applies
+FIXED_CAP_ROWS = 4096  # the rows from which a family's fixed_blocks_per_sm cap applies
 REREAD_BLOCKS_PER_SM = 3  # kRereadMinBlocks
 FIXED_CHUNKS = 2  # kFixedChunks
 FIXED_ROW_VECTORS = 1024  # kFixedRowVectors
