@@ -455,10 +455,6 @@ class Plan(NamedTuple):
         return self.general
 
 
-# plan(kernel, the first input's shape, dtype, device) -> the Plan, or None for no elements
-PlanFn = Any
-
-
 def _from_elementwise(launch: ElementwiseLaunch, sizes: tuple[int, ...]) -> Plan:
     general = (launch.general, launch.general_grid) if launch.alignment > 1 else None
     return Plan(launch.name, launch.grid, launch.block, sizes, launch.alignment, general)

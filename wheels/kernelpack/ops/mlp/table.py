@@ -29,6 +29,7 @@ from .geometry import DeviceFacts, Plan, elementwise_plan, halves_plan, norm_pla
 
 DEFAULT_EPS = 1e-6  # eps's default in every function and schema that takes it
 
+# plan(kernel family, the first input's shape, dtype, device) -> its Plan, None for no elements
 PlanFn = Callable[[str, tuple[int, ...], str, DeviceFacts], Plan | None]
 
 
