@@ -46,8 +46,11 @@ from typing import Any, TypeVar
 import torch
 import torch.nn.functional as F
 
-from kernelpack import mlp, mlp_launch, torch_ops
+from kernelpack import mlp
 from kernelpack.files.atomic import atomic_write
+from kernelpack.ops.mlp import geometry as mlp_geometry
+from kernelpack.ops.mlp import launch as mlp_launch
+from kernelpack.ops.mlp import torch_ops
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "docs" / "bench-mlp.md"
@@ -464,8 +467,10 @@ def host_rows(liger: Any) -> dict[str, dict[str, float]]:
         "silu_and_mul": lambda x: mlp.silu_and_mul(x, out=out),
         "rms_norm": lambda x, w: mlp.rms_norm(x, w, EPS, out=out),
     }
-    kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("swiglu", "bfloat16"))
-    grid, block = mlp_launch.swiglu_geometry(4096, "bfloat16")
+    kernel = mlp_launch.load_kernel("cuda:0", mlp_geometry.kernel_name("swiglu", "bfloat16"))
+    grid, block = mlp_geometry.swiglu_geometry(
+        4096, "bfloat16", mlp_launch.device_facts("cuda:0").multiprocessors
+    )
     addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
     stream = int(torch.cuda.current_stream().cuda_stream)
     aten = torch.ops.aten

@@ -83,7 +83,11 @@ from bench_mlp import (  # the benchmark's own measures and ops, so the figures 
     sleep_cycles,
 )
 
-from kernelpack import mlp, mlp_hot, mlp_launch, nn, torch_ops
+from kernelpack import mlp, nn
+from kernelpack.ops.mlp import geometry as mlp_geometry
+from kernelpack.ops.mlp import hot as mlp_hot
+from kernelpack.ops.mlp import launch as mlp_launch
+from kernelpack.ops.mlp import torch_ops
 
 EPS = 1e-6
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
@@ -100,8 +104,10 @@ def host(calls: int) -> None:
     torch_ops.register()
     mlp.swiglu(gate, up)  # prepares (bfloat16, cuda:0, gate's shape) for the hot calls
     mlp.swiglu(gate, up, out=out)
-    kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("swiglu", "bfloat16"))
-    grid, block = mlp_launch.swiglu_geometry(4096, "bfloat16")
+    kernel = mlp_launch.load_kernel("cuda:0", mlp_geometry.kernel_name("swiglu", "bfloat16"))
+    grid, block = mlp_geometry.swiglu_geometry(
+        4096, "bfloat16", mlp_launch.device_facts("cuda:0").multiprocessors
+    )
     addresses = (gate.data_ptr(), up.data_ptr(), out.data_ptr())
     raw = torch._C._cuda_getCurrentRawStream
     stream = int(raw(0))
@@ -178,8 +184,8 @@ def host(calls: int) -> None:
             lambda: mlp.fused_add_rms_norm(gate, residual, weight, EPS),
         ),
         (
-            "torch_ops._swiglu (the CUDA kernel's Python function)",
-            lambda: torch_ops._swiglu(gate, up),
+            "torch_ops' swiglu implementation (the CUDA kernel's Python function)",
+            lambda: torch_ops.IMPLEMENTATIONS["swiglu"][0](gate, up),
         ),
         ("torch.ops.kernelpack.swiglu", lambda: ops.swiglu(gate, up)),
         ("torch.ops.kernelpack.swiglu.default", lambda: ops.swiglu.default(gate, up)),
@@ -572,7 +578,7 @@ def geometry(batches: int) -> None:
         name = str(dtype).removeprefix("torch.")
         gate, up = (torch.randn(1, 11008, device="cuda").to(dtype) for _ in "gu")
         out = torch.empty_like(gate)
-        kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("swiglu", name))
+        kernel = mlp_launch.load_kernel("cuda:0", mlp_geometry.kernel_name("swiglu", name))
         chunks = -(-11008 // (16 // gate.element_size()))
         peers = {
             "torch.compile": lambda g=gate, u=up: compiled_swiglu(g, u),
@@ -592,11 +598,11 @@ def geometry(batches: int) -> None:
             x = torch.randn(rows, cols, device="cuda").to(dtype)
             w = torch.randn(cols, device="cuda").to(dtype)
             out = torch.empty_like(x)
-            kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm", name))
+            kernel = mlp_launch.load_kernel("cuda:0", mlp_geometry.kernel_name("rms_norm", name))
             for label in ("compile", "liger"):
                 us = _queued_us(functools.partial(rms[label], x, w), batches)
                 print(f"{name:8s} {rows:5d}x{cols} {label:18s} {us:8.2f}", flush=True)
-            now = mlp_launch.row_geometry(rows, cols, name)
+            now = mlp_geometry.row_geometry(rows, cols, name)
             for threads in (64, 128, 256, 512):
                 per_block = max(1, 64 // threads)
                 grid = min(-(-rows // per_block), 2**31 // (threads * per_block))
@@ -671,11 +677,11 @@ def _launch_on_current_stream(launch: Any, args: tuple[Any, ...], _: int) -> Non
 
 def weight_sum(batches: int) -> None:
     """The weight-gradient sum alone over 1 to 4 partial rows (the backward's grid at 1 to 4
-    rows), at the host's geometry (mlp_launch.weight_grad_geometry) against the 32-column,
+    rows), at the host's geometry (mlp_geometry.weight_grad_geometry) against the 32-column,
     8-slice block used for every shape before: GPU µs per call, and both sums equal."""
     print("\nweight-gradient sum, GPU µs: partial rows x cols, dtype: host's geometry vs 32x8")
     for dtype in ("bfloat16", "float32"):
-        name = mlp_launch.kernel_name("rms_norm_weight_grad", dtype)
+        name = mlp_geometry.kernel_name("rms_norm_weight_grad", dtype)
         kernel = mlp_launch.load_kernel("cuda:0", name)
         for rows in (1, 2, 4):
             for cols in (4096, 8192):
@@ -683,7 +689,7 @@ def weight_sum(batches: int) -> None:
                 out = torch.empty(cols, device="cuda", dtype=getattr(torch, dtype))
                 times, sums = [], []
                 for grid, block in (
-                    mlp_launch.weight_grad_geometry(cols, rows),
+                    mlp_geometry.weight_grad_geometry(cols, rows),
                     (cols // 32, (32, 8)),
                 ):
                     args = (grid, block, partial, out, rows, cols)
@@ -714,10 +720,10 @@ def short_geometry(batches: int) -> None:
         for label in ("compile", "liger"):
             us = _queued_us(functools.partial(rms[label], x, w), batches)
             print(f"{dtype:8s} {rows:3d}x{cols} {label:10s} {us:6.2f}", flush=True)
-        now = mlp_launch.norm_launch(
-            "rms_norm", rows, cols, dtype, mlp_launch.device_target("cuda:0")
+        now = mlp_geometry.norm_launch(
+            "rms_norm", rows, cols, dtype, mlp_launch.device_facts("cuda:0")
         )
-        short = mlp_launch.kernel_name("rms_norm_short", dtype)
+        short = mlp_geometry.kernel_name("rms_norm_short", dtype)
         kernel = mlp_launch.load_kernel("cuda:0", short)
         chunks = cols // (16 // x.element_size())
         for threads in (t for t in (128, 256, 512) if chunks <= 2 * t):
@@ -727,12 +733,12 @@ def short_geometry(batches: int) -> None:
             mark = " (now)" if now.name == short and now.block[0] == threads else ""
             us = _queued_us(run, batches)
             print(f"{dtype:8s} {rows:3d}x{cols} ours {threads:3d}{mark:6s} {us:6.2f}", flush=True)
-        general = mlp_launch.kernel_name("rms_norm", dtype)
-        grid, block = mlp_launch.row_geometry(rows, cols, dtype)
+        general = mlp_geometry.kernel_name("rms_norm", dtype)
+        grid, block = mlp_geometry.row_geometry(rows, cols, dtype)
         others = [("general", general, grid, block)]
-        if cols in mlp_launch.FIXED_COLUMNS:
-            fixed = mlp_launch.kernel_name("rms_norm_fixed", dtype, cols)
-            others.append(("fixed", fixed, rows, (mlp_launch.fixed_threads(cols, dtype), 1)))
+        if cols in mlp_geometry.FIXED_COLUMNS:
+            fixed = mlp_geometry.kernel_name("rms_norm_fixed", dtype, cols)
+            others.append(("fixed", fixed, rows, (mlp_geometry.fixed_threads(cols, dtype), 1)))
         for label, name, grid, block in others:
             kernel = mlp_launch.load_kernel("cuda:0", name)
             run = functools.partial(
@@ -748,20 +754,24 @@ def short_geometry(batches: int) -> None:
         grad_x, grad_w = torch.empty_like(x), torch.empty_like(w)
         partial = torch.empty(rows, cols, device="cuda")
         scales = (x.double().square().mean(-1) + EPS).rsqrt().float()  # the forward's
-        name = mlp_launch.kernel_name("rms_norm_backward_short", dtype)
+        name = mlp_geometry.kernel_name("rms_norm_backward_short", dtype)
         kernel = mlp_launch.load_kernel("cuda:0", name)
         chunks = cols // (16 // x.element_size())
-        host = mlp_launch.short_backward_threads(rows, cols, dtype)
-        fixed = mlp_launch.fixed_backward(cols, dtype)
+        host = mlp_geometry.short_backward_threads(
+            rows, cols, dtype, mlp_launch.device_facts("cuda:0").multiprocessors
+        )
+        fixed = mlp_geometry.fixed_backward(cols, dtype)
         for threads in (t for t in (128, 256, 512) if chunks <= 2 * t):
-            scratch = 0 if mlp_launch.short_backward_scratch(rows, cols, dtype) is None else partial
+            scratch = (
+                0 if mlp_geometry.short_backward_scratch(rows, cols, dtype) is None else partial
+            )
             launch_args = (rows, threads, x, scales, w, dy, 0, grad_x, grad_w, scratch, rows, cols)
             run = functools.partial(kernel.launch, *launch_args, stream=0)
             mark = " (now)" if threads == host and not fixed else ""
             us = _queued_us(run, batches)
             print(f"{dtype:8s} {rows:3d}x{cols} ours {threads:3d}{mark:6s} {us:6.2f}", flush=True)
-            if fixed and threads == mlp_launch.SHORT_BACKWARD_THREADS:
-                name = mlp_launch.kernel_name("rms_norm_backward_fixed", dtype, cols)
+            if fixed and threads == mlp_geometry.SHORT_BACKWARD_THREADS:
+                name = mlp_geometry.kernel_name("rms_norm_backward_fixed", dtype, cols)
                 run = functools.partial(
                     mlp_launch.load_kernel("cuda:0", name).launch, *launch_args, stream=0
                 )
@@ -772,9 +782,9 @@ def short_geometry(batches: int) -> None:
         partial = torch.randn(64, cols, device="cuda")
         out = torch.empty(cols, device="cuda", dtype=getattr(torch, dtype))
         kernel = mlp_launch.load_kernel(
-            "cuda:0", mlp_launch.kernel_name("rms_norm_weight_grad", dtype)
+            "cuda:0", mlp_geometry.kernel_name("rms_norm_weight_grad", dtype)
         )
-        host_block = mlp_launch.weight_grad_geometry(cols, 64)[1]
+        host_block = mlp_geometry.weight_grad_geometry(cols, 64)[1]
         for block in ((32, 8), (64, 4), (128, 2), (16, 16), (32, 4), (64, 2)):
             grid = -(-cols // block[0])
             run = functools.partial(kernel.launch, grid, block, partial, out, 64, cols, stream=0)
@@ -801,7 +811,7 @@ def elementwise_geometry(batches: int) -> None:
     """swiglu and silu_and_mul, forward and backward kernels, launched at several geometries
     (any is right: the kernels take the 8-byte vector when the grid has a thread for each, else
     the 16-byte one, striding; where the grid has a thread for each vector, the exact form
-    too, "_exact", as the host names it: mlp_launch.exact_kernel_name), beside torch.compile's
+    too, "_exact", as the host names it: mlp_geometry.exact_kernel_name), beside torch.compile's
     and Liger-Kernel's forward: GPU µs per call queued ahead of the GPU."""
     from liger_kernel.ops.swiglu import LigerSiLUMulFunction
 
@@ -839,23 +849,27 @@ def elementwise_geometry(batches: int) -> None:
                 us = _queued_us(call, batches)
                 print(f"{shape} {op:12s} forward  {label:24s} {us:6.2f}", flush=True)
         host = {
-            "swiglu": mlp_launch.swiglu_geometry(n, dtype),
-            "silu_and_mul": mlp_launch.silu_and_mul_geometry(rows, cols, dtype),
+            "swiglu": mlp_geometry.swiglu_geometry(
+                n, dtype, mlp_launch.device_facts("cuda:0").multiprocessors
+            ),
+            "silu_and_mul": mlp_geometry.silu_and_mul_geometry(
+                rows, cols, dtype, mlp_launch.device_facts("cuda:0").multiprocessors
+            ),
         }
         for label, grid, block in _elementwise_geometries(n, width):
             launches = {
                 ("swiglu", "forward"): (grid, block, gate, up, out, n),
                 ("swiglu", "backward"): (grid, block, gate, up, grad, grad_gate, grad_up, n),
             }
-            vector_bytes = mlp_launch.exact_vector_bytes(grid * block, 1, n, dtype)
+            vector_bytes = mlp_geometry.exact_vector_bytes(grid * block, 1, n, dtype)
             for (op, way), args in launches.items():
                 name = op if way == "forward" else f"{op}_backward"
                 for form in ("", "_exact") if vector_bytes else ("",):
                     kernel = mlp_launch.load_kernel(
                         "cuda:0",
-                        mlp_launch.exact_kernel_name(name, dtype, vector_bytes, n)
+                        mlp_geometry.exact_kernel_name(name, dtype, vector_bytes, n)
                         if form
-                        else mlp_launch.kernel_name(name, dtype),
+                        else mlp_geometry.kernel_name(name, dtype),
                     )
                     us = _queued_us(functools.partial(kernel.launch, *args, stream=0), batches)
                     mark = " (now)" if host[op] == (grid, block) else ""
@@ -865,15 +879,15 @@ def elementwise_geometry(batches: int) -> None:
                 "forward": ((grid, rows), block, x, out, rows, cols),
                 "backward": ((grid, rows), block, x, grad, grad_x, rows, cols),
             }
-            vector_bytes = mlp_launch.exact_vector_bytes(grid * block, rows, cols, dtype)
+            vector_bytes = mlp_geometry.exact_vector_bytes(grid * block, rows, cols, dtype)
             for way, args in launches.items():
                 name = "silu_and_mul" if way == "forward" else "silu_and_mul_backward"
                 for form in ("", "_exact") if vector_bytes else ("",):
                     kernel = mlp_launch.load_kernel(
                         "cuda:0",
-                        mlp_launch.exact_kernel_name(name, dtype, vector_bytes, rows * cols)
+                        mlp_geometry.exact_kernel_name(name, dtype, vector_bytes, rows * cols)
                         if form
-                        else mlp_launch.kernel_name(name, dtype),
+                        else mlp_geometry.kernel_name(name, dtype),
                     )
                     us = _queued_us(functools.partial(kernel.launch, *args, stream=0), batches)
                     mark = " (now)" if host["silu_and_mul"] == ((grid, rows), block) else ""

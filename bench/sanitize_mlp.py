@@ -5,7 +5,8 @@ import sys
 
 import torch
 
-from kernelpack import mlp, torch_ops  # noqa: F401  (torch_ops registers torch.ops.kernelpack)
+from kernelpack import mlp
+from kernelpack.ops.mlp import torch_ops  # noqa: F401  (torch_ops registers torch.ops.kernelpack)
 
 OPS = torch.ops.kernelpack
 

@@ -27,8 +27,13 @@ from buildsys.modules import read_tree
 from buildsys.report import failure_error
 from buildsys.settings import FLAGS, BuildSettings
 from buildsys.toolchain import Toolchain, cuda_toolchain
-from kernelpack import mlp_launch
 from kernelpack.formats import read_bundle
+from kernelpack.ops.mlp import geometry as mlp_geometry
+from kernelpack.ops.mlp import tuning as mlp_tuning
+
+# The device the counted expectations are for: an sm_90 GPU of 132 SMs (the H100's and H200's).
+H200 = mlp_geometry.DeviceFacts("sm_90", 132)
+SMS = H200.multiprocessors
 
 ALL_JOBS = {(m, t) for m in ("other", "tiny") for t in AMD_TARGETS}
 # The kernels of kernel_sources/, written out by hand from the kernel-name rule (docs/loader.md):
@@ -390,7 +395,7 @@ def test_real_sources_build_for_the_default_matrix(
             for name, resources in image["kernels"].items()
             if name.split("<")[0].removeprefix("mlp::") in MLP_FIXED
         }
-        assert len(fixed) == len(MLP_FIXED) * len(MLP_TYPES) * len(mlp_launch.FIXED_COLUMNS)
+        assert len(fixed) == len(MLP_FIXED) * len(MLP_TYPES) * len(mlp_geometry.FIXED_COLUMNS)
         spilled = {name: resources for name, resources in fixed.items() if resources["spills"]}
         # HIP reads __launch_bounds__'s second argument as waves a SIMD: the fixed forms' bound
         # for NVIDIA made gfx9-generic spill (mlp.cu kBoundCountsBlocks)
@@ -432,11 +437,11 @@ def check_general_norms_share_an_sm(kernels: dict[str, dict[str, int]]) -> None:
     three blocks at 74 registers) were 5-7% slower (tenth session). Spills: none, but for the few
     bytes bfloat16 spills to L1 at the 64 registers its __launch_bounds__ asks for, measured
     faster than three blocks without them."""
-    for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items():
-        threads, rows_per_block = mlp_launch.row_geometry(4096, 8192, dtype)[1]
+    for dtype, kernel_type in mlp_geometry.KERNEL_TYPE.items():
+        threads, rows_per_block = mlp_geometry.row_geometry(4096, 8192, dtype)[1]
         resources = kernels[f"mlp::rms_norm<{kernel_type}>"]
         resident = sm90_resident_threads(resources["registers"], threads * rows_per_block)
-        assert resident >= 2 * mlp_launch.ROW_BLOCK_MAX, (dtype, resources["registers"], resident)
+        assert resident >= 2 * mlp_geometry.ROW_BLOCK_MAX, (dtype, resources["registers"], resident)
         assert resources["spills"] <= (16 if dtype == "bfloat16" else 0), (dtype, resources)
 
 
@@ -449,35 +454,37 @@ def check_fixed_norms_fill_an_sm(kernels: dict[str, dict[str, int]]) -> None:
     two reads leave the registers for (seventeenth session). Elsewhere two blocks' worth of 512
     threads at least, as the general kernel's. (That no fixed kernel spills, on any target, the
     caller checks.)"""
-    for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items():
-        for cols in mlp_launch.FIXED_COLUMNS:
-            threads = mlp_launch.fixed_threads(cols, dtype)
+    for dtype, kernel_type in mlp_geometry.KERNEL_TYPE.items():
+        for cols in mlp_geometry.FIXED_COLUMNS:
+            threads = mlp_geometry.fixed_threads(cols, dtype)
             resources = kernels[f"mlp::rms_norm_fixed_full<{kernel_type}, {cols}>"]
             resident = sm90_resident_threads(resources["registers"], threads)
-            vectors = cols * mlp_launch.ITEM_SIZE[dtype] // mlp_launch.VECTOR_BYTES
+            vectors = cols * mlp_geometry.ITEM_SIZE[dtype] // mlp_geometry.VECTOR_BYTES
             full = SM90_THREADS // threads * threads  # 1920 of 320-thread blocks (5120 16-bit)
             wanted = (
                 full
-                if threads * mlp_launch.FIXED_CHUNKS == vectors
-                else 2 * mlp_launch.ROW_BLOCK_MAX
+                if threads * mlp_geometry.FIXED_CHUNKS == vectors
+                else 2 * mlp_geometry.ROW_BLOCK_MAX
             )
             assert resident >= wanted, (dtype, cols, resources["registers"], resident)
-    for dtype, cols in mlp_launch.REREAD_FROM_ROWS:  # bounded to REREAD_BLOCKS_PER_SM blocks
-        threads = mlp_launch.fixed_threads(cols, dtype)
-        kernel = f"mlp::rms_norm_fixed_reread<{mlp_launch.KERNEL_TYPE[dtype]}, {cols}>"
+    for dtype, cols in mlp_tuning.FAMILIES[
+        "sm_90"
+    ].reread_from_rows:  # bounded to REREAD_BLOCKS_PER_SM blocks
+        threads = mlp_geometry.fixed_threads(cols, dtype)
+        kernel = f"mlp::rms_norm_fixed_reread<{mlp_geometry.KERNEL_TYPE[dtype]}, {cols}>"
         resident = sm90_resident_threads(kernels[kernel]["registers"], threads)
-        assert resident >= mlp_launch.REREAD_BLOCKS_PER_SM * threads, (kernel, resident)
+        assert resident >= mlp_tuning.REREAD_BLOCKS_PER_SM * threads, (kernel, resident)
 
 
 def check_fixed_caps_hold_fewer(kernels: dict[str, dict[str, int]]) -> None:
-    """Each cap of mlp_launch.FIXED_BLOCKS_PER_SM holds its kernel to fewer blocks an sm_90 SM
+    """Each cap of mlp_tuning.FAMILIES["sm_90"].fixed_blocks_per_sm holds its kernel to fewer blocks an sm_90 SM
     than its registers and threads allow: the counts were measured against the uncapped kernel
     at ptxas's registers (docs/bench-mlp-notes.md, fifteenth session), and a kernel that no longer
     fits more blocks than its cap wants measuring again, not a cap that does nothing."""
-    types = mlp_launch.KERNEL_TYPE
-    for (op, dtype, cols), blocks in mlp_launch.FIXED_BLOCKS_PER_SM.items():
+    types = mlp_geometry.KERNEL_TYPE
+    for (op, dtype, cols), blocks in mlp_tuning.FAMILIES["sm_90"].fixed_blocks_per_sm.items():
         form = f"{op}_fixed_full"
-        threads = mlp_launch.fixed_threads(cols, dtype)
+        threads = mlp_geometry.fixed_threads(cols, dtype)
         registers = kernels[f"mlp::{form}<{types[dtype]}, {cols}>"]["registers"]
         natural = sm90_resident_threads(registers, threads) // threads
         assert natural > blocks, (op, dtype, cols, registers, natural, blocks)

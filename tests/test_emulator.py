@@ -3,7 +3,7 @@
 Tests marked ``amd_emulator`` run kernels on the emulator (KERNELPACK_AMD_EMULATOR names its
 checkout; skipped with that reason where it is unset, failed where it names no checkout); they need
 the MLP module built for the targets they run (`nox -s amd` builds them). The kernels are picked
-and sized by the host's own choice (kernelpack.mlp_launch), their inputs are random from a seed
+and sized by the host's own choice (kernelpack.ops.mlp.geometry and launch), their inputs are random from a seed
 printed with any failure, their outputs poisoned (0xFF bytes: NaN) before the launch, and their
 results checked against float64 with the GPU tests' tolerances (tests/test_mlp.py).
 
@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernelpack import mlp_launch
 from kernelpack.emulator import EMULATED_TARGETS, Emulator
 from kernelpack.emulator._checkout import ENVIRONMENT, PINNED_COMMIT
 from kernelpack.errors import RuntimeLibraryError, UsageError
+from kernelpack.ops.mlp import geometry as mlp_geometry
 from tests.test_mlp import np_assert_close, np_rms_norm, np_swiglu, numpy_dtype
 
 RUN_TARGETS = [t.processor for t in EMULATED_TARGETS]  # wave64: gfx942, gfx950; wave32: the others
@@ -129,8 +129,8 @@ def test_swiglu_forward_on_the_emulator(target: str, dtype: str, n: int, misalig
     off = gate.dtype.itemsize if misaligned else 0
     g, u = emu.array(gate, misalign=off), emu.array(up, misalign=off)
     out = emu.empty_like(g, misalign=off)
-    launch = mlp_launch.swiglu_launch("swiglu", n, dtype)
-    name, grid = launch.kernel_for(mlp_launch.alignment_of(g, u, out))
+    launch = mlp_geometry.swiglu_launch("swiglu", n, dtype)
+    name, grid = launch.kernel_for(mlp_geometry.alignment_of(g, u, out))
     timed_launch(emu, module.kernel(name), grid, launch.block, g, u, out, n)
     check(emu.numpy(out), np_swiglu(gate, up), dtype, f"{name} on {target}", seed)
 
@@ -147,8 +147,8 @@ def test_silu_and_mul_forward_on_the_emulator(target: str, dtype: str) -> None:
     x = random(rng, (rows, 2 * cols), dtype)
     xs = emu.array(x)
     out = emu.empty((rows, cols), x.dtype)
-    launch = mlp_launch.silu_and_mul_launch("silu_and_mul", rows, cols, dtype)
-    name, grid = launch.kernel_for(mlp_launch.alignment_of(xs, out))
+    launch = mlp_geometry.silu_and_mul_launch("silu_and_mul", rows, cols, dtype)
+    name, grid = launch.kernel_for(mlp_geometry.alignment_of(xs, out))
     timed_launch(emu, module.kernel(name), grid, launch.block, xs, out, rows, cols)
     reference = np_swiglu(x[:, :cols], x[:, cols:])
     check(emu.numpy(out), reference, dtype, f"{name} on {target}", seed)
@@ -169,7 +169,7 @@ def test_rms_norm_forward_on_the_emulator(target: str, dtype: str, cols: int) ->
     x, weight = random(rng, (rows, cols), dtype), random(rng, (cols,), dtype)
     xs, w = emu.array(x), emu.array(weight)
     out = emu.empty_like(xs)
-    launch = mlp_launch.norm_launch("rms_norm", rows, cols, dtype, target)
+    launch = mlp_geometry.norm_launch("rms_norm", rows, cols, dtype, target)
     kernel = module.kernel(launch.name)
     timed_launch(emu, kernel, launch.grid, launch.block, xs, w, out, 0, rows, cols, eps)
     check(emu.numpy(out), np_rms_norm(x, weight, eps), dtype, f"{launch.name} on {target}", seed)

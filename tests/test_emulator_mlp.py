@@ -1,7 +1,7 @@
 """The MLP module on the emulator: every op forward and backward, every dtype, every kernel form.
 
 On gfx942 and gfx950 (wave64) and gfx1100 and gfx1201 (wave32), each op runs through the host's
-own launch functions (kernelpack.mlp_launch.launch_*, which choose the kernel and its grid for the
+own launch functions (kernelpack.ops.mlp.launch's launch_*, which choose the kernel and its grid for the
 shape and the pointers' alignment), with the emulator answering their kernel look-ups; each case
 says which kernels the host must choose for its shape and fails if the host chose others. A form
 the host takes only for shapes too large to emulate (past 64 MiB moved, past 132 rows, or on
@@ -25,8 +25,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernelpack import mlp_launch
 from kernelpack.emulator import DeviceArray, Emulator
+from kernelpack.ops.mlp import geometry as mlp_geometry
+from kernelpack.ops.mlp import launch as mlp_launch
+from kernelpack.ops.mlp.table import TABLE
 from tests.test_emulator import RUN_TARGETS, emulator, timed_launch
 from tests.test_mlp import (
     DTYPES,
@@ -50,10 +52,14 @@ from tests.test_mlp_torch import (  # noqa: E402
 
 pytestmark = pytest.mark.amd_emulator
 
+# The multiprocessors the host's choices are made for here (what an sm_90 GPU of 132 SMs takes):
+# the emulator runs one compute unit, so the count only steers which forms the host picks.
+SMS = 132
+
 LAUNCHED: dict[str, set[str]] = defaultdict(set)  # target -> kernel names launched this run
 DIRECT: dict[str, str] = {}  # kernel name -> why it was launched by name, not by the host
 
-BLOCK = mlp_launch.ELEMENTWISE_BLOCK
+BLOCK = mlp_geometry.ELEMENTWISE_BLOCK
 SECONDS: dict[str, list[float]] = defaultdict(list)  # target -> each launch's wall time
 
 
@@ -69,16 +75,16 @@ def _print_launches() -> Any:
 
 def vector_width(dtype: str) -> int:
     """Elements of a 16-byte vector."""
-    return mlp_launch.VECTOR_BYTES // mlp_launch.ITEM_SIZE[dtype]
+    return mlp_geometry.VECTOR_BYTES // mlp_geometry.ITEM_SIZE[dtype]
 
 
 def form(template: str, dtype: str) -> str:
     """A kernel's name from its form, "swiglu_exact<{T}, 8>", for ``dtype``."""
-    return "mlp::" + template.format(T=mlp_launch.KERNEL_TYPE[dtype])
+    return "mlp::" + template.format(T=mlp_geometry.KERNEL_TYPE[dtype])
 
 
 class Device:
-    """mlp_launch's host path on the emulator of one target: its kernel look-ups answered by the
+    """kernelpack.ops.mlp.launch's host path on the emulator of one target: its kernel look-ups answered by the
     emulator's mlp module, every launch recorded (``names``, and LAUNCHED for the coverage)."""
 
     def __init__(self, target: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,7 +93,8 @@ class Device:
         self.module = self.emu.load("mlp")
         self.names: list[str] = []
         monkeypatch.setattr(mlp_launch, "load_kernel", lambda _device, name: self.kernel(name))
-        monkeypatch.setattr(mlp_launch, "device_target", lambda _device: target)
+        facts = mlp_geometry.DeviceFacts(target, SMS)
+        monkeypatch.setattr(mlp_launch, "device_facts", lambda _device: facts)
 
     def kernel(self, name: str) -> Recorded:
         return Recorded(self, self.module.kernel(name))
@@ -153,9 +160,9 @@ def expect(device: Device, names: list[str], what: str) -> None:
 
 
 def streaming_n(dtype: str) -> int:
-    """The fewest elements whose grid in 16-byte vectors is NARROW_BELOW_BLOCKS blocks (not
+    """The fewest elements whose grid in 16-byte vectors is a block a multiprocessor (not
     narrowed to 8-byte vectors): the host's streaming exact form."""
-    return mlp_launch.NARROW_BELOW_BLOCKS * BLOCK * vector_width(dtype)
+    return SMS * BLOCK * vector_width(dtype)
 
 
 # case -> (n, offset in elements, the kernel the host takes, or DIRECT's reason to launch it by
@@ -205,7 +212,8 @@ def test_swiglu(target: str, dtype: str, case: str, monkeypatch: pytest.MonkeyPa
         grid = -(-n // (BLOCK * vector_width(dtype)))
         device.direct(name, why).launch(grid, BLOCK, g, u, out, n)
     else:
-        mlp_launch.launch_swiglu("emulator", dtype, g, u, out, n, 0)
+        swiglu = TABLE["swiglu"]
+        mlp_launch.launch_op("emulator", swiglu, dtype, (n,), (g, u, out), None, 0)
     what = f"{name} n={n}+{offset} on {target}"
     expect(device, [name], what)
     np_assert_close(written(emu, out, what), np_swiglu(gate, up), dtype, what, seed)
@@ -296,10 +304,11 @@ def test_silu_and_mul(target: str, dtype: str, case: str, monkeypatch: pytest.Mo
         blocks = rows * cols // (BLOCK * vector_width(dtype))
         device.direct(name, why).launch(blocks, BLOCK, xs, out, rows, cols)
     elif why:  # a thread a 16-byte vector of a row, grid.y a row
-        grid = (-(-cols // (mlp_launch.BLOCK_MIN * vector_width(dtype))), rows)
-        device.direct(name, why).launch(grid, mlp_launch.BLOCK_MIN, xs, out, rows, cols)
+        grid = (-(-cols // (mlp_geometry.BLOCK_MIN * vector_width(dtype))), rows)
+        device.direct(name, why).launch(grid, mlp_geometry.BLOCK_MIN, xs, out, rows, cols)
     else:
-        mlp_launch.launch_silu_and_mul("emulator", dtype, xs, out, rows, cols, 0)
+        halves = TABLE["silu_and_mul"]
+        mlp_launch.launch_op("emulator", halves, dtype, (rows, 2 * cols), (xs, out), None, 0)
     what = f"{name} {rows}x{cols}+{offset} on {target}"
     expect(device, [name], what)
     reference = np_swiglu(x[:, :cols], x[:, cols:])
@@ -344,7 +353,7 @@ def norm_cases() -> list[tuple[str, str, int, int, str, bool]]:
     cases = []
     for op in ("rms_norm", "add_rms_norm"):
         cases += [(op, op, 3, 202, "", False), (op, f"{op}_short", 3, 200, "", False)]
-        for cols in mlp_launch.FIXED_COLUMNS:
+        for cols in mlp_geometry.FIXED_COLUMNS:
             for suffix in ("_fixed", "_fixed_full"):
                 cases.append((op, f"{op}{suffix}", FIXED_ROWS, cols, "", False))
     cases.append(("rms_norm", "rms_norm_fixed_reread", FIXED_ROWS, 8192, "float32", False))
@@ -372,7 +381,7 @@ NORM_CASES = [
 def fixed_name(name: str, cols: int, dtype: str) -> str:
     """A norm kernel's full name: the fixed-length forms carry their length."""
     fixed = "_fixed" in name
-    return mlp_launch.kernel_name(name, dtype, *([cols] if fixed else []))
+    return mlp_geometry.kernel_name(name, dtype, *([cols] if fixed else []))
 
 
 @pytest.mark.parametrize(("op", "form_name", "rows", "cols", "dtype", "in_place"), NORM_CASES)
@@ -408,13 +417,13 @@ def test_forward_norm(
         else:
             out, summed = (poisoned(emu, (rows, cols), x.dtype) for _ in range(2))
         pointers = (xs, res, w, out, summed, scales)
-    host = mlp_launch.norm_launch(op, rows, cols, dtype, target)
+    host = mlp_geometry.norm_launch(op, rows, cols, dtype, mlp_geometry.DeviceFacts(target, SMS))
     if host.name == name:
-        launch = mlp_launch.launch_rms_norm if op == "rms_norm" else mlp_launch.launch_add_rms_norm
-        launch("emulator", dtype, *pointers, rows, cols, EPS, 0)
+        norm = TABLE[op]
+        mlp_launch.launch_op("emulator", norm, dtype, (rows, cols), pointers, EPS, 0)
     else:
         why = f"the host takes {host.name} for {rows} x {cols} on {target}"
-        block = (mlp_launch.fixed_threads(cols, dtype), 1)
+        block = (mlp_geometry.fixed_threads(cols, dtype), 1)
         device.direct(name, why).launch(rows, block, *pointers, rows, cols, EPS)
     what = f"{name} {rows}x{cols}{' in place' if in_place else ''} on {target}"
     expect(device, [name], what)
@@ -515,19 +524,19 @@ def norm_backward(
     cols: int,
 ) -> None:
     """The RMSNorm backward as kernelpack.torch_ops calls the host (its _norm_backward): the
-    short-row kernels where mlp_launch.short_backward_threads says so, with float32 scratch
+    short-row kernels where mlp_geometry.short_backward_threads says so, with float32 scratch
     where short_backward_scratch asks for it, else the general kernel and its partial rows
     (both poisoned)."""
-    threads = mlp_launch.short_backward_threads(rows, cols, dtype)
+    threads = mlp_geometry.short_backward_threads(rows, cols, dtype, SMS)
     if threads:
-        shape = mlp_launch.short_backward_scratch(rows, cols, dtype)
+        shape = mlp_geometry.short_backward_scratch(rows, cols, dtype)
         scratch: DeviceArray | int = 0 if shape is None else poisoned(emu, shape, np.float32)
         mlp_launch.launch_rms_norm_backward_short(
             "emulator", dtype, x, row_scales, weight, grad, extra, grad_x, grad_weight,
             scratch, rows, cols, threads, 0,
         )  # fmt: skip
         return
-    blocks = mlp_launch.backward_row_geometry(rows, cols, dtype)[0]
+    blocks = mlp_geometry.backward_row_geometry(rows, cols, dtype, SMS)[0]
     partial = poisoned(emu, (max(blocks, 1), cols), np.float32)
     mlp_launch.launch_rms_norm_backward(
         "emulator", dtype, x, row_scales, weight, grad, extra, grad_x, grad_x_copy, partial,
@@ -550,7 +559,7 @@ def test_rms_norm_backward(
     grad, grad_extra = inputs(rng, (rows, cols), dtype), inputs(rng, (rows, cols), dtype)
     scales = ref_row_scales(t64(x), EPS).numpy()
     grad_x = poisoned(emu, (rows, cols), x.dtype, offset)
-    short = mlp_launch.short_backward_threads(rows, cols, dtype) > 0
+    short = mlp_geometry.short_backward_threads(rows, cols, dtype, SMS) > 0
     # the general backward's copy of grad_x (add_rms_norm's x and residual); the short has none
     copy = poisoned(emu, (rows, cols), x.dtype, offset) if extra and not short else 0
     grad_weight = poisoned(emu, (cols,), x.dtype, offset)

@@ -19,14 +19,17 @@ ROOTS = {"kernelpack": REPO / "wheels" / "kernelpack", "buildsys": REPO / "build
 
 # (importing module, imported module) -> why the import waits for the call
 DEFERRED_PROJECT = {
-    ("kernelpack.mlp", "kernelpack.torch_ops"): "torch_ops imports torch (optional) at import",
-    ("kernelpack.mlp_hot", "kernelpack.backends._launcher"): "a C extension, absent when not built",
+    ("kernelpack.ops.mlp.api", "kernelpack.ops.mlp.torch_ops"): "it imports torch (optional)",
+    (
+        "kernelpack.backends.hotpath",
+        "kernelpack.backends._launcher",
+    ): "a C extension, may be absent",
     ("kernelpack.backends.launch", "kernelpack.backends._launcher"): "a C extension, may be absent",
 }
 # top-level names an import inside a function may name, and why: optional dependencies (not in
 # the runtime's requirements, or heavy and needed by one path only) and vendor libraries
 DEFERRED_THIRD_PARTY = {
-    "torch": "optional (kernelpack.torch_ops, kernelpack.nn, the torch path of the ops)",
+    "torch": "optional (kernelpack.ops.mlp's torch ops and modules, the torch path of the ops)",
     "cupy": "optional array framework",
     "numpy": "needed by the array paths only; `import kernelpack` stays cheap",
     "rich": "optional terminal output",
@@ -178,6 +181,26 @@ def test_imports_inside_functions_only_defer_an_optional_dependency() -> None:
     assert unexplained == [], "import these at module level (no cycle needs them inside)"
     stray = [(m, t, line) for m, t, line in other if t.split(".")[0] not in DEFERRED_THIRD_PARTY]
     assert stray == [], "import these at module level, or add the optional dependency and why"
+
+
+# the platform: what the products are built on, which imports no product
+PLATFORM = ("formats", "targets", "files", "devices", "backends", "loader", "cli", "errors")
+
+
+def test_the_platform_imports_no_product() -> None:
+    """Imports go one way, from the products (kernelpack.ops and their public names) to the
+    platform: no module of the platform imports a product's."""
+    edges, _, _ = graph()
+    products = ("kernelpack.ops", "kernelpack.mlp", "kernelpack.nn", "kernelpack.torch_ops")
+    upward = [
+        (module, target)
+        for module, targets in edges.items()
+        if module.startswith(tuple(f"kernelpack.{room}" for room in PLATFORM))
+        for target in targets
+        if target.startswith(products)
+    ]
+    assert upward == []
+    assert "kernelpack.backends.hotpath" in edges["kernelpack.ops.mlp.hot"]
 
 
 def test_the_runtime_package_has_rooms() -> None:

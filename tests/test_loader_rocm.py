@@ -68,3 +68,22 @@ def test_hip_runtime_and_hiprtc(amd_toolchain: Toolchain, target: str, wavefront
     assert result["target"] == target
     assert result["kernels"] == {"scale": wavefront}
     assert "hiprtc compile of broken" in result["broken"]
+
+
+@pytest.mark.toolchain
+def test_the_multiprocessor_count_attribute_is_hips_own(
+    amd_toolchain: Toolchain, tmp_path: Path
+) -> None:
+    """hip.py's number for hipDeviceAttributeMultiprocessorCount (the launch geometry's CU count)
+    is the one ROCm's own header gives, as its compiler evaluates the enum."""
+    from kernelpack.backends.hip import _HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+
+    source = tmp_path / "attribute.cpp"
+    source.write_text(
+        "#include <hip/hip_runtime_api.h>\n#include <cstdio>\n"
+        'int main() { std::printf("%d\\n", (int)hipDeviceAttributeMultiprocessorCount); }\n'
+    )
+    program = tmp_path / "attribute"
+    amd_toolchain.run(["hipcc", str(source), "-o", str(program)])
+    shown = amd_toolchain.run([str(program)])
+    assert int(shown.stdout) == _HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT

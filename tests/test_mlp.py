@@ -23,8 +23,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernelpack import mlp, mlp_launch
+from kernelpack import mlp
 from kernelpack.errors import UsageError
+from kernelpack.ops.mlp import geometry as mlp_geometry
+from kernelpack.ops.mlp import launch as mlp_launch
+from kernelpack.ops.mlp import tuning as mlp_tuning
+
+# The device the counted expectations are for: an sm_90 GPU of 132 SMs (the H100's and H200's).
+H200 = mlp_geometry.DeviceFacts("sm_90", 132)
+SMS = H200.multiprocessors
 
 DTYPES = ["float32", "float16", "bfloat16"]
 # Largest relative error allowed. float32 is computed with the fast exp and reciprocal (a few ulp);
@@ -56,7 +63,10 @@ ROW_CASES = [
     (2, 8192),
     (1, 5120),
     (133, 8192),  # the fixed-length kernels, at any number of rows
-    (4096, 4096),  # ... held to fewer blocks an SM on sm_90 (mlp_launch.FIXED_BLOCKS_PER_SM)
+    (
+        4096,
+        4096,
+    ),  # ... held to fewer blocks an SM on sm_90 (mlp_tuning.FAMILIES["sm_90"].fixed_blocks_per_sm)
     (4096, 5120),
     (4096, 8192),
     (133, 8200),  # the general kernel: more rows than SMs, each longer than its cached chunks
@@ -66,7 +76,7 @@ ROW_CASES = [
     (100_003, 8),
     (70_001, 1),
 ]
-# 8, 4100, 11008 and 65536 take the exact kernels (mlp_launch.exact_vector_bytes) in 8-byte vectors
+# 8, 4100, 11008 and 65536 take the exact kernels (mlp_geometry.exact_vector_bytes) in 8-byte vectors
 # for every dtype, 4100 with an odd number of them, and 64 * 11008 in 16-byte vectors; the others
 # the general ones, as do misaligned views of every size
 SWIGLU_SIZES = [1, 2, 7, 8, 9, 15, 17, 4095, 4099, 4100, 11008, 65536, 64 * 11008, 1_000_003]
@@ -160,7 +170,7 @@ def test_in_place_op_refuses_read_only_numpy_arrays() -> None:
 def test_swiglu_grid_takes_8_byte_vectors_below_132_blocks(
     n: int, dtype: str, expected: tuple[int, int]
 ) -> None:
-    assert mlp_launch.swiglu_geometry(n, dtype) == expected
+    assert mlp_geometry.swiglu_geometry(n, dtype, SMS) == expected
 
 
 @pytest.mark.parametrize(
@@ -186,8 +196,8 @@ def test_swiglu_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
     grid's vectors and threads; forward and backward alike (both move at most 64 MiB here), on
     swiglu_geometry's grid."""
     for op in ("swiglu", "swiglu_backward"):
-        launch = mlp_launch.swiglu_launch(op, n, dtype)
-        assert (launch.grid, launch.block) == mlp_launch.swiglu_geometry(n, dtype)
+        launch = mlp_geometry.swiglu_launch(op, n, dtype, SMS)
+        assert (launch.grid, launch.block) == mlp_geometry.swiglu_geometry(n, dtype, SMS)
         _assert_exact_where_aligned(launch, op, dtype, vector_bytes, form)
 
 
@@ -211,8 +221,10 @@ def test_silu_and_mul_takes_the_exact_kernel_where_a_thread_has_one_whole_vector
     rows: int, cols: int, dtype: str, vector_bytes: int, form: str
 ) -> None:
     for op in ("silu_and_mul", "silu_and_mul_backward"):
-        launch = mlp_launch.silu_and_mul_launch(op, rows, cols, dtype)
-        assert (launch.grid, launch.block) == mlp_launch.silu_and_mul_geometry(rows, cols, dtype)
+        launch = mlp_geometry.silu_and_mul_launch(op, rows, cols, dtype, SMS)
+        assert (launch.grid, launch.block) == mlp_geometry.silu_and_mul_geometry(
+            rows, cols, dtype, SMS
+        )
         _assert_exact_where_aligned(launch, op, dtype, vector_bytes, form)
 
 
@@ -220,7 +232,7 @@ def test_one_row_of_16_byte_vectors_keeps_the_2_d_exact_form() -> None:
     """The single-row forms are built in 8-byte vectors alone: a row long enough for 132 blocks
     of 16-byte vectors (135_168 bfloat16 outputs, 16_896 vectors) takes the streaming 2-D
     form."""
-    launch = mlp_launch.silu_and_mul_launch("silu_and_mul", 1, 135_168, "bfloat16")
+    launch = mlp_geometry.silu_and_mul_launch("silu_and_mul", 1, 135_168, "bfloat16", SMS)
     assert (launch.name, launch.grid) == (
         "mlp::silu_and_mul_exact_streaming<__nv_bfloat16>",
         (132, 1),
@@ -228,7 +240,7 @@ def test_one_row_of_16_byte_vectors_keeps_the_2_d_exact_form() -> None:
 
 
 def _assert_exact_where_aligned(
-    launch: mlp_launch.ElementwiseLaunch,
+    launch: mlp_geometry.ElementwiseLaunch,
     op: str,
     dtype: str,
     vector_bytes: int,
@@ -239,7 +251,7 @@ def _assert_exact_where_aligned(
     11008, "one_row" for silu_and_mul's single rows) for pointers aligned to ``vector_bytes``
     (16 bytes, or 8), the general kernel for pointers short of that (4, 2 bytes) and wherever
     (0) no form covers the shape."""
-    kernel_type = mlp_launch.KERNEL_TYPE[dtype]
+    kernel_type = mlp_geometry.KERNEL_TYPE[dtype]
     general = f"mlp::{op}<{kernel_type}>"
     exact = general
     if form == "exact":
@@ -266,7 +278,7 @@ def _assert_exact_where_aligned(
 def test_alignment_of_is_the_largest_vector_dividing_every_address(
     addresses: tuple[int, ...], expected: int
 ) -> None:
-    assert mlp_launch.alignment_of(*addresses) == expected
+    assert mlp_geometry.alignment_of(*addresses) == expected
 
 
 @pytest.mark.parametrize(
@@ -290,8 +302,8 @@ def test_exact_forms_stream_up_to_64_mib_moved(
     """The host takes the 16-byte exact form through streaming cache hints where the call reads
     and writes at most 64 MiB (STREAMING_MAX_BYTES), past it plain accesses (the backwards in
     8-byte vectors); byte counts by hand."""
-    kernel_type = mlp_launch.KERNEL_TYPE[dtype]
-    launch = mlp_launch.swiglu_launch(op, n, dtype)
+    kernel_type = mlp_geometry.KERNEL_TYPE[dtype]
+    launch = mlp_geometry.swiglu_launch(op, n, dtype, SMS)
     if streaming:
         expected = (f"mlp::{op}_exact_streaming<{kernel_type}>", 16)
     elif op == "swiglu_backward":
@@ -350,9 +362,9 @@ def test_backwards_past_64_mib_moved_take_8_byte_vectors(
     """Past STREAMING_MAX_BYTES the forwards take plain 16-byte vectors and the backwards plain
     8-byte ones, on a grid with a thread for each; grids and names by hand."""
     if len(shape) == 1:
-        launch = mlp_launch.swiglu_launch(op, shape[0], dtype)
+        launch = mlp_geometry.swiglu_launch(op, shape[0], dtype, SMS)
     else:
-        launch = mlp_launch.silu_and_mul_launch(op, *shape, dtype)
+        launch = mlp_geometry.silu_and_mul_launch(op, *shape, dtype, SMS)
     assert (launch.grid, launch.block) == (grid, 128)
     assert (launch.name, launch.alignment) == (f"mlp::{name}", alignment)
 
@@ -378,10 +390,10 @@ def test_forwards_past_64_mib_over_whole_blocks_take_the_whole_form(
     over a 1-D grid) for 16-byte aligned pointers, the general kernel on its own grid for any
     pointer short of that; grids and names by hand."""
     if len(shape) == 1:
-        launch = mlp_launch.swiglu_launch(op, shape[0], dtype)
+        launch = mlp_geometry.swiglu_launch(op, shape[0], dtype, SMS)
     else:
-        launch = mlp_launch.silu_and_mul_launch(op, *shape, dtype)
-    kernel_type = mlp_launch.KERNEL_TYPE[dtype]
+        launch = mlp_geometry.silu_and_mul_launch(op, *shape, dtype, SMS)
+    kernel_type = mlp_geometry.KERNEL_TYPE[dtype]
     whole = (f"mlp::{op}_whole<{kernel_type}>", grid)
     general = (f"mlp::{op}<{kernel_type}>", general_grid)
     assert (launch.block, launch.alignment) == (128, 16)
@@ -400,15 +412,15 @@ def test_forwards_past_64_mib_over_whole_blocks_take_the_whole_form(
 def test_whole_blocks_is_0_where_the_whole_form_does_not_serve(
     op: str, rows: int, cols: int, dtype: str
 ) -> None:
-    assert mlp_launch.whole_blocks(op, rows, cols, dtype) == 0
+    assert mlp_geometry.whole_blocks(op, rows, cols, dtype) == 0
 
 
 def test_exact_kernels_index_fewer_than_2_31_elements() -> None:
     """Their 32-bit index: x of silu_and_mul holds 2 * rows * cols elements (swiglu's count is
     bounded the same way), whatever threads the grid has."""
-    assert mlp_launch.exact_vector_bytes(2**29, 1, 2**30 - 2, "float32") == 8
-    assert mlp_launch.exact_vector_bytes(2**29, 1, 2**30, "float32") == 0
-    assert mlp_launch.exact_vector_bytes(2**20, 2**11, 2**19, "bfloat16") == 0
+    assert mlp_geometry.exact_vector_bytes(2**29, 1, 2**30 - 2, "float32") == 8
+    assert mlp_geometry.exact_vector_bytes(2**29, 1, 2**30, "float32") == 0
+    assert mlp_geometry.exact_vector_bytes(2**20, 2**11, 2**19, "bfloat16") == 0
 
 
 @pytest.mark.parametrize(
@@ -423,7 +435,7 @@ def test_exact_kernels_index_fewer_than_2_31_elements() -> None:
 def test_silu_and_mul_grid_takes_8_byte_vectors_below_132_blocks(
     rows: int, cols: int, dtype: str, expected: tuple[tuple[int, int], int]
 ) -> None:
-    assert mlp_launch.silu_and_mul_geometry(rows, cols, dtype) == expected
+    assert mlp_geometry.silu_and_mul_geometry(rows, cols, dtype, SMS) == expected
 
 
 @pytest.mark.parametrize(
@@ -465,7 +477,7 @@ def test_norm_launch_takes_the_fixed_short_or_general_kernel(
     rows: int, cols: int, dtype: str, expected: tuple[str, int, tuple[int, int]]
 ) -> None:
     name, grid, block = expected
-    launch = mlp_launch.norm_launch("rms_norm", rows, cols, dtype, "sm_90")
+    launch = mlp_geometry.norm_launch("rms_norm", rows, cols, dtype, H200)
     assert launch[:3] == ("mlp::" + name, grid, block)
 
 
@@ -485,11 +497,11 @@ def test_add_rms_norm_streams_its_rows_from_the_measured_row_count(
     rows: int, dtype: str, form: str
 ) -> None:
     """add_rms_norm's fixed-length rows take the streaming few-row form (add_rms_norm_fixed) from
-    STREAMING_FROM_ROWS rows (every count for float32) to SHORT_ROWS_MAX, the form for many rows
+    STREAMING_FROM_ROWS rows (every count for float32) to a row an SM, the form for many rows
     (add_rms_norm_fixed_full) elsewhere: the row counts written out by hand."""
-    launch = mlp_launch.norm_launch("add_rms_norm", rows, 4096, dtype, "sm_90")
+    launch = mlp_geometry.norm_launch("add_rms_norm", rows, 4096, dtype, H200)
     assert launch[:3] == (
-        mlp_launch.kernel_name(form, dtype, 4096),
+        mlp_geometry.kernel_name(form, dtype, 4096),
         rows,
         (256 if dtype != "float32" else 512, 1),
     )
@@ -501,10 +513,17 @@ def test_norm_launch_takes_the_h200_choices_on_sm_90_alone(target: str) -> None:
     no fixed kernel is held to fewer blocks an SM: the reread form and the caps were measured on
     the H200."""
     rows = 16384
-    launch = mlp_launch.norm_launch("rms_norm", rows, 8192, "float32", target)
+    launch = mlp_geometry.norm_launch(
+        "rms_norm", rows, 8192, "float32", mlp_geometry.DeviceFacts(target, SMS)
+    )
     assert launch == ("mlp::rms_norm_fixed_full<float, 8192>", rows, (512, 1), 0)
-    for op, dtype, cols in mlp_launch.FIXED_BLOCKS_PER_SM:
-        assert mlp_launch.norm_launch(op, rows, cols, dtype, target).blocks_per_sm == 0
+    for op, dtype, cols in mlp_tuning.FAMILIES["sm_90"].fixed_blocks_per_sm:
+        assert (
+            mlp_geometry.norm_launch(
+                op, rows, cols, dtype, mlp_geometry.DeviceFacts(target, SMS)
+            ).blocks_per_sm
+            == 0
+        )
 
 
 @pytest.mark.parametrize(
@@ -530,7 +549,7 @@ def test_norm_launch_caps_the_fixed_kernels_past_the_sms(
     """The fixed-length kernels are held to fewer blocks an SM from FIXED_CAP_ROWS rows on (with
     fewer the capped grid took more waves and was slower), where the H200 measured a cap
     faster."""
-    assert mlp_launch.norm_launch(op, rows, cols, dtype, "sm_90").blocks_per_sm == blocks
+    assert mlp_geometry.norm_launch(op, rows, cols, dtype, H200).blocks_per_sm == blocks
 
 
 def test_norm_shared_mem_asks_the_kernel_for_capped_launches_alone() -> None:
@@ -543,30 +562,30 @@ def test_norm_shared_mem_asks_the_kernel_for_capped_launches_alone() -> None:
         return 77_825
 
     kernel = SimpleNamespace(shared_mem_for_blocks=shared_mem_for_blocks)
-    capped = mlp_launch.norm_launch("add_rms_norm", 4096, 8192, "float16", "sm_90")
-    assert mlp_launch.norm_shared_mem(kernel, capped) == 77_825
+    capped = mlp_geometry.norm_launch("add_rms_norm", 4096, 8192, "float16", H200)
+    assert mlp_geometry.norm_shared_mem(kernel, capped) == 77_825
     assert asked == [(512, 2)]
-    uncapped = mlp_launch.norm_launch("add_rms_norm", 1024, 8192, "float16", "sm_90")
-    assert mlp_launch.norm_shared_mem(kernel, uncapped) == 0
+    uncapped = mlp_geometry.norm_launch("add_rms_norm", 1024, 8192, "float16", H200)
+    assert mlp_geometry.norm_shared_mem(kernel, uncapped) == 0
     assert asked == [(512, 2)]
 
 
-# mlp_launch's constants that must agree with mlp.cu's (launch bounds, vectors a thread), by name
+# mlp_tuning's constants that must agree with mlp.cu's (launch bounds, vectors a thread), by name
 MIRRORED = {
-    "kVectorBytes": mlp_launch.VECTOR_BYTES,
-    "kNarrowBytes": mlp_launch.NARROW_BYTES,
-    "kElementwiseBlockThreads": mlp_launch.ELEMENTWISE_BLOCK,
-    "kRowBlockThreads": mlp_launch.ROW_BLOCK_MAX,
-    "kCachedChunks": mlp_launch.CACHED_CHUNKS,
-    "kShortRowThreads": mlp_launch.SHORT_ROW_THREADS,
-    "kBackwardCachedChunks": mlp_launch.BACKWARD_CACHED_CHUNKS,
-    "kShortBackwardThreads": mlp_launch.SHORT_BACKWARD_THREADS,
-    "kShortBackwardChunks": mlp_launch.SHORT_BACKWARD_CHUNKS,
-    "kWeightGradThreads": mlp_launch.WEIGHT_GRAD_THREADS,
-    "kWeightGradInFlight": mlp_launch.WEIGHT_GRAD_IN_FLIGHT,
-    "kFixedChunks": mlp_launch.FIXED_CHUNKS,
-    "kFixedRowVectors": mlp_launch.FIXED_ROW_VECTORS,
-    "kRereadMinBlocks": mlp_launch.REREAD_BLOCKS_PER_SM,
+    "kVectorBytes": mlp_geometry.VECTOR_BYTES,
+    "kNarrowBytes": mlp_geometry.NARROW_BYTES,
+    "kElementwiseBlockThreads": mlp_geometry.ELEMENTWISE_BLOCK,
+    "kRowBlockThreads": mlp_geometry.ROW_BLOCK_MAX,
+    "kCachedChunks": mlp_geometry.CACHED_CHUNKS,
+    "kShortRowThreads": mlp_tuning.SHORT_ROW_THREADS,
+    "kBackwardCachedChunks": mlp_geometry.BACKWARD_CACHED_CHUNKS,
+    "kShortBackwardThreads": mlp_geometry.SHORT_BACKWARD_THREADS,
+    "kShortBackwardChunks": mlp_geometry.SHORT_BACKWARD_CHUNKS,
+    "kWeightGradThreads": mlp_geometry.WEIGHT_GRAD_THREADS,
+    "kWeightGradInFlight": mlp_geometry.WEIGHT_GRAD_IN_FLIGHT,
+    "kFixedChunks": mlp_geometry.FIXED_CHUNKS,
+    "kFixedRowVectors": mlp_geometry.FIXED_ROW_VECTORS,
+    "kRereadMinBlocks": mlp_tuning.REREAD_BLOCKS_PER_SM,
 }
 
 
@@ -576,19 +595,21 @@ def test_launch_constants_match_the_kernel_source() -> None:
     found = dict(re.findall(r"^constexpr int (k\w+) = (\d+);", source, flags=re.MULTILINE))
     assert {name: int(found[name]) for name in MIRRORED} == MIRRORED
     fixed = re.findall(r"^  MLP_FIXED_KERNELS\(T, (\d+)\)", source, flags=re.MULTILINE)
-    assert tuple(int(cols) for cols in fixed) == mlp_launch.FIXED_COLUMNS
+    assert tuple(int(cols) for cols in fixed) == mlp_geometry.FIXED_COLUMNS
     reread = re.findall(
         r"^template __global__ void rms_norm_fixed_reread<(\w+), (\d+)>", source, re.M
     )
-    types = {kernel_type: dtype for dtype, kernel_type in mlp_launch.KERNEL_TYPE.items()}
-    assert {(types[t], int(cols)) for t, cols in reread} == set(mlp_launch.REREAD_FROM_ROWS)
+    types = {kernel_type: dtype for dtype, kernel_type in mlp_geometry.KERNEL_TYPE.items()}
+    assert {(types[t], int(cols)) for t, cols in reread} == set(
+        mlp_tuning.FAMILIES["sm_90"].reread_from_rows
+    )
     # the fixed-length backward: instantiated exactly where the host takes it
     backward = re.findall(r"^MLP_FIXED_BACKWARD\((\w+), (\d+)\)", source, flags=re.MULTILINE)
     taken = {
         (dtype, cols)
         for dtype in DTYPES
-        for cols in mlp_launch.FIXED_COLUMNS
-        if mlp_launch.fixed_backward(cols, dtype)
+        for cols in mlp_geometry.FIXED_COLUMNS
+        if mlp_geometry.fixed_backward(cols, dtype)
     }
     assert {(types[t], int(cols)) for t, cols in backward} == taken
     assert taken == {(d, 4096) for d in DTYPES} | {("float16", 8192), ("bfloat16", 8192)}
@@ -612,7 +633,7 @@ def test_launch_constants_match_the_kernel_source() -> None:
 def test_short_backward_takes_few_short_rows(
     rows: int, cols: int, dtype: str, expected: int
 ) -> None:
-    assert mlp_launch.short_backward_threads(rows, cols, dtype) == expected
+    assert mlp_geometry.short_backward_threads(rows, cols, dtype, SMS) == expected
 
 
 @pytest.mark.parametrize(
@@ -628,7 +649,7 @@ def test_short_backward_takes_few_short_rows(
 def test_short_backward_scratch_follows_the_dtype(
     rows: int, dtype: str, expected: tuple[int, ...] | None
 ) -> None:
-    assert mlp_launch.short_backward_scratch(rows, 4096, dtype) == expected
+    assert mlp_geometry.short_backward_scratch(rows, 4096, dtype) == expected
 
 
 @pytest.mark.parametrize(
@@ -649,7 +670,7 @@ def test_short_backward_scratch_follows_the_dtype(
 def test_weight_gradient_sum_slices_follow_the_partial_rows(
     cols: int, partial_rows: int, expected: tuple[int, tuple[int, int]]
 ) -> None:
-    assert mlp_launch.weight_grad_geometry(cols, partial_rows) == expected
+    assert mlp_geometry.weight_grad_geometry(cols, partial_rows) == expected
 
 
 @pytest.mark.parametrize(
@@ -667,7 +688,7 @@ def test_weight_gradient_sum_slices_follow_the_partial_rows(
 def test_weight_gradient_pairs_slice_the_rows_to_one_round_of_loads(
     cols: int, rows: int, expected: tuple[int, tuple[int, int]]
 ) -> None:
-    assert mlp_launch.weight_grad_pairs_geometry(cols, rows) == expected
+    assert mlp_geometry.weight_grad_pairs_geometry(cols, rows) == expected
 
 
 # ---- GPU: torch inputs, float64 references ----------------------------------------------------
@@ -878,7 +899,7 @@ def test_elementwise_kernels_are_right_on_any_grid(
     gate = randn(torch_rng, (n,), dtype, offset=offset)
     up = randn(torch_rng, (n,), dtype, offset=offset)
     buffer, out = poisoned(torch_rng, (n,), dtype, offset=offset)
-    kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("swiglu", dtype))
+    kernel = mlp_launch.load_kernel("cuda:0", mlp_geometry.kernel_name("swiglu", dtype))
     kernel.launch(grid, block, gate.data_ptr(), up.data_ptr(), out.data_ptr(), n, stream=stream)
     assert_close(
         torch_rng, out, ref_swiglu(gate, up), dtype, f"swiglu grid {grid}x{block} +{offset}"
@@ -888,7 +909,7 @@ def test_elementwise_kernels_are_right_on_any_grid(
     rows, cols = 3, 4104
     x = randn(torch_rng, (rows, 2 * cols), dtype, offset=offset)
     buffer, out = poisoned(torch_rng, (rows, cols), dtype, offset=offset)
-    kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("silu_and_mul", dtype))
+    kernel = mlp_launch.load_kernel("cuda:0", mlp_geometry.kernel_name("silu_and_mul", dtype))
     kernel.launch((grid, rows), block, x.data_ptr(), out.data_ptr(), rows, cols, stream=stream)
     reference = ref_swiglu(x[:, :cols], x[:, cols:])
     assert_close(torch_rng, out, reference, dtype, f"silu_and_mul grid {grid}x{block} +{offset}")
@@ -970,7 +991,7 @@ def test_row_kernels_are_right_on_any_geometry(
     weight = randn(torch_rng, (cols,), dtype)
     buffer, out = poisoned(torch_rng, (rows, cols), dtype)
     scales_buffer, scales = poisoned(torch_rng, (rows,), "float32")
-    mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm" + kind, dtype)).launch(
+    mlp_launch.load_kernel("cuda:0", mlp_geometry.kernel_name("rms_norm" + kind, dtype)).launch(
         grid,
         (threads, per_block),
         x.data_ptr(),
@@ -990,7 +1011,7 @@ def test_row_kernels_are_right_on_any_geometry(
     residual = randn(torch_rng, (rows, cols), dtype)
     stored_sum = (x.double() + residual.double()).to(x.dtype)
     scales_buffer, scales = poisoned(torch_rng, (rows,), "float32")
-    mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("add_rms_norm" + kind, dtype)).launch(
+    mlp_launch.load_kernel("cuda:0", mlp_geometry.kernel_name("add_rms_norm" + kind, dtype)).launch(
         grid,
         (threads, per_block),
         x.data_ptr(),
@@ -1016,9 +1037,12 @@ FIXED_FORMS = [
         (form, dtype, cols)
         for form in ("rms_norm_fixed", "rms_norm_fixed_full")
         for dtype in DTYPES
-        for cols in mlp_launch.FIXED_COLUMNS
+        for cols in mlp_geometry.FIXED_COLUMNS
     ),
-    *(("rms_norm_fixed_reread", dtype, cols) for dtype, cols in mlp_launch.REREAD_FROM_ROWS),
+    *(
+        ("rms_norm_fixed_reread", dtype, cols)
+        for dtype, cols in mlp_tuning.FAMILIES["sm_90"].reread_from_rows
+    ),
 ]
 
 
@@ -1035,13 +1059,13 @@ def test_fixed_row_kernels_are_right_at_any_alignment(
     torch = torch_rng[0]
     rows, cols = 67, fixed_cols
     x_at, weight_at, out_at = ROW_LAYOUTS[layout]
-    threads = mlp_launch.fixed_threads(fixed_cols, dtype)
+    threads = mlp_geometry.fixed_threads(fixed_cols, dtype)
     stream = torch.cuda.current_stream().cuda_stream
     x = randn(torch_rng, (rows, cols), dtype, offset=x_at)
     weight = randn(torch_rng, (cols,), dtype, offset=weight_at)
     buffer, out = poisoned(torch_rng, (rows, cols), dtype, offset=out_at)
     scales_buffer, scales = poisoned(torch_rng, (rows,), "float32")
-    name = mlp_launch.kernel_name(form, dtype, fixed_cols)
+    name = mlp_geometry.kernel_name(form, dtype, fixed_cols)
     mlp_launch.load_kernel("cuda:0", name).launch(
         rows,
         (threads, 1),
@@ -1065,10 +1089,10 @@ def test_fixed_row_kernels_are_right_at_any_alignment(
     expected_x = ref_rms_norm(torch, stored_sum, weight, EPS)
     scales_buffer, scales = poisoned(torch_rng, (rows,), "float32")
     add_form = "add_rms_norm_fixed_full" if form == "rms_norm_fixed_full" else "add_rms_norm_fixed"
-    name = mlp_launch.kernel_name(add_form, dtype, fixed_cols)
+    name = mlp_geometry.kernel_name(add_form, dtype, fixed_cols)
     mlp_launch.load_kernel("cuda:0", name).launch(
         rows,
-        (mlp_launch.fixed_threads(fixed_cols, dtype), 1),
+        (mlp_geometry.fixed_threads(fixed_cols, dtype), 1),
         x.data_ptr(),
         residual.data_ptr(),
         weight.data_ptr(),
@@ -1118,8 +1142,8 @@ def test_forward_norms_store_no_row_scales_when_given_null(
     torch = torch_rng[0]
     rows, cols = 67, fixed or 264
     op = ("add_rms_norm" if add else "rms_norm") + kind
-    name = mlp_launch.kernel_name(op, dtype, *([fixed] if fixed else []))
-    threads = threads or mlp_launch.fixed_threads(cols, dtype)
+    name = mlp_geometry.kernel_name(op, dtype, *([fixed] if fixed else []))
+    threads = threads or mlp_geometry.fixed_threads(cols, dtype)
     stream = torch.cuda.current_stream().cuda_stream
     x, residual = randn(torch_rng, (rows, cols), dtype), randn(torch_rng, (rows, cols), dtype)
     weight = randn(torch_rng, (cols,), dtype)
@@ -1388,3 +1412,47 @@ def test_huge_silu_and_mul_past_2_31_elements(torch_rng: Any) -> None:
     assert_close(torch_rng, out[-tail:], expected, "bfloat16", "silu_and_mul past 2**31")
     del x, out
     torch.cuda.empty_cache()
+
+
+# (target, multiprocessors): an sm_90 of 132 SMs, a gfx942 of 304 CUs, a small sm_120 of 20
+DEVICES = [("sm_90", 132), ("gfx942", 304), ("sm_120", 20)]
+
+
+@pytest.mark.parametrize(("target", "sms"), DEVICES)
+def test_the_grids_that_want_a_block_a_multiprocessor_follow_the_devices_count(
+    target: str, sms: int
+) -> None:
+    """The few-row forms serve up to a row a multiprocessor, and the elementwise grids go to
+    8-byte vectors below a block a multiprocessor, at the device's own count (no constant):
+    counted by hand at the count and one past it."""
+    device = mlp_geometry.DeviceFacts(target, sms)
+    assert mlp_geometry.norm_launch("rms_norm", sms, 1024, "bfloat16", device).name == (
+        "mlp::rms_norm_short<__nv_bfloat16>"
+    )
+    assert mlp_geometry.norm_launch("rms_norm", sms + 1, 1024, "bfloat16", device).name == (
+        "mlp::rms_norm<__nv_bfloat16>"
+    )
+    assert mlp_geometry.short_backward_threads(sms, 4096, "bfloat16", sms) == 512
+    assert mlp_geometry.short_backward_threads(sms + 1, 4096, "bfloat16", sms) == 0
+    # bfloat16, 16-byte vectors of 8 in blocks of 128: sms blocks are sms * 1024 elements
+    assert mlp_geometry.swiglu_geometry(sms * 1024, "bfloat16", sms) == (sms, 128)
+    # one block short of that: 8-byte vectors of 4, twice the blocks
+    assert mlp_geometry.swiglu_geometry((sms - 1) * 1024, "bfloat16", sms) == (2 * sms - 2, 128)
+    # rows of 8192 bfloat16 take 256 threads, as many blocks as 512 threads a multiprocessor hold
+    assert mlp_geometry.backward_row_geometry(16384, 8192, "bfloat16", sms) == (2 * sms, 256)
+
+
+def test_a_target_without_a_tuning_row_takes_the_untuned_family() -> None:
+    assert mlp_tuning.family("gfx942") is mlp_tuning.UNTUNED
+    assert mlp_tuning.family("sm_90").fixed_blocks_per_sm
+
+
+@pytest.mark.gpu
+def test_the_device_facts_are_the_devices_own() -> None:
+    """The multiprocessor count the geometry reads is the one the CUDA runtime reports for the
+    device (torch asks it independently), and the target the loaded module's."""
+    torch = pytest.importorskip("torch")
+    facts = mlp_launch.device_facts("cuda:0")
+    properties = torch.cuda.get_device_properties(0)
+    assert facts.multiprocessors == properties.multi_processor_count
+    assert facts.target == f"sm_{properties.major}{properties.minor}"

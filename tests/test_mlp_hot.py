@@ -30,12 +30,18 @@ from test_loader_launch import CONTEXT, GET_CURRENT, LAUNCH, NATIVE_SOURCE, PUSH
 torch = pytest.importorskip("torch", reason="torch is in the test dependency group")
 pytestmark = pytest.mark.torch
 
-from kernelpack import mlp, mlp_hot  # noqa: E402  (needs torch for the hot calls)
+from kernelpack import mlp  # noqa: E402  (needs torch for the hot calls)
+from kernelpack.backends import hotpath  # noqa: E402
+from kernelpack.backends.hotpath import HotOp  # noqa: E402
 from kernelpack.errors import UsageError  # noqa: E402
+from kernelpack.ops.mlp import hot as mlp_hot  # noqa: E402  (needs torch for the hot calls)
+from kernelpack.ops.mlp import launch as mlp_launch  # noqa: E402
+from kernelpack.ops.mlp.geometry import DeviceFacts  # noqa: E402
 
 __all__ = ["native"]  # the fixture, imported from test_loader_launch
 
 SHAPE = (2, 8)
+H200 = DeviceFacts("sm_90", 132)  # the device the counted entries are for: sm_90, 132 SMs
 BF16 = torch.bfloat16
 EXCHANGE = torch.Tensor.__dlpack_c_exchange_api__  # torch's DLPack C exchange API (a capsule)
 
@@ -83,8 +89,8 @@ def make_hot(native: Any) -> Callable[..., Any]:
     call."""
     hot_type = native.TorchHotPath
 
-    def make(spec: mlp_hot.HotSpec, *rest: Any) -> Any:
-        return hot_type(spec.kind, *rest).call
+    def make(spec: HotOp, *rest: Any) -> Any:
+        return hot_type(tuple(spec), *rest).call
 
     return make
 
@@ -143,6 +149,27 @@ def test_an_accepted_call_launches_the_entry_once(make_hot: Callable[..., Any], 
     assert list(positional[2 : 2 + len(pointers)]) == [t.data_ptr() for t in pointers]
     assert list(positional[2 + len(pointers) :]) == [*entry[3], *eps]
     assert keywords == {"stream": 0}  # torch's current stream for the CPU: none
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "add_rms_norm", "fused_add_rms_norm"])
+def test_trailing_arguments_left_out_take_their_defaults(
+    make_hot: Callable[..., Any], op: str
+) -> None:
+    """A call that leaves out eps (as torch's dispatcher does at its default) launches with the
+    descriptor's default eps, 1e-6, and out= left out is None (a result allocated); more
+    arguments than the op takes, or fewer than its tensors, raise TypeError."""
+    hot = Hot(make_hot, op, torch.is_grad_enabled, TYPES)
+    spec = mlp_hot.SPECS[op]
+    tensors = good_args(op)[: spec.inputs]
+    result = hot.call(*tensors)
+    ((args, kwargs),) = hot.launch.calls
+    assert args[-1] == pytest.approx(1e-6, rel=0) and kwargs == {"stream": 0}
+    if op == "rms_norm":
+        assert tuple(result.shape) == SHAPE
+    with pytest.raises(TypeError, match="arguments"):
+        hot.call(*tensors[:-1])
+    with pytest.raises(TypeError, match="arguments"):
+        hot.call(*good_args(op), None)
 
 
 @pytest.mark.parametrize("op", ["swiglu", "silu_and_mul", "rms_norm"])
@@ -266,7 +293,7 @@ def test_a_pointer_short_of_the_entrys_alignment_leaves_the_hot_path(
 def test_launch_entry_takes_the_general_kernel_for_pointers_short_of_the_alignment() -> None:
     """The full path's launch of a prepared entry (kernelpack.mlp_hot.torch_run): the exact form for
     8-byte aligned addresses, the entry's general kernel, on its own grid (as a whole form's
-    general kernel has: mlp_launch.ElementwiseLaunch), for any pointer short of that."""
+    general kernel has: mlp_geometry.ElementwiseLaunch), for any pointer short of that."""
     exact, general = Recording(), Recording()
     entry = (*entry_for("swiglu", exact)[:7], (general, 3))
     mlp_hot.launch_entry(entry, (0x1000, 0x2008, 0x3010), None, 7)
@@ -427,7 +454,8 @@ def test_the_c_hot_call_drives_the_c_launcher_directly(native: Any) -> None:
         fail=fail,
     )
     prepared = {(BF16, -1, torch.Size(SHAPE)): entry_for("rms_norm", launcher)}
-    hot = native.TorchHotPath(2, TYPES, prepared, EXCHANGE, torch.is_grad_enabled).call
+    spec = tuple(mlp_hot.SPECS["rms_norm"])
+    hot = native.TorchHotPath(spec, TYPES, prepared, EXCHANGE, torch.is_grad_enabled).call
     x, weight, eps, _ = good_args("rms_norm")
     result = hot(x, weight, eps, None)
     ((dims, stream, slots),) = seen
@@ -472,14 +500,13 @@ def test_the_hot_call_keeps_no_reference_it_should_not(
 
 
 def test_without_the_extension_there_is_no_hot_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where the C extension was not built, torch_enable leaves every hot call off (each answers
+    """Where the C extension was not built, the hot calls torch_enable makes are off (each answers
     NotImplemented, so kernelpack.mlp and torch.ops take the full checks)."""
-    monkeypatch.setattr(mlp_hot, "_native_types", lambda: (None, None))
+    monkeypatch.setattr(hotpath, "native_types", lambda: (None, None))
     saved = (dict(mlp_hot.HOT), dict(mlp_hot.HOT_BELOW_AUTOGRAD))
     try:
-        for table in (mlp_hot.HOT, mlp_hot.HOT_BELOW_AUTOGRAD):
-            table.update(dict.fromkeys(mlp_hot.SPECS, mlp_hot.not_hot))
-        mlp_hot.torch_enable(torch)
+        for name in mlp_hot.SPECS:
+            mlp_hot._make_calls(name, torch)
         args = good_args("swiglu")
         for table in (mlp_hot.HOT, mlp_hot.HOT_BELOW_AUTOGRAD):
             assert all(call is mlp_hot.not_hot for call in table.values())
@@ -498,7 +525,7 @@ def test_prepare_makes_the_entry_these_tests_assume(
     the sizes."""
     launch = Recording()
     monkeypatch.setattr(mlp_hot, "load_kernel", lambda device, name: SimpleNamespace(launch=launch))
-    monkeypatch.setattr(mlp_hot, "device_target", lambda device: "sm_90")
+    monkeypatch.setattr(mlp_launch, "device_facts", lambda device: H200)
     monkeypatch.setitem(mlp_hot.PREPARED, op, {})
     entry = mlp_hot.prepare(op, bf16(*SHAPE), "cuda:0")
     assert entry[0] is launch
@@ -520,6 +547,7 @@ def test_prepare_keeps_the_general_kernels_own_grid_beside_a_whole_form(
         return SimpleNamespace(launch=launch)
 
     monkeypatch.setattr(mlp_hot, "load_kernel", load_kernel)
+    monkeypatch.setattr(mlp_launch, "device_facts", lambda device: H200)
     monkeypatch.setitem(mlp_hot.PREPARED, "silu_and_mul", {})
     x = torch.empty(4096, 2 * 14336, dtype=torch.bfloat16, device="meta")
     entry = mlp_hot.prepare("silu_and_mul", x, "cuda:0")

@@ -185,7 +185,7 @@ def test_swapped_model_decodes_through_the_hot_calls(
     """Under torch.inference_mode the swapped modules take kernelpack.mlp's hot calls (after
     the first pass, which prepares each shape through torch.ops), and the logits still match
     the reference's."""
-    from kernelpack import mlp_hot
+    from kernelpack.ops.mlp import hot as mlp_hot
 
     torch.manual_seed(4321)
     original = randomised(TinyLlama()).to("cuda", dtype)

@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-from kernelpack import mlp, mlp_launch
+from kernelpack import mlp
+from kernelpack.ops.mlp import geometry as mlp_geometry
+from kernelpack.ops.mlp import launch as mlp_launch
 
 torch = pytest.importorskip("torch", reason="torch is in the test dependency group")
 # Importing torch's inductor (torch 2.11) warns through torch.jit's deprecated script_method.
@@ -28,7 +30,11 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
 ]
 
-from kernelpack import torch_ops  # noqa: E402  (registers torch.ops.kernelpack)
+from kernelpack.ops.mlp import torch_ops  # noqa: E402  (registers torch.ops.kernelpack)
+
+# The device the counted expectations are for: an sm_90 GPU of 132 SMs (the H100's and H200's).
+H200 = mlp_geometry.DeviceFacts("sm_90", 132)
+SMS = H200.multiprocessors
 
 OPS = torch.ops.kernelpack
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -174,12 +180,12 @@ def test_silu_and_mul_backward(rng: Any, dtype: str, rows: int, cols: int, offse
 
 
 def exact_form(
-    op: str, dtype: str, streaming: bool, vector_bytes: int = mlp_launch.VECTOR_BYTES
+    op: str, dtype: str, streaming: bool, vector_bytes: int = mlp_geometry.VECTOR_BYTES
 ) -> Any:
     """``op``'s exact form by name, whatever the host would choose for the call: the 16-byte
     streaming one ("mlp::swiglu_exact_streaming<float>") or the plain one in vectors of
     ``vector_bytes`` ("mlp::swiglu_exact<float, 16>")."""
-    kernel_type = mlp_launch.KERNEL_TYPE[dtype]
+    kernel_type = mlp_geometry.KERNEL_TYPE[dtype]
     form = (
         f"_exact_streaming<{kernel_type}>"
         if streaming
@@ -197,10 +203,10 @@ def test_exact_forms_are_right_streaming_or_not(rng: Any, dtype: str, streaming:
     name at 64 x 11008 on the grid the host sizes for their vector, against float64."""
     rows, cols = 64, 11008
     n = rows * cols
-    backward_bytes = mlp_launch.VECTOR_BYTES if streaming else mlp_launch.NARROW_BYTES
+    backward_bytes = mlp_geometry.VECTOR_BYTES if streaming else mlp_geometry.NARROW_BYTES
 
     def kernel(op: str) -> Any:
-        vector_bytes = backward_bytes if op.endswith("_backward") else mlp_launch.VECTOR_BYTES
+        vector_bytes = backward_bytes if op.endswith("_backward") else mlp_geometry.VECTOR_BYTES
         return exact_form(op, dtype, streaming, vector_bytes)
 
     gate = randn(rng, (rows, cols), dtype) * 4
@@ -210,13 +216,13 @@ def test_exact_forms_are_right_streaming_or_not(rng: Any, dtype: str, streaming:
     ref_gate, terms_gate, ref_up, terms_up = ref_swiglu_grads(gate, up, grad)
     what = f"64x{cols} {'streaming' if streaming else 'plain'}"
 
-    launch = mlp_launch.swiglu_launch("swiglu", n, dtype)
+    launch = mlp_geometry.swiglu_launch("swiglu", n, dtype, SMS)
     assert launch.alignment == 16
     out_buffer, out = poisoned((rows, cols), gate.dtype)
     kernel("swiglu").launch(launch.grid, launch.block, gate, up, out, n, stream=stream())
     assert_close(out, ref_out, ref_out.abs(), dtype, rng[1], "swiglu " + what)
     assert_guards(out_buffer, 0, n)
-    grid, block = mlp_launch.swiglu_geometry(n, dtype, backward_bytes)
+    grid, block = mlp_geometry.swiglu_geometry(n, dtype, SMS, backward_bytes)
     gate_buffer, grad_gate = poisoned((rows, cols), gate.dtype)
     up_buffer, grad_up = poisoned((rows, cols), gate.dtype)
     kernel("swiglu_backward").launch(
@@ -228,13 +234,13 @@ def test_exact_forms_are_right_streaming_or_not(rng: Any, dtype: str, streaming:
     assert_guards(up_buffer, 0, n)
 
     x = torch.cat((gate, up), dim=1)
-    launch = mlp_launch.silu_and_mul_launch("silu_and_mul", rows, cols, dtype)
+    launch = mlp_geometry.silu_and_mul_launch("silu_and_mul", rows, cols, dtype, SMS)
     assert launch.alignment == 16
     out_buffer, out = poisoned((rows, cols), gate.dtype)
     kernel("silu_and_mul").launch(launch.grid, launch.block, x, out, rows, cols, stream=stream())
     assert_close(out, ref_out, ref_out.abs(), dtype, rng[1], "silu_and_mul " + what)
     assert_guards(out_buffer, 0, n)
-    grid_2d, block = mlp_launch.silu_and_mul_geometry(rows, cols, dtype, backward_bytes)
+    grid_2d, block = mlp_geometry.silu_and_mul_geometry(rows, cols, dtype, SMS, backward_bytes)
     x_buffer, grad_x = poisoned((rows, 2 * cols), gate.dtype)
     kernel("silu_and_mul_backward").launch(
         grid_2d, block, x, grad, grad_x, rows, cols, stream=stream()
@@ -266,7 +272,7 @@ def test_exact_forwards_at_the_ends_of_the_sigmoid(rng: Any, dtype: str, streami
     ref_out = g * torch.sigmoid(g) * u
     what = f"64x{cols} {'streaming' if streaming else 'plain'} at the sigmoid's ends"
 
-    launch = mlp_launch.swiglu_launch("swiglu", n, dtype)
+    launch = mlp_geometry.swiglu_launch("swiglu", n, dtype, SMS)
     out_buffer, out = poisoned((rows, cols), gate.dtype)
     kernel = exact_form("swiglu", dtype, streaming)
     kernel.launch(launch.grid, launch.block, gate, up, out, n, stream=stream())
@@ -274,7 +280,7 @@ def test_exact_forwards_at_the_ends_of_the_sigmoid(rng: Any, dtype: str, streami
     assert_guards(out_buffer, 0, n)
 
     x = torch.cat((gate, up), dim=1)
-    launch = mlp_launch.silu_and_mul_launch("silu_and_mul", rows, cols, dtype)
+    launch = mlp_geometry.silu_and_mul_launch("silu_and_mul", rows, cols, dtype, SMS)
     out_buffer, out = poisoned((rows, cols), gate.dtype)
     kernel = exact_form("silu_and_mul", dtype, streaming)
     kernel.launch(launch.grid, launch.block, x, out, rows, cols, stream=stream())
@@ -297,7 +303,7 @@ def test_whole_forms_are_right(rng: Any, dtype: str) -> None:
     g, u = gate.double(), up.double()
     ref_out = g * torch.sigmoid(g) * u
     blocks = n // (128 * 16 // gate.element_size())
-    kernel_type = mlp_launch.KERNEL_TYPE[dtype]
+    kernel_type = mlp_geometry.KERNEL_TYPE[dtype]
 
     out_buffer, out = poisoned((rows, cols), gate.dtype)
     kernel = mlp_launch.load_kernel("cuda:0", f"mlp::swiglu_whole<{kernel_type}>")
@@ -346,7 +352,7 @@ def test_rms_norm_backward(
     x_buffer, grad_x = poisoned((rows, cols), x.dtype, offset)
     copy_buffer, grad_copy = poisoned((rows, cols), x.dtype, offset)
     weight_buffer, grad_weight = poisoned((cols,), x.dtype, offset)
-    blocks = mlp_launch.backward_row_geometry(rows, cols, dtype)[0]
+    blocks = mlp_geometry.backward_row_geometry(rows, cols, dtype, SMS)[0]
     partial = torch.full((blocks, cols), math.nan, device="cuda")
     row_scales = ref_row_scales(x, EPS)
     mlp_launch.launch_rms_norm_backward(
@@ -414,7 +420,7 @@ def test_rms_norm_backward_short(
     offset: int,
     extra: bool,
 ) -> None:
-    name = mlp_launch.kernel_name("rms_norm_backward_short", dtype)
+    name = mlp_geometry.kernel_name("rms_norm_backward_short", dtype)
     check_short_backward(rng, name, dtype, rows, cols, grid, threads, offset, extra)
 
 
@@ -439,7 +445,7 @@ FIXED_BACKWARD_CASES = [
         (dtype, *case)
         for dtype in DTYPES
         for case in FIXED_BACKWARD_CASES
-        if mlp_launch.fixed_backward(case[3], dtype)  # float32 8192 has none (2048 vectors)
+        if mlp_geometry.fixed_backward(case[3], dtype)  # float32 8192 has none (2048 vectors)
     ],
 )
 def test_rms_norm_backward_fixed(
@@ -452,8 +458,8 @@ def test_rms_norm_backward_fixed(
     offset: int,
     extra: bool,
 ) -> None:
-    name = mlp_launch.kernel_name("rms_norm_backward_fixed", dtype, length)
-    threads = mlp_launch.SHORT_BACKWARD_THREADS
+    name = mlp_geometry.kernel_name("rms_norm_backward_fixed", dtype, length)
+    threads = mlp_geometry.SHORT_BACKWARD_THREADS
     check_short_backward(rng, name, dtype, rows, cols, grid, threads, offset, extra)
 
 
@@ -482,10 +488,10 @@ def check_short_backward(
     x_buffer, grad_x = poisoned((rows, cols), x.dtype, offset)
     weight_buffer, grad_weight = poisoned((cols,), x.dtype, offset)
     if threads is None:
-        threads = mlp_launch.short_backward_threads(rows, cols, dtype) or 512
+        threads = mlp_geometry.short_backward_threads(rows, cols, dtype, SMS) or 512
     blocks = rows if grid is None else grid
     direct = rows == 1 and blocks == 1
-    from_inputs = dtype in mlp_launch.ROW_SCALE_DTYPES
+    from_inputs = dtype in mlp_geometry.ROW_SCALE_DTYPES
     scratch = torch.full((blocks, cols), math.nan, device="cuda")
     row_scales = ref_row_scales(x, EPS)
     mlp_launch.load_kernel("cuda:0", name).launch(
@@ -512,8 +518,8 @@ def check_short_backward(
         )
     else:
         assert bool(weight_buffer.isnan().all()), "the kernel wrote grad_weight beside its shares"
-        columns, block = mlp_launch.weight_grad_geometry(cols, blocks)
-        sum_name = mlp_launch.kernel_name("rms_norm_weight_grad", dtype)
+        columns, block = mlp_geometry.weight_grad_geometry(cols, blocks)
+        sum_name = mlp_geometry.kernel_name("rms_norm_weight_grad", dtype)
         mlp_launch.load_kernel("cuda:0", sum_name).launch(
             columns, block, scratch, grad_weight, blocks, cols, stream=stream()
         )
@@ -562,7 +568,9 @@ def test_weight_gradient_sum_is_right_on_any_geometry(
     blocks, cols = 37, 300
     partial = torch.randn(blocks, cols, generator=rng[0], device="cuda")
     buffer, grad_weight = poisoned((cols,), getattr(torch, dtype))
-    kernel = mlp_launch.load_kernel("cuda:0", mlp_launch.kernel_name("rms_norm_weight_grad", dtype))
+    kernel = mlp_launch.load_kernel(
+        "cuda:0", mlp_geometry.kernel_name("rms_norm_weight_grad", dtype)
+    )
     kernel.launch(grid, block, partial, grad_weight, blocks, cols, stream=stream())
     want = partial.double().sum(0)
     assert_close(grad_weight, want, partial.double().abs().sum(0), dtype, rng[1], f"{block}")
@@ -573,7 +581,7 @@ def test_weight_gradient_sum_is_right_on_any_geometry(
     ("grid", "block"),
     [(1, (32, 3)), (2, (16, 8)), (7, (32, 8)), (3, (128, 1)), (1, (8, 32)), (4, (16, 16))],
 )
-@pytest.mark.parametrize("dtype", mlp_launch.ROW_SCALE_DTYPES)
+@pytest.mark.parametrize("dtype", mlp_geometry.ROW_SCALE_DTYPES)
 def test_weight_gradient_sum_in_pairs_is_right_on_any_geometry(
     rng: Any, dtype: str, grid: int, block: tuple[int, int]
 ) -> None:
@@ -585,7 +593,7 @@ def test_weight_gradient_sum_in_pairs_is_right_on_any_geometry(
     grad = randn(rng, (rows, cols), dtype)
     row_scales = ref_row_scales(x, EPS)
     buffer, grad_weight = poisoned((cols,), x.dtype)
-    name = mlp_launch.kernel_name("rms_norm_weight_grad_input_pairs", dtype)
+    name = mlp_geometry.kernel_name("rms_norm_weight_grad_input_pairs", dtype)
     mlp_launch.load_kernel("cuda:0", name).launch(
         grid, block, x, grad, row_scales, grad_weight, rows, cols, stream=stream()
     )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..devices.cuda_driver import (
     _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
     _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+    _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
     _CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK,
     CudaDriver,
 )
@@ -63,6 +64,9 @@ class CudaRuntime(Runtime):
 
     def compute_capability(self, ordinal: int) -> tuple[int, int]:
         return self.driver.compute_capability(ordinal)
+
+    def multiprocessor_count(self, ordinal: int) -> int:
+        return self.driver.attribute(ordinal, _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
 
     def context(self, ordinal: int) -> int:
         """The device's primary context, retained once for the life of the process."""

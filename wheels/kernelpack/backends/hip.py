@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from . import signature as kargs
     from .runtime import FailFn, LaunchFn, LoadedModule
 
+# hipDeviceAttributeMultiprocessorCount in hip_runtime_api.h's hipDeviceAttribute_t (ROCm 5 to 7)
+_HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 63
+
 
 class HipRuntime(Runtime):
     """HIP's module API from libamdhip64 (ROCm 5, 6 and 7 export the same calls used here)."""
@@ -61,6 +64,14 @@ class HipRuntime(Runtime):
         text = ctypes.create_string_buffer(32)
         self._check(self._lib.hipDeviceGetPCIBusId(text, 32, ordinal), "hipDeviceGetPCIBusId")
         return c_string(text.value)
+
+    def multiprocessor_count(self, ordinal: int) -> int:
+        count = ctypes.c_int()
+        status = self._lib.hipDeviceGetAttribute(
+            ctypes.byref(count), _HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal
+        )
+        self._check(status, "hipDeviceGetAttribute(hipDeviceAttributeMultiprocessorCount)")
+        return count.value
 
     def _on_device(self, ordinal: int, work: Callable[[], int], call: str) -> None:
         """Run ``work`` with ``ordinal`` current, then give the thread its device back."""

@@ -52,6 +52,10 @@ class Runtime:
     def pci_bus_id(self, ordinal: int) -> str:
         raise NotImplementedError
 
+    def multiprocessor_count(self, ordinal: int) -> int:
+        """The device's multiprocessors (SMs, CUs): what a grid of one block each fills."""
+        raise NotImplementedError
+
     def load(self, ordinal: int, image: bytes) -> LoadedModule:
         raise NotImplementedError
 

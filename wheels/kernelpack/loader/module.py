@@ -154,6 +154,10 @@ class Module:
         self._kernels: dict[str, Kernel] = {}
         self._lock = threading.Lock()
 
+    def multiprocessor_count(self) -> int:
+        """The multiprocessors (SMs, CUs) of the module's device, as its runtime reports them."""
+        return self._runtime.multiprocessor_count(self._loaded.ordinal)
+
     def resources(self) -> dict[str, KernelResources]:
         """Per kernel, its resources; read off a run-time compiled object only when asked for
         (reading imports kernelpack.formats, which a load should not wait for)."""

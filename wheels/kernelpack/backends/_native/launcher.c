@@ -10,9 +10,10 @@
  * described here: a driver error or arguments that do not fit (-1) go to the Python `fail`
  * callable, which re-checks the arguments, names the one at fault and raises.
  *
- * TorchHotPath is kernelpack.mlp's hot path for torch tensors in one C call: the checks of the
+ * TorchHotPath is one op's hot path for torch tensors in one C call: the checks of the
  * tensors (type, dtype, device, contiguity, requires_grad, shapes, eps), the allocation of the
- * result and the launch, reading the tensors and allocating through DLPack's C exchange API,
+ * results and the launch, as the op's descriptor (HotSpec) lays out its arguments (no op is known
+ * here: a product builds the descriptors from its op table, kernelpack/backends/hotpath.py), reading the tensors and allocating through DLPack's C exchange API,
  * which torch publishes (dlpack_exchange.h). It describes no problem either: anything it does
  * not accept returns NotImplemented, and the caller's full checks then name what is wrong (or
  * launch, and prepare the shape so that its next call is accepted here).
@@ -439,35 +440,26 @@ static PyType_Spec launcher_spec = {
 };
 
 /* ---- the torch hot path ----------------------------------------------------------------------
- * kernelpack.mlp's ops on torch tensors, checked, allocated and launched in one call: the same
- * checks the full path makes (kernelpack/mlp.py), made here on what DLPack's C exchange API
- * (dlpack_exchange.h) reports of each tensor, with no call into Python between them. Where this
- * extension was not built, or torch does not publish the exchange API, there is no hot path:
- * every call takes the full checks. Measured on the H200's host: docs/bench-mlp-notes.md. */
+ * A product's ops on torch tensors, checked, allocated and launched in one call: the checks its
+ * full path makes, made here on what DLPack's C exchange API (dlpack_exchange.h) reports of each
+ * tensor, with no call into Python between them. Where this extension was not built, or torch
+ * does not publish the exchange API, there is no hot path: every call takes the full checks. */
 
-enum hot_kind {
-    HOT_SWIGLU = 0,
-    HOT_SILU_AND_MUL = 1,
-    HOT_RMS_NORM = 2,
-    HOT_ADD_RMS_NORM = 3,
-    HOT_FUSED_ADD_RMS_NORM = 4,
-};
-
-/* An op's arguments: its tensor inputs, then eps when it has one, then out= when it takes one;
- * `weight` is the input whose shape is the entry's weight shape (-1: none; every other input has
- * the first's shape), and `allocates` the results made when out= is None (fused_add_rms_norm
- * writes x and residual in place). */
+/* An op's arguments as its hot call takes them, given by the product (kernelpack.backends.hotpath's
+ * HotOp, made from the op's table): its tensor inputs, then eps when it has one, then out= when it
+ * takes one. shapes[i] says which shape input i must have: 'f' the first input's, 'w' the entry's
+ * weight shape; out= and the results take the entry's result shape. `allocates` results are made
+ * when out= is None; the inputs listed in `in_place` are written as the results instead (their
+ * pointers follow the inputs'), and the call returns None. */
 typedef struct {
-    int inputs, weight, eps, out, allocates;
+    int inputs, eps, out, allocates, in_place_count;
+    double default_eps;
+    char shapes[8];
+    int in_place[4];
 } HotSpec;
 
-static const HotSpec hot_specs[] = {
-    [HOT_SWIGLU] = {2, -1, 0, 1, 1},       [HOT_SILU_AND_MUL] = {1, -1, 0, 1, 1},
-    [HOT_RMS_NORM] = {2, 1, 1, 1, 1},      [HOT_ADD_RMS_NORM] = {3, 2, 1, 0, 2},
-    [HOT_FUSED_ADD_RMS_NORM] = {3, 2, 1, 0, 0},
-};
-#define HOT_KINDS ((int)(sizeof hot_specs / sizeof hot_specs[0]))
 #define HOT_MAX_TENSORS 5
+#define HOT_MAX_RESULTS 4
 #define HOT_MAX_ARGS 16
 #define HOT_MAX_DIMS 8  /* tensors of more dimensions take the full checks */
 #define HOT_SLOTS 4     /* the shapes a hot call remembers; older ones are looked up again */
@@ -475,11 +467,11 @@ static const HotSpec hot_specs[] = {
 /* A prepared entry: (launch, grid, block, sizes, weight shape, result shape, alignment, general
  * launch and grid). launch is a Launcher (called here directly), another callable
  * (launch(grid, block, *args, stream=)) or None (no elements: nothing to launch); sizes the
- * integers the kernel takes after the tensors' pointers (a norm's null row_scales, then the
- * sizes); the weight shape None where the op has no weight; the result shape None where it is the
+ * values the kernel takes after the tensors' pointers (null pointers the hot path leaves
+ * out, then the sizes); the weight shape None where the op has no weight; the result shape None where it is the
  * first input's; alignment the bytes every pointer must be aligned to (an exact elementwise form's
  * vector, else 1): a call short of it is not for the hot path. The general launch and its grid,
- * for those calls, are the Python side's (kernelpack/mlp_hot.py). */
+ * for those calls, are the Python side's (kernelpack/backends/hotpath.py). */
 enum {
     ENTRY_LAUNCH,
     ENTRY_GRID,
@@ -510,17 +502,18 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    int kind;
+    HotSpec spec;
     PyObject *torch_types;  /* set: the tensor types accepted (torch.Tensor, nn.Parameter) */
     PyObject *prepared;     /* dict: (torch dtype, device index, torch.Size) -> entry */
     PyObject *exchange;     /* the capsule of torch's DLPack exchange API */
     PyObject *grad_enabled; /* torch.is_grad_enabled, or None below autograd (never read) */
+    PyObject *default_eps;  /* eps where a call leaves it out (a float) */
     const kp_dl_exchange_api *api;
     int next_slot;
     HotSlot slots[HOT_SLOTS];
 } HotPath;
 
-#define HOT_OBJECTS(X) X(torch_types) X(prepared) X(exchange) X(grad_enabled)
+#define HOT_OBJECTS(X) X(torch_types) X(prepared) X(exchange) X(grad_enabled) X(default_eps)
 
 #define VISIT_HOT(name) Py_VISIT(((HotPath *)self)->name);
 static int hot_traverse(PyObject *self, visitproc visit, void *arg) {
@@ -547,17 +540,58 @@ static void hot_dealloc(PyObject *self) {
     Py_DECREF(type);
 }
 
+/* The op's HotSpec from its descriptor (inputs, shapes, eps, out, allocates, in_place,
+ * default_eps); 0, or -1
+ * with ValueError or TypeError set. */
+static int read_hot_spec(PyObject *op, HotSpec *spec) {
+    const char *shapes;
+    Py_ssize_t shape_count;
+    int eps, out;
+    PyObject *in_place;
+    memset(spec, 0, sizeof *spec);
+    if (!PyTuple_Check(op) ||
+        !PyArg_ParseTuple(op, "is#ppiOd", &spec->inputs, &shapes, &shape_count, &eps, &out,
+                          &spec->allocates, &in_place, &spec->default_eps))
+        return -1;
+    spec->eps = eps;
+    spec->out = out;
+    Py_ssize_t count = PyTuple_Check(in_place) ? PyTuple_Size(in_place) : -1;
+    int tensors = spec->inputs + spec->out;
+    if (spec->inputs < 1 || tensors > HOT_MAX_TENSORS || shape_count != spec->inputs ||
+        spec->allocates < 0 || spec->allocates > HOT_MAX_RESULTS || count < 0 ||
+        count > (Py_ssize_t)(sizeof spec->in_place / sizeof spec->in_place[0]) ||
+        (count && (spec->allocates || spec->out))) {
+        PyErr_SetString(PyExc_ValueError, "a hot op descriptor out of the launcher's bounds");
+        return -1;
+    }
+    memcpy(spec->shapes, shapes, (size_t)shape_count);
+    for (Py_ssize_t i = 0; i < shape_count; i++) {
+        if (shapes[i] != 'f' && shapes[i] != 'w') {
+            PyErr_Format(PyExc_ValueError, "unknown shape code %c", shapes[i]);
+            return -1;
+        }
+    }
+    spec->in_place_count = (int)count;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        long index = PyLong_AsLong(PyTuple_GetItem(in_place, i));
+        if (index < 0 || index >= spec->inputs) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "an in-place result that is not an input");
+            return -1;
+        }
+        spec->in_place[i] = (int)index;
+    }
+    return 0;
+}
+
 static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    int kind;
-    PyObject *torch_types, *prepared, *exchange, *grad_enabled;
-    static char *names[] = {"kind", "torch_types", "prepared", "exchange", "grad_enabled", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iOOOO", names, &kind, &torch_types, &prepared,
+    PyObject *op, *torch_types, *prepared, *exchange, *grad_enabled;
+    HotSpec spec;
+    static char *names[] = {"op", "torch_types", "prepared", "exchange", "grad_enabled", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOO", names, &op, &torch_types, &prepared,
                                      &exchange, &grad_enabled))
         return NULL;
-    if (kind < 0 || kind >= HOT_KINDS) {
-        PyErr_Format(PyExc_ValueError, "unknown hot-path kind %d", kind);
-        return NULL;
-    }
+    if (read_hot_spec(op, &spec) < 0) return NULL;
     if (!PyAnySet_Check(torch_types) || !PyDict_Check(prepared) ||
         !(grad_enabled == Py_None || PyCallable_Check(grad_enabled))) {
         PyErr_SetString(PyExc_TypeError, "torch_types must be a set, prepared a dict, "
@@ -574,14 +608,20 @@ static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
                      api->header.version.major, api->header.version.minor);
         return NULL;
     }
+    PyObject *default_eps = PyFloat_FromDouble(spec.default_eps);
+    if (default_eps == NULL) return NULL;
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     HotPath *self = (HotPath *)alloc(type, 0);
-    if (self == NULL) return NULL;
-    self->kind = kind;
+    if (self == NULL) {
+        Py_DECREF(default_eps);
+        return NULL;
+    }
+    self->spec = spec;
     self->api = api;
 #define TAKE_HOT(name) self->name = Py_NewRef(name);
     HOT_OBJECTS(TAKE_HOT)
 #undef TAKE_HOT
+    Py_DECREF(default_eps); /* the object holds its own reference */
     return (PyObject *)self;
 }
 
@@ -680,9 +720,9 @@ static int hot_accepts(HotPath *self, const HotSpec *spec, const HotSlot *slot,
                        PyObject *const *tensors, const kp_dl_tensor *views, int count) {
     for (int i = 0; i < count; i++) {
         const kp_dl_tensor *view = &views[i];
-        const HotShape *expected = i == spec->weight ? &slot->weight
-                                   : i >= spec->inputs ? &slot->result
-                                                       : &slot->first;
+        const HotShape *expected = i >= spec->inputs        ? &slot->result
+                                   : spec->shapes[i] == 'w' ? &slot->weight
+                                                            : &slot->first;
         if (!same_dtype(view->dtype, slot->dtype) || !same_device(view->device, slot->device) ||
             !shape_is(view, expected) || !contiguous(view))
             return 0;
@@ -780,18 +820,20 @@ static int hot_launch(PyObject *entry, PyObject *const *addresses, int count, Py
     return 0;
 }
 
-/* call(*tensors, [eps], [out]): the op's result (None for fused_add_rms_norm, a pair for
- * add_rms_norm), or NotImplemented when the call is not for the hot path. */
+/* call(*tensors, [eps], [out]), eps and out= optional: the op's result (out=, the one made, a tuple of those made, or None
+ * in place), or NotImplemented when the call is not for the hot path. */
 static PyObject *hot_call(PyObject *op, PyObject *const *args, Py_ssize_t nargs) {
     HotPath *self = (HotPath *)op;
-    const HotSpec *spec = &hot_specs[self->kind];
-    const Py_ssize_t expected = spec->inputs + spec->eps + spec->out;
-    if (nargs != expected) {
-        PyErr_Format(PyExc_TypeError, "call() takes %zd arguments (%zd given)", expected, nargs);
+    const HotSpec *spec = &self->spec;
+    const Py_ssize_t most = spec->inputs + spec->eps + spec->out;
+    if (nargs < spec->inputs || nargs > most) {
+        PyErr_Format(PyExc_TypeError, "call() takes %d to %zd arguments (%zd given)", spec->inputs,
+                     most, nargs);
         return NULL;
     }
-    PyObject *out = spec->out ? args[expected - 1] : Py_None;
-    PyObject *eps = spec->eps ? args[spec->inputs] : NULL;
+    /* trailing arguments left out take their defaults: eps the descriptor's, out= None */
+    PyObject *out = spec->out && nargs == most ? args[most - 1] : Py_None;
+    PyObject *eps = !spec->eps ? NULL : nargs > spec->inputs ? args[spec->inputs] : self->default_eps;
     PyObject *tensors[HOT_MAX_TENSORS];
     kp_dl_tensor views[HOT_MAX_TENSORS];
     int count = 0;
@@ -827,18 +869,16 @@ static PyObject *hot_call(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         bits |= (uintptr_t)views[i].data + (uintptr_t)views[i].byte_offset;
     if (bits % slot.alignment) Py_RETURN_NOTIMPLEMENTED;
     PyObject *entry = Py_NewRef(slot.entry);
-    PyObject *addresses[HOT_MAX_TENSORS + 2] = {NULL};
-    PyObject *made[2] = {NULL, NULL};
+    PyObject *addresses[HOT_MAX_TENSORS + HOT_MAX_RESULTS] = {NULL};
+    PyObject *made[HOT_MAX_RESULTS] = {NULL};
     PyObject *stream = NULL, *result = NULL;
     int pointer_count = 0;
     for (int i = 0; i < count; i++) {
         uintptr_t data = (uintptr_t)views[i].data + (uintptr_t)views[i].byte_offset;
         if ((addresses[pointer_count++] = PyLong_FromUnsignedLongLong(data)) == NULL) goto failed;
     }
-    if (self->kind == HOT_FUSED_ADD_RMS_NORM) {
-        addresses[pointer_count++] = Py_NewRef(addresses[0]);
-        addresses[pointer_count++] = Py_NewRef(addresses[1]);
-    }
+    for (int i = 0; i < spec->in_place_count; i++)
+        addresses[pointer_count++] = Py_NewRef(addresses[spec->in_place[i]]);
     int allocated = out == Py_None ? spec->allocates : 0;
     for (int i = 0; i < allocated; i++) {
         if ((made[i] = hot_result(self, &slot, &addresses[pointer_count], &bits)) == NULL) {
@@ -853,13 +893,15 @@ static PyObject *hot_call(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     }
     if ((stream = PyLong_FromVoidPtr(raw_stream)) == NULL) goto failed;
     if (hot_launch(entry, addresses, pointer_count, eps, stream) < 0) goto failed;
-    if (self->kind == HOT_FUSED_ADD_RMS_NORM) result = Py_NewRef(Py_None);
-    else if (self->kind == HOT_ADD_RMS_NORM) result = PyTuple_Pack(2, made[0], made[1]);
-    else result = Py_NewRef(allocated ? made[0] : out);
+    if (allocated > 1) {
+        if ((result = PyTuple_New(allocated)) == NULL) goto failed;
+        for (int i = 0; i < allocated; i++) PyTuple_SetItem(result, i, Py_NewRef(made[i]));
+    } else {
+        result = Py_NewRef(allocated ? made[0] : out);
+    }
 failed:
     for (int i = 0; i < pointer_count; i++) Py_XDECREF(addresses[i]);
-    Py_XDECREF(made[0]);
-    Py_XDECREF(made[1]);
+    for (int i = 0; i < HOT_MAX_RESULTS; i++) Py_XDECREF(made[i]);
     Py_XDECREF(stream);
     Py_DECREF(entry);
     return result;

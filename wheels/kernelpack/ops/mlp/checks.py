@@ -1,0 +1,126 @@
+"""The MLP ops' argument checks, written once from the op table and made by every path: the
+public functions on any framework's arrays, the torch ops' real and fake implementations.
+
+Each path describes its arguments as :class:`Operand` values (name, dtype name, shape, device,
+contiguity); :func:`check` applies the op's rules (:mod:`.table`) and raises a UsageError naming
+the argument at fault. The hot path makes the same checks in C on what it accepts, and hands
+anything else back here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from ...errors import UsageError
+from .geometry import KERNEL_TYPE, SUPPORTED
+from .table import HALVES, ROWS, Op, subject
+from .tuning import MAX_ROW
+
+
+class Operand(NamedTuple):
+    """A tensor argument as the checks see it: ``dtype`` a name ("bfloat16"), ``device`` anything
+    that compares equal for one device and prints as its name."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    device: object
+    contiguous: bool = True
+
+
+def shape_of(rule: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape ``rule`` ("same", "last", "leading", "half") makes of the subject's ``shape``."""
+    if rule == "same":
+        return shape
+    if rule == "last":
+        return shape[-1:]
+    if rule == "leading":
+        return shape[:-1]
+    if rule == "half":
+        return (*shape[:-1], shape[-1] // 2)
+    raise ValueError(f"unknown shape rule {rule!r}")
+
+
+def _described(rule: str, name: str) -> str:
+    """How a message names the shape ``rule`` asks for, of the input ``name``."""
+    return {
+        "same": f"{name}'s",
+        "last": f"{name}'s last dimension",
+        "leading": f"{name}'s leading dimensions",
+        "half": "the result's",
+    }[rule]
+
+
+def check_dtype(operand: Operand) -> None:
+    if operand.dtype not in KERNEL_TYPE:
+        raise UsageError(
+            f"{operand.name}: dtype {operand.dtype} is not supported; expected one of {SUPPORTED}"
+        )
+
+
+def check_shape(operand: Operand, shape: tuple[int, ...], what: str) -> None:
+    if tuple(operand.shape) != tuple(shape):
+        raise UsageError(
+            f"{operand.name}: shape {tuple(operand.shape)} does not match {what} {tuple(shape)}"
+        )
+
+
+def check_first(op: Op, first: Operand) -> None:
+    """The subject's own rule: a normalised last dimension, or one of two halves."""
+    if op.first == ROWS:
+        if not first.shape:
+            raise UsageError(f"{first.name}: must have at least one dimension (the normalised one)")
+        if first.shape[-1] > MAX_ROW:
+            raise UsageError(
+                f"{first.name}: rows of {first.shape[-1]} elements; at most 2**30 are supported"
+            )
+    elif op.first == HALVES and (not first.shape or first.shape[-1] % 2):
+        raise UsageError(
+            f"{first.name}: shape {tuple(first.shape)}: the last dimension must be even "
+            "(gate and up)"
+        )
+
+
+def check_eps(eps: object) -> float:
+    """eps as a float, or a UsageError: a finite number >= 0."""
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise UsageError(f"eps: expected a float, got {type(eps).__name__}")
+    value = float(eps)
+    if not (math.isfinite(value) and value >= 0.0):
+        raise UsageError(f"eps: must be a finite number >= 0, got {eps!r}")
+    return value
+
+
+def check(op: Op, operands: Sequence[Operand], eps: object = None) -> float | None:
+    """``op``'s rules over its tensor arguments (in the table's order) and eps: the subject's own
+    rule and dtype, then each other input's dtype, device, shape and, where the table asks,
+    contiguity. The checked eps (None for an op without one)."""
+    at = subject(op)
+    first = operands[at]
+    check_first(op, first)
+    check_dtype(first)
+    for position, (spec, operand) in enumerate(zip(op.inputs, operands, strict=True)):
+        if position == at:
+            continue
+        if spec.dtype == "float32":
+            if operand.dtype != "float32":
+                raise UsageError(
+                    f"{operand.name}: dtype {operand.dtype}; expected float32 (the row scales "
+                    "rms_norm_with_scale returns)"
+                )
+        elif operand.dtype != first.dtype:
+            raise UsageError(
+                f"{operand.name}: dtype {operand.dtype} differs from {first.name}'s {first.dtype}"
+            )
+        if operand.device != first.device:
+            raise UsageError(
+                f"{operand.name}: on {operand.device}, but {first.name} is on {first.device}"
+            )
+        check_shape(operand, shape_of(spec.shape, first.shape), _described(spec.shape, first.name))
+        if spec.contiguous and not operand.contiguous:
+            raise UsageError(
+                f"{operand.name}: must be contiguous (as rms_norm_with_scale returns them)"
+            )
+    return check_eps(eps) if op.eps else None

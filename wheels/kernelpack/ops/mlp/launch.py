@@ -1,0 +1,262 @@
+"""Launching the MLP kernels: the loaded kernels of each device, and the calls that start them.
+
+The step from checked arguments to a launch: :func:`launch_op` launches a forward op of the table
+(:mod:`.table`) at its plan for the shape (:mod:`.geometry`), as the public functions and the torch
+ops do when they do not take the hot path; the backward kernels, which only the torch ops launch,
+have a function each. Checking arguments and choosing a framework is the callers' job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...loader.load import load
+from .geometry import (
+    DeviceFacts,
+    Plan,
+    alignment_of,
+    backward_row_geometry,
+    fixed_backward,
+    kernel_name,
+    norm_shared_mem,
+    silu_and_mul_launch,
+    swiglu_launch,
+    weight_grad_geometry,
+    weight_grad_pairs_geometry,
+)
+from .table import Op
+from .tuning import ROW_SCALE_DTYPES, SHORT_BACKWARD_THREADS
+
+MODULE = "mlp"
+
+_MODULES: dict[str, Any] = {}  # "cuda:0" -> the loaded module
+_KERNELS: dict[tuple[str, str], Any] = {}  # ("cuda:0", kernel name) -> Kernel
+_FACTS: dict[str, DeviceFacts] = {}  # "cuda:0" -> its target and multiprocessor count
+
+
+def _module(device: str) -> Any:
+    module = _MODULES.get(device)
+    if module is None:
+        module = _MODULES[device] = load(MODULE, device=device)
+    return module
+
+
+def load_kernel(device: str, name: str) -> Any:
+    """The kernel ``name`` on ``device`` ("cuda:0"), loaded once per process."""
+    kernel = _KERNELS.get((device, name))
+    if kernel is None:
+        kernel = _KERNELS[(device, name)] = _module(device).kernel(name)
+    return kernel
+
+
+def device_facts(device: str) -> DeviceFacts:
+    """What the geometry reads of ``device``: the code-object target of the module loaded there
+    ("sm_90") and the device's multiprocessor count, as its runtime reports it; asked once."""
+    facts = _FACTS.get(device)
+    if facts is None:
+        module = _module(device)
+        facts = _FACTS[device] = DeviceFacts(str(module.gpu.target), module.multiprocessor_count())
+    return facts
+
+
+def plan_for(op: Op, shape: tuple[int, ...], dtype: str, device: str) -> Plan | None:
+    """``op``'s plan for a first input of ``shape`` on ``device`` (None: no elements)."""
+    if op.plan is None:
+        raise ValueError(f"{op.name} has no plan: its launch is its own")
+    return op.plan(op.kernel_family, shape, dtype, device_facts(device))
+
+
+def launch_plan(
+    device: str, plan: Plan, pointers: tuple[Any, ...], eps: float | None, stream: int
+) -> None:
+    """``plan``'s launch over ``pointers`` (the tensors', then any null or row-scale pointer),
+    its sizes and eps: the general kernel where the pointers are short of the plan's alignment,
+    held to its blocks a multiprocessor where it says so."""
+    name, grid = plan.kernel_for(alignment_of(*pointers))
+    kernel = load_kernel(device, name)
+    extra = () if eps is None else (eps,)
+    kernel.launch(
+        grid,
+        plan.block,
+        *pointers,
+        *plan.sizes,
+        *extra,
+        shared_mem=norm_shared_mem(kernel, plan),
+        stream=stream,
+    )
+
+
+def launch_op(
+    device: str,
+    op: Op,
+    dtype: str,
+    shape: tuple[int, ...],
+    pointers: tuple[Any, ...],
+    eps: float | None,
+    stream: int,
+) -> None:
+    """``op``'s launch for a first input of ``shape``: ``pointers`` its inputs', its results'
+    (its in-place inputs' where it writes in place), then its null pointers' (0) or, on the
+    training path, the row scales'; nothing for no elements."""
+    plan = plan_for(op, shape, dtype, device)
+    if plan is not None:
+        launch_plan(device, plan, pointers, eps, stream)
+
+
+def launch_swiglu_backward(
+    device: str,
+    dtype: str,
+    gate: Any,
+    up: Any,
+    grad: Any,
+    grad_gate: Any,
+    grad_up: Any,
+    n: int,
+    stream: int,
+) -> None:
+    if n == 0:
+        return
+    launch = swiglu_launch("swiglu_backward", n, dtype, device_facts(device).multiprocessors)
+    name, grid = launch.kernel_for(alignment_of(gate, up, grad, grad_gate, grad_up))
+    load_kernel(device, name).launch(
+        grid, launch.block, gate, up, grad, grad_gate, grad_up, n, stream=stream
+    )
+
+
+def launch_silu_and_mul_backward(
+    device: str, dtype: str, x: Any, grad: Any, grad_x: Any, rows: int, cols: int, stream: int
+) -> None:
+    if rows * cols == 0:
+        return
+    sms = device_facts(device).multiprocessors
+    launch = silu_and_mul_launch("silu_and_mul_backward", rows, cols, dtype, sms)
+    name, grid = launch.kernel_for(alignment_of(x, grad, grad_x))
+    load_kernel(device, name).launch(grid, launch.block, x, grad, grad_x, rows, cols, stream=stream)
+
+
+def launch_rms_norm_backward(
+    device: str,
+    dtype: str,
+    x: Any,
+    row_scales: Any,
+    weight: Any,
+    grad: Any,
+    grad_extra: Any,
+    grad_x: Any,
+    grad_x_copy: Any,
+    partial: Any,
+    grad_weight: Any,
+    rows: int,
+    cols: int,
+    stream: int,
+) -> None:
+    """grad_x (and grad_x_copy unless 0) = the input gradient of RMSNorm plus grad_extra (unless
+    0), from x and the forward's row scales; grad_weight from ``partial``, float32 scratch of
+    backward_row_geometry's grid x cols."""
+    if cols == 0:
+        return
+    if rows:
+        sms = device_facts(device).multiprocessors
+        grid, threads = backward_row_geometry(rows, cols, dtype, sms)
+        load_kernel(device, kernel_name("rms_norm_backward", dtype)).launch(
+            grid,
+            threads,
+            x,
+            row_scales,
+            weight,
+            grad,
+            grad_extra,
+            grad_x,
+            grad_x_copy,
+            partial,
+            rows,
+            cols,
+            stream=stream,
+        )
+    else:
+        grid = 0
+    columns, block = weight_grad_geometry(cols, grid)
+    load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(
+        columns, block, partial, grad_weight, grid, cols, stream=stream
+    )
+
+
+def launch_rms_norm_backward_short(
+    device: str,
+    dtype: str,
+    x: Any,
+    row_scales: Any,
+    weight: Any,
+    grad: Any,
+    grad_extra: Any,
+    grad_x: Any,
+    grad_weight: Any,
+    scratch: Any,
+    rows: int,
+    cols: int,
+    threads: int,
+    stream: int,
+) -> None:
+    """grad_x = the input gradient of RMSNorm plus grad_extra (unless 0), and grad_weight, from x
+    and the forward's row scales: one block a row of ``threads`` (:func:`short_backward_threads`;
+    the fixed-length kernel where :func:`fixed_backward` says so); one row is one kernel; more
+    rows' weight gradient is summed by a second kernel, from the inputs and row scales
+    (ROW_SCALE_DTYPES: :func:`launch_rms_norm_weight_grad_inputs`), or rms_norm_weight_grad from
+    the float32 shares the backward leaves in ``scratch`` (of :func:`short_backward_scratch`'s
+    shape; 0 where that is None)."""
+    if threads == SHORT_BACKWARD_THREADS and fixed_backward(cols, dtype):
+        name = kernel_name("rms_norm_backward_fixed", dtype, cols)
+    else:
+        name = kernel_name("rms_norm_backward_short", dtype)
+    load_kernel(device, name).launch(
+        rows,
+        threads,
+        x,
+        row_scales,
+        weight,
+        grad,
+        grad_extra,
+        grad_x,
+        grad_weight,
+        scratch,
+        rows,
+        cols,
+        stream=stream,
+    )
+    if rows == 1:
+        return
+    if dtype in ROW_SCALE_DTYPES:
+        launch_rms_norm_weight_grad_inputs(
+            device, dtype, x, grad, row_scales, grad_weight, rows, cols, stream
+        )
+    else:
+        columns, block = weight_grad_geometry(cols, rows)
+        load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(
+            columns, block, scratch, grad_weight, rows, cols, stream=stream
+        )
+
+
+def launch_rms_norm_weight_grad_inputs(
+    device: str,
+    dtype: str,
+    x: Any,
+    grad: Any,
+    row_scales: Any,
+    grad_weight: Any,
+    rows: int,
+    cols: int,
+    stream: int,
+) -> None:
+    """grad_weight = the sum over the rows of grad * x * row_scales[row] (a 16-bit dtype of
+    ROW_SCALE_DTYPES): in pairs of columns where cols is even and x, grad and grad_weight are
+    4-byte aligned (:func:`weight_grad_pairs_geometry`), else a column a thread
+    (:func:`weight_grad_geometry`)."""
+    if cols % 2 == 0 and alignment_of(x, grad, grad_weight) >= 4:
+        grid, block = weight_grad_pairs_geometry(cols, rows)
+        name = kernel_name("rms_norm_weight_grad_input_pairs", dtype)
+    else:
+        grid, block = weight_grad_geometry(cols, rows)
+        name = kernel_name("rms_norm_weight_grad_inputs", dtype)
+    load_kernel(device, name).launch(
+        grid, block, x, grad, row_scales, grad_weight, rows, cols, stream=stream
+    )

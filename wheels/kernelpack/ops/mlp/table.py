@@ -1,0 +1,193 @@
+"""The MLP ops, one table entry each: what every layer reads instead of repeating it.
+
+An :class:`Op` says an op's tensor inputs (their names, the shape and dtype each must have), its
+results, whether it takes eps and ``out=``, what it writes in place, and how its kernel is chosen
+and launched for a shape (its ``plan``: :mod:`.geometry`), with the null pointers its inference
+launch passes after the tensors. From it, and from nothing else:
+
+- the public functions of :mod:`kernelpack.mlp` check their arguments (:mod:`.checks`), allocate
+  and launch (:mod:`.api`);
+- the torch schemas are written (:func:`schema`), and the fake implementations allocate their
+  results (:mod:`.torch_impl`);
+- the hot path's descriptor for the C launcher is made (:func:`hot_op`), and its prepared entries
+  (:mod:`.hot`).
+
+Shape rules, relative to the first input's shape ``S``: "same" S, "last" S[-1:], "leading"
+S[:-1], "half" S with its last dimension halved. Rules of the first input itself: "rows" (a
+normalised last dimension: at least one, at most MAX_ROW elements), "halves" (a last dimension of
+two halves, gate and up). A backward op has no plan (its launch is its own, :mod:`.torch_impl`),
+and no public function or hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+from ...backends.hotpath import HotOp
+from .geometry import DeviceFacts, Plan, elementwise_plan, halves_plan, norm_plan
+
+DEFAULT_EPS = 1e-6  # eps's default in every function and schema that takes it
+
+# plan(kernel family, the first input's shape, dtype, device) -> its Plan, None for no elements
+PlanFn = Callable[[str, tuple[int, ...], str, DeviceFacts], Plan | None]
+
+
+class Input(NamedTuple):
+    """A tensor argument: its name, its shape rule, and its dtype ("same": the first input's, a
+    supported one; "float32": that, for the row scales). ``contiguous``: the torch ops take it as
+    given (it must be contiguous already), where they make other inputs contiguous."""
+
+    name: str
+    shape: str = "same"
+    dtype: str = "same"
+    contiguous: bool = False
+
+
+class Result(NamedTuple):
+    """A result: its shape rule and dtype rule, as an Input's."""
+
+    shape: str = "same"
+    dtype: str = "same"
+
+
+class Op(NamedTuple):
+    """One op (the module docstring says who reads what)."""
+
+    name: str
+    inputs: tuple[Input, ...]
+    results: tuple[Result, ...]
+    eps: bool = False
+    first: str = ""  # the first input's own rule: "", "rows" or "halves"
+    out: bool = False  # takes out= for its one result
+    in_place: tuple[int, ...] = ()  # inputs written as its results (its results: none)
+    kernel: str = ""  # the kernel family its plan launches (its name where empty)
+    plan: PlanFn | None = None  # a forward op's launch for a shape; None: launched by hand
+    nulls: int = 0  # null pointers after the results on the inference launch (no row scales)
+
+    @property
+    def kernel_family(self) -> str:
+        return self.kernel or self.name
+
+
+ROWS = "rows"
+HALVES = "halves"
+
+_gate, _up = Input("gate"), Input("up")
+_x, _residual = Input("x"), Input("residual")
+_weight = Input("weight", "last")
+_row_scales = Input("row_scales", "leading", "float32", contiguous=True)
+
+OPS: tuple[Op, ...] = (
+    Op("swiglu", (_gate, _up), (Result(),), out=True, plan=elementwise_plan),
+    Op("silu_and_mul", (_x,), (Result("half"),), first=HALVES, out=True, plan=halves_plan),
+    Op(
+        "rms_norm",
+        (_x, _weight),
+        (Result(),),
+        eps=True,
+        first=ROWS,
+        out=True,
+        plan=norm_plan,
+        nulls=1,
+    ),
+    Op(
+        "add_rms_norm",
+        (_x, _residual, _weight),
+        (Result(), Result()),
+        eps=True,
+        first=ROWS,
+        plan=norm_plan,
+        nulls=1,
+    ),
+    Op(
+        "fused_add_rms_norm",
+        (_x, _residual, _weight),
+        (),
+        eps=True,
+        first=ROWS,
+        in_place=(0, 1),
+        kernel="add_rms_norm",
+        plan=norm_plan,
+        nulls=1,
+    ),
+    # the training path's forward norms: each row's scale besides (float32, S[:-1])
+    Op(
+        "rms_norm_with_scale",
+        (_x, _weight),
+        (Result(), Result("leading", "float32")),
+        eps=True,
+        first=ROWS,
+    ),
+    Op(
+        "add_rms_norm_with_scale",
+        (_x, _residual, _weight),
+        (Result(), Result(), Result("leading", "float32")),
+        eps=True,
+        first=ROWS,
+    ),
+    # the backward ops: the incoming gradient first, then what the forward saved
+    Op("swiglu_backward", (Input("grad"), _gate, _up), (Result(), Result())),
+    Op("silu_and_mul_backward", (Input("grad", "half"), _x), (Result(),), first=HALVES),
+    Op(
+        "rms_norm_backward",
+        (Input("grad"), _x, _weight, _row_scales),
+        (Result(), Result("last")),
+        first=ROWS,
+    ),
+    # one input gradient: x's and residual's are the same (the sum's); `summed` is the sum
+    Op(
+        "add_rms_norm_backward",
+        (Input("grad"), Input("grad_sum"), Input("summed"), _weight, _row_scales),
+        (Result(), Result("last")),
+        first=ROWS,
+    ),
+)
+
+
+def by_name(ops: tuple[Op, ...]) -> dict[str, Op]:
+    """The ops by name; a name twice is a mistake in the table."""
+    found: dict[str, Op] = {}
+    for op in ops:
+        if op.name in found:
+            raise ValueError(f"op {op.name!r} is in the table twice")
+        found[op.name] = op
+    return found
+
+
+TABLE: Mapping[str, Op] = by_name(OPS)
+
+
+def subject(op: Op) -> int:
+    """The position of the input the rules are relative to: the first, except for a backward op,
+    whose incoming gradients come first and are checked against what the forward saved."""
+    return next(i for i, tensor in enumerate(op.inputs) if not tensor.name.startswith("grad"))
+
+
+def hot_op(op: Op) -> HotOp:
+    """The op's descriptor for the C hot call (kernelpack.backends.hotpath)."""
+    return HotOp(
+        inputs=len(op.inputs),
+        shapes="".join("w" if i.shape == "last" else "f" for i in op.inputs),
+        eps=op.eps,
+        out=op.out,
+        allocates=0 if op.in_place else len(op.results),
+        in_place=op.in_place,
+        default_eps=DEFAULT_EPS,
+    )
+
+
+def schema(op: Op) -> str:
+    """The op's torch schema: its tensors (those written in place marked ``Tensor(a!)``), eps
+    with its default, and its results."""
+    aliases = "abcdefgh"
+    params = []
+    for position, tensor in enumerate(op.inputs):
+        mark = f"({aliases[op.in_place.index(position)]}!)" if position in op.in_place else ""
+        params.append(f"Tensor{mark} {tensor.name}")
+    if op.eps:
+        params.append(f"float eps={DEFAULT_EPS!r}")
+    returns = ", ".join("Tensor" for _ in op.results)
+    if len(op.results) != 1:
+        returns = f"({returns})"
+    return f"{op.name}({', '.join(params)}) -> {returns}"
