@@ -26,7 +26,6 @@ import numpy as np
 import pytest
 
 from buildsys.hipify.tables import COMPAT_FUNCTIONS
-from kernelpack.errors import RuntimeLibraryError
 from kernelpack.files.paths import user_cache_folder
 from tests import compat_probe as cp
 from tests.test_emulator import RUN_TARGETS, emulator
@@ -532,16 +531,6 @@ def test_multi_warp_tiles(
     check_tiles(Probe(target, probe_site, monkeypatch), kernel)
 
 
-# The 16-bit atomicAdd loops (its CAS retried while the word changes) never end on these targets'
-# emulators ("exceeded 1M instructions in single wave"); the same kernel passes on gfx1100, and
-# on gfx1201 the 16-bit atomicCAS and the packed adds alone pass. Cause not found yet.
-ATOMIC_ADD_LOOPS = {"gfx942", "gfx950", "gfx1201"}
-ATOMIC_ADD_LOOPS_WHY = (
-    "the emulator never ends the 16-bit atomicAdd's CAS loop on this target (exceeded 1M "
-    "instructions in a wave); it ends on gfx1100"
-)
-
-
 def addends16(rng: np.random.Generator, n: int, fmt: cp.Format) -> tuple[np.ndarray, np.ndarray]:
     """Pairs of random finite 16-bit floats of ``fmt``, the first few special: inf + -inf (NaN),
     inf + 1, NaN + 1, +0 + -0, -0 + -0, the largest + itself (overflow)."""
@@ -559,11 +548,7 @@ def addends16(rng: np.random.Generator, n: int, fmt: cp.Format) -> tuple[np.ndar
 
 @pytest.mark.amd_emulator
 @pytest.mark.toolchain
-def test_16_bit_atomics(probe: Probe, request: pytest.FixtureRequest) -> None:
-    if probe.target in ATOMIC_ADD_LOOPS:
-        request.applymarker(
-            pytest.mark.xfail(raises=RuntimeLibraryError, strict=True, reason=ATOMIC_ADD_LOOPS_WHY)
-        )
+def test_16_bit_atomics(probe: Probe) -> None:
     seed = secrets.randbits(62)
     rng = np.random.default_rng(seed)
     n = 128
