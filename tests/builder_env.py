@@ -10,6 +10,7 @@ wheels (zstandard) are.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -24,3 +25,12 @@ def builder_env(*extra_paths: str, **extra: str) -> dict[str, str]:
     inherited = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
     path = [str(REPO_ROOT), str(REPO_ROOT / "wheels"), *extra_paths, *inherited]
     return env | {"PYTHONPATH": ":".join(path)} | extra
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a builder a test interrupts: SIGINT back to its default disposition.
+
+    A shell starts background jobs with SIGINT ignored, the child inherits that, and Python then
+    installs no KeyboardInterrupt handler: the builder would rightly ignore the test's signal.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from builder_env import builder_env
+from builder_env import builder_env, interruptible
 
 UNITS = 8
 # A unit that takes nvcc a moment: a few template instantiations of an unrolled loop.
@@ -96,6 +96,7 @@ def test_sigint_stops_a_linked_modules_units_at_once(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL,
         text=True,
         env=builder_env(),
+        preexec_fn=interruptible,
     ) as process:
         assert process.stderr is not None
         seen = []

@@ -45,7 +45,25 @@ CHECKS = REPO_ROOT / "tests" / "export_check"
 # prebuilt launch programs (bench/export_launchers.py), carried to the lent GPU with .gpu
 LAUNCHERS = Path(os.environ.get("KERNELPACK_EXPORT_LAUNCHERS", REPO_ROOT / ".gpu" / "export"))
 CANDLE_SRC = Path(os.environ.get("KERNELPACK_CANDLE_SRC", "/work/corpus/candle/candle-kernels/src"))
-needs_cargo = pytest.mark.skipif(shutil.which("cargo") is None, reason="cargo is not installed")
+
+
+def _cargo_missing() -> str | None:
+    """Why cargo cannot build here, or None: not installed, or a rustup with no toolchain chosen
+    (a fresh HOME: rustup keeps its toolchains there)."""
+    if shutil.which("cargo") is None:
+        return "cargo is not installed"
+    try:
+        probe = subprocess.run(["cargo", "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"cargo does not run: {error}"
+    if probe.returncode != 0:
+        first = (probe.stderr.strip().splitlines() or ["no message"])[0]
+        return f"cargo does not run: {first}"
+    return None
+
+
+CARGO_MISSING = _cargo_missing()
+needs_cargo = pytest.mark.skipif(CARGO_MISSING is not None, reason=str(CARGO_MISSING))
 needs_gcc = pytest.mark.skipif(
     shutil.which("gcc") is None or shutil.which("g++") is None, reason="gcc/g++ not installed"
 )

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from builder_env import builder_env
+from builder_env import builder_env, interruptible
 
 from buildsys import REPO_ROOT
 
@@ -112,6 +112,7 @@ def test_sigint_while_packing_leaves_the_previous_dist_whole(tmp_path: Path) -> 
         stderr=subprocess.PIPE,
         text=True,
         env=builder_env(TMPDIR=str(temporary)),
+        preexec_fn=interruptible,
     ) as process:
         deadline = time.monotonic() + 300
         while not list(temporary.glob("kernelpack-fat-*")):  # packing has begun
