@@ -2,8 +2,8 @@
 with extras, each into a fresh virtual environment, on this GPU-less machine and with each
 installer's documented override naming a GPU; then ``kernelpack info`` says which images load.
 
-Small on purpose: examples/vecops for three targets (gfx942, gfx1100, sm_90) and kernelpack's own
-wheels for one. uv is the one pinned in the test dependency group (the version whose behaviour
+Small on purpose: examples/vecops for three targets (gfx942, gfx1100, and sm_90 where nvcc is
+installed: the NVIDIA tests are marked ``nvcc``) and kernelpack's own wheels for one. uv is the one pinned in the test dependency group (the version whose behaviour
 docs/wheels.md describes); numpy and zstandard come from the package index (marker ``network``).
 The expectations are written by hand from docs/wheels.md's installer table.
 """
@@ -14,12 +14,16 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from builder_env import builder_env
+from conftest import nvcc_available
 
 from buildsys import REPO_ROOT
+from kernelpack.formats.index import PROVENANCE_FILE
 
 EXAMPLE = REPO_ROOT / "examples" / "vecops"
 MI300X = REPO_ROOT / "tests" / "fixtures" / "sysfs" / "mi300x-8gpu"
@@ -133,10 +137,10 @@ def _installed(venv: Path) -> set[str]:
     return {n for n in names if "kernels" in n or n.startswith("kernelpack")}
 
 
-def _chosen(
+def _info(
     venv: Path, tmp_path: Path, *, sysfs: Path | None = None, target: str = ""
-) -> set[tuple[str, str]]:
-    """(package the image comes from, its target) for every vecops module and GPU."""
+) -> dict[str, Any]:
+    """``kernelpack info --json`` of the venv's installed packages."""
     env = _clean_env(KERNELPACK_CACHE_DIR=str(tmp_path / "cache"))
     if target:
         env["KERNELPACK_TARGET"] = target
@@ -149,7 +153,16 @@ def _chosen(
         env=env,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    modules = json.loads(result.stdout)["packages"]["vecops_kernels"]["modules"]
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def _chosen(
+    venv: Path, tmp_path: Path, *, sysfs: Path | None = None, target: str = ""
+) -> set[tuple[str, str]]:
+    """(package the image comes from, its target) for every vecops module and GPU."""
+    report = _info(venv, tmp_path, sysfs=sysfs, target=target)
+    modules = report["packages"]["vecops_kernels"]["modules"]
     assert sorted(modules) == list(MODULES)
     return {
         (row["image"]["package"], row["image"]["target"]) if row["image"] else ("none", "")
@@ -166,9 +179,18 @@ def test_uv_on_a_machine_without_a_gpu_installs_the_null_variant_with_every_imag
     assert _uv_install(venv, indexes) == {"kernelpack (null)", "vecops-kernels (null)"}
     assert _chosen(venv, tmp_path, sysfs=MI300X) == {("vecops_kernels", "gfx942")}
     assert _chosen(venv, tmp_path, target="gfx1100") == {("vecops_kernels", "gfx1100")}
-    assert _chosen(venv, tmp_path, target="sm_90") == {("vecops_kernels", "sm_90")}
+    if nvcc_available():
+        assert _chosen(venv, tmp_path, target="sm_90") == {("vecops_kernels", "sm_90")}
+    # what the null variant's wheel says of its making, as `kernelpack info --json` shows it
+    (null,) = indexes[0].glob("vecops_kernels-*-null.whl")
+    with zipfile.ZipFile(null) as wheel:
+        carried = json.loads(wheel.read(f"vecops_kernels-0.2.0.dist-info/{PROVENANCE_FILE}"))
+    assert _info(venv, tmp_path)["packages"]["vecops_kernels"]["provenance"] == {
+        "vecops-kernels": carried
+    }
 
 
+@pytest.mark.nvcc
 def test_uv_with_nvidias_override_for_sm_90_installs_the_sm90_variant(
     indexes: list[Path], tmp_path: Path
 ) -> None:
@@ -198,7 +220,11 @@ def test_uv_runs_no_amd_provider_so_an_amd_gpu_gets_the_null_variant(
 
 @pytest.mark.parametrize(
     ("extra", "device", "target"),
-    [("gfx942", "gfx942", "gfx942"), ("gfx1100", "gfx1100", "gfx1100"), ("sm_90", "sm90", "sm_90")],
+    [
+        ("gfx942", "gfx942", "gfx942"),
+        ("gfx1100", "gfx1100", "gfx1100"),
+        pytest.param("sm_90", "sm90", "sm_90", marks=pytest.mark.nvcc),
+    ],
 )
 def test_pip_with_the_gpus_extra_installs_the_host_wheel_and_that_device_wheel(
     indexes: list[Path], tmp_path: Path, extra: str, device: str, target: str
@@ -220,3 +246,41 @@ def test_pip_without_an_extra_installs_the_host_wheel_alone(
     venv = tmp_path / "venv"
     assert _pip_install(venv, indexes, "vecops-kernels") == {"kernelpack", "vecops-kernels"}
     assert _chosen(venv, tmp_path, sysfs=RX7900) == {("none", "")}
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(EXAMPLE), *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def test_every_wheel_says_its_commit_dirty_flag_and_the_compiler_of_each_image(
+    indexes: list[Path],
+) -> None:
+    """Against git's own answers and the compilers' own --version lines."""
+    commit, dirty = _git("rev-parse", "HEAD").strip(), bool(_git("status", "--porcelain", "."))
+    nvcc = ""
+    if nvcc_available():
+        version = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout
+        nvcc = version.strip().splitlines()[-2].rsplit(" ", 1)[-1]  # "... release 13.0, V13.0.88"
+    wheels = sorted(indexes[0].glob("*.whl"))
+    assert len(wheels) >= 7
+    for path in wheels:
+        with zipfile.ZipFile(path) as wheel:
+            (name,) = [n for n in wheel.namelist() if n.endswith(f".dist-info/{PROVENANCE_FILE}")]
+            document = json.loads(wheel.read(name))
+        assert document["source"] == {"commit": commit, "dirty": dirty}, path.name
+        rows = {(r["module"], r["target"]) for r in document["images"]}
+        label = path.name.removesuffix(".whl").rsplit("-", 1)[-1]
+        if label == "null":
+            targets = {"gfx942", "gfx1100", *(["sm_90"] if nvcc else [])}
+        elif "_device_" in path.name:
+            targets = {path.name.split("-")[0].split("_device_")[1].replace("sm90", "sm_90")}
+        else:  # host and variant wheels carry no image
+            targets = set()
+        assert rows == {(m, t) for m in MODULES for t in targets}, path.name
+        for row in document["images"]:
+            if row["target"] == "sm_90":
+                assert nvcc and nvcc in row["compiler"]
+            else:
+                assert "clang" in row["compiler"], row

@@ -24,6 +24,7 @@ from ..devices.argument import device_name
 from ..devices.detect import detect_gpus
 from ..errors import IntegrityError, NoImageError
 from ..loader.cache import DiskCache
+from ..loader.catalog import package_provenance
 from ..loader.hints import fixes
 from ..loader.images import read_image
 from ..loader.load import installed_loaders
@@ -65,6 +66,7 @@ def info_report(
             "version": catalog.version,
             "indexes": catalog.origins,
             "modules": modules,
+            "provenance": package_provenance(loader.package, catalog.distribution),
             "error": None,
         }
     for broken in unreadable:
@@ -73,6 +75,7 @@ def info_report(
             "version": "",
             "indexes": [],
             "modules": {},
+            "provenance": {},
             "error": broken.problem,
         }
     cache = loaders[0].cache if loaders else DiskCache()
