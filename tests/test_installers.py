@@ -188,6 +188,14 @@ def test_uv_on_a_machine_without_a_gpu_installs_the_null_variant_with_every_imag
     assert _info(venv, tmp_path)["packages"]["vecops_kernels"]["provenance"] == {
         "vecops-kernels": carried
     }
+    text = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "kernelpack", "info", "--sysfs-root", str(MI300X)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_clean_env(KERNELPACK_CACHE_DIR=str(tmp_path / "cache")),
+    ).stdout
+    assert f"vecops-kernels: built from {carried['source']['commit']}" in text
 
 
 @pytest.mark.nvcc
