@@ -47,6 +47,7 @@ from .packaging import (
     wheel_file,
     with_package_entry_point,
 )
+from .provenance import source_state
 from .report import failure_error
 from .settings import (
     CONFIG_TABLE,
@@ -138,13 +139,16 @@ def build_wheel(
         meta = project_metadata(settings)
         check_writable_folder(settings.cache_dir, "cache_dir")
         epoch = source_date_epoch(settings.project)
+        source = source_state(settings.project)
         with scratch_folder(settings.cache_dir) as scratch:
             device_dir = scratch / "device"
             result = build(replace(settings, out=device_dir), progress=False)
             if result.count("failed") or result.count("not run"):
                 raise failure_error(result)
             stamp_index(device_dir, meta)
-            wheel, _ = build_fat_wheel(meta, device_dir, Path(wheel_directory), epoch=epoch)
+            wheel, _ = build_fat_wheel(
+                meta, device_dir, Path(wheel_directory), epoch=epoch, source=source
+            )
         return wheel.name
 
     return _one_line_errors(step)

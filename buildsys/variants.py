@@ -20,9 +20,11 @@ Every file ``python -m buildsys wheels`` writes into dist/ has its own name:
   modules it imports, :func:`provider_modules`);
   ``kernelpack-V-variants.json``: every variant's properties, for the index.
 
-The property names are kernelpack's own (docs/wheels.md says why the vendors' providers do not fit).
-The JSON layout is variantlib 0.2.2's (PEP 825's reference library), checked by its analyze-wheel
-in the tests.
+AMD variants carry kernelpack's own properties (``kernelpack :: amd_target``), chosen by
+kernelpack's provider plugin; NVIDIA variants carry NVIDIA's (``nvidia :: sm_arch :: 90_real``),
+chosen by NVIDIA's provider, which uv runs built in (docs/wheels.md says why each, and what every
+installer takes). The JSON follows PEP 850's schema v0.2.0, the one uv reads; variantlib 0.2.2's
+analyze-wheel accepts it (tests/test_wheels.py).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import kernelpack
 from kernelpack.files.atomic import atomic_write
 from kernelpack.formats.index import Index
 from kernelpack.targets import parse_target
+from kernelpack.targets.processors import NVIDIA_ARCHS
 from kernelpack.variant_plugin import FEATURES, NAMESPACE, property_value
 
 from .device_groups import DeviceGroup, device_groups
@@ -55,10 +58,20 @@ from .wheelfile import host_wheel_name, read_wheel, write_wheel
 if TYPE_CHECKING:
     from .packaging import ProjectMetadata
 
-# variantlib 0.2.2's VARIANT_INFO_SCHEMA_URL: the schema version of variant.json it reads.
-VARIANT_SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
+# PEP 850's schema (providers split out of PEP 825's): of the two uv 0.13 knows, the one with
+# providers; a document naming another is ignored by uv, which then installs the non-variant wheel.
+VARIANT_SCHEMA = "https://variants-schema.wheelnext.dev/peps/850/v0.2.0.json"
 NULL_LABEL = "null"
 PROVIDER_API = f"{PROVIDER_PACKAGE}.variant_plugin:KernelpackVariantPlugin"
+# NVIDIA's provider, spelt exactly as uv recognises it: uv runs it built in (NVML or libcuda; the
+# overrides NV_VARIANT_PROVIDER_FORCE_SM_ARCH and NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION).
+NVIDIA_NAMESPACE = "nvidia"
+NVIDIA_PROVIDER = {
+    "requires": ["nvidia-variant-provider>=0.0.1,<1.0.0"],
+    "plugin-api": "nvidia_variant_provider.plugin:NvidiaVariantPlugin",
+}
+NVIDIA_FEATURE = "sm_arch"
+Properties = dict[str, dict[str, list[str]]]
 # The kernelpack the builder runs with (a checkout's wheels/kernelpack, or the installed one).
 KERNELPACK_SOURCE = Path(kernelpack.__file__).resolve().parent
 
@@ -68,8 +81,37 @@ def variant_label(group: DeviceGroup) -> str:
     return group.name.replace("-", "_").lower()
 
 
-def variant_properties(group: DeviceGroup) -> dict[str, dict[str, list[str]]]:
-    """The group's targets as properties: {"kernelpack": {"amd_target": ["gfx1100", ...]}}."""
+def nvidia_sm_arch(target: str) -> list[str]:
+    """The ``nvidia :: sm_arch`` values a GPU reports where the image of ``target`` runs.
+
+    NVIDIA's provider reports, for a GPU of compute capability X.z, ``Xm_real`` for every m <= z
+    and ``X0_virtual``. A cubin for X.y runs on X.z for z >= y: the one value ``Xy_real``. PTX for
+    X.y runs on every X'.z >= X.y: ``X'0_virtual`` for every later major of the table, and X's own
+    when y is 0 (X0_virtual also stands for X.1 to X.9 GPUs, where PTX for X.y > X.0 cannot run).
+    An arch-specific target (sm_90a) runs on its own GPU only, which no value says: none.
+    """
+    code = parse_target(target).nvidia
+    if code.arch_specific:
+        return []
+    if not code.ptx:
+        return [f"{code.major}{code.minor}_real"]
+    majors = sorted({arch.major for arch in NVIDIA_ARCHS})
+    return [
+        f"{major}0_virtual"
+        for major in majors
+        if major > code.major or (major == code.major and code.minor == 0)
+    ]
+
+
+def variant_properties(group: DeviceGroup) -> Properties:
+    """The group's targets as properties: {"kernelpack": {"amd_target": ["gfx1100", ...]}} for AMD,
+    {"nvidia": {"sm_arch": ["90_real"]}} for NVIDIA where NVIDIA's values can say where the images
+    run, else kernelpack's own (``kernelpack :: nvidia_target``)."""
+    vendors = {parse_target(target).vendor for target in group.targets}
+    nvidia = [nvidia_sm_arch(target) for target in group.targets] if vendors == {"nvidia"} else []
+    if nvidia and all(nvidia):
+        values = [v for target_values in nvidia for v in target_values]
+        return {NVIDIA_NAMESPACE: {NVIDIA_FEATURE: list(dict.fromkeys(values))}}
     features: dict[str, list[str]] = {}
     for target in group.targets:
         values = features.setdefault(FEATURES[parse_target(target).vendor], [])
@@ -78,17 +120,23 @@ def variant_properties(group: DeviceGroup) -> dict[str, dict[str, list[str]]]:
     return {NAMESPACE: features}
 
 
-def variant_info(runtime_version: str, variants: dict[str, dict[str, dict[str, list[str]]]]) -> str:
-    """variant.json (one variant) or {name}-{version}-variants.json (all of them)."""
+def variant_info(
+    runtime_version: str, variants: dict[str, Properties], namespaces: list[str]
+) -> str:
+    """variant.json (one variant) or {name}-{version}-variants.json (all of them, the null variant
+    included: uv counts a label the index file does not list as unsupported). Every document of a
+    project names the same providers, those of ``namespaces``."""
+    providers: dict[str, dict[str, object]] = {
+        NAMESPACE: {
+            "requires": [f"{PROVIDER_DISTRIBUTION}=={runtime_version}"],
+            "plugin-api": PROVIDER_API,
+        },
+        NVIDIA_NAMESPACE: dict(NVIDIA_PROVIDER),
+    }
     document = {
         "$schema": VARIANT_SCHEMA,
-        "default-priorities": {"namespace": [NAMESPACE]},
-        "providers": {
-            NAMESPACE: {
-                "requires": [f"{PROVIDER_DISTRIBUTION}=={runtime_version}"],
-                "plugin-api": PROVIDER_API,
-            }
-        },
+        "default-priorities": {"namespace": namespaces},
+        "providers": {namespace: providers[namespace] for namespace in namespaces},
         "variants": variants,
     }
     return json.dumps(document, indent=2, sort_keys=True) + "\n"
@@ -120,34 +168,37 @@ def write_variants(
     if host.name != host_wheel_name(fat.name):
         raise BuildError(f"the fat wheel {fat.name} and the host wheel {host.name} differ in tags")
     written: list[Path] = []
-    all_variants: dict[str, dict[str, dict[str, list[str]]]] = {}
+    groups = {variant_label(group): group for group in device_groups(index)}
+    all_variants: dict[str, Properties] = {NULL_LABEL: {}} | {
+        label: variant_properties(group) for label, group in groups.items()
+    }
+    used = {namespace for properties in all_variants.values() for namespace in properties}
+    namespaces = [n for n in (NAMESPACE, NVIDIA_NAMESPACE) if n in used] or [NAMESPACE]
 
     null_files = dict(fat_files)
     null_files[f"{_dist_info(fat_files)}/variant.json"] = variant_info(
-        provider_version, {NULL_LABEL: {}}
+        provider_version, {NULL_LABEL: {}}, namespaces
     ).encode()
     written.append(
         write_wheel(out_dir / variant_wheel_name(fat.name, NULL_LABEL), null_files, epoch=epoch)
     )
 
     dist_info = _dist_info(host_files)
-    for group in device_groups(index):
-        label, properties = variant_label(group), variant_properties(group)
-        all_variants[label] = properties
+    for label, group in groups.items():
         files = dict(host_files)
         files[f"{dist_info}/WHEEL"] = fat_files[f"{dist_info}/WHEEL"]  # no build tag: none named
         files[f"{dist_info}/METADATA"] = _with_requirement(
             host_files[f"{dist_info}/METADATA"].decode(), f"{group.distribution}=={version}"
         ).encode()
         files[f"{dist_info}/variant.json"] = variant_info(
-            provider_version, {label: properties}
+            provider_version, {label: all_variants[label]}, namespaces
         ).encode()
         written.append(
             write_wheel(out_dir / variant_wheel_name(fat.name, label), files, epoch=epoch)
         )
 
     variants_json = out_dir / f"{file_name_part(meta.name)}-{version}-variants.json"
-    atomic_write(variants_json, variant_info(provider_version, all_variants).encode())
+    atomic_write(variants_json, variant_info(provider_version, all_variants, namespaces).encode())
     written.append(variants_json)
     if meta.is_runtime:  # the provider is part of the runtime's distribution, at its version
         written.append(provider_wheel(version, out_dir, epoch=epoch))

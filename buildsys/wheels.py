@@ -46,7 +46,14 @@ from kernelpack.targets.processors import NVIDIA_ARCHS
 from .build import build
 from .device_groups import DeviceGroup, device_groups
 from .errors import BuildError, DistFolderError
-from .index_writer import BuiltImage, place_images, read_built_images, read_index, render_index
+from .index_writer import (
+    INDEX_FILE,
+    BuiltImage,
+    place_images,
+    read_built_images,
+    read_index,
+    render_index,
+)
 from .merge import merge
 from .metadata import add_fields
 from .packaging import (
@@ -59,6 +66,7 @@ from .packaging import (
     runtime_requirement,
     with_package_entry_point,
 )
+from .provenance import SourceState, source_state, with_provenance
 from .report import failure_error, print_summary
 from .settings import OPTIONS_BY_NAME, check_writable_folder, environment_epoch, resolve_settings
 from .settings import add_arguments as add_settings_arguments
@@ -114,11 +122,12 @@ def source_date_epoch(project: Path) -> int:
 
 
 def build_fat_wheel(
-    meta: ProjectMetadata, device_dir: Path, out_dir: Path, *, epoch: int
+    meta: ProjectMetadata, device_dir: Path, out_dir: Path, *, epoch: int, source: SourceState
 ) -> tuple[Path, str]:
     """The project's fat wheel with the device code built in device_dir, checked (and, for a
     platform wheel, repaired) by auditwheel, then rewritten by write_wheel for reproducibility;
-    it declares the package in the entry point group kernelpack.packages.
+    it declares the package in the entry point group kernelpack.packages and carries its
+    provenance (``source``: the tree's state when the build began).
 
     Returns the wheel and auditwheel's verdict.
     """
@@ -135,6 +144,7 @@ def build_fat_wheel(
         files[entry_points] = with_package_entry_point(
             files.get(entry_points, b"").decode(), meta.package
         ).encode()
+        files = with_provenance(files, source, None)
         return write_wheel(out_dir / checked.name, files, epoch=epoch), verdict
 
 
@@ -463,6 +473,17 @@ def main_wheels(args: argparse.Namespace) -> int:
         return make_wheels(meta, device_dir, settings.dist, epoch=epoch, as_json=args.json)
 
 
+def _add_provenance(wheel: Path, source: SourceState, build: Index, *, epoch: int) -> None:
+    """Give a wheel of dist/ its provenance file, rewriting it only where that changes it (the
+    null variant has the fat wheel's already)."""
+    if wheel.suffix != ".whl":
+        return
+    files = read_wheel(wheel)
+    added = with_provenance(files, source, build)
+    if added != files:
+        write_wheel(wheel, added, epoch=epoch)
+
+
 def _stages(*, enabled: bool) -> Callable[[str], None]:
     """Where ``wheels`` is, one plain line per step on stderr (none with --json): after the
     build's own progress, packing a large module's images (a 30 MB cubin: minutes) is not silent."""
@@ -489,6 +510,7 @@ def make_wheels(
     swapped in at the end, so an interrupt leaves the previous dist/ as it was. What the previous
     run wrote (its manifest) goes; any other entry is carried over (check_dist_folder first)."""
     say = _stages(enabled=not as_json)
+    source = source_state(meta.root)  # before anything is written
     stamp_index(device_dir, meta)
     images = sum(p.stat().st_size for p in device_dir.rglob("*") if p.is_file())
     with (
@@ -496,7 +518,9 @@ def make_wheels(
         tempfile.TemporaryDirectory(prefix="kernelpack-fat-") as fat_dir,
     ):
         say(f"the fat wheel ({images / 1e6:.1f} MB of device files; pip wheel, then auditwheel)")
-        built, verdict = build_fat_wheel(meta, device_dir, Path(fat_dir), epoch=epoch)
+        built, verdict = build_fat_wheel(
+            meta, device_dir, Path(fat_dir), epoch=epoch, source=source
+        )
         say("the host wheel and the device wheels, split from the fat wheel")
         split = split_wheels(meta, built, device_dir, out, epoch=epoch)
         say("the variant wheels and the variants JSON")
@@ -505,6 +529,9 @@ def make_wheels(
         if meta.is_runtime:
             name, files = builder_wheel_files(meta.version)
             extras.append(write_wheel(out / name, files, epoch=epoch))
+        full_index = read_index((device_dir / INDEX_FILE).read_text())
+        for wheel in [*split, *variants, *extras]:
+            _add_provenance(wheel, source, full_index, epoch=epoch)
         write_simple_index(out, [*split, *variants, *extras])
         written = sorted(p.name for p in out.iterdir())
         manifest = {"project": meta.distribution, "version": meta.version, "files": written}

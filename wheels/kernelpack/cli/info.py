@@ -24,6 +24,7 @@ from ..devices.argument import device_name
 from ..devices.detect import detect_gpus
 from ..errors import IntegrityError, NoImageError
 from ..loader.cache import DiskCache
+from ..loader.catalog import package_provenance
 from ..loader.hints import fixes
 from ..loader.images import read_image
 from ..loader.load import installed_loaders
@@ -65,6 +66,7 @@ def info_report(
             "version": catalog.version,
             "indexes": catalog.origins,
             "modules": modules,
+            "provenance": package_provenance(loader.package, catalog.distribution),
             "error": None,
         }
     for broken in unreadable:
@@ -73,6 +75,7 @@ def info_report(
             "version": "",
             "indexes": [],
             "modules": {},
+            "provenance": {},
             "error": broken.problem,
         }
     cache = loaders[0].cache if loaders else DiskCache()
@@ -168,6 +171,18 @@ def _stand_in(instead: str) -> str:
     return problem.replace("run-time compilation:", "no run-time compilation:", 1) or instead
 
 
+def _built_from(record: Any) -> str:
+    """One line of a wheel's provenance file (buildsys.provenance), for the text report."""
+    if record is None:
+        return "no provenance recorded (not installed from a wheel kernelpack's builder wrote)"
+    if "error" in record:
+        return f"provenance unreadable: {record['error']}"
+    source = record.get("source", {})
+    state = {True: ", with uncommitted changes", False: "", None: ", tree state unknown"}
+    commit = source.get("commit") or "an unknown commit"
+    return f"built from {commit}{state.get(source.get('dirty'), '')}"
+
+
 def print_info(report: Mapping[str, Any]) -> int:
     """The report as tables and lines; the exit status (1 when a chosen file is damaged)."""
     gpu_rows = [
@@ -216,6 +231,8 @@ def print_info(report: Mapping[str, Any]) -> int:
         kernels = [f"{m}: {', '.join(e['kernels'])}" for m, e in found["modules"].items()]
         for line in kernels:
             print(f"kernels of {line}")
+        for distribution, record in found["provenance"].items():
+            print(f"{distribution}: {_built_from(record)}")
     for (package, module, target), (devices, instead, fixes_) in advice.items():
         print()
         print(

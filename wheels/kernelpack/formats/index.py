@@ -19,6 +19,9 @@ from __future__ import annotations
 from typing import Literal, TypedDict
 
 SCHEMA_VERSION = 2
+# Beside METADATA in every wheel the builder writes: its source commit, dirty flag and compilers per
+# image (buildsys.provenance writes it, `kernelpack info --json` shows it).
+PROVENANCE_FILE = "kernelpack-provenance.json"
 
 
 class KernelParam(TypedDict):

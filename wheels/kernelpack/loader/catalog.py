@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
 import stat
 import warnings
 from collections.abc import Mapping
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, distribution, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import KernelpackWarning, UsageError
-from ..files.regular import IMAGE_FILE_LIMIT
-from ..formats.index import SCHEMA_VERSION, Image, Index, ModuleEntry
+from ..files.regular import IMAGE_FILE_LIMIT, read_regular
+from ..formats.index import PROVENANCE_FILE, SCHEMA_VERSION, Image, Index, ModuleEntry
 
 if TYPE_CHECKING:
     from ..devices.detect import Gpu
@@ -276,6 +277,38 @@ def device_fragments(package: str = RUNTIME_PACKAGE) -> list[tuple[Index, Path, 
             continue
         found.append((fragment, root, device_package.__name__))
     return found
+
+
+PROVENANCE_LIMIT = 4 << 20  # a provenance file lists one row per image: far below this
+
+
+def package_provenance(package: str, own: str) -> dict[str, object]:
+    """What each installed wheel of ``package`` says about its making (buildsys.provenance): its
+    own distribution ``own`` and its device wheels', by distribution name. None for a distribution
+    that carries no provenance file (not installed from a wheel kernelpack's builder wrote, an
+    editable install) or is not installed; ``{"error": ...}`` where the file cannot be read."""
+    names = {own} | {
+        entry.dist.name
+        for entry in entry_points(group=DEVICE_ENTRY_POINTS)
+        if entry.name.startswith(f"{package}.") and entry.dist is not None
+    }
+    return {name: _provenance(name) for name in sorted(names)}
+
+
+def _provenance(name: str) -> object:
+    try:
+        files = distribution(name).files or []
+    except (PackageNotFoundError, ValueError):
+        return None
+    found = [f for f in files if f.name == PROVENANCE_FILE and f.parent.name.endswith(".dist-info")]
+    if not found:
+        return None
+    path = Path(str(found[0].locate()))
+    try:
+        document = json.loads(read_regular(path, limit=PROVENANCE_LIMIT, what="a provenance file"))
+    except (OSError, UsageError, ValueError) as error:
+        return {"error": f"{path}: {error}"}
+    return document if isinstance(document, dict) else {"error": f"{path}: not a JSON object"}
 
 
 class Unreadable(NamedTuple):
