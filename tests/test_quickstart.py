@@ -110,6 +110,50 @@ def test_kernelpack_runs_from_a_checkout_as_documented(tmp_path: Path) -> None:
     assert "gfx90a, code object v6" in result.stdout
 
 
+# Run a module in a Python that cannot import numpy (nor torch or CuPy), whatever is installed.
+WITHOUT_NUMPY = WITHOUT_ZSTANDARD.replace(
+    "sys.modules['zstandard'] = None",
+    "sys.modules.update(dict.fromkeys(('numpy', 'torch', 'cupy')))",
+)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["detect"],
+        ["detect", "--json"],
+        ["info"],
+        ["doctor"],
+        ["targets", "--targets", "gfx1100,sm_90"],
+        ["cache", "path"],
+        ["inspect", str(OBJECTS / "gfx90a.co")],
+        ["--help"],
+        ["sweep", "run", "--help"],
+    ],
+    ids=lambda argv: " ".join(a for a in argv if "/" not in a),
+)
+def test_the_checkout_command_needs_only_rich_and_zstandard(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    """The README's `PYTHONPATH=wheels python3 -m kernelpack detect` on a Python with rich and
+    zstandard only: every subcommand but a sweep's run imports no numpy (issue 50 item 8)."""
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_NUMPY, "kernelpack", *argv],
+        env={
+            "PYTHONPATH": str(REPO / "wheels"),
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "KERNELPACK_CACHE_DIR": str(tmp_path / "cache"),
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode in (0, 1), result.stderr
+    assert result.stdout
+
+
 def test_wheel_time_without_git_is_the_fallback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,11 +18,11 @@ from ..devices.detect import detect_gpus
 from ..errors import UsageError
 from ..files.regular import IMAGE_FILE_LIMIT, read_regular
 from ..loader.cache import DiskCache
-from ..sweep import add_parser as add_sweep
 from .coverage import run_targets
 from .doctor import run_doctor
 from .info import found_by, run_info
 from .inspection import describe, print_report
+from .sweep_command import add_parser as add_sweep
 
 _INSPECTED = "a bundle, code object, cubin or PTX"
 
