@@ -48,8 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     targets = _command(
         commands,
         "targets",
-        lambda args: run_targets(args.json, args.targets),
-        "every AMD processor LLVM knows: the image it would load and why",
+        lambda args: run_targets(args.json, args.targets, args.sysfs_root),
+        "every AMD processor LLVM knows: the image it would load and why; this machine's GPUs: "
+        "the pip command for theirs",
+        sysfs_root=True,
     )
     targets.add_argument(
         "--targets", metavar="LIST", help="judge these built targets (a,b,...), not the installed"
