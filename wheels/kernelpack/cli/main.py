@@ -23,7 +23,7 @@ from ..loader.catalog import runtime_version
 from .coverage import run_targets
 from .doctor import run_doctor
 from .info import found_by, run_info
-from .inspection import describe, print_report
+from .inspection import describe, installed_names, print_report
 from .sweep_command import add_parser as add_sweep
 
 _INSPECTED = "a bundle, code object, cubin or PTX"
@@ -49,12 +49,15 @@ def _parser() -> argparse.ArgumentParser:
     _command(
         commands, "detect", _detect, "list this machine's GPUs and their targets", sysfs_root=True
     )
-    _command(
+    info = _command(
         commands,
         "info",
         _info,
         "GPUs, the image each module would load and why, cache, runtime libraries",
         sysfs_root=True,
+    )
+    info.add_argument(
+        "--kernels", action="store_true", help="list each module's kernels (default: a count)"
     )
     targets = _command(
         commands,
@@ -117,7 +120,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
     else:
-        print_report(path, report)
+        print_report(path, report, installed_names())
     return 0
 
 
@@ -143,7 +146,7 @@ def _detect(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    return run_info(args.json, args.sysfs_root)
+    return run_info(args.json, args.sysfs_root, args.kernels)
 
 
 def _doctor(args: argparse.Namespace) -> int:
