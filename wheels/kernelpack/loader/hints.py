@@ -71,16 +71,23 @@ def build_target(gpu: Gpu) -> str | None:
 
 
 def build_command(gpu: Gpu, catalog: Catalog | None = None) -> str | None:
-    """``python -m buildsys build [--project ...] --targets T`` that makes an image ``gpu`` loads
-    (another package than kernelpack is rebuilt from its own source folder); None where the
-    builder accepts no target whose code runs on ``gpu`` (:func:`unservable` says why)."""
+    """The command that makes an image ``gpu`` loads; None where the builder accepts no target
+    whose code runs on ``gpu`` (:func:`unservable` says why).
+
+    kernelpack itself is rebuilt in its checkout (``python -m buildsys build --targets T``, which
+    the checkout's runtime then loads); another package is a project of its user's, whose
+    installed copy changes only by installing its wheels again: ``kernelpack-build wheels``, the
+    command of the builder it was made with (docs/your-kernels.md), then pip from that dist/."""
     target = build_target(gpu)
     if target is None:
         return None
-    project = ""
     if catalog is not None and catalog.distribution not in ("", "kernelpack"):
-        project = f"--project <{catalog.distribution}'s source folder> "
-    return f"python -m buildsys build {project}--targets {target}"
+        name = catalog.distribution
+        return (
+            f"kernelpack-build wheels --project <{name}'s source folder> --targets {target}, "
+            f'then pip install --find-links <that folder>/dist "{name}"'
+        )
+    return f"python -m buildsys build --targets {target}"
 
 
 def unservable(gpu: Gpu) -> str:
