@@ -7,12 +7,17 @@ Python without zstandard is told so in one line before any work, not after compi
 
 from __future__ import annotations
 
+import email.parser
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from test_project_trust import settings_of
+
+from buildsys.packaging import metadata_text, project_metadata, runtime_requirement
 
 REPO = Path(__file__).parents[1]
 README = (REPO / "README.md").read_text()
@@ -163,3 +168,12 @@ def test_wheel_time_without_git_is_the_fallback(
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no git on it
     assert source_date_epoch(tmp_path) == 315532800  # 1980-01-01, the earliest time a zip holds
+
+
+def test_the_runtime_wheels_require_rich_for_the_command_lines_tables() -> None:
+    """`pip install kernelpack` gives a terminal the rich tables (issue 50 item 9): the host
+    wheel's METADATA, as the builder writes it from pyproject.toml, requires rich."""
+    meta = project_metadata(settings_of(REPO))
+    message = email.parser.Parser().parsestr(metadata_text(meta, runtime_requirement(meta)))
+    required = [Requirement(r).name for r in message.get_all("Requires-Dist", [])]
+    assert "rich" in required
