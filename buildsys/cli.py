@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from kernelpack._console import print_json, print_table, run_cli
+from kernelpack._console import add_version, print_json, print_table, program_name, run_cli
 from kernelpack.formats import require_zstd
 
 from . import build as build_step
@@ -19,14 +19,18 @@ from . import toolchain as tc
 from . import wheels as wheels_step
 from .export import command as export_step
 from .matrix import load_matrix
+from .packaging import runtime_version
 from .settings import add_arguments, resolve_settings
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m buildsys",
-        description="Build kernelpack's device code: CUDA sources to code objects, bundles and index.",
+        prog=program_name("kernelpack-build", "buildsys"),
+        description="kernelpack's builder: a kernel project's CUDA sources (--project: yours, or "
+        "kernelpack's own) to code objects for every AMD and NVIDIA target of its matrix, "
+        "bundles, the embedded index, wheels, and Rust or C exports.",
     )
+    add_version(parser, "kernelpack-build", runtime_version)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     matrix = commands.add_parser("matrix", help="validate arch_matrix.toml and list its targets")

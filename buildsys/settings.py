@@ -16,8 +16,8 @@ Precedence, later wins:
 Each option is declared once, in :data:`OPTIONS`: its command-line flag, environment variable and
 config key are derived from its name, and it says which commands take it. An unknown key in the
 config, or a value of the wrong type anywhere, is a UsageError (exit 2) naming where it came from.
-The project folder (``--project``, default: this checkout) comes from the command line or the
-environment only, since it says where the config is.
+The project folder (``--project``, default: :func:`default_project`) comes from the command line
+or the environment only, since it says where the config is.
 """
 
 from __future__ import annotations
@@ -322,7 +322,7 @@ _OUTPUT = frozenset({"build", "merge"})
 # One option per entry reads as a table (ruff would spread each over six lines, hence fmt: skip).
 OPTIONS: tuple[Option, ...] = (
     Option("project", PATH, frozenset({"build", "merge", "matrix", "toolchain", "wheels"}),
-           "the kernel project: a folder with pyproject.toml (default: this checkout)",
+           "the kernel project: a folder with pyproject.toml",
            in_config=False),
     Option("targets", TARGETS, _BUILD, "targets or families, comma-separated (default: the matrix)"),
     Option("vendor", VENDOR, _BUILD, "only this vendor's targets: amd or nvidia"),
@@ -361,6 +361,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         if command not in option.commands:
             continue
         help_text = f"{option.help} [{option.environment}]"
+        if option.name == "project":
+            help_text = f"{option.help} (default: {default_project_words()}) [{option.environment}]"
         if option.type.metavar is None:
             parser.add_argument(
                 option.option_flag,
@@ -522,12 +524,21 @@ def _check_project_paths(project: Path, name: str, value: object) -> None:
         )
 
 
+def _runs_from_checkout() -> bool:
+    return (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "kernel_sources").is_dir()
+
+
 def default_project() -> Path:
     """The project when none is named: this checkout where the builder runs from one, else the
     current folder (the builder installed as kernelpack-buildsys)."""
-    if (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "kernel_sources").is_dir():
-        return REPO_ROOT
-    return Path.cwd()
+    return REPO_ROOT if _runs_from_checkout() else Path.cwd()
+
+
+def default_project_words() -> str:
+    """:func:`default_project` as ``--help`` says it: what this builder will take, not both."""
+    if _runs_from_checkout():
+        return f"kernelpack's own checkout, {REPO_ROOT}, which this builder runs from"
+    return "the current folder"
 
 
 def check_writable_folder(path: Path, name: str) -> None:

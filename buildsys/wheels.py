@@ -194,11 +194,34 @@ def _refuse_gpu_runtimes(wheel_name: str, names: Iterable[str], how: str) -> Non
 
 
 def _auditwheel_show(wheel: Path) -> str:
-    """auditwheel's own verdict on a wheel, on one line."""
+    """auditwheel's own verdict on a wheel, on one line (:func:`audit_verdict`)."""
     show = subprocess.run(
         [sys.executable, "-m", "auditwheel", "show", str(wheel)], capture_output=True, text=True
     )
-    return " ".join((show.stdout + show.stderr).split())
+    return audit_verdict(show.stdout + show.stderr)
+
+
+_PASSED_OVER = re.compile(
+    r"^[^\n]*WARNING[^\n]*?ignoring: (\S+) with unknown architecture[^\n]*$", re.M
+)
+_NO_ARCH = re.compile(
+    r"^[^\n]*WARNING[^\n]*architecture could not be deduced from the wheel filename[^\n]*$", re.M
+)
+_LOG_PREFIX = re.compile(r"^INFO:auditwheel[.\w]*:", re.M)  # other levels keep theirs
+
+
+def audit_verdict(output: str) -> str:
+    """auditwheel show's output on one line, without the warnings that a kernelpack wheel always
+    earns and that say nothing of it: "ignoring: X with unknown architecture" for each AMDGPU or
+    CUDA image (GPU code, for which auditwheel has no rule; counted instead) and "architecture
+    could not be deduced" for a py3-none-any wheel, which has none. Left in, they came last (on
+    standard error, after the verdict) and a successful build ended on a WARNING line."""
+    passed = _PASSED_OVER.findall(output)
+    kept = _LOG_PREFIX.sub("", _NO_ARCH.sub("", _PASSED_OVER.sub("", output)))
+    verdict = " ".join(kept.split())
+    if passed:
+        verdict += f" ({len(passed)} GPU code files passed over: auditwheel judges host code only)"
+    return verdict
 
 
 def _auditwheel_repair(wheel: Path, out_dir: Path) -> tuple[Path, str]:

@@ -237,7 +237,7 @@ def test_rx6700_with_an_override_and_the_host_wheel_gets_the_extra_to_install() 
     assert ("rdna-host-memory", "warning", 0) in codes(report)
     override = next(f for f in report["findings"] if f["code"] == "override")
     assert override["advice"] == (
-        'pip install "kernelpack[gfx10-3-generic]", then unset HSA_OVERRIDE_GFX_VERSION'
+        'pip install "kernelpack[gfx1031]", then unset HSA_OVERRIDE_GFX_VERSION'
     )
     rdna = next(f for f in report["findings"] if f["code"] == "rdna-host-memory")
     assert rdna["advice"].startswith("unset HIP_HOST_COHERENT")

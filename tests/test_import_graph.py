@@ -25,6 +25,8 @@ DEFERRED_PROJECT = {
         "kernelpack.backends._launcher",
     ): "a C extension, may be absent",
     ("kernelpack.backends.launch", "kernelpack.backends._launcher"): "a C extension, may be absent",
+    ("kernelpack.cli.sweep_command", "kernelpack.sweep"): "the sweep code imports numpy and Dask, "
+    "which the other subcommands run without (the README's checkout command)",
 }
 # top-level names an import inside a function may name, and why: optional dependencies (not in
 # the runtime's requirements, or heavy and needed by one path only) and vendor libraries

@@ -472,7 +472,7 @@ def test_device_wheel_of_another_version_is_skipped(tmp_path: Path, cache: DiskC
         pytest.raises(NoImageError) as raised,
     ):
         made.load("demo")
-    assert 'pip install "kernelpack[sm90]"' in str(raised.value)
+    assert 'pip install "kernelpack[sm_90]"' in str(raised.value)
 
 
 @pytest.fixture

@@ -76,7 +76,7 @@ def test_torch_devices_name_their_vendor(torch: Any, monkeypatch: pytest.MonkeyP
 def test_torch_cpu_devices_and_tensors_are_refused(torch: Any) -> None:
     with pytest.raises(UsageError, match=r"^device: torch device cpu is not a GPU"):
         arrays.device_string(torch.device("cpu"))
-    with pytest.raises(UsageError, match=r"^x: a torch tensor on cpu is not on a GPU"):
+    with pytest.raises(UsageError, match=r"^x: a torch tensor on cpu, and "):
         arrays.wrap("x", torch.zeros(3))
     with pytest.raises(UsageError, match=r"^device: a torch tensor on cpu"):
         arrays.device_string(torch.zeros(3))

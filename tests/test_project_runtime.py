@@ -168,7 +168,11 @@ def test_the_hint_names_the_packages_own_extra(
     assert cli.main(["info", "--sysfs-root", str(SYSFS / "mi300x-8gpu")]) == 0
     out = capsys.readouterr().out
     assert 'pip install "alpha[gfx942]"' in out
-    assert "python -m buildsys build --project <alpha's source folder> --targets gfx942" in out
+    assert (
+        "kernelpack-build wheels --project <alpha's source folder> --targets gfx942, then pip "
+        'install --find-links <that folder>/dist "alpha"'
+    ) in out
+    assert "buildsys build --project" not in out  # kernelpack's checkout command, not alpha's
 
 
 def test_doctor_covers_every_package(site: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,12 +7,17 @@ Python without zstandard is told so in one line before any work, not after compi
 
 from __future__ import annotations
 
+import email.parser
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from test_project_trust import settings_of
+
+from buildsys.packaging import metadata_text, project_metadata, runtime_requirement
 
 REPO = Path(__file__).parents[1]
 README = (REPO / "README.md").read_text()
@@ -110,6 +115,50 @@ def test_kernelpack_runs_from_a_checkout_as_documented(tmp_path: Path) -> None:
     assert "gfx90a, code object v6" in result.stdout
 
 
+# Run a module in a Python that cannot import numpy (nor torch or CuPy), whatever is installed.
+WITHOUT_NUMPY = WITHOUT_ZSTANDARD.replace(
+    "sys.modules['zstandard'] = None",
+    "sys.modules.update(dict.fromkeys(('numpy', 'torch', 'cupy')))",
+)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["detect"],
+        ["detect", "--json"],
+        ["info"],
+        ["doctor"],
+        ["targets", "--targets", "gfx1100,sm_90"],
+        ["cache", "path"],
+        ["inspect", str(OBJECTS / "gfx90a.co")],
+        ["--help"],
+        ["sweep", "run", "--help"],
+    ],
+    ids=lambda argv: " ".join(a for a in argv if "/" not in a),
+)
+def test_the_checkout_command_needs_only_rich_and_zstandard(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    """The README's `PYTHONPATH=wheels python3 -m kernelpack detect` on a Python with rich and
+    zstandard only: every subcommand but a sweep's run imports no numpy (issue 50 item 8)."""
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_NUMPY, "kernelpack", *argv],
+        env={
+            "PYTHONPATH": str(REPO / "wheels"),
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "KERNELPACK_CACHE_DIR": str(tmp_path / "cache"),
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode in (0, 1), result.stderr
+    assert result.stdout
+
+
 def test_wheel_time_without_git_is_the_fallback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -119,3 +168,12 @@ def test_wheel_time_without_git_is_the_fallback(
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no git on it
     assert source_date_epoch(tmp_path) == 315532800  # 1980-01-01, the earliest time a zip holds
+
+
+def test_the_runtime_wheels_require_rich_for_the_command_lines_tables() -> None:
+    """`pip install kernelpack` gives a terminal the rich tables (issue 50 item 9): the host
+    wheel's METADATA, as the builder writes it from pyproject.toml, requires rich."""
+    meta = project_metadata(settings_of(REPO))
+    message = email.parser.Parser().parsestr(metadata_text(meta, runtime_requirement(meta)))
+    required = [Requirement(r).name for r in message.get_all("Requires-Dist", [])]
+    assert "rich" in required

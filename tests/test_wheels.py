@@ -469,7 +469,7 @@ def test_pip_alone_gets_the_host_wheel_which_names_the_pip_command(
         assert 'pip install "kernelpack[gfx942]"' in row["instead"]
     rx7600 = json.loads(_info(python, tmp_path, SYSFS / "rx7600-gfx1102").stdout)
     rows = rx7600["packages"]["kernelpack"]["modules"]["mlp"]["images"]
-    assert 'pip install "kernelpack[gfx11-generic]"' in rows[0]["instead"]
+    assert 'pip install "kernelpack[gfx1102]"' in rows[0]["instead"]
     load = subprocess.run(
         [str(python), "-c", "import kernelpack; kernelpack.load('mlp')"],
         capture_output=True,

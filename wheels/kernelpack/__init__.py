@@ -5,7 +5,7 @@ module is asked for. ``kernelpack.load(module, device=None)`` gives a :class:`Mo
 ``kernel(name)`` gives a :class:`Kernel` to launch (``kernelpack.Device`` is the type of the
 ``device`` argument); ``package="<import name>"`` loads a module of
 any other kernelpack-built package the same way (docs/your-kernels.md); every failure is a :class:`KernelpackError`
-subclass (kernelpack.errors).
+subclass (kernelpack.errors). ``kernelpack.__version__`` is the installed distribution's version.
 """
 
 from __future__ import annotations
@@ -55,4 +55,8 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    if name == "__version__":  # read when asked: the installed metadata, or the built index
+        import importlib
+
+        return importlib.import_module(".loader.catalog", __name__).runtime_version()
     raise AttributeError(f"module 'kernelpack' has no attribute {name!r}")

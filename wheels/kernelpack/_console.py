@@ -12,11 +12,13 @@ characters as escapes, and rich gets each cell as plain :class:`rich.text.Text`,
 
 from __future__ import annotations
 
+import argparse
 import json  # imported here: the loader imports this module, and a launch needs no JSON
 import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from .errors import KernelpackError
@@ -75,6 +77,26 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[obje
 
 def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def program_name(script: str, module: str) -> str:
+    """What a command line calls itself in its help and usage: ``script`` when run as that
+    console script, else ``python3 -m module`` (argparse's own guess would be ``__main__.py``)."""
+    return script if Path(sys.argv[0]).name == script else f"python3 -m {module}"
+
+
+def add_version(parser: argparse.ArgumentParser, name: str, version: Callable[[], str]) -> None:
+    """``--version``: prints ``name`` and ``version()``, which is read only when asked (it reads
+    installed metadata or an index, which no other command needs)."""
+
+    class _Version(argparse.Action):
+        def __call__(
+            self, parser: argparse.ArgumentParser, *args: object, **kwargs: object
+        ) -> None:
+            print(f"{name} {version()}")
+            parser.exit()
+
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
 
 
 SIGPIPE_STATUS = 128 + 13  # what a shell reports for a tool that SIGPIPE ended (`yes | head -1`)

@@ -15,7 +15,11 @@ from typing import Literal
 
 from .._console import print_json, print_table
 from .._jsonfields import json_fields
+from ..devices.argument import device_name
+from ..devices.detect import Gpu, detect_gpus
 from ..errors import UsageError
+from ..loader.catalog import Catalog
+from ..loader.hints import install_hint
 from ..loader.load import Loader
 from ..targets import (
     ParsedTarget,
@@ -117,40 +121,84 @@ def _no_image_reason(processor: str, generic: str | None, built: Sequence[str]) 
     return f"{missing}: hipRTC compiles the source at first load{override}"
 
 
-def installed_targets() -> list[str]:
-    """The targets the installed kernelpack carries images for or names device wheels for."""
-    catalog = Loader(gpus=[]).catalog(with_device_wheels=True)
-    targets = [e.image["target"] for located in catalog.images.values() for e in located]
-    return sorted({*targets, *catalog.device_wheels})
+def installed_targets(catalog: Catalog) -> tuple[list[str], set[str]]:
+    """(the targets the installed kernelpack carries images for or names device wheels for,
+    those whose images are installed)."""
+    present = {e.image["target"] for located in catalog.images.values() for e in located}
+    return sorted({*present, *catalog.device_wheels}), present
 
 
-def run_targets(json_output: bool, targets: str | None) -> int:
-    """``python -m kernelpack targets [--json] [--targets LIST]``."""
+def run_targets(json_output: bool, targets: str | None, sysfs_root: str | None = None) -> int:
+    """``python -m kernelpack targets [--json] [--targets LIST] [--sysfs-root DIR]``: the table,
+    with each image marked installed or not, and for this machine's GPUs the image each loads or
+    the exact pip command that installs it."""
+    present: set[str] | None = None  # None: judging --targets, not what is installed
+    gpus: list[Gpu] = []
+    machine: list[str] = []
     if targets is not None:
         built = [t.strip() for t in targets.split(",") if t.strip()]
         source = "--targets"
     else:
-        built, source = installed_targets(), "the installed kernelpack"
+        catalog = Loader(gpus=[]).catalog(with_device_wheels=True)
+        built, present = installed_targets(catalog)
+        source = "the installed kernelpack"
     if not built:
         raise UsageError(
             "no kernelpack index installed, so no built targets to judge; pass --targets "
             "gfx942,gfx11-generic,... or build one with `python -m buildsys build`"
         )
     rows = coverage(built)
+    if present is not None:
+        gpus = detect_gpus(sysfs_root=sysfs_root)
+        machine = [_gpu_line(gpu, catalog, present) for gpu in gpus]
     if json_output:
-        print_json({"built": amd_names(built), "processors": [row.to_json() for row in rows]})
+        print_json(
+            {
+                "built": amd_names(built),
+                "installed": None if present is None else amd_names(sorted(present)),
+                "processors": [row.to_json() for row in rows],
+                "gpus": [
+                    {"device": device_name(g), "target": str(g.target), "advice": line}
+                    for g, line in zip(gpus, machine, strict=True)
+                ],
+            }
+        )
         return 0
+
+    def image(row: CoverageRow) -> str:
+        if row.image is None:
+            return "none"
+        if present is None or row.image in present:
+            return row.image
+        return f"{row.image} (not installed)"
+
     print_table(
         f"AMD processors and the image each loads from {source}",
         ("processor", "GPU", "generic target", "image", "how", "why"),
-        [
-            (r.processor, r.description, r.generic or "-", r.image or "none", r.how, r.reason)
-            for r in rows
-        ],
+        [(r.processor, r.description, r.generic or "-", image(r), r.how, r.reason) for r in rows],
     )
     native = sum(row.native for row in rows)
     print(f"{native} of {len(rows)} processors load a native image")
+    if present is not None and any(r.image not in present for r in rows if r.image):
+        print(
+            "(not installed): the host wheel names its device wheel; pip installs it by the extra"
+        )
+    for gpu, line in zip(gpus, machine, strict=True):
+        print(f"this machine's {device_name(gpu)} ({gpu.target}): {line}")
     return 0
+
+
+def _gpu_line(gpu: Gpu, catalog: Catalog, present: set[str]) -> str:
+    """What ``gpu`` loads from the installed images, or the pip command that installs one."""
+    images = [
+        {"vendor": t.vendor, "target": t.text, "kind": t.image_kind}
+        for t in map(parse_target, sorted(present))
+        if t.vendor == gpu.vendor
+    ]
+    best, _ = select_image(images, gpu.target)
+    if best is not None:
+        return f"loads the installed {best['target']} image"
+    return install_hint(gpu, catalog)
 
 
 def amd_names(built: Iterable[str]) -> list[str]:

@@ -25,6 +25,7 @@ environment), so the tests run it on recorded topologies.
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -381,6 +382,32 @@ def _requirements(
     return rows
 
 
+WIDTH = 100  # a finding's lines are wrapped to this: messages and advice run to 1,000 characters
+
+
+def _wrapped(text: str, indent: str) -> str:
+    """``text`` in lines of at most :data:`WIDTH`, continued with ``indent``; a word longer than
+    that (a path, a pip command) is kept whole on a line of its own rather than cut."""
+    return textwrap.fill(
+        text, WIDTH, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+    )
+
+
+def _images_cell(modules: Mapping[str, Mapping[str, str] | None]) -> str:
+    """What a GPU loads of one package: each module's image for up to three modules, else the
+    count of modules per image (a project can have dozens)."""
+
+    def label(image: Mapping[str, str] | None) -> str:
+        return f"{image['target']} [{image['package']}]" if image else "none"
+
+    if len(modules) <= 3:
+        return ", ".join(f"{m}: {label(i)}" for m, i in modules.items())
+    counts: dict[str, int] = {}
+    for image in modules.values():
+        counts[label(image)] = counts.get(label(image), 0) + 1
+    return "; ".join(f"{n} module{'' if n == 1 else 's'}: {text}" for text, n in counts.items())
+
+
 def run_doctor(json_output: bool, sysfs_root: str | None) -> int:
     """``python -m kernelpack doctor [--json] [--sysfs-root DIR]``; exit 1 when an error is found."""
 
@@ -404,23 +431,19 @@ def run_doctor(json_output: bool, sysfs_root: str | None) -> int:
         return 1 if errors else 0
     print_table(
         "GPUs",
-        ("device", "target", "name", "package", "images", "to install"),
+        ("device", "target", "name", "package", "images"),
         [
             (
                 g["device"],
                 g["target"] + (f" ({g['override']})" if g["override"] else ""),
                 g["name"],
                 package,
-                ", ".join(
-                    f"{m}: {i['target']} [{i['package']}]" if i else f"{m}: none"
-                    for m, i in modules.items()
-                ),
-                g["install"].get(package, "-"),
+                _images_cell(modules),
             )
             for g in report["gpus"]
             for package, modules in (g["images"] or {"-": {}}).items()
         ]
-        or [("-", "no GPU found", "", "", "", "")],
+        or [("-", "no GPU found", "", "", "")],
     )
     print()
     where = "" if report["runtimes_apply"] else " (this machine's, not the recorded topology's)"
@@ -440,13 +463,12 @@ def run_doctor(json_output: bool, sysfs_root: str | None) -> int:
         or [("-", "-", "no GPU", "-", "-")],
     )
     print()
-    print_table(
-        "Findings",
-        ("severity", "device", "problem", "what to do"),
-        [
-            (f["severity"], "-" if f["device"] is None else f["device"], f["message"], f["advice"])
-            for f in report["findings"]
-        ]
-        or [("ok", "-", "nothing found", "-")],
-    )
+    print("Findings")
+    for finding in report["findings"] or [
+        {"severity": "ok", "device": None, "message": "nothing found", "advice": ""}
+    ]:
+        where = "" if finding["device"] is None else f"GPU {finding['device']}: "
+        print(_wrapped(f"{finding['severity']}: {where}{finding['message']}", "  "))
+        if finding["advice"]:
+            print(_wrapped(f"  what to do: {finding['advice']}", "    "))
     return 1 if errors else 0

@@ -59,6 +59,7 @@ def info_report(
         for name in sorted(catalog.modules):
             modules[name] = {
                 "kernels": sorted(catalog.modules[name]["kernels"]),
+                "symbols": _symbols(catalog, name),
                 "images": [_row(loader, catalog, checks, loader.choose(name, gpu)) for gpu in gpus],
             }
         packages[loader.package] = {
@@ -92,6 +93,18 @@ def info_report(
         },
         "runtimes": library_versions(),
     }
+
+
+def _symbols(catalog: Catalog, module: str) -> dict[str, str]:
+    """Kernel name -> its symbol in the images (mangled for C++ kernels), where the two differ:
+    ``inspect`` shows a file's symbols, ``load(...).kernel()`` takes the names, and a reader of
+    either needs the other."""
+    symbols: dict[str, str] = {}
+    for located in catalog.images.get(module, []):
+        for name, symbol in located.image.get("symbols", {}).items():
+            if symbol != name:
+                symbols.setdefault(name, symbol)
+    return dict(sorted(symbols.items()))
 
 
 class _Checks:
@@ -183,8 +196,10 @@ def _built_from(record: Any) -> str:
     return f"built from {commit}{state.get(source.get('dirty'), '')}"
 
 
-def print_info(report: Mapping[str, Any]) -> int:
-    """The report as tables and lines; the exit status (1 when a chosen file is damaged)."""
+def print_info(report: Mapping[str, Any], kernels: bool = False) -> int:
+    """The report as tables and lines; the exit status (1 when a chosen file is damaged). A module's
+    kernels are counted, and listed one a line with ``kernels`` (a module can have thousands:
+    kernelpack's mlp has 4,722 characters of names)."""
     gpu_rows = [
         (g["device"], g["vendor"], g["target"], g["name"], found_by(g)) for g in report["gpus"]
     ]
@@ -228,9 +243,16 @@ def print_info(report: Mapping[str, Any]) -> int:
             ("module", "device", "target", "image", "check", "why"),
             rows,
         )
-        kernels = [f"{m}: {', '.join(e['kernels'])}" for m, e in found["modules"].items()]
-        for line in kernels:
-            print(f"kernels of {line}")
+        for module, entry in found["modules"].items():
+            names = entry["kernels"]
+            count = f"{module}: {len(names)} kernel{'' if len(names) == 1 else 's'}"
+            if not kernels:
+                print(f"{count} (--kernels lists them)")
+                continue
+            print(f"{count}:")
+            for name in names:
+                symbol = entry["symbols"].get(name)
+                print(f"  {name}" + (f"  (symbol {symbol})" if symbol else ""))
         for distribution, record in found["provenance"].items():
             print(f"{distribution}: {_built_from(record)}")
     for (package, module, target), (devices, instead, fixes_) in advice.items():
@@ -255,14 +277,14 @@ def print_info(report: Mapping[str, Any]) -> int:
     return info_status(report)
 
 
-def run_info(json_output: bool, sysfs_root: str | None) -> int:
-    """``python -m kernelpack info [--json] [--sysfs-root DIR]``: the report of every installed
+def run_info(json_output: bool, sysfs_root: str | None, kernels: bool = False) -> int:
+    """``python -m kernelpack info [--json] [--kernels] [--sysfs-root DIR]``: the report of every installed
     package (:func:`kernelpack.loader.load.installed_loaders`) and its exit status (:func:`info_status`)."""
     gpus = detect_gpus(sysfs_root=sysfs_root)
     loaders, unreadable = installed_loaders(gpus)
     report = info_report(loaders, gpus=gpus, unreadable=unreadable)
     if not json_output:
-        return print_info(report)
+        return print_info(report, kernels)
     print_json(report)
     for problem in report["problems"]:
         print(f"damaged: {printable(problem)}", file=sys.stderr)

@@ -7,13 +7,15 @@ person. Both take the report's strings from the file, so they are data: JSON kee
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .._console import print_table
-from ..errors import FormatError
+from ..errors import FormatError, KernelpackError
 from ..formats import read_image_file
 from ..formats.bundles import Bundle
 from ..formats.elf import Buffer
+from ..loader.load import installed_loaders
 
 
 def describe(data: Buffer, path: str) -> dict[str, Any]:
@@ -73,8 +75,30 @@ def _describe_entries(bundle: Bundle, rows: list[dict[str, Any]], path: str, siz
         row["image"] = read_image_file(entry.view, f"{path}: entry {entry.id}").to_json()
 
 
-def print_report(path: str, report: dict[str, Any]) -> None:
-    """The report of :func:`describe` as tables: a bundle's entries, then each image's kernels."""
+def installed_names() -> dict[str, str]:
+    """Symbol -> kernel name, over the images of every installed kernelpack-built package that
+    reads (one that does not is ``info``'s to report, not a reason to refuse a file here)."""
+    names: dict[str, str] = {}
+    loaders, _ = installed_loaders([])
+    for loader in loaders:
+        try:
+            catalog = loader.catalog(with_device_wheels=True)
+        except KernelpackError:
+            continue
+        for located in catalog.images.values():
+            for entry in located:
+                for name, symbol in entry.image.get("symbols", {}).items():
+                    names.setdefault(symbol, name)
+    return names
+
+
+def print_report(path: str, report: dict[str, Any], names: Mapping[str, str] | None = None) -> None:
+    """The report of :func:`describe` as tables: a bundle's entries, then each image's kernels.
+
+    ``names`` maps symbols to the kernel names an installed index gives them (what
+    ``kernelpack.load(...).kernel()`` and ``info --kernels`` take): where a symbol of the file is
+    one of them and differs (a mangled C++ kernel), the name follows it in brackets."""
+    names = names or {}
     if report["format"] == "bundle":
         packing = "".join(
             f", CCOB v{c['version']} {c['method']} ({c['size']} -> {c['uncompressed_size']} bytes)"
@@ -86,13 +110,13 @@ def print_report(path: str, report: dict[str, Any]) -> None:
         for entry in entries:
             if entry["image"] is not None:
                 print()
-                _print_code_object(entry["id"], entry["image"])
+                _print_code_object(entry["id"], entry["image"], names)
         _print_kernel_targets(report)
     elif report["format"] == "code_object":
-        _print_code_object(path, report)
+        _print_code_object(path, report, names)
     elif report["format"] == "cubin":
         kernels = [
-            (k["name"], k["registers"], k["shared"], k["local"], k["max_threads"])
+            (_named(k["name"], names), k["registers"], k["shared"], k["local"], k["max_threads"])
             for k in report["kernels"]
         ]
         title = f"{path}: cubin {report['target']} (CUDA ELF ABI {report['elf_abi_version']})"
@@ -128,13 +152,18 @@ _CODE_OBJECT_COLUMNS = (
 )
 
 
-def _print_code_object(title: str, image: dict[str, Any]) -> None:
+def _named(symbol: str, names: Mapping[str, str]) -> str:
+    name = names.get(symbol)
+    return f"{symbol} [{name}]" if name and name != symbol else symbol
+
+
+def _print_code_object(title: str, image: dict[str, Any], names: Mapping[str, str]) -> None:
     heading = f"{title}: {image['target']}, code object v{image['code_object_version']}"
     if image["generic_version"]:
         heading += f", generic version {image['generic_version']}"
     rows = [
         (
-            k["name"],
+            _named(k["name"], names),
             k["vgpr"],
             k["sgpr"],
             k["agpr"],

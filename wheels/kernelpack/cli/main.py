@@ -1,4 +1,5 @@
-"""``python -m kernelpack``: inspect files, detect GPUs, explain image selection, manage the cache.
+"""``python -m kernelpack`` (the ``kernelpack`` command): inspect files, detect GPUs, explain image
+selection, manage the cache. The help text is :data:`DESCRIPTION`, plain text for a terminal.
 
 Every subcommand prints a table on a terminal, plain lines elsewhere, and JSON with ``--json``.
 Errors come out as one line with the exit status of kernelpack.errors.
@@ -12,23 +13,33 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._console import print_json, print_table, run_cli
+from .._console import add_version, print_json, print_table, program_name, run_cli
 from ..devices.argument import device_name
 from ..devices.detect import detect_gpus
 from ..errors import UsageError
 from ..files.regular import IMAGE_FILE_LIMIT, read_regular
 from ..loader.cache import DiskCache
-from ..sweep import add_parser as add_sweep
+from ..loader.catalog import runtime_version
 from .coverage import run_targets
 from .doctor import run_doctor
 from .info import found_by, run_info
-from .inspection import describe, print_report
+from .inspection import describe, installed_names, print_report
+from .sweep_command import add_parser as add_sweep
 
 _INSPECTED = "a bundle, code object, cubin or PTX"
+DESCRIPTION = (
+    "kernelpack's run-time tools: inspect kernel files, detect GPUs, explain which image each "
+    "module loads and why, diagnose an install, manage the disk cache, run walk sweeps. Every "
+    "command prints a table on a terminal, plain lines elsewhere, and JSON with --json; errors "
+    "are one line, exit status 1 (the work failed) or 2 (bad input)."
+)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m kernelpack", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog=program_name("kernelpack", "kernelpack"), description=DESCRIPTION
+    )
+    add_version(parser, "kernelpack", runtime_version)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     inspect = _command(
@@ -38,18 +49,23 @@ def _parser() -> argparse.ArgumentParser:
     _command(
         commands, "detect", _detect, "list this machine's GPUs and their targets", sysfs_root=True
     )
-    _command(
+    info = _command(
         commands,
         "info",
         _info,
         "GPUs, the image each module would load and why, cache, runtime libraries",
         sysfs_root=True,
     )
+    info.add_argument(
+        "--kernels", action="store_true", help="list each module's kernels (default: a count)"
+    )
     targets = _command(
         commands,
         "targets",
-        lambda args: run_targets(args.json, args.targets),
-        "every AMD processor LLVM knows: the image it would load and why",
+        lambda args: run_targets(args.json, args.targets, args.sysfs_root),
+        "every AMD processor LLVM knows: the image it would load and why; this machine's GPUs: "
+        "the pip command for theirs",
+        sysfs_root=True,
     )
     targets.add_argument(
         "--targets", metavar="LIST", help="judge these built targets (a,b,...), not the installed"
@@ -104,7 +120,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
     else:
-        print_report(path, report)
+        print_report(path, report, installed_names())
     return 0
 
 
@@ -130,7 +146,7 @@ def _detect(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    return run_info(args.json, args.sysfs_root)
+    return run_info(args.json, args.sysfs_root, args.kernels)
 
 
 def _doctor(args: argparse.Namespace) -> int:

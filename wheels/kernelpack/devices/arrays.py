@@ -23,6 +23,10 @@ ops and the launcher see plain numbers (addresses, shapes, dtype names, stream h
 
 One error convention: bad input raises :class:`~kernelpack.errors.UsageError` (a ValueError)
 whose message starts with the argument's name; a missing framework raises RuntimeLibraryError.
+Where no GPU can be reached, the message says which of the three it is, in kernelpack's words
+(:func:`unreachable_gpu`): the machine has no GPU, torch is a build without GPU support, or
+neither torch nor CuPy is installed; a framework's own error would send the user in a circle
+(``.cuda()`` on a machine without a driver, numpy arrays on a machine without a GPU).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import RuntimeLibraryError, UsageError
+from . import detect
 from .argument import DeviceString
 from .argument import parse_device as _parse
 from .pinned import pool as pinned_pool
@@ -150,10 +155,7 @@ def wrap(name: str, value: object) -> Array:
 
         where = v.device
         if where.type != "cuda":
-            raise UsageError(
-                f"{name}: a torch tensor on {where} is not on a GPU; move it with .cuda() "
-                "or pass a numpy array"
-            )
+            raise UsageError(host_tensor_message(name, str(where), torch))
         dtype = str(v.dtype).removeprefix("torch.")
         return Array(
             name, v, framework, dtype, tuple(v.shape), where.index or 0, torch_runtime(torch)
@@ -206,17 +208,64 @@ def empty(like: Array, shape: tuple[int, ...], name: str = "out") -> Array:
 
 
 def gpu_framework() -> str:
-    """The framework that moves numpy data to the GPU: torch, else CuPy."""
+    """The framework that moves numpy data to the GPU: torch, else CuPy, whichever reaches one."""
     for name in ("torch", "cupy"):
         try:
-            __import__(name)
+            module = importlib.import_module(name)
         except ImportError:
             continue
-        return name
-    raise RuntimeLibraryError(
-        "numpy arrays are copied to the GPU through torch or CuPy, and neither is installed; "
-        "install one of them"
+        if _reaches_gpu(name, module):
+            return name
+    raise RuntimeLibraryError(f"numpy arrays cannot be copied to a GPU: {unreachable_gpu()}")
+
+
+def _reaches_gpu(name: str, module: Any) -> bool:
+    if name == "torch":
+        return bool(module.cuda.is_available())
+    try:
+        return int(module.cuda.runtime.getDeviceCount()) > 0
+    except Exception:  # CuPy raises its runtime's error where no driver or GPU is present
+        return False
+
+
+NO_GPU = (
+    "this machine has no GPU that kernelpack can use (no AMD GPU in /sys/class/kfd, no NVIDIA GPU "
+    "through its driver): kernelpack's kernels run on AMD and NVIDIA GPUs only; run on a "
+    "machine with one (`python -m kernelpack doctor` lists what it finds)"
+)
+
+
+def unreachable_gpu() -> str:
+    """Why no framework reaches a GPU, and what to do: the first of no GPU on the machine, a torch
+    without GPU support, no torch or CuPy installed. Called where that failure is certain, so
+    the detection (sysfs and the NVIDIA driver) costs nothing on the way that works."""
+    gpus = detect.detect_gpus()
+    if not gpus:
+        return NO_GPU
+    found = ", ".join(sorted({f"{gpu.vendor} {gpu.target}" for gpu in gpus}))
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return (
+            f"this machine has a GPU ({found}), and neither torch nor CuPy, which kernelpack "
+            "copies numpy data with, is installed; install one (pip install torch)"
+        )
+    return (
+        f"this machine has a GPU ({found}), and torch {torch.__version__} cannot reach it (a "
+        "build without CUDA or ROCm, or no driver loaded); install the torch build for the GPU's "
+        "runtime (https://pytorch.org/get-started/locally/), or CuPy"
     )
+
+
+def host_tensor_message(name: str, where: str, torch: Any) -> str:
+    """The message for a torch tensor ``name`` on a host device ``where``: where to move it, or,
+    where no GPU can be reached, why not (not a `.cuda()` that would fail in turn)."""
+    if torch.cuda.is_available():
+        return (
+            f"{name}: a torch tensor on {where}, and kernelpack's kernels run on the GPU; move it "
+            f"there with .cuda() (a module's parameters with module.cuda())"
+        )
+    return f"{name}: a torch tensor on {where}, and {unreachable_gpu()}"
 
 
 def download(buffer: Any) -> np.ndarray[Any, Any]:

@@ -29,9 +29,10 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where a buffer is viewed: the loader reaches this module,
+    import numpy as np  # and kernelpack's report commands run without numpy (issue 50 item 8)
 
 MIN_CLASS = 1 << 20  # the smallest buffer: small calls share one class
 STEPS = (4, 5, 6, 7)  # size classes are these times a power of two
@@ -122,6 +123,8 @@ class PinnedPool:
             self.stats.leased_bytes += buffer.nbytes
         lease = (ctypes.c_uint8 * max(nbytes, 1)).from_address(buffer.address)
         weakref.finalize(lease, self._give_back, buffer)
+        import numpy as np
+
         view = np.frombuffer(memoryview(lease), dtype=np.uint8)[:nbytes]
         return Pinned(buffer.owner, view, buffer.address)
 

@@ -185,6 +185,23 @@ def package_folder(package: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
+def runtime_version() -> str:
+    """kernelpack's own version (``kernelpack.__version__``, ``kernelpack --version``): the
+    installed distribution's where this very package is the one it installed; else the embedded
+    index's, which the builder stamps (a checkout after a build); else ``0+unknown`` (a checkout
+    never built: nothing has recorded a version, and another installed kernelpack's would be
+    wrong)."""
+    here = Path(__file__).resolve().parents[1] / "__init__.py"
+    try:
+        installed = distribution(RUNTIME_PACKAGE)
+        if Path(str(installed.locate_file(f"{RUNTIME_PACKAGE}/__init__.py"))).resolve() == here:
+            return installed.version
+    except PackageNotFoundError:
+        pass
+    index = package_index()
+    return index["version"] if index is not None else "0+unknown"
+
+
 def package_index(package: str = RUNTIME_PACKAGE) -> Index | None:
     """The fat or host wheel's embedded index; None where the package was installed without one.
 

@@ -18,6 +18,7 @@ from ..errors import UsageError
 from ..targets import (
     NvidiaTarget,
     TargetId,
+    agent_target,
     build_targets_for,
     gfx_target_version,
     parse_target,
@@ -70,16 +71,23 @@ def build_target(gpu: Gpu) -> str | None:
 
 
 def build_command(gpu: Gpu, catalog: Catalog | None = None) -> str | None:
-    """``python -m buildsys build [--project ...] --targets T`` that makes an image ``gpu`` loads
-    (another package than kernelpack is rebuilt from its own source folder); None where the
-    builder accepts no target whose code runs on ``gpu`` (:func:`unservable` says why)."""
+    """The command that makes an image ``gpu`` loads; None where the builder accepts no target
+    whose code runs on ``gpu`` (:func:`unservable` says why).
+
+    kernelpack itself is rebuilt in its checkout (``python -m buildsys build --targets T``, which
+    the checkout's runtime then loads); another package is a project of its user's, whose
+    installed copy changes only by installing its wheels again: ``kernelpack-build wheels``, the
+    command of the builder it was made with (docs/your-kernels.md), then pip from that dist/."""
     target = build_target(gpu)
     if target is None:
         return None
-    project = ""
     if catalog is not None and catalog.distribution not in ("", "kernelpack"):
-        project = f"--project <{catalog.distribution}'s source folder> "
-    return f"python -m buildsys build {project}--targets {target}"
+        name = catalog.distribution
+        return (
+            f"kernelpack-build wheels --project <{name}'s source folder> --targets {target}, "
+            f'then pip install --find-links <that folder>/dist "{name}"'
+        )
+    return f"python -m buildsys build --targets {target}"
 
 
 def unservable(gpu: Gpu) -> str:
@@ -115,7 +123,9 @@ def unservable(gpu: Gpu) -> str:
 
 def install_hint(gpu: Gpu, catalog: Catalog) -> str:
     """The pip command for the device wheel that would fit ``gpu``: from the host index's map of
-    targets to extras where it names one that fits, else the name the wheels are given; the
+    targets to device wheels where it names one that fits, with the extra named after the GPU
+    (:func:`gpu_extra`; the wheel's group name where it has none), else the name the wheels are
+    given; the
     distribution is the one the index was built for (kernelpack, or another kernelpack-built
     package)."""
     candidates: list[dict[str, Any]] = [
@@ -126,12 +136,44 @@ def install_hint(gpu: Gpu, catalog: Catalog) -> str:
     best, _ = select_image(candidates, gpu.target)
     distribution = catalog.distribution or "kernelpack"
     if best is not None:
-        return f'pip install "{distribution}[{catalog.device_wheels[best["target"]]}]"'
+        group = catalog.device_wheels[best["target"]]
+        return (
+            f'pip install "{distribution}[{gpu_extra(gpu, candidates, group, catalog) or group}]"'
+        )
     target = build_target(gpu)
     if target is None:
         return unservable(gpu)
     extra = target.replace("_", "").lower()
     return f'pip install "{distribution}[{extra}]" (if a device wheel for {target} is published)'
+
+
+def gpu_extra(
+    gpu: Gpu, candidates: Sequence[dict[str, Any]], group: str, catalog: Catalog
+) -> str | None:
+    """The extra named after ``gpu`` itself (its processor, or sm_XY), where the host wheel has
+    one that pulls in ``group``, the device wheel of the image the loader picks for it; None where
+    it has none (a GPU in modes other than ROCm's defaults whose image another wheel holds).
+
+    The wheel builder gives an extra to every AMD processor of the target table that loads a
+    published image as a GPU in ROCm's default modes (sramecc where the processor has it, xnack
+    off), and to every NVIDIA architecture of the table (buildsys.wheels.gpu_extras); this is the
+    same judgement, made from the host index's map of targets to device wheels.
+    """
+    if isinstance(gpu.target, NvidiaTarget):
+        own = str(gpu.target)
+        if not any(a.name == own and not a.arch_specific for a in NVIDIA_ARCHS):
+            return None
+        return own
+    assert isinstance(gpu.target, TargetId)
+    own = gpu.target.processor
+    info = AMD_BY_NAME.get(own)
+    if info is None or info.is_generic:
+        return None
+    default_mode = agent_target(own, sramecc=info.sramecc, xnack=False)
+    served, _ = select_image(candidates, default_mode)
+    if served is None or catalog.device_wheels[served["target"]] != group:
+        return None
+    return own
 
 
 def _known_targets(targets: Iterable[str]) -> list[ParsedTarget]:

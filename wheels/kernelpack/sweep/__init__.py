@@ -1,5 +1,6 @@
 """Walk sweeps: a spec file, shards over every GPU (or CPU core, or a Dask cluster), results in
-SQLite, resumable (``python -m kernelpack sweep run|top``; docs/sweeps.md).
+SQLite, resumable (``python -m kernelpack sweep run|top``, whose arguments
+:mod:`kernelpack.cli.sweep_command` defines; docs/sweeps.md).
 
 - :mod:`.spec`: SPEC.toml, the walks it names and their shards;
 - :mod:`.store`: DIR/sweep.sqlite, one transaction per shard;
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from .._console import print_json, print_table
 from .engine import EngineOptions, run_sweep
@@ -20,36 +20,19 @@ from .report import rows as ranked_rows
 from .spec import Spec, load_spec
 from .store import Store
 
-__all__ = ["EngineOptions", "Spec", "Store", "add_parser", "load_spec", "run_sweep"]
+__all__ = [
+    "EngineOptions",
+    "Spec",
+    "Store",
+    "load_spec",
+    "run_command",
+    "run_sweep",
+    "top_command",
+]
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """The ``sweep`` subcommand and its two actions, for kernelpack's CLI."""
-    sweep = commands.add_parser("sweep", help="walk sweeps: run a spec (resumable), list the best")
-    actions = sweep.add_subparsers(dest="action", required=True, metavar="ACTION")
-    run = actions.add_parser("run", help="run SPEC.toml's walks into DIR; rerun to resume")
-    run.add_argument("spec", type=Path, metavar="SPEC.toml")
-    run.add_argument("--out", type=Path, required=True, metavar="DIR")
-    run.add_argument("--backend", choices=("gpu", "numpy"), default="gpu")
-    run.add_argument("--workers", type=int, help="local workers (default: one per GPU or core)")
-    run.add_argument(
-        "--verifiers",
-        type=int,
-        help="local CPU workers that verify the kept walks exactly, with --backend gpu "
-        "(default: the cores left over, at least 1)",
-    )
-    run.add_argument("--scheduler", metavar="ADDRESS", help="a running Dask scheduler to use")
-    run.add_argument("--retries", type=int, default=2, help="times a failed shard is retried")
-    run.add_argument("--json", action="store_true", help="print the summary as JSON")
-    run.set_defaults(handler=_run)
-    top = actions.add_parser("top", help="the best walks of DIR by exact delta, best first")
-    top.add_argument("dir", type=Path, metavar="DIR")
-    top.add_argument("-k", type=int, default=10, help="how many (default 10)")
-    top.add_argument("--json", action="store_true", help="print JSON for tools")
-    top.set_defaults(handler=_top)
-
-
-def _run(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace) -> int:
+    """``sweep run``: the arguments are cli.sweep_command's."""
     options = EngineOptions(
         args.backend, args.workers, args.scheduler, args.retries, verifiers=args.verifiers
     )
@@ -71,7 +54,8 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _top(args: argparse.Namespace) -> int:
+def top_command(args: argparse.Namespace) -> int:
+    """``sweep top``: the arguments are cli.sweep_command's."""
     store, spec = Store.read(args.dir)
     try:
         rows = ranked_rows(store.top(max(0, args.k)))

@@ -28,6 +28,7 @@ its GPUs "cuda" too: the ops are registered for the CUDA dispatch key, which ser
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +36,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ...devices.arrays import host_tensor_message
+from ...errors import UsageError
 from . import hot
 from .table import TABLE, Op, schema
 from .torch_impl import Impl, implementations
@@ -205,12 +208,28 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
     return kernel
 
 
+def _on_host(op: Op) -> Callable[..., Any]:
+    """``op``'s CPU kernel: no kernel of kernelpack runs on the CPU, and without one torch ends a
+    call on CPU tensors in its dispatcher's list of every registered key; this one says in one
+    line where the tensor is and what to do (kernelpack.nn's modules on CPU tensors too)."""
+    found = re.match(r"\w+\(Tensor(?:\(\w!\))? (\w+)", schema(op))
+    assert found is not None, schema(op)  # every op's first argument is a tensor
+    first = found.group(1)
+
+    def kernel(*args: Any) -> Any:
+        where = next(str(a.device) for a in args if isinstance(a, Tensor))
+        raise UsageError(host_tensor_message(first, where, torch))
+
+    return kernel
+
+
 def define(library: Any, op: Op) -> None:
     """Define ``op`` in ``library`` (a torch.library.Library of the kernelpack namespace): its
     schema, its real (CUDA) and fake implementations, all from its table entry."""
     library.define(schema(op))
     real, fake = IMPLEMENTATIONS[op.name] = implementations(op)
     library.impl(op.name, real, "CUDA")
+    library.impl(op.name, _on_host(op), "CPU")
     torch.library.register_fake(f"{NAMESPACE}::{op.name}", fake, lib=library)
 
 
