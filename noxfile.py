@@ -7,8 +7,6 @@ Dependencies come from pyproject.toml's dependency groups, never repeated here. 
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
 
 import nox
 
@@ -19,27 +17,11 @@ nox.options.sessions = ["lint", "tests"]
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
 
-# Where torch comes from on a machine without an NVIDIA driver: PyTorch's CPU builds (200 MB),
-# not PyPI's default CUDA build (4.9 GB, of no use there).
-TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-
-
 def _install_groups(session: nox.Session, *groups: str) -> None:
     """Install the dependency groups with pip's own output (a first install of the test group
-    takes minutes: silence looks like a hang); torch's CPU build where no NVIDIA GPU is."""
+    takes minutes: silence looks like a hang)."""
     requirements = [r for g in groups for r in nox.project.dependency_groups(PYPROJECT, g)]
-    session.install(*requirements, *torch_index_args(requirements), silent=False)
-
-
-def torch_index_args(
-    requirements: list[str], driver: Path = Path("/proc/driver/nvidia/gpus")
-) -> list[str]:
-    """pip's extra index for torch's CPU build, where torch is wanted and ``driver`` (the NVIDIA
-    driver's list of GPUs) names none; its local version (2.13.0+cpu) sorts above PyPI's 2.13.0,
-    so ``torch==2.13.0`` picks it. A GPU machine keeps PyPI's CUDA build."""
-    wants_torch = any(re.match(r"torch\b", r) for r in requirements)
-    has_gpu = driver.is_dir() and any(driver.iterdir())
-    return ["--extra-index-url", TORCH_CPU_INDEX] if wants_torch and not has_gpu else []
+    session.install(*requirements, silent=False)
 
 
 @nox.session
