@@ -151,6 +151,7 @@ static struct {
     __typeof__(cuDeviceGetCount) *device_count;
     __typeof__(cuDeviceGet) *device_get;
     __typeof__(cuDeviceGetPCIBusId) *pci_bus_id;
+    __typeof__(cuDeviceGetAttribute) *attribute;
     __typeof__(cuDevicePrimaryCtxRetain) *primary_retain;
     __typeof__(cuCtxGetCurrent) *ctx_get;
     __typeof__(cuCtxSetCurrent) *ctx_set;
@@ -213,6 +214,7 @@ static void start(void) {
     }
     if (!(BIND(init, cuInit) && BIND(device_count, cuDeviceGetCount) &&
           BIND(device_get, cuDeviceGet) && BIND(pci_bus_id, cuDeviceGetPCIBusId) &&
+          BIND(attribute, cuDeviceGetAttribute) &&
           BIND(primary_retain, cuDevicePrimaryCtxRetain) && BIND(ctx_get, cuCtxGetCurrent) &&
           BIND(ctx_set, cuCtxSetCurrent) && BIND(module_load, cuModuleLoadData) &&
           BIND(module_function, cuModuleGetFunction) && BIND(launch, cuLaunchKernel))) {
@@ -289,6 +291,21 @@ EXPORT hipError_t hipDeviceGetPCIBusId(char *text, int length, int device) {
     CUdevice handle;
     CUresult code = cu.device_get(&handle, visible[device]);
     if (code == CUDA_SUCCESS) code = cu.pci_bus_id(text, length, handle);
+    return hip_error(code);
+}
+
+/* HIP's attribute numbers differ from CUDA's: only those kernelpack asks for are mapped (the
+ * multiprocessor count, hipDeviceAttributeMultiprocessorCount = 63 in HIP 6's enum); any other
+ * is hipErrorInvalidValue, as HIP answers an attribute it does not know. */
+EXPORT hipError_t hipDeviceGetAttribute(int *value, int attribute, int device) {
+    hipError_t status = ready();
+    if (status != hipSuccess) return status;
+    if (!valid_device(device)) return hipErrorInvalidDevice;
+    if (value == NULL || attribute != 63) return hipErrorInvalidValue;
+    CUdevice handle;
+    CUresult code = cu.device_get(&handle, visible[device]);
+    if (code == CUDA_SUCCESS)
+        code = cu.attribute(value, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, handle);
     return hip_error(code);
 }
 

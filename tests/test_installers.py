@@ -4,7 +4,7 @@ installer's documented override naming a GPU; then ``kernelpack info`` says whic
 
 Small on purpose: examples/vecops for three targets (gfx942, gfx1100, and sm_90 where nvcc is
 installed: the NVIDIA tests are marked ``nvcc``) and kernelpack's own wheels for one. uv is the one pinned in the test dependency group (the version whose behaviour
-docs/wheels.md describes); numpy and zstandard come from the package index (marker ``network``).
+docs/wheels.md describes); numpy, zstandard and rich come from the package index (marker ``network``).
 The expectations are written by hand from docs/wheels.md's installer table.
 """
 
@@ -53,8 +53,8 @@ def _wheels(out: Path, *args: str) -> Path:
 
 @pytest.fixture(scope="module")
 def indexes(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """vecops' dist/ (gfx942, gfx1100, sm_90), kernelpack's (gfx942) and a folder of numpy and
-    zstandard wheels: everything an install needs, nothing from elsewhere."""
+    """vecops' dist/ (gfx942, gfx1100, sm_90), kernelpack's (gfx942) and a folder of numpy,
+    zstandard and rich wheels (kernelpack's dependencies): everything an install needs, nothing from elsewhere."""
     root = tmp_path_factory.mktemp("indexes")
     vecops = _wheels(
         root / "vecops", "--project", str(EXAMPLE), "--targets", "gfx942,gfx1100,sm_90"
@@ -72,12 +72,15 @@ def indexes(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
             str(wheelhouse),
             "numpy",
             "zstandard",
+            "rich",
         ],
         capture_output=True,
         text=True,
     )
     # a test marked network fails offline rather than skipping: deselect it with -m "not network"
-    assert download.returncode == 0, f"cannot download numpy, zstandard: {download.stderr[-300:]}"
+    assert download.returncode == 0, (
+        f"cannot download numpy, zstandard, rich: {download.stderr[-300:]}"
+    )
     return [vecops, runtime, wheelhouse]
 
 

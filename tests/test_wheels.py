@@ -338,12 +338,23 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """kernelpack's own dependencies as wheels (from PyPI), so the installs need no other index."""
     folder = tmp_path_factory.mktemp("wheelhouse")
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "-d", str(folder), "numpy", "zstandard"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "-d",
+            str(folder),
+            "numpy",
+            "zstandard",
+            "rich",
+        ],
         capture_output=True,
         text=True,
     )
     # a test marked network fails offline rather than skipping: deselect it with -m "not network"
-    assert result.returncode == 0, f"cannot download numpy, zstandard: {result.stderr[-300:]}"
+    assert result.returncode == 0, f"cannot download numpy, zstandard, rich: {result.stderr[-300:]}"
     return folder
 
 

@@ -123,7 +123,8 @@ def run(op: Op, values: tuple[Any, ...], eps: object = None, out: object = None)
     _check_same(*inputs)
     eps_value = check(op, [_operand(a) for a in inputs], eps)
     epsilon = () if eps_value is None else (eps_value,)
-    if first.framework == "torch" and _needs_autograd(*values):
+    tensors = [a.value for a in inputs]  # a foreign array's torch tensor, not its wrapper
+    if first.framework == "torch" and _needs_autograd(*tensors):
         if op.in_place:
             names = " and ".join(op.inputs[i].name for i in op.in_place)
             raise UsageError(
@@ -131,7 +132,7 @@ def run(op: Op, values: tuple[Any, ...], eps: object = None, out: object = None)
                 "differentiate; use torch.ops.kernelpack.add_rms_norm (new tensors) for training"
             )
         if out is None:
-            return getattr(_torch_ops(), op.name)(*values, *epsilon)
+            return getattr(_torch_ops(), op.name)(*tensors, *epsilon)
     if op.in_place:
         if not first.on_gpu:
             for position in op.in_place:
