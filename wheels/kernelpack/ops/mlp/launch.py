@@ -175,9 +175,23 @@ def launch_rms_norm_backward(
         )
     else:
         grid = 0
-    columns, block = weight_grad_geometry(cols, grid)
+    launch_rms_norm_weight_grad(device, dtype, partial, grad_weight, grid, cols, stream)
+
+
+def launch_rms_norm_weight_grad(
+    device: str,
+    dtype: str,
+    partial: Any,
+    grad_weight: Any,
+    partial_rows: int,
+    cols: int,
+    stream: int,
+) -> None:
+    """grad_weight = the column sums of ``partial`` (float32, ``partial_rows`` x cols), the
+    shares both backward forms leave: one kernel (:func:`weight_grad_geometry`)."""
+    columns, block = weight_grad_geometry(cols, partial_rows)
     load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(
-        columns, block, partial, grad_weight, grid, cols, stream=stream
+        columns, block, partial, grad_weight, partial_rows, cols, stream=stream
     )
 
 
@@ -230,10 +244,7 @@ def launch_rms_norm_backward_short(
             device, dtype, x, grad, row_scales, grad_weight, rows, cols, stream
         )
     else:
-        columns, block = weight_grad_geometry(cols, rows)
-        load_kernel(device, kernel_name("rms_norm_weight_grad", dtype)).launch(
-            columns, block, scratch, grad_weight, rows, cols, stream=stream
-        )
+        launch_rms_norm_weight_grad(device, dtype, scratch, grad_weight, rows, cols, stream)
 
 
 def launch_rms_norm_weight_grad_inputs(
