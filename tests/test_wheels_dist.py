@@ -121,7 +121,9 @@ def test_sigint_while_packing_leaves_the_previous_dist_whole(tmp_path: Path) -> 
             time.sleep(0.005)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr[-3000:]
+    # 130, or ended by the signal itself where it lands as the interpreter exits: a shell reports
+    # both as 130. What this test holds the builder to is the line and dist/ left whole.
+    assert process.returncode in (130, -signal.SIGINT), stderr[-3000:]
     assert stderr.strip().splitlines()[-1] == "interrupted"
     assert _snapshot(dist) == before
     links = (dist / "simple" / "vecops-kernels" / "index.html").read_text()
