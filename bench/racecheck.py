@@ -438,11 +438,16 @@ def run_cases(module_name: str, record: Path, budget: float) -> int:
             continue
         print(f"racecheck case: {name}", flush=True)
         del launched[:]
-        error = call()
-        torch.cuda.synchronize()
-        passed = error <= tolerance
-        failed += not passed
-        check = "ok" if passed else f"mismatch: relative error {error:.3g}"
+        try:
+            error = call()
+            torch.cuda.synchronize()
+        except Exception as raised:  # recorded, so that the cases after it still run
+            failed += 1
+            check = f"raised {type(raised).__name__}: {raised}"
+        else:
+            passed = error <= tolerance
+            failed += not passed
+            check = "ok" if passed else f"mismatch: relative error {error:.3g}"
         cases.append({"case": name, "launched": sorted(set(launched)), "check": check})
     document = {
         "module": module_name,

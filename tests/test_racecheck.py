@@ -229,3 +229,31 @@ def test_verdict_counts_failed_checks_as_incomplete() -> None:
     record["kernels"] = ["mlp::swiglu<float>"]
     line = racecheck.verdict_line("mlp", racecheck.module_verdict(record, CLEAN_LOG))
     assert line == "racecheck mlp: 0 hazards, but incomplete (1/1 kernels reached, 1 checks failed)"
+
+
+def test_every_launch_is_recorded_through_the_kernels_made_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The driver's record of launches: each Kernel made after _record_launches appends its name
+    on every launch, and the launch still reaches the runtime's own, arguments and all."""
+    from kernelpack.loader.module import Kernel
+
+    monkeypatch.setattr(Kernel, "__init__", Kernel.__init__)  # restored after the test
+    reached: list[tuple[object, ...]] = []
+
+    class Runtime:
+        def launcher(
+            self, loaded: object, function: int, signature: object, fail: object
+        ) -> object:
+            return lambda *args, **kwargs: reached.append((*args, kwargs["stream"]))
+
+    class Module:
+        _loaded = None
+
+    launched: list[str] = []
+    racecheck._record_launches(launched)
+    kernel = Kernel("mlp::swiglu<float>", Module(), None, Runtime(), 7)  # type: ignore[arg-type]
+    kernel.launch(4, 128, 1, 2, stream=0)
+    kernel.launch(8, 128, 3, 4, stream=5)
+    assert launched == ["mlp::swiglu<float>"] * 2
+    assert reached == [(4, 128, 1, 2, 0), (8, 128, 3, 4, 5)]
