@@ -217,11 +217,11 @@ def gpu_times_us(
     ``batches`` rounds. Round b times batch b of every call, each behind its own sleep, the order
     rotated by one each round. Interleaved so, a drift of the GPU's state over the seconds a row
     takes falls on every implementation alike, and round b of two calls is a pair: how many
-    rounds one wins says whether a gap in the medians is more than the run's spread (the
-    fourteenth session saw one kernel's time move 1% between processes, its peer's not). Each
-    batch takes the next input sets of the ring, not the sets the batch before it just read:
-    those would still be in the L2 (a first try of this harness made the peers' 64 x 4096
-    add_rms_norm 15% faster so, in the rounds they followed ours)."""
+    rounds one wins says whether a gap in the medians is more than the run's spread (one
+    kernel's time can move 1% between processes where its peer's does not). Each batch takes the
+    next input sets of the ring, not the sets the batch before it just read: those would still
+    be in the L2, and the batch after ours would read them faster (docs/bench-mlp-notes.md, "Why
+    the harness is shaped so")."""
     sleeps = {name: sleep_cycles(call, sets) for name, call in calls.items()}
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
@@ -271,8 +271,8 @@ def host_us_per_calls(calls: dict[Key, HostCall], per_loop: int = 3000) -> dict[
     1x4096: the host's cost), the fastest of five loops. The loops are interleaved, the first loop
     of every call before the second of any, and the fastest is kept: what else runs on the host
     only adds to a loop, and a slow stretch of it, which lasts seconds, then falls on every row of
-    the table alike. (On the lent H200, one row after another, median of five: swiglu with out=
-    read 6.13 and 4.52 µs a call seconds apart, and the host table's first rows the slowest.)"""
+    the table alike (timed one row after another, the median of five loops moved by a third
+    between rows seconds apart)."""
     for context, call in calls.values():
         with context():
             for _ in range(100):

@@ -6,7 +6,9 @@
 #      and runtime checks again, through hip.py and the C launcher's HIP branch), in its own step
 #      when the time left allows; KERNELPACK_GPU_HIP=0/1 (default: as KERNELPACK_GPU_TESTS). Alone:
 #      KERNELPACK_GPU_TESTS=0 KERNELPACK_GPU_HIP=1 KERNELPACK_GPU_SANITIZE=0 KERNELPACK_GPU_LOADER=0
-#   3. compute-sanitizer memcheck and racecheck over the MLP and walk kernels;
+#   3. compute-sanitizer memcheck over the MLP and walk kernels, then racecheck over every kernel
+#      form of both modules once (bench/racecheck.py: the smallest shapes that select each form),
+#      its verdict (forms reached, hazards per form) in racecheck.json;
 #   4. the loader's session: launch overhead and first-load latency over installed wheels
 #      (KERNELPACK_GPU_LOADER=0 leaves it out);
 #   5. with KERNELPACK_GPU_BENCH=1, the MLP and walk benchmarks, which rewrite docs/bench-*.md
@@ -80,7 +82,7 @@ else
 fi
 
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-tools="memcheck racecheck"
+tools="memcheck"
 [ "${KERNELPACK_GPU_SANITIZE:-1}" = 1 ] || { tools=""; note "sanitizers left out (KERNELPACK_GPU_SANITIZE=0)"; }
 for tool in $tools; do
   timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 python3 bench/sanitize_mlp.py \
@@ -93,6 +95,23 @@ for tool in $tools; do
   note "sanitizer $tool walk rc=$? ($(elapsed) s): $(grep -E 'passed|failed|SUMMARY' "$OUT/sanitize-walk-$tool.log" | tail -2 | tr '\n' ' ')"
   cat "$OUT/sanitize-walk-$tool.log" >> "$OUT/sanitize.log"; rm "$OUT/sanitize-walk-$tool.log"
 done
+if [ -n "$tools" ]; then
+  # racecheck instruments only the module's own kernels (kns: a substring of their names); each
+  # driver stops starting cases at its budget, so that it writes its record before the timeout
+  mkdir -p build/racecheck
+  for module in mlp walk; do
+    budget=$([ "$module" = mlp ] && echo 75 || echo 20)
+    rm -f "build/racecheck/$module.json"
+    timeout $(( budget + 40 )) compute-sanitizer --tool racecheck --kernel-name "kns=$module" \
+      --error-exitcode 9 python3 bench/racecheck.py run "$module" --budget "$budget" \
+      --record "build/racecheck/$module.json" > "build/racecheck/$module.log" 2>&1
+    note "sanitizer racecheck $module rc=$? ($(elapsed) s)"
+    cat "build/racecheck/$module.log" >> "$OUT/sanitize.log"
+  done
+  python3 bench/racecheck.py verdict --out "$OUT/racecheck.json" \
+    mlp build/racecheck/mlp.json build/racecheck/mlp.log \
+    walk build/racecheck/walk.json build/racecheck/walk.log | tee -a "$OUT/summary.txt"
+fi
 unset PYTORCH_NO_CUDA_MEMORY_CACHING
 
 left=$(( 560 - $(elapsed) ))

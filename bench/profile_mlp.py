@@ -53,7 +53,7 @@ kernels of the rows slower than a peer under the profiler, and RMSNorm backward 
         form before 2026-11-23): GPU µs per call of both kernels and of the weight sum alone
         (CUDA events, median of batches) and the error against a float64 reference
 
-The numbers of one run on the lent H200 are in docs/bench-mlp-notes.md.
+What these measured, and which commands to run for which decision: docs/bench-mlp-notes.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A small fixed launch of the walk's residue kernels, for a profiler: one call each of the m = 2
 and the m = 3 field of bench_walk.py (walk_registers<2, 3> and walk_registers<3, 3>), 32768
-walks x 32 primes (1,048,576 threads, four waves of an H200's 132 SMs x 2048), depth 1000, no
+walks x 32 primes (1,048,576 threads, four waves of 132 sm_90 SMs x 2048), depth 1000, no
 array asked back. bench/gpu_all.sh runs it under Nsight Compute:
 
     ncu --clock-control none --kernel-name regex:walk_registers --launch-count 2 \\

@@ -419,8 +419,8 @@ def sm90_resident_threads(registers: int, block_threads: int) -> int:
     """Threads of blocks of ``block_threads`` an sm_90 SM holds at once, as their registers allow
     (the only limit these kernels meet: their shared memory is a few slots). Warps fit each
     sub-partition's registers whole: 40 registers a thread let 12 warps into each of the four, 48
-    in all, so four blocks of 320 threads, not the five the SM's total would hold (the driver's
-    cuOccupancyMaxActiveBlocksPerMultiprocessor said four on the H200, fifteenth session)."""
+    in all, so four blocks of 320 threads, not the five the SM's total would hold (as the
+    driver's cuOccupancyMaxActiveBlocksPerMultiprocessor says on sm_90)."""
     per_warp = -(-registers * 32 // SM90_WARP_REGISTER_UNIT) * SM90_WARP_REGISTER_UNIT
     warps = SM90_REGISTERS // SM90_SUB_PARTITIONS // per_warp * SM90_SUB_PARTITIONS
     blocks = warps // (block_threads // 32)
@@ -428,15 +428,14 @@ def sm90_resident_threads(registers: int, block_threads: int) -> int:
 
 
 def check_general_norms_share_an_sm(kernels: dict[str, dict[str, int]]) -> None:
-    """The general forward norms at the block of rows of 8192 columns (since the thirteenth
-    session the fixed-length kernels' rows; the general kernels' for 7168 and other lengths of
-    as many threads) keep two 512-thread blocks' worth of threads on an SM of the H100/H200, by
-    their registers (ptxas's, read from the cubin) and the host's block: at half that, the float32
-    kernel took 94 µs where it takes 68 at 4096 x 8192 (docs/bench-mlp-notes.md, ninth session),
-    which a change anywhere in mlp.cu's includes can cause, and the 16-bit ones (256 threads,
-    three blocks at 74 registers) were 5-7% slower (tenth session). Spills: none, but for the few
-    bytes bfloat16 spills to L1 at the 64 registers its __launch_bounds__ asks for, measured
-    faster than three blocks without them."""
+    """The general forward norms at the block of rows of 8192 columns (the fixed-length
+    kernels' rows; the general kernels' for 7168 and other lengths of as many threads) keep two
+    512-thread blocks' worth of threads on an sm_90 SM, by their registers (ptxas's, read from
+    the cubin) and the host's block: at half that the float32 kernel is a third slower, which a
+    change anywhere in mlp.cu's includes can cause, and the 16-bit ones at three blocks were
+    slower too (docs/bench-mlp-notes.md, "The forward norms"). Spills: none, but for the few bytes
+    bfloat16 spills to L1 at the 64 registers its __launch_bounds__ asks for, measured faster than
+    three blocks without them."""
     for dtype, kernel_type in mlp_geometry.KERNEL_TYPE.items():
         threads, rows_per_block = mlp_geometry.row_geometry(4096, 8192, dtype)[1]
         resources = kernels[f"mlp::rms_norm<{kernel_type}>"]
@@ -446,14 +445,13 @@ def check_general_norms_share_an_sm(kernels: dict[str, dict[str, int]]) -> None:
 
 
 def check_fixed_norms_fill_an_sm(kernels: dict[str, dict[str, int]]) -> None:
-    """The fixed-length rms_norm for many rows (rms_norm_fixed_full) fills an SM of the
-    H100/H200 where a thread keeps FIXED_CHUNKS vectors (16-bit rows up to 8192, float32 up to
-    4096): at ptxas's own 40 registers, three blocks of 512, bfloat16 took 36.56 µs at 4096 x
-    8192 where it takes 35.67 at 32 (docs/bench-mlp-notes.md, thirteenth session);
-    rms_norm_fixed_reread in REREAD_BLOCKS_PER_SM blocks, torch.compile's occupancy, which its
-    two reads leave the registers for (seventeenth session). Elsewhere two blocks' worth of 512
-    threads at least, as the general kernel's. (That no fixed kernel spills, on any target, the
-    caller checks.)"""
+    """The fixed-length rms_norm for many rows (rms_norm_fixed_full) fills an sm_90 SM where a
+    thread keeps FIXED_CHUNKS vectors (16-bit rows up to 8192, float32 up to 4096): at ptxas's own
+    40 registers, three blocks of 512, it was slower than at 32; rms_norm_fixed_reread in
+    REREAD_BLOCKS_PER_SM blocks, torch.compile's occupancy, which its two reads leave the
+    registers for (docs/bench-mlp-notes.md, "The forward norms"). Elsewhere two blocks' worth of
+    512 threads at least, as the general kernel's. (That no fixed kernel spills, on any target,
+    the caller checks.)"""
     for dtype, kernel_type in mlp_geometry.KERNEL_TYPE.items():
         for cols in mlp_geometry.FIXED_COLUMNS:
             threads = mlp_geometry.fixed_threads(cols, dtype)
@@ -479,7 +477,7 @@ def check_fixed_norms_fill_an_sm(kernels: dict[str, dict[str, int]]) -> None:
 def check_fixed_caps_hold_fewer(kernels: dict[str, dict[str, int]]) -> None:
     """Each cap of mlp_tuning.FAMILIES["sm_90"].fixed_blocks_per_sm holds its kernel to fewer blocks an sm_90 SM
     than its registers and threads allow: the counts were measured against the uncapped kernel
-    at ptxas's registers (docs/bench-mlp-notes.md, fifteenth session), and a kernel that no longer
+    at ptxas's registers (docs/mlp-tuning.md), and a kernel that no longer
     fits more blocks than its cap wants measuring again, not a cap that does nothing."""
     types = mlp_geometry.KERNEL_TYPE
     for (op, dtype, cols), blocks in mlp_tuning.FAMILIES["sm_90"].fixed_blocks_per_sm.items():

@@ -508,10 +508,10 @@ def test_add_rms_norm_streams_its_rows_from_the_measured_row_count(
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_120", "gfx942"])
-def test_norm_launch_takes_the_h200_choices_on_sm_90_alone(target: str) -> None:
+def test_norm_launch_takes_the_tuned_choices_on_sm_90_alone(target: str) -> None:
     """Elsewhere rms_norm's float32 rows of 8192 keep rms_norm_fixed_full at every row count, and
     no fixed kernel is held to fewer blocks an SM: the reread form and the caps were measured on
-    the H200."""
+    sm_90 alone (its row of FAMILIES)."""
     rows = 16384
     launch = mlp_geometry.norm_launch(
         "rms_norm", rows, 8192, "float32", mlp_geometry.DeviceFacts(target, SMS)
@@ -547,8 +547,8 @@ def test_norm_launch_caps_the_fixed_kernels_past_the_sms(
     op: str, rows: int, cols: int, dtype: str, blocks: int
 ) -> None:
     """The fixed-length kernels are held to fewer blocks an SM from FIXED_CAP_ROWS rows on (with
-    fewer the capped grid took more waves and was slower), where the H200 measured a cap
-    faster."""
+    fewer the capped grid took more waves and was slower), where sm_90's tuning row has a
+    cap."""
     assert mlp_geometry.norm_launch(op, rows, cols, dtype, H200).blocks_per_sm == blocks
 
 

@@ -23,10 +23,10 @@ constexpr int kMaxBlockThreads = 1024;
 // A thread's lane in its wavefront, and its wavefront in the block, by a mask and a shift: the
 // compiler learns warpSize (a power of two, 32 or 64) only at its last step (ptxas, the AMD
 // backend), so `thread % warpSize` or `/ warpSize` in the source stays a generic integer division
-// (on the H200, conversions and a reciprocal ahead of a short kernel's first load, in its SASS);
-// the mask and the shift become constants there. (row_sum below keeps the division: with these,
+// (conversions and a reciprocal ahead of a short kernel's first load, in its SASS on sm_90); the
+// mask and the shift become constants there. (row_sum below keeps the division: with these,
 // ptxas gave the general float32 forward norm 74 registers where it has 64, one 512-thread block
-// an SM instead of two, 94 against 68 us at 4096 x 8192 on the H200.)
+// an SM instead of two, a third slower; docs/bench-mlp-notes.md, "The forward norms".)
 __device__ __forceinline__ int lane_of(int thread) { return thread & (warpSize - 1); }
 __device__ __forceinline__ int wave_of(int thread) { return thread >> (31 - __clz(warpSize)); }
 

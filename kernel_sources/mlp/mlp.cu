@@ -18,7 +18,7 @@
 //                            (T, BYTES): as the general ones, but the grid must have a thread
 //                            for every BYTES-byte vector (grid.y one a row), the row be a whole
 //                            number of them, every pointer BYTES-aligned and the arrays hold
-//                            fewer than 2**31 elements (kernelpack.mlp_launch.exact_vector_bytes);
+//                            fewer than 2**31 elements (ops.mlp.geometry.exact_vector_bytes);
 //                            the arguments are the general kernel's (rows unread). Their
 //                            *_exact_streaming forms (T): the same at BYTES 16; the backwards'
 //                            plain forms at BYTES 8 alone.
@@ -27,18 +27,18 @@
 //                            (silu_and_mul: a row's outputs) are a whole number of blocks of
 //                            kElementwiseBlockThreads vectors, blockDim.x exactly that, a thread
 //                            for each vector and no more; silu_and_mul's grid is 1-D, rows x
-//                            blocks-a-row (kernelpack.mlp_launch.whole_blocks).
+//                            blocks-a-row (kernelpack.ops.mlp.geometry.whole_blocks).
 //   silu_and_mul_one_row_*, silu_and_mul_backward_one_row_*
 //                            (T): the exact forms at BYTES 8 over a single row (rows unread),
 //                            as swiglu_exact_* over the row's two halves
-//                            (kernelpack.mlp_launch.one_row_kernel).
+//                            (kernelpack.ops.mlp.geometry.one_row_kernel).
 //   rms_norm_weight_grad_*, rms_norm_weight_grad_inputs_*
 //                            grid.x over the columns, blockDim.x columns by blockDim.y slices
 //                            of the rows (of `partial`, or of the inputs and the forward's row
 //                            scales), at most kWeightGradThreads threads.
 //   rms_norm_weight_grad_input_pairs_*
 //                            the same over pairs of columns: exact, cols even and x, grad and
-//                            grad_weight 4-byte aligned (kernelpack.mlp_launch's choice).
+//                            grad_weight 4-byte aligned (kernelpack.ops.mlp.launch's choice).
 //   silu_and_mul_*, silu_and_mul_backward_*
 //                            grid.x over the columns of the output, grid.y over the rows; blocks
 //                            of at most kElementwiseBlockThreads (8-byte vectors as swiglu's).
@@ -134,10 +134,9 @@ constexpr int kVectorBytes = 16;
 // Whether every pointer is kBytes-aligned (a null one is): one test of all their bits together. A
 // test a pointer, joined by &&, compiles to a chain of branches, each waiting on its own
 // parameter's load, at the head of every thread's path: what the latency-bound kernels (the
-// short and fixed-length forms) cannot afford (the short backward's SASS on the H200,
-// docs/bench-mlp-notes.md). The general kernels keep the chain, one pointer a test (their
-// registers were tuned with it; with one test ptxas gave the general rms_norm<__half> 64
-// registers and a spill on sm_90).
+// short and fixed-length forms) cannot afford (the short backward's SASS, docs/bench-mlp-notes.md,
+// "The forward norms"). The general kernels keep the chain, one pointer a test: with one test ptxas
+// gave the general rms_norm<__half> 64 registers and a spill on sm_90.
 template <int kBytes, typename... Pointers>
 __device__ __forceinline__ bool all_aligned(const Pointers*... pointers) {
   return ((reinterpret_cast<unsigned long long>(pointers) | ...) % kBytes) == 0;
@@ -158,10 +157,9 @@ __device__ __forceinline__ const T* aligned_down(const T* pointer) {
 
 // The narrower vector of the elementwise kernels on short inputs: 8 bytes (4 16-bit elements, 2
 // float32). Chosen by the launch geometry: a grid with a thread for every 8-byte chunk asks for it
-// (kernelpack.mlp_launch gives short inputs such a grid: with one 16-byte vector a thread they
-// leave most SMs idle and each thread's chain of eight sigmoids long, the profile of the 1-row
-// rows behind torch.compile in docs/bench-mlp-notes.md; timed on the H200: 1x11008 bfloat16
-// silu_and_mul 2.07 against 2.17 us, swiglu 2.06 against 2.01, no clear gain either way).
+// (kernelpack.ops.mlp.geometry gives short inputs such a grid: with one 16-byte vector a thread
+// they leave most multiprocessors idle and each thread's chain of eight sigmoids long;
+// docs/bench-mlp-notes.md, "The elementwise ops").
 constexpr int kNarrowBytes = 8;
 
 // A vector of 16 or 8 bytes as 32-bit words, and back.
@@ -253,25 +251,19 @@ using PairAccess = VectorAccess<T, 4>;
 // VectorAccess for data a kernel reads or writes once: on NVIDIA PTX's .cs ("cache streaming",
 // evict first in L1 and L2) on loads and stores alike. Taken by the exact elementwise forms'
 // streaming kernels (swiglu_exact_streaming and the others: the host's choice for calls that move
-// little, kernelpack.mlp_launch.STREAMING_MAX_BYTES) and by the fixed norms' few-row forms
+// little, kernelpack.ops.mlp.tuning.STREAMING_MAX_BYTES) and by the fixed norms' few-row forms
 // (rms_norm_fixed, add_rms_norm_fixed, through RowAccess), for their rows only (not for the
-// weight, which every row reads). Why, on the H200 (kernels
-// queued back to back as the benchmark's batches, each form against the same code without the
-// hints in one process; docs/bench-mlp-notes.md, nineteenth session): the idle time between one
-// kernel's end and the next one's start was 1.1-1.4 us after ours at 64 rows, 0.9-1.0 after
-// torch.compile's and after an empty kernel, and with .cs 0.9-1.0; float32 SwiGLU at 64 x 11008
-// took 4.02 us a call where it took 4.64 (compile 4.52), float32 add_rms_norm at 64 x 4096 3.39
-// where 3.57 (compile 3.95). At one row the idle time was the same either way: the 8-byte exact
-// forms (one short row) keep VectorAccess, and 16-bit add_rms_norm takes its form for many rows
-// below 64 rows (kernelpack.mlp_launch.STREAMING_FROM_ROWS). For many rows the evicted lines
-// cost the next kernel: backwards that read the forward's input and output again took 2.4-3.7%
-// longer in a benchmark run with .cs forward norms at 4096 and 16384 rows, so the forms for many
-// rows (rms_norm_fixed_full, add_rms_norm_fixed_full, rms_norm_fixed_reread) keep VectorAccess.
-// So do the exact elementwise forms for large calls: a .cs kernel right after a kernel with plain
-// accesses (a GEMM's output, a peer's batch) ran 3-6% longer than with plain accesses from about
-// 150 MB moved (twenty-first session; mlp_launch.STREAMING_MAX_BYTES). .cs on the loads alone, or
-// loads that skip L1, took 4-5% longer at the largest rows. On AMD plain accesses (unmeasured
-// there).
+// weight, which every row reads). Why: after a short kernel with plain accesses the next kernel
+// started later than after one with .cs (the idle time between kernels queued back to back). At
+// one row the idle time was the same either way: the 8-byte exact forms (one short row) keep
+// VectorAccess, and 16-bit add_rms_norm takes its form for many rows below
+// tuning.STREAMING_FROM_ROWS. For many rows the evicted lines cost the next kernel (a backward
+// reading the forward's input and output again), so the forms for many rows
+// (rms_norm_fixed_full, add_rms_norm_fixed_full, rms_norm_fixed_reread) keep VectorAccess; so do
+// the exact elementwise forms for large calls, where a .cs kernel right after one with plain
+// accesses (a GEMM's output) ran longer. .cs on the loads alone, or loads that skip L1, were
+// slower at the largest rows. The measurements: docs/bench-mlp-notes.md, "The elementwise ops", and
+// docs/mlp-tuning.md. On AMD plain accesses (unmeasured there).
 template <typename T, int kBytes = kVectorBytes>
 struct StreamingAccess : VectorAccess<T, kBytes> {
   using Raw = typename VectorAccess<T, kBytes>::Raw;
@@ -347,9 +339,9 @@ __device__ __forceinline__ float exp2_flushed(float x) {
 // float 1.5 * 2^23 + 1 + floor(252 t) for t = x log2(e) / 252 + 1/2 clamped to [0, 1]: n + 127
 // there, which shifted into the exponent field is 2^n. 1 ulp or so over the float range; for x
 // below about -87 the result is 0 (flushed), above about 88 it is inf. The non-ftz expf, which
-// scales around the MUFU op for results that would be denormal, took the whole SiLU-and-mul
-// forwards 0.05-0.2% longer at copy bandwidth on the H200, 16-bit rows of 14336 (bfloat16 2048
-// rows 43.35-43.37 us against 43.27-43.31; docs/bench-mlp-notes.md, twenty-fourth session).
+// scales around the MUFU op for results that would be denormal, made the whole SiLU-and-mul
+// forwards slower at copy bandwidth (docs/bench-mlp-notes.md, "The elementwise ops", "The
+// sigmoid").
 __device__ __forceinline__ float exp_flushed(float x) {
   const float t = __saturatef(__fmaf_rn(x, 0x1.77313ap-8f, 0.5f));
   const float biased = __fmaf_rd(t, 252.0f, 0x1.800002p+23f);
@@ -361,10 +353,10 @@ __device__ __forceinline__ float exp_flushed(float x) {
 
 // sigmoid(g) = 1 / (1 + 2^(-g log2(e))) in the hardware's approximate exp2 and reciprocal (2 ulp;
 // the IEEE division's slow path costs a stack frame). On NVIDIA they flush denormals (.ftz): the
-// non-ftz forms __expf and __fdividef compile to, scaling around each MUFU op, cost 12 of
-// bfloat16 swiglu_exact's 74 instructions and 0.01-0.03 us at 1 x 11008 on the H200, for values
-// that only move a sigmoid within 2**-126 of 0 or 1 (the same bits on random data; eighteenth
-// session). For g below about -88 it gives 0, the limit of sigmoid.
+// non-ftz forms __expf and __fdividef compile to, scaling around each MUFU op, add a sixth to
+// bfloat16 swiglu_exact's instructions, and time to short calls, for values that only move a
+// sigmoid within 2**-126 of 0 or 1 (the same bits on random data; docs/bench-mlp-notes.md, "The
+// elementwise ops", "The sigmoid"). For g below about -88 it gives 0, the limit of sigmoid.
 __device__ __forceinline__ float sigmoid(float gate) {
 #if defined(__HIP_PLATFORM_AMD__)
   return __fdividef(1.0f, 1.0f + __expf(-gate));
@@ -386,12 +378,8 @@ __device__ __forceinline__ float silu_mul(float gate, float up) {
 // instructions torch.compile's Triton kernel issues for F.silu(g) * u; for g below about -88 a
 // signed zero too (g / inf). More instructions than silu_mul, and faster where the kernel runs at
 // copy bandwidth: taken by the plain 16-byte exact forwards, the host's choice for calls that move
-// more than kernelpack.mlp_launch.STREAMING_MAX_BYTES. On the H200 (docs/bench-mlp-notes.md,
-// twenty-third session), rows of 14336 into the same output, against the same kernel with
-// silu_mul (and the accurate expf then): bfloat16 SwiGLU 16384 rows 321.90 us against 322.08 (12
-// of 13 rounds won), 4096 83.01 against 83.11, SiLU-and-mul 16384 322.01 against 322.12 (12 of
-// 13), float16 level to 0.07% faster, float32 level; with an IEEE division 0.2% faster at 16384
-// rows and 0.1-0.2% slower at 2048-4096. On AMD the same quotient in HIP's expf and fast division
+// more than kernelpack.ops.mlp.tuning.STREAMING_MAX_BYTES (docs/bench-mlp-notes.md, "The
+// elementwise ops", "The sigmoid"). On AMD the same quotient in HIP's expf and fast division
 // (unmeasured there).
 __device__ __forceinline__ float silu_mul_divided(float gate, float up) {
 #if defined(__HIP_PLATFORM_AMD__)
@@ -403,9 +391,9 @@ __device__ __forceinline__ float silu_mul_divided(float gate, float up) {
 #endif
 }
 
-// The block size of the elementwise kernels, also their __launch_bounds__. (Measured on the H100:
-// 128 threads spread small sizes over more SMs than 256 do, 1 to 2% faster from 1 x 4096 to
-// 512 x 4096, and are as fast at large sizes; a grid capped to a few blocks per SM is slower.)
+// The block size of the elementwise kernels, also their __launch_bounds__: 128 threads spread
+// small sizes over more multiprocessors than 256 do, and are as fast at large sizes; a grid capped
+// to a few blocks a multiprocessor is slower (docs/bench-mlp-notes.md, "The elementwise ops").
 constexpr int kElementwiseBlockThreads = 128;
 
 // chunk(i) for this thread's chunks of [0, end): the threads of grid.x striding over them.
@@ -434,9 +422,9 @@ __device__ __forceinline__ typename Access::Raw silu_mul_vector(typename Access:
   return Access::pack(g);
 }
 
-// out[i] = silu(gate[i]) * up[i] for the chunks [0, end), as for_each_chunk deals them. (Measured
-// on the H100: one 16-byte vector per thread and step beats two, whose larger tiles leave fewer
-// threads in flight at mid sizes.)
+// out[i] = silu(gate[i]) * up[i] for the chunks [0, end), as for_each_chunk deals them: one
+// 16-byte vector a thread and step, which beat two, whose larger tiles leave fewer threads in
+// flight at mid sizes.
 template <typename Access, typename T>
 __device__ __forceinline__ void silu_mul_chunks(const T* gate, const T* up, T* out, long long end) {
   for_each_chunk(end, [&](auto i) {
@@ -490,18 +478,16 @@ __device__ __forceinline__ void silu_and_mul(const T* x, T* out, long long rows,
 // the vector's bytes): the host takes them where n (cols) is a whole number of vectors, the grid
 // has a thread for each (grid.y one a row) and the arrays hold fewer than 2**31 elements, so a
 // thread takes its one vector with none of the general form's run-time choices (grid-stride and
-// row loops, 64-bit indices, the tail): the sixth session's profile of 1x11008
-// (docs/bench-mlp-notes.md). The vector is the one the host sized the grid for: 8 bytes where the
-// grid has a thread for each 8-byte chunk (short inputs, and the backwards past
-// kernelpack.mlp_launch.STREAMING_MAX_BYTES), else 16. Every pointer must be aligned
-// to that vector: the host checks the call's addresses and launches the general kernel (same
-// arguments) for a misaligned view, so a thread's path is its loads, the arithmetic and its
-// store, with no test. An alignment test in the kernel, even after the loads with the scalar loop
-// out of line, cost 1 x 11008 of a 16-bit type 0.04-0.06 us on the H200 against the same kernel
-// without it (docs/bench-mlp-notes.md, seventeenth session). A thread past the row's last vector
-// loads the row's first (an exact row has one) and stores nothing: with no branch ahead of the
-// loads, the pointers' constant loads run beside the index arithmetic instead of after its test,
-// 0.1 us of 2 at 1 x 11008 (eighteenth session).
+// row loops, 64-bit indices, the tail), which short calls wait on. The vector is the one the host
+// sized the grid for: 8 bytes where the grid has a thread for each 8-byte chunk (short inputs,
+// and the backwards past kernelpack.ops.mlp.tuning.STREAMING_MAX_BYTES), else 16. Every pointer
+// must be aligned to that vector: the host checks the call's addresses and launches the general
+// kernel (same arguments) for a misaligned view, so a thread's path is its loads, the arithmetic
+// and its store, with no test (a test in the kernel, even after the loads with the scalar loop
+// out of line, was slower). A thread past the row's last vector loads the row's first (an exact
+// row has one) and stores nothing: with no branch ahead of the loads, the pointers' constant loads
+// run beside the index arithmetic instead of after its test (docs/bench-mlp-notes.md, "The
+// elementwise ops").
 //
 // This thread's vectors in an exact form, as 32-bit vector indices: whether it has one, and its
 // index in gate, up and out (and dy); for silu_and_mul's forms (grid.y one a row) gate and up are
@@ -564,11 +550,8 @@ __device__ __forceinline__ void silu_and_mul_exact(const T* x, T* out, long long
 // the store, the vector index from the block index and the block's constant size (blockDim
 // unread), and silu_and_mul over a 1-D grid of rows x blocks-a-row, the row from the block index
 // by a run-time division. So does torch.compile's Triton kernel at LLaMA's sizes (14336 columns).
-// On the H200 (docs/bench-mlp-notes.md, twenty-fourth session), into one output against the 2-D
-// exact forms that served these calls before (with the test and the accurate expf), us:
-// SiLU-and-mul bfloat16 16384 x 14336 322.81-322.87 against 323.10-323.24 (13 of 13 rounds won),
-// 4096 83.30-83.34 against 83.37-83.38, float16 4096 83.27-83.31 against 83.32-83.37; SwiGLU and
-// float32 within 0.05% either way.
+// Faster than the 2-D exact forms for 16-bit SiLU-and-mul at these sizes (docs/bench-mlp-notes.md,
+// "The elementwise ops").
 __device__ __forceinline__ int whole_vector(int block) {
   return block * kElementwiseBlockThreads + static_cast<int>(threadIdx.x);
 }
@@ -624,8 +607,7 @@ __device__ __forceinline__ void rms_norm_row(const T* x, const T* residual, T* r
   // Pass 1. The cached chunks, and their weights, are all loaded before anything is stored, so
   // that the loads overlap (the compiler keeps a load behind a store that may alias it): loaded
   // in pass 2, each weight would wait behind the previous chunk's store, a memory round trip
-  // more on short rows (measured on the H100, float32 64 x 4096: 4.3 against 4.9 us; as fast
-  // at 16384 x 8192, where float32 RMSNorm keeps two 512-thread blocks on an SM at 64 registers).
+  // more on short rows (and as fast on long ones; docs/bench-mlp-notes.md, "The forward norms").
   Raw values[kCachedChunks];
   Raw residuals[kAddResidual ? kCachedChunks : 1];
   Raw weights[kCachedChunks];
@@ -800,11 +782,11 @@ __device__ __forceinline__ float short_row_sum(float value, float* slots) {
 
 // Short rows (the host's choice for few rows, up to kShortForwardChunks * kShortRowThreads vectors
 // a row): one block a row, one or two 16-byte vectors a thread, held in registers from the load to
-// the store, the weight's vectors loaded beside them. Why a kernel of its own (ncu on the H200 at
-// 1 x 4096 bfloat16, docs/bench-mlp-notes.md): the general kernel's warps each issued about 535
-// instructions for its four cached vectors, one warp a scheduler, where Liger-Kernel's issued
-// 254; here a warp issues one or two vectors'. A misaligned row (or one not a whole number of
-// vectors) takes the scalar loop, twice over the row, which is slow but right.
+// the store, the weight's vectors loaded beside them. Why a kernel of its own: the general
+// kernel's warps each issue the instructions of its four cached vectors, one warp a scheduler,
+// twice Liger-Kernel's at 1 x 4096 (docs/bench-mlp-notes.md, "The forward norms"); here a warp
+// issues one or two vectors'. A misaligned row (or one not a whole number of vectors) takes the
+// scalar loop, twice over the row, which is slow but right.
 constexpr int kShortRowThreads = 512;
 
 // Vectors a thread of the short forward: one, or two where the host gives a row half as many
@@ -953,16 +935,15 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
   }
 }
 
-// Rows of one fixed length (LLaMA's hidden sizes, kernelpack.mlp_launch's FIXED_COLUMNS; the host's
-// choice for rows of such a length, few or many), in an exact form: one block a row (the grid has a
-// block for each row), rows of exactly kCols elements, as the host launches it. The length, the
-// threads, the vectors a thread and 1 / cols are constants: no bound checks, no length arithmetic,
-// no row loop, a block sum of a known number of wavefronts. Why so bare (H200, 1 x 4096 bfloat16,
-// kernels queued back to back, docs/bench-mlp-notes.md): the short kernel's warps issued 244
-// instructions, Triton's (compiled for the one shape) 136, all in the one chain the kernel waits
-// on; and with a row loop, or with the alignment test ahead of the loads, this kernel took 2.30 us
-// a call where the same code without both took 2.09 (Liger-Kernel's 2.30): back to back, the time
-// per kernel moves in steps of about 0.21 us.
+// Rows of one fixed length (LLaMA's hidden sizes, kernelpack.ops.mlp.tuning.FIXED_COLUMNS; the
+// host's choice for rows of such a length, few or many), in an exact form: one block a row (the
+// grid has a block for each row), rows of exactly kCols elements, as the host launches it. The
+// length, the threads, the vectors a thread and 1 / cols are constants: no bound checks, no length
+// arithmetic, no row loop, a block sum of a known number of wavefronts. Why so bare: at one row
+// every instruction is in the one chain the kernel waits on, and Triton's kernel, compiled for the
+// one shape, issues about half the short kernel's; with a row loop, or with the alignment test
+// ahead of the loads, this kernel was as slow as Liger-Kernel's, without both a step faster
+// (docs/bench-mlp-notes.md, "The forward norms").
 // A misaligned pointer still gives the right answer: the loads read from the pointers rounded
 // down to 16 bytes (in bounds: inside the row's first 16-byte granule, of the same allocation), so
 // they issue while the alignment test resolves; the block sums what they read either way, and only
@@ -1031,11 +1012,9 @@ struct FixedRow {
 };
 
 // Whether rms_norm_fixed_full reads its row twice, the first time through load_kept, instead of
-// keeping it in registers across the block sum: torch.compile's shape. On the H200, inputs
-// rotated past the L2 (docs/bench-mlp-notes.md, sixteenth session), 16-bit rows of 8192 took
-// 127.7 us at 16384 rows where the registers took 129.7 (compile 127.8), 10.2 at 1024 where
-// 10.3, level at 4096; rows of 4096 and 5120 and float32 rows gained nothing or lost.
-// NVIDIA only.
+// keeping it in registers across the block sum: torch.compile's shape, faster for 16-bit rows
+// of 8192 and for no other length or type (docs/bench-mlp-notes.md, "The forward norms"). NVIDIA
+// only.
 template <typename T, int kCols>
 constexpr bool kFullRereadsRow = kCacheHints && sizeof(T) == 2 && kCols == 8192;
 
@@ -1323,7 +1302,7 @@ __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T*
 //   grad_w = sum over rows of dy * x * r
 // r is the forward's, read from its row_scales (one float32 a row): a row needs one sum,
 // sum(dy * w * x), where recomputing r took a second, sum(x^2) (torch.compile's backward saves
-// r too; docs/bench-mlp-notes.md).
+// r too; docs/bench-mlp-notes.md, "The backward norms").
 // One row at a time per block (blockDim.x threads, blockDim.y == 1), the blocks striding over the
 // rows in a fixed order. The weight gradient is deterministic: each block sums its rows into
 // registers (the cached chunks) or into its own row of `partial` (the rest of a long row, which
@@ -1334,8 +1313,8 @@ __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T*
 // the forward kernel. The host gives a row enough threads for rows up to 4 * kRowBlockThreads
 // vectors (8192 float32, 16384 float16); longer rows go through memory.
 //
-// Why the kernel is shaped so (profiled on the H200 at 16384 x 8192, docs/bench-mlp-notes.md):
-// it waits for each row's loads, so what counts is the bytes an SM has in flight. With 16
+// Why the kernel is shaped so (profiled at 16384 x 8192, docs/bench-mlp-notes.md, "The backward
+// norms"): it waits for each row's loads, so what counts is the bytes an SM has in flight. With 16
 // elements a thread, a 16-bit row of 8192 took 512 threads holding 64 bytes each in flight, one
 // block (102 registers a thread) an SM: 32 KB in flight, then nothing while the row was reduced
 // and stored. Four vectors a thread double the bytes each thread asks for, and 256 threads a row
@@ -1343,9 +1322,8 @@ __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T*
 // To stay under 128 registers without spills, the weight is read again for every row (from L1:
 // the same row for every row) rather than held in registers. grad_extra is loaded with x and dy,
 // not after the reduction: read in pass 2 it was a second wait a row, with nothing else in
-// flight (H200, add_rms_norm's backward kernel 1.07-1.23 times as fast loaded early: float32
-// 16384 x 8192 609.7 -> 501.1 us, bfloat16 329.3 -> 270.1; at most 124 registers on sm_90, no
-// spill).
+// flight (add_rms_norm's backward is up to a fifth faster loaded early, at most 124 registers on
+// sm_90, no spill).
 constexpr int kBackwardCachedChunks = 4;
 
 // Pass 1 of one chunk of a row: adds its share of the row's sum, sum(dy * w * x).
@@ -1564,10 +1542,10 @@ __device__ __forceinline__ void rms_norm_backward(const T* x, const float* row_s
 
 // ---- short-row backward ----------------------------------------------------------------------
 //
-// Few rows (the host's choice: at most SHORT_BACKWARD_ROWS_MAX, one block a row). At these sizes
-// every kernel is bound by its latency, not by bytes (H200, 1 x 4096 bfloat16: the general
-// backward and its weight sum 8.4 us, torch.compile's whole backward one kernel of 1.6 us;
-// docs/bench-mlp-notes.md), so this kernel shortens the chain of each thread: one (at most
+// Few rows (the host's choice: at most a row a multiprocessor, one block a row). At these sizes
+// every kernel is bound by its latency, not by bytes (the general backward and its weight sum
+// took five times torch.compile's one kernel at 1 x 4096; docs/bench-mlp-notes.md, "The backward
+// norms"), so this kernel shortens the chain of each thread: one (at most
 // kShortBackwardChunks) vector of x, dy, the weight and grad_extra a thread, all loaded at once
 // before the row's sums and held in registers to the stores. One row in one block stores the
 // weight gradient itself (its shares are the gradient), so a 1-row backward is one kernel. More
@@ -1575,13 +1553,12 @@ __device__ __forceinline__ void rms_norm_backward(const T* x, const float* row_s
 //   16-bit types: rms_norm_weight_grad_inputs sums dy * x * scale over the rows from the inputs
 //     and the forward's row scales, as torch.compile's backward does, and this kernel stores no
 //     weight-gradient shares. Its loads are the 4 bytes an element that float32 shares would be,
-//     and this kernel stores a third less (H200, 64 x 4096 bfloat16, torch.profiler: backward
-//     2.74 -> 2.00 us, weight sum 1.89 -> 1.98; docs/bench-mlp-notes.md);
+//     and this kernel stores a third less;
 //   float32: a float32 row of shares a block in `scratch`, summed by rms_norm_weight_grad as the
-//     general kernel's; read from the inputs they would be twice the bytes (backward 2.53 ->
-//     2.23 us, but weight sum 1.87 -> 2.37).
-// (A grid barrier instead of the second kernel was tried on the H200: at 64 x 4096 bfloat16 the
-// kernel took 9.5 us, the barrier's fences and atomics costing more than a kernel boundary.)
+//     general kernel's; read from the inputs they would be twice the bytes, and the sum slower
+//     than the backward gains.
+// (A grid barrier instead of the second kernel was slower: its fences and atomics cost more than
+// a kernel boundary. The measurements: docs/bench-mlp-notes.md, "The backward norms".)
 constexpr int kShortBackwardThreads = 512;
 constexpr int kShortBackwardChunks = 2;
 
@@ -1827,20 +1804,18 @@ __device__ __forceinline__ void rms_norm_backward_fixed(const T* x, const float*
   }
 }
 
-// The weight-gradient sum's block bound: blockDim.x columns by blockDim.y slices of the rows.
-// (Measured on the H200 at 264 rows of 8192: one thread a column summing all the rows in turn, 64
-// blocks of 128 threads, took 14 us, latency-bound; 32 columns by 8 slices take 8.6 us;
-// docs/bench-mlp-notes.md.)
+// The weight-gradient sum's block bound: blockDim.x columns by blockDim.y slices of the rows
+// (one thread a column summing all the rows in turn is latency-bound; docs/bench-mlp-notes.md, "The
+// backward norms").
 constexpr int kWeightGradThreads = 256;
 // Rows a thread of the weight-gradient sum has in flight at once, and slices' sums slice 0 adds.
 constexpr int kWeightGradInFlight = 8;
 
 // Where the weight-gradient sum reads row b's share of column group j (kWidth columns), in two
 // steps, its loads then its values, so that a thread issues all its rows' loads before it waits
-// on any (ptxas kept the order of a share computed whole: at 64 x 4096 bfloat16 the three loads
-// of each row waited on the previous row's product, eight L2 round trips in turn, 2.62 us against
-// torch.compile's 1.70). From the general backward's float32 partial sums, one row a block, a
-// column a group ...
+// on any (ptxas kept the order of a share computed whole: the three loads of each row waited on
+// the previous row's product, eight L2 round trips in turn). From the general backward's float32
+// partial sums, one row a block, a column a group ...
 struct PartialShares {
   static constexpr int kWidth = 1;
   using Loaded = float;
@@ -1892,9 +1867,8 @@ struct InputShares {
 // is the block's first group, the same for all its threads, so every thread meets the barriers.
 // A thread past the last group loads the last one's rows and stores nothing, so that its loads
 // wait on no test (as in the exact elementwise forms), and slice 0 loads kWeightGradInFlight
-// slices' sums before it adds them. On the H200 at 64 x 4096 float16 the sum in pairs took 1.8 us
-// alone so, 2.3-2.8 with a load and an addition a slice in turn; after the backward 2.1, 3.1 with a
-// test a slice (docs/bench-mlp-notes.md, twentieth session).
+// slices' sums before it adds them, rather than a load and an addition a slice in turn
+// (docs/bench-mlp-notes.md, "The backward norms").
 template <typename Access, typename Shares, typename T>
 __device__ __forceinline__ void weight_grad(const Shares& share, T* grad_weight, long long rows,
                                             long long groups) {
@@ -1986,9 +1960,9 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul(x, out, rows, cols);
 }
 
-// The exact forms of the two (the host's choice: kernelpack.mlp_launch.exact_vector_bytes), and
-// their 16-byte forms through StreamingAccess, for calls that move little (the host's choice:
-// kernelpack.mlp_launch.STREAMING_MAX_BYTES). The plain 16-byte forms serve only the calls past
+// The exact forms of the two (the host's choice: kernelpack.ops.mlp.geometry.exact_vector_bytes),
+// and their 16-byte forms through StreamingAccess, for calls that move little (the host's choice:
+// kernelpack.ops.mlp.tuning.STREAMING_MAX_BYTES). The plain 16-byte forms serve only the calls past
 // it, the ones at copy bandwidth: they take silu_mul_divided; the 8-byte forms (short inputs) and
 // the streaming ones the fast sigmoid, which their calls gained from (sigmoid).
 template <typename T, int kBytes>
@@ -2016,12 +1990,10 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
 }
 
 // silu_and_mul's 8-byte exact forms over a single row (the host's choice for one row in 8-byte
-// vectors, a decode step's call: kernelpack.mlp_launch.one_row_kernel): swiglu's exact forms over
-// the row's two halves. The 2-D forms put the row's index (blockIdx.y) ahead of both loads'
-// addresses and the up half's address after the gate's; on the H200 at 1 x 11008 (64 inputs in
-// the L2, docs/bench-mlp-notes.md, twenty-fifth session) swiglu's form over the two halves took
-// 1.80 us a call against the 2-D form's 1.87 in both 16-bit types (14-15 of 15 rounds), float32
-// 1.85 against 1.88.
+// vectors, a decode step's call: kernelpack.ops.mlp.geometry.one_row_kernel): swiglu's exact
+// forms over the row's two halves. The 2-D forms put the row's index (blockIdx.y) ahead of both
+// loads' addresses and the up half's address after the gate's, which a single row waits on
+// (docs/bench-mlp-notes.md, "The elementwise ops").
 template <typename T>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     silu_and_mul_one_row(const T* x, T* out, long long /* rows: 1 */, long long cols) {
@@ -2029,7 +2001,8 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
 }
 
 // The plain 16-byte exact forwards over whole blocks (the host's choice:
-// kernelpack.mlp_launch.whole_blocks); the arguments are the general kernels' (n, rows unread).
+// kernelpack.ops.mlp.geometry.whole_blocks); the arguments are the general kernels' (n, rows
+// unread).
 template <typename T>
 __global__ void __launch_bounds__(kElementwiseBlockThreads)
     swiglu_whole(const T* gate, const T* up, T* out, long long n) {
@@ -2044,16 +2017,14 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
 
 // The blocks of kRowBlockThreads an SM the general forward rms_norm is built for at least (its
 // __launch_bounds__): 64 registers a thread on NVIDIA. Float32 rows of 8192 take 512 threads: at
-// 74 registers one block fits an SM, and it took 94 us where it takes 68 at 4096 x 8192 (ninth
-// session; ptxas's own choice was 64 until then, and 78 with an explicit bound of one block).
-// 16-bit rows of 8192 take 256 threads: at the 74 registers ptxas gives them unbounded, three
-// blocks fit, at 64 four. On the H200 (docs/bench-mlp-notes.md, tenth session): bfloat16
-// 4096 x 8192 38.1 -> 36.4 us, 16384 x 8192 139.1 -> 130.9, 512 x 5120 7.6 -> 6.4; float16
-// 38.4 -> 35.7, 139.6 -> 130.0, 7.6 -> 6.4, with 10 bytes of bfloat16 spilled to L1 on sm_90;
-// float32 as fast. (add_rms_norm, at 116 registers in bfloat16, keeps its bound: not tried.)
-// Rows of 8192 have taken the fixed-length kernels since the thirteenth session; the general
-// ones keep the other lengths, in whole blocks of 64 threads (kernelpack.mlp_launch's
-// _forward_row_threads), and tests/test_build.py checks this bound at 8192's block.
+// 74 registers (ptxas's choice with an explicit bound of one block is 78) one block fits an SM,
+// and the kernel is a third slower. 16-bit rows of 8192 take 256 threads: at the 74 registers
+// ptxas gives them unbounded three blocks fit, at 64 four, which is faster, with 10 bytes of
+// bfloat16 spilled to L1 on sm_90 (docs/bench-mlp-notes.md, "The forward norms"). (add_rms_norm, at
+// 116 registers in bfloat16, keeps its bound: not tried.) Rows of 4096, 5120 and 8192 take the
+// fixed-length kernels; the general ones keep the other lengths, in whole blocks of 64 threads
+// (kernelpack.ops.mlp.geometry's _forward_row_threads), and tests/test_build.py checks this bound
+// at 8192's block.
 constexpr int kRowNormMinBlocks = 2;
 
 // row_scales: null (inference), or float32 [rows] to receive each row's scale (training: the
@@ -2105,18 +2076,14 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
                                        static_cast<T*>(nullptr), weight, out, row_scales, eps);
 }
 
-// rms_norm_fixed for more rows than the SMs (the host's choice), its registers bounded so that
-// its blocks fill an SM (FixedRow::kFullMinBlocks). On the H200 (docs/bench-mlp-notes.md,
-// thirteenth session), against rms_norm_fixed at ptxas's 40-42 registers, in 16-bit: 512 x 8192
-// 6.0 us where it took 7.0, 4096 x 8192 35.7 where it took 36.6, 4096 x 4096 19.0 where 19.8;
-// but up to 132 rows 0.01-0.04 us slower (1 x 4096 2.15 against 2.11), where no SM holds more
+// rms_norm_fixed for more rows than multiprocessors (the host's choice), its registers bounded so
+// that its blocks fill an SM (FixedRow::kFullMinBlocks): faster than rms_norm_fixed at ptxas's
+// 40-42 registers from a few hundred rows on, slightly slower for fewer, where no SM holds more
 // than one row's block either way. add_rms_norm's form for many rows (add_rms_norm_fixed_full),
-// a vector of the residual more, is not bounded so: bounded, bfloat16 spilled and 16384 x 8192
-// took 268 us, not 259. It wants the other way: float16's, at ptxas's 40 registers, fits three
-// blocks an SM, and capped at two (by dynamic shared memory) took 1.0-1.6% less at 4096 and
-// 16384 x 8192. The host now holds both forms so on sm_90 from 4096 rows on, where the H200
-// measured it faster (mlp_launch.py's FIXED_BLOCKS_PER_SM, docs/bench-mlp-notes.md, fifteenth
-// session).
+// a vector of the residual more, is not bounded so: bounded, bfloat16 spilled and was slower. It
+// wants the other way: held to fewer blocks an SM than its registers allow (by dynamic shared
+// memory, the host's choice on the families of kernelpack.ops.mlp.tuning.FAMILIES)
+// (docs/bench-mlp-notes.md, "The forward norms"; docs/mlp-tuning.md).
 template <typename T, int kCols>
 __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
                                   (FixedRow<T, kCols>::kFullMinBlocks))
@@ -2128,11 +2095,9 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
 
 // rms_norm_fixed_full's geometry with its row read twice on NVIDIA (load_kept) and its registers
 // bounded to kRereadMinBlocks blocks an SM, torch.compile's shape for float32 rows of 8192, for
-// the host to take for many rows (mlp_launch.REREAD_FROM_ROWS). On the H200
-// (docs/bench-mlp-notes.md, seventeenth session), float32 16384 x 8192 in the benchmark: 253.6 us
-// where two vectors a thread in blocks of 1024 (two an SM, the sixteenth session's form) took
-// 256.1 and rms_norm_fixed_full 256.5 (compile 253.2); bounded to four blocks (32 registers),
-// 260.8. Instantiated for those rows alone.
+// the host to take for many rows (a tuning family's reread_from_rows, kernelpack.ops.mlp.tuning),
+// faster there than rms_norm_fixed_full, than 1024 threads at two blocks an SM, and than a bound
+// of four blocks (docs/bench-mlp-notes.md, "The forward norms"). Instantiated for those rows alone.
 template <typename T, int kCols>
 __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
                                   (kBoundCountsBlocks ? kRereadMinBlocks : 1))
@@ -2300,10 +2265,11 @@ MLP_KERNELS(__nv_bfloat16)
 
 #undef MLP_KERNELS
 
-// The exact elementwise forms for one storage type and vector (kernelpack.mlp_launch's
+// The exact elementwise forms for one storage type and vector (kernelpack.ops.mlp.geometry's
 // exact_vector_bytes: 8 or 16 bytes). The backwards' plain forms in 8-byte vectors alone: the host
 // sizes their grid for 8-byte vectors wherever it takes plain accesses
-// (kernelpack.mlp_launch.widest_vector_bytes), for 16-byte ones only below STREAMING_MAX_BYTES.
+// (kernelpack.ops.mlp.geometry.widest_vector_bytes), for 16-byte ones only below
+// STREAMING_MAX_BYTES.
 #define MLP_EXACT_FORWARD_KERNELS(T, BYTES)                                                     \
   template __global__ void swiglu_exact<T, BYTES>(const T*, const T*, T*, long long);           \
   template __global__ void silu_and_mul_exact<T, BYTES>(const T*, T*, long long, long long);
@@ -2369,7 +2335,7 @@ template __global__ void rms_norm_weight_grad_input_pairs<__nv_bfloat16>(
     const __nv_bfloat16*, const __nv_bfloat16*, const float*, __nv_bfloat16*, long long,
     long long);
 
-// The fixed-length forward norms, per storage type and row length (kernelpack.mlp_launch's
+// The fixed-length forward norms, per storage type and row length (kernelpack.ops.mlp.tuning's
 // FIXED_COLUMNS: LLaMA's hidden sizes).
 #define MLP_FIXED_KERNELS(T, COLS)                                                           \
   template __global__ void rms_norm_fixed<T, COLS>(const T*, const T*, T*, float*, long long,   \
@@ -2398,7 +2364,7 @@ template __global__ void rms_norm_fixed_reread<float, 8192>(const float*, const 
                                                             float*, long long, long long, float);
 
 // The fixed-length backward where kShortBackwardThreads threads of one or two vectors cover a row
-// (kernelpack.mlp_launch.fixed_backward): 512 or 1024 vectors.
+// (kernelpack.ops.mlp.geometry.fixed_backward): 512 or 1024 vectors.
 #define MLP_FIXED_BACKWARD(T, COLS)                                                         \
   template __global__ void rms_norm_backward_fixed<T, COLS>(const T*, const float*, const T*, \
                                                             const T*, const T*, T*, T*,     \
