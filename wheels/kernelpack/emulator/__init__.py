@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from ..devices import arrays
+from ..devices import pointers
 from ..devices.detect import Gpu
 from ..errors import RuntimeLibraryError, UsageError
 from ..loader import catalog as installed
@@ -102,8 +102,8 @@ class DeviceArray:
 
 
 # Kernel.launch reads a pointer argument's address through this cache of per-type getters
-# (kernelpack.devices.arrays.pointer_of, and the C launcher on a miss).
-arrays.POINTER_GETTERS[DeviceArray] = lambda array: array.address
+# (kernelpack.devices.pointers.pointer_of, and the C launcher on a miss).
+pointers.POINTER_GETTERS[DeviceArray] = lambda array: array.address
 
 
 def _no_compiler(vendor: str) -> SourceCompiler:
@@ -237,7 +237,7 @@ class Emulator:
         return DeviceArray(tuple(array.shape), array.dtype, misalign)
 
     def memory(self) -> EmulatorMemory:
-        """Raw bytes in the emulator's memory through kernelpack.devices.arrays.DeviceMemory's interface,
+        """Raw bytes in the emulator's memory through kernelpack.devices.memory.DeviceMemory's interface,
         for hosts that work in plain addresses (each buffer a 0xFF-filled DeviceArray's bytes)."""
         return EmulatorMemory(lambda nbytes: DeviceArray((nbytes,), "uint8"))
 

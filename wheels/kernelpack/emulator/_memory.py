@@ -1,4 +1,4 @@
-"""Raw device bytes in the emulator's memory, as kernelpack.devices.arrays.DeviceMemory gives them on a GPU.
+"""Raw device bytes in the emulator's memory, as kernelpack.devices.memory.DeviceMemory gives them on a GPU.
 
 Hosts that work in plain addresses (the walk's :func:`kernelpack.walk.gpu._walk`) take a
 DeviceMemory; this is the same interface over the emulator's memory, which is host memory: a
