@@ -14,7 +14,12 @@ from .arrays import download, gpu_framework, parse_device
 from .pinned import pool as pinned_pool
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     import numpy as np
+
+    # page-locked host memory: its owner (the framework's tensor or CuPy's memory) and its bytes
+    Pinned: TypeAlias = tuple[Any, np.ndarray[Any, Any]]
 
 
 class DeviceMemory:
@@ -90,7 +95,7 @@ class DeviceMemory:
         with self._xp.cuda.Device(self.index):
             return int(self._xp.cuda.get_current_stream().ptr)
 
-    def pinned(self, nbytes: int) -> tuple[Any, np.ndarray[Any, Any]]:
+    def pinned(self, nbytes: int) -> Pinned:
         """Page-locked host memory of ``nbytes`` (its owner, and its bytes as numpy), from the
         framework's pool (kernelpack.devices.pinned): it goes back there once the numpy view
         and every array made from it are collected, for a later call of any size to reuse."""
@@ -115,14 +120,7 @@ class DeviceMemory:
                 event.record(self._xp.cuda.get_current_stream())
         side.wait_event(event)
 
-    def copy_to_host(
-        self,
-        host: tuple[Any, np.ndarray[Any, Any]],
-        offset: int,
-        buffer: Any,
-        nbytes: int,
-        side: Any,
-    ) -> None:
+    def copy_to_host(self, host: Pinned, offset: int, buffer: Any, nbytes: int, side: Any) -> None:
         """Queue on ``side`` a copy of the first ``nbytes`` of ``buffer`` into pinned ``host``
         (from :meth:`pinned`) at ``offset``."""
         owner, view = host
