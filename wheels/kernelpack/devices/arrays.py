@@ -116,17 +116,17 @@ def _import_gpu_view(name: str, value: object) -> Any:
             f"numpy array, got {type(value).__name__}"
         )
     try:
-        import torch
+        import torch  # deferred: torch is optional
 
         if has_cai:
             return torch.as_tensor(value, device="cuda")
-        from torch.utils.dlpack import from_dlpack
+        from torch.utils.dlpack import from_dlpack  # deferred: torch is optional
 
         return from_dlpack(value)
     except ImportError:
         pass
     try:
-        import cupy
+        import cupy  # deferred: CuPy is optional
 
         return cupy.asarray(value) if has_cai else cupy.from_dlpack(value)
     except ImportError:
@@ -145,7 +145,7 @@ def wrap(name: str, value: object) -> Array:
         framework = framework_of(value)
     v: Any = value
     if framework == "torch":
-        import torch
+        import torch  # deferred: torch is optional
 
         where = v.device
         if where.type != "cuda":
@@ -155,7 +155,7 @@ def wrap(name: str, value: object) -> Array:
             name, v, framework, dtype, tuple(v.shape), where.index or 0, torch_runtime(torch)
         )
     if framework == "cupy":
-        import cupy
+        import cupy  # deferred: CuPy is optional
 
         return Array(
             name, v, framework, v.dtype.name, tuple(v.shape), int(v.device.id), _cupy_vendor(cupy)
@@ -167,7 +167,7 @@ def current_stream(array: Array) -> int:
     """The raw handle of the current stream of the array's framework on its device, so a kernel
     orders with the caller's own work like any of the framework's ops."""
     if array.framework == "torch":
-        import torch
+        import torch  # deferred: torch is optional
 
         # The raw accessor (what Triton and torch.compile's launchers call) skips building a
         # torch.cuda.Stream object, a few µs on every launch.
@@ -175,7 +175,7 @@ def current_stream(array: Array) -> int:
         if raw is not None:
             return int(raw(array.device))
         return int(torch.cuda.current_stream(array.device).cuda_stream)
-    import cupy
+    import cupy  # deferred: CuPy is optional
 
     with cupy.cuda.Device(array.device):
         return int(cupy.cuda.get_current_stream().ptr)
@@ -187,12 +187,12 @@ def empty(like: Array, shape: tuple[int, ...], name: str = "out") -> Array:
     if like.framework == "torch":
         value: Any = v.new_empty(shape)
     elif like.framework == "cupy":
-        import cupy
+        import cupy  # deferred: CuPy is optional
 
         with v.device:
             value = cupy.empty(shape, dtype=v.dtype)
     else:
-        import numpy as np
+        import numpy as np  # deferred: kernelpack's report commands run without numpy
 
         value = np.empty(shape, dtype=v.dtype)
     return Array(name, value, like.framework, like.dtype, shape, like.device, like.vendor)
@@ -264,10 +264,10 @@ def host_tensor_message(name: str, where: str, torch: Any) -> str:
 
 def download(buffer: Any) -> np.ndarray[Any, Any]:
     """The bytes of a device array (any dtype, contiguous) as a 1-D uint8 numpy array."""
-    import numpy as np
+    import numpy as np  # deferred: kernelpack's report commands run without numpy
 
     if framework_of(buffer) == "torch":
-        import torch
+        import torch  # deferred: torch is optional
 
         raw: np.ndarray[Any, Any] = buffer.reshape(-1).view(torch.uint8).cpu().numpy()
         return raw
@@ -278,20 +278,20 @@ def to_gpu(array: Array, framework: str) -> Array:
     """A device copy of a host array, as the same dtype in ``framework`` (CuPy has no bfloat16:
     there the copy holds the bits as unsigned integers of the same size; kernels take only the
     address)."""
-    import numpy as np
+    import numpy as np  # deferred: kernelpack's report commands run without numpy
 
     host = np.ascontiguousarray(array.value)
     raw = host.reshape(-1).view(np.uint8)
     if not raw.flags.writeable:
         raw = raw.copy()
     if framework == "torch":
-        import torch
+        import torch  # deferred: torch is optional
 
         device_raw: Any = torch.from_numpy(raw).cuda()
         value: Any = device_raw.view(getattr(torch, array.dtype)).reshape(array.shape)
         index, vendor = value.device.index or 0, torch_runtime(torch)
     else:
-        import cupy
+        import cupy  # deferred: CuPy is optional
 
         storage = np.dtype(f"u{host.dtype.itemsize}")
         value = cupy.asarray(raw).view(storage).reshape(array.shape)
@@ -352,7 +352,7 @@ def device_string(device: object) -> DeviceString:
     if framework_of(device) in ("torch", "cupy"):
         return parse_device(wrap("device", device).device_name)
     if module == "torch" and kind.__name__ == "device":
-        import torch
+        import torch  # deferred: torch is optional
 
         where: Any = device
         if where.type != "cuda":
@@ -360,7 +360,7 @@ def device_string(device: object) -> DeviceString:
         index = torch.cuda.current_device() if where.index is None else where.index
         return DeviceString.of(torch_runtime(torch), index)
     if module == "cupy" and hasattr(device, "id"):
-        import cupy
+        import cupy  # deferred: CuPy is optional
 
         return DeviceString.of(_cupy_vendor(cupy), int(device.id))
     raise UsageError(

@@ -10,13 +10,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .arrays import download, gpu_framework, parse_device
 from .pinned import pool as pinned_pool
 
 if TYPE_CHECKING:
     from typing import TypeAlias
-
-    import numpy as np
 
     # page-locked host memory: its owner (the framework's tensor or CuPy's memory) and its bytes
     Pinned: TypeAlias = tuple[Any, np.ndarray[Any, Any]]
@@ -48,8 +48,6 @@ class DeviceMemory:
 
     def upload(self, host: np.ndarray[Any, Any]) -> Any:
         """A device copy of a numpy array's bytes."""
-        import numpy as np
-
         raw = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
         if raw.size == 0:
             raw = np.zeros(16, dtype=np.uint8)
@@ -71,8 +69,6 @@ class DeviceMemory:
     def download(self, buffer: Any, dtype: Any, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
         """The first bytes of ``buffer`` on the host as a numpy array of ``dtype`` and ``shape``
         (after the work queued so far)."""
-        import numpy as np
-
         count = int(np.prod(shape)) * np.dtype(dtype).itemsize
         host: np.ndarray[Any, Any] = download(buffer[:count]).view(dtype).reshape(shape)
         return host
@@ -80,8 +76,6 @@ class DeviceMemory:
     def typed(self, buffer: Any, dtype: str, shape: tuple[int, ...]) -> Any:
         """The first bytes of ``buffer`` as a device array of ``dtype`` (a numpy name) and
         ``shape``, without a copy."""
-        import numpy as np
-
         count = int(np.prod(shape)) * np.dtype(dtype).itemsize
         return buffer[:count].view(getattr(self._xp, dtype)).reshape(shape)
 

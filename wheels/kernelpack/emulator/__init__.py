@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
+
 from ..devices import pointers
 from ..devices.detect import Gpu
 from ..errors import RuntimeLibraryError, UsageError
@@ -47,8 +49,6 @@ from ._targets import EMULATED_TARGETS, EmulatedTarget, emulated_target
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-    import numpy as np
 
     from ..backends.rtc import SourceCompiler
     from ..formats.index import Index
@@ -73,8 +73,6 @@ class DeviceArray:
     pointer argument; :meth:`Emulator.numpy` copies it out."""
 
     def __init__(self, shape: tuple[int, ...], dtype: Any, misalign: int = 0) -> None:
-        import numpy as np
-
         if type(misalign) is not int or not 0 <= misalign < ALIGNMENT:
             raise UsageError(f"misalign must be an int from 0 to {ALIGNMENT - 1}, got {misalign!r}")
         self.dtype = np.dtype(dtype)
@@ -220,8 +218,6 @@ class Emulator:
 
     def array(self, host: Any, *, misalign: int = 0) -> DeviceArray:
         """A copy of the numpy array ``host`` in the emulator's memory."""
-        import numpy as np
-
         source = np.ascontiguousarray(host)
         made = DeviceArray(source.shape, source.dtype, misalign)
         made.view()[...] = source

@@ -278,7 +278,7 @@ def _ball(node: Node, flint: Any) -> Any:
 def import_flint(why: str) -> Any:
     """python-flint, or the UsageError that says how to install it."""
     try:
-        import flint
+        import flint  # deferred: the exact extra (python-flint)
     except ImportError:
         raise UsageError(
             f"{why} needs python-flint (certified big-number arithmetic); install it with "
