@@ -47,7 +47,8 @@ sys.path.insert(0, str(REPO / "wheels"))
 from bench_walk import AXES, MATRICES, largest_primes  # noqa: E402
 
 from kernelpack.devices import pinned  # noqa: E402
-from kernelpack.devices.arrays import DeviceMemory, gpu_framework  # noqa: E402
+from kernelpack.devices.arrays import gpu_framework  # noqa: E402
+from kernelpack.devices.memory import DeviceMemory  # noqa: E402
 from kernelpack.files.atomic import atomic_write  # noqa: E402
 from kernelpack.sweep import EngineOptions, Store, load_spec, run_sweep  # noqa: E402
 from kernelpack.walk import compile_program, run  # noqa: E402

@@ -39,6 +39,7 @@ from kernelpack.files.atomic import atomic_write
 from .build import build
 from .packaging import (
     GENERATED_INIT,
+    ProjectMetadata,
     file_name_part,
     metadata_text,
     project_metadata,
@@ -109,9 +110,15 @@ def _settings(config_settings: ConfigSettings) -> BuildSettings:
     )
 
 
-def _one_line_errors(step: Callable[[], _Result]) -> _Result:
+def _project_step(
+    config_settings: ConfigSettings, step: Callable[[BuildSettings, ProjectMetadata], _Result]
+) -> _Result:
+    """``step`` of a hook on the project's settings and metadata (read from the current folder
+    and ``config_settings``), any kernelpack error one line on standard error and its exit
+    status, as from the builder's command line."""
     try:
-        return step()
+        settings = _settings(config_settings)
+        return step(settings, project_metadata(settings))
     except KernelpackError as error:
         if debug_enabled():
             raise
@@ -134,9 +141,7 @@ def build_wheel(
 ) -> str:
     """The project's fat wheel (every image of its matrix) into wheel_directory; its file name."""
 
-    def step() -> str:
-        settings = _settings(config_settings)
-        meta = project_metadata(settings)
+    def step(settings: BuildSettings, meta: ProjectMetadata) -> str:
         check_writable_folder(settings.cache_dir, "cache_dir")
         epoch = source_date_epoch(settings.project)
         source = source_state(settings.project)
@@ -151,7 +156,7 @@ def build_wheel(
             )
         return wheel.name
 
-    return _one_line_errors(step)
+    return _project_step(config_settings, step)
 
 
 def get_requires_for_build_editable(config_settings: ConfigSettings = None) -> list[str]:
@@ -168,9 +173,7 @@ def build_editable(
 ) -> str:
     """The project's editable wheel (see the module's docstring) into wheel_directory."""
 
-    def step() -> str:
-        settings = _settings(config_settings)
-        meta = project_metadata(settings)
+    def step(settings: BuildSettings, meta: ProjectMetadata) -> str:
         package = meta.python_folder()
         if package is None:
             package = settings.project / EDITABLE_DIR / meta.package
@@ -200,17 +203,15 @@ def build_editable(
         epoch = source_date_epoch(settings.project)
         return write_wheel(Path(wheel_directory) / name, files, epoch=epoch).name
 
-    return _one_line_errors(step)
+    return _project_step(config_settings, step)
 
 
 def build_sdist(sdist_directory: str, config_settings: ConfigSettings = None) -> str:
     """The project's source distribution into sdist_directory; its file name."""
 
-    def step() -> str:
-        settings = _settings(config_settings)
-        meta = project_metadata(settings)
+    def step(settings: BuildSettings, meta: ProjectMetadata) -> str:
         name, data = sdist_bytes(meta, epoch=source_date_epoch(settings.project))
         atomic_write(Path(sdist_directory) / name, data)
         return name
 
-    return _one_line_errors(step)
+    return _project_step(config_settings, step)

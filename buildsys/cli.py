@@ -83,26 +83,7 @@ def _toolchain(args: argparse.Namespace) -> int:
     matrix = load_matrix(settings.matrix)
     amd_targets = [t.target for t in matrix.amd]
     nvidia_targets = [t.target for t in matrix.nvidia]
-    found: list[tc.Toolchain] = []
-    native = tc.find_native_hip()
-    if native is not None:
-        found.append(native)
-    provisioned = tc.provisioned_hip()
-    if settings.provision and (
-        # an existing root file system made before a package joined the list is updated
-        (provisioned is not None and tc.missing_rootfs_packages())
-        or (
-            provisioned is None
-            and (native is None or not all(native.buildable(amd_targets).values()))
-        )
-    ):
-        provisioned = tc.provision_hip()
-    if provisioned is not None:
-        found.append(provisioned)
-    cuda = tc.cuda_toolchain()
-    if cuda is not None:
-        found.append(cuda)
-
+    found = tc.reported_toolchains(amd_targets, provision=settings.provision)
     report = []
     for chain in found:
         wanted = amd_targets if chain.kind == "hip" else nvidia_targets

@@ -31,8 +31,13 @@ class Reporter:
         if not self.enabled:
             return
         if use_rich():
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+            from rich.console import Console  # deferred: optional terminal output
+            from rich.progress import (  # deferred: optional terminal output
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TimeElapsedColumn,
+            )
 
             self._bar = Progress(
                 "[progress.description]{task.description}",

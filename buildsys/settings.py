@@ -76,7 +76,7 @@ def package_version(project: Path = REPO_ROOT) -> str:
         f"{path}: tool.setuptools_scm.fallback_version",
     )
     try:
-        from setuptools_scm import get_version
+        from setuptools_scm import get_version  # deferred: a build requirement only
     except ImportError:
         return fallback
     try:

@@ -230,7 +230,7 @@ def test_provisioning_progress_goes_to_stderr_never_into_json(
 ) -> None:
     """`toolchain --provision --json` prints only JSON on stdout: debootstrap's progress is
     reported on stderr (here a stand-in command that prints as debootstrap does)."""
-    from buildsys.toolchain import _run_with_progress
+    from buildsys.toolchain.provision import _run_with_progress
 
     fake = [sys.executable, "-c", "print('I: Retrieving libc6'); print('I: Extracting libc6')"]
     _run_with_progress(fake, log=True, logfile=tmp_path / "debootstrap.log")

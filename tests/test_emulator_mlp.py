@@ -527,21 +527,20 @@ def norm_backward(
     short-row kernels where mlp_geometry.short_backward_threads says so, with float32 scratch
     where short_backward_scratch asks for it, else the general kernel and its partial rows
     (both poisoned)."""
+    arrays = mlp_launch.NormGrads(x, row_scales, weight, grad, extra, grad_x, grad_weight)
     threads = mlp_geometry.short_backward_threads(rows, cols, dtype, SMS)
     if threads:
         shape = mlp_geometry.short_backward_scratch(rows, cols, dtype)
         scratch: DeviceArray | int = 0 if shape is None else poisoned(emu, shape, np.float32)
         mlp_launch.launch_rms_norm_backward_short(
-            "emulator", dtype, x, row_scales, weight, grad, extra, grad_x, grad_weight,
-            scratch, rows, cols, threads, 0,
-        )  # fmt: skip
+            "emulator", dtype, arrays, scratch, rows, cols, threads, 0
+        )
         return
     blocks = mlp_geometry.backward_row_geometry(rows, cols, dtype, SMS)[0]
     partial = poisoned(emu, (max(blocks, 1), cols), np.float32)
     mlp_launch.launch_rms_norm_backward(
-        "emulator", dtype, x, row_scales, weight, grad, extra, grad_x, grad_x_copy, partial,
-        grad_weight, rows, cols, 0,
-    )  # fmt: skip
+        "emulator", dtype, arrays, grad_x_copy, partial, rows, cols, 0
+    )
 
 
 @pytest.mark.parametrize(("case", "dtype"), BACKWARD_PARAMS)

@@ -87,7 +87,7 @@ CUB_HEADERS = {
 def test_the_provisioned_toolchain_has_the_rocm_header_libraries(amd_toolchain: Toolchain) -> None:
     if amd_toolchain.rootfs is None:
         pytest.skip("a native ROCm: its libraries are the installation's, not provisioned")
-    marker = json.loads((amd_toolchain.rootfs / toolchain._COMPLETE_MARKER).read_text())
+    marker = json.loads((amd_toolchain.rootfs / toolchain.found.COMPLETE_MARKER).read_text())
     assert set(toolchain.ROOTFS_PACKAGES) <= set(marker["packages"])
     assert toolchain.missing_rootfs_packages() == ()
     include = amd_toolchain.include_folder

@@ -23,7 +23,7 @@ import pytest
 
 from kernelpack.backends import launch as launching
 from kernelpack.backends import signature as kargs
-from kernelpack.devices import arrays
+from kernelpack.devices import pointers
 from kernelpack.errors import UsageError
 
 NATIVE_SOURCE = (
@@ -400,7 +400,7 @@ def test_dlpack_producer_on_the_cpu_is_refused() -> None:
             return (1, 0)
 
     with pytest.raises(UsageError, match="DLPack device type 1"):
-        arrays.pointer_of(CpuDLPack())
+        pointers.pointer_of(CpuDLPack())
 
 
 def test_dlpack_capsule_address_is_read() -> None:
@@ -416,7 +416,7 @@ def test_dlpack_capsule_address_is_read() -> None:
         def __dlpack_device__(self) -> tuple[int, int]:
             return (2, 0)
 
-    assert arrays.pointer_of(Relabelled()) == array.ctypes.data
+    assert pointers.pointer_of(Relabelled()) == array.ctypes.data
 
 
 def test_unsupported_parameter_type_is_named() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernelpack.devices import arrays
+from kernelpack.devices import arrays, pointers
 from kernelpack.errors import KernelpackError, UsageError
 
 
@@ -81,4 +81,4 @@ def test_torch_cpu_devices_and_tensors_are_refused(torch: Any) -> None:
     with pytest.raises(UsageError, match=r"^device: a torch tensor on cpu"):
         arrays.device_string(torch.zeros(3))
     with pytest.raises(UsageError, match=r"not GPU memory"):
-        arrays.pointer_of(torch.zeros(3))
+        pointers.pointer_of(torch.zeros(3))

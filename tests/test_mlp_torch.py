@@ -355,18 +355,21 @@ def test_rms_norm_backward(
     blocks = mlp_geometry.backward_row_geometry(rows, cols, dtype, SMS)[0]
     partial = torch.full((blocks, cols), math.nan, device="cuda")
     row_scales = ref_row_scales(x, EPS)
-    mlp_launch.launch_rms_norm_backward(
-        "cuda:0",
-        dtype,
+    arrays = mlp_launch.NormGrads(
         x.data_ptr(),
         row_scales.data_ptr(),
         weight.data_ptr(),
         grad.data_ptr(),
         grad_extra.data_ptr() if extra else 0,
         grad_x.data_ptr(),
+        grad_weight.data_ptr(),
+    )
+    mlp_launch.launch_rms_norm_backward(
+        "cuda:0",
+        dtype,
+        arrays,
         grad_copy.data_ptr() if extra else 0,
         partial.data_ptr(),
-        grad_weight.data_ptr(),
         rows,
         cols,
         stream(),

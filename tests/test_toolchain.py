@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from buildsys import REPO_ROOT, toolchain
 from buildsys.errors import ToolchainError
 from buildsys.matrix import load_matrix
-from buildsys.toolchain import Toolchain, amd_toolchain, cuda_toolchain
+from buildsys.toolchain import Toolchain, amd_toolchain, cuda_toolchain, found, provision
 
 
 @pytest.mark.toolchain
@@ -102,10 +103,10 @@ def test_host_tools_in_sbin_are_found_without_sbin_on_path(
     for tool in ("debootstrap", "bwrap"):
         (sbin / tool).write_text("#!/bin/sh\n")
         (sbin / tool).chmod(0o755)
-    monkeypatch.setattr(toolchain, "SYSTEM_TOOL_DIRS", (str(sbin),))
+    monkeypatch.setattr(provision, "SYSTEM_TOOL_DIRS", (str(sbin),))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert toolchain.host_tool_path() == f"{tmp_path / 'empty'}:{sbin}"
-    assert toolchain._missing_host_tools() == []
+    assert provision.host_tool_path() == f"{tmp_path / 'empty'}:{sbin}"
+    assert provision._missing_host_tools() == []
 
 
 def test_a_first_run_without_root_says_what_works(
@@ -121,10 +122,10 @@ def test_a_first_run_without_root_says_what_works(
             "#!/bin/sh\necho 'E: debootstrap can only run as root' >&2\nexit 1\n"
         )
         (sbin / tool).chmod(0o755)
-    monkeypatch.setattr(toolchain, "SYSTEM_TOOL_DIRS", (str(sbin),))
+    monkeypatch.setattr(provision, "SYSTEM_TOOL_DIRS", (str(sbin),))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setenv("KERNELPACK_TOOLCHAIN_DIR", str(tmp_path / "toolchains"))
-    monkeypatch.setattr(toolchain.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(ToolchainError) as raised:
         toolchain.provision_hip(log=False)
     message = str(raised.value)
@@ -138,7 +139,7 @@ def test_a_first_run_without_root_says_what_works(
 
 def test_a_host_tool_that_cannot_run_is_one_error(tmp_path: Path) -> None:
     with pytest.raises(ToolchainError, match=r"cannot run .*apt-get install"):
-        toolchain._run_with_progress(
+        provision._run_with_progress(
             [str(tmp_path / "debootstrap")], log=False, logfile=tmp_path / "log"
         )
 
@@ -149,7 +150,7 @@ def _old_rootfs(folder: Path, packages: list[str]) -> Path:
     (root / "usr" / "include" / "hip").mkdir(parents=True)
     (root / "usr" / "include" / "hip" / "hip_runtime.h").write_text("// old\n")
     marker = {"version": "HIP old", "suite": "sid", "packages": packages}
-    (root / toolchain._COMPLETE_MARKER).write_text(json.dumps(marker))
+    (root / found.COMPLETE_MARKER).write_text(json.dumps(marker))
     return root
 
 
@@ -180,13 +181,13 @@ def test_an_old_rootfs_gets_the_new_packages_in_a_copy_swapped_in_whole(
         installs.append((rootfs, tuple(packages)))
 
     def marker(rootfs: Path, packages: list[str]) -> str:
-        (rootfs / toolchain._COMPLETE_MARKER).write_text(
+        (rootfs / found.COMPLETE_MARKER).write_text(
             json.dumps({"version": "HIP new", "suite": "sid", "packages": packages})
         )
         return "HIP new"
 
-    monkeypatch.setattr(toolchain, "_install_packages", install)
-    monkeypatch.setattr(toolchain, "_write_marker", marker)
+    monkeypatch.setattr(provision, "_install_packages", install)
+    monkeypatch.setattr(provision, "_write_marker", marker)
     updated = amd_toolchain(provision=True)
     assert installs == [(tmp_path / f"{toolchain.ROOTFS_NAME}.partial", installs[0][1])]
     assert set(installs[0][1]) == {"librocthrust-dev", "libhipcub-dev", "librocprim-dev"} | set(
@@ -201,7 +202,7 @@ def test_an_old_rootfs_gets_the_new_packages_in_a_copy_swapped_in_whole(
     # up to date: nothing is copied or installed again; an hour later the retired tree goes
     amd_toolchain(provision=True)
     assert len(installs) == 1
-    monkeypatch.setattr(toolchain, "RETIRED_KEEP_S", -1)
+    monkeypatch.setattr(provision, "RETIRED_KEEP_S", -1)
     toolchain.provision_hip(log=False)
     assert not list(tmp_path.glob(f"{toolchain.ROOTFS_NAME}.retired-*"))
     assert (root / "usr/include/thrust/scan.h").exists()
@@ -218,11 +219,11 @@ def test_a_failed_update_leaves_the_rootfs_as_it_was(
         (rootfs / "usr/include/half-installed.h").write_text("")
         raise ToolchainError("apt-get install in the provisioned toolchain failed (exit 100)")
 
-    monkeypatch.setattr(toolchain, "_install_packages", install)
+    monkeypatch.setattr(provision, "_install_packages", install)
     with pytest.raises(ToolchainError, match="exit 100"):
         toolchain.provision_hip(log=False)
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
-    assert json.loads((root / toolchain._COMPLETE_MARKER).read_text())["version"] == "HIP old"
+    assert json.loads((root / found.COMPLETE_MARKER).read_text())["version"] == "HIP old"
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         toolchain.ROOTFS_NAME,
         f"{toolchain.ROOTFS_NAME}.lock",
@@ -233,7 +234,38 @@ def test_exchange_swaps_two_folders(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "one").write_text("a")
     (tmp_path / "b").mkdir()
-    toolchain._exchange(tmp_path / "a", tmp_path / "b")
+    provision._exchange(tmp_path / "a", tmp_path / "b")
     assert (tmp_path / "b" / "one").read_text() == "a" and not list((tmp_path / "a").iterdir())
     with pytest.raises(ToolchainError, match="cannot swap"):
-        toolchain._exchange(tmp_path / "a", tmp_path / "missing")
+        provision._exchange(tmp_path / "a", tmp_path / "missing")
+
+
+def test_the_toolchain_command_provisions_by_the_builds_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`toolchain` reports what is there without --provision; with it, an old root file system is
+    brought up to ROOTFS_PACKAGES, as a build's amd_toolchain(provision=True) does."""
+    monkeypatch.setenv("KERNELPACK_TOOLCHAIN_DIR", str(tmp_path))
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
+
+    def hip(provision: bool) -> list[str]:
+        chains = toolchain.reported_toolchains(["gfx1100"], provision=provision)
+        return [chain.version for chain in chains if chain.kind == "hip"]
+
+    assert hip(False) == []
+    _old_rootfs(tmp_path, ["hipcc", "hipify-perl"])
+    calls: list[tuple[str, ...]] = []
+
+    def install(rootfs: Path, packages: tuple[str, ...], *, logfile: Path) -> None:
+        calls.append(tuple(packages))
+
+    def marker(rootfs: Path, packages: list[str]) -> str:
+        (rootfs / found.COMPLETE_MARKER).write_text(
+            json.dumps({"version": "HIP new", "suite": "sid", "packages": packages})
+        )
+        return "HIP new"
+
+    monkeypatch.setattr(provision, "_install_packages", install)
+    monkeypatch.setattr(provision, "_write_marker", marker)
+    assert hip(False) == ["HIP old"] and calls == []
+    assert hip(True) == ["HIP new"] and len(calls) == 1

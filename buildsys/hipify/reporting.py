@@ -216,27 +216,46 @@ def texture_message(name: str) -> str:
     )
 
 
-def ptx_idiom(view: SourceView, k: int) -> tuple[str, tuple[int, int] | None, int] | None:
-    """For ``asm("<instruction>" : "=r"(x))`` at k with the instruction in PTX_IDIOMS: the HIP
-    expression, the token range of ``x`` and the index of the asm's closing parenthesis; for an
-    operand-free asynchronous-copy wait (PTX_ASYNC_COPY_WAITS), a no-op and no output."""
+def _asm_opening(view: SourceView, k: int) -> int | None:
+    """The index of the parenthesis that opens the asm statement at k (after its qualifiers),
+    where it has a matching one."""
     after = view.next_sig(k)
     while after is not None and view.tokens[after].text in _ASM_QUALIFIERS:
         after = view.next_sig(after)
     if view.text_of(after) != "(" or after is None or after not in view.match:
         return None
-    close = view.match[after]
+    return after
+
+
+def _asm_operands(view: SourceView, k: int) -> tuple[list[list[int]], str, int] | None:
+    """The asm statement at k split at its colons (the token indices of its template, outputs,
+    inputs and clobbers), its template as one instruction text with the spacing made regular,
+    and the index of its closing parenthesis; None where the template is not string literals."""
+    opening = _asm_opening(view, k)
+    if opening is None:
+        return None
+    close = view.match[opening]
     parts: list[list[int]] = [[]]
-    for index in view.sig_in(after + 1, close):
-        separators = view.tokens[index].text.count(":")  # `::` is two empty operand lists
-        if separators and view.tokens[index].text in (":", "::"):
-            parts.extend([] for _ in range(separators))
+    for index in view.sig_in(opening + 1, close):
+        if view.tokens[index].text in (":", "::"):  # `::` is two empty operand lists
+            parts.extend([] for _ in range(view.tokens[index].text.count(":")))
         else:
             parts[-1].append(index)
     if not parts[0] or any(view.tokens[i].kind is not Kind.STRING for i in parts[0]):
         return None
     text = "".join(view.tokens[i].text[1:-1] for i in parts[0]).replace("\\n", " ")
     instruction = " ".join(text.replace(",", ", ").split()).replace(" ,", ",")
+    return parts, instruction, close
+
+
+def ptx_idiom(view: SourceView, k: int) -> tuple[str, tuple[int, int] | None, int] | None:
+    """For ``asm("<instruction>" : "=r"(x))`` at k with the instruction in PTX_IDIOMS: the HIP
+    expression, the token range of ``x`` and the index of the asm's closing parenthesis; for an
+    operand-free asynchronous-copy wait (PTX_ASYNC_COPY_WAITS), a no-op and no output."""
+    found = _asm_operands(view, k)
+    if found is None:
+        return None
+    parts, instruction, close = found
     if not any(parts[1:]) and PTX_ASYNC_COPY_WAITS.fullmatch(instruction):
         return "((void)0)", None, close
     if len(parts) < 2 or any(parts[2:]):
@@ -254,22 +273,12 @@ def ptx_call(view: SourceView, k: int) -> tuple[str, list[tuple[int, int]], int]
     """For an asm at k whose instruction and operand constraints are a 16-bit idiom of
     PTX_CALLS: the compat function, the token range of each operand's expression (outputs, then
     inputs) and the index of the asm's closing parenthesis."""
-    after = view.next_sig(k)
-    while after is not None and view.tokens[after].text in _ASM_QUALIFIERS:
-        after = view.next_sig(after)
-    if view.text_of(after) != "(" or after is None or after not in view.match:
+    found = _asm_operands(view, k)
+    if found is None:
         return None
-    close = view.match[after]
-    parts: list[list[int]] = [[]]
-    for index in view.sig_in(after + 1, close):
-        if view.tokens[index].text in (":", "::"):
-            parts.extend([] for _ in range(view.tokens[index].text.count(":")))
-        else:
-            parts[-1].append(index)
+    parts, instruction, close = found
     if len(parts) > 3 and parts[3]:
         return None  # clobbers: not one of the idioms
-    if not parts[0] or any(view.tokens[i].kind is not Kind.STRING for i in parts[0]):
-        return None
     constraints: list[str] = []
     ranges: list[tuple[int, int]] = []
     for part in parts[1:3]:
@@ -288,8 +297,6 @@ def ptx_call(view: SourceView, k: int) -> tuple[str, list[tuple[int, int]], int]
                 if view.tokens[part[position]].text != ",":
                     return None
                 position += 1
-    text = "".join(view.tokens[i].text[1:-1] for i in parts[0]).replace("\\n", " ")
-    instruction = " ".join(text.replace(",", ", ").split()).replace(" ,", ",")
     instruction = instruction.replace("{ ", "{").replace(" }", "}")
     if not instruction.endswith(";"):
         instruction += ";"
@@ -304,10 +311,8 @@ def inline_asm(view: SourceView, k: int) -> Finding | None:
     is not one of the exact idioms the translation rewrites (PTX_IDIOMS)."""
     if ptx_idiom(view, k) is not None or ptx_call(view, k) is not None:
         return None
-    after = view.next_sig(k)
-    while after is not None and view.tokens[after].text in _ASM_QUALIFIERS:
-        after = view.next_sig(after)
-    if view.text_of(after) != "(" or after is None or after not in view.match:
+    after = _asm_opening(view, k)
+    if after is None:
         return None
     strings = [
         view.tokens[i].text

@@ -1007,7 +1007,7 @@ _TEXTURE_BLOCK = """
     surfCubemapLayeredread surfCubemapLayeredwrite
 """
 TEXTURE_FUNCTIONS = frozenset(_TEXTURE_BLOCK.split())
-# AMD targets without image instructions (MI300, MI350): HIP 6.4's amd_device_functions.h names
+# AMD targets without image instructions: HIP 6.4's amd_device_functions.h names
 # gfx940, gfx941 and gfx942; clang 21 also defines __HIP_NO_IMAGE_SUPPORT for gfx950 and
 # gfx9-4-generic (and no longer accepts gfx940/gfx941).
 NO_IMAGE_TARGETS = ("gfx940", "gfx941", "gfx942", "gfx950", "gfx9-4-generic")

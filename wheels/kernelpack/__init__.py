@@ -10,6 +10,7 @@ subclass (kernelpack.errors). ``kernelpack.__version__`` is the installed distri
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
@@ -52,11 +53,7 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     if name == "__version__":  # read when asked: the installed metadata, or the built index
-        import importlib
-
         return importlib.import_module(".loader.catalog", __name__).runtime_version()
     raise AttributeError(f"module 'kernelpack' has no attribute {name!r}")

@@ -54,9 +54,9 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[obje
     title = printable(title)
     cells = [["" if c is None else printable(str(c)) for c in row] for row in rows]
     if use_rich():
-        from rich.console import Console
-        from rich.table import Table
-        from rich.text import Text
+        from rich.console import Console  # deferred: optional terminal output
+        from rich.table import Table  # deferred: optional terminal output
+        from rich.text import Text  # deferred: optional terminal output
 
         table = Table(title=Text(title))
         for column in columns:

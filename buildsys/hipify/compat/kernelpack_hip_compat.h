@@ -74,27 +74,29 @@ struct Lanes {
   __host__ __device__ static int sat_u(int v) { return v < 0 ? 0 : (v > umax ? umax : v); }
 };
 
-template <int Bits, bool Signed, typename Op>
-__host__ __device__ inline unsigned lanewise(unsigned a, unsigned b, Op op) {
+// op(x, y) of each lane of a and b (read as signed or unsigned Bits-bit integers), each result
+// handed to take(result, lane): the one lane loop of lanewise and lane_sum.
+template <int Bits, bool Signed, typename Op, typename Take>
+__host__ __device__ inline void over_lanes(unsigned a, unsigned b, Op op, Take take) {
   using L = Lanes<Bits>;
-  unsigned r = 0;
   for (int lane = 0; lane < L::count; ++lane) {
     const int x = Signed ? L::s(a, lane) : L::u(a, lane);
     const int y = Signed ? L::s(b, lane) : L::u(b, lane);
-    r |= L::put(op(x, y), lane);
+    take(op(x, y), lane);
   }
+}
+
+template <int Bits, bool Signed, typename Op>
+__host__ __device__ inline unsigned lanewise(unsigned a, unsigned b, Op op) {
+  unsigned r = 0;
+  over_lanes<Bits, Signed>(a, b, op, [&r](int v, int lane) { r |= Lanes<Bits>::put(v, lane); });
   return r;
 }
 
 template <int Bits, bool Signed, typename Op>
 __host__ __device__ inline unsigned lane_sum(unsigned a, unsigned b, Op op) {
-  using L = Lanes<Bits>;
   unsigned r = 0;
-  for (int lane = 0; lane < L::count; ++lane) {
-    const int x = Signed ? L::s(a, lane) : L::u(a, lane);
-    const int y = Signed ? L::s(b, lane) : L::u(b, lane);
-    r += static_cast<unsigned>(op(x, y));
-  }
+  over_lanes<Bits, Signed>(a, b, op, [&r](int v, int) { r += static_cast<unsigned>(v); });
   return r;
 }
 

@@ -2,7 +2,7 @@
 // translator puts its include just before each include of thrust/, hipcub/ or rocprim/ in a
 // translated file, so the macro state it sees is the one the library's own headers would see.
 //
-// gfx950 (MI350) in rocPRIM 3.4 (ROCm 6.4): config.hpp lists no gfx950, so its device pass marks
+// gfx950 in rocPRIM 3.4 (ROCm 6.4): config.hpp lists no gfx950, so its device pass marks
 // the target unknown (`#warning "unknown build target"`). Its unknown-target clause tests a
 // misspelt macro (ROCPRIM_TARGET_UKNOWN), so ROCPRIM_MAX_ATOMIC_SIZE stays 16, as in the host
 // pass, and intrinsics/atomic.hpp's 128-bit atomic_load/atomic_store (the packed flag-and-value

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from ..devices import arrays
+from ..devices import pointers
 from ..errors import KernelpackError, RuntimeLibraryError
 from . import signature as kargs
 from .runtime import FailFn, LaunchFn
@@ -94,10 +94,10 @@ def native_launch(
         enter=address(binding.enter),
         leave=address(binding.leave),
         context=binding.context,
-        pointer_getters=arrays.POINTER_GETTERS,
-        pointer_of=arrays.pointer_of,
-        torch_getter=arrays.torch_pointer,
-        stream_of=arrays.stream_of,
+        pointer_getters=pointers.POINTER_GETTERS,
+        pointer_of=pointers.pointer_of,
+        torch_getter=pointers.torch_pointer,
+        stream_of=pointers.stream_of,
         fail=fail,
     )
     return launcher.launch  # type: ignore[no-any-return]
@@ -120,10 +120,10 @@ def ctypes_launcher(
     """
     pack_into = struct.Struct(signature.struct_format).pack_into
     count = len(signature.types)
-    pointers = signature.pointer_positions
+    pointer_slots = signature.pointer_positions
     bools = signature.bool_positions
     untyped = signature.untyped_positions
-    pointer_of, stream_of, dims = arrays.pointer_of, arrays.stream_of, kargs.dims
+    pointer_of, stream_of, dims = pointers.pointer_of, pointers.stream_of, kargs.dims
     local = threading.local()
     function_handle = ctypes.c_void_p(function)
 
@@ -141,9 +141,9 @@ def ctypes_launcher(
             return None
         values: Sequence[object] = args
         try:
-            if any(type(args[p]) is not int for p in pointers):
+            if any(type(args[p]) is not int for p in pointer_slots):
                 values = [
-                    pointer_of(a) if p in pointers and type(a) is not int else a
+                    pointer_of(a) if p in pointer_slots and type(a) is not int else a
                     for p, a in enumerate(args)
                 ]
             if any(not isinstance(args[p], int) for p in bools):

@@ -6,7 +6,7 @@ each C type, so the common case costs one call. When packing fails, :meth:`Signa
 the arguments again to name the one at fault.
 
 Pointer arguments may be raw device addresses (``int``), objects with ``__cuda_array_interface__``
-or DLPack producers; :mod:`kernelpack.devices.arrays` reads the address out of them.
+or DLPack producers; :mod:`kernelpack.devices.pointers` reads the address out of them.
 
 A parameter of a kernel with C linkage has no type in the index (its symbol names none, and the
 objects give sizes only), so a 4- or 8-byte one is passed by the Python value, one rule for both
@@ -23,7 +23,7 @@ import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ..devices.arrays import pointer_of
+from ..devices.pointers import pointer_of
 from ..errors import UsageError
 from ..formats.index import KernelParam
 
@@ -128,7 +128,7 @@ _UNTYPED: dict[str, tuple[str, str, tuple[int, int]]] = {
 def untyped_bits(value: object, code: str) -> int:
     """The bits a value of an untyped (C-linkage) parameter travels as: a float's IEEE bits, an
     integer's two's complement, for 8 bytes an array's address. Raises TypeError, OverflowError
-    or UsageError (from kernelpack.devices.arrays) for a value that does not fit."""
+    or UsageError (from kernelpack.devices.pointers) for a value that does not fit."""
     bits, float_format, (low, high) = _UNTYPED[code]
     mask = (1 << (8 * struct.calcsize(bits))) - 1
     if isinstance(value, float):

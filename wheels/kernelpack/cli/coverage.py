@@ -3,7 +3,7 @@
 ``python -m kernelpack targets`` prints it for what is installed (or for ``--targets``), and
 docs/targets.md lists it for the default arch_matrix.toml. Each processor is judged as a GPU of
 that processor running ROCm's default modes (sramecc on where the processor has it, as ROCm reports
-an MI300X; xnack off, HSA_XNACK unset) by the loader's own rule, :func:`targets.select_image`, so
+a gfx942; xnack off, HSA_XNACK unset) by the loader's own rule, :func:`targets.select_image`, so
 the table says what the loader would do, candidate by candidate.
 """
 

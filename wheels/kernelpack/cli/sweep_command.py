@@ -64,12 +64,14 @@ def add_parser(commands: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # deferred: the sweep code imports numpy and Dask, which the other subcommands run without
     from ..sweep import run_command
 
     return run_command(args)
 
 
 def _top(args: argparse.Namespace) -> int:
+    # deferred: the sweep code imports numpy and Dask, which the other subcommands run without
     from ..sweep import top_command
 
     return top_command(args)

@@ -7,19 +7,17 @@ ops and the launcher see plain numbers (addresses, shapes, dtype names, stream h
   through ``__cuda_array_interface__`` or DLPack, viewed without a copy as a torch tensor, or a
   CuPy array where torch is absent) into an :class:`Array`: framework, dtype, shape, strides,
   device and address;
-- :func:`pointer_of` and :func:`stream_of` turn kernel-launch arguments into an address and a
-  stream handle, decided once per Python type (the protocols cost microseconds a call);
 - :func:`to_gpu`, :func:`to_host` move numpy data through whichever of torch and CuPy is
   installed (as raw bytes: numpy's bfloat16 comes from ml_dtypes, which torch reads only as bytes
   and CuPy not at all);
-- :class:`DeviceMemory` is raw device memory on one GPU through torch or CuPy, for kernels that
-  take plain addresses (the walks): buffers, their transfers, and page-locked host memory with a
-  second stream for copies that overlap the next kernels;
 - :func:`device_string` turns a device argument into a vendor-qualified ``"cuda:N"`` or
   ``"hip:N"``: a torch or CuPy device (or an array on it) names the vendor it belongs to, so on a
   machine with both AMD and NVIDIA GPUs it cannot pick the other vendor's GPU. A bare int cannot
   say which vendor it means and is refused here (:func:`kernelpack.load` itself takes one where
   all GPUs are of one vendor; :mod:`kernelpack.devices.argument` resolves the strings to GPUs).
+
+Built on it: :mod:`.memory`'s DeviceMemory, raw device memory through the same frameworks;
+:mod:`.pointers` turns kernel-launch arguments into addresses and stream handles.
 
 One error convention: bad input raises :class:`~kernelpack.errors.UsageError` (a ValueError)
 whose message starts with the argument's name; a missing framework raises RuntimeLibraryError.
@@ -31,17 +29,13 @@ neither torch nor CuPy is installed; a framework's own error would send the user
 
 from __future__ import annotations
 
-import ctypes
 import importlib
-import operator
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import RuntimeLibraryError, UsageError
 from . import detect
 from .argument import DeviceString
 from .argument import parse_device as _parse
-from .pinned import pool as pinned_pool
 
 if TYPE_CHECKING:
     import numpy as np
@@ -122,17 +116,17 @@ def _import_gpu_view(name: str, value: object) -> Any:
             f"numpy array, got {type(value).__name__}"
         )
     try:
-        import torch
+        import torch  # deferred: torch is optional
 
         if has_cai:
             return torch.as_tensor(value, device="cuda")
-        from torch.utils.dlpack import from_dlpack
+        from torch.utils.dlpack import from_dlpack  # deferred: torch is optional
 
         return from_dlpack(value)
     except ImportError:
         pass
     try:
-        import cupy
+        import cupy  # deferred: CuPy is optional
 
         return cupy.asarray(value) if has_cai else cupy.from_dlpack(value)
     except ImportError:
@@ -151,7 +145,7 @@ def wrap(name: str, value: object) -> Array:
         framework = framework_of(value)
     v: Any = value
     if framework == "torch":
-        import torch
+        import torch  # deferred: torch is optional
 
         where = v.device
         if where.type != "cuda":
@@ -161,7 +155,7 @@ def wrap(name: str, value: object) -> Array:
             name, v, framework, dtype, tuple(v.shape), where.index or 0, torch_runtime(torch)
         )
     if framework == "cupy":
-        import cupy
+        import cupy  # deferred: CuPy is optional
 
         return Array(
             name, v, framework, v.dtype.name, tuple(v.shape), int(v.device.id), _cupy_vendor(cupy)
@@ -173,7 +167,7 @@ def current_stream(array: Array) -> int:
     """The raw handle of the current stream of the array's framework on its device, so a kernel
     orders with the caller's own work like any of the framework's ops."""
     if array.framework == "torch":
-        import torch
+        import torch  # deferred: torch is optional
 
         # The raw accessor (what Triton and torch.compile's launchers call) skips building a
         # torch.cuda.Stream object, a few µs on every launch.
@@ -181,7 +175,7 @@ def current_stream(array: Array) -> int:
         if raw is not None:
             return int(raw(array.device))
         return int(torch.cuda.current_stream(array.device).cuda_stream)
-    import cupy
+    import cupy  # deferred: CuPy is optional
 
     with cupy.cuda.Device(array.device):
         return int(cupy.cuda.get_current_stream().ptr)
@@ -193,12 +187,12 @@ def empty(like: Array, shape: tuple[int, ...], name: str = "out") -> Array:
     if like.framework == "torch":
         value: Any = v.new_empty(shape)
     elif like.framework == "cupy":
-        import cupy
+        import cupy  # deferred: CuPy is optional
 
         with v.device:
             value = cupy.empty(shape, dtype=v.dtype)
     else:
-        import numpy as np
+        import numpy as np  # deferred: kernelpack's report commands run without numpy
 
         value = np.empty(shape, dtype=v.dtype)
     return Array(name, value, like.framework, like.dtype, shape, like.device, like.vendor)
@@ -270,10 +264,10 @@ def host_tensor_message(name: str, where: str, torch: Any) -> str:
 
 def download(buffer: Any) -> np.ndarray[Any, Any]:
     """The bytes of a device array (any dtype, contiguous) as a 1-D uint8 numpy array."""
-    import numpy as np
+    import numpy as np  # deferred: kernelpack's report commands run without numpy
 
     if framework_of(buffer) == "torch":
-        import torch
+        import torch  # deferred: torch is optional
 
         raw: np.ndarray[Any, Any] = buffer.reshape(-1).view(torch.uint8).cpu().numpy()
         return raw
@@ -284,20 +278,20 @@ def to_gpu(array: Array, framework: str) -> Array:
     """A device copy of a host array, as the same dtype in ``framework`` (CuPy has no bfloat16:
     there the copy holds the bits as unsigned integers of the same size; kernels take only the
     address)."""
-    import numpy as np
+    import numpy as np  # deferred: kernelpack's report commands run without numpy
 
     host = np.ascontiguousarray(array.value)
     raw = host.reshape(-1).view(np.uint8)
     if not raw.flags.writeable:
         raw = raw.copy()
     if framework == "torch":
-        import torch
+        import torch  # deferred: torch is optional
 
         device_raw: Any = torch.from_numpy(raw).cuda()
         value: Any = device_raw.view(getattr(torch, array.dtype)).reshape(array.shape)
         index, vendor = value.device.index or 0, torch_runtime(torch)
     else:
-        import cupy
+        import cupy  # deferred: CuPy is optional
 
         storage = np.dtype(f"u{host.dtype.itemsize}")
         value = cupy.asarray(raw).view(storage).reshape(array.shape)
@@ -311,9 +305,6 @@ def to_host(device_array: Array, host: Array) -> None:
     host.value[...] = raw.view(host.value.dtype).reshape(host.shape)
 
 
-# ---- device memory for kernels on raw addresses (the walks) ----------------------------------
-
-
 # DLPack device types of memory on a GPU: CUDA, ROCm, managed (not page-locked host memory)
 _DLPACK_DEVICE_MEMORY = frozenset({2, 10, 13})
 
@@ -325,137 +316,6 @@ def is_gpu_array(value: object) -> bool:
         return True
     where = getattr(value, "__dlpack_device__", None)
     return where is not None and int(where()[0]) in _DLPACK_DEVICE_MEMORY
-
-
-class DeviceMemory:
-    """Raw device bytes on one GPU through torch or CuPy, for kernels that take plain addresses.
-
-    Buffers are 1-D uint8 arrays of the framework, at least 16 bytes (an empty table still gets
-    an address), made and used on the framework's current stream on the device, so that they
-    order with the caller's own work. For results copied back while the next kernels run there
-    are page-locked host memory, a second stream that waits for the current one, and events.
-    """
-
-    def __init__(self, device: str, framework: str = "") -> None:
-        """``device`` "cuda:N" or "hip:N"; ``framework`` "torch" or "cupy" (that of the
-        caller's arrays, so results come back in it), or "" for the installed one, torch first."""
-        self.index = parse_device(device).ordinal
-        self.framework = framework or gpu_framework()
-        self._xp: Any = importlib.import_module(self.framework)
-        self._torch_device = f"cuda:{self.index}"  # ROCm builds of torch say "cuda" too
-
-    def free_bytes(self) -> int:
-        """Free memory on the device as the framework reports it."""
-        if self.framework == "torch":
-            return int(self._xp.cuda.mem_get_info(self.index)[0])
-        with self._xp.cuda.Device(self.index):
-            return int(self._xp.cuda.runtime.memGetInfo()[0])
-
-    def upload(self, host: np.ndarray[Any, Any]) -> Any:
-        """A device copy of a numpy array's bytes."""
-        import numpy as np
-
-        raw = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
-        if raw.size == 0:
-            raw = np.zeros(16, dtype=np.uint8)
-        if not raw.flags.writeable:  # torch warns on read-only numpy memory
-            raw = raw.copy()
-        if self.framework == "torch":
-            return self._xp.from_numpy(raw).to(self._torch_device)
-        with self._xp.cuda.Device(self.index):
-            return self._xp.asarray(raw)
-
-    def filled(self, nbytes: int, byte: int) -> Any:
-        """``nbytes`` bytes, each ``byte`` (poison for outputs, zeros for counters)."""
-        xp, nbytes = self._xp, max(nbytes, 16)
-        if self.framework == "torch":
-            return xp.full((nbytes,), byte, dtype=xp.uint8, device=self._torch_device)
-        with xp.cuda.Device(self.index):
-            return xp.full(nbytes, byte, dtype=xp.uint8)
-
-    def download(self, buffer: Any, dtype: Any, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
-        """The first bytes of ``buffer`` on the host as a numpy array of ``dtype`` and ``shape``
-        (after the work queued so far)."""
-        import numpy as np
-
-        count = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        host: np.ndarray[Any, Any] = download(buffer[:count]).view(dtype).reshape(shape)
-        return host
-
-    def typed(self, buffer: Any, dtype: str, shape: tuple[int, ...]) -> Any:
-        """The first bytes of ``buffer`` as a device array of ``dtype`` (a numpy name) and
-        ``shape``, without a copy."""
-        import numpy as np
-
-        count = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        return buffer[:count].view(getattr(self._xp, dtype)).reshape(shape)
-
-    def pointer(self, buffer: Any) -> int:
-        return int(buffer.data_ptr()) if self.framework == "torch" else int(buffer.data.ptr)
-
-    def stream(self) -> int:
-        """The raw handle of the framework's current stream on the device."""
-        if self.framework == "torch":
-            return int(self._xp.cuda.current_stream(self.index).cuda_stream)
-        with self._xp.cuda.Device(self.index):
-            return int(self._xp.cuda.get_current_stream().ptr)
-
-    def pinned(self, nbytes: int) -> tuple[Any, np.ndarray[Any, Any]]:
-        """Page-locked host memory of ``nbytes`` (its owner, and its bytes as numpy), from the
-        framework's pool (kernelpack.devices.pinned): it goes back there once the numpy view
-        and every array made from it are collected, for a later call of any size to reuse."""
-        owner, view, _ = pinned_pool(self.framework).take(nbytes)
-        return owner, view
-
-    def side_stream(self) -> Any:
-        """A second stream on the device, for copies that overlap the current stream's work."""
-        if self.framework == "torch":
-            return self._xp.cuda.Stream(device=self.index)
-        with self._xp.cuda.Device(self.index):
-            return self._xp.cuda.Stream(non_blocking=True)
-
-    def side_waits(self, side: Any) -> None:
-        """What is queued on ``side`` next runs only after the current stream's work so far."""
-        if self.framework == "torch":
-            event = self._xp.cuda.Event()
-            event.record(self._xp.cuda.current_stream(self.index))
-        else:
-            with self._xp.cuda.Device(self.index):  # CuPy makes the event on this device
-                event = self._xp.cuda.Event()
-                event.record(self._xp.cuda.get_current_stream())
-        side.wait_event(event)
-
-    def copy_to_host(
-        self,
-        host: tuple[Any, np.ndarray[Any, Any]],
-        offset: int,
-        buffer: Any,
-        nbytes: int,
-        side: Any,
-    ) -> None:
-        """Queue on ``side`` a copy of the first ``nbytes`` of ``buffer`` into pinned ``host``
-        (from :meth:`pinned`) at ``offset``."""
-        owner, view = host
-        if self.framework == "torch":
-            with self._xp.cuda.stream(side):
-                owner[offset : offset + nbytes].copy_(buffer[:nbytes], non_blocking=True)
-            buffer.record_stream(side)  # the allocator keeps it until the copy has run
-            return
-        runtime = self._xp.cuda.runtime
-        target = view.ctypes.data + offset
-        kind = runtime.memcpyDeviceToHost
-        runtime.memcpyAsync(target, self.pointer(buffer), nbytes, kind, side.ptr)
-
-    def mark(self, side: Any) -> Any:
-        """An event after the work queued on ``side`` so far (wait on it with .synchronize())."""
-        if self.framework == "torch":
-            event = self._xp.cuda.Event()
-            event.record(side)
-            return event
-        with self._xp.cuda.Device(self.index):
-            event = self._xp.cuda.Event()
-            event.record(side)
-        return event
 
 
 # ---- devices ----------------------------------------------------------------------------------
@@ -492,7 +352,7 @@ def device_string(device: object) -> DeviceString:
     if framework_of(device) in ("torch", "cupy"):
         return parse_device(wrap("device", device).device_name)
     if module == "torch" and kind.__name__ == "device":
-        import torch
+        import torch  # deferred: torch is optional
 
         where: Any = device
         if where.type != "cuda":
@@ -500,142 +360,10 @@ def device_string(device: object) -> DeviceString:
         index = torch.cuda.current_device() if where.index is None else where.index
         return DeviceString.of(torch_runtime(torch), index)
     if module == "cupy" and hasattr(device, "id"):
-        import cupy
+        import cupy  # deferred: CuPy is optional
 
         return DeviceString.of(_cupy_vendor(cupy), int(device.id))
     raise UsageError(
         f"device: cannot use a {kind.__name__} as a device; pass 'cuda:N' or 'hip:N', a torch or "
         "CuPy device, or an array on the GPU"
     )
-
-
-# ---- launch arguments: addresses and streams --------------------------------------------------
-
-# DLPack device types whose memory a kernel can address (CUDA, CUDA host, ROCm, ROCm host, managed)
-_DLPACK_GPU_DEVICES = frozenset({2, 3, 10, 11, 13})
-
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = (("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32))
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = (
-        ("data", ctypes.c_void_p),
-        ("device", _DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", ctypes.c_uint32),
-        ("shape", ctypes.c_void_p),
-        ("strides", ctypes.c_void_p),
-        ("byte_offset", ctypes.c_uint64),
-    )
-
-
-def _capsule_pointer(capsule: object) -> int:
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = (ctypes.py_object, ctypes.c_char_p)
-    address = get(capsule, b"dltensor")
-    if not address:
-        raise UsageError("__dlpack__() returned a capsule that is not an unconsumed 'dltensor'")
-    return int(address)
-
-
-def _dlpack_pointer(obj: Any) -> int:
-    """The device address of a DLPack producer, taken from the DLTensor inside its capsule.
-
-    The capsule is not consumed: when it is dropped, the producer's deleter runs as DLPack intends,
-    while ``obj`` itself keeps the memory alive.
-    """
-    device_type, _ = obj.__dlpack_device__()
-    if int(device_type) not in _DLPACK_GPU_DEVICES:
-        raise UsageError(
-            f"{type(obj).__name__} lives on DLPack device type {int(device_type)}, not a GPU; "
-            "move it to the GPU first"
-        )
-    capsule = obj.__dlpack__()
-    tensor = _DLTensor.from_address(_capsule_pointer(capsule))
-    return int(tensor.data or 0) + int(tensor.byte_offset)
-
-
-def _cai_pointer(obj: Any) -> int:
-    return int(obj.__cuda_array_interface__["data"][0])
-
-
-def torch_pointer(tensor: Any) -> int:
-    """A torch tensor's address (the C launcher does the same without a Python frame)."""
-    if tensor.is_cuda:
-        return int(tensor.data_ptr())
-    raise UsageError(f"a torch tensor on {tensor.device} is not GPU memory; move it with .cuda()")
-
-
-def _index_pointer(obj: Any) -> int:
-    return operator.index(obj)
-
-
-def _getter_for(obj: object) -> Callable[[Any], int]:
-    """How to read a device address out of objects of this one's type (decided once per type:
-    the protocols are looked up on the first object seen, since some set them per instance)."""
-    kind = type(obj)
-    module = kind.__module__.split(".")[0]
-    if module == "torch" and hasattr(kind, "data_ptr") and hasattr(kind, "is_cuda"):
-        return torch_pointer
-    if module == "cupy" and hasattr(kind, "data") and hasattr(kind, "__cuda_array_interface__"):
-        return operator.attrgetter("data.ptr")
-    if hasattr(obj, "__cuda_array_interface__"):
-        return _cai_pointer
-    if hasattr(obj, "__array_interface__"):
-        raise UsageError(
-            f"a {kind.__name__} lives in host memory; pass a GPU array (torch, CuPy) or an address"
-        )
-    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
-        return _dlpack_pointer
-    if hasattr(kind, "__index__") and kind is not bool:
-        return _index_pointer
-    raise UsageError(
-        f"cannot pass a {kind.__name__} as a pointer; pass an int device address, an object with "
-        "__cuda_array_interface__, or a DLPack producer (torch, CuPy)"
-    )
-
-
-POINTER_GETTERS: dict[type, Callable[[Any], int]] = {}
-
-
-def pointer_of(obj: object) -> int:
-    """The device address an argument stands for (the native launcher calls this on a miss)."""
-    getter = POINTER_GETTERS.get(type(obj))
-    if getter is None:
-        getter = _getter_for(obj)
-        POINTER_GETTERS[type(obj)] = getter
-    return getter(obj)
-
-
-def _stream_getter_for(kind: type) -> Callable[[Any], int]:
-    if hasattr(kind, "__cuda_stream__"):
-        return lambda stream: int(stream.__cuda_stream__()[1])
-    if hasattr(kind, "cuda_stream"):  # torch.cuda.Stream
-        return lambda stream: int(stream.cuda_stream)
-    if hasattr(kind, "ptr") and kind.__module__.split(".")[0] == "cupy":
-        return lambda stream: int(stream.ptr)
-    if hasattr(kind, "__int__") or hasattr(kind, "__index__"):  # cuda-bindings CUstream
-        return lambda stream: int(stream)
-    raise UsageError(
-        f"cannot use a {kind.__name__} as a stream; pass None, an int handle, a torch or CuPy "
-        "stream, or an object with __cuda_stream__"
-    )
-
-
-STREAM_GETTERS: dict[type, Callable[[Any], int]] = {}
-
-
-def stream_of(stream: object) -> int:
-    """The raw stream handle for the caller's stream object (None: the default stream)."""
-    if stream is None:
-        return 0
-    if type(stream) is int:
-        return stream
-    getter = STREAM_GETTERS.get(type(stream))
-    if getter is None:
-        getter = _stream_getter_for(type(stream))
-        STREAM_GETTERS[type(stream)] = getter
-    return getter(stream)

@@ -158,7 +158,7 @@ class PinnedPool:
             self.stats.leased_bytes += buffer.nbytes
         lease = (ctypes.c_uint8 * max(nbytes, 1)).from_address(buffer.address)
         weakref.finalize(lease, self._give_back, buffer)
-        import numpy as np
+        import numpy as np  # deferred: kernelpack's report commands run without numpy
 
         view = np.frombuffer(memoryview(lease), dtype=np.uint8)[:nbytes]
         return Pinned(buffer.owner, view, buffer.address)

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from ..devices import arrays
+import numpy as np
+
+from ..devices import pointers
 from ..devices.detect import Gpu
 from ..errors import RuntimeLibraryError, UsageError
 from ..loader import catalog as installed
@@ -47,8 +49,6 @@ from ._targets import EMULATED_TARGETS, EmulatedTarget, emulated_target
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-    import numpy as np
 
     from ..backends.rtc import SourceCompiler
     from ..formats.index import Index
@@ -73,8 +73,6 @@ class DeviceArray:
     pointer argument; :meth:`Emulator.numpy` copies it out."""
 
     def __init__(self, shape: tuple[int, ...], dtype: Any, misalign: int = 0) -> None:
-        import numpy as np
-
         if type(misalign) is not int or not 0 <= misalign < ALIGNMENT:
             raise UsageError(f"misalign must be an int from 0 to {ALIGNMENT - 1}, got {misalign!r}")
         self.dtype = np.dtype(dtype)
@@ -102,8 +100,8 @@ class DeviceArray:
 
 
 # Kernel.launch reads a pointer argument's address through this cache of per-type getters
-# (kernelpack.devices.arrays.pointer_of, and the C launcher on a miss).
-arrays.POINTER_GETTERS[DeviceArray] = lambda array: array.address
+# (kernelpack.devices.pointers.pointer_of, and the C launcher on a miss).
+pointers.POINTER_GETTERS[DeviceArray] = lambda array: array.address
 
 
 def _no_compiler(vendor: str) -> SourceCompiler:
@@ -220,8 +218,6 @@ class Emulator:
 
     def array(self, host: Any, *, misalign: int = 0) -> DeviceArray:
         """A copy of the numpy array ``host`` in the emulator's memory."""
-        import numpy as np
-
         source = np.ascontiguousarray(host)
         made = DeviceArray(source.shape, source.dtype, misalign)
         made.view()[...] = source
@@ -237,7 +233,7 @@ class Emulator:
         return DeviceArray(tuple(array.shape), array.dtype, misalign)
 
     def memory(self) -> EmulatorMemory:
-        """Raw bytes in the emulator's memory through kernelpack.devices.arrays.DeviceMemory's interface,
+        """Raw bytes in the emulator's memory through kernelpack.devices.memory.DeviceMemory's interface,
         for hosts that work in plain addresses (each buffer a 0xFF-filled DeviceArray's bytes)."""
         return EmulatorMemory(lambda nbytes: DeviceArray((nbytes,), "uint8"))
 

@@ -8,6 +8,7 @@ a small CPU program with ``clang`` (tinygrad's CPU backend), so ``clang`` must b
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -106,8 +107,6 @@ def open_checkout(environ: Mapping[str, str] | None = None) -> Checkout:
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
     try:
-        import importlib
-
         emu = importlib.import_module("test.mockgpu.amd.emu")
         decode = importlib.import_module("tinygrad.renderer.amd").decode_inst
     except Exception as error:  # the checkout's own failure, named with what to do

@@ -24,6 +24,8 @@ import mmap
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from ..errors import RuntimeLibraryError
 
 RESERVATION = (1 << 32) + (1 << 16)
@@ -96,8 +98,6 @@ class LdsReservation:
 
     def _touched_past(self, allocated: int) -> int:
         """Pages of the reservation in memory past the allocation's own pages."""
-        import numpy as np
-
         first = -(-allocated // PAGE)
         pages = RESERVATION // PAGE - first
         vector = np.zeros(pages, dtype=np.uint8)

@@ -1,4 +1,4 @@
-"""Raw device bytes in the emulator's memory, as kernelpack.devices.arrays.DeviceMemory gives them on a GPU.
+"""Raw device bytes in the emulator's memory, as kernelpack.devices.memory.DeviceMemory gives them on a GPU.
 
 Hosts that work in plain addresses (the walk's :func:`kernelpack.walk.gpu._walk`) take a
 DeviceMemory; this is the same interface over the emulator's memory, which is host memory: a
@@ -10,9 +10,12 @@ wait for), and page-locked memory is ordinary numpy memory.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..devices.memory import Pinned
 
 FREE_BYTES = 1 << 30  # what the walk may plan a piece of the batch for
 
@@ -69,7 +72,7 @@ class EmulatorMemory:
     def stream(self) -> int:
         return 0
 
-    def pinned(self, nbytes: int) -> tuple[Any, np.ndarray[Any, Any]]:
+    def pinned(self, nbytes: int) -> Pinned:
         host = np.zeros(max(nbytes, 1), dtype=np.uint8)
         return host, host[:nbytes]
 
@@ -79,14 +82,7 @@ class EmulatorMemory:
     def side_waits(self, side: Any) -> None:
         return None
 
-    def copy_to_host(
-        self,
-        host: tuple[Any, np.ndarray[Any, Any]],
-        offset: int,
-        buffer: Any,
-        nbytes: int,
-        side: Any,
-    ) -> None:
+    def copy_to_host(self, host: Pinned, offset: int, buffer: Any, nbytes: int, side: Any) -> None:
         host[1][offset : offset + nbytes] = buffer[:nbytes]
 
     def mark(self, side: Any) -> _Done:

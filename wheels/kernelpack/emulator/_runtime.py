@@ -26,7 +26,7 @@ import struct
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..backends import launch as launching
 from ..backends.runtime import LoadedModule, Runtime
@@ -52,6 +52,15 @@ _ERROR_NAMES = {
     LAUNCH_FAILURE: "hipErrorLaunchFailure",
     INVALID_CONFIGURATION: "hipErrorInvalidConfiguration",
 }
+
+
+class Dispatch(NamedTuple):
+    """One kernel dispatch's shape, which its kernarg segment and its AQL packet both carry."""
+
+    code: KernelCode
+    grid: tuple[int, int, int]  # blocks
+    block: tuple[int, int, int]  # threads
+    shared_mem: int  # dynamic LDS bytes
 
 
 class LaunchRecord:
@@ -156,7 +165,7 @@ class EmulatorRuntime(Runtime):
             _extra: Any,
         ) -> int:
             slots = [ctypes.string_at(params[i], size) for i, size in enumerate(sizes)]
-            return self._run(code, name, (gx, gy, gz), (bx, by, bz), shared_mem, slots)
+            return self._run(Dispatch(code, (gx, gy, gz), (bx, by, bz), shared_mem), name, slots)
 
         return launching.ctypes_launcher(
             signature, launch, 0, fail, lambda: module.ordinal, module.ordinal, lambda: 0, int
@@ -164,27 +173,20 @@ class EmulatorRuntime(Runtime):
 
     # -- below hipModuleLaunchKernel
 
-    def _run(
-        self,
-        code: KernelCode,
-        name: str,
-        grid: tuple[int, int, int],
-        block: tuple[int, int, int],
-        shared_mem: int,
-        slots: list[bytes],
-    ) -> int:
+    def _run(self, dispatch: Dispatch, name: str, slots: list[bytes]) -> int:
+        code, grid, block, shared_mem = dispatch
         self.last_error = ""
         threads = block[0] * block[1] * block[2]
         limit = 1024
         if threads > limit or block[0] > 1024 or block[1] > 1024 or block[2] > 1024:
             self.last_error = f"{threads} threads a block; at most {limit}"
             return INVALID_CONFIGURATION
-        kernarg = _kernarg_segment(code, grid, block, shared_mem, slots)
+        kernarg = _kernarg_segment(dispatch, slots)
         memory = ctypes.create_string_buffer(len(kernarg) + _DISPATCH.size + KERNARG_ALIGN)
         base = -ctypes.addressof(memory) % KERNARG_ALIGN + ctypes.addressof(memory)
         ctypes.memmove(base, kernarg, len(kernarg))
         dispatch_at = base + len(kernarg) + (-len(kernarg) % KERNARG_ALIGN)
-        ctypes.memmove(dispatch_at, _dispatch_packet(code, grid, block, shared_mem, base), 64)
+        ctypes.memmove(dispatch_at, _dispatch_packet(dispatch, base), 64)
         user = _user_sgprs(code, base, dispatch_at)
         lds_granules = -(-(code.group_segment + shared_mem) // 512) & 0x1FF
         rsrc2 = code.rsrc2 | (lds_granules << 15)
@@ -219,15 +221,10 @@ class EmulatorRuntime(Runtime):
         return 0
 
 
-def _kernarg_segment(
-    code: KernelCode,
-    grid: tuple[int, int, int],
-    block: tuple[int, int, int],
-    shared_mem: int,
-    slots: list[bytes],
-) -> bytes:
+def _kernarg_segment(dispatch: Dispatch, slots: list[bytes]) -> bytes:
     """The kernarg segment as ROCclr writes it: each explicit argument at its metadata offset,
     then the hidden arguments the kernel declares (code object v5)."""
+    code, grid, block, shared_mem = dispatch
     size = max([code.kernarg_size, *(a.offset + a.size for a in code.args)])
     segment = bytearray(size)
     values = iter(slots)
@@ -255,13 +252,10 @@ def _kernarg_segment(
     return bytes(segment)
 
 
-def _dispatch_packet(
-    code: KernelCode,
-    grid: tuple[int, int, int],
-    block: tuple[int, int, int],
-    shared_mem: int,
-    kernarg: int,
-) -> bytes:
+def _dispatch_packet(dispatch: Dispatch, kernarg: int) -> bytes:
+    """The AQL kernel dispatch packet (hsa_kernel_dispatch_packet_t) of ``dispatch``, its
+    kernarg segment at address ``kernarg``."""
+    code, grid, block, shared_mem = dispatch
     return _DISPATCH.pack(
         HSA_PACKET_TYPE_KERNEL_DISPATCH,
         3,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._tables import unique_index
 from ..errors import UsageError
 
 
@@ -34,16 +35,7 @@ EMULATED_TARGETS: tuple[EmulatedTarget, ...] = (
 )
 
 
-def _by_processor() -> dict[str, EmulatedTarget]:
-    table: dict[str, EmulatedTarget] = {}
-    for row in EMULATED_TARGETS:
-        if row.processor in table:
-            raise AssertionError(f"emulated target {row.processor} listed twice")
-        table[row.processor] = row
-    return table
-
-
-EMULATED_BY_PROCESSOR = _by_processor()
+EMULATED_BY_PROCESSOR = unique_index(EMULATED_TARGETS, lambda row: row.processor, "emulated target")
 
 
 def emulated_target(name: object) -> EmulatedTarget:

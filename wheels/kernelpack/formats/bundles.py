@@ -357,7 +357,7 @@ def require_zstd() -> None:
 
 def _zstandard() -> ModuleType:
     try:
-        import zstandard
+        import zstandard  # deferred: the codec before Python 3.14
     except ImportError:
         raise UsageError(
             f"the zstandard package is not installed for {sys.executable}, and zstd bundles need "
@@ -370,7 +370,7 @@ def _zstandard() -> ModuleType:
 
 def _zstd_compress(data: bytes) -> bytes:
     if sys.version_info >= (3, 14):
-        from compression import zstd
+        from compression import zstd  # deferred: Python 3.14's zstd, absent before
 
         return zstd.compress(data, level=ZSTD_LEVEL)
     zstandard = _zstandard()
@@ -388,7 +388,7 @@ def _zstd_decompress(payload: memoryview, size: int) -> bytearray | None:
     out = bytearray()
     produced = 0
     if sys.version_info >= (3, 14):
-        from compression import zstd
+        from compression import zstd  # deferred: Python 3.14's zstd, absent before
 
         rest: Buffer = payload
         try:

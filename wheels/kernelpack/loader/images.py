@@ -19,6 +19,7 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
+from .._tables import unique_index
 from ..errors import FormatError, IntegrityError, UsageError
 from ..files.regular import IMAGE_FILE_LIMIT, read_regular
 from ..formats import read_bundle
@@ -56,18 +57,11 @@ IMAGE_KINDS: tuple[ImageKind, ...] = (
 )
 
 
-def _by_name(kinds: tuple[ImageKind, ...]) -> dict[str, ImageKind]:
-    table: dict[str, ImageKind] = {}
-    for kind in kinds:
-        if kind.name in table:
-            raise AssertionError(f"image kind {kind.name} listed twice in IMAGE_KINDS")
-        table[kind.name] = kind
-    if sorted(k.order for k in kinds) != list(range(len(kinds))):
-        raise AssertionError("IMAGE_KINDS orders must be 0, 1, 2, ... each once")
-    return table
-
-
-KINDS_BY_NAME: dict[str, ImageKind] = _by_name(IMAGE_KINDS)
+KINDS_BY_NAME: dict[str, ImageKind] = unique_index(
+    IMAGE_KINDS, lambda kind: kind.name, "image kind"
+)
+if sorted(kind.order for kind in IMAGE_KINDS) != list(range(len(IMAGE_KINDS))):
+    raise AssertionError("IMAGE_KINDS orders must be 0, 1, 2, ... each once")
 KINDS_OF_VENDOR: dict[str, tuple[str, ...]] = {
     vendor: tuple(k.name for k in IMAGE_KINDS if k.vendor == vendor) for vendor in ("amd", "nvidia")
 }

@@ -441,8 +441,8 @@ def _driver_probe(environ: Mapping[str, str]) -> list[NvidiaDevice]:
     """NVIDIA GPUs as the CUDA driver numbers them (CUDA_VISIBLE_DEVICES applied by the driver).
 
     The loader starts the driver to load anything on an NVIDIA GPU, so asking it costs nothing
-    more, where starting NVML, detection's first choice, took 30 to 40 ms on the H100
-    (docs/loader.md).
+    more, where starting NVML, detection's first choice, costs tens of milliseconds
+    (docs/loader.md has the measurement).
     """
     return cuda_driver_devices() or []
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..backends import signature as kargs
-from ..devices import arrays
+from ..devices import pointers
 from ..devices.argument import device_name
 from ..errors import RuntimeLibraryError, UsageError
 from ..formats.index import KernelParam, KernelResources
@@ -104,7 +104,7 @@ class Kernel:
         kargs.dims(block, "block")
         if type(shared_mem) is not int or not 0 <= shared_mem < 2**32:
             raise UsageError(f"shared_mem must be an int from 0 to 2**32-1, got {shared_mem!r}")
-        arrays.stream_of(stream)
+        pointers.stream_of(stream)
         raise self.signature.explain(args)
 
     def __repr__(self) -> str:

@@ -109,7 +109,7 @@ def _spec(spec_json: str) -> tuple[Spec, Any]:
 def _worker_gpu() -> str:
     """This worker's GPU, vendor-qualified ("cuda:1"): its position among the local workers
     (LocalCluster names them 0..n-1) in kernelpack's GPU list, modulo the GPUs there are."""
-    from distributed import get_worker
+    from distributed import get_worker  # deferred: the sweep extra (Dask)
 
     name = get_worker().name
     gpus = detect.detect_gpus()
@@ -124,7 +124,7 @@ def _worker_gpu() -> str:
 
 def run_shard(spec_json: str, shard: int, backend: str) -> tuple[str, object, str]:
     """One shard on this worker: ("ok", ShardResult, worker) or ("failed", message, worker)."""
-    from distributed import get_worker
+    from distributed import get_worker  # deferred: the sweep extra (Dask)
 
     worker = str(get_worker().address)
     try:
@@ -299,8 +299,9 @@ class Progress:
         self.last_line = 0.0
         self._bar: Any = None
         if use_rich():
+            # deferred: rich is optional terminal output
             from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
-            from rich.progress import Progress as Bar
+            from rich.progress import Progress as Bar  # deferred: optional terminal output
 
             self._bar = Bar(
                 TextColumn("sweep"),

@@ -296,8 +296,8 @@ def nvidia_compatible(code: NvidiaTarget, gpu: NvidiaTarget) -> bool:
 def nvidia_rank(code: NvidiaTarget, gpu: NvidiaTarget) -> tuple[int, int, int, int]:
     """Sort key among targets that fit ``gpu``, best first.
 
-    Cubins before PTX (PTX costs a driver compile at first load: 144 ms seen for one kernel on an
-    H100, against 0.1 ms for a cubin); arch-specific code (built for exactly this GPU, with its
+    Cubins before PTX (PTX costs a driver compile at first load, a cubin none: docs/loader.md
+    measures both); arch-specific code (built for exactly this GPU, with its
     extra instructions) before portable code; then the newest version, the closest to the GPU.
     """
     return (int(code.ptx), int(not code.arch_specific), -code.major, -code.minor)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._tables import unique_index
+
 
 @dataclass(frozen=True)
 class AmdProcessor:
@@ -131,18 +133,9 @@ NVIDIA_ARCHS: tuple[NvidiaArch, ...] = (
 )
 
 
-def _index_by_name(rows: tuple[AmdProcessor, ...] | tuple[NvidiaArch, ...]) -> dict[str, object]:
-    table: dict[str, object] = {}
-    for row in rows:
-        if row.name in table:
-            raise AssertionError(f"duplicate target table row: {row.name}")
-        table[row.name] = row
-    return table
-
-
-AMD_BY_NAME: dict[str, AmdProcessor] = _index_by_name(AMD_PROCESSORS)  # type: ignore[assignment]
+AMD_BY_NAME = unique_index(AMD_PROCESSORS, lambda row: row.name, "AMD processor")
 AMD_BY_MACH: dict[int, AmdProcessor] = {p.mach: p for p in AMD_PROCESSORS}
-NVIDIA_BY_NAME: dict[str, NvidiaArch] = _index_by_name(NVIDIA_ARCHS)  # type: ignore[assignment]
+NVIDIA_BY_NAME = unique_index(NVIDIA_ARCHS, lambda row: row.name, "NVIDIA architecture")
 if len(AMD_BY_MACH) != len(AMD_PROCESSORS):
     raise AssertionError("duplicate EF_AMDGPU_MACH value in AMD_PROCESSORS")
 

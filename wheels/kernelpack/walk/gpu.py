@@ -1,6 +1,6 @@
 """The walks on the GPU: the kernels of kernel_sources/walk/walk.cu through kernelpack's loader.
 
-Memory comes from torch or CuPy through kernelpack.devices.arrays.DeviceMemory (the framework of the
+Memory comes from torch or CuPy through kernelpack.devices.memory.DeviceMemory (the framework of the
 caller's arrays, else whichever is installed, torch first), as raw bytes on that framework's
 current stream; the kernels take plain addresses. Two ways in and out:
 
@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..devices.arrays import Array, DeviceMemory, download, is_gpu_array, wrap
+from ..devices.arrays import Array, download, is_gpu_array, wrap
+from ..devices.memory import DeviceMemory
 from ..errors import RuntimeLibraryError, UsageError
 from ..loader import load as loader
 from .inputs import (

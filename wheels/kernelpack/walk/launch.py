@@ -21,9 +21,8 @@ from .program import Op
 # Block sizes tried, largest first, until the block's slots fit SHARED_LIMIT; every target runs
 # 48 KiB of dynamic shared memory without asking for more. The kernels' __launch_bounds__ is 256.
 BLOCK_SIZES = (256, 128, 64, 32, 16)
-# The residue kernel's blocks stop at 128 threads: at 10^4 walks, blocks of 256 left the SMs
-# unevenly loaded (2 or 3 blocks each on an H100), and 128 ran 4-26% faster there and the same
-# at 10^5 and 10^6 walks.
+# The residue kernel's blocks stop at 128 threads: a small batch then spreads evenly over the
+# multiprocessors, and larger ones run the same (docs/bench-walk.md has the measurement).
 RESIDUE_MAX_BLOCK = 128
 SHARED_LIMIT = 48 * 1024
 # Below 2^53 every integer is a float64; the margin of one bit covers the rounding of the

@@ -18,8 +18,9 @@ to the target than about a thousand times its resolution cannot be had from it
 from __future__ import annotations
 
 import math
+import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -134,19 +135,18 @@ class _Parser:
         return node
 
     def expr(self) -> Node:
-        node = self.term()
-        while self.peek() in ("+", "-"):
-            op = "add" if self.peek() == "+" else "sub"
-            self.at += 1
-            node = Node(op, args=(node, self.term()))
-        return node
+        return self.left_assoc(self.term, {"+": "add", "-": "sub"})
 
     def term(self) -> Node:
-        node = self.unary()
-        while self.peek() in ("*", "/"):
-            op = "mul" if self.peek() == "*" else "div"
+        return self.left_assoc(self.unary, {"*": "mul", "/": "div"})
+
+    def left_assoc(self, operand: Callable[[], Node], operators: Mapping[str, str]) -> Node:
+        """``operand (op operand)*`` for the operators (spelling -> node kind), grouped from the
+        left: the grammar's ``expr`` and ``term`` levels."""
+        node = operand()
+        while (op := operators.get(self.peek())) is not None:
             self.at += 1
-            node = Node(op, args=(node, self.unary()))
+            node = Node(op, args=(node, operand()))
         return node
 
     def unary(self) -> Node:
@@ -219,6 +219,17 @@ def _unit_in_last_place(spelling: str) -> Fraction:
     return Fraction(10) ** (int(exponent or 0) - len(fraction))
 
 
+# The operators whose value is the same arithmetic on exact fractions and on balls (pow is not:
+# a fractional or huge exponent leaves the rationals)
+_ARITHMETIC: dict[str, Callable[..., Any]] = {
+    "neg": operator.neg,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "div": operator.truediv,
+}
+
+
 def _rational(node: Node) -> Fraction | None:
     """The node's exact value where it is rational without constants, else None."""
     if node.kind == "num":
@@ -230,19 +241,12 @@ def _rational(node: Node) -> Fraction | None:
     if any(v is None for v in values):
         return None
     args = [v for v in values if v is not None]
-    if node.kind == "neg":
-        return -args[0]
+    if node.kind == "div" and args[1] == 0:
+        raise UsageError("target: division by zero")
+    if node.kind in _ARITHMETIC:
+        exact: Fraction = _ARITHMETIC[node.kind](*args)
+        return exact
     a, b = args
-    if node.kind == "add":
-        return a + b
-    if node.kind == "sub":
-        return a - b
-    if node.kind == "mul":
-        return a * b
-    if node.kind == "div":
-        if b == 0:
-            raise UsageError("target: division by zero")
-        return a / b
     if b.denominator != 1 or abs(b.numerator) > MAX_EXPONENT:
         return None  # a fractional power (or a huge one) is evaluated as a ball
     if a == 0 and b < 0:
@@ -262,17 +266,9 @@ def _ball(node: Node, flint: Any) -> Any:
     if node.kind == "call":
         assert isinstance(node.value, str)
         return FUNCTIONS[node.value][1](args[0])
-    if node.kind == "neg":
-        return -args[0]
+    if node.kind in _ARITHMETIC:
+        return _ARITHMETIC[node.kind](*args)
     a, b = args
-    if node.kind == "add":
-        return a + b
-    if node.kind == "sub":
-        return a - b
-    if node.kind == "mul":
-        return a * b
-    if node.kind == "div":
-        return a / b
     exponent = _rational(node.args[1])
     if exponent is not None and exponent.denominator == 1:
         return a ** int(exponent)
@@ -282,7 +278,7 @@ def _ball(node: Node, flint: Any) -> Any:
 def import_flint(why: str) -> Any:
     """python-flint, or the UsageError that says how to install it."""
     try:
-        import flint
+        import flint  # deferred: the exact extra (python-flint)
     except ImportError:
         raise UsageError(
             f"{why} needs python-flint (certified big-number arithmetic); install it with "

@@ -87,14 +87,18 @@ static int launcher_clear(PyObject *self) {
 }
 #undef CLEAR_OBJECT
 
-static void launcher_dealloc(PyObject *self) {
+/* tp_dealloc of this file's heap types: untracked, references dropped by `clear`, freed, and
+ * the type's own reference released. */
+static void dealloc_with(PyObject *self, inquiry clear) {
     PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
-    launcher_clear(self);
+    clear(self);
     freefunc free_slot = (freefunc)PyType_GetSlot(type, Py_tp_free);
     free_slot(self);
     Py_DECREF(type);
 }
+
+static void launcher_dealloc(PyObject *self) { dealloc_with(self, launcher_clear); }
 
 static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     unsigned long long launch, function, get_current, enter, leave, context;
@@ -531,14 +535,7 @@ static int hot_clear(PyObject *self) {
 }
 #undef CLEAR_HOT
 
-static void hot_dealloc(PyObject *self) {
-    PyTypeObject *type = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    hot_clear(self);
-    freefunc free_slot = (freefunc)PyType_GetSlot(type, Py_tp_free);
-    free_slot(self);
-    Py_DECREF(type);
-}
+static void hot_dealloc(PyObject *self) { dealloc_with(self, hot_clear); }
 
 /* The op's HotSpec from its descriptor (inputs, shapes, eps, out, allocates, in_place,
  * default_eps); 0, or -1

@@ -97,14 +97,14 @@ def _output(out: object, like: Array, shape: tuple[int, ...]) -> Array | None:
 
 
 def _needs_autograd(*tensors: Any) -> bool:
-    import torch
+    import torch  # deferred: torch is optional
 
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def _torch_ops() -> Any:
     """torch.ops.kernelpack, registered on first use (autograd goes through the custom ops)."""
-    import torch
+    import torch  # deferred: torch is optional
 
     from . import torch_ops  # deferred: it imports torch, an optional dependency
 

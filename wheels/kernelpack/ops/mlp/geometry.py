@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from ...devices.arrays import pointer_of
+from ...devices.pointers import pointer_of
 from .tuning import (
     BACKWARD_CACHED_CHUNKS,
     BACKWARD_THREADS_PER_SM,
@@ -170,7 +170,7 @@ def elementwise_bytes(op: str, outputs: int, dtype: str) -> int:
 
 def alignment_of(*pointers: Any) -> int:
     """The largest power of two, up to VECTOR_BYTES, that divides every address (ints, or arrays
-    the launcher reads: :func:`kernelpack.devices.arrays.pointer_of`); a null pointer divides by any."""
+    the launcher reads: :func:`kernelpack.devices.pointers.pointer_of`); a null pointer divides by any."""
     bits = 0
     for pointer in pointers:
         bits |= pointer_of(pointer)

@@ -209,7 +209,7 @@ _TORCH_PLANS: dict[tuple[Any, int], TorchPlan] = {}  # (torch dtype, device inde
 def torch_plan(tensor: Any) -> TorchPlan:
     """The plan for a CUDA (or ROCm) torch tensor of a supported dtype; the first one turns the
     hot calls on."""
-    import torch
+    import torch  # deferred: torch is optional
 
     index = tensor.get_device()
     key = (tensor.dtype, index)

@@ -8,7 +8,7 @@ have a function each. Checking arguments and choosing a framework is the callers
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...loader.load import load
 from .geometry import (
@@ -134,18 +134,32 @@ def launch_silu_and_mul_backward(
     load_kernel(device, name).launch(grid, launch.block, x, grad, grad_x, rows, cols, stream=stream)
 
 
+class NormGrads(NamedTuple):
+    """The arrays of one RMSNorm backward (device arrays or addresses), in the order both backward
+    kernels take them: the forward's input and row scales, the weight, the incoming gradient and
+    the one added to the input gradient (0: none), then the input and weight gradients."""
+
+    x: Any
+    row_scales: Any
+    weight: Any
+    grad: Any
+    grad_extra: Any
+    grad_x: Any
+    grad_weight: Any
+
+    @property
+    def leading(self) -> tuple[Any, ...]:
+        """What the general kernel takes first: all but grad_weight, which its second kernel
+        writes."""
+        return self[:6]
+
+
 def launch_rms_norm_backward(
     device: str,
     dtype: str,
-    x: Any,
-    row_scales: Any,
-    weight: Any,
-    grad: Any,
-    grad_extra: Any,
-    grad_x: Any,
+    arrays: NormGrads,
     grad_x_copy: Any,
     partial: Any,
-    grad_weight: Any,
     rows: int,
     cols: int,
     stream: int,
@@ -159,23 +173,11 @@ def launch_rms_norm_backward(
         sms = device_facts(device).multiprocessors
         grid, threads = backward_row_geometry(rows, cols, dtype, sms)
         load_kernel(device, kernel_name("rms_norm_backward", dtype)).launch(
-            grid,
-            threads,
-            x,
-            row_scales,
-            weight,
-            grad,
-            grad_extra,
-            grad_x,
-            grad_x_copy,
-            partial,
-            rows,
-            cols,
-            stream=stream,
+            grid, threads, *arrays.leading, grad_x_copy, partial, rows, cols, stream=stream
         )
     else:
         grid = 0
-    launch_rms_norm_weight_grad(device, dtype, partial, grad_weight, grid, cols, stream)
+    launch_rms_norm_weight_grad(device, dtype, partial, arrays.grad_weight, grid, cols, stream)
 
 
 def launch_rms_norm_weight_grad(
@@ -198,13 +200,7 @@ def launch_rms_norm_weight_grad(
 def launch_rms_norm_backward_short(
     device: str,
     dtype: str,
-    x: Any,
-    row_scales: Any,
-    weight: Any,
-    grad: Any,
-    grad_extra: Any,
-    grad_x: Any,
-    grad_weight: Any,
+    arrays: NormGrads,
     scratch: Any,
     rows: int,
     cols: int,
@@ -222,29 +218,23 @@ def launch_rms_norm_backward_short(
         name = kernel_name("rms_norm_backward_fixed", dtype, cols)
     else:
         name = kernel_name("rms_norm_backward_short", dtype)
-    load_kernel(device, name).launch(
-        rows,
-        threads,
-        x,
-        row_scales,
-        weight,
-        grad,
-        grad_extra,
-        grad_x,
-        grad_weight,
-        scratch,
-        rows,
-        cols,
-        stream=stream,
-    )
+    load_kernel(device, name).launch(rows, threads, *arrays, scratch, rows, cols, stream=stream)
     if rows == 1:
         return
     if dtype in ROW_SCALE_DTYPES:
         launch_rms_norm_weight_grad_inputs(
-            device, dtype, x, grad, row_scales, grad_weight, rows, cols, stream
+            device,
+            dtype,
+            arrays.x,
+            arrays.grad,
+            arrays.row_scales,
+            arrays.grad_weight,
+            rows,
+            cols,
+            stream,
         )
     else:
-        launch_rms_norm_weight_grad(device, dtype, scratch, grad_weight, rows, cols, stream)
+        launch_rms_norm_weight_grad(device, dtype, scratch, arrays.grad_weight, rows, cols, stream)
 
 
 def launch_rms_norm_weight_grad_inputs(

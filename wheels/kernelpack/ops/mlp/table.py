@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
+from ..._tables import unique_index
 from ...backends.hotpath import HotOp
 from .geometry import DeviceFacts, Plan, elementwise_plan, halves_plan, norm_plan
 
@@ -147,12 +148,7 @@ OPS: tuple[Op, ...] = (
 
 def by_name(ops: tuple[Op, ...]) -> dict[str, Op]:
     """The ops by name; a name twice is a mistake in the table."""
-    found: dict[str, Op] = {}
-    for op in ops:
-        if op.name in found:
-            raise ValueError(f"op {op.name!r} is in the table twice")
-        found[op.name] = op
-    return found
+    return unique_index(ops, lambda op: op.name, "op")
 
 
 TABLE: Mapping[str, Op] = by_name(OPS)

@@ -203,6 +203,7 @@ def _norm_backward(
     plan = hot.torch_plan(x)
     device, stream = plan.device, plan.stream(plan.index)
     sms = launch.device_facts(device).multiprocessors
+    arrays = launch.NormGrads(x, row_scales, weight, grad, extra, grad_x, grad_weight)
     threads = short_backward_threads(rows, cols, dtype, sms)
     if threads:
         shape = short_backward_scratch(rows, cols, dtype)
@@ -210,40 +211,12 @@ def _norm_backward(
             0 if shape is None else torch.empty(shape, dtype=torch.float32, device=x.device)
         )
         launch.launch_rms_norm_backward_short(
-            device,
-            dtype,
-            x,
-            row_scales,
-            weight,
-            grad,
-            extra,
-            grad_x,
-            grad_weight,
-            scratch,
-            rows,
-            cols,
-            threads,
-            stream,
+            device, dtype, arrays, scratch, rows, cols, threads, stream
         )
         return grad_x, grad_weight
     blocks = backward_row_geometry(rows, cols, dtype, sms)[0] if rows else 0
     partial = torch.empty((max(blocks, 1), cols), dtype=torch.float32, device=x.device)
-    launch.launch_rms_norm_backward(
-        device,
-        dtype,
-        x,
-        row_scales,
-        weight,
-        grad,
-        extra,
-        grad_x,
-        0,
-        partial,
-        grad_weight,
-        rows,
-        cols,
-        stream,
-    )
+    launch.launch_rms_norm_backward(device, dtype, arrays, 0, partial, rows, cols, stream)
     return grad_x, grad_weight
 
 
