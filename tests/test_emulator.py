@@ -2,10 +2,9 @@
 
 Tests marked ``amd_emulator`` run kernels on the emulator (KERNELPACK_AMD_EMULATOR names its
 checkout; skipped with that reason where it is unset, failed where it names no checkout); they need
-the MLP module built for the targets they run (`nox -s amd` builds them). The kernels are picked
-and sized by the host's own choice (kernelpack.ops.mlp.geometry and launch), their inputs are random from a seed
-printed with any failure, their outputs poisoned (0xFF bytes: NaN) before the launch, and their
-results checked against float64 with the GPU tests' tolerances (tests/test_mlp.py).
+the MLP module built for the targets they run (`nox -s amd` builds them). Here: a launch checked as
+on a GPU, and a kernel that must fail. Every MLP kernel against float64 is
+tests/test_emulator_mlp.py's; the walk kernels, tests/test_emulator_walk.py's.
 
 A kernel written wrong for wave64 (a 32-bit ballot mask) is built into a tiny project and must fail
 its check on gfx942 while passing on gfx1100: the check can fail.
@@ -15,7 +14,6 @@ The refusal messages run everywhere, without the emulator.
 
 from __future__ import annotations
 
-import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -26,11 +24,7 @@ import pytest
 from kernelpack.emulator import EMULATED_TARGETS, Emulator
 from kernelpack.emulator._checkout import ENVIRONMENT, PINNED_COMMIT
 from kernelpack.errors import RuntimeLibraryError, UsageError
-from kernelpack.ops.mlp import geometry as mlp_geometry
-from tests.test_mlp import np_assert_close, np_rms_norm, np_swiglu, numpy_dtype
 
-RUN_TARGETS = [t.processor for t in EMULATED_TARGETS]  # wave64: gfx942, gfx950; wave32: the others
-FORWARD_DTYPES = ["float32", "float16"]
 TIMINGS: list[str] = []  # "kernel target: seconds", printed at the end of the run (-s)
 
 
@@ -100,79 +94,6 @@ def timed_launch(
         f"{kernel.name} {emu.target.processor} grid {grid} block {block}: "
         f"{time.perf_counter() - started:.1f} s"
     )
-
-
-def random(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    return rng.standard_normal(shape).astype(np.float32).astype(numpy_dtype(dtype))
-
-
-def check(got: np.ndarray, reference: np.ndarray, dtype: str, what: str, seed: int) -> None:
-    assert not np.isnan(got.astype(np.float64)).any(), f"{what} {dtype}: elements left unwritten"
-    np_assert_close(got, reference, dtype, what, seed)
-
-
-# (n, misaligned): 1000 takes the exact form in 8-byte vectors, 1001 and a view one element off
-# the alignment the general form
-SWIGLU_CASES = [(1000, False), (1001, False), (1000, True)]
-
-
-@pytest.mark.amd_emulator
-@pytest.mark.parametrize(("n", "misaligned"), SWIGLU_CASES)
-@pytest.mark.parametrize("dtype", FORWARD_DTYPES)
-@pytest.mark.parametrize("target", RUN_TARGETS)
-def test_swiglu_forward_on_the_emulator(target: str, dtype: str, n: int, misaligned: bool) -> None:
-    seed = secrets.randbits(62)
-    rng = np.random.default_rng(seed)
-    emu = emulator(target)
-    module = emu.load("mlp")
-    gate, up = random(rng, (n,), dtype), random(rng, (n,), dtype)
-    off = gate.dtype.itemsize if misaligned else 0
-    g, u = emu.array(gate, misalign=off), emu.array(up, misalign=off)
-    out = emu.empty_like(g, misalign=off)
-    launch = mlp_geometry.swiglu_launch("swiglu", n, dtype)
-    name, grid = launch.kernel_for(mlp_geometry.alignment_of(g, u, out))
-    timed_launch(emu, module.kernel(name), grid, launch.block, g, u, out, n)
-    check(emu.numpy(out), np_swiglu(gate, up), dtype, f"{name} on {target}", seed)
-
-
-@pytest.mark.amd_emulator
-@pytest.mark.parametrize("dtype", FORWARD_DTYPES)
-@pytest.mark.parametrize("target", RUN_TARGETS)
-def test_silu_and_mul_forward_on_the_emulator(target: str, dtype: str) -> None:
-    seed = secrets.randbits(62)
-    rng = np.random.default_rng(seed)
-    emu = emulator(target)
-    module = emu.load("mlp")
-    rows, cols = 3, 96
-    x = random(rng, (rows, 2 * cols), dtype)
-    xs = emu.array(x)
-    out = emu.empty((rows, cols), x.dtype)
-    launch = mlp_geometry.silu_and_mul_launch("silu_and_mul", rows, cols, dtype)
-    name, grid = launch.kernel_for(mlp_geometry.alignment_of(xs, out))
-    timed_launch(emu, module.kernel(name), grid, launch.block, xs, out, rows, cols)
-    reference = np_swiglu(x[:, :cols], x[:, cols:])
-    check(emu.numpy(out), reference, dtype, f"{name} on {target}", seed)
-
-
-@pytest.mark.amd_emulator
-@pytest.mark.parametrize(
-    "cols", [200, 202]
-)  # whole 16-byte vectors: the short-row form; else general
-@pytest.mark.parametrize("dtype", FORWARD_DTYPES)
-@pytest.mark.parametrize("target", RUN_TARGETS)
-def test_rms_norm_forward_on_the_emulator(target: str, dtype: str, cols: int) -> None:
-    seed = secrets.randbits(62)
-    rng = np.random.default_rng(seed)
-    emu = emulator(target)
-    module = emu.load("mlp")
-    rows, eps = 3, 1e-6
-    x, weight = random(rng, (rows, cols), dtype), random(rng, (cols,), dtype)
-    xs, w = emu.array(x), emu.array(weight)
-    out = emu.empty_like(xs)
-    launch = mlp_geometry.norm_launch("rms_norm", rows, cols, dtype, target)
-    kernel = module.kernel(launch.name)
-    timed_launch(emu, kernel, launch.grid, launch.block, xs, w, out, 0, rows, cols, eps)
-    check(emu.numpy(out), np_rms_norm(x, weight, eps), dtype, f"{launch.name} on {target}", seed)
 
 
 @pytest.mark.amd_emulator
