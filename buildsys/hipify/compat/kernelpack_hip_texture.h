@@ -182,8 +182,8 @@ __device__ inline texel4<E> texel_at(const texture_descriptor& d, const int* ind
   texel4<E> t;
   for (int c = 0; c < 4; ++c) t.v[c] = E(0);
   if (outside) {
-    if (sizeof(E) == sizeof(float)) {
-      for (int c = 0; c < 4; ++c) t.v[c] = static_cast<E>(d.border[c]);
+    if (sizeof(E) == sizeof(float)) {  // the border colour; integers read as themselves get 0
+      for (int c = 0; c < d.channels; ++c) t.v[c] = static_cast<E>(d.border[c]);
     }
     return t;
   }
