@@ -239,7 +239,8 @@ def float_textures(rng: np.random.Generator) -> list[Texture]:
                     dtype, normalized_float = formats[turn % len(formats)]
                     channels = (1, 2, 4)[turn % 3]
                     turn += 1
-                    border = tuple(float(b) for b in rng.uniform(-1, 1, 4).astype(np.float32))
+                    b = rng.uniform(-1, 1, 4).astype(np.float32)
+                    border = (float(b[0]), float(b[1]), float(b[2]), float(b[3]))
                     texels = random_texels(rng, (*SHAPES[kind], channels), dtype)
                     textures.append(
                         Texture(texels, kind, mode, linear, normalized, normalized_float, border)
