@@ -504,9 +504,12 @@ inline hipError_t hipMemcpy2DFromArray(void* dst, size_t dpitch, hipArray_const_
 }
 
 // hipMemcpy3D into a software array from pitched memory (positions and extent in elements on the
-// array's side, as CUDA counts them; the source's x in bytes).
+// array's side, as CUDA counts them; the source's x in bytes). Copies out of a software array
+// are not carried (hipErrorNotSupported).
 inline hipError_t hipMemcpy3D(const hipMemcpy3DParms* p) {
-  if (p == nullptr || !is_software(p->dstArray)) return ::hipMemcpy3D(p);
+  if (p == nullptr || (!is_software(p->dstArray) && !is_software(p->srcArray))) {
+    return ::hipMemcpy3D(p);
+  }
   if (p->srcArray != nullptr || p->srcPtr.ptr == nullptr) return hipErrorNotSupported;
   const auto* a = reinterpret_cast<const software_array*>(p->dstArray);
   const size_t element = element_bytes(a->format);
