@@ -552,17 +552,49 @@ def test_wmma_header_maps_to_the_portable_one_and_says_so_once() -> None:
     assert "#include <kernelpack_hip_wmma.h>\n" in result.text
 
 
-def test_texture_fetches_name_the_targets_without_images_once_per_construct() -> None:
+def test_texture_fetches_go_to_the_compat_layer_and_the_rest_name_the_targets() -> None:
+    """tex2D & co become kernelpack_compat's (software where the target has no image
+    instructions); a fetch the layer lacks (texCubemap) keeps the finding, once per construct."""
     body = "__global__ void k(cudaTextureObject_t t, float* o) {\n  o[0] = tex2D<float>(t, 0, 0);\n"
-    text = body + "  o[1] = tex2D<float>(t, 1, 0) + tex1Dfetch<float>(t, 2);\n}\n"
+    text = body + (
+        "  o[1] = texCubemap<float>(t, 1, 0, 0) + tex1Dfetch<float>(t, 2);\n"
+        "  o[2] = texCubemap<float>(t, 0, 1, 0);\n}\n"
+    )
     result = hipify_source(text, "t.cu")
-    assert [(d.line, d.code) for d in result.diagnostics] == [
-        (2, "texture-targets"),
-        (3, "texture-targets"),
-    ]
+    assert [(d.line, d.code) for d in result.diagnostics] == [(3, "texture-targets")]
     first = result.diagnostics[0].message
     assert "gfx942, gfx950" in first and "__ldg" in first and "(2 in this file" in first
-    assert not hipify_source("int tex2D(int);\nint v = my::tex2D(1);\n", "t.cu").diagnostics
+    assert "o[0] = kernelpack_compat::tex2D<float>(t, 0, 0);" in result.text
+    assert "kernelpack_compat::tex1Dfetch<float>(t, 2)" in result.text
+    assert " texCubemap<float>(t, 1, 0, 0)" in result.text
+    assert "#include <kernelpack_hip_texture.h>\n" in result.text
+    assert not hipify_source(
+        "int tex2D(int);\nint v = my::tex2D(1) + tex2D(2);\n", "t.cu"
+    ).diagnostics
+    assert "kernelpack_compat" not in translate("int tex2D(int);\nint v = tex2D(2);\n")
+
+
+def test_texture_host_calls_go_to_the_compat_layer() -> None:
+    """On a device without image support they make software arrays and texture objects."""
+    text = (
+        "void f(cudaTextureObject_t* t, cudaResourceDesc* r, cudaTextureDesc* d, cudaArray_t a,\n"
+        "       cudaChannelFormatDesc* c, const float* h) {\n"
+        "  cudaMallocArray(&a, c, 4, 4);\n"
+        "  cudaMemcpy2DToArray(a, 0, 0, h, 16, 16, 4, cudaMemcpyHostToDevice);\n"
+        "  cudaCreateTextureObject(t, r, d, NULL);\n"
+        "  cudaDestroyTextureObject(*t);\n  cudaFreeArray(a);\n}\n"
+    )
+    out = translate(text)
+    for call in (
+        "hipMallocArray(&a, c, 4, 4)",
+        "hipMemcpy2DToArray(a, 0, 0, h, 16, 16, 4, hipMemcpyHostToDevice)",
+        "hipCreateTextureObject(t, r, d, NULL)",
+        "hipDestroyTextureObject(*t)",
+        "hipFreeArray(a)",
+    ):
+        assert f"  kernelpack_compat::{call};" in out, call
+    assert "#include <kernelpack_hip_texture.h>\n" in out
+    assert "kernelpack_compat" not in translate("auto p = &cudaFreeArray;\n")
 
 
 def test_exact_ptx_idioms_become_hip() -> None:

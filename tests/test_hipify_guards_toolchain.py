@@ -1,7 +1,8 @@
 """Architecture features and texture targets against the real HIP toolchain: a feature macro that
 selects inline PTX compiles its alternative on every AMD target of the matrix, with every kernel
-present; texture fetches fail exactly where the compiler says there are no image instructions,
-and the failure is matched to hipify's finding on its line."""
+present; texture fetches the compat layer carries are software exactly where the compiler says there are
+no image instructions, the others fail there, and the failure is matched to hipify's finding on
+its line."""
 
 from __future__ import annotations
 
@@ -136,24 +137,55 @@ __global__ void fetch(cudaTextureObject_t t, float* o) {
     o[threadIdx.x] = tex2D<float>(t, threadIdx.x + 0.5f, 0.5f);
 }
 """
+CUBEMAP = """#include <cuda_runtime.h>
+__global__ void fetch(cudaTextureObject_t t, float* o) {
+    o[threadIdx.x] = tex2D<float>(t, threadIdx.x + 0.5f, 0.5f);
+    o[threadIdx.x] += texCubemap<float>(t, 1.0f, 0.5f, 0.5f);
+}
+"""
+
+
+def _device_compile(
+    toolchain: Toolchain, folder: Path, name: str, target: str, *flags: str
+) -> tuple[int, str, str]:
+    """hipcc's device pass for one target: (status, assembly, messages)."""
+    argv = ["hipcc", "-S", "-x", "hip", "--cuda-device-only", f"--offload-arch={target}", "-O2"]
+    output = f"{name}.{target}{''.join(flags)}.s"
+    argv += ["-I", str(COMPAT_DIR), *flags, name, "-o", output]
+    done = toolchain.run(argv, cwd=folder, check=False)
+    assembly = folder / output
+    return done.returncode, assembly.read_text() if assembly.exists() else "", done.stderr
+
+
+def test_texture_fetches_are_software_exactly_where_there_are_no_images(
+    amd_toolchain: Toolchain, tmp_path: Path
+) -> None:
+    """tex2D compiles for every target: the texture unit (image_sample) where the target has
+    image instructions, loads where it has none, and loads on gfx1100 with the tests' switch."""
+    result = hipify_source(TEXTURE, "m/fetch.cu")
+    assert not result.diagnostics
+    (tmp_path / "fetch.hip").write_text(result.text)
+    for target in ("gfx1100", "gfx90a", "gfx942", "gfx950"):
+        code, assembly, message = _device_compile(amd_toolchain, tmp_path, "fetch.hip", target)
+        assert code == 0, f"{target}: {message}"
+        assert ("image_sample" in assembly) is (target not in NO_IMAGE_TARGETS), target
+    code, assembly, message = _device_compile(
+        amd_toolchain, tmp_path, "fetch.hip", "gfx1100", "-DKERNELPACK_SOFTWARE_TEXTURES"
+    )
+    assert code == 0 and "image_sample" not in assembly and "_Z5fetch" in assembly, message
 
 
 def test_texture_failure_points_at_the_finding(amd_toolchain: Toolchain, tmp_path: Path) -> None:
-    result = hipify_source(TEXTURE, "m/fetch.cu")
+    """A fetch the compat layer lacks (texCubemap) fails on gfx942 at the finding's line."""
+    result = hipify_source(CUBEMAP, "m/fetch.cu")
     lines = [d.format() for d in result.diagnostics]
-    assert [(d.line, d.code) for d in result.diagnostics] == [(3, "texture-targets")]
+    assert [(d.line, d.code) for d in result.diagnostics] == [(4, "texture-targets")]
     assert "gfx942" in lines[0] and "__ldg" in lines[0]
     (tmp_path / "fetch.hip").write_text(result.text)
-
-    def compile_for(target: str) -> tuple[int, str]:
-        argv = ["hipcc", "-c", "-x", "hip", "--cuda-device-only", f"--offload-arch={target}"]
-        done = amd_toolchain.run([*argv, "fetch.hip"], cwd=tmp_path, check=False)
-        return done.returncode, done.stderr
-
-    assert compile_for("gfx1100")[0] == 0
-    code, message = compile_for("gfx942")
+    assert _device_compile(amd_toolchain, tmp_path, "fetch.hip", "gfx1100")[0] == 0
+    code, _, message = _device_compile(amd_toolchain, tmp_path, "fetch.hip", "gfx942")
     assert code != 0 and "image/texture API not supported" in message
-    assert "fetch.hip:3:" in message  # the CUDA source's line, through hipify's #line
+    assert "fetch.hip:4:" in message  # the CUDA source's line, through hipify's #line
     assert [f.text for f in explaining(message, "m", parse_findings(lines))] == lines
 
 

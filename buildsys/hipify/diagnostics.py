@@ -82,7 +82,8 @@ CODES: tuple[Code, ...] = (
         "texture-targets",
         Severity.WARNING,
         False,
-        "a texture or surface fetch, which AMD GPUs without image instructions (gfx942, gfx950) lack",
+        "a texture fetch the compat layer does not carry (Lod, Grad, Cubemap, gather) or a surface "
+        "access, which AMD GPUs without image instructions (gfx942, gfx950) lack",
     ),
     Code("inline-asm", Severity.ERROR, False, "inline PTX assembly, which cannot be translated"),
     Code(

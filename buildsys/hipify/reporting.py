@@ -25,6 +25,7 @@ from .tables import (
     PTX_IDIOMS,
     QUALIFIED_RENAMES,
     RENAMES,
+    SOFTWARE_TEXTURE_FUNCTIONS,
     TEXTURE_FUNCTIONS,
     UNSUPPORTED_BY_NAME,
     UNSUPPORTED_TEMPLATES,
@@ -160,7 +161,12 @@ def api_findings(view: SourceView, declared: frozenset[str]) -> list[Finding]:
             k in view.directive_at and view.directive_at[k].name == "include"
         ):
             continue
-        if name in TEXTURE_FUNCTIONS and after_text in ("(", "<") and name not in declared:
+        if (
+            name in TEXTURE_FUNCTIONS
+            and name not in SOFTWARE_TEXTURE_FUNCTIONS
+            and after_text in ("(", "<")
+            and name not in declared
+        ):
             found.append(Finding(k, "texture-targets", texture_message(name), name))
         elif name in UNSUPPORTED_BY_NAME:
             found.append(
@@ -210,8 +216,9 @@ def texture_message(name: str) -> str:
     return (
         f"{name} reads through the texture unit, which {', '.join(NO_IMAGE_TARGETS)} (MI300, "
         "MI350) lack: HIP marks it unavailable there, so the compile for those targets fails "
-        "(the others build). Read the data through a pointer instead (a plain load or __ldg; "
-        "interpolation and border modes by hand), or leave those targets out of the matrix "
+        "(the others build). The compat layer fetches tex1D, tex1Dfetch, tex2D, tex3D, "
+        "tex1DLayered and tex2DLayered there in software; for this one read the data through a "
+        "pointer (a plain load or __ldg), or leave those targets out of the matrix "
         "(arch_matrix.toml, the project's `matrix`)"
     )
 

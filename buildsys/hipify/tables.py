@@ -1011,3 +1011,27 @@ TEXTURE_FUNCTIONS = frozenset(_TEXTURE_BLOCK.split())
 # gfx940, gfx941 and gfx942; clang 21 also defines __HIP_NO_IMAGE_SUPPORT for gfx950 and
 # gfx9-4-generic (and no longer accepts gfx940/gfx941).
 NO_IMAGE_TARGETS = ("gfx940", "gfx941", "gfx942", "gfx950", "gfx9-4-generic")
+# The texture fetches and host calls the compat layer carries over texture objects
+# (compat/kernelpack_hip_texture.h): the translator calls kernelpack_compat's, which fetch in
+# software on the targets above and are HIP's own elsewhere. The other texture functions (Lod,
+# Grad, Cubemap, gather, surfaces) keep the texture-targets finding.
+SOFTWARE_TEXTURE_FUNCTIONS = frozenset(
+    {"tex1D", "tex1Dfetch", "tex2D", "tex3D", "tex1DLayered", "tex2DLayered"}
+)
+TEXTURE_HEADER = "kernelpack_hip_texture.h"
+TEXTURE_NAMESPACE = "kernelpack_compat::"
+# CUDA host calls -> the compat layer's (HIP's names, in kernelpack_compat): on a device without
+# image support they make software arrays and texture objects, elsewhere they are HIP's.
+SOFTWARE_TEXTURE_HOST_CALLS = {
+    cuda: TEXTURE_NAMESPACE + "hip" + cuda[len("cuda") :]
+    for cuda in (
+        "cudaCreateTextureObject",
+        "cudaDestroyTextureObject",
+        "cudaMallocArray",
+        "cudaMalloc3DArray",
+        "cudaFreeArray",
+        "cudaMemcpy2DToArray",
+        "cudaMemcpy2DFromArray",
+        "cudaMemcpy3D",
+    )
+}

@@ -59,7 +59,11 @@ from .tables import (
     QUALIFIED_RENAMES,
     REMOVED_STORAGE_CLASS,
     RENAMES,
+    SOFTWARE_TEXTURE_FUNCTIONS,
+    SOFTWARE_TEXTURE_HOST_CALLS,
     SYNCWARP_REPLACEMENT,
+    TEXTURE_HEADER,
+    TEXTURE_NAMESPACE,
     VERSION_MACROS,
     WARP_BY_NAME,
     WARP_SYNC_MACRO,
@@ -139,6 +143,7 @@ class _Translator:
     findings: list[Finding] = field(default_factory=list)
     warp_sync_member: int | None = None
     uses_compat: bool = False
+    uses_texture: bool = False
     version_macros: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -277,6 +282,9 @@ class _Translator:
             return CUDA_ARCH_REPLACEMENT, k + 1
         if (name in COMPAT_FUNCTIONS or name in COMPAT_HOST_FUNCTIONS) and parens is not None:
             self.uses_compat = True
+        texture = self._software_texture(k, name, parens)
+        if texture is not None:
+            return texture
         rename = RENAMES.get(name)
         if rename is not None:
             self._count(rename.kind, name, rename.hip)
@@ -289,6 +297,27 @@ class _Translator:
             self._count("library", name, library)
             return library, k + 1
         return None
+
+    def _software_texture(
+        self, k: int, name: str, parens: tuple[int, int] | None
+    ) -> tuple[str, int] | None:
+        """A texture fetch (``tex2D<float>(t, x, y)``) or texture host call becomes the compat
+        layer's (kernelpack_hip_texture.h), which fetches in software on the targets without
+        image instructions and is HIP's own elsewhere; a name the file declares stays its own."""
+        if name in self.declared:
+            return None
+        if name in SOFTWARE_TEXTURE_FUNCTIONS and self.view.text_of(self.view.next_sig(k)) in (
+            "(",
+            "<",
+        ):
+            replacement = TEXTURE_NAMESPACE + name
+        elif name in SOFTWARE_TEXTURE_HOST_CALLS and parens is not None:
+            replacement = SOFTWARE_TEXTURE_HOST_CALLS[name]
+        else:
+            return None
+        self.uses_texture = True
+        self._count("texture", name, replacement)
+        return replacement, k + 1
 
     def _names_macro(self, before: int | None) -> bool:
         """Whether the name after token ``before`` is a macro's name (``#define register``,
@@ -540,6 +569,8 @@ class _Translator:
             and f'"{COMPAT_HEADER}"' not in body
         ):
             lines.append(f"#include <{COMPAT_HEADER}>\n")
+        if self.uses_texture and f"<{TEXTURE_HEADER}>" not in body:
+            lines.append(f"#include <{TEXTURE_HEADER}>\n")
         if not lines and not header:
             return body
         prelude = "".join(lines)

@@ -1,15 +1,16 @@
-// Texture objects over linear memory and a CUDA array, with point and linear filtering.
+// Texture objects over linear memory and a CUDA array, with point and linear filtering (the compat
+// layer fetches them in software where the target has no image instructions: no finding).
 #include <cuda_runtime.h>
 
 __global__ void gather(cudaTextureObject_t tex, const int* index, float* out, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = tex1Dfetch<float>(tex, index[i]);  // expect: texture-targets
+  if (i < n) out[i] = tex1Dfetch<float>(tex, index[i]);
 }
 
 __global__ void resample(cudaTextureObject_t image, float* out, int width, int height, float scale) {
   const int x = blockIdx.x * blockDim.x + threadIdx.x;
   const int y = blockIdx.y * blockDim.y + threadIdx.y;
-  if (x < width && y < height) out[y * width + x] = tex2D<float>(image, (x + 0.5f) * scale, (y + 0.5f) * scale);  // expect: texture-targets
+  if (x < width && y < height) out[y * width + x] = tex2D<float>(image, (x + 0.5f) * scale, (y + 0.5f) * scale);
 }
 
 int main() {

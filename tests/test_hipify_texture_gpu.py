@@ -1,0 +1,34 @@
+"""The compat layer's software texture fetches against CUDA's texture unit on an NVIDIA GPU
+(tests/hipify_texture_gpu.cu: every address mode x filter mode x normalized flag for tex1D, tex2D,
+tex3D and tex2DLayered, float and normalized uchar4 texels, and tex1Dfetch)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from buildsys.hipify import COMPAT_DIR
+
+PROGRAM = Path(__file__).with_name("hipify_texture_gpu.cu")
+NVCC = ["nvcc", "-std=c++17", "-O2", "-arch=sm_90", "-DKERNELPACK_COMPAT_RENAME"]
+
+
+def build(tmp_path: Path) -> Path:
+    binary = tmp_path / "texture_gpu"
+    subprocess.run([*NVCC, "-I", str(COMPAT_DIR), str(PROGRAM), "-o", str(binary)], check=True)
+    return binary
+
+
+@pytest.mark.nvcc
+def test_the_comparison_compiles_under_nvcc(tmp_path: Path) -> None:
+    assert build(tmp_path).is_file()
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_software_fetches_equal_the_texture_unit(tmp_path: Path) -> None:
+    run = subprocess.run([str(build(tmp_path))], capture_output=True, text=True, check=False)
+    print(run.stdout)
+    assert run.returncode == 0, run.stdout + run.stderr
