@@ -64,11 +64,18 @@ def test_schemas(name: str) -> None:
     assert getattr(OPS, name).default._schema == torch._C.parse_schema(EXPECTED_SCHEMAS[name])
 
 
-def test_only_fused_add_rms_norm_mutates() -> None:
+MUTATES = {
+    "fused_add_rms_norm": ["x", "residual"],
+    "fused_add_rms_norm_options": ["x", "residual"],
+    "rms_norm_options_in_place": ["x"],
+}
+
+
+def test_only_the_in_place_norms_mutate() -> None:
     for name in torch_ops.SCHEMAS:
         schema = getattr(OPS, name).default._schema
         mutated = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
-        assert mutated == (["x", "residual"] if name == "fused_add_rms_norm" else []), name
+        assert mutated == MUTATES.get(name, []), name
 
 
 def test_register_is_idempotent() -> None:
@@ -177,6 +184,30 @@ def opcheck_cases(dtype: Any) -> list[tuple[str, tuple[Any, ...]]]:
         ("silu_and_mul_backward", (meta(3, 8, dtype=dtype), x)),
         ("rms_norm_backward", (x, x, weight, row_scales)),
         ("add_rms_norm_backward", (x, x, x, weight, row_scales)),
+        # the options: a float32 weight, none, the offset and the casting modes, strided views
+        (
+            "rms_norm_options",
+            (
+                grad(meta(3, 16, dtype=dtype)),
+                grad(meta(16, dtype=torch.float32)),
+                1e-6,
+                1.0,
+                "llama",
+            ),
+        ),
+        ("rms_norm_options_with_scale", (grad(meta(3, 16, dtype=dtype)), None, 1e-6, 0.0, "none")),
+        ("rms_norm_options_in_place", (meta(3, 32, dtype=dtype)[:, :16], weight)),
+        (
+            "fused_add_rms_norm_options",
+            (meta(3, 32, dtype=dtype)[:, :16], meta(3, 16, dtype=dtype), None, 1e-6, 1.0),
+        ),
+        ("rms_norm_options_backward", (x, x, meta(16, dtype=torch.float32), row_scales, 1.0)),
+        (
+            "swiglu_scaled",
+            (grad(meta(3, 16, dtype=dtype)), grad(meta(3, 16, dtype=dtype)), 0.7, 1.3),
+        ),
+        ("swiglu_scaled_backward", (x, x, x, 1.5, 0.5)),
+        ("silu_and_mul_as_torch", (grad(meta(3, 16, dtype=dtype)),)),
     ]
 
 
