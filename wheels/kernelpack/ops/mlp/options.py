@@ -34,7 +34,9 @@ def kernels() -> tuple[str, ...]:
     for dtype in KERNEL_TYPE:
         for weight_dtype in sorted({dtype, "float32"}):
             for mode in CASTING_MODES:
-                names += [norm_name(residual, dtype, weight_dtype, mode) for residual in (0, 1)]
+                names += [
+                    norm_name(residual, dtype, weight_dtype, mode) for residual in (False, True)
+                ]
             names.append(backward_name(dtype, weight_dtype))
         for op in ("swiglu_scaled", "swiglu_scaled_backward", "silu_and_mul_as_torch"):
             names.append(elementwise_name(op, dtype))

@@ -106,10 +106,13 @@ def real(op: Op) -> Impl:
             check(op, found, eps)
             tensors = list(args[:inputs])
             if op.in_place and not all(tensors[i].is_contiguous() for i in op.in_place):
-                names = " and ".join(op.inputs[i].name for i in op.in_place)
-                raise UsageError(
-                    f"{op.inputs[0].name}: {names} are updated in place and must be contiguous"
-                )
+                strided = STRIDED.get(name)
+                if strided is None:
+                    names = " and ".join(op.inputs[i].name for i in op.in_place)
+                    raise UsageError(
+                        f"{op.inputs[0].name}: {names} are updated in place and must be contiguous"
+                    )
+                return strided(*args)
             contiguous = [t if i in op.in_place else t.contiguous() for i, t in enumerate(tensors)]
             extra = () if eps is None else (float(eps),)  # the default where left out
             result = hot.torch_run(name, *contiguous, *extra, *tail)
@@ -534,6 +537,11 @@ def _silu_and_mul_as_torch(x: Tensor) -> Tensor:
     )
     return out
 
+
+# in-place op -> the implementation its views at a row stride take (vLLM's fused_add_rms_norm
+# over x[..., :hidden]): the option kernel, at the default options; contiguous tensors keep the
+# op's own kernels and hot call
+STRIDED: dict[str, Impl] = {"fused_add_rms_norm": _fused_add_rms_norm_options}
 
 # op -> its real implementation, for the ops the table gives no plan
 BY_HAND: dict[str, Impl] = {
