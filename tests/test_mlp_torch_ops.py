@@ -20,7 +20,7 @@ pytestmark = pytest.mark.torch
 
 from kernelpack import nn  # noqa: E402  (needs torch)
 from kernelpack.ops.mlp import hot as mlp_hot  # noqa: E402  (needs torch)
-from kernelpack.ops.mlp import torch_ops  # noqa: E402  (needs torch)
+from kernelpack.ops.mlp import torch_impl, torch_ops  # noqa: E402  (needs torch)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 OPS = torch.ops.kernelpack
@@ -146,6 +146,27 @@ BAD_CALLS: list[tuple[Callable[[], object], str]] = [
         lambda: OPS.add_rms_norm_backward(*[meta(2, 8)] * 3, meta(8), torch.empty(2)),
         "row_scales: on cpu",
     ),
+    # the options
+    (
+        lambda: OPS.rms_norm_options(meta(2, 8), None, 1e-6, 0.0, "llama2"),
+        "casting_mode: 'llama2' is not one of 'gemma', 'llama', 'none'",
+    ),
+    (
+        lambda: OPS.rms_norm_options(meta(2, 8), meta(8), 1e-6, float("inf")),
+        "offset: must be a finite number",
+    ),
+    (
+        lambda: OPS.rms_norm_options(meta(2, 8), meta(8, dtype=torch.float16)),
+        "weight: dtype float16; expected x's bfloat16 or float32",
+    ),
+    (
+        lambda: OPS.rms_norm_options(meta(2, 8, dtype=torch.float32), meta(8)),
+        "weight: dtype bfloat16; expected x's float32",
+    ),
+    (lambda: OPS.rms_norm_options(meta(2, 8), meta(7)), "weight: shape (7,)"),
+    (lambda: OPS.swiglu_scaled(meta(2, 8), meta(2, 8), float("nan")), "gate_multiplier: must"),
+    (lambda: OPS.swiglu_scaled(meta(2, 8), meta(2, 9)), "up: shape (2, 9)"),
+    (lambda: OPS.silu_and_mul_as_torch(meta(2, 7)), "x: shape (2, 7): the last dimension"),
 ]
 
 
@@ -256,6 +277,39 @@ def modules_on_meta() -> tuple[Any, Any, Any]:
         nn.SwiGLUMLP(64, 176, device="meta"),
         meta(2, 5, 64, dtype=torch.float32),
     )
+
+
+def test_modules_with_options_take_the_option_ops() -> None:
+    """A module with an option set runs its option op (here its meta implementation): the
+    weightless norm has no parameter, a float32 weight stays float32 and the result keeps the
+    input's dtype; at the defaults the module keeps rms_norm (test above)."""
+    x = meta(2, 5, 64)
+    weightless = nn.RMSNorm(64, device="meta", elementwise_affine=False)
+    assert list(weightless.named_parameters()) == []
+    gemma = nn.RMSNorm(64, device="meta", dtype=torch.float32, offset=1.0)
+    llama = nn.RMSNorm(64, device="meta", dtype=torch.bfloat16, casting_mode="llama")
+    for norm in (weightless, gemma, llama):
+        out = norm(x)
+        assert out.shape == x.shape and out.dtype == x.dtype, norm
+    assert gemma.weight is not None and gemma.weight.dtype == torch.float32
+    in_place = nn.RMSNorm(64, device="meta", in_place=True)
+    with torch.no_grad():
+        assert in_place(x) is x
+    falcon = nn.SwiGLUMLP(64, 176, device="meta", gate_multiplier=0.5, down_multiplier=2.0)
+    assert falcon(x).shape == x.shape
+    with pytest.raises(UsageError, match=r"^casting_mode: 'mistral' is not one of"):
+        nn.RMSNorm(64, device="meta", casting_mode="mistral")
+
+
+def test_fused_add_rms_norm_refuses_rows_at_no_one_stride() -> None:
+    """A view whose rows are not one stride apart (a transposed matrix) cannot be written in
+    place: one line naming x, its strides and what to pass."""
+    x = torch.empty(8, 4, dtype=torch.bfloat16).t()  # rows at stride 1, elements at stride 4
+    with pytest.raises(UsageError, match=r"^x: rows at strides \(1, 4\) are not one stride"):
+        torch_impl._strided("x", x)
+    wide = torch.empty(3, 16)[:, :8]
+    assert torch_impl._strided("x", wide) == 16
+    assert torch_impl._strided("x", torch.empty(1, 8)[:, :4]) == 4
 
 
 def test_modules_run_eagerly_take_the_hot_call(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -137,9 +137,10 @@ def check(op: Op, operands: Sequence[Operand | None], eps: object = None) -> flo
             continue
         if spec.dtype == "weight":
             if operand.dtype not in (first.dtype, "float32"):
+                wanted = "" if first.dtype == "float32" else f"{first.dtype} or "
                 raise UsageError(
                     f"{operand.name}: dtype {operand.dtype}; expected {first.name}'s "
-                    f"{first.dtype} or float32"
+                    f"{wanted}float32"
                 )
         elif spec.dtype == "float32":
             if operand.dtype != "float32":

@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from . import hot, torch_ops
-from .table import DEFAULT_CASTING_MODE
+from .checks import check_option
+from .table import DEFAULT_CASTING_MODE, TABLE
 
 torch_ops.register()
 
@@ -59,8 +60,9 @@ class RMSNorm(torch.nn.Module):
         weight = torch.ones(hidden_size, device=device, dtype=dtype) if elementwise_affine else None
         self.weight = None if weight is None else torch.nn.Parameter(weight)
         self.variance_epsilon = eps
-        self.offset = offset
-        self.casting_mode = casting_mode
+        offset_option, mode_option = TABLE["rms_norm_options"].options
+        self.offset = float(check_option(offset_option, offset))
+        self.casting_mode = str(check_option(mode_option, casting_mode))
         self.in_place = in_place
         # the default kernels (and their hot call) serve a module with no option set
         self.options = offset != 0.0 or casting_mode != DEFAULT_CASTING_MODE or in_place
