@@ -482,3 +482,17 @@ def test_compile_traces_a_training_step_through_the_row_scales() -> None:
     with torch.no_grad():
         torch.compile(step, fullgraph=True, backend=backend)(*inputs)
     assert graphs == [("inference", ["add_rms_norm", "swiglu", "rms_norm"])]
+
+
+@pytest.mark.parametrize("scalars", [(), (0.7,), (0.7, 1.3)], ids=str)
+def test_the_option_ops_backward_with_their_scalars_given_or_left_out(scalars: Any) -> None:
+    """Autograd through the option ops (their meta implementations) whichever trailing scalars a
+    call gives: a formula returns a gradient for each of the schema's arguments."""
+    gate, up = (meta(3, 8, dtype=torch.float32).requires_grad_() for _ in range(2))
+    OPS.swiglu_scaled(gate, up, *scalars).sum().backward()
+    assert gate.grad is not None and up.grad is not None
+    norm_scalars = (1e-6, *((1.0, "llama")[: len(scalars)]))
+    for weight in (None, meta(8, dtype=torch.float32).requires_grad_()):
+        x = meta(3, 8, dtype=torch.float32).requires_grad_()
+        OPS.rms_norm_options(x, weight, *norm_scalars).sum().backward()
+        assert x.grad is not None and (weight is None or weight.grad is not None)

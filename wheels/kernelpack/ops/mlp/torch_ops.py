@@ -133,7 +133,8 @@ def _add_rms_norm_grad(
 
 
 # The options' formulas (kernelpack.ops.mlp.options). Their scalars follow the tensors in
-# `inputs` (filled with their defaults); their gradients are None.
+# `inputs` (filled with their defaults); their gradients are None, one for each of the schema's
+# arguments (autograd takes trailing Nones past the arguments a call gave, never too few).
 
 
 def _save_norm_options(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -147,12 +148,12 @@ def _norm_options_grad(
     ctx: Any, grad: Tensor | None, grad_row_scales: Tensor | None
 ) -> tuple[Tensor | None, ...]:
     if grad is None:
-        return None, None
+        return None, None, None, None, None
     x, weight, row_scales = ctx.saved_tensors
     grad_x, grad_weight = torch.ops.kernelpack.rms_norm_options_backward(
         grad, x, weight, row_scales, ctx.offset
     )
-    return grad_x, (None if weight is None else grad_weight)
+    return grad_x, (None if weight is None else grad_weight), None, None, None
 
 
 def _save_swiglu_scaled(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -165,7 +166,7 @@ def _swiglu_scaled_grad(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | No
     grad_gate, grad_up = torch.ops.kernelpack.swiglu_scaled_backward(
         grad, gate, up, *ctx.multipliers
     )
-    return grad_gate, grad_up
+    return grad_gate, grad_up, None, None
 
 
 # op -> (backward, setup_context) of its autograd formula
