@@ -5,6 +5,7 @@ group installs a CPU build) but no GPU; the kernels themselves are tested in tes
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -496,3 +497,54 @@ def test_the_option_ops_backward_with_their_scalars_given_or_left_out(scalars: A
         x = meta(3, 8, dtype=torch.float32).requires_grad_()
         OPS.rms_norm_options(x, weight, *norm_scalars).sum().backward()
         assert x.grad is not None and (weight is None or weight.grad is not None)
+
+
+COMPILED_CALLS = r"""
+import json, torch, torch._dynamo  # the compiler loaded first, as torch.compile loads it
+import kernelpack.mlp as mlp
+
+meta = lambda *shape: torch.randn(*shape, device="meta")
+calls = {
+    "swiglu": (mlp.swiglu, (meta(4, 8), meta(4, 8))),
+    "swiglu out=": (lambda g, u, o: mlp.swiglu(g, u, out=o), (meta(4, 8), meta(4, 8), meta(4, 8))),
+    "silu_and_mul": (mlp.silu_and_mul, (meta(4, 8),)),
+    "rms_norm": (lambda x, w: mlp.rms_norm(x, w, 1e-5), (meta(4, 8), meta(8))),
+    "fused_add_rms_norm": (mlp.fused_add_rms_norm, (meta(4, 8), meta(4, 8), meta(8))),
+}
+seen = {}
+for attempt in ("first", "again"):  # again: with the hot calls on, where the extension is built
+    for label, (function, args) in calls.items():
+        graph = []
+
+        def backend(module, inputs):
+            graph.extend(str(n.target) for n in module.graph.nodes if n.op == "call_function")
+            return module.forward
+
+        torch._dynamo.reset()
+        result = torch.compile(function, fullgraph=True, backend=backend)(*args)
+        shape = None if result is None else list(result.shape)
+        seen[f"{attempt} {label}"] = [shape, [n for n in graph if "kernelpack" in n]]
+print(json.dumps(seen))
+"""
+
+
+def test_compile_traces_kernelpack_mlp_through_to_the_torch_ops() -> None:
+    """torch.compile(fullgraph=True) over kernelpack.mlp's functions (framework-neutral, with a
+    C hot call): the graph holds torch.ops.kernelpack's op, before and after the hot calls are
+    on (a fresh process: which of them are on depends on its history)."""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run(
+        [sys.executable, "-c", COMPILED_CALLS],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.splitlines()[-1])
+    for attempt in ("first", "again"):
+        assert seen[f"{attempt} swiglu"] == [[4, 8], ["kernelpack.swiglu"]]
+        assert seen[f"{attempt} swiglu out="] == [[4, 8], ["kernelpack.swiglu"]]
+        assert seen[f"{attempt} silu_and_mul"] == [[4, 4], ["kernelpack.silu_and_mul"]]
+        assert seen[f"{attempt} rms_norm"] == [[4, 8], ["kernelpack.rms_norm"]]
+        assert seen[f"{attempt} fused_add_rms_norm"] == [None, ["kernelpack.fused_add_rms_norm"]]

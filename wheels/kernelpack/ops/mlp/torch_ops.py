@@ -36,6 +36,7 @@ its GPUs "cuda" too: the ops are registered for the CUDA dispatch key, which ser
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -282,6 +283,26 @@ def define(library: Any, op: Op) -> None:
     torch.library.register_fake(f"{NAMESPACE}::{op.name}", fake, lib=library)
 
 
+def _traced_through() -> None:
+    """Give each C hot call of kernelpack.mlp a polyfill that torch.compile traces instead (its
+    tracer cannot enter a C function): the call's torch op (:func:`.hot.traced_call`). Only
+    where torch's compiler is loaded already, as torch.compile loads it (importing it here would
+    cost every process seconds); calls traced before take kernelpack.mlp's full path, which goes
+    to the torch op under the compiler too. A process that ran this before loading the compiler
+    gets torch.compile's graph break at the hot call: torch.ops.kernelpack and kernelpack.nn are
+    what to compile."""
+    if "torch._dynamo" not in sys.modules:
+        return
+    for name, call in hot.HOT.items():
+        if call is hot.not_hot:
+            continue
+
+        def polyfill(*args: Any, name: str = name) -> Any:
+            return hot.traced_call(name, args, torch.ops.kernelpack)
+
+        torch._dynamo.substitute_in_graph(call, skip_signature_check=True)(polyfill)
+
+
 def register() -> None:
     """Define the ops of the table in torch's ``kernelpack`` namespace, once per process."""
     if _LIBRARY:
@@ -297,6 +318,7 @@ def register() -> None:
         for name in (*AUTOGRAD, *THROUGH):
             library.impl(name, _autograd_kernel(name), "Autograd", with_keyset=True)
         _LIBRARY.append(library)
+        _traced_through()
 
 
 register()
