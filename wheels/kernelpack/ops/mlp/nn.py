@@ -69,12 +69,9 @@ class RMSNorm(torch.nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         weight: torch.Tensor | None = self.weight
-        mixed = weight is not None and weight.dtype != hidden_states.dtype
-        if mixed and weight is not None and weight.dtype != torch.float32:
-            weight = weight.to(hidden_states.dtype)
-            mixed = False
-        if weight is None or mixed or self.options:
+        if self.options or weight is None or weight.dtype != hidden_states.dtype:
             return self._with_options(hidden_states, weight)
+        # _default's body, inline: the eager call's path, one method call fewer
         result: torch.Tensor = _hot("rms_norm", hidden_states, weight, self.variance_epsilon, None)
         if result is NotImplemented:
             result = torch.ops.kernelpack.rms_norm(hidden_states, weight, self.variance_epsilon)
@@ -83,8 +80,13 @@ class RMSNorm(torch.nn.Module):
     def _with_options(
         self, hidden_states: torch.Tensor, weight: torch.Tensor | None
     ) -> torch.Tensor:
-        """The option kernels: in place where asked and no gradient is wanted (autograd cannot
+        """The option kernels (a weight of another dtype than float32 and the input's takes
+        the input's): in place where asked and no gradient is wanted (autograd cannot
         differentiate a norm written over its own input), else a new tensor."""
+        if weight is not None and weight.dtype not in (hidden_states.dtype, torch.float32):
+            weight = weight.to(hidden_states.dtype)
+            if not self.options:
+                return self._default(hidden_states, weight)
         scalars = (self.variance_epsilon, self.offset, self.casting_mode)
         wanted = torch.is_grad_enabled() and (
             hidden_states.requires_grad or (weight is not None and weight.requires_grad)
@@ -95,6 +97,13 @@ class RMSNorm(torch.nn.Module):
         result: torch.Tensor = torch.ops.kernelpack.rms_norm_options(
             hidden_states, weight, *scalars
         )
+        return result
+
+    def _default(self, hidden_states: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """rms_norm's kernels and hot call (no option set, the weight of the input's dtype)."""
+        result: torch.Tensor = _hot("rms_norm", hidden_states, weight, self.variance_epsilon, None)
+        if result is NotImplemented:
+            result = torch.ops.kernelpack.rms_norm(hidden_states, weight, self.variance_epsilon)
         return result
 
     def extra_repr(self) -> str:
