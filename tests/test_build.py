@@ -60,6 +60,13 @@ MLP_FIXED = (
     "add_rms_norm_fixed",
     "add_rms_norm_fixed_full",
 )  # and on the length
+MLP_OPTION_WEIGHTS = (
+    ("float", "float"),
+    ("__half", "__half"),
+    ("__half", "float"),
+    ("__nv_bfloat16", "__nv_bfloat16"),
+    ("__nv_bfloat16", "float"),
+)
 # walk.cu's register walks: residues D <= 4 (D <= 2 for m = 4), float64 D <= 4, 3, 1 for m = 2, 3, 4
 RESIDUE_DEGREES = {2: 4, 3: 4, 4: 2}
 FLOAT_DEGREES = {2: 4, 3: 3, 4: 1}
@@ -85,6 +92,19 @@ REAL_KERNELS = {
         *(f"mlp::rms_norm_backward_fixed<{t}, 8192>" for t in ("__half", "__nv_bfloat16")),
         *(f"mlp::rms_norm_weight_grad_inputs<{t}>" for t in ("__half", "__nv_bfloat16")),
         *(f"mlp::rms_norm_weight_grad_input_pairs<{t}>" for t in ("__half", "__nv_bfloat16")),
+        # the options (issue 47): rows' type, weight's type (its own or float), casting mode
+        *(
+            f"mlp::{op}<{t}, {w}, {mode}>"
+            for op in ("rms_norm_options", "add_rms_norm_options")
+            for t, w in MLP_OPTION_WEIGHTS
+            for mode in (0, 1, 2)
+        ),
+        *(f"mlp::rms_norm_options_backward<{t}, {w}>" for t, w in MLP_OPTION_WEIGHTS),
+        *(
+            f"mlp::{op}<{t}>"
+            for op in ("swiglu_scaled", "swiglu_scaled_backward", "silu_and_mul_as_torch")
+            for t in MLP_TYPES
+        ),
     ],
     "walk": [
         *(f"walk_residues<{m}>" for m in (2, 3, 4)),

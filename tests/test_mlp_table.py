@@ -76,6 +76,22 @@ EXPECTED_SCHEMAS = {
     "Tensor row_scales) -> (Tensor, Tensor)",
     "add_rms_norm_backward": "add_rms_norm_backward(Tensor grad, Tensor grad_sum, Tensor summed, "
     "Tensor weight, Tensor row_scales) -> (Tensor, Tensor)",
+    # the options (issue 47)
+    "rms_norm_options": "rms_norm_options(Tensor x, Tensor? weight, float eps=1e-06, "
+    'float offset=0.0, str casting_mode="gemma") -> Tensor',
+    "rms_norm_options_with_scale": "rms_norm_options_with_scale(Tensor x, Tensor? weight, "
+    'float eps=1e-06, float offset=0.0, str casting_mode="gemma") -> (Tensor, Tensor)',
+    "rms_norm_options_in_place": "rms_norm_options_in_place(Tensor(a!) x, Tensor? weight, "
+    'float eps=1e-06, float offset=0.0, str casting_mode="gemma") -> ()',
+    "fused_add_rms_norm_options": "fused_add_rms_norm_options(Tensor(a!) x, Tensor(b!) residual, "
+    'Tensor? weight, float eps=1e-06, float offset=0.0, str casting_mode="gemma") -> ()',
+    "rms_norm_options_backward": "rms_norm_options_backward(Tensor grad, Tensor x, "
+    "Tensor? weight, Tensor row_scales, float offset=0.0) -> (Tensor, Tensor)",
+    "swiglu_scaled": "swiglu_scaled(Tensor gate, Tensor up, float gate_multiplier=1.0, "
+    "float down_multiplier=1.0) -> Tensor",
+    "swiglu_scaled_backward": "swiglu_scaled_backward(Tensor grad, Tensor gate, Tensor up, "
+    "float gate_multiplier=1.0, float down_multiplier=1.0) -> (Tensor, Tensor)",
+    "silu_and_mul_as_torch": "silu_and_mul_as_torch(Tensor x) -> Tensor",
 }
 
 

@@ -5,6 +5,7 @@ group installs a CPU build) but no GPU; the kernels themselves are tested in tes
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.torch
 
 from kernelpack import nn  # noqa: E402  (needs torch)
 from kernelpack.ops.mlp import hot as mlp_hot  # noqa: E402  (needs torch)
-from kernelpack.ops.mlp import torch_ops  # noqa: E402  (needs torch)
+from kernelpack.ops.mlp import torch_impl, torch_ops  # noqa: E402  (needs torch)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 OPS = torch.ops.kernelpack
@@ -64,11 +65,18 @@ def test_schemas(name: str) -> None:
     assert getattr(OPS, name).default._schema == torch._C.parse_schema(EXPECTED_SCHEMAS[name])
 
 
-def test_only_fused_add_rms_norm_mutates() -> None:
+MUTATES = {
+    "fused_add_rms_norm": ["x", "residual"],
+    "fused_add_rms_norm_options": ["x", "residual"],
+    "rms_norm_options_in_place": ["x"],
+}
+
+
+def test_only_the_in_place_norms_mutate() -> None:
     for name in torch_ops.SCHEMAS:
         schema = getattr(OPS, name).default._schema
         mutated = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
-        assert mutated == (["x", "residual"] if name == "fused_add_rms_norm" else []), name
+        assert mutated == MUTATES.get(name, []), name
 
 
 def test_register_is_idempotent() -> None:
@@ -139,6 +147,27 @@ BAD_CALLS: list[tuple[Callable[[], object], str]] = [
         lambda: OPS.add_rms_norm_backward(*[meta(2, 8)] * 3, meta(8), torch.empty(2)),
         "row_scales: on cpu",
     ),
+    # the options
+    (
+        lambda: OPS.rms_norm_options(meta(2, 8), None, 1e-6, 0.0, "llama2"),
+        "casting_mode: 'llama2' is not one of 'gemma', 'llama', 'none'",
+    ),
+    (
+        lambda: OPS.rms_norm_options(meta(2, 8), meta(8), 1e-6, float("inf")),
+        "offset: must be a finite number",
+    ),
+    (
+        lambda: OPS.rms_norm_options(meta(2, 8), meta(8, dtype=torch.float16)),
+        "weight: dtype float16; expected x's bfloat16 or float32",
+    ),
+    (
+        lambda: OPS.rms_norm_options(meta(2, 8, dtype=torch.float32), meta(8)),
+        "weight: dtype bfloat16; expected x's float32",
+    ),
+    (lambda: OPS.rms_norm_options(meta(2, 8), meta(7)), "weight: shape (7,)"),
+    (lambda: OPS.swiglu_scaled(meta(2, 8), meta(2, 8), float("nan")), "gate_multiplier: must"),
+    (lambda: OPS.swiglu_scaled(meta(2, 8), meta(2, 9)), "up: shape (2, 9)"),
+    (lambda: OPS.silu_and_mul_as_torch(meta(2, 7)), "x: shape (2, 7): the last dimension"),
 ]
 
 
@@ -177,6 +206,30 @@ def opcheck_cases(dtype: Any) -> list[tuple[str, tuple[Any, ...]]]:
         ("silu_and_mul_backward", (meta(3, 8, dtype=dtype), x)),
         ("rms_norm_backward", (x, x, weight, row_scales)),
         ("add_rms_norm_backward", (x, x, x, weight, row_scales)),
+        # the options: a float32 weight, none, the offset and the casting modes, strided views
+        (
+            "rms_norm_options",
+            (
+                grad(meta(3, 16, dtype=dtype)),
+                grad(meta(16, dtype=torch.float32)),
+                1e-6,
+                1.0,
+                "llama",
+            ),
+        ),
+        ("rms_norm_options_with_scale", (grad(meta(3, 16, dtype=dtype)), None, 1e-6, 0.0, "none")),
+        ("rms_norm_options_in_place", (meta(3, 32, dtype=dtype)[:, :16], weight)),
+        (
+            "fused_add_rms_norm_options",
+            (meta(3, 32, dtype=dtype)[:, :16], meta(3, 16, dtype=dtype), None, 1e-6, 1.0),
+        ),
+        ("rms_norm_options_backward", (x, x, meta(16, dtype=torch.float32), row_scales, 1.0)),
+        (
+            "swiglu_scaled",
+            (grad(meta(3, 16, dtype=dtype)), grad(meta(3, 16, dtype=dtype)), 0.7, 1.3),
+        ),
+        ("swiglu_scaled_backward", (x, x, x, 1.5, 0.5)),
+        ("silu_and_mul_as_torch", (grad(meta(3, 16, dtype=dtype)),)),
     ]
 
 
@@ -225,6 +278,39 @@ def modules_on_meta() -> tuple[Any, Any, Any]:
         nn.SwiGLUMLP(64, 176, device="meta"),
         meta(2, 5, 64, dtype=torch.float32),
     )
+
+
+def test_modules_with_options_take_the_option_ops() -> None:
+    """A module with an option set runs its option op (here its meta implementation): the
+    weightless norm has no parameter, a float32 weight stays float32 and the result keeps the
+    input's dtype; at the defaults the module keeps rms_norm (test above)."""
+    x = meta(2, 5, 64)
+    weightless = nn.RMSNorm(64, device="meta", elementwise_affine=False)
+    assert list(weightless.named_parameters()) == []
+    gemma = nn.RMSNorm(64, device="meta", dtype=torch.float32, offset=1.0)
+    llama = nn.RMSNorm(64, device="meta", dtype=torch.bfloat16, casting_mode="llama")
+    for norm in (weightless, gemma, llama):
+        out = norm(x)
+        assert out.shape == x.shape and out.dtype == x.dtype, norm
+    assert gemma.weight is not None and gemma.weight.dtype == torch.float32
+    in_place = nn.RMSNorm(64, device="meta", in_place=True)
+    with torch.no_grad():
+        assert in_place(x) is x
+    falcon = nn.SwiGLUMLP(64, 176, device="meta", gate_multiplier=0.5, down_multiplier=2.0)
+    assert falcon(x).shape == x.shape
+    with pytest.raises(UsageError, match=r"^casting_mode: 'mistral' is not one of"):
+        nn.RMSNorm(64, device="meta", casting_mode="mistral")
+
+
+def test_fused_add_rms_norm_refuses_rows_at_no_one_stride() -> None:
+    """A view whose rows are not one stride apart (a transposed matrix) cannot be written in
+    place: one line naming x, its strides and what to pass."""
+    x = torch.empty(8, 4, dtype=torch.bfloat16).t()  # rows at stride 1, elements at stride 4
+    with pytest.raises(UsageError, match=r"^x: rows at strides \(1, 4\) are not one stride"):
+        torch_impl._strided("x", x)
+    wide = torch.empty(3, 16)[:, :8]
+    assert torch_impl._strided("x", wide) == 16
+    assert torch_impl._strided("x", torch.empty(1, 8)[:, :4]) == 4
 
 
 def test_modules_run_eagerly_take_the_hot_call(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -397,3 +483,68 @@ def test_compile_traces_a_training_step_through_the_row_scales() -> None:
     with torch.no_grad():
         torch.compile(step, fullgraph=True, backend=backend)(*inputs)
     assert graphs == [("inference", ["add_rms_norm", "swiglu", "rms_norm"])]
+
+
+@pytest.mark.parametrize("scalars", [(), (0.7,), (0.7, 1.3)], ids=str)
+def test_the_option_ops_backward_with_their_scalars_given_or_left_out(scalars: Any) -> None:
+    """Autograd through the option ops (their meta implementations) whichever trailing scalars a
+    call gives: a formula returns a gradient for each of the schema's arguments."""
+    gate, up = (meta(3, 8, dtype=torch.float32).requires_grad_() for _ in range(2))
+    OPS.swiglu_scaled(gate, up, *scalars).sum().backward()
+    assert gate.grad is not None and up.grad is not None
+    norm_scalars = (1e-6, *((1.0, "llama")[: len(scalars)]))
+    for weight in (None, meta(8, dtype=torch.float32).requires_grad_()):
+        x = meta(3, 8, dtype=torch.float32).requires_grad_()
+        OPS.rms_norm_options(x, weight, *norm_scalars).sum().backward()
+        assert x.grad is not None and (weight is None or weight.grad is not None)
+
+
+COMPILED_CALLS = r"""
+import json, torch, torch._dynamo  # the compiler loaded first, as torch.compile loads it
+import kernelpack.mlp as mlp
+
+meta = lambda *shape: torch.randn(*shape, device="meta")
+calls = {
+    "swiglu": (mlp.swiglu, (meta(4, 8), meta(4, 8))),
+    "swiglu out=": (lambda g, u, o: mlp.swiglu(g, u, out=o), (meta(4, 8), meta(4, 8), meta(4, 8))),
+    "silu_and_mul": (mlp.silu_and_mul, (meta(4, 8),)),
+    "rms_norm": (lambda x, w: mlp.rms_norm(x, w, 1e-5), (meta(4, 8), meta(8))),
+    "fused_add_rms_norm": (mlp.fused_add_rms_norm, (meta(4, 8), meta(4, 8), meta(8))),
+}
+seen = {}
+for attempt in ("first", "again"):  # again: with the hot calls on, where the extension is built
+    for label, (function, args) in calls.items():
+        graph = []
+
+        def backend(module, inputs):
+            graph.extend(str(n.target) for n in module.graph.nodes if n.op == "call_function")
+            return module.forward
+
+        torch._dynamo.reset()
+        result = torch.compile(function, fullgraph=True, backend=backend)(*args)
+        shape = None if result is None else list(result.shape)
+        seen[f"{attempt} {label}"] = [shape, [n for n in graph if "kernelpack" in n]]
+print(json.dumps(seen))
+"""
+
+
+def test_compile_traces_kernelpack_mlp_through_to_the_torch_ops() -> None:
+    """torch.compile(fullgraph=True) over kernelpack.mlp's functions (framework-neutral, with a
+    C hot call): the graph holds torch.ops.kernelpack's op, before and after the hot calls are
+    on (a fresh process: which of them are on depends on its history)."""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run(
+        [sys.executable, "-c", COMPILED_CALLS],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.splitlines()[-1])
+    for attempt in ("first", "again"):
+        assert seen[f"{attempt} swiglu"] == [[4, 8], ["kernelpack.swiglu"]]
+        assert seen[f"{attempt} swiglu out="] == [[4, 8], ["kernelpack.swiglu"]]
+        assert seen[f"{attempt} silu_and_mul"] == [[4, 4], ["kernelpack.silu_and_mul"]]
+        assert seen[f"{attempt} rms_norm"] == [[4, 8], ["kernelpack.rms_norm"]]
+        assert seen[f"{attempt} fused_add_rms_norm"] == [None, ["kernelpack.fused_add_rms_norm"]]

@@ -339,7 +339,11 @@ def test_gpu_device_resident_inputs_and_outputs() -> None:
 
 def test_gpu_sweep_finds_aperys_walk(tmp_path: Path) -> None:
     """A sweep over Apery's field (shifts 1..12, dirs 1..4) aimed at 6/zeta(3) - 5: the best walk
-    is the one that starts at shift 1 with direction 1, Apery's continued fraction itself."""
+    is the one that starts at shift 1 with direction 1, Apery's continued fraction itself. The
+    sweep runs its shards through Dask distributed (an optional dependency, kernelpack[sweep])."""
+    pytest.importorskip(
+        "distributed", reason="Dask distributed is not installed (kernelpack[sweep])"
+    )
     spec = tmp_path / "apery.toml"
     spec.write_text(
         'matrix = [["0", "-n**6"], ["1", "34*n**3 + 51*n**2 + 27*n + 5"]]\naxes = ["n"]\n'

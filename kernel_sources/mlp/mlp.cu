@@ -2379,3 +2379,295 @@ MLP_FIXED_BACKWARD(__nv_bfloat16, 8192)
 #undef MLP_FIXED_BACKWARD
 
 }  // namespace mlp
+
+// ---- options a model can adopt: the Gemma offset, casting modes, weightless, float32 weight,
+// strided rows, SwiGLU multipliers, torch's own SiLU-and-mul roundings (issue 47) ---------------
+//
+// Kernels of their own, so that the tuned forms above keep their code: none of them takes a
+// run-time choice the default calls would pay for. Correctness first: a block a row (grid-stride
+// over the rows), a thread per element in turn, any alignment, rows at any stride (the last
+// dimension's stride 1). Launch geometry (kernelpack.ops.mlp.options): blockDim.x a power of two
+// from 64 to 512, blockDim.y == 1, any grid (the loops stride).
+//
+// Casting modes (Liger-Kernel's rms_norm, as its kernels round; the template argument kCast):
+//   kCastGemma (0)  everything in float32, rounded once to T: y = T(x * r * (offset + w)), the
+//                   arithmetic of every other norm kernel here;
+//   kCastLlama (1)  LlamaRMSNorm's: the normalised value rounded to T first, then times the
+//                   weight (offset + w, in float32) and rounded again: y = T(T(x * r) * (offset + w));
+//   kCastNone  (2)  the steps in T (Liger's "none": no casting): the mean square, the scale, x * r
+//                   and offset + w each rounded to T, the sum of squares itself in float32.
+// W is the weight's storage type: T, or float for a float32 weight with 16-bit activations.
+// A null weight is a weightless norm (y = x * r, rounded as the mode says; offset unread).
+
+namespace {
+
+constexpr int kCastGemma = 0;
+constexpr int kCastLlama = 1;
+constexpr int kCastNone = 2;
+
+template <typename T>
+__device__ __forceinline__ float load_element(const T* base, long long i) {
+  return Elem<T>::to_float(reinterpret_cast<const typename Elem<T>::Bits*>(base)[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ void store_element(T* base, long long i, float value) {
+  reinterpret_cast<typename Elem<T>::Bits*>(base)[i] = Elem<T>::from_float(value);
+}
+
+// value rounded to T and widened back: the rounding a store and a load of T make.
+template <typename T>
+__device__ __forceinline__ float rounded(float value) {
+  return Elem<T>::to_float(Elem<T>::from_float(value));
+}
+
+// One row's scale 1 / sqrt(mean(x^2) + eps) from its sum of squares, as kCast rounds it.
+template <int kCast, typename T>
+__device__ __forceinline__ float options_scale(float sum_squares, long long cols, float eps) {
+  if (kCast == kCastNone) {
+    const float mean = rounded<T>(sum_squares / static_cast<float>(cols));
+    return rounded<T>(rsqrtf(rounded<T>(mean + rounded<T>(eps))));
+  }
+  return rsqrtf(sum_squares / static_cast<float>(cols) + eps);
+}
+
+// One output element of the norm from the (stored) input value, the row's scale and the weight.
+template <int kCast, typename T, typename W>
+__device__ __forceinline__ float options_output(float value, float scale, const W* weight,
+                                                long long col, float offset) {
+  if (kCast == kCastGemma) {
+    return weight == nullptr ? value * scale : value * scale * (offset + load_element(weight, col));
+  }
+  const float normalised = rounded<T>(value * scale);
+  if (weight == nullptr) {
+    return normalised;
+  }
+  const float shifted = kCast == kCastNone ? rounded<T>(rounded<T>(offset) + load_element(weight, col))
+                                           : offset + load_element(weight, col);
+  return normalised * shifted;
+}
+
+// rms_norm over rows at strides (elements between row starts), with kAddResidual first
+// residual_out = T(x + residual) and the norm of that stored value. out may be x, and
+// residual_out residual, at the same strides (in place: each element is read by the thread that
+// later writes it). row_scales: null, or float32 [rows] for each row's scale (the backward's).
+template <int kCast, bool kAddResidual, typename T, typename W>
+__device__ __forceinline__ void rms_norm_options_rows(
+    const T* x, long long x_stride, const T* residual, long long residual_stride,
+    T* residual_out, long long residual_out_stride, const W* weight, T* out, long long out_stride,
+    float* row_scales, long long rows, long long cols, float eps, float offset) {
+  __shared__ float slots[kp::kMaxBlockThreads];
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* x_row = x + row * x_stride;
+    const T* residual_row = kAddResidual ? residual + row * residual_stride : nullptr;
+    T* residual_out_row = kAddResidual ? residual_out + row * residual_out_stride : nullptr;
+    float sum_squares = 0.0f;
+    for (long long col = threadIdx.x; col < cols; col += blockDim.x) {
+      float value = load_element(x_row, col);
+      if (kAddResidual) {
+        value = rounded<T>(value + load_element(residual_row, col));
+        store_element(residual_out_row, col, value);
+      }
+      sum_squares += value * value;
+    }
+    sum_squares = short_row_sum(sum_squares, slots);
+    const float scale = options_scale<kCast, T>(sum_squares, cols, eps);
+    if (row_scales != nullptr && threadIdx.x == 0) {
+      row_scales[row] = scale;
+    }
+    const T* source = kAddResidual ? residual_out_row : x_row;
+    T* out_row = out + row * out_stride;
+    for (long long col = threadIdx.x; col < cols; col += blockDim.x) {
+      const float value = load_element(source, col);
+      store_element(out_row, col, options_output<kCast, T>(value, scale, weight, col, offset));
+    }
+  }
+}
+
+// The backward of rms_norm_options from x (the stored sum with a residual), the forward's row
+// scales and the weight (null: weightless), in float32 whatever the mode (the modes differ in
+// the forward's roundings alone): with m = dy * (offset + w),
+//   grad_x = r * m - x * r^3 * mean(m * x)   (+ grad_extra unless null)
+//   grad_w's shares dy * x * r, summed over this block's rows into its row of `partial`
+//   (float32 [gridDim.x, cols], unless the weight is null), which rms_norm_weight_grad adds in a
+//   fixed order: every run gives the same bits.
+template <typename T, typename W>
+__device__ __forceinline__ void rms_norm_options_backward_rows(
+    const T* x, const float* row_scales, const W* weight, const T* grad, const T* grad_extra,
+    T* grad_x, float* partial, long long rows, long long cols, float offset) {
+  __shared__ float slots[kp::kMaxBlockThreads];
+  float* shares = weight != nullptr ? partial + static_cast<long long>(blockIdx.x) * cols : nullptr;
+  bool first = true;
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const long long base = row * cols;
+    const float scale = row_scales[row];
+    float dot = 0.0f;
+    for (long long col = threadIdx.x; col < cols; col += blockDim.x) {
+      const float dy = load_element(grad, base + col);
+      const float m = weight == nullptr ? dy : dy * (offset + load_element(weight, col));
+      dot += m * load_element(x, base + col);
+    }
+    dot = short_row_sum(dot, slots);
+    const float correction = scale * scale * scale * dot / static_cast<float>(cols);
+    for (long long col = threadIdx.x; col < cols; col += blockDim.x) {
+      const float dy = load_element(grad, base + col);
+      const float value = load_element(x, base + col);
+      const float m = weight == nullptr ? dy : dy * (offset + load_element(weight, col));
+      float gradient = scale * m - value * correction;
+      if (grad_extra != nullptr) {
+        gradient += load_element(grad_extra, base + col);
+      }
+      store_element(grad_x, base + col, gradient);
+      if (shares != nullptr) {
+        const float share = dy * value * scale;
+        shares[col] = first ? share : shares[col] + share;
+      }
+    }
+    first = false;
+  }
+  if (shares != nullptr && first) {  // a block past the last row: its shares are zeros
+    for (long long col = threadIdx.x; col < cols; col += blockDim.x) {
+      shares[col] = 0.0f;
+    }
+  }
+}
+
+// silu(g * gate_multiplier) * u * down_multiplier in float32, rounded once (Falcon-H1's MLP:
+// its down projection's multiplier taken here, before the projection, which is linear), with
+// silu(v) = v / (1 + e^-v) in the accurate expf and an IEEE division.
+__device__ __forceinline__ float silu_scaled(float gate, float up, float gate_multiplier,
+                                             float down_multiplier) {
+  const float scaled = gate * gate_multiplier;
+  return scaled / (1.0f + expf(-scaled)) * up * down_multiplier;
+}
+
+// torch's own roundings of F.silu(g) * u in T: silu in float32 as torch's CUDA kernel computes it
+// (v / (1 + exp(-v)), the accurate expf, an IEEE division), rounded to T, then the product of two
+// T values in float32, rounded to T. Bit-identical to the eager expression where the compiler's
+// expf is torch's (both vendors' libraries: libdevice's, ocml's).
+template <typename T>
+__device__ __forceinline__ float silu_mul_as_torch(float gate, float up) {
+  const float silu = rounded<T>(gate / (1.0f + expf(-gate)));
+  return silu * up;
+}
+
+}  // namespace
+
+namespace mlp {
+
+// Block bound of the options kernels.
+constexpr int kOptionsThreads = 512;
+
+// The norm with options over rows at strides; out = x (at x's stride) for the in-place form.
+template <typename T, typename W, int kCast>
+__global__ void __launch_bounds__(kOptionsThreads)
+    rms_norm_options(const T* x, const W* weight, T* out, float* row_scales, long long rows,
+                     long long cols, long long x_stride, long long out_stride, float eps,
+                     float offset) {
+  ::rms_norm_options_rows<kCast, false>(x, x_stride, static_cast<const T*>(nullptr), 0,
+                                        static_cast<T*>(nullptr), 0, weight, out, out_stride,
+                                        row_scales, rows, cols, eps, offset);
+}
+
+// residual_out = x + residual, out = the norm of it; fused_add_rms_norm's in-place form passes
+// out = x and residual_out = residual at their strides.
+template <typename T, typename W, int kCast>
+__global__ void __launch_bounds__(kOptionsThreads)
+    add_rms_norm_options(const T* x, const T* residual, const W* weight, T* out, T* residual_out,
+                         float* row_scales, long long rows, long long cols, long long x_stride,
+                         long long residual_stride, long long out_stride,
+                         long long residual_out_stride, float eps, float offset) {
+  ::rms_norm_options_rows<kCast, true>(x, x_stride, residual, residual_stride, residual_out,
+                                       residual_out_stride, weight, out, out_stride, row_scales,
+                                       rows, cols, eps, offset);
+}
+
+// Contiguous x, grad, grad_extra (may be null) and grad_x; weight may be null (weightless, then
+// `partial` unused); partial float32 [gridDim.x, cols].
+template <typename T, typename W>
+__global__ void __launch_bounds__(kOptionsThreads)
+    rms_norm_options_backward(const T* x, const float* row_scales, const W* weight, const T* grad,
+                              const T* grad_extra, T* grad_x, float* partial, long long rows,
+                              long long cols, float offset) {
+  ::rms_norm_options_backward_rows(x, row_scales, weight, grad, grad_extra, grad_x, partial, rows,
+                                   cols, offset);
+}
+
+// out = silu(gate * gate_multiplier) * up * down_multiplier over n elements (a 1-D grid).
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu_scaled(const T* gate, const T* up, T* out, long long n, float gate_multiplier,
+                  float down_multiplier) {
+  for_each_chunk(n, [&](long long i) {
+    store_element(out, i, silu_scaled(load_element(gate, i), load_element(up, i), gate_multiplier,
+                                      down_multiplier));
+  });
+}
+
+// Its gradients: with v = g * gate_multiplier, s = sigmoid(v), d = dy * down_multiplier,
+// grad_up = d * v * s, grad_gate = d * u * s * (1 + v * (1 - s)) * gate_multiplier.
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    swiglu_scaled_backward(const T* gate, const T* up, const T* grad, T* grad_gate, T* grad_up,
+                           long long n, float gate_multiplier, float down_multiplier) {
+  for_each_chunk(n, [&](long long i) {
+    const float scaled = load_element(gate, i) * gate_multiplier;
+    const float s = 1.0f / (1.0f + expf(-scaled));
+    const float d = load_element(grad, i) * down_multiplier;
+    store_element(grad_up, i, d * scaled * s);
+    store_element(grad_gate, i,
+                  d * load_element(up, i) * s * (1.0f + scaled * (1.0f - s)) * gate_multiplier);
+  });
+}
+
+// silu_and_mul with torch's roundings (silu_mul_as_torch): x [rows, 2 * cols], out [rows, cols];
+// grid.x over the columns, grid.y over the rows, both striding.
+template <typename T>
+__global__ void __launch_bounds__(kElementwiseBlockThreads)
+    silu_and_mul_as_torch(const T* x, T* out, long long rows, long long cols) {
+  for (long long row = blockIdx.y; row < rows; row += gridDim.y) {
+    const T* gate = x + row * 2 * cols;
+    T* out_row = out + row * cols;
+    for_each_chunk(cols, [&](long long i) {
+      store_element(out_row, i,
+                    silu_mul_as_torch<T>(load_element(gate, i), load_element(gate + cols, i)));
+    });
+  }
+}
+
+#define MLP_OPTIONS_NORMS(T, W, CAST)                                                            \
+  template __global__ void rms_norm_options<T, W, CAST>(const T*, const W*, T*, float*,          \
+                                                        long long, long long, long long,         \
+                                                        long long, float, float);                \
+  template __global__ void add_rms_norm_options<T, W, CAST>(                                     \
+      const T*, const T*, const W*, T*, T*, float*, long long, long long, long long, long long,  \
+      long long, long long, float, float);
+
+#define MLP_OPTIONS_WEIGHT(T, W)                                                                 \
+  MLP_OPTIONS_NORMS(T, W, 0)                                                                     \
+  MLP_OPTIONS_NORMS(T, W, 1)                                                                     \
+  MLP_OPTIONS_NORMS(T, W, 2)                                                                     \
+  template __global__ void rms_norm_options_backward<T, W>(const T*, const float*, const W*,     \
+                                                           const T*, const T*, T*, float*,       \
+                                                           long long, long long, float);
+
+#define MLP_OPTIONS_ELEMENTWISE(T)                                                               \
+  template __global__ void swiglu_scaled<T>(const T*, const T*, T*, long long, float, float);    \
+  template __global__ void swiglu_scaled_backward<T>(const T*, const T*, const T*, T*, T*,       \
+                                                     long long, float, float);                   \
+  template __global__ void silu_and_mul_as_torch<T>(const T*, T*, long long, long long);
+
+MLP_OPTIONS_WEIGHT(float, float)
+MLP_OPTIONS_WEIGHT(__half, __half)
+MLP_OPTIONS_WEIGHT(__half, float)
+MLP_OPTIONS_WEIGHT(__nv_bfloat16, __nv_bfloat16)
+MLP_OPTIONS_WEIGHT(__nv_bfloat16, float)
+MLP_OPTIONS_ELEMENTWISE(float)
+MLP_OPTIONS_ELEMENTWISE(__half)
+MLP_OPTIONS_ELEMENTWISE(__nv_bfloat16)
+
+#undef MLP_OPTIONS_ELEMENTWISE
+#undef MLP_OPTIONS_WEIGHT
+#undef MLP_OPTIONS_NORMS
+
+}  // namespace mlp

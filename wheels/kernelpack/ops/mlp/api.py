@@ -25,6 +25,7 @@ Tensors that need autograd go through the custom ops of :mod:`kernelpack.ops.mlp
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -112,12 +113,26 @@ def _torch_ops() -> Any:
     return torch.ops.kernelpack
 
 
+def _compiling() -> bool:
+    """Whether torch.compile or torch.export is tracing the call (torch imported, and its
+    compiler says so): their tracer cannot enter the array wrappers, so the call goes to
+    torch.ops.kernelpack's op, which they trace. Asked on the full path alone: the hot calls
+    are traced through by the polyfills torch_ops.register gives them, so that an eager call
+    pays nothing for it."""
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch.compiler.is_compiling())
+
+
 def run(op: Op, values: tuple[Any, ...], eps: object = None, out: object = None) -> Any:
     """``op`` on any framework's arrays through the full checks (the path every call takes that
     the hot call did not): checked, autograd sent to torch.ops, results allocated in the first
     array's framework (or ``out``), launched; numpy arrays through device copies made with torch
     or CuPy, the results copied back. For a torch tensor the launch is prepared on the way, so
-    that the next call of its shape takes the hot path."""
+    that the next call of its shape takes the hot path. Under torch.compile the call goes to
+    the op's torch op instead (:func:`.hot.traced_call`)."""
+    if _compiling():
+        as_hot = (*values, *((eps,) if op.eps else ()), *((out,) if op.out else ()))
+        return hot.traced_call(op.name, as_hot, _torch_ops())
     inputs = [_array(spec.name, value) for spec, value in zip(op.inputs, values, strict=True)]
     first = inputs[0]
     _check_same(*inputs)

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from ...errors import UsageError
 from .geometry import KERNEL_TYPE, SUPPORTED
-from .table import HALVES, ROWS, Op, subject
+from .table import HALVES, ROWS, Op, Option, subject
 from .tuning import MAX_ROW
 
 
@@ -93,18 +93,56 @@ def check_eps(eps: object) -> float:
     return value
 
 
-def check(op: Op, operands: Sequence[Operand], eps: object = None) -> float | None:
-    """``op``'s rules over its tensor arguments (in the table's order) and eps: the subject's own
-    rule and dtype, then each other input's dtype, device, shape and, where the table asks,
-    contiguity. The checked eps (None for an op without one)."""
+def check_option(option: Option, value: object) -> float | str:
+    """An option's value as its kind, or a UsageError naming it: a finite float, or a str among
+    its choices."""
+    if option.kind == "str":
+        if value not in option.choices:
+            raise UsageError(
+                f"{option.name}: {value!r} is not one of {', '.join(map(repr, option.choices))}"
+            )
+        return str(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{option.name}: expected a float, got {type(value).__name__}")
+    if not math.isfinite(float(value)):
+        raise UsageError(f"{option.name}: must be a finite number, got {value!r}")
+    return float(value)
+
+
+def check_options(op: Op, values: Sequence[object]) -> tuple[float | str, ...]:
+    """``op``'s options checked, in the table's order: ``values`` those given (the dispatcher
+    leaves trailing defaults out), the rest their defaults."""
+    given = list(values) + [option.default for option in op.options[len(values) :]]
+    return tuple(
+        check_option(option, value) for option, value in zip(op.options, given, strict=True)
+    )
+
+
+def check(op: Op, operands: Sequence[Operand | None], eps: object = None) -> float | None:
+    """``op``'s rules over its tensor arguments (in the table's order; None for an optional one
+    left out) and eps: the subject's own rule and dtype, then each other input's dtype, device,
+    shape and, where the table asks, contiguity. The checked eps (None for an op without one)."""
     at = subject(op)
     first = operands[at]
+    if first is None:
+        raise UsageError(f"{op.inputs[at].name}: expected a tensor, got None")
     check_first(op, first)
     check_dtype(first)
     for position, (spec, operand) in enumerate(zip(op.inputs, operands, strict=True)):
         if position == at:
             continue
-        if spec.dtype == "float32":
+        if operand is None:
+            if not spec.optional:
+                raise UsageError(f"{spec.name}: expected a tensor, got None")
+            continue
+        if spec.dtype == "weight":
+            if operand.dtype not in (first.dtype, "float32"):
+                wanted = "" if first.dtype == "float32" else f"{first.dtype} or "
+                raise UsageError(
+                    f"{operand.name}: dtype {operand.dtype}; expected {first.name}'s "
+                    f"{wanted}float32"
+                )
+        elif spec.dtype == "float32":
             if operand.dtype != "float32":
                 raise UsageError(
                     f"{operand.name}: dtype {operand.dtype}; expected float32 (the row scales "

@@ -71,6 +71,20 @@ def _make_calls(name: str, torch: Any) -> None:
         table[name] = not_hot if call is None else call
 
 
+def traced_call(name: str, args: tuple[Any, ...], ops: Any) -> Any:
+    """Op ``name``'s hot call as torch.compile traces it (its tracer cannot enter the C hot
+    call): the op of ``ops`` (torch.ops.kernelpack) on the tensors, args as the hot call takes
+    them (tensors, eps, out), ``out`` copied into."""
+    spec = SPECS[name]
+    eps = (args[spec.inputs],) if spec.eps else ()
+    result = getattr(ops, name)(*args[: spec.inputs], *eps)
+    out = args[-1] if spec.out else None
+    if out is None:
+        return result
+    out.copy_(result)
+    return out
+
+
 def torch_enable(torch: Any) -> None:
     """Turn the hot calls on (once torch is in use): torch's tensor types, its DLPack exchange API
     (``torch.Tensor.__dlpack_c_exchange_api__``, torch 2.10 and later) and grad mode, handed to

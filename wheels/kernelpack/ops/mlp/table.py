@@ -13,10 +13,16 @@ launch passes after the tensors. From it, and from nothing else:
   (:mod:`.hot`).
 
 Shape rules, relative to the first input's shape ``S``: "same" S, "last" S[-1:], "leading"
-S[:-1], "half" S with its last dimension halved. Rules of the first input itself: "rows" (a
+S[:-1], "half" S with its last dimension halved; of a result, "weight" the weight input's shape
+(S[-1:]), or (0,) where the weight is None (a weightless norm has no weight gradient). Rules of the first input itself: "rows" (a
 normalised last dimension: at least one, at most MAX_ROW elements), "halves" (a last dimension of
 two halves, gate and up). A backward op has no plan (its launch is its own, :mod:`.torch_impl`),
 and no public function or hot path.
+
+The options a model can adopt (the Gemma offset, casting modes, weightless norms, a float32 weight,
+rows at a stride, SwiGLU's multipliers, torch's SiLU-and-mul roundings: :mod:`.options`) are ops
+of their own here, with the scalar arguments they take after eps (:class:`Option`); they launch
+the option kernels by hand, so the ops above keep their hot path and their kernels.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ from ...backends.hotpath import HotOp
 from .geometry import DeviceFacts, Plan, elementwise_plan, halves_plan, norm_plan
 
 DEFAULT_EPS = 1e-6  # eps's default in every function and schema that takes it
+# the norms' casting modes (Liger-Kernel's) -> mlp.cu's kCast (its comment says what each rounds
+# when); the default is the arithmetic of every other norm here: float32, rounded once
+CASTING_MODES = {"gemma": 0, "llama": 1, "none": 2}
+DEFAULT_CASTING_MODE = "gemma"
 
 # plan(kernel family, the first input's shape, dtype, device) -> its Plan, None for no elements
 PlanFn = Callable[[str, tuple[int, ...], str, DeviceFacts], Plan | None]
@@ -36,13 +46,28 @@ PlanFn = Callable[[str, tuple[int, ...], str, DeviceFacts], Plan | None]
 
 class Input(NamedTuple):
     """A tensor argument: its name, its shape rule, and its dtype ("same": the first input's, a
-    supported one; "float32": that, for the row scales). ``contiguous``: the torch ops take it as
-    given (it must be contiguous already), where they make other inputs contiguous."""
+    supported one; "float32": that, for the row scales; "weight": the first input's or float32,
+    a weight's). ``contiguous``: the torch ops take it as given (it must be contiguous already),
+    where they make other inputs contiguous. ``optional``: it may be None (``Tensor?``).
+    ``strided``: its rows may lie at any stride (the last dimension's stride 1), as the in-place
+    norms take views."""
 
     name: str
     shape: str = "same"
     dtype: str = "same"
     contiguous: bool = False
+    optional: bool = False
+    strided: bool = False
+
+
+class Option(NamedTuple):
+    """A scalar argument after eps: its name, torch schema type ("float" or "str"), default, and
+    for a str the values it takes."""
+
+    name: str
+    kind: str
+    default: float | str
+    choices: tuple[str, ...] = ()
 
 
 class Result(NamedTuple):
@@ -65,6 +90,7 @@ class Op(NamedTuple):
     kernel: str = ""  # the kernel family its plan launches (its name where empty)
     plan: PlanFn | None = None  # a forward op's launch for a shape; None: launched by hand
     nulls: int = 0  # null pointers after the results on the inference launch (no row scales)
+    options: tuple[Option, ...] = ()  # scalar arguments after eps
 
     @property
     def kernel_family(self) -> str:
@@ -78,6 +104,14 @@ _gate, _up = Input("gate"), Input("up")
 _x, _residual = Input("x"), Input("residual")
 _weight = Input("weight", "last")
 _row_scales = Input("row_scales", "leading", "float32", contiguous=True)
+
+# the options' inputs and scalars
+_weight_option = Input("weight", "last", "weight", optional=True)
+_x_strided, _residual_strided = Input("x", strided=True), Input("residual", strided=True)
+_offset = Option("offset", "float", 0.0)
+_casting_mode = Option("casting_mode", "str", DEFAULT_CASTING_MODE, tuple(CASTING_MODES))
+_norm_options = (_offset, _casting_mode)
+_multipliers = (Option("gate_multiplier", "float", 1.0), Option("down_multiplier", "float", 1.0))
 
 OPS: tuple[Op, ...] = (
     Op("swiglu", (_gate, _up), (Result(),), out=True, plan=elementwise_plan),
@@ -143,6 +177,58 @@ OPS: tuple[Op, ...] = (
         (Result(), Result("last")),
         first=ROWS,
     ),
+    # ---- the options (:mod:`.options`) ----
+    Op(
+        "rms_norm_options",
+        (_x, _weight_option),
+        (Result(),),
+        eps=True,
+        first=ROWS,
+        options=_norm_options,
+    ),
+    Op(
+        "rms_norm_options_with_scale",
+        (_x, _weight_option),
+        (Result(), Result("leading", "float32")),
+        eps=True,
+        first=ROWS,
+        options=_norm_options,
+    ),
+    # in place over x (a view at any row stride): for inference
+    Op(
+        "rms_norm_options_in_place",
+        (_x_strided, _weight_option),
+        (),
+        eps=True,
+        first=ROWS,
+        in_place=(0,),
+        options=_norm_options,
+    ),
+    # vLLM's fused_add_rms_norm over views at any row stride, with the options
+    Op(
+        "fused_add_rms_norm_options",
+        (_x_strided, _residual_strided, _weight_option),
+        (),
+        eps=True,
+        first=ROWS,
+        in_place=(0, 1),
+        options=_norm_options,
+    ),
+    Op(
+        "rms_norm_options_backward",
+        (Input("grad"), _x, _weight_option, _row_scales),
+        (Result(), Result("weight", "weight")),
+        first=ROWS,
+        options=(_offset,),
+    ),
+    Op("swiglu_scaled", (_gate, _up), (Result(),), options=_multipliers),
+    Op(
+        "swiglu_scaled_backward",
+        (Input("grad"), _gate, _up),
+        (Result(), Result()),
+        options=_multipliers,
+    ),
+    Op("silu_and_mul_as_torch", (_x,), (Result("half"),), first=HALVES),
 )
 
 
@@ -180,9 +266,12 @@ def schema(op: Op) -> str:
     params = []
     for position, tensor in enumerate(op.inputs):
         mark = f"({aliases[op.in_place.index(position)]}!)" if position in op.in_place else ""
-        params.append(f"Tensor{mark} {tensor.name}")
+        params.append(f"Tensor{mark}{'?' if tensor.optional else ''} {tensor.name}")
     if op.eps:
         params.append(f"float eps={DEFAULT_EPS!r}")
+    for option in op.options:
+        default = f'"{option.default}"' if option.kind == "str" else repr(option.default)
+        params.append(f"{option.kind} {option.name}={default}")
     returns = ", ".join("Tensor" for _ in op.results)
     if len(op.results) != 1:
         returns = f"({returns})"

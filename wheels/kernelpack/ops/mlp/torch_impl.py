@@ -20,20 +20,22 @@ import torch
 from torch import Tensor
 
 from ...errors import UsageError
-from . import hot, launch
-from .checks import Operand, check, shape_of
+from . import hot, launch, options
+from .checks import Operand, check, check_options, shape_of
 from .geometry import backward_row_geometry, short_backward_scratch, short_backward_threads
-from .table import DEFAULT_EPS, TABLE, Op, subject
+from .table import DEFAULT_CASTING_MODE, DEFAULT_EPS, TABLE, Op, subject
 
 Impl = Callable[..., Any]
 
 
-def operands(op: Op, args: tuple[Any, ...]) -> tuple[list[Operand], Any]:
-    """The op's tensor arguments as the checks see them, and eps (the default where the
-    dispatcher left it out)."""
+def operands(op: Op, args: tuple[Any, ...]) -> tuple[list[Operand | None], Any]:
+    """The op's tensor arguments as the checks see them (None for an optional one left out),
+    and eps (the default where the dispatcher left it out)."""
     tensors = args[: len(op.inputs)]
     found = [
-        Operand(
+        None
+        if tensor is None
+        else Operand(
             spec.name,
             str(tensor.dtype).removeprefix("torch."),
             tuple(tensor.shape),
@@ -46,8 +48,22 @@ def operands(op: Op, args: tuple[Any, ...]) -> tuple[list[Operand], Any]:
     return found, eps
 
 
-def _dtype_of(rule: str, like: Tensor) -> torch.dtype:
+def _dtype_of(rule: str, like: Tensor, weight: Tensor | None) -> torch.dtype:
+    if rule == "weight" and weight is not None:
+        return weight.dtype
     return torch.float32 if rule == "float32" else like.dtype
+
+
+def _shape_of(rule: str, like: Tensor, weight: Tensor | None) -> tuple[int, ...]:
+    if rule == "weight":
+        return (0,) if weight is None else tuple(weight.shape)
+    return shape_of(rule, tuple(like.shape))
+
+
+def _weight_of(op: Op, args: tuple[Any, ...]) -> Tensor | None:
+    """The op's weight argument (None where it has none, or it was left out)."""
+    names = [tensor.name for tensor in op.inputs]
+    return args[names.index("weight")] if "weight" in names else None
 
 
 def fake(op: Op) -> Impl:
@@ -56,11 +72,13 @@ def fake(op: Op) -> Impl:
     def implementation(*args: Any) -> Any:
         found, eps = operands(op, args)
         check(op, found, eps)
-        like = args[subject(op)]
+        after = len(op.inputs) + (1 if op.eps else 0)
+        check_options(op, args[after:])
+        like, weight = args[subject(op)], _weight_of(op, args)
         results = tuple(
             torch.empty(
-                shape_of(result.shape, tuple(like.shape)),
-                dtype=_dtype_of(result.dtype, like),
+                _shape_of(result.shape, like, weight),
+                dtype=_dtype_of(result.dtype, like, weight),
                 device=like.device,
             )
             for result in op.results
@@ -88,10 +106,13 @@ def real(op: Op) -> Impl:
             check(op, found, eps)
             tensors = list(args[:inputs])
             if op.in_place and not all(tensors[i].is_contiguous() for i in op.in_place):
-                names = " and ".join(op.inputs[i].name for i in op.in_place)
-                raise UsageError(
-                    f"{op.inputs[0].name}: {names} are updated in place and must be contiguous"
-                )
+                strided = STRIDED.get(name)
+                if strided is None:
+                    names = " and ".join(op.inputs[i].name for i in op.in_place)
+                    raise UsageError(
+                        f"{op.inputs[0].name}: {names} are updated in place and must be contiguous"
+                    )
+                return strided(*args)
             contiguous = [t if i in op.in_place else t.contiguous() for i, t in enumerate(tensors)]
             extra = () if eps is None else (float(eps),)  # the default where left out
             result = hot.torch_run(name, *contiguous, *extra, *tail)
@@ -114,7 +135,14 @@ def _checked(name: str, *args: Any) -> str:
     op = TABLE[name]
     found, eps = operands(op, args)
     check(op, found, eps)
-    return found[subject(op)].dtype
+    return _subject_dtype(op, found)
+
+
+def _subject_dtype(op: Op, found: list[Operand | None]) -> str:
+    """The dtype of the subject, which the checks have found a tensor."""
+    first = found[subject(op)]
+    assert first is not None  # check() refuses a missing subject
+    return first.dtype
 
 
 def _norm_with_scale(
@@ -226,6 +254,268 @@ def _rms_norm_backward(
     return _norm_backward(grad, None, x, weight, row_scales)
 
 
+# ---- the options (kernelpack.ops.mlp.options): their own kernels, launched here ---------------
+
+
+def _dtype_name(tensor: Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def _row_stride(name: str, tensor: Tensor) -> int | None:
+    """The elements between the starts of ``tensor``'s rows (its last dimension), where every
+    row lies at one stride and the last dimension's stride is 1 (vLLM's views of wider rows);
+    None where they do not."""
+    cols = tensor.shape[-1]
+    if tensor.numel() == 0:
+        return cols
+    try:
+        rows = tensor.view(-1, cols)
+    except RuntimeError:  # leading dimensions that do not fold into one stride
+        return None
+    if cols > 1 and rows.stride(1) != 1:
+        return None
+    return rows.stride(0) if rows.shape[0] > 1 else cols
+
+
+def _strided(name: str, tensor: Tensor) -> int:
+    """The row stride of an input the op writes in place (it cannot take a copy)."""
+    stride = _row_stride(name, tensor)
+    if stride is None:
+        raise UsageError(
+            f"{name}: rows at strides {tuple(tensor.stride())} are not one stride apart with a "
+            "last dimension of stride 1; it is updated in place, so pass such a view (or "
+            ".contiguous() and copy back)"
+        )
+    return stride
+
+
+def _checked_options(
+    name: str, tensors: tuple[Any, ...], eps: Any, values: tuple[Any, ...]
+) -> tuple[str, float, tuple[Any, ...]]:
+    """(subject's dtype, eps, options) of op ``name`` after its checks."""
+    op = TABLE[name]
+    found, checked_eps = operands(op, (*tensors, eps) if op.eps else tensors)
+    check(op, found, checked_eps)
+    return _subject_dtype(op, found), float(checked_eps or 0.0), check_options(op, values)
+
+
+def _weight_pointer(weight: Tensor | None, dtype: str) -> tuple[Any, str]:
+    """(the weight's launch argument, its dtype name): 0 and the rows' dtype where weightless."""
+    if weight is None:
+        return 0, dtype
+    return weight.contiguous(), _dtype_name(weight)
+
+
+def _options_norm(
+    name: str,
+    x: Tensor,
+    residual: Tensor | None,
+    weight: Tensor | None,
+    eps: float,
+    offset: float,
+    casting_mode: str,
+) -> tuple[Tensor, ...]:
+    """The norms with options: rms_norm_options (out,), its _with_scale form (out, row scales),
+    rms_norm_options_in_place and fused_add_rms_norm_options (nothing: x gets the norm, the
+    residual the sum, at their own row strides). Out of place, x is read at its row stride
+    where it has one (else a contiguous copy)."""
+    tensors = (x, weight) if residual is None else (x, residual, weight)
+    dtype, eps, (offset, mode) = _checked_options(name, tensors, eps, (offset, casting_mode))
+    op = TABLE[name]
+    pointer, weight_dtype = _weight_pointer(weight, dtype)
+    rows, cols = _rows(x)
+    plan = hot.torch_plan(x)
+    device, stream = plan.device, plan.stream(plan.index)
+    scales = name.endswith("_with_scale")
+    row_scales: Any = 0
+    if scales:
+        row_scales = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+        if cols == 0:
+            row_scales.fill_(math.nan)
+    if op.in_place:
+        x_stride = _strided("x", x)
+        if residual is None:
+            pointers: tuple[Any, ...] = (x, pointer, x, 0)
+            strides: tuple[int, ...] = (x_stride, x_stride)
+        else:
+            residual_stride = _strided("residual", residual)
+            pointers = (x, residual, pointer, x, residual, 0)
+            strides = (x_stride, residual_stride, x_stride, residual_stride)
+        options.launch_norm(
+            device,
+            dtype,
+            weight_dtype,
+            str(mode),
+            pointers,
+            strides,
+            rows,
+            cols,
+            eps,
+            float(offset),
+            stream,
+        )
+        return ()
+    stride = _row_stride("x", x)
+    if stride is None:
+        x, stride = x.contiguous(), cols
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    options.launch_norm(
+        device,
+        dtype,
+        weight_dtype,
+        str(mode),
+        (x, pointer, out, row_scales),
+        (stride, cols),
+        rows,
+        cols,
+        eps,
+        float(offset),
+        stream,
+    )
+    return (out, row_scales) if scales else (out,)
+
+
+def _rms_norm_options(
+    x: Tensor,
+    weight: Tensor | None,
+    eps: float = DEFAULT_EPS,
+    offset: float = 0.0,
+    casting_mode: str = DEFAULT_CASTING_MODE,
+) -> Tensor:
+    return _options_norm("rms_norm_options", x, None, weight, eps, offset, casting_mode)[0]
+
+
+def _rms_norm_options_with_scale(
+    x: Tensor,
+    weight: Tensor | None,
+    eps: float = DEFAULT_EPS,
+    offset: float = 0.0,
+    casting_mode: str = DEFAULT_CASTING_MODE,
+) -> tuple[Tensor, Tensor]:
+    out, row_scales = _options_norm(
+        "rms_norm_options_with_scale", x, None, weight, eps, offset, casting_mode
+    )
+    return out, row_scales
+
+
+def _rms_norm_options_in_place(
+    x: Tensor,
+    weight: Tensor | None,
+    eps: float = DEFAULT_EPS,
+    offset: float = 0.0,
+    casting_mode: str = DEFAULT_CASTING_MODE,
+) -> None:
+    _options_norm("rms_norm_options_in_place", x, None, weight, eps, offset, casting_mode)
+
+
+def _fused_add_rms_norm_options(
+    x: Tensor,
+    residual: Tensor,
+    weight: Tensor | None,
+    eps: float = DEFAULT_EPS,
+    offset: float = 0.0,
+    casting_mode: str = DEFAULT_CASTING_MODE,
+) -> None:
+    _options_norm("fused_add_rms_norm_options", x, residual, weight, eps, offset, casting_mode)
+
+
+def _rms_norm_options_backward(
+    grad: Tensor, x: Tensor, weight: Tensor | None, row_scales: Tensor, offset: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """(input gradient, weight gradient: an empty tensor where weightless)."""
+    dtype, _, (offset,) = _checked_options(
+        "rms_norm_options_backward", (grad, x, weight, row_scales), None, (offset,)
+    )
+    pointer, weight_dtype = _weight_pointer(weight, dtype)
+    grad, x = grad.contiguous(), x.contiguous()
+    rows, cols = _rows(x)
+    grad_x = torch.empty_like(x)
+    partial: Any = 0
+    if weight is None:
+        grad_weight = x.new_empty((0,))
+    else:
+        grad_weight = torch.empty_like(pointer)
+        blocks = options.backward_blocks(rows)
+        partial = torch.empty((blocks, cols), dtype=torch.float32, device=x.device)
+    plan = hot.torch_plan(x)
+    options.launch_norm_backward(
+        plan.device,
+        dtype,
+        weight_dtype,
+        (x, row_scales, pointer, grad, 0, grad_x),
+        partial,
+        grad_weight if weight is not None else 0,
+        rows,
+        cols,
+        float(offset),
+        plan.stream(plan.index),
+    )
+    return grad_x, grad_weight
+
+
+def _swiglu_scaled(
+    gate: Tensor, up: Tensor, gate_multiplier: float = 1.0, down_multiplier: float = 1.0
+) -> Tensor:
+    dtype, _, (gm, dm) = _checked_options(
+        "swiglu_scaled", (gate, up), None, (gate_multiplier, down_multiplier)
+    )
+    gate, up = gate.contiguous(), up.contiguous()
+    out = torch.empty_like(gate)
+    plan = hot.torch_plan(gate)
+    options.launch_swiglu_scaled(
+        plan.device,
+        dtype,
+        (gate, up, out),
+        gate.numel(),
+        float(gm),
+        float(dm),
+        plan.stream(plan.index),
+    )
+    return out
+
+
+def _swiglu_scaled_backward(
+    grad: Tensor,
+    gate: Tensor,
+    up: Tensor,
+    gate_multiplier: float = 1.0,
+    down_multiplier: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    dtype, _, (gm, dm) = _checked_options(
+        "swiglu_scaled_backward", (grad, gate, up), None, (gate_multiplier, down_multiplier)
+    )
+    grad, gate, up = grad.contiguous(), gate.contiguous(), up.contiguous()
+    grad_gate, grad_up = torch.empty_like(gate), torch.empty_like(up)
+    plan = hot.torch_plan(gate)
+    options.launch_swiglu_scaled(
+        plan.device,
+        dtype,
+        (gate, up, grad, grad_gate, grad_up),
+        gate.numel(),
+        float(gm),
+        float(dm),
+        plan.stream(plan.index),
+    )
+    return grad_gate, grad_up
+
+
+def _silu_and_mul_as_torch(x: Tensor) -> Tensor:
+    dtype, _, _ = _checked_options("silu_and_mul_as_torch", (x,), None, ())
+    x = x.contiguous()
+    out = x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+    rows, cols = _rows(x)
+    plan = hot.torch_plan(x)
+    options.launch_silu_and_mul_as_torch(
+        plan.device, dtype, x, out, rows, cols // 2, plan.stream(plan.index)
+    )
+    return out
+
+
+# in-place op -> the implementation its views at a row stride take (vLLM's fused_add_rms_norm
+# over x[..., :hidden]): the option kernel, at the default options; contiguous tensors keep the
+# op's own kernels and hot call
+STRIDED: dict[str, Impl] = {"fused_add_rms_norm": _fused_add_rms_norm_options}
+
 # op -> its real implementation, for the ops the table gives no plan
 BY_HAND: dict[str, Impl] = {
     "rms_norm_with_scale": _rms_norm_with_scale,
@@ -235,6 +525,14 @@ BY_HAND: dict[str, Impl] = {
     "rms_norm_backward": _rms_norm_backward,
     # (grad, grad_sum, summed, weight, row_scales): the norm's backward with the sum's gradient
     "add_rms_norm_backward": _norm_backward,
+    "rms_norm_options": _rms_norm_options,
+    "rms_norm_options_with_scale": _rms_norm_options_with_scale,
+    "rms_norm_options_in_place": _rms_norm_options_in_place,
+    "fused_add_rms_norm_options": _fused_add_rms_norm_options,
+    "rms_norm_options_backward": _rms_norm_options_backward,
+    "swiglu_scaled": _swiglu_scaled,
+    "swiglu_scaled_backward": _swiglu_scaled_backward,
+    "silu_and_mul_as_torch": _silu_and_mul_as_torch,
 }
 
 

@@ -13,6 +13,13 @@ them:
 - ``add_rms_norm(x, residual, weight, eps=1e-6) -> (rms_norm(x + residual), x + residual)``
 - ``fused_add_rms_norm(x, residual, weight, eps=1e-6) -> ()``: the same in place (x gets the norm,
   residual the sum), declared as mutating both, for inference; no autograd (use add_rms_norm).
+- the options a model can adopt (:mod:`.options`): ``rms_norm_options(x, weight?, eps, offset=0.0,
+  casting_mode="gemma")`` (the Gemma offset, Liger-Kernel's casting modes, weightless with
+  ``weight=None``, a float32 weight with 16-bit rows), with autograd; for inference
+  ``rms_norm_options_in_place`` and ``fused_add_rms_norm_options`` over views at any row stride;
+  ``swiglu_scaled(gate, up, gate_multiplier=1.0, down_multiplier=1.0)`` (Falcon-H1), with
+  autograd; ``silu_and_mul_as_torch(x)``, bit-identical to ``F.silu(x[..., :d]) * x[..., d:]``
+  (torch's roundings), with autograd;
 - ``rms_norm_with_scale(x, weight, eps=1e-6) -> (rms_norm(x), row scales)`` and
   ``add_rms_norm_with_scale(x, residual, weight, eps=1e-6) -> (norm, sum, row scales)``: the two
   norms with each row's scale 1 / sqrt(mean(x^2) + eps) besides (float32, shape x.shape[:-1]),
@@ -29,6 +36,7 @@ its GPUs "cuda" too: the ops are registered for the CUDA dispatch key, which ser
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -125,12 +133,53 @@ def _add_rms_norm_grad(
     return grad_input, grad_input, grad_weight, None
 
 
+# The options' formulas (kernelpack.ops.mlp.options). Their scalars follow the tensors in
+# `inputs` (filled with their defaults); their gradients are None, one for each of the schema's
+# arguments (autograd takes trailing Nones past the arguments a call gave, never too few).
+
+
+def _save_norm_options(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)
+    ctx.offset = inputs[3]
+    ctx.save_for_backward(inputs[0], inputs[1], output[1])  # x, the weight (or None), the scales
+
+
+def _norm_options_grad(
+    ctx: Any, grad: Tensor | None, grad_row_scales: Tensor | None
+) -> tuple[Tensor | None, ...]:
+    if grad is None:
+        return None, None, None, None, None
+    x, weight, row_scales = ctx.saved_tensors
+    grad_x, grad_weight = torch.ops.kernelpack.rms_norm_options_backward(
+        grad, x, weight, row_scales, ctx.offset
+    )
+    return grad_x, (None if weight is None else grad_weight), None, None, None
+
+
+def _save_swiglu_scaled(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    ctx.multipliers = inputs[2:4]
+    ctx.save_for_backward(inputs[0], inputs[1])
+
+
+def _swiglu_scaled_grad(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    gate, up = ctx.saved_tensors
+    grad_gate, grad_up = torch.ops.kernelpack.swiglu_scaled_backward(
+        grad, gate, up, *ctx.multipliers
+    )
+    return grad_gate, grad_up, None, None
+
+
 # op -> (backward, setup_context) of its autograd formula
 AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "swiglu": (_swiglu_grad, _save_swiglu),
     "silu_and_mul": (_silu_and_mul_grad, _save_silu_and_mul),
     "rms_norm_with_scale": (_rms_norm_grad, _save_rms_norm),
     "add_rms_norm_with_scale": (_add_rms_norm_grad, _save_add_rms_norm),
+    "rms_norm_options_with_scale": (_norm_options_grad, _save_norm_options),
+    "swiglu_scaled": (_swiglu_scaled_grad, _save_swiglu_scaled),
+    # torch's roundings change the forward's bits, not its derivative
+    "silu_and_mul_as_torch": (_silu_and_mul_grad, _save_silu_and_mul),
 }
 
 # op -> (the op with its autograd formula, how many of its results are the op's): where a
@@ -139,6 +188,7 @@ AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
 THROUGH: dict[str, tuple[str, int]] = {
     "rms_norm": ("rms_norm_with_scale", 1),
     "add_rms_norm": ("add_rms_norm_with_scale", 2),
+    "rms_norm_options": ("rms_norm_options_with_scale", 1),
 }
 
 
@@ -233,6 +283,26 @@ def define(library: Any, op: Op) -> None:
     torch.library.register_fake(f"{NAMESPACE}::{op.name}", fake, lib=library)
 
 
+def _traced_through() -> None:
+    """Give each C hot call of kernelpack.mlp a polyfill that torch.compile traces instead (its
+    tracer cannot enter a C function): the call's torch op (:func:`.hot.traced_call`). Only
+    where torch's compiler is loaded already, as torch.compile loads it (importing it here would
+    cost every process seconds); calls traced before take kernelpack.mlp's full path, which goes
+    to the torch op under the compiler too. A process that ran this before loading the compiler
+    gets torch.compile's graph break at the hot call: torch.ops.kernelpack and kernelpack.nn are
+    what to compile."""
+    if "torch._dynamo" not in sys.modules:
+        return
+    for name, call in hot.HOT.items():
+        if call is hot.not_hot:
+            continue
+
+        def polyfill(*args: Any, name: str = name) -> Any:
+            return hot.traced_call(name, args, torch.ops.kernelpack)
+
+        torch._dynamo.substitute_in_graph(call, skip_signature_check=True)(polyfill)
+
+
 def register() -> None:
     """Define the ops of the table in torch's ``kernelpack`` namespace, once per process."""
     if _LIBRARY:
@@ -248,6 +318,7 @@ def register() -> None:
         for name in (*AUTOGRAD, *THROUGH):
             library.impl(name, _autograd_kernel(name), "Autograd", with_keyset=True)
         _LIBRARY.append(library)
+        _traced_through()
 
 
 register()
