@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from kernelpack.files.atomic import atomic_write
+from kernelpack.ops.mlp import options
 from kernelpack.ops.mlp.geometry import (
     ITEM_SIZE,
     DeviceFacts,
@@ -49,6 +50,7 @@ from kernelpack.ops.mlp.geometry import (
     silu_and_mul_launch,
     swiglu_launch,
 )
+from kernelpack.ops.mlp.table import CASTING_MODES
 from kernelpack.ops.mlp.tuning import (
     FIXED_COLUMNS,
     ROW_SCALE_DTYPES,
@@ -73,11 +75,14 @@ class MlpCase(NamedTuple):
     rows: int
     cols: int
     offset: int = 0
+    weight: str = ""  # the option norms' weight dtype (the rows' own or float32)
+    mode: str = ""  # the option norms' casting mode
 
     @property
     def name(self) -> str:
         shift = f" +{self.offset}" if self.offset else ""
-        return f"{self.op} {self.dtype} {self.rows}x{self.cols}{shift}"
+        options = f" weight {self.weight} {self.mode}" if self.weight else ""
+        return f"{self.op} {self.dtype} {self.rows}x{self.cols}{shift}{options}"
 
 
 def _past_streaming(arrays: int, dtype: str, multiple: int, whole: bool) -> int:
@@ -129,7 +134,23 @@ def mlp_cases(facts: DeviceFacts) -> list[MlpCase]:
             rows = -(-(64 * 2**20 + 1) // (3 * cols * ITEM_SIZE[dtype]))
             large.append(MlpCase("silu_and_mul", dtype, rows, cols))
     large.append(MlpCase("rms_norm", "float32", 8192, 8192))  # the reread form where tuned
-    return small + large
+    return small + option_cases() + large
+
+
+def option_cases() -> list[MlpCase]:
+    """The option kernels (kernelpack.ops.mlp.options): a block a row whatever the shape, so one
+    small shape each: the norms in every casting mode with the rows' own weight dtype and with
+    float32, with a residual and without, their backward, and the elementwise options."""
+    cases: list[MlpCase] = []
+    for dtype in DTYPES:
+        for weight in sorted({dtype, "float32"}):
+            for mode in CASTING_MODES:
+                for op in ("rms_norm_options", "fused_add_rms_norm_options"):
+                    cases.append(MlpCase(op, dtype, 3, 200, weight=weight, mode=mode))
+            cases.append(MlpCase("rms_norm_options_backward", dtype, 3, 200, weight=weight))
+        for op in ("swiglu_scaled", "swiglu_scaled_backward", "silu_and_mul_as_torch"):
+            cases.append(MlpCase(op, dtype, 3, 200))
+    return cases
 
 
 def _alignment(case: MlpCase) -> int:
@@ -162,6 +183,16 @@ def _norm_backward_kernels(case: MlpCase, facts: DeviceFacts) -> list[str]:
 def mlp_kernels(case: MlpCase, facts: DeviceFacts) -> list[str]:
     """The kernels ``case`` launches on a device of ``facts``, by the host's rules."""
     op, dtype, rows, cols = case.op, case.dtype, case.rows, case.cols
+    if op in ("rms_norm_options", "fused_add_rms_norm_options"):
+        return [options.norm_name(op != "rms_norm_options", dtype, case.weight, case.mode)]
+    if op == "rms_norm_options_backward":
+        return [
+            options.norm_name(False, dtype, case.weight, "gemma"),
+            options.backward_name(dtype, case.weight),
+            kernel_name("rms_norm_weight_grad", case.weight),
+        ]
+    if op in ("swiglu_scaled", "swiglu_scaled_backward", "silu_and_mul_as_torch"):
+        return [options.elementwise_name(op, dtype)]
     if op in ("swiglu", "swiglu_backward"):
         launch = swiglu_launch(op, rows * cols, dtype, facts.multiprocessors)
         return [launch.kernel_for(_alignment(case))[0]]
@@ -316,6 +347,12 @@ def _mlp_call(case: MlpCase) -> float:
         return buffer[case.offset :].view(*shape)
 
     rows, cols = case.rows, case.cols
+    if case.weight or case.op in ("swiglu_scaled", "swiglu_scaled_backward"):
+        return _option_call(case, tensor)
+    if case.op == "silu_and_mul_as_torch":
+        x = tensor(rows, 2 * cols)
+        g, u = x[:, :cols].double(), x[:, cols:].double()
+        return _relative_error(ops.silu_and_mul_as_torch(x), g * g.sigmoid() * u)
     if case.op in ("swiglu", "swiglu_backward"):
         gate, up = tensor(cols), tensor(cols)
         g, u = gate.double(), up.double()
@@ -369,6 +406,48 @@ def _mlp_call(case: MlpCase) -> float:
     )
     if residual is not None:
         want_x = want_x + grad_sum.double()
+    return max(_relative_error(grad_x, want_x), _relative_error(grad_weight, want_weight))
+
+
+def _option_call(case: MlpCase, tensor: Callable[..., Any]) -> float:
+    """An option case (:func:`option_cases`): its largest relative error against float64."""
+    import torch
+
+    ops = torch.ops.kernelpack
+    rows, cols, offset = case.rows, case.cols, 0.5
+    if case.op in ("swiglu_scaled", "swiglu_scaled_backward"):
+        gate, up = tensor(rows, cols), tensor(rows, cols)
+        g, u, a, b = gate.double(), up.double(), 0.75, 1.5  # the gate's and down's multipliers
+        if case.op == "swiglu_scaled":
+            want = b * (a * g) * (a * g).sigmoid() * u
+            return _relative_error(ops.swiglu_scaled(gate, up, a, b), want)
+        leaves = [g.requires_grad_(), u.requires_grad_()]
+        grad = tensor(rows, cols)
+        found = ops.swiglu_scaled_backward(grad, gate, up, a, b)
+        wanted = torch.autograd.grad(
+            b * (a * leaves[0]) * (a * leaves[0]).sigmoid() * leaves[1], leaves, grad.double()
+        )
+        return max(_relative_error(f, w) for f, w in zip(found, wanted, strict=True))
+    x = tensor(rows, cols)
+    weight = tensor(cols).to(getattr(torch, case.weight))
+
+    def norm(s: Any, w: Any) -> Any:
+        return s * torch.rsqrt(s.square().mean(-1, keepdim=True) + EPS) * (w + offset)
+
+    if case.op == "rms_norm_options":
+        found = ops.rms_norm_options(x, weight, EPS, offset, case.mode)
+        return _relative_error(found, norm(x.double(), weight.double()))
+    if case.op == "fused_add_rms_norm_options":
+        residual = tensor(rows, cols)
+        summed = x.double() + residual.double()
+        want = norm(summed, weight.double())
+        ops.fused_add_rms_norm_options(x, residual, weight, EPS, offset, case.mode)
+        return max(_relative_error(x, want), _relative_error(residual, summed))
+    _, scales = ops.rms_norm_options_with_scale(x, weight, EPS, offset)
+    grad = tensor(rows, cols)
+    grad_x, grad_weight = ops.rms_norm_options_backward(grad, x, weight, scales, offset)
+    leaves = [x.double().requires_grad_(), weight.double().requires_grad_()]
+    want_x, want_weight = torch.autograd.grad(norm(leaves[0], leaves[1]), leaves, grad.double())
     return max(_relative_error(grad_x, want_x), _relative_error(grad_weight, want_weight))
 
 
