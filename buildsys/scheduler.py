@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from .cache import BuildCache, key_of
 from .jobs import Job, Outcome, compile_commands, finish
+from .messages import with_project_paths
 from .report import Reporter
 from .toolchain import Toolchain
 from .trees import SourceTrees, read_depfile
@@ -34,6 +35,8 @@ class JobPlan:
     toolchains: Mapping[str, Toolchain]  # per image kind
     jobs: int
     keep_going: bool
+    # A tree path (``module/unit.cu``) as the user knows the file, for compiler messages.
+    shown: Callable[[str], str] = str
 
 
 def run_jobs(
@@ -211,7 +214,7 @@ def _compile(
         if job.module.linked:
             step = argv[-3] if command[1] else "link"
             message = f"{step} of the linked module {job.module.name}: {message}"
-        return message
+        return with_project_paths(message, job.module.name, plan.shown, folder.parent.resolve())
 
     *units, last = _commands(job, plan, job.output)
     dependencies: list[str] = []
