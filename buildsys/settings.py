@@ -416,7 +416,7 @@ def project_config(project: Path) -> dict[str, Any]:
         if key == "modules":
             values["modules"] = _module_flags(value, where, project)
             continue
-        option = by_key.get(RENAMED_CONFIG_KEYS.get(key, key))
+        option = by_key.get(RENAMED_CONFIG_KEYS.get(key) or key)
         if option is None:
             known = sorted([*by_key, "modules"])
             raise UsageError(
