@@ -4,7 +4,9 @@ Precedence, later wins:
 
 1. the defaults written in :class:`BuildSettings`;
 2. the project's config: the ``[tool.kernelpack]`` table of ``<project>/pyproject.toml`` (keys are
-   the option names with dashes, ``cache-dir = "..."``; paths there are relative to the project
+   the option names with dashes, ``cache-dir = "..."``, but ``device-dir`` for ``out``, named apart
+   from ``dist``, the wheels' folder; :data:`RENAMED_CONFIG_KEYS` still read, with a notice;
+   paths there are relative to the project
    and, links followed, stay inside it, as the defaults must: the project is untrusted input);
    per-module flags in ``[tool.kernelpack.modules.<module>]`` (``flags``, ``defines``,
    ``include-dirs``);
