@@ -25,6 +25,8 @@ from .report import Reporter
 from .toolchain import Toolchain
 from .trees import SourceTrees, read_depfile
 
+INTERRUPT_POLL_S = 0.1  # how often the main thread looks for a signal while compilers run
+
 
 @dataclass(frozen=True)
 class JobPlan:
@@ -88,7 +90,10 @@ def run_jobs(
                         ] = job
                     if not pending:
                         break
-                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    # A timeout, so the main thread wakes to take a SIGINT that the kernel gave
+                    # to a worker thread: a blocked lock wait in it would sleep on until a job
+                    # ended, and the compilers of a long job would run on.
+                    done, _ = wait(pending, timeout=INTERRUPT_POLL_S, return_when=FIRST_COMPLETED)
                     for future in done:
                         outcome = future.result()
                         del pending[future]
