@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,11 +36,13 @@ from .discovery import (
     unit_tags,
 )
 from .errors import BuildError, HipifyError, ToolchainError
-from .findings import Finding, blocking, explaining, files_of, parse_findings
+from .findings import Finding, blocking, explaining, files_of, hip_cuda_path, parse_findings
+from .hipify.compat import COMPAT_DIR
 from .index_writer import BuiltImage, ModuleSources, package_files, shard_manifest, write_output
 from .jobs import BuildResult, Job, Outcome, check_linkable, hip_main
 from .matrix import Matrix, MatrixTarget, load_matrix
 from .modules import (
+    EXTRA_INCLUDE_DIR,
     INCLUDE_DIR,
     KernelModule,
     SourceTree,
@@ -93,11 +96,14 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
         toolchains=toolchains,
         jobs=settings.jobs,
         keep_going=settings.keep_going,
+        shown=functools.partial(shown_path, settings, include_folders),
     )
     with scratch_folder(settings.cache_dir) as scratch:
         trees = SourceTrees({"cuda": tree, "hip": hip_tree}, scratch)
         outcomes = run_jobs(jobs, plan, cache, trees, progress=progress)
-    outcomes = [_with_hint(o, findings) for o in outcomes]
+    outcomes = [
+        _with_hint(o, findings, shown_path(settings, include_folders, "")) for o in outcomes
+    ]
     result = BuildResult(outcomes, settings.out)
     if result.failed:
         return result
@@ -231,11 +237,32 @@ def _stop_on_hipify_errors(
         )
 
 
-def _with_hint(outcome: Outcome, findings: Sequence[Finding]) -> Outcome:
-    """A failed AMD compile, pointed at the hipify findings where the compiler complained."""
+def shown_path(settings: BuildSettings, include_folders: Sequence[Path], tree_path: str) -> str:
+    """A source tree's path as the user knows the file, for compiler messages
+    (buildsys.messages): relative to the project where it is inside it, else absolute; a
+    hipified unit as its CUDA source (hipify keeps each line where it was), an extra include
+    folder's file in that folder, the builder's HIP compatibility headers where they are
+    installed. ``""``: the sources folder itself."""
+    path = hip_cuda_path(tree_path)
+    head, _, rest = path.partition("/")
+    if head == EXTRA_INCLUDE_DIR:
+        number, _, inside = rest.partition("/")
+        where = include_folders[int(number)] / inside
+    elif head == INCLUDE_DIR and (COMPAT_DIR / rest).is_file():
+        return str(COMPAT_DIR / rest)
+    else:
+        where = settings.sources / path if path else settings.sources
+    project = settings.project.resolve()
+    resolved = where.resolve()
+    return str(resolved.relative_to(project)) if resolved.is_relative_to(project) else str(where)
+
+
+def _with_hint(outcome: Outcome, findings: Sequence[Finding], sources: str) -> Outcome:
+    """A failed AMD compile, pointed at the hipify findings where the compiler complained (its
+    message names the files as :func:`shown_path` does, the sources folder ``sources``)."""
     if outcome.status != "failed" or outcome.job.tree_name != "hip":
         return outcome
-    explained = explaining(outcome.message, outcome.job.module.name, findings)
+    explained = explaining(outcome.message, outcome.job.module.name, findings, sources)
     if not explained:
         return outcome
     return dataclasses.replace(

@@ -60,10 +60,11 @@ def parse_findings(lines: Iterable[str]) -> list[Finding]:
 def files_of(inlined_source: str, main: str) -> set[str]:
     """The tree paths a module's translation unit reads, from its self-contained source's
     ``#line`` markers (modules.inline_includes), with the hipified main named as its .cu."""
-    return {_cuda_path(p) for p in _LINE_MARKER.findall(inlined_source)} | {_cuda_path(main)}
+    return {hip_cuda_path(p) for p in _LINE_MARKER.findall(inlined_source)} | {hip_cuda_path(main)}
 
 
-def _cuda_path(path: str) -> str:
+def hip_cuda_path(path: str) -> str:
+    """A hipified unit's path as its CUDA source's (headers keep their names)."""
     return path[: -len(".hip")] + ".cu" if path.endswith(".hip") else path
 
 
@@ -72,15 +73,24 @@ def blocking(findings: Sequence[Finding], files: set[str]) -> list[Finding]:
     return [f for f in findings if f.severity == "error" and f.path in files]
 
 
-def explaining(compiler_message: str, module: str, findings: Sequence[Finding]) -> list[Finding]:
+def explaining(
+    compiler_message: str, module: str, findings: Sequence[Finding], sources: str = ""
+) -> list[Finding]:
     """The findings at the places a failed AMD compile names (paths relative to the module's
-    folder of the hipified tree): those on the same line first, else the file's others."""
+    folder of the hipified tree, or inside ``sources``, the sources folder as the build's
+    messages name it): those on the same line first, else the file's others."""
     places: list[tuple[str, int]] = []
     for text in compiler_message.splitlines():
         match = _COMPILER_ERROR.match(text.strip())
         if match:
-            path = _cuda_path(posixpath.normpath(posixpath.join(module, match["path"])))
-            places.append((path, int(match["line"])))
+            named = match["path"]
+            if sources == ".":  # the project is its own sources folder
+                path = named
+            elif sources and named.startswith(f"{sources}/"):
+                path = named[len(sources) + 1 :]
+            else:
+                path = posixpath.normpath(posixpath.join(module, named))
+            places.append((hip_cuda_path(path), int(match["line"])))
     chosen: list[Finding] = []
     for path, number in places:
         in_file = [f for f in findings if f.path == path]

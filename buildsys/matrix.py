@@ -111,6 +111,15 @@ def load_matrix(path: Path | None = None) -> Matrix:
     path = path or DEFAULT_MATRIX
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        default = (
+            DEFAULT_MATRIX if DEFAULT_MATRIX.is_file() else "arch_matrix.toml of its repository"
+        )
+        raise MatrixError(
+            f'{path}: no such target matrix; write one ([amd] targets = ["gfx942"], [nvidia] '
+            f'targets = ["sm_90"]; kernelpack\'s default set is {default}; docs/your-kernels.md '
+            "step 3), or name another with --matrix or [tool.kernelpack] matrix"
+        ) from None
     except OSError as error:
         raise MatrixError(f"{path}: cannot read: {error.strerror}") from None
     except tomllib.TOMLDecodeError as error:

@@ -93,7 +93,8 @@ def read_tree(
     folders and units are named by buildsys.names' grammar, checked here where the names enter.
     """
     if not root.is_dir():
-        raise UsageError(f"{root}: no such kernel sources folder")
+        hint = _layout_hint(root.parent, root.name)
+        raise UsageError(f"{root}: no such kernel sources folder{hint}")
     files: dict[str, str] = {}
     modules: list[KernelModule] = []
     inside = root.resolve()
@@ -115,7 +116,11 @@ def read_tree(
             )
         modules.append(KernelModule(folder.name, mains[0], tuple(mains[1:])))
     if not modules:
-        raise UsageError(f"{root}: no kernel modules (folders with a .cu file)")
+        flat = sorted(p.name for p in root.glob("*.cu") if p.is_file())
+        hint = ""
+        if flat:
+            hint = f"; {', '.join(flat[:3])} sit directly in it, and {_flat_hint(flat, root.name)}"
+        raise UsageError(f"{root}: no kernel modules (folders with a .cu file){hint}")
     for number, folder in enumerate(extra_includes):
         if not folder.is_dir():
             raise UsageError(f"{folder}: no such include folder (include-dirs)")
@@ -144,6 +149,34 @@ def _read_source(path: Path, inside: Path) -> str:
         return resolved.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not UTF-8 text") from None
+
+
+def _flat_hint(units: Sequence[str], sources: str) -> str:
+    """How to lay out ``units``, .cu files that sit directly in a folder: a module is a folder of
+    its own under ``sources`` (the sources folder as the project names it)."""
+    laid_out = [f"{sources}/{unit.removesuffix('.cu')}/{unit}" for unit in units[:2]]
+    more = ", ..." if len(units) > 2 else ""
+    return (
+        f"a kernel module is a folder of its own: lay them out as {', '.join(laid_out)}{more} "
+        "(several .cu files in one folder are device-linked into one module; docs/your-kernels.md, "
+        "2. Lay out the sources)"
+    )
+
+
+def _layout_hint(project: Path, sources: str) -> str:
+    """'; ...' naming a folder of the project that holds .cu files directly (a flat ``src/``),
+    with how to lay them out, or '' when none does."""
+    if not project.is_dir():
+        return ""
+    for folder in sorted(p for p in project.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        units = sorted(p.name for p in folder.glob("*.cu") if p.is_file())
+        if units:
+            shown = ", ".join(units[:3]) + (", ..." if len(units) > 3 else "")
+            return (
+                f"; {folder.name}/ holds {shown} directly, and {_flat_hint(units, sources)}; "
+                "[tool.kernelpack] sources names another folder"
+            )
+    return ""
 
 
 def extra_include_dir(number: int) -> str:

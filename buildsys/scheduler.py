@@ -20,9 +20,12 @@ from dataclasses import dataclass
 
 from .cache import BuildCache, key_of
 from .jobs import Job, Outcome, compile_commands, finish
+from .messages import with_project_paths
 from .report import Reporter
 from .toolchain import Toolchain
 from .trees import SourceTrees, read_depfile
+
+INTERRUPT_POLL_S = 0.1  # how often the main thread looks for a signal while compilers run
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class JobPlan:
     toolchains: Mapping[str, Toolchain]  # per image kind
     jobs: int
     keep_going: bool
+    # A tree path (``module/unit.cu``) as the user knows the file, for compiler messages.
+    shown: Callable[[str], str] = str
 
 
 def run_jobs(
@@ -85,7 +90,10 @@ def run_jobs(
                         ] = job
                     if not pending:
                         break
-                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    # A timeout, so the main thread wakes to take a SIGINT that the kernel gave
+                    # to a worker thread: a blocked lock wait in it would sleep on until a job
+                    # ended, and the compilers of a long job would run on.
+                    done, _ = wait(pending, timeout=INTERRUPT_POLL_S, return_when=FIRST_COMPLETED)
                     for future in done:
                         outcome = future.result()
                         del pending[future]
@@ -211,7 +219,7 @@ def _compile(
         if job.module.linked:
             step = argv[-3] if command[1] else "link"
             message = f"{step} of the linked module {job.module.name}: {message}"
-        return message
+        return with_project_paths(message, job.module.name, plan.shown, folder.parent.resolve())
 
     *units, last = _commands(job, plan, job.output)
     dependencies: list[str] = []

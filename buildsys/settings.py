@@ -4,7 +4,9 @@ Precedence, later wins:
 
 1. the defaults written in :class:`BuildSettings`;
 2. the project's config: the ``[tool.kernelpack]`` table of ``<project>/pyproject.toml`` (keys are
-   the option names with dashes, ``cache-dir = "..."``; paths there are relative to the project
+   the option names with dashes, ``cache-dir = "..."``, but ``device-dir`` for ``out``, named apart
+   from ``dist``, the wheels' folder; :data:`RENAMED_CONFIG_KEYS` still read, with a notice;
+   paths there are relative to the project
    and, links followed, stay inside it, as the defaults must: the project is untrusted input);
    per-module flags in ``[tool.kernelpack.modules.<module>]`` (``flags``, ``defines``,
    ``include-dirs``);
@@ -23,7 +25,9 @@ or the environment only, since it says where the config is.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import sys
 import tomllib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
@@ -293,7 +297,9 @@ class Option:
     """One setting: its BuildSettings field, how it is read, which commands take it, its help.
 
     Its command-line flag is ``--<name with dashes>`` unless ``flag`` says otherwise, its
-    environment variable ``KERNELPACK_BUILD_<NAME>``, its config key the name with dashes.
+    environment variable ``KERNELPACK_BUILD_<NAME>``, its config key the name with dashes unless
+    ``config`` says otherwise (``device-dir`` for ``out``, which the config must tell apart from
+    the wheels' folder ``dist``, ``wheels --out`` on the command line).
     """
 
     name: str
@@ -302,6 +308,7 @@ class Option:
     help: str
     flag: str = ""
     in_config: bool = True
+    config: str = ""
 
     @property
     def option_flag(self) -> str:
@@ -313,7 +320,7 @@ class Option:
 
     @property
     def config_key(self) -> str:
-        return self.name.replace("_", "-")
+        return self.config or self.name.replace("_", "-")
 
 
 _BUILD = frozenset({"build", "wheels"})
@@ -327,7 +334,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("targets", TARGETS, _BUILD, "targets or families, comma-separated (default: the matrix)"),
     Option("vendor", VENDOR, _BUILD, "only this vendor's targets: amd or nvidia"),
     Option("jobs", JOBS, _BUILD, "parallel compile jobs (default: the number of cores)"),
-    Option("out", PATH, _OUTPUT, "output folder of _index.py and device/ (default: build/device)"),
+    Option("out", PATH, _OUTPUT, "output folder of _index.py and device/ (default: build/device)",
+           config="device-dir"),
     Option("dist", PATH, frozenset({"wheels"}), "where the wheels, the variants JSON and the "
            "simple index (DIR/simple) go (default: dist)", flag="--out"),
     Option("cache_dir", PATH, _BUILD, "compile cache (default: ~/.cache/kernelpack/build)"),
@@ -350,6 +358,8 @@ OPTIONS: tuple[Option, ...] = (
            "missing from some targets, per module (else such a build or merge fails)"),
 )  # fmt: skip  # one option per entry, read as a table (see above)
 OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
+# Config keys renamed, still read: the old name, with a notice, stands for the new one.
+RENAMED_CONFIG_KEYS = {"out": "device-dir"}
 _MODULE_KEYS = {"flags": _as_flags, "defines": _as_defines, "include-dirs": _as_paths}
 _FIELDS = {f.name for f in fields(BuildSettings)}
 assert all(option.name in _FIELDS for option in OPTIONS), "an option without a settings field"
@@ -408,12 +418,45 @@ def project_config(project: Path) -> dict[str, Any]:
         if key == "modules":
             values["modules"] = _module_flags(value, where, project)
             continue
-        option = by_key.get(key)
+        option = by_key.get(RENAMED_CONFIG_KEYS.get(key) or key)
         if option is None:
-            known = ", ".join(sorted([*by_key, "modules"]))
-            raise UsageError(f"{path}: unknown key {CONFIG_TABLE}.{key}; known: {known}")
+            known = sorted([*by_key, "modules"])
+            raise UsageError(
+                f"{path}: unknown key {CONFIG_TABLE}.{key}; known: {', '.join(known)}"
+                f"{did_you_mean(key, known)}"
+            )
+        if key in RENAMED_CONFIG_KEYS:
+            if option.config_key in table:
+                raise UsageError(
+                    f"{path}: {CONFIG_TABLE} sets both {key} and {option.config_key}, the old and "
+                    f"the new name of one setting; keep {option.config_key}"
+                )
+            _say_renamed(path, key, option.config_key)
         values[option.name] = option.type.parse(value, where, project)
     return values
+
+
+def did_you_mean(key: str, known: Collection[str]) -> str:
+    """'; did you mean K?' for the known key nearest ``key``, or '' when none is near: a key
+    written with underscores (``include_dirs``) or a letter off (``sorces``) is the usual slip."""
+    spelled = {k.replace("-", "_"): k for k in known}
+    near = difflib.get_close_matches(key.replace("-", "_").lower(), list(spelled), n=1)
+    return f"; did you mean {spelled[near[0]]}?" if near else ""
+
+
+_said_renamed: set[tuple[Path, str]] = set()
+
+
+def _say_renamed(path: Path, old: str, new: str) -> None:
+    """One notice a process per file and renamed key (settings are resolved several times)."""
+    if (path, old) in _said_renamed:
+        return
+    _said_renamed.add((path, old))
+    print(
+        f"notice: {path}: {CONFIG_TABLE}.{old} is deprecated, write {new} (the folder of _index.py "
+        f"and device/; the wheels go to dist, wheels --out); {old} is read as {new} for now",
+        file=sys.stderr,
+    )
 
 
 def _module_flags(value: object, where: str, project: Path) -> dict[str, ModuleFlags]:
@@ -428,6 +471,7 @@ def _module_flags(value: object, where: str, project: Path) -> dict[str, ModuleF
             if key not in _MODULE_KEYS:
                 raise UsageError(
                     f"{where}.{module}: unknown key {key}; known: {', '.join(sorted(_MODULE_KEYS))}"
+                    f"{did_you_mean(key, _MODULE_KEYS)}"
                 )
             parts[key.replace("-", "_")] = _MODULE_KEYS[key](
                 item, f"{where}.{module}.{key}", project

@@ -140,6 +140,58 @@ def test_unknown_config_key_exits_2_with_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and "unknown key tool.kernelpack.sorces" in lines[0], result.stderr
 
 
+@pytest.mark.parametrize(
+    ("table", "nearest"),
+    [
+        ('include_dirs = ["inc"]\n', "include-dirs"),
+        ("sorces = 'src'\n", "sources"),
+        ("cache_dir = 'c'\n", "cache-dir"),
+        ("[tool.kernelpack.modules.m]\ninclude_dirs = []\n", "include-dirs"),
+        ("[tool.kernelpack.modules.m]\nflag = []\n", "flags"),
+    ],
+)
+def test_an_unknown_key_names_the_nearest_known_one(
+    tmp_path: Path, table: str, nearest: str
+) -> None:
+    """A key written with underscores or a letter off gets the key meant (issue 50, smaller)."""
+    root = project(tmp_path, table)
+    with pytest.raises(UsageError) as raised:
+        resolve_settings(parse([]), {"KERNELPACK_BUILD_PROJECT": str(root)})
+    assert str(raised.value).endswith(f"; did you mean {nearest}?")
+
+
+def test_a_key_near_nothing_gets_no_guess(tmp_path: Path) -> None:
+    root = project(tmp_path, "colour = 3\n")
+    with pytest.raises(UsageError) as raised:
+        resolve_settings(parse([]), {"KERNELPACK_BUILD_PROJECT": str(root)})
+    assert "did you mean" not in str(raised.value)
+
+
+def test_the_device_folder_and_the_wheels_folder_have_keys_named_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """device-dir is the build's --out (_index.py and device/), dist the wheels' --out; the old
+    key out still reads as device-dir, with one notice saying so (issue 50, smaller)."""
+    root = project(tmp_path, 'device-dir = "pkg"\ndist = "wheelhouse"\n')
+    settings = resolve_settings(parse([], "wheels"), {"KERNELPACK_BUILD_PROJECT": str(root)})
+    assert (settings.out, settings.dist) == (root / "pkg", root / "wheelhouse")
+    assert capsys.readouterr().err == ""
+
+    (tmp_path / "old").mkdir()
+    old = project(tmp_path / "old", 'out = "pkg"\n')
+    for _ in range(2):  # settings are resolved more than once in a command: one notice
+        settings = resolve_settings(parse([]), {"KERNELPACK_BUILD_PROJECT": str(old)})
+        assert settings.out == old / "pkg"
+    (notice,) = capsys.readouterr().err.splitlines()
+    assert notice.startswith(f"notice: {old / 'pyproject.toml'}: tool.kernelpack.out is deprecated")
+    assert "write device-dir" in notice
+
+    (tmp_path / "both").mkdir()
+    both = project(tmp_path / "both", 'out = "a"\ndevice-dir = "b"\n')
+    with pytest.raises(UsageError, match="sets both out and device-dir"):
+        resolve_settings(parse([]), {"KERNELPACK_BUILD_PROJECT": str(both)})
+
+
 def test_kernelpack_itself_is_a_project_with_its_output_in_the_package() -> None:
     settings = resolve_settings(parse([]), {})
     assert settings.project == REPO_ROOT

@@ -145,3 +145,35 @@ def test_links_out_of_the_tree_are_refused_and_links_inside_it_are_read(tmp_path
 )
 def test_dependency_files_give_tree_paths(text: str, expected: list[str]) -> None:
     assert read_depfile(text, "m") == expected
+
+
+def test_a_flat_folder_of_cu_files_gets_the_layout_in_one_line(tmp_path: Path) -> None:
+    """A repository that keeps its kernels as src/*.cu is told how to lay them out: under the
+    default sources folder, and where it points sources at the flat folder (issue 50, smaller)."""
+    (tmp_path / "src").mkdir()
+    for unit in ("add.cu", "scale.cu"):
+        (tmp_path / "src" / unit).write_text('extern "C" __global__ void k() {}\n')
+    with pytest.raises(UsageError) as missing:
+        read_tree(tmp_path / "kernel_sources")
+    assert str(missing.value) == (
+        f"{tmp_path / 'kernel_sources'}: no such kernel sources folder; src/ holds add.cu, "
+        "scale.cu directly, and a kernel module is a folder of its own: lay them out as "
+        "kernel_sources/add/add.cu, kernel_sources/scale/scale.cu (several .cu files in one folder "
+        "are device-linked into one module; docs/your-kernels.md, 2. Lay out the sources); "
+        "[tool.kernelpack] sources names another folder"
+    )
+    with pytest.raises(UsageError) as flat:
+        read_tree(tmp_path / "src")
+    assert str(flat.value).startswith(
+        f"{tmp_path / 'src'}: no kernel modules (folders with a .cu file); add.cu, scale.cu sit "
+        "directly in it, and a kernel module is a folder of its own: lay them out as "
+        "src/add/add.cu, src/scale/scale.cu ("
+    )
+    assert "\n" not in str(missing.value) + str(flat.value)
+
+
+def test_a_missing_sources_folder_with_no_cuda_anywhere_gets_no_guess(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    with pytest.raises(UsageError) as missing:
+        read_tree(tmp_path / "kernel_sources")
+    assert str(missing.value) == f"{tmp_path / 'kernel_sources'}: no such kernel sources folder"

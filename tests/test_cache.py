@@ -196,3 +196,64 @@ def test_get_counts_only_entries_it_did_remove(tmp_path: Path, undeletable: set[
     undeletable.add(path)
     assert cache.get(key(1)) is None
     assert cache.removed_bad == 0 and path.exists()
+
+
+def test_cache_path_reports_the_builders_folders_each_on_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The builder's compile cache and toolchains sit inside the image cache's folder by default:
+    each is reported with its own files and size, links not followed (issue 50, smaller)."""
+    from kernelpack.cli import main as cli
+
+    root = tmp_path / "xdg" / "kernelpack"
+    (root / "build" / "ab").mkdir(parents=True)
+    (root / "build" / "ab" / "object.o").write_bytes(b"x" * 1500)
+    (root / "build" / "index.json").write_bytes(b"y" * 500)
+    rootfs = root / "toolchains" / "debian" / "usr" / "bin"
+    rootfs.mkdir(parents=True)
+    (rootfs / "clang").write_bytes(b"z" * 2_400_000)
+    (rootfs / "clang++").symlink_to("clang")  # a link: counted neither as a file nor in bytes
+    for variable in (
+        "KERNELPACK_CACHE_DIR",
+        "KERNELPACK_BUILD_CACHE_DIR",
+        "KERNELPACK_TOOLCHAIN_DIR",
+    ):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
+    assert cli.main(["cache", "path"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"image cache: {root} (0 entries, 0 bytes)",
+        f"build cache: {root / 'build'} (2 files, 2.0 kB)",
+        f"toolchains: {root / 'toolchains'} (1 file, 2.4 MB)",
+    ]
+    assert cli.main(["cache", "path", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["builder"] == [
+        {"what": "build cache", "folder": str(root / "build"), "files": 2, "bytes": 2000},
+        {"what": "toolchains", "folder": str(root / "toolchains"), "files": 1, "bytes": 2_400_000},
+    ]
+
+    elsewhere = tmp_path / "tools"
+    elsewhere.mkdir()
+    monkeypatch.setenv("KERNELPACK_TOOLCHAIN_DIR", str(elsewhere))
+    assert cli.main(["cache", "path"]) == 0
+    assert f"toolchains: {elsewhere} (0 files, 0 bytes)" in capsys.readouterr().out
+
+
+def test_the_reported_folders_are_the_ones_the_builder_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kernelpack's table of the builder's folders against buildsys' own lookups."""
+    from buildsys import toolchain
+    from buildsys.settings import OPTIONS_BY_NAME, BuildSettings
+    from kernelpack.files.paths import builder_folders
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for variable in ("KERNELPACK_BUILD_CACHE_DIR", "KERNELPACK_TOOLCHAIN_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    build, tools = (use.folder for use in builder_folders())
+    assert build == BuildSettings().cache_dir and tools == toolchain.cache_root()
+    assert OPTIONS_BY_NAME["cache_dir"].environment == "KERNELPACK_BUILD_CACHE_DIR"
+    monkeypatch.setenv("KERNELPACK_TOOLCHAIN_DIR", str(tmp_path / "t"))
+    assert builder_folders()[1].folder == toolchain.cache_root() == tmp_path / "t"

@@ -910,7 +910,7 @@ def test_cache_commands(packaged: Path, tmp_path: Path, capsys: pytest.CaptureFi
     damaged = store.folder / ("b" * 64 + ".bin")
     damaged.write_bytes(damaged.read_bytes()[:-3])
     assert cli.main(["cache", "path"]) == 0
-    assert capsys.readouterr().out.startswith(str(tmp_path / "cache"))
+    assert capsys.readouterr().out.startswith(f"image cache: {tmp_path / 'cache'} (2 entries, ")
     assert cli.main(["cache", "verify", "--json"]) == 0
     verified = json.loads(capsys.readouterr().out)
     assert verified["good"] == 1 and verified["removed"] == [str(damaged)]

@@ -107,10 +107,20 @@ def test_bad_matrix_is_one_line_with_status_2(tmp_path: Path, text: str, message
     assert "Traceback" not in result.stderr
 
 
-def test_unreadable_matrix(tmp_path: Path) -> None:
+def test_a_missing_matrix_says_how_to_write_one(tmp_path: Path) -> None:
+    """A new project without arch_matrix.toml is told what one holds and where the default set
+    is (issue 50: a first build stopped at "cannot read: No such file or directory")."""
     result = _buildsys("matrix", "--matrix", str(tmp_path / "missing.toml"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert f"{tmp_path / 'missing.toml'}: no such target matrix; write one" in result.stderr
+    assert f"kernelpack's default set is {REPO_ROOT / 'arch_matrix.toml'}" in result.stderr
+
+
+def test_unreadable_matrix(tmp_path: Path) -> None:
+    (tmp_path / "folder.toml").mkdir()
+    result = _buildsys("matrix", "--matrix", str(tmp_path / "folder.toml"))
     assert result.returncode == 2
-    assert "missing.toml: cannot read" in result.stderr
+    assert "folder.toml: cannot read" in result.stderr
 
 
 def test_select_targets_for_a_shard() -> None:

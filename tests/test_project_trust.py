@@ -239,10 +239,10 @@ def other_package(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("table", "command", "key"),
     [
-        ('out = "{other}"', "build", "tool.kernelpack.out"),
-        ('out = "../site-packages/other"', "build", "tool.kernelpack.out"),
-        ('out = "~"', "build", "tool.kernelpack.out"),
-        ('out = "{other}"', "merge", "tool.kernelpack.out"),
+        ('device-dir = "{other}"', "build", "tool.kernelpack.device-dir"),
+        ('device-dir = "../site-packages/other"', "build", "tool.kernelpack.device-dir"),
+        ('device-dir = "~"', "build", "tool.kernelpack.device-dir"),
+        ('device-dir = "{other}"', "merge", "tool.kernelpack.device-dir"),
         ('dist = "{other}"', "wheels", "tool.kernelpack.dist"),
         ('cache-dir = "{other}"', "build", "tool.kernelpack.cache-dir"),
         ('sources = "{other}"', "build", "tool.kernelpack.sources"),
@@ -267,21 +267,25 @@ def test_a_default_path_through_a_link_to_outside_is_refused(
     root = write_project(tmp_path / "demo", DEMO)
     (root / "build").mkdir()
     (root / "build" / "device").symlink_to(other_package)
-    with pytest.raises(ProjectError, match=r"tool.kernelpack.out: .* leads outside the project"):
+    with pytest.raises(
+        ProjectError, match=r"tool.kernelpack.device-dir: .* leads outside the project"
+    ):
         settings_of(root, command="build")
 
 
 def test_build_with_an_out_elsewhere_exits_2_and_touches_nothing(
     tmp_path: Path, other_package: Path
 ) -> None:
-    root = write_project(tmp_path / "demo", f'{DEMO}[tool.kernelpack]\nout = "{other_package}"\n')
+    root = write_project(
+        tmp_path / "demo", f'{DEMO}[tool.kernelpack]\ndevice-dir = "{other_package}"\n'
+    )
     before = {p: p.read_bytes() for p in other_package.rglob("*") if p.is_file()}
     result = buildsys_cli(
         "build", "--project", str(root), "--cache-dir", str(tmp_path / "cache"), "--targets",
         "gfx942",
     )  # fmt: skip
     assert_one_line_refusal(result)
-    assert "tool.kernelpack.out" in result.stderr
+    assert "tool.kernelpack.device-dir" in result.stderr
     assert {p: p.read_bytes() for p in other_package.rglob("*") if p.is_file()} == before
 
 
@@ -292,7 +296,9 @@ def test_paths_the_user_gives_are_taken_as_given(tmp_path: Path, other_package: 
     assert settings_of(root, KERNELPACK_BUILD_OUT=str(other_package), command="build").out == (
         other_package
     )
-    inside = write_project(tmp_path / "inside", f'{DEMO}[tool.kernelpack]\nout = "pkg/out"\n')
+    inside = write_project(
+        tmp_path / "inside", f'{DEMO}[tool.kernelpack]\ndevice-dir = "pkg/out"\n'
+    )
     assert settings_of(inside, command="build").out == inside / "pkg" / "out"
 
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import readme_commands
 from packaging.requirements import Requirement
 from test_project_trust import settings_of
 
@@ -177,3 +178,57 @@ def test_the_runtime_wheels_require_rich_for_the_command_lines_tables() -> None:
     message = email.parser.Parser().parsestr(metadata_text(meta, runtime_requirement(meta)))
     required = [Requirement(r).name for r in message.get_all("Requires-Dist", [])]
     assert "rich" in required
+
+
+# Quick start lines the test suite does not run, and why (each one the README has, by its text).
+QUICK_START_NOT_RUN = {
+    ".venv/bin/nox -s tests": "runs the whole test suite, this test among it (a recursion), and "
+    "installs torch: CI runs that line as its own job; the first line's venv, nox and dist/ are "
+    "checked here",
+}
+
+
+@pytest.mark.toolchain
+@pytest.mark.network
+def test_the_quick_starts_first_line_as_written_gives_the_wheels(quickstart_checkout: Path) -> None:
+    """The README's first line, run by the quickstart_checkout fixture exactly as written in a
+    fresh clone with a fresh HOME (one target through KERNELPACK_BUILD_TARGETS): dist/ holds the
+    wheels the README and docs/wheels.md name, the local index links every one of them, and
+    what the line made (.venv, .nox, dist) is git-ignored."""
+    dist = quickstart_checkout / "dist"
+    (builder,) = dist.glob("kernelpack_buildsys-*-py3-none-any.whl")
+    version = builder.name.split("-")[1]
+    platform = r"cp3\d+-abi3-manylinux[\w.]+"
+    expected = [
+        rf"kernelpack-{re.escape(version)}-0host-{platform}\.whl",  # the host wheel
+        rf"kernelpack-{re.escape(version)}-{platform}-gfx942\.whl",  # the gfx942 variant
+        rf"kernelpack-{re.escape(version)}-{platform}-null\.whl",  # the fat wheel
+        rf"kernelpack-{re.escape(version)}-variants\.json",
+        rf"kernelpack_buildsys-{re.escape(version)}-py3-none-any\.whl",
+        rf"kernelpack_device_gfx942-{re.escape(version)}-py3-none-any\.whl",
+        rf"kernelpack_variant_provider-{re.escape(version)}-py3-none-any\.whl",
+        "simple",
+    ]
+    names = sorted(p.name for p in dist.iterdir() if p.name != ".kernelpack-dist.json")
+    unmatched = [n for n in names if not any(re.fullmatch(e, n) for e in expected)]
+    assert not unmatched and len(names) == len(expected), names
+    linked = set()
+    for page in (dist / "simple").glob("*/index.html"):
+        linked |= set(re.findall(r'href="(?:\.\./)*([^"#/]+\.whl)', page.read_text()))
+    wheels = {n for n in names if n.endswith(".whl")}
+    assert linked and linked <= wheels, sorted(linked - wheels)
+    ignored = subprocess.run(
+        ["git", "check-ignore", ".venv", ".nox", "dist"],
+        cwd=quickstart_checkout,
+        capture_output=True,
+        text=True,
+    )
+    assert ignored.stdout.split() == [".venv", ".nox", "dist"]
+
+
+@pytest.mark.parametrize("line", readme_commands("Quick start")[1:])
+def test_the_quick_starts_other_lines_are_named_with_why_they_are_not_run(line: str) -> None:
+    """Every other line of the Quick start is one the suite knows it does not run, with the
+    reason; a new or changed line fails here until it is run or named."""
+    assert line in QUICK_START_NOT_RUN, f"the README's Quick start has a new line: {line}"
+    pytest.skip(f"README Quick start `{line}`: {QUICK_START_NOT_RUN[line]}")

@@ -1,20 +1,21 @@
 """docs/your-kernels.md, followed: its ``sh`` blocks run in order in one shell, in a copy of
-examples/vecops, with the builder installed from wheels (kernelpack-buildsys, from kernelpack's own
-``wheels`` run, found through the page's own PIP_FIND_LINKS line) into a clean virtual environment,
-the rest from the package index (marker ``network``); then the installed package is queried.
+examples/vecops, in a new user's shell (a fresh HOME), with the builder installed from the dist/ of
+a kernelpack checkout after the README's Quick start (conftest's quickstart_checkout; found
+through the page's own PIP_FIND_LINKS line) into a clean virtual environment, the rest from the
+package index (marker ``network``); then the installed package is queried, and the README's "Your
+own kernels" lines run in the same environment.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import newcomer_env, readme_commands
 
 from buildsys import REPO_ROOT
 
@@ -32,46 +33,27 @@ def test_the_page_shows_the_examples_own_pyproject() -> None:
     assert shown == (EXAMPLE / "pyproject.toml").read_text()
 
 
-@pytest.fixture(scope="module")
-def runtime_dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """kernelpack's own wheels for one target: the runtime's host wheel and kernelpack-buildsys."""
-    out = tmp_path_factory.mktemp("kernelpack") / "dist"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELPACK_BUILD_")}
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    result = subprocess.run(
-        [sys.executable, "-m", "buildsys", "wheels", "--targets", "gfx942", "--out", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
-
-
 @pytest.mark.toolchain
 @pytest.mark.network
 def test_following_the_page_gives_installed_queryable_wheels(
-    runtime_dist: Path, tmp_path: Path
+    quickstart_checkout: Path, tmp_path: Path
 ) -> None:
     """The page's lines as written, in a fresh virtual environment of the system's python3
-    (Debian 12's pip 23.0.1 where that is the system): the only setting the test adds is
-    ``KERNELPACK``, the checkout whose dist/ the page points PIP_FIND_LINKS at (the caller's own
-    PIP_FIND_LINKS and PIP_NO_INDEX are dropped), so pip takes kernelpack's wheels from there and
-    everything else from the package index."""
-    builder = list(runtime_dist.glob("kernelpack_buildsys-*.whl"))
+    (Debian 12's pip 23.0.1 where that is the system) and a new user's shell (conftest's
+    newcomer_env: a fresh HOME, the provisioned toolchain through KERNELPACK_TOOLCHAIN_DIR): the
+    only setting the test adds is ``KERNELPACK``, the checkout after the README's Quick start
+    whose dist/ the page points PIP_FIND_LINKS at, so pip takes kernelpack's wheels from there and
+    everything else from the package index. Then the README's own "Your own kernels" block, in
+    the same environment, its ``<name>`` the project's."""
+    builder = list((quickstart_checkout / "dist").glob("kernelpack_buildsys-*.whl"))
     assert len(builder) == 1
     project = tmp_path / "vecops"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("build", "dist", ".venv"))
-    kept = {k: v for k, v in os.environ.items() if k.startswith("PIP_") or k.endswith("_proxy")}
-    env = {
-        **{k: v for k, v in kept.items() if k not in ("PIP_FIND_LINKS", "PIP_NO_INDEX")},
-        "HOME": os.environ["HOME"],  # the provisioned AMD toolchain and the compile cache
-        "PATH": "/usr/bin:/bin",
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "KERNELPACK": str(runtime_dist.parent),
-        "KERNELPACK_BUILD_TARGETS": "gfx942,gfx1100",
-    }
+    env = newcomer_env(
+        tmp_path / "home",
+        KERNELPACK=str(quickstart_checkout),
+        KERNELPACK_BUILD_TARGETS="gfx942,gfx1100",
+    )
     script = "set -ex\n" + "".join(_blocks("sh"))
     assert "kernelpack-build wheels --project . --out dist" in script
     result = subprocess.run(
@@ -132,3 +114,17 @@ def test_following_the_page_gives_installed_queryable_wheels(
     assert routed.stdout.strip() == (
         "no kernel module 'nope' in vecops_kernels; modules: axpy, dot, elementwise"
     )
+
+    # The README's "Your own kernels" lines, after the page's install of the builder (the same
+    # virtual environment and PIP_FIND_LINKS), with the placeholder <name> as the project's.
+    lines = readme_commands("Your own kernels")
+    assert any("<name>" in line for line in lines)
+    readme = (
+        'set -ex\n. .venv/bin/activate\nexport PIP_FIND_LINKS="$KERNELPACK/dist"\n'
+        + "\n".join(line.replace("<name>", "vecops-kernels") for line in lines)
+    )
+    result = subprocess.run(
+        ["bash", "-c", readme], cwd=project, capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "Modules of vecops_kernels 0.2.0" in result.stdout

@@ -17,6 +17,7 @@ from .._console import add_version, print_json, print_table, program_name, run_c
 from ..devices.argument import device_name
 from ..devices.detect import detect_gpus
 from ..errors import UsageError
+from ..files.paths import builder_folders, human_bytes
 from ..files.regular import IMAGE_FILE_LIMIT, read_regular
 from ..loader.cache import DiskCache
 from ..loader.catalog import runtime_version
@@ -81,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     cache.add_argument(
         "action",
         choices=("path", "verify", "clear"),
-        help="path: where it is and its size (or why it is not used); verify: check every entry, "
+        help="path: where it is and its size (or why it is not used), and the builder's compile "
+        "cache and toolchains, each with its files and size; verify: check every entry, "
         "removing damaged ones; clear: remove every entry (verify and clear refuse a folder that "
         "is not yours with mode 0700)",
     )
@@ -174,9 +176,25 @@ def _cache(args: argparse.Namespace) -> int:
         refusal = cache.refusal()
         entries = cache.entries()
         result.update(entries=len(entries), bytes=cache.size(), refused=refusal)
-        message = f"{cache.folder} ({len(entries)} entries, {result['bytes']} bytes)"
+        message = f"{cache.folder} ({len(entries)} entries, {human_bytes(result['bytes'])})"
         if refusal is not None:
             message = refusal
+        # The builder's folders sit inside the image cache's by default: each said on its own.
+        builder = builder_folders()
+        result["builder"] = [
+            {"what": use.what, "folder": str(use.folder), "files": use.files, "bytes": use.bytes}
+            for use in builder
+        ]
+        message = "\n".join(
+            [
+                f"image cache: {message}",
+                *(
+                    f"{use.what}: {use.folder} ({use.files} file{'' if use.files == 1 else 's'}, "
+                    f"{human_bytes(use.bytes)})"
+                    for use in builder
+                ),
+            ]
+        )
     if args.action != "path":
         result["not_removed"] = [{"path": str(path), "error": why} for path, why in failed]
         if failed:

@@ -9,8 +9,10 @@ a source checkout, so tests and concurrent builds never write into the tree.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 
 def user_cache_folder(environ: Mapping[str, str] | None = None) -> Path:
@@ -32,3 +34,53 @@ def cache_folder(variable: str, default: str, environ: Mapping[str, str] | None 
         return Path(chosen).expanduser()
     folder = user_cache_folder(env)
     return folder / default if default else folder
+
+
+class FolderUse(NamedTuple):
+    """One of kernelpack's folders on this machine and what it holds, for ``kernelpack cache path``."""
+
+    what: str
+    folder: Path
+    files: int
+    bytes: int
+
+
+# The builder's folders under the user cache folder, beside the loader's image cache: (what, the
+# variable that moves it, its place inside user_cache_folder). buildsys reads the same variables
+# (KERNELPACK_BUILD_CACHE_DIR is the settings' cache-dir, KERNELPACK_TOOLCHAIN_DIR the toolchain's).
+BUILDER_FOLDERS = (
+    ("build cache", "KERNELPACK_BUILD_CACHE_DIR", "build"),
+    ("toolchains", "KERNELPACK_TOOLCHAIN_DIR", "toolchains"),
+)
+
+
+def folder_use(what: str, folder: Path) -> FolderUse:
+    """The regular files under ``folder`` and their bytes, links not followed (a provisioned root
+    file system links into itself) and unreadable subfolders skipped: a size report, not a check."""
+    files = total = 0
+    for top, _, names in os.walk(folder):
+        for name in names:
+            try:
+                status = os.lstat(os.path.join(top, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(status.st_mode):
+                files += 1
+                total += status.st_size
+    return FolderUse(what, folder, files, total)
+
+
+def builder_folders(environ: Mapping[str, str] | None = None) -> list[FolderUse]:
+    """What each of :data:`BUILDER_FOLDERS` holds (none where the folder is absent)."""
+    return [
+        folder_use(what, cache_folder(variable, default, environ))
+        for what, variable, default in BUILDER_FOLDERS
+    ]
+
+
+def human_bytes(count: int) -> str:
+    """``1.2 GB``, ``3.9 MB``, ``512 bytes``: decimal units, as ``du --si`` and pip say them."""
+    if count < 1000:
+        return f"{count} bytes"
+    power = min(3, (len(str(count)) - 1) // 3)
+    return f"{count / 1000**power:.1f} {('kB', 'MB', 'GB')[power - 1]}"
