@@ -25,6 +25,7 @@ from kernelpack.emulator import EMULATED_TARGETS, Emulator
 from kernelpack.emulator._checkout import ENVIRONMENT, PINNED_COMMIT
 from kernelpack.errors import RuntimeLibraryError, UsageError
 
+RUN_TARGETS = [t.processor for t in EMULATED_TARGETS]  # wave64: gfx942, gfx950; wave32: the others
 TIMINGS: list[str] = []  # "kernel target: seconds", printed at the end of the run (-s)
 
 
