@@ -127,6 +127,20 @@ class BuildCache:
     def put_text(self, namespace: str, key: str, text: str) -> None:
         self._write(self.root / namespace / key[:2] / key, text.encode("utf-8"))
 
+    def get_blob(self, namespace: str, key: str) -> bytes | None:
+        """Bytes stored by :meth:`put_blob`, or None when absent or damaged (they no longer
+        match the sha256 stored before them)."""
+        try:
+            stored = (self.root / namespace / key[:2] / key).read_bytes()
+        except OSError:
+            return None
+        digest, newline, data = stored[:64], stored[64:65], stored[65:]
+        return data if newline == b"\n" and sha256_hex(data).encode() == digest else None
+
+    def put_blob(self, namespace: str, key: str, data: bytes) -> None:
+        """A derived file (a compressed bundle) by its inputs' key, behind its sha256."""
+        self._write(self.root / namespace / key[:2] / key, sha256_hex(data).encode() + b"\n" + data)
+
     def _write(self, path: Path, data: bytes) -> None:
         """One file of the cache, atomically; a folder that cannot take it is a UsageError that
         says how to name another (a read-only or full cache is not a failure of the build)."""

@@ -368,6 +368,18 @@ def _zstandard() -> ModuleType:
     return zstandard
 
 
+def zstd_identity() -> str:
+    """The zstd that :func:`compress_bundle` runs, by its versions: the same input and this give
+    the same bytes (the builder keys its cache of compressed bundles by it)."""
+    if sys.version_info >= (3, 14):
+        from compression import zstd
+
+        return f"compression.zstd {zstd.zstd_version}"
+    zstandard = _zstandard()
+    libzstd = ".".join(str(part) for part in zstandard.ZSTD_VERSION)
+    return f"zstandard {zstandard.__version__} ({zstandard.backend}), libzstd {libzstd}"
+
+
 def _zstd_compress(data: bytes) -> bytes:
     if sys.version_info >= (3, 14):
         from compression import zstd
