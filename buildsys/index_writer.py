@@ -250,13 +250,28 @@ def render_index(index: Index) -> str:
 
 
 def _check_literal(value: object, where: str) -> None:
-    """JSON's true, false and null are not Python: the index must not hold them."""
+    """JSON's true, false and null are not Python: the index must not hold them. The walk names
+    no path until it finds a value that fails (an index holds tens of thousands of values)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend(cast("dict[object, object]", item).values())
+        elif kind is list:
+            stack.extend(cast("list[object]", item))
+        elif kind is not str and kind is not int:
+            _name_bad_literal(value, where)
+
+
+def _name_bad_literal(value: object, where: str) -> None:
+    """The TypeError that names where the first value the index cannot hold is."""
     if isinstance(value, dict):
         for key, item in value.items():
-            _check_literal(item, f"{where}[{key!r}]")
+            _name_bad_literal(item, f"{where}[{key!r}]")
     elif isinstance(value, list):
         for position, item in enumerate(value):
-            _check_literal(item, f"{where}[{position}]")
+            _name_bad_literal(item, f"{where}[{position}]")
     elif isinstance(value, bool) or not isinstance(value, (str, int)):
         raise TypeError(f"{where}: {value!r} cannot be written into the index")
 

@@ -29,8 +29,6 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from packaging.requirements import Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from .errors import ProjectError
@@ -76,6 +74,9 @@ def checked_version(text: str, where: str) -> str:
 
 def checked_requirement(text: str, where: str) -> str:
     """A PEP 508 requirement as packaging writes it (``numpy >= 1.24`` -> ``numpy>=1.24``)."""
+    # deferred: packaging's requirement parser is a tenth of a no-op build, which reads none
+    from packaging.requirements import Requirement
+
     checked_line(text, where)
     try:
         requirement = str(Requirement(text))
@@ -90,6 +91,8 @@ def checked_requirement(text: str, where: str) -> str:
 
 def checked_specifier(text: str, where: str) -> str:
     """A PEP 440 version specifier set (``Requires-Python``) as packaging writes it."""
+    from packaging.specifiers import SpecifierSet  # deferred: see checked_requirement
+
     checked_line(text, where)
     try:
         return str(SpecifierSet(text))

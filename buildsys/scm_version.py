@@ -16,8 +16,8 @@ those without a subprocess:
   and the ``SETUPTOOLS_SCM_*``, ``VCS_VERSIONING_*``, ``GIT_*`` and ``SOURCE_DATE_EPOCH``
   variables.
 
-The state is taken before setuptools-scm runs, so a change made while it runs shows up next
-time. The record (one per project folder) is stored in the build cache's ``version``
+The state is read before and after setuptools-scm runs and kept only when the two agree but
+for the index, which its ``git status`` rewrites to refresh its stat data. The record (one per project folder) is stored in the build cache's ``version``
 namespace; a cache folder that cannot take it only costs the next build the same tenth of a
 second. Only a project whose folder is a git checkout's top (``.git`` in it) is cached: any
 other has nothing for setuptools-scm to read, or a layout this reader does not follow.
@@ -180,10 +180,15 @@ def cached_version(project: Path, cache_dir: Path, compute: Callable[[Path], str
     tracked_now = _tracked_files(project)
     if tracked_now is None:
         return compute(project)
-    state = git_state(project, folders, tracked_now)
+    before = git_state(project, folders, tracked_now)
     version = compute(project)
-    record = json.dumps({"state": state, "version": version}, sort_keys=True)
-    # a cache folder that cannot take it: the next build computes the version again
+    after = git_state(project, folders, tracked_now)
+    if {**before, "index": None} != {**after, "index": None}:
+        return version  # something changed while it ran: not kept, asked again next time
+    # The state after: setuptools-scm's ``git status`` rewrites the index to refresh its stat
+    # data, which alone changes no version. A cache folder that cannot take the record only
+    # costs the next build the same computation.
+    record = json.dumps({"state": after, "version": version}, sort_keys=True)
     with contextlib.suppress(OSError):
         atomic_write(path, record.encode())
     return version

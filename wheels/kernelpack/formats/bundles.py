@@ -226,10 +226,12 @@ def write_bundle(
         offsets.append(offset)
         header += [_ENTRY_HEADER.pack(offset, len(payload), len(entry_id)), entry_id.encode()]
         end = offset + len(payload)
-    out = bytearray(b"".join(header))
+    pieces = [b"".join(header)]
+    at = len(pieces[0])
     for offset, (_, payload) in zip(offsets, ordered, strict=True):
-        out += bytes(offset - len(out)) + payload
-    return bytes(out)
+        pieces += [bytes(offset - at), payload]
+        at = offset + len(payload)
+    return b"".join(pieces)  # one copy of the payloads: a fat bundle is tens of megabytes
 
 
 def compress_bundle(
