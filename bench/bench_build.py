@@ -28,7 +28,8 @@ from dataclasses import replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+# this checkout's builder and the kernelpack it builds, as `python -m buildsys` runs them
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "wheels")]
 
 from buildsys.build import build  # noqa: E402
 from buildsys.jobs import BuildResult  # noqa: E402

@@ -108,7 +108,9 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
     if result.failed:
         return result
     built = [(o.image, o.kernels) for o in outcomes if o.image is not None]
-    named, kernel_params, result = _discover(settings, built, modules, targets, toolchains, result)
+    named, kernel_params, result = _discover(
+        settings, built, modules, targets, toolchains, result, cache
+    )
     if result.failed:
         return result
     sources = [dataclasses.replace(s, kernels=kernel_params.get(s.name, {})) for s in sources]
@@ -120,6 +122,7 @@ def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
         version=version,
         toolchains={tc.kind: f"{tc.name} {tc.version}" for tc in toolchains.values()},
         flags={kind: settings.flags[kind] for kind in used_kinds},
+        cache=cache,
     )
     shard = shard_manifest(index, [t.target for t in targets]) if settings.is_shard else None
     try:
@@ -176,6 +179,7 @@ def _discover(
     targets: Sequence[MatrixTarget],
     toolchains: Mapping[str, Toolchain],
     result: BuildResult,
+    cache: BuildCache,
 ) -> tuple[list[BuiltImage], dict[str, dict[str, list[KernelParam]]], BuildResult]:
     """The images, each with the kernels read off it (jobs.finish), with their kernels named
     (buildsys.discovery), each module's kernel layouts, and the result with the kernel-by-target
@@ -187,7 +191,7 @@ def _discover(
         for i, kernels in built
     ]
     symbols = {k.symbol for image in found for k in image.kernels}
-    demangled = demangle(symbols, find_demangler(toolchains.values()))
+    demangled = demangle(symbols, find_demangler(toolchains.values()), cache)
     order = [t.target for t in targets]
     named_modules = name_kernels(found, demangled, order)
     named = [

@@ -10,7 +10,10 @@ from the compiler's dependency output, so lookups work in two steps (ccache's "d
    object is read back and checked against its stored sha256. No compiler starts.
 
 Layout under the cache root: ``manifests/<k[:2]>/<k>.json`` and ``objects/<o[:2]>/<o>`` with
-``<o>.json`` beside it (the object's sha256 and what was read off it). Every file is written to a
+``<o>.json`` beside it (the object's sha256 and what was read off it); derived results by their
+inputs' key under ``<namespace>/<k[:2]>/<k>``: ``hipify`` (translations), ``discovery`` (what an
+object holds), ``demangle`` (c++filt's output), ``bundles`` (compressed bundles, behind their
+sha256) and ``version`` (setuptools-scm's, buildsys.scm_version). Every file is written to a
 temporary name in its folder and renamed into place, so a reader sees a whole file or none, and
 two builds sharing one cache need no lock: the worst a race does is lose a manifest entry, which
 costs one recompile later. A manifest is written after its object, so it never names a missing one.
@@ -126,6 +129,20 @@ class BuildCache:
 
     def put_text(self, namespace: str, key: str, text: str) -> None:
         self._write(self.root / namespace / key[:2] / key, text.encode("utf-8"))
+
+    def get_blob(self, namespace: str, key: str) -> bytes | None:
+        """Bytes stored by :meth:`put_blob`, or None when absent or damaged (they no longer
+        match the sha256 stored before them)."""
+        try:
+            stored = (self.root / namespace / key[:2] / key).read_bytes()
+        except OSError:
+            return None
+        digest, newline, data = stored[:64], stored[64:65], stored[65:]
+        return data if newline == b"\n" and sha256_hex(data).encode() == digest else None
+
+    def put_blob(self, namespace: str, key: str, data: bytes) -> None:
+        """A derived file (a compressed bundle) by its inputs' key, behind its sha256."""
+        self._write(self.root / namespace / key[:2] / key, sha256_hex(data).encode() + b"\n" + data)
 
     def _write(self, path: Path, data: bytes) -> None:
         """One file of the cache, atomically; a folder that cannot take it is a UsageError that

@@ -8,19 +8,49 @@ lines in CI and JSON with ``--json``; errors are one line with exit status 1 (wo
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from kernelpack._console import add_version, print_json, print_table, program_name, run_cli
-from kernelpack.formats import require_zstd
 
-from . import build as build_step
-from . import hipify as hipify_step
-from . import merge as merge_step
 from . import toolchain as tc
-from . import wheels as wheels_step
-from .export import command as export_step
 from .matrix import load_matrix
-from .packaging import runtime_version
 from .settings import add_arguments, resolve_settings
+
+Arguments = Callable[[argparse.ArgumentParser], None]
+
+
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subcommands whose arguments, and so their modules, are added only when that subcommand is
+    the one run: a no-op ``build`` takes a fraction of a second, and importing the wheel writer,
+    the exporters and hipify's translator it never uses was a third of it. ``--help`` lists
+    every subcommand from its ``help`` alone."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pending: dict[str, Arguments] = {}
+
+    def add_command(self, name: str, arguments: Arguments, **kwargs: Any) -> None:
+        self.add_parser(name, **kwargs)
+        self._pending[name] = arguments
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if isinstance(values, Sequence) and values and values[0] in self._pending:
+            name = str(values[0])
+            self._pending.pop(name)(self._name_parser_map[name])
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _runtime_version() -> str:
+    from .packaging import runtime_version  # deferred: only --version reads it (see _Commands)
+
+    return runtime_version()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,35 +60,92 @@ def _parser() -> argparse.ArgumentParser:
         "kernelpack's own) to code objects for every AMD and NVIDIA target of its matrix, "
         "bundles, the embedded index, wheels, and Rust or C exports.",
     )
-    add_version(parser, "kernelpack-build", runtime_version)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    matrix = commands.add_parser("matrix", help="validate arch_matrix.toml and list its targets")
-    add_arguments(matrix, "matrix")
-    matrix.set_defaults(handler=_matrix)
-
-    toolchain = commands.add_parser(
-        "toolchain", help="find (or provision) the compilers and say which targets each builds"
+    add_version(parser, "kernelpack-build", _runtime_version)
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", action=_Commands
     )
-    add_arguments(toolchain, "toolchain")
-    toolchain.set_defaults(handler=_toolchain)
-
-    build = commands.add_parser(
-        "build", help="compile the device code (cached, parallel) and write the embedded index"
+    assert isinstance(commands, _Commands)
+    commands.add_command(
+        "matrix", _matrix_arguments, help="validate arch_matrix.toml and list its targets"
     )
-    add_arguments(build, "build")
-    build.set_defaults(handler=build_step.main_build)
-    merge = commands.add_parser("merge", help="recombine per-target shards into one output")
-    merge_step.add_arguments(merge)
-    merge.set_defaults(handler=merge_step.main_merge)
-    hipify_step.add_parser(commands)
-
-    wheels = commands.add_parser("wheels", help="build the fat and split wheels into dist/")
-    wheels_step.add_arguments(wheels)
-    wheels.set_defaults(handler=wheels_step.main_wheels)
-
-    export_step.add_parser(commands)
+    commands.add_command(
+        "toolchain",
+        _toolchain_arguments,
+        help="find (or provision) the compilers and say which targets each builds",
+    )
+    commands.add_command(
+        "build",
+        _build_arguments,
+        help="compile the device code (cached, parallel) and write the embedded index",
+    )
+    commands.add_command(
+        "merge", _merge_arguments, help="recombine per-target shards into one output"
+    )
+    commands.add_command(
+        "hipify",
+        _hipify_arguments,
+        help="translate CUDA sources to HIP and report where they assume 32-lane warps",
+        description="Translate CUDA sources to HIP. Diagnostics: file:line:col: severity[code]: "
+        "message; silence a reviewed line with // hipify: allow(<code>) or allow(wave32).",
+    )
+    commands.add_command(
+        "wheels", _wheels_arguments, help="build the fat and split wheels into dist/"
+    )
+    commands.add_command(
+        "export",
+        _export_arguments,
+        help="build, then write the modules as Rust (kernels.rs) or C (kernels.h, kernels.c)",
+        conflict_handler="resolve",
+    )
     return parser
+
+
+# Each subcommand's module is imported by its arguments function, when it runs (see _Commands).
+
+
+def _matrix_arguments(parser: argparse.ArgumentParser) -> None:
+    add_arguments(parser, "matrix")
+    parser.set_defaults(handler=_matrix)
+
+
+def _toolchain_arguments(parser: argparse.ArgumentParser) -> None:
+    add_arguments(parser, "toolchain")
+    parser.set_defaults(handler=_toolchain)
+
+
+def _build_arguments(parser: argparse.ArgumentParser) -> None:
+    from . import build  # deferred: a subcommand's module, imported when it runs
+
+    add_arguments(parser, "build")
+    parser.set_defaults(handler=build.main_build)
+
+
+def _merge_arguments(parser: argparse.ArgumentParser) -> None:
+    from . import merge  # deferred: a subcommand's module, imported when it runs
+
+    merge.add_arguments(parser)
+    parser.set_defaults(handler=merge.main_merge)
+
+
+def _hipify_arguments(parser: argparse.ArgumentParser) -> None:
+    from .hipify import cli  # deferred: a subcommand's module, imported when it runs
+
+    cli.add_arguments(parser)
+    parser.set_defaults(handler=cli.main_hipify)
+
+
+def _wheels_arguments(parser: argparse.ArgumentParser) -> None:
+    from . import wheels  # deferred: a subcommand's module, imported when it runs
+
+    wheels.add_arguments(parser)
+    parser.set_defaults(handler=wheels.main_wheels)
+
+
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
+    from .export import command  # deferred: a subcommand's module, imported when it runs
+
+    command.add_arguments(parser)
+    parser.set_defaults(handler=command.main_export)
 
 
 def _matrix(args: argparse.Namespace) -> int:
@@ -131,6 +218,8 @@ def _main(argv: list[str] | None) -> int:
         args.command in ("build", "merge", "wheels", "export")
         and getattr(args, "compress", None) is not False
     ):
+        from kernelpack.formats import require_zstd  # deferred: see _Commands
+
         require_zstd()  # before compiling anything: a missing zstandard used to fail at the end
     result: int = args.handler(args)
     return result

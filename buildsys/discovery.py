@@ -34,8 +34,10 @@ too, where the host may not; CUDA's ``cu++filt`` is missing from some toolkits (
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -47,6 +49,7 @@ from kernelpack.formats.index import KernelParam, KernelResources
 from kernelpack.loader.images import KINDS_BY_NAME
 from kernelpack.targets import written_kind
 
+from .cache import BuildCache, key_of
 from .errors import BuildError, ToolchainError
 from .hipify.tables import RUNTIME_BLOCKS
 from .modules import KernelModule
@@ -184,19 +187,68 @@ def _run_filter(command: Sequence[str], symbols: Sequence[str], *options: str) -
     return lines
 
 
-def demangle(symbols: Iterable[str], command: Sequence[str]) -> dict[str, Demangled]:
+def demangle(
+    symbols: Iterable[str], command: Sequence[str], cache: BuildCache | None = None
+) -> dict[str, Demangled]:
     """Each symbol's name and parameter types (see the module's docstring), by one run of c++filt
     with and one without ``-p`` (``--no-params``, which also drops a template's return type); a
-    device link's renaming of internal symbols (:func:`unit_symbol`) is undone first."""
+    device link's renaming of internal symbols (:func:`unit_symbol`) is undone first. With
+    ``cache``, the two runs' output is kept under the symbols and the demangler (its command and
+    the files it names), so a rebuild of the same objects starts no c++filt."""
     wanted = {s: unit_symbol(s)[0] for s in set(symbols)}
     mangled = sorted({base for base in wanted.values() if base.startswith("_Z")})
     bases = {base: Demangled(base, None) for base in wanted.values() if not base.startswith("_Z")}
     if mangled:
-        full = _run_filter(command, mangled)
-        names = _run_filter(command, mangled, "-p")
+        full, names = _filtered(command, mangled, cache)
         for symbol, whole, name in zip(mangled, full, names, strict=True):
             bases[symbol] = split_demangled(symbol, whole, name)
     return {symbol: bases[base] for symbol, base in sorted(wanted.items())}
+
+
+def _filtered(
+    command: Sequence[str], mangled: list[str], cache: BuildCache | None
+) -> tuple[list[str], list[str]]:
+    """c++filt's lines for ``mangled``, with and without ``-p``: from the cache (namespace
+    ``demangle``) when an earlier build asked the same demangler about the same symbols."""
+    if cache is None:
+        return _run_filter(command, mangled), _run_filter(command, mangled, "-p")
+    files = [[part, _stat(part)] for part in command if os.path.isabs(part)]
+    key = key_of({"command": list(command), "files": files, "symbols": mangled})
+    stored = cache.get_text("demangle", key)
+    if stored is not None:
+        found = _demangled_record(stored, len(mangled))
+        if found is not None:
+            return found
+    full, names = _run_filter(command, mangled), _run_filter(command, mangled, "-p")
+    cache.put_text("demangle", key, json.dumps({"full": full, "names": names}))
+    return full, names
+
+
+def _stat(path: str) -> list[int] | None:
+    """(size, mtime in ns) of a file the demangler's command names, None where there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return [found.st_size, found.st_mtime_ns]
+
+
+def _demangled_record(text: str, count: int) -> tuple[list[str], list[str]] | None:
+    """A stored record of ``count`` symbols, or None for anything but the shape _filtered writes
+    (the cache folder is untrusted input: docs/security.md)."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    if not (isinstance(record, dict) and set(record) == {"full", "names"}):
+        return None
+    full, names = record["full"], record["names"]
+    for lines in (full, names):
+        if not (type(lines) is list and len(lines) == count):
+            return None
+        if not all(type(line) is str and "\n" not in line for line in lines):
+            return None
+    return full, names
 
 
 # The versioned inline namespaces of NVIDIA's CCCL (CUB, Thrust, libcu++), which name the CUDA
@@ -345,6 +397,7 @@ _VECTOR_ELEMENTS = {
 }
 
 
+@functools.cache  # every AMD target's objects spell the same names and types
 def cuda_spelling(text: str) -> str:
     """A name or type demangled from an AMD object, with the HIP type names as CUDA spells them."""
     text = _HIP_IDENTIFIER.sub(lambda m: HIP_TO_CUDA_TYPES[m.group(0)], text)

@@ -30,6 +30,7 @@ from typing import cast
 from kernelpack.errors import FormatError
 from kernelpack.files.atomic import atomic_folder, atomic_write
 from kernelpack.formats import BundleEntry, compress_bundle, read_bundle, write_bundle
+from kernelpack.formats.bundles import DEFAULT_CCOB_VERSION, ZSTD_LEVEL, zstd_identity
 from kernelpack.formats.index import (
     SCHEMA_VERSION,
     BuildFacts,
@@ -40,7 +41,7 @@ from kernelpack.formats.index import (
 )
 from kernelpack.loader.images import IMAGE_FILE_SUFFIXES, IMAGE_KINDS, KINDS_BY_NAME, read_image
 
-from .cache import sha256_hex
+from .cache import BuildCache, key_of, sha256_hex
 from .settings import environment_epoch
 
 INDEX_FILE = "_index.py"
@@ -109,8 +110,10 @@ def package_files(
     version: str,
     toolchains: Mapping[str, str],
     flags: Mapping[str, Sequence[str]],
+    cache: BuildCache | None = None,
 ) -> tuple[dict[str, bytes], Index]:
-    """The device files (by path relative to the output folder) and the index describing them."""
+    """The device files (by path relative to the output folder) and the index describing them;
+    ``cache`` keeps compressed bundles (:func:`compressed_bundle`)."""
     by_module: dict[str, list[BuiltImage]] = {m.name: [] for m in modules}
     for image in images:
         by_module[image.module].append(image)
@@ -137,13 +140,18 @@ def package_files(
             "kernels": {name: list(params) for name, params in sorted(module.kernels.items())},
             "source": source_file,
             "source_sha256": source_sha256,
-            "images": place_images(module.name, built, files, compress=compress),
+            "images": place_images(module.name, built, files, compress=compress, cache=cache),
         }
     return files, index
 
 
 def place_images(
-    module: str, images: list[BuiltImage], files: dict[str, bytes], *, compress: bool
+    module: str,
+    images: list[BuiltImage],
+    files: dict[str, bytes],
+    *,
+    compress: bool,
+    cache: BuildCache | None = None,
 ) -> list[Image]:
     """Put a module's images into files: AMD ones into one bundle, the others one file each.
 
@@ -156,7 +164,7 @@ def place_images(
     if amd:
         name = f"{DEVICE_DIR}/{module}{bundle_kind.file_suffix}"
         raw = write_bundle([(AMD_BUNDLE_ID_PREFIX + i.target, i.data) for i in amd])
-        files[name] = compress_bundle(raw) if compress else raw
+        files[name] = compressed_bundle(raw, cache) if compress else raw
         entries = {entry.target: entry for entry in read_bundle(raw, name)}
         for image in amd:
             entry = entries[image.target]
@@ -169,6 +177,27 @@ def place_images(
             files[name] = image.data
             placed.append(_image(image, name, 0, len(image.data), "none"))
     return placed
+
+
+def compressed_bundle(raw: bytes, cache: BuildCache | None) -> bytes:
+    """:func:`kernelpack.formats.compress_bundle` of ``raw``, kept in ``cache`` (namespace
+    ``bundles``) by the bundle's sha256, the CCOB version, the zstd level and the zstd library's
+    versions: compressing took a no-op build of the default matrix a tenth of its time."""
+    if cache is None:
+        return compress_bundle(raw)
+    key = key_of(
+        {
+            "bundle": sha256_hex(raw),
+            "ccob": DEFAULT_CCOB_VERSION,
+            "level": ZSTD_LEVEL,
+            "zstd": zstd_identity(),
+        }
+    )
+    found = cache.get_blob("bundles", key)
+    if found is None:
+        found = compress_bundle(raw)
+        cache.put_blob("bundles", key, found)
+    return found
 
 
 def _image(image: BuiltImage, file: str, offset: int, size: int, compression: str) -> Image:
@@ -221,13 +250,28 @@ def render_index(index: Index) -> str:
 
 
 def _check_literal(value: object, where: str) -> None:
-    """JSON's true, false and null are not Python: the index must not hold them."""
+    """JSON's true, false and null are not Python: the index must not hold them. The walk names
+    no path until it finds a value that fails (an index holds tens of thousands of values)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend(cast("dict[object, object]", item).values())
+        elif kind is list:
+            stack.extend(cast("list[object]", item))
+        elif kind is not str and kind is not int:
+            _name_bad_literal(value, where)
+
+
+def _name_bad_literal(value: object, where: str) -> None:
+    """The TypeError that names where the first value the index cannot hold is."""
     if isinstance(value, dict):
         for key, item in value.items():
-            _check_literal(item, f"{where}[{key!r}]")
+            _name_bad_literal(item, f"{where}[{key!r}]")
     elif isinstance(value, list):
         for position, item in enumerate(value):
-            _check_literal(item, f"{where}[{position}]")
+            _name_bad_literal(item, f"{where}[{position}]")
     elif isinstance(value, bool) or not isinstance(value, (str, int)):
         raise TypeError(f"{where}: {value!r} cannot be written into the index")
 

@@ -21,19 +21,18 @@ A bad value is a :class:`~buildsys.errors.ProjectError` naming where it came fro
 
 from __future__ import annotations
 
-import email.message
-import email.parser
-import email.policy
+import functools
 import keyword
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packaging.requirements import Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from .errors import ProjectError
+
+if TYPE_CHECKING:
+    import email.policy
 
 # PEP 508's names: letters and digits, with '.', '_' and '-' inside.
 _DISTRIBUTION_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
@@ -76,6 +75,9 @@ def checked_version(text: str, where: str) -> str:
 
 def checked_requirement(text: str, where: str) -> str:
     """A PEP 508 requirement as packaging writes it (``numpy >= 1.24`` -> ``numpy>=1.24``)."""
+    # deferred: packaging's requirement parser is a tenth of a no-op build, which reads none
+    from packaging.requirements import Requirement
+
     checked_line(text, where)
     try:
         requirement = str(Requirement(text))
@@ -90,6 +92,8 @@ def checked_requirement(text: str, where: str) -> str:
 
 def checked_specifier(text: str, where: str) -> str:
     """A PEP 440 version specifier set (``Requires-Python``) as packaging writes it."""
+    from packaging.specifiers import SpecifierSet  # deferred: see checked_requirement
+
     checked_line(text, where)
     try:
         return str(SpecifierSet(text))
@@ -124,37 +128,42 @@ def checked_import_name(name: str, where: str) -> str:
 # Writing core metadata
 
 
-class _CoreMetadataPolicy(email.policy.EmailPolicy):
-    """Fields stored as given (no RFC 2047 decoding or encoding: core metadata is UTF-8 text),
-    written as ``Name: value`` lines; a line break is refused in every field but the multi-line
-    ones, whose further lines become indented continuation lines."""
+@functools.cache
+def core_metadata_policy() -> email.policy.EmailPolicy:
+    """The email policy core metadata is written with (made on first use: the email package is
+    a twentieth of a no-op build, which writes no metadata)."""
+    import email.policy  # deferred: see the docstring
 
-    def header_store_parse(self, name: str, value: Any) -> tuple[str, Any]:
-        text = str(value)
-        if name in MULTILINE_FIELDS:
-            text = _CONTINUATION.join(text.splitlines())
-        elif has_line_break(text):
-            raise ProjectError(f"core metadata field {name}: {shown(text)} holds a line break")
-        return (name, text)
+    class _CoreMetadataPolicy(email.policy.EmailPolicy):
+        """Fields stored as given (no RFC 2047 decoding or encoding: core metadata is UTF-8 text),
+        written as ``Name: value`` lines; a line break is refused in every field but the multi-line
+        ones, whose further lines become indented continuation lines."""
 
-    def header_fetch_parse(self, name: str, value: str) -> str:
-        return value
+        def header_store_parse(self, name: str, value: Any) -> tuple[str, Any]:
+            text = str(value)
+            if name in MULTILINE_FIELDS:
+                text = _CONTINUATION.join(text.splitlines())
+            elif has_line_break(text):
+                raise ProjectError(f"core metadata field {name}: {shown(text)} holds a line break")
+            return (name, text)
 
-    def fold(self, name: str, value: str) -> str:
-        return f"{name}: {value}{self.linesep}"
+        def header_fetch_parse(self, name: str, value: str) -> str:
+            return value
 
-    def fold_binary(self, name: str, value: str) -> bytes:
-        return self.fold(name, value).encode()
+        def fold(self, name: str, value: str) -> str:
+            return f"{name}: {value}{self.linesep}"
 
+        def fold_binary(self, name: str, value: str) -> bytes:
+            return self.fold(name, value).encode()
 
-CORE_METADATA_POLICY = _CoreMetadataPolicy(
-    utf8=True, linesep="\n", max_line_length=0, mangle_from_=False
-)
+    return _CoreMetadataPolicy(utf8=True, linesep="\n", max_line_length=0, mangle_from_=False)
 
 
 def core_metadata(fields: Iterable[tuple[str, str]], description: str = "") -> str:
     """PKG-INFO or METADATA: the fields in order, then the long description as the body."""
-    message = email.message.Message(policy=CORE_METADATA_POLICY)
+    import email.message  # deferred: see core_metadata_policy
+
+    message = email.message.Message(policy=core_metadata_policy())
     for name, value in fields:
         message[name] = value
     message.set_payload(description)
@@ -163,7 +172,9 @@ def core_metadata(fields: Iterable[tuple[str, str]], description: str = "") -> s
 
 def add_fields(metadata: str, fields: Iterable[tuple[str, str]]) -> str:
     """``metadata`` with ``fields`` added after its own (the host wheel's extras)."""
-    message = email.parser.Parser(policy=CORE_METADATA_POLICY).parsestr(metadata)
+    import email.parser  # deferred: see core_metadata_policy
+
+    message = email.parser.Parser(policy=core_metadata_policy()).parsestr(metadata)
     for name, value in fields:
         message[name] = value
     return message.as_string()

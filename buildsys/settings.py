@@ -43,6 +43,7 @@ from . import REPO_ROOT
 from .errors import ProjectError
 from .metadata import checked_version
 from .names import check_define, check_flag
+from .scm_version import cached_version
 
 ENV_PREFIX = "KERNELPACK_BUILD_"
 CONFIG_TABLE = "tool.kernelpack"
@@ -149,7 +150,9 @@ class BuildSettings:
 
     @property
     def version(self) -> str:
-        return self.package_version or package_version(self.project)
+        """The version given, else setuptools-scm's through the cache of buildsys.scm_version
+        (a no-op build would otherwise spend a third of its time asking git)."""
+        return self.package_version or cached_version(self.project, self.cache_dir, package_version)
 
 
 # ---------------------------------------------------------------------------------------------

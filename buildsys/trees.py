@@ -22,18 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .cache import BuildCache, key_of, sha256_hex
-from .hipify import (
-    HipifyOptions,
-    TreeFacts,
-    compat_headers,  # the HIP compatibility layer, in the include folder
-    hipify_source,
-    scan_tree,
-)
+from .hipify.compat import compat_headers  # the HIP compatibility layer, in the include folder
 from .jobs import hip_main
 from .modules import INCLUDE_DIR, KernelModule, SourceTree
 
 if TYPE_CHECKING:
-    from .hipify import TreeFacts
+    from .hipify.tree_facts import TreeFacts
 
 _LOCK_FILE = ".lock"
 
@@ -164,6 +158,8 @@ def _tree_facts(tree: SourceTree, cache: BuildCache) -> TreeFacts:
             "tree_facts": [[p, sha256_hex(tree[p].encode())] for p in tree],
         }
     )
+    from .hipify.tree_facts import TreeFacts, scan_tree  # deferred: see hipify_tree
+
     stored = cache.get_text("hipify", key)
     if stored is not None:
         return TreeFacts.from_json(json.loads(stored))
@@ -177,8 +173,49 @@ def hipify_tree(
 ) -> tuple[SourceTree, list[str]]:
     """Every source hipified, the modules' .cu files renamed to .hip, and hipify's diagnostics
     (``file:line:col: severity[code]: message``). Results are cached by content and by the
-    translator's own sources, so an unchanged file costs a hash and a small read."""
-    mains = {path for m in modules for path in m.sources}
+    translator's own sources: the whole tree's under one key (every path with its content's
+    hash, and which are the modules' units), so a build of an unchanged tree reads one record
+    and never imports the translator; each file's under its own, so an edit re-translates
+    only the files whose facts changed."""
+    mains = sorted({path for m in modules for path in m.sources})
+    whole_key = key_of(
+        {
+            "hipify": HIPIFY_FINGERPRINT,
+            "tree": [[p, sha256_hex(tree[p].encode())] for p in tree],
+            "mains": mains,
+        }
+    )
+    stored = cache.get_text("hipify", whole_key)
+    whole = _whole_tree_record(stored) if stored is not None else None
+    if whole is None:
+        whole = _hipify_files(tree, set(mains), cache)
+        cache.put_text("hipify", whole_key, json.dumps(whole, sort_keys=True))
+    hipified = dict(whole["files"])
+    hipified.update(compat_headers(INCLUDE_DIR))
+    return SourceTree(hipified, tree.include_dirs), list(whole["diagnostics"])
+
+
+def _whole_tree_record(text: str) -> dict[str, Any] | None:
+    """A stored whole-tree record, or None for anything but the shape _hipify_files returns
+    (the cache folder is untrusted input: docs/security.md)."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    if not (isinstance(record, dict) and set(record) == {"files", "diagnostics"}):
+        return None
+    files, diagnostics = record["files"], record["diagnostics"]
+    if not (isinstance(files, dict) and isinstance(diagnostics, list)):
+        return None
+    texts = [*files, *files.values(), *diagnostics]
+    return record if all(isinstance(t, str) for t in texts) else None
+
+
+def _hipify_files(tree: SourceTree, mains: set[str], cache: BuildCache) -> dict[str, Any]:
+    """Each file hipified (through its own cache record) under its tree path, a unit's .cu
+    renamed .hip, and the diagnostics of them all, in the tree's order."""
+    from .hipify.translate import HipifyOptions, hipify_source  # deferred: see hipify_tree
+
     hipified: dict[str, str] = {}
     diagnostics: list[str] = []
     features = _tree_facts(tree, cache)
@@ -204,6 +241,4 @@ def hipify_tree(
             record = json.loads(stored)
         hipified[hip_main(path) if path in mains else path] = record["text"]
         diagnostics += record["diagnostics"]
-
-    hipified.update(compat_headers(INCLUDE_DIR))
-    return SourceTree(hipified, tree.include_dirs), diagnostics
+    return {"files": hipified, "diagnostics": diagnostics}

@@ -27,6 +27,15 @@ DEFERRED_PROJECT = {
     ("kernelpack.backends.launch", "kernelpack.backends._launcher"): "a C extension, may be absent",
     ("kernelpack.cli.sweep_command", "kernelpack.sweep"): "the sweep code imports numpy and Dask, "
     "which the other subcommands run without (the README's checkout command)",
+    **{
+        ("buildsys.cli", f"buildsys.{name}"): "a subcommand's module, imported when it runs: a "
+        "no-op build imports none of the others (docs/bench-build.md's no-op figure)"
+        for name in ("packaging", "build", "merge", "hipify.cli", "wheels", "export.command")
+    },
+    ("buildsys.cli", "kernelpack.formats"): "the readers, for the one subcommand that reads images",
+    ("buildsys.trees", "buildsys.hipify.tree_facts"): "the translator, for a tree that changed: "
+    "an unchanged tree is served from its record without it",
+    ("buildsys.trees", "buildsys.hipify.translate"): "the translator, for a tree that changed",
 }
 # top-level names an import inside a function may name, and why: optional dependencies (not in
 # the runtime's requirements, or heavy and needed by one path only) and vendor libraries
@@ -41,6 +50,9 @@ DEFERRED_THIRD_PARTY = {
     "dask": "the sweep extra (Dask)",
     "flint": "the exact extra (python-flint)",
     "setuptools_scm": "the build backend's version, a build requirement only",
+    "ctypes": "renameat2's folder swap alone needs it; the no-op build's start does not",
+    "packaging": "requirement parsing, for metadata a no-op build does not write",
+    "email": "the metadata file's parser and writer, likewise",
 }
 
 

@@ -34,13 +34,9 @@ from .tables import Export, read_export
 LANGUAGES = ("rust", "c")
 
 
-def add_parser(commands: Any) -> None:
-    """The ``export`` subcommand: the build's settings, with the build's --out as --build-out."""
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "export",
-        help="build, then write the modules as Rust (kernels.rs) or C (kernels.h, kernels.c)",
-        conflict_handler="resolve",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``export`` subcommand's arguments: the build's settings, with the build's --out as
+    --build-out (buildsys.cli makes the subcommand's parser with ``conflict_handler="resolve"``)."""
     add_settings_arguments(parser, "build")
     parser.add_argument(
         "--out",
@@ -67,7 +63,6 @@ def add_parser(commands: Any) -> None:
         metavar="NAME",
         help=f"C only: the prefix of every name the export declares (default: {c.DEFAULT_PREFIX})",
     )
-    parser.set_defaults(handler=main_export)
 
 
 def main_export(args: argparse.Namespace) -> int:

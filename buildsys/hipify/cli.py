@@ -14,7 +14,6 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kernelpack._console import print_json, print_table
 from kernelpack.errors import UsageError
@@ -39,14 +38,8 @@ class FileResult:
     result: HipifyResult
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``hipify`` subcommand to a command line's subparsers."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "hipify",
-        help="translate CUDA sources to HIP and report where they assume 32-lane warps",
-        description="Translate CUDA sources to HIP. Diagnostics: file:line:col: severity[code]: "
-        "message; silence a reviewed line with // hipify: allow(<code>) or allow(wave32).",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``hipify`` subcommand's arguments (buildsys.cli names the subcommand)."""
     parser.add_argument(
         "sources", nargs="+", type=Path, metavar="SRC", help="CUDA files or folders"
     )
@@ -61,8 +54,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--json", action="store_true", help="print statistics and diagnostics as JSON"
     )
-    parser.set_defaults(handler=main_hipify)
-    return parser
 
 
 def main_hipify(args: argparse.Namespace) -> int:

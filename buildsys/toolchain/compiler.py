@@ -236,9 +236,46 @@ def _hip_buildable(toolchain: Toolchain, targets: Iterable[str]) -> dict[str, bo
 
 
 def _nvcc_buildable(toolchain: Toolchain, targets: Iterable[str]) -> dict[str, bool]:
-    nvcc = str(toolchain.bindir / "nvcc")
-    codes = set()
-    for flag in ("--list-gpu-code", "--list-gpu-arch"):
-        result = subprocess.run([nvcc, flag], capture_output=True, text=True)
-        codes.update(result.stdout.split())
+    codes = set(nvcc_facts(str(toolchain.bindir / "nvcc"))[1])
     return {t: t in codes for t in sorted(set(targets))}
+
+
+def nvcc_facts(nvcc: str) -> tuple[str, list[str]]:
+    """nvcc's release and the GPU codes and architectures it lists, kept in the toolchain cache
+    folder by nvcc's path and its file's (inode, size, mtime): a toolkit installed over it is
+    another file. Three nvcc runs were a twentieth of a no-op build."""
+    try:
+        found = os.stat(nvcc)
+    except OSError:
+        found = None
+    stamp = [nvcc, found.st_ino, found.st_size, found.st_mtime_ns] if found else [nvcc]
+    key = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:16]
+    cache_file = cache_root() / f"nvcc-{key}.json"
+    try:
+        record = json.loads(cache_file.read_text())
+    except (OSError, ValueError):
+        record = None
+    if isinstance(record, dict) and record.get("stamp") == stamp:
+        version, codes = record.get("version"), record.get("codes")
+        if isinstance(version, str) and isinstance(codes, list):
+            strings = [code for code in codes if isinstance(code, str)]
+            if len(strings) == len(codes):
+                return version, strings
+    result = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
+    version = next(
+        (
+            line.split("release", 1)[1].strip()
+            for line in result.stdout.splitlines()
+            if "release" in line
+        ),
+        "?",
+    )
+    listed: set[str] = set()
+    for flag in ("--list-gpu-code", "--list-gpu-arch"):
+        listed.update(subprocess.run([nvcc, flag], capture_output=True, text=True).stdout.split())
+    codes = sorted(listed)
+    if found is not None and version != "?":  # a failed run is asked again next time
+        with contextlib.suppress(OSError):
+            record = {"stamp": stamp, "version": version, "codes": codes}
+            atomic_write(cache_file, json.dumps(record, sort_keys=True).encode())
+    return version, codes

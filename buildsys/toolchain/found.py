@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 from ..errors import ToolchainError
-from .compiler import Toolchain, cache_root
+from .compiler import Toolchain, cache_root, nvcc_facts
 
 # hipcc and hipify-perl; then rocThrust (thrust/), hipCUB (hipcub/, what cub/ becomes) and rocPRIM
 # (hipCUB's and rocThrust's back end): header-only, built by Debian for the same HIP 6.4.
@@ -108,13 +107,5 @@ def cuda_toolchain() -> Toolchain | None:
     nvcc = nvcc or shutil.which("nvcc")
     if nvcc is None:
         return None
-    result = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
-    version = next(
-        (
-            line.split("release", 1)[1].strip()
-            for line in result.stdout.splitlines()
-            if "release" in line
-        ),
-        "?",
-    )
+    version, _ = nvcc_facts(nvcc)
     return Toolchain("cuda", "nvcc", f"CUDA {version}", Path(nvcc).parent)

@@ -8,7 +8,6 @@ folder and renamed into place; a folder is made complete beside its final place 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
 import shutil
@@ -55,6 +54,8 @@ def exchange(first: Path, second: Path) -> bool:
     """Swap two existing paths in one step (Linux renameat2 RENAME_EXCHANGE); False where the
     system or the file system cannot (the caller falls back or refuses), OSError for any other
     failure. The one swap of the project: :func:`atomic_folder` and the toolchain's update use it."""
+    import ctypes  # deferred: only a swap needs it, and a build with nothing to write swaps nothing
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         renameat2 = libc.renameat2

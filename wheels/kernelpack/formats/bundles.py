@@ -226,10 +226,12 @@ def write_bundle(
         offsets.append(offset)
         header += [_ENTRY_HEADER.pack(offset, len(payload), len(entry_id)), entry_id.encode()]
         end = offset + len(payload)
-    out = bytearray(b"".join(header))
+    pieces = [b"".join(header)]
+    at = len(pieces[0])
     for offset, (_, payload) in zip(offsets, ordered, strict=True):
-        out += bytes(offset - len(out)) + payload
-    return bytes(out)
+        pieces += [bytes(offset - at), payload]
+        at = offset + len(payload)
+    return b"".join(pieces)  # one copy of the payloads: a fat bundle is tens of megabytes
 
 
 def compress_bundle(
@@ -366,6 +368,18 @@ def _zstandard() -> ModuleType:
             "through nox, which installs it"
         ) from None
     return zstandard
+
+
+def zstd_identity() -> str:
+    """The zstd that :func:`compress_bundle` runs, by its versions: the same input and this give
+    the same bytes (the builder keys its cache of compressed bundles by it)."""
+    if sys.version_info >= (3, 14):
+        from compression import zstd  # deferred: Python 3.14's zstd, absent before
+
+        return f"compression.zstd {zstd.zstd_version}"
+    zstandard = _zstandard()
+    libzstd = ".".join(str(part) for part in zstandard.ZSTD_VERSION)
+    return f"zstandard {zstandard.__version__} ({zstandard.backend}), libzstd {libzstd}"
 
 
 def _zstd_compress(data: bytes) -> bytes:
