@@ -536,7 +536,9 @@ def norm_backward(
             scratch, rows, cols, threads, 0,
         )  # fmt: skip
         return
-    blocks = mlp_geometry.backward_row_geometry(rows, cols, dtype, SMS)[0]
+    blocks = mlp_geometry.backward_row_geometry(
+        rows, cols, dtype, mlp_launch.device_facts("emulator")
+    )[0]
     partial = poisoned(emu, (max(blocks, 1), cols), np.float32)
     mlp_launch.launch_rms_norm_backward(
         "emulator", dtype, x, row_scales, weight, grad, extra, grad_x, grad_x_copy, partial,

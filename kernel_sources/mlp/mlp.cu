@@ -1347,6 +1347,15 @@ __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T*
 // 16384 x 8192 609.7 -> 501.1 us, bfloat16 329.3 -> 270.1; at most 124 registers on sm_90, no
 // spill).
 constexpr int kBackwardCachedChunks = 4;
+// The backward kernel's block bound: kRowBlockThreads on NVIDIA; 256 on AMD, where a 512-thread
+// block leaves a wave of gfx9 (256 VGPRs a lane a SIMD) 128 of them, fewer than the 16-bit rows'
+// cached chunks and sums keep live (gfx9-generic spilled to scratch). The host's block for it
+// never exceeds this (kernelpack.ops.mlp.tuning's AMD family, backward_threads_max).
+#if defined(__HIP_PLATFORM_AMD__)
+constexpr int kBackwardBlockThreads = 256;
+#else
+constexpr int kBackwardBlockThreads = kRowBlockThreads;
+#endif
 
 // Pass 1 of one chunk of a row: adds its share of the row's sum, sum(dy * w * x).
 template <typename Access, typename T>
@@ -1367,14 +1376,14 @@ __device__ __forceinline__ void backward_sum(typename Access::Raw values,
 }
 
 // One chunk's pass 2 from registers: its input gradient (plus the chunk of grad_extra with
-// kExtra) in `grad_x`, and its weight-gradient shares, dy * x * scale.
+// kExtra, where `given`) in `grad_x`, and its weight-gradient shares, dy * x * scale.
 template <typename Access, bool kExtra>
 __device__ __forceinline__ void gradient_chunk(typename Access::Raw values,
                                                typename Access::Raw grads,
                                                typename Access::Raw weights,
                                                typename Access::Raw extras, float scale,
                                                float correction, float (&shares)[Access::kWidth],
-                                               typename Access::Raw& grad_x) {
+                                               typename Access::Raw& grad_x, bool given = true) {
   constexpr int kWidth = Access::kWidth;
   float v[kWidth];
   float g[kWidth];
@@ -1384,13 +1393,15 @@ __device__ __forceinline__ void gradient_chunk(typename Access::Raw values,
   Access::unpack(grads, g);
   Access::unpack(weights, w);
   if constexpr (kExtra) {
-    Access::unpack(extras, e);
+    if (given) {
+      Access::unpack(extras, e);
+    }
   }
 #pragma unroll
   for (int k = 0; k < kWidth; ++k) {
     shares[k] = g[k] * v[k] * scale;
     const float d = scale * w[k] * g[k] - v[k] * correction;
-    v[k] = kExtra ? d + e[k] : d;
+    v[k] = kExtra && given ? d + e[k] : d;
   }
   grad_x = Access::pack(v);
 }
@@ -1413,19 +1424,24 @@ template <typename Access, bool kExtra, typename T>
 __device__ __forceinline__ void backward_chunk(const T* x_row, const T* grad_row, const T* weight,
                                                const T* grad_extra_row, T* grad_x_row,
                                                T* grad_x_copy_row, int i, float scale,
-                                               float correction,
-                                               float (&shares)[Access::kWidth]) {
+                                               float correction, float (&shares)[Access::kWidth],
+                                               bool given = true) {
   typename Access::Raw extra{};
   if constexpr (kExtra) {
-    extra = Access::load(grad_extra_row, i);
+    if (given) {
+      extra = Access::load(grad_extra_row, i);
+    }
   }
   typename Access::Raw out;
   gradient_chunk<Access, kExtra>(Access::load(x_row, i), Access::load(grad_row, i),
-                                 Access::load(weight, i), extra, scale, correction, shares, out);
+                                 Access::load(weight, i), extra, scale, correction, shares, out,
+                                 given);
   store_gradient<Access>(grad_x_row, grad_x_copy_row, i, out);
 }
 
-template <typename Access, bool kExtra, typename T>
+// kExtra: grad_extra is added; with kTested only where it is not null, a test at run time (AMD's
+// one form for both, rms_norm_backward says why).
+template <typename Access, bool kExtra, bool kTested = false, typename T>
 __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* row_scales,
                                                        const T* weight, const T* grad,
                                                        const T* grad_extra, T* grad_x,
@@ -1438,6 +1454,7 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* 
   const int stride = static_cast<int>(blockDim.x);
   const int chunks = static_cast<int>(cols / kWidth);
   float* partial_row = partial + static_cast<long long>(blockIdx.x) * cols;
+  const bool given = !kTested || grad_extra != nullptr;
   float sums[kCached][kWidth];
 #pragma unroll
   for (int c = 0; c < kCached; ++c) {
@@ -1452,7 +1469,7 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* 
     const long long offset = row * cols;
     const T* x_row = x + offset;
     const T* grad_row = grad + offset;
-    const T* grad_extra_row = kExtra ? grad_extra + offset : nullptr;
+    const T* grad_extra_row = kExtra && given ? grad_extra + offset : nullptr;
     T* grad_x_row = grad_x + offset;
     T* grad_x_copy_row = grad_x_copy != nullptr ? grad_x_copy + offset : nullptr;
     const float scale = row_scales[row];  // the forward's, loaded beside the row
@@ -1469,7 +1486,9 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* 
         values[c] = Access::load(x_row, i);
         grads[c] = Access::load(grad_row, i);
         if constexpr (kExtra) {
-          extras[c] = Access::load(grad_extra_row, i);
+          if (given) {
+            extras[c] = Access::load(grad_extra_row, i);
+          }
         }
       }
     }
@@ -1497,10 +1516,12 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* 
         Raw out;
         Raw extra{};
         if constexpr (kExtra) {
-          extra = extras[c];
+          if (given) {
+            extra = extras[c];
+          }
         }
         gradient_chunk<Access, kExtra>(values[c], grads[c], Access::load(weight, i), extra,
-                                       scale, correction, contribution, out);
+                                       scale, correction, contribution, out, given);
         store_gradient<Access>(grad_x_row, grad_x_copy_row, i, out);
 #pragma unroll
         for (int k = 0; k < kWidth; ++k) {
@@ -1510,7 +1531,7 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* 
     }
     for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
       backward_chunk<Access, kExtra>(x_row, grad_row, weight, grad_extra_row, grad_x_row,
-                                     grad_x_copy_row, i, scale, correction, contribution);
+                                     grad_x_copy_row, i, scale, correction, contribution, given);
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) {
         float& slot = partial_row[static_cast<long long>(i) * kWidth + k];
@@ -1542,6 +1563,20 @@ __device__ __forceinline__ void rms_norm_backward(const T* x, const float* row_s
   const bool vectors = vector_aligned(x) && vector_aligned(weight) && vector_aligned(grad) &&
                        vector_aligned(grad_extra) && vector_aligned(grad_x) &&
                        vector_aligned(grad_x_copy) && cols % kWidth == 0;
+#if defined(__HIP_PLATFORM_AMD__)
+  // One form an access, grad_extra tested at run time: the four forms in one kernel held more
+  // than the 102 SGPRs of a gfx9 wave (VOP3 there takes no literal, so bfloat16's rounding
+  // constants sit in SGPRs too) and spilled some; two fit with room.
+  if (vectors) {
+    rms_norm_backward_rows<VectorAccess<T>, true, true>(x, row_scales, weight, grad, grad_extra,
+                                                        grad_x, grad_x_copy, partial, rows, cols,
+                                                        slots);
+  } else {
+    rms_norm_backward_rows<ScalarAccess<T>, true, true>(x, row_scales, weight, grad, grad_extra,
+                                                        grad_x, grad_x_copy, partial, rows, cols,
+                                                        slots);
+  }
+#else
   if (vectors) {
     if (grad_extra != nullptr) {
       rms_norm_backward_rows<VectorAccess<T>, true>(x, row_scales, weight, grad, grad_extra,
@@ -1560,6 +1595,7 @@ __device__ __forceinline__ void rms_norm_backward(const T* x, const float* row_s
                                                    grad_x, grad_x_copy, partial, rows, cols,
                                                    slots);
   }
+#endif
 }
 
 // ---- short-row backward ----------------------------------------------------------------------
@@ -2212,7 +2248,7 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
 // row_scales is float32 [rows], the forward's (rms_norm's row_scales); grad_extra and
 // grad_x_copy may be null; partial is float32 [gridDim.x, cols].
 template <typename T>
-__global__ void __launch_bounds__(kRowBlockThreads)
+__global__ void __launch_bounds__(kBackwardBlockThreads)
     rms_norm_backward(const T* x, const float* row_scales, const T* weight, const T* grad,
                       const T* grad_extra, T* grad_x, T* grad_x_copy, float* partial,
                       long long rows, long long cols) {

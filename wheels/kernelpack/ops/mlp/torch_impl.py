@@ -202,8 +202,8 @@ def _norm_backward(
     grad_weight = torch.empty_like(weight)
     plan = hot.torch_plan(x)
     device, stream = plan.device, plan.stream(plan.index)
-    sms = launch.device_facts(device).multiprocessors
-    threads = short_backward_threads(rows, cols, dtype, sms)
+    facts = launch.device_facts(device)
+    threads = short_backward_threads(rows, cols, dtype, facts.multiprocessors)
     if threads:
         shape = short_backward_scratch(rows, cols, dtype)
         scratch: Any = (
@@ -226,7 +226,7 @@ def _norm_backward(
             stream,
         )
         return grad_x, grad_weight
-    blocks = backward_row_geometry(rows, cols, dtype, sms)[0] if rows else 0
+    blocks = backward_row_geometry(rows, cols, dtype, facts)[0] if rows else 0
     partial = torch.empty((max(blocks, 1), cols), dtype=torch.float32, device=x.device)
     launch.launch_rms_norm_backward(
         device,
