@@ -723,6 +723,33 @@ __device__ __forceinline__ void rms_norm_row(const T* x, const T* residual, T* r
   }
 }
 
+// The rows of a block-strided grid through one access, chunks of Access::kWidth elements. A loop
+// of its own for each access (the test of alignment outside it): with both accesses inside one
+// row loop, the 64-register bound (kRowNormMinBlocks) spilled bfloat16 on sm_80 and sm_90 and
+// every type on sm_120, where each access alone fits.
+template <typename Access, bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm_rows(const T* x, const T* residual, T* residual_out,
+                                              const T* weight, T* out, float* row_scales,
+                                              long long rows, long long cols, float eps,
+                                              float* slots) {
+  const long long step = static_cast<long long>(gridDim.x) * blockDim.y;
+  // The loop bound is the block's first row, the same for all its threads, so the whole block
+  // meets every barrier of the reduction even where its last rows lie past the end.
+  for (long long first = static_cast<long long>(blockIdx.x) * blockDim.y; first < rows;
+       first += step) {
+    const long long row = first + threadIdx.y;
+    const bool here = row < rows;
+    const long long offset = here ? row * cols : 0;
+    const T* residual_row = kAddResidual ? residual + offset : nullptr;
+    T* residual_out_row = kAddResidual ? residual_out + offset : nullptr;
+    float* block_scales = row_scales != nullptr ? row_scales + first : nullptr;
+    rms_norm_row<Access, kAddResidual>(x + offset, residual_row, residual_out_row, weight,
+                                       out + offset,
+                                       here ? static_cast<int>(cols / Access::kWidth) : 0, cols,
+                                       eps, slots, block_scales);
+  }
+}
+
 // row_scales: null, or float32 [rows], where thread 0 of each row stores the row's scale (for the
 // backward, which then needs one sum a row instead of two).
 template <bool kAddResidual, typename T>
@@ -735,27 +762,12 @@ __device__ __forceinline__ void rms_norm(const T* x, const T* residual, T* resid
       vector_aligned(x) && vector_aligned(weight) && vector_aligned(out) &&
       (!kAddResidual || (vector_aligned(residual) && vector_aligned(residual_out))) &&
       cols % kWidth == 0;
-  const long long step = static_cast<long long>(gridDim.x) * blockDim.y;
-  // The loop bound is the block's first row, the same for all its threads, so the whole block
-  // meets every barrier of the reduction even where its last rows lie past the end.
-  for (long long first = static_cast<long long>(blockIdx.x) * blockDim.y; first < rows;
-       first += step) {
-    const long long row = first + threadIdx.y;
-    const bool here = row < rows;
-    const long long offset = here ? row * cols : 0;
-    const T* residual_row = kAddResidual ? residual + offset : nullptr;
-    T* residual_out_row = kAddResidual ? residual_out + offset : nullptr;
-    float* block_scales = row_scales != nullptr ? row_scales + first : nullptr;
-    if (vectors) {
-      rms_norm_row<VectorAccess<T>, kAddResidual>(
-          x + offset, residual_row, residual_out_row, weight, out + offset,
-          here ? static_cast<int>(cols / kWidth) : 0, cols, eps, slots, block_scales);
-    } else {
-      rms_norm_row<ScalarAccess<T>, kAddResidual>(x + offset, residual_row, residual_out_row,
-                                                  weight, out + offset,
-                                                  here ? static_cast<int>(cols) : 0, cols, eps,
-                                                  slots, block_scales);
-    }
+  if (vectors) {
+    rms_norm_rows<VectorAccess<T>, kAddResidual>(x, residual, residual_out, weight, out,
+                                                 row_scales, rows, cols, eps, slots);
+  } else {
+    rms_norm_rows<ScalarAccess<T>, kAddResidual>(x, residual, residual_out, weight, out,
+                                                 row_scales, rows, cols, eps, slots);
   }
 }
 
