@@ -939,10 +939,15 @@ def form_verdicts(timings: list[FormTiming]) -> dict[str, float | None]:
 
 
 def render_forms(
-    timings: list[FormTiming], cases: list[FormCase], left_out: list[FormCase], machine_line: str
+    timings: list[FormTiming],
+    cases: list[FormCase],
+    left_out: list[FormCase],
+    failed: list[str],
+    machine_line: str,
 ) -> str:
-    """docs/bench-mlp-forms.md: each form's verdict, then its rows (``machine_line``: the
-    machine, as :func:`machine` says it)."""
+    """docs/bench-mlp-forms.md: each form's verdict, then its rows, the cases left out for the
+    budget and those whose check against eager torch failed (``failed``, a line each);
+    ``machine_line``: the machine, as :func:`machine` says it."""
     best = form_verdicts(timings)
     picked = {case.form for case in cases}
     lines = [
@@ -991,6 +996,9 @@ def render_forms(
             f"{retired} | {t.kept.median_us:.2f} | {t.retired.median_us:.2f} | {t.gain:+.1%} | "
             f"{rounds}/{len(t.kept.batches_us)} |"
         )
+    if failed:
+        lines += ["", "## Not timed: kernelpack disagreed with eager torch", ""]
+        lines += [f"- {line}" for line in failed]
     if left_out:
         lines += [
             "",
@@ -1010,11 +1018,17 @@ def run_forms(args: argparse.Namespace, began: float) -> None:
     print(f"{len(cases)} (form, row) cases on {device.target}", flush=True)
     timings: list[FormTiming] = []
     left_out: list[FormCase] = []
+    failed: list[str] = []
     for case in cases:
         if time.monotonic() - began > args.budget:
             left_out.append(case)
             continue
-        timing = measure_form(case, args.batches)
+        try:
+            timing = measure_form(case, args.batches)
+        except SystemExit as error:  # pass_calls' check, which ends the main table's run
+            failed.append(f"{case.form}: {error}")
+            print(f"{case.form}: {error}", flush=True)
+            continue
         timings.append(timing)
         print(
             f"{case.form:18s} {case.op:18s} {case.dtype:8s} {case.rows:5d}x{case.cols:<5d} "
@@ -1023,7 +1037,7 @@ def run_forms(args: argparse.Namespace, began: float) -> None:
             flush=True,
         )
     output = args.output or FORMS_OUTPUT
-    atomic_write(output, render_forms(timings, cases, left_out, machine()))
+    atomic_write(output, render_forms(timings, cases, left_out, failed, machine()))
     print(f"wrote {output} ({time.monotonic() - began:.0f} s)")
 
 
