@@ -23,9 +23,9 @@ input gradients, once where two inputs share one: add_rms_norm's x and residual)
 backward: one forward, then torch.autograd.grad of its outputs with fixed random output gradients
 (no .grad accumulation).
 
---forms times the kernel forms instead (kernelpack.ops.mlp.geometry.FORMS): for every row of the
+--forms times the kernel forms instead (kernelpack.ops.mlp.forms.FORMS): for every row of the
 table on which the host picks a form, the row's pass with it and with the host's next choice,
-the form retired (geometry.retired), both through torch.ops.kernelpack and timed as above, a
+the form retired (forms.retired), both through torch.ops.kernelpack and timed as above, a
 batch of each a round; docs/bench-mlp-forms.md gives each form's gain on each of its rows, and
 says which forms earn their place (at least KEEP_GAIN on some row).
 """
@@ -55,6 +55,7 @@ import torch.nn.functional as F
 
 from kernelpack import mlp
 from kernelpack.files.atomic import atomic_write
+from kernelpack.ops.mlp import forms as mlp_forms
 from kernelpack.ops.mlp import geometry as mlp_geometry
 from kernelpack.ops.mlp import hot as mlp_hot
 from kernelpack.ops.mlp import launch as mlp_launch
@@ -812,12 +813,12 @@ def pass_launches(
 def forms_picked(
     op: str, dtype: str, rows: int, cols: int, backward: bool, device: mlp_geometry.DeviceFacts
 ) -> list[str]:
-    """The forms of geometry.FORMS the host picks on this row: those whose retirement changes
+    """The forms of forms.FORMS the host picks on this row: those whose retirement changes
     its launches."""
     picked = pass_launches(op, dtype, rows, cols, backward, device)
     found = []
-    for form in mlp_geometry.FORMS:
-        with mlp_geometry.retired(form):
+    for form in mlp_forms.FORMS:
+        with mlp_forms.retired(form):
             if pass_launches(op, dtype, rows, cols, backward, device) != picked:
                 found.append(form)
     return found
@@ -843,7 +844,7 @@ def form_cases(
     """Every (form, row) of the table where the host picks the form, in rounds: each form's
     first row, then each one's second, ..., so that a budget cut short leaves every form its
     first rows."""
-    by_form: dict[str, list[FormCase]] = {form: [] for form in mlp_geometry.FORMS}
+    by_form: dict[str, list[FormCase]] = {form: [] for form in mlp_forms.FORMS}
     for dtype in dtypes:
         for op in ops:
             for rows, cols in op.sizes:
@@ -851,7 +852,7 @@ def form_cases(
                     backward = passes != "forward"
                     kept = pass_launches(op.name, dtype, rows, cols, backward, device)
                     for form in forms_picked(op.name, dtype, rows, cols, backward, device):
-                        with mlp_geometry.retired(form):
+                        with mlp_forms.retired(form):
                             other = pass_launches(op.name, dtype, rows, cols, backward, device)
                         by_form[form].append(
                             FormCase(form, op.name, dtype, rows, cols, passes, kept, other)
@@ -871,7 +872,7 @@ def with_forms(retire: tuple[str, ...], call: Callable[[int], object]) -> Callab
     call, so that both sides of a case pay the same host cost and neither sees the other's."""
 
     def run(i: int) -> object:
-        with mlp_geometry.retired(*retire):
+        with mlp_forms.retired(*retire):
             _forget_plans()
             result = call(i)
         _forget_plans()
@@ -900,7 +901,7 @@ def measure_form(case: FormCase, batches: int) -> FormTiming:
     sets = 1
     backward = case.passes != "forward"
     for side, retire in (("kept", ()), ("retired", (case.form,))):
-        with mlp_geometry.retired(*retire):
+        with mlp_forms.retired(*retire):
             _forget_plans()
             prepared = pass_calls(
                 op, None, case.dtype, case.rows, case.cols, case.passes, peers=False
@@ -931,7 +932,7 @@ def _differing(case: FormCase) -> tuple[str, str]:
 
 def form_verdicts(timings: list[FormTiming]) -> dict[str, float | None]:
     """Each form's best gain over its measured rows (None: picked on no measured row)."""
-    best: dict[str, float | None] = dict.fromkeys(mlp_geometry.FORMS)
+    best: dict[str, float | None] = dict.fromkeys(mlp_forms.FORMS)
     for timing in timings:
         current = best[timing.case.form]
         best[timing.case.form] = timing.gain if current is None else max(current, timing.gain)
@@ -957,20 +958,20 @@ def render_forms(
         f"Machine: {machine_line}  ",
         f"Date: {datetime.date.today().isoformat()}",
         "",
-        "For each form the host can pick (kernelpack.ops.mlp.geometry.FORMS) and each row of",
+        "For each form the host can pick (kernelpack.ops.mlp.forms.FORMS) and each row of",
         "docs/bench-mlp.md's table on which it picks it: the row's pass through",
-        "torch.ops.kernelpack with the form, and with the form retired (geometry.retired: what",
+        "torch.ops.kernelpack with the form, and with the form retired (forms.retired: what",
         "the host would launch if the form did not exist), GPU µs per call timed as the main",
         "table's, a batch of each a round; gain = without / with - 1, rounds = those in which the",
         f"form was at least as fast. A form earns its place with a gain of {KEEP_GAIN:.0%} or more",
-        "on some row; retiring one is the small edit geometry.FORMS's comment names.",
+        "on some row; retiring one is the small edit forms.FORMS's comment names.",
         "",
         "## Verdicts",
         "",
         "| form | what it is; else | best gain | verdict |",
         "| --- | --- | ---: | --- |",
     ]
-    for form, what in mlp_geometry.FORMS.items():
+    for form, what in mlp_forms.FORMS.items():
         gain = best[form]
         if gain is None:
             verdict = "not measured (budget)" if form in picked else "picked on no row of the table"
@@ -987,7 +988,7 @@ def render_forms(
         "µs without | gain | rounds |",
         "| --- | --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |",
     ]
-    for t in sorted(timings, key=lambda t: list(mlp_geometry.FORMS).index(t.case.form)):
+    for t in sorted(timings, key=lambda t: list(mlp_forms.FORMS).index(t.case.form)):
         c = t.case
         kept, retired = _differing(c)
         rounds = rounds_at_least_as_fast(t.kept, t.retired)

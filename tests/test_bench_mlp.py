@@ -27,6 +27,7 @@ from bench.bench_mlp import (
     render_forms,
     rounds_settling_behind,
 )
+from kernelpack.ops.mlp import forms as mlp_forms
 from kernelpack.ops.mlp import geometry as mlp_geometry
 
 H200 = mlp_geometry.DeviceFacts("sm_90", 132)
@@ -190,7 +191,7 @@ def _described(launch: tuple[str, object, object, int], grid: bool) -> str:
 
 
 def test_each_form_has_a_row_that_picks_it() -> None:
-    assert sorted(FORM_ROWS) == sorted(mlp_geometry.FORMS)
+    assert sorted(FORM_ROWS) == sorted(mlp_forms.FORMS)
 
 
 @pytest.mark.parametrize("form", list(FORM_ROWS))
@@ -198,7 +199,7 @@ def test_retiring_a_form_gives_the_hosts_next_choice(form: str) -> None:
     (op, dtype, rows, cols, backward), kept, retired = FORM_ROWS[form]
     picked = pass_launches(op, dtype, rows, cols, backward, H200)
     assert form in forms_picked(op, dtype, rows, cols, backward, H200)
-    with mlp_geometry.retired(form):
+    with mlp_forms.retired(form):
         other = pass_launches(op, dtype, rows, cols, backward, H200)
     grid = form == "narrow"
     assert kept in [_described(launch, grid) for launch in picked]
@@ -216,20 +217,20 @@ def test_a_row_picks_only_the_forms_whose_retirement_changes_it() -> None:
 
 def test_retired_refuses_an_unknown_form_and_restores_on_exit() -> None:
     unknown = r"unknown kernel forms \['wide'\]; known: fixed, "
-    with pytest.raises(ValueError, match=unknown), mlp_geometry.retired("wide"):
+    with pytest.raises(ValueError, match=unknown), mlp_forms.retired("wide"):
         pass
-    with mlp_geometry.retired("fixed"):
-        with mlp_geometry.retired("exact"):
-            assert not mlp_geometry.offered("fixed") and not mlp_geometry.offered("exact")
-        assert mlp_geometry.offered("exact") and not mlp_geometry.offered("fixed")
-    assert all(mlp_geometry.offered(form) for form in mlp_geometry.FORMS)
+    with mlp_forms.retired("fixed"):
+        with mlp_forms.retired("exact"):
+            assert not mlp_forms.offered("fixed") and not mlp_forms.offered("exact")
+        assert mlp_forms.offered("exact") and not mlp_forms.offered("fixed")
+    assert all(mlp_forms.offered(form) for form in mlp_forms.FORMS)
 
 
 def test_the_cases_give_every_form_its_first_row_first() -> None:
     cases = form_cases(H200, OP_LIST, ["bfloat16", "float16", "float32"])
     picked = {case.form for case in cases}
     # every form but the short-row norms (the table's norms are all of FIXED_COLUMNS)
-    assert picked == set(mlp_geometry.FORMS) - {"short_rows"}
+    assert picked == set(mlp_forms.FORMS) - {"short_rows"}
     assert len({case.form for case in cases[: len(picked)]}) == len(picked)
     for case in cases:
         assert case.kept != case.retired, case
@@ -239,7 +240,7 @@ def _form_timing(form: str, kept: float, retired: float) -> FormTiming:
     (op, dtype, rows, cols, backward), _, _ = FORM_ROWS[form]
     passes = "forward+backward" if backward else "forward"
     launches = pass_launches(op, dtype, rows, cols, backward, H200)
-    with mlp_geometry.retired(form):
+    with mlp_forms.retired(form):
         other = pass_launches(op, dtype, rows, cols, backward, H200)
     case = FormCase(form, op, dtype, rows, cols, passes, launches, other)
     return FormTiming(case, Timing((kept,) * 9, True), Timing((retired,) * 9, True))

@@ -7,12 +7,11 @@ so every choice is testable on any machine. The constants are :mod:`.tuning`'s.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from ...devices.arrays import pointer_of
+from .forms import offered
 from .tuning import (
     BACKWARD_CACHED_CHUNKS,
     BACKWARD_THREADS_PER_SM,
@@ -63,54 +62,6 @@ def kernel_name(op: str, dtype: str, *arguments: int) -> str:
     """The kernel of ``op`` ("swiglu") for ``dtype`` ("bfloat16"): "mlp::swiglu<__nv_bfloat16>";
     a template's further arguments after the type ("mlp::rms_norm_fixed<float, 4096>")."""
     return "mlp::{}<{}>".format(op, ", ".join((KERNEL_TYPE[dtype], *map(str, arguments))))
-
-
-# ---- the kernel forms the host picks, and retiring one for a measurement ---------------------
-
-# Each form the geometry below may pick over a more general one, by name: what it is, and what the
-# host takes where it is retired. A form earns its place by a row of the committed benchmark
-# (bench/bench_mlp.py --forms, docs/bench-mlp-forms.md: at least 3% over the host's next choice);
-# retiring one is deleting its entry here, its test in the function that picks it, and its
-# templates and instantiations in mlp.cu (docs/mlp-tuning.md, "Kernel forms").
-FORMS: Mapping[str, str] = {
-    "fixed": "fixed-length forward norms (*_fixed, *_fixed_full); else short or general",
-    "fixed_streaming": "few-row fixed norms through streaming hints (*_fixed); else *_fixed_full",
-    "fixed_reread": "rms_norm_fixed_reread for many rows; else rms_norm_fixed_full",
-    "fixed_cap": "fixed norms held to the family's blocks an SM; else as many as fit",
-    "short_rows": "short-row forward norms (*_short); else the general kernel",
-    "exact": "exact elementwise forms (*_exact, *_streaming, *_whole, *_one_row); else general",
-    "exact_streaming": "16-byte exact elementwise forms with streaming hints; else plain exact",
-    "whole": "plain exact forwards over whole blocks (*_whole); else *_exact<T, 16>",
-    "one_row": "silu_and_mul's one-row forms (*_one_row); else *_exact<T, 8> on a 2-D grid",
-    "narrow": "8-byte vectors where 16-byte ones leave SMs idle; else 16-byte vectors",
-    "short_backward": "short-row norm backward (*_backward_short); else rms_norm_backward",
-    "fixed_backward": "fixed-length short backward (*_backward_fixed); else *_backward_short",
-    "weight_grad_pairs": "weight sum from inputs a pair of columns a thread; else a column",
-}
-_retired: frozenset[str] = frozenset()
-
-
-def offered(form: str) -> bool:
-    """Whether the host may pick ``form`` (one of FORMS): always, but inside :func:`retired`."""
-    return form not in _retired
-
-
-@contextlib.contextmanager
-def retired(*forms: str) -> Iterator[None]:
-    """Inside, the geometry picks what it would if ``forms`` did not exist: the benchmark's
-    hook for timing a form against the host's next choice (bench/bench_mlp.py --forms), and
-    the tests'. Not for production calls: the hot path's prepared entries (kernelpack.ops.mlp.hot)
-    keep the plans made outside, and the caller clears them."""
-    global _retired
-    unknown = sorted(set(forms) - set(FORMS))
-    if unknown:
-        raise ValueError(f"unknown kernel forms {unknown}; known: {', '.join(FORMS)}")
-    saved = _retired
-    _retired = saved | frozenset(forms)
-    try:
-        yield
-    finally:
-        _retired = saved
 
 
 # ---- launch geometry: pure integer functions of the shape -------------------------------------
