@@ -1,6 +1,7 @@
 """kernelpack's MLP ops against Liger-Kernel and torch.compile on one GPU; writes docs/bench-mlp.md.
 
     python bench/bench_mlp.py [--output docs/bench-mlp.md] [--batches N] [--budget S] [--host-only]
+    python bench/bench_mlp.py --forms [--output docs/bench-mlp-forms.md] [--budget S]
 
 First the device's copy bandwidth (a 1 GiB device-to-device copy, bytes read plus written), then
 the host cost per call at 1x4096, then per op, dtype, size and pass (forward; forward and backward)
@@ -21,6 +22,12 @@ outputs written once; the backward reads the saved inputs and the incoming gradi
 input gradients, once where two inputs share one: add_rms_norm's x and residual). Forward and
 backward: one forward, then torch.autograd.grad of its outputs with fixed random output gradients
 (no .grad accumulation).
+
+--forms times the kernel forms instead (kernelpack.ops.mlp.forms.FORMS): for every row of the
+table on which the host picks a form, the row's pass with it and with the host's next choice,
+the form retired (forms.retired), both through torch.ops.kernelpack and timed as above, a
+batch of each a round; docs/bench-mlp-forms.md gives each form's gain on each of its rows, and
+says which forms earn their place (at least KEEP_GAIN on some row).
 """
 
 from __future__ import annotations
@@ -48,12 +55,17 @@ import torch.nn.functional as F
 
 from kernelpack import mlp
 from kernelpack.files.atomic import atomic_write
+from kernelpack.ops.mlp import forms as mlp_forms
 from kernelpack.ops.mlp import geometry as mlp_geometry
+from kernelpack.ops.mlp import hot as mlp_hot
 from kernelpack.ops.mlp import launch as mlp_launch
 from kernelpack.ops.mlp import torch_ops
+from kernelpack.ops.mlp.table import TABLE as MLP_TABLE
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "docs" / "bench-mlp.md"
+FORMS_OUTPUT = REPO / "docs" / "bench-mlp-forms.md"
+KEEP_GAIN = 0.03  # a form earns its place by this gain over the host's next choice on some row
 EPS = 1e-6
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # (rows, cols) of each op's output at LLaMA sizes: the norms over the hidden size (4096 for
@@ -363,9 +375,12 @@ class PassCalls:
     backward: bool
 
 
-def pass_calls(op: Op, liger: Any, dtype: str, rows: int, cols: int, which: str) -> PassCalls:
+def pass_calls(
+    op: Op, liger: Any, dtype: str, rows: int, cols: int, which: str, peers: bool = True
+) -> PassCalls:
     """Ours, Liger-Kernel's (where it has the op) and torch.compile's call of one row's pass
-    ("forward" or "forward+backward"), on fresh inputs; ours checked against eager torch first."""
+    ("forward" or "forward+backward"), on fresh inputs; ours checked against eager torch first.
+    Ours alone where not ``peers``."""
     torch_dtype = DTYPES[dtype]
     item = torch.finfo(torch_dtype).bits // 8
     grad = which != "forward"
@@ -379,11 +394,10 @@ def pass_calls(op: Op, liger: Any, dtype: str, rows: int, cols: int, which: str)
         for _ in range(sets)
     ]
     liger_fn = liger.get(op.name) if liger else None
-    functions = {
-        "ours": op.ours,
-        "liger": liger_fn,
-        "compiled": torch.compile(op.eager, dynamic=False),
-    }
+    functions: dict[str, Callable[..., Any] | None] = {"ours": op.ours}
+    if peers:
+        functions["liger"] = liger_fn
+        functions["compiled"] = torch.compile(op.eager, dynamic=False)
     implementations: dict[str, Callable[[int], object]] = {}
     if grad:
         outs = _tensors(op.eager(*inputs[0]))
@@ -738,9 +752,301 @@ def render(
     return "\n".join(lines) + "\n"
 
 
+# ---- --forms: each kernel form against the host's next choice -------------------------------
+
+# (kernel, grid, block, blocks an SM) of one launch, as the host makes it
+Launch = tuple[str, Any, Any, int]
+
+
+def _norm_backward_launches(
+    rows: int, cols: int, dtype: str, device: mlp_geometry.DeviceFacts
+) -> list[Launch]:
+    """The launches of the norms' backward (torch_impl._norm_backward) on aligned tensors."""
+    threads = mlp_geometry.short_backward_threads(rows, cols, dtype, device.multiprocessors)
+    if threads:
+        name = mlp_geometry.short_backward_kernel(threads, cols, dtype)
+        launches: list[Launch] = [(name, rows, threads, 0)]
+        if rows > 1 and mlp_geometry.sums_from_inputs(dtype):
+            name, grid, block = mlp_geometry.weight_grad_inputs_launch(rows, cols, dtype, 16)
+            launches.append((name, grid, block, 0))
+        elif rows > 1:
+            grid, block = mlp_geometry.weight_grad_geometry(cols, rows)
+            launches.append(
+                (mlp_geometry.kernel_name("rms_norm_weight_grad", dtype), grid, block, 0)
+            )
+        return launches
+    grid, threads = mlp_geometry.backward_row_geometry(rows, cols, dtype, device)
+    sum_grid, sum_block = mlp_geometry.weight_grad_geometry(cols, grid)
+    return [
+        (mlp_geometry.kernel_name("rms_norm_backward", dtype), grid, threads, 0),
+        (mlp_geometry.kernel_name("rms_norm_weight_grad", dtype), sum_grid, sum_block, 0),
+    ]
+
+
+def pass_launches(
+    op: str, dtype: str, rows: int, cols: int, backward: bool, device: mlp_geometry.DeviceFacts
+) -> tuple[Launch, ...]:
+    """The launches the host makes for one row's pass of ``op`` (a benchmark op: rows x cols of
+    its output) on 16-byte aligned tensors on ``device``, from the geometry alone: the forward's
+    plan, then (``backward``) the backward's kernels. What tells the rows on which a form is
+    picked (:func:`forms_picked`); the timing runs the ops themselves."""
+    shape = (rows, 2 * cols) if op == "silu_and_mul" else (rows, cols)
+    entry = MLP_TABLE[op]
+    assert entry.plan is not None
+    plan = entry.plan(entry.kernel_family, shape, dtype, device)
+    assert plan is not None
+    launches: list[Launch] = [(plan.name, plan.grid, plan.block, plan.blocks_per_sm)]
+    if not backward:
+        return tuple(launches)
+    sms = device.multiprocessors
+    if op == "swiglu":
+        e = mlp_geometry.swiglu_launch("swiglu_backward", rows * cols, dtype, sms)
+        launches.append((e.name, e.grid, e.block, 0))
+    elif op == "silu_and_mul":
+        e = mlp_geometry.silu_and_mul_launch("silu_and_mul_backward", rows, cols, dtype, sms)
+        launches.append((e.name, e.grid, e.block, 0))
+    else:
+        launches += _norm_backward_launches(rows, cols, dtype, device)
+    return tuple(launches)
+
+
+def forms_picked(
+    op: str, dtype: str, rows: int, cols: int, backward: bool, device: mlp_geometry.DeviceFacts
+) -> list[str]:
+    """The forms of forms.FORMS the host picks on this row: those whose retirement changes
+    its launches."""
+    picked = pass_launches(op, dtype, rows, cols, backward, device)
+    found = []
+    for form in mlp_forms.FORMS:
+        with mlp_forms.retired(form):
+            if pass_launches(op, dtype, rows, cols, backward, device) != picked:
+                found.append(form)
+    return found
+
+
+@dataclass(frozen=True)
+class FormCase:
+    """One form on one row of the table: the launches with it and with the host's next choice."""
+
+    form: str
+    op: str
+    dtype: str
+    rows: int
+    cols: int
+    passes: str
+    kept: tuple[Launch, ...]
+    retired: tuple[Launch, ...]
+
+
+def form_cases(
+    device: mlp_geometry.DeviceFacts, ops: list[Op], dtypes: list[str]
+) -> list[FormCase]:
+    """Every (form, row) of the table where the host picks the form, in rounds: each form's
+    first row, then each one's second, ..., so that a budget cut short leaves every form its
+    first rows."""
+    by_form: dict[str, list[FormCase]] = {form: [] for form in mlp_forms.FORMS}
+    for dtype in dtypes:
+        for op in ops:
+            for rows, cols in op.sizes:
+                for passes in ["forward"] + (["forward+backward"] if op.backward_bytes else []):
+                    backward = passes != "forward"
+                    kept = pass_launches(op.name, dtype, rows, cols, backward, device)
+                    for form in forms_picked(op.name, dtype, rows, cols, backward, device):
+                        with mlp_forms.retired(form):
+                            other = pass_launches(op.name, dtype, rows, cols, backward, device)
+                        by_form[form].append(
+                            FormCase(form, op.name, dtype, rows, cols, passes, kept, other)
+                        )
+    rounds = max((len(cases) for cases in by_form.values()), default=0)
+    return [cases[i] for i in range(rounds) for cases in by_form.values() if i < len(cases)]
+
+
+def _forget_plans() -> None:
+    """Empties the hot path's prepared entries, made under whichever forms were offered."""
+    for memo in mlp_hot.PREPARED.values():
+        memo.clear()
+
+
+def with_forms(retire: tuple[str, ...], call: Callable[[int], object]) -> Callable[[int], object]:
+    """``call`` with ``retire`` retired (none: as the host picks), its plans made afresh each
+    call, so that both sides of a case pay the same host cost and neither sees the other's."""
+
+    def run(i: int) -> object:
+        with mlp_forms.retired(*retire):
+            _forget_plans()
+            result = call(i)
+        _forget_plans()
+        return result
+
+    return run
+
+
+@dataclass(frozen=True)
+class FormTiming:
+    case: FormCase
+    kept: Timing
+    retired: Timing
+
+    @property
+    def gain(self) -> float:
+        """How much longer the host's next choice takes: its median over the form's, less 1."""
+        return self.retired.median_us / self.kept.median_us - 1
+
+
+def measure_form(case: FormCase, batches: int) -> FormTiming:
+    """The case's pass with its form and with the form retired, each checked against eager torch
+    first, then timed interleaved."""
+    op = next(o for o in OP_LIST if o.name == case.op)
+    calls: dict[str, Callable[[int], object]] = {}
+    sets = 1
+    backward = case.passes != "forward"
+    for side, retire in (("kept", ()), ("retired", (case.form,))):
+        with mlp_forms.retired(*retire):
+            _forget_plans()
+            prepared = pass_calls(
+                op, None, case.dtype, case.rows, case.cols, case.passes, peers=False
+            )
+        _forget_plans()
+        calls[side] = with_forms(retire, prepared.calls["ours"])
+        sets = prepared.sets
+    with torch.enable_grad() if backward else torch.no_grad():
+        times = gpu_times_us(calls, sets, batches)
+    return FormTiming(case, times["kept"], times["retired"])
+
+
+def _differing(case: FormCase) -> tuple[str, str]:
+    """The launches of the case that the form's retirement changes, with it and without."""
+    pairs = [(a, b) for a, b in zip(case.kept, case.retired, strict=False) if a != b]
+    extra_kept, extra_retired = case.kept[len(case.retired) :], case.retired[len(case.kept) :]
+    kept = tuple(a for a, _ in pairs) + extra_kept
+    retired = tuple(b for _, b in pairs) + extra_retired
+
+    def describe(launches: tuple[Launch, ...]) -> str:
+        return "; ".join(
+            f"{name.removeprefix('mlp::')} {grid}x{block}" + (f" {blocks}/SM" if blocks else "")
+            for name, grid, block, blocks in launches
+        )
+
+    return describe(kept), describe(retired)
+
+
+def form_verdicts(timings: list[FormTiming]) -> dict[str, float | None]:
+    """Each form's best gain over its measured rows (None: picked on no measured row)."""
+    best: dict[str, float | None] = dict.fromkeys(mlp_forms.FORMS)
+    for timing in timings:
+        current = best[timing.case.form]
+        best[timing.case.form] = timing.gain if current is None else max(current, timing.gain)
+    return best
+
+
+def render_forms(
+    timings: list[FormTiming],
+    cases: list[FormCase],
+    left_out: list[FormCase],
+    failed: list[str],
+    machine_line: str,
+) -> str:
+    """docs/bench-mlp-forms.md: each form's verdict, then its rows, the cases left out for the
+    budget and those whose check against eager torch failed (``failed``, a line each);
+    ``machine_line``: the machine, as :func:`machine` says it."""
+    best = form_verdicts(timings)
+    picked = {case.form for case in cases}
+    lines = [
+        "# kernelpack's MLP kernel forms against the host's next choice",
+        "",
+        f"Command: `{' '.join(['python', 'bench/bench_mlp.py', *sys.argv[1:]])}`  ",
+        f"Machine: {machine_line}  ",
+        f"Date: {datetime.date.today().isoformat()}",
+        "",
+        "For each form the host can pick (kernelpack.ops.mlp.forms.FORMS) and each row of",
+        "docs/bench-mlp.md's table on which it picks it: the row's pass through",
+        "torch.ops.kernelpack with the form, and with the form retired (forms.retired: what",
+        "the host would launch if the form did not exist), GPU µs per call timed as the main",
+        "table's, a batch of each a round; gain = without / with - 1, rounds = those in which the",
+        f"form was at least as fast. A form earns its place with a gain of {KEEP_GAIN:.0%} or more",
+        "on some row; retiring one is the small edit forms.FORMS's comment names.",
+        "",
+        "## Verdicts",
+        "",
+        "| form | what it is; else | best gain | verdict |",
+        "| --- | --- | ---: | --- |",
+    ]
+    for form, what in mlp_forms.FORMS.items():
+        gain = best[form]
+        if gain is None:
+            verdict = "not measured (budget)" if form in picked else "picked on no row of the table"
+            cell = "-"
+        else:
+            verdict = "keep" if gain >= KEEP_GAIN else "retire"
+            cell = f"{gain:+.1%}"
+        lines.append(f"| {form} | {what} | {cell} | {verdict} |")
+    lines += [
+        "",
+        "## Rows",
+        "",
+        "| form | op | dtype | rows x cols | pass | launches with it | without | µs with | "
+        "µs without | gain | rounds |",
+        "| --- | --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for t in sorted(timings, key=lambda t: list(mlp_forms.FORMS).index(t.case.form)):
+        c = t.case
+        kept, retired = _differing(c)
+        rounds = rounds_at_least_as_fast(t.kept, t.retired)
+        lines.append(
+            f"| {c.form} | {c.op} | {c.dtype} | {c.rows}x{c.cols} | {c.passes} | {kept} | "
+            f"{retired} | {t.kept.median_us:.2f} | {t.retired.median_us:.2f} | {t.gain:+.1%} | "
+            f"{rounds}/{len(t.kept.batches_us)} |"
+        )
+    if failed:
+        lines += ["", "## Not timed: kernelpack disagreed with eager torch", ""]
+        lines += [f"- {line}" for line in failed]
+    if left_out:
+        lines += [
+            "",
+            "Not measured (time budget): "
+            + ", ".join(
+                f"{c.form} on {c.op} {c.dtype} {c.rows}x{c.cols} {c.passes}" for c in left_out
+            ),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def run_forms(args: argparse.Namespace, began: float) -> None:
+    """--forms: every (form, row) case in turn until the budget, then the table."""
+    device = mlp_launch.device_facts("cuda:0")
+    ops = [op for op in OP_LIST if op.name in args.ops.split(",")]
+    cases = form_cases(device, ops, args.dtypes.split(","))
+    print(f"{len(cases)} (form, row) cases on {device.target}", flush=True)
+    timings: list[FormTiming] = []
+    left_out: list[FormCase] = []
+    failed: list[str] = []
+    for case in cases:
+        if time.monotonic() - began > args.budget:
+            left_out.append(case)
+            continue
+        try:
+            timing = measure_form(case, args.batches)
+        except SystemExit as error:  # pass_calls' check, which ends the main table's run
+            failed.append(f"{case.form}: {error}")
+            print(f"{case.form}: {error}", flush=True)
+            continue
+        timings.append(timing)
+        print(
+            f"{case.form:18s} {case.op:18s} {case.dtype:8s} {case.rows:5d}x{case.cols:<5d} "
+            f"{case.passes:16s} with {timing.kept.median_us:9.2f} without "
+            f"{timing.retired.median_us:9.2f} µs {timing.gain:+.1%}",
+            flush=True,
+        )
+    output = args.output or FORMS_OUTPUT
+    atomic_write(output, render_forms(timings, cases, left_out, failed, machine()))
+    print(f"wrote {output} ({time.monotonic() - began:.0f} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument(
+        "--output", type=Path, help=f"default {DEFAULT_OUTPUT}; with --forms {FORMS_OUTPUT}"
+    )
     parser.add_argument("--batches", type=int, default=9, help="timed batches per measurement")
     parser.add_argument(
         "--ops", default=",".join(op.name for op in OP_LIST), help="comma-separated ops to time"
@@ -758,6 +1064,11 @@ def main() -> None:
         "--sizes", default="", help="comma-separated ROWSxCOLS to time (default: every op's own)"
     )
     parser.add_argument("--host-only", action="store_true", help="only the host cost per call")
+    parser.add_argument(
+        "--forms",
+        action="store_true",
+        help="time each kernel form against the host's next choice instead (bench-mlp-forms.md)",
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_mlp: torch sees no CUDA device")
@@ -767,6 +1078,9 @@ def main() -> None:
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, value)
     torch._dynamo.config.automatic_dynamic_shapes = False
+    if args.forms:
+        run_forms(args, began)
+        return
     liger = liger_functions()
 
     copy_gbps = copy_bandwidth(args.batches)
@@ -794,8 +1108,9 @@ def main() -> None:
                         flush=True,
                     )
                 torch._dynamo.reset()  # keeps compile's guard lists short
-    atomic_write(args.output, render(rows, copy_gbps, host, left_out))
-    print(f"wrote {args.output} ({time.monotonic() - began:.0f} s)")
+    output = args.output or DEFAULT_OUTPUT
+    atomic_write(output, render(rows, copy_gbps, host, left_out))
+    print(f"wrote {output} ({time.monotonic() - began:.0f} s)")
 
 
 if __name__ == "__main__":

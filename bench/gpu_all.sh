@@ -13,6 +13,10 @@
 #      (KERNELPACK_GPU_LOADER=0 leaves it out);
 #   5. with KERNELPACK_GPU_BENCH=1, the MLP and walk benchmarks, which rewrite docs/bench-*.md
 #      (and on 2+ GPUs the sweep's scaling, bench/bench_sweep.py);
+#   5b. with KERNELPACK_GPU_FORMS=1, the MLP kernel forms each against the host's next choice
+#      (bench/bench_mlp.py --forms, at most 300 s of timing) into docs/bench-mlp-forms.md, copied
+#      to $OUT. Alone: KERNELPACK_GPU_TESTS=0 KERNELPACK_GPU_HIP=0 KERNELPACK_GPU_SANITIZE=0
+#      KERNELPACK_GPU_LOADER=0 KERNELPACK_GPU_FORMS=1
 #   6. with KERNELPACK_GPU_WALK=1, a search on one GPU (bench/bench_search.py, about 60 s: the
 #      sweep's rate with exact verification against the screen alone, first calls at new sizes)
 #      into walk-search.json, and the walk's residue kernels under Nsight Compute
@@ -138,6 +142,12 @@ if [ "${KERNELPACK_GPU_BENCH:-0}" = 1 ]; then
     timeout 300 python3 bench/bench_sweep.py --gpus "$(nvidia-smi -L | wc -l)" > "$OUT/bench-sweep.log" 2>&1
     note "bench sweep rc=$? ($(elapsed) s): $(tail -1 "$OUT/bench-sweep.log")"
   fi
+fi
+if [ "${KERNELPACK_GPU_FORMS:-0}" = 1 ]; then
+  timeout 360 python3 bench/bench_mlp.py --forms --budget 300 --output docs/bench-mlp-forms.md \
+    > "$OUT/bench-mlp-forms.log" 2>&1
+  note "bench mlp forms rc=$? ($(elapsed) s): $(tail -1 "$OUT/bench-mlp-forms.log")"
+  cp docs/bench-mlp-forms.md "$OUT/" 2>/dev/null
 fi
 if [ "${KERNELPACK_GPU_WALK:-0}" = 1 ]; then
   timeout 150 python3 bench/bench_search.py --shards 40 --verifiers 8 \

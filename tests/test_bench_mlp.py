@@ -1,5 +1,6 @@
 """bench/bench_mlp.py's verdict on a row: which peer ours trails, and whether by more than the
-run's spread. The GPU timing itself runs on the lent GPU only (`nox -s gpu`)."""
+run's spread; and its --forms mode's choice of rows and next forms, and its verdicts. The GPU
+timing itself runs on the lent GPU only (`nox -s gpu`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,24 @@ import pytest
 
 pytest.importorskip("torch")
 
-from bench.bench_mlp import Row, Timing, gaps, rounds_settling_behind
+from bench.bench_mlp import (
+    OP_LIST,
+    FormCase,
+    FormTiming,
+    Row,
+    Timing,
+    form_cases,
+    form_verdicts,
+    forms_picked,
+    gaps,
+    pass_launches,
+    render_forms,
+    rounds_settling_behind,
+)
+from kernelpack.ops.mlp import forms as mlp_forms
+from kernelpack.ops.mlp import geometry as mlp_geometry
+
+H200 = mlp_geometry.DeviceFacts("sm_90", 132)
 
 
 @pytest.mark.parametrize(
@@ -89,3 +107,162 @@ def test_profile_mlp_names_a_bad_row_in_one_line(what: str, spec: str, message: 
     assert "Traceback" not in ran.stderr
     assert f"{what} row {spec!r}: " in ran.stderr
     assert message in ran.stderr
+
+
+# ---- --forms: which rows pick each form, and what the host takes with it retired -------------
+
+# form -> a row of the benchmark's table that picks it on an H200 (op, dtype, rows, cols,
+# forward+backward), the kernel of the launch it changes there, and the host's next choice with
+# the form retired, by hand from docs/mlp-tuning.md and mlp.cu (a form added to FORMS without a
+# row here fails test_each_form_has_a_row_that_picks_it)
+FORM_ROWS = {
+    "fixed": (
+        ("rms_norm", "bfloat16", 4096, 8192, False),
+        "rms_norm_fixed_full<__nv_bfloat16, 8192>",
+        "rms_norm<__nv_bfloat16>",
+    ),
+    "fixed_streaming": (
+        ("rms_norm", "bfloat16", 1, 4096, False),
+        "rms_norm_fixed<__nv_bfloat16, 4096>",
+        "rms_norm_fixed_full<__nv_bfloat16, 4096>",
+    ),
+    "fixed_reread": (
+        ("rms_norm", "float32", 16384, 8192, False),
+        "rms_norm_fixed_reread<float, 8192>",
+        "rms_norm_fixed_full<float, 8192>",
+    ),
+    "fixed_cap": (
+        ("add_rms_norm", "float16", 4096, 8192, False),
+        "add_rms_norm_fixed_full<__half, 8192> 2/SM",
+        "add_rms_norm_fixed_full<__half, 8192>",
+    ),
+    "short_rows": (
+        ("rms_norm", "bfloat16", 1, 2048, False),
+        "rms_norm_short<__nv_bfloat16>",
+        "rms_norm<__nv_bfloat16>",
+    ),
+    "exact": (
+        ("swiglu", "bfloat16", 1, 11008, False),
+        "swiglu_exact<__nv_bfloat16, 8>",
+        "swiglu<__nv_bfloat16>",
+    ),
+    "exact_streaming": (
+        ("swiglu", "bfloat16", 64, 11008, False),
+        "swiglu_exact_streaming<__nv_bfloat16>",
+        "swiglu_whole<__nv_bfloat16>",
+    ),
+    "whole": (
+        ("swiglu", "bfloat16", 4096, 14336, False),
+        "swiglu_whole<__nv_bfloat16>",
+        "swiglu_exact<__nv_bfloat16, 16>",
+    ),
+    "one_row": (
+        ("silu_and_mul", "bfloat16", 1, 11008, False),
+        "silu_and_mul_one_row<__nv_bfloat16>",
+        "silu_and_mul_exact<__nv_bfloat16, 8>",
+    ),
+    "narrow": (
+        ("swiglu", "float32", 1, 11008, False),
+        "swiglu_exact<float, 8> grid 43",
+        "swiglu_exact_streaming<float> grid 22",
+    ),
+    "short_backward": (
+        ("rms_norm", "bfloat16", 1, 4096, True),
+        "rms_norm_backward_fixed<__nv_bfloat16, 4096>",
+        "rms_norm_backward<__nv_bfloat16>",
+    ),
+    "fixed_backward": (
+        ("rms_norm", "bfloat16", 1, 4096, True),
+        "rms_norm_backward_fixed<__nv_bfloat16, 4096>",
+        "rms_norm_backward_short<__nv_bfloat16>",
+    ),
+    "weight_grad_pairs": (
+        ("add_rms_norm", "float16", 64, 4096, True),
+        "rms_norm_weight_grad_input_pairs<__half>",
+        "rms_norm_weight_grad_inputs<__half>",
+    ),
+}
+
+
+def _described(launch: tuple[str, object, object, int], grid: bool) -> str:
+    name, launch_grid, _block, blocks = launch
+    text = name.removeprefix("mlp::") + (f" {blocks}/SM" if blocks else "")
+    return text + (f" grid {launch_grid}" if grid else "")
+
+
+def test_each_form_has_a_row_that_picks_it() -> None:
+    assert sorted(FORM_ROWS) == sorted(mlp_forms.FORMS)
+
+
+@pytest.mark.parametrize("form", list(FORM_ROWS))
+def test_retiring_a_form_gives_the_hosts_next_choice(form: str) -> None:
+    (op, dtype, rows, cols, backward), kept, retired = FORM_ROWS[form]
+    picked = pass_launches(op, dtype, rows, cols, backward, H200)
+    assert form in forms_picked(op, dtype, rows, cols, backward, H200)
+    with mlp_forms.retired(form):
+        other = pass_launches(op, dtype, rows, cols, backward, H200)
+    grid = form == "narrow"
+    assert kept in [_described(launch, grid) for launch in picked]
+    assert retired in [_described(launch, grid) for launch in other]
+    # outside, the host's choice again
+    assert pass_launches(op, dtype, rows, cols, backward, H200) == picked
+
+
+def test_a_row_picks_only_the_forms_whose_retirement_changes_it() -> None:
+    # 1 x 4096 bfloat16 RMSNorm, forward and backward: the few-row fixed form (exact, streaming)
+    # and the fixed short backward; no elementwise form, no cap (one row), no reread (bfloat16)
+    picked = forms_picked("rms_norm", "bfloat16", 1, 4096, True, H200)
+    assert picked == ["fixed", "fixed_streaming", "short_backward", "fixed_backward"]
+
+
+def test_retired_refuses_an_unknown_form_and_restores_on_exit() -> None:
+    unknown = r"unknown kernel forms \['wide'\]; known: fixed, "
+    with pytest.raises(ValueError, match=unknown), mlp_forms.retired("wide"):
+        pass
+    with mlp_forms.retired("fixed"):
+        with mlp_forms.retired("exact"):
+            assert not mlp_forms.offered("fixed") and not mlp_forms.offered("exact")
+        assert mlp_forms.offered("exact") and not mlp_forms.offered("fixed")
+    assert all(mlp_forms.offered(form) for form in mlp_forms.FORMS)
+
+
+def test_the_cases_give_every_form_its_first_row_first() -> None:
+    cases = form_cases(H200, OP_LIST, ["bfloat16", "float16", "float32"])
+    picked = {case.form for case in cases}
+    # every form but the short-row norms (the table's norms are all of FIXED_COLUMNS)
+    assert picked == set(mlp_forms.FORMS) - {"short_rows"}
+    assert len({case.form for case in cases[: len(picked)]}) == len(picked)
+    for case in cases:
+        assert case.kept != case.retired, case
+
+
+def _form_timing(form: str, kept: float, retired: float) -> FormTiming:
+    (op, dtype, rows, cols, backward), _, _ = FORM_ROWS[form]
+    passes = "forward+backward" if backward else "forward"
+    launches = pass_launches(op, dtype, rows, cols, backward, H200)
+    with mlp_forms.retired(form):
+        other = pass_launches(op, dtype, rows, cols, backward, H200)
+    case = FormCase(form, op, dtype, rows, cols, passes, launches, other)
+    return FormTiming(case, Timing((kept,) * 9, True), Timing((retired,) * 9, True))
+
+
+def test_the_forms_table_keeps_a_form_at_3_percent_and_retires_one_below() -> None:
+    timings = [
+        _form_timing("whole", 10.0, 10.31),  # +3.1%: kept
+        _form_timing("one_row", 2.0, 2.04),  # +2.0%: retired
+        _form_timing("fixed_cap", 5.0, 4.9),  # slower with it: retired
+    ]
+    verdicts = form_verdicts(timings)
+    assert verdicts["whole"] == pytest.approx(0.031)
+    assert verdicts["fixed"] is None
+    failed = ["fixed_cap: add_rms_norm float16 4096x8192: kernelpack disagrees with torch"]
+    text = render_forms(timings, [t.case for t in timings], [], failed, "an H200")
+    assert "| whole | " in text and "| +3.1% | keep |" in text
+    assert "| one_row | " in text and "| +2.0% | retire |" in text
+    assert "| -2.0% | retire |" in text
+    assert "| fixed | " in text and "| - | picked on no row of the table |" in text
+    assert (
+        "| whole | swiglu | bfloat16 | 4096x14336 | forward | swiglu_whole<__nv_bfloat16> "
+        "57344x128 | swiglu_exact<__nv_bfloat16, 16> 57344x128 | 10.00 | 10.31 | +3.1% | 9/9 |"
+    ) in text
+    assert "\n- fixed_cap: add_rms_norm float16 4096x8192: kernelpack disagrees" in text

@@ -537,7 +537,9 @@ def norm_backward(
             "emulator", dtype, arrays, scratch, rows, cols, threads, 0
         )
         return
-    blocks = mlp_geometry.backward_row_geometry(rows, cols, dtype, SMS)[0]
+    blocks = mlp_geometry.backward_row_geometry(
+        rows, cols, dtype, mlp_launch.device_facts("emulator")
+    )[0]
     partial = poisoned(emu, (max(blocks, 1), cols), np.float32)
     mlp_launch.launch_rms_norm_backward(
         "emulator", dtype, arrays, grad_x_copy, partial, rows, cols, 0

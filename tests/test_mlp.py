@@ -1439,12 +1439,29 @@ def test_the_grids_that_want_a_block_a_multiprocessor_follow_the_devices_count(
     # one block short of that: 8-byte vectors of 4, twice the blocks
     assert mlp_geometry.swiglu_geometry((sms - 1) * 1024, "bfloat16", sms) == (2 * sms - 2, 128)
     # rows of 8192 bfloat16 take 256 threads, as many blocks as 512 threads a multiprocessor hold
-    assert mlp_geometry.backward_row_geometry(16384, 8192, "bfloat16", sms) == (2 * sms, 256)
+    assert mlp_geometry.backward_row_geometry(16384, 8192, "bfloat16", device) == (2 * sms, 256)
 
 
-def test_a_target_without_a_tuning_row_takes_the_untuned_family() -> None:
-    assert mlp_tuning.family("gfx942") is mlp_tuning.UNTUNED
+def test_a_target_without_a_tuning_row_takes_its_vendors_family() -> None:
+    assert mlp_tuning.family("sm_120") is mlp_tuning.UNTUNED
+    assert mlp_tuning.family("gfx942") is mlp_tuning.AMD
+    assert mlp_tuning.family("gfx9-generic") is mlp_tuning.AMD
     assert mlp_tuning.family("sm_90").fixed_blocks_per_sm
+
+
+@pytest.mark.parametrize(
+    ("target", "threads", "grid"),
+    # float32 rows of 8192 are 2048 vectors, 4 a thread: 512 threads, one block of them a
+    # multiprocessor's 512 resident threads; AMD's bound (mlp.cu kBackwardBlockThreads) halves
+    # the block, so two a multiprocessor, 8 vectors a thread (4 of them read again in pass 2)
+    [("sm_90", 512, 132), ("sm_120", 512, 132), ("gfx942", 256, 264), ("gfx9-generic", 256, 264)],
+)
+def test_the_backward_block_stays_within_the_familys_bound(
+    target: str, threads: int, grid: int
+) -> None:
+    device = mlp_geometry.DeviceFacts(target, 132)
+    assert mlp_geometry.backward_row_geometry(16384, 8192, "float32", device) == (grid, threads)
+    assert mlp_geometry.backward_row_geometry(16384, 4096, "bfloat16", device)[1] == 128
 
 
 @pytest.mark.gpu

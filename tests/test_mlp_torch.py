@@ -352,7 +352,7 @@ def test_rms_norm_backward(
     x_buffer, grad_x = poisoned((rows, cols), x.dtype, offset)
     copy_buffer, grad_copy = poisoned((rows, cols), x.dtype, offset)
     weight_buffer, grad_weight = poisoned((cols,), x.dtype, offset)
-    blocks = mlp_geometry.backward_row_geometry(rows, cols, dtype, SMS)[0]
+    blocks = mlp_geometry.backward_row_geometry(rows, cols, dtype, H200)[0]
     partial = torch.full((blocks, cols), math.nan, device="cuda")
     row_scales = ref_row_scales(x, EPS)
     arrays = mlp_launch.NormGrads(

@@ -705,6 +705,33 @@ __device__ __forceinline__ void rms_norm_row(const T* x, const T* residual, T* r
   }
 }
 
+// The rows of a block-strided grid through one access, chunks of Access::kWidth elements. A loop
+// of its own for each access (the test of alignment outside it): with both accesses inside one
+// row loop, the 64-register bound (kRowNormMinBlocks) spilled bfloat16 on sm_80 and sm_90 and
+// every type on sm_120, where each access alone fits.
+template <typename Access, bool kAddResidual, typename T>
+__device__ __forceinline__ void rms_norm_rows(const T* x, const T* residual, T* residual_out,
+                                              const T* weight, T* out, float* row_scales,
+                                              long long rows, long long cols, float eps,
+                                              float* slots) {
+  const long long step = static_cast<long long>(gridDim.x) * blockDim.y;
+  // The loop bound is the block's first row, the same for all its threads, so the whole block
+  // meets every barrier of the reduction even where its last rows lie past the end.
+  for (long long first = static_cast<long long>(blockIdx.x) * blockDim.y; first < rows;
+       first += step) {
+    const long long row = first + threadIdx.y;
+    const bool here = row < rows;
+    const long long offset = here ? row * cols : 0;
+    const T* residual_row = kAddResidual ? residual + offset : nullptr;
+    T* residual_out_row = kAddResidual ? residual_out + offset : nullptr;
+    float* block_scales = row_scales != nullptr ? row_scales + first : nullptr;
+    rms_norm_row<Access, kAddResidual>(x + offset, residual_row, residual_out_row, weight,
+                                       out + offset,
+                                       here ? static_cast<int>(cols / Access::kWidth) : 0, cols,
+                                       eps, slots, block_scales);
+  }
+}
+
 // row_scales: null, or float32 [rows], where thread 0 of each row stores the row's scale (for the
 // backward, which then needs one sum a row instead of two).
 template <bool kAddResidual, typename T>
@@ -717,27 +744,12 @@ __device__ __forceinline__ void rms_norm(const T* x, const T* residual, T* resid
       vector_aligned(x) && vector_aligned(weight) && vector_aligned(out) &&
       (!kAddResidual || (vector_aligned(residual) && vector_aligned(residual_out))) &&
       cols % kWidth == 0;
-  const long long step = static_cast<long long>(gridDim.x) * blockDim.y;
-  // The loop bound is the block's first row, the same for all its threads, so the whole block
-  // meets every barrier of the reduction even where its last rows lie past the end.
-  for (long long first = static_cast<long long>(blockIdx.x) * blockDim.y; first < rows;
-       first += step) {
-    const long long row = first + threadIdx.y;
-    const bool here = row < rows;
-    const long long offset = here ? row * cols : 0;
-    const T* residual_row = kAddResidual ? residual + offset : nullptr;
-    T* residual_out_row = kAddResidual ? residual_out + offset : nullptr;
-    float* block_scales = row_scales != nullptr ? row_scales + first : nullptr;
-    if (vectors) {
-      rms_norm_row<VectorAccess<T>, kAddResidual>(
-          x + offset, residual_row, residual_out_row, weight, out + offset,
-          here ? static_cast<int>(cols / kWidth) : 0, cols, eps, slots, block_scales);
-    } else {
-      rms_norm_row<ScalarAccess<T>, kAddResidual>(x + offset, residual_row, residual_out_row,
-                                                  weight, out + offset,
-                                                  here ? static_cast<int>(cols) : 0, cols, eps,
-                                                  slots, block_scales);
-    }
+  if (vectors) {
+    rms_norm_rows<VectorAccess<T>, kAddResidual>(x, residual, residual_out, weight, out,
+                                                 row_scales, rows, cols, eps, slots);
+  } else {
+    rms_norm_rows<ScalarAccess<T>, kAddResidual>(x, residual, residual_out, weight, out,
+                                                 row_scales, rows, cols, eps, slots);
   }
 }
 
@@ -1325,6 +1337,15 @@ __device__ __forceinline__ void silu_and_mul_backward_exact(const T* x, const T*
 // flight (add_rms_norm's backward is up to a fifth faster loaded early, at most 124 registers on
 // sm_90, no spill).
 constexpr int kBackwardCachedChunks = 4;
+// The backward kernel's block bound: kRowBlockThreads on NVIDIA; 256 on AMD, where a 512-thread
+// block leaves a wave of gfx9 (256 VGPRs a lane a SIMD) 128 of them, fewer than the 16-bit rows'
+// cached chunks and sums keep live (gfx9-generic spilled to scratch). The host's block for it
+// never exceeds this (kernelpack.ops.mlp.tuning's AMD family, backward_threads_max).
+#if defined(__HIP_PLATFORM_AMD__)
+constexpr int kBackwardBlockThreads = 256;
+#else
+constexpr int kBackwardBlockThreads = kRowBlockThreads;
+#endif
 
 // Pass 1 of one chunk of a row: adds its share of the row's sum, sum(dy * w * x).
 template <typename Access, typename T>
@@ -1345,14 +1366,14 @@ __device__ __forceinline__ void backward_sum(typename Access::Raw values,
 }
 
 // One chunk's pass 2 from registers: its input gradient (plus the chunk of grad_extra with
-// kExtra) in `grad_x`, and its weight-gradient shares, dy * x * scale.
+// kExtra, where `given`) in `grad_x`, and its weight-gradient shares, dy * x * scale.
 template <typename Access, bool kExtra>
 __device__ __forceinline__ void gradient_chunk(typename Access::Raw values,
                                                typename Access::Raw grads,
                                                typename Access::Raw weights,
                                                typename Access::Raw extras, float scale,
                                                float correction, float (&shares)[Access::kWidth],
-                                               typename Access::Raw& grad_x) {
+                                               typename Access::Raw& grad_x, bool given = true) {
   constexpr int kWidth = Access::kWidth;
   float v[kWidth];
   float g[kWidth];
@@ -1362,13 +1383,15 @@ __device__ __forceinline__ void gradient_chunk(typename Access::Raw values,
   Access::unpack(grads, g);
   Access::unpack(weights, w);
   if constexpr (kExtra) {
-    Access::unpack(extras, e);
+    if (given) {
+      Access::unpack(extras, e);
+    }
   }
 #pragma unroll
   for (int k = 0; k < kWidth; ++k) {
     shares[k] = g[k] * v[k] * scale;
     const float d = scale * w[k] * g[k] - v[k] * correction;
-    v[k] = kExtra ? d + e[k] : d;
+    v[k] = kExtra && given ? d + e[k] : d;
   }
   grad_x = Access::pack(v);
 }
@@ -1391,19 +1414,24 @@ template <typename Access, bool kExtra, typename T>
 __device__ __forceinline__ void backward_chunk(const T* x_row, const T* grad_row, const T* weight,
                                                const T* grad_extra_row, T* grad_x_row,
                                                T* grad_x_copy_row, int i, float scale,
-                                               float correction,
-                                               float (&shares)[Access::kWidth]) {
+                                               float correction, float (&shares)[Access::kWidth],
+                                               bool given = true) {
   typename Access::Raw extra{};
   if constexpr (kExtra) {
-    extra = Access::load(grad_extra_row, i);
+    if (given) {
+      extra = Access::load(grad_extra_row, i);
+    }
   }
   typename Access::Raw out;
   gradient_chunk<Access, kExtra>(Access::load(x_row, i), Access::load(grad_row, i),
-                                 Access::load(weight, i), extra, scale, correction, shares, out);
+                                 Access::load(weight, i), extra, scale, correction, shares, out,
+                                 given);
   store_gradient<Access>(grad_x_row, grad_x_copy_row, i, out);
 }
 
-template <typename Access, bool kExtra, typename T>
+// kExtra: grad_extra is added; with kTested only where it is not null, a test at run time (AMD's
+// one form for both, rms_norm_backward says why).
+template <typename Access, bool kExtra, bool kTested = false, typename T>
 __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* row_scales,
                                                        const T* weight, const T* grad,
                                                        const T* grad_extra, T* grad_x,
@@ -1416,6 +1444,7 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* 
   const int stride = static_cast<int>(blockDim.x);
   const int chunks = static_cast<int>(cols / kWidth);
   float* partial_row = partial + static_cast<long long>(blockIdx.x) * cols;
+  const bool given = !kTested || grad_extra != nullptr;
   float sums[kCached][kWidth];
 #pragma unroll
   for (int c = 0; c < kCached; ++c) {
@@ -1430,7 +1459,7 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* 
     const long long offset = row * cols;
     const T* x_row = x + offset;
     const T* grad_row = grad + offset;
-    const T* grad_extra_row = kExtra ? grad_extra + offset : nullptr;
+    const T* grad_extra_row = kExtra && given ? grad_extra + offset : nullptr;
     T* grad_x_row = grad_x + offset;
     T* grad_x_copy_row = grad_x_copy != nullptr ? grad_x_copy + offset : nullptr;
     const float scale = row_scales[row];  // the forward's, loaded beside the row
@@ -1447,7 +1476,9 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* 
         values[c] = Access::load(x_row, i);
         grads[c] = Access::load(grad_row, i);
         if constexpr (kExtra) {
-          extras[c] = Access::load(grad_extra_row, i);
+          if (given) {
+            extras[c] = Access::load(grad_extra_row, i);
+          }
         }
       }
     }
@@ -1475,10 +1506,12 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* 
         Raw out;
         Raw extra{};
         if constexpr (kExtra) {
-          extra = extras[c];
+          if (given) {
+            extra = extras[c];
+          }
         }
         gradient_chunk<Access, kExtra>(values[c], grads[c], Access::load(weight, i), extra,
-                                       scale, correction, contribution, out);
+                                       scale, correction, contribution, out, given);
         store_gradient<Access>(grad_x_row, grad_x_copy_row, i, out);
 #pragma unroll
         for (int k = 0; k < kWidth; ++k) {
@@ -1488,7 +1521,7 @@ __device__ __forceinline__ void rms_norm_backward_rows(const T* x, const float* 
     }
     for (int i = static_cast<int>(threadIdx.x) + kCached * stride; i < chunks; i += stride) {
       backward_chunk<Access, kExtra>(x_row, grad_row, weight, grad_extra_row, grad_x_row,
-                                     grad_x_copy_row, i, scale, correction, contribution);
+                                     grad_x_copy_row, i, scale, correction, contribution, given);
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) {
         float& slot = partial_row[static_cast<long long>(i) * kWidth + k];
@@ -1520,6 +1553,20 @@ __device__ __forceinline__ void rms_norm_backward(const T* x, const float* row_s
   const bool vectors = vector_aligned(x) && vector_aligned(weight) && vector_aligned(grad) &&
                        vector_aligned(grad_extra) && vector_aligned(grad_x) &&
                        vector_aligned(grad_x_copy) && cols % kWidth == 0;
+#if defined(__HIP_PLATFORM_AMD__)
+  // One form an access, grad_extra tested at run time: the four forms in one kernel held more
+  // than the 102 SGPRs of a gfx9 wave (VOP3 there takes no literal, so bfloat16's rounding
+  // constants sit in SGPRs too) and spilled some; two fit with room.
+  if (vectors) {
+    rms_norm_backward_rows<VectorAccess<T>, true, true>(x, row_scales, weight, grad, grad_extra,
+                                                        grad_x, grad_x_copy, partial, rows, cols,
+                                                        slots);
+  } else {
+    rms_norm_backward_rows<ScalarAccess<T>, true, true>(x, row_scales, weight, grad, grad_extra,
+                                                        grad_x, grad_x_copy, partial, rows, cols,
+                                                        slots);
+  }
+#else
   if (vectors) {
     if (grad_extra != nullptr) {
       rms_norm_backward_rows<VectorAccess<T>, true>(x, row_scales, weight, grad, grad_extra,
@@ -1538,6 +1585,7 @@ __device__ __forceinline__ void rms_norm_backward(const T* x, const float* row_s
                                                    grad_x, grad_x_copy, partial, rows, cols,
                                                    slots);
   }
+#endif
 }
 
 // ---- short-row backward ----------------------------------------------------------------------
@@ -2177,7 +2225,7 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
 // row_scales is float32 [rows], the forward's (rms_norm's row_scales); grad_extra and
 // grad_x_copy may be null; partial is float32 [gridDim.x, cols].
 template <typename T>
-__global__ void __launch_bounds__(kRowBlockThreads)
+__global__ void __launch_bounds__(kBackwardBlockThreads)
     rms_norm_backward(const T* x, const float* row_scales, const T* weight, const T* grad,
                       const T* grad_extra, T* grad_x, T* grad_x_copy, float* partial,
                       long long rows, long long cols) {

@@ -44,6 +44,16 @@ constexpr int kWalkMaxBlock = 256;
 // Asking for two resident blocks lets ptxas use up to 128 registers: left to its own target it
 // held walk_residues_m4 to 64 and spilled on sm_80. (On AMD this reads as two waves per SIMD.)
 constexpr int kWalkMinBlocks = 2;
+// walk_float_registers<4, D>'s on AMD: 1, which leaves a wave all the VGPRs of its SIMD. Two
+// waves a SIMD left gfx9's (256 VGPRs a lane) 128, two short of what M = 4 keeps live
+// (gfx9-generic spilled); the other walks and M fit in 128.
+#if defined(__HIP_PLATFORM_AMD__)
+template <int M>
+constexpr int kFloatRegistersMinBlocks = M == 4 ? 1 : kWalkMinBlocks;
+#else
+template <int M>
+constexpr int kFloatRegistersMinBlocks = kWalkMinBlocks;
+#endif
 
 // Operations of the slot code (kernelpack.walk.lower writes these numbers).
 enum Op : unsigned { kAdd = 0, kSub = 1, kMul = 2 };
@@ -722,7 +732,7 @@ __global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
 }
 
 template <int M, int D>
-__global__ void __launch_bounds__(walk::kWalkMaxBlock, walk::kWalkMinBlocks)
+__global__ void __launch_bounds__(walk::kWalkMaxBlock, (walk::kFloatRegistersMinBlocks<M>))
     walk_float_registers(WALK_FLOAT_REGISTERS_PARAMS) {
   walk::walk_float_registers<M, D>(shifts, dirs, n_walks, dim, code, n_setup, table_slot, consts,
                                    n_consts, depth, depth1, depth2, target, est1, est2, delta1,

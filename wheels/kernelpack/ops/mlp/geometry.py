@@ -11,6 +11,7 @@ import math
 from typing import Any, NamedTuple
 
 from ...devices.pointers import pointer_of
+from .forms import offered
 from .tuning import (
     BACKWARD_CACHED_CHUNKS,
     BACKWARD_THREADS_PER_SM,
@@ -89,7 +90,9 @@ def within_streaming_bytes(op: str, outputs: int, dtype: str) -> bool:
     STREAMING_MAX_BYTES: its exact form streams (16-byte vectors, streaming cache hints), where
     past it the plain forms take over (the backwards' in 8-byte vectors). The one test both
     choices read, so that they agree: mlp.cu builds no 16-byte plain backward."""
-    return elementwise_bytes(op, outputs, dtype) <= STREAMING_MAX_BYTES
+    return (
+        offered("exact_streaming") and elementwise_bytes(op, outputs, dtype) <= STREAMING_MAX_BYTES
+    )
 
 
 def swiglu_geometry(
@@ -99,7 +102,7 @@ def swiglu_geometry(
     a thread, or one 8-byte vector where that grid would have fewer blocks than the device has
     multiprocessors (twice the blocks, half the chain of sigmoids a thread)."""
     chunks = -(-n // _vector_width(dtype, widest))
-    if -(-chunks // ELEMENTWISE_BLOCK) < multiprocessors:
+    if -(-chunks // ELEMENTWISE_BLOCK) < multiprocessors and offered("narrow"):
         chunks = -(-n // _vector_width(dtype, NARROW_BYTES))
     return min(-(-chunks // ELEMENTWISE_BLOCK), _grid_cap(ELEMENTWISE_BLOCK)), ELEMENTWISE_BLOCK
 
@@ -111,7 +114,7 @@ def silu_and_mul_geometry(
     one vector of ``widest`` bytes a thread, or one 8-byte vector where that grid would be short
     of a block a multiprocessor."""
     grid_y = min(rows, MAX_GRID_Y)
-    for vector_bytes in (widest, NARROW_BYTES):
+    for vector_bytes in (widest, NARROW_BYTES) if offered("narrow") else (widest,):
         chunks = -(-cols // _vector_width(dtype, vector_bytes))
         block = min(max(BLOCK_MIN, 1 << (chunks - 1).bit_length()), ELEMENTWISE_BLOCK)
         grid_x = min(-(-chunks // block), _grid_cap(block * grid_y))
@@ -200,7 +203,7 @@ def _elementwise_launch(
     so (on its own grid, a block for each ELEMENTWISE_BLOCK vectors), else its exact form in
     vectors of ``vector_bytes``, or (0) its general kernel alone."""
     general = kernel_name(op, dtype)
-    if not vector_bytes:
+    if not vector_bytes or not offered("exact"):
         return ElementwiseLaunch(general, grid, general, grid, block, 1)
     blocks = whole_blocks(op, rows, cols, dtype) if vector_bytes == VECTOR_BYTES else 0
     if blocks:
@@ -217,7 +220,8 @@ def one_row_kernel(op: str, dtype: str, rows: int, vector_bytes: int) -> str | N
     swiglu's exact form over the row's two halves, mlp.cu says why) where a call of one row takes
     the exact form in vectors of ``vector_bytes`` = NARROW_BYTES; else None (swiglu's calls are
     one row of n already)."""
-    if op.startswith("silu_and_mul") and rows == 1 and vector_bytes == NARROW_BYTES:
+    one_row = op.startswith("silu_and_mul") and rows == 1 and vector_bytes == NARROW_BYTES
+    if one_row and offered("one_row"):
         return kernel_name(op + "_one_row", dtype)
     return None
 
@@ -235,6 +239,7 @@ def whole_blocks(op: str, rows: int, cols: int, dtype: str) -> int:
         op.endswith("_backward")
         or within_streaming_bytes(op, rows * cols, dtype)
         or cols % per_block
+        or not offered("whole")
     ):
         return 0
     return rows * cols // per_block
@@ -291,7 +296,10 @@ def short_rows(rows: int, cols: int, dtype: str, multiprocessors: int) -> bool:
     SHORT_ROW_VECTORS_MAX in all."""
     width = _vector_width(dtype)
     return (
-        0 < rows <= multiprocessors and cols % width == 0 and cols // width <= SHORT_ROW_VECTORS_MAX
+        0 < rows <= multiprocessors
+        and cols % width == 0
+        and cols // width <= SHORT_ROW_VECTORS_MAX
+        and offered("short_rows")
     )
 
 
@@ -324,15 +332,17 @@ def norm_launch(op: str, rows: int, cols: int, dtype: str, device: DeviceFacts) 
     on), else the short-row kernel, one block a row and a thread per vector (a power of two, at
     least BLOCK_MIN), where :func:`short_rows` says so, else the general kernel at
     :func:`row_geometry`."""
-    if cols in FIXED_COLUMNS and 0 < rows * fixed_threads(cols, dtype) < MAX_GRID_THREADS:
+    fixed = cols in FIXED_COLUMNS and 0 < rows * fixed_threads(cols, dtype) < MAX_GRID_THREADS
+    if fixed and offered("fixed"):
         tuned = family(device.target)
         block = (fixed_threads(cols, dtype), 1)
         reread_from = tuned.reread_from_rows.get((dtype, cols)) if op == "rms_norm" else None
-        if reread_from is not None and rows >= reread_from:
+        if reread_from is not None and rows >= reread_from and offered("fixed_reread"):
             return NormLaunch(kernel_name("rms_norm_fixed_reread", dtype, cols), rows, block, 0)
         few_rows = STREAMING_FROM_ROWS.get((op, dtype), 1) <= rows <= device.multiprocessors
-        name = kernel_name(f"{op}_fixed" if few_rows else f"{op}_fixed_full", dtype, cols)
-        capped = rows >= FIXED_CAP_ROWS
+        streaming = few_rows and offered("fixed_streaming")
+        name = kernel_name(f"{op}_fixed" if streaming else f"{op}_fixed_full", dtype, cols)
+        capped = rows >= FIXED_CAP_ROWS and offered("fixed_cap")
         blocks = tuned.fixed_blocks_per_sm.get((op, dtype, cols), 0) if capped else 0
         return NormLaunch(name, rows, block, blocks)
     if short_rows(rows, cols, dtype, device.multiprocessors):
@@ -352,15 +362,15 @@ def norm_shared_mem(kernel: Any, launch: NormLaunch | Plan) -> int:
     return int(kernel.shared_mem_for_blocks(threads * rows_per_block, launch.blocks_per_sm))
 
 
-def backward_row_geometry(
-    rows: int, cols: int, dtype: str, multiprocessors: int
-) -> tuple[int, int]:
-    """(grid, threads per row) of the RMSNorm backward kernel: one row a block at a time, at
-    least BLOCK_MIN threads, and as many blocks as are resident at once (at most one a row), each
+def backward_row_geometry(rows: int, cols: int, dtype: str, device: DeviceFacts) -> tuple[int, int]:
+    """(grid, threads per row) of the RMSNorm backward kernel on ``device``: one row a block at
+    a time, at least BLOCK_MIN threads and at most its family's backward_threads_max (the
+    kernel's bound there), and as many blocks as are resident at once (at most one a row), each
     of which writes one row of float32 partial weight gradients that the second pass sums in a
     fixed order."""
     threads = max(BLOCK_MIN, _row_threads(cols, dtype, BACKWARD_CACHED_CHUNKS))
-    return min(rows, multiprocessors * BACKWARD_THREADS_PER_SM // threads), threads
+    threads = min(threads, family(device.target).backward_threads_max)
+    return min(rows, device.multiprocessors * BACKWARD_THREADS_PER_SM // threads), threads
 
 
 def short_backward_threads(rows: int, cols: int, dtype: str, multiprocessors: int) -> int:
@@ -375,6 +385,7 @@ def short_backward_threads(rows: int, cols: int, dtype: str, multiprocessors: in
         0 < rows <= multiprocessors
         and cols % width == 0
         and 0 < chunks <= SHORT_BACKWARD_CHUNKS * SHORT_BACKWARD_THREADS
+        and offered("short_backward")
     ):
         return 0
     return max(BLOCK_MIN, min(SHORT_BACKWARD_THREADS, 1 << (chunks - 1).bit_length()))
@@ -392,6 +403,7 @@ def fixed_backward(cols: int, dtype: str) -> bool:
         and cols % width == 0
         and left == 0
         and per_thread in (1, SHORT_BACKWARD_CHUNKS)
+        and offered("fixed_backward")
     )
 
 
@@ -400,9 +412,40 @@ def short_backward_scratch(rows: int, cols: int, dtype: str) -> tuple[int, ...] 
     weight sum: a row of shares a row (float32), or None where it needs none: one row (the kernel
     writes the weight gradient itself) and ROW_SCALE_DTYPES (the sum reads the inputs and the
     forward's row scales)."""
-    if rows == 1 or dtype in ROW_SCALE_DTYPES:
+    if rows == 1 or sums_from_inputs(dtype):
         return None
     return (rows, cols)
+
+
+def sums_from_inputs(dtype: str) -> bool:
+    """Whether the short backward of more than one row in ``dtype`` has its weight gradient
+    summed from the inputs and the forward's row scales (ROW_SCALE_DTYPES), not from the float32
+    shares it leaves in scratch: mlp.cu's kRowScales, fixed by the type when the kernel is built,
+    so no form the host could retire."""
+    return dtype in ROW_SCALE_DTYPES
+
+
+def short_backward_kernel(threads: int, cols: int, dtype: str) -> str:
+    """The short-row backward's kernel for rows of ``cols`` at ``threads`` a row
+    (:func:`short_backward_threads`): the fixed-length kernel where :func:`fixed_backward` says
+    so, else rms_norm_backward_short."""
+    if threads == SHORT_BACKWARD_THREADS and fixed_backward(cols, dtype):
+        return kernel_name("rms_norm_backward_fixed", dtype, cols)
+    return kernel_name("rms_norm_backward_short", dtype)
+
+
+def weight_grad_inputs_launch(
+    rows: int, cols: int, dtype: str, alignment: int
+) -> tuple[str, int, tuple[int, int]]:
+    """(kernel, grid, block) of the weight sum from the inputs of ``rows`` rows of ``cols``
+    (:func:`sums_from_inputs`) whose x, grad and grad_weight are aligned to ``alignment`` bytes:
+    a pair of columns a thread where cols is even and the pointers 4-byte aligned
+    (:func:`weight_grad_pairs_geometry`), else a column a thread (:func:`weight_grad_geometry`)."""
+    if cols % 2 == 0 and alignment >= 4 and offered("weight_grad_pairs"):
+        grid, block = weight_grad_pairs_geometry(cols, rows)
+        return kernel_name("rms_norm_weight_grad_input_pairs", dtype), grid, block
+    grid, block = weight_grad_geometry(cols, rows)
+    return kernel_name("rms_norm_weight_grad_inputs", dtype), grid, block
 
 
 def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, int]]:

@@ -16,16 +16,16 @@ from .geometry import (
     Plan,
     alignment_of,
     backward_row_geometry,
-    fixed_backward,
     kernel_name,
     norm_shared_mem,
+    short_backward_kernel,
     silu_and_mul_launch,
+    sums_from_inputs,
     swiglu_launch,
     weight_grad_geometry,
-    weight_grad_pairs_geometry,
+    weight_grad_inputs_launch,
 )
 from .table import Op
-from .tuning import ROW_SCALE_DTYPES, SHORT_BACKWARD_THREADS
 
 MODULE = "mlp"
 
@@ -170,8 +170,7 @@ def launch_rms_norm_backward(
     if cols == 0:
         return
     if rows:
-        sms = device_facts(device).multiprocessors
-        grid, threads = backward_row_geometry(rows, cols, dtype, sms)
+        grid, threads = backward_row_geometry(rows, cols, dtype, device_facts(device))
         load_kernel(device, kernel_name("rms_norm_backward", dtype)).launch(
             grid, threads, *arrays.leading, grad_x_copy, partial, rows, cols, stream=stream
         )
@@ -209,19 +208,17 @@ def launch_rms_norm_backward_short(
 ) -> None:
     """grad_x = the input gradient of RMSNorm plus grad_extra (unless 0), and grad_weight, from x
     and the forward's row scales: one block a row of ``threads`` (:func:`short_backward_threads`;
-    the fixed-length kernel where :func:`fixed_backward` says so); one row is one kernel; more
-    rows' weight gradient is summed by a second kernel, from the inputs and row scales
-    (ROW_SCALE_DTYPES: :func:`launch_rms_norm_weight_grad_inputs`), or rms_norm_weight_grad from
+    :func:`short_backward_kernel`); one row is one kernel; more rows' weight gradient is summed
+    by a second kernel, from the inputs and row scales (:func:`sums_from_inputs`:
+    :func:`launch_rms_norm_weight_grad_inputs`), or rms_norm_weight_grad from
     the float32 shares the backward leaves in ``scratch`` (of :func:`short_backward_scratch`'s
     shape; 0 where that is None)."""
-    if threads == SHORT_BACKWARD_THREADS and fixed_backward(cols, dtype):
-        name = kernel_name("rms_norm_backward_fixed", dtype, cols)
-    else:
-        name = kernel_name("rms_norm_backward_short", dtype)
-    load_kernel(device, name).launch(rows, threads, *arrays, scratch, rows, cols, stream=stream)
+    load_kernel(device, short_backward_kernel(threads, cols, dtype)).launch(
+        rows, threads, *arrays, scratch, rows, cols, stream=stream
+    )
     if rows == 1:
         return
-    if dtype in ROW_SCALE_DTYPES:
+    if sums_from_inputs(dtype):
         launch_rms_norm_weight_grad_inputs(
             device,
             dtype,
@@ -249,15 +246,9 @@ def launch_rms_norm_weight_grad_inputs(
     stream: int,
 ) -> None:
     """grad_weight = the sum over the rows of grad * x * row_scales[row] (a 16-bit dtype of
-    ROW_SCALE_DTYPES): in pairs of columns where cols is even and x, grad and grad_weight are
-    4-byte aligned (:func:`weight_grad_pairs_geometry`), else a column a thread
-    (:func:`weight_grad_geometry`)."""
-    if cols % 2 == 0 and alignment_of(x, grad, grad_weight) >= 4:
-        grid, block = weight_grad_pairs_geometry(cols, rows)
-        name = kernel_name("rms_norm_weight_grad_input_pairs", dtype)
-    else:
-        grid, block = weight_grad_geometry(cols, rows)
-        name = kernel_name("rms_norm_weight_grad_inputs", dtype)
+    ROW_SCALE_DTYPES): :func:`weight_grad_inputs_launch` for the pointers' alignment."""
+    alignment = alignment_of(x, grad, grad_weight)
+    name, grid, block = weight_grad_inputs_launch(rows, cols, dtype, alignment)
     load_kernel(device, name).launch(
         grid, block, x, grad, row_scales, grad_weight, rows, cols, stream=stream
     )

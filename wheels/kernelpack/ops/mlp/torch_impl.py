@@ -230,9 +230,9 @@ def _norm_backward(
     grad_weight = torch.empty_like(weight)
     plan = hot.torch_plan(x)
     device, stream = plan.device, plan.stream(plan.index)
-    sms = launch.device_facts(device).multiprocessors
+    facts = launch.device_facts(device)
     arrays = launch.NormGrads(x, row_scales, weight, grad, extra, grad_x, grad_weight)
-    threads = short_backward_threads(rows, cols, dtype, sms)
+    threads = short_backward_threads(rows, cols, dtype, facts.multiprocessors)
     if threads:
         shape = short_backward_scratch(rows, cols, dtype)
         scratch: Any = (
@@ -242,7 +242,7 @@ def _norm_backward(
             device, dtype, arrays, scratch, rows, cols, threads, stream
         )
         return grad_x, grad_weight
-    blocks = backward_row_geometry(rows, cols, dtype, sms)[0] if rows else 0
+    blocks = backward_row_geometry(rows, cols, dtype, facts)[0] if rows else 0
     partial = torch.empty((max(blocks, 1), cols), dtype=torch.float32, device=x.device)
     launch.launch_rms_norm_backward(device, dtype, arrays, 0, partial, rows, cols, stream)
     return grad_x, grad_weight

@@ -61,16 +61,23 @@ WEIGHT_GRAD_SLICES_MAX = 32
 
 
 class Family(NamedTuple):
-    """One target family's measured choices for the fixed-length forward norms."""
+    """One target family's choices: the fixed-length forward norms' (measured), and the bounds
+    its images were built for."""
 
     # (op, dtype, cols) -> the blocks a multiprocessor they are held to from FIXED_CAP_ROWS rows
     # on (a cap made by dynamic shared memory: Kernel.shared_mem_for_blocks)
     fixed_blocks_per_sm: Mapping[tuple[str, str, int], int]
     # (dtype, cols) -> the rows from which rms_norm takes its reread form (rms_norm_fixed_reread)
     reread_from_rows: Mapping[tuple[str, int], int]
+    # the most threads a block of the RMSNorm backward kernel takes: mlp.cu's
+    # kBackwardBlockThreads, its __launch_bounds__ on the family's images
+    backward_threads_max: int = ROW_BLOCK_MAX
 
 
 UNTUNED = Family(fixed_blocks_per_sm={}, reread_from_rows={})
+# Every AMD target: the backward's bound is 256 threads there (a 512-thread block leaves a gfx9
+# wave 128 VGPRs, and gfx9-generic's 16-bit backward spilled); nothing measured on one.
+AMD = Family(fixed_blocks_per_sm={}, reread_from_rows={}, backward_threads_max=256)
 
 # target -> its family's row (docs/mlp-tuning.md has each measurement)
 FAMILIES: dict[str, Family] = {
@@ -91,6 +98,6 @@ FAMILIES: dict[str, Family] = {
 
 
 def family(target: str) -> Family:
-    """The tuning row of ``target`` (a code-object target, "sm_90"), UNTUNED where none was
-    measured."""
-    return FAMILIES.get(target, UNTUNED)
+    """The tuning row of ``target`` (a code-object target, "sm_90"): its own, else AMD for an
+    AMD target ("gfx..."), else UNTUNED."""
+    return FAMILIES.get(target, AMD if target.startswith("gfx") else UNTUNED)
