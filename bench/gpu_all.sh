@@ -8,7 +8,8 @@
 #      KERNELPACK_GPU_TESTS=0 KERNELPACK_GPU_HIP=1 KERNELPACK_GPU_SANITIZE=0 KERNELPACK_GPU_LOADER=0
 #   3. compute-sanitizer memcheck over the MLP and walk kernels, then racecheck over every kernel
 #      form of both modules once (bench/racecheck.py: the smallest shapes that select each form),
-#      its verdict (forms reached, hazards per form) in racecheck.json;
+#      its verdict (forms reached, hazards per form) in racecheck.json; KERNELPACK_GPU_MEMCHECK=0
+#      leaves memcheck out (racecheck alone);
 #   4. the loader's session: launch overhead and first-load latency over installed wheels
 #      (KERNELPACK_GPU_LOADER=0 leaves it out);
 #   5. with KERNELPACK_GPU_BENCH=1, the MLP and walk benchmarks, which rewrite docs/bench-*.md
@@ -88,7 +89,9 @@ fi
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1
 tools="memcheck"
 [ "${KERNELPACK_GPU_SANITIZE:-1}" = 1 ] || { tools=""; note "sanitizers left out (KERNELPACK_GPU_SANITIZE=0)"; }
-for tool in $tools; do
+memcheck=$tools  # KERNELPACK_GPU_MEMCHECK=0: racecheck alone, memcheck left out
+[ "${KERNELPACK_GPU_MEMCHECK:-1}" = 1 ] || { memcheck=""; note "memcheck left out (KERNELPACK_GPU_MEMCHECK=0)"; }
+for tool in $memcheck; do
   timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 python3 bench/sanitize_mlp.py \
     > "$OUT/sanitize-mlp-$tool.log" 2>&1
   note "sanitizer $tool mlp rc=$? ($(elapsed) s): $(tail -1 "$OUT/sanitize-mlp-$tool.log")"
