@@ -143,7 +143,7 @@ class PinnedPool:
                     self._locking[wanted] = thread
                     thread.start()
         if buffer is None and self._pageable is not None:
-            import numpy as np  # deferred: kernelpack's report commands run without numpy
+            import numpy as np
 
             owner, address = self._pageable(max(nbytes, 1))
             staged = (ctypes.c_uint8 * max(nbytes, 1)).from_address(address)
@@ -277,7 +277,7 @@ def _torch_pageable(torch: Any) -> Callable[[int], tuple[Any, int]]:
 
 def _numpy_pageable(nbytes: int) -> tuple[Any, int]:
     """Host memory CuPy's memcpyAsync copies into by address (synchronously, being pageable)."""
-    import numpy as np  # deferred: kernelpack's report commands run without numpy
+    import numpy as np
 
     owner = np.empty(nbytes, dtype=np.uint8)
     return owner, int(owner.ctypes.data)
