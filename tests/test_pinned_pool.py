@@ -1,12 +1,11 @@
 """kernelpack.devices.pinned's pool logic on ordinary host memory (no GPU): size classes, reuse
-across calls and sizes, no reuse while a result lives, the idle cap, freeing at clear, the retry
-after an allocation fails, and pageable memory served while a class is locked aside. The GPU side (the walks' results in pooled memory) is
+across calls and sizes, no reuse while a result lives, the idle cap, freeing at clear, and the
+retry after an allocation fails. The GPU side (the walks' results in pooled memory) is
 tests/test_walk_gpu.py's."""
 
 from __future__ import annotations
 
 import gc
-import threading
 from typing import Any
 
 import numpy as np
@@ -116,61 +115,3 @@ def test_a_pool_of_powers_of_two_allocates_them() -> None:
     gc.collect()
     pool.take(7_500_000)
     assert memory.allocated == [8 << 20] and pool.stats.reuses == 1
-
-
-class SlowMemory(FakeMemory):
-    """FakeMemory whose allocations wait for a signal, as locking a large buffer takes time."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.go = threading.Event()
-        self.pageable: list[int] = []
-
-    def allocate(self, nbytes: int) -> tuple[Any, int]:
-        assert self.go.wait(10), "the test never let the allocation finish"
-        return super().allocate(nbytes)
-
-    def allocate_pageable(self, nbytes: int) -> tuple[Any, int]:
-        owner = np.zeros(nbytes, dtype=np.uint8)
-        self.pageable.append(nbytes)
-        return owner, owner.ctypes.data
-
-
-def test_a_request_nothing_idle_fits_is_served_at_once_while_its_class_is_locked_aside() -> None:
-    memory = SlowMemory()
-    pool = PinnedPool(memory.allocate, memory.free, pageable=memory.allocate_pageable)
-    # the allocation is held back: the lease cannot have waited for it
-    first = pool.take(5_000_000)
-    again = pool.take(5_100_000)  # the same class, while it is still being locked
-    assert memory.pageable == [5_000_000, 5_100_000] and memory.allocated == []
-    assert pool.stats.staged == 2 and pool.stats.allocations == 0
-    first.view[:] = 3
-    again.view[:] = 4
-    assert (first.view == 3).all() and len(first.view) == 5_000_000
-    memory.go.set()
-    pool.wait_locked()
-    # one buffer of the class was locked aside (not two), and it is idle, not leased
-    assert memory.allocated == [size_class(5_000_000)]
-    assert pool.stats.idle_bytes == size_class(5_000_000) and pool.stats.leased_bytes == 0
-    assert pool.stats.background_seconds > 0
-    # the pageable results stay as they were; the next request of the class reuses the buffer
-    later = pool.take(4_000_000)
-    assert pool.stats.reuses == 1 and memory.allocated == [size_class(5_000_000)]
-    assert (first.view == 3).all() and (again.view == 4).all()
-    assert later.address in memory.live
-    del first, again, later
-    gc.collect()
-    assert pool.clear() == 1 and not memory.live
-
-
-def test_a_failed_lock_aside_leaves_the_class_to_a_later_request() -> None:
-    memory = FakeMemory(fail_after=0)
-    pageable = SlowMemory()
-    pool = PinnedPool(memory.allocate, memory.free, pageable=pageable.allocate_pageable)
-    lease = pool.take(MIN_CLASS)
-    pool.wait_locked()
-    assert len(lease.view) == MIN_CLASS and memory.allocated == [] and pool.stats.idle_bytes == 0
-    memory.fail_after = None
-    pool.take(MIN_CLASS)  # nothing idle still: pageable again, and the class locked this time
-    pool.wait_locked()
-    assert memory.allocated == [MIN_CLASS] and pool.stats.staged == 2

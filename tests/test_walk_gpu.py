@@ -420,11 +420,10 @@ def test_gpu_pipelined_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_gpu_results_in_pooled_page_locked_memory() -> None:
-    """Numpy results and the page-locked pool (kernelpack.devices.pinned): a call that finds no
-    idle buffer copies into pageable memory of its own while buffers of its classes are locked
-    aside (the first call's results stay as they were through the second call), and a call at
-    a smaller, new size after that reuses the buffers locked aside without allocating; every
-    result equals the numpy walker's, so stale bytes of a reused buffer or a missed copy show."""
+    """Numpy results live in the page-locked pool (kernelpack.devices.pinned): a second call
+    while the first call's results live gets memory of its own (the first results stay as they
+    were), and once they are dropped a call at a smaller, new size reuses their buffers without
+    allocating; every result equals the numpy walker's, so stale bytes of a reused buffer show."""
     rng, seed = fresh_rng()
     program = compile_program(_field(2), ["x", "y"])
 
@@ -445,16 +444,14 @@ def test_gpu_results_in_pooled_page_locked_memory() -> None:
     kept = first.P_final.copy()
     gc.collect()
     pool = pinned.pool(gpu_framework())
-    pool.clear()  # what earlier tests left idle, once what they locked aside is idle too
-    staged, reuses = pool.stats.staged, pool.stats.reuses
+    pool.clear()  # what earlier tests left idle
+    allocations = pool.stats.allocations
     second, second_expected = call(2900)
-    # nothing idle: pageable memory served the second call, not the first results' buffers
-    assert pool.stats.staged >= staged + 3 and pool.stats.reuses == reuses
+    assert pool.stats.allocations > allocations  # the first results' buffers were not taken
     np.testing.assert_array_equal(first.P_final, kept)
     agree(second, second_expected)
     del first, second
     gc.collect()
-    pool.wait_locked()  # the buffers locked aside for the second call's classes are idle now
     allocations, reuses = pool.stats.allocations, pool.stats.reuses
     third, third_expected = call(2000)
     assert pool.stats.allocations == allocations and pool.stats.reuses >= reuses + 3

@@ -9,12 +9,6 @@ through torch, whose host allocator pins that much anyway) and serves it from th
 buffer of that class or any larger one, so calls at other sizes reuse what earlier calls
 locked.
 
-A request that no idle buffer fits is served at once from ordinary (pageable) host memory, and a
-page-locked buffer of its class is locked on a thread of its own for the calls after it: the
-first call at a size larger than any before copies its results at pageable speed (the copies
-wait for the GPU, where page-locked ones overlap it) instead of waiting for the driver to lock
-every page of the buffer first, and its later calls find the buffer idle.
-
 A buffer is leased as a numpy view through a ctypes array of its own, which every array derived
 from the view keeps alive; when the last of them is collected (the caller dropped the results),
 the buffer goes back to the pool, never earlier, so a result is never overwritten by a later
@@ -84,8 +78,6 @@ class PoolStats:
 
     allocations: int = 0
     reuses: int = 0
-    staged: int = 0  # leases served from pageable memory while their class was locked aside
-    background_seconds: float = 0.0  # of allocate_seconds, spent on the locking thread
     frees: int = 0
     allocate_seconds: float = 0.0  # wall time spent allocating (what reuse saves)
     idle_bytes: int = 0
@@ -95,10 +87,7 @@ class PoolStats:
 class PinnedPool:
     """Page-locked buffers by size class (module docstring). ``allocate(nbytes)`` returns the
     framework's owner and its address; ``free(owner)`` releases one (dropping the owner is
-    enough for torch and CuPy, whose objects free their memory). ``pageable(nbytes)``, where
-    given, returns an owner and an address of ordinary host memory the framework copies into
-    as it does into its page-locked memory; without it a request no idle buffer fits waits for
-    its allocation."""
+    enough for torch and CuPy, whose objects free their memory)."""
 
     def __init__(
         self,
@@ -106,12 +95,9 @@ class PinnedPool:
         free: Callable[[Any], None] = lambda owner: None,
         max_idle_bytes: int = MAX_IDLE_BYTES,
         steps: tuple[int, ...] = STEPS,
-        pageable: Callable[[int], tuple[Any, int]] | None = None,
     ) -> None:
         self._allocate, self._free, self.max_idle_bytes = allocate, free, max_idle_bytes
         self.steps = steps
-        self._pageable = pageable
-        self._locking: dict[int, threading.Thread] = {}  # class -> its thread locking a buffer
         self._idle: list[_Buffer] = []
         self._lock = threading.Lock()  # leases are given back from the garbage collector
         self._clock = 0
@@ -119,10 +105,8 @@ class PinnedPool:
 
     def take(self, nbytes: int) -> Pinned:
         """A buffer of at least ``nbytes``, leased until the view and everything derived from it
-        are collected: an idle page-locked one, else pageable memory while one of its class is
-        locked aside (module docstring), else (no ``pageable``) a new page-locked one. An
-        allocation that fails (out of page-locked memory) is tried again once after the idle
-        buffers are freed."""
+        are collected. An allocation that fails (out of page-locked memory) is tried again once
+        after the idle buffers are freed."""
         wanted = size_class(max(nbytes, 1), self.steps)
         with self._lock:
             fitting = [b for b in self._idle if b.nbytes >= wanted]
@@ -131,25 +115,6 @@ class PinnedPool:
                 self._idle.remove(buffer)
                 self.stats.reuses += 1
                 self.stats.idle_bytes -= buffer.nbytes
-            elif self._pageable is not None:
-                self.stats.staged += 1
-                if wanted not in self._locking:
-                    thread = threading.Thread(
-                        target=self._lock_aside,
-                        args=(wanted,),
-                        name="kernelpack-pinned",
-                        daemon=True,
-                    )
-                    self._locking[wanted] = thread
-                    thread.start()
-        if buffer is None and self._pageable is not None:
-            import numpy as np
-
-            owner, address = self._pageable(max(nbytes, 1))
-            staged = (ctypes.c_uint8 * max(nbytes, 1)).from_address(address)
-            weakref.finalize(staged, lambda: owner)  # the memory lives as long as the view
-            view = np.frombuffer(memoryview(staged), dtype=np.uint8)[:nbytes]
-            return Pinned(owner, view, address)
         if buffer is None:
             buffer = self._new(wanted)
         with self._lock:
@@ -168,41 +133,13 @@ class PinnedPool:
         try:
             owner, address = self._allocate(nbytes)
         except (RuntimeError, MemoryError, OSError):
-            if not self._free_idle():
+            if not self.clear():
                 raise
             owner, address = self._allocate(nbytes)
         with self._lock:
             self.stats.allocations += 1
             self.stats.allocate_seconds += time.perf_counter() - started
         return _Buffer(owner, address, nbytes)
-
-    def _lock_aside(self, nbytes: int) -> None:
-        """On its own thread: a page-locked buffer of ``nbytes`` made idle for later leases. A
-        failure (out of page-locked memory) leaves the class to be tried again by a later lease."""
-        started = time.perf_counter()
-        try:
-            buffer = self._new(nbytes)
-        except (RuntimeError, MemoryError, OSError):
-            buffer = None
-        with self._lock:
-            self.stats.background_seconds += time.perf_counter() - started
-            del self._locking[nbytes]
-        if buffer is not None:
-            with self._lock:
-                self._clock += 1
-                buffer.used = self._clock
-                self.stats.leased_bytes += buffer.nbytes  # _give_back counts it out again
-            self._give_back(buffer)
-
-    def wait_locked(self) -> None:
-        """Wait until the buffers being locked aside are idle (for tests and clear)."""
-        while True:
-            with self._lock:
-                threads = list(self._locking.values())
-            if not threads:
-                return
-            for thread in threads:
-                thread.join()
 
     def _give_back(self, buffer: _Buffer) -> None:
         with self._lock:
@@ -218,12 +155,7 @@ class PinnedPool:
         self._release(freed)
 
     def clear(self) -> int:
-        """Free every idle buffer (leased ones return later and stay), after those being locked
-        aside; how many were freed."""
-        self.wait_locked()
-        return self._free_idle()
-
-    def _free_idle(self) -> int:
+        """Free every idle buffer (leased ones return later and stay); how many were freed."""
         with self._lock:
             freed, self._idle = self._idle, []
             self.stats.idle_bytes = 0
@@ -249,11 +181,9 @@ def pool(framework: str) -> PinnedPool:
         if found is None:
             xp = importlib.import_module(framework)
             if framework == "torch":
-                found = PinnedPool(
-                    _torch_allocator(xp), steps=TORCH_STEPS, pageable=_torch_pageable(xp)
-                )
+                found = PinnedPool(_torch_allocator(xp), steps=TORCH_STEPS)
             else:
-                found = PinnedPool(_cupy_allocator(xp), pageable=_numpy_pageable)
+                found = PinnedPool(_cupy_allocator(xp))
             atexit.register(found.clear)
             _POOLS[framework] = found
         return found
@@ -265,22 +195,6 @@ def _torch_allocator(torch: Any) -> Callable[[int], tuple[Any, int]]:
         return owner, int(owner.data_ptr())
 
     return allocate
-
-
-def _torch_pageable(torch: Any) -> Callable[[int], tuple[Any, int]]:
-    def allocate(nbytes: int) -> tuple[Any, int]:  # a CPU tensor torch's copy_ writes into
-        owner = torch.empty(nbytes, dtype=torch.uint8)
-        return owner, int(owner.data_ptr())
-
-    return allocate
-
-
-def _numpy_pageable(nbytes: int) -> tuple[Any, int]:
-    """Host memory CuPy's memcpyAsync copies into by address (synchronously, being pageable)."""
-    import numpy as np
-
-    owner = np.empty(nbytes, dtype=np.uint8)
-    return owner, int(owner.ctypes.data)
 
 
 def _cupy_allocator(cupy: Any) -> Callable[[int], tuple[Any, int]]:
