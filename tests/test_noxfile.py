@@ -11,9 +11,9 @@ from types import ModuleType
 
 import pytest
 
-nox = pytest.importorskip("nox", reason="nox is in the test group; this machine's Python lacks it")
-
 from buildsys import REPO_ROOT
+
+nox = pytest.importorskip("nox", reason="nox is in the test group; this machine's Python lacks it")
 
 
 @pytest.fixture
