@@ -15,7 +15,8 @@ scratch tree (relative includes keep working); each listed file is then compiled
   gets ``-I buildsys/hipify/compat`` (the layer the builder ships); hipify-perl has no such layer;
 - a project's hand-written HIP port of a file, where it has one (``hand_port`` in the manifest:
   HeCBench's ``src/<name>-hip/`` beside ``src/<name>-cuda/``), compiled where it lies with the
-  flags and targets hipify-perl's translation gets. For whole programs the host pass compiles
+  flags and targets hipify-perl's translation gets and the original's folder on the include path
+  (the files both share stay there). For whole programs the host pass compiles
   their ``main()`` with the host code, the device pass their kernels.
 
 A file compiles for a target when its host pass and that target's device pass both succeed. With
@@ -263,14 +264,15 @@ def _input_digest(
     salt: Sequence[str],
     compat: Path,
     libraries: str = "",
+    include_dirs: Sequence[Path] = (),
 ) -> str:
     """What a compile of ``relative`` in ``tree`` depends on: the file, the project files it
     includes (transitively), each compat header (``compat``, the run's copy) where one of them
     includes it, the toolchain's header libraries (``libraries``, a library_fingerprint) where
     one of them includes one, and ``salt`` (tool, toolchain version, flags, targets). The result
-    cache is keyed by it."""
+    cache is keyed by it. ``include_dirs``: folders the compile searches beyond the project's."""
     digest = hashlib.sha256("\0".join(salt).encode())
-    for path in _closure(tree, [Path(relative)], _include_dirs(project)):
+    for path in _closure(tree, [Path(relative)], [*_include_dirs(project), *include_dirs]):
         data = (tree / path).read_bytes()
         digest.update(f"\0{path}\0{len(data)}\0".encode() + data)
         for header in (COMPAT_HEADER, WMMA_HEADER, LIBRARY_PRELUDE):
@@ -526,11 +528,22 @@ def run_bench(
                 )
 
             def compute_hip(
-                tree: Path, tool: str, extra: Sequence[str], source: str = path
+                tree: Path,
+                tool: str,
+                extra: Sequence[str],
+                source: str = path,
+                folders: Sequence[Path] = (),
             ) -> ToolOutcome:
                 # the run's copy of the compat folder is named by the repository's in the key,
-                # whose content the key covers
-                named = [COMPAT_DIR.as_posix() if a == str(compat) else a for a in extra]
+                # whose content the key covers, and a folder of the tree by its relative path
+                named = [
+                    COMPAT_DIR.as_posix()
+                    if a == str(compat)
+                    else Path(a).relative_to(tree).as_posix()
+                    if Path(a).is_relative_to(tree)
+                    else a
+                    for a in extra
+                ]
                 key = _input_digest(
                     tree,
                     project,
@@ -538,6 +551,7 @@ def run_bench(
                     [tool, toolchain.version, *salt, *named],
                     compat,
                     libraries,
+                    folders,
                 )
                 data = cached(
                     key,
@@ -560,9 +574,16 @@ def run_bench(
             ours.errors = errors.get(path, 0)
             peer = compute_hip(peer_tree, "hipify-perl", [])
             # the hand port is compiled where it lies, as its authors wrote it, with the flags
-            # and targets hipify-perl's translation gets
+            # and targets hipify-perl's translation gets, and the CUDA program's folder on the
+            # include path: the files both share stay there (HeCBench's -hip Makefiles pass
+            # -I../<name>-cuda for them)
             hand_path = project.hand_port_of(path)
-            hand = None if hand_path is None else compute_hip(base, "hand", [], hand_path)
+            shared = Path(path).parent
+            hand = (
+                None
+                if hand_path is None
+                else compute_hip(base, "hand", ["-I", str(base / shared)], hand_path, [shared])
+            )
             log(
                 f"{project.name}/{path}: nvcc {'ok' if nvcc_ok else 'FAIL'}, ours "
                 f"{sum(map(ours.compiles, targets))}/{len(targets)}, hipify-perl "

@@ -406,6 +406,8 @@ PTX_ROWS = [
     "mov.b16",
     "mov.b32 f->r",
     "mov.b32 r->f",
+    "__float2bfloat16_rn",
+    "__float2bfloat162_rn",
 ]
 LOADS = ["__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv", "__ldg"]
 STORES = ["__stcs", "__stcg", "__stwb", "__stwt"]
@@ -602,6 +604,8 @@ extern "C" __global__ void ptx(const float* fs, const unsigned short* hs, const 
   out[10 * n + i] = r32;
   asm("mov.b32 %0, %1;" : "=f"(rf) : "r"(w));
   out[11 * n + i] = bits_as<unsigned>(rf);
+  out[12 * n + i] = bf16_bits(__float2bfloat16_rn(f));
+  out[13 * n + i] = bits_as<unsigned>(__float2bfloat162_rn(f));
 }
 """
     + _warp_kernel()

@@ -326,6 +326,39 @@ __global__ void check_int_to_bf16(Tally* t) {
   record(t, tried, bad, fa, fb, got, want);
 }
 
+// Float to bf16 (__float2bfloat16_rn, and both halves of __float2bfloat162_rn): every float whose
+// upper half-word is any of the 65536 patterns with the low half-words at and around the rounding
+// point (0x7fff, 0x8000, 0x8001, 0), then random words (NaN payloads, subnormals, infinities).
+__global__ void check_float_to_bf16(Tally* t) {
+  const unsigned long long stride = 1ull * gridDim.x * blockDim.x;
+  const unsigned long long total = 4 * 65536ull + kRandom;
+  const unsigned lows[4] = {0x7fffu, 0x8000u, 0x8001u, 0u};
+  unsigned long long tried = 0, fa = 0, fb = 0, got = 0, want = 0;
+  bool bad = false;
+  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const unsigned bits = i < 4 * 65536ull ? static_cast<unsigned>(((i >> 2) << 16) | lows[i & 3])
+                                           : static_cast<unsigned>(mix(i ^ 0xf1b16));
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    const __nv_bfloat162 mine2 = kp___float2bfloat162_rn(f), theirs2 = __float2bfloat162_rn(f);
+    const unsigned short mine[3] = {kernelpack_compat::bits_bf16(kp___float2bfloat16_rn(f)),
+                                    kernelpack_compat::bits_bf16(mine2.x),
+                                    kernelpack_compat::bits_bf16(mine2.y)};
+    const unsigned short theirs[3] = {kernelpack_compat::bits_bf16(__float2bfloat16_rn(f)),
+                                      kernelpack_compat::bits_bf16(theirs2.x),
+                                      kernelpack_compat::bits_bf16(theirs2.y)};
+    for (int k = 0; k < 3; ++k) {
+      ++tried;
+      if (mine[k] != theirs[k] && !bad) {
+        bad = true; fa = k; fb = bits; got = mine[k]; want = theirs[k];
+      } else if (mine[k] != theirs[k]) {
+        atomicAdd(&t->mismatches, 1ull);
+      }
+    }
+  }
+  record(t, tried, bad, fa, fb, got, want);
+}
+
 // Cache-hinted loads and stores: each thread reads element i through both and stores it to two
 // arrays through both; bytes compared on the host.
 template <typename T>
@@ -1084,6 +1117,7 @@ int main() {
   RUN((check_mixed_min_max<long, unsigned long>), "min/max(long, unsigned long)")
   RUN((check_mixed_min_max<long long, unsigned long long>), "min/max(long long, unsigned long long)")
   RUN(check_int_to_bf16, "__short2bfloat16_rn/__ushort2bfloat16_rn/__int2bfloat16_rn/__uint2bfloat16_rn/__ll2bfloat16_rn/__ull2bfloat16_rn")
+  RUN(check_float_to_bf16, "__float2bfloat16_rn/__float2bfloat162_rn")
   const size_t n = 1 << 20;
   if (check_hinted<int>("int", n) || check_hinted<float>("float", n) || check_hinted<float2>("float2", n) ||
       check_hinted<float4>("float4", n) || check_hinted<int4>("int4", n) || check_hinted<uint2>("uint2", n) ||

@@ -65,6 +65,8 @@ COVERAGE: dict[str, str] = {
             "mov_b32",
         )
     },
+    "__float2bfloat16_rn": "ptx: beside cvt.rn.bf16.f32",
+    "__float2bfloat162_rn": "ptx: beside cvt.rn.bf16.f32",
     **{name.split("(")[0]: "warp: full mask, two 16-lane masks" for name, _, _ in cp.REDUCTIONS},
     **{
         f"{op}(bf16)": "warp: widths 32, 16, 4"
@@ -345,6 +347,8 @@ def test_ptx_conversions_and_moves(probe: Probe) -> None:
             h,
             fb,
             w,
+            bf16,
+            [b << 16 | b for b in bf16],
         ],
         np.uint32,
     )

@@ -476,6 +476,11 @@ RUNTIME_BLOCKS: dict[str, str] = {
         __nv_fp8_e5m2 __hip_fp8_e5m2
         __nv_fp8_storage_t __hip_fp8_storage_t
         __nv_fp8x2_storage_t __hip_fp8x2_storage_t
+        __nv_fp8x4_storage_t __hip_fp8x4_storage_t
+        __nv_fp8x2_e4m3 __hip_fp8x2_e4m3
+        __nv_fp8x2_e5m2 __hip_fp8x2_e5m2
+        __nv_fp8x4_e4m3 __hip_fp8x4_e4m3
+        __nv_fp8x4_e5m2 __hip_fp8x4_e5m2
         __NV_E4M3 __HIP_E4M3
         __NV_E5M2 __HIP_E5M2
         __NV_SATFINITE __HIP_SATFINITE
@@ -892,6 +897,7 @@ COMPAT_FUNCTIONS = frozenset(
     | {"__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv", "__stcs", "__stcg", "__stwb", "__stwt"}
     | {"__ldg"}
     | {f"__{t}2bfloat16_rn" for t in ("int", "uint", "short", "ushort", "ll", "ull")}
+    | {"__float2bfloat16_rn", "__float2bfloat162_rn"}
     | {"atomicCAS", "atomicAdd", "min", "max"}
     | {f"__reduce_{op}_sync" for op in ("add", "min", "max", "and", "or", "xor")}
     | {"__pipeline_memcpy_async", "__pipeline_commit", "__pipeline_wait_prior"}
