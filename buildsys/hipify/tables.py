@@ -754,6 +754,13 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     Unsupported("__nanosleep", "HIP 6.4 has no __nanosleep; use __builtin_amdgcn_s_sleep"),
 )
 
+# CUDA intrinsics of an architecture that HIP 6.4 does not offer as CUDA writes them (the match
+# functions need HIP_ENABLE_WARP_SYNC_BUILTINS and 64-bit masks): a branch of an architecture guard
+# that calls one is not taken on AMD where the source has an alternative, as inline PTX is not
+# (arch_features.py); HeCBench's atomicAggregate has `#if __CUDA_ARCH__ >= 700` __match_any_sync
+# `#else` a ballot loop.
+ARCH_ONLY_INTRINSICS = frozenset({"__match_any_sync", "__match_all_sync", "__nanosleep"})
+
 # Template names that declare texture or surface references (texture<float, 1> tex;).
 UNSUPPORTED_TEMPLATES: dict[str, str] = {
     "texture": "texture references were removed in CUDA 12 and HIP 7; use cudaTextureObject_t",
