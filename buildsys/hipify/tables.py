@@ -904,11 +904,15 @@ COMPAT_FUNCTIONS = frozenset(
     | {"__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv", "__stcs", "__stcg", "__stwb", "__stwt"}
     | {"__ldg"}
     | {f"__{t}2bfloat16_rn" for t in ("int", "uint", "short", "ushort", "ll", "ull")}
-    | {"__float2bfloat16_rn", "__float2bfloat162_rn"}
+    | {"__float2bfloat16_rn", "__float2bfloat162_rn", "make_bfloat162"}
+    | {"htanh_approx", "h2tanh_approx"}
     | {"atomicCAS", "atomicAdd", "min", "max"}
     | {f"__reduce_{op}_sync" for op in ("add", "min", "max", "and", "or", "xor")}
     | {"__pipeline_memcpy_async", "__pipeline_commit", "__pipeline_wait_prior"}
 )
+# Annotations the header defines (as nothing: AMD has nothing to do for them); a file that writes
+# one includes it.
+COMPAT_MACROS = frozenset({"__grid_constant__"})
 # Host functions the header names into the global namespace (nvcc's runtime header does): compiled
 # by the toolchain tests, not compared on the GPU (they are the C library's own).
 COMPAT_HOST_FUNCTIONS = frozenset({"isfinite", "isinf", "isnan", "signbit"})

@@ -48,6 +48,7 @@ from .tables import (
     COMPAT_FUNCTIONS,
     COMPAT_HEADER,
     COMPAT_HOST_FUNCTIONS,
+    COMPAT_MACROS,
     COMPAT_TILE_MEMBERS,
     CUDA_ARCH_MACRO,
     CUDA_ARCH_REPLACEMENT,
@@ -277,6 +278,8 @@ class _Translator:
             self._count("define", name, CUDA_ARCH_REPLACEMENT)
             return CUDA_ARCH_REPLACEMENT, k + 1
         if (name in COMPAT_FUNCTIONS or name in COMPAT_HOST_FUNCTIONS) and parens is not None:
+            self.uses_compat = True
+        if name in COMPAT_MACROS:
             self.uses_compat = True
         rename = RENAMES.get(name)
         if rename is not None:

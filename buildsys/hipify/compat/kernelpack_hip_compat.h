@@ -429,6 +429,25 @@ __host__ __device__ inline KP_BF162 KP_COMPAT(__float2bfloat162_rn)(float value)
   return KP_BF162(half, half);
 }
 
+// ---- make_bfloat162, half tanh (htanh_approx, h2tanh_approx), __grid_constant__ -------------
+// cuda_bf16.h's make_bfloat162 and CUDA 12.8's approximate half tanh, which HIP 6.4 lacks. The
+// tanh is the float tanh rounded to half: within one half ulp of the exact value (PTX's
+// tanh.approx.f16 promises less). A __grid_constant__ kernel parameter is read in place, never
+// copied: AMD reads every kernel argument from its kernarg segment, so it asks for nothing there.
+__host__ __device__ inline KP_BF162 KP_COMPAT(make_bfloat162)(KP_BF16 x, KP_BF16 y) {
+  return KP_BF162(x, y);
+}
+__device__ inline __half KP_COMPAT(htanh_approx)(__half a) {
+  return __float2half_rn(tanhf(__half2float(a)));
+}
+__device__ inline __half2 KP_COMPAT(h2tanh_approx)(__half2 a) {
+  return __halves2half2(KP_COMPAT(htanh_approx)(__low2half(a)),
+                        KP_COMPAT(htanh_approx)(__high2half(a)));
+}
+#if !defined(__grid_constant__)
+#define __grid_constant__
+#endif
+
 // ---- bf16 shuffles (CUDA's cuda_bf16.h has them; HIP 6.4 has the __half ones only) ----------
 // The 16 bits travel as an unsigned int through the 32-bit shuffle: exact for every pattern.
 #if defined(KERNELPACK_COMPAT_RENAME)
