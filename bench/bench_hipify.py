@@ -3,6 +3,7 @@ targets, measured in one run, with nvcc's result on the same files beside them.
 
     python bench/bench_hipify.py --corpus /work/corpus [--targets gfx90a,gfx942,gfx1100,gfx1201]
         [--projects candle-kernels,...] [--jobs 2] [--json OUT] [--kernels]
+    python bench/bench_hipify.py --corpus /work/corpus --select-programs HeCBench
 
 The corpus (third-party code, never in the repository) is described by docs/hipify-corpus.toml:
 repository, commit and files per project; fetch each repository at its commit into
@@ -153,9 +154,9 @@ def select_programs(
     folders by code-point order of name whose folder has exactly one ``.cu`` file, which defines
     ``main``, and no other compiled source (so that file is the whole program); whose twin has a
     file of the same name (the hand port); that link no library (no ``-l`` flag in the Makefile;
-    nvcc's ``-lineinfo`` is none); whose
-    quoted includes all resolve inside the folder; and that include no header of a library beyond
-    the CUDA runtime, CUB and Thrust (EXTERNAL_LIBRARY_HEADERS). Paths relative to ``src``."""
+    nvcc's ``-lineinfo`` is none); whose quoted includes all resolve inside the folder; and that
+    include no header of a library beyond the CUDA runtime, CUB and Thrust
+    (EXTERNAL_LIBRARY_HEADERS). Paths relative to ``src``."""
     chosen: list[str] = []
     for folder in sorted(p for p in src.iterdir() if p.is_dir() and p.name.endswith(cuda_suffix)):
         files = [p for p in folder.rglob("*") if p.is_file()]
@@ -166,7 +167,9 @@ def select_programs(
         makefile = folder / "Makefile"
         if not twin.is_file() or (
             makefile.is_file()
-            and re.search(r"(^|\s)-l(?!ineinfo\b)\w", makefile.read_text(errors="replace"))
+            and re.search(
+                r"(^|\s)-l(?!ineinfo\b)\w", makefile.read_text(encoding="utf-8", errors="replace")
+            )
         ):
             continue
         if not re.search(r"\bmain\s*\(", cu[0].read_text(encoding="utf-8", errors="replace")):
