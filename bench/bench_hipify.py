@@ -3,6 +3,7 @@ targets, measured in one run, with nvcc's result on the same files beside them.
 
     python bench/bench_hipify.py --corpus /work/corpus [--targets gfx90a,gfx942,gfx1100,gfx1201]
         [--projects candle-kernels,...] [--jobs 2] [--json OUT] [--kernels]
+    python bench/bench_hipify.py --corpus /work/corpus --select-programs HeCBench
 
 The corpus (third-party code, never in the repository) is described by docs/hipify-corpus.toml:
 repository, commit and files per project; fetch each repository at its commit into
@@ -12,7 +13,12 @@ scratch tree (relative includes keep working); each listed file is then compiled
 - nvcc: ``nvcc -cubin -arch=sm_90`` (the NVIDIA reference: a file nvcc cannot build is not counted);
 - ours and hipify-perl: ``hipcc --cuda-host-only -c`` once, and ``--cuda-device-only`` for all the
   targets in one call, per target only when that call fails. Both get ``-DUSE_ROCM``; ours also
-  gets ``-I buildsys/hipify/compat`` (the layer the builder ships); hipify-perl has no such layer.
+  gets ``-I buildsys/hipify/compat`` (the layer the builder ships); hipify-perl has no such layer;
+- a project's hand-written HIP port of a file, where it has one (``hand_port`` in the manifest:
+  HeCBench's ``src/<name>-hip/`` beside ``src/<name>-cuda/``), compiled where it lies with the
+  flags and targets hipify-perl's translation gets and the original's folder on the include path
+  (the files both share stay there). For whole programs the host pass compiles
+  their ``main()`` with the host code, the device pass their kernels.
 
 A file compiles for a target when its host pass and that target's device pass both succeed. With
 ``--kernels``, the kernels (``.kd`` symbols) of each AMD code object are compared with the
@@ -76,6 +82,15 @@ class Project:
     root: str
     flags: tuple[str, ...]
     files: tuple[str, ...]
+    # (from, to): a file's hand-written HIP port is its path with the first ``from`` replaced by
+    # ``to`` (HeCBench: ``src/x-cuda/main.cu`` -> ``src/x-hip/main.cu``); empty: no hand ports
+    hand_port: tuple[str, ...] = ()
+
+    def hand_port_of(self, path: str) -> str | None:
+        """The path of ``path``'s hand port (relative to the project folder), if it has one."""
+        if not self.hand_port or self.hand_port[0] not in path:
+            return None
+        return path.replace(self.hand_port[0], self.hand_port[1], 1)
 
 
 @dataclass
@@ -99,25 +114,96 @@ class FileResult:
     nvcc_kernels: list[str]
     ours: ToolOutcome
     peer: ToolOutcome
+    hand: ToolOutcome | None = None  # the project's own HIP port, where it has one
 
 
 def read_manifest(path: Path = MANIFEST) -> list[Project]:
     data = tomllib.loads(path.read_text(encoding="utf-8"))
-    return [
-        Project(
-            name=p["name"],
-            repository=p["repository"],
-            commit=p["commit"],
-            folder=p["folder"],
-            root=p["root"],
-            flags=tuple(p.get("flags", [])),
-            files=tuple(p["files"]),
+    projects = []
+    for p in data["project"]:
+        hand = p.get("hand_port", {})
+        projects.append(
+            Project(
+                name=p["name"],
+                repository=p["repository"],
+                commit=p["commit"],
+                folder=p["folder"],
+                root=p["root"],
+                flags=tuple(p.get("flags", [])),
+                files=tuple(p["files"]),
+                hand_port=(hand["from"], hand["to"]) if hand else (),
+            )
         )
-        for p in data["project"]
-    ]
+    return projects
+
+
+# Headers of libraries beyond the CUDA runtime and its header libraries (CUB and Thrust, which
+# hipCUB and rocThrust stand for in the toolchain): a program that includes one is not selected.
+EXTERNAL_LIBRARY_HEADERS = re.compile(
+    r"(cublas|cufft|curand|cusparse|cusolver|cudnn|cutensor|cutlass|cute/|nccl|nvml|nvrtc|"
+    r"nvtx|nvToolsExt|npp|nvjpeg|mpi\.h|omp\.h)"
+)
+COMPILED_SUFFIXES = (".c", ".cc", ".cpp", ".cxx")
+
+
+def select_programs(
+    src: Path, count: int, cuda_suffix: str = "-cuda", hip_suffix: str = "-hip"
+) -> list[str]:
+    """The whole programs of a suite laid out as ``src/<name>-cuda/`` beside a hand port
+    ``src/<name>-hip/`` (HeCBench), chosen by a rule anyone can rerun: the first ``count``
+    folders by code-point order of name whose folder has exactly one ``.cu`` file, which defines
+    ``main``, and no other compiled source (so that file is the whole program); whose twin has a
+    file of the same name (the hand port); that link no library (no ``-l`` flag in the Makefile;
+    nvcc's ``-lineinfo`` is none); whose quoted includes all resolve inside the folder; and that
+    include no header of a library beyond the CUDA runtime, CUB and Thrust
+    (EXTERNAL_LIBRARY_HEADERS). Paths relative to ``src``."""
+    chosen: list[str] = []
+    for folder in sorted(p for p in src.iterdir() if p.is_dir() and p.name.endswith(cuda_suffix)):
+        files = [p for p in folder.rglob("*") if p.is_file()]
+        cu = [p for p in files if p.parent == folder and p.suffix == ".cu"]
+        if len(cu) != 1 or any(p.suffix in COMPILED_SUFFIXES for p in files):
+            continue
+        twin = src / (folder.name[: -len(cuda_suffix)] + hip_suffix) / cu[0].name
+        makefile = folder / "Makefile"
+        if not twin.is_file() or (
+            makefile.is_file()
+            and re.search(
+                r"(^|\s)-l(?!ineinfo\b)\w", makefile.read_text(encoding="utf-8", errors="replace")
+            )
+        ):
+            continue
+        if not re.search(r"\bmain\s*\(", cu[0].read_text(encoding="utf-8", errors="replace")):
+            continue
+        if _self_contained(folder, cu[0]):
+            chosen.append(cu[0].relative_to(src).as_posix())
+        if len(chosen) == count:
+            break
+    return chosen
+
+
+def _self_contained(folder: Path, source: Path) -> bool:
+    """Whether every file ``source`` includes in quotes (transitively) lies inside ``folder``
+    and none of them includes an external library's header."""
+    pending, seen = [source], set()
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for quoted, name in _QUOTED_INCLUDE_RE.findall(text):
+            if EXTERNAL_LIBRARY_HEADERS.match(name):
+                return False
+            if quoted:
+                found = Path(os.path.normpath(path.parent / name))
+                if not found.is_file() or not found.is_relative_to(folder):
+                    return False
+                pending.append(found)
+    return True
 
 
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
+_QUOTED_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(")?<?([^>"]+)[>"]', re.MULTILINE)
 
 
 def _include_dirs(project: Project) -> list[Path]:
@@ -181,14 +267,15 @@ def _input_digest(
     salt: Sequence[str],
     compat: Path,
     libraries: str = "",
+    include_dirs: Sequence[Path] = (),
 ) -> str:
     """What a compile of ``relative`` in ``tree`` depends on: the file, the project files it
     includes (transitively), each compat header (``compat``, the run's copy) where one of them
     includes it, the toolchain's header libraries (``libraries``, a library_fingerprint) where
     one of them includes one, and ``salt`` (tool, toolchain version, flags, targets). The result
-    cache is keyed by it."""
+    cache is keyed by it. ``include_dirs``: folders the compile searches beyond the project's."""
     digest = hashlib.sha256("\0".join(salt).encode())
-    for path in _closure(tree, [Path(relative)], _include_dirs(project)):
+    for path in _closure(tree, [Path(relative)], [*_include_dirs(project), *include_dirs]):
         data = (tree / path).read_bytes()
         digest.update(f"\0{path}\0{len(data)}\0".encode() + data)
         for header in (COMPAT_HEADER, WMMA_HEADER, LIBRARY_PRELUDE):
@@ -443,18 +530,44 @@ def run_bench(
                     project.name, path, nvcc_ok, nvcc_error, [], ToolOutcome(), ToolOutcome()
                 )
 
-            def compute_hip(tree: Path, tool: str, extra: Sequence[str]) -> ToolOutcome:
+            def compute_hip(
+                tree: Path,
+                tool: str,
+                extra: Sequence[str],
+                source: str = path,
+                folders: Sequence[Path] = (),
+            ) -> ToolOutcome:
                 # the run's copy of the compat folder is named by the repository's in the key,
-                # whose content the key covers
-                named = [COMPAT_DIR.as_posix() if a == str(compat) else a for a in extra]
+                # whose content the key covers, and a folder of the tree by its relative path
+                named = [
+                    COMPAT_DIR.as_posix()
+                    if a == str(compat)
+                    else Path(a).relative_to(tree).as_posix()
+                    if Path(a).is_relative_to(tree)
+                    else a
+                    for a in extra
+                ]
                 key = _input_digest(
-                    tree, project, path, [tool, toolchain.version, *salt, *named], compat, libraries
+                    tree,
+                    project,
+                    source,
+                    [tool, toolchain.version, *salt, *named],
+                    compat,
+                    libraries,
+                    folders,
                 )
                 data = cached(
                     key,
                     lambda: asdict(
                         hip_file(
-                            toolchain, tree, project, path, targets, scratch / tool, extra, kernels
+                            toolchain,
+                            tree,
+                            project,
+                            source,
+                            targets,
+                            scratch / tool,
+                            extra,
+                            kernels,
                         )
                     ),
                 )
@@ -463,13 +576,31 @@ def run_bench(
             ours = compute_hip(ours_tree, "ours", ["-I", str(compat)])
             ours.errors = errors.get(path, 0)
             peer = compute_hip(peer_tree, "hipify-perl", [])
+            # the hand port is compiled where it lies, as its authors wrote it, with the flags
+            # and targets hipify-perl's translation gets, and the CUDA program's folder on the
+            # include path: the files both share stay there (HeCBench's -hip Makefiles pass
+            # -I../<name>-cuda for them)
+            hand_path = project.hand_port_of(path)
+            shared = Path(path).parent
+            hand = (
+                None
+                if hand_path is None
+                else compute_hip(base, "hand", ["-I", str(base / shared)], hand_path, [shared])
+            )
             log(
                 f"{project.name}/{path}: nvcc {'ok' if nvcc_ok else 'FAIL'}, ours "
                 f"{sum(map(ours.compiles, targets))}/{len(targets)}, hipify-perl "
-                f"{sum(map(peer.compiles, targets))}/{len(targets)} "
-                f"({time.monotonic() - started:.0f} s)"
+                f"{sum(map(peer.compiles, targets))}/{len(targets)}"
+                + (
+                    ""
+                    if hand is None
+                    else f", hand port {sum(map(hand.compiles, targets))}/{len(targets)}"
+                )
+                + f" ({time.monotonic() - started:.0f} s)"
             )
-            result = FileResult(project.name, path, nvcc_ok, nvcc_error, nvcc_kernels, ours, peer)
+            result = FileResult(
+                project.name, path, nvcc_ok, nvcc_error, nvcc_kernels, ours, peer, hand
+            )
             if results_file is not None:  # one JSON line per file, as it completes
                 with results_file.open("a", encoding="utf-8") as stream:
                     stream.write(json.dumps(asdict(result)) + "\n")
@@ -487,6 +618,8 @@ def read_results(path: Path) -> list[FileResult]:
         data = json.loads(line)
         data["ours"] = ToolOutcome(**data["ours"])
         data["peer"] = ToolOutcome(**data["peer"])
+        hand = data.get("hand")  # absent in results from before hand ports were measured
+        data["hand"] = ToolOutcome(**hand) if hand is not None else None
         results.append(FileResult(**data))
     return sorted(results, key=lambda r: (r.project, r.path))
 
@@ -549,13 +682,10 @@ def _base_name(symbol: str) -> str:
 def markdown(
     results: Sequence[FileResult], targets: Sequence[str], header: Sequence[str], kernels: bool
 ) -> str:
+    """The totals table (a row per tool; the hand ports' over the files that have one) and a row
+    per file; the hand-port columns only where a project of the run has hand ports."""
     counted = [r for r in results if r.nvcc_ok]
-
-    def all_targets(outcome: ToolOutcome) -> bool:
-        return all(outcome.compiles(t) for t in targets)
-
-    ours_all = sum(all_targets(r.ours) for r in counted)
-    peer_all = sum(all_targets(r.peer) for r in counted)
+    with_hand = [r for r in counted if r.hand is not None]
     lines = [*header, ""]
     lines += [
         "| tool | files compiling for all targets (of those nvcc compiles) | "
@@ -563,21 +693,33 @@ def markdown(
         + " |",
         "| --- | --- | " + " | ".join("---" for _ in targets) + " |",
     ]
-    for name, pick in (("buildsys hipify + compat", "ours"), ("hipify-perl", "peer")):
-        per = [sum(getattr(r, pick).compiles(t) for r in counted) for t in targets]
-        total = ours_all if pick == "ours" else peer_all
-        share = f"{100 * total / len(counted):.0f}%" if counted else "-"
+    rows: list[tuple[str, Callable[[FileResult], ToolOutcome | None], Sequence[FileResult]]] = [
+        ("buildsys hipify + compat", lambda r: r.ours, counted),
+        ("hipify-perl", lambda r: r.peer, counted),
+    ]
+    if with_hand:
+        rows.append(("hand ports (the project's own HIP)", lambda r: r.hand, with_hand))
+    for name, pick, over in rows:
+        outcomes = [o for o in map(pick, over) if o is not None]
+        total = sum(all(o.compiles(t) for t in targets) for o in outcomes)
+        per = [sum(o.compiles(t) for o in outcomes) for t in targets]
+        share = f"{100 * total / len(over):.0f}%" if over else "-"
         lines.append(
-            f"| {name} | {total}/{len(counted)} ({share}) | "
-            + " | ".join(f"{n}/{len(counted)}" for n in per)
+            f"| {name} | {total}/{len(over)} ({share}) | "
+            + " | ".join(f"{n}/{len(over)}" for n in per)
             + " |"
         )
     lines.append(f"| nvcc {NVCC_ARCH} | {len(counted)}/{len(results)} |" + " |" * len(targets))
+    hand_columns = any(r.hand is not None for r in results)
     lines += [
         "",
         "| project | file | nvcc | ours: targets | ours: first error | hipify-perl: targets | "
-        "hipify-perl: first error |" + (" kernels missing in ours |" if kernels else ""),
-        "| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if kernels else ""),
+        "hipify-perl: first error |"
+        + (" hand port: targets | hand port: first error |" if hand_columns else "")
+        + (" kernels missing in ours |" if kernels else ""),
+        "| --- | --- | --- | --- | --- | --- | --- |"
+        + (" --- | --- |" if hand_columns else "")
+        + (" --- |" if kernels else ""),
     ]
     for r in results:
         ours_n = sum(r.ours.compiles(t) for t in targets)
@@ -587,6 +729,12 @@ def markdown(
             f"{ours_n}/{len(targets)} | {_cell(r.ours.first_error)} | {peer_n}/{len(targets)} | "
             f"{_cell(r.peer.first_error)} |"
         )
+        if hand_columns:
+            if r.hand is None:
+                row += " - |  |"
+            else:
+                hand_n = sum(r.hand.compiles(t) for t in targets)
+                row += f" {hand_n}/{len(targets)} | {_cell(r.hand.first_error)} |"
         if kernels:
             missing = {t: missing_kernels(r, t) for t in targets if r.ours.compiles(t)}
             worst = max((len(m) for m in missing.values()), default=0)
@@ -599,6 +747,36 @@ def markdown(
 def _cell(text: str) -> str:
     text = text.replace("|", "\\|").strip()
     return f"`{text[:100]}`" if text else ""
+
+
+def print_selection(corpus: Path, projects: Sequence[Project], name: str) -> int:
+    """``--select-programs``: the rule's files for project ``name`` in the manifest's TOML form;
+    1 where they differ from the manifest's, 2 for a project without hand ports or not fetched."""
+    project = next((p for p in projects if p.name == name), None)
+    if project is None or not project.hand_port:
+        known = ", ".join(p.name for p in projects if p.hand_port) or "none"
+        print(
+            f"--select-programs {name}: no project with hand ports of that name; known: {known}",
+            file=sys.stderr,
+        )
+        return 2
+    src = corpus / project.folder / project.root
+    if not src.is_dir():
+        print(
+            f"--corpus {corpus}: no folder {project.folder}/{project.root}; fetch "
+            f"{project.repository} at {project.commit} there",
+            file=sys.stderr,
+        )
+        return 2
+    cuda, hip = (suffix.rstrip("/") for suffix in project.hand_port)
+    chosen = select_programs(src, len(project.files), cuda, hip)
+    print("files = [\n" + "".join(f'  "{f}",\n' for f in chosen) + "]")
+    same = tuple(chosen) == project.files
+    print(
+        f"{name}: {len(chosen)} programs, {'the' if same else 'NOT the'} manifest's list",
+        file=sys.stderr,
+    )
+    return 0 if same else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -633,8 +811,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--report-from", type=Path, metavar="JSONL", help="only print the table of saved results"
     )
+    parser.add_argument(
+        "--select-programs",
+        metavar="PROJECT",
+        help="print the files the selection rule of a project with hand ports picks "
+        "(select_programs), as many as its manifest lists, and whether they are the manifest's",
+    )
     args = parser.parse_args(argv)
     projects = read_manifest()
+    if args.select_programs is not None:
+        return print_selection(args.corpus, projects, args.select_programs)
     if args.projects:
         wanted = set(args.projects.split(","))
         projects = [p for p in projects if p.name in wanted]

@@ -406,6 +406,11 @@ PTX_ROWS = [
     "mov.b16",
     "mov.b32 f->r",
     "mov.b32 r->f",
+    "__float2bfloat16_rn",
+    "__float2bfloat162_rn",
+    "make_bfloat162",
+    "htanh_approx",
+    "h2tanh_approx",
 ]
 LOADS = ["__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv", "__ldg"]
 STORES = ["__stcs", "__stcg", "__stwb", "__stwt"]
@@ -602,6 +607,13 @@ extern "C" __global__ void ptx(const float* fs, const unsigned short* hs, const 
   out[10 * n + i] = r32;
   asm("mov.b32 %0, %1;" : "=f"(rf) : "r"(w));
   out[11 * n + i] = bits_as<unsigned>(rf);
+  out[12 * n + i] = bf16_bits(__float2bfloat16_rn(f));
+  out[13 * n + i] = bits_as<unsigned>(__float2bfloat162_rn(f));
+  out[14 * n + i] = bits_as<unsigned>(
+      make_bfloat162(bits_as<__nv_bfloat16>(h), bits_as<__nv_bfloat16>(k)));
+  out[15 * n + i] = bits_as<unsigned short>(htanh_approx(bits_as<__half>(h)));
+  out[16 * n + i] = bits_as<unsigned>(
+      h2tanh_approx(__halves2half2(bits_as<__half>(h), bits_as<__half>(k))));
 }
 """
     + _warp_kernel()

@@ -326,6 +326,79 @@ __global__ void check_int_to_bf16(Tally* t) {
   record(t, tried, bad, fa, fb, got, want);
 }
 
+// Float to bf16 (__float2bfloat16_rn, and both halves of __float2bfloat162_rn): every float whose
+// upper half-word is any of the 65536 patterns with the low half-words at and around the rounding
+// point (0x7fff, 0x8000, 0x8001, 0), then random words (NaN payloads, subnormals, infinities).
+__global__ void check_float_to_bf16(Tally* t) {
+  const unsigned long long stride = 1ull * gridDim.x * blockDim.x;
+  const unsigned long long total = 4 * 65536ull + kRandom;
+  const unsigned lows[4] = {0x7fffu, 0x8000u, 0x8001u, 0u};
+  unsigned long long tried = 0, fa = 0, fb = 0, got = 0, want = 0;
+  bool bad = false;
+  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const unsigned bits = i < 4 * 65536ull ? static_cast<unsigned>(((i >> 2) << 16) | lows[i & 3])
+                                           : static_cast<unsigned>(mix(i ^ 0xf1b16));
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    const __nv_bfloat162 mine2 = kp___float2bfloat162_rn(f), theirs2 = __float2bfloat162_rn(f);
+    const unsigned short mine[3] = {kernelpack_compat::bits_bf16(kp___float2bfloat16_rn(f)),
+                                    kernelpack_compat::bits_bf16(mine2.x),
+                                    kernelpack_compat::bits_bf16(mine2.y)};
+    const unsigned short theirs[3] = {kernelpack_compat::bits_bf16(__float2bfloat16_rn(f)),
+                                      kernelpack_compat::bits_bf16(theirs2.x),
+                                      kernelpack_compat::bits_bf16(theirs2.y)};
+    for (int k = 0; k < 3; ++k) {
+      ++tried;
+      if (mine[k] != theirs[k] && !bad) {
+        bad = true; fa = k; fb = bits; got = mine[k]; want = theirs[k];
+      } else if (mine[k] != theirs[k]) {
+        atomicAdd(&t->mismatches, 1ull);
+      }
+    }
+  }
+  record(t, tried, bad, fa, fb, got, want);
+}
+
+// make_bfloat162 (bit for bit) and the approximate half tanh, against CUDA's accurate htanh and
+// h2tanh within one half ulp (the header's promise; CUDA's tanh.approx.f16 promises less), over
+// every half pattern but NaNs.
+__device__ int half_order(unsigned short bits) {
+  return (bits & 0x8000u) ? -static_cast<int>(bits & 0x7fffu) : static_cast<int>(bits);
+}
+__global__ void check_bf162_and_tanh(Tally* t) {
+  const unsigned long long stride = 1ull * gridDim.x * blockDim.x;
+  unsigned long long tried = 0, fa = 0, fb = 0, got = 0, want = 0;
+  bool bad = false;
+  for (unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x; i < 65536ull + kRandom; i += stride) {
+    const unsigned r = static_cast<unsigned>(mix(i ^ 0x7a4b));
+    const unsigned short h = static_cast<unsigned short>(i < 65536 ? i : r), k = static_cast<unsigned short>(r >> 16);
+    const bool nan = (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0;
+    const __nv_bfloat162 pair = kp_make_bfloat162(kernelpack_compat::bf16_bits(h), kernelpack_compat::bf16_bits(k));
+    const __nv_bfloat162 theirs_pair = make_bfloat162(kernelpack_compat::bf16_bits(h), kernelpack_compat::bf16_bits(k));
+    unsigned mine[4] = {kernelpack_compat::bits_bf16(pair.x), kernelpack_compat::bits_bf16(pair.y), 0, 0};
+    unsigned theirs[4] = {kernelpack_compat::bits_bf16(theirs_pair.x), kernelpack_compat::bits_bf16(theirs_pair.y), 0, 0};
+    if (!nan) {
+      const __half x = __ushort_as_half(h);
+      mine[2] = __half_as_ushort(kp_htanh_approx(x));
+      theirs[2] = __half_as_ushort(htanh(x));
+      const __half2 both = kp_h2tanh_approx(__halves2half2(x, x));
+      mine[3] = __half_as_ushort(__high2half(both));
+      theirs[3] = theirs[2];
+    }
+    for (int j = 0; j < 4; ++j) {
+      ++tried;
+      const int apart = half_order(mine[j]) - half_order(theirs[j]);
+      const bool wrong = j < 2 ? mine[j] != theirs[j] : (apart > 1 || apart < -1);
+      if (wrong && !bad) {
+        bad = true; fa = j; fb = h; got = mine[j]; want = theirs[j];
+      } else if (wrong) {
+        atomicAdd(&t->mismatches, 1ull);
+      }
+    }
+  }
+  record(t, tried, bad, fa, fb, got, want);
+}
+
 // Cache-hinted loads and stores: each thread reads element i through both and stores it to two
 // arrays through both; bytes compared on the host.
 template <typename T>
@@ -1084,6 +1157,8 @@ int main() {
   RUN((check_mixed_min_max<long, unsigned long>), "min/max(long, unsigned long)")
   RUN((check_mixed_min_max<long long, unsigned long long>), "min/max(long long, unsigned long long)")
   RUN(check_int_to_bf16, "__short2bfloat16_rn/__ushort2bfloat16_rn/__int2bfloat16_rn/__uint2bfloat16_rn/__ll2bfloat16_rn/__ull2bfloat16_rn")
+  RUN(check_float_to_bf16, "__float2bfloat16_rn/__float2bfloat162_rn")
+  RUN(check_bf162_and_tanh, "make_bfloat162/htanh_approx/h2tanh_approx")
   const size_t n = 1 << 20;
   if (check_hinted<int>("int", n) || check_hinted<float>("float", n) || check_hinted<float2>("float2", n) ||
       check_hinted<float4>("float4", n) || check_hinted<int4>("int4", n) || check_hinted<uint2>("uint2", n) ||

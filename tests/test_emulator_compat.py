@@ -16,9 +16,11 @@ added without a check here fails test_every_helper_of_the_header_is_checked.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,11 @@ COVERAGE: dict[str, str] = {
             "mov_b32",
         )
     },
+    "__float2bfloat16_rn": "ptx: beside cvt.rn.bf16.f32",
+    "__float2bfloat162_rn": "ptx: beside cvt.rn.bf16.f32",
+    "make_bfloat162": "ptx: the 16-bit inputs paired",
+    "htanh_approx": "ptx: within one half ulp of tanh",
+    "h2tanh_approx": "ptx: within one half ulp of tanh, both halves",
     **{name.split("(")[0]: "warp: full mask, two 16-lane masks" for name, _, _ in cp.REDUCTIONS},
     **{
         f"{op}(bf16)": "warp: widths 32, 16, 4"
@@ -329,6 +336,7 @@ def test_ptx_conversions_and_moves(probe: Probe) -> None:
     probe.launch("ptx", 2, 128, emu.array(f), emu.array(h), emu.array(w), out, n)
     fb = float_bits(f)
     partner = np.arange(n) ^ 1
+    tanh = [half_tanh(int(x)) for x in h]
     half = [cp.float_to(int(x), cp.HALF) for x in fb]
     bf16 = [cp.float_to(int(x), cp.BF16) for x in fb]
     want = np.array(
@@ -345,6 +353,11 @@ def test_ptx_conversions_and_moves(probe: Probe) -> None:
             h,
             fb,
             w,
+            bf16,
+            [b << 16 | b for b in bf16],
+            [int(h[i]) | int(h[partner[i]]) << 16 for i in range(n)],
+            tanh,
+            [tanh[i] | tanh[partner[i]] << 16 for i in range(n)],
         ],
         np.uint32,
     )
@@ -359,7 +372,26 @@ def test_ptx_conversions_and_moves(probe: Probe) -> None:
         accept = source_nan & ((sixteen & 0x7FFF) > cp.HALF.inf)
         keep = np.uint32(~(0xFFFF << shift) & 0xFFFFFFFF)
         got[row][accept] = (got[row][accept] & keep) | (want[row][accept] & ~keep)
+    # the approximate tanh may be one half ulp off the rounded tanh, each half on its own
+    for row in (15, 16):
+        for shift in (0, 16) if row == 16 else (0,):
+            mine, exact = (got[row] >> shift) & 0xFFFF, (want[row] >> shift) & 0xFFFF
+            close = np.abs(half_order(mine) - half_order(exact)) <= 1
+            keep = np.uint32(~(0xFFFF << shift) & 0xFFFFFFFF)
+            got[row][close] = (got[row][close] & keep) | (want[row][close] & ~keep)
     compare_rows(got, want, cp.PTX_ROWS, f"ptx on {probe.target}", seed)
+
+
+def half_tanh(bits: int) -> int:
+    """tanh of a (non-NaN) half, rounded to half: the exact value's nearest neighbour."""
+    value = math.tanh(float(cp.HALF.value(bits)))
+    return (bits & 0x8000) if value == 0 else cp.HALF.round(Fraction(value))
+
+
+def half_order(bits: np.ndarray) -> np.ndarray:
+    """16-bit float patterns as integers in the order of their values (-0 and +0 alike)."""
+    magnitude = (bits & 0x7FFF).astype(np.int64)
+    return np.where(bits & 0x8000, -magnitude, magnitude)
 
 
 def by_groups(values: np.ndarray, size: int, reduce: Callable[[np.ndarray], int]) -> np.ndarray:

@@ -155,3 +155,33 @@ def test_translating_the_output_again_changes_nothing() -> None:
     again = run(first)
     assert {p: t for p, (t, _) in again.items()} == first
     assert all(codes == [] for _, codes in again.values())
+
+
+# HeCBench atomicAggregate: sm_70's __match_any_sync behind a guard, a ballot loop in its #else.
+MATCH_ANY = """__device__ unsigned peers(int* ptr) {
+  unsigned mask = 0;
+#if __CUDA_ARCH__ >= 700
+  mask = __match_any_sync(0xFFFFFFFF, (unsigned long long)ptr);
+#else
+  for (int i = 0; i < warpSize; i++) {
+    unsigned long long other = __shfl_sync(0xFFFFFFFF, (unsigned long long)ptr, i);
+    if (i == threadIdx.x % warpSize) mask = __ballot_sync(0xFFFFFFFF, other == (unsigned long long)ptr);
+  }
+#endif
+  return mask;
+}
+"""
+
+
+def test_a_guarded_intrinsic_hip_lacks_takes_the_alternative_as_ptx_does() -> None:
+    result = hipify_source(MATCH_ANY, "agg.cu")
+    assert (
+        "#if 0 /* hipify: __match_any_sync, not on AMD */ && (KERNELPACK_CUDA_ARCH >= 700)\n"
+        in result.text
+    )
+    assert [(d.line, d.code) for d in result.diagnostics if d.severity.name == "ERROR"] == []
+    assert any("selects __match_any_sync" in d.message for d in result.diagnostics)
+    # without an alternative the call stays, with the finding that says what to write instead
+    alone = MATCH_ANY.split("#else")[0] + "#endif\n  return mask;\n}\n"
+    kept = hipify_source(alone, "agg.cu")
+    assert "hipify: __match_any_sync" not in kept.text and kept.has_errors

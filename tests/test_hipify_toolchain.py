@@ -294,3 +294,49 @@ def test_16_bit_ptx_idioms_compile_for_wave64_and_wave32(
     argv += ["--offload-arch=gfx942", "--offload-arch=gfx1100"]
     run = amd_toolchain.run([*argv, str(source)], check=False)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+# HeCBench's bf16 and fp8 whole programs (addBiasResidualLayerNorm's kernels.h, addBiasQKV): a
+# float broadcast to both bf16 halves, and CUDA's packed fp8 types built from bf16 pairs; and
+# attentionMultiHeadKVCache's (flashinfer's) bf16 pairs, half tanh and __grid_constant__.
+HECBENCH_BF16_FP8 = """\
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+__device__ __nv_bfloat162 broadcast(float v) { return __float2bfloat162_rn(v); }
+
+struct Params { const half2* in; half2* out; __nv_bfloat162* pairs; };
+__global__ void decode(const __grid_constant__ Params params) {
+  params.out[threadIdx.x] = h2tanh_approx(params.in[threadIdx.x]);
+  params.out[0].x = htanh_approx(params.in[0].y);
+  params.pairs[threadIdx.x] = make_bfloat162(params.pairs[0].y, params.pairs[0].x);
+}
+
+__global__ void pack(__nv_fp8x4_e4m3* out, const __nv_bfloat162* in, __nv_fp8x2_e5m2* pairs) {
+  out[threadIdx.x] = __nv_fp8x4_e4m3(in[2 * threadIdx.x], broadcast(1.5f));
+  pairs[threadIdx.x] = __nv_fp8x2_e5m2(float2{1.0f, 2.0f});
+}
+
+int main() {
+  const __nv_bfloat16 host_rounded = __float2bfloat16_rn(0.1f);
+  return __bfloat162float(host_rounded) > 0.0f ? 0 : 1;
+}
+"""
+
+
+def test_hecbench_bf16_broadcast_and_fp8_vectors_compile(
+    amd_toolchain: Toolchain, tmp_path: Path
+) -> None:
+    """HIP 6.4 lacks __float2bfloat16_rn, __float2bfloat162_rn, make_bfloat162, the half tanh
+    and __grid_constant__ (the compat header has them) and names CUDA's packed fp8 types
+    __hip_fp8x{2,4}_*: host and device passes compile on gfx1201, whose fp8 is OCP as CUDA's. (gfx942's fp8 is FNUZ, and HIP 6.4 declares
+    the OCP types' conversions for the host only there: docs/hipify.md, "HeCBench".)"""
+    result = hipify_source(HECBENCH_BF16_FP8, "hecbench_bf16.cu")
+    assert "kernelpack_hip_compat.h" in result.text and "__nv_fp8" not in result.text
+    source = tmp_path / "hecbench_bf16.hip"
+    source.write_text(result.text)
+    argv = ["hipcc", "-std=c++17", "-w", "-I", str(COMPAT_DIR), "-x", "hip", "-fsyntax-only"]
+    for mode in ("--cuda-host-only", "--cuda-device-only"):
+        run = amd_toolchain.run([*argv, mode, "--offload-arch=gfx1201", str(source)], check=False)
+        assert run.returncode == 0, run.stderr[-2000:]

@@ -7,8 +7,10 @@ feature once (``#if __CUDA_ARCH__ >= GGML_CUDA_CC_TURING`` / ``#define TURING_MM
 header) and test it everywhere else, often in another file, with a portable ``#else``.
 
 The rule, one for every feature: a preprocessor branch selected by an architecture guard whose
-body holds inline PTX is not taken on AMD when the source offers an alternative branch, so the
-alternative is compiled, as on an NVIDIA GPU without the feature. An architecture guard is a
+body holds inline PTX, or calls a CUDA intrinsic of the guarded architecture that HIP lacks
+(tables.ARCH_ONLY_INTRINSICS: sm_70's ``__match_any_sync``), is not taken on AMD when the source
+offers an alternative branch, so the alternative is compiled, as on an NVIDIA GPU without the
+feature. An architecture guard is a
 value comparison of ``__CUDA_ARCH__`` (a *direct* guard) or a test of a *feature macro*: a macro
 the sources ``#define`` only in branches of architecture guards and use only in preprocessor
 conditions. For a feature macro the translator leaves the ``#define`` out, so every test of it,
@@ -33,7 +35,7 @@ from typing import Any
 from .lexer import Kind
 from .reporting import inline_asm
 from .structure import Branch, Directive, SourceView
-from .tables import ARCH_GUARD_NAMES
+from .tables import ARCH_GUARD_NAMES, ARCH_ONLY_INTRINSICS
 
 _CONDITIONALS = frozenset({"if", "ifdef", "ifndef", "elif"})
 _CONDITION_DIRECTIVES = _CONDITIONALS | {"undef"}
@@ -186,13 +188,23 @@ def _closing(words: list[str], start: int) -> int:
 
 
 def ptx_tokens(view: SourceView) -> list[int]:
-    """Token indexes of inline PTX statements (AMD's own asm in a ROCm branch excluded)."""
+    """Token indexes of what no AMD GPU has: inline PTX statements and calls of
+    ARCH_ONLY_INTRINSICS (AMD's own code in a ROCm branch excluded)."""
     found: list[int] = []
     for k in view.sig:
-        is_asm = view.tokens[k].text in ("asm", "__asm__", "__asm")
-        if is_asm and view.platform_at(k) is None and inline_asm(view, k) is not None:
+        text = view.tokens[k].text
+        if view.platform_at(k) is not None:
+            continue
+        is_asm = text in ("asm", "__asm__", "__asm") and inline_asm(view, k) is not None
+        if is_asm or (text in ARCH_ONLY_INTRINSICS and k not in view.directive_at):
             found.append(k)
     return found
+
+
+def missing_feature(view: SourceView, k: int) -> str:
+    """What the token ``k`` of ptx_tokens() stands for, in a finding: inline PTX or the name."""
+    text = view.tokens[k].text
+    return text if text in ARCH_ONLY_INTRINSICS else "inline PTX"
 
 
 def scan_file(view: SourceView, path: str) -> FileFacts:
@@ -335,7 +347,8 @@ class FileDecisions:
     """What one file's translation does under a tree's verdict."""
 
     dropped_definitions: dict[int, FeatureDefinition]  # by directive start
-    switched_guards: frozenset[int]  # directive starts of direct guards not taken on AMD
+    # directive starts of direct guards not taken on AMD: what their branch holds that AMD lacks
+    switched_guards: Mapping[int, str]
     dead_ranges: tuple[tuple[int, int], ...]  # token ranges AMD never compiles
 
 
@@ -348,20 +361,18 @@ def decisions_for(view: SourceView, features: ArchFeatures) -> FileDecisions:
         sig = view.sig_in(directive.start, directive.end)
         if len(sig) >= 3 and view.tokens[sig[2]].text in features.off:
             dropped[directive.start] = features.off[view.tokens[sig[2]].text]
-    switched: set[int] = set()
+    switched: dict[int, str] = {}
     dead: list[tuple[int, int]] = []
     for branch in view.branches:
         condition = condition_of(view, branch.directive, branch.earlier)
         if condition.dead or condition.requires & features.undefined:
             dead.append((branch.directive.end, branch.end))
-        elif (
-            _is_direct_ptx_guard(view, branch, condition)
-            and branch.has_alternative
-            and any(branch.directive.end <= k < branch.end for k in ptx)
-        ):
-            switched.add(branch.directive.start)
-            dead.append((branch.directive.end, branch.end))
-    return FileDecisions(dropped, frozenset(switched), tuple(dead))
+        elif _is_direct_ptx_guard(view, branch, condition) and branch.has_alternative:
+            inside = [k for k in ptx if branch.directive.end <= k < branch.end]
+            if inside:
+                switched[branch.directive.start] = missing_feature(view, inside[0])
+                dead.append((branch.directive.end, branch.end))
+    return FileDecisions(dropped, switched, tuple(dead))
 
 
 def _is_direct_ptx_guard(view: SourceView, branch: Branch, condition: Condition) -> bool:

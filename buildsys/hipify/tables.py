@@ -476,6 +476,11 @@ RUNTIME_BLOCKS: dict[str, str] = {
         __nv_fp8_e5m2 __hip_fp8_e5m2
         __nv_fp8_storage_t __hip_fp8_storage_t
         __nv_fp8x2_storage_t __hip_fp8x2_storage_t
+        __nv_fp8x4_storage_t __hip_fp8x4_storage_t
+        __nv_fp8x2_e4m3 __hip_fp8x2_e4m3
+        __nv_fp8x2_e5m2 __hip_fp8x2_e5m2
+        __nv_fp8x4_e4m3 __hip_fp8x4_e4m3
+        __nv_fp8x4_e5m2 __hip_fp8x4_e5m2
         __NV_E4M3 __HIP_E4M3
         __NV_E5M2 __HIP_E5M2
         __NV_SATFINITE __HIP_SATFINITE
@@ -749,6 +754,13 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     Unsupported("__nanosleep", "HIP 6.4 has no __nanosleep; use __builtin_amdgcn_s_sleep"),
 )
 
+# CUDA intrinsics of an architecture that HIP 6.4 does not offer as CUDA writes them (the match
+# functions need HIP_ENABLE_WARP_SYNC_BUILTINS and 64-bit masks): a branch of an architecture guard
+# that calls one is not taken on AMD where the source has an alternative, as inline PTX is not
+# (arch_features.py); HeCBench's atomicAggregate has `#if __CUDA_ARCH__ >= 700` __match_any_sync
+# `#else` a ballot loop.
+ARCH_ONLY_INTRINSICS = frozenset({"__match_any_sync", "__match_all_sync", "__nanosleep"})
+
 # Template names that declare texture or surface references (texture<float, 1> tex;).
 UNSUPPORTED_TEMPLATES: dict[str, str] = {
     "texture": "texture references were removed in CUDA 12 and HIP 7; use cudaTextureObject_t",
@@ -892,10 +904,15 @@ COMPAT_FUNCTIONS = frozenset(
     | {"__ldcs", "__ldcg", "__ldca", "__ldlu", "__ldcv", "__stcs", "__stcg", "__stwb", "__stwt"}
     | {"__ldg"}
     | {f"__{t}2bfloat16_rn" for t in ("int", "uint", "short", "ushort", "ll", "ull")}
+    | {"__float2bfloat16_rn", "__float2bfloat162_rn", "make_bfloat162"}
+    | {"htanh_approx", "h2tanh_approx"}
     | {"atomicCAS", "atomicAdd", "min", "max"}
     | {f"__reduce_{op}_sync" for op in ("add", "min", "max", "and", "or", "xor")}
     | {"__pipeline_memcpy_async", "__pipeline_commit", "__pipeline_wait_prior"}
 )
+# Annotations the header defines (as nothing: AMD has nothing to do for them); a file that writes
+# one includes it.
+COMPAT_MACROS = frozenset({"__grid_constant__"})
 # Host functions the header names into the global namespace (nvcc's runtime header does): compiled
 # by the toolchain tests, not compared on the GPU (they are the C library's own).
 COMPAT_HOST_FUNCTIONS = frozenset({"isfinite", "isinf", "isnan", "signbit"})

@@ -48,6 +48,7 @@ from .tables import (
     COMPAT_FUNCTIONS,
     COMPAT_HEADER,
     COMPAT_HOST_FUNCTIONS,
+    COMPAT_MACROS,
     COMPAT_TILE_MEMBERS,
     CUDA_ARCH_MACRO,
     CUDA_ARCH_REPLACEMENT,
@@ -184,7 +185,8 @@ class _Translator:
                     k = directive.end
                     continue
                 if k in self.decisions.switched_guards:
-                    out.append(self._switched_guard(directive))
+                    missing = self.decisions.switched_guards[k]
+                    out.append(self._switched_guard(directive, missing))
                     k = directive.end
                     continue
             if k in self.launches and (launch_at_start or k != lo):
@@ -281,6 +283,8 @@ class _Translator:
             self._count("define", name, CUDA_ARCH_REPLACEMENT)
             return CUDA_ARCH_REPLACEMENT, k + 1
         if (name in COMPAT_FUNCTIONS or name in COMPAT_HOST_FUNCTIONS) and parens is not None:
+            self.uses_compat = True
+        if name in COMPAT_MACROS:
             self.uses_compat = True
         texture = self._software_texture(k, name, parens)
         if texture is not None:
@@ -500,8 +504,9 @@ class _Translator:
         self._count("define", feature.name, "(undefined on AMD)")
         return f"{DROPPED_DEFINITION}{feature.name}" + "\n" * text.count("\n")
 
-    def _switched_guard(self, directive: Directive) -> str:
-        """``#if <arch guard>`` over inline PTX with an alternative: not taken on AMD."""
+    def _switched_guard(self, directive: Directive, missing: str) -> str:
+        """``#if <arch guard>`` over inline PTX (``missing``, or an intrinsic HIP lacks) with an
+        alternative: not taken on AMD."""
         view = self.view
         sig = view.sig_in(directive.start, directive.end)
         head = "".join(t.text for t in view.tokens[directive.start : sig[1] + 1])
@@ -511,12 +516,12 @@ class _Translator:
             Finding(
                 sig[1],
                 "arch-feature",
-                f"'#{directive.name} {source_text(view, sig[2], sig[-1] + 1)}' selects inline PTX: "
-                "not taken on AMD (no AMD GPU has it), the source's alternative branch is "
-                "compiled instead",
+                f"'#{directive.name} {source_text(view, sig[2], sig[-1] + 1)}' selects {missing}: "
+                f"not taken on AMD ({'no AMD GPU has it' if missing == 'inline PTX' else 'HIP lacks it'}), "
+                "the source's alternative branch is compiled instead",
             )
         )
-        return f"{head} 0 /* hipify: inline PTX, not on AMD */ && ({condition}){tail}"
+        return f"{head} 0 /* hipify: {missing}, not on AMD */ && ({condition}){tail}"
 
     def _launch(self, k: int) -> tuple[str, int]:
         launch = self.launches[k]

@@ -407,6 +407,49 @@ KP_UINT_TO_BF16(__ushort2bfloat16_rn, unsigned short)
 KP_INT_TO_BF16(__ll2bfloat16_rn, long long)
 KP_UINT_TO_BF16(__ull2bfloat16_rn, unsigned long long)
 
+// ---- float to bf16, round to nearest even (__float2bfloat16_rn, __float2bfloat162_rn) --------
+// HIP 6.4 has __float2bfloat16 and __float22bfloat162_rn, not these two (host and device, as in
+// CUDA). A NaN becomes 0x7fff, the canonical NaN of cuda_bf16.hpp; the sign of a zero is kept.
+namespace kernelpack_compat {
+__host__ __device__ inline KP_BF16 float_to_bf16_rn(float value) {
+  unsigned bits;
+  __builtin_memcpy(&bits, &value, sizeof(bits));
+  const unsigned short rounded = (bits & 0x7fffffffu) > 0x7f800000u
+                                     ? 0x7fff
+                                     : static_cast<unsigned short>(
+                                           (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  KP_BF16 result;
+  __builtin_memcpy(&result, &rounded, sizeof(rounded));
+  return result;
+}
+}  // namespace kernelpack_compat
+__host__ __device__ inline KP_BF16 KP_COMPAT(__float2bfloat16_rn)(float value) {
+  return kernelpack_compat::float_to_bf16_rn(value);
+}
+__host__ __device__ inline KP_BF162 KP_COMPAT(__float2bfloat162_rn)(float value) {
+  const KP_BF16 half = kernelpack_compat::float_to_bf16_rn(value);
+  return KP_BF162(half, half);
+}
+
+// ---- make_bfloat162, half tanh (htanh_approx, h2tanh_approx), __grid_constant__ -------------
+// cuda_bf16.h's make_bfloat162 and CUDA 12.8's approximate half tanh, which HIP 6.4 lacks. The
+// tanh is the float tanh rounded to half: within one half ulp of the exact value (PTX's
+// tanh.approx.f16 promises less). A __grid_constant__ kernel parameter is read in place, never
+// copied: AMD reads every kernel argument from its kernarg segment, so it asks for nothing there.
+__host__ __device__ inline KP_BF162 KP_COMPAT(make_bfloat162)(KP_BF16 x, KP_BF16 y) {
+  return KP_BF162(x, y);
+}
+__device__ inline __half KP_COMPAT(htanh_approx)(__half a) {
+  return __float2half_rn(tanhf(__half2float(a)));
+}
+__device__ inline __half2 KP_COMPAT(h2tanh_approx)(__half2 a) {
+  return __halves2half2(KP_COMPAT(htanh_approx)(__low2half(a)),
+                        KP_COMPAT(htanh_approx)(__high2half(a)));
+}
+#if !defined(__grid_constant__)
+#define __grid_constant__
+#endif
+
 // ---- bf16 shuffles (CUDA's cuda_bf16.h has them; HIP 6.4 has the __half ones only) ----------
 // The 16 bits travel as an unsigned int through the 32-bit shuffle: exact for every pattern.
 #if defined(KERNELPACK_COMPAT_RENAME)
