@@ -100,7 +100,7 @@ def test_in_place_norms_over_strided_views(seed: int, dtype: str) -> None:
     want = OPS.rms_norm_options(x.contiguous(), weight, EPS)
     OPS.rms_norm_options_in_place(x, weight, EPS)
     assert torch.equal(x, want), f"seed {seed}"
-    assert torch.equal(x.base[:, hidden:], wide[:, hidden:])
+    assert torch.equal(x._base[:, hidden:], wide[:, hidden:])
     residual_wide = torch.randn(83, 2 * hidden, device="cuda").to(kind)
     x, residual = wide.clone()[:, :hidden], residual_wide.clone()[:, :hidden]
     summed = (numpy_of(x) + numpy_of(residual)).astype(np.float32)
@@ -110,8 +110,8 @@ def test_in_place_norms_over_strided_views(seed: int, dtype: str) -> None:
     assert_close(stored, summed.astype(np.float64), dtype, 1, what + " residual")
     norm, _ = reference_norm(stored, numpy_of(weight), dtype, "gemma", 0.0)
     assert_close(numpy_of(x), norm, dtype, 1, what)
-    assert torch.equal(x.base[:, hidden:], wide[:, hidden:])
-    assert torch.equal(residual.base[:, hidden:], residual_wide[:, hidden:])
+    assert torch.equal(x._base[:, hidden:], wide[:, hidden:])
+    assert torch.equal(residual._base[:, hidden:], residual_wide[:, hidden:])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -646,6 +646,20 @@ def test_opcheck_on_the_gpu(dtype: Any) -> None:
         ("rms_norm_backward", (x, x * 2, weight, ref_row_scales(x * 2, 1e-6))),
         ("add_rms_norm_backward", (x, x * 2, x * 3, weight, ref_row_scales(x * 3, 1e-6))),
     ]
+    # the options: a float32 weight, none, the offset and the casting modes, strided views
+    wide = torch.randn(3, 128, device="cuda", dtype=dtype)
+    weight32 = torch.randn(64, device="cuda")
+    grad_x = x.clone().requires_grad_()
+    cases += [
+        ("rms_norm_options", (grad_x, weight32.clone().requires_grad_(), 1e-6, 1.0, "llama")),
+        ("rms_norm_options_with_scale", (grad_x, None, 1e-6, 0.0, "none")),
+        ("rms_norm_options_in_place", (wide.clone()[:, :64], weight)),
+        ("fused_add_rms_norm_options", (wide.clone()[:, :64], x.clone(), None, 1e-6, 1.0)),
+        ("rms_norm_options_backward", (x, x * 2, weight32, ref_row_scales(x * 2, 1e-6), 1.0)),
+        ("swiglu_scaled", (grad_x, (x * 2).requires_grad_(), 0.7, 1.3)),
+        ("swiglu_scaled_backward", (x, x * 2, x * 3, 1.5, 0.5)),
+        ("silu_and_mul_as_torch", (grad_x,)),
+    ]
     assert sorted(name for name, _ in cases) == sorted(torch_ops.SCHEMAS)
     for name, args in cases:
         results = torch.library.opcheck(getattr(OPS, name), args)

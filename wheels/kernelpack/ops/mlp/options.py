@@ -114,7 +114,7 @@ def launch_norm_backward(
     rms_norm_weight_grad in a fixed order."""
     if not cols:
         return
-    weighted = pointers[2] != 0
+    weighted = not (isinstance(pointers[2], int) and pointers[2] == 0)  # a tensor, or 0
     blocks = backward_blocks(rows)
     if rows:
         kernel = launch.load_kernel(device, backward_name(dtype, weight_dtype))
