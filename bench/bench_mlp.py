@@ -754,8 +754,8 @@ def render(
 
 # ---- --forms: each kernel form against the host's next choice -------------------------------
 
-# (kernel, grid, block, blocks an SM) of one launch, as the host makes it
-Launch = tuple[str, Any, Any, int]
+# (kernel, grid, block) of one launch, as the host makes it
+Launch = tuple[str, Any, Any]
 
 
 def _norm_backward_launches(
@@ -765,21 +765,18 @@ def _norm_backward_launches(
     threads = mlp_geometry.short_backward_threads(rows, cols, dtype, device.multiprocessors)
     if threads:
         name = mlp_geometry.short_backward_kernel(threads, cols, dtype)
-        launches: list[Launch] = [(name, rows, threads, 0)]
+        launches: list[Launch] = [(name, rows, threads)]
         if rows > 1 and mlp_geometry.sums_from_inputs(dtype):
-            name, grid, block = mlp_geometry.weight_grad_inputs_launch(rows, cols, dtype, 16)
-            launches.append((name, grid, block, 0))
+            launches.append(mlp_geometry.weight_grad_inputs_launch(rows, cols, dtype))
         elif rows > 1:
             grid, block = mlp_geometry.weight_grad_geometry(cols, rows)
-            launches.append(
-                (mlp_geometry.kernel_name("rms_norm_weight_grad", dtype), grid, block, 0)
-            )
+            launches.append((mlp_geometry.kernel_name("rms_norm_weight_grad", dtype), grid, block))
         return launches
     grid, threads = mlp_geometry.backward_row_geometry(rows, cols, dtype, device)
     sum_grid, sum_block = mlp_geometry.weight_grad_geometry(cols, grid)
     return [
-        (mlp_geometry.kernel_name("rms_norm_backward", dtype), grid, threads, 0),
-        (mlp_geometry.kernel_name("rms_norm_weight_grad", dtype), sum_grid, sum_block, 0),
+        (mlp_geometry.kernel_name("rms_norm_backward", dtype), grid, threads),
+        (mlp_geometry.kernel_name("rms_norm_weight_grad", dtype), sum_grid, sum_block),
     ]
 
 
@@ -795,16 +792,16 @@ def pass_launches(
     assert entry.plan is not None
     plan = entry.plan(entry.kernel_family, shape, dtype, device)
     assert plan is not None
-    launches: list[Launch] = [(plan.name, plan.grid, plan.block, plan.blocks_per_sm)]
+    launches: list[Launch] = [(plan.name, plan.grid, plan.block)]
     if not backward:
         return tuple(launches)
     sms = device.multiprocessors
     if op == "swiglu":
         e = mlp_geometry.swiglu_launch("swiglu_backward", rows * cols, dtype, sms)
-        launches.append((e.name, e.grid, e.block, 0))
+        launches.append((e.name, e.grid, e.block))
     elif op == "silu_and_mul":
         e = mlp_geometry.silu_and_mul_launch("silu_and_mul_backward", rows, cols, dtype, sms)
-        launches.append((e.name, e.grid, e.block, 0))
+        launches.append((e.name, e.grid, e.block))
     else:
         launches += _norm_backward_launches(rows, cols, dtype, device)
     return tuple(launches)
@@ -923,8 +920,7 @@ def _differing(case: FormCase) -> tuple[str, str]:
 
     def describe(launches: tuple[Launch, ...]) -> str:
         return "; ".join(
-            f"{name.removeprefix('mlp::')} {grid}x{block}" + (f" {blocks}/SM" if blocks else "")
-            for name, grid, block, blocks in launches
+            f"{name.removeprefix('mlp::')} {grid}x{block}" for name, grid, block in launches
         )
 
     return describe(kept), describe(retired)

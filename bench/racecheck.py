@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import re
 import sys
 import time
@@ -68,44 +67,37 @@ TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}  # relative nor
 class MlpCase(NamedTuple):
     """One call: ``op`` (a forward op, or a backward op run after its training forward) on
     ``rows`` x ``cols`` (swiglu: one row of ``cols``; silu_and_mul: ``cols`` outputs a row),
-    its inputs ``offset`` elements past an aligned address."""
+    its tensors 16-byte aligned."""
 
     op: str
     dtype: str
     rows: int
     cols: int
-    offset: int = 0
     weight: str = ""  # the option norms' weight dtype (the rows' own or float32)
     mode: str = ""  # the option norms' casting mode
 
     @property
     def name(self) -> str:
-        shift = f" +{self.offset}" if self.offset else ""
         options = f" weight {self.weight} {self.mode}" if self.weight else ""
-        return f"{self.op} {self.dtype} {self.rows}x{self.cols}{shift}{options}"
+        return f"{self.op} {self.dtype} {self.rows}x{self.cols}{options}"
 
 
-def _past_streaming(arrays: int, dtype: str, multiple: int, whole: bool) -> int:
+def _past_streaming(arrays: int, dtype: str, multiple: int) -> int:
     """The fewest elements of the forward's output past the streaming forms' 64 MiB for a call
-    moving ``arrays`` arrays of that size, a multiple of ``multiple``: of whole blocks of 128
-    16-byte vectors where ``whole``, else not (geometry.whole_blocks)."""
-    per_block = 128 * VECTOR_BYTES // ITEM_SIZE[dtype]
+    moving ``arrays`` arrays of that size, a multiple of ``multiple``."""
     n = 64 * 2**20 // (arrays * ITEM_SIZE[dtype]) + 1
-    n = -(-n // multiple) * multiple
-    while (n % per_block == 0) != whole:
-        n += multiple
-    return n
+    return -(-n // multiple) * multiple
 
 
 def mlp_cases(facts: DeviceFacts) -> list[MlpCase]:
     """Every form the host picks on a device of ``facts``, each at the smallest shape that
     selects it there, in every dtype:
     the general kernels (a row that is no whole number of vectors), the exact elementwise forms
-    in 8-byte vectors (a grid short of a block a multiprocessor; silu_and_mul's single row), in
-    16-byte vectors through streaming cache hints (a grid of a block a multiprocessor or more),
-    plain past 64 MiB moved, and over whole blocks; the short-row, fixed-length (few rows, more
-    rows than multiprocessors) and reread forward norms; the general, short and fixed-length
-    backward norms with each weight-gradient sum. Small cases first, the large ones last."""
+    in 8-byte vectors (a grid short of a block a multiprocessor), in 16-byte vectors through
+    streaming cache hints (a grid of a block a multiprocessor or more) and plain past 64 MiB
+    moved; the short-row and fixed-length (few rows, more rows than multiprocessors) forward
+    norms; the general, short and fixed-length backward norms with each weight-gradient sum.
+    Small cases first, the large ones last."""
     sms = facts.multiprocessors
     few = min(64, sms)  # rows of the few-row fixed forms (16-bit add_rms_norm's from 64)
     streaming = sms * 2048  # 16-byte vectors in blocks of 128: 2 or 4 blocks a multiprocessor
@@ -116,7 +108,7 @@ def mlp_cases(facts: DeviceFacts) -> list[MlpCase]:
         for op in ("swiglu", "swiglu_backward"):
             small += [MlpCase(op, dtype, 1, n) for n in (9, 4096, streaming)]
         for op in ("silu_and_mul", "silu_and_mul_backward"):
-            shapes = ((3, 9), (1, 4096), (2, 4096), (-(-sms // 4), 4096))
+            shapes = ((3, 9), (2, 4096), (-(-sms // 4), 4096))
             small += [MlpCase(op, dtype, rows, cols) for rows, cols in shapes]
         for op in ("rms_norm", "add_rms_norm"):
             small += [MlpCase(op, dtype, 3, 9), MlpCase(op, dtype, 2, 1024)]
@@ -126,14 +118,9 @@ def mlp_cases(facts: DeviceFacts) -> list[MlpCase]:
                 MlpCase(op, dtype, rows, cols) for rows, cols in ((3, 9), (1, 1024), (2, 1024))
             ]
             small += [MlpCase(op, dtype, 2, cols) for cols in FIXED_COLUMNS]
-            if dtype in ROW_SCALE_DTYPES:  # the sum a column a thread: x short of 4 bytes
-                small.append(MlpCase(op, dtype, 2, 1024, offset=1))
-        for whole in (False, True):
-            large.append(MlpCase("swiglu", dtype, 1, _past_streaming(3, dtype, vector, whole)))
-            cols = 14336 if whole else 11008  # a whole number of blocks a row, and not
-            rows = -(-(64 * 2**20 + 1) // (3 * cols * ITEM_SIZE[dtype]))
-            large.append(MlpCase("silu_and_mul", dtype, rows, cols))
-    large.append(MlpCase("rms_norm", "float32", 8192, 8192))  # the reread form where tuned
+        large.append(MlpCase("swiglu", dtype, 1, _past_streaming(3, dtype, vector)))
+        rows = -(-(64 * 2**20 + 1) // (3 * 11008 * ITEM_SIZE[dtype]))
+        large.append(MlpCase("silu_and_mul", dtype, rows, 11008))
     return small + option_cases() + large
 
 
@@ -153,14 +140,6 @@ def option_cases() -> list[MlpCase]:
     return cases
 
 
-def _alignment(case: MlpCase) -> int:
-    """The alignment of the case's pointers (results and scratch are allocated aligned)."""
-    if not case.offset:
-        return VECTOR_BYTES
-    offset = case.offset * ITEM_SIZE[case.dtype]
-    return min(offset & -offset, VECTOR_BYTES)
-
-
 def _norm_backward_kernels(case: MlpCase, facts: DeviceFacts) -> list[str]:
     """The backward's kernels, as kernelpack.ops.mlp.torch_impl and launch choose them."""
     rows, cols, dtype = case.rows, case.cols, case.dtype
@@ -175,9 +154,7 @@ def _norm_backward_kernels(case: MlpCase, facts: DeviceFacts) -> list[str]:
         return kernels
     if dtype not in ROW_SCALE_DTYPES:
         return [*kernels, kernel_name("rms_norm_weight_grad", dtype)]
-    pairs = cols % 2 == 0 and _alignment(case) >= 4
-    sum_name = "rms_norm_weight_grad_input_pairs" if pairs else "rms_norm_weight_grad_inputs"
-    return [*kernels, kernel_name(sum_name, dtype)]
+    return [*kernels, kernel_name("rms_norm_weight_grad_inputs", dtype)]
 
 
 def mlp_kernels(case: MlpCase, facts: DeviceFacts) -> list[str]:
@@ -195,10 +172,10 @@ def mlp_kernels(case: MlpCase, facts: DeviceFacts) -> list[str]:
         return [options.elementwise_name(op, dtype)]
     if op in ("swiglu", "swiglu_backward"):
         launch = swiglu_launch(op, rows * cols, dtype, facts.multiprocessors)
-        return [launch.kernel_for(_alignment(case))[0]]
+        return [launch.name]
     if op in ("silu_and_mul", "silu_and_mul_backward"):
         launch = silu_and_mul_launch(op, rows, cols, dtype, facts.multiprocessors)
-        return [launch.kernel_for(_alignment(case))[0]]
+        return [launch.name]
     if op in ("rms_norm", "add_rms_norm"):
         return [norm_launch(op, rows, cols, dtype, facts).name]
     forward = op.removesuffix("_backward")
@@ -342,9 +319,7 @@ def _mlp_call(case: MlpCase) -> float:
     generator = torch.Generator(device="cuda").manual_seed(hash(case) % 2**31)
 
     def tensor(*shape: int) -> Any:
-        n = math.prod(shape)
-        buffer = torch.randn(n + case.offset, device="cuda", generator=generator).to(dtype)
-        return buffer[case.offset :].view(*shape)
+        return torch.randn(*shape, device="cuda", generator=generator).to(dtype)
 
     rows, cols = case.rows, case.cols
     if case.weight or case.op in ("swiglu_scaled", "swiglu_scaled_backward"):

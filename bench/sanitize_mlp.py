@@ -38,14 +38,14 @@ def check_silu_mul(out, grad_gate, grad_up, g, u, dy, dtype, what):
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
     for off in (0, 1):
         # 4100 and 11008 take the exact kernels, which load misaligned views' vectors from
-        # pointers rounded down before they test the alignment; 800 x 14336 (past 64 MiB moved,
-        # whole blocks) the whole forms, and misaligned the general kernel on its own grid
+        # pointers rounded down before they test the alignment; 800 x 14336 (past 64 MiB moved)
+        # the plain exact forms, and misaligned the general kernel
         for n in (1, 9, 4099, 4100, 11008, 800 * 14336):
             g, u, dy = view(n, dtype, off), view(n, dtype, off), view(n, dtype, off)
             out = mlp.swiglu(g, u)
             grad_gate, grad_up = OPS.swiglu_backward(dy, g, u)
             check_silu_mul(out, grad_gate, grad_up, g, u, dy, dtype, f"swiglu {n} {off}")
-        # (1, 12) and (1, 11008) a single row, swiglu's forms over its halves where aligned
+        # (1, 12) and (1, 11008) a single row
         for rows, cols in ((3, 9), (2, 4096), (1, 12), (1, 11008), (800, 14336)):
             x = view(rows * 2 * cols, dtype, off).view(rows, 2 * cols)
             dy = view(rows * cols, dtype, off).view(rows, cols)
@@ -54,7 +54,6 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
             gate, up = x[:, :cols], x[:, cols:]
             what = f"silu_and_mul {rows}x{cols} {off}"
             check_silu_mul(out, grad_x[:, :cols], grad_x[:, cols:], gate, up, dy, dtype, what)
-        reread = ((8192, 8192),) if dtype == torch.float32 else ()  # rms_norm_fixed_reread (sm_90)
         for rows, cols in (
             (3, 1),
             (2, 9),
@@ -62,9 +61,8 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
             (2, 8192),
             (133, 5120),
             (133, 8192),  # rms_norm_fixed_full reading its 16-bit row twice (sm_90)
-            (4096, 4096),  # the fixed-length kernels held to fewer blocks an SM (sm_90)
+            (4096, 4096),  # the fixed-length kernels for many rows
             (1, 65536),
-            *reread,
         ):
             x = view(rows * cols, dtype, off).view(rows, cols)
             w = view(cols, dtype, off)

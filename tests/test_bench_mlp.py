@@ -126,16 +126,6 @@ FORM_ROWS = {
         "rms_norm_fixed<__nv_bfloat16, 4096>",
         "rms_norm_fixed_full<__nv_bfloat16, 4096>",
     ),
-    "fixed_reread": (
-        ("rms_norm", "float32", 16384, 8192, False),
-        "rms_norm_fixed_reread<float, 8192>",
-        "rms_norm_fixed_full<float, 8192>",
-    ),
-    "fixed_cap": (
-        ("add_rms_norm", "float16", 4096, 8192, False),
-        "add_rms_norm_fixed_full<__half, 8192> 2/SM",
-        "add_rms_norm_fixed_full<__half, 8192>",
-    ),
     "short_rows": (
         ("rms_norm", "bfloat16", 1, 2048, False),
         "rms_norm_short<__nv_bfloat16>",
@@ -149,17 +139,7 @@ FORM_ROWS = {
     "exact_streaming": (
         ("swiglu", "bfloat16", 64, 11008, False),
         "swiglu_exact_streaming<__nv_bfloat16>",
-        "swiglu_whole<__nv_bfloat16>",
-    ),
-    "whole": (
-        ("swiglu", "bfloat16", 4096, 14336, False),
-        "swiglu_whole<__nv_bfloat16>",
         "swiglu_exact<__nv_bfloat16, 16>",
-    ),
-    "one_row": (
-        ("silu_and_mul", "bfloat16", 1, 11008, False),
-        "silu_and_mul_one_row<__nv_bfloat16>",
-        "silu_and_mul_exact<__nv_bfloat16, 8>",
     ),
     "narrow": (
         ("swiglu", "float32", 1, 11008, False),
@@ -176,18 +156,12 @@ FORM_ROWS = {
         "rms_norm_backward_fixed<__nv_bfloat16, 4096>",
         "rms_norm_backward_short<__nv_bfloat16>",
     ),
-    "weight_grad_pairs": (
-        ("add_rms_norm", "float16", 64, 4096, True),
-        "rms_norm_weight_grad_input_pairs<__half>",
-        "rms_norm_weight_grad_inputs<__half>",
-    ),
 }
 
 
-def _described(launch: tuple[str, object, object, int], grid: bool) -> str:
-    name, launch_grid, _block, blocks = launch
-    text = name.removeprefix("mlp::") + (f" {blocks}/SM" if blocks else "")
-    return text + (f" grid {launch_grid}" if grid else "")
+def _described(launch: tuple[str, object, object], grid: bool) -> str:
+    name, launch_grid, _block = launch
+    return name.removeprefix("mlp::") + (f" grid {launch_grid}" if grid else "")
 
 
 def test_each_form_has_a_row_that_picks_it() -> None:
@@ -210,7 +184,7 @@ def test_retiring_a_form_gives_the_hosts_next_choice(form: str) -> None:
 
 def test_a_row_picks_only_the_forms_whose_retirement_changes_it() -> None:
     # 1 x 4096 bfloat16 RMSNorm, forward and backward: the few-row fixed form (exact, streaming)
-    # and the fixed short backward; no elementwise form, no cap (one row), no reread (bfloat16)
+    # and the fixed short backward; no elementwise form
     picked = forms_picked("rms_norm", "bfloat16", 1, 4096, True, H200)
     assert picked == ["fixed", "fixed_streaming", "short_backward", "fixed_backward"]
 
@@ -248,21 +222,21 @@ def _form_timing(form: str, kept: float, retired: float) -> FormTiming:
 
 def test_the_forms_table_keeps_a_form_at_3_percent_and_retires_one_below() -> None:
     timings = [
-        _form_timing("whole", 10.0, 10.31),  # +3.1%: kept
-        _form_timing("one_row", 2.0, 2.04),  # +2.0%: retired
-        _form_timing("fixed_cap", 5.0, 4.9),  # slower with it: retired
+        _form_timing("narrow", 10.0, 10.31),  # +3.1%: kept
+        _form_timing("fixed_backward", 2.0, 2.04),  # +2.0%: retired
+        _form_timing("exact_streaming", 5.0, 4.9),  # slower with it: retired
     ]
     verdicts = form_verdicts(timings)
-    assert verdicts["whole"] == pytest.approx(0.031)
+    assert verdicts["narrow"] == pytest.approx(0.031)
     assert verdicts["fixed"] is None
-    failed = ["fixed_cap: add_rms_norm float16 4096x8192: kernelpack disagrees with torch"]
+    failed = ["exact_streaming: swiglu bfloat16 64x11008: kernelpack disagrees with torch"]
     text = render_forms(timings, [t.case for t in timings], [], failed, "an H200")
-    assert "| whole | " in text and "| +3.1% | keep |" in text
-    assert "| one_row | " in text and "| +2.0% | retire |" in text
+    assert "| narrow | " in text and "| +3.1% | keep |" in text
+    assert "| fixed_backward | " in text and "| +2.0% | retire |" in text
     assert "| -2.0% | retire |" in text
     assert "| fixed | " in text and "| - | picked on no row of the table |" in text
     assert (
-        "| whole | swiglu | bfloat16 | 4096x14336 | forward | swiglu_whole<__nv_bfloat16> "
-        "57344x128 | swiglu_exact<__nv_bfloat16, 16> 57344x128 | 10.00 | 10.31 | +3.1% | 9/9 |"
+        "| narrow | swiglu | float32 | 1x11008 | forward | swiglu_exact<float, 8> 43x128 "
+        "| swiglu_exact_streaming<float> 22x128 | 10.00 | 10.31 | +3.1% | 9/9 |"
     ) in text
-    assert "\n- fixed_cap: add_rms_norm float16 4096x8192: kernelpack disagrees" in text
+    assert "\n- exact_streaming: swiglu bfloat16 64x11008: kernelpack disagrees" in text

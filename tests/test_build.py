@@ -51,9 +51,6 @@ MLP_EXACT_VECTORS = {
     "swiglu_backward_exact": (8,),
     "silu_and_mul_backward_exact": (8,),
 }
-MLP_WHOLE = ("swiglu_whole", "silu_and_mul_whole")  # the plain 16-byte forwards over whole blocks
-# silu_and_mul's 8-byte exact forms over a single row, forward and backward
-MLP_ONE_ROW = ("silu_and_mul_one_row", "silu_and_mul_backward_one_row")
 MLP_TYPES = ("float", "__half", "__nv_bfloat16")
 MLP_FIXED = (
     "rms_norm_fixed",
@@ -81,18 +78,15 @@ REAL_KERNELS = {
             for b in vectors
         ),
         *(f"mlp::{op}_streaming<{t}>" for op in MLP_EXACT_VECTORS for t in MLP_TYPES),
-        *(f"mlp::{op}<{t}>" for op in (*MLP_WHOLE, *MLP_ONE_ROW) for t in MLP_TYPES),
         *(
             f"mlp::{op}<{t}, {c}>"
             for op in MLP_FIXED
             for t in MLP_TYPES
             for c in (4096, 5120, 8192)
         ),
-        "mlp::rms_norm_fixed_reread<float, 8192>",
         *(f"mlp::rms_norm_backward_fixed<{t}, 4096>" for t in MLP_TYPES),
         *(f"mlp::rms_norm_backward_fixed<{t}, 8192>" for t in ("__half", "__nv_bfloat16")),
         *(f"mlp::rms_norm_weight_grad_inputs<{t}>" for t in ("__half", "__nv_bfloat16")),
-        *(f"mlp::rms_norm_weight_grad_input_pairs<{t}>" for t in ("__half", "__nv_bfloat16")),
         # the options (issue 47): rows' type, weight's type (its own or float), casting mode
         *(
             f"mlp::{op}<{t}, {w}, {mode}>"
@@ -429,7 +423,6 @@ def test_real_sources_build_for_the_default_matrix(
         if image["target"] == "sm_90":
             check_general_norms_share_an_sm(image["kernels"])
             check_fixed_norms_fill_an_sm(image["kernels"])
-            check_fixed_caps_hold_fewer(image["kernels"])
 
 
 def spilled_kernels(index: dict[str, Any]) -> list[tuple[str, str, str, int]]:
@@ -520,9 +513,8 @@ def check_general_norms_share_an_sm(kernels: dict[str, dict[str, int]]) -> None:
 def check_fixed_norms_fill_an_sm(kernels: dict[str, dict[str, int]]) -> None:
     """The fixed-length rms_norm for many rows (rms_norm_fixed_full) fills an sm_90 SM where a
     thread keeps FIXED_CHUNKS vectors (16-bit rows up to 8192, float32 up to 4096): at ptxas's own
-    40 registers, three blocks of 512, it was slower than at 32; rms_norm_fixed_reread in
-    REREAD_BLOCKS_PER_SM blocks, torch.compile's occupancy, which its two reads leave the
-    registers for (docs/bench-mlp-notes.md, "The forward norms"). Elsewhere two blocks' worth of
+    40 registers, three blocks of 512, it was slower than at 32 (docs/bench-mlp-notes.md, "The
+    forward norms"). Elsewhere two blocks' worth of
     512 threads at least, as the general kernel's. (That no fixed kernel spills, on any target,
     the caller checks.)"""
     for dtype, kernel_type in mlp_geometry.KERNEL_TYPE.items():
@@ -538,24 +530,3 @@ def check_fixed_norms_fill_an_sm(kernels: dict[str, dict[str, int]]) -> None:
                 else 2 * mlp_geometry.ROW_BLOCK_MAX
             )
             assert resident >= wanted, (dtype, cols, resources["registers"], resident)
-    for dtype, cols in mlp_tuning.FAMILIES[
-        "sm_90"
-    ].reread_from_rows:  # bounded to REREAD_BLOCKS_PER_SM blocks
-        threads = mlp_geometry.fixed_threads(cols, dtype)
-        kernel = f"mlp::rms_norm_fixed_reread<{mlp_geometry.KERNEL_TYPE[dtype]}, {cols}>"
-        resident = sm90_resident_threads(kernels[kernel]["registers"], threads)
-        assert resident >= mlp_tuning.REREAD_BLOCKS_PER_SM * threads, (kernel, resident)
-
-
-def check_fixed_caps_hold_fewer(kernels: dict[str, dict[str, int]]) -> None:
-    """Each cap of mlp_tuning.FAMILIES["sm_90"].fixed_blocks_per_sm holds its kernel to fewer blocks an sm_90 SM
-    than its registers and threads allow: the counts were measured against the uncapped kernel
-    at ptxas's registers (docs/mlp-tuning.md), and a kernel that no longer
-    fits more blocks than its cap wants measuring again, not a cap that does nothing."""
-    types = mlp_geometry.KERNEL_TYPE
-    for (op, dtype, cols), blocks in mlp_tuning.FAMILIES["sm_90"].fixed_blocks_per_sm.items():
-        form = f"{op}_fixed_full"
-        threads = mlp_geometry.fixed_threads(cols, dtype)
-        registers = kernels[f"mlp::{form}<{types[dtype]}, {cols}>"]["registers"]
-        natural = sm90_resident_threads(registers, threads) // threads
-        assert natural > blocks, (op, dtype, cols, registers, natural, blocks)

@@ -4,9 +4,9 @@ On gfx942 and gfx950 (wave64) and gfx1100 and gfx1201 (wave32), each op runs thr
 own launch functions (kernelpack.ops.mlp.launch's launch_*, which choose the kernel and its grid for the
 shape and the pointers' alignment), with the emulator answering their kernel look-ups; each case
 says which kernels the host must choose for its shape and fails if the host chose others. A form
-the host takes only for shapes too large to emulate (past 64 MiB moved, past 132 rows, or on
-sm_90 alone) is launched by name on the grid the host would give it (DIRECT says why, case by
-case). The last test asserts that every kernel of the mlp module's index ran on every target.
+the host takes only for shapes too large to emulate (past 64 MiB moved, past 132 rows) is
+launched by name on the grid the host would give it (DIRECT says why, case by case). The last
+test asserts that every kernel of the mlp module's index ran on every target.
 
 Inputs are random from a seed printed with any failure; outputs, partial sums and scratch are
 poisoned (0xFF bytes: NaN) before the launch and must be written whole, and nothing may be
@@ -174,12 +174,6 @@ SWIGLU_CASES: dict[str, tuple[Any, int, str, str]] = {
     "general, misaligned (scalar)": (1000, 1, "swiglu<{T}>", ""),
     "exact streaming": ("streaming", 0, "swiglu_exact_streaming<{T}>", ""),
     "exact 16-byte plain": (1000, 0, "swiglu_exact<{T}, 16>", "the host's past 64 MiB moved"),
-    "whole": (
-        "2 blocks",
-        0,
-        "swiglu_whole<{T}>",
-        "the host's past 64 MiB moved over whole blocks of 128 vectors",
-    ),
 }
 SWIGLU_BACKWARD_CASES: dict[str, tuple[Any, int, str, str]] = {
     "exact 8-byte": (1000, 0, "swiglu_backward_exact<{T}, 8>", ""),
@@ -192,8 +186,6 @@ SWIGLU_BACKWARD_CASES: dict[str, tuple[Any, int, str, str]] = {
 def swiglu_n(n: Any, dtype: str) -> int:
     if n == "streaming":
         return streaming_n(dtype)
-    if n == "2 blocks":
-        return 2 * BLOCK * vector_width(dtype)
     return int(n)
 
 
@@ -249,7 +241,7 @@ SILU_AND_MUL_CASES: dict[str, tuple[int, Any, int, str, str]] = {
     "exact 8-byte": (3, 96, 0, "silu_and_mul_exact<{T}, 8>", ""),
     "general, vectors and a tail": (3, 97, 0, "silu_and_mul<{T}>", ""),
     "general, misaligned (scalar)": (3, 96, 1, "silu_and_mul<{T}>", ""),
-    "one row": (1, 96, 0, "silu_and_mul_one_row<{T}>", ""),
+    "one row": (1, 96, 0, "silu_and_mul_exact<{T}, 8>", ""),
     "exact streaming": (132, "a block a row", 0, "silu_and_mul_exact_streaming<{T}>", ""),
     "exact 16-byte plain": (
         3,
@@ -258,19 +250,12 @@ SILU_AND_MUL_CASES: dict[str, tuple[int, Any, int, str, str]] = {
         "silu_and_mul_exact<{T}, 16>",
         "the host's past 64 MiB moved",
     ),
-    "whole": (
-        2,
-        "a block a row",
-        0,
-        "silu_and_mul_whole<{T}>",
-        "the host's past 64 MiB moved over rows of whole blocks of 128 vectors",
-    ),
 }
 SILU_AND_MUL_BACKWARD_CASES: dict[str, tuple[int, Any, int, str, str]] = {
     "exact 8-byte": (3, 96, 0, "silu_and_mul_backward_exact<{T}, 8>", ""),
     "general, vectors and a tail": (3, 97, 0, "silu_and_mul_backward<{T}>", ""),
     "general, misaligned (scalar)": (3, 96, 1, "silu_and_mul_backward<{T}>", ""),
-    "one row": (1, 96, 0, "silu_and_mul_backward_one_row<{T}>", ""),
+    "one row": (1, 96, 0, "silu_and_mul_backward_exact<{T}, 8>", ""),
     "exact streaming": (
         132,
         "a block a row",
@@ -301,10 +286,7 @@ def test_silu_and_mul(target: str, dtype: str, case: str, monkeypatch: pytest.Mo
     )
     xs = on(emu, x, offset)
     out = poisoned(emu, (rows, cols), x.dtype, offset)
-    if why and name.startswith("mlp::silu_and_mul_whole"):
-        blocks = rows * cols // (BLOCK * vector_width(dtype))
-        device.direct(name, why).launch(blocks, BLOCK, xs, out, rows, cols)
-    elif why:  # a thread a 16-byte vector of a row, grid.y a row
+    if why:  # a thread a 16-byte vector of a row, grid.y a row
         grid = (-(-cols // (mlp_geometry.BLOCK_MIN * vector_width(dtype))), rows)
         device.direct(name, why).launch(grid, mlp_geometry.BLOCK_MIN, xs, out, rows, cols)
     else:
@@ -346,20 +328,18 @@ def test_silu_and_mul_backward(
 FIXED_ROWS = 2  # rows of the fixed-length cases: the grid is a block a row, any count serves
 
 
-def norm_cases() -> list[tuple[str, str, int, int, str, bool]]:
-    """(op, form, rows, cols, dtypes ("" all, else the one), in place): the general kernel, the
+def norm_cases() -> list[tuple[str, str, int, int, bool]]:
+    """(op, form, rows, cols, in place): the general kernel, the
     short-row one, the fixed-length few-row and many-row forms of every length mlp.cu
-    instantiates, rms_norm's reread form (float32 8192 alone); add_rms_norm in place as
-    fused_add_rms_norm calls it."""
+    instantiates; add_rms_norm in place as fused_add_rms_norm calls it."""
     cases = []
     for op in ("rms_norm", "add_rms_norm"):
-        cases += [(op, op, 3, 202, "", False), (op, f"{op}_short", 3, 200, "", False)]
+        cases += [(op, op, 3, 202, False), (op, f"{op}_short", 3, 200, False)]
         for cols in mlp_geometry.FIXED_COLUMNS:
             for suffix in ("_fixed", "_fixed_full"):
-                cases.append((op, f"{op}{suffix}", FIXED_ROWS, cols, "", False))
-    cases.append(("rms_norm", "rms_norm_fixed_reread", FIXED_ROWS, 8192, "float32", False))
-    cases += [("add_rms_norm", "add_rms_norm", 3, 202, "", True)]
-    cases += [("add_rms_norm", "add_rms_norm_short", 3, 200, "", True)]
+                cases.append((op, f"{op}{suffix}", FIXED_ROWS, cols, False))
+    cases += [("add_rms_norm", "add_rms_norm", 3, 202, True)]
+    cases += [("add_rms_norm", "add_rms_norm_short", 3, 200, True)]
     return cases
 
 
@@ -373,9 +353,8 @@ NORM_CASES = [
         in_place,
         id=f"{name}-{rows}x{cols}-{dtype}{'-in-place' if in_place else ''}",
     )
-    for op, name, rows, cols, only, in_place in norm_cases()
+    for op, name, rows, cols, in_place in norm_cases()
     for dtype in DTYPES
-    if only in ("", dtype)
 ]
 
 
@@ -460,7 +439,7 @@ BACKWARD_CASES: dict[str, tuple[int, int, int, bool, dict[str, list[str]]]] = {
         False,
         {
             "float32": ["rms_norm_backward_short<{T}>", "rms_norm_weight_grad<{T}>"],
-            "": ["rms_norm_backward_short<{T}>", "rms_norm_weight_grad_input_pairs<{T}>"],
+            "": ["rms_norm_backward_short<{T}>", "rms_norm_weight_grad_inputs<{T}>"],
         },
     ),
     "short, extra": (
@@ -470,7 +449,7 @@ BACKWARD_CASES: dict[str, tuple[int, int, int, bool, dict[str, list[str]]]] = {
         True,
         {
             "float32": ["rms_norm_backward_short<{T}>", "rms_norm_weight_grad<{T}>"],
-            "": ["rms_norm_backward_short<{T}>", "rms_norm_weight_grad_input_pairs<{T}>"],
+            "": ["rms_norm_backward_short<{T}>", "rms_norm_weight_grad_inputs<{T}>"],
         },
     ),
     "short, one row": (1, 200, 0, False, {"": ["rms_norm_backward_short<{T}>"]}),
@@ -491,7 +470,7 @@ BACKWARD_CASES: dict[str, tuple[int, int, int, bool, dict[str, list[str]]]] = {
         False,
         {
             "float32": ["rms_norm_backward_fixed<{T}, 4096>", "rms_norm_weight_grad<{T}>"],
-            "": ["rms_norm_backward_fixed<{T}, 4096>", "rms_norm_weight_grad_input_pairs<{T}>"],
+            "": ["rms_norm_backward_fixed<{T}, 4096>", "rms_norm_weight_grad_inputs<{T}>"],
         },
     ),
     "fixed 8192": (  # 16-bit types only: float32's 2048 vectors are more than 512 threads' two
@@ -499,7 +478,7 @@ BACKWARD_CASES: dict[str, tuple[int, int, int, bool, dict[str, list[str]]]] = {
         8192,
         0,
         False,
-        {"": ["rms_norm_backward_fixed<{T}, 8192>", "rms_norm_weight_grad_input_pairs<{T}>"]},
+        {"": ["rms_norm_backward_fixed<{T}, 8192>", "rms_norm_weight_grad_inputs<{T}>"]},
     ),
 }
 BACKWARD_PARAMS = [

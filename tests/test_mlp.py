@@ -17,7 +17,6 @@ import re
 import secrets
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -63,10 +62,7 @@ ROW_CASES = [
     (2, 8192),
     (1, 5120),
     (133, 8192),  # the fixed-length kernels, at any number of rows
-    (
-        4096,
-        4096,
-    ),  # ... held to fewer blocks an SM on sm_90 (mlp_tuning.FAMILIES["sm_90"].fixed_blocks_per_sm)
+    (4096, 4096),
     (4096, 5120),
     (4096, 8192),
     (133, 8200),  # the general kernel: more rows than SMs, each longer than its cached chunks
@@ -204,8 +200,8 @@ def test_swiglu_takes_the_exact_kernel_where_a_thread_has_one_whole_vector(
 @pytest.mark.parametrize(
     ("rows", "cols", "dtype", "vector_bytes", "form"),
     [
-        (1, 11008, "bfloat16", 8, "one_row"),  # a single row: swiglu's form over its halves
-        (1, 11008, "float32", 8, "one_row"),
+        (1, 11008, "bfloat16", 8, "exact"),  # a single row: the 2-D form's grid of one row
+        (1, 11008, "float32", 8, "exact"),
         (1, 4099, "float32", 0, ""),  # a row is not a whole number of 8-byte vectors
         (2, 11008, "bfloat16", 8, "exact"),
         (3, 4099, "float32", 0, ""),
@@ -228,10 +224,9 @@ def test_silu_and_mul_takes_the_exact_kernel_where_a_thread_has_one_whole_vector
         _assert_exact_where_aligned(launch, op, dtype, vector_bytes, form)
 
 
-def test_one_row_of_16_byte_vectors_keeps_the_2_d_exact_form() -> None:
-    """The single-row forms are built in 8-byte vectors alone: a row long enough for 132 blocks
-    of 16-byte vectors (135_168 bfloat16 outputs, 16_896 vectors) takes the streaming 2-D
-    form."""
+def test_one_row_of_16_byte_vectors_takes_the_streaming_2_d_form() -> None:
+    """A row long enough for 132 blocks of 16-byte vectors (135_168 bfloat16 outputs, 16_896
+    vectors) takes the streaming 2-D form."""
     launch = mlp_geometry.silu_and_mul_launch("silu_and_mul", 1, 135_168, "bfloat16", SMS)
     assert (launch.name, launch.grid) == (
         "mlp::silu_and_mul_exact_streaming<__nv_bfloat16>",
@@ -248,7 +243,7 @@ def _assert_exact_where_aligned(
 ) -> None:
     """The kernel names written out by hand: mlp.cu's form ``form`` ("exact" in vectors of
     ``vector_bytes``, "exact_streaming" through streaming cache hints: the 16-byte cases of 64 x
-    11008, "one_row" for silu_and_mul's single rows) for pointers aligned to ``vector_bytes``
+    11008) for pointers aligned to ``vector_bytes``
     (16 bytes, or 8), the general kernel for pointers short of that (4, 2 bytes) and wherever
     (0) no form covers the shape."""
     kernel_type = mlp_geometry.KERNEL_TYPE[dtype]
@@ -370,49 +365,35 @@ def test_backwards_past_64_mib_moved_take_8_byte_vectors(
 
 
 @pytest.mark.parametrize(
-    ("op", "shape", "dtype", "grid", "general_grid"),
+    ("op", "shape", "dtype", "grid"),
     [
         # 4096 * 14336 bfloat16: 7_340_032 16-byte vectors, 57_344 blocks of 128 exactly
-        ("swiglu", (4096 * 14336,), "bfloat16", 57_344, 57_344),
+        ("swiglu", (4096 * 14336,), "bfloat16", 57_344),
         # 3 arrays of 11_185_152 float16 (10_923 blocks of 1024), 67_110_912 bytes: past 64 MiB
-        ("swiglu", (11_185_152,), "float16", 10_923, 10_923),
-        # rows of 14336 bfloat16: 1792 vectors, 14 blocks a row; the general kernel's 2-D grid
-        ("silu_and_mul", (4096, 14336), "bfloat16", 57_344, (14, 4096)),
+        ("swiglu", (11_185_152,), "float16", 10_923),
+        # rows of 14336 bfloat16: 1792 vectors, 14 blocks a row
+        ("silu_and_mul", (4096, 14336), "bfloat16", (14, 4096)),
         # rows of 14336 float32: 3584 vectors, 28 blocks a row
-        ("silu_and_mul", (16384, 14336), "float32", 458_752, (28, 16384)),
+        ("silu_and_mul", (16384, 14336), "float32", (28, 16384)),
     ],
 )
-def test_forwards_past_64_mib_over_whole_blocks_take_the_whole_form(
-    op: str, shape: tuple[int, ...], dtype: str, grid: int, general_grid: Any
+def test_forwards_past_64_mib_over_whole_blocks_take_the_plain_exact_form(
+    op: str, shape: tuple[int, ...], dtype: str, grid: Any
 ) -> None:
     """Past STREAMING_MAX_BYTES, where the elements (silu_and_mul: a row's) are a whole number
-    of blocks of 128 16-byte vectors, the forwards take mlp.cu's whole forms (silu_and_mul's
-    over a 1-D grid) for 16-byte aligned pointers, the general kernel on its own grid for any
-    pointer short of that; grids and names by hand."""
+    of blocks of 128 16-byte vectors, the forwards take the plain 16-byte exact form for 16-byte
+    aligned pointers, the general kernel on the same grid for any pointer short of that (the
+    whole forms that served these shapes gained under 3%, docs/bench-mlp-forms.md); grids and
+    names by hand."""
     if len(shape) == 1:
         launch = mlp_geometry.swiglu_launch(op, shape[0], dtype, SMS)
     else:
         launch = mlp_geometry.silu_and_mul_launch(op, *shape, dtype, SMS)
     kernel_type = mlp_geometry.KERNEL_TYPE[dtype]
-    whole = (f"mlp::{op}_whole<{kernel_type}>", grid)
-    general = (f"mlp::{op}<{kernel_type}>", general_grid)
+    exact = (f"mlp::{op}_exact<{kernel_type}, 16>", grid)
+    general = (f"mlp::{op}<{kernel_type}>", grid)
     assert (launch.block, launch.alignment) == (128, 16)
-    assert [launch.kernel_for(alignment) for alignment in (16, 8)] == [whole, general]
-
-
-@pytest.mark.parametrize(
-    ("op", "rows", "cols", "dtype"),
-    [
-        ("swiglu", 1, 11_185_144, "float16"),  # past 64 MiB, 10_922.99 blocks: the exact form
-        ("swiglu", 1, 64 * 14336, "bfloat16"),  # 56 blocks, 5.25 MiB: the streaming form
-        ("silu_and_mul", 4096, 11008, "bfloat16"),  # 10.75 blocks a row
-        ("swiglu_backward", 1, 4096 * 14336, "bfloat16"),  # a backward
-    ],
-)
-def test_whole_blocks_is_0_where_the_whole_form_does_not_serve(
-    op: str, rows: int, cols: int, dtype: str
-) -> None:
-    assert mlp_geometry.whole_blocks(op, rows, cols, dtype) == 0
+    assert [launch.kernel_for(alignment) for alignment in (16, 8)] == [exact, general]
 
 
 def test_exact_kernels_index_fewer_than_2_31_elements() -> None:
@@ -455,9 +436,9 @@ def test_silu_and_mul_grid_takes_8_byte_vectors_below_132_blocks(
         (133, 4096, "bfloat16", ("rms_norm_fixed_full<__nv_bfloat16, 4096>", 133, (256, 1))),
         (8191, 8192, "float32", ("rms_norm_fixed_full<float, 8192>", 8191, (512, 1))),
         (16384, 8192, "bfloat16", ("rms_norm_fixed_full<__nv_bfloat16, 8192>", 16384, (512, 1))),
-        # float32 rows of 8192 from 8192 rows on: the row read twice
-        (8192, 8192, "float32", ("rms_norm_fixed_reread<float, 8192>", 8192, (512, 1))),
-        (2**22 - 1, 8192, "float32", ("rms_norm_fixed_reread<float, 8192>", 2**22 - 1, (512, 1))),
+        # float32 rows of 8192 from 8192 rows on too (the reread form gained under 3%)
+        (8192, 8192, "float32", ("rms_norm_fixed_full<float, 8192>", 8192, (512, 1))),
+        (2**22 - 1, 8192, "float32", ("rms_norm_fixed_full<float, 8192>", 2**22 - 1, (512, 1))),
         (2**22, 8192, "float32", ("rms_norm<float>", 2**22, (512, 1))),
         # a block a row while the grid has fewer than MAX_GRID_THREADS threads, then the general
         (2**22 - 1, 8192, "float16", ("rms_norm_fixed_full<__half, 8192>", 2**22 - 1, (512, 1))),
@@ -478,7 +459,7 @@ def test_norm_launch_takes_the_fixed_short_or_general_kernel(
 ) -> None:
     name, grid, block = expected
     launch = mlp_geometry.norm_launch("rms_norm", rows, cols, dtype, H200)
-    assert launch[:3] == ("mlp::" + name, grid, block)
+    assert launch == ("mlp::" + name, grid, block)
 
 
 @pytest.mark.parametrize(
@@ -507,67 +488,27 @@ def test_add_rms_norm_streams_its_rows_from_the_measured_row_count(
     )
 
 
-@pytest.mark.parametrize("target", ["sm_80", "sm_120", "gfx942"])
-def test_norm_launch_takes_the_tuned_choices_on_sm_90_alone(target: str) -> None:
-    """Elsewhere rms_norm's float32 rows of 8192 keep rms_norm_fixed_full at every row count, and
-    no fixed kernel is held to fewer blocks an SM: the reread form and the caps were measured on
-    sm_90 alone (its row of FAMILIES)."""
-    rows = 16384
-    launch = mlp_geometry.norm_launch(
-        "rms_norm", rows, 8192, "float32", mlp_geometry.DeviceFacts(target, SMS)
-    )
-    assert launch == ("mlp::rms_norm_fixed_full<float, 8192>", rows, (512, 1), 0)
-    for op, dtype, cols in mlp_tuning.FAMILIES["sm_90"].fixed_blocks_per_sm:
-        assert (
-            mlp_geometry.norm_launch(
-                op, rows, cols, dtype, mlp_geometry.DeviceFacts(target, SMS)
-            ).blocks_per_sm
-            == 0
-        )
-
-
+@pytest.mark.parametrize("target", ["sm_90", "sm_80", "sm_120", "gfx942"])
 @pytest.mark.parametrize(
-    ("op", "rows", "cols", "dtype", "blocks"),
+    ("op", "rows", "cols", "dtype", "kernel_type", "threads"),
     [
-        ("add_rms_norm", 16384, 8192, "float16", 2),
-        ("add_rms_norm", 4096, 8192, "float16", 2),
-        ("add_rms_norm", 4095, 8192, "float16", 0),  # fewer rows: capped, slower
-        ("add_rms_norm", 512, 8192, "float16", 0),
-        ("add_rms_norm", 4096, 8192, "float32", 1),
-        ("add_rms_norm", 4096, 4096, "bfloat16", 3),
-        ("add_rms_norm", 4096, 8192, "bfloat16", 0),  # no cap was faster
-        ("add_rms_norm", 4096, 4104, "float16", 0),  # the general kernel
-        ("add_rms_norm", 2**22, 8192, "float16", 0),  # the general kernel: too many rows
-        ("rms_norm", 4096, 4096, "float32", 3),
-        ("rms_norm", 4096, 4096, "bfloat16", 0),
-        ("rms_norm", 64, 5120, "float32", 0),
+        ("rms_norm", 16384, 8192, "float32", "float", 512),  # 2048 vectors, 4 a thread
+        ("add_rms_norm", 4096, 8192, "float16", "__half", 512),  # 1024 vectors, 2 a thread
+        ("add_rms_norm", 16384, 8192, "float32", "float", 512),
+        ("rms_norm", 4096, 4096, "float32", "float", 512),
     ],
 )
-def test_norm_launch_caps_the_fixed_kernels_past_the_sms(
-    op: str, rows: int, cols: int, dtype: str, blocks: int
+def test_fixed_norms_for_many_rows_take_the_full_form_on_every_family(
+    target: str, op: str, rows: int, cols: int, dtype: str, kernel_type: str, threads: int
 ) -> None:
-    """The fixed-length kernels are held to fewer blocks an SM from FIXED_CAP_ROWS rows on (with
-    fewer the capped grid took more waves and was slower), where sm_90's tuning row has a
-    cap."""
-    assert mlp_geometry.norm_launch(op, rows, cols, dtype, H200).blocks_per_sm == blocks
-
-
-def test_norm_shared_mem_asks_the_kernel_for_capped_launches_alone() -> None:
-    """norm_shared_mem asks the kernel for the cap's shared memory, for the block's threads;
-    uncapped, 0 without asking."""
-    asked: list[tuple[int, int]] = []
-
-    def shared_mem_for_blocks(threads: int, blocks: int) -> int:
-        asked.append((threads, blocks))
-        return 77_825
-
-    kernel = SimpleNamespace(shared_mem_for_blocks=shared_mem_for_blocks)
-    capped = mlp_geometry.norm_launch("add_rms_norm", 4096, 8192, "float16", H200)
-    assert mlp_geometry.norm_shared_mem(kernel, capped) == 77_825
-    assert asked == [(512, 2)]
-    uncapped = mlp_geometry.norm_launch("add_rms_norm", 1024, 8192, "float16", H200)
-    assert mlp_geometry.norm_shared_mem(kernel, uncapped) == 0
-    assert asked == [(512, 2)]
+    """Rows that took sm_90's reread form or its cap on blocks an SM (both gained under 3%,
+    docs/bench-mlp-forms.md) take the fixed-length form for many rows, at a block a row and as
+    many blocks an SM as fit, on every target alike."""
+    facts = mlp_geometry.DeviceFacts(target, SMS)
+    launch = mlp_geometry.norm_launch(op, rows, cols, dtype, facts)
+    assert launch == (f"mlp::{op}_fixed_full<{kernel_type}, {cols}>", rows, (threads, 1))
+    plan = mlp_geometry.norm_plan(op, (rows, cols), dtype, facts)
+    assert plan == mlp_geometry.Plan(launch.name, rows, (threads, 1), (rows, cols))
 
 
 # mlp_tuning's constants that must agree with mlp.cu's (launch bounds, vectors a thread), by name
@@ -582,10 +523,8 @@ MIRRORED = {
     "kShortBackwardThreads": mlp_geometry.SHORT_BACKWARD_THREADS,
     "kShortBackwardChunks": mlp_geometry.SHORT_BACKWARD_CHUNKS,
     "kWeightGradThreads": mlp_geometry.WEIGHT_GRAD_THREADS,
-    "kWeightGradInFlight": mlp_geometry.WEIGHT_GRAD_IN_FLIGHT,
     "kFixedChunks": mlp_geometry.FIXED_CHUNKS,
     "kFixedRowVectors": mlp_geometry.FIXED_ROW_VECTORS,
-    "kRereadMinBlocks": mlp_tuning.REREAD_BLOCKS_PER_SM,
 }
 
 
@@ -596,13 +535,7 @@ def test_launch_constants_match_the_kernel_source() -> None:
     assert {name: int(found[name]) for name in MIRRORED} == MIRRORED
     fixed = re.findall(r"^  MLP_FIXED_KERNELS\(T, (\d+)\)", source, flags=re.MULTILINE)
     assert tuple(int(cols) for cols in fixed) == mlp_geometry.FIXED_COLUMNS
-    reread = re.findall(
-        r"^template __global__ void rms_norm_fixed_reread<(\w+), (\d+)>", source, re.M
-    )
     types = {kernel_type: dtype for dtype, kernel_type in mlp_geometry.KERNEL_TYPE.items()}
-    assert {(types[t], int(cols)) for t, cols in reread} == set(
-        mlp_tuning.FAMILIES["sm_90"].reread_from_rows
-    )
     # the fixed-length backward: instantiated exactly where the host takes it
     backward = re.findall(r"^MLP_FIXED_BACKWARD\((\w+), (\d+)\)", source, flags=re.MULTILINE)
     taken = {
@@ -671,24 +604,6 @@ def test_weight_gradient_sum_slices_follow_the_partial_rows(
     cols: int, partial_rows: int, expected: tuple[int, tuple[int, int]]
 ) -> None:
     assert mlp_geometry.weight_grad_geometry(cols, partial_rows) == expected
-
-
-@pytest.mark.parametrize(
-    ("cols", "rows", "expected"),
-    [
-        (4096, 2, (64, (32, 8))),  # 2048 pairs, 32 a block
-        (4096, 64, (64, (32, 8))),  # 8 rows a slice
-        (4096, 65, (128, (16, 16))),  # 9 rows a slice at 8 slices: 16
-        (4096, 129, (256, (8, 32))),  # 17 rows a slice at 16 slices: 32
-        (8192, 129, (512, (8, 32))),
-        (8192, 1000, (512, (8, 32))),  # no more than 32 slices
-        (302, 5, (5, (32, 8))),  # 151 pairs
-    ],
-)
-def test_weight_gradient_pairs_slice_the_rows_to_one_round_of_loads(
-    cols: int, rows: int, expected: tuple[int, tuple[int, int]]
-) -> None:
-    assert mlp_geometry.weight_grad_pairs_geometry(cols, rows) == expected
 
 
 # ---- GPU: torch inputs, float64 references ----------------------------------------------------
@@ -1033,16 +948,10 @@ def test_row_kernels_are_right_on_any_geometry(
 
 # (form, dtype, cols) of the fixed-length rms_norm kernels mlp.cu instantiates
 FIXED_FORMS = [
-    *(
-        (form, dtype, cols)
-        for form in ("rms_norm_fixed", "rms_norm_fixed_full")
-        for dtype in DTYPES
-        for cols in mlp_geometry.FIXED_COLUMNS
-    ),
-    *(
-        ("rms_norm_fixed_reread", dtype, cols)
-        for dtype, cols in mlp_tuning.FAMILIES["sm_90"].reread_from_rows
-    ),
+    (form, dtype, cols)
+    for form in ("rms_norm_fixed", "rms_norm_fixed_full")
+    for dtype in DTYPES
+    for cols in mlp_geometry.FIXED_COLUMNS
 ]
 
 
@@ -1442,11 +1351,11 @@ def test_the_grids_that_want_a_block_a_multiprocessor_follow_the_devices_count(
     assert mlp_geometry.backward_row_geometry(16384, 8192, "bfloat16", device) == (2 * sms, 256)
 
 
-def test_a_target_without_a_tuning_row_takes_its_vendors_family() -> None:
+def test_a_target_takes_its_vendors_family() -> None:
     assert mlp_tuning.family("sm_120") is mlp_tuning.UNTUNED
+    assert mlp_tuning.family("sm_90") is mlp_tuning.UNTUNED
     assert mlp_tuning.family("gfx942") is mlp_tuning.AMD
     assert mlp_tuning.family("gfx9-generic") is mlp_tuning.AMD
-    assert mlp_tuning.family("sm_90").fixed_blocks_per_sm
 
 
 @pytest.mark.parametrize(

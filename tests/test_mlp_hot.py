@@ -537,13 +537,12 @@ def test_prepare_makes_the_entry_these_tests_assume(
     assert entry[3:] == entry_for(op, launch, launch)[3:]
 
 
-def test_prepare_keeps_the_general_kernels_own_grid_beside_a_whole_form(
+def test_prepare_keeps_the_general_kernel_beside_the_plain_exact_form(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """silu_and_mul over 4096 rows of 14336 bfloat16 outputs (past 64 MiB, 14 blocks a row):
-    the whole form over a 1-D grid of 57_344 blocks, for 16-byte aligned pointers; the general
-    kernel, for pointers short of that, over its 2-D grid of 14 x 4096 (on the whole form's
-    grid it would walk every row in one grid row); counted by hand."""
+    the plain 16-byte exact form, for 16-byte aligned pointers, and the general kernel, for
+    pointers short of that, both over the 2-D grid of 14 x 4096; counted by hand."""
     names: dict[Any, str] = {}
 
     def load_kernel(device: str, name: str) -> Any:
@@ -556,8 +555,8 @@ def test_prepare_keeps_the_general_kernels_own_grid_beside_a_whole_form(
     monkeypatch.setitem(mlp_hot.PREPARED, "silu_and_mul", {})
     x = torch.empty(4096, 2 * 14336, dtype=torch.bfloat16, device="meta")
     entry = mlp_hot.prepare("silu_and_mul", x, "cuda:0")
-    assert names[entry[0]] == "mlp::silu_and_mul_whole<__nv_bfloat16>"
-    assert (entry[1], entry[2], entry[6]) == (57_344, 128, 16)
+    assert names[entry[0]] == "mlp::silu_and_mul_exact<__nv_bfloat16, 16>"
+    assert (entry[1], entry[2], entry[6]) == ((14, 4096), 128, 16)
     general, general_grid = entry[7]
     assert (names[general], general_grid) == ("mlp::silu_and_mul<__nv_bfloat16>", (14, 4096))
 

@@ -4,8 +4,8 @@
 // in float32 whatever the storage type. All of them are bound by memory bandwidth, so the work is
 // in moving 16-byte vectors: a kernel checks the alignment of its pointers (and of the row
 // stride) itself and takes the vector path when they allow it, the scalar path otherwise, so a
-// misaligned view is slower but never wrong; the exact elementwise forms and the 16-bit weight sum
-// in pairs alone leave the test to the host, which launches them only on aligned pointers. Indices
+// misaligned view is slower but never wrong; the exact elementwise forms alone leave the test to
+// the host, which launches them only on aligned pointers. Indices
 // are 64-bit (32-bit inside one row of RMSNorm, whose rows are at most 2**30 elements, and in the
 // exact elementwise forms).
 //
@@ -22,23 +22,10 @@
 //                            the arguments are the general kernel's (rows unread). Their
 //                            *_exact_streaming forms (T): the same at BYTES 16; the backwards'
 //                            plain forms at BYTES 8 alone.
-//   swiglu_whole_*, silu_and_mul_whole_*
-//                            (T): the plain exact forwards at BYTES 16 where the elements
-//                            (silu_and_mul: a row's outputs) are a whole number of blocks of
-//                            kElementwiseBlockThreads vectors, blockDim.x exactly that, a thread
-//                            for each vector and no more; silu_and_mul's grid is 1-D, rows x
-//                            blocks-a-row (kernelpack.ops.mlp.geometry.whole_blocks).
-//   silu_and_mul_one_row_*, silu_and_mul_backward_one_row_*
-//                            (T): the exact forms at BYTES 8 over a single row (rows unread),
-//                            as swiglu_exact_* over the row's two halves
-//                            (kernelpack.ops.mlp.geometry.one_row_kernel).
 //   rms_norm_weight_grad_*, rms_norm_weight_grad_inputs_*
 //                            grid.x over the columns, blockDim.x columns by blockDim.y slices
 //                            of the rows (of `partial`, or of the inputs and the forward's row
 //                            scales), at most kWeightGradThreads threads.
-//   rms_norm_weight_grad_input_pairs_*
-//                            the same over pairs of columns: exact, cols even and x, grad and
-//                            grad_weight 4-byte aligned (kernelpack.ops.mlp.launch's choice).
 //   silu_and_mul_*, silu_and_mul_backward_*
 //                            grid.x over the columns of the output, grid.y over the rows; blocks
 //                            of at most kElementwiseBlockThreads (8-byte vectors as swiglu's).
@@ -54,8 +41,6 @@
 //                            (T, COLS): exact, as the exact elementwise forms: rows of exactly
 //                            COLS elements, a block for each row (no loop), blockDim.x ==
 //                            FixedRow<T, COLS>::kThreads, blockDim.y == 1; any alignment.
-//   rms_norm_fixed_reread_*
-//                            (float, 8192): the same.
 //   rms_norm_backward_fixed_*
 //                            (T, COLS): as rms_norm_backward_short_* at kShortBackwardThreads.
 //   rms_norm_backward_*      blockDim.x threads per row (a power of two, at least a wavefront),
@@ -192,13 +177,6 @@ struct RawVector<8> {
   }
 };
 
-template <>
-struct RawVector<4> {
-  using Type = unsigned int;
-  static __device__ __forceinline__ void words(Type raw, unsigned int (&out)[1]) { out[0] = raw; }
-  static __device__ __forceinline__ Type from(const unsigned int (&in)[1]) { return in[0]; }
-};
-
 // Access to chunk i of an array: one vector of kBytes (16 unless said), kWidth elements ...
 template <typename T, int kBytes = kVectorBytes>
 struct VectorAccess {
@@ -244,10 +222,6 @@ struct VectorAccess {
 template <typename T>
 using NarrowAccess = VectorAccess<T, kNarrowBytes>;
 
-// Two 16-bit elements as one 32-bit word: the 16-bit weight sum's columns (weight_grad).
-template <typename T>
-using PairAccess = VectorAccess<T, 4>;
-
 // VectorAccess for data a kernel reads or writes once: on NVIDIA PTX's .cs ("cache streaming",
 // evict first in L1 and L2) on loads and stores alike. Taken by the exact elementwise forms'
 // streaming kernels (swiglu_exact_streaming and the others: the host's choice for calls that move
@@ -259,7 +233,7 @@ using PairAccess = VectorAccess<T, 4>;
 // VectorAccess, and 16-bit add_rms_norm takes its form for many rows below
 // tuning.STREAMING_FROM_ROWS. For many rows the evicted lines cost the next kernel (a backward
 // reading the forward's input and output again), so the forms for many rows
-// (rms_norm_fixed_full, add_rms_norm_fixed_full, rms_norm_fixed_reread) keep VectorAccess; so do
+// (rms_norm_fixed_full, add_rms_norm_fixed_full) keep VectorAccess; so do
 // the exact elementwise forms for large calls, where a .cs kernel right after one with plain
 // accesses (a GEMM's output) ran longer. .cs on the loads alone, or loads that skip L1, were
 // slower at the largest rows. The measurements: docs/bench-mlp-notes.md, "The elementwise ops", and
@@ -542,38 +516,6 @@ __device__ __forceinline__ void silu_and_mul_exact(const T* x, T* out, long long
   if (at.mine) {
     Access::store(out, at.out, result);
   }
-}
-
-// The whole forms (mlp::swiglu_whole, mlp::silu_and_mul_whole): the plain 16-byte exact forwards
-// where the elements (silu_and_mul: each row's outputs) are a whole number of blocks of
-// kElementwiseBlockThreads vectors, so that every thread of the grid has a vector: no test before
-// the store, the vector index from the block index and the block's constant size (blockDim
-// unread), and silu_and_mul over a 1-D grid of rows x blocks-a-row, the row from the block index
-// by a run-time division. So does torch.compile's Triton kernel at LLaMA's sizes (14336 columns).
-// Faster than the 2-D exact forms for 16-bit SiLU-and-mul at these sizes (docs/bench-mlp-notes.md,
-// "The elementwise ops").
-__device__ __forceinline__ int whole_vector(int block) {
-  return block * kElementwiseBlockThreads + static_cast<int>(threadIdx.x);
-}
-
-template <typename T>
-__device__ __forceinline__ void swiglu_whole(const T* gate, const T* up, T* out) {
-  using Access = VectorAccess<T>;
-  const int i = whole_vector(static_cast<int>(blockIdx.x));
-  Access::store(out, i, silu_mul_vector<Access, true>(Access::load(gate, i), Access::load(up, i)));
-}
-
-template <typename T>
-__device__ __forceinline__ void silu_and_mul_whole(const T* x, T* out, long long cols) {
-  using Access = VectorAccess<T>;
-  const int vectors = static_cast<int>(cols) / Access::kWidth;
-  const int blocks_a_row = vectors / kElementwiseBlockThreads;
-  const int block = static_cast<int>(blockIdx.x);
-  const int row = block / blocks_a_row;
-  const ExactChunk at = row_chunk(true, row, whole_vector(block - row * blocks_a_row), vectors);
-  const typename Access::Raw result =
-      silu_mul_vector<Access, true>(Access::load(x, at.gate), Access::load(x, at.up));
-  Access::store(out, at.out, result);
 }
 
 // Chunks of a row each thread keeps in registers between the two passes of RMSNorm. The host
@@ -965,16 +907,12 @@ __device__ __forceinline__ void rms_norm_short(const T* x, const T* residual, T*
 // vectors a row (512 threads), four up to 2048.
 constexpr int kFixedChunks = 2;
 constexpr int kFixedRowVectors = 1024;
-// The blocks an SM rms_norm_fixed_reread is bounded to on NVIDIA: torch.compile's occupancy for
-// float32 rows of 8192 (512 threads at 40 registers).
-constexpr int kRereadMinBlocks = 3;
 constexpr int kFullSmThreads = 2048;  // resident threads an SM of sm_80 and sm_90 holds
 // kBoundCountsBlocks: whether __launch_bounds__'s second argument counts blocks an SM, as CUDA's
 // does. HIP's is waves a SIMD (hipcc makes it amdgpu_waves_per_eu), a bound of its own: eight of
 // them left gfx9-generic's 16-bit rms_norm_fixed_full of 4096 columns 32 registers, and it
 // spilled. kCacheHints: whether load_kept's cache hints exist (PTX's); where not, the fixed norms
-// keep their rows in registers rather than read them twice (kFullRereadsRow,
-// rms_norm_fixed_reread).
+// keep their rows in registers rather than read them twice (kFullRereadsRow).
 #if defined(__HIP_PLATFORM_AMD__)
 constexpr bool kBoundCountsBlocks = false;
 constexpr bool kCacheHints = false;
@@ -2037,32 +1975,6 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul_exact<StreamingAccess<T>, false>(x, out, cols);
 }
 
-// silu_and_mul's 8-byte exact forms over a single row (the host's choice for one row in 8-byte
-// vectors, a decode step's call: kernelpack.ops.mlp.geometry.one_row_kernel): swiglu's exact
-// forms over the row's two halves. The 2-D forms put the row's index (blockIdx.y) ahead of both
-// loads' addresses and the up half's address after the gate's, which a single row waits on
-// (docs/bench-mlp-notes.md, "The elementwise ops").
-template <typename T>
-__global__ void __launch_bounds__(kElementwiseBlockThreads)
-    silu_and_mul_one_row(const T* x, T* out, long long /* rows: 1 */, long long cols) {
-  ::swiglu_exact<NarrowAccess<T>, false>(x, x + cols, out, cols);
-}
-
-// The plain 16-byte exact forwards over whole blocks (the host's choice:
-// kernelpack.ops.mlp.geometry.whole_blocks); the arguments are the general kernels' (n, rows
-// unread).
-template <typename T>
-__global__ void __launch_bounds__(kElementwiseBlockThreads)
-    swiglu_whole(const T* gate, const T* up, T* out, long long n) {
-  ::swiglu_whole(gate, up, out);
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kElementwiseBlockThreads)
-    silu_and_mul_whole(const T* x, T* out, long long rows, long long cols) {
-  ::silu_and_mul_whole(x, out, cols);
-}
-
 // The blocks of kRowBlockThreads an SM the general forward rms_norm is built for at least (its
 // __launch_bounds__): 64 registers a thread on NVIDIA. Float32 rows of 8192 take 512 threads: at
 // 74 registers (ptxas's choice with an explicit bound of one block is 78) one block fits an SM,
@@ -2128,9 +2040,7 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads), 1)
 // that its blocks fill an SM (FixedRow::kFullMinBlocks): faster than rms_norm_fixed at ptxas's
 // 40-42 registers from a few hundred rows on, slightly slower for fewer, where no SM holds more
 // than one row's block either way. add_rms_norm's form for many rows (add_rms_norm_fixed_full),
-// a vector of the residual more, is not bounded so: bounded, bfloat16 spilled and was slower. It
-// wants the other way: held to fewer blocks an SM than its registers allow (by dynamic shared
-// memory, the host's choice on the families of kernelpack.ops.mlp.tuning.FAMILIES)
+// a vector of the residual more, is not bounded so: bounded, bfloat16 spilled and was slower
 // (docs/bench-mlp-notes.md, "The forward norms"; docs/mlp-tuning.md).
 template <typename T, int kCols>
 __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
@@ -2138,20 +2048,6 @@ __global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
     rms_norm_fixed_full(const T* x, const T* weight, T* out, float* row_scales,
                         long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
   ::rms_norm_fixed<kCols, false, false, kFullRereadsRow<T, kCols>>(
-      x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out, row_scales, eps);
-}
-
-// rms_norm_fixed_full's geometry with its row read twice on NVIDIA (load_kept) and its registers
-// bounded to kRereadMinBlocks blocks an SM, torch.compile's shape for float32 rows of 8192, for
-// the host to take for many rows (a tuning family's reread_from_rows, kernelpack.ops.mlp.tuning),
-// faster there than rms_norm_fixed_full, than 1024 threads at two blocks an SM, and than a bound
-// of four blocks (docs/bench-mlp-notes.md, "The forward norms"). Instantiated for those rows alone.
-template <typename T, int kCols>
-__global__ void __launch_bounds__((FixedRow<T, kCols>::kThreads),
-                                  (kBoundCountsBlocks ? kRereadMinBlocks : 1))
-    rms_norm_fixed_reread(const T* x, const T* weight, T* out, float* row_scales,
-                          long long /* rows: the grid */, long long /* cols: kCols */, float eps) {
-  ::rms_norm_fixed<kCols, false, false, kCacheHints>(
       x, static_cast<const T*>(nullptr), static_cast<T*>(nullptr), weight, out, row_scales, eps);
 }
 
@@ -2214,14 +2110,6 @@ __global__ void __launch_bounds__(kElementwiseBlockThreads)
   ::silu_and_mul_backward_exact<StreamingAccess<T>>(x, grad, grad_x, cols);
 }
 
-// The backward's form over a single row (as silu_and_mul_one_row).
-template <typename T>
-__global__ void __launch_bounds__(kElementwiseBlockThreads)
-    silu_and_mul_backward_one_row(const T* x, const T* grad, T* grad_x, long long /* rows: 1 */,
-                                  long long cols) {
-  ::swiglu_backward_exact<NarrowAccess<T>>(x, x + cols, grad, grad_x, grad_x + cols, cols);
-}
-
 // row_scales is float32 [rows], the forward's (rms_norm's row_scales); grad_extra and
 // grad_x_copy may be null; partial is float32 [gridDim.x, cols].
 template <typename T>
@@ -2265,24 +2153,13 @@ __global__ void __launch_bounds__(kWeightGradThreads)
 }
 
 // grad_weight = the sum over the rows of grad * x * scales[row] (scales float32 [rows], the
-// forward's row_scales), a column a thread ...
+// forward's row_scales), a column a thread.
 template <typename T>
 __global__ void __launch_bounds__(kWeightGradThreads)
     rms_norm_weight_grad_inputs(const T* x, const T* grad, const float* scales, T* grad_weight,
                                 long long rows, long long cols) {
   using Access = ScalarAccess<T>;
   ::weight_grad<Access>(InputShares<T, Access>{x, grad, scales, cols}, grad_weight, rows, cols);
-}
-
-// ... or, exact (the host's choice, as the exact elementwise forms), a pair of columns a thread:
-// cols even and x, grad and grad_weight 4-byte aligned; the grid over the cols / 2 pairs.
-template <typename T>
-__global__ void __launch_bounds__(kWeightGradThreads)
-    rms_norm_weight_grad_input_pairs(const T* x, const T* grad, const float* scales,
-                                     T* grad_weight, long long rows, long long cols) {
-  using Access = PairAccess<T>;
-  const long long pairs = cols / 2;
-  ::weight_grad<Access>(InputShares<T, Access>{x, grad, scales, pairs}, grad_weight, rows, pairs);
 }
 
 // Every op for one storage type.
@@ -2337,37 +2214,22 @@ MLP_KERNELS(__nv_bfloat16)
   template __global__ void silu_and_mul_backward_exact_streaming<T>(const T*, const T*, T*,     \
                                                                     long long, long long);
 
-// The plain 16-byte exact forwards over whole blocks.
-#define MLP_WHOLE_KERNELS(T)                                                                   \
-  template __global__ void swiglu_whole<T>(const T*, const T*, T*, long long);                 \
-  template __global__ void silu_and_mul_whole<T>(const T*, T*, long long, long long);
-
-// silu_and_mul's 8-byte exact forms over a single row.
-#define MLP_ONE_ROW_KERNELS(T)                                                                  \
-  template __global__ void silu_and_mul_one_row<T>(const T*, T*, long long, long long);         \
-  template __global__ void silu_and_mul_backward_one_row<T>(const T*, const T*, T*, long long,  \
-                                                            long long);
-
 #define MLP_EXACT_VECTORS(T)         \
   MLP_EXACT_FORWARD_KERNELS(T, 8)  \
   MLP_EXACT_FORWARD_KERNELS(T, 16) \
   MLP_EXACT_BACKWARD_KERNELS(T, 8) \
-  MLP_EXACT_STREAMING_KERNELS(T)   \
-  MLP_WHOLE_KERNELS(T)             \
-  MLP_ONE_ROW_KERNELS(T)
+  MLP_EXACT_STREAMING_KERNELS(T)
 
 MLP_EXACT_VECTORS(float)
 MLP_EXACT_VECTORS(__half)
 MLP_EXACT_VECTORS(__nv_bfloat16)
 
 #undef MLP_EXACT_VECTORS
-#undef MLP_ONE_ROW_KERNELS
-#undef MLP_WHOLE_KERNELS
 #undef MLP_EXACT_STREAMING_KERNELS
 #undef MLP_EXACT_BACKWARD_KERNELS
 #undef MLP_EXACT_FORWARD_KERNELS
 
-// The weight sum from the inputs, a column or a pair a thread, for the types whose short backward
+// The weight sum from the inputs, a column a thread, for the types whose short backward
 // leaves row scales (kRowScales).
 template __global__ void rms_norm_weight_grad_inputs<__half>(const __half*, const __half*,
                                                              const float*, __half*, long long,
@@ -2376,12 +2238,6 @@ template __global__ void rms_norm_weight_grad_inputs<__nv_bfloat16>(const __nv_b
                                                                     const __nv_bfloat16*,
                                                                     const float*, __nv_bfloat16*,
                                                                     long long, long long);
-template __global__ void rms_norm_weight_grad_input_pairs<__half>(const __half*, const __half*,
-                                                                  const float*, __half*,
-                                                                  long long, long long);
-template __global__ void rms_norm_weight_grad_input_pairs<__nv_bfloat16>(
-    const __nv_bfloat16*, const __nv_bfloat16*, const float*, __nv_bfloat16*, long long,
-    long long);
 
 // The fixed-length forward norms, per storage type and row length (kernelpack.ops.mlp.tuning's
 // FIXED_COLUMNS: LLaMA's hidden sizes).
@@ -2407,9 +2263,6 @@ MLP_FIXED_LENGTHS(__nv_bfloat16)
 
 #undef MLP_FIXED_LENGTHS
 #undef MLP_FIXED_KERNELS
-
-template __global__ void rms_norm_fixed_reread<float, 8192>(const float*, const float*, float*,
-                                                            float*, long long, long long, float);
 
 // The fixed-length backward where kShortBackwardThreads threads of one or two vectors cover a row
 // (kernelpack.ops.mlp.geometry.fixed_backward): 512 or 1024 vectors.

@@ -18,17 +18,12 @@ from collections.abc import Iterator, Mapping
 FORMS: Mapping[str, str] = {
     "fixed": "fixed-length forward norms (*_fixed, *_fixed_full); else short or general",
     "fixed_streaming": "few-row fixed norms through streaming hints (*_fixed); else *_fixed_full",
-    "fixed_reread": "rms_norm_fixed_reread for many rows; else rms_norm_fixed_full",
-    "fixed_cap": "fixed norms held to the family's blocks an SM; else as many as fit",
     "short_rows": "short-row forward norms (*_short); else the general kernel",
-    "exact": "exact elementwise forms (*_exact, *_streaming, *_whole, *_one_row); else general",
+    "exact": "exact elementwise forms (*_exact, *_exact_streaming); else the general kernels",
     "exact_streaming": "16-byte exact elementwise forms with streaming hints; else plain exact",
-    "whole": "plain exact forwards over whole blocks (*_whole); else *_exact<T, 16>",
-    "one_row": "silu_and_mul's one-row forms (*_one_row); else *_exact<T, 8> on a 2-D grid",
     "narrow": "8-byte vectors where 16-byte ones leave SMs idle; else 16-byte vectors",
     "short_backward": "short-row norm backward (*_backward_short); else rms_norm_backward",
     "fixed_backward": "fixed-length short backward (*_backward_fixed); else *_backward_short",
-    "weight_grad_pairs": "weight sum from inputs a pair of columns a thread; else a column",
 }
 _retired: frozenset[str] = frozenset()
 

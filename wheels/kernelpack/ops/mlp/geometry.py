@@ -18,7 +18,6 @@ from .tuning import (
     BLOCK_MIN,
     CACHED_CHUNKS,
     ELEMENTWISE_BLOCK,
-    FIXED_CAP_ROWS,
     FIXED_CHUNKS,
     FIXED_COLUMNS,
     FIXED_ROW_VECTORS,
@@ -35,9 +34,7 @@ from .tuning import (
     VECTOR_BYTES,
     WEIGHT_GRAD_COLUMNS,
     WEIGHT_GRAD_COLUMNS_MAX,
-    WEIGHT_GRAD_IN_FLIGHT,
     WEIGHT_GRAD_SLICES,
-    WEIGHT_GRAD_SLICES_MAX,
     WEIGHT_GRAD_THREADS,
     family,
 )
@@ -125,9 +122,9 @@ def silu_and_mul_geometry(
 
 class ElementwiseLaunch(NamedTuple):
     """An elementwise op's launch for a shape: ``name`` the kernel on ``grid`` for pointers
-    aligned to ``alignment`` bytes (an exact form, "mlp::swiglu_exact<float, 16>",
-    "mlp::swiglu_exact_streaming<float>" or "mlp::swiglu_whole<float>", where
-    :func:`exact_vector_bytes` allows it; else the general kernel, alignment 1), ``general`` the
+    aligned to ``alignment`` bytes (an exact form, "mlp::swiglu_exact<float, 16>" or
+    "mlp::swiglu_exact_streaming<float>", where :func:`exact_vector_bytes` allows it; else the
+    general kernel, alignment 1), ``general`` the
     general kernel ("mlp::swiglu<float>") on ``general_grid``, which takes the same arguments and
     any alignment; ``block`` the threads of a block of both. The exact forms do not test their
     pointers (mlp.cu): :meth:`kernel_for` is the choice for a call's pointers."""
@@ -199,50 +196,13 @@ def _elementwise_launch(
     op: str, dtype: str, vector_bytes: int, grid: Any, block: int, rows: int, cols: int
 ) -> ElementwiseLaunch:
     """An elementwise op's launch over ``rows`` rows of ``cols`` elements of the forward's
-    output (swiglu's: one row of n) on ``grid``: its whole form where :func:`whole_blocks` says
-    so (on its own grid, a block for each ELEMENTWISE_BLOCK vectors), else its exact form in
-    vectors of ``vector_bytes``, or (0) its general kernel alone."""
+    output (swiglu's: one row of n) on ``grid``: its exact form in vectors of ``vector_bytes``,
+    or (0) its general kernel alone."""
     general = kernel_name(op, dtype)
     if not vector_bytes or not offered("exact"):
         return ElementwiseLaunch(general, grid, general, grid, block, 1)
-    blocks = whole_blocks(op, rows, cols, dtype) if vector_bytes == VECTOR_BYTES else 0
-    if blocks:
-        whole = kernel_name(op + "_whole", dtype)
-        return ElementwiseLaunch(whole, blocks, general, grid, block, vector_bytes)
-    exact = one_row_kernel(op, dtype, rows, vector_bytes) or exact_kernel_name(
-        op, dtype, vector_bytes, rows * cols
-    )
+    exact = exact_kernel_name(op, dtype, vector_bytes, rows * cols)
     return ElementwiseLaunch(exact, grid, general, grid, block, vector_bytes)
-
-
-def one_row_kernel(op: str, dtype: str, rows: int, vector_bytes: int) -> str | None:
-    """silu_and_mul's or its backward's form over a single row ("mlp::silu_and_mul_one_row<float>":
-    swiglu's exact form over the row's two halves, mlp.cu says why) where a call of one row takes
-    the exact form in vectors of ``vector_bytes`` = NARROW_BYTES; else None (swiglu's calls are
-    one row of n already)."""
-    one_row = op.startswith("silu_and_mul") and rows == 1 and vector_bytes == NARROW_BYTES
-    if one_row and offered("one_row"):
-        return kernel_name(op + "_one_row", dtype)
-    return None
-
-
-def whole_blocks(op: str, rows: int, cols: int, dtype: str) -> int:
-    """The blocks of the whole form of ``op`` (mlp.cu's swiglu_whole and silu_and_mul_whole: the
-    plain 16-byte exact forwards with no test before the store, silu_and_mul's over a 1-D grid)
-    over ``rows`` rows of ``cols`` outputs, or 0 where it does not serve: a backward, a call of
-    at most STREAMING_MAX_BYTES (the streaming form's), or a row that is not a whole number of
-    blocks of ELEMENTWISE_BLOCK 16-byte vectors (14336 columns of a 16-bit type are 14 blocks,
-    11008 are not). The caller has checked the exact form's other conditions
-    (:func:`exact_vector_bytes`)."""
-    per_block = ELEMENTWISE_BLOCK * _vector_width(dtype)
-    if (
-        op.endswith("_backward")
-        or within_streaming_bytes(op, rows * cols, dtype)
-        or cols % per_block
-        or not offered("whole")
-    ):
-        return 0
-    return rows * cols // per_block
 
 
 def exact_kernel_name(op: str, dtype: str, vector_bytes: int, outputs: int) -> str:
@@ -313,13 +273,11 @@ def fixed_threads(cols: int, dtype: str) -> int:
 
 
 class NormLaunch(NamedTuple):
-    """A forward norm's launch: its kernel, grid and block (threads per row, rows per block), and
-    the blocks an SM it is held to (0: as many as fit)."""
+    """A forward norm's launch: its kernel, grid and block (threads per row, rows per block)."""
 
     name: str
     grid: int
     block: tuple[int, int]
-    blocks_per_sm: int
 
 
 def norm_launch(op: str, rows: int, cols: int, dtype: str, device: DeviceFacts) -> NormLaunch:
@@ -327,39 +285,21 @@ def norm_launch(op: str, rows: int, cols: int, dtype: str, device: DeviceFacts) 
     of one of FIXED_COLUMNS the fixed-length kernel (exact: a block for each row, at
     :func:`fixed_threads`, so for fewer rows than a grid of MAX_GRID_THREADS holds; the few-row
     form from STREAMING_FROM_ROWS rows to a row a multiprocessor, the form for many rows
-    elsewhere; where the device's tuning family says so, rms_norm's reread form from its
-    ``reread_from_rows`` on, and both held to its ``fixed_blocks_per_sm`` from FIXED_CAP_ROWS rows
-    on), else the short-row kernel, one block a row and a thread per vector (a power of two, at
+    elsewhere), else the short-row kernel, one block a row and a thread per vector (a power of two, at
     least BLOCK_MIN), where :func:`short_rows` says so, else the general kernel at
     :func:`row_geometry`."""
     fixed = cols in FIXED_COLUMNS and 0 < rows * fixed_threads(cols, dtype) < MAX_GRID_THREADS
     if fixed and offered("fixed"):
-        tuned = family(device.target)
-        block = (fixed_threads(cols, dtype), 1)
-        reread_from = tuned.reread_from_rows.get((dtype, cols)) if op == "rms_norm" else None
-        if reread_from is not None and rows >= reread_from and offered("fixed_reread"):
-            return NormLaunch(kernel_name("rms_norm_fixed_reread", dtype, cols), rows, block, 0)
         few_rows = STREAMING_FROM_ROWS.get((op, dtype), 1) <= rows <= device.multiprocessors
         streaming = few_rows and offered("fixed_streaming")
         name = kernel_name(f"{op}_fixed" if streaming else f"{op}_fixed_full", dtype, cols)
-        capped = rows >= FIXED_CAP_ROWS and offered("fixed_cap")
-        blocks = tuned.fixed_blocks_per_sm.get((op, dtype, cols), 0) if capped else 0
-        return NormLaunch(name, rows, block, blocks)
+        return NormLaunch(name, rows, (fixed_threads(cols, dtype), 1))
     if short_rows(rows, cols, dtype, device.multiprocessors):
         chunks = cols // _vector_width(dtype)
         threads = max(BLOCK_MIN, 1 << (chunks - 1).bit_length())
-        return NormLaunch(kernel_name(f"{op}_short", dtype), rows, (threads, 1), 0)
+        return NormLaunch(kernel_name(f"{op}_short", dtype), rows, (threads, 1))
     grid, block = row_geometry(rows, cols, dtype)
-    return NormLaunch(kernel_name(op, dtype), grid, block, 0)
-
-
-def norm_shared_mem(kernel: Any, launch: NormLaunch | Plan) -> int:
-    """The ``shared_mem`` of a forward norm's launch: what holds it to ``launch.blocks_per_sm``,
-    else 0."""
-    if not launch.blocks_per_sm:
-        return 0
-    threads, rows_per_block = launch.block
-    return int(kernel.shared_mem_for_blocks(threads * rows_per_block, launch.blocks_per_sm))
+    return NormLaunch(kernel_name(op, dtype), grid, block)
 
 
 def backward_row_geometry(rows: int, cols: int, dtype: str, device: DeviceFacts) -> tuple[int, int]:
@@ -434,16 +374,9 @@ def short_backward_kernel(threads: int, cols: int, dtype: str) -> str:
     return kernel_name("rms_norm_backward_short", dtype)
 
 
-def weight_grad_inputs_launch(
-    rows: int, cols: int, dtype: str, alignment: int
-) -> tuple[str, int, tuple[int, int]]:
+def weight_grad_inputs_launch(rows: int, cols: int, dtype: str) -> tuple[str, int, tuple[int, int]]:
     """(kernel, grid, block) of the weight sum from the inputs of ``rows`` rows of ``cols``
-    (:func:`sums_from_inputs`) whose x, grad and grad_weight are aligned to ``alignment`` bytes:
-    a pair of columns a thread where cols is even and the pointers 4-byte aligned
-    (:func:`weight_grad_pairs_geometry`), else a column a thread (:func:`weight_grad_geometry`)."""
-    if cols % 2 == 0 and alignment >= 4 and offered("weight_grad_pairs"):
-        grid, block = weight_grad_pairs_geometry(cols, rows)
-        return kernel_name("rms_norm_weight_grad_input_pairs", dtype), grid, block
+    (:func:`sums_from_inputs`): a column a thread (:func:`weight_grad_geometry`)."""
     grid, block = weight_grad_geometry(cols, rows)
     return kernel_name("rms_norm_weight_grad_inputs", dtype), grid, block
 
@@ -461,18 +394,6 @@ def weight_grad_geometry(cols: int, partial_rows: int) -> tuple[int, tuple[int, 
     return min(-(-cols // columns), _grid_cap(columns * slices)), (columns, slices)
 
 
-def weight_grad_pairs_geometry(cols: int, rows: int) -> tuple[int, tuple[int, int]]:
-    """(grid, block as (pairs, slices)) of the 16-bit weight sum from the inputs of ``rows`` rows
-    in pairs of columns (cols even): WEIGHT_GRAD_SLICES slices, or as many as keep a slice's rows
-    to WEIGHT_GRAD_IN_FLIGHT (a power of two, at most WEIGHT_GRAD_SLICES_MAX), the block's other
-    threads on pairs; a block a group of pairs. A function of the shape alone, as
-    :func:`weight_grad_geometry`."""
-    wanted = -(-rows // WEIGHT_GRAD_IN_FLIGHT)
-    slices = min(WEIGHT_GRAD_SLICES_MAX, max(WEIGHT_GRAD_SLICES, 1 << (wanted - 1).bit_length()))
-    pairs = WEIGHT_GRAD_THREADS // slices
-    return min(-(-(cols // 2) // pairs), _grid_cap(WEIGHT_GRAD_THREADS)), (pairs, slices)
-
-
 # ---- plans: a forward op's launch for a shape, as every path launches it ------------------------
 
 
@@ -481,7 +402,7 @@ class Plan(NamedTuple):
     pointers aligned to ``alignment`` bytes, ``general`` (its kernel and grid: same block and
     arguments, any alignment) for pointers short of it (None where the alignment is 1), the
     integers the kernel takes after the tensors' pointers (``sizes``; eps follows where the op has
-    one), and the blocks a multiprocessor it is held to (0: as many as fit)."""
+    one)."""
 
     name: str
     grid: Any  # int, or (x, y)
@@ -489,7 +410,6 @@ class Plan(NamedTuple):
     sizes: tuple[int, ...]
     alignment: int = 1
     general: tuple[str, Any] | None = None
-    blocks_per_sm: int = 0
 
     def kernel_for(self, pointers_alignment: int) -> tuple[str, Any]:
         """(kernel, grid) for pointers aligned to ``pointers_alignment`` (:func:`alignment_of`)."""
@@ -534,4 +454,4 @@ def norm_plan(kernel: str, shape: tuple[int, ...], dtype: str, device: DeviceFac
     if not rows * cols:
         return None
     launch = norm_launch(kernel, rows, cols, dtype, device)
-    return Plan(launch.name, launch.grid, launch.block, (rows, cols), 1, None, launch.blocks_per_sm)
+    return Plan(launch.name, launch.grid, launch.block, (rows, cols))

@@ -16,7 +16,6 @@ that fails raises as it would anywhere.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +24,7 @@ from ...devices.argument import DeviceString
 from ...devices.arrays import torch_runtime
 from ...errors import UsageError
 from .checks import shape_of
-from .geometry import KERNEL_TYPE, alignment_of, norm_shared_mem
+from .geometry import KERNEL_TYPE, alignment_of
 from .launch import load_kernel, plan_for
 from .table import TABLE, Op, hot_op
 
@@ -130,15 +129,7 @@ def prepare(name: str, tensor: Any, device: str) -> Entry:
     if plan is None:  # no elements: nothing is launched
         entry: Entry = (None, 1, 1, nulls, weight_shape, result_shape, 1, None)
     else:
-        kernel = load_kernel(device, plan.name)
-        shared_mem = norm_shared_mem(kernel, plan)
-        # a callable the C hot call calls with the stream as a keyword, a little slower than a
-        # Launcher: only the launches held to fewer blocks a multiprocessor, long-running ones
-        launch = (
-            functools.partial(kernel.launch, shared_mem=shared_mem)
-            if shared_mem
-            else bare_launch(kernel.launch)
-        )
+        launch = bare_launch(load_kernel(device, plan.name).launch)
         general = None
         if plan.general is not None:
             general_name, general_grid = plan.general

@@ -17,7 +17,6 @@ from .geometry import (
     alignment_of,
     backward_row_geometry,
     kernel_name,
-    norm_shared_mem,
     short_backward_kernel,
     silu_and_mul_launch,
     sums_from_inputs,
@@ -70,8 +69,7 @@ def launch_plan(
     device: str, plan: Plan, pointers: tuple[Any, ...], eps: float | None, stream: int
 ) -> None:
     """``plan``'s launch over ``pointers`` (the tensors', then any null or row-scale pointer),
-    its sizes and eps: the general kernel where the pointers are short of the plan's alignment,
-    held to its blocks a multiprocessor where it says so."""
+    its sizes and eps: the general kernel where the pointers are short of the plan's alignment."""
     name, grid = plan.kernel_for(alignment_of(*pointers))
     kernel = load_kernel(device, name)
     extra = () if eps is None else (eps,)
@@ -81,7 +79,6 @@ def launch_plan(
         *pointers,
         *plan.sizes,
         *extra,
-        shared_mem=norm_shared_mem(kernel, plan),
         stream=stream,
     )
 
@@ -246,9 +243,8 @@ def launch_rms_norm_weight_grad_inputs(
     stream: int,
 ) -> None:
     """grad_weight = the sum over the rows of grad * x * row_scales[row] (a 16-bit dtype of
-    ROW_SCALE_DTYPES): :func:`weight_grad_inputs_launch` for the pointers' alignment."""
-    alignment = alignment_of(x, grad, grad_weight)
-    name, grid, block = weight_grad_inputs_launch(rows, cols, dtype, alignment)
+    ROW_SCALE_DTYPES): :func:`weight_grad_inputs_launch`, any alignment."""
+    name, grid, block = weight_grad_inputs_launch(rows, cols, dtype)
     load_kernel(device, name).launch(
         grid, block, x, grad, row_scales, grad_weight, rows, cols, stream=stream
     )

@@ -1,17 +1,16 @@
-"""The MLP kernels' launch constants and the per-target-family tuning table: data only.
+"""The MLP kernels' launch constants and the per-target-family bounds: data only.
 
 Two kinds of numbers live here. Constants that mirror mlp.cu (a kernel's block bound, vector width,
-chunks a thread) must agree with the source; the geometry (:mod:`.geometry`) reads them. Choices
-measured on one target family (which form, how many blocks a multiprocessor) sit in
-:data:`FAMILIES`, one row per family, read through :func:`family`; a target without a row takes
-:data:`UNTUNED`, the forms at the blocks their registers allow. The multiprocessor count is the
-device's own (:func:`kernelpack.ops.mlp.launch.device_facts`), never a constant. The measurement
-behind each number is in docs/mlp-tuning.md; docs/bench-mlp.md is the committed benchmark.
+chunks a thread) must agree with the source; the geometry (:mod:`.geometry`) reads them. What
+differs by target family (the bounds its images were built for) is a :class:`Family`, read through
+:func:`family`: :data:`AMD` for an AMD target, :data:`UNTUNED` for the others. The multiprocessor
+count is the device's own (:func:`kernelpack.ops.mlp.launch.device_facts`), never a constant.
+The measurement behind each number is in docs/mlp-tuning.md; docs/bench-mlp.md is the committed
+benchmark.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import NamedTuple
 
 VECTOR_BYTES = 16  # kVectorBytes: the widest load the kernels issue
@@ -32,8 +31,6 @@ FIXED_COLUMNS = (4096, 5120, 8192)
 # (op, dtype) -> the fewest rows that take the streaming few-row fixed form; fewer take the form
 # for many rows (16-bit add_rms_norm's streaming form holds more registers).
 STREAMING_FROM_ROWS = {("add_rms_norm", "bfloat16"): 64, ("add_rms_norm", "float16"): 64}
-FIXED_CAP_ROWS = 4096  # the rows from which a family's fixed_blocks_per_sm cap applies
-REREAD_BLOCKS_PER_SM = 3  # kRereadMinBlocks
 FIXED_CHUNKS = 2  # kFixedChunks
 FIXED_ROW_VECTORS = 1024  # kFixedRowVectors
 CACHED_CHUNKS = 4  # kCachedChunks: vectors per thread kept in registers across RMSNorm's two passes
@@ -56,48 +53,23 @@ WEIGHT_GRAD_COLUMNS = 32  # the weight-gradient sum's block: 32 columns by 8 sli
 WEIGHT_GRAD_SLICES = 8
 WEIGHT_GRAD_THREADS = 256  # kWeightGradThreads
 WEIGHT_GRAD_COLUMNS_MAX = 128
-WEIGHT_GRAD_IN_FLIGHT = 8  # kWeightGradInFlight: one round of loads a slice
-WEIGHT_GRAD_SLICES_MAX = 32
 
 
 class Family(NamedTuple):
-    """One target family's choices: the fixed-length forward norms' (measured), and the bounds
-    its images were built for."""
+    """One target family's bounds its images were built for."""
 
-    # (op, dtype, cols) -> the blocks a multiprocessor they are held to from FIXED_CAP_ROWS rows
-    # on (a cap made by dynamic shared memory: Kernel.shared_mem_for_blocks)
-    fixed_blocks_per_sm: Mapping[tuple[str, str, int], int]
-    # (dtype, cols) -> the rows from which rms_norm takes its reread form (rms_norm_fixed_reread)
-    reread_from_rows: Mapping[tuple[str, int], int]
     # the most threads a block of the RMSNorm backward kernel takes: mlp.cu's
     # kBackwardBlockThreads, its __launch_bounds__ on the family's images
     backward_threads_max: int = ROW_BLOCK_MAX
 
 
-UNTUNED = Family(fixed_blocks_per_sm={}, reread_from_rows={})
+UNTUNED = Family()
 # Every AMD target: the backward's bound is 256 threads there (a 512-thread block leaves a gfx9
 # wave 128 VGPRs, and gfx9-generic's 16-bit backward spilled); nothing measured on one.
-AMD = Family(fixed_blocks_per_sm={}, reread_from_rows={}, backward_threads_max=256)
-
-# target -> its family's row (docs/mlp-tuning.md has each measurement)
-FAMILIES: dict[str, Family] = {
-    "sm_90": Family(
-        fixed_blocks_per_sm={
-            ("add_rms_norm", "bfloat16", 4096): 3,
-            ("add_rms_norm", "float16", 4096): 3,
-            ("add_rms_norm", "float16", 5120): 3,
-            ("add_rms_norm", "float16", 8192): 2,
-            ("add_rms_norm", "float32", 4096): 2,
-            ("add_rms_norm", "float32", 8192): 1,
-            ("rms_norm", "float32", 4096): 3,
-            ("rms_norm", "float32", 5120): 3,
-        },
-        reread_from_rows={("float32", 8192): 8192},
-    ),
-}
+AMD = Family(backward_threads_max=256)
 
 
 def family(target: str) -> Family:
-    """The tuning row of ``target`` (a code-object target, "sm_90"): its own, else AMD for an
-    AMD target ("gfx..."), else UNTUNED."""
-    return FAMILIES.get(target, AMD if target.startswith("gfx") else UNTUNED)
+    """The family of ``target`` (a code-object target, "sm_90"): AMD for an AMD target
+    ("gfx..."), else UNTUNED."""
+    return AMD if target.startswith("gfx") else UNTUNED
