@@ -2456,12 +2456,13 @@ __device__ __forceinline__ float silu_mul_as_torch(float gate, float up) {
 
 namespace mlp {
 
-// Block bound of the options kernels.
+// Block bound of the options kernels, with at least one block an SM asked for: without it ptxas
+// holds the backward to 40 registers on sm_120 and spills (tests/test_build.py's spilled_kernels).
 constexpr int kOptionsThreads = 512;
 
 // The norm with options over rows at strides; out = x (at x's stride) for the in-place form.
 template <typename T, typename W, int kCast>
-__global__ void __launch_bounds__(kOptionsThreads)
+__global__ void __launch_bounds__(kOptionsThreads, 1)
     rms_norm_options(const T* x, const W* weight, T* out, float* row_scales, long long rows,
                      long long cols, long long x_stride, long long out_stride, float eps,
                      float offset) {
@@ -2473,7 +2474,7 @@ __global__ void __launch_bounds__(kOptionsThreads)
 // residual_out = x + residual, out = the norm of it; fused_add_rms_norm's in-place form passes
 // out = x and residual_out = residual at their strides.
 template <typename T, typename W, int kCast>
-__global__ void __launch_bounds__(kOptionsThreads)
+__global__ void __launch_bounds__(kOptionsThreads, 1)
     add_rms_norm_options(const T* x, const T* residual, const W* weight, T* out, T* residual_out,
                          float* row_scales, long long rows, long long cols, long long x_stride,
                          long long residual_stride, long long out_stride,
@@ -2486,7 +2487,7 @@ __global__ void __launch_bounds__(kOptionsThreads)
 // Contiguous x, grad, grad_extra (may be null) and grad_x; weight may be null (weightless, then
 // `partial` unused); partial float32 [gridDim.x, cols].
 template <typename T, typename W>
-__global__ void __launch_bounds__(kOptionsThreads)
+__global__ void __launch_bounds__(kOptionsThreads, 1)
     rms_norm_options_backward(const T* x, const float* row_scales, const W* weight, const T* grad,
                               const T* grad_extra, T* grad_x, float* partial, long long rows,
                               long long cols, float offset) {
