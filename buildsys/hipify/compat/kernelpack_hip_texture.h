@@ -10,11 +10,18 @@
 // without image support (hipDeviceAttributeImageSupport 0) a texture object is the device address
 // of a texture_descriptor and an array is linear pitched memory; elsewhere HIP's own objects.
 //
-// Linear filtering weights are 9-bit fixed point with 8 fractional bits, as the guide says the
-// hardware stores them: the fraction is rounded to the nearest 1/256 (rounding is what needs the
-// ninth bit: a fraction above 255.5/256 becomes 1.0). With KERNELPACK_COMPAT_RENAME (nvcc) the
-// fetches are always the software ones, so tests/hipify_texture_gpu.cu can compare them with
-// CUDA's texture unit.
+// Where the guide leaves the arithmetic open, the fetch does what CUDA's texture unit was measured
+// to do (tests/hipify_texture_gpu.cu, docs/hipify.md): linear filtering's weights are 9-bit fixed
+// point with 8 fractional bits, each axis's fraction rounded to the nearest 1/256 with halves up
+// (the ninth bit holds 1.0); in 2D the four corner weights are themselves multiples of 1/256 (the
+// product of the two upper weights rounded, halves up, the other three the remainders, so the four
+// sum to 1); tex1D filters as a 2D fetch at y = 0 of a texture one texel high, so that under border
+// addressing of y half of every linear fetch is the border colour; and the border colour of 8-bit
+// unsigned texels read as normalized floats is converted to their format (to half precision, then
+// to the nearest k / 255 in [0, 1]). 3D weights are the exact products of the axes' weights: the
+// unit's rounding there is not yet known. With KERNELPACK_COMPAT_RENAME (nvcc) the fetches are
+// always the software ones, so tests/hipify_texture_gpu.cu can compare them with CUDA's texture
+// unit.
 #pragma once
 
 #if defined(KERNELPACK_COMPAT_RENAME)
@@ -173,6 +180,18 @@ __device__ inline int floor_index(float u) {
   return static_cast<int>(floorf(fminf(fmaxf(u, -1.0e9f), 1.0e9f)));
 }
 
+// Channel c of the border colour as the texture unit returns it: converted to the texel format for
+// 8-bit unsigned texels read as normalized floats (through half precision, as measured: 0.64119
+// gives 163 / 255, not 164 / 255), as given otherwise (float texels; other integer formats
+// unmeasured).
+__device__ inline float border_value(const texture_descriptor& d, int c) {
+  if (d.normalized_float && d.kind == kind_unsigned && d.bits == 8) {
+    const float h = __half2float(__float2half(d.border[c]));
+    return floorf(fminf(fmaxf(h, 0.0f), 1.0f) * 255.0f + 0.5f) / 255.0f;
+  }
+  return d.border[c];
+}
+
 template <typename E>
 __device__ inline texel4<E> texel_at(const texture_descriptor& d, const int* index,
                                      const int* size, const int* mode, int dims, int layer) {
@@ -183,7 +202,7 @@ __device__ inline texel4<E> texel_at(const texture_descriptor& d, const int* ind
   for (int c = 0; c < 4; ++c) t.v[c] = E(0);
   if (outside) {
     if (sizeof(E) == sizeof(float)) {  // the border colour; integers read as themselves get 0
-      for (int c = 0; c < d.channels; ++c) t.v[c] = static_cast<E>(d.border[c]);
+      for (int c = 0; c < d.channels; ++c) t.v[c] = static_cast<E>(border_value(d, c));
     }
     return t;
   }
@@ -224,12 +243,15 @@ __device__ inline texel4<E> sample(const texture_descriptor& d, const float* coo
       return texel_at<E>(d, index, size, mode, dims, layer);
     }
     int low[3];
-    float weight[3];
+    int step[3];  // each axis's upper weight in 1/256 (0 .. 256)
     for (int a = 0; a < dims; ++a) {
       const float b = u[a] - 0.5f;
       low[a] = floor_index(b);
-      weight[a] = rintf((b - floorf(b)) * 256.0f) * (1.0f / 256.0f);
+      step[a] = static_cast<int>(floorf((b - floorf(b)) * 256.0f + 0.5f));
     }
+    // 2D: the corner weights in 1/256, the upper-upper one rounded and the rest its remainders.
+    const int both = dims == 2 ? (step[0] * step[1] + 128) >> 8 : 0;
+    const int plane[4] = {256 - step[0] - step[1] + both, step[0] - both, step[1] - both, both};
     texel4<float> sum;
     for (int c = 0; c < 4; ++c) sum.v[c] = 0.0f;
     for (int corner = 0; corner < (1 << dims); ++corner) {
@@ -238,8 +260,9 @@ __device__ inline texel4<E> sample(const texture_descriptor& d, const float* coo
       for (int a = 0; a < dims; ++a) {
         const int up = (corner >> a) & 1;
         index[a] = low[a] + up;
-        w *= up ? weight[a] : 1.0f - weight[a];
+        w *= static_cast<float>(up ? step[a] : 256 - step[a]) * (1.0f / 256.0f);
       }
+      if (dims == 2) w = static_cast<float>(plane[corner]) * (1.0f / 256.0f);
       const texel4<float> t = texel_at<float>(d, index, size, mode, dims, layer);
       for (int c = 0; c < 4; ++c) sum.v[c] = fmaf(w, t.v[c], sum.v[c]);
     }
@@ -274,10 +297,12 @@ __device__ inline T tex1Dfetch(KP_TEXTURE_OBJECT object, int x) {
   for (int c = 0; c < d.channels; ++c) t.v[c] = texel_integer(d, p, c);
   return texture_result<T>::from(t);
 }
+// As the texture unit does: a 2D fetch at y = 0 of a texture one texel high (so y's address mode
+// shows under border addressing with linear filtering: half of each fetch is the border colour).
 template <typename T>
 __device__ inline T tex1D(KP_TEXTURE_OBJECT object, float x) {
-  const float c[1] = {x};
-  return software_fetch<T>(object, c, 1, -1);
+  const float c[2] = {x, 0.0f};
+  return software_fetch<T>(object, c, 2, -1);
 }
 template <typename T>
 __device__ inline T tex2D(KP_TEXTURE_OBJECT object, float x, float y) {
