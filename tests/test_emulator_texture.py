@@ -19,7 +19,8 @@ arithmetic open the reference takes what CUDA's texture unit was measured to do
 upper-upper product rounded, the others what is left of each axis's weight), tex1D is a 2D fetch at
 y = 0 of a texture one texel high (half border colour under border addressing with linear
 filtering), and the border colour of uchar texels read as normalized floats passes through half
-precision to the nearest k / 255 in [0, 1]. The header works on texel indices
+precision to the nearest k / 255 in [0, 1], their 1D and 2D linear fetches coming back as the
+nearest k / 65535. The header works on texel indices
 instead (mirror reflects index i to 2N - 1 - i); the two agree exactly wherever arithmetic is
 exact, so coordinates are odd multiples of 1/1024 texel (their fractions times 256 end in .25 or
 .75: never a rounding tie) or, to check the unit's halves-up rounding, of 1/512 (ties; not where
@@ -225,7 +226,17 @@ def guide_fetch(texture: Texture, coords: list[float], layer: int) -> np.ndarray
         total += corner_weight(weights, up, reversed_) * texel(
             [lo + u for lo, u in zip(low, up, strict=True)]
         )
+    if texture.normalized_float and texture.texels.dtype == np.uint8 and len(axes) <= 2:
+        return sixteen_bit(total)
     return total
+
+
+def sixteen_bit(value: np.ndarray) -> np.ndarray:
+    """A 1D or 2D linear fetch of uchar texels as the texture unit returns it: the nearest k / 65535
+    (halves up). The value is an integer over 256 x 255 (weights in 1/256, texels in 1/255), so
+    the tie is decided on that integer."""
+    whole = np.round(value * 65280.0)
+    return np.floor((whole * 257.0 + 128.0) / 256.0) / 65535.0
 
 
 def guide_reference(texture: Texture, at: np.ndarray) -> np.ndarray:
@@ -430,7 +441,11 @@ def test_float_fetches_equal_the_guides_formulas(
     for k, texture in enumerate(textures):
         for row in range(k * per, (k + 1) * per):
             want = guide_reference(texture, at[row])
-            if not np.allclose(got[row], want, rtol=1e-5, atol=2e-6):
+            # uchar read as normalized floats is k / 255 or (1D and 2D linear) k / 65535: equal
+            # to float precision, so that a value off by one 1/65535 step fails
+            exact = texture.texels.dtype == np.uint8 and not (texture.linear and texture.kind == 3)
+            rtol, atol = (0.0, 1e-7) if exact else (1e-5, 2e-6)
+            if not np.allclose(got[row], want, rtol=rtol, atol=atol):
                 bad.append(
                     f"{describe(texture)} at {at[row].tolist()}: got {got[row].tolist()}, "
                     f"guide {want.tolist()}"

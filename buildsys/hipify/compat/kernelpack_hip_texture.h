@@ -18,8 +18,9 @@
 // sum to 1); tex1D filters as a 2D fetch at y = 0 of a texture one texel high, so that under border
 // addressing of y half of every linear fetch is the border colour; and the border colour of 8-bit
 // unsigned texels read as normalized floats is converted to their format (to half precision, then
-// to the nearest k / 255 in [0, 1]). 3D weights are the exact products of the axes' weights: the
-// unit's rounding there is not yet known. With KERNELPACK_COMPAT_RENAME (nvcc) the fetches are
+// to the nearest k / 255 in [0, 1]); their 1D and 2D linear fetches come back as 16-bit unorm (the
+// nearest k / 65535). 3D weights are the exact products of the axes' weights: the unit's rounding
+// there is not yet known. With KERNELPACK_COMPAT_RENAME (nvcc) the fetches are
 // always the software ones, so tests/hipify_texture_gpu.cu can compare them with CUDA's texture
 // unit.
 #pragma once
@@ -252,19 +253,36 @@ __device__ inline texel4<E> sample(const texture_descriptor& d, const float* coo
     // 2D: the corner weights in 1/256, the upper-upper one rounded and the rest its remainders.
     const int both = dims == 2 ? (step[0] * step[1] + 128) >> 8 : 0;
     const int plane[4] = {256 - step[0] - step[1] + both, step[0] - both, step[1] - both, both};
+    // 8-bit unsigned texels read as normalized floats, in 1D and 2D: the unit returns the filtered
+    // value as 16-bit unorm, the nearest k / 65535, so the sum is kept exact: weights in 1/256
+    // times texels in 1/255 (border colours included, already k / 255).
+    const bool unorm8 = d.normalized_float && d.kind == kind_unsigned && d.bits == 8 && dims <= 2;
+    int whole[4] = {0, 0, 0, 0};
     texel4<float> sum;
     for (int c = 0; c < 4; ++c) sum.v[c] = 0.0f;
     for (int corner = 0; corner < (1 << dims); ++corner) {
       int index[3];
-      float w = 1.0f;
+      int share = 1;  // the corner's weight in 1/256^dims
       for (int a = 0; a < dims; ++a) {
         const int up = (corner >> a) & 1;
         index[a] = low[a] + up;
-        w *= static_cast<float>(up ? step[a] : 256 - step[a]) * (1.0f / 256.0f);
+        share *= up ? step[a] : 256 - step[a];
       }
-      if (dims == 2) w = static_cast<float>(plane[corner]) * (1.0f / 256.0f);
+      if (dims == 2) share = plane[corner];
+      const float w = static_cast<float>(share) * (dims == 3 ? 1.0f / 16777216.0f : 1.0f / 256.0f);
       const texel4<float> t = texel_at<float>(d, index, size, mode, dims, layer);
-      for (int c = 0; c < 4; ++c) sum.v[c] = fmaf(w, t.v[c], sum.v[c]);
+      for (int c = 0; c < 4; ++c) {
+        if (unorm8) {
+          whole[c] += share * static_cast<int>(rintf(t.v[c] * 255.0f));
+        } else {
+          sum.v[c] = fmaf(w, t.v[c], sum.v[c]);
+        }
+      }
+    }
+    if (unorm8) {  // whole / (256 * 255) to the nearest k / 65535 (k = whole * 257 / 256), halves up
+      for (int c = 0; c < 4; ++c) {
+        sum.v[c] = static_cast<float>((whole[c] * 257 + 128) >> 8) / 65535.0f;
+      }
     }
     return sum;
   }
