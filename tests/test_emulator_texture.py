@@ -18,9 +18,11 @@ arithmetic open the reference takes what CUDA's texture unit was measured to do
 (tests/hipify_texture_gpu.cu's log, docs/hipify.md): 2D corner weights are multiples of 1/256 (the
 upper-upper product rounded, the others what is left of each axis's weight), tex1D is a 2D fetch at
 y = 0 of a texture one texel high (half border colour under border addressing with linear
-filtering), and the border colour of uchar texels read as normalized floats passes through half
-precision to the nearest k / 255 in [0, 1], their 1D and 2D linear fetches coming back as the
-nearest k / 65535. The header works on texel indices
+filtering), the border colour of uchar texels read as normalized floats passes through half
+precision to the nearest k / 255 in [0, 1], their linear fetches come back as the nearest
+k / 65535, 3D corner weights are x-z ones rounded as in 2D then split along y with the upper part
+rounded, and a clamped axis whose two texels are both the edge one weighs 0. The header works on
+texel indices
 instead (mirror reflects index i to 2N - 1 - i); the two agree exactly wherever arithmetic is
 exact, so coordinates are odd multiples of 1/1024 texel (their fractions times 256 end in .25 or
 .75: never a rounding tie) or, to check the unit's halves-up rounding, of 1/512 (ties; not where
@@ -175,17 +177,31 @@ def nine_bit(fraction: float) -> float:
 
 
 def corner_weight(weights: list[float], up: list[int], reversed_: list[bool]) -> float:
-    """A corner's share of a linear fetch. In 2D the texture unit holds the four in 1/256 too: the
-    upper-upper product rounded to nearest (halves up), each other corner what is left of its axes'
-    weights; elsewhere the product of the axes' weights. The unit's upper is along the untransformed
+    """A corner's share of a linear fetch, as the texture unit holds it: in 1/256. 1D: the axis's
+    weight. 2D: the upper-upper product rounded to nearest (halves up), each other corner what is
+    left of its axes' weights. 3D: x and z as in 2D, then each of those split along y, the upper
+    part rounded (halves up), the lower what is left. The unit's upper is along the untransformed
     axis, so an axis that mirror reversed is turned back first (a rounding tie goes the other way
     otherwise)."""
-    if len(weights) != 2:
-        return float(np.prod([w if u else 1.0 - w for w, u in zip(weights, up, strict=True)]))
-    a, b = (1.0 - w if r else w for w, r in zip(weights, reversed_, strict=True))
-    x, y = (u ^ int(r) for u, r in zip(up, reversed_, strict=True))
-    both = float(np.floor(a * b * 256.0 + 0.5)) / 256.0
-    return {(1, 1): both, (1, 0): a - both, (0, 1): b - both, (0, 0): 1.0 - a - b + both}[(x, y)]
+    w = [1.0 - a if r else a for a, r in zip(weights, reversed_, strict=True)]
+    u = [b ^ int(r) for b, r in zip(up, reversed_, strict=True)]
+
+    def nearest(v: float) -> float:
+        return float(np.floor(v * 256.0 + 0.5)) / 256.0
+
+    def plane(a: float, b: float, ua: int, ub: int) -> float:
+        both = nearest(a * b)
+        return {(1, 1): both, (1, 0): a - both, (0, 1): b - both, (0, 0): 1.0 - a - b + both}[
+            (ua, ub)
+        ]
+
+    if len(w) == 1:
+        return w[0] if u[0] else 1.0 - w[0]
+    if len(w) == 2:
+        return plane(w[0], w[1], u[0], u[1])
+    share = plane(w[0], w[2], u[0], u[2])
+    upper = nearest(share * w[1])
+    return upper if u[1] else share - upper
 
 
 def border_colour(texture: Texture) -> np.ndarray:
@@ -219,6 +235,16 @@ def guide_fetch(texture: Texture, coords: list[float], layer: int) -> np.ndarray
         return texel([int(np.floor(u)) for u, _, _ in axes])
     low = [int(np.floor(u - 0.5)) for u, _, _ in axes]
     weights = [nine_bit((u - 0.5) - np.floor(u - 0.5)) for u, _, _ in axes]
+    # clamp addressing (and wrap or mirror of unnormalized coordinates, which clamp): where both
+    # texels are the edge one, the unit weighs the axis 0 (which shows in 3D's rounding)
+    clamped = texture.mode == CLAMP or (
+        not texture.normalized_coords and texture.mode in (WRAP, MIRROR)
+    )
+    if clamped:
+        weights = [
+            0.0 if lo < 0 or lo >= n - 1 else w
+            for lo, n, w in zip(low, sizes, weights, strict=True)
+        ]
     reversed_ = [r for _, _, r in axes]
     total = np.zeros(channels)
     for corner in range(1 << len(axes)):
@@ -226,13 +252,13 @@ def guide_fetch(texture: Texture, coords: list[float], layer: int) -> np.ndarray
         total += corner_weight(weights, up, reversed_) * texel(
             [lo + u for lo, u in zip(low, up, strict=True)]
         )
-    if texture.normalized_float and texture.texels.dtype == np.uint8 and len(axes) <= 2:
+    if texture.normalized_float and texture.texels.dtype == np.uint8:
         return sixteen_bit(total)
     return total
 
 
 def sixteen_bit(value: np.ndarray) -> np.ndarray:
-    """A 1D or 2D linear fetch of uchar texels as the texture unit returns it: the nearest k / 65535
+    """A linear fetch of uchar texels as the texture unit returns it: the nearest k / 65535
     (halves up). The value is an integer over 256 x 255 (weights in 1/256, texels in 1/255), so
     the tie is decided on that integer."""
     whole = np.round(value * 65280.0)
@@ -441,9 +467,9 @@ def test_float_fetches_equal_the_guides_formulas(
     for k, texture in enumerate(textures):
         for row in range(k * per, (k + 1) * per):
             want = guide_reference(texture, at[row])
-            # uchar read as normalized floats is k / 255 or (1D and 2D linear) k / 65535: equal
-            # to float precision, so that a value off by one 1/65535 step fails
-            exact = texture.texels.dtype == np.uint8 and not (texture.linear and texture.kind == 3)
+            # uchar read as normalized floats is k / 255 or (linear) k / 65535: equal to float
+            # precision, so that a value off by one 1/65535 step fails
+            exact = texture.texels.dtype == np.uint8
             rtol, atol = (0.0, 1e-7) if exact else (1e-5, 2e-6)
             if not np.allclose(got[row], want, rtol=rtol, atol=atol):
                 bad.append(

@@ -18,9 +18,9 @@
 // sum to 1); tex1D filters as a 2D fetch at y = 0 of a texture one texel high, so that under border
 // addressing of y half of every linear fetch is the border colour; and the border colour of 8-bit
 // unsigned texels read as normalized floats is converted to their format (to half precision, then
-// to the nearest k / 255 in [0, 1]); their 1D and 2D linear fetches come back as 16-bit unorm (the
-// nearest k / 65535). 3D weights are the exact products of the axes' weights: the unit's rounding
-// there is not yet known. With KERNELPACK_COMPAT_RENAME (nvcc) the fetches are
+// to the nearest k / 255 in [0, 1]); their linear fetches come back as 16-bit unorm (the nearest
+// k / 65535). In 3D the x-z corner weights are rounded as in 2D and each split along y with its
+// upper share rounded; an axis clamped at its edge (both texels the edge one) weighs 0. With KERNELPACK_COMPAT_RENAME (nvcc) the fetches are
 // always the software ones, so tests/hipify_texture_gpu.cu can compare them with CUDA's texture
 // unit.
 #pragma once
@@ -249,27 +249,33 @@ __device__ inline texel4<E> sample(const texture_descriptor& d, const float* coo
       const float b = u[a] - 0.5f;
       low[a] = floor_index(b);
       step[a] = static_cast<int>(floorf((b - floorf(b)) * 256.0f + 0.5f));
+      // clamped where both texels are the edge one: the unit weighs that axis 0 (seen in 3D)
+      if (mode[a] == address_clamp && (low[a] < 0 || low[a] >= size[a] - 1)) step[a] = 0;
     }
-    // 2D: the corner weights in 1/256, the upper-upper one rounded and the rest its remainders.
-    const int both = dims == 2 ? (step[0] * step[1] + 128) >> 8 : 0;
-    const int plane[4] = {256 - step[0] - step[1] + both, step[0] - both, step[1] - both, both};
-    // 8-bit unsigned texels read as normalized floats, in 1D and 2D: the unit returns the filtered
-    // value as 16-bit unorm, the nearest k / 65535, so the sum is kept exact: weights in 1/256
-    // times texels in 1/255 (border colours included, already k / 255).
-    const bool unorm8 = d.normalized_float && d.kind == kind_unsigned && d.bits == 8 && dims <= 2;
+    // The corner weights in 1/256. 2D: the upper-upper one rounded, the rest its remainders. 3D:
+    // x and z so, then each of those four split along y, the upper share rounded.
+    const int across = dims == 3 ? 2 : 1;  // the plane's second axis
+    const int both = dims >= 2 ? (step[0] * step[across] + 128) >> 8 : 0;
+    const int plane[4] = {256 - step[0] - step[across] + both, step[0] - both, step[across] - both,
+                          both};
+    // 8-bit unsigned texels read as normalized floats: the unit returns the filtered value as
+    // 16-bit unorm, the nearest k / 65535, so the sum is kept exact: weights in 1/256 times
+    // texels in 1/255 (border colours included, already k / 255).
+    const bool unorm8 = d.normalized_float && d.kind == kind_unsigned && d.bits == 8;
     int whole[4] = {0, 0, 0, 0};
     texel4<float> sum;
     for (int c = 0; c < 4; ++c) sum.v[c] = 0.0f;
     for (int corner = 0; corner < (1 << dims); ++corner) {
       int index[3];
-      int share = 1;  // the corner's weight in 1/256^dims
-      for (int a = 0; a < dims; ++a) {
-        const int up = (corner >> a) & 1;
-        index[a] = low[a] + up;
-        share *= up ? step[a] : 256 - step[a];
-      }
+      for (int a = 0; a < dims; ++a) index[a] = low[a] + ((corner >> a) & 1);
+      int share = (corner & 1) ? step[0] : 256 - step[0];  // the corner's weight in 1/256
       if (dims == 2) share = plane[corner];
-      const float w = static_cast<float>(share) * (dims == 3 ? 1.0f / 16777216.0f : 1.0f / 256.0f);
+      if (dims == 3) {
+        const int p = plane[(corner & 1) | ((corner >> 1) & 2)];
+        const int up = (p * step[1] + 128) >> 8;
+        share = (corner & 2) ? up : p - up;
+      }
+      const float w = static_cast<float>(share) * (1.0f / 256.0f);
       const texel4<float> t = texel_at<float>(d, index, size, mode, dims, layer);
       for (int c = 0; c < 4; ++c) {
         if (unorm8) {
