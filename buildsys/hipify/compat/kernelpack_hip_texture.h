@@ -20,9 +20,9 @@
 // unsigned texels read as normalized floats is converted to their format (to half precision, then
 // to the nearest k / 255 in [0, 1]); their linear fetches come back as 16-bit unorm (the nearest
 // k / 65535). In 3D the x-z corner weights are rounded as in 2D and each split along y with its
-// upper share rounded; an axis clamped at its edge (both texels the edge one) weighs 0. With KERNELPACK_COMPAT_RENAME (nvcc) the fetches are
-// always the software ones, so tests/hipify_texture_gpu.cu can compare them with CUDA's texture
-// unit.
+// upper share rounded; an axis clamped at its edge (both texels the edge one) weighs 0. With
+// KERNELPACK_COMPAT_RENAME (nvcc) the fetches are always the software ones, so
+// tests/hipify_texture_gpu.cu can compare them with CUDA's texture unit.
 #pragma once
 
 #if defined(KERNELPACK_COMPAT_RENAME)
