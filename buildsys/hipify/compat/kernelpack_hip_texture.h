@@ -285,7 +285,8 @@ __device__ inline texel4<E> sample(const texture_descriptor& d, const float* coo
         }
       }
     }
-    if (unorm8) {  // whole / (256 * 255) to the nearest k / 65535 (k = whole * 257 / 256), halves up
+    // whole / (256 * 255) to the nearest k / 65535 (k = whole * 257 / 256), halves up
+    if (unorm8) {
       for (int c = 0; c < 4; ++c) {
         sum.v[c] = static_cast<float>((whole[c] * 257 + 128) >> 8) / 65535.0f;
       }
