@@ -7,6 +7,9 @@
 // texel (no rounding ties, exact in float) and, separately, uniform random floats.
 // Point fetches of float texels must be equal bit for bit, of uchar4 within 1e-6; linear ones
 // within 2e-5 (the filtering arithmetic's order): a weight off by one 1/256 step is 1e-3 away. Built by tests/test_hipify_texture_gpu.py with nvcc -DKERNELPACK_COMPAT_RENAME.
+// With a path argument it also writes every differing texture's fetches there as JSON (up to 512
+// a texture: index, coordinates, CUDA's value, ours), for working out the unit's rules offline
+// (the texels come from the seeded generator below, so the fetches are reproducible).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -67,6 +70,8 @@ struct Case {
 };
 
 static const char* mode_name[] = {"wrap", "clamp", "mirror", "border"};
+static std::FILE* mismatches = nullptr;  // the JSON file, where one was named
+static bool first_texture = true;
 static const char* kind_name[] = {"", "tex1D", "tex2D", "tex3D", "tex2DLayered", "tex1Dfetch"};
 
 // One texture in both forms, n fetches at grid then random coordinates; returns the mismatches.
@@ -166,6 +171,7 @@ static int run(const Case& c, int mode, bool linear, bool normalized, int n) {
   CHECK(cudaMemcpy(t.data(), theirs, n * sizeof(float4), cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(o.data(), ours, n * sizeof(float4), cudaMemcpyDeviceToHost));
   int bad = 0;
+  bool listed = false;
   for (int i = 0; i < n; ++i) {
     const float a[4] = {t[i].x, t[i].y, t[i].z, t[i].w}, b[4] = {o[i].x, o[i].y, o[i].z, o[i].w};
     bool same = true;
@@ -183,7 +189,25 @@ static int run(const Case& c, int mode, bool linear, bool normalized, int n) {
                   linear ? "linear" : "point", normalized ? "normalized" : "texel", at[i].x,
                   at[i].y, at[i].z, at[i].w, a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]);
     }
+    if (!same && mismatches != nullptr && bad <= 512) {
+      if (!listed) {
+        std::fprintf(mismatches,
+                     "%s{\"kind\": \"%s\", \"format\": \"%s\", \"mode\": \"%s\", "
+                     "\"filter\": \"%s\", \"coordinates\": \"%s\", \"fetches\": [",
+                     first_texture ? "" : ",\n", kind_name[c.kind],
+                     c.uchar ? "uchar4-normalized" : "float4", mode_name[mode],
+                     linear ? "linear" : "point", normalized ? "normalized" : "texel");
+        first_texture = false;
+        listed = true;
+      } else {
+        std::fprintf(mismatches, ", ");
+      }
+      std::fprintf(mismatches, "[%d, [%.9g, %.9g, %.9g, %.9g], [%.9g, %.9g, %.9g, %.9g], "
+                   "[%.9g, %.9g, %.9g, %.9g]]", i, at[i].x, at[i].y, at[i].z, at[i].w, a[0],
+                   a[1], a[2], a[3], b[0], b[1], b[2], b[3]);
+    }
   }
+  if (listed) std::fprintf(mismatches, "], \"differ\": %d}", bad);
   CHECK(cudaDestroyTextureObject(hardware));
   if (array != nullptr) CHECK(cudaFreeArray(array));
   CHECK(cudaFree(linear_texels));
@@ -194,12 +218,20 @@ static int run(const Case& c, int mode, bool linear, bool normalized, int n) {
   return bad;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  const int n = 4096;
+  if (argc > 1) {
+    mismatches = std::fopen(argv[1], "w");
+    if (mismatches == nullptr) {
+      std::printf("cannot write %s\n", argv[1]);
+      return 2;
+    }
+    std::fprintf(mismatches, "{\"fetches_per_texture\": %d, \"textures\": [\n", n);
+  }
   const Case cases[] = {
       {1, 16, 1, 1, false}, {1, 32, 1, 1, true},  {2, 16, 8, 1, false}, {2, 8, 16, 1, true},
       {3, 8, 4, 4, false},  {3, 4, 4, 8, true},   {4, 8, 4, 3, false},  {4, 4, 8, 3, true},
   };
-  const int n = 4096;
   int total = 0, failing = 0, runs = 0;
   for (const Case& c : cases) {
     for (int mode = 0; mode < 4; ++mode) {
@@ -228,5 +260,10 @@ int main() {
   }
   std::printf("%d textures, %d fetches each: %d textures differ, %d fetches in all\n", runs, n,
               failing, total);
+  if (mismatches != nullptr) {
+    std::fprintf(mismatches, "\n], \"textures_differing\": %d, \"fetches_differing\": %d}\n",
+                 failing, total);
+    std::fclose(mismatches);
+  }
   return total == 0 ? 0 : 1;
 }

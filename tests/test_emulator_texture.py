@@ -13,10 +13,21 @@ random texels and random coordinates from a seed printed with a failure; outputs
 The reference is written from the guide's text, not from the header: wrap and mirror transform
 the coordinate (frac(x); frac(x) or 1 - frac(x) by floor(x)'s parity), clamp and border act on
 texel indices, linear filtering weighs T[i] and T[i + 1] at i = floor(x - 0.5) with the fraction
-in 9-bit fixed point (8 fractional bits, rounded to nearest). The header works on texel indices
+in 9-bit fixed point (8 fractional bits, rounded to nearest, halves up). Where the guide leaves the
+arithmetic open the reference takes what CUDA's texture unit was measured to do
+(tests/hipify_texture_gpu.cu's log, docs/hipify.md): 2D corner weights are multiples of 1/256 (the
+upper-upper product rounded, the others what is left of each axis's weight), tex1D is a 2D fetch at
+y = 0 of a texture one texel high (half border colour under border addressing with linear
+filtering), the border colour of uchar texels read as normalized floats passes through half
+precision to the nearest k / 255 in [0, 1], their linear fetches come back as the nearest
+k / 65535, 3D corner weights are x-z ones rounded as in 2D then split along y with the upper part
+rounded, and a clamped axis whose two texels are both the edge one weighs 0. The header works on
+texel indices
 instead (mirror reflects index i to 2N - 1 - i); the two agree exactly wherever arithmetic is
 exact, so coordinates are odd multiples of 1/1024 texel (their fractions times 256 end in .25 or
-.75: never a rounding tie) and sizes are powers of two. A header without the 9-bit rounding is
+.75: never a rounding tie) or, to check the unit's halves-up rounding, of 1/512 (ties; not where
+mirror reflects a normalized coordinate, as reflecting turns a tie's direction) and sizes are
+powers of two. A header without the 9-bit rounding is
 off by up to 1/512 of a texel step, far outside the tolerance.
 """
 
@@ -135,18 +146,19 @@ def descriptor(texture: Texture, address: int) -> bytes:
 # ---- the guide's formulas ---------------------------------------------------------------------
 
 
-def guide_coordinate(x: float, n: int, mode: int, normalized: bool) -> tuple[float, int]:
-    """The texel-space coordinate after the guide's coordinate transforms, and the address mode
-    left for the texel indices (wrap and mirror exist only for normalized coordinates: clamp
-    otherwise)."""
+def guide_coordinate(x: float, n: int, mode: int, normalized: bool) -> tuple[float, int, bool]:
+    """The texel-space coordinate after the guide's coordinate transforms, the address mode left
+    for the texel indices (wrap and mirror exist only for normalized coordinates: clamp
+    otherwise), and whether mirror reversed the axis."""
     if not normalized:
-        return x, CLAMP if mode in (WRAP, MIRROR) else mode
+        return x, CLAMP if mode in (WRAP, MIRROR) else mode, False
     if mode == WRAP:
-        return (x - np.floor(x)) * n, WRAP
+        return (x - np.floor(x)) * n, WRAP, False
     if mode == MIRROR:
         f = x - np.floor(x)
-        return (f if int(np.floor(x)) % 2 == 0 else 1.0 - f) * n, CLAMP
-    return x * n, mode
+        odd = int(np.floor(x)) % 2 == 1
+        return (1.0 - f if odd else f) * n, CLAMP, odd
+    return x * n, mode, False
 
 
 def guide_index(i: int, n: int, mode: int) -> int | None:
@@ -159,37 +171,98 @@ def guide_index(i: int, n: int, mode: int) -> int | None:
 
 
 def nine_bit(fraction: float) -> float:
-    """The guide's 9-bit fixed-point weight (8 fractional bits), rounded to nearest."""
-    return float(np.round(fraction * 256.0)) / 256.0
+    """The guide's 9-bit fixed-point weight (8 fractional bits), rounded to nearest, halves up (the
+    texture unit's choice: x - 0.5 = 19.259765625 weighs texel 20 by 67/256)."""
+    return float(np.floor(fraction * 256.0 + 0.5)) / 256.0
+
+
+def corner_weight(weights: list[float], up: list[int], reversed_: list[bool]) -> float:
+    """A corner's share of a linear fetch, as the texture unit holds it: in 1/256. 1D: the axis's
+    weight. 2D: the upper-upper product rounded to nearest (halves up), each other corner what is
+    left of its axes' weights. 3D: x and z as in 2D, then each of those split along y, the upper
+    part rounded (halves up), the lower what is left. The unit's upper is along the untransformed
+    axis, so an axis that mirror reversed is turned back first (a rounding tie goes the other way
+    otherwise)."""
+    w = [1.0 - a if r else a for a, r in zip(weights, reversed_, strict=True)]
+    u = [b ^ int(r) for b, r in zip(up, reversed_, strict=True)]
+
+    def nearest(v: float) -> float:
+        return float(np.floor(v * 256.0 + 0.5)) / 256.0
+
+    def plane(a: float, b: float, ua: int, ub: int) -> float:
+        both = nearest(a * b)
+        return {(1, 1): both, (1, 0): a - both, (0, 1): b - both, (0, 0): 1.0 - a - b + both}[
+            (ua, ub)
+        ]
+
+    if len(w) == 1:
+        return w[0] if u[0] else 1.0 - w[0]
+    if len(w) == 2:
+        return plane(w[0], w[1], u[0], u[1])
+    share = plane(w[0], w[2], u[0], u[2])
+    upper = nearest(share * w[1])
+    return upper if u[1] else share - upper
+
+
+def border_colour(texture: Texture) -> np.ndarray:
+    """The border colour as fetched: uchar texels read as normalized floats get it in their format
+    (the texture unit rounds it to half precision first, then to the nearest k / 255 in [0, 1])."""
+    border = np.array(texture.border[: texture.channels], np.float64)
+    if texture.normalized_float and texture.texels.dtype == np.uint8:
+        half = border.astype(np.float16).astype(np.float64)
+        return np.floor(np.clip(half, 0.0, 1.0) * 255.0 + 0.5) / 255.0
+    return border
 
 
 def guide_fetch(texture: Texture, coords: list[float], layer: int) -> np.ndarray:
     values = texture.values()
     depth, height, width, channels = values.shape
     sizes = [width, height, depth][: len(coords)]
-    border = np.array(texture.border[:channels], np.float64)
+    border = border_colour(texture)
     axes = [
         guide_coordinate(x, n, texture.mode, texture.normalized_coords)
         for x, n in zip(coords, sizes, strict=True)
     ]
 
     def texel(index: list[int]) -> np.ndarray:
-        at = [guide_index(i, n, m) for i, n, (_, m) in zip(index, sizes, axes, strict=True)]
+        at = [guide_index(i, n, m) for i, n, (_, m, _) in zip(index, sizes, axes, strict=True)]
         if any(a is None for a in at):
             return border
         x, y, z = (*at, 0, 0)[:3]
         return values[layer if layer >= 0 else z, y, x]
 
     if not texture.linear:
-        return texel([int(np.floor(u)) for u, _ in axes])
-    low = [int(np.floor(u - 0.5)) for u, _ in axes]
-    weights = [nine_bit((u - 0.5) - np.floor(u - 0.5)) for u, _ in axes]
+        return texel([int(np.floor(u)) for u, _, _ in axes])
+    low = [int(np.floor(u - 0.5)) for u, _, _ in axes]
+    weights = [nine_bit((u - 0.5) - np.floor(u - 0.5)) for u, _, _ in axes]
+    # clamp addressing (and wrap or mirror of unnormalized coordinates, which clamp): where both
+    # texels are the edge one, the unit weighs the axis 0 (which shows in 3D's rounding)
+    clamped = texture.mode == CLAMP or (
+        not texture.normalized_coords and texture.mode in (WRAP, MIRROR)
+    )
+    if clamped:
+        weights = [
+            0.0 if lo < 0 or lo >= n - 1 else w
+            for lo, n, w in zip(low, sizes, weights, strict=True)
+        ]
+    reversed_ = [r for _, _, r in axes]
     total = np.zeros(channels)
     for corner in range(1 << len(axes)):
         up = [(corner >> a) & 1 for a in range(len(axes))]
-        w = np.prod([wa if u else 1.0 - wa for wa, u in zip(weights, up, strict=True)])
-        total += w * texel([lo + u for lo, u in zip(low, up, strict=True)])
+        total += corner_weight(weights, up, reversed_) * texel(
+            [lo + u for lo, u in zip(low, up, strict=True)]
+        )
+    if texture.normalized_float and texture.texels.dtype == np.uint8:
+        return sixteen_bit(total)
     return total
+
+
+def sixteen_bit(value: np.ndarray) -> np.ndarray:
+    """A linear fetch of uchar texels as the texture unit returns it: the nearest k / 65535
+    (halves up). The value is an integer over 256 x 255 (weights in 1/256, texels in 1/255), so
+    the tie is decided on that integer."""
+    whole = np.round(value * 65280.0)
+    return np.floor((whole * 257.0 + 128.0) / 256.0) / 65535.0
 
 
 def guide_reference(texture: Texture, at: np.ndarray) -> np.ndarray:
@@ -203,7 +276,10 @@ def guide_reference(texture: Texture, at: np.ndarray) -> np.ndarray:
         return out
     dims = {1: 1, 2: 2, 3: 3, 4: 2}[texture.kind]
     layer = int(at[3]) if texture.kind == 4 else -1
-    out[: texture.channels] = guide_fetch(texture, [float(c) for c in at[:dims]], layer)
+    coords = [float(c) for c in at[:dims]]
+    if texture.kind == 1:  # the texture unit's tex1D: y = 0 of a texture one texel high
+        coords.append(0.0)
+    out[: texture.channels] = guide_fetch(texture, coords, layer)
     return out
 
 
@@ -219,10 +295,16 @@ def random_texels(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) 
     return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
 
 
-def coordinate(rng: np.random.Generator, n: int, normalized: bool, size: int) -> np.ndarray:
-    """Odd multiples of 1/1024 texel over [-n/2 - 2, 3n/2 + 2) texels (normalized: / n)."""
+def coordinate(
+    rng: np.random.Generator, n: int, normalized: bool, size: int, ties: bool
+) -> np.ndarray:
+    """Odd multiples of 1/1024 texel over [-n/2 - 2, 3n/2 + 2) texels (normalized: / n); with ties,
+    every fourth an odd multiple of 1/512 instead, whose weight is a rounding tie (x - 0.5 ends in
+    an odd multiple of 1/512: the texture unit rounds it up)."""
     steps = rng.integers(-(n // 2 + 2) * 512, (3 * n // 2 + 2) * 512, size)
     u = (2 * steps + 1) / 1024.0
+    if ties:
+        u[::4] = (2 * (steps[::4] // 2) + 1) / 512.0
     return (u / n if normalized else u).astype(np.float32)
 
 
@@ -290,8 +372,12 @@ def fetches(rng: np.random.Generator, textures: list[Texture], per: int) -> np.n
             at[:, 0] = rng.integers(-2, width + 2, per)
         else:
             sizes = [width, height, slices][: {1: 1, 2: 2, 3: 3, 4: 2}[texture.kind]]
+            # no ties under mirror addressing of normalized coordinates: the guide reflects the
+            # coordinate, which turns a tie rounded up into one rounded down (the texture unit,
+            # like the header, reflects the texel indices instead)
+            ties = not (texture.normalized_coords and texture.mode == MIRROR)
             for a, n in enumerate(sizes):
-                at[:, a] = coordinate(rng, n, texture.normalized_coords, per)
+                at[:, a] = coordinate(rng, n, texture.normalized_coords, per, ties)
             if texture.kind == 4:
                 at[:, 3] = rng.integers(0, slices, per)
         rows.append(at)
@@ -381,7 +467,11 @@ def test_float_fetches_equal_the_guides_formulas(
     for k, texture in enumerate(textures):
         for row in range(k * per, (k + 1) * per):
             want = guide_reference(texture, at[row])
-            if not np.allclose(got[row], want, rtol=1e-5, atol=2e-6):
+            # uchar read as normalized floats is k / 255 or (linear) k / 65535: equal to float
+            # precision, so that a value off by one 1/65535 step fails
+            exact = texture.texels.dtype == np.uint8
+            rtol, atol = (0.0, 1e-7) if exact else (1e-5, 2e-6)
+            if not np.allclose(got[row], want, rtol=rtol, atol=atol):
                 bad.append(
                     f"{describe(texture)} at {at[row].tolist()}: got {got[row].tolist()}, "
                     f"guide {want.tolist()}"

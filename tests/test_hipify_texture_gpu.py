@@ -1,9 +1,12 @@
 """The compat layer's software texture fetches against CUDA's texture unit on an NVIDIA GPU
 (tests/hipify_texture_gpu.cu: every address mode x filter mode x normalized flag for tex1D, tex2D,
-tex3D and tex2DLayered, float and normalized uchar4 texels, and tex1Dfetch)."""
+tex3D and tex2DLayered, float and normalized uchar4 texels, and tex1Dfetch). Where OUT is set
+(the GPU machine's output folder) the differing fetches are also written to
+$OUT/texture_mismatches.json, for working out the texture unit's rules offline."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -29,6 +32,13 @@ def test_the_comparison_compiles_under_nvcc(tmp_path: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.nvcc
 def test_software_fetches_equal_the_texture_unit(tmp_path: Path) -> None:
-    run = subprocess.run([str(build(tmp_path))], capture_output=True, text=True, check=False)
+    out = os.environ.get("OUT")
+    folder = Path(out) if out else tmp_path
+    partial = folder / "texture_mismatches.json.partial"
+    run = subprocess.run(
+        [str(build(tmp_path)), str(partial)], capture_output=True, text=True, check=False
+    )
     print(run.stdout)
+    if partial.is_file():
+        os.replace(partial, folder / "texture_mismatches.json")
     assert run.returncode == 0, run.stdout + run.stderr

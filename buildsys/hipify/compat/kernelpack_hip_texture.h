@@ -10,11 +10,19 @@
 // without image support (hipDeviceAttributeImageSupport 0) a texture object is the device address
 // of a texture_descriptor and an array is linear pitched memory; elsewhere HIP's own objects.
 //
-// Linear filtering weights are 9-bit fixed point with 8 fractional bits, as the guide says the
-// hardware stores them: the fraction is rounded to the nearest 1/256 (rounding is what needs the
-// ninth bit: a fraction above 255.5/256 becomes 1.0). With KERNELPACK_COMPAT_RENAME (nvcc) the
-// fetches are always the software ones, so tests/hipify_texture_gpu.cu can compare them with
-// CUDA's texture unit.
+// Where the guide leaves the arithmetic open, the fetch does what CUDA's texture unit was measured
+// to do (tests/hipify_texture_gpu.cu, docs/hipify.md): linear filtering's weights are 9-bit fixed
+// point with 8 fractional bits, each axis's fraction rounded to the nearest 1/256 with halves up
+// (the ninth bit holds 1.0); in 2D the four corner weights are themselves multiples of 1/256 (the
+// product of the two upper weights rounded, halves up, the other three the remainders, so the four
+// sum to 1); tex1D filters as a 2D fetch at y = 0 of a texture one texel high, so that under border
+// addressing of y half of every linear fetch is the border colour; and the border colour of 8-bit
+// unsigned texels read as normalized floats is converted to their format (to half precision, then
+// to the nearest k / 255 in [0, 1]); their linear fetches come back as 16-bit unorm (the nearest
+// k / 65535). In 3D the x-z corner weights are rounded as in 2D and each split along y with its
+// upper share rounded; an axis clamped at its edge (both texels the edge one) weighs 0. With
+// KERNELPACK_COMPAT_RENAME (nvcc) the fetches are always the software ones, so
+// tests/hipify_texture_gpu.cu can compare them with CUDA's texture unit.
 #pragma once
 
 #if defined(KERNELPACK_COMPAT_RENAME)
@@ -173,6 +181,18 @@ __device__ inline int floor_index(float u) {
   return static_cast<int>(floorf(fminf(fmaxf(u, -1.0e9f), 1.0e9f)));
 }
 
+// Channel c of the border colour as the texture unit returns it: converted to the texel format for
+// 8-bit unsigned texels read as normalized floats (through half precision, as measured: 0.64119
+// gives 163 / 255, not 164 / 255), as given otherwise (float texels; other integer formats
+// unmeasured).
+__device__ inline float border_value(const texture_descriptor& d, int c) {
+  if (d.normalized_float && d.kind == kind_unsigned && d.bits == 8) {
+    const float h = __half2float(__float2half(d.border[c]));
+    return floorf(fminf(fmaxf(h, 0.0f), 1.0f) * 255.0f + 0.5f) / 255.0f;
+  }
+  return d.border[c];
+}
+
 template <typename E>
 __device__ inline texel4<E> texel_at(const texture_descriptor& d, const int* index,
                                      const int* size, const int* mode, int dims, int layer) {
@@ -183,7 +203,7 @@ __device__ inline texel4<E> texel_at(const texture_descriptor& d, const int* ind
   for (int c = 0; c < 4; ++c) t.v[c] = E(0);
   if (outside) {
     if (sizeof(E) == sizeof(float)) {  // the border colour; integers read as themselves get 0
-      for (int c = 0; c < d.channels; ++c) t.v[c] = static_cast<E>(d.border[c]);
+      for (int c = 0; c < d.channels; ++c) t.v[c] = static_cast<E>(border_value(d, c));
     }
     return t;
   }
@@ -224,24 +244,52 @@ __device__ inline texel4<E> sample(const texture_descriptor& d, const float* coo
       return texel_at<E>(d, index, size, mode, dims, layer);
     }
     int low[3];
-    float weight[3];
+    int step[3];  // each axis's upper weight in 1/256 (0 .. 256)
     for (int a = 0; a < dims; ++a) {
       const float b = u[a] - 0.5f;
       low[a] = floor_index(b);
-      weight[a] = rintf((b - floorf(b)) * 256.0f) * (1.0f / 256.0f);
+      step[a] = static_cast<int>(floorf((b - floorf(b)) * 256.0f + 0.5f));
+      // clamped where both texels are the edge one: the unit weighs that axis 0 (seen in 3D)
+      if (mode[a] == address_clamp && (low[a] < 0 || low[a] >= size[a] - 1)) step[a] = 0;
     }
+    // The corner weights in 1/256. 2D: the upper-upper one rounded, the rest its remainders. 3D:
+    // x and z so, then each of those four split along y, the upper share rounded.
+    const int across = dims == 3 ? 2 : 1;  // the plane's second axis
+    const int both = dims >= 2 ? (step[0] * step[across] + 128) >> 8 : 0;
+    const int plane[4] = {256 - step[0] - step[across] + both, step[0] - both, step[across] - both,
+                          both};
+    // 8-bit unsigned texels read as normalized floats: the unit returns the filtered value as
+    // 16-bit unorm, the nearest k / 65535, so the sum is kept exact: weights in 1/256 times
+    // texels in 1/255 (border colours included, already k / 255).
+    const bool unorm8 = d.normalized_float && d.kind == kind_unsigned && d.bits == 8;
+    int whole[4] = {0, 0, 0, 0};
     texel4<float> sum;
     for (int c = 0; c < 4; ++c) sum.v[c] = 0.0f;
     for (int corner = 0; corner < (1 << dims); ++corner) {
       int index[3];
-      float w = 1.0f;
-      for (int a = 0; a < dims; ++a) {
-        const int up = (corner >> a) & 1;
-        index[a] = low[a] + up;
-        w *= up ? weight[a] : 1.0f - weight[a];
+      for (int a = 0; a < dims; ++a) index[a] = low[a] + ((corner >> a) & 1);
+      int share = (corner & 1) ? step[0] : 256 - step[0];  // the corner's weight in 1/256
+      if (dims == 2) share = plane[corner];
+      if (dims == 3) {
+        const int p = plane[(corner & 1) | ((corner >> 1) & 2)];
+        const int up = (p * step[1] + 128) >> 8;
+        share = (corner & 2) ? up : p - up;
       }
+      const float w = static_cast<float>(share) * (1.0f / 256.0f);
       const texel4<float> t = texel_at<float>(d, index, size, mode, dims, layer);
-      for (int c = 0; c < 4; ++c) sum.v[c] = fmaf(w, t.v[c], sum.v[c]);
+      for (int c = 0; c < 4; ++c) {
+        if (unorm8) {
+          whole[c] += share * static_cast<int>(rintf(t.v[c] * 255.0f));
+        } else {
+          sum.v[c] = fmaf(w, t.v[c], sum.v[c]);
+        }
+      }
+    }
+    // whole / (256 * 255) to the nearest k / 65535 (k = whole * 257 / 256), halves up
+    if (unorm8) {
+      for (int c = 0; c < 4; ++c) {
+        sum.v[c] = static_cast<float>((whole[c] * 257 + 128) >> 8) / 65535.0f;
+      }
     }
     return sum;
   }
@@ -274,10 +322,12 @@ __device__ inline T tex1Dfetch(KP_TEXTURE_OBJECT object, int x) {
   for (int c = 0; c < d.channels; ++c) t.v[c] = texel_integer(d, p, c);
   return texture_result<T>::from(t);
 }
+// As the texture unit does: a 2D fetch at y = 0 of a texture one texel high (so y's address mode
+// shows under border addressing with linear filtering: half of each fetch is the border colour).
 template <typename T>
 __device__ inline T tex1D(KP_TEXTURE_OBJECT object, float x) {
-  const float c[1] = {x};
-  return software_fetch<T>(object, c, 1, -1);
+  const float c[2] = {x, 0.0f};
+  return software_fetch<T>(object, c, 2, -1);
 }
 template <typename T>
 __device__ inline T tex2D(KP_TEXTURE_OBJECT object, float x, float y) {
