@@ -68,10 +68,10 @@ FORMS_OUTPUT = REPO / "docs" / "bench-mlp-forms.md"
 KEEP_GAIN = 0.03  # a form earns its place by this gain over the host's next choice on some row
 EPS = 1e-6
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-# (rows, cols) of each op's output at LLaMA sizes: the norms over the hidden size (4096 for
-# LLaMA-7B/8B, 8192 for 70B), SwiGLU over the intermediate size (11008 for 7B, 14336 for 8B/70B);
-# one row (decode) to 16384 (a training batch).
-NORM_SIZES = [(1, 4096), (64, 4096), (4096, 8192), (16384, 8192)]
+# (rows, cols) of each op's output at LLaMA sizes: the norms over the hidden size (2048 for
+# LLaMA-3.2-1B and Gemma-2B, 4096 for LLaMA-7B/8B, 8192 for 70B), SwiGLU over the intermediate
+# size (11008 for 7B, 14336 for 8B/70B); one row (decode) to 16384 (a training batch).
+NORM_SIZES = [(1, 2048), (64, 2048), (1, 4096), (64, 4096), (4096, 8192), (16384, 8192)]
 SWIGLU_SIZES = [(1, 11008), (64, 11008), (4096, 14336), (16384, 14336)]
 ROTATE_BYTES = 200 * 2**20
 MAX_SETS = 64
@@ -654,7 +654,7 @@ def render(
         "`F.silu(x[..., :d]) * x[..., d:]`, `F.rms_norm`, `(F.rms_norm(x + r), x + r)` and, for",
         "the in-place fused_add_rms_norm, `r.add_(x); x.copy_(F.rms_norm(r))`. Forward and",
         "backward: the forward, then `torch.autograd.grad` of all inputs. Sizes are LLaMA's: norms",
-        "over the hidden size (4096, 8192), SwiGLU over the intermediate size (11008, 14336).",
+        "over the hidden size (2048, 4096, 8192), SwiGLU over the intermediate size (11008, 14336).",
         "",
     ]
     if not rows:
