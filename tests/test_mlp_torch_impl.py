@@ -7,24 +7,23 @@ expectation is written out by hand from the launchers' parameter lists (launch.p
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is in the test dependency group")
 pytestmark = pytest.mark.torch
 
-from kernelpack.ops.mlp import geometry, launch, options, torch_impl  # noqa: E402  (needs torch)
+from kernelpack.ops.mlp import geometry, hot, launch, options, torch_impl  # noqa: E402  (needs torch)
 from kernelpack.ops.mlp.table import TABLE  # noqa: E402
 
 DEVICE, STREAM = "cuda:0", "the stream"
 
 
-class FakePlan(NamedTuple):
+class FakePlan:
     """What the implementations read of hot.torch_plan's answer."""
 
-    device: str
-    index: int
+    device, index = DEVICE, 0
 
     def stream(self, index: int) -> str:
         assert index == self.index
@@ -35,7 +34,7 @@ class FakePlan(NamedTuple):
 def launches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
     """Every launcher the implementations call, recording (its name, its arguments)."""
     seen: list[tuple[str, tuple[Any, ...]]] = []
-    monkeypatch.setattr(torch_impl.hot, "torch_plan", lambda tensor: FakePlan(DEVICE, 0))
+    monkeypatch.setattr(hot, "torch_plan", lambda tensor: FakePlan())
     monkeypatch.setattr(launch, "device_facts", lambda device: geometry.DeviceFacts("sm_90", 132))
     for module, name in [
         (launch, "launch_op"),
