@@ -248,11 +248,11 @@ def test_every_launch_is_recorded_through_the_kernels_made_after(
             return lambda *args, **kwargs: reached.append((*args, kwargs["stream"]))
 
     class Module:
-        _loaded = None
+        _loaded, _runtime = None, Runtime()
 
     launched: list[str] = []
     racecheck._record_launches(launched)
-    kernel = Kernel("mlp::swiglu<float>", Module(), None, Runtime(), 7)  # type: ignore[arg-type]
+    kernel = Kernel("mlp::swiglu<float>", Module(), None, 7)  # type: ignore[arg-type]
     kernel.launch(4, 128, 1, 2, stream=0)
     kernel.launch(8, 128, 3, 4, stream=5)
     assert launched == ["mlp::swiglu<float>"] * 2

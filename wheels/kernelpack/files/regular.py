@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import stat
+import tomllib
+from typing import Any
 
 from ..errors import UsageError
 
@@ -75,6 +77,24 @@ def read_regular_text(path: str | os.PathLike[str], *, limit: int, what: str) ->
     return read_regular(path, limit=limit, what=what).decode("utf-8", errors="replace")
 
 
+def read_toml(path: str | os.PathLike[str], *, limit: int, what: str) -> dict[str, Any]:
+    """The TOML document in ``path``, read as :func:`read_regular` reads (a missing file raises
+    :class:`FileNotFoundError` / :class:`NotADirectoryError`, so the caller says what to give
+    instead); text that is not UTF-8 or not TOML, or nests too deeply for tomllib (its
+    RecursionError), is one UsageError naming the file, where the fault is and ``what`` to give.
+    """
+    name = os.fspath(path)
+    data = read_regular(path, limit=limit, what=what)
+    try:
+        return tomllib.loads(data.decode())
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{name}: not UTF-8 text (at byte {error.start}); give {what}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"{name}: not TOML ({error}); give {what}") from None
+    except RecursionError:
+        raise UsageError(f"{name}: arrays or tables nested too deeply; give {what}") from None
+
+
 def _kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a folder"
@@ -93,4 +113,5 @@ __all__ = [
     "SYSFS_FILE_LIMIT",
     "read_regular",
     "read_regular_text",
+    "read_toml",
 ]

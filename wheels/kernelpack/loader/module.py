@@ -44,20 +44,15 @@ class Kernel:
     launch: LaunchFn
 
     def __init__(
-        self,
-        name: str,
-        module: Module,
-        signature: kargs.Signature,
-        runtime: Runtime,
-        function: int,
+        self, name: str, module: Module, signature: kargs.Signature, function: int
     ) -> None:
+        """``function``: the kernel's handle in ``module``, whose runtime launches it."""
         self.name = name
         self.module = module
         self.signature = signature
-        self._runtime = runtime
         self._function = function
         self._capping: dict[tuple[int, int], int] = {}  # (threads, blocks) -> shared memory
-        self.launch = runtime.launcher(module._loaded, function, signature, self._fail)
+        self.launch = module._runtime.launcher(module._loaded, function, signature, self._fail)
 
     @property
     def info(self) -> KernelResources:
@@ -79,7 +74,7 @@ class Kernel:
                 raise UsageError(f"{name} must be a positive int, got {value!r}")
         found = self._capping.get((threads, blocks))
         if found is None:
-            found = self._capping[(threads, blocks)] = self._runtime.shared_mem_for_blocks(
+            found = self._capping[(threads, blocks)] = self.module._runtime.shared_mem_for_blocks(
                 self.module._loaded, self._function, threads, blocks
             )
         return found
@@ -98,7 +93,7 @@ class Kernel:
             limit = self.info.get("max_workgroup", 0)
             hint = f" (this kernel allows at most {limit} threads a block)" if limit else ""
             raise RuntimeLibraryError(
-                f"launch of {self.name} failed: {self._runtime.error_name(code)}{hint}"
+                f"launch of {self.name} failed: {self.module._runtime.error_name(code)}{hint}"
             )
         kargs.dims(grid, "grid")
         kargs.dims(block, "block")
@@ -206,7 +201,7 @@ class Module:
                         f"kernel {name!r} of module {self.name}: {error}: "
                         f"{self._lookup(name, symbol)}"
                     ) from None
-                found = self._kernels[name] = Kernel(name, self, signature, self._runtime, function)
+                found = self._kernels[name] = Kernel(name, self, signature, function)
             return found
 
     def __repr__(self) -> str:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import UsageError
-from ..files.regular import read_regular
+from ..files.regular import read_toml
 from ..walk import Program, compile_program
 from ..walk.inputs import MAX_PRIMES, PRIME_LIMIT, check_scalars, is_prime
 from ..walk.targets import parse_target
@@ -180,16 +179,9 @@ def _integer(source: str, key: str, value: object, low: int) -> int:
 def load_spec(path: Path) -> Spec:
     """SPEC.toml read and checked; every problem is a UsageError naming the file and key."""
     try:
-        data = read_regular(path, limit=SPEC_FILE_LIMIT, what="a sweep spec (TOML)")
-        raw: dict[str, Any] = tomllib.loads(data.decode())
+        raw = read_toml(path, limit=SPEC_FILE_LIMIT, what="a sweep spec (TOML)")
     except OSError as error:  # missing
         raise UsageError(f"{path}: cannot read it ({error.strerror})") from None
-    except UnicodeDecodeError as error:
-        raise UsageError(f"{path}: not UTF-8 text (at byte {error.start})") from None
-    except tomllib.TOMLDecodeError as error:
-        raise UsageError(f"{path}: not TOML ({error})") from None
-    except RecursionError:
-        raise UsageError(f"{path}: arrays or tables nested too deeply to be a spec") from None
     return check_spec(raw, str(path))
 
 

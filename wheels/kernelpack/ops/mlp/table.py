@@ -28,7 +28,7 @@ the option kernels by hand, so the ops above keep their hot path and their kerne
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..._tables import unique_index
 from ...backends.hotpath import HotOp
@@ -112,55 +112,39 @@ _offset = Option("offset", "float", 0.0)
 _casting_mode = Option("casting_mode", "str", DEFAULT_CASTING_MODE, tuple(CASTING_MODES))
 _norm_options = (_offset, _casting_mode)
 _multipliers = (Option("gate_multiplier", "float", 1.0), Option("down_multiplier", "float", 1.0))
+_scales = Result("leading", "float32")  # a norm's row scales, which its backward reads
+
+
+def _norm(name: str, inputs: tuple[Input, ...], results: tuple[Result, ...], **more: Any) -> Op:
+    """A norm's entry: eps after its tensors, its first input normalised rows."""
+    return Op(name, inputs, results, eps=True, first=ROWS, **more)
+
+
+def _inference_norm(
+    name: str, inputs: tuple[Input, ...], results: tuple[Result, ...], **more: Any
+) -> Op:
+    """A norm of the hot path: its plan, with the null row scales of a launch that stores none."""
+    return _norm(name, inputs, results, plan=norm_plan, nulls=1, **more)
+
+
+def _option_norm(
+    name: str, inputs: tuple[Input, ...], results: tuple[Result, ...], **more: Any
+) -> Op:
+    """A norm with the options: the Gemma offset and the casting mode after eps."""
+    return _norm(name, inputs, results, options=_norm_options, **more)
+
 
 OPS: tuple[Op, ...] = (
     Op("swiglu", (_gate, _up), (Result(),), out=True, plan=elementwise_plan),
     Op("silu_and_mul", (_x,), (Result("half"),), first=HALVES, out=True, plan=halves_plan),
-    Op(
-        "rms_norm",
-        (_x, _weight),
-        (Result(),),
-        eps=True,
-        first=ROWS,
-        out=True,
-        plan=norm_plan,
-        nulls=1,
-    ),
-    Op(
-        "add_rms_norm",
-        (_x, _residual, _weight),
-        (Result(), Result()),
-        eps=True,
-        first=ROWS,
-        plan=norm_plan,
-        nulls=1,
-    ),
-    Op(
-        "fused_add_rms_norm",
-        (_x, _residual, _weight),
-        (),
-        eps=True,
-        first=ROWS,
-        in_place=(0, 1),
-        kernel="add_rms_norm",
-        plan=norm_plan,
-        nulls=1,
+    _inference_norm("rms_norm", (_x, _weight), (Result(),), out=True),
+    _inference_norm("add_rms_norm", (_x, _residual, _weight), (Result(), Result())),
+    _inference_norm(
+        "fused_add_rms_norm", (_x, _residual, _weight), (), in_place=(0, 1), kernel="add_rms_norm"
     ),
     # the training path's forward norms: each row's scale besides (float32, S[:-1])
-    Op(
-        "rms_norm_with_scale",
-        (_x, _weight),
-        (Result(), Result("leading", "float32")),
-        eps=True,
-        first=ROWS,
-    ),
-    Op(
-        "add_rms_norm_with_scale",
-        (_x, _residual, _weight),
-        (Result(), Result(), Result("leading", "float32")),
-        eps=True,
-        first=ROWS,
-    ),
+    _norm("rms_norm_with_scale", (_x, _weight), (Result(), _scales)),
+    _norm("add_rms_norm_with_scale", (_x, _residual, _weight), (Result(), Result(), _scales)),
     # the backward ops: the incoming gradient first, then what the forward saved
     Op("swiglu_backward", (Input("grad"), _gate, _up), (Result(), Result())),
     Op("silu_and_mul_backward", (Input("grad", "half"), _x), (Result(),), first=HALVES),
@@ -178,41 +162,16 @@ OPS: tuple[Op, ...] = (
         first=ROWS,
     ),
     # ---- the options (:mod:`.options`) ----
-    Op(
-        "rms_norm_options",
-        (_x, _weight_option),
-        (Result(),),
-        eps=True,
-        first=ROWS,
-        options=_norm_options,
-    ),
-    Op(
-        "rms_norm_options_with_scale",
-        (_x, _weight_option),
-        (Result(), Result("leading", "float32")),
-        eps=True,
-        first=ROWS,
-        options=_norm_options,
-    ),
+    _option_norm("rms_norm_options", (_x, _weight_option), (Result(),)),
+    _option_norm("rms_norm_options_with_scale", (_x, _weight_option), (Result(), _scales)),
     # in place over x (a view at any row stride): for inference
-    Op(
-        "rms_norm_options_in_place",
-        (_x_strided, _weight_option),
-        (),
-        eps=True,
-        first=ROWS,
-        in_place=(0,),
-        options=_norm_options,
-    ),
+    _option_norm("rms_norm_options_in_place", (_x_strided, _weight_option), (), in_place=(0,)),
     # vLLM's fused_add_rms_norm over views at any row stride, with the options
-    Op(
+    _option_norm(
         "fused_add_rms_norm_options",
         (_x_strided, _residual_strided, _weight_option),
         (),
-        eps=True,
-        first=ROWS,
         in_place=(0, 1),
-        options=_norm_options,
     ),
     Op(
         "rms_norm_options_backward",

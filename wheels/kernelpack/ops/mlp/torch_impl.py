@@ -6,15 +6,16 @@ empty results of the entry's shapes and dtypes), so torch.compile traces it and 
 argument while tracing. A forward op with a plan gets its real implementation from its entry too
 (:func:`real`): its hot call first (below autograd: requires_grad is not read), else the entry's
 checks, its inputs made contiguous, and the launch (which prepares the hot call for the shape).
-The training path's norms (which store row scales) and the backward ops launch kernels of their
-own: :data:`BY_HAND`.
+The training path's norms (which store row scales), the backward ops and the options launch
+kernels of their own (:data:`BY_HAND`): each launch is one function of the arguments that its
+entry has split and checked (:class:`Call`), and :func:`by_hand` makes it the op's implementation.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -23,7 +24,7 @@ from ...errors import UsageError
 from . import hot, launch, options
 from .checks import Operand, check, check_options, shape_of
 from .geometry import backward_row_geometry, short_backward_scratch, short_backward_threads
-from .table import DEFAULT_CASTING_MODE, DEFAULT_EPS, TABLE, Op, subject
+from .table import DEFAULT_EPS, TABLE, Op, subject
 
 Impl = Callable[..., Any]
 
@@ -48,6 +49,47 @@ def operands(op: Op, args: tuple[Any, ...]) -> tuple[list[Operand | None], Any]:
     return found, eps
 
 
+class Call(NamedTuple):
+    """An op's arguments as the dispatcher passes them (trailing defaults left out), split by
+    its table entry and checked: so that a launch reads each by name, and no launch repeats its
+    op's signature."""
+
+    op: Op
+    dtype: str  # the subject's
+    tensors: tuple[Any, ...]  # in the table's order; None for an optional one left out
+    eps: float  # the default where left out; 0.0 for an op without eps
+    options: tuple[Any, ...]  # in the table's order, the defaults filled in
+
+    def tensor(self, name: str) -> Any:
+        """The tensor argument ``name``: None where the op has none of that name, or it was
+        left out."""
+        names = [tensor.name for tensor in self.op.inputs]
+        return self.tensors[names.index(name)] if name in names else None
+
+    @property
+    def subject(self) -> Any:
+        """The tensor the rules are relative to (:func:`.table.subject`)."""
+        return self.tensors[subject(self.op)]
+
+
+def checked(op: Op, args: tuple[Any, ...]) -> Call:
+    """``op``'s arguments after its checks (its entry's rules, then its options')."""
+    found, eps = operands(op, args)
+    check(op, found, eps)
+    first = found[subject(op)]
+    assert first is not None  # check() refuses a missing subject
+    after = len(op.inputs) + (1 if op.eps else 0)
+    tensors = tuple(args[: len(op.inputs)])
+    return Call(op, first.dtype, tensors, float(eps or 0.0), check_options(op, args[after:]))
+
+
+def _as_declared(op: Op, results: tuple[Tensor, ...]) -> Any:
+    """``results`` as the op's schema returns them: nothing, one tensor, or a tuple."""
+    if not op.results:
+        return None
+    return results[0] if len(op.results) == 1 else results
+
+
 def _dtype_of(rule: str, like: Tensor, weight: Tensor | None) -> torch.dtype:
     if rule == "weight" and weight is not None:
         return weight.dtype
@@ -60,21 +102,12 @@ def _shape_of(rule: str, like: Tensor, weight: Tensor | None) -> tuple[int, ...]
     return shape_of(rule, tuple(like.shape))
 
 
-def _weight_of(op: Op, args: tuple[Any, ...]) -> Tensor | None:
-    """The op's weight argument (None where it has none, or it was left out)."""
-    names = [tensor.name for tensor in op.inputs]
-    return args[names.index("weight")] if "weight" in names else None
-
-
 def fake(op: Op) -> Impl:
     """The fake of ``op``: its checks, then empty results of its shapes, dtypes and device."""
 
     def implementation(*args: Any) -> Any:
-        found, eps = operands(op, args)
-        check(op, found, eps)
-        after = len(op.inputs) + (1 if op.eps else 0)
-        check_options(op, args[after:])
-        like, weight = args[subject(op)], _weight_of(op, args)
+        call = checked(op, args)
+        like, weight = call.subject, call.tensor("weight")
         results = tuple(
             torch.empty(
                 _shape_of(result.shape, like, weight),
@@ -83,9 +116,7 @@ def fake(op: Op) -> Impl:
             )
             for result in op.results
         )
-        if not results:
-            return None
-        return results[0] if len(results) == 1 else results
+        return _as_declared(op, results)
 
     implementation.__name__ = f"{op.name}_fake"
     return implementation
@@ -98,6 +129,7 @@ def real(op: Op) -> Impl:
     inputs = len(op.inputs)
     tail = (None,) if op.out else ()
     calls = hot.HOT_BELOW_AUTOGRAD
+    strided = by_hand(TABLE[STRIDED[name]]) if name in STRIDED else None
 
     def implementation(*args: Any) -> Any:
         result = calls[name](*args)  # eps and out= left out take their defaults
@@ -106,7 +138,6 @@ def real(op: Op) -> Impl:
             check(op, found, eps)
             tensors = list(args[:inputs])
             if op.in_place and not all(tensors[i].is_contiguous() for i in op.in_place):
-                strided = STRIDED.get(name)
                 if strided is None:
                     names = " and ".join(op.inputs[i].name for i in op.in_place)
                     raise UsageError(
@@ -122,7 +153,7 @@ def real(op: Op) -> Impl:
     return implementation
 
 
-# ---- the launches of their own: the training path's norms and the backward ops ---------------
+# ---- the launches of their own: the training path's norms, the backward ops, the options -------
 
 
 def _rows(x: Tensor) -> tuple[int, int]:
@@ -130,106 +161,73 @@ def _rows(x: Tensor) -> tuple[int, int]:
     return (x.numel() // cols if cols else math.prod(x.shape[:-1])), cols
 
 
-def _checked(name: str, *args: Any) -> str:
-    """The dtype name of op ``name``'s subject, after the op's checks."""
-    op = TABLE[name]
-    found, eps = operands(op, args)
-    check(op, found, eps)
-    return _subject_dtype(op, found)
+def _on(tensor: Tensor) -> tuple[str, Any]:
+    """(device string, stream) of the launch over ``tensor``."""
+    plan = hot.torch_plan(tensor)
+    return plan.device, plan.stream(plan.index)
 
 
-def _subject_dtype(op: Op, found: list[Operand | None]) -> str:
-    """The dtype of the subject, which the checks have found a tensor."""
-    first = found[subject(op)]
-    assert first is not None  # check() refuses a missing subject
-    return first.dtype
-
-
-def _norm_with_scale(
-    x: Tensor, residual: Tensor | None, weight: Tensor, eps: float
-) -> tuple[Tensor, ...]:
-    """(norm, row scales), or with a residual (norm, sum, row scales): the forward norms of the
-    training path, which store each row's scale (not the hot path's launch, which stores none).
-    Rows of no elements get NaN scales, as the kernel's 0 / 0 would give."""
-    if residual is None:
-        dtype = _checked("rms_norm_with_scale", x, weight, eps)
-    else:
-        dtype = _checked("add_rms_norm_with_scale", x, residual, weight, eps)
-    x, weight = x.contiguous(), weight.contiguous()
-    out = torch.empty_like(x)
+def _row_scales(x: Tensor) -> Tensor:
+    """The row scales' buffer; rows of no elements get NaN scales, as the kernel's 0 / 0 would."""
     row_scales = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
     if x.shape[-1] == 0:
         row_scales.fill_(math.nan)
-    plan = hot.torch_plan(x)
-    device, stream = plan.device, plan.stream(plan.index)
+    return row_scales
+
+
+def _norm_with_scale(call: Call) -> tuple[Tensor, ...]:
+    """(norm, row scales), or with a residual (norm, sum, row scales): the forward norms of the
+    training path, which store each row's scale (not the hot path's launch, which stores none)."""
+    x, weight = call.tensor("x").contiguous(), call.tensor("weight").contiguous()
+    residual = call.tensor("residual")
+    out, row_scales = torch.empty_like(x), _row_scales(x)
+    device, stream = _on(x)
     shape = tuple(x.shape)
     if residual is None:
         pointers: tuple[Any, ...] = (x, weight, out, row_scales)
-        launch.launch_op(device, TABLE["rms_norm"], dtype, shape, pointers, float(eps), stream)
+        launch.launch_op(device, TABLE["rms_norm"], call.dtype, shape, pointers, call.eps, stream)
         return out, row_scales
     residual = residual.contiguous()
     summed = torch.empty_like(x)
     pointers = (x, residual, weight, out, summed, row_scales)
-    launch.launch_op(device, TABLE["add_rms_norm"], dtype, shape, pointers, float(eps), stream)
+    launch.launch_op(device, TABLE["add_rms_norm"], call.dtype, shape, pointers, call.eps, stream)
     return out, summed, row_scales
 
 
-def _rms_norm_with_scale(
-    x: Tensor, weight: Tensor, eps: float = DEFAULT_EPS
-) -> tuple[Tensor, Tensor]:
-    out, row_scales = _norm_with_scale(x, None, weight, eps)
-    return out, row_scales
-
-
-def _add_rms_norm_with_scale(
-    x: Tensor, residual: Tensor, weight: Tensor, eps: float = DEFAULT_EPS
-) -> tuple[Tensor, Tensor, Tensor]:
-    out, summed, row_scales = _norm_with_scale(x, residual, weight, eps)
-    return out, summed, row_scales
-
-
-def _swiglu_backward(grad: Tensor, gate: Tensor, up: Tensor) -> tuple[Tensor, Tensor]:
-    dtype = _checked("swiglu_backward", grad, gate, up)
-    grad, gate, up = grad.contiguous(), gate.contiguous(), up.contiguous()
+def _swiglu_backward(call: Call) -> tuple[Tensor, ...]:
+    grad, gate, up = (tensor.contiguous() for tensor in call.tensors)
     grad_gate, grad_up = torch.empty_like(gate), torch.empty_like(up)
-    plan = hot.torch_plan(gate)
-    stream = plan.stream(plan.index)
+    device, stream = _on(gate)
     launch.launch_swiglu_backward(
-        plan.device, dtype, gate, up, grad, grad_gate, grad_up, gate.numel(), stream
+        device, call.dtype, gate, up, grad, grad_gate, grad_up, gate.numel(), stream
     )
     return grad_gate, grad_up
 
 
-def _silu_and_mul_backward(grad: Tensor, x: Tensor) -> Tensor:
-    dtype = _checked("silu_and_mul_backward", grad, x)
-    grad, x = grad.contiguous(), x.contiguous()
+def _silu_and_mul_backward(call: Call) -> tuple[Tensor, ...]:
+    grad, x = (tensor.contiguous() for tensor in call.tensors)
     grad_x = torch.empty_like(x)
     rows, cols = _rows(x)
-    plan = hot.torch_plan(x)
-    stream = plan.stream(plan.index)
+    device, stream = _on(x)
     launch.launch_silu_and_mul_backward(
-        plan.device, dtype, x, grad, grad_x, rows, cols // 2, stream
+        device, call.dtype, x, grad, grad_x, rows, cols // 2, stream
     )
-    return grad_x
+    return (grad_x,)
 
 
-def _norm_backward(
-    grad: Tensor, grad_sum: Tensor | None, x: Tensor, weight: Tensor, row_scales: Tensor
-) -> tuple[Tensor, Tensor]:
+def _norm_backward(call: Call) -> tuple[Tensor, ...]:
     """(input gradient, weight gradient) of RMSNorm from x and the forward's row scales; with
-    grad_sum (add_rms_norm, x being the sum), the input gradient is the sum's, which x and the
-    residual share."""
-    if grad_sum is None:
-        dtype = _checked("rms_norm_backward", grad, x, weight, row_scales)
-    else:
-        dtype = _checked("add_rms_norm_backward", grad, grad_sum, x, weight, row_scales)
-    grad, x, weight = grad.contiguous(), x.contiguous(), weight.contiguous()
+    grad_sum (add_rms_norm's, its subject the sum), the input gradient is the sum's, which x and
+    the residual share."""
+    dtype = call.dtype
+    grad, x = call.tensor("grad").contiguous(), call.subject.contiguous()
+    weight, row_scales = call.tensor("weight").contiguous(), call.tensor("row_scales")
+    grad_sum = call.tensor("grad_sum")
     extra = 0 if grad_sum is None else grad_sum.contiguous()
     rows, cols = _rows(x)
     grad_x = torch.empty_like(x)
     grad_weight = torch.empty_like(weight)
-    plan = hot.torch_plan(x)
-    device, stream = plan.device, plan.stream(plan.index)
+    device, stream = _on(x)
     facts = launch.device_facts(device)
     arrays = launch.NormGrads(x, row_scales, weight, grad, extra, grad_x, grad_weight)
     threads = short_backward_threads(rows, cols, dtype, facts.multiprocessors)
@@ -248,20 +246,11 @@ def _norm_backward(
     return grad_x, grad_weight
 
 
-def _rms_norm_backward(
-    grad: Tensor, x: Tensor, weight: Tensor, row_scales: Tensor
-) -> tuple[Tensor, Tensor]:
-    return _norm_backward(grad, None, x, weight, row_scales)
-
-
-# ---- the options (kernelpack.ops.mlp.options): their own kernels, launched here ---------------
-
-
 def _dtype_name(tensor: Tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
-def _row_stride(name: str, tensor: Tensor) -> int | None:
+def _row_stride(tensor: Tensor) -> int | None:
     """The elements between the starts of ``tensor``'s rows (its last dimension), where every
     row lies at one stride and the last dimension's stride is 1 (vLLM's views of wider rows);
     None where they do not."""
@@ -279,7 +268,7 @@ def _row_stride(name: str, tensor: Tensor) -> int | None:
 
 def _strided(name: str, tensor: Tensor) -> int:
     """The row stride of an input the op writes in place (it cannot take a copy)."""
-    stride = _row_stride(name, tensor)
+    stride = _row_stride(tensor)
     if stride is None:
         raise UsageError(
             f"{name}: rows at strides {tuple(tensor.stride())} are not one stride apart with a "
@@ -289,16 +278,6 @@ def _strided(name: str, tensor: Tensor) -> int:
     return stride
 
 
-def _checked_options(
-    name: str, tensors: tuple[Any, ...], eps: Any, values: tuple[Any, ...]
-) -> tuple[str, float, tuple[Any, ...]]:
-    """(subject's dtype, eps, options) of op ``name`` after its checks."""
-    op = TABLE[name]
-    found, checked_eps = operands(op, (*tensors, eps) if op.eps else tensors)
-    check(op, found, checked_eps)
-    return _subject_dtype(op, found), float(checked_eps or 0.0), check_options(op, values)
-
-
 def _weight_pointer(weight: Tensor | None, dtype: str) -> tuple[Any, str]:
     """(the weight's launch argument, its dtype name): 0 and the rows' dtype where weightless."""
     if weight is None:
@@ -306,33 +285,18 @@ def _weight_pointer(weight: Tensor | None, dtype: str) -> tuple[Any, str]:
     return weight.contiguous(), _dtype_name(weight)
 
 
-def _options_norm(
-    name: str,
-    x: Tensor,
-    residual: Tensor | None,
-    weight: Tensor | None,
-    eps: float,
-    offset: float,
-    casting_mode: str,
-) -> tuple[Tensor, ...]:
+def _options_norm(call: Call) -> tuple[Tensor, ...]:
     """The norms with options: rms_norm_options (out,), its _with_scale form (out, row scales),
     rms_norm_options_in_place and fused_add_rms_norm_options (nothing: x gets the norm, the
     residual the sum, at their own row strides). Out of place, x is read at its row stride
     where it has one (else a contiguous copy)."""
-    tensors = (x, weight) if residual is None else (x, residual, weight)
-    dtype, eps, (offset, mode) = _checked_options(name, tensors, eps, (offset, casting_mode))
-    op = TABLE[name]
-    pointer, weight_dtype = _weight_pointer(weight, dtype)
+    x, residual = call.tensor("x"), call.tensor("residual")
+    offset, mode = call.options
+    pointer, weight_dtype = _weight_pointer(call.tensor("weight"), call.dtype)
     rows, cols = _rows(x)
-    plan = hot.torch_plan(x)
-    device, stream = plan.device, plan.stream(plan.index)
-    scales = name.endswith("_with_scale")
-    row_scales: Any = 0
-    if scales:
-        row_scales = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-        if cols == 0:
-            row_scales.fill_(math.nan)
-    if op.in_place:
+    device, stream = _on(x)
+    scalars = (rows, cols, call.eps, float(offset), stream)
+    if call.op.in_place:
         x_stride = _strided("x", x)
         if residual is None:
             pointers: tuple[Any, ...] = (x, pointer, x, 0)
@@ -342,92 +306,28 @@ def _options_norm(
             pointers = (x, residual, pointer, x, residual, 0)
             strides = (x_stride, residual_stride, x_stride, residual_stride)
         options.launch_norm(
-            device,
-            dtype,
-            weight_dtype,
-            str(mode),
-            pointers,
-            strides,
-            rows,
-            cols,
-            eps,
-            float(offset),
-            stream,
+            device, call.dtype, weight_dtype, str(mode), pointers, strides, *scalars
         )
         return ()
-    stride = _row_stride("x", x)
+    scales = call.op.name.endswith("_with_scale")
+    row_scales: Any = _row_scales(x) if scales else 0
+    stride = _row_stride(x)
     if stride is None:
         x, stride = x.contiguous(), cols
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    pointers = (x, pointer, out, row_scales)
     options.launch_norm(
-        device,
-        dtype,
-        weight_dtype,
-        str(mode),
-        (x, pointer, out, row_scales),
-        (stride, cols),
-        rows,
-        cols,
-        eps,
-        float(offset),
-        stream,
+        device, call.dtype, weight_dtype, str(mode), pointers, (stride, cols), *scalars
     )
     return (out, row_scales) if scales else (out,)
 
 
-def _rms_norm_options(
-    x: Tensor,
-    weight: Tensor | None,
-    eps: float = DEFAULT_EPS,
-    offset: float = 0.0,
-    casting_mode: str = DEFAULT_CASTING_MODE,
-) -> Tensor:
-    return _options_norm("rms_norm_options", x, None, weight, eps, offset, casting_mode)[0]
-
-
-def _rms_norm_options_with_scale(
-    x: Tensor,
-    weight: Tensor | None,
-    eps: float = DEFAULT_EPS,
-    offset: float = 0.0,
-    casting_mode: str = DEFAULT_CASTING_MODE,
-) -> tuple[Tensor, Tensor]:
-    out, row_scales = _options_norm(
-        "rms_norm_options_with_scale", x, None, weight, eps, offset, casting_mode
-    )
-    return out, row_scales
-
-
-def _rms_norm_options_in_place(
-    x: Tensor,
-    weight: Tensor | None,
-    eps: float = DEFAULT_EPS,
-    offset: float = 0.0,
-    casting_mode: str = DEFAULT_CASTING_MODE,
-) -> None:
-    _options_norm("rms_norm_options_in_place", x, None, weight, eps, offset, casting_mode)
-
-
-def _fused_add_rms_norm_options(
-    x: Tensor,
-    residual: Tensor,
-    weight: Tensor | None,
-    eps: float = DEFAULT_EPS,
-    offset: float = 0.0,
-    casting_mode: str = DEFAULT_CASTING_MODE,
-) -> None:
-    _options_norm("fused_add_rms_norm_options", x, residual, weight, eps, offset, casting_mode)
-
-
-def _rms_norm_options_backward(
-    grad: Tensor, x: Tensor, weight: Tensor | None, row_scales: Tensor, offset: float = 0.0
-) -> tuple[Tensor, Tensor]:
+def _options_norm_backward(call: Call) -> tuple[Tensor, ...]:
     """(input gradient, weight gradient: an empty tensor where weightless)."""
-    dtype, _, (offset,) = _checked_options(
-        "rms_norm_options_backward", (grad, x, weight, row_scales), None, (offset,)
-    )
-    pointer, weight_dtype = _weight_pointer(weight, dtype)
-    grad, x = grad.contiguous(), x.contiguous()
+    (offset,) = call.options
+    weight = call.tensor("weight")
+    pointer, weight_dtype = _weight_pointer(weight, call.dtype)
+    grad, x = call.tensor("grad").contiguous(), call.tensor("x").contiguous()
     rows, cols = _rows(x)
     grad_x = torch.empty_like(x)
     partial: Any = 0
@@ -437,105 +337,86 @@ def _rms_norm_options_backward(
         grad_weight = torch.empty_like(pointer)
         blocks = options.backward_blocks(rows)
         partial = torch.empty((blocks, cols), dtype=torch.float32, device=x.device)
-    plan = hot.torch_plan(x)
+    device, stream = _on(x)
     options.launch_norm_backward(
-        plan.device,
-        dtype,
+        device,
+        call.dtype,
         weight_dtype,
-        (x, row_scales, pointer, grad, 0, grad_x),
+        (x, call.tensor("row_scales"), pointer, grad, 0, grad_x),
         partial,
         grad_weight if weight is not None else 0,
         rows,
         cols,
         float(offset),
-        plan.stream(plan.index),
+        stream,
     )
     return grad_x, grad_weight
 
 
-def _swiglu_scaled(
-    gate: Tensor, up: Tensor, gate_multiplier: float = 1.0, down_multiplier: float = 1.0
-) -> Tensor:
-    dtype, _, (gm, dm) = _checked_options(
-        "swiglu_scaled", (gate, up), None, (gate_multiplier, down_multiplier)
-    )
-    gate, up = gate.contiguous(), up.contiguous()
-    out = torch.empty_like(gate)
-    plan = hot.torch_plan(gate)
+def _swiglu_scaled(call: Call) -> tuple[Tensor, ...]:
+    """swiglu_scaled (out,) and its backward (grad_gate, grad_up): one kernel family, whose
+    backward form takes the incoming gradient after gate and up."""
+    *grad, gate, up = (tensor.contiguous() for tensor in call.tensors)
+    results = tuple(torch.empty_like(gate) for _ in call.op.results)
+    gate_multiplier, down_multiplier = call.options
+    device, stream = _on(gate)
     options.launch_swiglu_scaled(
-        plan.device,
-        dtype,
-        (gate, up, out),
+        device,
+        call.dtype,
+        (gate, up, *grad, *results),
         gate.numel(),
-        float(gm),
-        float(dm),
-        plan.stream(plan.index),
+        float(gate_multiplier),
+        float(down_multiplier),
+        stream,
     )
-    return out
+    return results
 
 
-def _swiglu_scaled_backward(
-    grad: Tensor,
-    gate: Tensor,
-    up: Tensor,
-    gate_multiplier: float = 1.0,
-    down_multiplier: float = 1.0,
-) -> tuple[Tensor, Tensor]:
-    dtype, _, (gm, dm) = _checked_options(
-        "swiglu_scaled_backward", (grad, gate, up), None, (gate_multiplier, down_multiplier)
-    )
-    grad, gate, up = grad.contiguous(), gate.contiguous(), up.contiguous()
-    grad_gate, grad_up = torch.empty_like(gate), torch.empty_like(up)
-    plan = hot.torch_plan(gate)
-    options.launch_swiglu_scaled(
-        plan.device,
-        dtype,
-        (gate, up, grad, grad_gate, grad_up),
-        gate.numel(),
-        float(gm),
-        float(dm),
-        plan.stream(plan.index),
-    )
-    return grad_gate, grad_up
-
-
-def _silu_and_mul_as_torch(x: Tensor) -> Tensor:
-    dtype, _, _ = _checked_options("silu_and_mul_as_torch", (x,), None, ())
-    x = x.contiguous()
+def _silu_and_mul_as_torch(call: Call) -> tuple[Tensor, ...]:
+    x = call.tensor("x").contiguous()
     out = x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
     rows, cols = _rows(x)
-    plan = hot.torch_plan(x)
-    options.launch_silu_and_mul_as_torch(
-        plan.device, dtype, x, out, rows, cols // 2, plan.stream(plan.index)
-    )
-    return out
+    device, stream = _on(x)
+    options.launch_silu_and_mul_as_torch(device, call.dtype, x, out, rows, cols // 2, stream)
+    return (out,)
 
 
-# in-place op -> the implementation its views at a row stride take (vLLM's fused_add_rms_norm
-# over x[..., :hidden]): the option kernel, at the default options; contiguous tensors keep the
-# op's own kernels and hot call
-STRIDED: dict[str, Impl] = {"fused_add_rms_norm": _fused_add_rms_norm_options}
+# in-place op -> the op its views at a row stride take (vLLM's fused_add_rms_norm over
+# x[..., :hidden]): the option kernel, at the default options; contiguous tensors keep the op's
+# own kernels and hot call
+STRIDED: dict[str, str] = {"fused_add_rms_norm": "fused_add_rms_norm_options"}
 
-# op -> its real implementation, for the ops the table gives no plan
-BY_HAND: dict[str, Impl] = {
-    "rms_norm_with_scale": _rms_norm_with_scale,
-    "add_rms_norm_with_scale": _add_rms_norm_with_scale,
+# op -> its launch, for the ops the table gives no plan
+BY_HAND: dict[str, Callable[[Call], tuple[Tensor, ...]]] = {
+    "rms_norm_with_scale": _norm_with_scale,
+    "add_rms_norm_with_scale": _norm_with_scale,
     "swiglu_backward": _swiglu_backward,
     "silu_and_mul_backward": _silu_and_mul_backward,
-    "rms_norm_backward": _rms_norm_backward,
-    # (grad, grad_sum, summed, weight, row_scales): the norm's backward with the sum's gradient
+    "rms_norm_backward": _norm_backward,
     "add_rms_norm_backward": _norm_backward,
-    "rms_norm_options": _rms_norm_options,
-    "rms_norm_options_with_scale": _rms_norm_options_with_scale,
-    "rms_norm_options_in_place": _rms_norm_options_in_place,
-    "fused_add_rms_norm_options": _fused_add_rms_norm_options,
-    "rms_norm_options_backward": _rms_norm_options_backward,
+    "rms_norm_options": _options_norm,
+    "rms_norm_options_with_scale": _options_norm,
+    "rms_norm_options_in_place": _options_norm,
+    "fused_add_rms_norm_options": _options_norm,
+    "rms_norm_options_backward": _options_norm_backward,
     "swiglu_scaled": _swiglu_scaled,
-    "swiglu_scaled_backward": _swiglu_scaled_backward,
+    "swiglu_scaled_backward": _swiglu_scaled,
     "silu_and_mul_as_torch": _silu_and_mul_as_torch,
 }
 
 
+def by_hand(op: Op) -> Impl:
+    """The real implementation of an op without a plan: its arguments split and checked by its
+    entry, its BY_HAND launch, and the launch's results as its schema returns them."""
+    launch_of = BY_HAND[op.name]
+
+    def implementation(*args: Any) -> Any:
+        return _as_declared(op, launch_of(checked(op, args)))
+
+    implementation.__name__ = op.name
+    return implementation
+
+
 def implementations(op: Op) -> tuple[Impl, Impl]:
-    """(real, fake) of ``op``: from its table entry where it has a plan, else BY_HAND's."""
-    return (real(op) if op.plan is not None else BY_HAND[op.name]), fake(op)
+    """(real, fake) of ``op``: from its table entry where it has a plan, else its BY_HAND launch."""
+    return (real(op) if op.plan is not None else by_hand(op)), fake(op)
