@@ -17,6 +17,7 @@ and must still be after it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import sys
 from collections.abc import Callable, Iterator
@@ -104,21 +105,23 @@ def test_strided_ops_of_the_table_take_the_in_place_inputs_as_views() -> None:
 
 # ---- dispatch over a stand-in CuPy, with a recording kernel loader ------------------------------
 
-BASE = 0x7F00_0000_0000  # the stand-in device address of every buffer's first byte
+BASE = 0x7F00_0000_0000  # the stand-in device address of the first buffer's first byte
+BUFFER_SPACING = 1 << 32  # each buffer's own addresses (so that arguments cannot be confused)
 STREAM = 0x5EA
+_BUFFERS = itertools.count()
 
 
 class FakeCupyArray:
     """What kernelpack's adapter reads of a CuPy array, over a numpy view of a buffer: dtype,
     shape, byte strides, C-contiguity, the device address of its first element (CuPy's
-    ``data.ptr``, at BASE plus the view's offset in the buffer) and the device."""
+    ``data.ptr``: the buffer's stand-in address plus the view's offset in it) and the device."""
 
-    def __init__(self, view: np.ndarray, buffer: np.ndarray) -> None:
-        self.host = view
+    def __init__(self, view: np.ndarray, buffer: np.ndarray, address: int) -> None:
         self.dtype, self.shape, self.strides = view.dtype, view.shape, view.strides
         self.flags = SimpleNamespace(c_contiguous=view.flags.c_contiguous)
         offset = view.__array_interface__["data"][0] - buffer.__array_interface__["data"][0]
-        self.data = SimpleNamespace(ptr=BASE + offset)
+        self.address = address  # the buffer's
+        self.data = SimpleNamespace(ptr=address + offset)
         self.device = SimpleNamespace(id=0)
 
 
@@ -129,7 +132,7 @@ def cupy_view(
     shape: tuple[int, ...], view: Callable[[np.ndarray], np.ndarray], dtype: str = "float16"
 ) -> FakeCupyArray:
     buffer = np.zeros(shape, dtype)
-    return FakeCupyArray(view(buffer), buffer)
+    return FakeCupyArray(view(buffer), buffer, BASE + next(_BUFFERS) * BUFFER_SPACING)
 
 
 def contiguous(*shape: int, dtype: str = "float16") -> FakeCupyArray:
@@ -179,7 +182,7 @@ def test_a_view_at_a_row_stride_launches_the_option_kernel_at_its_strides(
     ((name, grid, block, args, stream),) = recorded.launches
     assert name == "mlp::add_rms_norm_options<__half, __half, 0>"
     assert (grid, block, stream) == (6, 64, STREAM)
-    xp, rp, wp = x.data.ptr, residual.data.ptr, weight.data.ptr
+    xp, rp, wp = x.address, residual.address, weight.address
     assert args == (xp, rp, wp, xp, rp, 0, 6, 40, 80, 40, 80, 40, 1e-5, 0.0)
 
 
@@ -205,11 +208,12 @@ def test_views_launch_at_their_first_element_and_row_stride(
     mlp.fused_add_rms_norm(x, residual, weight)
     ((name, grid, _, args, _),) = recorded.launches
     assert name == "mlp::add_rms_norm_options<float, float, 0>"
-    assert x.data.ptr == BASE + 4 * start
+    assert x.data.ptr == x.address + 4 * start
+    assert residual.data.ptr == residual.address + 4 * start
     assert args[:6] == (
         x.data.ptr,
         residual.data.ptr,
-        weight.data.ptr,
+        weight.address,
         x.data.ptr,
         residual.data.ptr,
         0,
