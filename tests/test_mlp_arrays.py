@@ -27,6 +27,15 @@ def test_numpy_arrays_are_host_arrays() -> None:
     assert array.device_name == "cpu"
 
 
+def test_strides_not_whole_elements_are_refused_naming_the_array() -> None:
+    """Byte strides that are not a whole number of elements (a view no kernel can index) are
+    refused, not rounded down to a stride that names other memory."""
+    buffer = np.zeros(64, np.float32)
+    view = np.lib.stride_tricks.as_strided(buffer, (4, 8), (30, 2))
+    with pytest.raises(UsageError, match=r"^x: strides \(30, 2\) in bytes are not whole float32"):
+        _ = arrays.wrap("x", view).strides
+
+
 @pytest.mark.parametrize("value", [[1.0, 2.0], 3.0, "x", None])
 def test_non_arrays_are_refused_naming_the_argument(value: object) -> None:
     with pytest.raises(UsageError, match=r"^gate: expected a GPU array"):

@@ -303,11 +303,13 @@ def test_modules_with_options_take_the_option_ops() -> None:
 
 
 def test_fused_add_rms_norm_refuses_rows_at_no_one_stride() -> None:
-    """A view whose rows are not one stride apart (a transposed matrix) cannot be written in
-    place: one line naming x, its strides and what to pass."""
+    """A view the kernel cannot write in place (a transposed matrix, rows that overlap) is
+    refused in one line naming x, its strides and what to pass."""
     x = torch.empty(8, 4, dtype=torch.bfloat16).t()  # rows at stride 1, elements at stride 4
-    with pytest.raises(UsageError, match=r"^x: rows at strides \(1, 4\) are not one stride"):
+    with pytest.raises(UsageError, match=r"^x: its last dimension has stride 4 \(strides \(1, 4"):
         torch_impl._strided("x", x)
+    with pytest.raises(UsageError, match=r"^x: rows 0 elements apart overlap \(each has 8\)"):
+        torch_impl._strided("x", torch.empty(1, 8).expand(4, 8))
     wide = torch.empty(3, 16)[:, :8]
     assert torch_impl._strided("x", wide) == 16
     assert torch_impl._strided("x", torch.empty(1, 8)[:, :4]) == 4

@@ -64,11 +64,18 @@ class Array(NamedTuple):
 
     @property
     def strides(self) -> tuple[int, ...]:
-        """Strides in elements (numpy and CuPy count bytes; converted)."""
+        """Strides in elements (numpy and CuPy count bytes; converted), or a UsageError where
+        one is not a whole number of elements (a byte-strided view no kernel can index)."""
         if self.framework == "torch":
             return tuple(self.value.stride())
         size = self.value.dtype.itemsize
-        return tuple(s // size for s in self.value.strides)
+        given = tuple(self.value.strides)
+        if any(stride % size for stride in given):
+            raise UsageError(
+                f"{self.name}: strides {given} in bytes are not whole {self.dtype} elements of "
+                f"{size} bytes; pass a view at whole-element strides (or a contiguous copy)"
+            )
+        return tuple(stride // size for stride in given)
 
     @property
     def contiguous(self) -> bool:

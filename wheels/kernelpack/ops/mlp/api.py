@@ -10,8 +10,10 @@ the caller's own work like any of the framework's ops.
 Every op is an entry of the op table (:mod:`.table`): its checks (:mod:`.checks`), results and
 launch (:mod:`.launch`) are read from there; :func:`function` makes the function of any entry.
 Arguments are checked before anything touches a GPU, so a wrong dtype, shape, layout or device fails
-with a UsageError (a ValueError) naming the argument on any machine. Arithmetic is in float32 for
-every storage type (float32, float16, bfloat16).
+with a UsageError (a ValueError) naming the argument on any machine. GPU arrays are C-contiguous,
+but those an in-place op writes where the table gives it a ``strided`` op (fused_add_rms_norm's x
+and residual): views at a row stride, read off any framework's strides, take that op's kernel.
+Arithmetic is in float32 for every storage type (float32, float16, bfloat16).
 
 Torch tensors take a hot path once one call of a (dtype, device, shape) went through the checks:
 one C call reads the same checks straight off the tensors, allocates the result (none with
@@ -25,15 +27,24 @@ Tensors that need autograd go through the custom ops of :mod:`kernelpack.ops.mlp
 from __future__ import annotations
 
 import inspect
+import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from ...devices import arrays
 from ...devices.arrays import Array
 from ...errors import UsageError
-from . import hot
-from .checks import Operand, check, check_eps, check_shape, shape_of
+from . import hot, options
+from .checks import (
+    Operand,
+    check,
+    check_eps,
+    check_options,
+    check_shape,
+    in_place_row_stride,
+    shape_of,
+)
 from .geometry import KERNEL_TYPE, SUPPORTED
 from .launch import launch_op
 from .table import DEFAULT_EPS, TABLE, Op
@@ -58,9 +69,10 @@ def _operand(array: Array) -> Operand:
     return Operand(array.name, array.dtype, tuple(array.shape), array.device_name, array.contiguous)
 
 
-def _check_same(first: Array, *others: Array) -> None:
+def _check_same(first: Array, *others: Array, strided: Collection[int] = ()) -> None:
     """Every array has the first's dtype and the same kind of memory, and device arrays are
-    C-contiguous and on one device (the kernels take raw pointers)."""
+    C-contiguous (but those at the positions ``strided``, which an op takes at a row stride)
+    and on one device (the kernels take raw pointers)."""
     for other in others:
         if other.dtype != first.dtype:
             raise UsageError(
@@ -73,8 +85,8 @@ def _check_same(first: Array, *others: Array) -> None:
             )
     if not first.on_gpu:
         return
-    for array in (first, *others):
-        if not array.contiguous:
+    for position, array in enumerate((first, *others)):
+        if position not in strided and not array.contiguous:
             raise UsageError(
                 f"{array.name}: must be C-contiguous (call .contiguous() or "
                 "ascontiguousarray first)"
@@ -135,7 +147,7 @@ def run(op: Op, values: tuple[Any, ...], eps: object = None, out: object = None)
         return hot.traced_call(op.name, as_hot, _torch_ops())
     inputs = [_array(spec.name, value) for spec, value in zip(op.inputs, values, strict=True)]
     first = inputs[0]
-    _check_same(*inputs)
+    _check_same(*inputs, strided=op.in_place if op.strided else ())
     eps_value = check(op, [_operand(a) for a in inputs], eps)
     epsilon = () if eps_value is None else (eps_value,)
     tensors = [a.value for a in inputs]  # a foreign array's torch tensor, not its wrapper
@@ -148,6 +160,9 @@ def run(op: Op, values: tuple[Any, ...], eps: object = None, out: object = None)
             )
         if out is None:
             return getattr(_torch_ops(), op.name)(*tensors, *epsilon)
+    if op.strided and first.on_gpu and not all(inputs[i].contiguous for i in op.in_place):
+        _launch_strided(op, inputs, eps_value)
+        return None
     if op.in_place:
         if not first.on_gpu:
             for position in op.in_place:
@@ -191,6 +206,34 @@ def _launch(
     if not first.on_gpu:
         for position in written:
             arrays.to_host(on[position], operands[position])
+
+
+def _launch_strided(op: Op, inputs: list[Array], eps: float | None) -> None:
+    """In-place ``op`` over checked GPU arrays of which some it writes are views at a row stride:
+    the kernel of its strided op (the table's ``strided``) at that op's default options, each
+    view at its own row stride, as torch.ops.kernelpack's op launches it. The inputs are the
+    views, then the weight (contiguous, :func:`_check_same`)."""
+    strided = TABLE[op.strided]
+    offset, casting_mode = check_options(strided, ())
+    first, weight = inputs[0], inputs[len(op.in_place)]
+    views = tuple(
+        (view.pointer, in_place_row_stride(view.name, tuple(view.shape), view.strides))
+        for view in (inputs[i] for i in op.in_place)
+    )
+    shape = tuple(first.shape)
+    options.launch_norm_in_place(
+        first.device_name,
+        first.dtype,
+        weight.dtype,
+        str(casting_mode),
+        views,
+        weight.pointer,
+        math.prod(shape[:-1]),
+        shape[-1],
+        float(eps or 0.0),
+        float(offset),
+        arrays.current_stream(first),
+    )
 
 
 def function(op: Op) -> Callable[..., Any]:
@@ -269,6 +312,11 @@ def fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = DEFAULT_
     The sum is rounded to the storage dtype when stored, and the norm is taken of the stored
     value, exactly as the two steps done one after the other. (In place, so no autograd: for
     training, torch.ops.kernelpack.add_rms_norm returns both results as new tensors.)
+
+    x and residual may be views whose rows lie one stride apart with a last dimension of stride
+    1 (vLLM's ``x[..., :hidden]``), in any GPU framework: they take the kernel the torch op
+    takes them with, and nothing between their rows is written; contiguous arrays keep the
+    tuned kernels and the hot call.
     """
     if HOT["fused_add_rms_norm"](x, residual, weight, eps) is not NotImplemented:
         return

@@ -4,11 +4,13 @@ public functions on any framework's arrays, the torch ops' real and fake impleme
 Each path describes its arguments as :class:`Operand` values (name, dtype name, shape, device,
 contiguity); :func:`check` applies the op's rules (:mod:`.table`) and raises a UsageError naming
 the argument at fault. The hot path makes the same checks in C on what it accepts, and hands
-anything else back here.
+anything else back here. :func:`in_place_row_stride` is the layout rule of the views an in-place
+norm writes at a row stride, read off shapes and element strides of any framework.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -162,3 +164,49 @@ def check(op: Op, operands: Sequence[Operand | None], eps: object = None) -> flo
                 f"{operand.name}: must be contiguous (as rms_norm_with_scale returns them)"
             )
     return check_eps(eps) if op.eps else None
+
+
+def row_stride(shape: tuple[int, ...], strides: tuple[int, ...]) -> int | None:
+    """The elements between the starts of consecutive rows (the last dimension's) of an array
+    of ``shape`` at element ``strides``, where every row lies one stride from the last and the
+    last dimension's stride is 1 (vLLM's views of wider rows); None where they do not. The
+    leading dimensions fold into one as torch's ``view(-1, cols)`` folds them: those of one
+    element are free, the others must each be a whole number of the next. No elements, or one
+    row: the row length (any stride serves)."""
+    cols = shape[-1]
+    if math.prod(shape) == 0:
+        return cols
+    if cols > 1 and strides[-1] != 1:
+        return None
+    leading = [(n, s) for n, s in zip(shape[:-1], strides[:-1], strict=True) if n != 1]
+    for (_, outer), (n, inner) in itertools.pairwise(leading):
+        if outer != inner * n:
+            return None
+    return leading[-1][1] if leading else cols
+
+
+def in_place_row_stride(name: str, shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """The row stride of ``name``, an input the op writes in place (so it cannot take a copy),
+    or a UsageError saying what to pass: rows one stride apart with a last dimension of stride
+    1, none of them overlapping another (each element is written by one thread)."""
+    stride = row_stride(shape, strides)
+    cols = shape[-1]
+    if stride is None:
+        if cols > 1 and strides[-1] != 1:
+            raise UsageError(
+                f"{name}: its last dimension has stride {strides[-1]} (strides {strides}); the "
+                "kernel takes each row as adjacent elements and updates it in place, so pass a "
+                "view whose last dimension has stride 1 (or a contiguous copy, then copy it back)"
+            )
+        raise UsageError(
+            f"{name}: rows at strides {strides} of shape {shape} are not one stride apart (its "
+            "leading dimensions do not fold into one); it is updated in place, so pass a view "
+            "whose rows are (or a contiguous copy, then copy it back)"
+        )
+    if abs(stride) < cols and math.prod(shape[:-1]) > 1:
+        raise UsageError(
+            f"{name}: rows {stride} elements apart overlap (each has {cols}); it is updated in "
+            f"place, so each row needs memory of its own: pass a view at a row stride of at "
+            f"least {cols}"
+        )
+    return stride

@@ -12,6 +12,7 @@ run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from . import launch
@@ -93,6 +94,46 @@ def launch_norm(
     grid = min(rows, GRID_MAX)
     kernel.launch(
         grid, row_threads(cols), *pointers, rows, cols, *strides, eps, offset, stream=stream
+    )
+
+
+def launch_norm_in_place(
+    device: str,
+    dtype: str,
+    weight_dtype: str,
+    casting_mode: str,
+    views: Sequence[tuple[Any, int]],
+    weight: Any,
+    rows: int,
+    cols: int,
+    eps: float,
+    offset: float,
+    stream: int,
+) -> None:
+    """The in-place norms over views at row strides: ``views`` ((x, its row stride),) for
+    rms_norm_options_in_place, or with (residual, its row stride) for fused_add_rms_norm (x gets
+    the norm, the residual the sum); ``weight`` or 0. Each view is read and written at its own
+    stride, so nothing between its rows is touched."""
+    (x, x_stride), *rest = views
+    if not rest:
+        pointers: tuple[Any, ...] = (x, weight, x, 0)
+        strides: tuple[int, ...] = (x_stride, x_stride)
+    else:
+        ((residual, residual_stride),) = rest
+        pointers = (x, residual, weight, x, residual, 0)
+        strides = (x_stride, residual_stride, x_stride, residual_stride)
+    launch_norm(
+        device,
+        dtype,
+        weight_dtype,
+        casting_mode,
+        pointers,
+        strides,
+        rows,
+        cols,
+        eps,
+        offset,
+        stream,
     )
 
 

@@ -22,7 +22,9 @@ and no public function or hot path.
 The options a model can adopt (the Gemma offset, casting modes, weightless norms, a float32 weight,
 rows at a stride, SwiGLU's multipliers, torch's SiLU-and-mul roundings: :mod:`.options`) are ops
 of their own here, with the scalar arguments they take after eps (:class:`Option`); they launch
-the option kernels by hand, so the ops above keep their hot path and their kernels.
+the option kernels by hand, so the ops above keep their hot path and their kernels. An in-place
+op names the option op that serves its inputs at a row stride (``strided``), read by
+:mod:`kernelpack.mlp` and the torch op alike.
 """
 
 from __future__ import annotations
@@ -91,6 +93,9 @@ class Op(NamedTuple):
     plan: PlanFn | None = None  # a forward op's launch for a shape; None: launched by hand
     nulls: int = 0  # null pointers after the results on the inference launch (no row scales)
     options: tuple[Option, ...] = ()  # scalar arguments after eps
+    # the op (of this table, at its default options) whose kernel takes the inputs written in
+    # place as views at a row stride; contiguous ones keep this op's kernels and hot call
+    strided: str = ""
 
     @property
     def kernel_family(self) -> str:
@@ -140,7 +145,12 @@ OPS: tuple[Op, ...] = (
     _inference_norm("rms_norm", (_x, _weight), (Result(),), out=True),
     _inference_norm("add_rms_norm", (_x, _residual, _weight), (Result(), Result())),
     _inference_norm(
-        "fused_add_rms_norm", (_x, _residual, _weight), (), in_place=(0, 1), kernel="add_rms_norm"
+        "fused_add_rms_norm",
+        (_x, _residual, _weight),
+        (),
+        in_place=(0, 1),
+        kernel="add_rms_norm",
+        strided="fused_add_rms_norm_options",  # vLLM's views of x[..., :hidden]
     ),
     # the training path's forward norms: each row's scale besides (float32, S[:-1])
     _norm("rms_norm_with_scale", (_x, _weight), (Result(), _scales)),

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ...errors import UsageError
 from . import hot, launch, options
-from .checks import Operand, check, check_options, shape_of
+from .checks import Operand, check, check_options, in_place_row_stride, row_stride, shape_of
 from .geometry import backward_row_geometry, short_backward_scratch, short_backward_threads
 from .table import DEFAULT_EPS, TABLE, Op, subject
 
@@ -250,32 +250,10 @@ def _dtype_name(tensor: Tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
-def _row_stride(tensor: Tensor) -> int | None:
-    """The elements between the starts of ``tensor``'s rows (its last dimension), where every
-    row lies at one stride and the last dimension's stride is 1 (vLLM's views of wider rows);
-    None where they do not."""
-    cols = tensor.shape[-1]
-    if tensor.numel() == 0:
-        return cols
-    try:
-        rows = tensor.view(-1, cols)
-    except RuntimeError:  # leading dimensions that do not fold into one stride
-        return None
-    if cols > 1 and rows.stride(1) != 1:
-        return None
-    return rows.stride(0) if rows.shape[0] > 1 else cols
-
-
 def _strided(name: str, tensor: Tensor) -> int:
-    """The row stride of an input the op writes in place (it cannot take a copy)."""
-    stride = _row_stride(tensor)
-    if stride is None:
-        raise UsageError(
-            f"{name}: rows at strides {tuple(tensor.stride())} are not one stride apart with a "
-            "last dimension of stride 1; it is updated in place, so pass such a view (or "
-            ".contiguous() and copy back)"
-        )
-    return stride
+    """The row stride of an input the op writes in place (it cannot take a copy): the layout
+    rule kernelpack.mlp applies too (:func:`.checks.in_place_row_stride`)."""
+    return in_place_row_stride(name, tuple(tensor.shape), tuple(tensor.stride()))
 
 
 def _weight_pointer(weight: Tensor | None, dtype: str) -> tuple[Any, str]:
@@ -295,23 +273,27 @@ def _options_norm(call: Call) -> tuple[Tensor, ...]:
     pointer, weight_dtype = _weight_pointer(call.tensor("weight"), call.dtype)
     rows, cols = _rows(x)
     device, stream = _on(x)
-    scalars = (rows, cols, call.eps, float(offset), stream)
     if call.op.in_place:
-        x_stride = _strided("x", x)
-        if residual is None:
-            pointers: tuple[Any, ...] = (x, pointer, x, 0)
-            strides: tuple[int, ...] = (x_stride, x_stride)
-        else:
-            residual_stride = _strided("residual", residual)
-            pointers = (x, residual, pointer, x, residual, 0)
-            strides = (x_stride, residual_stride, x_stride, residual_stride)
-        options.launch_norm(
-            device, call.dtype, weight_dtype, str(mode), pointers, strides, *scalars
+        views = [(x, _strided("x", x))]
+        if residual is not None:
+            views.append((residual, _strided("residual", residual)))
+        options.launch_norm_in_place(
+            device,
+            call.dtype,
+            weight_dtype,
+            str(mode),
+            views,
+            pointer,
+            rows,
+            cols,
+            call.eps,
+            float(offset),
+            stream,
         )
         return ()
     scales = call.op.name.endswith("_with_scale")
     row_scales: Any = _row_scales(x) if scales else 0
-    stride = _row_stride(x)
+    stride = row_stride(tuple(x.shape), tuple(x.stride()))
     if stride is None:
         x, stride = x.contiguous(), cols
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -381,11 +363,6 @@ def _silu_and_mul_as_torch(call: Call) -> tuple[Tensor, ...]:
     return (out,)
 
 
-# in-place op -> the op its views at a row stride take (vLLM's fused_add_rms_norm over
-# x[..., :hidden]): the option kernel, at the default options; contiguous tensors keep the op's
-# own kernels and hot call
-STRIDED: dict[str, str] = {"fused_add_rms_norm": "fused_add_rms_norm_options"}
-
 # op -> its launch, for the ops the table gives no plan
 BY_HAND: dict[str, Callable[[Call], tuple[Tensor, ...]]] = {
     "rms_norm_with_scale": _norm_with_scale,
@@ -403,6 +380,11 @@ BY_HAND: dict[str, Callable[[Call], tuple[Tensor, ...]]] = {
     "swiglu_scaled_backward": _swiglu_scaled,
     "silu_and_mul_as_torch": _silu_and_mul_as_torch,
 }
+
+# in-place op -> the op its views at a row stride take (the table's ``strided``: vLLM's
+# fused_add_rms_norm over x[..., :hidden]), at its default options; contiguous tensors keep the
+# op's own kernels and hot call
+STRIDED: dict[str, str] = {op.name: op.strided for op in TABLE.values() if op.strided}
 
 
 def by_hand(op: Op) -> Impl:
