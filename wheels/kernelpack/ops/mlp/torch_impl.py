@@ -273,6 +273,7 @@ def _options_norm(call: Call) -> tuple[Tensor, ...]:
     pointer, weight_dtype = _weight_pointer(call.tensor("weight"), call.dtype)
     rows, cols = _rows(x)
     device, stream = _on(x)
+    scalars = (rows, cols, call.eps, float(offset), stream)
     if call.op.in_place:
         views = [(x, _strided("x", x))]
         if residual is not None:
@@ -284,11 +285,7 @@ def _options_norm(call: Call) -> tuple[Tensor, ...]:
             str(mode),
             views,
             pointer,
-            rows,
-            cols,
-            call.eps,
-            float(offset),
-            stream,
+            *scalars,
         )
         return ()
     scales = call.op.name.endswith("_with_scale")
