@@ -73,20 +73,6 @@ static PyObject *s_dtype, *s_shape, *s_get_device, *s_requires_grad, *s_raw_repr
 static PyObject *s_stream_kwnames; /* ("stream",): the keyword names of a hot-path launch */
 static PyTypeObject *s_launcher_type;
 
-#define VISIT_OBJECT(name) Py_VISIT(((Launcher *)self)->name);
-static int launcher_traverse(PyObject *self, visitproc visit, void *arg) {
-    LAUNCHER_OBJECTS(VISIT_OBJECT)
-    return 0;
-}
-#undef VISIT_OBJECT
-
-#define CLEAR_OBJECT(name) Py_CLEAR(((Launcher *)self)->name);
-static int launcher_clear(PyObject *self) {
-    LAUNCHER_OBJECTS(CLEAR_OBJECT)
-    return 0;
-}
-#undef CLEAR_OBJECT
-
 /* tp_dealloc of this file's heap types: untracked, references dropped by `clear`, freed, and
  * the type's own reference released. */
 static void dealloc_with(PyObject *self, inquiry clear) {
@@ -98,7 +84,25 @@ static void dealloc_with(PyObject *self, inquiry clear) {
     Py_DECREF(type);
 }
 
-static void launcher_dealloc(PyObject *self) { dealloc_with(self, launcher_clear); }
+/* prefix_traverse, prefix_clear and prefix_dealloc of a type whose Python objects are all listed
+ * by OBJECTS (an X macro of its member names), so that the three cannot drift apart. */
+#define VISIT_MEMBER(name) Py_VISIT(object->name);
+#define CLEAR_MEMBER(name) Py_CLEAR(object->name);
+#define GC_FUNCTIONS(prefix, Type, OBJECTS)                                                        \
+    static int prefix##_traverse(PyObject *self, visitproc visit, void *arg) {                    \
+        Type *object = (Type *)self;                                                               \
+        OBJECTS(VISIT_MEMBER)                                                                      \
+        return 0;                                                                                  \
+    }                                                                                              \
+    static int prefix##_clear(PyObject *self) {                                                    \
+        Type *object = (Type *)self;                                                               \
+        OBJECTS(CLEAR_MEMBER)                                                                      \
+        return 0;                                                                                  \
+    }                                                                                              \
+    static void prefix##_dealloc(PyObject *self) { dealloc_with(self, prefix##_clear); }
+
+GC_FUNCTIONS(launcher, Launcher, LAUNCHER_OBJECTS)
+
 
 static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     unsigned long long launch, function, get_current, enter, leave, context;
@@ -949,21 +953,7 @@ typedef struct {
 
 #define GATE_OBJECTS(X) X(hot) X(straight) X(slow)
 
-#define VISIT_GATE(name) Py_VISIT(((DispatchGate *)self)->name);
-static int gate_traverse(PyObject *self, visitproc visit, void *arg) {
-    GATE_OBJECTS(VISIT_GATE)
-    return 0;
-}
-#undef VISIT_GATE
-
-#define CLEAR_GATE(name) Py_CLEAR(((DispatchGate *)self)->name);
-static int gate_clear(PyObject *self) {
-    GATE_OBJECTS(CLEAR_GATE)
-    return 0;
-}
-#undef CLEAR_GATE
-
-static void gate_dealloc(PyObject *self) { dealloc_with(self, gate_clear); }
+GC_FUNCTIONS(gate, DispatchGate, GATE_OBJECTS)
 
 static PyObject *gate_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     PyObject *hot, *straight, *slow;

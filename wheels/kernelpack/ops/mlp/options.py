@@ -104,16 +104,13 @@ def launch_norm_in_place(
     casting_mode: str,
     views: Sequence[tuple[Any, int]],
     weight: Any,
-    rows: int,
-    cols: int,
-    eps: float,
-    offset: float,
-    stream: int,
+    *scalars: Any,
 ) -> None:
     """The in-place norms over views at row strides: ``views`` ((x, its row stride),) for
     rms_norm_options_in_place, or with (residual, its row stride) for fused_add_rms_norm (x gets
-    the norm, the residual the sum); ``weight`` or 0. Each view is read and written at its own
-    stride, so nothing between its rows is touched."""
+    the norm, the residual the sum); ``weight`` or 0; ``scalars`` as :func:`launch_norm` takes
+    them (rows, cols, eps, offset, stream). Each view is read and written at its own stride, so
+    nothing between its rows is touched."""
     (x, x_stride), *rest = views
     if not rest:
         pointers: tuple[Any, ...] = (x, weight, x, 0)
@@ -122,19 +119,7 @@ def launch_norm_in_place(
         ((residual, residual_stride),) = rest
         pointers = (x, residual, weight, x, residual, 0)
         strides = (x_stride, residual_stride, x_stride, residual_stride)
-    launch_norm(
-        device,
-        dtype,
-        weight_dtype,
-        casting_mode,
-        pointers,
-        strides,
-        rows,
-        cols,
-        eps,
-        offset,
-        stream,
-    )
+    launch_norm(device, dtype, weight_dtype, casting_mode, pointers, strides, *scalars)
 
 
 def launch_norm_backward(
