@@ -15,7 +15,8 @@ over the batches, after a warm-up. A row's implementations run interleaved, a ba
 round, so each round pairs them; the table gives the rounds ours won, and "Rows behind a peer" says
 which gaps a sign test over the rounds calls more than the run's spread. So the times are GPU times
 (kernels and the gaps between them), free of Python's per-call cost, which is measured apart (wall
-time per call of a loop at 1x4096, the fastest of five loops, every row's loops interleaved).
+time per call of a loop at 1x4096, the fastest of fifteen loops of 1000 calls, every row's loops
+interleaved).
 Inputs rotate over enough buffer sets to move ~200 MB per round, so mid-size calls read from memory
 rather than from the L2. GB/s counts the bytes each pass must move at least (inputs read once,
 outputs written once; the backward reads the saved inputs and the incoming gradients and writes the
@@ -77,6 +78,7 @@ ROTATE_BYTES = 200 * 2**20
 MAX_SETS = 64
 CALLS_PER_BATCH = 25
 WARMUP_CALLS = 5
+HOST_LOOPS = 15  # loops of calls a host cost is the fastest of
 SLEEP_CYCLES = 16_000_000  # ~8 ms at 2 GHz: the shortest sleep before a batch
 SM_CYCLES_PER_US = 2_000  # the H100/H200's SM clock under load, about 2 GHz (nvidia-smi: 1980 MHz)
 SLEEP_MARGIN = 3  # the sleep lasts at least this many times the host's time to queue a batch
@@ -278,20 +280,23 @@ HostCall = tuple[Callable[[], AbstractContextManager[Any]], Callable[[], object]
 Key = TypeVar("Key")
 
 
-def host_us_per_calls(calls: dict[Key, HostCall], per_loop: int = 3000) -> dict[Key, float]:
+def host_us_per_calls(
+    calls: dict[Key, HostCall], per_loop: int = 1000, loops: int = HOST_LOOPS
+) -> dict[Key, float]:
     """Wall time per call of each of ``calls`` in loops of ``per_loop`` calls (launch-bound at
-    1x4096: the host's cost), the fastest of five loops. The loops are interleaved, the first loop
-    of every call before the second of any, and the fastest is kept: what else runs on the host
-    only adds to a loop, and a slow stretch of it, which lasts seconds, then falls on every row of
-    the table alike (timed one row after another, the median of five loops moved by a third
-    between rows seconds apart)."""
+    1x4096: the host's cost), the fastest of ``loops`` loops. The loops are interleaved, the first
+    loop of every call before the second of any, and the fastest is kept: what else runs on the
+    host only adds to a loop, and a slow stretch of it, which lasts seconds, then falls on every
+    row of the table alike (timed one row after another, the median of five loops moved by a
+    third between rows seconds apart); many short loops give each call more chances at the
+    quiet stretches between."""
     for context, call in calls.values():
         with context():
             for _ in range(100):
                 call()
     torch.cuda.synchronize()
     fastest = dict.fromkeys(calls, math.inf)
-    for _ in range(5):
+    for _ in range(loops):
         for name, (context, call) in calls.items():
             with context():
                 began = time.perf_counter()
@@ -708,8 +713,8 @@ def render(
         ]
     lines += [
         "",
-        "## Host cost per call (µs, forward, the fastest of five loops of calls at 1x4096 "
-        "bfloat16, wall time)",
+        f"## Host cost per call (µs, forward, the fastest of {HOST_LOOPS} loops of 1000 calls at "
+        "1x4096 bfloat16, wall time)",
         "",
         "kernelpack.mlp is the framework-neutral API on torch tensors (its hot path), with",
         "`out=` given the same without allocating; torch.ops.kernelpack goes through torch's",
