@@ -55,26 +55,6 @@ def native_types() -> tuple[Any, Any]:
     return TorchHotPath, Launcher
 
 
-def dispatch_gate(
-    hot: HotCall, straight: dict[int, bool] | None, slow: Callable[..., Any]
-) -> Callable[..., Any]:
-    """A kernel for torch's dispatcher that calls ``hot`` (an op's hot call) before ``slow`` (its
-    Python kernel), in C: the C extension's DispatchGate, or ``slow`` itself where the extension
-    was not built. With ``straight`` it is an Autograd kernel, called with the keyset first, and
-    tries the hot call only for the keysets ``slow`` recorded as True there (keyed by
-    ``keyset.raw_repr()``); ``slow`` gets every call the hot call does not take, as it was made.
-
-    Why: between the dispatcher and the hot call a Python kernel costs a Python frame and its
-    own checks, a microsecond of the host's time per call (docs/bench-mlp.md, host cost)."""
-    try:
-        # deferred: the C extension, absent where it was not built
-        from ._launcher import DispatchGate
-    except ImportError:
-        return slow
-    gate: Callable[..., Any] = DispatchGate(hot, straight, slow)
-    return gate
-
-
 def hot_call(
     op: HotOp,
     torch_types: set[type],

@@ -69,9 +69,23 @@ typedef struct {
 #define LAUNCHER_OBJECTS(X) X(pointer_getters) X(pointer_of) X(torch_getter) X(stream_of) X(fail)
 
 static PyObject *s_is_cuda, *s_data_ptr, *s_shared_mem, *s_stream;
-static PyObject *s_dtype, *s_shape, *s_get_device, *s_requires_grad, *s_raw_repr;
+static PyObject *s_dtype, *s_shape, *s_get_device, *s_requires_grad;
 static PyObject *s_stream_kwnames; /* ("stream",): the keyword names of a hot-path launch */
 static PyTypeObject *s_launcher_type;
+
+#define VISIT_OBJECT(name) Py_VISIT(((Launcher *)self)->name);
+static int launcher_traverse(PyObject *self, visitproc visit, void *arg) {
+    LAUNCHER_OBJECTS(VISIT_OBJECT)
+    return 0;
+}
+#undef VISIT_OBJECT
+
+#define CLEAR_OBJECT(name) Py_CLEAR(((Launcher *)self)->name);
+static int launcher_clear(PyObject *self) {
+    LAUNCHER_OBJECTS(CLEAR_OBJECT)
+    return 0;
+}
+#undef CLEAR_OBJECT
 
 /* tp_dealloc of this file's heap types: untracked, references dropped by `clear`, freed, and
  * the type's own reference released. */
@@ -84,25 +98,7 @@ static void dealloc_with(PyObject *self, inquiry clear) {
     Py_DECREF(type);
 }
 
-/* prefix_traverse, prefix_clear and prefix_dealloc of a type whose Python objects are all listed
- * by OBJECTS (an X macro of its member names), so that the three cannot drift apart. */
-#define VISIT_MEMBER(name) Py_VISIT(object->name);
-#define CLEAR_MEMBER(name) Py_CLEAR(object->name);
-#define GC_FUNCTIONS(prefix, Type, OBJECTS)                                                        \
-    static int prefix##_traverse(PyObject *self, visitproc visit, void *arg) {                    \
-        Type *object = (Type *)self;                                                               \
-        OBJECTS(VISIT_MEMBER)                                                                      \
-        return 0;                                                                                  \
-    }                                                                                              \
-    static int prefix##_clear(PyObject *self) {                                                    \
-        Type *object = (Type *)self;                                                               \
-        OBJECTS(CLEAR_MEMBER)                                                                      \
-        return 0;                                                                                  \
-    }                                                                                              \
-    static void prefix##_dealloc(PyObject *self) { dealloc_with(self, prefix##_clear); }
-
-GC_FUNCTIONS(launcher, Launcher, LAUNCHER_OBJECTS)
-
+static void launcher_dealloc(PyObject *self) { dealloc_with(self, launcher_clear); }
 
 static PyObject *launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     unsigned long long launch, function, get_current, enter, leave, context;
@@ -933,96 +929,6 @@ static PyType_Spec hot_spec = {
     hot_slots,
 };
 
-/* ---- a dispatcher kernel in front of a hot call ------------------------------------------------
- * DispatchGate(hot, straight, slow) is a kernel for torch's dispatcher (torch.library's impl)
- * that tries an op's hot call before its Python kernel: called as the dispatcher calls a Python
- * kernel, it calls hot(*args) and returns its result unless that is NotImplemented, in which case
- * it calls slow(*args), the Python kernel, with what it was given. With `straight` a dict it is
- * an Autograd kernel called with the keyset first: the hot call is tried only where
- * straight[keyset.raw_repr()] is True (the slow kernel found CUDA next below autograd for those
- * keys, and records them there); with None it takes no keyset.
- * Why: the dispatcher's Python kernels cost a Python frame each; with the hot call's own checks
- * (requires_grad while grad mode is on among them) this makes a call that needs nothing else one
- * C call from the dispatcher to the launch. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *hot;
-    PyObject *straight;
-    PyObject *slow;
-} DispatchGate;
-
-#define GATE_OBJECTS(X) X(hot) X(straight) X(slow)
-
-GC_FUNCTIONS(gate, DispatchGate, GATE_OBJECTS)
-
-static PyObject *gate_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *hot, *straight, *slow;
-    static char *names[] = {"hot", "straight", "slow", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO", names, &hot, &straight, &slow))
-        return NULL;
-    if (!PyCallable_Check(hot) || !PyCallable_Check(slow) ||
-        !(straight == Py_None || PyDict_Check(straight))) {
-        PyErr_SetString(PyExc_TypeError, "hot and slow must be callables, straight a dict or None");
-        return NULL;
-    }
-    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
-    DispatchGate *self = (DispatchGate *)alloc(type, 0);
-    if (self == NULL) return NULL;
-#define TAKE_GATE(name) self->name = Py_NewRef(name);
-    GATE_OBJECTS(TAKE_GATE)
-#undef TAKE_GATE
-    return (PyObject *)self;
-}
-
-/* Whether the keyset (args[0]) is one the slow kernel recorded as straight: 1, 0, or -1 with an
- * exception set. */
-static int gate_straight(DispatchGate *self, PyObject *args) {
-    if (PyTuple_Size(args) < 1) return 0;
-    PyObject *bits = PyObject_CallMethodObjArgs(PyTuple_GetItem(args, 0), s_raw_repr, NULL);
-    if (bits == NULL) return -1;
-    PyObject *known = PyDict_GetItemWithError(self->straight, bits); /* borrowed */
-    Py_DECREF(bits);
-    if (known == NULL) return PyErr_Occurred() ? -1 : 0;
-    return known == Py_True;
-}
-
-static PyObject *gate_call(PyObject *op, PyObject *args, PyObject *kwargs) {
-    DispatchGate *self = (DispatchGate *)op;
-    int keyed = self->straight != Py_None;
-    if (kwargs == NULL || PyDict_Size(kwargs) == 0) {
-        int straight = keyed ? gate_straight(self, args) : 1;
-        if (straight < 0) return NULL;
-        if (straight) {
-            PyObject *hot_args = keyed ? PyTuple_GetSlice(args, 1, PyTuple_Size(args))
-                                       : Py_NewRef(args);
-            if (hot_args == NULL) return NULL;
-            PyObject *result = PyObject_Call(self->hot, hot_args, NULL);
-            Py_DECREF(hot_args);
-            if (result != Py_NotImplemented) return result; /* a result, or NULL: its error */
-            Py_DECREF(result);
-        }
-    }
-    return PyObject_Call(self->slow, args, kwargs);
-}
-
-static PyType_Slot gate_slots[] = {
-    {Py_tp_new, gate_new},
-    {Py_tp_dealloc, gate_dealloc},
-    {Py_tp_traverse, gate_traverse},
-    {Py_tp_clear, gate_clear},
-    {Py_tp_call, gate_call},
-    {Py_tp_doc, "A dispatcher kernel: an op's hot call first, then its Python kernel."},
-    {0, NULL},
-};
-
-static PyType_Spec gate_spec = {
-    "kernelpack.backends._launcher.DispatchGate",
-    sizeof(DispatchGate),
-    0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    gate_slots,
-};
-
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_launcher", "Kernel launches checked and packed in C.", -1,
     NULL, NULL, NULL, NULL, NULL,
@@ -1044,15 +950,9 @@ PyMODINIT_FUNC PyInit__launcher(void) {
         Py_DECREF(module);
         return NULL;
     }
-    PyObject *gate_type = PyType_FromSpec(&gate_spec);
-    if (gate_type == NULL || PyModule_AddObject(module, "DispatchGate", gate_type) < 0) {
-        Py_XDECREF(gate_type);
-        Py_DECREF(module);
-        return NULL;
-    }
 #define INTERN(name) (s_##name = PyUnicode_InternFromString(#name))
     if (!INTERN(is_cuda) || !INTERN(data_ptr) || !INTERN(shared_mem) || !INTERN(stream) ||
-        !INTERN(dtype) || !INTERN(shape) || !INTERN(get_device) || !INTERN(requires_grad) || !INTERN(raw_repr) ||
+        !INTERN(dtype) || !INTERN(shape) || !INTERN(get_device) || !INTERN(requires_grad) ||
         !(s_stream_kwnames = PyTuple_Pack(1, s_stream)) ||
         PyModule_AddIntConstant(module, "ARGUMENT_ERROR", ARGUMENT_ERROR) < 0 ||
         PyModule_AddIntConstant(module, "MAX_PARAMS", MAX_PARAMS) < 0) {

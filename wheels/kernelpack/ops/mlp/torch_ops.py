@@ -44,7 +44,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...backends.hotpath import dispatch_gate
 from ...devices.arrays import host_tensor_message
 from ...errors import UsageError
 from . import hot
@@ -233,8 +232,7 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
     cuda = torch._C.DispatchKey.CUDA
     grad_enabled, any_requires_grad = torch.is_grad_enabled, torch._C._any_requires_grad
 
-    # keyset's bits -> whether CUDA is next below autograd; read by the C gate in front too
-    straight: dict[int, bool] = {}
+    straight: dict[int, bool] = {}  # keyset's bits -> whether CUDA is next below autograd
     # The CUDA implementation's hot call, made here without its Python frame; anything it does
     # not take goes to the implementation. The dispatcher leaves a trailing argument given at its
     # default out of args (eps=1e-06), which the hot call then takes from its descriptor, as it
@@ -257,11 +255,7 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
         with torch._C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & below_autograd, *args)
 
-    if name not in hot.SPECS or hot.HOT[name] is hot.not_hot:
-        return kernel
-    # In front, in C: the hot call that reads requires_grad while grad mode is on (kernelpack.mlp's),
-    # for the keysets found straight; what it does not take comes here
-    return dispatch_gate(hot.HOT[name], straight, kernel)
+    return kernel
 
 
 def _on_host(op: Op) -> Callable[..., Any]:
@@ -284,10 +278,7 @@ def define(library: Any, op: Op) -> None:
     schema, its real (CUDA) and fake implementations, all from its table entry."""
     library.define(schema(op))
     real, fake = IMPLEMENTATIONS[op.name] = implementations(op)
-    below = HOT.get(op.name, hot.not_hot)
-    library.impl(
-        op.name, real if below is hot.not_hot else dispatch_gate(below, None, real), "CUDA"
-    )
+    library.impl(op.name, real, "CUDA")
     library.impl(op.name, _on_host(op), "CPU")
     torch.library.register_fake(f"{NAMESPACE}::{op.name}", fake, lib=library)
 
