@@ -126,7 +126,13 @@ def _import_gpu_view(name: str, value: object) -> Any:
         import torch  # deferred: torch is optional
 
         if has_cai:
-            return torch.as_tensor(value, device="cuda")
+            try:
+                return torch.as_tensor(value, device="cuda")
+            except TypeError as error:  # a type string torch has no dtype for (bfloat16's "<V2")
+                raise UsageError(
+                    f"{name}: torch cannot read this __cuda_array_interface__ array ({error}); "
+                    "pass it through DLPack, or as a torch or CuPy array"
+                ) from None
         from torch.utils.dlpack import from_dlpack  # deferred: torch is optional
 
         return from_dlpack(value)
