@@ -259,7 +259,7 @@ def _as_switch(value: object, where: str, base: Path) -> bool:
 def _as_kernel_lists(value: object, where: str, base: Path) -> dict[str, tuple[str, ...]]:
     """``{module = ["kernel", ...]}`` in the config; "module=kernel;module=kernel" as text (kernel
     names hold commas: ``k<float, 2>``). A key may name targets, ``"module@sm_80,compute_80"``, and
-    keys and kernels may be patterns (buildsys.discovery.allowed_on)."""
+    keys and kernels may be patterns (buildsys.missing_kernels.allowed_on)."""
     if isinstance(value, str):
         table: dict[str, list[str]] = {}
         for entry in (part.strip() for part in value.split(";")):
