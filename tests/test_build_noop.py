@@ -20,7 +20,7 @@ from buildsys import REPO_ROOT, demangling, discovered, hipify, index_writer, sc
 from buildsys.cache import BuildCache
 from buildsys.demangling import demangle, find_demangler
 from buildsys.modules import read_tree
-from buildsys.settings import package_version
+from buildsys.project import package_version
 from buildsys.trees import hipify_tree
 from kernelpack.formats import compress_bundle, write_bundle
 
