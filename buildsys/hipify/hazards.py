@@ -37,22 +37,10 @@ _LANE_RE = re.compile(
 # Identifiers that put a statement in warp-mask context.
 _MASK_CONTEXT_RE = re.compile(r"ballot|activemask|lane|warp|mask|vote", re.IGNORECASE)
 _WARP_NAME_RE = re.compile(r"warp", re.IGNORECASE)
-_INT32_TYPE_WORDS = frozenset(
-    {
-        "unsigned",
-        "int",
-        "uint32_t",
-        "int32_t",
-        "uint",
-        "const",
-        "static",
-        "register",
-        "std",
-        "::",
-        "volatile",
-    }
-)
+# The words of a 32-bit integer type, and with them the words a declaration or a cast may put
+# around it (``static const unsigned int``, ``std::uint32_t``).
 _INT32_CORE = frozenset({"unsigned", "int", "uint32_t", "int32_t", "uint"})
+_INT32_TYPE_WORDS = _INT32_CORE | {"const", "static", "register", "std", "::", "volatile"}
 # Operators after which (or before which) a literal is an operand worth checking, by value.
 _OPS_FOR_VALUE: dict[int, frozenset[str]] = {
     32: frozenset({"%", "/", "*", "%=", "/=", "*=", "<", "<=", ">", ">=", "==", "!="}),
