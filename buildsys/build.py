@@ -47,6 +47,7 @@ from .names import check_shell_path
 from .report import failure_error, print_summary
 from .scheduler import JobPlan, run_jobs
 from .settings import OPTIONS_BY_NAME, BuildSettings, check_writable_folder, resolve_settings
+from .settings import add_arguments as add_settings_arguments
 from .toolchain import Toolchain, amd_toolchain, cuda_toolchain
 from .trees import SourceTrees, hipify_tree, scratch_folder, scratch_root
 from .unit_symbols import unit_tags
@@ -369,6 +370,12 @@ def _check_buildable(toolchain: Toolchain, targets: Sequence[str]) -> None:
             f"{toolchain.name} {toolchain.version} cannot build {', '.join(missing)}; "
             "leave them out with --targets, or use a newer toolchain (`python -m buildsys toolchain`)"
         )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``build`` subcommand's arguments (buildsys.settings), and its handler, main_build."""
+    add_settings_arguments(parser, "build")
+    parser.set_defaults(handler=main_build)
 
 
 def main_build(args: argparse.Namespace) -> int:

@@ -238,9 +238,11 @@ def _read_checked(folder: Path, relative: str, digest: str) -> bytes:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The shard folders, then the settings merge shares with build (buildsys.settings)."""
+    """The shard folders, then the settings merge shares with build (buildsys.settings); the
+    handler, main_merge."""
     parser.add_argument("shards", nargs="+", type=Path, metavar="SHARD", help="shard folders")
     add_settings_arguments(parser, "merge")
+    parser.set_defaults(handler=main_merge)
 
 
 def main_merge(args: argparse.Namespace) -> int:

@@ -390,7 +390,8 @@ def sizes(wheels: list[Path]) -> list[tuple[str, int, int]]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The build's settings (buildsys.settings: KERNELPACK_BUILD_* apply as for ``pip wheel``),
-    --out for the wheels, and --merge."""
+    --out for the wheels, and --merge; the handler, main_wheels."""
+    parser.set_defaults(handler=main_wheels)
     add_settings_arguments(parser, "wheels")
     parser.add_argument(
         "--merge",

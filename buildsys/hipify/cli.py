@@ -39,7 +39,9 @@ class FileResult:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``hipify`` subcommand's arguments (buildsys.cli names the subcommand)."""
+    """The ``hipify`` subcommand's arguments (buildsys.cli names the subcommand), and its
+    handler, main_hipify."""
+    parser.set_defaults(handler=main_hipify)
     parser.add_argument(
         "sources", nargs="+", type=Path, metavar="SRC", help="CUDA files or folders"
     )
