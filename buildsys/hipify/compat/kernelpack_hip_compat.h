@@ -202,24 +202,16 @@ __host__ __device__ inline int KP_COMPAT(__dp4a)(int a, int b, int c) {
 #if defined(KP_SIGNED_DOT4)
   return KP_SIGNED_DOT4(a, b, c);
 #else
-  using L = kernelpack_compat::Lanes<8>;
-  unsigned acc = static_cast<unsigned>(c);
-  for (int lane = 0; lane < 4; ++lane) {
-    acc += static_cast<unsigned>(L::s(static_cast<unsigned>(a), lane) * L::s(static_cast<unsigned>(b), lane));
-  }
-  return static_cast<int>(acc);
+  const unsigned products = kernelpack_compat::lane_sum<8, true>(
+      static_cast<unsigned>(a), static_cast<unsigned>(b), [](int x, int y) { return x * y; });
+  return static_cast<int>(static_cast<unsigned>(c) + products);  // wrapping, as dp4a does
 #endif
 }
 __host__ __device__ inline unsigned KP_COMPAT(__dp4a)(unsigned a, unsigned b, unsigned c) {
 #if defined(KP_UNSIGNED_DOT4)
   return KP_UNSIGNED_DOT4(a, b, c);
 #else
-  using L = kernelpack_compat::Lanes<8>;
-  unsigned acc = c;
-  for (int lane = 0; lane < 4; ++lane) {
-    acc += static_cast<unsigned>(L::u(a, lane)) * static_cast<unsigned>(L::u(b, lane));
-  }
-  return acc;
+  return c + kernelpack_compat::lane_sum<8, false>(a, b, [](int x, int y) { return x * y; });
 #endif
 }
 __host__ __device__ inline int KP_COMPAT(__dp4a)(char4 a, char4 b, int c) {
