@@ -165,7 +165,7 @@ def _read_record(path: Path) -> tuple[dict[str, Any], str] | None:
 
 
 def cached_version(project: Path, cache_dir: Path, compute: Callable[[Path], str]) -> str:
-    """``compute(project)`` (buildsys.settings.package_version), or the version it gave an
+    """``compute(project)`` (buildsys.project.package_version), or the version it gave an
     earlier build whose git state was the same as now."""
     folders = git_folders(project)
     if folders is None:

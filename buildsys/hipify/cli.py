@@ -175,10 +175,7 @@ def quoted_includes(text: str) -> list[str]:
     """The names of a text's ``#include "..."`` directives, in order (tokens: none from comments)."""
     view = SourceView(text)
     names: list[str] = []
-    for directive in view.directives:
-        if directive.name != "include":
-            continue
-        sig = view.sig_in(directive.start, directive.end)
+    for _, sig in view.directives_named("include"):
         if len(sig) >= 3 and view.tokens[sig[2]].kind is Kind.STRING:
             token = view.tokens[sig[2]].text
             if token.startswith('"') and token.endswith('"') and len(token) > 2:

@@ -64,10 +64,7 @@ class MaskKind(Enum):
 def full_mask_names(view: SourceView) -> frozenset[str]:
     """Names the file defines as a full lane mask: ``#define FULL 0xffffffff``, ``mask = ~0u``."""
     names: set[str] = set()
-    for directive in view.directives:
-        if directive.name != "define":
-            continue
-        sig = view.sig_in(directive.start, directive.end)
+    for _, sig in view.directives_named("define"):
         if (
             len(sig) >= 4
             and view.tokens[sig[2]].kind is Kind.IDENT
@@ -465,10 +462,7 @@ def _mask_literals(view: SourceView, full_names: frozenset[str]) -> Iterator[Fin
 
 def _warp_size_definitions(view: SourceView) -> Iterator[Finding]:
     """``#define WARP_SIZE 32``, ``constexpr int kWarpSize = 32``, ``int WarpSize = 32`` (template)."""
-    for directive in view.directives:
-        if directive.name != "define":
-            continue
-        sig = view.sig_in(directive.start, directive.end)
+    for _, sig in view.directives_named("define"):
         if len(sig) >= 4 and _WARP_NAME_RE.search(view.tokens[sig[2]].text):
             values = [k for k in sig[3:] if view.tokens[k].text not in ("(", ")")]
             if len(values) == 1 and literal_value(view.tokens[values[0]].text) == 32:
