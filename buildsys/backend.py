@@ -48,6 +48,7 @@ from .packaging import (
     wheel_file,
     with_package_entry_point,
 )
+from .project import check_inside_project
 from .provenance import source_state
 from .report import failure_error
 from .settings import (
@@ -55,7 +56,6 @@ from .settings import (
     OPTIONS,
     OPTIONS_BY_NAME,
     BuildSettings,
-    check_inside_project,
     check_writable_folder,
     project_config,
     resolve_settings,

@@ -25,22 +25,15 @@ from kernelpack.formats.index import KernelParam
 from kernelpack.loader.images import KINDS_OF_VENDOR
 
 from .cache import BuildCache
-from .discovery import (
-    ImageKernels,
-    ObjectKernel,
-    check_missing,
-    demangle,
-    find_demangler,
-    missing_kernels,
-    name_kernels,
-    unit_tags,
-)
+from .demangling import demangle, find_demangler
+from .discovery import ImageKernels, ObjectKernel, name_kernels
 from .errors import BuildError, HipifyError, ToolchainError
 from .findings import Finding, blocking, explaining, files_of, hip_cuda_path, parse_findings
 from .hipify.compat import COMPAT_DIR
 from .index_writer import BuiltImage, ModuleSources, package_files, shard_manifest, write_output
 from .jobs import BuildResult, Job, Outcome, check_linkable, hip_main
 from .matrix import Matrix, MatrixTarget, load_matrix
+from .missing_kernels import check_missing, missing_kernels
 from .modules import (
     EXTRA_INCLUDE_DIR,
     INCLUDE_DIR,
@@ -54,8 +47,10 @@ from .names import check_shell_path
 from .report import failure_error, print_summary
 from .scheduler import JobPlan, run_jobs
 from .settings import OPTIONS_BY_NAME, BuildSettings, check_writable_folder, resolve_settings
+from .settings import add_arguments as add_settings_arguments
 from .toolchain import Toolchain, amd_toolchain, cuda_toolchain
 from .trees import SourceTrees, hipify_tree, scratch_folder, scratch_root
+from .unit_symbols import unit_tags
 
 
 def build(settings: BuildSettings, *, progress: bool = True) -> BuildResult:
@@ -375,6 +370,12 @@ def _check_buildable(toolchain: Toolchain, targets: Sequence[str]) -> None:
             f"{toolchain.name} {toolchain.version} cannot build {', '.join(missing)}; "
             "leave them out with --targets, or use a newer toolchain (`python -m buildsys toolchain`)"
         )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``build`` subcommand's arguments (buildsys.settings), and its handler, main_build."""
+    add_settings_arguments(parser, "build")
+    parser.set_defaults(handler=main_build)
 
 
 def main_build(args: argparse.Namespace) -> int:

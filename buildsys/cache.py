@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,18 @@ def key_of(value: object) -> str:
     """A stable hash of a JSON-able value (sorted keys, no whitespace)."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return sha256_hex(text.encode())
+
+
+def stored_record(text: str | bytes, keys: Collection[str]) -> dict[str, Any] | None:
+    """The JSON object a record read back from the cache holds, when its keys are exactly
+    ``keys``; None for anything else. The cache folder is untrusted input (docs/security.md):
+    what is not the shape written is read as absent, and the work is done again. The caller
+    checks the values."""
+    try:
+        record = json.loads(text)
+    except ValueError:  # not JSON, or bytes that are not UTF-8
+        return None
+    return record if isinstance(record, dict) and set(record) == set(keys) else None
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ lines in CI and JSON with ``--json``; errors are one line with exit status 1 (wo
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kernelpack._console import add_version, print_json, print_table, program_name, run_cli
@@ -16,8 +16,6 @@ from kernelpack._console import add_version, print_json, print_table, program_na
 from . import toolchain as tc
 from .matrix import load_matrix
 from .settings import add_arguments, resolve_settings
-
-Arguments = Callable[[argparse.ArgumentParser], None]
 
 
 class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
@@ -28,11 +26,11 @@ class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._pending: dict[str, Arguments] = {}
+        self._pending: set[str] = set()
 
-    def add_command(self, name: str, arguments: Arguments, **kwargs: Any) -> None:
+    def add_command(self, name: str, **kwargs: Any) -> None:
         self.add_parser(name, **kwargs)
-        self._pending[name] = arguments
+        self._pending.add(name)
 
     def __call__(
         self,
@@ -43,7 +41,8 @@ class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
     ) -> None:
         if isinstance(values, Sequence) and values and values[0] in self._pending:
             name = str(values[0])
-            self._pending.pop(name)(self._name_parser_map[name])
+            self._pending.remove(name)
+            _subcommand_arguments(name, self._name_parser_map[name])
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -65,87 +64,50 @@ def _parser() -> argparse.ArgumentParser:
         dest="command", required=True, metavar="COMMAND", action=_Commands
     )
     assert isinstance(commands, _Commands)
+    commands.add_command("matrix", help="validate arch_matrix.toml and list its targets")
     commands.add_command(
-        "matrix", _matrix_arguments, help="validate arch_matrix.toml and list its targets"
+        "toolchain", help="find (or provision) the compilers and say which targets each builds"
     )
     commands.add_command(
-        "toolchain",
-        _toolchain_arguments,
-        help="find (or provision) the compilers and say which targets each builds",
+        "build", help="compile the device code (cached, parallel) and write the embedded index"
     )
-    commands.add_command(
-        "build",
-        _build_arguments,
-        help="compile the device code (cached, parallel) and write the embedded index",
-    )
-    commands.add_command(
-        "merge", _merge_arguments, help="recombine per-target shards into one output"
-    )
+    commands.add_command("merge", help="recombine per-target shards into one output")
     commands.add_command(
         "hipify",
-        _hipify_arguments,
         help="translate CUDA sources to HIP and report where they assume 32-lane warps",
         description="Translate CUDA sources to HIP. Diagnostics: file:line:col: severity[code]: "
         "message; silence a reviewed line with // hipify: allow(<code>) or allow(wave32).",
     )
-    commands.add_command(
-        "wheels", _wheels_arguments, help="build the fat and split wheels into dist/"
-    )
+    commands.add_command("wheels", help="build the fat and split wheels into dist/")
     commands.add_command(
         "export",
-        _export_arguments,
         help="build, then write the modules as Rust (kernels.rs) or C (kernels.h, kernels.c)",
         conflict_handler="resolve",
     )
     return parser
 
 
-# Each subcommand's module is imported by its arguments function, when it runs (see _Commands).
-
-
-def _matrix_arguments(parser: argparse.ArgumentParser) -> None:
-    add_arguments(parser, "matrix")
-    parser.set_defaults(handler=_matrix)
-
-
-def _toolchain_arguments(parser: argparse.ArgumentParser) -> None:
-    add_arguments(parser, "toolchain")
-    parser.set_defaults(handler=_toolchain)
-
-
-def _build_arguments(parser: argparse.ArgumentParser) -> None:
-    from . import build  # deferred: a subcommand's module, imported when it runs
-
-    add_arguments(parser, "build")
-    parser.set_defaults(handler=build.main_build)
-
-
-def _merge_arguments(parser: argparse.ArgumentParser) -> None:
-    from . import merge  # deferred: a subcommand's module, imported when it runs
-
-    merge.add_arguments(parser)
-    parser.set_defaults(handler=merge.main_merge)
-
-
-def _hipify_arguments(parser: argparse.ArgumentParser) -> None:
-    from .hipify import cli  # deferred: a subcommand's module, imported when it runs
-
-    cli.add_arguments(parser)
-    parser.set_defaults(handler=cli.main_hipify)
-
-
-def _wheels_arguments(parser: argparse.ArgumentParser) -> None:
-    from . import wheels  # deferred: a subcommand's module, imported when it runs
-
-    wheels.add_arguments(parser)
-    parser.set_defaults(handler=wheels.main_wheels)
-
-
-def _export_arguments(parser: argparse.ArgumentParser) -> None:
-    from .export import command  # deferred: a subcommand's module, imported when it runs
-
-    command.add_arguments(parser)
-    parser.set_defaults(handler=command.main_export)
+def _subcommand_arguments(name: str, parser: argparse.ArgumentParser) -> None:
+    """Subcommand ``name``'s arguments and handler on ``parser``: matrix's and toolchain's are
+    this module's; every other subcommand's module is imported here, when it runs (_Commands)."""
+    if name in ("matrix", "toolchain"):
+        add_arguments(parser, name)
+        parser.set_defaults(handler=_matrix if name == "matrix" else _toolchain)
+        return
+    # each import below is deferred: a subcommand's module, imported when it runs
+    if name == "build":
+        from .build import add_arguments as arguments  # deferred: see above
+    elif name == "merge":
+        from .merge import add_arguments as arguments  # deferred: see above
+    elif name == "hipify":
+        from .hipify.cli import add_arguments as arguments  # deferred: see above
+    elif name == "wheels":
+        from .wheels import add_arguments as arguments  # deferred: see above
+    elif name == "export":
+        from .export.command import add_arguments as arguments  # deferred: see above
+    else:
+        raise AssertionError(f"subcommand {name} has no arguments function")
+    arguments(parser)
 
 
 def _matrix(args: argparse.Namespace) -> int:

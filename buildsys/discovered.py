@@ -20,7 +20,7 @@ from typing import Any, cast
 import kernelpack
 from kernelpack.formats.index import KernelResources
 
-from .cache import BuildCache, key_of, sha256_hex
+from .cache import BuildCache, key_of, sha256_hex, stored_record
 from .discovery import ObjectKernel, object_kernels
 
 _NAMESPACE = "discovery"
@@ -70,11 +70,8 @@ def cached_object_kernels(
 def _parse(text: str) -> tuple[str, list[ObjectKernel]] | None:
     """A stored record, or None for anything but the exact shape :func:`cached_object_kernels`
     writes."""
-    try:
-        record: Any = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(record, dict) or set(record) != {"target", "kernels"}:
+    record = stored_record(text, ("target", "kernels"))
+    if record is None:
         return None
     target, rows = record["target"], record["kernels"]
     if not isinstance(target, str) or not isinstance(rows, list):

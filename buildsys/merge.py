@@ -23,7 +23,6 @@ from kernelpack.errors import UsageError
 from kernelpack.formats.index import Index, KernelParam
 
 from .cache import sha256_hex
-from .discovery import absent_targets, check_missing
 from .index_writer import (
     INDEX_FILE,
     SHARD_FILE,
@@ -35,6 +34,7 @@ from .index_writer import (
     write_output,
 )
 from .matrix import load_matrix
+from .missing_kernels import absent_targets, check_missing
 from .settings import add_arguments as add_settings_arguments
 from .settings import check_writable_folder, resolve_settings
 
@@ -238,9 +238,11 @@ def _read_checked(folder: Path, relative: str, digest: str) -> bytes:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The shard folders, then the settings merge shares with build (buildsys.settings)."""
+    """The shard folders, then the settings merge shares with build (buildsys.settings); the
+    handler, main_merge."""
     parser.add_argument("shards", nargs="+", type=Path, metavar="SHARD", help="shard folders")
     add_settings_arguments(parser, "merge")
+    parser.set_defaults(handler=main_merge)
 
 
 def main_merge(args: argparse.Namespace) -> int:

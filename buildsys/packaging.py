@@ -43,7 +43,8 @@ from .metadata import (
     core_metadata,
     shown,
 )
-from .settings import BuildSettings, check_inside_project, package_version, read_pyproject
+from .project import check_inside_project, package_version, read_pyproject
+from .settings import BuildSettings
 
 RUNTIME_DISTRIBUTION = "kernelpack"
 RUNTIME_PACKAGE = "kernelpack"

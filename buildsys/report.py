@@ -13,9 +13,9 @@ from typing import Any
 from kernelpack._console import print_json, print_table, use_rich
 from kernelpack.formats.index import KernelResources
 
-from .discovery import absent_targets
 from .errors import BuildError
 from .jobs import BuildResult, Job, Outcome
+from .missing_kernels import absent_targets
 
 
 class Reporter:

@@ -40,7 +40,7 @@ from typing import Any
 
 from kernelpack.files.atomic import atomic_write
 
-from .cache import key_of
+from .cache import key_of, stored_record
 from .metadata import checked_version
 
 _NAMESPACE = "version"
@@ -148,10 +148,10 @@ def _read_record(path: Path) -> tuple[dict[str, Any], str] | None:
     """A stored (state, version), or None for anything but the shape :func:`cached_version`
     writes."""
     try:
-        record = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        record = stored_record(path.read_bytes(), ("state", "version"))
+    except OSError:
         return None
-    if not (isinstance(record, dict) and set(record) == {"state", "version"}):
+    if record is None:
         return None
     state, version = record["state"], record["version"]
     if not (isinstance(state, dict) and isinstance(version, str)):
@@ -165,7 +165,7 @@ def _read_record(path: Path) -> tuple[dict[str, Any], str] | None:
 
 
 def cached_version(project: Path, cache_dir: Path, compute: Callable[[Path], str]) -> str:
-    """``compute(project)`` (buildsys.settings.package_version), or the version it gave an
+    """``compute(project)`` (buildsys.project.package_version), or the version it gave an
     earlier build whose git state was the same as now."""
     folders = git_folders(project)
     if folders is None:

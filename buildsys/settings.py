@@ -17,9 +17,10 @@ Precedence, later wins:
 
 Each option is declared once, in :data:`OPTIONS`: its command-line flag, environment variable and
 config key are derived from its name, and it says which commands take it. An unknown key in the
-config, or a value of the wrong type anywhere, is a UsageError (exit 2) naming where it came from.
-The project folder (``--project``, default: :func:`default_project`) comes from the command line
-or the environment only, since it says where the config is.
+config, or a value of the wrong type anywhere, is a UsageError (exit 2) naming where it came from
+(each option's type reads its value: buildsys.setting_types). The project folder (``--project``,
+default: buildsys.project.default_project) comes from the command line or the environment only,
+since it says where the config is.
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ import argparse
 import difflib
 import os
 import sys
-import tomllib
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -37,13 +37,30 @@ from typing import Any
 from kernelpack.errors import UsageError
 from kernelpack.files.paths import user_cache_folder
 from kernelpack.loader.images import IMAGE_KINDS
-from kernelpack.targets import parse_target
 
 from . import REPO_ROOT
-from .errors import ProjectError
-from .metadata import checked_version
-from .names import check_define, check_flag
+from .project import (
+    check_inside_project,
+    default_project,
+    default_project_words,
+    package_version,
+    read_pyproject,
+)
 from .scm_version import cached_version
+from .setting_types import (
+    COMPILE_FLAGS,
+    DEFINES,
+    JOBS,
+    KERNEL_LISTS,
+    PATH,
+    PATHS,
+    SWITCH,
+    TARGETS,
+    TEXT,
+    VENDOR,
+    VERSION,
+    ValueType,
+)
 
 ENV_PREFIX = "KERNELPACK_BUILD_"
 CONFIG_TABLE = "tool.kernelpack"
@@ -60,35 +77,6 @@ PROJECT_LAYOUT = {
     "sources": "kernel_sources",
     "matrix": "arch_matrix.toml",
 }
-
-
-def package_version(project: Path = REPO_ROOT) -> str:
-    """The version the wheels will carry: setuptools-scm's (as scikit-build-core computes it),
-    else pyproject's fallback_version where there is no git checkout or no setuptools-scm.
-
-    Whichever it is, it must be a PEP 440 version (it names files): it is returned normalised, and
-    anything else is a ProjectError naming where it came from."""
-    path = project / "pyproject.toml"
-    data = read_pyproject(project)
-    table = data.get("project", {})
-    if isinstance(table, dict) and "version" in table:
-        static = table["version"]
-        if not isinstance(static, str):
-            raise ProjectError(f'{path}: project.version = {static!r}: expected a string, "1.0.0"')
-        return checked_version(static, f"{path}: project.version")
-    fallback = checked_version(
-        str(data.get("tool", {}).get("setuptools_scm", {}).get("fallback_version", "0.0.0")),
-        f"{path}: tool.setuptools_scm.fallback_version",
-    )
-    try:
-        from setuptools_scm import get_version  # deferred: a build requirement only
-    except ImportError:
-        return fallback
-    try:
-        version: str = get_version(root=str(project), fallback_version=fallback)
-    except (LookupError, OSError):
-        return fallback
-    return checked_version(version, f"{project}: the version setuptools-scm gives (git tags)")
 
 
 def environment_epoch(environ: Mapping[str, str] | None = None) -> int | None:
@@ -155,146 +143,6 @@ class BuildSettings:
         return self.package_version or cached_version(self.project, self.cache_dir, package_version)
 
 
-# ---------------------------------------------------------------------------------------------
-# Value types: each reads a text (command line, environment) and a TOML value (config).
-
-
-def _text_list(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-@dataclass(frozen=True)
-class _Type:
-    """How an option's value is read: ``parse(value, where, base)``, where value is a text from
-    the command line or the environment (base: the current folder) or a TOML value from the
-    config (base: the project folder)."""
-
-    metavar: str | None  # None: an on/off switch (--x / --no-x)
-    parse: Callable[[object, str, Path], object]
-
-
-def _expect(value: object, kind: type, where: str, expected: str) -> None:
-    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
-        raise UsageError(f"{where}: {value!r}: expected {expected}")
-
-
-def _as_text(value: object, where: str, base: Path) -> str:
-    _expect(value, str, where, "a string")
-    assert isinstance(value, str)
-    return value
-
-
-def _as_path(value: object, where: str, base: Path) -> Path:
-    text = _as_text(value, where, base)
-    if not text:
-        raise UsageError(f"{where}: an empty path; name a folder or file")
-    return base / Path(text).expanduser()
-
-
-def _as_list(value: object, where: str, base: Path) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return tuple(_text_list(value))
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise UsageError(f"{where}: {value!r}: expected a list of strings")
-    return tuple(value)
-
-
-def _as_targets(value: object, where: str, base: Path) -> tuple[str, ...]:
-    targets = _as_list(value, where, base)
-    if not targets:
-        raise UsageError(f"{where}: no target given; name targets like gfx942,sm_90")
-    return targets
-
-
-def _as_paths(value: object, where: str, base: Path) -> tuple[Path, ...]:
-    return tuple(_as_path(text, where, base) for text in _as_list(value, where, base))
-
-
-def _as_defines(value: object, where: str, base: Path) -> tuple[str, ...]:
-    defines = _as_list(value, where, base)
-    for define in defines:
-        check_define(define, where)
-    return defines
-
-
-def _as_flags(value: object, where: str, base: Path) -> tuple[str, ...]:
-    flags = _as_list(value, where, base)
-    for flag in flags:
-        check_flag(flag, where)
-    return flags
-
-
-def _as_version(value: object, where: str, base: Path) -> str:
-    return checked_version(_as_text(value, where, base), where)
-
-
-def _as_vendor(value: object, where: str, base: Path) -> str:
-    text = _as_text(value, where, base)
-    if text not in ("amd", "nvidia"):
-        raise UsageError(f"{where}: {text!r}: expected amd or nvidia")
-    return text
-
-
-def _as_jobs(value: object, where: str, base: Path) -> int:
-    number = int(value) if isinstance(value, str) and value.isdigit() else value
-    if not isinstance(number, int) or isinstance(number, bool) or number < 1:
-        raise UsageError(f"{where}: {value!r}: expected a positive number of jobs")
-    return number
-
-
-_SWITCH_WORDS = {"1": True, "true": True, "yes": True, "on": True}
-_SWITCH_WORDS |= {"0": False, "false": False, "no": False, "off": False}
-
-
-def _as_switch(value: object, where: str, base: Path) -> bool:
-    if isinstance(value, str):
-        if value.lower() not in _SWITCH_WORDS:
-            raise UsageError(f"{where}: {value!r}: expected 1 or 0")
-        return _SWITCH_WORDS[value.lower()]
-    _expect(value, bool, where, "true or false")
-    assert isinstance(value, bool)
-    return value
-
-
-def _as_kernel_lists(value: object, where: str, base: Path) -> dict[str, tuple[str, ...]]:
-    """``{module = ["kernel", ...]}`` in the config; "module=kernel;module=kernel" as text (kernel
-    names hold commas: ``k<float, 2>``). A key may name targets, ``"module@sm_80,compute_80"``, and
-    keys and kernels may be patterns (buildsys.discovery.allowed_on)."""
-    if isinstance(value, str):
-        table: dict[str, list[str]] = {}
-        for entry in (part.strip() for part in value.split(";")):
-            module, equals, kernel = entry.partition("=")
-            if entry and (not equals or not module.strip() or not kernel.strip()):
-                raise UsageError(f"{where}: {entry!r}: expected module=kernel;module=kernel")
-            if entry:
-                table.setdefault(module.strip(), []).append(kernel.strip())
-        value = table
-    if not isinstance(value, dict) or not all(
-        isinstance(k, list) and all(isinstance(n, str) and n for n in k) for k in value.values()
-    ):
-        raise UsageError(f'{where}: {value!r}: expected a table {{module = ["kernel", ...]}}')
-    for key in value:  # "module@sm_80,compute_80": a target that is no pattern must be one
-        for target in key.partition("@")[2].split(",") if "@" in key else ():
-            if not target.strip() or not any(c in target for c in "*?["):
-                try:
-                    parse_target(target.strip())
-                except UsageError as error:
-                    raise UsageError(f"{where}: {key!r}: {error}") from None
-    return {module: tuple(kernels) for module, kernels in sorted(value.items())}
-
-
-TEXT = _Type("TEXT", _as_text)
-VERSION = _Type("VERSION", _as_version)
-KERNEL_LISTS = _Type("MODULE=KERNEL;...", _as_kernel_lists)
-PATH = _Type("PATH", _as_path)
-TARGETS = _Type("T,...", _as_targets)
-DEFINES = _Type("NAME[=VALUE],...", _as_defines)
-PATHS = _Type("DIR,...", _as_paths)
-VENDOR = _Type("VENDOR", _as_vendor)
-JOBS = _Type("N", _as_jobs)
-SWITCH = _Type(None, _as_switch)
-
-
 @dataclass(frozen=True)
 class Option:
     """One setting: its BuildSettings field, how it is read, which commands take it, its help.
@@ -306,7 +154,7 @@ class Option:
     """
 
     name: str
-    type: _Type
+    type: ValueType
     commands: frozenset[str]
     help: str
     flag: str = ""
@@ -363,7 +211,7 @@ OPTIONS: tuple[Option, ...] = (
 OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
 # Config keys renamed, still read: the old name, with a notice, stands for the new one.
 RENAMED_CONFIG_KEYS = {"out": "device-dir"}
-_MODULE_KEYS = {"flags": _as_flags, "defines": _as_defines, "include-dirs": _as_paths}
+_MODULE_KEYS = {"flags": COMPILE_FLAGS, "defines": DEFINES, "include-dirs": PATHS}
 _FIELDS = {f.name for f in fields(BuildSettings)}
 assert all(option.name in _FIELDS for option in OPTIONS), "an option without a settings field"
 
@@ -388,24 +236,6 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                 option.option_flag, dest=option.name, help=help_text, metavar=option.type.metavar
             )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def read_pyproject(project: Path) -> dict[str, Any]:
-    path = project / "pyproject.toml"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(
-            f"{project}: not a kernel project (no pyproject.toml); name one with --project DIR"
-        ) from None
-    except OSError as error:
-        raise UsageError(f"{path}: cannot read: {error.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not UTF-8 text") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise UsageError(f"{path}: not valid TOML: {error}") from None
 
 
 def project_config(project: Path) -> dict[str, Any]:
@@ -476,7 +306,7 @@ def _module_flags(value: object, where: str, project: Path) -> dict[str, ModuleF
                     f"{where}.{module}: unknown key {key}; known: {', '.join(sorted(_MODULE_KEYS))}"
                     f"{did_you_mean(key, _MODULE_KEYS)}"
                 )
-            parts[key.replace("-", "_")] = _MODULE_KEYS[key](
+            parts[key.replace("-", "_")] = _MODULE_KEYS[key].parse(
                 item, f"{where}.{module}.{key}", project
             )
         modules[module] = ModuleFlags(**parts)
@@ -529,19 +359,6 @@ def resolve_settings(
     return BuildSettings(**values)
 
 
-def check_inside_project(project: Path, path: Path, where: str, remedy: str) -> Path:
-    """``path`` resolved (links followed), which must be ``project`` or inside it: else a
-    ProjectError naming ``where`` and ``remedy``. What a project names is read, written or
-    published by the build; outside the project it could be anything the user can reach."""
-    root = project.resolve()
-    resolved = path.resolve()
-    if not resolved.is_relative_to(root):
-        raise ProjectError(
-            f"{where}: {path} leads outside the project {root} (to {resolved}); {remedy}"
-        )
-    return resolved
-
-
 def _check_project_paths(project: Path, name: str, value: object) -> None:
     """The paths of one setting the project supplied, each inside the project."""
     pyproject = project / "pyproject.toml"
@@ -569,23 +386,6 @@ def _check_project_paths(project: Path, name: str, value: object) -> None:
             f"a project's paths stay inside it: name one there, or give {option.option_flag} "
             f"({option.environment}) yourself",
         )
-
-
-def _runs_from_checkout() -> bool:
-    return (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "kernel_sources").is_dir()
-
-
-def default_project() -> Path:
-    """The project when none is named: this checkout where the builder runs from one, else the
-    current folder (the builder installed as kernelpack-buildsys)."""
-    return REPO_ROOT if _runs_from_checkout() else Path.cwd()
-
-
-def default_project_words() -> str:
-    """:func:`default_project` as ``--help`` says it: what this builder will take, not both."""
-    if _runs_from_checkout():
-        return f"kernelpack's own checkout, {REPO_ROOT}, which this builder runs from"
-    return "the current folder"
 
 
 def check_writable_folder(path: Path, name: str) -> None:

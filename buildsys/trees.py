@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cache import BuildCache, key_of, sha256_hex
+from .cache import BuildCache, key_of, sha256_hex, stored_record
 from .hipify.compat import compat_headers  # the HIP compatibility layer, in the include folder
 from .jobs import hip_main
 from .modules import INCLUDE_DIR, KernelModule, SourceTree
@@ -198,11 +198,8 @@ def hipify_tree(
 def _whole_tree_record(text: str) -> dict[str, Any] | None:
     """A stored whole-tree record, or None for anything but the shape _hipify_files returns
     (the cache folder is untrusted input: docs/security.md)."""
-    try:
-        record = json.loads(text)
-    except ValueError:
-        return None
-    if not (isinstance(record, dict) and set(record) == {"files", "diagnostics"}):
+    record = stored_record(text, ("files", "diagnostics"))
+    if record is None:
         return None
     files, diagnostics = record["files"], record["diagnostics"]
     if not (isinstance(files, dict) and isinstance(diagnostics, list)):

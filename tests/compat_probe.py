@@ -38,6 +38,8 @@ _MACRO_NAMES: dict[str, Callable[[str], list[str]]] = {
     "KP_MIXED_MIN_MAX": lambda first: ["min", "max"],
     "KP_MULTI_WARP_TILE": lambda first: [f"tiled_partition<{first}>"],
     "KP_TILE_SHUFFLE_TYPES": lambda first: [f"tile.shfl<{first}>"],
+    # kernelpack_compat::any_shfl...: what the tile shuffles above are made of, no CUDA name
+    "KP_ANY_SHUFFLE": lambda first: [],
 }
 _INVOCATION = re.compile(r"\b(KP_[A-Z0-9_]+)\(\s*(\w+)")  # a macro and its first argument
 _DIRECT = re.compile(r"\bKP_COMPAT\((\w+)\)\s*\(")

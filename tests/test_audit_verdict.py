@@ -9,7 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from buildsys.wheels import audit_verdict
+from buildsys.wheel_audit import audit_verdict
 
 OBJECTS = Path(__file__).parent / "fixtures" / "objects"
 

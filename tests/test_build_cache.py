@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from buildsys.cache import BuildCache
+from buildsys.cache import BuildCache, stored_record
 from buildsys.index_writer import (
     BuiltImage,
     ModuleSources,
@@ -45,6 +45,29 @@ def test_lookup_hits_only_while_every_dependency_hashes_the_same(tmp_path: Path)
     gone = {"m/m.hip": current["m/m.hip"]}
     assert cache.lookup("job", gone.get) is None  # a dependency that vanished is a miss
     assert cache.lookup("other job", current.get) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"a": 1, "b": [2]}', {"a": 1, "b": [2]}),
+        (b'{"b": null, "a": "x"}', {"a": "x", "b": None}),  # bytes, keys in any order
+        ('{"a": 1}', None),  # a key missing
+        ('{"a": 1, "b": 2, "c": 3}', None),  # a key too many
+        ('[["a", 1], ["b", 2]]', None),  # not an object
+        ('"ab"', None),
+        ('{"a": 1, "b": 2', None),  # cut short
+        ("", None),
+        (b'{"a": "\xff", "b": 1}', None),  # not UTF-8
+    ],
+)
+def test_a_stored_record_is_an_object_of_exactly_its_keys(
+    text: str | bytes, expected: dict[str, object] | None
+) -> None:
+    """The reader every cache record goes through (demangling, discovery, trees, the version):
+    the cache folder is untrusted, so anything but an object of exactly the keys written reads
+    as absent, never as an exception."""
+    assert stored_record(text, ("a", "b")) == expected
 
 
 def test_a_damaged_object_is_a_miss_not_a_wrong_object(tmp_path: Path) -> None:

@@ -18,16 +18,10 @@ import pytest
 from build_project import make_project
 
 from buildsys import REPO_ROOT
-from buildsys.discovery import (
-    Demangled,
-    check_missing,
-    cuda_spelling,
-    demangle,
-    find_demangler,
-    split_demangled,
-)
+from buildsys.demangling import Demangled, cuda_spelling, demangle, find_demangler, split_demangled
 from buildsys.errors import BuildError
 from buildsys.index_writer import read_index
+from buildsys.missing_kernels import check_missing
 from buildsys.report import failure_error, kernel_rows
 from buildsys.settings import add_arguments, resolve_settings
 from kernelpack.formats import read_bundle, read_code_object, read_cubin, read_ptx

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 import kernelpack
-from buildsys import REPO_ROOT, discovered, discovery, hipify, index_writer, scm_version, toolchain
+from buildsys import REPO_ROOT, demangling, discovered, hipify, index_writer, scm_version, toolchain
 from buildsys.cache import BuildCache
-from buildsys.discovery import demangle, find_demangler
+from buildsys.demangling import demangle, find_demangler
 from buildsys.modules import read_tree
-from buildsys.settings import package_version
+from buildsys.project import package_version
 from buildsys.trees import hipify_tree
 from kernelpack.formats import compress_bundle, write_bundle
 
@@ -185,7 +185,7 @@ def test_a_folder_that_is_no_checkout_top_is_not_cached(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# c++filt's output (buildsys.discovery.demangle)
+# c++filt's output (buildsys.demangling.demangle)
 
 SYMBOLS = ["_Z6kernelPfi", "_ZN3mlp6swigluIfEEvPKT_S3_PS1_x", "plain_c_kernel"]
 
@@ -198,13 +198,13 @@ def test_demangling_is_cached_by_symbols_and_demangler(
     expected = demangle(SYMBOLS, command)  # no cache: c++filt itself
     assert demangle(SYMBOLS, command, cache) == expected
     runs: list[tuple[str, ...]] = []
-    real = discovery._run_filter
+    real = demangling._run_filter
 
     def counted(*args: object) -> list[str]:
         runs.append(tuple(map(str, args[2:])))
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(discovery, "_run_filter", counted)
+    monkeypatch.setattr(demangling, "_run_filter", counted)
     assert demangle(SYMBOLS, command, cache) == expected
     assert runs == []
     more = [*SYMBOLS, "_Z5otheri"]

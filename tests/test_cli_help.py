@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from buildsys import REPO_ROOT, settings
+from buildsys import REPO_ROOT, project
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'wheels'}"}
@@ -57,12 +57,12 @@ def test_the_builders_help_describes_the_builder_of_any_project(tmp_path: Path) 
 
 
 def test_project_default_is_the_one_used(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    assert settings.default_project() == REPO_ROOT  # run from this checkout
-    assert str(REPO_ROOT) in settings.default_project_words()
-    monkeypatch.setattr(settings, "REPO_ROOT", tmp_path / "site-packages")  # installed
+    assert project.default_project() == REPO_ROOT  # run from this checkout
+    assert str(REPO_ROOT) in project.default_project_words()
+    monkeypatch.setattr(project, "REPO_ROOT", tmp_path / "site-packages")  # installed
     monkeypatch.chdir(tmp_path)
-    assert settings.default_project() == tmp_path
-    assert settings.default_project_words() == "the current folder"
+    assert project.default_project() == tmp_path
+    assert project.default_project_words() == "the current folder"
 
 
 def _installed_copy(site: Path, version: str) -> None:

@@ -5,6 +5,7 @@ from the compat header. The libraries are what buildsys.toolchain.ROOTFS_PACKAGE
 from __future__ import annotations
 
 import json
+import random
 import re
 import subprocess
 from pathlib import Path
@@ -358,6 +359,59 @@ def test_dp4a_is_one_dot_instruction_where_the_target_has_one(
             expected = {"signed": [signed], "char4": [signed]}
             expected |= {"unsigned": [unsigned], "uchar4": [unsigned]}
             assert found == expected, target
+
+
+# The lane loop of __dp4a (the targets without a dot instruction, and the host pass) on the host:
+# each overload of random operands, printed as unsigned 32-bit words.
+DOT4_HOST_PROGRAM = """\
+#include <cstdio>
+#include <hip/hip_runtime.h>
+#include <kernelpack_hip_compat.h>
+int main() {
+  unsigned a, b, c;
+  while (std::scanf("%u %u %u", &a, &b, &c) == 3) {
+    const char4 sa = __builtin_bit_cast(char4, a), sb = __builtin_bit_cast(char4, b);
+    const uchar4 ua = __builtin_bit_cast(uchar4, a), ub = __builtin_bit_cast(uchar4, b);
+    std::printf("%u %u %u %u\\n", static_cast<unsigned>(__dp4a(int(a), int(b), int(c))),
+                __dp4a(a, b, c), static_cast<unsigned>(__dp4a(sa, sb, int(c))), __dp4a(ua, ub, c));
+  }
+}
+"""
+
+
+def _dot4_exact(a: int, b: int, c: int, signed: bool) -> int:
+    """dp4a by its definition: c plus the four 8-bit lane products, modulo 2**32."""
+    lanes = [((a >> (8 * k)) & 0xFF, (b >> (8 * k)) & 0xFF) for k in range(4)]
+    if signed:
+        lanes = [(x - 256 * (x > 127), y - 256 * (y > 127)) for x, y in lanes]
+    return (c + sum(x * y for x, y in lanes)) % 2**32
+
+
+def test_dp4a_lane_loop_is_exact_on_the_host(amd_toolchain: Toolchain, tmp_path: Path) -> None:
+    """The lane loop that gfx900 and gfx1010 keep, run in the host pass, against dp4a's
+    definition in Python integers: the lanes' extremes and fresh random words."""
+    rng = random.Random()
+    seed = rng.randrange(2**32)
+    rng.seed(seed)
+    edges = [0, 1, 0x7F7F7F7F, 0x80808080, 0xFFFFFFFF, 0x01FF7F80, 0x7FFFFFFF, 0x80000000]
+    words = [(a, b, c) for a in edges for b in edges for c in (0, 0xFFFFFFFF, 0x80000000)]
+    words += [tuple(rng.randrange(2**32) for _ in range(3)) for _ in range(2000)]
+    (tmp_path / "dot4.hip").write_text(DOT4_HOST_PROGRAM)
+    argv = ["hipcc", "-x", "hip", "-std=c++17", "-O2", "--cuda-host-only", "--offload-arch=gfx900"]
+    amd_toolchain.run([*argv, "-I", str(COMPAT_DIR), "dot4.hip", "-o", "dot4"], cwd=tmp_path)
+    stdin = "".join(f"{a} {b} {c}\n" for a, b, c in words)
+    run = subprocess.run(
+        amd_toolchain.command(["./dot4"], cwd=tmp_path),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    got = [tuple(map(int, line.split())) for line in run.stdout.splitlines()]
+    want = [(_dot4_exact(a, b, c, True), _dot4_exact(a, b, c, False)) * 2 for a, b, c in words]
+    wrong = [(w, g, e) for w, g, e in zip(words, got, want, strict=True) if g != e]
+    assert len(got) == len(words) and wrong == [], f"seed {seed}: {wrong[:3]}"
 
 
 # Helpers in an anonymous namespace calling the cache-hinted accesses on types HIP declares none

@@ -21,21 +21,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from build_project import make_project
 
-from buildsys.discovery import (
-    Demangled,
-    ImageKernels,
-    ObjectKernel,
-    absent_targets,
-    as_source_spells,
-    name_kernels,
-    unit_of_tag,
-    unit_symbol,
-    unit_tags,
-)
+from buildsys.demangling import Demangled, as_source_spells
+from buildsys.discovery import ImageKernels, ObjectKernel, name_kernels
 from buildsys.errors import BuildError
 from buildsys.index_writer import read_index
+from buildsys.missing_kernels import absent_targets
 from buildsys.modules import KernelModule
 from buildsys.report import failure_error
+from buildsys.unit_symbols import unit_of_tag, unit_symbol, unit_tags
 from kernelpack.backends.rtc import Compiled, SourceCompiler, name_expression
 from kernelpack.formats import read_bundle
 from kernelpack.formats.index import KernelResources

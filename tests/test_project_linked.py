@@ -18,7 +18,7 @@ import pytest
 from builder_env import builder_env
 
 from buildsys import REPO_ROOT
-from buildsys.discovery import without_inline_namespaces
+from buildsys.demangling import without_inline_namespaces
 from buildsys.index_writer import read_index
 
 EXAMPLE = REPO_ROOT / "examples" / "vecops"

@@ -84,13 +84,8 @@ MODULES = {
 def build_package(root: Path, *, nvcc: str = "nvcc") -> Index:
     """A package folder and its index for the modules above, compiled by nvcc; the kernels
     discovered from the objects and named by the builder's own code (buildsys.discovery)."""
-    from buildsys.discovery import (
-        ImageKernels,
-        demangle,
-        find_demangler,
-        name_kernels,
-        object_kernels,
-    )
+    from buildsys.demangling import demangle, find_demangler
+    from buildsys.discovery import ImageKernels, name_kernels, object_kernels
 
     device = root / "device"
     device.mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,8 @@ from buildsys import REPO_ROOT
 from buildsys.device_groups import device_groups
 from buildsys.index_writer import read_index
 from buildsys.matrix import load_matrix
+from buildsys.wheel_audit import GPU_RUNTIME_LIBRARIES
 from buildsys.wheelfile import read_wheel, write_wheel
-from buildsys.wheels import GPU_RUNTIME_LIBRARIES
 from kernelpack.formats import read_bundle
 from kernelpack.formats.index import Index
 

@@ -36,7 +36,9 @@ LANGUAGES = ("rust", "c")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``export`` subcommand's arguments: the build's settings, with the build's --out as
-    --build-out (buildsys.cli makes the subcommand's parser with ``conflict_handler="resolve"``)."""
+    --build-out (buildsys.cli makes the subcommand's parser with ``conflict_handler="resolve"``),
+    and its handler, main_export."""
+    parser.set_defaults(handler=main_export)
     add_settings_arguments(parser, "build")
     parser.add_argument(
         "--out",

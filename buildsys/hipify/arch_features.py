@@ -262,9 +262,8 @@ def _definitions(view: SourceView) -> list[tuple[int, str]]:
     for index, token in enumerate(view.tokens):
         if token.kind is Kind.COMMENT and token.text.startswith(DROPPED_DEFINITION):
             found.append((index, token.text[len(DROPPED_DEFINITION) :].strip()))
-    for directive in view.directives:
-        sig = view.sig_in(directive.start, directive.end)
-        if directive.name == "define" and len(sig) >= 3 and view.tokens[sig[2]].kind is Kind.IDENT:
+    for _, sig in view.directives_named("define"):
+        if len(sig) >= 3 and view.tokens[sig[2]].kind is Kind.IDENT:
             found.append((sig[2], view.tokens[sig[2]].text))
     return sorted(found)
 
@@ -355,10 +354,7 @@ class FileDecisions:
 def decisions_for(view: SourceView, features: ArchFeatures) -> FileDecisions:
     ptx = ptx_tokens(view)
     dropped: dict[int, FeatureDefinition] = {}
-    for directive in view.directives:
-        if directive.name != "define":
-            continue
-        sig = view.sig_in(directive.start, directive.end)
+    for directive, sig in view.directives_named("define"):
         if len(sig) >= 3 and view.tokens[sig[2]].text in features.off:
             dropped[directive.start] = features.off[view.tokens[sig[2]].text]
     switched: dict[int, str] = {}

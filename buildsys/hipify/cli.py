@@ -39,7 +39,9 @@ class FileResult:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``hipify`` subcommand's arguments (buildsys.cli names the subcommand)."""
+    """The ``hipify`` subcommand's arguments (buildsys.cli names the subcommand), and its
+    handler, main_hipify."""
+    parser.set_defaults(handler=main_hipify)
     parser.add_argument(
         "sources", nargs="+", type=Path, metavar="SRC", help="CUDA files or folders"
     )
@@ -173,10 +175,7 @@ def quoted_includes(text: str) -> list[str]:
     """The names of a text's ``#include "..."`` directives, in order (tokens: none from comments)."""
     view = SourceView(text)
     names: list[str] = []
-    for directive in view.directives:
-        if directive.name != "include":
-            continue
-        sig = view.sig_in(directive.start, directive.end)
+    for _, sig in view.directives_named("include"):
         if len(sig) >= 3 and view.tokens[sig[2]].kind is Kind.STRING:
             token = view.tokens[sig[2]].text
             if token.startswith('"') and token.endswith('"') and len(token) > 2:

@@ -37,22 +37,10 @@ _LANE_RE = re.compile(
 # Identifiers that put a statement in warp-mask context.
 _MASK_CONTEXT_RE = re.compile(r"ballot|activemask|lane|warp|mask|vote", re.IGNORECASE)
 _WARP_NAME_RE = re.compile(r"warp", re.IGNORECASE)
-_INT32_TYPE_WORDS = frozenset(
-    {
-        "unsigned",
-        "int",
-        "uint32_t",
-        "int32_t",
-        "uint",
-        "const",
-        "static",
-        "register",
-        "std",
-        "::",
-        "volatile",
-    }
-)
+# The words of a 32-bit integer type, and with them the words a declaration or a cast may put
+# around it (``static const unsigned int``, ``std::uint32_t``).
 _INT32_CORE = frozenset({"unsigned", "int", "uint32_t", "int32_t", "uint"})
+_INT32_TYPE_WORDS = _INT32_CORE | {"const", "static", "register", "std", "::", "volatile"}
 # Operators after which (or before which) a literal is an operand worth checking, by value.
 _OPS_FOR_VALUE: dict[int, frozenset[str]] = {
     32: frozenset({"%", "/", "*", "%=", "/=", "*=", "<", "<=", ">", ">=", "==", "!="}),
@@ -76,10 +64,7 @@ class MaskKind(Enum):
 def full_mask_names(view: SourceView) -> frozenset[str]:
     """Names the file defines as a full lane mask: ``#define FULL 0xffffffff``, ``mask = ~0u``."""
     names: set[str] = set()
-    for directive in view.directives:
-        if directive.name != "define":
-            continue
-        sig = view.sig_in(directive.start, directive.end)
+    for _, sig in view.directives_named("define"):
         if (
             len(sig) >= 4
             and view.tokens[sig[2]].kind is Kind.IDENT
@@ -477,10 +462,7 @@ def _mask_literals(view: SourceView, full_names: frozenset[str]) -> Iterator[Fin
 
 def _warp_size_definitions(view: SourceView) -> Iterator[Finding]:
     """``#define WARP_SIZE 32``, ``constexpr int kWarpSize = 32``, ``int WarpSize = 32`` (template)."""
-    for directive in view.directives:
-        if directive.name != "define":
-            continue
-        sig = view.sig_in(directive.start, directive.end)
+    for _, sig in view.directives_named("define"):
         if len(sig) >= 4 and _WARP_NAME_RE.search(view.tokens[sig[2]].text):
             values = [k for k in sig[3:] if view.tokens[k].text not in ("(", ")")]
             if len(values) == 1 and literal_value(view.tokens[values[0]].text) == 32:

@@ -127,10 +127,7 @@ def report(
 def api_findings(view: SourceView, declared: frozenset[str]) -> list[Finding]:
     """Unsupported headers and names, inline PTX, CUDA names with no HIP mapping."""
     found: list[Finding] = []
-    for directive in view.directives:
-        if directive.name != "include":
-            continue
-        sig = view.sig_in(directive.start, directive.end)
+    for _, sig in view.directives_named("include"):
         header = "".join(view.tokens[i].text for i in sig[2:]).strip('<>"')
         if header in PORTABLE_HEADER_NOTICES:
             found.append(Finding(sig[2], "wmma-portable", PORTABLE_HEADER_NOTICES[header], header))

@@ -101,11 +101,9 @@ def _kernel_name_start(view: SourceView, launch: int) -> int | None:
 def declared_names(view: SourceView) -> frozenset[str]:
     """Names the file itself defines (macros, functions, variables, types): not left-over CUDA API."""
     names: set[str] = set()
-    for directive in view.directives:
-        if directive.name == "define":
-            sig = view.sig_in(directive.start, directive.end)
-            if len(sig) >= 3:
-                names.add(view.tokens[sig[2]].text)
+    for _, sig in view.directives_named("define"):
+        if len(sig) >= 3:
+            names.add(view.tokens[sig[2]].text)
     for pos in range(1, len(view.sig) - 1):
         token = view.tokens[view.sig[pos]]
         if token.kind is not Kind.IDENT:

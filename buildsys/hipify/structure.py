@@ -7,6 +7,7 @@ calls argument by argument and to ask "is this device code?" without guessing fr
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -160,6 +161,13 @@ class SourceView:
                 name = self.tokens[name_index].text
             found.append(Directive(index, end, name))
         return found
+
+    def directives_named(self, name: str) -> Iterator[tuple[Directive, list[int]]]:
+        """Each ``#<name>`` directive with its significant tokens: ``#``, the name, then what
+        the directive says (``sig[2]`` is a #define's macro, an #include's header)."""
+        for directive in self.directives:
+            if directive.name == name:
+                yield directive, self.sig_in(directive.start, directive.end)
 
     @cached_property
     def directive_at(self) -> dict[int, Directive]:

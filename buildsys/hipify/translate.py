@@ -5,13 +5,12 @@ tables (tables.py); calls whose arguments change shape (warp intrinsics, kernel-
 arguments, launches) are rewritten argument by argument, recursively, so nested calls translate
 too. Diagnostics point at the CUDA source's line and column. Output is deterministic and
 translating it again gives it back unchanged: nothing the translator emits is a CUDA name, the
-inserted include and macro are only inserted when absent, and the generated-file header line is
-kept when the input already starts with one.
+inserted includes and macros above the text are only inserted when absent (prelude.py), and the
+generated-file header line is kept when the input already starts with one.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -19,6 +18,7 @@ from .arch_features import DROPPED_DEFINITION, FeatureDefinition, decisions_for,
 from .finding import Finding
 from .hazards import MaskKind, classify_mask, full_mask_names
 from .lexer import Kind
+from .prelude import PreludeNeeds, insert_prelude
 from .reporting import is_cuda_std, ptx_call, ptx_idiom, report
 from .results import (
     GENERATED_PREFIX,
@@ -46,28 +46,22 @@ from .tables import (
     CG_SYNC_MEMBERS,
     COMPAT_CG_MEMBERS,
     COMPAT_FUNCTIONS,
-    COMPAT_HEADER,
     COMPAT_HOST_FUNCTIONS,
     COMPAT_MACROS,
     COMPAT_TILE_MEMBERS,
     CUDA_ARCH_MACRO,
     CUDA_ARCH_REPLACEMENT,
     HIP_DEVICE_PASS_MACRO,
-    HIP_RUNTIME_HEADER,
-    HIP_RUNTIME_HEADERS,
     KERNEL_POINTER_ARG,
-    LIBRARY_PRELUDE,
     QUALIFIED_RENAMES,
     REMOVED_STORAGE_CLASS,
     RENAMES,
     SOFTWARE_TEXTURE_FUNCTIONS,
     SOFTWARE_TEXTURE_HOST_CALLS,
     SYNCWARP_REPLACEMENT,
-    TEXTURE_HEADER,
     TEXTURE_NAMESPACE,
     VERSION_MACROS,
     WARP_BY_NAME,
-    WARP_SYNC_MACRO,
     WMMA_HEADER,
     header_target,
     library_prelude,
@@ -86,30 +80,8 @@ __all__ = [
     "source_sha256",
 ]
 
-# The prelude an earlier translation inserted, ended by its #line directive.
-# An earlier translation's prelude: its lines and the #line after them (not the #line that
-# follows a library prelude include, which the translation puts before a library's include)
-_LINE_AFTER_PRELUDE_RE = re.compile(
-    rf"(?:#[ \t]*(?:include|define)[^\n]*\n)*(?<!#include <{re.escape(LIBRARY_PRELUDE)}>\n)#line \d+\n"
-)
 # Directive words after which a name is a macro's name, not a use (#define register, #ifdef register)
 _MACRO_NAMING = frozenset({"define", "undef", "ifdef", "ifndef", "defined"})
-_PRAGMA_ONCE_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*\n", re.MULTILINE)
-_DEVICE_MARKERS = frozenset(
-    {
-        "__global__",
-        "__device__",
-        "__shared__",
-        "__constant__",
-        "threadIdx",
-        "blockIdx",
-        "blockDim",
-        "gridDim",
-        "__syncthreads",
-        "dim3",
-        "<<<",
-    }
-)
 
 
 def hipify_source(text: str, path: str, *, options: HipifyOptions | None = None) -> HipifyResult:
@@ -118,7 +90,16 @@ def hipify_source(text: str, path: str, *, options: HipifyOptions | None = None)
     translator = _Translator(view, path, options or HipifyOptions())
     body = translator.emit(0, len(view.tokens))
     header = "" if text.startswith(GENERATED_PREFIX) else generated_header(path, text)
-    body = translator.insert_prelude(body, header)
+    needs = PreludeNeeds(
+        translated=any(kind != "include" for kind, _, _ in translator.counts),
+        compat=translator.uses_compat,
+        texture=translator.uses_texture,
+        version_macros=frozenset(translator.version_macros),
+        warp_sync_member=translator.warp_sync_member,
+    )
+    body, warp_sync = insert_prelude(view, body, header, needs)
+    if warp_sync is not None:
+        translator.findings.append(warp_sync)
     diagnostics = report(
         view,
         path,
@@ -537,66 +518,3 @@ class _Translator:
         self._count("kernel_launch", "<<<>>>", "hipLaunchKernelGGL")
         parts = [name, *config] + ([kernel_args] if kernel_args else [])
         return "hipLaunchKernelGGL(" + ", ".join(parts) + ")", launch.close_args + 1
-
-    # ---- what goes above the translated text ----------------------------------------------
-
-    def insert_prelude(self, body: str, header: str) -> str:
-        """Add the generated-file ``header`` line, the HIP runtime include (nvcc includes
-        cuda_runtime.h implicitly, hipcc does not), HIP_ENABLE_WARP_SYNC_BUILTINS where tile
-        votes need it, each only when absent, and the CUDA version macros the source uses, as the
-        release the compat layer stands for (tables.CUDA_RELEASE_SEEN); then a ``#line`` directive, so the compiler's
-        messages about the translation name the CUDA source's lines, as hipify's findings do (a
-        compile failure is matched to the finding on its line)."""
-        view = self.view
-        lines: list[str] = []
-        defined = any(
-            d.name == "define" and WARP_SYNC_MACRO in view.range_text(d.start, d.end).split()
-            for d in view.directives
-        )
-        if self.warp_sync_member is not None and not defined:
-            lines.append(f"#define {WARP_SYNC_MACRO}\n")
-            self.findings.append(
-                Finding(
-                    self.warp_sync_member,
-                    "warp-sync-builtins",
-                    f"{WARP_SYNC_MACRO} defined: HIP 6.4 declares cooperative-groups tile votes only "
-                    "behind it (they build their own 64-bit masks)",
-                )
-            )
-        if self._needs_runtime_include(body):
-            lines.append(f"#include <{HIP_RUNTIME_HEADER}>\n")
-        for cuda_name in sorted(self.version_macros):
-            macro, value = VERSION_MACROS[cuda_name]
-            lines.append(f"#define {macro} {value}\n")
-        if (
-            self.uses_compat
-            and f"<{COMPAT_HEADER}>" not in body
-            and f'"{COMPAT_HEADER}"' not in body
-        ):
-            lines.append(f"#include <{COMPAT_HEADER}>\n")
-        if self.uses_texture and f"<{TEXTURE_HEADER}>" not in body:
-            lines.append(f"#include <{TEXTURE_HEADER}>\n")
-        if not lines and not header:
-            return body
-        prelude = "".join(lines)
-        offset = 0
-        if body.startswith(GENERATED_PREFIX):
-            offset = body.index("\n") + 1 if "\n" in body else len(body)
-        first = view.directives[0] if view.directives else None
-        if first is not None and view.range_text(first.start, first.end) == "# pragma once":
-            once = _PRAGMA_ONCE_RE.search(body, offset)
-            if once is not None:
-                offset = once.end()
-        if not lines and _LINE_AFTER_PRELUDE_RE.match(body, offset):
-            return header + body  # an earlier translation's prelude and #line are there
-        line = body.count("\n", 0, offset) + 1 - (0 if header else 1)
-        return header + body[:offset] + prelude + f"#line {line}\n" + body[offset:]
-
-    def _needs_runtime_include(self, body: str) -> bool:
-        view = self.view
-        uses_hip = any(kind != "include" for kind, _, _ in self.counts) or any(
-            view.tokens[i].text in _DEVICE_MARKERS for i in view.sig
-        )
-        if not uses_hip:
-            return False
-        return not any(f"<{h}>" in body or f'"{h}"' in body for h in HIP_RUNTIME_HEADERS)

@@ -202,24 +202,16 @@ __host__ __device__ inline int KP_COMPAT(__dp4a)(int a, int b, int c) {
 #if defined(KP_SIGNED_DOT4)
   return KP_SIGNED_DOT4(a, b, c);
 #else
-  using L = kernelpack_compat::Lanes<8>;
-  unsigned acc = static_cast<unsigned>(c);
-  for (int lane = 0; lane < 4; ++lane) {
-    acc += static_cast<unsigned>(L::s(static_cast<unsigned>(a), lane) * L::s(static_cast<unsigned>(b), lane));
-  }
-  return static_cast<int>(acc);
+  const unsigned products = kernelpack_compat::lane_sum<8, true>(
+      static_cast<unsigned>(a), static_cast<unsigned>(b), [](int x, int y) { return x * y; });
+  return static_cast<int>(static_cast<unsigned>(c) + products);  // wrapping, as dp4a does
 #endif
 }
 __host__ __device__ inline unsigned KP_COMPAT(__dp4a)(unsigned a, unsigned b, unsigned c) {
 #if defined(KP_UNSIGNED_DOT4)
   return KP_UNSIGNED_DOT4(a, b, c);
 #else
-  using L = kernelpack_compat::Lanes<8>;
-  unsigned acc = c;
-  for (int lane = 0; lane < 4; ++lane) {
-    acc += static_cast<unsigned>(L::u(a, lane)) * static_cast<unsigned>(L::u(b, lane));
-  }
-  return acc;
+  return c + kernelpack_compat::lane_sum<8, false>(a, b, [](int x, int y) { return x * y; });
 #endif
 }
 __host__ __device__ inline int KP_COMPAT(__dp4a)(char4 a, char4 b, int c) {
@@ -756,42 +748,28 @@ __device__ inline T shuffle_words(T value, Shuffle shuffle) {
   __builtin_memcpy(static_cast<void*>(&result), words, sizeof(T));
   return result;
 }
-template <typename T>
-__device__ inline T any_shfl(T value, int source, int width) {
-  return shuffle_words(value, [&](unsigned w) { return KP_SHUFFLE_BITS(__shfl, w, source, width); });
-}
-template <typename T>
-__device__ inline T any_shfl_xor(T value, unsigned mask, int width) {
-  return shuffle_words(value, [&](unsigned w) { return KP_SHUFFLE_BITS(__shfl_xor, w, mask, width); });
-}
-template <typename T>
-__device__ inline T any_shfl_up(T value, unsigned delta, int width) {
-  return shuffle_words(value, [&](unsigned w) { return KP_SHUFFLE_BITS(__shfl_up, w, delta, width); });
-}
-template <typename T>
-__device__ inline T any_shfl_down(T value, unsigned delta, int width) {
-  return shuffle_words(value, [&](unsigned w) { return KP_SHUFFLE_BITS(__shfl_down, w, delta, width); });
-}
+// any_shfl, any_shfl_xor, any_shfl_up, any_shfl_down: __shfl<member> on a value of any type.
+#define KP_ANY_SHUFFLE(member, arg_type)                                                           \
+  template <typename T>                                                                            \
+  __device__ inline T any_##member(T value, arg_type arg, int width) {                             \
+    return shuffle_words(value, [&](unsigned w) { return KP_SHUFFLE_BITS(__##member, w, arg, width); }); \
+  }
+KP_ANY_SHUFFLE(shfl, int)
+KP_ANY_SHUFFLE(shfl_xor, unsigned)
+KP_ANY_SHUFFLE(shfl_up, unsigned)
+KP_ANY_SHUFFLE(shfl_down, unsigned)
+#undef KP_ANY_SHUFFLE
 }  // namespace kernelpack_compat
 
 #if !defined(KERNELPACK_COMPAT_RENAME)
-#define KP_TILE_SHUFFLES(size, T)                                                                  \
+#define KP_TILE_SHUFFLE(size, T, member, arg_type)                                                 \
   template <> template <>                                                                          \
-  __device__ inline T cooperative_groups::thread_block_tile_base<size>::shfl<T>(T var, int src) const { \
-    return kernelpack_compat::any_shfl(var, src, size);                                          \
-  }                                                                                                \
-  template <> template <>                                                                          \
-  __device__ inline T cooperative_groups::thread_block_tile_base<size>::shfl_xor<T>(T var, unsigned int mask) const { \
-    return kernelpack_compat::any_shfl_xor(var, mask, size);                                     \
-  }                                                                                                \
-  template <> template <>                                                                          \
-  __device__ inline T cooperative_groups::thread_block_tile_base<size>::shfl_up<T>(T var, unsigned int delta) const { \
-    return kernelpack_compat::any_shfl_up(var, delta, size);                                     \
-  }                                                                                                \
-  template <> template <>                                                                          \
-  __device__ inline T cooperative_groups::thread_block_tile_base<size>::shfl_down<T>(T var, unsigned int delta) const { \
-    return kernelpack_compat::any_shfl_down(var, delta, size);                                   \
+  __device__ inline T cooperative_groups::thread_block_tile_base<size>::member<T>(T var, arg_type arg) const { \
+    return kernelpack_compat::any_##member(var, arg, size);                                        \
   }
+#define KP_TILE_SHUFFLES(size, T)                                                                  \
+  KP_TILE_SHUFFLE(size, T, shfl, int) KP_TILE_SHUFFLE(size, T, shfl_xor, unsigned int)             \
+  KP_TILE_SHUFFLE(size, T, shfl_up, unsigned int) KP_TILE_SHUFFLE(size, T, shfl_down, unsigned int)
 #define KP_TILE_SHUFFLE_TYPES(size)                                                                \
   KP_TILE_SHUFFLES(size, int2) KP_TILE_SHUFFLES(size, int3) KP_TILE_SHUFFLES(size, int4)           \
   KP_TILE_SHUFFLES(size, uint2) KP_TILE_SHUFFLES(size, uint3) KP_TILE_SHUFFLES(size, uint4)        \

@@ -306,6 +306,16 @@ __device__ inline T software_fetch(KP_TEXTURE_OBJECT object, const float* coords
 }
 
 // ---- the fetches the translator routes here ------------------------------------------------
+// Each fetch: its name, its parameters after the texture object, and their names (the software
+// forms below are written out, each its own sampling; HIP's and the pointer forms follow from it).
+#define KP_TEXTURE_FETCHES(FETCH)                                                                 \
+  FETCH(tex1Dfetch, (int x), (x))                                                                  \
+  FETCH(tex1D, (float x), (x))                                                                     \
+  FETCH(tex2D, (float x, float y), (x, y))                                                         \
+  FETCH(tex3D, (float x, float y, float z), (x, y, z))                                             \
+  FETCH(tex1DLayered, (float x, int layer), (x, layer))                                            \
+  FETCH(tex2DLayered, (float x, float y, int layer), (x, y, layer))
+#define KP_UNPARENTHESIZED(...) __VA_ARGS__
 #if KP_TEXTURE_IN_SOFTWARE
 template <typename T>
 __device__ inline T tex1Dfetch(KP_TEXTURE_OBJECT object, int x) {
@@ -350,56 +360,24 @@ __device__ inline T tex2DLayered(KP_TEXTURE_OBJECT object, float x, float y, int
   return software_fetch<T>(object, c, 2, layer);
 }
 #else
-template <typename T>
-__device__ inline T tex1Dfetch(KP_TEXTURE_OBJECT object, int x) {
-  return ::tex1Dfetch<T>(object, x);
-}
-template <typename T>
-__device__ inline T tex1D(KP_TEXTURE_OBJECT object, float x) {
-  return ::tex1D<T>(object, x);
-}
-template <typename T>
-__device__ inline T tex2D(KP_TEXTURE_OBJECT object, float x, float y) {
-  return ::tex2D<T>(object, x, y);
-}
-template <typename T>
-__device__ inline T tex3D(KP_TEXTURE_OBJECT object, float x, float y, float z) {
-  return ::tex3D<T>(object, x, y, z);
-}
-template <typename T>
-__device__ inline T tex1DLayered(KP_TEXTURE_OBJECT object, float x, int layer) {
-  return ::tex1DLayered<T>(object, x, layer);
-}
-template <typename T>
-__device__ inline T tex2DLayered(KP_TEXTURE_OBJECT object, float x, float y, int layer) {
-  return ::tex2DLayered<T>(object, x, y, layer);
-}
+#define KP_HIP_FETCH(name, params, args)                                                          \
+  template <typename T>                                                                            \
+  __device__ inline T name(KP_TEXTURE_OBJECT object, KP_UNPARENTHESIZED params) {                 \
+    return ::name<T>(object, KP_UNPARENTHESIZED args);                                             \
+  }
+KP_TEXTURE_FETCHES(KP_HIP_FETCH)
+#undef KP_HIP_FETCH
 #endif
 // CUDA's pointer forms: tex2D(&value, object, x, y) (qualified: ADL would find HIP's too).
-template <typename T>
-__device__ inline void tex1Dfetch(T* out, KP_TEXTURE_OBJECT object, int x) {
-  *out = kernelpack_compat::tex1Dfetch<T>(object, x);
-}
-template <typename T>
-__device__ inline void tex1D(T* out, KP_TEXTURE_OBJECT object, float x) {
-  *out = kernelpack_compat::tex1D<T>(object, x);
-}
-template <typename T>
-__device__ inline void tex2D(T* out, KP_TEXTURE_OBJECT object, float x, float y) {
-  *out = kernelpack_compat::tex2D<T>(object, x, y);
-}
-template <typename T>
-__device__ inline void tex3D(T* out, KP_TEXTURE_OBJECT object, float x, float y, float z) {
-  *out = kernelpack_compat::tex3D<T>(object, x, y, z);
-}
-template <typename T>
-__device__ inline void tex1DLayered(T* out, KP_TEXTURE_OBJECT object, float x, int layer) {
-  *out = kernelpack_compat::tex1DLayered<T>(object, x, layer);
-}
-template <typename T>
-__device__ inline void tex2DLayered(T* out, KP_TEXTURE_OBJECT object, float x, float y, int layer) {
-  *out = kernelpack_compat::tex2DLayered<T>(object, x, y, layer);
-}
+#define KP_POINTER_FETCH(name, params, args)                                                      \
+  template <typename T>                                                                            \
+  __device__ inline void name(T* out, KP_TEXTURE_OBJECT object, KP_UNPARENTHESIZED params) {      \
+    *out = kernelpack_compat::name<T>(object, KP_UNPARENTHESIZED args);                            \
+  }
+KP_TEXTURE_FETCHES(KP_POINTER_FETCH)
+#undef KP_POINTER_FETCH
+#undef KP_TEXTURE_FETCHES
+#undef KP_UNPARENTHESIZED
 
 // ---- host: descriptors ---------------------------------------------------------------------
 // The descriptor of texels at data (pitch and slice in bytes) described by a channel format and a
