@@ -13,13 +13,13 @@ the TOML reader are one error, not a RecursionError.
 from __future__ import annotations
 
 import reprlib
-import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from kernelpack.errors import UsageError
+from kernelpack.files.regular import read_toml
 from kernelpack.loader.images import KindName
 from kernelpack.targets import TargetId, suggest, written_kind
 from kernelpack.targets.processors import AMD_BY_NAME, AMD_FAMILIES, NVIDIA_BY_NAME
@@ -28,6 +28,7 @@ from . import REPO_ROOT
 from .errors import MatrixError
 
 DEFAULT_MATRIX = REPO_ROOT / "arch_matrix.toml"
+MATRIX_LIMIT = 16 * 2**20  # bytes of a target matrix read at most (a few lines of target names)
 
 # The schema of arch_matrix.toml: table -> key -> what the key holds.
 _SCHEMA: dict[str, tuple[str, ...]] = {"amd": ("targets",), "nvidia": ("targets", "ptx")}
@@ -110,8 +111,8 @@ class Matrix:
 def load_matrix(path: Path | None = None) -> Matrix:
     path = path or DEFAULT_MATRIX
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        data = read_toml(path, limit=MATRIX_LIMIT, what="a target matrix (TOML)")
+    except (FileNotFoundError, NotADirectoryError):
         default = (
             DEFAULT_MATRIX if DEFAULT_MATRIX.is_file() else "arch_matrix.toml of its repository"
         )
@@ -120,17 +121,8 @@ def load_matrix(path: Path | None = None) -> Matrix:
             f'targets = ["sm_90"]; kernelpack\'s default set is {default}; docs/your-kernels.md '
             "step 3), or name another with --matrix or [tool.kernelpack] matrix"
         ) from None
-    except OSError as error:
-        raise MatrixError(f"{path}: cannot read: {error.strerror}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise MatrixError(f"{path}: not valid TOML: {error}") from None
-    except UnicodeDecodeError:
-        raise MatrixError(f"{path}: not UTF-8 text") from None
-    except RecursionError:
-        raise MatrixError(
-            f"{path}: values nested too deeply to read; amd.targets, nvidia.targets and "
-            "nvidia.ptx are flat lists of strings"
-        ) from None
+    except UsageError as error:  # not a regular file, unreadable, not UTF-8 TOML, too deep
+        raise MatrixError(str(error)) from None
 
     for table, value in data.items():
         if table not in _SCHEMA:

@@ -8,15 +8,17 @@ version must be a PEP 440 one, since it names files.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from kernelpack.errors import UsageError
+from kernelpack.files.regular import read_toml
 
 from . import REPO_ROOT
 from .errors import ProjectError
 from .metadata import checked_version
+
+PYPROJECT_LIMIT = 16 * 2**20  # bytes of a pyproject.toml read at most
 
 
 def package_version(project: Path = REPO_ROOT) -> str:
@@ -49,21 +51,16 @@ def package_version(project: Path = REPO_ROOT) -> str:
 
 
 def read_pyproject(project: Path) -> dict[str, Any]:
-    path = project / "pyproject.toml"
+    """The project's pyproject.toml, read as any untrusted TOML file is (one clear line for a
+    file that is not one), or a UsageError saying the folder is not a kernel project."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        return read_toml(
+            project / "pyproject.toml", limit=PYPROJECT_LIMIT, what="a pyproject.toml (TOML)"
+        )
+    except (FileNotFoundError, NotADirectoryError):
         raise UsageError(
             f"{project}: not a kernel project (no pyproject.toml); name one with --project DIR"
         ) from None
-    except OSError as error:
-        raise UsageError(f"{path}: cannot read: {error.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not UTF-8 text") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise UsageError(f"{path}: not valid TOML: {error}") from None
 
 
 def check_inside_project(project: Path, path: Path, where: str, remedy: str) -> Path:
