@@ -10,6 +10,11 @@ every image with the package folder its ``file`` is relative to.
 
 An installed index that cannot be read (truncated, edited, of the wrong shape) is one UsageError
 naming the file and saying to reinstall, never a SyntaxError or TypeError from deep inside.
+
+importlib.metadata is imported by the functions that read entry points or distributions (device
+wheels, the registered packages, the version, provenance), not with this module: it brings email,
+zipfile and csv, 13 to 19 ms of a first load (docs/loader.md, "First load"), which a fat install's
+load, reading its own ``_index.py`` only, never needs.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import os
 import stat
 import warnings
 from collections.abc import Mapping
-from importlib.metadata import PackageNotFoundError, distribution, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -164,6 +168,8 @@ def kernelpack_packages() -> list[str]:
 def package_registrations() -> dict[str, str]:
     """:func:`kernelpack_packages`, each with the distribution whose entry point names it
     ("kernelpack" for kernelpack itself), so that a stale registration can say whose it is."""
+    from importlib.metadata import entry_points  # deferred: a fat install's load needs none
+
     named: dict[str, str] = {}
     for entry in entry_points(group=PACKAGES_ENTRY_POINTS):
         dist = getattr(entry, "dist", None)
@@ -191,6 +197,11 @@ def runtime_version() -> str:
     index's, which the builder stamps (a checkout after a build); else ``0+unknown`` (a checkout
     never built: nothing has recorded a version, and another installed kernelpack's would be
     wrong)."""
+    from importlib.metadata import (  # deferred: a fat install's load needs none
+        PackageNotFoundError,
+        distribution,
+    )
+
     here = Path(__file__).resolve().parents[1] / "__init__.py"
     try:
         installed = distribution(RUNTIME_PACKAGE)
@@ -274,6 +285,8 @@ def device_fragments(package: str = RUNTIME_PACKAGE) -> list[tuple[Index, Path, 
     whose fragment is damaged, is skipped with a warning, so one broken device wheel does not stop
     the others.
     """
+    from importlib.metadata import entry_points  # deferred: a fat install's load needs none
+
     found: list[tuple[Index, Path, str]] = []
     mine = [e for e in entry_points(group=DEVICE_ENTRY_POINTS) if e.name.startswith(f"{package}.")]
     for entry in sorted(mine, key=lambda e: e.name):
@@ -304,6 +317,8 @@ def package_provenance(package: str, own: str) -> dict[str, object]:
     own distribution ``own`` and its device wheels', by distribution name. None for a distribution
     that carries no provenance file (not installed from a wheel kernelpack's builder wrote, an
     editable install) or is not installed; ``{"error": ...}`` where the file cannot be read."""
+    from importlib.metadata import entry_points  # deferred: a fat install's load needs none
+
     names = {own} | {
         entry.dist.name
         for entry in entry_points(group=DEVICE_ENTRY_POINTS)
@@ -313,6 +328,11 @@ def package_provenance(package: str, own: str) -> dict[str, object]:
 
 
 def _provenance(name: str) -> object:
+    from importlib.metadata import (  # deferred: a fat install's load needs none
+        PackageNotFoundError,
+        distribution,
+    )
+
     try:
         files = distribution(name).files or []
     except (PackageNotFoundError, ValueError):
