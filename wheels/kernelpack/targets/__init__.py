@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 from ..errors import UsageError
 from .processors import (
@@ -29,8 +28,7 @@ from .processors import (
 )
 
 
-@dataclass(frozen=True)
-class TargetId:
+class TargetId(NamedTuple):
     """An AMD target id: a processor and the features it fixes.
 
     ``features`` maps a feature name to True (+) or False (-); a feature absent from the map is
@@ -38,7 +36,7 @@ class TargetId:
     """
 
     processor: str
-    features: tuple[tuple[str, bool], ...] = field(default=())
+    features: tuple[tuple[str, bool], ...] = ()
 
     @classmethod
     def parse(cls, text: str) -> TargetId:
@@ -234,8 +232,7 @@ def _amd_fit_description(code: TargetId, agent: TargetId) -> str:
 _NVIDIA_NAME = re.compile(r"(sm|compute)_([0-9]{1,4})([0-9])(a?)")
 
 
-@dataclass(frozen=True, order=True)
-class NvidiaTarget:
+class NvidiaTarget(NamedTuple):
     """An NVIDIA GPU or code target: ``sm_XY`` (a GPU, or a cubin), ``sm_XYa`` (a cubin using
     arch-specific instructions, for that exact GPU only), ``compute_XY`` / ``compute_XYa`` (PTX).
 
@@ -328,8 +325,7 @@ def written_kind(name: str) -> Literal["amd", "sm", "compute"]:
     return "sm" if name.startswith("sm") else "amd"
 
 
-@dataclass(frozen=True)
-class ParsedTarget:
+class ParsedTarget(NamedTuple):
     """What a target name is: the one classification the builder, the loader and the CLI use.
 
     ``kind``: "specific" (an AMD processor, gfx942), "generic" (an AMD generic target,

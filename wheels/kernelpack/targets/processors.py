@@ -9,13 +9,12 @@ AMDGPUUsage.rst and NVIDIA's compute capability list; see shared/reference/FORMA
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .._tables import unique_index
 
 
-@dataclass(frozen=True)
-class AmdProcessor:
+class AmdProcessor(NamedTuple):
     """One AMD GPU processor (or generic target) as LLVM names it.
 
     ``mach`` is the EF_AMDGPU_MACH value in a code object's e_flags; ``generic`` the generic
@@ -103,8 +102,7 @@ AMD_FAMILIES: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class NvidiaArch:
+class NvidiaArch(NamedTuple):
     """One NVIDIA compute capability. ``arch_specific`` marks the 'a' variants (sm_90a) whose
     cubins run on that exact GPU only."""
 
