@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import os
 import stat
 import warnings
@@ -341,6 +340,8 @@ def _provenance(name: str) -> object:
     if not found:
         return None
     path = Path(str(found[0].locate()))
+    import json  # deferred: provenance alone reads JSON here; a load imports json for nothing else
+
     try:
         document = json.loads(read_regular(path, limit=PROVENANCE_LIMIT, what="a provenance file"))
     except (OSError, UsageError, ValueError) as error:
