@@ -22,9 +22,11 @@ device a kernel launches on and ``Gpu.target`` the code it can run. Resolved her
 
 Everything that touches sysfs, the environment or a vendor library is one small function below; the
 rest is pure and tested against recorded topologies (tests/fixtures/sysfs).
-"""
 
-from __future__ import annotations
+Every load imports this module, so its annotations are evaluated (no ``from __future__ import
+annotations``): typing compiles each string annotation of a NamedTuple's fields into a ForwardRef
+(docs/loader.md, "First load"); each type is defined before it is named.
+"""
 
 import ctypes
 import os

@@ -5,9 +5,11 @@ constants about them. It is the single source of target facts for the builder (m
 family expansion) and the loader (compatibility, ranking); the logic that reads it (parsing, which
 code runs where, image selection) is :mod:`kernelpack.targets`. Facts come from LLVM's ELF.h and
 AMDGPUUsage.rst and NVIDIA's compute capability list; see shared/reference/FORMATS.md.
-"""
 
-from __future__ import annotations
+Every load imports this module, so its annotations are evaluated (no ``from __future__ import
+annotations``): typing compiles each string annotation of a NamedTuple's fields into a ForwardRef
+(docs/loader.md, "First load"); each type is defined before it is named.
+"""
 
 from typing import NamedTuple
 
