@@ -8,7 +8,8 @@ compatibility within a major version, PTX compiled for newer GPUs). The loader c
 :func:`select_image`; everything here is pure and does no I/O.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: every load imports this module, and typing compiles
+# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "First load").
 
 import re
 from collections.abc import Mapping, Sequence
@@ -39,7 +40,7 @@ class TargetId(NamedTuple):
     features: tuple[tuple[str, bool], ...] = ()
 
     @classmethod
-    def parse(cls, text: str) -> TargetId:
+    def parse(cls, text: str) -> "TargetId":
         """Parse ``gfx90a:xnack+:sramecc-`` (features in any order) into canonical form."""
         processor, *parts = text.strip().split(":")
         info = AMD_BY_NAME.get(processor)
@@ -246,7 +247,7 @@ class NvidiaTarget(NamedTuple):
     arch_specific: bool = False
 
     @classmethod
-    def parse(cls, text: str) -> NvidiaTarget:
+    def parse(cls, text: str) -> "NvidiaTarget":
         match = _NVIDIA_NAME.fullmatch(text.strip())
         if match is None:
             raise UsageError(
