@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -39,6 +40,16 @@ def stub_driver(folder: Path) -> Path:
     return folder
 
 
+def cpu_model() -> str:
+    """The processor's name as /proc/cpuinfo gives it (the machine the figures are of)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.machine()
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -61,7 +72,7 @@ def main() -> None:
         work / "caches",
         paths=(("demo", "cubin"),),
         repeats=args.runs,
-        flags=(),
+        launch=False,
         environ={"LD_LIBRARY_PATH": str(stub)},
     )
     summaries = {name: summarise(runs) for name, runs in raw.items() if isinstance(runs, list)}
@@ -72,7 +83,7 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         report = {
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{platform.processor() or platform.machine()}, {platform.node()}",
+            "machine": f"{cpu_model()}, {os.cpu_count()} CPUs, {platform.system()}",
             "python": sys.version.split()[0],
             "summary": summaries,
             "runs": raw,
