@@ -421,10 +421,11 @@ def ready_table(summaries: dict[str, dict[str, Any]]) -> str:
         if "ready_ms" not in summary:
             lines.append(f"| {name} | 0 | failed: {summary.get('error', '?')[:80]!r} |")
             continue
+        low, high = summary["ready_ms_min"], summary["ready_ms_max"]
         cells = [
             name,
             str(summary["runs"]),
-            f"{summary['ready_ms']:.1f} ({summary['ready_ms_min']:.1f}-{summary['ready_ms_max']:.1f})",
+            f"{summary['ready_ms']:.1f} ({low:.1f}-{high:.1f})",
             f"{summary['driver_ms']:.0f}",
             *(f"{summary[key]:.2f}" for key, _ in PHASE_COLUMNS),
         ]

@@ -41,7 +41,7 @@ DEFERRED_PROJECT = {
     },
     ("buildsys.cli", "kernelpack.formats"): "the readers, for the one subcommand that reads images",
     ("kernelpack.loader.images", "kernelpack.formats"): "the bundle reader, for an image inside "
-    'a compressed bundle: a cubin\'s load reads none (docs/loader.md, "First load")',
+    'a compressed bundle: a cubin\'s load reads none (docs/loader.md, "Ready time")',
     ("kernelpack.loader.load", "kernelpack.formats"): "the ELF readers, for kernel.info of a "
     "run-time compiled image only",
     ("kernelpack.loader.load", "kernelpack.backends.rtc"): "NVRTC's and hipRTC's binding (and "
@@ -69,7 +69,7 @@ DEFERRED_THIRD_PARTY = {
     "dataclasses": "json_fields of the readers' dataclasses; the records a load makes are "
     "NamedTuples, so that a load does not import dataclasses and inspect",
     "json": "the provenance file's reader (kernelpack.loader.catalog): a load reads no JSON",
-    "importlib": "importlib.metadata (email, zipfile, csv: 13 to 19 ms) for entry points and "
+    "importlib": "importlib.metadata (email, zipfile, csv: 13 to 27 ms) for entry points and "
     "distributions, which a fat install's load never reads (kernelpack.loader.catalog)",
 }
 

@@ -3,7 +3,7 @@
 The readers (bundles, code objects, cubins, PTX), doctor's findings and the coverage table are
 frozen dataclasses, whose ``to_json`` is :func:`json_fields` of themselves; the detected GPUs are
 NamedTuples (a load makes them, and dataclasses would cost it the import of dataclasses and
-inspect, docs/loader.md "First load"), whose ``to_json`` is :func:`json_record`. So a field added
+inspect, docs/loader.md "Ready time"), whose ``to_json`` is :func:`json_record`. So a field added
 to one of them appears in ``--json`` the day it is added, under its own name, instead of waiting
 for a hand-written dict to be kept in step. A class adds what is not a field (a derived property,
 a ``format`` tag) or spells one field differently around this call.

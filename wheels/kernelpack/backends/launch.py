@@ -8,7 +8,7 @@ serves both. docs/loader.md has the measurements.
 """
 
 # No `from __future__ import annotations`: every load imports this module, and typing compiles
-# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "First load").
+# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "Ready time").
 
 import ctypes
 import struct

@@ -17,7 +17,7 @@ is a pointer (an array's address, as for a typed pointer).
 """
 
 # No `from __future__ import annotations`: every load imports this module, and typing compiles
-# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "First load").
+# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "Ready time").
 
 import operator
 import struct

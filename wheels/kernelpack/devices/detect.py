@@ -25,7 +25,7 @@ rest is pure and tested against recorded topologies (tests/fixtures/sysfs).
 
 Every load imports this module, so its annotations are evaluated (no ``from __future__ import
 annotations``): typing compiles each string annotation of a NamedTuple's fields into a ForwardRef
-(docs/loader.md, "First load"); each type is defined before it is named.
+(docs/loader.md, "Ready time"); each type is defined before it is named.
 """
 
 import ctypes
@@ -69,7 +69,7 @@ class Gpu(NamedTuple):
     ``override``: the variable and value that changed the target, "" when none did.
 
     A NamedTuple, not a dataclass: a load makes these, and a dataclass costs the import of
-    dataclasses and inspect (docs/loader.md, "First load"). Its ``index`` hides tuple's method of
+    dataclasses and inspect (docs/loader.md, "Ready time"). Its ``index`` hides tuple's method of
     that name, which nothing calls on a GPU.
     """
 

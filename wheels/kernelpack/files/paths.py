@@ -7,7 +7,7 @@ a source checkout, so tests and concurrent builds never write into the tree.
 """
 
 # No `from __future__ import annotations`: every load imports this module, and typing compiles
-# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "First load").
+# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "Ready time").
 
 import os
 import stat

@@ -15,7 +15,7 @@ The readers live in one module per format (:mod:`.bundles`, :mod:`.code_objects`
 :mod:`.cubins`), :mod:`.image_file` tells which format a file is, and this module gives their names
 one import path. It imports them on first use of a name: a load imports :mod:`.index` (the
 index's types) and, for an image inside a bundle, :mod:`.bundles`, never the ELF and msgpack
-readers and their classes (7 to 20 ms, docs/loader.md "First load") that ``kernel.info`` of a
+readers and their classes (19 to 31 ms, docs/loader.md "Ready time") that ``kernel.info`` of a
 run-time compiled image, ``inspect`` and the builder need.
 """
 

@@ -15,7 +15,7 @@ of docs/loader.md: a module's ``kernels`` maps each name to its parameter layout
 
 Every load imports this module, so its annotations are evaluated (no ``from __future__ import
 annotations``): typing compiles each string annotation of a TypedDict into a ForwardRef, about 1 ms
-for these 35 (docs/loader.md, "First load"); each type is defined before it is named.
+for these 35 (docs/loader.md, "Ready time"); each type is defined before it is named.
 """
 
 from typing import Literal, TypedDict

@@ -51,7 +51,7 @@ that) only skips storing its entry.
 """
 
 # No `from __future__ import annotations`: every load imports this module, and typing compiles
-# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "First load").
+# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "Ready time").
 
 import contextlib
 import hashlib

@@ -13,7 +13,7 @@ naming the file and saying to reinstall, never a SyntaxError or TypeError from d
 
 importlib.metadata is imported by the functions that read entry points or distributions (device
 wheels, the registered packages, the version, provenance), not with this module: it brings email,
-zipfile and csv, 13 to 19 ms of a first load (docs/loader.md, "First load"), which a fat install's
+zipfile and csv, 13 to 27 ms of a first load (docs/loader.md, "Ready time"), which a fat install's
 load, reading its own ``_index.py`` only, never needs.
 """
 

@@ -9,7 +9,7 @@ compatibility within a major version, PTX compiled for newer GPUs). The loader c
 """
 
 # No `from __future__ import annotations`: every load imports this module, and typing compiles
-# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "First load").
+# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "Ready time").
 
 import re
 from collections.abc import Mapping, Sequence

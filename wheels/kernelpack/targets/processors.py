@@ -8,7 +8,7 @@ AMDGPUUsage.rst and NVIDIA's compute capability list; see shared/reference/FORMA
 
 Every load imports this module, so its annotations are evaluated (no ``from __future__ import
 annotations``): typing compiles each string annotation of a NamedTuple's fields into a ForwardRef
-(docs/loader.md, "First load"); each type is defined before it is named.
+(docs/loader.md, "Ready time"); each type is defined before it is named.
 """
 
 from typing import NamedTuple
