@@ -44,6 +44,7 @@ DEFERRED_PROJECT = {
     'a compressed bundle: a cubin\'s load reads none (docs/loader.md, "Ready time")',
     ("kernelpack.loader.load", "kernelpack.formats"): "the ELF readers, for kernel.info of a "
     "run-time compiled image only",
+    ("kernelpack.loader.load", "kernelpack.backends.hip"): "HIP's binding, for AMD GPUs only",
     ("kernelpack.loader.load", "kernelpack.backends.rtc"): "NVRTC's and hipRTC's binding (and "
     "json), for a module no prebuilt image fits",
     ("buildsys.trees", "buildsys.hipify.tree_facts"): "the translator, for a tree that changed: "
@@ -335,6 +336,7 @@ def test_a_cubin_load_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
         "kernelpack.formats.cubins",
         "kernelpack.formats.elf",
         "kernelpack.backends.rtc",
+        "kernelpack.backends.hip",
         "kernelpack._console",
         "argparse",
         "dataclasses",

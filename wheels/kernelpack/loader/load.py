@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..backends.cuda import CudaRuntime
-from ..backends.hip import HipRuntime
 from ..backends.support import amd_code_object_v6
 from ..devices.argument import Device, device_name, resolve_device
 from ..devices.detect import cuda_driver_devices, detect_gpus
@@ -441,6 +440,8 @@ def open_runtime(vendor: str) -> Runtime:
     """The runtime for a vendor's GPUs ("nvidia" or "amd")."""
     if vendor == "nvidia":
         return CudaRuntime()
+    from ..backends.hip import HipRuntime  # deferred: HIP's binding, for AMD GPUs only
+
     return HipRuntime()
 
 
