@@ -13,11 +13,13 @@ Sections, each skipped where its requirements are missing:
   500 without synchronising inside a batch, so the figure is the CPU cost of a launch, not the
   GPU's run time; the median batch is reported.
 - first load: fresh processes importing an installed kernelpack (``--site DIR``) and loading a
-  module: cubin, PTX and NVRTC paths, each with an empty and with a warm disk cache, split into
-  ``import kernelpack``, the driver's start (cuInit and the primary context, which every CUDA
-  user pays and is kept apart), ``kernelpack.load`` (detection, selection, reading, sha256,
-  decompression or compilation, cuModuleLoadData) and the kernel lookup; a profile of each warm
-  load says where its time goes.
+  module: cubin, PTX and NVRTC paths, each with an empty and with a warm disk cache, 15 processes a
+  row, interleaved; each split by bench/ready_child.py into ``import kernelpack``, the driver's
+  start (libcuda, cuInit and the primary context, which every CUDA user pays and is kept apart),
+  the loader's imports, the index read, detection, selection, the runtime's binding, the image
+  read with its sha256 check, cuModuleLoadData and the kernel lookup; the median, least and most
+  of each go to the JSON and the ready table (ready.md), and a profile of each warm load says
+  where its time goes.
 """
 
 from __future__ import annotations
@@ -303,64 +305,39 @@ def _c_floor(index: Any, root: Path, folder: Path) -> float:
 
 # ---- first load in a fresh process --------------------------------------------------------------
 
-
-CHILD = r"""
-import time
-start = time.perf_counter()
-import kernelpack
-from kernelpack import loader
-imported = time.perf_counter()
-import ctypes, json, sys
-# The driver's start (cuInit, the primary context) is what any CUDA user pays, torch and CuPy too;
-# it is taken here first so that the rest is kernelpack's own time.
-cuda = ctypes.CDLL("libcuda.so.1")
-context = ctypes.c_void_p()
-assert cuda.cuInit(0) == 0 and cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), 0) == 0
-driver = time.perf_counter()
-if sys.argv[2] == "profile":
-    import cProfile, io, pstats
-    profile = cProfile.Profile()
-    profile.enable()
-module = kernelpack.load(sys.argv[1])
-loaded = time.perf_counter()
-kernel = module.kernel("axpy")
-ready = time.perf_counter()
-if sys.argv[2] == "profile":
-    profile.disable()
-    text = io.StringIO()
-    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(30)
-    print(text.getvalue(), file=sys.stderr)
-again = time.perf_counter()
-for _ in range(1000):
-    kernelpack.load(sys.argv[1])
-already = (time.perf_counter() - again) / 1000
-report = {"import_ms": (imported - start) * 1e3, "driver_ms": (driver - imported) * 1e3,
-          "load_ms": (loaded - driver) * 1e3, "kernel_ms": (ready - loaded) * 1e3,
-          "already_loaded_us": already * 1e6, "image": module.image,
-          "binding": loader.shared_loader().runtime("nvidia").binding}
-import torch
-y, x = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
-expected = y.double() + 2.0 * x.double()
-kernel.launch(4, 256, y, x, 2.0, 1000)
-torch.cuda.synchronize()
-report["ran_correctly"] = bool(((y.double() - expected).abs().max() < 1e-5).item())
-print(json.dumps(report))
-"""
+CHILD = REPO / "bench" / "ready_child.py"  # one fresh process's load, phase by phase
+REPEATS = 15  # fresh processes per row: a median and its spread, not one lucky or unlucky run
+PATHS = (("demo", "cubin"), ("demo_ptx", "PTX"), ("demo_src", "NVRTC"))
+# the table's phases in the order a load meets them (bench/ready_child.py says what each holds)
+PHASE_COLUMNS = (
+    ("import_ms", "import"),
+    ("loader_import_ms", "loader import"),
+    ("index_ms", "index"),
+    ("detect_ms", "detect"),
+    ("select_ms", "select"),
+    ("runtime_ms", "runtime"),
+    ("image_ms", "read + sha256"),
+    ("module_load_ms", "module load"),
+    ("load_other_ms", "load, rest"),
+    ("kernel_ms", "kernel"),
+)
 
 
 def child_run(
-    site: Path, module: str, cache: Path, mode: str = "time"
+    site: Path, module: str, cache: Path, *flags: str, environ: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """One fresh process over the installed package (the driver's own PTX cache turned off)."""
+    """One fresh process over the installed package (the driver's own PTX cache turned off);
+    ``flags`` go to bench/ready_child.py, ``environ`` adds to its environment."""
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
         KERNELPACK_CACHE_DIR=str(cache),
         CUDA_CACHE_DISABLE="1",
         PYTHONWARNINGS="ignore",
+        **(environ or {}),
     )
     return subprocess.run(
-        [sys.executable, "-c", CHILD, module, mode],
+        [sys.executable, str(CHILD), module, *flags],
         capture_output=True,
         text=True,
         env=env,
@@ -368,40 +345,92 @@ def child_run(
     )
 
 
-def first_load(site: Path, folder: Path, repeats: int = 5) -> dict[str, Any]:
-    """Fresh processes over the installed package: each path cold (empty caches) and warm."""
-    results: dict[str, Any] = {}
-    for module, label in (("demo", "cubin"), ("demo_ptx", "PTX"), ("demo_src", "NVRTC")):
-        for state in ("cold", "warm"):
-            runs = []
-            for attempt in range(repeats):
-                cache = folder / f"cache-{module}-{attempt}"
-                if state == "cold":  # the warm runs reuse what the cold run of the attempt left
-                    shutil.rmtree(cache, ignore_errors=True)
-                done = child_run(site, module, cache)
-                if done.returncode != 0:
-                    runs.append({"error": done.stderr.strip()[-1500:]})
-                    break
-                runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-            results[f"{label} {state}"] = runs
-        profile = child_run(site, module, folder / f"cache-{module}-0", "profile")
+def child_report(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The child's JSON line, or its error."""
+    if done.returncode != 0:
+        return {"error": done.stderr.strip()[-1500:]}
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+def first_load(
+    site: Path,
+    folder: Path,
+    *,
+    paths: tuple[tuple[str, str], ...] = PATHS,
+    repeats: int = REPEATS,
+    launch: bool = True,
+    environ: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Fresh processes over the installed package: each path with an empty and a warm disk cache.
+
+    The rows are interleaved (attempt by attempt, each path cold then warm), so that a slow spell
+    of the machine falls on every row alike; one process per path first, not counted, reads the
+    installed files into the page cache. With ``launch``, the first attempt's processes also run
+    the kernel against a float64 reference (after the timing; torch's import makes each such
+    process seconds long, so the others do not).
+    """
+    results: dict[str, Any] = {
+        f"{label} {state}": [] for _, label in paths for state in ("cold", "warm")
+    }
+    for module, _ in paths:
+        child_run(site, module, folder / f"cache-{module}-warmup", environ=environ)
+    for attempt in range(repeats):
+        flags = ("--launch",) if launch and attempt == 0 else ()
+        for module, label in paths:
+            cache = folder / f"cache-{module}-{attempt}"
+            shutil.rmtree(cache, ignore_errors=True)
+            for state in ("cold", "warm"):  # the warm run reuses what the cold run left
+                results[f"{label} {state}"].append(
+                    child_report(child_run(site, module, cache, *flags, environ=environ))
+                )
+    for module, label in paths:
+        profile = child_run(
+            site, module, folder / f"cache-{module}-0", "--profile", environ=environ
+        )
         results[f"{label} warm profile"] = profile.stderr[-6000:]
     return results
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per figure its median, least and most over the runs that worked."""
     good = [r for r in runs if "error" not in r]
     if not good:
         return runs[0] if runs else {}
     keys = [k for k, v in good[0].items() if isinstance(v, float)]
-    summary: dict[str, Any] = {k: round(statistics.median(r[k] for r in good), 3) for k in keys}
-    # import kernelpack + load + kernel lookup: the driver's start is kept apart (see CHILD)
-    ready = [r["import_ms"] + r["load_ms"] + r["kernel_ms"] for r in good]
-    summary["ready_ms"] = round(statistics.median(ready), 3)
+    summary: dict[str, Any] = {"runs": len(good), "failed": len(runs) - len(good)}
+    for key in keys:
+        values = [r[key] for r in good]
+        summary[key] = round(statistics.median(values), 3)
+        summary[f"{key}_min"] = round(min(values), 3)
+        summary[f"{key}_max"] = round(max(values), 3)
     summary["image"] = good[0]["image"]
     summary["binding"] = good[0]["binding"]
-    summary["ran_correctly"] = all(r["ran_correctly"] for r in good)
+    checked = [r["ran_correctly"] for r in good if "ran_correctly" in r]
+    if checked:
+        summary["ran_correctly"] = all(checked)
+        summary["launches_checked"] = len(checked)
     return summary
+
+
+def ready_table(summaries: dict[str, dict[str, Any]]) -> str:
+    """The ready time of each row (median, least to most) and each phase's median, as Markdown."""
+    head = ["path", "runs", "ready", "driver (apart)", *(title for _, title in PHASE_COLUMNS)]
+    lines = ["| " + " | ".join(head) + " |", "| --- | ---: |" + " ---: |" * (len(head) - 2)]
+    for name, summary in summaries.items():
+        if "ready_ms" not in summary:
+            lines.append(f"| {name} | 0 | failed: {summary.get('error', '?')[:80]!r} |")
+            continue
+        low, high = summary["ready_ms_min"], summary["ready_ms_max"]
+        cells = [
+            name,
+            str(summary["runs"]),
+            f"{summary['ready_ms']:.1f} ({low:.1f}-{high:.1f})",
+            f"{summary['driver_ms']:.0f}",
+            *(f"{summary[key]:.2f}" for key, _ in PHASE_COLUMNS),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -439,11 +468,16 @@ def main() -> None:
                 report["first_load"] = {
                     name: summarise(runs) for name, runs in raw.items() if isinstance(runs, list)
                 }
+                report["ready_table"] = ready_table(report["first_load"])
     text = json.dumps(report, indent=2, sort_keys=True)
     print(text)
+    if "ready_table" in report:
+        print(report["ready_table"])
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "bench_launch.json").write_text(text + "\n")
+        if "ready_table" in report:
+            (args.out / "ready.md").write_text(report["ready_table"] + "\n")
 
 
 if __name__ == "__main__":

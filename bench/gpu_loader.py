@@ -11,7 +11,8 @@
 5. facts that explain the numbers (versions, where the libraries are, how long detection and the
    entry point scan take).
 
-Everything goes to --out: gpu_loader.log, pytest.log, bench_launch.json, facts.json.
+Everything goes to --out: gpu_loader.log, pytest.log, bench_launch.json, ready.md (the first-load
+table, also in the log), facts.json.
 """
 
 from __future__ import annotations
@@ -56,20 +57,21 @@ def step(out: Path, name: str, work: Callable[[], Any]) -> Any:
     return result
 
 
-def scratch_tree() -> Path:
-    shutil.rmtree(WORK, ignore_errors=True)
+def scratch_tree(work: Path = WORK) -> Path:
+    """A copy of the tree's code in ``work`` (emptied first), without bytecode or built objects."""
+    shutil.rmtree(work, ignore_errors=True)
     for part in ("wheels", "buildsys", "tests", "bench"):
         shutil.copytree(
-            REPO / part, WORK / part, ignore=shutil.ignore_patterns("__pycache__", "*.so")
+            REPO / part, work / part, ignore=shutil.ignore_patterns("__pycache__", "*.so")
         )
-    shutil.copy(REPO / "pyproject.toml", WORK / "pyproject.toml")
-    return WORK
+    shutil.copy(REPO / "pyproject.toml", work / "pyproject.toml")
+    return work
 
 
 def build_native(work: Path) -> Path:
     include = sysconfig.get_paths()["include"]
-    out = work / "wheels" / "kernelpack" / NATIVE
-    source = work / "wheels" / "kernelpack" / "_native" / "launcher.c"
+    out = work / "wheels" / "kernelpack" / "backends" / NATIVE
+    source = work / "wheels" / "kernelpack" / "backends" / "_native" / "launcher.c"
     subprocess.run(
         ["cc", "-O2", "-shared", "-fPIC", "-Wall", f"-I{include}", str(source), "-o", str(out)],
         check=True,
@@ -128,7 +130,7 @@ def make_wheels(work: Path, out: Path) -> dict[str, Path]:
     device_files = {
         f"device/{p.name}": p.read_bytes() for p in sorted((package / "device").iterdir())
     }
-    native = (work / "wheels" / "kernelpack" / NATIVE).exists()
+    native = (work / "wheels" / "kernelpack" / "backends" / NATIVE).exists()
     tag = "cp310-abi3-linux_x86_64" if native else "py3-none-any"
     dist = work / "dist"
     (dist / "fat").mkdir(parents=True, exist_ok=True)
@@ -222,13 +224,16 @@ def run_bench(work: Path, out: Path, site: Path) -> None:
             stderr=subprocess.STDOUT,
             check=True,
         )
+    table = out / "ready.md"
+    if table.exists():
+        log(out, "first load, ms (ready: median, least-most):\n" + table.read_text())
 
 
 def split_install(work: Path, out: Path, site: Path) -> dict[str, Any]:
     """The host wheel plus the sm90 device wheel: the image must come from the device wheel."""
     from bench.bench_launch import child_run
 
-    done = child_run(site, "demo", work / "split-cache")
+    done = child_run(site, "demo", work / "split-cache", "--launch")
     env = dict(
         os.environ, PYTHONPATH=f"{site}:{os.environ.get('PYTHONPATH', '')}", PYTHONWARNINGS="ignore"
     )

@@ -32,8 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
-from kernelpack._console import debug_enabled
-from kernelpack.errors import KernelpackError, UsageError
+from kernelpack.errors import KernelpackError, UsageError, debug_enabled
 from kernelpack.files.atomic import atomic_write
 
 from .build import build

@@ -16,7 +16,6 @@ import hashlib
 import os
 import shutil
 import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +80,7 @@ def amd_gpus(count: int) -> list[Gpu]:
     stand-in for device 0 is (found by no PCI address: the runtime's ordinal is the index)."""
     override = f"KERNELPACK_TARGET={AMD_TARGET}"
     stand_in = Gpu(0, "amd", forced_target(AMD_TARGET), "", "", "", None, "", "", override)
-    return [replace(stand_in, index=index) for index in range(count)]
+    return [stand_in._replace(index=index) for index in range(count)]
 
 
 def hip_loader(

@@ -11,7 +11,6 @@ import json
 import re
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -360,7 +359,7 @@ def test_every_build_command_advised_names_a_target_the_builder_accepts(name: st
     advice += _doctor_advice(gpu, ["compute_121" if gpu.vendor == "amd" else "gfx942"])
     if gpu.vendor == "amd":
         gfx1030 = agent_target("gfx1030", sramecc=False, xnack=False)
-        overridden = replace(gpu, target=gfx1030, override="HSA_OVERRIDE_GFX_VERSION=10.3.0")
+        overridden = gpu._replace(target=gfx1030, override="HSA_OVERRIDE_GFX_VERSION=10.3.0")
         advice += _doctor_advice(overridden, ["gfx1030"])
     text = "\n".join(advice)
     named = BUILD_COMMAND.findall(text)

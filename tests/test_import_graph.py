@@ -11,8 +11,15 @@ else must be one of the optional or vendor dependencies in DEFERRED_THIRD_PARTY.
 from __future__ import annotations
 
 import ast
+import importlib
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+import kernelpack.formats as formats
 
 REPO = Path(__file__).resolve().parent.parent
 ROOTS = {"kernelpack": REPO / "wheels" / "kernelpack", "buildsys": REPO / "buildsys"}
@@ -33,6 +40,13 @@ DEFERRED_PROJECT = {
         for name in ("packaging", "build", "merge", "hipify.cli", "wheels", "export.command")
     },
     ("buildsys.cli", "kernelpack.formats"): "the readers, for the one subcommand that reads images",
+    ("kernelpack.loader.images", "kernelpack.formats"): "the bundle reader, for an image inside "
+    'a compressed bundle: a cubin\'s load reads none (docs/loader.md, "Ready time")',
+    ("kernelpack.loader.load", "kernelpack.formats"): "the ELF readers, for kernel.info of a "
+    "run-time compiled image only",
+    ("kernelpack.loader.load", "kernelpack.backends.hip"): "HIP's binding, for AMD GPUs only",
+    ("kernelpack.loader.load", "kernelpack.backends.rtc"): "NVRTC's and hipRTC's binding (and "
+    "json), for a module no prebuilt image fits",
     ("buildsys.trees", "buildsys.hipify.tree_facts"): "the translator, for a tree that changed: "
     "an unchanged tree is served from its record without it",
     ("buildsys.trees", "buildsys.hipify.translate"): "the translator, for a tree that changed",
@@ -53,6 +67,11 @@ DEFERRED_THIRD_PARTY = {
     "ctypes": "renameat2's folder swap alone needs it; the no-op build's start does not",
     "packaging": "requirement parsing, for metadata a no-op build does not write",
     "email": "the metadata file's parser and writer, likewise",
+    "dataclasses": "json_fields of the readers' dataclasses; the records a load makes are "
+    "NamedTuples, so that a load does not import dataclasses and inspect",
+    "json": "the provenance file's reader (kernelpack.loader.catalog): a load reads no JSON",
+    "importlib": "importlib.metadata (email, zipfile, csv: 13 to 27 ms) for entry points and "
+    "distributions, which a fat install's load never reads (kernelpack.loader.catalog)",
 }
 
 
@@ -230,3 +249,108 @@ def test_the_runtime_package_has_rooms() -> None:
     """At most 15 modules directly in wheels/kernelpack (the generated _index.py among them)."""
     flat = [p.name for p in ROOTS["kernelpack"].glob("*.py") if p.name != "_index.py"]
     assert len(flat) + 1 <= 15, sorted(flat)
+
+
+# A fat install's cubin load, in a fresh process: the loader's real code from the index to the
+# kernel lookup, with the vendor runtime (which needs a GPU) replaced by one that keeps the bytes.
+CUBIN_LOAD = r"""
+import hashlib, sys
+from pathlib import Path
+
+from kernelpack.backends.runtime import LoadedModule, Runtime
+from kernelpack.devices.detect import Gpu
+from kernelpack.loader.cache import DiskCache
+from kernelpack.loader.load import Loader
+from kernelpack.targets import NvidiaTarget
+
+root = Path(sys.argv[1])
+cubin = b"\x7fELF" + bytes(range(256)) * 4
+(root / "demo.sm_90.cubin").write_bytes(cubin)
+params = [{"type": "float*", "offset": 0, "size": 8}]
+image = {
+    "vendor": "nvidia", "target": "sm_90", "kind": "cubin", "file": "demo.sm_90.cubin",
+    "offset": 0, "size": len(cubin), "sha256": hashlib.sha256(cubin).hexdigest(),
+    "compression": "none", "kernels": {}, "symbols": {"scale": "_Z5scalePf"},
+}
+index = {
+    "schema": 2, "version": "1.0", "build": {"toolchains": {}, "flags": {}, "sources": {}},
+    "modules": {"demo": {"kernels": {"scale": params}, "source": "", "source_sha256": "",
+                         "images": [image]}},
+}
+
+
+class Keeping(Runtime):
+    vendor, library, binding = "nvidia", "keeping", "ctypes"
+    loaded = b""
+
+    def load(self, ordinal, data):
+        Keeping.loaded = data
+        return LoadedModule(1, ordinal)
+
+    def function(self, module, name):
+        return 2
+
+    def launcher(self, module, function, signature, fail):
+        return lambda *args, **kwargs: None
+
+
+gpu = Gpu(0, "nvidia", NvidiaTarget(9, 0), "H200", "", "", None, "cuda", "sm_90")
+loader = Loader(
+    index=index, root=root, gpus=[gpu], runtimes=lambda vendor: Keeping(),
+    cache=DiskCache(root / "cache"),
+)
+loader.load("demo", 0).kernel("scale")
+modules = sorted(sys.modules)
+import json  # after the modules are listed: the report's own
+
+print(json.dumps({"loaded": Keeping.loaded == cubin, "modules": modules}))
+"""
+
+
+def test_a_cubin_load_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
+    """Each module here was once imported by every load and used by none of a fat install's
+    cubin loads: together 30 of the 36 ms the loader's imports took (docs/loader.md, "First
+    load"). importlib.metadata is for device wheels; the bundle and ELF readers for compressed
+    bundles and kernel.info of a compiled image; the run-time compilers for a module no image
+    fits; the command lines' output module for the command lines."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOTS["kernelpack"].parent), str(REPO)]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", CUBIN_LOAD, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=True,
+    )
+    report = json.loads(done.stdout)
+    assert report["loaded"]
+    unused = {
+        "importlib.metadata",
+        "email",
+        "zipfile",
+        "kernelpack.formats.bundles",
+        "kernelpack.formats.code_objects",
+        "kernelpack.formats.cubins",
+        "kernelpack.formats.elf",
+        "kernelpack.backends.rtc",
+        "kernelpack.backends.hip",
+        "kernelpack._console",
+        "argparse",
+        "dataclasses",
+        "inspect",
+        "json",
+    }
+    assert sorted(unused & set(report["modules"])) == []
+    assert "kernelpack.loader.load" in report["modules"]  # the load ran in this process
+
+
+def test_every_name_of_kernelpack_formats_is_its_readers_own() -> None:
+    """kernelpack.formats imports its readers when a name is first asked for: each name it lists
+    is the object of the module its table names, and the list and the table agree."""
+    assert sorted(formats.__all__) == sorted(formats._HOMES)
+    for name in formats.__all__:
+        home = importlib.import_module(f"kernelpack.formats.{formats._HOMES[name]}")
+        assert getattr(formats, name) is getattr(home, name), name

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from kernelpack._jsonfields import json_value
+from kernelpack.devices.detect import Gpu
 from kernelpack.formats.bundles import compress_bundle, parse_bundle, write_bundle
 from kernelpack.formats.params import ObjectParam
 from kernelpack.targets import TargetId
@@ -41,3 +42,26 @@ def test_values() -> None:
     for value in (memoryview(b"x"), b"x", object()):
         with pytest.raises(TypeError, match="no JSON form"):
             json_value(value)
+
+
+def test_gpu_report_keys_and_spelling() -> None:
+    """A detected GPU (a NamedTuple, kernelpack._jsonfields.json_record) by the same rule: its
+    fields in declaration order, its target as text, not as the tuple it is."""
+    gpu = Gpu(
+        1, "amd", TargetId.parse("gfx90a:xnack-"), "MI210", "0000:c1:00.0", "", 3, "kfd", "gfx90a"
+    )
+    report = gpu.to_json()
+    json.dumps(report)
+    expected = {
+        "index": 1,
+        "vendor": "amd",
+        "target": "gfx90a:xnack-",
+        "name": "MI210",
+        "location": "0000:c1:00.0",
+        "uuid": "",
+        "node": 3,
+        "source": "kfd",
+        "hardware": "gfx90a",
+        "override": "",
+    }
+    assert list(report.items()) == list(expected.items())  # values and declaration order

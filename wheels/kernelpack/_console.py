@@ -13,7 +13,7 @@ characters as escapes, and rich gets each cell as plain :class:`rich.text.Text`,
 from __future__ import annotations
 
 import argparse
-import json  # imported here: the loader imports this module, and a launch needs no JSON
+import json
 import os
 import sys
 import traceback
@@ -21,11 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import KernelpackError
-
-
-def debug_enabled() -> bool:
-    return os.environ.get("KERNELPACK_DEBUG", "") not in ("", "0")
+from .errors import KernelpackError, debug_enabled
 
 
 def use_rich() -> bool:

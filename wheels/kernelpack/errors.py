@@ -30,7 +30,15 @@ say which of these it is.
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+
+def debug_enabled() -> bool:
+    """Whether KERNELPACK_DEBUG asks for tracebacks and the loader's every decision. Here, with
+    the errors, rather than with the terminal output: the loader needs it, not argparse, json and
+    traceback, which the command lines' module imports (4 to 8 ms of a first load, docs/loader.md)."""
+    return os.environ.get("KERNELPACK_DEBUG", "") not in ("", "0")
 
 
 class KernelpackError(Exception):

@@ -7,7 +7,8 @@ through ctypes with the same behaviour; both keep the caller's current context (
 serves both. docs/loader.md has the measurements.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: every load imports this module, and typing compiles
+# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "Ready time").
 
 import ctypes
 import struct

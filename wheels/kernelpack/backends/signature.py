@@ -16,7 +16,8 @@ integer of that size, signed or unsigned (two's complement); for 8 bytes anythin
 is a pointer (an array's address, as for a typed pointer).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: every load imports this module, and typing compiles
+# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "Ready time").
 
 import operator
 import struct
@@ -170,7 +171,7 @@ class Signature(NamedTuple):
     types: tuple[CType, ...]
 
     @classmethod
-    def from_index(cls, kernel: str, params: Sequence[KernelParam]) -> Signature:
+    def from_index(cls, kernel: str, params: Sequence[KernelParam]) -> "Signature":
         return cls(
             kernel,
             tuple(p["type"] or f"<{p['size']} bytes>" for p in params),

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._console import print_json, print_table
@@ -67,7 +67,7 @@ def _hardware_gpu(gpu: Gpu) -> Gpu:
     hardware = agent_target(
         gpu.hardware, sramecc=features.get("sramecc", False), xnack=features.get("xnack", False)
     )
-    return replace(gpu, target=hardware, override="")
+    return gpu._replace(target=hardware, override="")
 
 
 def _identity(gpu: Gpu) -> tuple[str, str, str, int | None]:

@@ -22,19 +22,20 @@ device a kernel launches on and ``Gpu.target`` the code it can run. Resolved her
 
 Everything that touches sysfs, the environment or a vendor library is one small function below; the
 rest is pure and tested against recorded topologies (tests/fixtures/sysfs).
-"""
 
-from __future__ import annotations
+Every load imports this module, so its annotations are evaluated (no ``from __future__ import
+annotations``): typing compiles each string annotation of a NamedTuple's fields into a ForwardRef
+(docs/loader.md, "Ready time"); each type is defined before it is named.
+"""
 
 import ctypes
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from .._jsonfields import json_fields
+from .._jsonfields import json_record
 from ..errors import RuntimeLibraryError, UsageError
 from ..files.regular import SYSFS_FILE_LIMIT, read_regular_text
 from ..targets import (
@@ -58,8 +59,7 @@ MAX_TARGET_NAME = 64  # the longest target id, "gfx908:sramecc+:xnack-", has 22 
 KFD_NODES = Path("class/kfd/kfd/topology/nodes")
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(NamedTuple):
     """One GPU as the runtime will number it.
 
     ``index``: the device ordinal of its vendor's runtime (HIP or CUDA), after the visible-devices
@@ -67,9 +67,13 @@ class Gpu:
     ``sm_XY``). ``hardware``: the target the hardware reports, before any override. ``source``: how
     it was found ("kfd", "nvml", "cuda", or "KERNELPACK_TARGET" for a GPU the variable stands for).
     ``override``: the variable and value that changed the target, "" when none did.
+
+    A NamedTuple, not a dataclass: a load makes these, and a dataclass costs the import of
+    dataclasses and inspect (docs/loader.md, "Ready time"). Its ``index`` hides tuple's method of
+    that name, which nothing calls on a GPU.
     """
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field, not tuple.index (see above)
     vendor: Vendor
     target: GpuTarget
     name: str
@@ -81,11 +85,10 @@ class Gpu:
     override: str = ""
 
     def to_json(self) -> dict[str, object]:
-        return json_fields(self)
+        return json_record(self)
 
 
-@dataclass(frozen=True)
-class KfdNode:
+class KfdNode(NamedTuple):
     """One KFD topology node: its number as libhsakmt gives it, and its properties."""
 
     node: int
@@ -94,8 +97,7 @@ class KfdNode:
     product_name: str  # from the DRM device, "" when the driver does not say
 
 
-@dataclass(frozen=True)
-class NvidiaDevice:
+class NvidiaDevice(NamedTuple):
     """One NVIDIA GPU as a probe lists it, before kernelpack numbers it."""
 
     name: str
@@ -149,7 +151,7 @@ def amd_gpus(nodes: Sequence[KfdNode], environ: Mapping[str, str]) -> list[Gpu]:
     hip_list = environ.get("HIP_VISIBLE_DEVICES", "") or environ.get("CUDA_VISIBLE_DEVICES", "")
     if hip_list:
         gpus = [gpus[i] for i in hip_selection([gpu.uuid for gpu in gpus], hip_list)]
-    return [replace(gpu, index=i) for i, gpu in enumerate(gpus)]
+    return [gpu._replace(index=i) for i, gpu in enumerate(gpus)]
 
 
 def _is_gpu(node: KfdNode) -> bool:
@@ -552,7 +554,7 @@ def force_target(gpus: Sequence[Gpu], value: str) -> list[Gpu]:
         stand_in = Gpu(0, vendor, target, "", "", "", None, "KERNELPACK_TARGET", "", override)
         return [stand_in, *gpus] if vendor == "amd" else [*gpus, stand_in]
     return [
-        replace(gpu, target=target, override=override) if gpu.vendor == vendor else gpu
+        gpu._replace(target=target, override=override) if gpu.vendor == vendor else gpu
         for gpu in gpus
     ]
 

@@ -6,7 +6,8 @@ place inside it; an environment variable per use moves one of them elsewhere. No
 a source checkout, so tests and concurrent builds never write into the tree.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: every load imports this module, and typing compiles
+# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "Ready time").
 
 import os
 import stat

@@ -12,34 +12,54 @@ and what was expected there; no size read from a header is used to allocate or t
 has been checked against the bytes present and a sane bound.
 
 The readers live in one module per format (:mod:`.bundles`, :mod:`.code_objects`,
-:mod:`.cubins`); this module tells which format a file is and gives their names one import path.
+:mod:`.cubins`), :mod:`.image_file` tells which format a file is, and this module gives their names
+one import path. It imports them on first use of a name: a load imports :mod:`.index` (the
+index's types) and, for an image inside a bundle, :mod:`.bundles`, never the ELF and msgpack
+readers and their classes (19 to 31 ms, docs/loader.md "Ready time") that ``kernel.info`` of a
+run-time compiled image, ``inspect`` and the builder need.
 """
 
 from __future__ import annotations
 
-import struct
-from typing import TypeAlias
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from ..errors import FormatError
-from .bundles import (
-    BUNDLE_MAGIC,
-    CCOB_MAGIC,
-    DEFAULT_CCOB_VERSION,
-    HIP_BUNDLE_ALIGNMENT,
-    HOST_ENTRY_ID,
-    Bundle,
-    BundleEntry,
-    CompressedHeader,
-    compress_bundle,
-    parse_bundle,
-    read_bundle,
-    require_zstd,
-    split_bundle_id,
-    write_bundle,
-)
-from .code_objects import EM_AMDGPU, AmdKernel, CodeObject, KernelArg, read_code_object
-from .cubins import EM_CUDA, Cubin, CudaKernel, Ptx, read_cubin, read_ptx
-from .elf import Buffer
+if TYPE_CHECKING:
+    from .bundles import (
+        BUNDLE_MAGIC,
+        CCOB_MAGIC,
+        DEFAULT_CCOB_VERSION,
+        HIP_BUNDLE_ALIGNMENT,
+        HOST_ENTRY_ID,
+        Bundle,
+        BundleEntry,
+        CompressedHeader,
+        compress_bundle,
+        parse_bundle,
+        read_bundle,
+        require_zstd,
+        split_bundle_id,
+        write_bundle,
+    )
+    from .code_objects import (
+        EM_AMDGPU,
+        AmdKernel,
+        CodeObject,
+        KernelArg,
+        read_code_object,
+    )
+    from .cubins import (
+        EM_CUDA,
+        Cubin,
+        CudaKernel,
+        Ptx,
+        read_cubin,
+        read_ptx,
+    )
+    from .image_file import (
+        ImageFile,
+        read_image_file,
+    )
 
 __all__ = [
     "BUNDLE_MAGIC",
@@ -71,27 +91,41 @@ __all__ = [
     "write_bundle",
 ]
 
-ImageFile: TypeAlias = Bundle | CodeObject | Cubin | Ptx
-
-
-def read_image_file(data: Buffer, path: str) -> ImageFile:
-    """Whatever GPU code file this is: a bundle (plain or CCOB), a code object, a cubin or PTX."""
-    head = bytes(data[:65536])  # what tells the formats apart, copied once from a view
-    if head.startswith((BUNDLE_MAGIC, CCOB_MAGIC)):
-        return parse_bundle(data, path)
-    if head.startswith(b"\x7fELF"):
-        if len(head) < 20:
-            raise FormatError(path, len(head), "an ELF header")
-        (machine,) = struct.unpack_from("<H", head, 18)
-        if machine == EM_AMDGPU:
-            return read_code_object(data, path)
-        if machine == EM_CUDA:
-            return read_cubin(data, path)
-        raise FormatError(
-            path, 18, f"ELF machine {EM_AMDGPU} (AMDGPU) or {EM_CUDA} (CUDA), not {machine}"
-        )
-    if b".version" in head and b".target" in head:
-        return read_ptx(data, path)
-    raise FormatError(
-        path, 0, "an offload bundle, a CCOB, an AMDGPU code object, a cubin or PTX text"
+# name -> the module that defines it, imported when the name is first asked for
+_HOMES = {
+    name: module
+    for module, names in (
+        (
+            "bundles",
+            (
+                "BUNDLE_MAGIC",
+                "CCOB_MAGIC",
+                "DEFAULT_CCOB_VERSION",
+                "HIP_BUNDLE_ALIGNMENT",
+                "HOST_ENTRY_ID",
+                "Bundle",
+                "BundleEntry",
+                "CompressedHeader",
+                "compress_bundle",
+                "parse_bundle",
+                "read_bundle",
+                "require_zstd",
+                "split_bundle_id",
+                "write_bundle",
+            ),
+        ),
+        ("code_objects", ("EM_AMDGPU", "AmdKernel", "CodeObject", "KernelArg", "read_code_object")),
+        ("cubins", ("EM_CUDA", "Cubin", "CudaKernel", "Ptx", "read_cubin", "read_ptx")),
+        ("image_file", ("ImageFile", "read_image_file")),
     )
+    for name in names
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # asked once: later lookups find it here
+    return value

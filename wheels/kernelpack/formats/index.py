@@ -12,9 +12,11 @@ bytes themselves (the code object, cubin or PTX text), checked before every firs
 Kernels are what the compiled objects define (buildsys.discovery), named by the kernel-name rule
 of docs/loader.md: a module's ``kernels`` maps each name to its parameter layout, and each image's
 ``symbols`` maps the names to the symbols that image defines them by.
-"""
 
-from __future__ import annotations
+Every load imports this module, so its annotations are evaluated (no ``from __future__ import
+annotations``): typing compiles each string annotation of a TypedDict into a ForwardRef, about 1 ms
+for these 35 (docs/loader.md, "Ready time"); each type is defined before it is named.
+"""
 
 from typing import Literal, TypedDict
 

@@ -50,7 +50,8 @@ live writer holds locked. A writer whose temporary file was taken that way (stop
 that) only skips storing its entry.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: every load imports this module, and typing compiles
+# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "Ready time").
 
 import contextlib
 import hashlib

@@ -10,18 +10,21 @@ every image with the package folder its ``file`` is relative to.
 
 An installed index that cannot be read (truncated, edited, of the wrong shape) is one UsageError
 naming the file and saying to reinstall, never a SyntaxError or TypeError from deep inside.
+
+importlib.metadata is imported by the functions that read entry points or distributions (device
+wheels, the registered packages, the version, provenance), not with this module: it brings email,
+zipfile and csv, 13 to 27 ms of a first load (docs/loader.md, "Ready time"), which a fat install's
+load, reading its own ``_index.py`` only, never needs.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import os
 import stat
 import warnings
 from collections.abc import Mapping
-from importlib.metadata import PackageNotFoundError, distribution, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -164,6 +167,8 @@ def kernelpack_packages() -> list[str]:
 def package_registrations() -> dict[str, str]:
     """:func:`kernelpack_packages`, each with the distribution whose entry point names it
     ("kernelpack" for kernelpack itself), so that a stale registration can say whose it is."""
+    from importlib.metadata import entry_points  # deferred: a fat install's load needs none
+
     named: dict[str, str] = {}
     for entry in entry_points(group=PACKAGES_ENTRY_POINTS):
         dist = getattr(entry, "dist", None)
@@ -191,6 +196,11 @@ def runtime_version() -> str:
     index's, which the builder stamps (a checkout after a build); else ``0+unknown`` (a checkout
     never built: nothing has recorded a version, and another installed kernelpack's would be
     wrong)."""
+    from importlib.metadata import (  # deferred: a fat install's load needs none
+        PackageNotFoundError,
+        distribution,
+    )
+
     here = Path(__file__).resolve().parents[1] / "__init__.py"
     try:
         installed = distribution(RUNTIME_PACKAGE)
@@ -274,6 +284,8 @@ def device_fragments(package: str = RUNTIME_PACKAGE) -> list[tuple[Index, Path, 
     whose fragment is damaged, is skipped with a warning, so one broken device wheel does not stop
     the others.
     """
+    from importlib.metadata import entry_points  # deferred: a fat install's load needs none
+
     found: list[tuple[Index, Path, str]] = []
     mine = [e for e in entry_points(group=DEVICE_ENTRY_POINTS) if e.name.startswith(f"{package}.")]
     for entry in sorted(mine, key=lambda e: e.name):
@@ -304,6 +316,8 @@ def package_provenance(package: str, own: str) -> dict[str, object]:
     own distribution ``own`` and its device wheels', by distribution name. None for a distribution
     that carries no provenance file (not installed from a wheel kernelpack's builder wrote, an
     editable install) or is not installed; ``{"error": ...}`` where the file cannot be read."""
+    from importlib.metadata import entry_points  # deferred: a fat install's load needs none
+
     names = {own} | {
         entry.dist.name
         for entry in entry_points(group=DEVICE_ENTRY_POINTS)
@@ -313,6 +327,11 @@ def package_provenance(package: str, own: str) -> dict[str, object]:
 
 
 def _provenance(name: str) -> object:
+    from importlib.metadata import (  # deferred: a fat install's load needs none
+        PackageNotFoundError,
+        distribution,
+    )
+
     try:
         files = distribution(name).files or []
     except (PackageNotFoundError, ValueError):
@@ -321,6 +340,8 @@ def _provenance(name: str) -> object:
     if not found:
         return None
     path = Path(str(found[0].locate()))
+    import json  # deferred: provenance alone reads JSON here; a load imports json for nothing else
+
     try:
         document = json.loads(read_regular(path, limit=PROVENANCE_LIMIT, what="a provenance file"))
     except (OSError, UsageError, ValueError) as error:

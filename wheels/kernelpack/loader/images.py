@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 from .._tables import unique_index
 from ..errors import FormatError, IntegrityError, UsageError
 from ..files.regular import IMAGE_FILE_LIMIT, read_regular
-from ..formats import read_bundle
 from ..formats.index import Image
 
 if TYPE_CHECKING:
@@ -180,6 +179,9 @@ def _bundle_entries(path: Path, remedy: str) -> list[BundleEntry]:
         ) from None
     except UsageError as error:  # a FIFO, a device, a file over the limit: never read
         raise IntegrityError(f"{error}; {remedy}") from None
+    # deferred: the bundle reader and its classes, for images inside compressed bundles only
+    from ..formats import read_bundle
+
     try:
         return read_bundle(packed, str(path))
     except FormatError as error:

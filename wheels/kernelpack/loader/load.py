@@ -35,10 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._console import debug_enabled
 from ..backends.cuda import CudaRuntime
-from ..backends.hip import HipRuntime
-from ..backends.rtc import Compiled, open_compiler
 from ..backends.support import amd_code_object_v6
 from ..devices.argument import Device, device_name, resolve_device
 from ..devices.detect import cuda_driver_devices, detect_gpus
@@ -48,9 +45,9 @@ from ..errors import (
     NoImageError,
     RuntimeLibraryError,
     UsageError,
+    debug_enabled,
 )
 from ..files.regular import SOURCE_FILE_LIMIT, read_regular
-from ..formats import read_code_object, read_cubin
 from ..formats.index import Index, KernelResources, ModuleEntry
 from ..targets import select_image
 from . import catalog as installed
@@ -318,6 +315,9 @@ class Loader:
             try:
                 if self._compiler_factory is not None:
                     return self._compiler_factory(gpu.vendor)
+                # deferred: the run-time compilers' binding, for a module no image fits
+                from ..backends.rtc import open_compiler
+
                 return open_compiler(gpu.vendor)
             except RuntimeLibraryError as error:
                 problem = str(error)
@@ -336,6 +336,9 @@ class Loader:
         key = cache_key(
             "source", hashlib.sha256(source.encode()).hexdigest(), names, target, version
         )
+        # deferred: the run-time compilers' binding, for a module no image fits
+        from ..backends.rtc import Compiled
+
         cached = self.cache.get(key)
         compiled = Compiled.from_bytes(cached) if cached is not None else None
         if compiled is None:
@@ -395,6 +398,9 @@ def _resources_of(
     kernel name (``symbols``: name -> symbol; a symbol not there is its own name)."""
 
     def read() -> dict[str, KernelResources]:
+        # deferred: the ELF readers, for kernel.info of a run-time compiled image only
+        from ..formats import read_code_object, read_cubin
+
         reader = read_cubin if vendor == "nvidia" else read_code_object
         names = {symbol: name for name, symbol in symbols.items()}
         found = reader(data, label).resources()
@@ -434,6 +440,8 @@ def open_runtime(vendor: str) -> Runtime:
     """The runtime for a vendor's GPUs ("nvidia" or "amd")."""
     if vendor == "nvidia":
         return CudaRuntime()
+    from ..backends.hip import HipRuntime  # deferred: HIP's binding, for AMD GPUs only
+
     return HipRuntime()
 
 

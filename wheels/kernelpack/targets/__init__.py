@@ -8,12 +8,12 @@ compatibility within a major version, PTX compiled for newer GPUs). The loader c
 :func:`select_image`; everything here is pure and does no I/O.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: every load imports this module, and typing compiles
+# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "Ready time").
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 from ..errors import UsageError
 from .processors import (
@@ -29,8 +29,7 @@ from .processors import (
 )
 
 
-@dataclass(frozen=True)
-class TargetId:
+class TargetId(NamedTuple):
     """An AMD target id: a processor and the features it fixes.
 
     ``features`` maps a feature name to True (+) or False (-); a feature absent from the map is
@@ -38,10 +37,10 @@ class TargetId:
     """
 
     processor: str
-    features: tuple[tuple[str, bool], ...] = field(default=())
+    features: tuple[tuple[str, bool], ...] = ()
 
     @classmethod
-    def parse(cls, text: str) -> TargetId:
+    def parse(cls, text: str) -> "TargetId":
         """Parse ``gfx90a:xnack+:sramecc-`` (features in any order) into canonical form."""
         processor, *parts = text.strip().split(":")
         info = AMD_BY_NAME.get(processor)
@@ -234,8 +233,7 @@ def _amd_fit_description(code: TargetId, agent: TargetId) -> str:
 _NVIDIA_NAME = re.compile(r"(sm|compute)_([0-9]{1,4})([0-9])(a?)")
 
 
-@dataclass(frozen=True, order=True)
-class NvidiaTarget:
+class NvidiaTarget(NamedTuple):
     """An NVIDIA GPU or code target: ``sm_XY`` (a GPU, or a cubin), ``sm_XYa`` (a cubin using
     arch-specific instructions, for that exact GPU only), ``compute_XY`` / ``compute_XYa`` (PTX).
 
@@ -249,7 +247,7 @@ class NvidiaTarget:
     arch_specific: bool = False
 
     @classmethod
-    def parse(cls, text: str) -> NvidiaTarget:
+    def parse(cls, text: str) -> "NvidiaTarget":
         match = _NVIDIA_NAME.fullmatch(text.strip())
         if match is None:
             raise UsageError(
@@ -328,8 +326,7 @@ def written_kind(name: str) -> Literal["amd", "sm", "compute"]:
     return "sm" if name.startswith("sm") else "amd"
 
 
-@dataclass(frozen=True)
-class ParsedTarget:
+class ParsedTarget(NamedTuple):
     """What a target name is: the one classification the builder, the loader and the CLI use.
 
     ``kind``: "specific" (an AMD processor, gfx942), "generic" (an AMD generic target,

@@ -5,17 +5,18 @@ constants about them. It is the single source of target facts for the builder (m
 family expansion) and the loader (compatibility, ranking); the logic that reads it (parsing, which
 code runs where, image selection) is :mod:`kernelpack.targets`. Facts come from LLVM's ELF.h and
 AMDGPUUsage.rst and NVIDIA's compute capability list; see shared/reference/FORMATS.md.
+
+Every load imports this module, so its annotations are evaluated (no ``from __future__ import
+annotations``): typing compiles each string annotation of a NamedTuple's fields into a ForwardRef
+(docs/loader.md, "Ready time"); each type is defined before it is named.
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .._tables import unique_index
 
 
-@dataclass(frozen=True)
-class AmdProcessor:
+class AmdProcessor(NamedTuple):
     """One AMD GPU processor (or generic target) as LLVM names it.
 
     ``mach`` is the EF_AMDGPU_MACH value in a code object's e_flags; ``generic`` the generic
@@ -103,8 +104,7 @@ AMD_FAMILIES: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class NvidiaArch:
+class NvidiaArch(NamedTuple):
     """One NVIDIA compute capability. ``arch_specific`` marks the 'a' variants (sm_90a) whose
     cubins run on that exact GPU only."""
 
