@@ -129,7 +129,7 @@ elif [ "$left" -gt 60 ]; then
   timeout "$left" python3 bench/gpu_loader.py --out "$OUT/loader" > "$OUT/loader.log" 2>&1
   note "loader session rc=$? ($(elapsed) s)"
   # The lent machine returns at most 8 files: keep the loader's numbers, drop its logs.
-  cat "$OUT"/loader/bench.log "$OUT"/loader/importtime.txt >> "$OUT/loader.log" 2>/dev/null
+  cat "$OUT"/loader/ready.md "$OUT"/loader/bench.log "$OUT"/loader/importtime.txt >> "$OUT/loader.log" 2>/dev/null
   cp "$OUT/loader/bench_launch.json" "$OUT/" 2>/dev/null
   rm -rf "$OUT/loader"
 else
