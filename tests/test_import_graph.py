@@ -69,6 +69,8 @@ DEFERRED_THIRD_PARTY = {
     "email": "the metadata file's parser and writer, likewise",
     "dataclasses": "json_fields of the readers' dataclasses; the records a load makes are "
     "NamedTuples, so that a load does not import dataclasses and inspect",
+    "tomllib": "kernelpack.files.regular's TOML reader (sweep specs, the builder's files): a load "
+    "reads none",
     "json": "the provenance file's reader (kernelpack.loader.catalog): a load reads no JSON",
     "importlib": "importlib.metadata (email, zipfile, csv: 13 to 27 ms) for entry points and "
     "distributions, which a fat install's load never reads (kernelpack.loader.catalog)",
@@ -342,6 +344,7 @@ def test_a_cubin_load_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
         "dataclasses",
         "inspect",
         "json",
+        "tomllib",
     }
     assert sorted(unused & set(report["modules"])) == []
     assert "kernelpack.loader.load" in report["modules"]  # the load ran in this process

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tomllib
 from typing import Any
 
 from ..errors import UsageError
@@ -83,6 +82,8 @@ def read_toml(path: str | os.PathLike[str], *, limit: int, what: str) -> dict[st
     instead); text that is not UTF-8 or not TOML, or nests too deeply for tomllib (its
     RecursionError), is one UsageError naming the file, where the fault is and ``what`` to give.
     """
+    import tomllib  # deferred: tomllib and datetime cost a cubin load 5 ms it never reads TOML
+
     name = os.fspath(path)
     data = read_regular(path, limit=limit, what=what)
     try:
