@@ -12,7 +12,6 @@ bundle for a compressed one), checked against the index's sha256 before anyone u
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from collections.abc import MutableMapping
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from .._tables import unique_index
 from ..errors import FormatError, IntegrityError, UsageError
+from ..files.digest import sha256_hex
 from ..files.regular import IMAGE_FILE_LIMIT, read_regular
 from ..formats.index import Image
 
@@ -77,10 +77,6 @@ def image_kind(name: str) -> ImageKind:
             f"{', '.join(KINDS_BY_NAME)}. A newer kernelpack may read it"
         )
     return found
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def read_image(

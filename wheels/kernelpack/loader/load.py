@@ -27,7 +27,6 @@ arguments are a dict lookup. The packages' loaders share the process's vendor ru
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import threading
 import warnings
@@ -47,11 +46,11 @@ from ..errors import (
     UsageError,
     debug_enabled,
 )
+from ..files.digest import sha256_hex
 from ..files.regular import SOURCE_FILE_LIMIT, read_regular
 from ..formats.index import Index, KernelResources, ModuleEntry
 from ..targets import select_image
 from . import catalog as installed
-from .cache import DiskCache, cache_key
 from .catalog import Catalog, Choice, Located
 from .hints import no_image_message
 from .images import read_image
@@ -62,6 +61,7 @@ if TYPE_CHECKING:
     from ..backends.rtc import Compiled, SourceCompiler
     from ..backends.runtime import Runtime
     from ..devices.detect import Gpu, NvidiaDevice
+    from .cache import DiskCache
 
 
 def _debug(message: str) -> None:
@@ -100,7 +100,7 @@ class Loader:
         self._gpus: list[Gpu] | None = None
         self._runtime_factory = runtimes
         self._compiler_factory = compilers
-        self.cache = cache if cache is not None else DiskCache()
+        self._cache = cache
         self._catalog: Catalog | None = None
         self._merged = False
         self._lock = threading.RLock()
@@ -109,6 +109,18 @@ class Loader:
         self._modules: OnceMap[tuple[str, str], Module] = OnceMap()  # (device name, module)
         self._by_argument: dict[tuple[Device, str], Module] = {}  # load()'s arguments as given
         self._said: set[tuple[str, str]] = set()
+
+    @property
+    def cache(self) -> DiskCache:
+        """The disk cache given, else the default folder's, made on first use: a cubin's load
+        uses none, and the cache's modules (with hashlib's OpenSSL start, hmac, fcntl) would cost
+        every load about 2 ms to import."""
+        with self._lock:
+            if self._cache is None:
+                from .cache import DiskCache  # deferred: for bundles, PTX and sources alone
+
+                self._cache = DiskCache()
+            return self._cache
 
     # -- what is installed and what is present
 
@@ -282,7 +294,7 @@ class Loader:
         compressed = image["compression"] != "none"
         if compressed:
             cached = self.cache.get(image["sha256"])
-            if cached is not None and hashlib.sha256(cached).hexdigest() == image["sha256"]:
+            if cached is not None and sha256_hex(cached) == image["sha256"]:
                 _debug(f"{located.label}: from the disk cache")
                 return cached
         data = read_image(located.root, image)
@@ -294,6 +306,8 @@ class Loader:
     def _driver_compiled(self, runtime: Runtime, ordinal: int, located: Located, gpu: Gpu) -> bytes:
         """PTX compiled by the driver for this GPU, kept in the disk cache (keyed by the PTX's hash,
         the GPU's target and the driver's version)."""
+        from .cache import cache_key  # deferred: for bundles, PTX and sources alone
+
         key = cache_key("ptx", located.image["sha256"], str(gpu.target), runtime.version())
         cached = self.cache.get(key)
         if cached is not None:
@@ -332,10 +346,10 @@ class Loader:
         version = compiler.version()
         source = self.source_text(module, entry, gpu.vendor)
         kernels = sorted(entry["kernels"])
-        names = hashlib.sha256("\n".join(kernels).encode()).hexdigest()
-        key = cache_key(
-            "source", hashlib.sha256(source.encode()).hexdigest(), names, target, version
-        )
+        names = sha256_hex("\n".join(kernels).encode())
+        from .cache import cache_key  # deferred: for bundles, PTX and sources alone
+
+        key = cache_key("source", sha256_hex(source.encode()), names, target, version)
         # deferred: the run-time compilers' binding, for a module no image fits
         from ..backends.rtc import Compiled
 
@@ -367,7 +381,7 @@ class Loader:
         copy beside it where there is one (hipRTC compiles HIP; plain CUDA only in part)."""
         path = self.catalog().sources[module]
         cuda = _installed_source(path, "the module's source")
-        digest = hashlib.sha256(cuda).hexdigest()
+        digest = sha256_hex(cuda)
         if digest != entry["source_sha256"]:
             raise IntegrityError(
                 f"{path}: the source's sha256 is {digest}, the index says "
