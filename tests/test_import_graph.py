@@ -46,6 +46,10 @@ DEFERRED_PROJECT = {
     ("kernelpack.loader.load", "kernelpack.formats"): "the ELF readers, for kernel.info of a "
     "run-time compiled image only",
     ("kernelpack.loader.load", "kernelpack.backends.hip"): "HIP's binding, for AMD GPUs only",
+    ("kernelpack.loader.load", "kernelpack.backends.support"): "the HIP runtime's code object "
+    "version, which AMD's generic images alone need",
+    ("kernelpack.loader.load", "kernelpack.loader.hints"): "the advice when no image fits and "
+    "nothing compiles, for a load that fails",
     ("kernelpack.loader.load", "kernelpack.loader.cache"): "the disk cache (with hashlib's OpenSSL "
     "start, hmac, fcntl: about 2 ms), for bundles, PTX and sources: a cubin's load keeps nothing",
     ("kernelpack.loader.load", "kernelpack.backends.rtc"): "NVRTC's and hipRTC's binding (and "
@@ -361,6 +365,8 @@ def test_a_cubin_load_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
         "hmac",
         "kernelpack.loader.cache",
         "kernelpack.loader.cache_files",
+        "kernelpack.loader.hints",
+        "kernelpack.backends.support",
         "fcntl",
     }
     assert sorted(unused & set(report["modules"])) == []

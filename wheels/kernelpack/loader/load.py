@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..backends.cuda import CudaRuntime
-from ..backends.support import amd_code_object_v6
 from ..devices.argument import Device, device_name, resolve_device
 from ..devices.detect import cuda_driver_devices, detect_gpus
 from ..errors import (
@@ -52,7 +51,6 @@ from ..formats.index import Index, KernelResources, ModuleEntry
 from ..targets import select_image
 from . import catalog as installed
 from .catalog import Catalog, Choice, Located
-from .hints import no_image_message
 from .images import read_image
 from .module import Module
 from .oncemap import OnceMap
@@ -200,7 +198,12 @@ class Loader:
             )
             raise UsageError(f"no kernel module {module!r} in {self.package}; modules: {known}")
         located = catalog.images[module]
-        v6 = amd_code_object_v6() if gpu.vendor == "amd" else None
+        v6 = None
+        if gpu.vendor == "amd":
+            # deferred: the runtime's code object version, which only AMD's generic images need
+            from ..backends.support import amd_code_object_v6
+
+            v6 = amd_code_object_v6()
         best, reasons = select_image(
             [entry.image for entry in located], gpu.target, runtime_code_object_v6=v6
         )
@@ -335,6 +338,8 @@ class Loader:
                 return open_compiler(gpu.vendor)
             except RuntimeLibraryError as error:
                 problem = str(error)
+        from .hints import no_image_message  # deferred: the advice, for a load that fails
+
         raise NoImageError(no_image_message(choice, self.catalog(), problem))
 
     def _compiled(
