@@ -50,6 +50,8 @@ DEFERRED_PROJECT = {
     "version, which AMD's generic images alone need",
     ("kernelpack.loader.load", "kernelpack.loader.hints"): "the advice when no image fits and "
     "nothing compiles, for a load that fails",
+    ("kernelpack.devices.detect", "kernelpack._jsonfields"): "the JSON shape, for the command "
+    "lines' `--json` reports: a load writes none",
     ("kernelpack.loader.load", "kernelpack.loader.cache"): "the disk cache (with hashlib's OpenSSL "
     "start, hmac, fcntl: about 2 ms), for bundles, PTX and sources: a cubin's load keeps nothing",
     ("kernelpack.loader.load", "kernelpack.backends.rtc"): "NVRTC's and hipRTC's binding (and "
@@ -366,6 +368,7 @@ def test_a_cubin_load_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
         "kernelpack.loader.cache",
         "kernelpack.loader.cache_files",
         "kernelpack.loader.hints",
+        "kernelpack._jsonfields",
         "kernelpack.backends.support",
         "fcntl",
     }

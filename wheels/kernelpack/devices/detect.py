@@ -35,7 +35,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from .._jsonfields import json_record
 from ..errors import RuntimeLibraryError, UsageError
 from ..files.regular import SYSFS_FILE_LIMIT, read_regular_text
 from ..targets import (
@@ -85,6 +84,8 @@ class Gpu(NamedTuple):
     override: str = ""
 
     def to_json(self) -> dict[str, object]:
+        from .._jsonfields import json_record  # deferred: `--json` reports alone write a Gpu
+
         return json_record(self)
 
 
