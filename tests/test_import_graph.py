@@ -11,6 +11,7 @@ else must be one of the optional or vendor dependencies in DEFERRED_THIRD_PARTY.
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib
 import json
 import os
@@ -45,6 +46,14 @@ DEFERRED_PROJECT = {
     ("kernelpack.loader.load", "kernelpack.formats"): "the ELF readers, for kernel.info of a "
     "run-time compiled image only",
     ("kernelpack.loader.load", "kernelpack.backends.hip"): "HIP's binding, for AMD GPUs only",
+    ("kernelpack.loader.load", "kernelpack.backends.support"): "the HIP runtime's code object "
+    "version, which AMD's generic images alone need",
+    ("kernelpack.loader.load", "kernelpack.loader.hints"): "the advice when no image fits and "
+    "nothing compiles, for a load that fails",
+    ("kernelpack.devices.detect", "kernelpack._jsonfields"): "the JSON shape, for the command "
+    "lines' `--json` reports: a load writes none",
+    ("kernelpack.loader.load", "kernelpack.loader.cache"): "the disk cache (with hashlib's OpenSSL "
+    "start, hmac, fcntl: about 2 ms), for bundles, PTX and sources: a cubin's load keeps nothing",
     ("kernelpack.loader.load", "kernelpack.backends.rtc"): "NVRTC's and hipRTC's binding (and "
     "json), for a module no prebuilt image fits",
     ("buildsys.trees", "buildsys.hipify.tree_facts"): "the translator, for a tree that changed: "
@@ -71,6 +80,8 @@ DEFERRED_THIRD_PARTY = {
     "NamedTuples, so that a load does not import dataclasses and inspect",
     "tomllib": "kernelpack.files.regular's TOML reader (sweep specs, the builder's files): a load "
     "reads none",
+    "hashlib": "OpenSSL's sha256 (its start about 2 ms), for data of 512 KiB and more "
+    "(kernelpack.files.digest): a cubin's check uses CPython's own",
     "json": "the provenance file's reader (kernelpack.loader.catalog): a load reads no JSON",
     "importlib": "importlib.metadata (email, zipfile, csv: 13 to 27 ms) for entry points and "
     "distributions, which a fat install's load never reads (kernelpack.loader.catalog)",
@@ -256,22 +267,21 @@ def test_the_runtime_package_has_rooms() -> None:
 # A fat install's cubin load, in a fresh process: the loader's real code from the index to the
 # kernel lookup, with the vendor runtime (which needs a GPU) replaced by one that keeps the bytes.
 CUBIN_LOAD = r"""
-import hashlib, sys
+import sys
 from pathlib import Path
 
 from kernelpack.backends.runtime import LoadedModule, Runtime
 from kernelpack.devices.detect import Gpu
-from kernelpack.loader.cache import DiskCache
 from kernelpack.loader.load import Loader
 from kernelpack.targets import NvidiaTarget
 
 root = Path(sys.argv[1])
-cubin = b"\x7fELF" + bytes(range(256)) * 4
+cubin = bytes.fromhex(sys.argv[2])
 (root / "demo.sm_90.cubin").write_bytes(cubin)
 params = [{"type": "float*", "offset": 0, "size": 8}]
 image = {
     "vendor": "nvidia", "target": "sm_90", "kind": "cubin", "file": "demo.sm_90.cubin",
-    "offset": 0, "size": len(cubin), "sha256": hashlib.sha256(cubin).hexdigest(),
+    "offset": 0, "size": len(cubin), "sha256": sys.argv[3],
     "compression": "none", "kernels": {}, "symbols": {"scale": "_Z5scalePf"},
 }
 index = {
@@ -297,10 +307,7 @@ class Keeping(Runtime):
 
 
 gpu = Gpu(0, "nvidia", NvidiaTarget(9, 0), "H200", "", "", None, "cuda", "sm_90")
-loader = Loader(
-    index=index, root=root, gpus=[gpu], runtimes=lambda vendor: Keeping(),
-    cache=DiskCache(root / "cache"),
-)
+loader = Loader(index=index, root=root, gpus=[gpu], runtimes=lambda vendor: Keeping())
 loader.load("demo", 0).kernel("scale")
 modules = sorted(sys.modules)
 import json  # after the modules are listed: the report's own
@@ -314,13 +321,23 @@ def test_a_cubin_load_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
     cubin loads: together 30 of the 36 ms the loader's imports took (docs/loader.md, "First
     load"). importlib.metadata is for device wheels; the bundle and ELF readers for compressed
     bundles and kernel.info of a compiled image; the run-time compilers for a module no image
-    fits; the command lines' output module for the command lines."""
+    fits; the command lines' output module for the command lines; the disk cache (and OpenSSL's
+    sha256 with it) for bundles, PTX and sources."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOTS["kernelpack"].parent), str(REPO)]),
+        "KERNELPACK_CACHE_DIR": str(tmp_path / "cache"),
     }
+    cubin = b"\x7fELF" + bytes(range(256)) * 4
     done = subprocess.run(
-        [sys.executable, "-c", CUBIN_LOAD, str(tmp_path)],
+        [
+            sys.executable,
+            "-c",
+            CUBIN_LOAD,
+            str(tmp_path),
+            cubin.hex(),
+            hashlib.sha256(cubin).hexdigest(),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -345,6 +362,15 @@ def test_a_cubin_load_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
         "inspect",
         "json",
         "tomllib",
+        "hashlib",
+        "_hashlib",
+        "hmac",
+        "kernelpack.loader.cache",
+        "kernelpack.loader.cache_files",
+        "kernelpack.loader.hints",
+        "kernelpack._jsonfields",
+        "kernelpack.backends.support",
+        "fcntl",
     }
     assert sorted(unused & set(report["modules"])) == []
     assert "kernelpack.loader.load" in report["modules"]  # the load ran in this process

@@ -369,6 +369,32 @@ def test_compressed_image_comes_from_the_disk_cache(
     assert runtimes["amd"].loads == [(0, payload("gfx1100"))]
 
 
+def test_the_default_disk_cache_is_made_when_first_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loader given no cache makes the default one when an image needs it (a compressed
+    bundle's here), in KERNELPACK_CACHE_DIR as it is then; a cubin's load makes none, so that it
+    imports no cache module (docs/loader.md, "Ready time")."""
+    index = make_package(tmp_path / "pkg", amd=ALL_AMD, nvidia=ALL_NVIDIA)
+    gpus = mixed_machine()
+    runtimes: dict[str, RecordingRuntime] = {}
+    made = Loader(
+        index=index,
+        root=tmp_path / "pkg",
+        gpus=gpus,
+        runtimes=lambda vendor: runtimes.setdefault(vendor, RecordingRuntime(vendor)),
+        fragments=list,
+    )
+    monkeypatch.setenv("KERNELPACK_CACHE_DIR", str(tmp_path / "chosen"))
+    assert made.load("demo", "cuda:0").image.startswith("sm_90 cubin")
+    assert made._cache is None
+    made.load("demo", "hip:0")
+    assert made.cache is made.cache
+    assert made.cache.folder == tmp_path / "chosen"
+    key = hashlib.sha256(payload("gfx1100")).hexdigest()
+    assert DiskCache(tmp_path / "chosen").get(key) == payload("gfx1100")
+
+
 def test_tampered_cache_entry_is_removed_and_remade(tmp_path: Path, cache: DiskCache) -> None:
     index = make_package(tmp_path / "pkg", amd=ALL_AMD)
     gpus = [g for g in mixed_machine() if g.vendor == "amd"]

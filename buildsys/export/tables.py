@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelpack.errors import FormatError, UsageError
+from kernelpack.files.digest import sha256_hex
 from kernelpack.files.regular import read_regular
 from kernelpack.formats import BundleEntry
 from kernelpack.formats.index import Image, Index
-from kernelpack.loader.images import read_image, sha256_hex, verify_image
+from kernelpack.loader.images import read_image, verify_image
 from kernelpack.targets import NvidiaTarget, parse_target, select_image
 
 from ..index_writer import DEVICE_DIR, INDEX_FILE, read_index

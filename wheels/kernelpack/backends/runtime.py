@@ -10,7 +10,8 @@ Everything that touches a vendor library sits in those modules, so the rest of t
 Python and testable without a GPU (tests pass a recording Runtime).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: every load imports this module, and typing compiles
+# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "Ready time").
 
 import ctypes
 from collections.abc import Callable
@@ -63,7 +64,7 @@ class Runtime:
         raise NotImplementedError
 
     def launcher(
-        self, module: LoadedModule, function: int, signature: kargs.Signature, fail: FailFn
+        self, module: LoadedModule, function: int, signature: "kargs.Signature", fail: FailFn
     ) -> LaunchFn:
         """Kernel.launch for one kernel: checks, packs and launches, or calls ``fail``."""
         raise NotImplementedError

@@ -33,7 +33,8 @@ _VISIBLE = {
 }
 _VENDOR_NAME = {"nvidia": "NVIDIA", "amd": "AMD"}
 # "cuda:N" or "hip:N" (N without leading zeros)
-_DEVICE_STRING = re.compile(r"(cuda|hip):(0|[1-9][0-9]*)")
+# compiled on first use (re keeps it): a load given a device number, the default, parses no string
+_DEVICE_STRING = r"(cuda|hip):(0|[1-9][0-9]*)"
 
 
 class DeviceString(str):
@@ -55,7 +56,7 @@ def parse_device(device: str) -> DeviceString | None:
     """``device`` as a :class:`DeviceString`, None where it is not "cuda:N" or "hip:N"."""
     if isinstance(device, DeviceString):
         return device
-    match = _DEVICE_STRING.fullmatch(device)
+    match = re.fullmatch(_DEVICE_STRING, device)
     return None if match is None else DeviceString.of(match[1], int(match[2]))
 
 

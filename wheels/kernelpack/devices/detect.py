@@ -35,7 +35,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from .._jsonfields import json_record
 from ..errors import RuntimeLibraryError, UsageError
 from ..files.regular import SYSFS_FILE_LIMIT, read_regular_text
 from ..targets import (
@@ -85,6 +84,8 @@ class Gpu(NamedTuple):
     override: str = ""
 
     def to_json(self) -> dict[str, object]:
+        from .._jsonfields import json_record  # deferred: `--json` reports alone write a Gpu
+
         return json_record(self)
 
 
@@ -200,7 +201,8 @@ def _pci_address(domain: int, bus: int, devfn: int) -> str:
     return f"{domain:04x}:{bus:02x}:{devfn >> 3:02x}.{devfn & 7}"
 
 
-_OVERRIDE = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)")
+# compiled on first use (re keeps it), as _C_INTEGER: AMD detection alone reads either
+_OVERRIDE = r"([0-9]+)\.([0-9]+)\.([0-9]+)"
 # C's LONG_MAX on the 64-bit systems ROCm runs on: where strtol saturates a longer number.
 _LONG_MAX = (1 << 63) - 1
 
@@ -215,7 +217,7 @@ def _decimal(digits: str) -> int:
 
 def _override_processor(variable: str, value: str) -> str:
     """The processor HSA_OVERRIDE_GFX_VERSION names; libhsakmt refuses the same values."""
-    match = _OVERRIDE.fullmatch(value)
+    match = re.fullmatch(_OVERRIDE, value)
     if match is not None:
         major, minor, step = (_decimal(group) for group in match.groups())
         if major <= 63:
@@ -263,12 +265,12 @@ def rocr_selection(uuids: Sequence[str], value: str) -> list[int]:
     return chosen
 
 
-_C_INTEGER = re.compile(r"([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+_C_INTEGER = r"([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)"
 
 
 def _strtol(token: str) -> int | None:
     """C ``strtol(token, &end, 0)`` when it reads the whole token, else None."""
-    match = _C_INTEGER.fullmatch(token)
+    match = re.fullmatch(_C_INTEGER, token)
     if match is None:
         return None
     digits = match[2]

@@ -17,7 +17,8 @@ zipfile and csv, 13 to 27 ms of a first load (docs/loader.md, "Ready time"), whi
 load, reading its own ``_index.py`` only, never needs.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: every load imports this module, and typing compiles
+# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "Ready time").
 
 import importlib
 import importlib.util
@@ -26,14 +27,12 @@ import stat
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
+from ..devices.detect import Gpu
 from ..errors import KernelpackWarning, UsageError
 from ..files.regular import IMAGE_FILE_LIMIT, read_regular
 from ..formats.index import PROVENANCE_FILE, SCHEMA_VERSION, Image, Index, ModuleEntry
-
-if TYPE_CHECKING:
-    from ..devices.detect import Gpu
 
 RUNTIME_PACKAGE = "kernelpack"
 PACKAGES_ENTRY_POINTS = "kernelpack.packages"

@@ -10,9 +10,9 @@ image's bytes: the byte range the index names, out of the file it names (through
 bundle for a compressed one), checked against the index's sha256 before anyone uses it.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: every load imports this module, and typing compiles
+# each string annotation of a NamedTuple field into a ForwardRef (docs/loader.md, "Ready time").
 
-import hashlib
 import os
 import stat
 from collections.abc import MutableMapping
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from .._tables import unique_index
 from ..errors import FormatError, IntegrityError, UsageError
+from ..files.digest import sha256_hex
 from ..files.regular import IMAGE_FILE_LIMIT, read_regular
 from ..formats.index import Image
 
@@ -79,16 +80,12 @@ def image_kind(name: str) -> ImageKind:
     return found
 
 
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def read_image(
     package_dir: Path,
     image: Image,
     *,
     remedy: str = "reinstall kernelpack",
-    bundles: MutableMapping[Path, list[BundleEntry]] | None = None,
+    bundles: "MutableMapping[Path, list[BundleEntry]] | None" = None,
 ) -> bytes:
     """The bytes of ``image``, read from ``package_dir / image["file"]`` and checked.
 
@@ -169,7 +166,7 @@ def _read_range(path: Path, offset: int, size: int, remedy: str) -> bytes:
     return data
 
 
-def _bundle_entries(path: Path, remedy: str) -> list[BundleEntry]:
+def _bundle_entries(path: Path, remedy: str) -> "list[BundleEntry]":
     """The entries of a compressed (CCOB) bundle file, offsets in the bundle it decompresses to."""
     try:
         packed = read_regular(path, limit=IMAGE_FILE_LIMIT, what="a compressed bundle")

@@ -27,7 +27,6 @@ arguments are a dict lookup. The packages' loaders share the process's vendor ru
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import threading
 import warnings
@@ -36,7 +35,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..backends.cuda import CudaRuntime
-from ..backends.support import amd_code_object_v6
 from ..devices.argument import Device, device_name, resolve_device
 from ..devices.detect import cuda_driver_devices, detect_gpus
 from ..errors import (
@@ -47,13 +45,12 @@ from ..errors import (
     UsageError,
     debug_enabled,
 )
+from ..files.digest import sha256_hex
 from ..files.regular import SOURCE_FILE_LIMIT, read_regular
 from ..formats.index import Index, KernelResources, ModuleEntry
 from ..targets import select_image
 from . import catalog as installed
-from .cache import DiskCache, cache_key
 from .catalog import Catalog, Choice, Located
-from .hints import no_image_message
 from .images import read_image
 from .module import Module
 from .oncemap import OnceMap
@@ -62,6 +59,7 @@ if TYPE_CHECKING:
     from ..backends.rtc import Compiled, SourceCompiler
     from ..backends.runtime import Runtime
     from ..devices.detect import Gpu, NvidiaDevice
+    from .cache import DiskCache
 
 
 def _debug(message: str) -> None:
@@ -100,7 +98,7 @@ class Loader:
         self._gpus: list[Gpu] | None = None
         self._runtime_factory = runtimes
         self._compiler_factory = compilers
-        self.cache = cache if cache is not None else DiskCache()
+        self._cache = cache
         self._catalog: Catalog | None = None
         self._merged = False
         self._lock = threading.RLock()
@@ -109,6 +107,18 @@ class Loader:
         self._modules: OnceMap[tuple[str, str], Module] = OnceMap()  # (device name, module)
         self._by_argument: dict[tuple[Device, str], Module] = {}  # load()'s arguments as given
         self._said: set[tuple[str, str]] = set()
+
+    @property
+    def cache(self) -> DiskCache:
+        """The disk cache given, else the default folder's, made on first use: a cubin's load
+        uses none, and the cache's modules (with hashlib's OpenSSL start, hmac, fcntl) would cost
+        every load about 2 ms to import."""
+        with self._lock:
+            if self._cache is None:
+                from .cache import DiskCache  # deferred: for bundles, PTX and sources alone
+
+                self._cache = DiskCache()
+            return self._cache
 
     # -- what is installed and what is present
 
@@ -188,7 +198,12 @@ class Loader:
             )
             raise UsageError(f"no kernel module {module!r} in {self.package}; modules: {known}")
         located = catalog.images[module]
-        v6 = amd_code_object_v6() if gpu.vendor == "amd" else None
+        v6 = None
+        if gpu.vendor == "amd":
+            # deferred: the runtime's code object version, which only AMD's generic images need
+            from ..backends.support import amd_code_object_v6
+
+            v6 = amd_code_object_v6()
         best, reasons = select_image(
             [entry.image for entry in located], gpu.target, runtime_code_object_v6=v6
         )
@@ -282,7 +297,7 @@ class Loader:
         compressed = image["compression"] != "none"
         if compressed:
             cached = self.cache.get(image["sha256"])
-            if cached is not None and hashlib.sha256(cached).hexdigest() == image["sha256"]:
+            if cached is not None and sha256_hex(cached) == image["sha256"]:
                 _debug(f"{located.label}: from the disk cache")
                 return cached
         data = read_image(located.root, image)
@@ -294,6 +309,8 @@ class Loader:
     def _driver_compiled(self, runtime: Runtime, ordinal: int, located: Located, gpu: Gpu) -> bytes:
         """PTX compiled by the driver for this GPU, kept in the disk cache (keyed by the PTX's hash,
         the GPU's target and the driver's version)."""
+        from .cache import cache_key  # deferred: for bundles, PTX and sources alone
+
         key = cache_key("ptx", located.image["sha256"], str(gpu.target), runtime.version())
         cached = self.cache.get(key)
         if cached is not None:
@@ -321,6 +338,8 @@ class Loader:
                 return open_compiler(gpu.vendor)
             except RuntimeLibraryError as error:
                 problem = str(error)
+        from .hints import no_image_message  # deferred: the advice, for a load that fails
+
         raise NoImageError(no_image_message(choice, self.catalog(), problem))
 
     def _compiled(
@@ -332,10 +351,10 @@ class Loader:
         version = compiler.version()
         source = self.source_text(module, entry, gpu.vendor)
         kernels = sorted(entry["kernels"])
-        names = hashlib.sha256("\n".join(kernels).encode()).hexdigest()
-        key = cache_key(
-            "source", hashlib.sha256(source.encode()).hexdigest(), names, target, version
-        )
+        names = sha256_hex("\n".join(kernels).encode())
+        from .cache import cache_key  # deferred: for bundles, PTX and sources alone
+
+        key = cache_key("source", sha256_hex(source.encode()), names, target, version)
         # deferred: the run-time compilers' binding, for a module no image fits
         from ..backends.rtc import Compiled
 
@@ -367,7 +386,7 @@ class Loader:
         copy beside it where there is one (hipRTC compiles HIP; plain CUDA only in part)."""
         path = self.catalog().sources[module]
         cuda = _installed_source(path, "the module's source")
-        digest = hashlib.sha256(cuda).hexdigest()
+        digest = sha256_hex(cuda)
         if digest != entry["source_sha256"]:
             raise IntegrityError(
                 f"{path}: the source's sha256 is {digest}, the index says "

@@ -115,7 +115,8 @@ def _edit_distance(a: str, b: str) -> int:
 
 # --- AMD processor names and the KFD's gfx_target_version ------------------------------------------
 
-_GFX_NAME = re.compile(r"gfx(\d+)([0-9a-f])([0-9a-f])")
+# compiled on first use (re keeps it): an NVIDIA load parses no AMD name
+_GFX_NAME = r"gfx(\d+)([0-9a-f])([0-9a-f])"
 
 
 def gfx_target_version(processor: str) -> int:
@@ -124,7 +125,7 @@ def gfx_target_version(processor: str) -> int:
     The name carries the version (major in decimal, minor and stepping one hex digit each), which
     is how LLVM, libhsakmt and ROCR all spell it; generic targets have none and raise ValueError.
     """
-    match = _GFX_NAME.fullmatch(processor)
+    match = re.fullmatch(_GFX_NAME, processor)
     if match is None:
         raise ValueError(f"{processor}: not a gfx processor name with a version")
     major, minor, step = int(match[1]), int(match[2], 16), int(match[3], 16)
