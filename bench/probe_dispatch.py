@@ -41,7 +41,16 @@ def native(work: Path) -> Any:
     out = work / "_launcher.abi3.so"
     include = sysconfig.get_paths()["include"]
     command = ["cc", "-O2", "-shared", "-fPIC", f"-I{include}", str(SOURCE), "-o", str(out)]
-    subprocess.run(command, check=True)
+    try:
+        subprocess.run(command, check=True)
+    except FileNotFoundError:
+        raise SystemExit(
+            "probe_dispatch: no C compiler `cc` to build the launcher; install one"
+        ) from None
+    except subprocess.CalledProcessError as error:
+        raise SystemExit(
+            f"probe_dispatch: cc failed building {SOURCE} (status {error.returncode})"
+        ) from None
     spec = importlib.util.spec_from_file_location("kernelpack.backends._launcher", out)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

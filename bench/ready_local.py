@@ -19,6 +19,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -56,13 +57,23 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=15, help="fresh processes (default 15)")
     parser.add_argument(
-        "--work", type=Path, default=Path("/tmp/kp-ready-local"), help="scratch folder (emptied)"
+        "--work",
+        type=Path,
+        help="scratch folder, missing or empty (default: a temporary folder, removed after)",
     )
     parser.add_argument("--out", type=Path, help="write ready_local.json here")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error(f"--runs {args.runs}: give at least 1")
-    work = scratch_tree(args.work.resolve())
+    if args.work is not None and args.work.exists() and any(args.work.iterdir()):
+        parser.error(f"--work {args.work}: not empty; give a missing or empty folder")
+    with tempfile.TemporaryDirectory(prefix="kernelpack-ready-") as temporary:
+        run(args, (args.work or Path(temporary)).resolve())
+
+
+def run(args: argparse.Namespace, work: Path) -> None:
+    """The fat wheel built and installed under ``work``, the runs, the table and the report."""
+    work = scratch_tree(work)
     sys.path[:0] = [str(work / "wheels"), str(work)]
     build_native(work)
     site = make_wheels(work, work)["fat"]
@@ -90,7 +101,9 @@ def main() -> None:
             "table": table,
         }
         text = json.dumps(report, indent=2, sort_keys=True)
-        (args.out / "ready_local.json").write_text(text + "\n")
+        partial = args.out / ".ready_local.json.partial"  # kernelpack is the scratch copy's here
+        partial.write_text(text + "\n")
+        partial.replace(args.out / "ready_local.json")
 
 
 if __name__ == "__main__":
