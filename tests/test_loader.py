@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from kernelpack.backends import support
 from kernelpack.backends.rtc import Compiled
 from kernelpack.backends.runtime import SHARED_MEM_UNIT, LoadedModule, Runtime, capping_shared_mem
 from kernelpack.cli import main as cli
@@ -188,6 +189,15 @@ class RecordingRuntime(Runtime):
     def jit_ptx(self, ordinal: int, ptx: bytes) -> bytes:
         self.jits += 1
         return b"compiled " + ptx
+
+
+@pytest.fixture(autouse=True)
+def no_hip_runtime_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine's own vendor libraries out of the selection: these tests bring their runtimes
+    and GPUs, and a HIP runtime older than ROCm 6.2 on the machine (the GPU machine has one) would
+    reject the generic images they expect chosen."""
+    versions = dict.fromkeys(("cuda", "hip", "nvrtc", "hiprtc"), "not found")
+    monkeypatch.setattr(support, "runtime_versions", lambda: versions)
 
 
 @pytest.fixture
