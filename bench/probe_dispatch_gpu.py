@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,7 +39,10 @@ def native(work: Path, keep_gil: bool) -> None:
     out = work / "_launcher.abi3.so"
     include = sysconfig.get_paths()["include"]
     command = ["cc", "-O2", "-shared", "-fPIC", f"-I{include}", str(work / "launcher.c")]
-    subprocess.run([*command, "-o", str(out)], check=True)
+    try:
+        subprocess.run([*command, "-o", str(out)], check=True)
+    except (FileNotFoundError, subprocess.CalledProcessError) as error:
+        raise SystemExit(f"probe_dispatch_gpu: cc could not build {SOURCE}: {error}") from None
     spec = importlib.util.spec_from_file_location("kernelpack.backends._launcher", out)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -56,8 +57,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000, help="calls a loop")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kernelpack-probe-") as work:
-        native(Path(work), args.keep_gil)
+        native(Path(work), args.keep_gil)  # loaded: the folder can go
     import torch  # after the launcher: kernelpack must import the one built here
+    from bench_mlp import host_us_per_calls  # the host table's timing, for the same figures
 
     import kernelpack.mlp as mlp
     import kernelpack.torch_ops  # noqa: F401
@@ -119,20 +121,7 @@ def main() -> None:
         lambda: torch.ops.aten.neg.default(x),
     )
     calls["torch.neg inference_mode"] = (torch.inference_mode, lambda: torch.neg(x))
-    for context, call in calls.values():
-        with context():
-            for _ in range(200):
-                call()
-    torch.cuda.synchronize()
-    fastest = dict.fromkeys(calls, math.inf)
-    for _ in range(args.loops):
-        for name, (context, call) in calls.items():
-            with context():
-                began = time.perf_counter()
-                for _ in range(args.calls):
-                    call()
-                torch.cuda.synchronize()
-                fastest[name] = min(fastest[name], (time.perf_counter() - began) * 1e6 / args.calls)
+    fastest = host_us_per_calls(calls, per_loop=args.calls, loops=args.loops)
     print(f"keep_gil={args.keep_gil}; µs per call, fastest of {args.loops} loops of {args.calls}")
     for name, us in fastest.items():
         print(f"  {name:58s} {us:7.2f}")
